@@ -1,0 +1,99 @@
+"""Building the aiohttp application and wiring its resources, in one place."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+from aiohttp import web
+
+from gateway.errors import Handler, problem_middleware
+from gateway.metrics import GatewayMetrics
+from gateway.publisher import Publisher
+from gateway.routes import health, messages, topics
+from gateway.services import SERVICES, Services
+from gateway.settings import GatewaySettings
+from partitioner.cache import TopicCache
+from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
+from storage.redis_store import RedisStoreSettings, RedisStreamStore
+
+SETTINGS = web.AppKey("settings", GatewaySettings)
+BODY_SLACK_BYTES = 1024
+
+
+@web.middleware
+async def http_metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every request by route template, method and status."""
+    response = await handler(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    metrics = request.app[SERVICES].metrics
+    metrics.http_requests.labels(route, request.method, str(response.status)).inc()
+    return response
+
+
+def build_app(settings: GatewaySettings) -> web.Application:
+    """The application with its routes and middlewares; services are attached by the caller or wiring."""
+    app = web.Application(
+        client_max_size=settings.max_batch_bytes + BODY_SLACK_BYTES,
+        middlewares=[http_metrics_middleware, problem_middleware],
+    )
+    app[SETTINGS] = settings
+    for module in (topics, messages, health):
+        module.add_routes(app)
+    return app
+
+
+def app_with_services(services: Services) -> web.Application:
+    """An application serving already-built services (tests, embedding)."""
+    app = build_app(services.settings)
+    app[SERVICES] = services
+    return app
+
+
+def create_app(settings: GatewaySettings) -> web.Application:
+    """The production application: opens Redis and etcd on startup and closes them on shutdown."""
+    app = build_app(settings)
+    app.cleanup_ctx.append(_backends)
+    return app
+
+
+async def _backends(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    async with AsyncExitStack() as stack:
+        store = await stack.enter_async_context(RedisStreamStore(redis_store_settings(settings)))
+        etcd = await stack.enter_async_context(
+            EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s))
+        cache = TopicCache()
+        watcher = await stack.enter_async_context(TopicWatcher(etcd, cache, prefix=settings.etcd_prefix))
+        metrics = GatewayMetrics.create()
+        publisher = await stack.enter_async_context(
+            Publisher(store, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
+                      settings.retry_after_s))
+
+        async def watch_is_live() -> None:
+            if not watcher.healthy:
+                raise RuntimeError("topic metadata watch is down")
+
+        app[SERVICES] = Services(
+            settings=settings,
+            store=store,
+            registry=EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix),
+            cache=cache,
+            publisher=publisher,
+            metrics=metrics,
+            readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live)],
+        )
+        yield
+
+
+def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:
+    """The storage slice of the gateway settings."""
+    return RedisStoreSettings(
+        startup_nodes=settings.redis_startup_nodes,
+        password=settings.redis_password,
+        min_insync_replicas=settings.min_insync_replicas,
+        wait_timeout_ms=settings.wait_timeout_ms,
+        write_deadline_s=settings.redis_write_deadline_s,
+        read_deadline_s=settings.redis_read_deadline_s,
+    )

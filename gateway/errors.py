@@ -1,0 +1,154 @@
+"""The one place where errors become HTTP: RFC 9457 problem+json with the right status.
+
+Handlers raise ``Problem`` (or let storage/partitioner errors through); ``problem_middleware`` renders them.
+A request that fails validation never reaches storage, so nothing partial is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from partitioner.errors import (
+    ConcurrentModification,
+    CoordinationUnavailable,
+    InvalidTopic,
+    PartitionerError,
+    TopicExists,
+    TopicNotFound,
+)
+from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://streamgate.dev/problems/"
+
+
+class Problem(Exception):
+    """An error response: status, a stable type slug, a title and a detail for humans."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        title: str,
+        detail: str,
+        *,
+        pointer: str | None = None,
+        retry_after_s: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.title = title
+        self.detail = detail
+        self.pointer = pointer
+        self.retry_after_s = retry_after_s
+        self.extra = extra or {}
+
+    def body(self, instance: str) -> dict[str, Any]:
+        """The problem document."""
+        doc: dict[str, Any] = {
+            "type": PROBLEM_TYPE_BASE + self.slug,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "instance": instance,
+        }
+        if self.pointer is not None:
+            doc["pointer"] = self.pointer
+        doc.update(self.extra)
+        return doc
+
+
+def bad_request(detail: str) -> Problem:
+    """400: the body is not valid JSON or the request is malformed."""
+    return Problem(400, "malformed-request", "Malformed request", detail)
+
+
+def invalid_field(pointer: str, detail: str) -> Problem:
+    """422: a field has the wrong type or value; ``pointer`` is an RFC 6901 JSON pointer to it."""
+    return Problem(422, "invalid-field", "Invalid field", detail, pointer=pointer)
+
+
+def too_large(detail: str, pointer: str | None = None) -> Problem:
+    """413: a value, a batch or the body is over its configured limit."""
+    return Problem(413, "too-large", "Payload too large", detail, pointer=pointer)
+
+
+def unavailable(detail: str, retry_after_s: float) -> Problem:
+    """503 + Retry-After: a backend is unavailable; the request may be retried."""
+    return Problem(503, "unavailable", "Service unavailable", detail, retry_after_s=retry_after_s)
+
+
+def problem_from(exc: Exception) -> Problem:
+    """Translate a storage or partitioner error into a Problem."""
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, NotEnoughReplicas):
+        return Problem(503, "not-enough-replicas", "Not enough in-sync replicas", exc.message,
+                       retry_after_s=exc.retry_after_s,
+                       extra={"required": exc.required, "acknowledged": exc.acknowledged})
+    if isinstance(exc, StorageUnavailable | CoordinationUnavailable):
+        return unavailable(exc.message, exc.retry_after_s)
+    if isinstance(exc, InvalidOffset):
+        return invalid_field("/from", exc.message)
+    if isinstance(exc, TopicNotFound):
+        return Problem(404, "topic-not-found", "Topic not found", exc.message)
+    if isinstance(exc, TopicExists):
+        return Problem(409, "topic-exists", "Topic already exists", exc.message)
+    if isinstance(exc, ConcurrentModification):
+        return Problem(409, "concurrent-modification", "Concurrent modification", exc.message)
+    if isinstance(exc, InvalidTopic):
+        return invalid_field("/" + exc.field, exc.message)
+    if isinstance(exc, StorageError | PartitionerError):
+        return Problem(500, "internal", "Internal error", exc.message)
+    return Problem(500, "internal", "Internal error", "an unexpected error occurred")
+
+
+def problem_response(problem: Problem, instance: str) -> web.Response:
+    """Render a Problem as application/problem+json."""
+    headers = {}
+    if problem.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(problem.retry_after_s)))
+    return web.Response(
+        status=problem.status,
+        body=orjson.dumps(problem.body(instance)),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+def _from_http_exception(exc: web.HTTPException) -> Problem:
+    if exc.status == 413:
+        return too_large(exc.text or "request body too large")
+    slug = exc.reason.lower().replace(" ", "-")
+    return Problem(exc.status, slug, exc.reason, exc.text or exc.reason)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every error raised by a handler into a problem+json response."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem_response(_from_http_exception(exc), request.path)
+    except (Problem, StorageError, PartitionerError) as exc:
+        problem = problem_from(exc)
+        if problem.status >= 500 and problem.status != 503:
+            log.exception("request failed: %s %s", request.method, request.path)
+        return problem_response(problem, request.path)
+    except Exception:
+        log.exception("unhandled error: %s %s", request.method, request.path)
+        return problem_response(problem_from(RuntimeError()), request.path)

@@ -1,0 +1,53 @@
+"""Prometheus metrics of one gateway process, on one injected registry.
+
+Names follow ``streamgate_<area>_<noun>_<unit|total>``.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class GatewayMetrics:
+    """Every metric the gateway exports."""
+
+    registry: CollectorRegistry
+    publish_requests: Counter
+    publish_messages: Counter
+    publish_bytes: Counter
+    publish_latency: Histogram
+    http_requests: Counter
+    topics_cached: Gauge
+    build: Info
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None, version: str = "0.1.0") -> GatewayMetrics:
+        """Register the gateway's metrics on ``registry`` (a fresh one by default)."""
+        registry = registry or CollectorRegistry()
+        metrics = cls(
+            registry=registry,
+            publish_requests=Counter("streamgate_publish_requests_total",
+                                     "Publish requests by topic and outcome", ["topic", "outcome"],
+                                     registry=registry),
+            publish_messages=Counter("streamgate_publish_messages_total",
+                                     "Messages published by topic and outcome", ["topic", "outcome"],
+                                     registry=registry),
+            publish_bytes=Counter("streamgate_publish_bytes_total", "Value bytes accepted by topic",
+                                  ["topic"], registry=registry),
+            publish_latency=Histogram("streamgate_publish_latency_seconds",
+                                      "Time to write a publish batch to storage, by acks", ["acks"],
+                                      buckets=LATENCY_BUCKETS_S, registry=registry),
+            http_requests=Counter("streamgate_http_requests_total", "HTTP requests by route and status",
+                                  ["route", "method", "status"], registry=registry),
+            topics_cached=Gauge("streamgate_topics_cached", "Topics in this gateway's metadata cache",
+                                registry=registry),
+            build=Info("streamgate_build", "Build information", registry=registry),
+        )
+        metrics.build.info({"version": version, "python": platform.python_version()})
+        return metrics

@@ -1,0 +1,114 @@
+"""Publishing: placing validated messages on partitions and handing them to storage.
+
+acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as the
+batch is queued; a full queue answers 503 (never a silent drop); write failures are counted and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+from gateway.errors import invalid_field, unavailable
+from gateway.metrics import GatewayMetrics
+from gateway.validation import PublishBatch
+from partitioner.hashing import KeylessSpreader, partition_for
+from partitioner.topics import TopicMetadata
+from storage.errors import StorageError
+from storage.models import Acks, AppendOptions, AppendResult, Record
+from storage.protocol import StreamStore
+
+log = logging.getLogger(__name__)
+
+
+def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[Record]:
+    """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky."""
+    keyless_partition: int | None = None
+    records: list[Record] = []
+    for index, message in enumerate(batch.messages):
+        if message.partition is not None:
+            if message.partition >= topic.partitions:
+                raise invalid_field(f"/messages/{index}/partition",
+                                    f"partition {message.partition} does not exist: topic "
+                                    f"{topic.name!r} has {topic.partitions} partitions")
+            partition = message.partition
+        elif message.key is not None:
+            partition = partition_for(message.key, topic.partitions)
+        elif message.idempotency_key is not None:
+            # A keyless retry must land where the first attempt did, so hash the idempotency key.
+            partition = partition_for(message.idempotency_key.encode(), topic.partitions)
+        else:
+            if keyless_partition is None:
+                keyless_partition = spreader.for_batch(topic.partitions)
+            partition = keyless_partition
+        records.append(Record(partition, message.value, message.value_format, message.key,
+                              message.headers, message.idempotency_key))
+    return records
+
+
+def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> AppendOptions:
+    """The storage options for a topic's writes."""
+    return AppendOptions(acks=acks, max_length=topic.max_length, dedup_ttl_ms=dedup_ttl_ms)
+
+
+class Publisher:
+    """Writes placed records; owns the acks=0 background writer (an async context manager)."""
+
+    def __init__(self, store: StreamStore, metrics: GatewayMetrics, dedup_ttl_ms: int,
+                 acks0_queue_batches: int, retry_after_s: int) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._dedup_ttl_ms = dedup_ttl_ms
+        self._retry_after_s = retry_after_s
+        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record]]] = asyncio.Queue(acks0_queue_batches)
+        self._writer: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Publisher:
+        self._writer = asyncio.create_task(self._drain_acks0(), name="acks0-writer")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Flush what acks=0 producers were promised (bounded by the store's deadline), then stop."""
+        if self._writer is None:
+            return
+        writer, self._writer = self._writer, None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=10)
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
+
+    async def publish(self, topic: TopicMetadata, records: Sequence[Record], acks: Acks) -> list[AppendResult]:
+        """Write and wait for the requested durability."""
+        started = time.perf_counter()
+        results = await self._store.append(topic.name, records,
+                                           append_options(topic, acks, self._dedup_ttl_ms))
+        self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
+        return results
+
+    def enqueue(self, topic: TopicMetadata, records: list[Record]) -> None:
+        """acks=0: queue the batch for the background writer, or 503 when the queue is full."""
+        try:
+            self._queue.put_nowait((topic, records))
+        except asyncio.QueueFull:
+            raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
+
+    async def _drain_acks0(self) -> None:
+        while True:
+            topic, records = await self._queue.get()
+            try:
+                await self.publish(topic, records, Acks.LEADER)
+            except StorageError as exc:
+                self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(len(records))
+                log.error("acks=0 batch of %d messages to %s was not written: %s",
+                          len(records), topic.name, exc)
+            finally:
+                self._queue.task_done()

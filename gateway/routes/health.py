@@ -1,0 +1,62 @@
+"""Liveness, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.responses import json_response
+from gateway.services import services_of
+
+READINESS_TIMEOUT_S = 2.0
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: the process is alive and serving."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """GET /readyz: 200 when every backend check passes, else 503 naming the failing ones."""
+    services = services_of(request)
+    checks: dict[str, str] = {}
+    for name, check in services.readiness_checks:
+        try:
+            await asyncio.wait_for(check(), READINESS_TIMEOUT_S)
+            checks[name] = "ok"
+        except Exception as exc:
+            checks[name] = f"failed: {exc}" if str(exc) else f"failed: {type(exc).__name__}"
+    ready = all(state == "ok" for state in checks.values())
+    headers = None if ready else {"Retry-After": str(services.settings.retry_after_s)}
+    return json_response({"status": "ready" if ready else "not ready", "checks": checks},
+                         status=200 if ready else 503, headers=headers)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics: Prometheus text exposition of this process's registry."""
+    services = services_of(request)
+    services.metrics.topics_cached.set(len(services.cache.all()))
+    response = web.Response(body=generate_latest(services.metrics.registry))
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+def openapi_document() -> bytes:
+    """The OpenAPI document shipped in the package."""
+    return resources.files("gateway").joinpath("openapi.json").read_bytes()
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """GET /openapi.json."""
+    return web.Response(body=openapi_document(), content_type="application/json")
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the operational routes."""
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)

@@ -1,0 +1,122 @@
+"""Publishing to a topic and replaying a partition."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import Problem, invalid_field
+from gateway.offsets import parse_offset, predecessor, successor
+from gateway.publisher import place
+from gateway.responses import json_response
+from gateway.services import Services, services_of
+from gateway.validation import parse_publish_body
+from partitioner.topics import TopicMetadata
+from storage.models import Acks, StoredEntry, ValueFormat
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+DEFAULT_REPLAY_LIMIT = 100
+
+
+async def publish(request: web.Request) -> web.Response:
+    """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0."""
+    services = services_of(request)
+    topic = await services.topic(request.match_info["topic"])
+    try:
+        response = await _publish_to(request, services, topic)
+    except Exception:
+        services.metrics.publish_requests.labels(topic.name, "error").inc()
+        raise
+    services.metrics.publish_requests.labels(topic.name, "ok").inc()
+    return response
+
+
+async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata) -> web.Response:
+    body = await request.read()
+    batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
+    records = place(batch, topic, services.spreader)
+    metrics = services.metrics
+    if batch.acks == "0":
+        services.publisher.enqueue(topic, records)
+        metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
+        metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
+        return json_response({"accepted": len(records)}, status=202)
+    results = await services.publisher.publish(topic, records, Acks(batch.acks))
+    metrics.publish_messages.labels(topic.name, "written").inc(len(records))
+    metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
+    return json_response({"results": [
+        {"partition": r.partition, "offset": r.offset, "duplicate": r.duplicate} for r in results]})
+
+
+def entry_document(entry: StoredEntry) -> dict[str, Any]:
+    """The public JSON form of a stored message; JSON values are embedded as they were published."""
+    doc: dict[str, Any] = {
+        "partition": entry.partition,
+        "offset": entry.offset,
+        "key": None if entry.key is None else entry.key.decode(errors="replace"),
+        "headers": entry.headers,
+        "timestamp_ms": entry.timestamp_ms,
+    }
+    if entry.value_format is ValueFormat.JSON:
+        doc["value"] = orjson.Fragment(entry.value)
+    else:
+        doc["value_b64"] = base64.b64encode(entry.value).decode()
+    return doc
+
+
+async def replay(request: web.Request) -> web.Response:
+    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages, next_offset."""
+    services = services_of(request)
+    topic = await services.topic(request.match_info["topic"])
+    partition = _partition_param(request.match_info["partition"], topic)
+    limit = _int_param(request, "limit", 1, services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
+    start = request.query.get("from", "earliest")
+    from_time_ms = _int_param(request, "from_time_ms", 0, 2**63 - 1)
+    if from_time_ms is not None and start != "earliest":
+        raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
+    if start == "latest":
+        last = await services.store.last_offset(topic.name, partition)
+        return json_response({"messages": [], "next_offset": "0-0" if last is None else successor(last)})
+    after = None if start == "earliest" else _after(start)
+    entries = await _read(services, topic, partition, after, from_time_ms, limit)
+    next_offset = successor(entries[-1].offset) if entries else ("0-0" if start == "earliest" else start)
+    if not entries and from_time_ms is not None:
+        next_offset = f"{from_time_ms}-0"
+    return json_response({"messages": [entry_document(e) for e in entries], "next_offset": next_offset})
+
+
+async def _read(services: Services, topic: TopicMetadata, partition: int, after: str | None,
+                from_time_ms: int | None, limit: int) -> list[StoredEntry]:
+    return await services.store.read(topic.name, partition, after=after, from_time_ms=from_time_ms,
+                                     limit=limit)
+
+
+def _after(start: str) -> str | None:
+    """``from`` is inclusive; storage reads strictly after an offset, so step back by one ID."""
+    parse_offset(start, "/from")
+    return predecessor(start)
+
+
+def _partition_param(raw: str, topic: TopicMetadata) -> int:
+    if not raw.isdigit() or int(raw) >= topic.partitions:
+        raise Problem(404, "partition-not-found", "Partition not found",
+                      f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {raw!r}")
+    return int(raw)
+
+
+def _int_param(request: web.Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise invalid_field(f"/{name}", f"'{name}' must be an integer between {low} and {high}")
+    return int(raw)
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the publish and replay routes."""
+    app.router.add_post("/v1/topics/{topic}/messages", publish)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/messages", replay)

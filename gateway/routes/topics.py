@@ -1,0 +1,110 @@
+"""Topic administration: create, list, describe, change, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway.errors import invalid_field
+from gateway.responses import json_response
+from gateway.routes.bodies import optional_int, read_json_object, reject_unknown_fields
+from gateway.services import services_of
+from partitioner.errors import ConcurrentModification
+from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
+from storage.models import PartitionInfo
+
+CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length"})
+PATCH_FIELDS = frozenset({"partitions", "retention_ms", "max_length"})
+UPDATE_ATTEMPTS = 5
+ANONYMOUS_OWNER = "anonymous"  # until authentication lands, every topic is owned by the anonymous principal
+
+
+def topic_document(topic: TopicMetadata) -> dict[str, Any]:
+    """The public JSON form of a topic."""
+    return {
+        "name": topic.name,
+        "partitions": topic.partitions,
+        "retention_ms": topic.retention_ms,
+        "max_length": topic.max_length,
+        "created_at_ms": topic.created_at_ms,
+        "owner": topic.owner,
+    }
+
+
+def partition_document(info: PartitionInfo) -> dict[str, Any]:
+    """The public JSON form of one partition's size and bounds."""
+    return {"partition": info.partition, "length": info.length,
+            "first_offset": info.first_offset, "last_offset": info.last_offset}
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    """POST /v1/topics -> 201 with the topic; 409 when the name is taken."""
+    services = services_of(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, CREATE_FIELDS)
+    name = doc.get("name")
+    if not isinstance(name, str):
+        raise invalid_field("/name", "'name' must be a string")
+    partitions = optional_int(doc, "partitions")
+    if partitions is None:
+        raise invalid_field("/partitions", "'partitions' is required")
+    settings = TopicSettings(name, partitions, optional_int(doc, "retention_ms") or DEFAULT_RETENTION_MS,
+                             optional_int(doc, "max_length"))
+    topic = await services.registry.create(settings, owner=ANONYMOUS_OWNER)
+    services.cache.remember(topic)
+    return json_response(topic_document(topic), status=201, headers={"Location": f"/v1/topics/{name}"})
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    """GET /v1/topics -> every topic."""
+    topics = await services_of(request).registry.list()
+    return json_response({"topics": [topic_document(topic) for topic in topics]})
+
+
+async def describe_topic(request: web.Request) -> web.Response:
+    """GET /v1/topics/{topic} -> the topic with each partition's length and first/last offset."""
+    services = services_of(request)
+    topic = await services.registry.get(request.match_info["topic"])
+    infos = await services.store.partition_info(topic.name, topic.partitions)
+    return json_response({**topic_document(topic),
+                          "partition_details": [partition_document(info) for info in infos]})
+
+
+async def update_topic(request: web.Request) -> web.Response:
+    """PATCH /v1/topics/{topic}: partitions may only grow; retention_ms and max_length (null clears)."""
+    services = services_of(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, PATCH_FIELDS)
+    partitions, retention_ms = optional_int(doc, "partitions"), optional_int(doc, "retention_ms")
+    max_length = optional_int(doc, "max_length")
+    clear_max_length = "max_length" in doc and doc["max_length"] is None
+    for attempt in range(UPDATE_ATTEMPTS):
+        current = await services.registry.get(request.match_info["topic"])
+        try:
+            updated = await services.registry.update(
+                current.with_changes(partitions, retention_ms, max_length, clear_max_length))
+            break
+        except ConcurrentModification:
+            if attempt == UPDATE_ATTEMPTS - 1:
+                raise
+    services.cache.remember(updated)
+    return json_response(topic_document(updated))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    """DELETE /v1/topics/{topic} -> 204; metadata first, so publishers stop before the data goes."""
+    services = services_of(request)
+    topic = await services.registry.delete(request.match_info["topic"])
+    services.cache.forget(topic.name, topic.version + 1)
+    await services.store.delete_topic(topic.name, topic.partitions)
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the topic routes."""
+    app.router.add_post("/v1/topics", create_topic)
+    app.router.add_get("/v1/topics", list_topics)
+    app.router.add_get("/v1/topics/{topic}", describe_topic)
+    app.router.add_patch("/v1/topics/{topic}", update_topic)
+    app.router.add_delete("/v1/topics/{topic}", delete_topic)

@@ -1,0 +1,60 @@
+"""What the request handlers need, gathered in one object stored on the app."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from gateway.metrics import GatewayMetrics
+from gateway.publisher import Publisher
+from gateway.settings import GatewaySettings
+from gateway.validation import PublishLimits
+from partitioner.cache import TopicCache
+from partitioner.errors import TopicNotFound
+from partitioner.hashing import KeylessSpreader
+from partitioner.registry import TopicRegistry
+from partitioner.topics import TopicMetadata, validate_topic_name
+from storage.protocol import StreamStore
+
+ReadinessCheck = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Services:
+    """The gateway's collaborators; built once per process by ``gateway.app``."""
+
+    settings: GatewaySettings
+    store: StreamStore
+    registry: TopicRegistry
+    cache: TopicCache
+    publisher: Publisher
+    metrics: GatewayMetrics
+    readiness_checks: Sequence[tuple[str, ReadinessCheck]] = ()
+    spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
+    limits: PublishLimits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = PublishLimits.from_settings(self.settings)
+
+    async def topic(self, name: str) -> TopicMetadata:
+        """A topic's metadata from the watch-fed cache; etcd is read only on a miss (e.g. watch lag)."""
+        cached = self.cache.get(name)
+        if cached is not None:
+            return cached
+        try:
+            validate_topic_name(name)
+        except Exception:
+            raise TopicNotFound(name) from None
+        metadata = await self.registry.get(name)
+        self.cache.remember(metadata)
+        return metadata
+
+
+SERVICES = web.AppKey("services", Services)
+
+
+def services_of(request: web.Request) -> Services:
+    """The services of the app serving ``request``."""
+    return request.app[SERVICES]

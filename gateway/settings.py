@@ -1,0 +1,90 @@
+"""The gateway's one settings object, built once in ``__main__`` from flags and environment, then frozen.
+
+Every setting has a ``STREAMGATE_<NAME>`` environment variable (upper-cased field name); the Helm chart's
+values mirror the same names. No other module reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ENV_PREFIX = "STREAMGATE_"
+MIB = 1024 * 1024
+
+
+def default_node_id() -> str:
+    """A node id unique on this host: hostname and process id."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Everything the gateway process needs; units in names."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    node_id: str = field(default_factory=default_node_id)
+    redis_nodes: tuple[str, ...] = ("127.0.0.1:7000",)
+    redis_password: str | None = None
+    min_insync_replicas: int = 1
+    wait_timeout_ms: int = 1000
+    redis_write_deadline_s: float = 10.0
+    redis_read_deadline_s: float = 5.0
+    etcd_endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
+    etcd_prefix: str = "/streamgate/"
+    etcd_timeout_s: float = 5.0
+    max_value_bytes: int = MIB
+    max_key_bytes: int = 4096
+    max_headers: int = 64
+    max_header_bytes: int = 16 * 1024
+    max_batch_messages: int = 10_000
+    max_batch_bytes: int = 16 * MIB
+    max_replay_limit: int = 1000
+    dedup_ttl_ms: int = 24 * 3600 * 1000
+    acks0_queue_batches: int = 1024
+    retry_after_s: int = 1
+
+    @property
+    def redis_startup_nodes(self) -> list[tuple[str, int]]:
+        """``redis_nodes`` as (host, port) pairs."""
+        return [split_host_port(node) for node in self.redis_nodes]
+
+    def with_overrides(self, **changes: Any) -> GatewaySettings:
+        """A copy with some fields changed (flags override the environment)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Parse ``host:port``; raises ValueError with the address in the message."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {address!r}")
+    return host, int(port)
+
+
+def settings_from_env(env: Mapping[str, str]) -> GatewaySettings:
+    """Build settings from ``STREAMGATE_*`` variables; unknown variables are ignored, bad values raise."""
+    values: dict[str, Any] = {}
+    for spec in fields(GatewaySettings):
+        raw = env.get(ENV_PREFIX + spec.name.upper())
+        if raw is not None:
+            values[spec.name] = _parse(spec.name, str(spec.type), raw)
+    return GatewaySettings(**values)
+
+
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    try:
+        if type_name.startswith("tuple"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if type_name == "int":
+            return int(raw)
+        if type_name == "float":
+            return float(raw)
+        return raw or None if "None" in type_name else raw
+    except ValueError as exc:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc

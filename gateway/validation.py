@@ -1,0 +1,192 @@
+"""Parsing and limits for publish bodies, all in one place.
+
+The whole batch is validated before anything is written: a rejected batch writes nothing.
+Errors carry an RFC 6901 pointer to the offending field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import bad_request, invalid_field, too_large
+from gateway.settings import GatewaySettings
+from storage.models import ValueFormat
+
+ACKS_VALUES = ("0", "1", "all")
+BODY_FIELDS = frozenset({"messages", "acks"})
+MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key"})
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PublishLimits:
+    """Size limits for one publish request."""
+
+    max_value_bytes: int
+    max_key_bytes: int
+    max_headers: int
+    max_header_bytes: int
+    max_batch_messages: int
+    max_batch_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> PublishLimits:
+        """The publish slice of the gateway settings."""
+        return cls(settings.max_value_bytes, settings.max_key_bytes, settings.max_headers,
+                   settings.max_header_bytes, settings.max_batch_messages, settings.max_batch_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """One validated message, not yet placed on a partition."""
+
+    value: bytes
+    value_format: ValueFormat
+    key: bytes | None
+    headers: dict[str, str]
+    partition: int | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishBatch:
+    """A validated publish request."""
+
+    acks: str
+    messages: list[IncomingMessage]
+    value_bytes: int
+
+
+def parse_publish_body(body: bytes, limits: PublishLimits, idempotency_header: str | None) -> PublishBatch:
+    """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field."""
+    if len(body) > limits.max_batch_bytes:
+        raise too_large(f"body of {len(body)} bytes is over the limit of {limits.max_batch_bytes}")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_field("", "body must be a JSON object with a 'messages' array")
+    unknown = sorted(doc.keys() - BODY_FIELDS)
+    if unknown:
+        raise invalid_field(f"/{unknown[0]}", f"unknown field {unknown[0]!r}")
+    acks = _parse_acks(doc.get("acks", "1"))
+    raw_messages = doc.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise invalid_field("/messages", "'messages' must be a non-empty array")
+    if len(raw_messages) > limits.max_batch_messages:
+        raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
+                        f"{limits.max_batch_messages}", pointer="/messages")
+    messages = [_parse_message(raw, index, limits, idempotency_header)
+                for index, raw in enumerate(raw_messages)]
+    return PublishBatch(acks, messages, sum(len(m.value) for m in messages))
+
+
+def _parse_acks(raw: Any) -> str:
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if text not in ACKS_VALUES:
+        raise invalid_field("/acks", "'acks' must be one of \"0\", \"1\", \"all\"")
+    return str(text)
+
+
+def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str | None) -> IncomingMessage:
+    pointer = f"/messages/{index}"
+    if not isinstance(raw, dict):
+        raise invalid_field(pointer, "each message must be a JSON object")
+    unknown = raw.keys() - MESSAGE_FIELDS
+    if unknown:
+        raise invalid_field(f"{pointer}/{sorted(unknown)[0]}", f"unknown field {sorted(unknown)[0]!r}")
+    value, value_format = _parse_value(raw, pointer, limits)
+    idempotency_key = _parse_idempotency_key(raw.get("idempotency_key"), pointer)
+    if idempotency_key is None and idem_header is not None:
+        idempotency_key = f"{idem_header}:{index}"
+    return IncomingMessage(
+        value=value,
+        value_format=value_format,
+        key=_parse_key(raw.get("key"), pointer, limits),
+        headers=_parse_headers(raw.get("headers"), pointer, limits),
+        partition=_parse_partition(raw.get("partition"), pointer),
+        idempotency_key=idempotency_key,
+    )
+
+
+def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tuple[bytes, ValueFormat]:
+    has_value, has_b64 = "value" in raw, "value_b64" in raw
+    if has_value == has_b64:
+        raise invalid_field(pointer, "exactly one of 'value' and 'value_b64' is required")
+    if has_value:
+        value, value_format = orjson.dumps(raw["value"]), ValueFormat.JSON
+    else:
+        value, value_format = _decode_b64(raw["value_b64"], f"{pointer}/value_b64"), ValueFormat.BINARY
+    if len(value) > limits.max_value_bytes:
+        field = "value" if has_value else "value_b64"
+        raise too_large(f"value of {len(value)} bytes is over the limit of {limits.max_value_bytes}",
+                        pointer=f"{pointer}/{field}")
+    return value, value_format
+
+
+def _decode_b64(raw: Any, pointer: str) -> bytes:
+    if not isinstance(raw, str):
+        raise invalid_field(pointer, "'value_b64' must be a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_field(pointer, "'value_b64' is not valid base64") from None
+
+
+def _parse_key(raw: Any, pointer: str, limits: PublishLimits) -> bytes | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise invalid_field(f"{pointer}/key", "'key' must be a string")
+    key = raw.encode()
+    if len(key) > limits.max_key_bytes:
+        raise too_large(f"key of {len(key)} bytes is over the limit of {limits.max_key_bytes}",
+                        pointer=f"{pointer}/key")
+    return key
+
+
+def _parse_headers(raw: Any, pointer: str, limits: PublishLimits) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid_field(f"{pointer}/headers", "'headers' must be an object of strings")
+    if len(raw) > limits.max_headers:
+        raise too_large(f"{len(raw)} headers is over the limit of {limits.max_headers}",
+                        pointer=f"{pointer}/headers")
+    size = 0
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise invalid_field(f"{pointer}/headers/{_escape(name)}", "header values must be strings")
+        size += len(name) + len(value)
+    if size > limits.max_header_bytes:
+        raise too_large(f"headers of {size} bytes are over the limit of {limits.max_header_bytes}",
+                        pointer=f"{pointer}/headers")
+    return raw
+
+
+def _parse_partition(raw: Any, pointer: str) -> int | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+        raise invalid_field(f"{pointer}/partition", "'partition' must be a non-negative integer")
+    return raw
+
+
+def _parse_idempotency_key(raw: Any, pointer: str) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not 1 <= len(raw) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        raise invalid_field(f"{pointer}/idempotency_key",
+                            f"'idempotency_key' must be a string of 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    return raw
+
+
+def _escape(name: str) -> str:
+    """Escape a JSON pointer reference token (RFC 6901)."""
+    return name.replace("~", "~0").replace("/", "~1")

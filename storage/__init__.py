@@ -1,0 +1,28 @@
+"""The log: one Redis Stream per partition on a Redis Cluster. Knows nothing of HTTP or etcd."""
+
+from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.models import (
+    Acks,
+    AppendOptions,
+    AppendResult,
+    PartitionInfo,
+    Record,
+    StoredEntry,
+    ValueFormat,
+)
+from storage.protocol import StreamStore
+
+__all__ = [
+    "Acks",
+    "AppendOptions",
+    "AppendResult",
+    "InvalidOffset",
+    "NotEnoughReplicas",
+    "PartitionInfo",
+    "Record",
+    "StorageError",
+    "StorageUnavailable",
+    "StoredEntry",
+    "StreamStore",
+    "ValueFormat",
+]

@@ -1,0 +1,49 @@
+"""Errors raised by the storage package.
+
+Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see redis
+types.
+``retriable`` tells a caller whether the same request may succeed later (the gateway maps those to 503).
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of every storage error."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class StorageUnavailable(StorageError):  # noqa: N818 - contract name
+    """The Redis Cluster (or the node owning a slot) could not serve the request in time."""
+
+    retriable = True
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class NotEnoughReplicas(StorageUnavailable):
+    """acks=all: WAIT returned fewer replicas than required, so the write is not acknowledged."""
+
+    def __init__(self, required: int, acknowledged: int, partition: int) -> None:
+        super().__init__(
+            f"partition {partition}: {acknowledged} of {required} required replicas acknowledged the write",
+            retry_after_s=1.0,
+        )
+        self.required = required
+        self.acknowledged = acknowledged
+        self.partition = partition
+
+
+class InvalidOffset(StorageError):  # noqa: N818 - contract name
+    """An offset given by a client is not a valid stream ID."""
+
+    def __init__(self, offset: str) -> None:
+        super().__init__(f"invalid offset {offset!r}: expected '<ms>-<seq>', 'earliest' or 'latest'")
+        self.offset = offset

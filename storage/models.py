@@ -1,0 +1,75 @@
+"""Plain values that cross the storage boundary."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class Acks(enum.Enum):
+    """How much durability a publish waits for (DESIGN.md section 2)."""
+
+    NONE = "0"  # accepted by the gateway's batcher only
+    LEADER = "1"  # written on the primary owning the partition's slot
+    ALL = "all"  # written and acknowledged by min_insync_replicas replicas through WAIT
+
+
+class ValueFormat(enum.Enum):
+    """How the gateway should render a stored value: JSON text or opaque bytes."""
+
+    JSON = "j"
+    BINARY = "b"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One message to append to one partition."""
+
+    partition: int
+    value: bytes
+    value_format: ValueFormat = ValueFormat.BINARY
+    key: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a record landed; ``duplicate`` is true when an idempotent retry found the first write."""
+
+    partition: int
+    offset: str
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One entry read back from a partition."""
+
+    partition: int
+    offset: str
+    value: bytes
+    value_format: ValueFormat
+    key: bytes | None
+    headers: Mapping[str, str]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """Size and bounds of one partition's stream; offsets are None when it is empty."""
+
+    partition: int
+    length: int
+    first_offset: str | None
+    last_offset: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOptions:
+    """Per-topic write options: retention by length (``MAXLEN ~``) and the idempotency window."""
+
+    acks: Acks = Acks.LEADER
+    max_length: int | None = None
+    dedup_ttl_ms: int = 24 * 3600 * 1000

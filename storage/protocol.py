@@ -1,0 +1,56 @@
+"""The port the gateway talks to: a log of partitions, each one stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from storage.models import AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+
+
+class StreamStore(Protocol):
+    """A partitioned append-only log."""
+
+    async def append(
+        self, topic: str, records: Sequence[Record], options: AppendOptions
+    ) -> list[AppendResult]:
+        """Append records (any partitions) and return one result per record, in input order.
+
+        Records are grouped by partition and by node; each partition's group is written atomically by one
+        script call. With ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas
+        than required raise ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot be
+        reached within the store's deadline.
+        """
+        ...
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        after: str | None = None,
+        from_time_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[StoredEntry]:
+        """Read up to ``limit`` entries in offset order.
+
+        ``after`` is exclusive (entries strictly after that offset); None means from the first entry.
+        ``from_time_ms`` starts at the first entry whose timestamp is >= that time.
+        """
+        ...
+
+    async def last_offset(self, topic: str, partition: int) -> str | None:
+        """The newest offset of a partition, or None when it is empty."""
+        ...
+
+    async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
+        """Length and first/last offset of partitions 0..partitions-1."""
+        ...
+
+    async def delete_topic(self, topic: str, partitions: int) -> None:
+        """Remove every key of a topic's partitions."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``StorageUnavailable`` unless the cluster is reachable and its state is ok."""
+        ...

@@ -1,0 +1,103 @@
+"""Topic administration over HTTP, against the in-memory registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+Client = TestClient[Any, Any]
+
+
+async def test_create_topic_returns_201_with_metadata(client: Client) -> None:
+    response = await client.post("/v1/topics", json={"name": "orders", "partitions": 4, "retention_ms": 60000})
+    assert response.status == 201
+    assert response.headers["Location"] == "/v1/topics/orders"
+    body = await response.json()
+    assert body["name"] == "orders"
+    assert body["partitions"] == 4
+    assert body["retention_ms"] == 60000
+    assert body["owner"] == "anonymous"
+    assert body["created_at_ms"] > 1_700_000_000_000
+
+
+async def test_creating_an_existing_topic_is_409_problem(client: Client, orders: str) -> None:
+    response = await client.post("/v1/topics", json={"name": orders, "partitions": 1})
+    assert response.status == 409
+    assert response.content_type == "application/problem+json"
+    problem = await response.json()
+    assert problem["status"] == 409
+    assert problem["type"].endswith("/topic-exists")
+
+
+async def test_invalid_topic_name_is_422_pointing_at_name(client: Client) -> None:
+    response = await client.post("/v1/topics", json={"name": "bad name!", "partitions": 1})
+    assert response.status == 422
+    assert (await response.json())["pointer"] == "/name"
+
+
+async def test_zero_partitions_is_422(client: Client) -> None:
+    response = await client.post("/v1/topics", json={"name": "t", "partitions": 0})
+    assert response.status == 422
+    assert (await response.json())["pointer"] == "/partitions"
+
+
+async def test_malformed_create_body_is_400(client: Client) -> None:
+    response = await client.post("/v1/topics", data=b"{not json", headers={"content-type": "application/json"})
+    assert response.status == 400
+    assert response.content_type == "application/problem+json"
+
+
+async def test_list_topics_is_sorted_by_name(client: Client) -> None:
+    for name in ("zeta", "alpha"):
+        await client.post("/v1/topics", json={"name": name, "partitions": 1})
+    body = await (await client.get("/v1/topics")).json()
+    assert [t["name"] for t in body["topics"]] == ["alpha", "zeta"]
+
+
+async def test_describe_topic_has_partition_details(client: Client, orders: str) -> None:
+    await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "partition": 2}]})
+    body = await (await client.get(f"/v1/topics/{orders}")).json()
+    details = body["partition_details"]
+    assert [d["partition"] for d in details] == [0, 1, 2]
+    assert details[2]["length"] == 1
+    assert details[2]["first_offset"] == details[2]["last_offset"] is not None
+    assert details[0] == {"partition": 0, "length": 0, "first_offset": None, "last_offset": None}
+
+
+async def test_describe_unknown_topic_is_404(client: Client) -> None:
+    response = await client.get("/v1/topics/nope")
+    assert response.status == 404
+    assert (await response.json())["type"].endswith("/topic-not-found")
+
+
+async def test_partitions_can_grow_but_not_shrink(client: Client, orders: str) -> None:
+    grown = await client.patch(f"/v1/topics/{orders}", json={"partitions": 6})
+    assert grown.status == 200
+    assert (await grown.json())["partitions"] == 6
+    shrunk = await client.patch(f"/v1/topics/{orders}", json={"partitions": 2})
+    assert shrunk.status == 422
+    assert (await shrunk.json())["pointer"] == "/partitions"
+
+
+async def test_patch_changes_retention_and_clears_max_length(client: Client, orders: str) -> None:
+    await client.patch(f"/v1/topics/{orders}", json={"max_length": 100})
+    body = await (await client.patch(f"/v1/topics/{orders}",
+                                     json={"retention_ms": 1000, "max_length": None})).json()
+    assert body["retention_ms"] == 1000
+    assert body["max_length"] is None
+
+
+async def test_delete_topic_is_204_and_removes_data(client: Client, orders: str, store: Any) -> None:
+    await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1}]})
+    assert (await client.delete(f"/v1/topics/{orders}")).status == 204
+    assert (await client.get(f"/v1/topics/{orders}")).status == 404
+    assert store.total_entries() == 0
+    publish = await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1}]})
+    assert publish.status == 404
+
+
+async def test_unknown_route_is_a_problem_document(client: Client) -> None:
+    response = await client.get("/v1/nothing-here")
+    assert response.status == 404
+    assert response.content_type == "application/problem+json"
