@@ -45,10 +45,10 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
         data_dir=Path(args.data_dir).resolve(),
         redis_primaries=args.primaries,
         redis_replicas=args.replicas,
-        redis_base_port=args.redis_base_port,
+        redis_base_port=args.redis_base_port or None,
         cluster_node_timeout_ms=args.cluster_node_timeout_ms,
-        etcd_client_port=args.etcd_port,
-        etcd_peer_port=args.etcd_peer_port,
+        etcd_client_port=args.etcd_port or None,
+        etcd_peer_port=args.etcd_peer_port or None,
     )
     try:
         with DevStack(config) as stack:
@@ -95,10 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--data-dir", default=".streamgate-dev", help="where Redis and etcd keep their data")
     dev.add_argument("--primaries", type=int, default=3, help="Redis Cluster primaries")
     dev.add_argument("--replicas", type=int, default=1, help="replicas per primary")
-    dev.add_argument("--redis-base-port", type=int, default=DEV_REDIS_BASE_PORT)
+    dev.add_argument("--redis-base-port", type=int, default=DEV_REDIS_BASE_PORT,
+                     help="first Redis port (0: free ports, remembered in the data dir)")
     dev.add_argument("--cluster-node-timeout-ms", type=int, default=3000)
-    dev.add_argument("--etcd-port", type=int, default=DEV_ETCD_CLIENT_PORT)
-    dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT)
+    dev.add_argument("--etcd-port", type=int, default=DEV_ETCD_CLIENT_PORT, help="0: a free port")
+    dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT, help="0: a free port")
     return parser
 
 

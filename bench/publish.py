@@ -1,0 +1,172 @@
+"""Publish throughput and latency: the gateway over HTTP vs bare redis-py pipelined XADD, in one run.
+
+Starts its own Redis Cluster (3 primaries + replicas, AOF everysec) and etcd on free loopback ports, runs the
+gateway in a separate process (`streamgate serve`), then measures for each batch size:
+  - gateway: N concurrent HTTP clients posting batches of B messages (acks=1), 200-byte values;
+  - bare:    N concurrent tasks sending the same batches as redis-py cluster pipelines of XADD.
+Prints messages/s, p50/p99 request latency and the ratio gateway/bare. Nothing here is a test assertion.
+
+    python bench/publish.py --messages 20000 --concurrency 16 --batches 1,100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+from redis.asyncio.cluster import RedisCluster
+
+from gateway.devstack import DevStack, DevStackConfig
+
+VALUE = "x" * 200
+PARTITIONS = 6
+
+
+@dataclass(frozen=True)
+class Result:
+    """One measured run."""
+
+    name: str
+    messages: int
+    seconds: float
+    latencies_s: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def line(self) -> str:
+        lat = sorted(self.latencies_s)
+        p50 = statistics.median(lat) * 1000
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+        return f"{self.name:<28} {self.rate:>11,.0f} msg/s   p50 {p50:7.2f} ms   p99 {p99:7.2f} ms"
+
+
+async def drive(requests: int, concurrency: int, send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
+    """Run ``requests`` calls of ``send`` over ``concurrency`` workers; return elapsed and per-call latency."""
+    latencies: list[float] = []
+    counter = iter(range(requests))
+
+    async def worker() -> None:
+        for index in counter:
+            started = time.perf_counter()
+            await send(index)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int) -> Result:
+    body = orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
+    url = f"{base}/v1/topics/{topic}/messages"
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def send(_: int) -> None:
+            async with session.post(url, data=body, headers={"content-type": "application/json"}) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
+                await response.read()
+
+        elapsed, latencies = await drive(messages // batch, concurrency, send)
+    return Result(f"gateway batch={batch}", (messages // batch) * batch, elapsed, latencies)
+
+
+async def bench_bare(nodes: list[tuple[str, int]], topic: str, batch: int, messages: int,
+                     concurrency: int) -> Result:
+    from redis.asyncio.cluster import ClusterNode
+
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes])
+    await client.initialize()
+    try:
+        async def send(index: int) -> None:
+            pipe = client.pipeline(transaction=False)
+            for i in range(batch):
+                pipe.xadd(f"bare:{{{topic}/{(index + i) % PARTITIONS}}}:log", {"v": VALUE, "k": f"k{i}", "f": "j"})
+            await pipe.execute()
+
+        elapsed, latencies = await drive(messages // batch, concurrency, send)
+    finally:
+        await client.aclose()
+    return Result(f"bare redis-py batch={batch}", (messages // batch) * batch, elapsed, latencies)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_gateway(stack: DevStack, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ,
+           "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
+           "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve",
+                             "--port", str(port)], env=env)
+
+
+async def wait_ready(base: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            try:
+                async with session.get(base + "/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("gateway did not become ready")
+
+
+async def run(args: argparse.Namespace, stack: DevStack) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    gateway = start_gateway(stack, port)
+    try:
+        await wait_ready(base)
+        async with aiohttp.ClientSession() as session:
+            await session.post(base + "/v1/topics", json={"name": "bench", "partitions": PARTITIONS})
+        print(f"# {args.messages} messages of {len(VALUE)} B, concurrency {args.concurrency}, acks=1, "
+              f"{PARTITIONS} partitions, 3 primaries x {args.replicas} replicas, AOF everysec")
+        for batch in args.batches:
+            count = args.messages if batch > 1 else args.single_messages
+            gateway_result = await bench_gateway(base, "bench", batch, count, args.concurrency)
+            bare_result = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
+            print(gateway_result.line())
+            print(bare_result.line())
+            print(f"{'ratio gateway/bare':<28} {gateway_result.rate / bare_result.rate:>11.2f}")
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000, help="messages per batched run")
+    parser.add_argument("--single-messages", type=int, default=5_000, help="messages for batch=1 runs")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 100])
+    parser.add_argument("--replicas", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
+            DevStack(DevStackConfig(data_dir=Path(tmp), redis_replicas=args.replicas)) as stack:
+        asyncio.run(run(args, stack))
+
+
+if __name__ == "__main__":
+    main()

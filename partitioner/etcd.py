@@ -1,0 +1,428 @@
+"""etcd access: the connection, the topic registry stored in etcd, and the watch that feeds ``TopicCache``.
+
+This is the only module that imports ``aetcd``. Every aetcd/gRPC failure is translated here into
+``CoordinationUnavailable`` (``HistoryCompacted`` for a watch behind etcd's compaction), so nothing above
+sees etcd types. aetcd has no type hints: its objects are ``Any`` inside this module only and are turned
+into the typed values below (``StoredValue``, ``Snapshot``, ``WatchEvent``) before leaving it.
+
+Layout under the prefix (default ``/streamgate/``): ``topics/<name>`` -> ``TopicMetadata.to_json()``; a
+topic's ``version`` is the key's ``mod_revision``, which makes every update a compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any, Literal, cast
+
+import aetcd
+
+from partitioner.cache import TopicCache
+from partitioner.errors import (
+    ConcurrentModification,
+    CoordinationUnavailable,
+    HistoryCompacted,
+    TopicExists,
+    TopicNotFound,
+)
+from partitioner.topics import TopicMetadata, TopicSettings, validate_settings
+
+__all__ = [
+    "EtcdConnection",
+    "EtcdTopicRegistry",
+    "EtcdWatch",
+    "Snapshot",
+    "StoredValue",
+    "TopicWatcher",
+    "WatchEvent",
+    "open_etcd",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/streamgate/"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    """One key as etcd stores it."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every key under a prefix, read at one ``revision``."""
+
+    values: list[StoredValue]
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A put or delete of one key; ``mod_revision`` is the revision of the change."""
+
+    kind: Literal["put", "delete"]
+    key: bytes
+    value: bytes
+    mod_revision: int
+
+
+@contextlib.contextmanager
+def _etcd_errors(operation: str) -> Iterator[None]:
+    """Translate aetcd/gRPC failures of ``operation`` into partitioner errors."""
+    try:
+        yield
+    except aetcd.RevisionCompactedError as exc:
+        raise HistoryCompacted(int(exc.compacted_revision)) from exc
+    except (aetcd.ClientError, aetcd.rpc.AioRpcError, TimeoutError, OSError) as exc:
+        raise CoordinationUnavailable(f"etcd {operation} failed: {exc}") from exc
+
+
+def _stored(raw_kv: Any) -> StoredValue:
+    return StoredValue(bytes(raw_kv.key), bytes(raw_kv.value), int(raw_kv.create_revision),
+                       int(raw_kv.mod_revision))
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``"host:port"`` (optionally ``http://``) -> (host, port)."""
+    host, _, port = endpoint.removeprefix("http://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"etcd endpoint must look like host:port, got {endpoint!r}")
+    return host, int(port)
+
+
+class EtcdWatch:
+    """A live watch on a key prefix; iterate for events, ``cancel`` to stop."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    async def events(self) -> AsyncIterator[WatchEvent]:
+        """Events in revision order; raises ``CoordinationUnavailable`` when the watch dies."""
+        with _etcd_errors("watch"):
+            async for event in self._handle:
+                kind: Literal["put", "delete"] = "put" if str(event.kind) == "PUT" else "delete"
+                kv = event.kv
+                yield WatchEvent(kind, bytes(kv.key), bytes(kv.value), int(kv.mod_revision))
+
+    async def cancel(self) -> None:
+        """Stop the watch; safe to call on a dead watch."""
+        with contextlib.suppress(Exception):
+            await self._handle.cancel()
+
+
+class EtcdConnection:
+    """One aetcd client with a typed surface. An async context manager; ``aclose`` is idempotent.
+
+    aetcd talks to a single endpoint: on open the first of ``endpoints`` that answers is used (put a
+    load balancer or DNS name in front of a cluster for failover after open).
+    """
+
+    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self._endpoints = [_split_endpoint(endpoint) for endpoint in endpoints]
+        self._timeout_s = timeout_s
+        self._client: Any = None
+        self.endpoint = ""
+
+    async def __aenter__(self) -> EtcdConnection:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Connect to the first endpoint that answers; ``CoordinationUnavailable`` if none does."""
+        last_error: CoordinationUnavailable | None = None
+        for host, port in self._endpoints:
+            self._client = aetcd.Client(host=host, port=port, timeout=self._timeout_s)
+            try:
+                await self.ping()
+            except CoordinationUnavailable as exc:
+                last_error = exc
+                await self.aclose()
+                continue
+            self.endpoint = f"{host}:{port}"
+            return
+        assert last_error is not None
+        raise last_error
+
+    async def aclose(self) -> None:
+        """Close the client (and its watches). Safe to call more than once."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    @property
+    def _live(self) -> Any:
+        if self._client is None:
+            raise CoordinationUnavailable("etcd connection is closed")
+        return self._client
+
+    async def ping(self) -> None:
+        """A linearizable read, so it needs an etcd leader: the readiness probe."""
+        with _etcd_errors("ping"):
+            await self._live.get(b"/streamgate-ping")
+
+    async def get(self, key: bytes) -> StoredValue | None:
+        """One key, or None when absent."""
+        with _etcd_errors("get"):
+            result = await self._live.get(key)
+        return None if result is None else _stored(result)
+
+    async def get_prefix(self, prefix: bytes) -> Snapshot:
+        """Every key under ``prefix`` sorted by key, with the revision the read saw."""
+        with _etcd_errors("get_prefix"):
+            result = await self._live.get_prefix(prefix, sort_order="ascend", sort_target="key")
+        return Snapshot([_stored(kv) for kv in result.kvs], int(result.header.revision))
+
+    async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
+        """Create ``key``; its revision, or None when the key already exists."""
+        client = self._live
+        with _etcd_errors("create"):
+            succeeded, responses = await client.transaction(
+                compare=[client.transactions.create(key) == 0],
+                success=[client.transactions.put(key, value)],
+                failure=[],
+            )
+        return int(responses[0].response_put.header.revision) if succeeded else None
+
+    async def put_if_unchanged(self, key: bytes, value: bytes,
+                               mod_revision: int) -> tuple[int | None, StoredValue | None]:
+        """Overwrite ``key`` only if it exists at ``mod_revision``.
+
+        Returns (new revision, None) on success, else (None, the current value or None when absent).
+        """
+        client = self._live
+        with _etcd_errors("update"):
+            succeeded, responses = await client.transaction(
+                compare=[client.transactions.mod(key) == mod_revision,
+                         client.transactions.create(key) > 0],
+                success=[client.transactions.put(key, value)],
+                failure=[client.transactions.get(key)],
+            )
+        if succeeded:
+            return int(responses[0].response_put.header.revision), None
+        found = cast(list[tuple[bytes, Any]], responses[0])
+        return None, (_stored(found[0][1]) if found else None)
+
+    async def delete(self, key: bytes) -> StoredValue | None:
+        """Delete ``key`` and return what it held (one atomic request), or None when absent."""
+        with _etcd_errors("delete"):
+            result = await self._live.delete(key, prev_kv=True)
+        return None if result is None or result.prev_kv is None else _stored(result.prev_kv)
+
+    async def watch_prefix(self, prefix: bytes, start_revision: int) -> EtcdWatch:
+        """Start watching ``prefix`` from ``start_revision`` (inclusive); returns once etcd accepted it.
+
+        Raises ``HistoryCompacted`` when ``start_revision`` is older than etcd's history.
+        """
+        with _etcd_errors("watch"):
+            handle = await self._live.watch_prefix(prefix, start_revision=start_revision)
+        return EtcdWatch(handle)
+
+
+def open_etcd(endpoints: Sequence[str], timeout_s: float) -> EtcdConnection:
+    """An unopened ``EtcdConnection``; use as ``async with open_etcd(...) as conn``."""
+    return EtcdConnection(endpoints, timeout_s)
+
+
+def _topics_prefix(prefix: str) -> str:
+    return prefix.rstrip("/") + "/topics/"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class EtcdTopicRegistry:
+    """``TopicRegistry`` in etcd: ``<prefix>topics/<name>``, version = the key's mod_revision."""
+
+    def __init__(self, conn: EtcdConnection, prefix: str = DEFAULT_PREFIX) -> None:
+        self._conn = conn
+        self._topics_prefix = _topics_prefix(prefix)
+
+    def _key(self, name: str) -> bytes:
+        return f"{self._topics_prefix}{name}".encode()
+
+    async def create(self, settings: TopicSettings, owner: str) -> TopicMetadata:
+        """Record a new topic; ``TopicExists`` if the name is taken (atomic: create_revision == 0)."""
+        validate_settings(settings)
+        metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
+                                 settings.max_length, _now_ms(), owner)
+        revision = await self._conn.put_if_absent(self._key(settings.name), metadata.to_json())
+        if revision is None:
+            raise TopicExists(settings.name)
+        return _with_version(metadata, revision)
+
+    async def get(self, name: str) -> TopicMetadata:
+        """Read one topic; ``TopicNotFound`` if absent."""
+        stored = await self._conn.get(self._key(name))
+        if stored is None:
+            raise TopicNotFound(name)
+        return TopicMetadata.from_json(stored.value, stored.mod_revision)
+
+    async def list(self) -> Sequence[TopicMetadata]:
+        """Every topic, sorted by name."""
+        snapshot = await self._conn.get_prefix(self._topics_prefix.encode())
+        return [TopicMetadata.from_json(kv.value, kv.mod_revision) for kv in snapshot.values]
+
+    async def update(self, metadata: TopicMetadata) -> TopicMetadata:
+        """Store ``metadata`` if the topic is still at ``metadata.version``.
+
+        ``ConcurrentModification`` when someone changed it since, ``TopicNotFound`` when it is gone.
+        """
+        validate_settings(TopicSettings(metadata.name, metadata.partitions, metadata.retention_ms,
+                                        metadata.max_length))
+        key = self._key(metadata.name)
+        revision, current = await self._conn.put_if_unchanged(key, metadata.to_json(), metadata.version)
+        if revision is not None:
+            return _with_version(metadata, revision)
+        if current is None:
+            raise TopicNotFound(metadata.name)
+        raise ConcurrentModification(metadata.name)
+
+    async def delete(self, name: str) -> TopicMetadata:
+        """Remove a topic and return what it was; ``TopicNotFound`` if absent."""
+        deleted = await self._conn.delete(self._key(name))
+        if deleted is None:
+            raise TopicNotFound(name)
+        return TopicMetadata.from_json(deleted.value, deleted.mod_revision)
+
+
+def _with_version(metadata: TopicMetadata, version: int) -> TopicMetadata:
+    return replace(metadata, version=version)
+
+
+class TopicWatcher:
+    """Keeps a ``TopicCache`` in step with etcd: a snapshot on enter, then a watch in a background task.
+
+    When the watch dies (etcd restarted or unreachable) ``healthy`` turns False and the watch is retried
+    with capped exponential backoff from ``cache.revision + 1``; if etcd compacted that history, a full
+    snapshot is reloaded first. Entering raises ``CoordinationUnavailable`` if the first snapshot cannot
+    be read.
+    """
+
+    def __init__(self, conn: EtcdConnection, cache: TopicCache, prefix: str = DEFAULT_PREFIX,
+                 initial_backoff_s: float = 0.1, max_backoff_s: float = 2.0) -> None:
+        self._conn = conn
+        self._cache = cache
+        self._topics_prefix = _topics_prefix(prefix).encode()
+        self._initial_backoff_s = initial_backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._backoff_s = initial_backoff_s
+        self._synced = asyncio.Event()
+        self._progress = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """True while a watch is established and events flow into the cache."""
+        return self._synced.is_set()
+
+    async def __aenter__(self) -> TopicWatcher:
+        await self._load_snapshot()
+        self._task = asyncio.create_task(self._run(), name="streamgate-topic-watcher")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel and await the background watch. Safe to call more than once."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._synced.clear()
+
+    async def wait_synced(self, timeout_s: float | None = None) -> bool:
+        """Wait until the watch is established; False if ``timeout_s`` passed first."""
+        try:
+            await asyncio.wait_for(self._synced.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_for_revision(self, revision: int, timeout_s: float) -> bool:
+        """Wait until the cache has applied ``revision`` (e.g. our own write); False on timeout."""
+        async with self._progress:
+            try:
+                await asyncio.wait_for(
+                    self._progress.wait_for(lambda: self._cache.revision >= revision), timeout_s)
+            except TimeoutError:
+                return False
+        return True
+
+    async def _load_snapshot(self) -> None:
+        snapshot = await self._conn.get_prefix(self._topics_prefix)
+        topics = [TopicMetadata.from_json(kv.value, kv.mod_revision) for kv in snapshot.values]
+        self._cache.replace_all(topics, snapshot.revision)
+        await self._notify_progress()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._follow()
+            except HistoryCompacted as exc:
+                log.warning("topic watch fell behind compaction (%s); reloading snapshot", exc)
+                await self._reload_after_compaction()
+                continue
+            except CoordinationUnavailable as exc:
+                log.warning("topic watch lost: %s; retrying in %.2fs", exc, self._backoff_s)
+            self._synced.clear()
+            await self._sleep_backoff()
+
+    async def _follow(self) -> None:
+        """Watch from the cache's revision until the watch ends or fails."""
+        watch = await self._conn.watch_prefix(self._topics_prefix, self._cache.revision + 1)
+        self._synced.set()
+        self._backoff_s = self._initial_backoff_s
+        try:
+            async for event in watch.events():
+                self._apply(event)
+                await self._notify_progress()
+        finally:
+            self._synced.clear()
+            await watch.cancel()
+
+    async def _reload_after_compaction(self) -> None:
+        self._synced.clear()
+        try:
+            await self._load_snapshot()
+        except CoordinationUnavailable as exc:
+            log.warning("topic snapshot reload failed: %s", exc)
+            await self._sleep_backoff()
+
+    async def _sleep_backoff(self) -> None:
+        await asyncio.sleep(self._backoff_s)
+        self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.kind == "delete":
+            name = event.key[len(self._topics_prefix):].decode()
+            self._cache.forget(name, event.mod_revision)
+            return
+        try:
+            self._cache.remember(TopicMetadata.from_json(event.value, event.mod_revision))
+        except (ValueError, KeyError, TypeError):
+            log.exception("ignoring unreadable topic metadata at %r", event.key)
+
+    async def _notify_progress(self) -> None:
+        async with self._progress:
+            self._progress.notify_all()
