@@ -11,6 +11,8 @@ from storage.models import (
     ValueFormat,
 )
 from storage.protocol import StreamStore
+from storage.redis_store import RedisStreamStore
+from storage.settings import RedisStoreSettings
 
 __all__ = [
     "Acks",
@@ -20,6 +22,8 @@ __all__ = [
     "NotEnoughReplicas",
     "PartitionInfo",
     "Record",
+    "RedisStoreSettings",
+    "RedisStreamStore",
     "StorageError",
     "StorageUnavailable",
     "StoredEntry",

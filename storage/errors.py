@@ -1,7 +1,6 @@
 """Errors raised by the storage package.
 
-Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see redis
-types.
+Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see redis types.
 ``retriable`` tells a caller whether the same request may succeed later (the gateway maps those to 503).
 """
 
@@ -18,7 +17,7 @@ class StorageError(Exception):
         self.message = message
 
 
-class StorageUnavailable(StorageError):  # noqa: N818 - contract name
+class StorageUnavailable(StorageError):
     """The Redis Cluster (or the node owning a slot) could not serve the request in time."""
 
     retriable = True
@@ -41,7 +40,7 @@ class NotEnoughReplicas(StorageUnavailable):
         self.partition = partition
 
 
-class InvalidOffset(StorageError):  # noqa: N818 - contract name
+class InvalidOffset(StorageError):
     """An offset given by a client is not a valid stream ID."""
 
     def __init__(self, offset: str) -> None:

@@ -1,0 +1,179 @@
+"""The append write path: partitions grouped by owning node, one pinned pipeline per node, WAIT for acks=all.
+
+Retry semantics (documented on purpose): a connection error or timeout after the pipeline was sent leaves it
+unknown whether the script ran, and the batch is sent again. Records without an idempotency key may then be
+stored twice (at-least-once); records with one are safe, because the script returns the first offset.
+MOVED/ASK/READONLY (the slot moved after a failover or resharding) refresh the slot map and retry at once;
+NOSCRIPT (a fresh or promoted node lacks the script) loads it and retries. WAIT acknowledging fewer than
+``min_insync_replicas`` replicas fails the call with NotEnoughReplicas; it is not retried because the
+entries are already on the primary and a blind re-send would duplicate them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import exceptions as rexc
+
+from storage.cluster import ClusterRouter, Deadline, NodeAddress, is_transient, needs_refresh, translate
+from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.keys import slot_of
+from storage.models import AppendResult
+from storage.scripts import APPEND_LUA, ScriptCall, parse_append_reply
+
+
+@dataclass(slots=True)
+class _NodeOutcome:
+    """What one node's pipeline achieved: finished partitions, partitions to retry and why, a hard error."""
+
+    results: dict[int, list[AppendResult]] = field(default_factory=dict)
+    retry: dict[int, BaseException] = field(default_factory=dict)
+    fatal: StorageError | None = None
+    redirects: dict[int, NodeAddress] = field(default_factory=dict)
+
+
+class Appender:
+    """Writes script calls (one per partition) to the nodes owning their slots."""
+
+    def __init__(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._settings = router.settings
+
+    async def write(self, topic: str, calls: Sequence[ScriptCall], *, wait: bool) -> dict[int, list[AppendResult]]:
+        """Run every call (concurrently per node) and return each partition's results in record order."""
+        s = self._settings
+        deadline = Deadline(s.write_deadline_s, s.retry_backoff_s, s.retry_backoff_max_s)
+        pending = {call.partition: call for call in calls}
+        asking: dict[int, NodeAddress] = {}
+        done: dict[int, list[AppendResult]] = {}
+        while True:
+            outcomes = await self._attempt(topic, pending, asking, wait, deadline)
+            retry = self._merge(outcomes, pending, done, asking)
+            if not retry:
+                return done
+            await self._before_retry(retry, deadline)
+
+    async def _attempt(
+        self,
+        topic: str,
+        pending: dict[int, ScriptCall],
+        asking: dict[int, NodeAddress],
+        wait: bool,
+        deadline: Deadline,
+    ) -> list[_NodeOutcome]:
+        try:
+            groups = self._group_by_node(topic, pending, asking)
+        except Exception as exc:  # the slot map lost a slot (failover in progress)
+            return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
+        try:
+            async with asyncio.timeout(deadline.remaining()):
+                return list(
+                    await asyncio.gather(
+                        *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
+                    )
+                )
+        except TimeoutError as exc:
+            return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
+
+    def _group_by_node(
+        self, topic: str, pending: dict[int, ScriptCall], asking: dict[int, NodeAddress]
+    ) -> dict[NodeAddress, list[ScriptCall]]:
+        groups: dict[NodeAddress, list[ScriptCall]] = {}
+        for partition, call in pending.items():
+            addr = asking.get(partition) or self._router.node_for_slot(slot_of(topic, partition))
+            groups.setdefault(addr, []).append(call)
+        return groups
+
+    async def _write_node(
+        self, addr: NodeAddress, calls: list[ScriptCall], asking: dict[int, NodeAddress], wait: bool
+    ) -> _NodeOutcome:
+        pipe = self._router.node_client(addr).pipeline(transaction=False)
+        for call in calls:
+            if call.partition in asking:
+                pipe.execute_command("ASKING")  # valid for the next command on this same connection only
+            pipe.execute_command(*call.evalsha_command())
+        if wait:
+            pipe.execute_command("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
+            return _NodeOutcome(retry={call.partition: exc for call in calls})
+        outcome = self._parse_replies(calls, asking, replies, wait)
+        if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
+            await self._load_script(addr, outcome)
+        return outcome
+
+    def _parse_replies(
+        self, calls: list[ScriptCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
+    ) -> _NodeOutcome:
+        outcome = _NodeOutcome()
+        pos = 0
+        for call in calls:
+            pos += call.partition in asking  # skip the ASKING reply
+            self._take_reply(call.partition, replies[pos], outcome)
+            pos += 1
+        if wait and outcome.results:
+            self._check_wait(replies[pos], outcome)
+        return outcome
+
+    @staticmethod
+    def _take_reply(partition: int, reply: Any, outcome: _NodeOutcome) -> None:
+        if not isinstance(reply, BaseException):
+            outcome.results[partition] = parse_append_reply(partition, reply)
+        elif isinstance(reply, rexc.AskError) and not isinstance(reply, rexc.MovedError):
+            outcome.redirects[partition] = (reply.host, reply.port)
+            outcome.retry[partition] = reply
+        elif is_transient(reply) or isinstance(reply, rexc.NoScriptError):
+            outcome.retry[partition] = reply
+        elif outcome.fatal is None:
+            outcome.fatal = translate(reply, f"append to partition {partition}")
+
+    def _check_wait(self, reply: Any, outcome: _NodeOutcome) -> None:
+        required = self._settings.min_insync_replicas
+        acknowledged = reply if isinstance(reply, int) else 0
+        if acknowledged < required and outcome.fatal is None:
+            outcome.fatal = NotEnoughReplicas(required, acknowledged, min(outcome.results))
+
+    async def _load_script(self, addr: NodeAddress, outcome: _NodeOutcome) -> None:
+        try:
+            await self._router.node_client(addr).script_load(APPEND_LUA)
+        except Exception as exc:  # retried with the partitions; the next attempt sees the same error
+            for partition in outcome.retry:
+                outcome.retry[partition] = exc
+
+    @staticmethod
+    def _merge(
+        outcomes: list[_NodeOutcome],
+        pending: dict[int, ScriptCall],
+        done: dict[int, list[AppendResult]],
+        asking: dict[int, NodeAddress],
+    ) -> dict[int, BaseException]:
+        retry: dict[int, BaseException] = {}
+        for outcome in outcomes:
+            if outcome.fatal is not None:
+                raise outcome.fatal
+            done.update(outcome.results)
+            retry.update(outcome.retry)
+        for partition in done:
+            pending.pop(partition, None)
+        asking.clear()  # an ASK redirect is good for one attempt; afterwards the slot map decides again
+        for outcome in outcomes:
+            asking.update(outcome.redirects)
+        return retry
+
+    async def _before_retry(self, retry: dict[int, BaseException], deadline: Deadline) -> None:
+        errors = list(retry.values())
+        last = errors[-1]
+        if any(needs_refresh(exc) and not _is_ask(exc) for exc in errors):
+            await self._router.recover(last)
+        # Redirects and a freshly loaded script are retried at once; everything else backs off first.
+        quick = all(isinstance(exc, rexc.AskError | rexc.NoScriptError) for exc in errors)
+        if not await deadline.sleep(quick=quick):
+            raise StorageUnavailable(f"append: cluster did not accept the write in time: {last}") from last
+
+
+def _is_ask(exc: BaseException) -> bool:
+    return isinstance(exc, rexc.AskError) and not isinstance(exc, rexc.MovedError)

@@ -1,0 +1,197 @@
+"""Connections to the Redis Cluster: slot routing, per-node pinned clients, topology refresh, retries.
+
+Why per-node clients: WAIT counts the replicas that acknowledged the writes *of its own connection*.
+``RedisCluster.pipeline()`` and ``RedisCluster.execute_command("WAIT")`` send WAIT over another connection
+(or to another node, WAIT has no key), where it returns at once and proves nothing (DESIGN.md section 2).
+A plain ``redis.asyncio.Redis`` pipeline with ``transaction=False`` takes one connection from its pool and
+sends every queued command on it, so ``[EVALSHA ..., WAIT n t]`` to the node owning the slot is correct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from storage.errors import StorageError, StorageUnavailable
+from storage.settings import RedisStoreSettings
+
+T = TypeVar("T")
+NodeAddress = tuple[str, int]
+
+# Errors after which the same command may succeed once the cluster settles (failover, resharding).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    rexc.ConnectionError,
+    rexc.TimeoutError,
+    rexc.ClusterDownError,
+    rexc.TryAgainError,
+    rexc.BusyLoadingError,
+    rexc.RedisClusterException,  # includes SlotNotCoveredError and failed topology initialisation
+    builtins.TimeoutError,
+    OSError,
+)
+# Errors that mean our slot map is stale: refresh the topology before retrying.
+REROUTE_ERRORS: tuple[type[BaseException], ...] = (rexc.AskError, rexc.ReadOnlyError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when a retry of the same command (after refresh/backoff) may succeed."""
+    return isinstance(exc, TRANSIENT_ERRORS + REROUTE_ERRORS)
+
+
+def needs_refresh(exc: BaseException) -> bool:
+    """True when the slot map should be reloaded before the retry (MOVED/ASK/READONLY, lost node)."""
+    return isinstance(exc, (*REROUTE_ERRORS, rexc.ConnectionError, rexc.ClusterDownError))
+
+
+def translate(exc: BaseException, what: str) -> StorageError:
+    """Map a redis exception to a storage error (the boundary: nothing above sees redis types)."""
+    if isinstance(exc, StorageError):
+        return exc
+    if is_transient(exc):
+        return StorageUnavailable(f"{what}: redis cluster unavailable: {exc}", retry_after_s=1.0)
+    return StorageError(f"{what}: {exc}")
+
+
+class Deadline:
+    """A per-call time budget with capped exponential backoff between attempts."""
+
+    def __init__(self, budget_s: float, backoff_s: float, backoff_max_s: float) -> None:
+        self._end = time.monotonic() + budget_s
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+        self.attempt = 0
+        self._quick_left = 8
+
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self._end - time.monotonic())
+
+    async def sleep(self, *, quick: bool = False) -> bool:
+        """Back off before the next attempt; False (without sleeping) when the budget cannot cover it.
+
+        ``quick`` retries at once (a redirect or a loaded script needs no settling time), a few times only.
+        """
+        if quick and self._quick_left > 0 and self.remaining() > 0:
+            self._quick_left -= 1
+            return True
+        delay = min(self._backoff_max_s, self._backoff_s * (2**self.attempt))
+        self.attempt += 1
+        if delay >= self.remaining():
+            return False
+        await asyncio.sleep(delay)
+        return True
+
+
+class ClusterRouter:
+    """Owns the cluster client (topology, slot map) and one plain client per node address."""
+
+    def __init__(self, cluster: RedisCluster, settings: RedisStoreSettings, *, owns_cluster: bool) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self._owns_cluster = owns_cluster
+        self._node_clients: dict[NodeAddress, Redis] = {}
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, settings: RedisStoreSettings) -> ClusterRouter:
+        """Build and initialise a cluster client from settings (raises StorageUnavailable)."""
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in settings.startup_nodes],
+            username=settings.username,
+            password=settings.password,
+            client_name=settings.client_name,
+            socket_timeout=settings.socket_timeout_s,
+            socket_connect_timeout=settings.socket_connect_timeout_s,
+            max_connections=settings.max_connections_per_node,
+            decode_responses=False,
+        )
+        try:
+            await cluster.initialize()
+        except Exception as exc:
+            await cluster.aclose()
+            raise translate(exc, "connect") from exc
+        return cls(cluster, settings, owns_cluster=True)
+
+    def node_for_slot(self, slot: int) -> NodeAddress:
+        """The (host, port) of the primary currently serving a slot, per the cached slot map."""
+        node = self.cluster.nodes_manager.get_node_from_slot(slot)
+        return node.host, int(node.port)
+
+    def primaries(self) -> list[NodeAddress]:
+        """Addresses of every known primary."""
+        return [(node.host, int(node.port)) for node in self.cluster.get_primaries()]
+
+    def node_client(self, address: NodeAddress) -> Redis:
+        """The cached plain client of one node (created on first use)."""
+        client = self._node_clients.get(address)
+        if client is None:
+            client = self._make_node_client(address)
+            self._node_clients[address] = client
+        return client
+
+    def _make_node_client(self, address: NodeAddress) -> Redis:
+        s = self.settings
+        return Redis(
+            host=address[0],
+            port=address[1],
+            username=s.username,
+            password=s.password,
+            client_name=s.client_name,
+            socket_timeout=s.node_socket_timeout_s,
+            socket_connect_timeout=s.socket_connect_timeout_s,
+            max_connections=s.max_connections_per_node,
+            decode_responses=False,
+            # No hidden re-sends: a silently retried pipeline could duplicate XADDs. The store retries
+            # itself, inside its deadline and after refreshing the slot map.
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    async def refresh(self) -> None:
+        """Reload the slot map from the cluster and drop clients of nodes that left it."""
+        await self.cluster.nodes_manager.initialize()
+        known = {(n.host, int(n.port)) for n in self.cluster.get_nodes()}
+        stale = [addr for addr in self._node_clients if addr not in known]
+        for addr in stale:
+            await self._node_clients.pop(addr).aclose()
+
+    async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads, admin)."""
+        deadline = Deadline(budget_s, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s)
+        while True:
+            try:
+                async with asyncio.timeout(deadline.remaining()):
+                    return await op()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise translate(exc, what) from exc
+                await self.recover(exc)
+                if not await deadline.sleep():
+                    raise translate(exc, what) from exc
+
+    async def recover(self, exc: BaseException) -> None:
+        """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next try."""
+        if needs_refresh(exc):
+            # A failed refresh (the cluster may still be electing) is left to the caller's next attempt.
+            with contextlib.suppress(Exception):
+                await self.refresh()
+
+    async def aclose(self) -> None:
+        """Close every per-node client and, if owned, the cluster client (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        clients, self._node_clients = list(self._node_clients.values()), {}
+        for client in clients:
+            await client.aclose()
+        if self._owns_cluster:
+            await self.cluster.aclose()

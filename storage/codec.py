@@ -1,0 +1,75 @@
+"""Stream entry fields <-> storage values.
+
+An entry holds ``v`` (value bytes), ``f`` (ValueFormat value), ``k`` (key bytes, omitted when None) and
+``h`` (headers as an orjson map, omitted when empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from storage.errors import InvalidOffset
+from storage.models import Record, StoredEntry, ValueFormat
+
+_OFFSET = re.compile(r"\d+-\d+")
+_FORMATS = {fmt.value.encode(): fmt for fmt in ValueFormat}
+
+
+def encode_fields(record: Record) -> list[bytes]:
+    """The flat field/value list passed to XADD for one record."""
+    fields = [b"v", record.value, b"f", record.value_format.value.encode()]
+    if record.key is not None:
+        fields += (b"k", record.key)
+    if record.headers:
+        fields += (b"h", orjson.dumps(dict(record.headers)))
+    return fields
+
+
+def decode_entry(partition: int, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> StoredEntry:
+    """Build a StoredEntry from one XRANGE/XREVRANGE item (field map with bytes keys)."""
+    offset = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    raw_headers = fields.get(b"h")
+    return StoredEntry(
+        partition=partition,
+        offset=offset,
+        value=fields.get(b"v", b""),
+        value_format=_FORMATS.get(fields.get(b"f", b"b"), ValueFormat.BINARY),
+        key=fields.get(b"k"),
+        headers=_decode_headers(raw_headers) if raw_headers else {},
+        timestamp_ms=timestamp_ms(offset),
+    )
+
+
+def decode_entries(partition: int, items: list[Any]) -> list[StoredEntry]:
+    """Decode a whole XRANGE reply (a list of ``(id, {field: value})`` pairs)."""
+    return [decode_entry(partition, entry_id, fields) for entry_id, fields in items]
+
+
+def validate_offset(offset: str) -> str:
+    """Return ``offset`` unchanged if it is a stream ID, else raise InvalidOffset."""
+    if not _OFFSET.fullmatch(offset):
+        raise InvalidOffset(offset)
+    return offset
+
+
+def timestamp_ms(offset: str) -> int:
+    """The millisecond part of a stream ID (the time Redis assigned it)."""
+    return int(offset.partition("-")[0])
+
+
+def decode_offset(raw: bytes | str | None) -> str | None:
+    """A stream ID from a reply (bytes with decode_responses=False), or None."""
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _decode_headers(raw: bytes) -> dict[str, str]:
+    headers = orjson.loads(raw)
+    if not isinstance(headers, dict):
+        return {}
+    return {str(k): str(v) for k, v in headers.items()}

@@ -1,0 +1,51 @@
+"""Redis key layout of a partition (DESIGN.md section 2).
+
+Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in one cluster
+slot: the append script can then touch the stream and its idempotency keys atomically in one call.
+"""
+
+from __future__ import annotations
+
+from redis.crc import key_slot
+
+PREFIX = "sg"
+
+
+def partition_tag(topic: str, partition: int) -> str:
+    """The hash tag shared by every key of a partition, braces included."""
+    return f"{{{topic}/{partition}}}"
+
+
+def log_key(topic: str, partition: int) -> str:
+    """The stream holding a partition's entries."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:log"
+
+
+def dedup_key(topic: str, partition: int, idempotency_key: str) -> str:
+    """The idempotency marker of one message; its value is the offset of the first write."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:{idempotency_key}"
+
+
+def dedup_prefix(topic: str, partition: int) -> str:
+    """The common prefix of a partition's idempotency keys (dedup_prefix + key == dedup_key)."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:"
+
+
+def delayed_key(topic: str, partition: int) -> str:
+    """The sorted set of delayed messages (score = due time in ms)."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:delayed"
+
+
+def partition_keys_pattern(topic: str, partition: int) -> str:
+    """A SCAN MATCH pattern for every key of a partition (glob metacharacters in the topic escaped)."""
+    return f"{PREFIX}:{_glob_escape(partition_tag(topic, partition))}:*"
+
+
+def slot_of(topic: str, partition: int) -> int:
+    """The cluster slot that owns every key of a partition."""
+    return key_slot(log_key(topic, partition).encode())
+
+
+def _glob_escape(text: str) -> str:
+    # SCAN MATCH uses glob syntax; a topic may legally contain these characters.
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)

@@ -1,0 +1,226 @@
+"""RedisStreamStore: the StreamStore port on a Redis Cluster (one stream per partition)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from redis.asyncio import RedisCluster
+
+from storage.appender import Appender
+from storage.cluster import ClusterRouter, NodeAddress
+from storage.codec import decode_entries, decode_offset, validate_offset
+from storage.errors import StorageUnavailable
+from storage.keys import PREFIX, log_key
+from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.scripts import ScriptCall, build_append_call
+from storage.settings import RedisStoreSettings
+
+T = TypeVar("T")
+_SCAN_COUNT = 1000
+
+
+class RedisStreamStore:
+    """A partitioned log on a Redis Cluster; use as ``async with RedisStreamStore(settings) as store``.
+
+    Every redis exception is translated to a storage error here; nothing above sees redis types.
+    """
+
+    def __init__(self, settings: RedisStoreSettings) -> None:
+        self.settings = settings
+        self._router: ClusterRouter | None = None
+        self._appender: Appender | None = None
+        self._closed = False
+
+    @classmethod
+    def from_cluster(cls, cluster: RedisCluster, settings: RedisStoreSettings) -> RedisStreamStore:
+        """Wrap an existing (initialised) cluster client; the caller keeps owning and closing it.
+
+        ``settings`` must describe the same cluster: the per-node write clients are built from it.
+        """
+        store = cls(settings)
+        store._attach(ClusterRouter(cluster, settings, owns_cluster=False))
+        return store
+
+    def _attach(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._appender = Appender(router)
+
+    async def open(self) -> None:
+        """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
+        if self._router is None:
+            self._attach(await ClusterRouter.connect(self.settings))
+
+    async def __aenter__(self) -> RedisStreamStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the cluster client (if owned) and every per-node client; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._router is not None:
+            await self._router.aclose()
+
+    @property
+    def router(self) -> ClusterRouter:
+        """The open connection router (raises StorageUnavailable before open / after close)."""
+        if self._router is None or self._closed:
+            raise StorageUnavailable("storage is not open")
+        return self._router
+
+    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
+        """Append records (any partitions); one result per record, in input order.
+
+        See ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the retry semantics.
+        """
+        if not records:
+            return []
+        positions: dict[int, list[int]] = {}
+        for index, record in enumerate(records):
+            positions.setdefault(record.partition, []).append(index)
+        calls = [self._call_for(topic, p, [records[i] for i in idx], options) for p, idx in positions.items()]
+        written = await self._writer().write(topic, calls, wait=options.acks is Acks.ALL)
+        ordered: list[AppendResult | None] = [None] * len(records)
+        for partition, indexes in positions.items():
+            for index, result in zip(indexes, written[partition], strict=True):
+                ordered[index] = result
+        return ordered  # type: ignore[return-value]
+
+    def _writer(self) -> Appender:
+        if self._appender is None or self._closed:
+            raise StorageUnavailable("storage is not open")
+        return self._appender
+
+    @staticmethod
+    def _call_for(topic: str, partition: int, records: list[Record], options: AppendOptions) -> ScriptCall:
+        return build_append_call(topic, partition, records, options)
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        after: str | None = None,
+        from_time_ms: int | None = None,
+        limit: int = 100,
+    ) -> list[StoredEntry]:
+        """Up to ``limit`` entries in offset order, strictly after ``after`` or from ``from_time_ms``.
+
+        When both are given, ``after`` wins (a resumed cursor is more precise than a time).
+        """
+        if after is not None:
+            start = "(" + validate_offset(after)
+        elif from_time_ms is not None:
+            start = f"{max(0, from_time_ms)}-0"
+        else:
+            start = "-"
+        if limit <= 0:
+            return []
+        key = log_key(topic, partition)
+        items = await self._call(
+            "read",
+            self.settings.read_deadline_s,
+            lambda: self.router.cluster.xrange(key, min=start, max="+", count=limit),
+        )
+        return decode_entries(partition, items or [])
+
+    async def last_offset(self, topic: str, partition: int) -> str | None:
+        """The newest existing offset of a partition, or None when it is empty or missing."""
+        key = log_key(topic, partition)
+        items = await self._call(
+            "last_offset",
+            self.settings.read_deadline_s,
+            lambda: self.router.cluster.xrevrange(key, max="+", min="-", count=1),
+        )
+        return decode_offset(items[0][0]) if items else None
+
+    async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
+        """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per node)."""
+        replies = await self._call(
+            "partition_info",
+            self.settings.read_deadline_s,
+            lambda: self._partition_info_replies(topic, partitions),
+        )
+        return [
+            PartitionInfo(
+                partition=p,
+                length=int(replies[3 * p]),
+                first_offset=decode_offset(replies[3 * p + 1][0][0]) if replies[3 * p + 1] else None,
+                last_offset=decode_offset(replies[3 * p + 2][0][0]) if replies[3 * p + 2] else None,
+            )
+            for p in range(partitions)
+        ]
+
+    async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
+        # The cluster pipeline splits these by owning node and follows MOVED itself; no WAIT is involved.
+        pipe = self.router.cluster.pipeline()
+        for p in range(partitions):
+            key = log_key(topic, p)
+            pipe.xlen(key)
+            pipe.xrange(key, min="-", max="+", count=1)
+            pipe.xrevrange(key, max="+", min="-", count=1)
+        return list(await pipe.execute())
+
+    async def delete_topic(self, topic: str, partitions: int) -> None:
+        """Remove every key of the topic's partitions: streams, delayed sets and idempotency keys.
+
+        One SCAN per primary (MATCH on the topic's hash-tag prefix), filtered exactly, then UNLINK per
+        partition (a multi-key UNLINK must stay within one slot).
+        """
+        wanted = re.compile(re.escape(f"{PREFIX}:{{{topic}/") + r"(\d+)\}:")
+        pattern = f"{PREFIX}:{_glob_escape('{' + topic + '/')}*"
+
+        async def run() -> None:
+            await asyncio.gather(
+                *(self._delete_on_node(a, pattern, wanted, partitions) for a in self.router.primaries())
+            )
+
+        await self._call("delete_topic", self.settings.write_deadline_s, run)
+
+    async def _delete_on_node(self, addr: NodeAddress, pattern: str, wanted: re.Pattern[str], partitions: int) -> None:
+        client = self.router.node_client(addr)
+        by_partition: dict[int, list[bytes]] = {}
+        async for raw in client.scan_iter(match=pattern, count=_SCAN_COUNT):
+            match = wanted.match(raw.decode(errors="replace"))
+            if match and int(match.group(1)) < partitions:
+                by_partition.setdefault(int(match.group(1)), []).append(raw)
+        pipe = client.pipeline(transaction=False)
+        for keys in by_partition.values():
+            for start in range(0, len(keys), 500):
+                pipe.unlink(*keys[start : start + 500])
+        await pipe.execute()
+
+    async def ping(self) -> None:
+        """Raise StorageUnavailable unless a node answers CLUSTER INFO with ``cluster_state:ok``."""
+        info = await self._call("ping", self.settings.read_deadline_s, lambda: self.router.cluster.cluster_info())
+        fields: dict[Any, Any] = dict(info)
+        state = _text(fields.get("cluster_state") or fields.get(b"cluster_state"))
+        if state != "ok":
+            raise StorageUnavailable(f"redis cluster state is {state!r}")
+
+    async def _call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
+        return await self.router.call(what, budget_s, op)
+
+
+def _glob_escape(text: str) -> str:
+    # SCAN MATCH is a glob; a topic may contain glob metacharacters.
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _text(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+__all__ = ["RedisStoreSettings", "RedisStreamStore"]

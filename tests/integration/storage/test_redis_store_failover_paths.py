@@ -1,0 +1,106 @@
+"""Routing and failure paths of RedisStreamStore.append on a real cluster: MOVED, ASK, NOSCRIPT, deadlines."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from storage import AppendOptions, Record, StorageUnavailable
+from storage.keys import log_key, slot_of
+from storage.redis_store import RedisStreamStore
+from storage.settings import RedisStoreSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
+    settings = RedisStoreSettings(
+        startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=0.8, read_deadline_s=0.8
+    )
+    async with RedisStreamStore(settings) as opened:
+        yield opened
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"f-{uuid.uuid4().hex[:12]}"
+
+
+async def _node_client(port: int) -> Any:  # Any: redis-py leaves execute_command untyped
+    return Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+
+async def test_stale_slot_map_follows_moved_and_refreshes(store: RedisStreamStore, topic: str) -> None:
+    manager = store.router.cluster.nodes_manager
+    slot = slot_of(topic, 0)
+    owner = manager.slots_cache[slot][0]
+    wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
+    manager.slots_cache[slot] = [wrong]  # as after a failover the client has not noticed yet
+    (result,) = await store.append(topic, [Record(partition=0, value=b"x")], AppendOptions())
+    assert manager.slots_cache[slot][0].name == owner.name
+    assert [e.offset for e in await store.read(topic, 0)] == [result.offset]
+
+
+async def test_missing_script_is_loaded_and_the_write_retried(
+    store: RedisStreamStore, topic: str, redis_cluster: Any
+) -> None:
+    for node in redis_cluster.primaries:
+        client = await _node_client(node.port)
+        await client.script_flush()
+        await client.aclose()
+    results = await store.append(topic, [Record(partition=p, value=b"x") for p in range(6)], AppendOptions())
+    assert [r.partition for r in results] == list(range(6))
+    assert [info.length for info in await store.partition_info(topic, 6)] == [1] * 6
+
+
+async def test_unreachable_primary_raises_storage_unavailable_within_deadline(
+    store: RedisStreamStore, topic: str, redis_cluster: Any
+) -> None:
+    _, port = store.router.node_for_slot(slot_of(topic, 0))
+    primary = next(n for n in redis_cluster.primaries if n.port == port)
+    await store.append(topic, [Record(partition=0, value=b"warm")], AppendOptions())
+    primary.pause()  # well under cluster-node-timeout, so no failover starts
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageUnavailable) as caught:
+            await store.append(topic, [Record(partition=0, value=b"x")], AppendOptions())
+    finally:
+        primary.resume()
+    assert time.monotonic() - started < 2.0
+    assert caught.value.retriable
+    assert caught.value.retry_after_s == 1.0
+    (result,) = await store.append(topic, [Record(partition=0, value=b"y")], AppendOptions())
+    assert not result.duplicate
+
+
+async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
+    store: RedisStreamStore, topic: str, redis_cluster: Any
+) -> None:
+    slot = slot_of(topic, 0)
+    _, src_port = store.router.node_for_slot(slot)
+    dst_port = next(n.port for n in redis_cluster.primaries if n.port != src_port)
+    src, dst = await _node_client(src_port), await _node_client(dst_port)
+    src_id, dst_id = await src.execute_command("CLUSTER MYID"), await dst.execute_command("CLUSTER MYID")
+    try:
+        await dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        await src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        (result,) = await store.append(topic, [Record(partition=0, value=b"x")], AppendOptions())
+        pipe = dst.pipeline(transaction=False)
+        pipe.execute_command("ASKING")
+        pipe.xlen(log_key(topic, 0))
+        pipe.execute_command("ASKING")
+        pipe.delete(log_key(topic, 0))
+        replies = await pipe.execute()
+        assert replies[1] == 1, "the entry should be on the importing node"
+        assert result.offset
+    finally:
+        await src.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+        await dst.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+        await src.aclose()
+        await dst.aclose()

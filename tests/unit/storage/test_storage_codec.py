@@ -1,0 +1,72 @@
+"""Entry codec and key layout."""
+
+from __future__ import annotations
+
+import pytest
+from redis.crc import key_slot
+
+from storage import InvalidOffset, Record, StoredEntry, ValueFormat
+from storage.codec import decode_entry, encode_fields, timestamp_ms, validate_offset
+from storage.keys import dedup_key, delayed_key, log_key, partition_keys_pattern, slot_of
+
+
+def _round_trip(record: Record, offset: str = "1700000000123-4") -> tuple[list[bytes], StoredEntry]:
+    fields = encode_fields(record)
+    as_map = dict(zip(fields[0::2], fields[1::2], strict=True))
+    return fields, decode_entry(record.partition, offset.encode(), as_map)
+
+
+def test_binary_value_without_key_or_headers_stores_only_value_and_format() -> None:
+    fields, entry = _round_trip(Record(partition=3, value=b"\x00\xff"))
+    assert fields == [b"v", b"\x00\xff", b"f", b"b"]
+    assert entry.value == b"\x00\xff"
+    assert entry.key is None
+    assert entry.headers == {}
+    assert entry.value_format is ValueFormat.BINARY
+
+
+def test_json_value_key_and_headers_round_trip() -> None:
+    record = Record(partition=1, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"user-1", headers={"h": "ü"})
+    fields, entry = _round_trip(record)
+    assert b"k" in fields
+    assert b"h" in fields
+    assert entry.partition == 1
+    assert entry.offset == "1700000000123-4"
+    assert entry.value_format is ValueFormat.JSON
+    assert entry.key == b"user-1"
+    assert dict(entry.headers) == {"h": "ü"}
+    assert entry.timestamp_ms == 1700000000123
+
+
+def test_empty_key_is_kept_distinct_from_no_key() -> None:
+    _, entry = _round_trip(Record(partition=0, value=b"", key=b""))
+    assert entry.key == b""
+
+
+@pytest.mark.parametrize("offset", ["0-0", "1-2", "1700000000123-18446744073709551615"])
+def test_valid_offsets_pass(offset: str) -> None:
+    assert validate_offset(offset) == offset
+    assert timestamp_ms(offset) == int(offset.split("-")[0])
+
+
+@pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n"])
+def test_invalid_offsets_raise(offset: str) -> None:
+    with pytest.raises(InvalidOffset):
+        validate_offset(offset)
+
+
+def test_partition_keys_share_one_slot() -> None:
+    keys = [log_key("orders", 7), dedup_key("orders", 7, "abc"), delayed_key("orders", 7)]
+    assert keys[0] == "sg:{orders/7}:log"
+    assert keys[1] == "sg:{orders/7}:dedup:abc"
+    assert keys[2] == "sg:{orders/7}:delayed"
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+    assert slot_of("orders", 7) == key_slot(keys[0].encode())
+
+
+def test_partitions_of_a_topic_spread_over_slots() -> None:
+    assert len({slot_of("orders", p) for p in range(16)}) > 8
+
+
+def test_scan_pattern_escapes_glob_characters() -> None:
+    assert partition_keys_pattern("a*b", 0) == "sg:{a\\*b/0}:*"
