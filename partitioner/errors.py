@@ -13,7 +13,7 @@ class PartitionerError(Exception):
         self.message = message
 
 
-class InvalidTopic(PartitionerError):  # noqa: N818 - contract name
+class InvalidTopic(PartitionerError):
     """A topic name or setting breaks the rules; ``field`` names the offending field."""
 
     def __init__(self, message: str, field: str) -> None:
@@ -21,7 +21,7 @@ class InvalidTopic(PartitionerError):  # noqa: N818 - contract name
         self.field = field
 
 
-class TopicExists(PartitionerError):  # noqa: N818 - contract name
+class TopicExists(PartitionerError):
     """Creating a topic whose name is taken."""
 
     def __init__(self, name: str) -> None:
@@ -29,7 +29,7 @@ class TopicExists(PartitionerError):  # noqa: N818 - contract name
         self.name = name
 
 
-class TopicNotFound(PartitionerError):  # noqa: N818 - contract name
+class TopicNotFound(PartitionerError):
     """The topic does not exist."""
 
     def __init__(self, name: str) -> None:
@@ -37,7 +37,7 @@ class TopicNotFound(PartitionerError):  # noqa: N818 - contract name
         self.name = name
 
 
-class ConcurrentModification(PartitionerError):  # noqa: N818 - contract name
+class ConcurrentModification(PartitionerError):
     """Someone else changed the topic between our read and our write; the caller may retry."""
 
     retriable = True
@@ -47,7 +47,7 @@ class ConcurrentModification(PartitionerError):  # noqa: N818 - contract name
         self.name = name
 
 
-class CoordinationUnavailable(PartitionerError):  # noqa: N818 - contract name
+class CoordinationUnavailable(PartitionerError):
     """etcd could not be reached or did not answer in time."""
 
     retriable = True

@@ -11,7 +11,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +74,8 @@ class DevProcess:
 
 
 @pytest.fixture
-def dev_dir(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path / "stack"
+def dev_dir(tmp_path: Path) -> Path:
+    return tmp_path / "stack"
 
 
 def children_alive(data_dir: Path) -> list[str]:

@@ -1,0 +1,65 @@
+# streamgate developer entry points (GNU make). `make test` is what CI runs (via .ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := redis-server etcd-server etcd-client
+BINARIES := redis-server redis-cli etcd etcdctl
+# Run apt-get as root directly, otherwise through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: help deps venv run test lint clean
+
+help:
+	@echo "make deps   install redis-server, etcd-server, etcd-client (apt) if a binary is missing"
+	@echo "make venv   create $(VENV) and install the project with its dev extras"
+	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
+	@echo "make test   run the full test suite (unit, integration, quality)"
+	@echo "make lint   mypy --strict and ruff"
+	@echo "make clean  remove $(VENV) and caches"
+
+deps:
+	@missing=""; \
+	for bin in $(BINARIES); do command -v "$$bin" >/dev/null 2>&1 || missing="$$missing $$bin"; done; \
+	packages=""; \
+	if [ -n "$$missing" ]; then echo "missing:$$missing"; packages="$(APT_PACKAGES)"; fi; \
+	if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then packages="$$packages python3-venv"; fi; \
+	if [ -n "$$packages" ]; then \
+		echo "installing:$$packages"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$packages; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x "$(VENV_PY)" ]; then \
+		$(PYTHON) -m venv $(VENV) || { \
+			echo "venv creation failed; installing python3-venv"; \
+			rm -rf $(VENV); \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; \
+			$(PYTHON) -m venv $(VENV); \
+		}; \
+	fi
+	$(VENV_PY) -m pip install -q --upgrade pip
+	$(VENV_PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+run: deps venv
+	$(VENV)/bin/streamgate dev
+
+test: deps venv
+	$(VENV_PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/mypy --strict
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

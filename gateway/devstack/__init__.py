@@ -1,0 +1,33 @@
+"""Local Redis Cluster and etcd child processes for `streamgate dev` and the integration tests.
+
+Usage::
+
+    with DevStack(DevStackConfig(data_dir=Path(".streamgate-dev"), redis_base_port=7000)) as stack:
+        stack.redis_startup_nodes, stack.etcd_endpoint
+"""
+
+from gateway.devstack.errors import (
+    DevStackError,
+    LayoutMismatchError,
+    MissingBinary,
+    ProcessExitedError,
+    StartupTimeoutError,
+)
+from gateway.devstack.etcd import EtcdConfig, EtcdProcess
+from gateway.devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess, RedisNode
+from gateway.devstack.stack import DevStack, DevStackConfig
+
+__all__ = [
+    "DevStack",
+    "DevStackConfig",
+    "DevStackError",
+    "EtcdConfig",
+    "EtcdProcess",
+    "LayoutMismatchError",
+    "MissingBinary",
+    "ProcessExitedError",
+    "RedisClusterConfig",
+    "RedisClusterProcess",
+    "RedisNode",
+    "StartupTimeoutError",
+]

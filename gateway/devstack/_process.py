@@ -1,0 +1,223 @@
+"""Child server processes held by Popen, free loopback ports, binary lookup and readiness polling.
+
+Shared plumbing of the Redis Cluster and etcd launchers. Every process is started in its own session (so a
+Ctrl-C on the terminal reaches only us, and our orderly shutdown is not raced) and is stopped by PID.
+An atexit hook kills whatever is still running when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gateway.devstack.errors import MissingBinary, ProcessExitedError, StartupTimeoutError
+
+LOOPBACK = "127.0.0.1"
+POLL_INTERVAL_S = 0.05
+STOP_TIMEOUT_S = 10.0
+LOG_TAIL_LINES = 30
+
+# Well-known ports of system services and of `streamgate dev`; free-port picking never returns them.
+RESERVED_PORTS = frozenset({2379, 2380, 6379, 8080, *range(7000, 7011), *range(17000, 17011)})
+
+_PACKAGES = {"redis-server": "redis-server", "redis-cli": "redis-tools", "etcd": "etcd-server"}
+# redis-cli ships in redis-tools, which apt pulls in with redis-server: name the package people expect.
+_INSTALL_HINT = {"redis-cli": "redis-server"}
+
+_live: set[ServerProcess] = set()
+_live_lock = threading.Lock()
+_handed_out_ports: set[int] = set()
+_PR_SET_PDEATHSIG = 1
+
+
+def require_binary(name: str) -> str:
+    """Return the absolute path of `name` on PATH or raise MissingBinary naming its Debian package."""
+    path = shutil.which(name)
+    if path is None:
+        raise MissingBinary(name, _INSTALL_HINT.get(name, _PACKAGES.get(name, name)))
+    return path
+
+
+def free_ports(count: int) -> list[int]:
+    """Pick `count` distinct free loopback ports, never reserved ones nor ones handed out before."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+            if port in RESERVED_PORTS or port in _handed_out_ports:
+                continue
+            ports.append(port)
+    finally:
+        for sock in held:
+            sock.close()
+    _handed_out_ports.update(ports)
+    return ports
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    """Last `lines` lines of a log file, or a placeholder if it cannot be read."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<cannot read log: {exc}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _die_with_parent() -> None:
+    # Safety net for a parent killed by SIGKILL (atexit cannot run then). PDEATHSIG fires when the forking
+    # *thread* exits, so it is only armed for children forked by the main thread (see ServerProcess.start).
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ServerProcess:
+    """One server process started with Popen and controlled by PID; output appended to `output_path`."""
+
+    def __init__(self, name: str, argv: Sequence[str], output_path: Path, log_path: Path | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.output_path = output_path
+        self.log_path = log_path or output_path
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, None when not running."""
+        return self._popen.pid if self.is_running() and self._popen is not None else None
+
+    def is_running(self) -> bool:
+        """True while the process exists (also when paused)."""
+        return self._popen is not None and self._popen.poll() is None
+
+    def start(self) -> None:
+        """Start the process unless it is already running."""
+        if self.is_running():
+            return
+        self.output_path.parent.mkdir(parents=True, exist_ok=True)
+        arm = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
+        with self.output_path.open("ab") as out:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if arm else None,
+            )
+        with _live_lock:
+            _live.add(self)
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send `sig` to the process if it is running."""
+        if self._popen is not None and self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._popen.send_signal(sig)
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing."""
+        self.send(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue a paused process (SIGCONT)."""
+        self.send(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it: no graceful shutdown, no final fsync."""
+        self.send(signal.SIGKILL)
+        self._reap(STOP_TIMEOUT_S)
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, wait up to `timeout_s`, then SIGKILL. Idempotent."""
+        self.send(signal.SIGTERM)
+        self.send(signal.SIGCONT)  # a paused process only handles SIGTERM once continued
+        if not self._reap(timeout_s):
+            self.kill()
+
+    def _reap(self, timeout_s: float) -> bool:
+        if self._popen is None:
+            return True
+        try:
+            self._popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        with _live_lock:
+            _live.discard(self)
+        return True
+
+    def check_alive(self) -> None:
+        """Raise ProcessExitedError (with the log tail) if the process has exited."""
+        code = self._popen.poll() if self._popen is not None else None
+        if code is not None:
+            raise ProcessExitedError(self.name, code, self.log_path, self.diagnostics())
+
+    def diagnostics(self) -> str:
+        """Tail of the server log, plus the captured stdout/stderr when that is a separate file."""
+        tail = log_tail(self.log_path)
+        if self.output_path != self.log_path:
+            output = log_tail(self.output_path)
+            if output.strip():
+                tail += f"\n--- last lines of {self.output_path} ---\n{output}"
+        return tail
+
+
+def terminate_all(processes: Sequence[ServerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM every process at once, then wait for each (SIGKILL past the deadline)."""
+    for proc in processes:
+        proc.send(signal.SIGTERM)
+        proc.send(signal.SIGCONT)
+    deadline = time.monotonic() + timeout_s
+    for proc in processes:
+        proc.terminate(max(0.1, deadline - time.monotonic()))
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], str | None],
+    timeout_s: float,
+    processes: Sequence[ServerProcess],
+) -> None:
+    """Poll `probe` (None = ready, else the reason it is not) until ready or the deadline passes.
+
+    Raises ProcessExitedError as soon as one of `processes` dies, StartupTimeoutError (with the log tail
+    of the first process) at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    reason = "not probed yet"
+    while True:
+        for proc in processes:
+            proc.check_alive()
+        reason = probe() or ""
+        if not reason:
+            return
+        if time.monotonic() >= deadline:
+            log = processes[0].log_path if processes else None
+            tail = processes[0].diagnostics() if processes else ""
+            raise StartupTimeoutError(what, timeout_s, reason, log, tail)
+        time.sleep(POLL_INTERVAL_S)
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    with _live_lock:
+        leftovers = list(_live)
+    for proc in leftovers:
+        proc.send(signal.SIGKILL)
+        proc.send(signal.SIGCONT)
+    for proc in leftovers:
+        proc._reap(2.0)

@@ -1,0 +1,395 @@
+"""A local Redis Cluster of `redis-server` child processes for development and integration tests.
+
+The first start creates the cluster with `redis-cli --cluster create` and records its port layout in
+`<data_dir>/cluster.json`; later starts reuse that layout (nodes know each other by address) and only start
+the nodes again, so a restarted dev stack keeps its data (AOF). Every node has an explicit cluster bus port.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
+from redis.retry import Retry
+
+from gateway.devstack._process import (
+    LOOPBACK,
+    STOP_TIMEOUT_S,
+    ServerProcess,
+    free_ports,
+    require_binary,
+    terminate_all,
+    wait_until,
+)
+from gateway.devstack.cluster_state import node_problem, owner_port
+from gateway.devstack.errors import DevStackError, LayoutMismatchError
+
+Role = Literal["primary", "replica"]
+LAYOUT_FILE = "cluster.json"
+BUS_PORT_OFFSET = 10000
+CREATE_TIMEOUT_S = 60.0
+_PROBE_ERRORS = (redis.RedisError, OSError)
+
+
+@dataclass(frozen=True)
+class RedisClusterConfig:
+    """Shape and location of a local Redis Cluster.
+
+    `base_port` None (or 0) picks free loopback ports; otherwise node i listens on base_port + i and its cluster
+    bus on base_port + 10000 + i.
+    """
+
+    data_dir: Path
+    primaries: int = 3
+    replicas_per_primary: int = 1
+    base_port: int | None = None
+    cluster_node_timeout_ms: int = 3000
+    startup_timeout_s: float = 30.0
+    host: str = LOOPBACK
+
+    def __post_init__(self) -> None:
+        if self.primaries < 3:
+            raise ValueError("a Redis Cluster needs at least 3 primaries")
+        if self.replicas_per_primary < 0:
+            raise ValueError("replicas_per_primary must be >= 0")
+
+    @property
+    def node_count(self) -> int:
+        """Primaries plus all their replicas."""
+        return self.primaries * (1 + self.replicas_per_primary)
+
+
+class RedisNode:
+    """One `redis-server` process of the cluster, controlled by PID."""
+
+    def __init__(self, config: RedisClusterConfig, port: int, bus_port: int, role: Role, server: str) -> None:
+        self.host = config.host
+        self.port = port
+        self.bus_port = bus_port
+        self.role: Role = role
+        self.data_dir = config.data_dir / str(port)
+        argv = [
+            server,
+            "--port", str(port),
+            "--cluster-port", str(bus_port),
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(config.cluster_node_timeout_ms),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--repl-diskless-sync-delay", "0",
+            "--save", "",
+            "--protected-mode", "no",
+            "--bind", config.host,
+            "--daemonize", "no",
+            "--dir", str(self.data_dir),
+            "--logfile", str(self.data_dir / "redis.log"),
+        ]  # fmt: skip
+        self.process = ServerProcess(
+            f"redis-server {config.host}:{port}",
+            argv,
+            output_path=self.data_dir / "stdout.log",
+            log_path=self.data_dir / "redis.log",
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisNode({self.host}:{self.port}, bus={self.bus_port}, role={self.role}, pid={self.pid})"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) of the node's client port."""
+        return (self.host, self.port)
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, None when stopped."""
+        return self.process.pid
+
+    def is_running(self) -> bool:
+        """True while the process exists (also when paused)."""
+        return self.process.is_running()
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new plain (non-cluster) client for this node; the caller closes it.
+
+        Defaults: decoded replies, 2 s timeouts and no retries (redis-py retries timeouts with backoff by
+        default, which turns a probe of a paused node into seconds of waiting).
+        """
+        options: dict[str, Any] = {
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
+            "decode_responses": True,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        options.update(kwargs)
+        return redis.Redis(host=self.host, port=self.port, **options)
+
+    def start(self) -> None:
+        """Start the process (no-op while running); does not wait for readiness."""
+        self.process.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the node keeps its sockets open but stops answering (a hung primary)."""
+        self.process.pause()
+
+    def resume(self) -> None:
+        """SIGCONT a paused node."""
+        self.process.resume()
+
+    def kill(self) -> None:
+        """SIGKILL the node (crash: no shutdown, AOF loses up to ~1 s with everysec)."""
+        self.process.kill()
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Graceful stop: SIGTERM, wait, SIGKILL past `timeout_s`. Idempotent."""
+        self.process.terminate(timeout_s)
+
+    def restart(self, timeout_s: float = 30.0) -> None:
+        """Stop (if running) and start again with the same ports and data; wait until it answers PING."""
+        self.terminate()
+        self.start()
+        wait_until(f"redis-server {self.host}:{self.port}", self._ping_probe, timeout_s, [self.process])
+
+    def current_role(self) -> Role:
+        """Role as the node reports it now (changes after a failover)."""
+        with self.client() as conn:
+            info = conn.info("replication")
+        return "primary" if info.get("role") == "master" else "replica"
+
+    def _ping_probe(self) -> str | None:
+        try:
+            with self.client(socket_timeout=0.5) as conn:
+                conn.ping()
+        except _PROBE_ERRORS as exc:
+            return f"{self.port} does not answer PING: {exc}"
+        return None
+
+
+class RedisClusterProcess:
+    """A local Redis Cluster (`primaries` x (1 + `replicas_per_primary`) nodes) held as child processes.
+
+    Use as a context manager or call start()/stop(). stop() is idempotent and leaves no process behind.
+    """
+
+    def __init__(self, config: RedisClusterConfig) -> None:
+        self.config = config
+        self._nodes: list[RedisNode] = []
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def nodes(self) -> list[RedisNode]:
+        """All nodes, primaries first (roles as of the last start or wait_ready)."""
+        return list(self._nodes)
+
+    @property
+    def primaries(self) -> list[RedisNode]:
+        """Nodes whose role was primary at the last start or wait_ready."""
+        return [node for node in self._nodes if node.role == "primary"]
+
+    @property
+    def replicas(self) -> list[RedisNode]:
+        """Nodes whose role was replica at the last start or wait_ready."""
+        return [node for node in self._nodes if node.role == "replica"]
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        """(host, port) of every node, for a cluster client's startup nodes."""
+        return [node.address for node in self._nodes]
+
+    @property
+    def layout_path(self) -> Path:
+        """Where the port layout of the created cluster is recorded."""
+        return self.config.data_dir / LAYOUT_FILE
+
+    def node_at(self, port: int) -> RedisNode:
+        """The node listening on `port`."""
+        for node in self._nodes:
+            if node.port == port:
+                return node
+        raise KeyError(port)
+
+    def client(self, **kwargs: Any) -> RedisCluster:
+        """A new sync cluster client (decode_responses=True unless overridden); the caller closes it."""
+        options: dict[str, Any] = {"decode_responses": True}
+        options.update(kwargs)
+        nodes = [ClusterNode(host, port) for host, port in self.startup_nodes]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **options)
+
+    def primary_for_key(self, key: str | bytes) -> RedisNode:
+        """The node currently serving the slot of `key`, asked from the first node that answers."""
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        for node in self._nodes:
+            try:
+                with node.client(socket_timeout=1.0) as conn:
+                    ranges = conn.execute_command("CLUSTER", "SHARDS")
+            except _PROBE_ERRORS:
+                continue
+            port = owner_port(ranges, slot)
+            if port is not None:
+                return self.node_at(port)
+        raise DevStackError(f"no live node knows the owner of slot {slot}")
+
+    def start(self) -> None:
+        """Start every node; create the cluster on first use; wait until it is fully ready."""
+        server = require_binary("redis-server")
+        cli = require_binary("redis-cli")
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            layout = self._load_layout()
+            created = layout is not None
+            self._nodes = self._build_nodes(layout, server)
+            if not created:
+                self._wipe_node_dirs()
+            for node in self._nodes:
+                node.start()
+            if not created:
+                self._create(cli)
+            self.wait_ready(self.config.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every node at once, wait, SIGKILL stragglers. Idempotent."""
+        terminate_all([node.process for node in self._nodes], timeout_s)
+
+    def restart(self) -> None:
+        """Stop every node and start again with the same data."""
+        self.stop()
+        self.start()
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until all nodes report cluster_state:ok with all slots and every replica's link is up.
+
+        Refreshes each node's `role` from what it reports. Raises StartupTimeoutError with the log tail.
+        """
+        timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
+        what = f"Redis Cluster {self.startup_nodes}"
+        wait_until(what, self._readiness_problem, timeout, [node.process for node in self._nodes])
+        for node in self._nodes:
+            node.role = node.current_role()
+        if self.config.replicas_per_primary:
+            wait_until(f"{what} replicas acknowledging WAIT", self._replication_problem, timeout,
+                       [node.process for node in self._nodes])
+
+    def _replication_problem(self) -> str | None:
+        """Linked replicas may still answer WAIT with 0 for ~1 s after a full sync; probe with a real write."""
+        with self.client() as cluster:
+            for index, node in enumerate(self.primaries):
+                key = _key_served_by(cluster, node.port, index)
+                with node.client() as direct:
+                    pipe = direct.pipeline(transaction=False)
+                    pipe.set(key, "1", px=5000)
+                    pipe.execute_command("WAIT", self.config.replicas_per_primary, 200)
+                    acknowledged = pipe.execute()[-1]
+                if int(acknowledged) < self.config.replicas_per_primary:
+                    return f"primary {node.port}: WAIT acknowledged by {acknowledged} replicas"
+        return None
+
+    def _readiness_problem(self) -> str | None:
+        roles: list[str] = []
+        for node in self._nodes:
+            try:
+                problem, role = node_problem(node, len(self._nodes), self.config.primaries)
+            except _PROBE_ERRORS as exc:
+                return f"{node.port} not answering: {exc}"
+            if problem:
+                return problem
+            roles.append(role)
+        if roles.count("master") != self.config.primaries:
+            return f"{roles.count('master')} primaries, expected {self.config.primaries}"
+        return None
+
+    def _build_nodes(self, layout: list[dict[str, Any]] | None, server: str) -> list[RedisNode]:
+        if layout is None:
+            layout = self._new_layout()
+        return [RedisNode(self.config, int(n["port"]), int(n["bus_port"]), n["role"], server) for n in layout]
+
+    def _new_layout(self) -> list[dict[str, Any]]:
+        count = self.config.node_count
+        base = self.config.base_port
+        if not base:  # None or 0: free ports
+            ports = free_ports(2 * count)
+            pairs = list(zip(ports[:count], ports[count:], strict=True))
+        else:
+            pairs = [(base + i, base + BUS_PORT_OFFSET + i) for i in range(count)]
+        return [
+            {"port": port, "bus_port": bus, "role": "primary" if i < self.config.primaries else "replica"}
+            for i, (port, bus) in enumerate(pairs)
+        ]
+
+    def _load_layout(self) -> list[dict[str, Any]] | None:
+        if not self.layout_path.exists():
+            return None
+        data = json.loads(self.layout_path.read_text())
+        if not data.get("created"):
+            return None
+        shape = (data.get("primaries"), data.get("replicas_per_primary"))
+        if shape != (self.config.primaries, self.config.replicas_per_primary):
+            raise LayoutMismatchError(
+                f"{self.config.data_dir} holds a cluster of {shape[0]} primaries x {shape[1]} replicas;"
+                f" requested {self.config.primaries} x {self.config.replicas_per_primary}."
+                " Use another data dir or delete this one."
+            )
+        nodes: list[dict[str, Any]] = data["nodes"]
+        return nodes
+
+    def _save_layout(self) -> None:
+        data = {
+            "created": True,
+            "primaries": self.config.primaries,
+            "replicas_per_primary": self.config.replicas_per_primary,
+            "nodes": [{"port": n.port, "bus_port": n.bus_port, "role": n.role} for n in self._nodes],
+        }
+        tmp = self.layout_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(self.layout_path)
+
+    def _wipe_node_dirs(self) -> None:
+        # Without a completed-creation record, node dirs are leftovers of a failed first start:
+        # their nodes.conf would make `--cluster create` refuse ("node is not empty").
+        for node in self._nodes:
+            if node.data_dir.exists():
+                shutil.rmtree(node.data_dir)
+
+    def _create(self, cli: str) -> None:
+        for node in self._nodes:
+            wait_until(node.process.name, node._ping_probe, self.config.startup_timeout_s, [node.process])
+        argv = [cli, "--cluster", "create", *(f"{n.host}:{n.port}" for n in self._nodes)]
+        argv += ["--cluster-replicas", str(self.config.replicas_per_primary), "--cluster-yes"]
+        log = self.config.data_dir / "cluster-create.log"
+        with log.open("wb") as out:
+            result = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                timeout=CREATE_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        if result.returncode != 0:
+            raise DevStackError(f"redis-cli --cluster create failed ({result.returncode}):\n{log.read_text()}")
+        self.wait_ready(self.config.startup_timeout_s)
+        self._save_layout()
+
+
+def _key_served_by(cluster: RedisCluster, port: int, salt: int) -> str:
+    """A probe key whose slot the primary on ``port`` serves."""
+    for attempt in range(100_000):
+        key = f"sg-devstack-probe-{salt}-{attempt}"
+        if cluster.get_node_from_key(key).port == port:  # type: ignore[no-untyped-call]
+            return key
+    raise DevStackError(f"no probe key found for the primary on port {port}")

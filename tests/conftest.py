@@ -1,0 +1,85 @@
+"""Session fixtures: a real Redis Cluster and etcd on free loopback ports, started once per test run.
+
+Tests under tests/integration are marked `integration` automatically. When a server binary is missing the
+fixtures skip locally and fail when CI=true, so CI never passes by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from gateway.devstack import (
+    EtcdConfig,
+    EtcdProcess,
+    MissingBinary,
+    RedisClusterConfig,
+    RedisClusterProcess,
+)
+from gateway.devstack._process import require_binary
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+# Shorter than the dev default (3000) so failover tests finish sooner; still far above scheduling jitter.
+TEST_CLUSTER_NODE_TIMEOUT_MS = 2000
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as `integration`."""
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def unavailable(exc: MissingBinary) -> NoReturn:
+    """Skip locally, fail in CI: a missing server binary must never turn CI green by skipping."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and a server binary is missing: {exc}")
+    pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def devstack_binaries() -> None:
+    """Request this in tests that start their own servers: skips (or fails in CI) if a binary is missing."""
+    try:
+        for binary in ("redis-server", "redis-cli", "etcd"):
+            require_binary(binary)
+    except MissingBinary as exc:
+        unavailable(exc)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcess]:
+    """3 primaries + 3 replicas, AOF on, replicas linked. Tests that pause/kill nodes must restore them."""
+    config = RedisClusterConfig(
+        data_dir=tmp_path_factory.mktemp("redis-cluster"),
+        primaries=3,
+        replicas_per_primary=1,
+        cluster_node_timeout_ms=TEST_CLUSTER_NODE_TIMEOUT_MS,
+    )
+    cluster = RedisClusterProcess(config)
+    try:
+        cluster.start()  # stops whatever it started if it fails
+    except MissingBinary as exc:
+        unavailable(exc)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    """A single etcd member; connect with `aetcd.Client(etcd_server.host, etcd_server.port)`."""
+    server = EtcdProcess(EtcdConfig(data_dir=tmp_path_factory.mktemp("etcd")))
+    try:
+        server.start()
+    except MissingBinary as exc:
+        unavailable(exc)
+    try:
+        yield server
+    finally:
+        server.stop()
