@@ -1,0 +1,77 @@
+"""Backends going away: the gateway answers 503 + Retry-After, never a silent loss, and recovers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.app import create_app
+from gateway.devstack import EtcdConfig, EtcdProcess
+from gateway.settings import GatewaySettings
+
+Client = TestClient[Any, Any]
+
+
+@pytest.fixture
+def private_etcd(tmp_path: Path, devstack_binaries: None) -> Iterator[EtcdProcess]:
+    """An etcd of this test's own, so stopping it disturbs nobody else."""
+    with EtcdProcess(EtcdConfig(data_dir=tmp_path / "etcd")) as etcd:
+        yield etcd
+
+
+async def eventually_status(call: Any, status: int, attempts: int = 100) -> Any:
+    for _ in range(attempts):
+        response = await call()
+        if response.status == status:
+            return response
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never answered {status}; last {response.status}: {await response.text()}")
+
+
+async def test_etcd_down_gives_503_for_admin_while_cached_topics_keep_publishing(
+        aiohttp_client: Any, gateway_settings: GatewaySettings, private_etcd: EtcdProcess, topic_name: str) -> None:
+    settings = dataclasses.replace(gateway_settings, etcd_endpoints=(private_etcd.endpoint,), etcd_timeout_s=1.0)
+    client: Client = await aiohttp_client(create_app(settings))
+    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})).status == 201
+    await asyncio.to_thread(private_etcd.stop)
+    try:
+        created = await client.post("/v1/topics", json={"name": f"{topic_name}-2", "partitions": 1})
+        assert created.status == 503
+        assert int(created.headers["Retry-After"]) >= 1
+        assert created.content_type == "application/problem+json"
+        not_ready = await eventually_status(lambda: client.get("/readyz"), 503)
+        assert (await not_ready.json())["checks"]["etcd"].startswith("failed")
+        published = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]})
+        assert published.status == 200, "publish must not depend on etcd for a cached topic"
+    finally:
+        await asyncio.to_thread(private_etcd.start)
+    await eventually_status(lambda: client.get("/readyz"), 200)
+    again = await client.post("/v1/topics", json={"name": f"{topic_name}-2", "partitions": 1})
+    assert again.status == 201
+
+
+async def test_unreachable_primary_gives_503_with_retry_after_then_recovers(
+        aiohttp_client: Any, gateway_settings: GatewaySettings, redis_cluster: Any, topic_name: str) -> None:
+    # Short deadline: the pause must end well before cluster-node-timeout, or a failover starts.
+    settings = dataclasses.replace(gateway_settings, redis_write_deadline_s=0.4)
+    client: Client = await aiohttp_client(create_app(settings))
+    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    primary = redis_cluster.primary_for_key(f"sg:{{{topic_name}/0}}:log")
+    primary.pause()
+    try:
+        response = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]})
+    finally:
+        primary.resume()
+    assert response.status == 503
+    assert int(response.headers["Retry-After"]) >= 1
+    assert response.content_type == "application/problem+json"
+    ok = await client.post(f"/v1/topics/{topic_name}/messages",
+                           json={"messages": [{"value": 2, "idempotency_key": uuid.uuid4().hex}]})
+    assert ok.status == 200
