@@ -62,19 +62,30 @@ class PublishBatch:
     value_bytes: int
 
 
-def parse_publish_body(body: bytes, limits: PublishLimits, idempotency_header: str | None) -> PublishBatch:
-    """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field."""
-    if len(body) > limits.max_batch_bytes:
-        raise too_large(f"body of {len(body)} bytes is over the limit of {limits.max_batch_bytes}")
+def decode_json_object(body: bytes, max_bytes: int) -> dict[str, Any]:
+    """A request body as a JSON object: 413 over ``max_bytes``, 400 if not JSON, 422 if not an object."""
+    if len(body) > max_bytes:
+        raise too_large(f"body of {len(body)} bytes is over the limit of {max_bytes}")
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise invalid_field("", "body must be a JSON object with a 'messages' array")
-    unknown = sorted(doc.keys() - BODY_FIELDS)
+        raise invalid_field("", "body must be a JSON object")
+    return doc
+
+
+def reject_unknown_fields(doc: dict[str, Any], allowed: frozenset[str], prefix: str = "") -> None:
+    """422 naming the first field that is not in ``allowed``."""
+    unknown = sorted(doc.keys() - allowed)
     if unknown:
-        raise invalid_field(f"/{unknown[0]}", f"unknown field {unknown[0]!r}")
+        raise invalid_field(f"{prefix}/{_escape(unknown[0])}", f"unknown field {unknown[0]!r}")
+
+
+def parse_publish_body(body: bytes, limits: PublishLimits, idempotency_header: str | None) -> PublishBatch:
+    """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field."""
+    doc = decode_json_object(body, limits.max_batch_bytes)
+    reject_unknown_fields(doc, BODY_FIELDS)
     acks = _parse_acks(doc.get("acks", "1"))
     raw_messages = doc.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
@@ -98,9 +109,7 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
     pointer = f"/messages/{index}"
     if not isinstance(raw, dict):
         raise invalid_field(pointer, "each message must be a JSON object")
-    unknown = raw.keys() - MESSAGE_FIELDS
-    if unknown:
-        raise invalid_field(f"{pointer}/{sorted(unknown)[0]}", f"unknown field {sorted(unknown)[0]!r}")
+    reject_unknown_fields(raw, MESSAGE_FIELDS, pointer)
     value, value_format = _parse_value(raw, pointer, limits)
     idempotency_key = _parse_idempotency_key(raw.get("idempotency_key"), pointer)
     if idempotency_key is None and idem_header is not None:

@@ -4,28 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from gateway.errors import bad_request, invalid_field, too_large
+from gateway.errors import invalid_field, too_large
+from gateway.validation import decode_json_object
 
 ADMIN_BODY_MAX_BYTES = 64 * 1024
 
 
 async def read_json_object(request: web.Request, max_bytes: int = ADMIN_BODY_MAX_BYTES) -> dict[str, Any]:
-    """The request body as a JSON object; 413 over ``max_bytes``, 400 if not JSON, 422 if not an object."""
+    """The request body as a JSON object, read with a limit before parsing (413 past ``max_bytes``)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise too_large(f"body of {request.content_length} bytes is over the limit of {max_bytes}")
-    body = await request.content.read(max_bytes + 1)
-    if len(body) > max_bytes:
-        raise too_large(f"body is over the limit of {max_bytes} bytes")
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(f"body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise invalid_field("", "body must be a JSON object")
-    return doc
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large(f"body is over the limit of {max_bytes} bytes")
+        chunks.append(chunk)
+    return decode_json_object(b"".join(chunks), max_bytes)
 
 
 def optional_int(doc: dict[str, Any], name: str, *, minimum: int = 1) -> int | None:
@@ -36,10 +34,3 @@ def optional_int(doc: dict[str, Any], name: str, *, minimum: int = 1) -> int | N
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise invalid_field(f"/{name}", f"'{name}' must be an integer >= {minimum}")
     return value
-
-
-def reject_unknown_fields(doc: dict[str, Any], allowed: frozenset[str]) -> None:
-    """422 naming the first field that is not in ``allowed``."""
-    unknown = sorted(doc.keys() - allowed)
-    if unknown:
-        raise invalid_field(f"/{unknown[0]}", f"unknown field {unknown[0]!r}")

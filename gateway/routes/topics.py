@@ -8,8 +8,9 @@ from aiohttp import web
 
 from gateway.errors import invalid_field
 from gateway.responses import json_response
-from gateway.routes.bodies import optional_int, read_json_object, reject_unknown_fields
+from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import services_of
+from gateway.validation import reject_unknown_fields
 from partitioner.errors import ConcurrentModification
 from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
 from storage.models import PartitionInfo

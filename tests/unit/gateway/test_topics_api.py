@@ -101,3 +101,24 @@ async def test_unknown_route_is_a_problem_document(client: Client) -> None:
     response = await client.get("/v1/nothing-here")
     assert response.status == 404
     assert response.content_type == "application/problem+json"
+
+
+async def test_chunked_create_body_is_read_whole(client: Client) -> None:
+    async def chunks() -> Any:
+        yield b'{"name": "chunked", '
+        yield b'"partitions": 2}'
+
+    response = await client.post("/v1/topics", data=chunks(), headers={"content-type": "application/json"})
+    assert response.status == 201
+
+
+async def test_admin_body_over_64_kib_is_413_even_when_chunked(client: Client) -> None:
+    async def chunks() -> Any:
+        yield b'{"name": "big", "partitions": 1, "pad": "'
+        for _ in range(70):
+            yield b"x" * 1024
+        yield b'"}'
+
+    response = await client.post("/v1/topics", data=chunks(), headers={"content-type": "application/json"})
+    assert response.status == 413
+    assert (await client.get("/v1/topics/big")).status == 404
