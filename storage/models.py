@@ -73,3 +73,34 @@ class AppendOptions:
     acks: Acks = Acks.LEADER
     max_length: int | None = None
     dedup_ttl_ms: int = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An entry handed to a consumer of a group, with how many times it has been delivered (1 = first)."""
+
+    entry: StoredEntry
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """An entry delivered to a group but not acked yet (one row of XPENDING)."""
+
+    partition: int
+    offset: str
+    consumer: str
+    idle_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionState:
+    """A group's position on one partition; ``lag`` is None when Redis cannot tell (never guessed as 0)."""
+
+    partition: int
+    exists: bool
+    last_delivered_offset: str | None
+    pending: int
+    oldest_pending_offset: str | None
+    lag: int | None
