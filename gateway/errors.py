@@ -152,3 +152,18 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error: %s %s", request.method, request.path)
         return problem_response(problem_from(RuntimeError()), request.path)
+
+
+# WebSocket close codes (4000-4999 are the application's own; docs/api.md lists them).
+WS_CLOSE_GOING_AWAY = 1001  # the gateway is shutting down: reconnect (to any gateway) and resume
+WS_CLOSE_SLOW_CONSUMER = 4008  # the client did not drain its buffer in time; reason carries the resume cursor
+WS_CLOSE_TOPIC_GONE = 4404  # the topic was deleted
+WS_CLOSE_GROUP_CONFLICT = 4409  # the group is already served with another mode or filter on this gateway
+WS_CLOSE_UNAVAILABLE = 4503  # a backend failed or group membership was lost: reconnect after a pause
+
+
+def close_code_for(exc: BaseException) -> int:
+    """The WebSocket close code for an error that ends a subscription."""
+    if isinstance(exc, TopicNotFound):
+        return WS_CLOSE_TOPIC_GONE
+    return WS_CLOSE_UNAVAILABLE

@@ -47,6 +47,10 @@ class GatewaySettings:
     max_replay_limit: int = 1000
     dedup_ttl_ms: int = 24 * 3600 * 1000
     acks0_queue_batches: int = 1024
+    member_lease_ttl_s: float = 10.0
+    slow_client_timeout_s: float = 10.0
+    ws_max_frame_bytes: int = MIB
+    ws_heartbeat_s: float = 30.0
     retry_after_s: int = 1
 
     @property

@@ -1,11 +1,16 @@
 """The log: one Redis Stream per partition on a Redis Cluster. Knows nothing of HTTP or etcd."""
 
 from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.groups import RedisGroupStore
+from storage.groups_protocol import GroupStore
 from storage.models import (
     Acks,
     AppendOptions,
     AppendResult,
+    Delivery,
+    GroupPartitionState,
     PartitionInfo,
+    PendingEntry,
     Record,
     StoredEntry,
     ValueFormat,
@@ -18,10 +23,15 @@ __all__ = [
     "Acks",
     "AppendOptions",
     "AppendResult",
+    "Delivery",
+    "GroupPartitionState",
+    "GroupStore",
     "InvalidOffset",
     "NotEnoughReplicas",
     "PartitionInfo",
+    "PendingEntry",
     "Record",
+    "RedisGroupStore",
     "RedisStoreSettings",
     "RedisStreamStore",
     "StorageError",

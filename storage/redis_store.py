@@ -14,6 +14,7 @@ from storage.appender import Appender
 from storage.cluster import ClusterRouter, NodeAddress
 from storage.codec import decode_entries, decode_offset, validate_offset
 from storage.errors import StorageUnavailable
+from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
 from storage.scripts import ScriptCall, build_append_call
@@ -33,6 +34,7 @@ class RedisStreamStore:
         self.settings = settings
         self._router: ClusterRouter | None = None
         self._appender: Appender | None = None
+        self._groups: RedisGroupStore | None = None
         self._closed = False
 
     @classmethod
@@ -68,6 +70,8 @@ class RedisStreamStore:
         if self._closed:
             return
         self._closed = True
+        if self._groups is not None:
+            await self._groups.aclose()
         if self._router is not None:
             await self._router.aclose()
 
@@ -77,6 +81,13 @@ class RedisStreamStore:
         if self._router is None or self._closed:
             raise StorageUnavailable("storage is not open")
         return self._router
+
+    @property
+    def groups(self) -> RedisGroupStore:
+        """Consumer groups on the same connections (created on first use, closed with this store)."""
+        if self._groups is None:
+            self._groups = RedisGroupStore(self.router)
+        return self._groups
 
     async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
         """Append records (any partitions); one result per record, in input order.

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import base64
-from typing import Any
-
-import orjson
 from aiohttp import web
 
+from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publisher import place
@@ -15,7 +12,7 @@ from gateway.responses import json_response
 from gateway.services import Services, services_of
 from gateway.validation import parse_publish_body
 from partitioner.topics import TopicMetadata
-from storage.models import Acks, StoredEntry, ValueFormat
+from storage.models import Acks, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_REPLAY_LIMIT = 100
@@ -49,22 +46,6 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return json_response({"results": [
         {"partition": r.partition, "offset": r.offset, "duplicate": r.duplicate} for r in results]})
-
-
-def entry_document(entry: StoredEntry) -> dict[str, Any]:
-    """The public JSON form of a stored message; JSON values are embedded as they were published."""
-    doc: dict[str, Any] = {
-        "partition": entry.partition,
-        "offset": entry.offset,
-        "key": None if entry.key is None else entry.key.decode(errors="replace"),
-        "headers": entry.headers,
-        "timestamp_ms": entry.timestamp_ms,
-    }
-    if entry.value_format is ValueFormat.JSON:
-        doc["value"] = orjson.Fragment(entry.value)
-    else:
-        doc["value_b64"] = base64.b64encode(entry.value).decode()
-    return doc
 
 
 async def replay(request: web.Request) -> web.Response:

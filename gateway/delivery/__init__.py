@@ -1,0 +1,1 @@
+"""Delivering messages to subscribers: group readers shared per process, sessions with credit, filters."""

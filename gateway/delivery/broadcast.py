@@ -1,0 +1,54 @@
+"""Broadcast subscriptions: no group, every subscriber reads every partition from its own cursor.
+
+Each partition is followed by reading pages after the session's cursor (XRANGE), as fast as the session's
+credit allows, and polling briefly when caught up. Delivery is at-most-once per connection and resumable:
+the cursor (the last offset handed to the socket, per partition) is the ``from`` of the next subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.delivery.session import Session
+from storage.models import Delivery
+from storage.protocol import StreamStore
+
+PAGE_MAX = 500
+IDLE_POLL_S = 0.05
+
+
+async def resolve_start(store: StreamStore, session: Session, partitions: int) -> dict[int, str | None]:
+    """The offset each partition is read after: None reads from the first retained entry."""
+    params = session.params
+    positions: dict[int, str | None] = {}
+    for partition in range(partitions):
+        if params.start == "cursor":
+            positions[partition] = params.cursor.get(partition)
+        elif params.start == "latest" and params.from_time_ms is None:
+            positions[partition] = await store.last_offset(session.topic, partition)
+        else:
+            positions[partition] = None
+    return positions
+
+
+async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None) -> None:
+    """Deliver a partition's entries to the session, forever (cancelled when the session ends)."""
+    credit = asyncio.Event()
+    session.watch_credit(credit)
+    from_time_ms = session.params.from_time_ms if after is None else None
+    try:
+        while True:
+            while not session.has_credit:
+                credit.clear()
+                await credit.wait()
+            entries = await store.read(session.topic, partition, after=after, from_time_ms=from_time_ms,
+                                       limit=min(session.credit, PAGE_MAX))
+            if not entries:
+                await asyncio.sleep(IDLE_POLL_S)
+                continue
+            from_time_ms = None
+            for entry in entries:
+                session.offer(Delivery(entry, 1), None)
+            after = entries[-1].offset
+    finally:
+        session.unwatch_credit(credit)

@@ -1,0 +1,62 @@
+"""Moving an entry that exhausted its deliveries to the dead-letter topic ``<topic>.dlq``.
+
+The DLQ topic is created on first use with the source's partition count; the entry keeps its partition index
+(modulo the DLQ's count), key, value and headers, plus ``sg-dlq-*`` headers naming where it came from and why.
+The append is idempotent (keyed by group, partition and offset), so a crash between the append and the ack in
+the source never yields two dead letters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from partitioner.errors import TopicExists
+from partitioner.registry import TopicRegistry
+from partitioner.topics import TopicMetadata, TopicSettings
+from storage.models import Acks, AppendOptions, Delivery, Record
+from storage.protocol import StreamStore
+
+log = logging.getLogger(__name__)
+
+DLQ_SUFFIX = ".dlq"
+DLQ_OWNER = "streamgate"
+
+
+def dlq_name(topic: str) -> str:
+    """The dead-letter topic of ``topic``."""
+    return topic + DLQ_SUFFIX
+
+
+class DeadLetterWriter:
+    """The gateway's DeadLetterSink: append to ``<topic>.dlq`` with acks=all, idempotently."""
+
+    def __init__(self, registry: TopicRegistry, store: StreamStore, dedup_ttl_ms: int) -> None:
+        self._registry = registry
+        self._store = store
+        self._dedup_ttl_ms = dedup_ttl_ms
+
+    async def __call__(self, topic: str, group: str, delivery: Delivery, reason: str) -> None:
+        dlq = await self._dlq_topic(topic)
+        entry = delivery.entry
+        headers = {
+            **entry.headers,
+            "sg-dlq-topic": topic,
+            "sg-dlq-partition": str(entry.partition),
+            "sg-dlq-offset": entry.offset,
+            "sg-dlq-group": group,
+            "sg-dlq-reason": reason,
+            "sg-dlq-delivery-count": str(delivery.delivery_count - 1),
+        }
+        record = Record(entry.partition % dlq.partitions, entry.value, entry.value_format, entry.key, headers,
+                        idempotency_key=f"dlq:{group}:{topic}:{entry.partition}:{entry.offset}")
+        await self._store.append(dlq.name, [record], AppendOptions(acks=Acks.LEADER,
+                                                                  dedup_ttl_ms=self._dedup_ttl_ms))
+        log.info("dead-lettered %s/%s@%s for group %s: %s", topic, entry.partition, entry.offset, group, reason)
+
+    async def _dlq_topic(self, topic: str) -> TopicMetadata:
+        source = await self._registry.get(topic)
+        try:
+            return await self._registry.create(
+                TopicSettings(dlq_name(topic), source.partitions, source.retention_ms), owner=DLQ_OWNER)
+        except TopicExists:
+            return await self._registry.get(dlq_name(topic))

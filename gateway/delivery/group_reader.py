@@ -1,0 +1,246 @@
+"""One reader per (topic, partition, group) per gateway process, fanning deliveries out to local sessions.
+
+Each turn of the loop: wait until some session has credit; hand out the local backlog; reclaim entries whose
+ack timeout passed (redelivery with delivery_count + 1, or the dead-letter topic past max_deliveries); else
+read new entries (XREADGROUP, blocking briefly). Filtered-out entries are acked for the group and never
+delivered; with auto_ack (at-most-once) entries are acked as they are handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.delivery.filters import HeaderFilter
+from gateway.delivery.session import MessageRef, Session
+from storage.errors import StorageError
+from storage.groups_protocol import GroupStore
+from storage.models import Delivery
+
+log = logging.getLogger(__name__)
+
+DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
+READ_BLOCK_MS = 250
+READ_BATCH_MAX = 500
+TAKEOVER_PAGE = 10_000
+RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000  # "idle forever": reclaimable by the next reclaim pass
+ERROR_BACKOFF_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """How a group is served on this gateway; every session of the group must agree on it."""
+
+    ack_timeout_ms: int
+    max_deliveries: int
+    filter: HeaderFilter
+    start: str  # where a new group starts: "earliest", "latest" or an offset
+    auto_ack: bool
+    exclusive: bool
+
+
+class GroupReader:
+    """Reads one partition for one group and hands entries to the sessions attached to it."""
+
+    def __init__(self, topic: str, partition: int, group: str, config: GroupConfig, store: GroupStore,
+                 consumer: str, dead_letters: DeadLetterSink) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.group = group
+        self.config = config
+        self._store = store
+        self._consumer = consumer
+        self._dead_letters = dead_letters
+        self._sessions: list[Session] = []
+        self._next_session = 0
+        self._backlog: deque[Delivery] = deque()
+        self._credit = asyncio.Event()
+        self._reclaim_now = True
+        self._last_reclaim = 0.0
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    # --- sessions ---------------------------------------------------------------------------------------------
+    def attach(self, session: Session) -> None:
+        """Serve ``session`` from now on; starts the loop on first use."""
+        self._sessions.append(session)
+        session.watch_credit(self._credit)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"reader-{self.topic}/{self.partition}/{self.group}")
+
+    async def detach(self, session: Session) -> None:
+        """Stop serving ``session`` and make its un-acked deliveries redeliverable at once."""
+        if session in self._sessions:
+            self._sessions.remove(session)
+        session.unwatch_credit(self._credit)
+        held = session.held_by(self)
+        for ref in held:
+            session.in_flight.pop(ref, None)
+        await self.release([offset for _, offset in held])
+
+    @property
+    def idle(self) -> bool:
+        """No session is attached."""
+        return not self._sessions
+
+    async def aclose(self) -> None:
+        """Stop the loop and hand the local backlog back to the group."""
+        self._stopping = True
+        self._credit.set()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, READ_BLOCK_MS / 1000 * 4)
+            except TimeoutError:
+                pass  # wait_for cancelled it; entries read meanwhile are reclaimed after their ack timeout
+        backlog = [d.entry.offset for d in self._backlog]
+        self._backlog.clear()
+        with contextlib.suppress(StorageError):
+            await self.release(backlog)
+
+    # --- acks from sessions --------------------------------------------------------------------------------------
+    async def ack(self, refs: Sequence[MessageRef]) -> None:
+        """Acknowledge deliveries (any session, any gateway may ack)."""
+        await self._store.ack(self.topic, self.partition, self.group, [offset for _, offset in refs])
+
+    async def nack(self, refs: Sequence[MessageRef], delay_ms: int) -> None:
+        """Redeliver after ``delay_ms`` (0: as soon as possible) without waiting for the ack timeout."""
+        idle_ms = max(0, self.config.ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS
+        await self._set_idle([offset for _, offset in refs], idle_ms)
+        if not delay_ms:
+            self._reclaim_now = True
+
+    async def extend(self, refs: Sequence[MessageRef]) -> None:
+        """Restart the ack timeout of deliveries still being worked on."""
+        await self._set_idle([offset for _, offset in refs], 0)
+
+    async def release(self, offsets: Sequence[str]) -> None:
+        """Make deliveries redeliverable at once (their session went away or lost the partition)."""
+        if offsets:
+            await self._set_idle(offsets, RELEASE_IDLE_MS)
+            self._reclaim_now = True
+
+    async def _set_idle(self, offsets: Sequence[str], idle_ms: int) -> None:
+        if offsets:
+            await self._store.set_idle(self.topic, self.partition, self.group, self._consumer, offsets, idle_ms)
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        started = False
+        while not self._stopping:
+            try:
+                if not started:
+                    await self._start()
+                    started = True
+                await self._turn()
+            except StorageError as exc:
+                log.warning("reader %s/%s/%s: %s; retrying", self.topic, self.partition, self.group, exc)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+
+    async def _start(self) -> None:
+        await self._store.ensure_group(self.topic, self.partition, self.group, self.config.start)
+        if self.config.exclusive:
+            await self._take_over()
+
+    async def _take_over(self) -> None:
+        """A new exclusive owner first takes the partition's pending entries, in offset order.
+
+        One page: entries beyond it (more than TAKEOVER_PAGE un-acked) follow through the ack-timeout reclaim.
+        """
+        pending = await self._store.expired(self.topic, self.partition, self.group, min_idle_ms=0,
+                                            count=TAKEOVER_PAGE)
+        if pending:
+            claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer, pending,
+                                              min_idle_ms=0)
+            await self._accept(claimed)
+
+    async def _turn(self) -> None:
+        await self._wait_for_credit()
+        if self._stopping:
+            return
+        if self._backlog:
+            await self._dispatch()
+            if not self._any_credit():
+                return
+        if await self._reclaim():
+            return
+        entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
+                                             count=min(self._total_credit(), READ_BATCH_MAX),
+                                             block_ms=READ_BLOCK_MS)
+        await self._accept([Delivery(entry, 1) for entry in entries])
+
+    async def _wait_for_credit(self) -> None:
+        while not self._stopping and not self._any_credit():
+            self._credit.clear()
+            await self._credit.wait()
+
+    def _any_credit(self) -> bool:
+        return any(session.has_credit for session in self._sessions)
+
+    def _total_credit(self) -> int:
+        return max(1, sum(session.credit for session in self._sessions if session.has_credit))
+
+    async def _reclaim(self) -> bool:
+        """Claim entries past their ack timeout; True when something was claimed."""
+        interval_s = min(self.config.ack_timeout_ms / 4000, 1.0)
+        if not self._reclaim_now and time.monotonic() - self._last_reclaim < interval_s:
+            return False
+        self._reclaim_now = False
+        self._last_reclaim = time.monotonic()
+        expired = await self._store.expired(self.topic, self.partition, self.group,
+                                            min_idle_ms=self.config.ack_timeout_ms, count=self._total_credit())
+        if not expired:
+            return False
+        claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer, expired,
+                                          min_idle_ms=self.config.ack_timeout_ms)
+        for delivery in claimed:
+            self._forget_everywhere((delivery.entry.partition, delivery.entry.offset))
+        await self._accept(claimed)
+        return bool(claimed)
+
+    def _forget_everywhere(self, ref: MessageRef) -> None:
+        for session in self._sessions:
+            session.forget(ref)
+
+    async def _accept(self, deliveries: Sequence[Delivery]) -> None:
+        """Route fresh deliveries: dead letters, filtered-out acks, the rest to the backlog and out."""
+        to_ack: list[str] = []
+        for delivery in deliveries:
+            entry = delivery.entry
+            if delivery.delivery_count > self.config.max_deliveries:
+                await self._dead_letters(self.topic, self.group, delivery, "max_deliveries exceeded")
+                to_ack.append(entry.offset)
+            elif not self.config.filter.matches(entry.headers):
+                to_ack.append(entry.offset)
+            else:
+                self._backlog.append(delivery)
+        if to_ack:
+            await self._store.ack(self.topic, self.partition, self.group, to_ack)
+        await self._dispatch()
+
+    async def _dispatch(self) -> None:
+        """Hand backlog entries to sessions with credit, round-robin."""
+        auto_acked: list[str] = []
+        while self._backlog and self._sessions:
+            session = self._session_with_credit()
+            if session is None:
+                break
+            delivery = self._backlog.popleft()
+            session.offer(delivery, self)
+            if self.config.auto_ack:
+                auto_acked.append(delivery.entry.offset)
+        if auto_acked:  # at-most-once: acked as handed out, before the client has it
+            await self._store.ack(self.topic, self.partition, self.group, auto_acked)
+
+    def _session_with_credit(self) -> Session | None:
+        for _ in range(len(self._sessions)):
+            self._next_session = (self._next_session + 1) % len(self._sessions)
+            session = self._sessions[self._next_session]
+            if session.has_credit:
+                return session
+        return None

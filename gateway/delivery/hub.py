@@ -1,0 +1,84 @@
+"""The process-wide registry of group readers: one per (topic, partition, group), shared by sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import TracebackType
+
+from gateway.delivery.group_reader import DeadLetterSink, GroupConfig, GroupReader
+from gateway.delivery.session import MessageRef, Session
+from storage.groups_protocol import GroupStore
+
+ReaderKey = tuple[str, int, str]
+
+
+class GroupConflict(Exception):
+    """A session asked for a group that this gateway already serves with other settings."""
+
+
+class DeliveryHub:
+    """Creates readers on first use, stops them when their last session leaves (async context manager)."""
+
+    def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink) -> None:
+        self.store = store
+        self._consumer = consumer
+        self._dead_letters = dead_letters
+        self._readers: dict[ReaderKey, GroupReader] = {}
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> DeliveryHub:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every reader; idempotent."""
+        readers, self._readers = list(self._readers.values()), {}
+        await asyncio.gather(*(reader.aclose() for reader in readers), return_exceptions=True)
+
+    async def attach(self, session: Session, partition: int, group: str, config: GroupConfig) -> GroupReader:
+        """Serve ``session`` from the reader of (topic, partition, group), creating it if needed."""
+        async with self._lock:
+            key = (session.topic, partition, group)
+            reader = self._readers.get(key)
+            if reader is not None and _differs(reader.config, config):
+                raise GroupConflict(f"group {group!r} is served here with other settings "
+                                    "(mode, filter, ack timeout, max deliveries or auto_ack must match)")
+            if reader is None:
+                reader = GroupReader(session.topic, partition, group, config, self.store, self._consumer,
+                                     self._dead_letters)
+                self._readers[key] = reader
+            reader.attach(session)
+            return reader
+
+    async def detach(self, session: Session, partition: int, group: str) -> None:
+        """Stop serving ``session`` from that reader; the reader stops when nobody is left."""
+        async with self._lock:
+            key = (session.topic, partition, group)
+            reader = self._readers.get(key)
+            if reader is None:
+                return
+            await reader.detach(session)
+            if reader.idle:
+                del self._readers[key]
+                await reader.aclose()
+
+    async def settle(self, session: Session, refs: list[MessageRef], action: str, delay_ms: int = 0) -> int:
+        """Apply ack / nack / extend from a session; returns how many deliveries it concerned."""
+        grouped = session.extend(refs) if action == "extend" else session.settle(refs)
+        for reader, reader_refs in grouped.items():
+            if action == "ack":
+                await reader.ack(reader_refs)
+            elif action == "nack":
+                await reader.nack(reader_refs, delay_ms)
+            else:
+                await reader.extend(reader_refs)
+        return sum(len(v) for v in grouped.values())
+
+
+def _differs(current: GroupConfig, wanted: GroupConfig) -> bool:
+    """Everything but the start position (which only matters when the group is created) must match."""
+    return dataclasses.replace(current, start=wanted.start) != wanted

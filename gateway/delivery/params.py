@@ -1,0 +1,114 @@
+"""Subscription parameters, validated before the WebSocket upgrade (bad ones get a problem+json 4xx)."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from multidict import MultiMapping
+
+from gateway.delivery.filters import HeaderFilter, parse_filters
+from gateway.errors import invalid_field
+from gateway.offsets import parse_offset
+
+GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+DEFAULT_MAX_IN_FLIGHT = 100
+MAX_MAX_IN_FLIGHT = 10_000
+DEFAULT_ACK_TIMEOUT_MS = 30_000
+DEFAULT_MAX_DELIVERIES = 5
+
+
+class Mode(enum.Enum):
+    """How a subscription shares a topic with others."""
+
+    EXCLUSIVE = "exclusive"  # one live member per partition per group (Kafka-like), order kept per partition
+    SHARED = "shared"  # any member gets any entry (SQS-like)
+    BROADCAST = "broadcast"  # no group: every subscriber sees everything from its own cursor
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeParams:
+    """A validated ``GET /v1/subscribe`` request."""
+
+    topic: str
+    group: str | None
+    mode: Mode
+    start: str  # "earliest" | "latest" | "cursor"
+    cursor: Mapping[int, str]  # partition -> last seen offset (resume strictly after it)
+    from_time_ms: int | None
+    max_in_flight: int
+    ack_timeout_ms: int
+    max_deliveries: int
+    auto_ack: bool
+    filter: HeaderFilter
+
+
+def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
+    """Parse and validate the query string of a subscription."""
+    topic = query.get("topic")
+    if not topic:
+        raise invalid_field("/topic", "'topic' is required")
+    group = query.get("group")
+    if group is not None and not GROUP_NAME.fullmatch(group):
+        raise invalid_field("/group", "'group' must match [A-Za-z0-9._-]{1,200}")
+    mode = _mode(query.get("mode"), group)
+    start, cursor = _start(query.get("from", "earliest" if group else "latest"))
+    from_time_ms = _int(query, "from_time_ms", None, 0, 2**63 - 1)
+    if from_time_ms is not None and mode is not Mode.BROADCAST:
+        raise invalid_field("/from_time_ms", "'from_time_ms' is for broadcast subscriptions")
+    return SubscribeParams(
+        topic=topic, group=group, mode=mode, start=start, cursor=cursor, from_time_ms=from_time_ms,
+        max_in_flight=_int(query, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1, MAX_MAX_IN_FLIGHT) or 1,
+        ack_timeout_ms=_int(query, "ack_timeout_ms", DEFAULT_ACK_TIMEOUT_MS, 100, 3_600_000) or 1,
+        max_deliveries=_int(query, "max_deliveries", DEFAULT_MAX_DELIVERIES, 1, 1000) or 1,
+        auto_ack=_bool(query.get("auto_ack", "false")),
+        filter=parse_filters(query.getall("filter", [])),
+    )
+
+
+def _mode(raw: str | None, group: str | None) -> Mode:
+    if raw is None:
+        return Mode.EXCLUSIVE if group else Mode.BROADCAST
+    try:
+        mode = Mode(raw)
+    except ValueError:
+        raise invalid_field("/mode", "'mode' must be exclusive, shared or broadcast") from None
+    if (mode is Mode.BROADCAST) != (group is None):
+        raise invalid_field("/group", "exclusive and shared need a 'group'; broadcast takes none")
+    return mode
+
+
+def _start(raw: str) -> tuple[str, dict[int, str]]:
+    """``earliest``, ``latest`` or a cursor ``<partition>:<offset>[,<partition>:<offset>...]``."""
+    if raw in ("earliest", "latest"):
+        return raw, {}
+    cursor: dict[int, str] = {}
+    for part in raw.split(","):
+        partition, sep, offset = part.partition(":")
+        if not sep or not partition.isdigit():
+            raise invalid_field("/from", "'from' must be earliest, latest or <partition>:<offset>[,...]")
+        parse_offset(offset, "/from")
+        cursor[int(partition)] = offset
+    return "cursor", cursor
+
+
+def _int(query: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise invalid_field(f"/{name}", f"'{name}' must be an integer between {low} and {high}")
+    return int(raw)
+
+
+def _bool(raw: str) -> bool:
+    if raw not in ("true", "false", "1", "0"):
+        raise invalid_field("/auto_ack", "'auto_ack' must be true or false")
+    return raw in ("true", "1")
+
+
+def format_cursor(cursor: Mapping[int, str]) -> str:
+    """The ``from`` value that resumes right after ``cursor``."""
+    return ",".join(f"{partition}:{offset}" for partition, offset in sorted(cursor.items()))

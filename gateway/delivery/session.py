@@ -1,0 +1,185 @@
+"""One subscriber connection: credit-based flow control, un-acked deliveries and a bounded outbox.
+
+Credit: a group session never holds more than ``max_in_flight`` un-acked deliveries; an ack, nack or expiry
+gives credit back. At-most-once and broadcast sessions get credit back once the frame is written, so the
+outbox is bounded by ``max_in_flight`` too. A writer that cannot hand a frame to the socket within
+``slow_client_timeout_s`` closes the session with 4008 and its resume cursor: never a silent drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.delivery.params import SubscribeParams, format_cursor
+from gateway.documents import entry_document
+from gateway.errors import WS_CLOSE_SLOW_CONSUMER
+from storage.models import Delivery
+
+if TYPE_CHECKING:
+    from gateway.delivery.group_reader import GroupReader
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[bytes], Awaitable[None]]
+MessageRef = tuple[int, str]  # (partition, offset)
+CLOSE_REASON_MAX_BYTES = 123
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A delivery waiting for its ack."""
+
+    reader: GroupReader | None
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequest:
+    """Why and how the session must be closed."""
+
+    code: int
+    reason: str
+
+
+class Session:
+    """Credit, in-flight deliveries and the outbox of one subscriber."""
+
+    def __init__(self, session_id: str, topic: str, params: SubscribeParams, send: Send,
+                 slow_client_timeout_s: float) -> None:
+        self.id = session_id
+        self.topic = topic
+        self.params = params
+        self.credit = params.max_in_flight
+        self.in_flight: dict[MessageRef, InFlight] = {}
+        self.cursor: dict[int, str] = dict(params.cursor)
+        self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
+        self._send = send
+        self._slow_timeout_s = slow_client_timeout_s
+        self._outbox: asyncio.Queue[tuple[bytes, bool, MessageRef | None]] = asyncio.Queue()
+        self._credit_waiters: set[asyncio.Event] = set()
+        self._writer: asyncio.Task[None] | None = None
+
+    # --- lifetime -------------------------------------------------------------------------------------------
+    async def __aenter__(self) -> Session:
+        self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the writer; idempotent."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    def request_close(self, code: int, reason: str) -> None:
+        """Ask the connection owner to close the socket (first request wins)."""
+        if not self.closing.done():
+            self.closing.set_result(CloseRequest(code, reason[:CLOSE_REASON_MAX_BYTES]))
+
+    # --- credit ---------------------------------------------------------------------------------------------
+    @property
+    def has_credit(self) -> bool:
+        """Whether the session may take one more delivery."""
+        return self.credit > 0 and not self.closing.done()
+
+    def watch_credit(self, event: asyncio.Event) -> None:
+        """Set ``event`` whenever this session gains credit (readers wait on it)."""
+        self._credit_waiters.add(event)
+        if self.has_credit:
+            event.set()
+
+    def unwatch_credit(self, event: asyncio.Event) -> None:
+        """Stop notifying ``event``."""
+        self._credit_waiters.discard(event)
+
+    def _give_credit(self, amount: int) -> None:
+        if amount <= 0:
+            return
+        self.credit = min(self.params.max_in_flight, self.credit + amount)
+        for event in self._credit_waiters:
+            event.set()
+
+    # --- deliveries -----------------------------------------------------------------------------------------
+    def offer(self, delivery: Delivery, reader: GroupReader | None) -> bool:
+        """Take a delivery if there is credit; False leaves it with the caller."""
+        if not self.has_credit:
+            return False
+        self.credit -= 1
+        entry = delivery.entry
+        tracked = reader is not None and not self.params.auto_ack
+        if tracked:
+            deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
+            self.in_flight[(entry.partition, entry.offset)] = InFlight(reader, deadline)
+        frame = {"type": "message", "topic": self.topic, **entry_document(entry),
+                 "delivery_count": delivery.delivery_count}
+        self._outbox.put_nowait((orjson.dumps(frame), not tracked, (entry.partition, entry.offset)))
+        return True
+
+    def send_control(self, frame: dict[str, Any]) -> None:
+        """Queue a control frame (assignment, error, ack result); not counted against credit."""
+        self._outbox.put_nowait((orjson.dumps(frame), False, None))
+
+    def settle(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
+        """Forget acked/nacked deliveries, give their credit back, and group them by reader."""
+        by_reader: dict[GroupReader, list[MessageRef]] = {}
+        for ref in refs:
+            held = self.in_flight.pop(ref, None)
+            if held is not None and held.reader is not None:
+                by_reader.setdefault(held.reader, []).append(ref)
+        self._give_credit(sum(len(v) for v in by_reader.values()))
+        return by_reader
+
+    def forget(self, ref: MessageRef) -> None:
+        """A reader took a delivery back (ack timeout passed): free its credit."""
+        if self.in_flight.pop(ref, None) is not None:
+            self._give_credit(1)
+
+    def extend(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
+        """Restart the ack timeout of held deliveries; grouped by reader for the store update."""
+        deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
+        by_reader: dict[GroupReader, list[MessageRef]] = {}
+        for ref in refs:
+            held = self.in_flight.get(ref)
+            if held is not None and held.reader is not None:
+                held.deadline = deadline
+                by_reader.setdefault(held.reader, []).append(ref)
+        return by_reader
+
+    def held_by(self, reader: GroupReader) -> list[MessageRef]:
+        """Un-acked deliveries that came from ``reader``."""
+        return [ref for ref, held in self.in_flight.items() if held.reader is reader]
+
+    def resume_cursor(self) -> str:
+        """The ``from`` value that resumes after the last message handed to this session."""
+        return format_cursor(self.cursor)
+
+    # --- writing --------------------------------------------------------------------------------------------
+    async def _write_frames(self) -> None:
+        while True:
+            frame, credit_on_send, ref = await self._outbox.get()
+            try:
+                await asyncio.wait_for(self._send(frame), self._slow_timeout_s)
+            except TimeoutError:
+                log.warning("session %s: client too slow, closing with cursor %s", self.id, self.resume_cursor())
+                self.request_close(WS_CLOSE_SLOW_CONSUMER, "slow consumer; from=" + self.resume_cursor())
+                return
+            except (ConnectionError, RuntimeError) as exc:
+                self.request_close(1006, f"send failed: {exc}")
+                return
+            if ref is not None:
+                # The cursor moves only once the frame is handed to the socket, so a resume never skips.
+                self.cursor[ref[0]] = ref[1]
+            if credit_on_send:
+                self._give_credit(1)

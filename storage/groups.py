@@ -1,0 +1,433 @@
+"""RedisGroupStore: the GroupStore port on Redis Stream consumer groups (one group per partition stream).
+
+The Redis group name is the group name as given, on the partition's stream ``sg:{<topic>/<p>}:log``.
+
+Blocking reads: ``XREADGROUP ... BLOCK ms`` holds its connection for up to ``block_ms``. The cluster client's
+sockets time out after ``socket_timeout_s`` and a timeout there also triggers a topology reload, so blocking
+reads go to the node owning the slot through a separate per-node client without a socket timeout; each attempt
+is bounded instead by ``asyncio.timeout(block_ms + socket_timeout_s)``. Keeping those connections in their own
+pool means blocked readers can never starve the append path of connections. A cancelled or timed-out read
+closes its connection (redis-py disconnects on cancellation), so no late reply is read by the next command;
+entries Redis handed to such a read stay pending and come back through ``expired``/``claim``.
+
+Every other command goes through the cluster client, retried on transient errors inside the store's deadline
+(``ClusterRouter.call``); nothing above this module sees a redis exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.crc import key_slot
+
+from storage.cluster import ClusterRouter, NodeAddress, needs_refresh
+from storage.codec import decode_entries, decode_offset, validate_offset
+from storage.errors import StorageError
+from storage.keys import log_key
+from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
+
+T = TypeVar("T")
+
+EARLIEST = "earliest"
+LATEST = "latest"
+# XCLAIM IDLE n sets the delivery time to now - n and Redis resets a negative time to *now* (idle 0), so an
+# idle beyond the server's epoch time would silently mean "just delivered". Ten years is far past any ack
+# timeout and far below the epoch.
+MAX_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+def start_id(start: str) -> str:
+    """The XGROUP id for a start position: earliest -> "0", latest -> "$", else a validated offset."""
+    if start == EARLIEST:
+        return "0"
+    if start == LATEST:
+        return "$"
+    return validate_offset(start)
+
+
+def clamp_idle_ms(idle_ms: int) -> int:
+    """An idle time Redis will honour (see MAX_IDLE_MS); negative values are rejected."""
+    if idle_ms < 0:
+        raise ValueError(f"idle_ms must be >= 0, got {idle_ms}")
+    return min(idle_ms, MAX_IDLE_MS)
+
+
+def is_missing_group(exc: BaseException) -> bool:
+    """True for the replies meaning the stream or the group does not exist."""
+    if not isinstance(exc, rexc.ResponseError):
+        return False
+    text = str(exc)
+    return text.startswith("NOGROUP") or "requires the key to exist" in text or text == "no such key"
+
+
+def is_busy_group(exc: BaseException) -> bool:
+    """True for XGROUP CREATE's reply when the group already exists."""
+    return isinstance(exc, rexc.ResponseError) and str(exc).startswith("BUSYGROUP")
+
+
+def text(raw: Any) -> str:
+    """A reply string (bytes with decode_responses=False) as str."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def parse_pending(partition: int, rows: Sequence[Mapping[str, Any]]) -> list[PendingEntry]:
+    """PendingEntry values from redis-py's parsed XPENDING range reply."""
+    return [
+        PendingEntry(
+            partition=partition,
+            offset=text(row["message_id"]),
+            consumer=text(row["consumer"]),
+            idle_ms=int(row["time_since_delivered"]),
+            delivery_count=int(row["times_delivered"]),
+        )
+        for row in rows
+    ]
+
+
+def present(items: Sequence[Any]) -> list[Any]:
+    """The ``(id, fields)`` items of a stream reply whose entry still exists (nil items are deleted ones)."""
+    return [item for item in items if item is not None and item[0] is not None and item[1] is not None]
+
+
+def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
+    """Entries of a RESP2 XREADGROUP reply for one stream (empty on a BLOCK timeout)."""
+    if not reply:
+        return []
+    _stream, items = reply[0]
+    return decode_entries(partition, present(items))
+
+
+def find_group(infos: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any] | None:
+    """The XINFO GROUPS row of ``group``, or None."""
+    for info in infos:
+        if text(info["name"]) == group:
+            return info
+    return None
+
+
+def state_from(partition: int, info: Mapping[str, Any] | None, oldest: str | None) -> GroupPartitionState:
+    """A GroupPartitionState from a group's XINFO GROUPS row (None = no such group) and its oldest pending."""
+    if info is None:
+        return GroupPartitionState(partition, False, None, 0, None, None)
+    lag = info.get("lag")
+    return GroupPartitionState(
+        partition=partition,
+        exists=True,
+        last_delivered_offset=decode_offset(info.get("last-delivered-id")),
+        pending=int(info.get("pending") or 0),
+        oldest_pending_offset=oldest,
+        lag=None if lag is None else int(lag),
+    )
+
+
+class BlockingReaders:
+    """One plain client per node for blocking reads: no socket timeout, a pool separate from writes."""
+
+    def __init__(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._clients: dict[NodeAddress, Redis] = {}
+        self._stale = False
+
+    def mark_stale(self) -> None:
+        """The slot map is being refreshed: drop clients of departed nodes before the next read."""
+        self._stale = True
+
+    async def client_for(self, key: str) -> Redis:
+        """The reader client of the primary that owns ``key``'s slot (per the cached slot map)."""
+        if self._stale:
+            self._stale = False
+            await self._prune()
+        address = self._router.node_for_slot(key_slot(key.encode()))
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self._make(address)
+        return client
+
+    def _make(self, address: NodeAddress) -> Redis:
+        s = self._router.settings
+        return Redis(
+            host=address[0],
+            port=address[1],
+            username=s.username,
+            password=s.password,
+            client_name=s.client_name,
+            socket_timeout=None,  # bounded per call by asyncio.timeout, since BLOCK varies per call
+            socket_connect_timeout=s.socket_connect_timeout_s,
+            max_connections=s.max_connections_per_node,
+            decode_responses=False,
+            retry=Retry(NoBackoff(), 0),  # the store retries itself, after refreshing the slot map
+        )
+
+    async def _prune(self) -> None:
+        known = {(n.host, int(n.port)) for n in self._router.cluster.get_nodes()}
+        for address in [a for a in self._clients if a not in known]:
+            await self._clients.pop(address).aclose()
+
+    async def aclose(self) -> None:
+        """Close every reader client (idempotent)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+class RedisGroupStore:
+    """Consumer groups on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
+
+    Build it with ``RedisGroupStore(router)`` or take ``RedisStreamStore.groups``. It owns only its blocking
+    reader clients (``aclose``); the router belongs to whoever created it.
+    """
+
+    def __init__(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._settings = router.settings
+        self._readers = BlockingReaders(router)
+        self._closed = False
+
+    async def aclose(self) -> None:
+        """Close the blocking reader clients; the shared router stays open (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            await self._readers.aclose()
+
+    async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
+        """Create the group at ``start`` (earliest/latest/offset) with MKSTREAM; an existing group stays put."""
+        first_id = start_id(start)
+        key = log_key(topic, partition)
+        await self._write("ensure_group", lambda: self._create(key, group, first_id))
+
+    async def _create(self, key: str, group: str, first_id: str) -> bool:
+        """XGROUP CREATE ... MKSTREAM; False when the group already existed."""
+        try:
+            await self._router.cluster.xgroup_create(key, group, id=first_id, mkstream=True)
+        except rexc.ResponseError as exc:
+            if is_busy_group(exc):
+                return False
+            raise
+        return True
+
+    async def read_new(
+        self, topic: str, partition: int, group: str, consumer: str, *, count: int, block_ms: int
+    ) -> list[StoredEntry]:
+        """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block).
+
+        A missing group (or stream) is created from "earliest" and the read retried once.
+        """
+        if count <= 0 or block_ms < 0:
+            raise ValueError("count must be > 0 and block_ms >= 0")
+        key = log_key(topic, partition)
+        try:
+            return await self._read_once(key, partition, group, consumer, count, block_ms)
+        except _MissingGroup:
+            await self._write("read_new", lambda: self._create(key, group, "0"))
+        try:
+            return await self._read_once(key, partition, group, consumer, count, block_ms)
+        except _MissingGroup as exc:
+            raise StorageError(f"read_new: group {group!r} vanished again on {key}") from exc
+
+    async def _read_once(
+        self, key: str, partition: int, group: str, consumer: str, count: int, block_ms: int
+    ) -> list[StoredEntry]:
+        attempt_s = block_ms / 1000 + self._settings.socket_timeout_s
+
+        async def op() -> Any:
+            client = await self._readers.client_for(key)
+            try:
+                async with asyncio.timeout(attempt_s):
+                    return await client.xreadgroup(group, consumer, {key: ">"}, count=count, block=block_ms or None)
+            except Exception as exc:
+                if is_missing_group(exc):
+                    raise _MissingGroup(str(exc)) from exc
+                if needs_refresh(exc):  # MOVED, lost node: the router refreshes the slot map before retrying
+                    self._readers.mark_stale()
+                raise
+
+        reply = await self._router.call("read_new", self._settings.read_deadline_s + block_ms / 1000, op)
+        return parse_read_reply(partition, reply)
+
+    async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
+        """XACK the offsets; returns how many were pending. An empty list is 0 without a call."""
+        if not offsets:
+            return 0
+        ids = [validate_offset(o) for o in offsets]
+        key = log_key(topic, partition)
+        acked = await self._write("ack", lambda: self._ack_or_zero(key, group, ids))
+        return int(acked)
+
+    async def _ack_or_zero(self, key: str, group: str, ids: Sequence[str]) -> int:
+        try:
+            return int(await self._router.cluster.xack(key, group, *ids))
+        except rexc.ResponseError as exc:
+            if is_missing_group(exc):
+                return 0
+            raise
+
+    async def expired(
+        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int
+    ) -> list[PendingEntry]:
+        """Pending entries idle >= ``min_idle_ms``, in offset order (XPENDING key group IDLE n - + count)."""
+        if count <= 0:
+            return []
+        key = log_key(topic, partition)
+
+        async def op() -> list[Any]:
+            try:
+                return list(
+                    await self._router.cluster.xpending_range(
+                        key, group, min="-", max="+", count=count, idle=max(0, min_idle_ms)
+                    )
+                )
+            except rexc.ResponseError as exc:
+                if is_missing_group(exc):
+                    return []
+                raise
+
+        return parse_pending(partition, await self._read("expired", op))
+
+    async def claim(
+        self,
+        topic: str,
+        partition: int,
+        group: str,
+        consumer: str,
+        pending: Sequence[PendingEntry],
+        *,
+        min_idle_ms: int,
+    ) -> list[Delivery]:
+        """XCLAIM the pending entries for ``consumer``; returns them with delivery_count + 1.
+
+        Entries claimed by someone else meanwhile (idle below ``min_idle_ms``) are skipped. Entries trimmed
+        away are skipped too and leave the pending list: Redis 7 drops them from the PEL inside XCLAIM; an
+        older server replies nil for them, and then every requested id missing from the stream is acked.
+        """
+        if not pending:
+            return []
+        counts = {validate_offset(p.offset): p.delivery_count for p in pending}
+        key = log_key(topic, partition)
+        reply = await self._write("claim", lambda: self._xclaim(key, group, consumer, list(counts), min_idle_ms))
+        claimed = present(reply)
+        if len(claimed) < len(reply):
+            await self._ack_trimmed(key, group, list(counts))
+        entries = decode_entries(partition, claimed)
+        return [Delivery(entry, counts[entry.offset] + 1) for entry in entries if entry.offset in counts]
+
+    async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str], min_idle_ms: int) -> list[Any]:
+        try:
+            return list(await self._router.cluster.xclaim(key, group, consumer, max(0, min_idle_ms), _id_list(ids)))
+        except rexc.ResponseError as exc:
+            if is_missing_group(exc):
+                return []
+            raise
+
+    async def _ack_trimmed(self, key: str, group: str, ids: list[str]) -> None:
+        """Ack the ids that no longer exist in the stream (they can never be delivered)."""
+
+        async def exists(entry_id: str) -> bool:
+            return bool(await self._router.cluster.xrange(key, min=entry_id, max=entry_id, count=1))
+
+        async def op() -> None:
+            gone = [i for i in ids if not await exists(i)]
+            if gone:
+                await self._ack_or_zero(key, group, gone)
+
+        await self._write("claim", op)
+
+    async def set_idle(
+        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str], idle_ms: int
+    ) -> None:
+        """Set the idle time of pending entries without counting a delivery (XCLAIM 0 ... IDLE n JUSTID).
+
+        Idle times beyond MAX_IDLE_MS are clamped (Redis would otherwise treat them as 0).
+        """
+        if not offsets:
+            return
+        ids = [validate_offset(o) for o in offsets]
+        idle = clamp_idle_ms(idle_ms)
+        key = log_key(topic, partition)
+
+        async def op() -> None:
+            try:
+                await self._router.cluster.xclaim(key, group, consumer, 0, _id_list(ids), idle=idle, justid=True)
+            except rexc.ResponseError as exc:
+                if not is_missing_group(exc):
+                    raise
+
+        await self._write("set_idle", op)
+
+    async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
+        """Last delivered offset, pending count, oldest pending offset and lag (None when Redis cannot tell)."""
+        key = log_key(topic, partition)
+        return await self._read("state", lambda: self._state(key, partition, group))
+
+    async def _state(self, key: str, partition: int, group: str) -> GroupPartitionState:
+        info = find_group(await self._group_infos(key), group)
+        if info is None or not int(info.get("pending") or 0):
+            return state_from(partition, info, None)
+        try:
+            summary = await self._router.cluster.xpending(key, group)
+        except rexc.ResponseError as exc:
+            if is_missing_group(exc):  # destroyed between the two calls
+                return state_from(partition, None, None)
+            raise
+        return state_from(partition, info, decode_offset(summary.get("min")))
+
+    async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
+        try:
+            return list(await self._router.cluster.xinfo_groups(key))
+        except rexc.ResponseError as exc:
+            if is_missing_group(exc):
+                return []
+            raise
+
+    async def seek(self, topic: str, partition: int, group: str, start: str) -> None:
+        """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending stays."""
+        new_id = start_id(start)
+        key = log_key(topic, partition)
+
+        async def op() -> None:
+            if not await self._create(key, group, new_id):
+                await self._router.cluster.xgroup_setid(key, group, new_id)
+
+        await self._write("seek", op)
+
+    async def groups(self, topic: str, partition: int) -> list[str]:
+        """Names of the groups on a partition; [] when its stream does not exist."""
+        key = log_key(topic, partition)
+        infos = await self._read("groups", lambda: self._group_infos(key))
+        return [text(info["name"]) for info in infos]
+
+    async def delete_group(self, topic: str, partition: int, group: str) -> None:
+        """XGROUP DESTROY; a missing group or stream is fine."""
+        key = log_key(topic, partition)
+
+        async def op() -> None:
+            try:
+                await self._router.cluster.xgroup_destroy(key, group)
+            except rexc.ResponseError as exc:
+                if not is_missing_group(exc):
+                    raise
+
+        await self._write("delete_group", op)
+
+    async def _read(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        return await self._router.call(what, self._settings.read_deadline_s, op)
+
+    async def _write(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        return await self._router.call(what, self._settings.write_deadline_s, op)
+
+
+def _id_list(ids: Sequence[str]) -> list[Any]:
+    # redis-py's XCLAIM annotation is a one-element tuple type; any list of ids is what it accepts at runtime.
+    return list(ids)
+
+
+class _MissingGroup(StorageError):
+    """Internal: XREADGROUP found no group (or no stream); read_new re-creates it and retries once."""
+
+
+__all__ = ["MAX_IDLE_MS", "RedisGroupStore", "clamp_idle_ms", "start_id"]
