@@ -63,3 +63,26 @@ class HistoryCompacted(CoordinationUnavailable):
     def __init__(self, compacted_revision: int) -> None:
         super().__init__(f"etcd history was compacted up to revision {compacted_revision}")
         self.compacted_revision = compacted_revision
+
+
+class InvalidGroup(PartitionerError):
+    """A consumer-group name or member id breaks the rules; ``field`` names the offending field."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class MembershipLost(PartitionerError):
+    """A group member's lease could not be kept alive for a whole TTL (or it was closed).
+
+    The member must stop serving every partition at once; the caller may join again as a new member.
+    """
+
+    retriable = True
+
+    def __init__(self, topic: str, group: str, member_id: str) -> None:
+        super().__init__(f"member {member_id!r} of group {group!r} on topic {topic!r} lost its membership")
+        self.topic = topic
+        self.group = group
+        self.member_id = member_id

@@ -6,7 +6,9 @@ sees etcd types. aetcd has no type hints: its objects are ``Any`` inside this mo
 into the typed values below (``StoredValue``, ``Snapshot``, ``WatchEvent``) before leaving it.
 
 Layout under the prefix (default ``/streamgate/``): ``topics/<name>`` -> ``TopicMetadata.to_json()``; a
-topic's ``version`` is the key's ``mod_revision``, which makes every update a compare-and-swap.
+topic's ``version`` is the key's ``mod_revision``, which makes every update a compare-and-swap. Consumer
+groups live under ``groups/`` (see ``partitioner.membership``); this module only offers the lease, guarded
+put and watch primitives they need.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -36,6 +39,7 @@ __all__ = [
     "EtcdConnection",
     "EtcdTopicRegistry",
     "EtcdWatch",
+    "Guard",
     "Snapshot",
     "StoredValue",
     "TopicWatcher",
@@ -74,6 +78,18 @@ class WatchEvent:
     key: bytes
     value: bytes
     mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A transaction precondition: ``key``'s create_revision (or mod_revision) equals ``revision``.
+
+    ``revision == 0`` means "the key is absent".
+    """
+
+    key: bytes
+    revision: int
+    target: Literal["create", "mod"] = "create"
 
 
 @contextlib.contextmanager
@@ -189,16 +205,49 @@ class EtcdConnection:
             result = await self._live.get_prefix(prefix, sort_order="ascend", sort_target="key")
         return Snapshot([_stored(kv) for kv in result.kvs], int(result.header.revision))
 
-    async def put_if_absent(self, key: bytes, value: bytes) -> int | None:
-        """Create ``key``; its revision, or None when the key already exists."""
+    async def put_if_absent(self, key: bytes, value: bytes, lease_id: int | None = None) -> int | None:
+        """Create ``key`` (attached to ``lease_id`` if given); its revision, or None when it already exists."""
+        return await self.put_if(key, value, guards=[Guard(key, 0)], lease_id=lease_id)
+
+    async def put(self, key: bytes, value: bytes, lease_id: int | None = None) -> int:
+        """Store ``key`` unconditionally; returns the new revision.
+
+        As in etcd, a put without ``lease_id`` detaches the key from any lease it had.
+        """
+        with _etcd_errors("put"):
+            result = await self._live.put(key, value, lease=lease_id)
+        return int(result.header.revision)
+
+    async def put_if(self, key: bytes, value: bytes, *, guards: Sequence[Guard],
+                     lease_id: int | None = None) -> int | None:
+        """Store ``key`` only if every guard holds (one transaction); the new revision, or None if not."""
         client = self._live
-        with _etcd_errors("create"):
+        compare = [(client.transactions.create(guard.key) if guard.target == "create"
+                    else client.transactions.mod(guard.key)) == guard.revision for guard in guards]
+        with _etcd_errors("transaction"):
             succeeded, responses = await client.transaction(
-                compare=[client.transactions.create(key) == 0],
-                success=[client.transactions.put(key, value)],
+                compare=compare,
+                success=[client.transactions.put(key, value, lease=lease_id)],
                 failure=[],
             )
         return int(responses[0].response_put.header.revision) if succeeded else None
+
+    async def grant_lease(self, ttl_s: float) -> tuple[int, int]:
+        """A new lease of at least ``ttl_s`` (rounded up to whole seconds): (lease id, granted TTL in s)."""
+        with _etcd_errors("lease grant"):
+            lease = await self._live.lease(max(1, math.ceil(ttl_s)))
+        return int(lease.id), int(lease.ttl)
+
+    async def keep_alive(self, lease_id: int) -> int:
+        """Refresh a lease once; its remaining TTL in seconds, 0 when etcd no longer knows the lease."""
+        with _etcd_errors("lease keepalive"):
+            reply = await self._live.refresh_lease(lease_id)
+        return 0 if reply is None else int(reply.TTL)
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        """Revoke a lease: every key attached to it is deleted at once."""
+        with _etcd_errors("lease revoke"):
+            await self._live.revoke_lease(lease_id)
 
     async def put_if_unchanged(self, key: bytes, value: bytes,
                                mod_revision: int) -> tuple[int | None, StoredValue | None]:
