@@ -7,10 +7,12 @@ from contextlib import AsyncExitStack
 
 from aiohttp import web
 
+from gateway.delivery.dead_letters import DeadLetterWriter
+from gateway.delivery.hub import DeliveryHub
 from gateway.errors import Handler, problem_middleware
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
-from gateway.routes import health, messages, topics
+from gateway.routes import health, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
@@ -39,7 +41,7 @@ def build_app(settings: GatewaySettings) -> web.Application:
         middlewares=[http_metrics_middleware, problem_middleware],
     )
     app[SETTINGS] = settings
-    for module in (topics, messages, health):
+    for module in (topics, messages, subscribe, health):
         module.add_routes(app)
     return app
 
@@ -67,6 +69,10 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         cache = TopicCache()
         watcher = await stack.enter_async_context(TopicWatcher(etcd, cache, prefix=settings.etcd_prefix))
         metrics = GatewayMetrics.create()
+        registry = EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix)
+        groups = store.groups
+        hub = await stack.enter_async_context(
+            DeliveryHub(groups, settings.node_id, DeadLetterWriter(registry, store, settings.dedup_ttl_ms)))
         publisher = await stack.enter_async_context(
             Publisher(store, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
                       settings.retry_after_s))
@@ -78,11 +84,13 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         app[SERVICES] = Services(
             settings=settings,
             store=store,
-            registry=EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix),
+            registry=registry,
             cache=cache,
             publisher=publisher,
             metrics=metrics,
             readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live)],
+            delivery=hub,
+            etcd=etcd,
         )
         yield
 

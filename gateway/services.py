@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.delivery.hub import DeliveryHub
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.settings import GatewaySettings
 from gateway.validation import PublishLimits
 from partitioner.cache import TopicCache
 from partitioner.errors import TopicNotFound
+from partitioner.etcd import EtcdConnection
 from partitioner.hashing import KeylessSpreader
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
@@ -32,6 +34,8 @@ class Services:
     publisher: Publisher
     metrics: GatewayMetrics
     readiness_checks: Sequence[tuple[str, ReadinessCheck]] = ()
+    delivery: DeliveryHub | None = None  # consumer groups; None where no group store is wired (unit tests)
+    etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)
 

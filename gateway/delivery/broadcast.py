@@ -46,9 +46,10 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
             if not entries:
                 await asyncio.sleep(IDLE_POLL_S)
                 continue
-            from_time_ms = None
             for entry in entries:
-                session.offer(Delivery(entry, 1), None)
-            after = entries[-1].offset
+                # Other partitions share the credit, so it may run out mid-page: re-read from here later.
+                if not session.offer(Delivery(entry, 1), None):
+                    break
+                after, from_time_ms = entry.offset, None
     finally:
         session.unwatch_credit(credit)

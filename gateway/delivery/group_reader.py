@@ -94,10 +94,9 @@ class GroupReader:
         self._credit.set()
         task, self._task = self._task, None
         if task is not None:
-            try:
+            # On timeout wait_for cancels it; entries read meanwhile are reclaimed after their ack timeout.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(task, READ_BLOCK_MS / 1000 * 4)
-            except TimeoutError:
-                pass  # wait_for cancelled it; entries read meanwhile are reclaimed after their ack timeout
         backlog = [d.entry.offset for d in self._backlog]
         self._backlog.clear()
         with contextlib.suppress(StorageError):

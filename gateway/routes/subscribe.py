@@ -1,0 +1,243 @@
+"""``GET /v1/subscribe``: WebSocket subscriptions in exclusive, shared or broadcast mode.
+
+Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends ``message``,
+``assignment`` and ``error`` frames; the client sends ``ack``, ``nack`` and ``extend`` frames. See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable
+from typing import Any
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from gateway.delivery.broadcast import follow_partition, resolve_start
+from gateway.delivery.group_reader import GroupConfig
+from gateway.delivery.hub import DeliveryHub, GroupConflict
+from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
+from gateway.delivery.session import MessageRef, Session
+from gateway.errors import (
+    WS_CLOSE_GOING_AWAY,
+    WS_CLOSE_GROUP_CONFLICT,
+    WS_CLOSE_UNAVAILABLE,
+    close_code_for,
+    unavailable,
+)
+from gateway.services import Services, services_of
+from partitioner.errors import PartitionerError
+from partitioner.membership import GroupMember
+from partitioner.topics import TopicMetadata
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+SETTLE_ACTIONS = ("ack", "nack", "extend")
+MAX_REFS_PER_FRAME = 10_000
+
+
+class MembershipLost(Exception):
+    """The member's lease could not be kept alive: it must stop serving at once."""
+
+
+async def subscribe(request: web.Request) -> web.StreamResponse:
+    """Upgrade to a WebSocket and serve the subscription until either side closes."""
+    services = services_of(request)
+    params = parse_subscribe_params(request.query)
+    topic = await services.topic(params.topic)
+    if params.mode is not Mode.BROADCAST and services.delivery is None:
+        raise unavailable("consumer groups are not available on this gateway", services.settings.retry_after_s)
+    settings = services.settings
+    ws = web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.ws_max_frame_bytes)
+    await ws.prepare(request)
+    session_id = f"{settings.node_id}-{uuid.uuid4().hex[:12]}"
+    async with Session(session_id, topic.name, params, _text_sender(ws),
+                       settings.slow_client_timeout_s) as session:
+        await _serve(ws, session, services, topic)
+    return ws
+
+
+def _text_sender(ws: web.WebSocketResponse) -> Any:
+    async def send(frame: bytes) -> None:
+        await ws.send_str(frame.decode())
+    return send
+
+
+async def _serve(ws: web.WebSocketResponse, session: Session, services: Services, topic: TopicMetadata) -> None:
+    runner = asyncio.create_task(_run_mode(session, services, topic), name=f"subscription-{session.id}")
+    receiver = asyncio.create_task(_receive(ws, session, services), name=f"receiver-{session.id}")
+    closing: asyncio.Future[Any] = session.closing
+    try:
+        await asyncio.wait([runner, receiver, closing], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (runner, receiver):
+            task.cancel()
+        for task in (runner, receiver):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    if runner.done() and not runner.cancelled() and runner.exception() is not None:
+        _close_for(session, runner.exception())
+    if not ws.closed:
+        request = session.closing.result() if session.closing.done() else None
+        code, reason = (request.code, request.reason) if request else (WS_CLOSE_GOING_AWAY, "")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code=code, message=reason.encode()), 5)
+
+
+def _close_for(session: Session, exc: BaseException | None) -> None:
+    if exc is None:
+        return
+    if isinstance(exc, GroupConflict):
+        session.request_close(WS_CLOSE_GROUP_CONFLICT, str(exc))
+    elif isinstance(exc, MembershipLost | StorageError | PartitionerError):
+        session.request_close(close_code_for(exc), f"{type(exc).__name__}: {exc}")
+    else:
+        log.error("subscription %s failed", session.id, exc_info=exc)
+        session.request_close(WS_CLOSE_UNAVAILABLE, "internal error")
+
+
+async def _run_mode(session: Session, services: Services, topic: TopicMetadata) -> None:
+    params = session.params
+    if params.mode is Mode.BROADCAST:
+        await _run_broadcast(session, services, topic)
+        return
+    if services.delivery is None or params.group is None:
+        raise PartitionerError("group subscriptions need a group and a delivery hub")
+    config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
+                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
+    if params.mode is Mode.SHARED:
+        await _run_shared(session, services.delivery, params.group, config, topic)
+    else:
+        await _run_exclusive(session, services, params.group, config, topic)
+
+
+def _group_start(params: SubscribeParams) -> str:
+    if params.start == "cursor":
+        # A group has one position per partition; a cursor names them, the lowest is used where absent.
+        return min(params.cursor.values())
+    return params.start
+
+
+async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    session.send_control({"type": "assignment", "generation": 0, "partitions": list(range(topic.partitions))})
+    await asyncio.gather(*(follow_partition(services.store, session, p, after) for p, after in positions.items()))
+
+
+async def _run_shared(session: Session, hub: DeliveryHub, group: str, config: GroupConfig,
+                      topic: TopicMetadata) -> None:
+    partitions = list(range(topic.partitions))
+    try:
+        for partition in partitions:
+            await hub.attach(session, partition, group, config)
+        session.send_control({"type": "assignment", "generation": 0, "partitions": partitions})
+        await asyncio.Future()  # serve until cancelled
+    finally:
+        await _detach_all(hub, session, partitions, group)
+
+
+async def _run_exclusive(session: Session, services: Services, group: str, config: GroupConfig,
+                         topic: TopicMetadata) -> None:
+    hub, settings = services.delivery, services.settings
+    if hub is None or services.etcd is None:
+        raise PartitionerError("exclusive groups need etcd and a delivery hub")
+
+    def partition_count() -> int:
+        current = services.cache.get(topic.name)
+        return current.partitions if current is not None else topic.partitions
+
+    serving: set[int] = set()
+    async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
+                           node=settings.node_id, partition_count=partition_count, prefix=settings.etcd_prefix,
+                           lease_ttl_s=settings.member_lease_ttl_s) as member:
+        lost = asyncio.ensure_future(member.wait_lost())
+        try:
+            while True:
+                assignment = await _first(member.next_assignment(), lost)
+                wanted = set(assignment.partitions)
+                for partition in sorted(serving - wanted):
+                    await hub.detach(session, partition, group)
+                for partition in sorted(wanted - serving):
+                    await hub.attach(session, partition, group, config)
+                serving = wanted
+                session.send_control({"type": "assignment", "generation": assignment.generation,
+                                      "partitions": sorted(serving)})
+                await member.confirm(assignment.generation)
+        finally:
+            lost.cancel()
+            await _detach_all(hub, session, sorted(serving), group)
+
+
+async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any]) -> Any:
+    """The result of ``awaitable`` unless the membership is lost first."""
+    task = asyncio.ensure_future(awaitable)
+    await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        raise MembershipLost("group membership lease lost")
+    return task.result()
+
+
+async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int], group: str) -> None:
+    for partition in partitions:
+        with contextlib.suppress(StorageError):
+            await hub.detach(session, partition, group)
+
+
+async def _receive(ws: web.WebSocketResponse, session: Session, services: Services) -> None:
+    """Handle client frames until the socket closes."""
+    async for message in ws:
+        if message.type is WSMsgType.TEXT:
+            await _handle_frame(message.data, session, services)
+        elif message.type is WSMsgType.BINARY:
+            session.send_control(_error("bad-frame", "frames must be JSON text"))
+        elif message.type is WSMsgType.ERROR:
+            return
+
+
+async def _handle_frame(text: str, session: Session, services: Services) -> None:
+    try:
+        frame = orjson.loads(text)
+        action, refs, delay_ms = _parse_settle(frame)
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        session.send_control(_error("bad-frame", str(exc)))
+        return
+    if services.delivery is None or session.params.mode is Mode.BROADCAST:
+        session.send_control(_error("bad-frame", f"{action} is only meaningful in a group subscription"))
+        return
+    try:
+        await services.delivery.settle(session, refs, action, delay_ms)
+    except StorageError as exc:
+        session.send_control(_error("unavailable", f"{action} failed, retry: {exc.message}"))
+
+
+def _parse_settle(frame: Any) -> tuple[str, list[MessageRef], int]:
+    if not isinstance(frame, dict) or frame.get("type") not in SETTLE_ACTIONS:
+        raise ValueError("expected {\"type\": \"ack\"|\"nack\"|\"extend\", \"messages\": [...]}")
+    raw = frame.get("messages")
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_REFS_PER_FRAME:
+        raise ValueError(f"'messages' must be a list of 1 to {MAX_REFS_PER_FRAME} {{partition, offset}}")
+    refs: list[MessageRef] = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("partition"), int) \
+                or not isinstance(item.get("offset"), str):
+            raise ValueError("each message must be {\"partition\": int, \"offset\": str}")
+        refs.append((item["partition"], item["offset"]))
+    delay_ms = frame.get("delay_ms", 0)
+    if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or not 0 <= delay_ms <= 86_400_000:
+        raise ValueError("'delay_ms' must be an integer between 0 and 86400000")
+    return str(frame["type"]), refs, delay_ms
+
+
+def _error(code: str, detail: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "detail": detail}
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the subscription route."""
+    app.router.add_get("/v1/subscribe", subscribe)
