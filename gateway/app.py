@@ -9,10 +9,11 @@ from aiohttp import web
 
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.pull import Puller
 from gateway.errors import Handler, problem_middleware
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
-from gateway.routes import health, messages, subscribe, topics
+from gateway.routes import groups, health, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
@@ -41,7 +42,7 @@ def build_app(settings: GatewaySettings) -> web.Application:
         middlewares=[http_metrics_middleware, problem_middleware],
     )
     app[SETTINGS] = settings
-    for module in (topics, messages, subscribe, health):
+    for module in (topics, messages, subscribe, groups, health):
         module.add_routes(app)
     return app
 
@@ -70,9 +71,9 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         watcher = await stack.enter_async_context(TopicWatcher(etcd, cache, prefix=settings.etcd_prefix))
         metrics = GatewayMetrics.create()
         registry = EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix)
-        groups = store.groups
-        hub = await stack.enter_async_context(
-            DeliveryHub(groups, settings.node_id, DeadLetterWriter(registry, store, settings.dedup_ttl_ms)))
+        group_store = store.groups
+        dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms)
+        hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters))
         publisher = await stack.enter_async_context(
             Publisher(store, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
                       settings.retry_after_s))
@@ -91,6 +92,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live)],
             delivery=hub,
             etcd=etcd,
+            puller=Puller(group_store, dead_letters),
         )
         yield
 

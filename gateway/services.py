@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.pull import Puller
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.settings import GatewaySettings
@@ -36,6 +37,7 @@ class Services:
     readiness_checks: Sequence[tuple[str, ReadinessCheck]] = ()
     delivery: DeliveryHub | None = None  # consumer groups; None where no group store is wired (unit tests)
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
+    puller: Puller | None = None  # HTTP pull for groups
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)
 

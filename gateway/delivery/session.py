@@ -172,6 +172,10 @@ class Session:
             try:
                 await asyncio.wait_for(self._send(frame), self._slow_timeout_s)
             except TimeoutError:
+                # aiohttp writes the frame to the transport before it waits for the drain, so the client
+                # gets it ahead of the close frame: count it as sent, or the resume would repeat it.
+                if ref is not None:
+                    self.cursor[ref[0]] = ref[1]
                 log.warning("session %s: client too slow, closing with cursor %s", self.id, self.resume_cursor())
                 self.request_close(WS_CLOSE_SLOW_CONSUMER, "slow consumer; from=" + self.resume_cursor())
                 return

@@ -1,0 +1,148 @@
+"""HTTP pull for clients that cannot hold a socket: stateless, so any gateway replica serves any call.
+
+A pull reclaims entries whose ack timeout passed (redelivery, or the dead-letter topic past max_deliveries),
+then reads new ones across the topic's partitions, long-polling up to ``wait_ms``. Each message carries a
+receipt handle naming its topic, partition, offset and ack timeout; ack/nack/extend take receipts, so they
+work on any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
+from gateway.errors import invalid_field
+from storage.groups_protocol import GroupStore
+from storage.models import Delivery
+
+PULL_CONSUMER = "http-pull"
+POLL_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a pulled message's receipt handle stands for."""
+
+    topic: str
+    partition: int
+    offset: str
+    ack_timeout_ms: int
+
+    def encode(self) -> str:
+        """An opaque URL-safe token."""
+        raw = orjson.dumps([self.topic, self.partition, self.offset, self.ack_timeout_ms])
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, token: object, pointer: str) -> Receipt:
+        """Parse a token from ``encode``; 422 naming ``pointer`` when it is not one."""
+        try:
+            if not isinstance(token, str):
+                raise ValueError("not a string")
+            data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            topic, partition, offset, ack_timeout_ms = data
+            if not (isinstance(topic, str) and isinstance(partition, int) and isinstance(offset, str)
+                    and isinstance(ack_timeout_ms, int)):
+                raise ValueError("wrong shape")
+            return cls(topic, partition, offset, ack_timeout_ms)
+        except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+            raise invalid_field(pointer, "not a receipt handle returned by pull") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequest:
+    """A validated pull."""
+
+    topic: str
+    max_messages: int
+    wait_ms: int
+    ack_timeout_ms: int
+    max_deliveries: int
+
+
+class Puller:
+    """Pulls for groups on behalf of HTTP clients."""
+
+    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink) -> None:
+        self.store = store
+        self._dead_letters = dead_letters
+        self._ensured: set[tuple[str, int, str]] = set()
+        self._rotation = itertools.count()
+
+    async def pull(self, group: str, request: PullRequest, partitions: int) -> list[Delivery]:
+        """Up to ``max_messages`` deliveries, waiting up to ``wait_ms`` for the first."""
+        await self._ensure(request.topic, partitions, group)
+        deadline = time.monotonic() + request.wait_ms / 1000
+        first = next(self._rotation) % partitions
+        order = [(first + i) % partitions for i in range(partitions)]
+        while True:
+            deliveries = await self._reclaim(group, request, order)
+            for partition in order:
+                wanted = request.max_messages - len(deliveries)
+                if wanted <= 0:
+                    break
+                entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
+                                                     count=wanted, block_ms=0)
+                deliveries += [Delivery(entry, 1) for entry in entries]
+            remaining = deadline - time.monotonic()
+            if deliveries or remaining <= 0:
+                return deliveries
+            await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+    async def _ensure(self, topic: str, partitions: int, group: str) -> None:
+        for partition in range(partitions):
+            if (topic, partition, group) not in self._ensured:
+                await self.store.ensure_group(topic, partition, group, "earliest")
+                self._ensured.add((topic, partition, group))
+
+    async def _reclaim(self, group: str, request: PullRequest, order: Sequence[int]) -> list[Delivery]:
+        out: list[Delivery] = []
+        for partition in order:
+            wanted = request.max_messages - len(out)
+            if wanted <= 0:
+                break
+            expired = await self.store.expired(request.topic, partition, group,
+                                                min_idle_ms=request.ack_timeout_ms, count=wanted)
+            if not expired:
+                continue
+            claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER, expired,
+                                              min_idle_ms=request.ack_timeout_ms)
+            out += await self._drop_dead(group, request, partition, claimed)
+        return out
+
+    async def _drop_dead(self, group: str, request: PullRequest, partition: int,
+                         claimed: list[Delivery]) -> list[Delivery]:
+        dead = [d for d in claimed if d.delivery_count > request.max_deliveries]
+        for delivery in dead:
+            await self._dead_letters(request.topic, group, delivery, "max_deliveries exceeded")
+        if dead:
+            await self.store.ack(request.topic, partition, group, [d.entry.offset for d in dead])
+        return [d for d in claimed if d.delivery_count <= request.max_deliveries]
+
+    async def settle(self, group: str, receipts: Sequence[Receipt], action: str, delay_ms: int = 0) -> int:
+        """ack / nack / extend by receipt; returns how many receipts were applied."""
+        by_partition: dict[tuple[str, int, int], list[str]] = defaultdict(list)
+        for receipt in receipts:
+            by_partition[(receipt.topic, receipt.partition, receipt.ack_timeout_ms)].append(receipt.offset)
+        for (topic, partition, ack_timeout_ms), offsets in by_partition.items():
+            if action == "ack":
+                await self.store.ack(topic, partition, group, offsets)
+            else:
+                idle_ms = _idle_for(action, ack_timeout_ms, delay_ms)
+                await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, idle_ms)
+        return len(receipts)
+
+
+def _idle_for(action: str, ack_timeout_ms: int, delay_ms: int) -> int:
+    if action == "extend":
+        return 0
+    return max(0, ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS

@@ -1,0 +1,232 @@
+"""Consumer groups over HTTP: pull with receipts, ack/nack/extend, list, describe, seek."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gateway.delivery.dead_letters import dlq_name
+from gateway.delivery.params import GROUP_NAME
+from gateway.delivery.pull import Puller, PullRequest, Receipt
+from gateway.delivery.redrive import redrive
+from gateway.documents import entry_document
+from gateway.errors import Problem, invalid_field, unavailable
+from gateway.offsets import parse_offset, predecessor
+from gateway.responses import json_response
+from gateway.routes.bodies import optional_int, read_json_object
+from gateway.services import Services, services_of
+from gateway.validation import reject_unknown_fields
+from partitioner.group_state import group_view, list_groups
+from partitioner.topics import TopicMetadata
+from storage.models import GroupPartitionState
+
+PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "max_deliveries"})
+SETTLE_FIELDS = frozenset({"receipts", "delay_ms"})
+SEEK_FIELDS = frozenset({"topic", "to", "partitions"})
+MAX_PULL = 1000
+MAX_WAIT_MS = 30_000
+MAX_RECEIPTS = 10_000
+
+
+def _group(request: web.Request) -> str:
+    group = request.match_info["group"]
+    if not GROUP_NAME.fullmatch(group):
+        raise invalid_field("/group", "'group' must match [A-Za-z0-9._-]{1,200}")
+    return group
+
+
+def _puller(services: Services) -> Puller:
+    if services.puller is None:
+        raise unavailable("consumer groups are not available on this gateway", services.settings.retry_after_s)
+    return services.puller
+
+
+async def _topic_field(services: Services, doc: dict[str, Any]) -> TopicMetadata:
+    name = doc.get("topic")
+    if not isinstance(name, str):
+        raise invalid_field("/topic", "'topic' is required")
+    return await services.topic(name)
+
+
+async def pull(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/pull {topic, max_messages?, wait_ms?, ack_timeout_ms?, max_deliveries?}."""
+    services, group = services_of(request), _group(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, PULL_FIELDS)
+    topic = await _topic_field(services, doc)
+    pull_request = PullRequest(
+        topic=topic.name,
+        max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
+        wait_ms=_bounded(doc, "wait_ms", 0, 0, MAX_WAIT_MS),
+        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, 100, 3_600_000),
+        max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
+    )
+    deliveries = await _puller(services).pull(group, pull_request, topic.partitions)
+    messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
+                 "receipt": Receipt(topic.name, d.entry.partition, d.entry.offset,
+                                    pull_request.ack_timeout_ms).encode()} for d in deliveries]
+    return json_response({"messages": messages})
+
+
+def _bounded(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = optional_int(doc, name, minimum=low)
+    if value is None:
+        return default
+    if value > high:
+        raise invalid_field(f"/{name}", f"'{name}' must be at most {high}")
+    return value
+
+
+async def _settle(request: web.Request, action: str) -> web.Response:
+    services, group = services_of(request), _group(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, SETTLE_FIELDS if action == "nack" else frozenset({"receipts"}))
+    raw = doc.get("receipts")
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
+        raise invalid_field("/receipts", f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
+    receipts = [Receipt.decode(token, f"/receipts/{i}") for i, token in enumerate(raw)]
+    delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
+    count = await _puller(services).settle(group, receipts, action, delay_ms)
+    return json_response({{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count})
+
+
+async def ack(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/ack {receipts}."""
+    return await _settle(request, "ack")
+
+
+async def nack(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/nack {receipts, delay_ms?}: redeliver after the delay (0: at once)."""
+    return await _settle(request, "nack")
+
+
+async def extend(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/extend {receipts}: restart the ack timeout."""
+    return await _settle(request, "extend")
+
+
+async def _groups_in_redis(services: Services) -> set[tuple[str, str]]:
+    topics = await services.registry.list()
+    store = _puller(services).store
+
+    async def of_topic(topic: TopicMetadata) -> set[tuple[str, str]]:
+        names = await asyncio.gather(*(store.groups(topic.name, p) for p in range(topic.partitions)))
+        return {(topic.name, group) for partition_groups in names for group in partition_groups}
+
+    found = await asyncio.gather(*(of_topic(topic) for topic in topics))
+    return set().union(*found) if found else set()
+
+
+async def list_all_groups(request: web.Request) -> web.Response:
+    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd."""
+    services = services_of(request)
+    pairs = await _groups_in_redis(services)
+    if services.etcd is not None:
+        pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
+    return json_response({"groups": [{"topic": t, "group": g} for t, g in sorted(pairs)]})
+
+
+async def describe_group(request: web.Request) -> web.Response:
+    """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag and pending."""
+    services, group = services_of(request), _group(request)
+    wanted = request.query.get("topic")
+    pairs = await _groups_in_redis(services)
+    if services.etcd is not None:
+        pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
+    topics = sorted(t for t, g in pairs if g == group and (wanted is None or t == wanted))
+    if not topics:
+        raise Problem(404, "group-not-found", "Group not found", f"group {group!r} has no state"
+                      + (f" on topic {wanted!r}" if wanted else ""))
+    return json_response({"group": group, "topics": [await _describe_on(services, group, t) for t in topics]})
+
+
+async def _describe_on(services: Services, group: str, name: str) -> dict[str, Any]:
+    topic = await services.topic(name)
+    store = _puller(services).store
+    states = await asyncio.gather(*(store.state(name, p, group) for p in range(topic.partitions)))
+    doc: dict[str, Any] = {"topic": name, "members": [], "generation": None, "assignment": {},
+                           "partitions": [_partition_state(state) for state in states]}
+    if services.etcd is not None:
+        view = await group_view(services.etcd, topic=name, group=group, prefix=services.settings.etcd_prefix)
+        doc["members"] = [{"member_id": m.member_id, "node": m.node, "joined_at_ms": m.joined_at_ms}
+                          for m in view.members]
+        doc["generation"] = view.generation or None
+        doc["assignment"] = {member: list(parts) for member, parts in view.owners.items()}
+    return doc
+
+
+def _partition_state(state: GroupPartitionState) -> dict[str, Any]:
+    oldest_age_ms = None
+    if state.oldest_pending_offset is not None:
+        oldest_age_ms = max(0, int(time.time() * 1000) - int(state.oldest_pending_offset.split("-")[0]))
+    return {"partition": state.partition, "exists": state.exists,
+            "last_delivered_offset": state.last_delivered_offset, "pending": state.pending,
+            "oldest_pending_offset": state.oldest_pending_offset, "oldest_pending_age_ms": oldest_age_ms,
+            "lag": state.lag}
+
+
+async def seek(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/seek {topic, to: earliest|latest|<partition>:<offset>,...|{"timestamp_ms": t}}."""
+    services, group = services_of(request), _group(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, SEEK_FIELDS)
+    topic = await _topic_field(services, doc)
+    positions = _seek_positions(doc.get("to"), topic)
+    store = _puller(services).store
+    for partition, start in positions.items():
+        await store.seek(topic.name, partition, group, start)
+    return json_response({"topic": topic.name, "group": group,
+                          "positions": {str(p): s for p, s in sorted(positions.items())}})
+
+
+def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
+    everywhere = range(topic.partitions)
+    if to in ("earliest", "latest"):
+        return dict.fromkeys(everywhere, str(to))
+    if isinstance(to, dict) and set(to) == {"timestamp_ms"} and isinstance(to["timestamp_ms"], int) \
+            and to["timestamp_ms"] >= 0:
+        # Deliver from the first entry at or after the time: the position is the ID just before it.
+        position = predecessor(f"{to['timestamp_ms']}-0") or "earliest"
+        return dict.fromkeys(everywhere, position)
+    if isinstance(to, str):
+        positions: dict[int, str] = {}
+        for part in to.split(","):
+            partition, sep, offset = part.partition(":")
+            if not sep or not partition.isdigit() or int(partition) >= topic.partitions:
+                raise invalid_field("/to", f"{part!r} is not <partition>:<offset> of this topic")
+            parse_offset(offset, "/to")
+            positions[int(partition)] = offset
+        return positions
+    raise invalid_field("/to", "'to' must be earliest, latest, '<partition>:<offset>,...' or {\"timestamp_ms\": t}")
+
+
+REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s"})
+
+
+async def redrive_dead_letters(request: web.Request) -> web.Response:
+    """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} -> {"redriven": n}."""
+    services = services_of(request)
+    doc = await read_json_object(request) if request.can_read_body else {}
+    reject_unknown_fields(doc, REDRIVE_FIELDS)
+    source = await services.topic(request.match_info["topic"])
+    dlq = await services.topic(dlq_name(source.name))
+    moved = await redrive(services.store, _puller(services).store, source, dlq,
+                          max_messages=_bounded(doc, "max_messages", 1000, 1, 100_000),
+                          rate_per_s=_bounded(doc, "rate_per_s", 1000, 1, 100_000),
+                          dedup_ttl_ms=services.settings.dedup_ttl_ms)
+    return json_response({"redriven": moved})
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the group routes."""
+    app.router.add_get("/v1/groups", list_all_groups)
+    app.router.add_get("/v1/groups/{group}", describe_group)
+    app.router.add_post("/v1/groups/{group}/pull", pull)
+    app.router.add_post("/v1/groups/{group}/ack", ack)
+    app.router.add_post("/v1/groups/{group}/nack", nack)
+    app.router.add_post("/v1/groups/{group}/extend", extend)
+    app.router.add_post("/v1/groups/{group}/seek", seek)
+    app.router.add_post("/v1/topics/{topic}/dlq/redrive", redrive_dead_letters)
