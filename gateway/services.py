@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
+from gateway.delivery.session import Session
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.settings import GatewaySettings
@@ -38,6 +39,7 @@ class Services:
     delivery: DeliveryHub | None = None  # consumer groups; None where no group store is wired (unit tests)
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     puller: Puller | None = None  # HTTP pull for groups
+    sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)
 

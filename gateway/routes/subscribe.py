@@ -28,7 +28,7 @@ from gateway.errors import (
     close_code_for,
     unavailable,
 )
-from gateway.services import Services, services_of
+from gateway.services import SERVICES, Services, services_of
 from partitioner.errors import PartitionerError
 from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
@@ -57,8 +57,21 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     session_id = f"{settings.node_id}-{uuid.uuid4().hex[:12]}"
     async with Session(session_id, topic.name, params, _text_sender(ws),
                        settings.slow_client_timeout_s) as session:
-        await _serve(ws, session, services, topic)
+        services.sessions.add(session)
+        try:
+            await _serve(ws, session, services, topic)
+        finally:
+            services.sessions.discard(session)
     return ws
+
+
+async def close_sessions_on_shutdown(app: web.Application) -> None:
+    """Ask every open subscription to close with 1001 so clients reconnect elsewhere and resume."""
+    services = app.get(SERVICES)
+    if services is None:
+        return
+    for session in list(services.sessions):
+        session.request_close(WS_CLOSE_GOING_AWAY, "gateway shutting down")
 
 
 def _text_sender(ws: web.WebSocketResponse) -> Any:
@@ -239,5 +252,6 @@ def _error(code: str, detail: str) -> dict[str, Any]:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the subscription route."""
+    """Register the subscription route and the shutdown hook that closes subscriptions."""
     app.router.add_get("/v1/subscribe", subscribe)
+    app.on_shutdown.append(close_sessions_on_shutdown)

@@ -11,6 +11,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -44,13 +45,22 @@ def topic_name() -> str:
     return f"it-{uuid.uuid4().hex[:10]}"
 
 
+@dataclass
+class GatewayProcess:
+    """A `streamgate serve` child process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+
 @pytest.fixture
-def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[str]]:
-    """Two `streamgate serve` processes sharing the session's Redis Cluster and etcd; their base URLs."""
+def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[GatewayProcess]]:
+    """Two `streamgate serve` processes sharing the session's Redis Cluster and etcd (member lease TTL 2 s)."""
     env = {**os.environ,
            "STREAMGATE_REDIS_NODES": ",".join(gateway_settings.redis_nodes),
            "STREAMGATE_ETCD_ENDPOINTS": ",".join(gateway_settings.etcd_endpoints),
-           "STREAMGATE_ETCD_PREFIX": gateway_settings.etcd_prefix}
+           "STREAMGATE_ETCD_PREFIX": gateway_settings.etcd_prefix,
+           "STREAMGATE_MEMBER_LEASE_TTL_S": "2"}
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:
@@ -62,10 +72,11 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[str]]:
             urls.append(f"http://127.0.0.1:{port}")
         for url, process in zip(urls, processes, strict=True):
             wait_ready(url, process)
-        yield urls
+        yield [GatewayProcess(url, process) for url, process in zip(urls, processes, strict=True)]
     finally:
         for process in processes:
-            process.send_signal(signal.SIGTERM)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         for process in processes:
             try:
                 process.wait(timeout=20)

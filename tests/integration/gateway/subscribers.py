@@ -94,11 +94,23 @@ class Subscriber:
             await asyncio.wait_for(self._task, 10)
 
 
-async def subscribe(client: TestClient[Any, Any], name: str, auto: bool = True, **params: Any) -> Subscriber:
+def query_pairs(params: dict[str, Any]) -> list[tuple[str, str]]:
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()
              if not isinstance(v, list)}
-    pairs = list(query.items()) + [(k, item) for k, v in params.items() if isinstance(v, list) for item in v]
-    ws = await client.ws_connect("/v1/subscribe", params=pairs)
+    return list(query.items()) + [(k, item) for k, v in params.items() if isinstance(v, list) for item in v]
+
+
+async def subscribe_at(http: aiohttp.ClientSession, base_url: str, name: str, auto: bool = True,
+                       **params: Any) -> Subscriber:
+    """Subscribe through a gateway process at ``base_url``."""
+    ws = await http.ws_connect(f"{base_url}/v1/subscribe", params=query_pairs(params))
+    subscriber = Subscriber(name, ws, auto=auto)
+    subscriber.start()
+    return subscriber
+
+
+async def subscribe(client: TestClient[Any, Any], name: str, auto: bool = True, **params: Any) -> Subscriber:
+    ws = await client.ws_connect("/v1/subscribe", params=query_pairs(params))
     subscriber = Subscriber(name, ws, auto=auto)
     subscriber.start()
     return subscriber

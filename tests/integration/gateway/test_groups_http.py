@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient
+from conftest import GatewayProcess
 from subscribers import subscribe, wait_until
 
 Client = TestClient[Any, Any]
@@ -25,8 +26,9 @@ async def publish(client: Client, topic: str, messages: list[dict[str, Any]]) ->
 
 
 async def test_pull_round_robined_over_two_gateway_processes_delivers_each_message_once(
-        gateway_processes: list[str], topic_name: str) -> None:
-    first, second = gateway_processes
+        gateway_processes: list[GatewayProcess], topic_name: str) -> None:
+    urls = [g.url for g in gateway_processes]
+    first, second = urls
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{first}/v1/topics", json={"name": topic_name, "partitions": 4}) as response:
             assert response.status == 201
@@ -36,7 +38,7 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
         seen: Counter[int] = Counter()
         served_by: Counter[str] = Counter()
         for turn in range(200):
-            url = gateway_processes[turn % 2]
+            url = urls[turn % 2]
             async with http.post(f"{url}/v1/groups/workers/pull",
                                  json={"topic": topic_name, "max_messages": 25, "wait_ms": 200}) as response:
                 assert response.status == 200, await response.text()
@@ -46,7 +48,7 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
             served_by[url] += len(messages)
             seen.update(m["value"] for m in messages)
             # ack on the *other* gateway: receipts are stateless
-            other = gateway_processes[(turn + 1) % 2]
+            other = urls[(turn + 1) % 2]
             async with http.post(f"{other}/v1/groups/workers/ack",
                                  json={"receipts": [m["receipt"] for m in messages]}) as response:
                 assert response.status == 200
