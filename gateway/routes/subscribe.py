@@ -29,7 +29,7 @@ from gateway.errors import (
     unavailable,
 )
 from gateway.services import SERVICES, Services, services_of
-from partitioner.errors import PartitionerError
+from partitioner.errors import MembershipLost, PartitionerError
 from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
@@ -38,10 +38,6 @@ log = logging.getLogger(__name__)
 
 SETTLE_ACTIONS = ("ack", "nack", "extend")
 MAX_REFS_PER_FRAME = 10_000
-
-
-class MembershipLost(Exception):
-    """The member's lease could not be kept alive: it must stop serving at once."""
 
 
 async def subscribe(request: web.Request) -> web.StreamResponse:
@@ -106,7 +102,7 @@ def _close_for(session: Session, exc: BaseException | None) -> None:
         return
     if isinstance(exc, GroupConflict):
         session.request_close(WS_CLOSE_GROUP_CONFLICT, str(exc))
-    elif isinstance(exc, MembershipLost | StorageError | PartitionerError):
+    elif isinstance(exc, StorageError | PartitionerError):
         session.request_close(close_code_for(exc), f"{type(exc).__name__}: {exc}")
     else:
         log.error("subscription %s failed", session.id, exc_info=exc)
@@ -171,7 +167,7 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
         lost = asyncio.ensure_future(member.wait_lost())
         try:
             while True:
-                assignment = await _first(member.next_assignment(), lost)
+                assignment = await _first(member.next_assignment(), lost, member)
                 wanted = set(assignment.partitions)
                 for partition in sorted(serving - wanted):
                     await hub.detach(session, partition, group)
@@ -186,13 +182,16 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
             await _detach_all(hub, session, sorted(serving), group)
 
 
-async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any]) -> Any:
+async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any], member: GroupMember) -> Any:
     """The result of ``awaitable`` unless the membership is lost first."""
     task = asyncio.ensure_future(awaitable)
-    await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
-    if not task.done():
-        task.cancel()
-        raise MembershipLost("group membership lease lost")
+    try:
+        await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise MembershipLost(member.topic, member.group, member.member_id)
     return task.result()
 
 
