@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.app import create_app
+from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from gateway.settings import GatewaySettings, settings_from_env
 
 log = logging.getLogger("streamgate")
@@ -26,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in CLIENT_COMMANDS:
+        return run_client_command(args)
     try:
         settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port)
     except ValueError as exc:
@@ -91,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=help_text)
         command.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
         command.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
+    add_client_commands(commands)
     dev = commands.choices["dev"]
     dev.add_argument("--data-dir", default=".streamgate-dev", help="where Redis and etcd keep their data")
     dev.add_argument("--primaries", type=int, default=3, help="Redis Cluster primaries")

@@ -39,8 +39,10 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
     try:
         while True:
             while not session.has_credit:
+                if session.closing.done():
+                    return
                 credit.clear()
-                await credit.wait()
+                await credit.wait()  # also set when the session starts closing
             entries = await store.read(session.topic, partition, after=after, from_time_ms=from_time_ms,
                                        limit=min(session.credit, PAGE_MAX))
             if not entries:

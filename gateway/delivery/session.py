@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 Send = Callable[[bytes], Awaitable[None]]
 MessageRef = tuple[int, str]  # (partition, offset)
 CLOSE_REASON_MAX_BYTES = 123
+SLOW_CLOSE_FRAME_WAIT_S = 0.05
 
 
 @dataclass(slots=True)
@@ -87,6 +88,8 @@ class Session:
         """Ask the connection owner to close the socket (first request wins)."""
         if not self.closing.done():
             self.closing.set_result(CloseRequest(code, reason[:CLOSE_REASON_MAX_BYTES]))
+            for event in self._credit_waiters:
+                event.set()  # wake waiters so they notice the close
 
     # --- credit ---------------------------------------------------------------------------------------------
     @property
@@ -166,6 +169,20 @@ class Session:
         return format_cursor(self.cursor)
 
     # --- writing --------------------------------------------------------------------------------------------
+    async def _close_slow(self) -> None:
+        """Close with 4008; the full cursor goes in a last error frame, the reason holds it when it fits."""
+        cursor = self.resume_cursor()
+        log.warning("session %s: client too slow, closing with cursor %s", self.id, cursor)
+        frame = orjson.dumps({"type": "error", "code": "slow-consumer", "detail": "closing: too slow to drain",
+                              "cursor": cursor})
+        # The frame lands in the transport ahead of the close frame even if the drain wait times out.
+        with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
+            await asyncio.wait_for(self._send(frame), SLOW_CLOSE_FRAME_WAIT_S)
+        reason = "slow consumer; from=" + cursor
+        if len(reason.encode()) > CLOSE_REASON_MAX_BYTES:
+            reason = "slow consumer; cursor in the last error frame"
+        self.request_close(WS_CLOSE_SLOW_CONSUMER, reason)
+
     async def _write_frames(self) -> None:
         while True:
             frame, credit_on_send, ref = await self._outbox.get()
@@ -176,8 +193,7 @@ class Session:
                 # gets it ahead of the close frame: count it as sent, or the resume would repeat it.
                 if ref is not None:
                     self.cursor[ref[0]] = ref[1]
-                log.warning("session %s: client too slow, closing with cursor %s", self.id, self.resume_cursor())
-                self.request_close(WS_CLOSE_SLOW_CONSUMER, "slow consumer; from=" + self.resume_cursor())
+                await self._close_slow()
                 return
             except (ConnectionError, RuntimeError) as exc:
                 self.request_close(1006, f"send failed: {exc}")

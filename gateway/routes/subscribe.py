@@ -37,6 +37,7 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 SETTLE_ACTIONS = ("ack", "nack", "extend")
+TASK_STOP_TIMEOUT_S = 5.0
 MAX_REFS_PER_FRAME = 10_000
 
 
@@ -85,9 +86,10 @@ async def _serve(ws: web.WebSocketResponse, session: Session, services: Services
     finally:
         for task in (runner, receiver):
             task.cancel()
-        for task in (runner, receiver):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Bounded: a task stuck in a backend call must not keep the handler (and shutdown) waiting.
+        await asyncio.wait([runner, receiver], timeout=TASK_STOP_TIMEOUT_S)
+    if receiver.done() and not receiver.cancelled():
+        receiver.exception()  # retrieved: a receive error just ends the subscription
     if runner.done() and not runner.cancelled() and runner.exception() is not None:
         _close_for(session, runner.exception())
     if not ws.closed:

@@ -7,7 +7,7 @@ import signal
 from typing import Any
 
 import aiohttp
-from conftest import GatewayProcess
+from processes import GatewayProcess
 from subscribers import subscribe_at, wait_until
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient
-from conftest import GatewayProcess
+from processes import GatewayProcess
 from subscribers import subscribe, wait_until
 
 Client = TestClient[Any, Any]

@@ -87,6 +87,9 @@ async def test_slow_broadcast_client_is_closed_with_cursor_and_resumes_exactly(
     got_before = [f["value"]["n"] for f in frames if f["type"] == "message"]
     assert len(got_before) < MESSAGES
     cursor = reason.removeprefix("slow consumer; from=")
+    [last_word] = [f for f in frames if f["type"] == "error"]
+    assert last_word["code"] == "slow-consumer"
+    assert last_word["cursor"] == cursor
     resumed = await subscribe(client, "resumed", topic=topic_name, **{"from": cursor})
     await wait_until(lambda: len(got_before) + len(resumed.messages) >= MESSAGES, what="the rest")
     await asyncio.sleep(0.3)

@@ -1,0 +1,31 @@
+"""The streamgate Python client: ``Producer``, ``Consumer`` and ``Admin`` (asyncio, aiohttp).
+
+```python
+async with Producer("http://127.0.0.1:8080", "orders", acks="all") as producer:
+    result = await producer.send(value={"total": 42}, key="alice")
+
+async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consumer:
+    async for message in consumer:
+        handle(message.value)
+        await message.ack()
+```
+"""
+
+from gateway.client.admin import Admin
+from gateway.client.consumer import Assignment, Consumer, Message
+from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed
+from gateway.client.producer import Producer, RetryPolicy, SendResult
+
+__all__ = [
+    "Admin",
+    "Assignment",
+    "ClientError",
+    "ConnectionFailed",
+    "Consumer",
+    "Message",
+    "ProblemError",
+    "Producer",
+    "RetryPolicy",
+    "SendResult",
+    "SubscriptionClosed",
+]

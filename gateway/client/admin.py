@@ -1,0 +1,127 @@
+"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the JSON document."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.client.errors import ConnectionFailed, problem_of
+
+
+class Admin:
+    """The gateway's HTTP admin API. ``async with Admin("http://127.0.0.1:8080") as admin: ...``.
+
+    Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing is retried.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = 10,
+                 session: aiohttp.ClientSession | None = None) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session = session
+        self._owns_session = session is None
+
+    async def __aenter__(self) -> Admin:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session this client opened; idempotent."""
+        session, self._session = self._session, None
+        if self._owns_session and session is not None:
+            await session.close()
+
+    # --- topics ---------------------------------------------------------------------------------------------
+    async def create_topic(self, name: str, partitions: int, *, retention_ms: int | None = None,
+                           max_length: int | None = None) -> dict[str, Any]:
+        """POST /v1/topics -> the topic."""
+        body: dict[str, Any] = {"name": name, "partitions": partitions}
+        if retention_ms is not None:
+            body["retention_ms"] = retention_ms
+        if max_length is not None:
+            body["max_length"] = max_length
+        return await self._call("POST", "/v1/topics", body=body)
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        """GET /v1/topics -> the topics, sorted by name."""
+        document = await self._call("GET", "/v1/topics")
+        return list(document["topics"])
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        """GET /v1/topics/{name} -> the topic with ``partition_details``."""
+        return await self._call("GET", f"/v1/topics/{name}")
+
+    async def delete_topic(self, name: str) -> None:
+        """DELETE /v1/topics/{name}: the metadata and every partition's data."""
+        await self._call("DELETE", f"/v1/topics/{name}")
+
+    async def replay(self, topic: str, partition: int, *, from_: str | None = None,
+                     from_time_ms: int | None = None, limit: int | None = None) -> dict[str, Any]:
+        """GET one page of a partition -> ``{"messages": [...], "next_offset": ...}`` (``from_`` inclusive)."""
+        params = {name: str(value) for name, value in
+                  (("from", from_), ("from_time_ms", from_time_ms), ("limit", limit)) if value is not None}
+        return await self._call("GET", f"/v1/topics/{topic}/partitions/{partition}/messages", params=params)
+
+    async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
+                         page_size: int = 1000) -> list[dict[str, Any]]:
+        """Every message of a partition from ``from_`` to its current end, page by page."""
+        messages: list[dict[str, Any]] = []
+        start = from_
+        while True:
+            page = await self.replay(topic, partition, from_=start, limit=page_size)
+            messages += page["messages"]
+            if len(page["messages"]) < page_size:
+                return messages
+            start = page["next_offset"]
+
+    # --- consumer groups and dead letters --------------------------------------------------------------------
+    async def list_groups(self) -> list[dict[str, Any]]:
+        """GET /v1/groups -> ``[{topic, group}, ...]``."""
+        document = await self._call("GET", "/v1/groups")
+        return list(document["groups"])
+
+    async def describe_group(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """GET /v1/groups/{group}[?topic=] -> per topic: members, generation, assignment, partitions' lag."""
+        return await self._call("GET", f"/v1/groups/{group}", params={"topic": topic} if topic else None)
+
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> dict[str, Any]:
+        """POST /v1/groups/{group}/seek ``{topic, to}``.
+
+        ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly after) or
+        ``{"timestamp_ms": t}``. Pending messages stay pending.
+        """
+        target = to if isinstance(to, str) else dict(to)
+        return await self._call("POST", f"/v1/groups/{group}/seek", body={"topic": topic, "to": target})
+
+    async def redrive(self, topic: str, max_messages: int | None = None, *,
+                      rate_per_s: int | None = None) -> dict[str, Any]:
+        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic -> ``{"redriven": n}``."""
+        body = {name: value for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
+                if value is not None}
+        return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
+
+    # --- transport ------------------------------------------------------------------------------------------
+    async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
+                    params: dict[str, str] | None = None) -> dict[str, Any]:
+        if self._session is None:
+            raise RuntimeError("the admin client is not open (use 'async with Admin(...)')")
+        url = self._base_url + path
+        data = orjson.dumps(body) if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else None
+        try:
+            async with self._session.request(method, url, data=data, params=params, headers=headers,
+                                             timeout=self._timeout) as response:
+                payload = await response.read()
+                if response.status >= 400:
+                    raise problem_of(response.status, payload, response.headers)
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise ConnectionFailed(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        document = orjson.loads(payload) if payload else {}
+        return document if isinstance(document, dict) else {"result": document}

@@ -1,0 +1,382 @@
+"""The consumer: a WebSocket subscription as an async iterator, with batched acks and reconnect-and-resume.
+
+Group subscriptions (exclusive, shared) simply rejoin after a dropped connection: the group keeps its
+position and un-acked messages are redelivered. Broadcast subscriptions resume with ``from=<cursor>`` built
+from the last offset per partition this consumer yielded (or the cursor the gateway puts in a 4008 close),
+so a reconnect neither skips nor repeats a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+
+from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed, problem_of
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["exclusive", "shared", "broadcast"]
+RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4503})
+FATAL_CODES = frozenset({4404, 4409})
+CLOSE_REASON_MAX_BYTES = 123  # a WebSocket close reason is at most 123 bytes: a long cursor is cut short
+MAX_REFS_PER_FRAME = 10_000
+
+
+def offset_key(offset: str) -> tuple[int, int]:
+    """Sort key of an offset ``<ms>-<seq>``."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def format_cursor(cursor: Mapping[int, str]) -> str:
+    """``<partition>:<offset>,...``: the ``from`` that resumes strictly after each offset."""
+    return ",".join(f"{partition}:{offset}" for partition, offset in sorted(cursor.items()))
+
+
+def parse_cursor(text: str, *, truncated: bool = False) -> dict[int, str]:
+    """The inverse of ``format_cursor``; with ``truncated`` the last (possibly cut) entry is dropped."""
+    parts = [part for part in text.strip().split(",") if part]
+    if truncated and parts:
+        parts = parts[:-1]
+    cursor: dict[int, str] = {}
+    for part in parts:
+        partition, _, offset = part.partition(":")
+        if partition.isdigit() and "-" in offset:
+            cursor[int(partition)] = offset
+    return cursor
+
+
+def cursor_from_close_reason(reason: str) -> dict[int, str]:
+    """The resume cursor a 4008 close carries as ``...; from=<cursor>`` (empty if there is none)."""
+    _, sep, tail = reason.partition("from=")
+    if not sep:
+        return {}
+    return parse_cursor(tail, truncated=len(reason.encode()) >= CLOSE_REASON_MAX_BYTES)
+
+
+def merge_cursors(mine: Mapping[int, str], theirs: Mapping[int, str]) -> dict[int, str]:
+    """Per partition, the later of two cursors."""
+    merged = dict(mine)
+    for partition, offset in theirs.items():
+        if partition not in merged or offset_key(offset) > offset_key(merged[partition]):
+            merged[partition] = offset
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """The partitions this consumer is served; ``generation`` grows on every exclusive-group rebalance."""
+
+    generation: int
+    partitions: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Message:
+    """One delivered message. In a group, ``ack`` it when done (or ``nack`` / ``extend``)."""
+
+    topic: str
+    partition: int
+    offset: str
+    key: str | None
+    value: Any
+    value_b64: str | None
+    headers: dict[str, str]
+    timestamp_ms: int
+    delivery_count: int
+    _settler: _Settler | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def value_bytes(self) -> bytes | None:
+        """The decoded bytes of a binary value (None for a JSON value)."""
+        return None if self.value_b64 is None else base64.b64decode(self.value_b64)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as the gateway sent it (without the frame type)."""
+        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "offset": self.offset,
+                               "key": self.key}
+        if self.value_b64 is not None:
+            doc["value_b64"] = self.value_b64
+        else:
+            doc["value"] = self.value
+        doc.update(headers=self.headers, timestamp_ms=self.timestamp_ms, delivery_count=self.delivery_count)
+        return doc
+
+    async def ack(self) -> None:
+        """Settle the message; batched with other acks into one frame a few milliseconds later."""
+        if self._settler is not None:
+            self._settler.add("ack", self.partition, self.offset)
+
+    async def nack(self, delay_ms: int = 0) -> None:
+        """Give the message back for redelivery after ``delay_ms``."""
+        if self._settler is not None:
+            self._settler.add("nack", self.partition, self.offset, delay_ms)
+
+    async def extend(self) -> None:
+        """Restart the message's ack timeout (still being worked on)."""
+        if self._settler is not None:
+            self._settler.add("extend", self.partition, self.offset)
+
+
+class _Settler:
+    """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds later."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, linger_s: float) -> None:
+        self._ws = ws
+        self._linger_s = linger_s
+        self._pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    def add(self, action: str, partition: int, offset: str, delay_ms: int = 0) -> None:
+        if self._ws.closed:
+            return  # the gateway redelivers what this connection held; a late ack would be ignored anyway
+        self._pending.setdefault((action, delay_ms), []).append({"partition": partition, "offset": offset})
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self._linger_s)
+        self._flusher = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Send every pending settle now."""
+        pending, self._pending = self._pending, {}
+        for (action, delay_ms), refs in pending.items():
+            for start in range(0, len(refs), MAX_REFS_PER_FRAME):
+                frame: dict[str, Any] = {"type": action, "messages": refs[start:start + MAX_REFS_PER_FRAME]}
+                if action == "nack":
+                    frame["delay_ms"] = delay_ms
+                try:
+                    await self._ws.send_str(orjson.dumps(frame).decode())
+                except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
+                    log.info("could not send %s for %d messages (they will be redelivered): %s",
+                             action, len(refs), exc)
+                    return
+
+    async def aclose(self) -> None:
+        """Send what is pending and stop the timer; idempotent."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        await self.flush()
+
+
+class Consumer:
+    """Subscribes to a topic. ``async with Consumer(url, topic, group="g") as c: async for m in c: ...``.
+
+    ``mode`` defaults to ``exclusive`` with a group and ``broadcast`` without. ``from_`` is ``earliest``,
+    ``latest`` or a cursor ``<partition>:<offset>,...``; for a group it only matters when the group is
+    created. ``filters`` are ``"<header>:<v1>,<v2>"`` strings (all must match). With ``auto_ack`` the gateway
+    acks as it sends (at-most-once) and ``ack()`` does nothing. After ``max_reconnects`` failed attempts in a
+    row the iterator raises ``ConnectionFailed``; 4404 (topic deleted) and 4409 (group conflict) raise
+    ``SubscriptionClosed`` at once.
+    """
+
+    def __init__(self, base_url: str, topic: str, *, group: str | None = None, mode: Mode | None = None,
+                 from_: str | None = None, from_time_ms: int | None = None, max_in_flight: int = 100,
+                 ack_timeout_ms: int | None = None, max_deliveries: int | None = None, auto_ack: bool = False,
+                 filters: Sequence[str] = (), ack_linger_ms: float = 5, max_reconnects: int = 10,
+                 backoff_base_s: float = 0.1, backoff_max_s: float = 5.0, heartbeat_s: float | None = 20.0,
+                 session: aiohttp.ClientSession | None = None) -> None:
+        self.topic = topic
+        self.group = group
+        self.mode: Mode = mode or ("exclusive" if group else "broadcast")
+        self.assignment: Assignment | None = None
+        # Broadcast: the last offset yielded per partition (seeded by a cursor ``from_``); what a resume sends.
+        self.cursor: dict[int, str] = parse_cursor(from_) if from_ not in (None, "earliest", "latest") else {}
+        self.last_error: dict[str, Any] | None = None
+        self.connections = 0  # successful connects: more than 1 means it reconnected
+        self._base_url = base_url.rstrip("/")
+        self._start = from_
+        self._from_time_ms = from_time_ms
+        self._options: list[tuple[str, str]] = [("max_in_flight", str(max_in_flight))]
+        for name, item in (("ack_timeout_ms", ack_timeout_ms), ("max_deliveries", max_deliveries)):
+            if item is not None:
+                self._options.append((name, str(item)))
+        if auto_ack:
+            self._options.append(("auto_ack", "true"))
+        self._options += [("filter", spec) for spec in filters]
+        self._auto_ack = auto_ack
+        self._ack_linger_s = ack_linger_ms / 1000
+        self._max_reconnects = max_reconnects
+        self._backoff = (backoff_base_s, backoff_max_s)
+        self._heartbeat_s = heartbeat_s
+        self._session = session
+        self._owns_session = session is None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._settler: _Settler | None = None
+        self._failures = 0
+        self._closed = False
+
+    @property
+    def is_broadcast(self) -> bool:
+        """Whether this is a broadcast (group-less) subscription."""
+        return self.mode == "broadcast"
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def start(self) -> None:
+        """Open the session (unless one was given) and connect; a bad request raises ``ProblemError``."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        if self.is_broadcast and self._start in (None, "latest") and self._from_time_ms is None:
+            await self._pin_latest()
+        await self._connect_with_retries()
+
+    async def aclose(self) -> None:
+        """Send pending acks, close the socket and the session it opened; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._drop_connection()
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+
+    async def __anext__(self) -> Message:
+        while not self._closed:
+            if self._ws is None:
+                await self._connect_with_retries()
+                continue
+            frame = await self._ws.receive()
+            if frame.type is aiohttp.WSMsgType.TEXT:
+                message = self._handle(orjson.loads(frame.data))
+                if message is not None:
+                    return message
+            elif frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                                aiohttp.WSMsgType.ERROR):
+                await self._on_close(frame)
+        raise StopAsyncIteration
+
+    # --- frames ---------------------------------------------------------------------------------------------
+    def _handle(self, doc: dict[str, Any]) -> Message | None:
+        kind = doc.get("type")
+        if kind == "message":
+            self._failures = 0
+            return self._message(doc)
+        if kind == "assignment":
+            self.assignment = Assignment(int(doc["generation"]), tuple(doc["partitions"]))
+        elif kind == "error":
+            self.last_error = doc
+            log.warning("gateway reported %s: %s", doc.get("code"), doc.get("detail"))
+        return None
+
+    def _message(self, doc: dict[str, Any]) -> Message:
+        partition, offset = int(doc["partition"]), str(doc["offset"])
+        if self.is_broadcast:
+            self.cursor[partition] = offset
+        settler = None if self.is_broadcast or self._auto_ack else self._settler
+        return Message(doc.get("topic", self.topic), partition, offset, doc.get("key"), doc.get("value"),
+                       doc.get("value_b64"), doc.get("headers") or {}, int(doc.get("timestamp_ms", 0)),
+                       int(doc.get("delivery_count", 1)), settler)
+
+    async def _on_close(self, frame: aiohttp.WSMessage) -> None:
+        explicit = frame.type is aiohttp.WSMsgType.CLOSE
+        code = int(frame.data) if explicit and frame.data is not None else 1006
+        reason = str(frame.extra or "") if explicit else ""
+        await self._drop_connection()
+        if self._closed:
+            return
+        if code in FATAL_CODES:
+            raise SubscriptionClosed(code, reason)
+        if explicit and code not in RECONNECT_CODES:
+            if code == 1000:
+                self._closed = True
+                return
+            raise SubscriptionClosed(code, reason)
+        if code == 4008:
+            self.cursor = merge_cursors(self.cursor, cursor_from_close_reason(reason))
+        self._failures += 1
+        log.info("subscription to %s closed (%s %s); reconnecting", self.topic, code, reason)
+
+    # --- connecting -----------------------------------------------------------------------------------------
+    async def _pin_latest(self) -> None:
+        """Turn broadcast ``latest`` into an explicit cursor so a resume never skips what came meanwhile."""
+        assert self._session is not None
+        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}") as response:
+            body = await response.read()
+            if response.status >= 400:
+                raise problem_of(response.status, body, response.headers)
+        details = orjson.loads(body).get("partition_details", [])
+        self.cursor = {d["partition"]: d["last_offset"] for d in details if d.get("last_offset")}
+        self._start = "earliest"  # partitions that were empty: everything in them is new
+
+    def _query(self) -> list[tuple[str, str]]:
+        query = [("topic", self.topic), ("mode", self.mode), *self._options]
+        if self.group is not None:
+            query.append(("group", self.group))
+        start = self._start
+        if self.is_broadcast:
+            start = format_cursor(self.cursor) if self.cursor else start
+            if self._from_time_ms is not None:
+                query.append(("from_time_ms", str(self._from_time_ms)))
+        if start is not None:
+            query.append(("from", start))
+        return query
+
+    async def _connect_with_retries(self) -> None:
+        """Connect, backing off after drops and failures; give up after ``max_reconnects`` failures in a row."""
+        while True:
+            if self._failures:
+                base_s, max_s = self._backoff
+                await asyncio.sleep(random.uniform(base_s, min(max_s, base_s * 2 ** self._failures)))
+            try:
+                await self._connect()
+                return
+            except ClientError as exc:
+                self._failures += 1
+                if not exc.retriable or self._failures > self._max_reconnects:
+                    raise
+                log.warning("connecting to %s failed (%s); retrying", self.topic, exc)
+
+    async def _connect(self) -> None:
+        assert self._session is not None
+        url = f"{self._base_url}/v1/subscribe"
+        query = self._query()
+        try:
+            ws = await self._session.ws_connect(url, params=query, heartbeat=self._heartbeat_s)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise await self._handshake_problem(url, query, exc) from exc
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}") from exc
+        self._ws = ws
+        self._settler = _Settler(ws, self._ack_linger_s)
+        self.connections += 1
+
+    async def _handshake_problem(self, url: str, query: list[tuple[str, str]],
+                                 exc: aiohttp.WSServerHandshakeError) -> ProblemError:
+        """The problem document behind a refused upgrade (parameters are checked before the upgrade)."""
+        assert self._session is not None
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self._session.get(url, params=query) as response:
+                if response.status == exc.status:
+                    return problem_of(response.status, await response.read(), response.headers)
+        return ProblemError(exc.status, {"status": exc.status, "detail": exc.message})
+
+    async def _drop_connection(self) -> None:
+        ws, self._ws = self._ws, None
+        settler, self._settler = self._settler, None
+        if settler is not None:
+            await settler.aclose()
+        if ws is not None and not ws.closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 5)

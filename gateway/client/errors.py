@@ -1,0 +1,83 @@
+"""Errors raised by the Python client: one base, a few leaves with typed fields and a ``retriable`` flag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import orjson
+
+RETRIABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class ClientError(Exception):
+    """Base of every error the streamgate client raises."""
+
+    retriable = False
+
+
+class ProblemError(ClientError):
+    """The gateway answered with an RFC 9457 problem document (or a bare HTTP error status)."""
+
+    def __init__(self, status: int, document: dict[str, Any], retry_after_s: float | None = None) -> None:
+        self.status = status
+        self.document = document
+        self.type: str = str(document.get("type", "about:blank"))
+        self.title: str = str(document.get("title", ""))
+        self.detail: str = str(document.get("detail", self.title or f"HTTP {status}"))
+        self.pointer: str | None = document.get("pointer")
+        self.retry_after_s = retry_after_s
+        self.retriable = status in RETRIABLE_STATUSES
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """One human line: status, title, detail and the offending field if any."""
+        where = f" (at {self.pointer})" if self.pointer else ""
+        title = f" {self.title}" if self.title else ""
+        return f"{self.status}{title}: {self.detail}{where}"
+
+
+class ConnectionFailed(ClientError):
+    """The gateway could not be reached, or did not answer in time, after every retry."""
+
+    retriable = True
+
+
+class SubscriptionClosed(ClientError):
+    """The gateway ended a subscription for a reason a reconnect cannot fix (topic deleted, group conflict)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"subscription closed with {code}: {reason or 'no reason given'}")
+
+
+def retry_after_of(headers: Any) -> float | None:
+    """``Retry-After`` in seconds (the delta-seconds form; an HTTP date is ignored)."""
+    raw = headers.get("Retry-After") if headers is not None else None
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return None
+
+
+def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
+    """Build the typed error for an error response; a body that is not a problem document still works."""
+    try:
+        document = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    if not document:
+        document = {"status": status, "detail": body.decode(errors="replace")[:500] or f"HTTP {status}"}
+    return ProblemError(status, document, retry_after_of(headers))
+
+
+async def raise_for_problem(response: aiohttp.ClientResponse) -> None:
+    """Raise ``ProblemError`` for a 4xx/5xx response (reading its body); do nothing otherwise."""
+    if response.status < 400:
+        return
+    raise problem_of(response.status, await response.read(), response.headers)

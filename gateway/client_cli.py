@@ -1,0 +1,222 @@
+"""Client commands of ``streamgate``: ``produce``, ``consume``, ``topics`` and ``groups``.
+
+Output is JSON lines on stdout; an error prints the problem's detail to stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any
+
+import orjson
+
+from gateway.client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
+
+CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
+DEFAULT_URL = "http://127.0.0.1:8080"
+MAX_UNPRINTED = 10_000  # stdin produce: how many sends may be outstanding before waiting for the oldest
+
+
+def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the client commands on the ``streamgate`` sub-command parser."""
+    url = argparse.ArgumentParser(add_help=False)
+    url.add_argument("--url", default=DEFAULT_URL, help=f"gateway base URL (default {DEFAULT_URL})")
+    _add_produce(commands, url)
+    _add_consume(commands, url)
+    _add_topics(commands, url)
+    _add_groups(commands, url)
+
+
+def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+                 url: argparse.ArgumentParser) -> None:
+    produce = commands.add_parser("produce", parents=[url], help="publish messages (arguments or stdin lines)")
+    produce.add_argument("topic")
+    produce.add_argument("values", nargs="*", metavar="VALUE",
+                         help="one message each (JSON if it parses, else a string); none: read stdin lines")
+    produce.add_argument("--key", default=None, help="message key (partitioning)")
+    produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
+    produce.add_argument("--header", action="append", default=[], metavar="K=V", help="repeatable")
+
+
+def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+                 url: argparse.ArgumentParser) -> None:
+    consume = commands.add_parser("consume", parents=[url], help="print messages as JSON lines, acking each")
+    consume.add_argument("topic")
+    consume.add_argument("--group", default=None)
+    consume.add_argument("--mode", default=None, choices=["exclusive", "shared", "broadcast"])
+    consume.add_argument("--from", dest="from_", default=None, metavar="earliest|latest|CURSOR",
+                         help="CURSOR is <partition>:<offset>[,...] (resume after those offsets)")
+    consume.add_argument("--filter", action="append", default=[], metavar="HEADER:V1,V2",
+                         help="repeatable; all must match")
+    consume.add_argument("--max-in-flight", type=int, default=100)
+    consume.add_argument("--max-messages", type=int, default=None, help="exit after this many messages")
+    consume.add_argument("--timeout-s", type=float, default=None, help="exit after this long without a message")
+
+
+def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+                url: argparse.ArgumentParser) -> None:
+    topics = commands.add_parser("topics", help="list, create, describe and delete topics")
+    actions = topics.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", parents=[url], help="one line per topic")
+    create = actions.add_parser("create", parents=[url])
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, required=True)
+    create.add_argument("--retention-ms", type=int, default=None)
+    create.add_argument("--max-length", type=int, default=None)
+    for name in ("describe", "delete"):
+        actions.add_parser(name, parents=[url]).add_argument("name")
+
+
+def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
+                url: argparse.ArgumentParser) -> None:
+    groups = commands.add_parser("groups", help="list, describe and seek consumer groups")
+    actions = groups.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", parents=[url])
+    describe = actions.add_parser("describe", parents=[url])
+    describe.add_argument("group")
+    describe.add_argument("--topic", default=None)
+    seek = actions.add_parser("seek", parents=[url])
+    seek.add_argument("group")
+    seek.add_argument("--topic", required=True)
+    seek.add_argument("--to", required=True, metavar="earliest|latest|CURSOR")
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    """Run one client command; 0 on success, 1 on a gateway or connection error."""
+    command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = _COMMANDS[args.command]
+    try:
+        return asyncio.run(command(args))
+    except ProblemError as exc:
+        print(f"streamgate {args.command}: {exc.describe()}", file=sys.stderr)
+    except ClientError as exc:
+        print(f"streamgate {args.command}: {exc}", file=sys.stderr)
+    except ValueError as exc:
+        print(f"streamgate {args.command}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+def emit(document: Any) -> None:
+    """Write one JSON line to stdout."""
+    sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    sys.stdout.flush()
+
+
+def parse_value(text: str) -> Any:
+    """A message value from the command line: JSON if it parses, else the string itself."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
+    """``k=v`` pairs into a dict (a ValueError names a malformed one)."""
+    headers: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--header must be K=V, not {pair!r}")
+        headers[name] = value
+    return headers
+
+
+def _result_document(result: SendResult) -> dict[str, Any]:
+    return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate}
+
+
+# --- produce -------------------------------------------------------------------------------------------------
+async def _produce(args: argparse.Namespace) -> int:
+    headers = parse_headers(args.header) or None
+    async with Producer(args.url, args.topic, acks=args.acks) as producer:
+        if args.values:
+            results = await producer.send_many(
+                [{"value": parse_value(v), "key": args.key, "headers": headers} for v in args.values])
+            for result in results:
+                emit(_result_document(result))
+            return 0
+        await _produce_lines(producer, _stdin_lines(), args.key, headers)
+    return 0
+
+
+async def _produce_lines(producer: Producer, lines: AsyncIterator[str], key: str | None,
+                         headers: dict[str, str] | None) -> None:
+    """Send each line as it is read, print results in input order as they come back."""
+    pending: deque[asyncio.Task[SendResult]] = deque()
+    try:
+        async for line in lines:
+            pending.append(asyncio.ensure_future(producer.send(parse_value(line), key=key, headers=headers)))
+            while pending and (pending[0].done() or len(pending) >= MAX_UNPRINTED):
+                emit(_result_document(await pending.popleft()))
+        while pending:
+            emit(_result_document(await pending.popleft()))
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+async def _stdin_lines() -> AsyncIterator[str]:
+    """Non-empty stdin lines without their line ending, read off the event loop."""
+    while True:
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return
+        line = line.rstrip("\r\n")
+        if line:
+            yield line
+
+
+# --- consume -------------------------------------------------------------------------------------------------
+async def _consume(args: argparse.Namespace) -> int:
+    consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
+                        filters=args.filter, max_in_flight=args.max_in_flight)
+    count = 0
+    async with consumer:
+        while args.max_messages is None or count < args.max_messages:
+            try:
+                message = await asyncio.wait_for(anext(consumer), args.timeout_s)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            emit(message.to_dict())
+            await message.ack()
+            count += 1
+    return 0
+
+
+# --- topics and groups ---------------------------------------------------------------------------------------
+async def _topics(args: argparse.Namespace) -> int:
+    async with Admin(args.url) as admin:
+        if args.action == "list":
+            for topic in await admin.list_topics():
+                emit(topic)
+        elif args.action == "create":
+            emit(await admin.create_topic(args.name, args.partitions, retention_ms=args.retention_ms,
+                                          max_length=args.max_length))
+        elif args.action == "describe":
+            emit(await admin.describe_topic(args.name))
+        else:
+            await admin.delete_topic(args.name)
+            emit({"deleted": args.name})
+    return 0
+
+
+async def _groups(args: argparse.Namespace) -> int:
+    async with Admin(args.url) as admin:
+        if args.action == "list":
+            for group in await admin.list_groups():
+                emit(group)
+        elif args.action == "describe":
+            emit(await admin.describe_group(args.group, args.topic))
+        else:
+            emit(await admin.seek(args.group, args.topic, args.to))
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "produce": _produce, "consume": _consume, "topics": _topics, "groups": _groups,
+}

@@ -1,0 +1,121 @@
+"""The client CLI as a user runs it: subprocesses against a gateway started with ``python -m gateway.cli serve``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the gateway exited during start-up"
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"gateway at {url} not ready after {timeout_s}s")
+
+
+@pytest.fixture
+def served_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
+    """``python -m gateway.cli serve`` on a free port; stopped by PID afterwards."""
+    port = free_port()
+    env = os.environ | {
+        "STREAMGATE_REDIS_NODES": ",".join(f"{host}:{p}" for host, p in redis_cluster.startup_nodes),
+        "STREAMGATE_ETCD_ENDPOINTS": etcd_server.endpoint,
+        "STREAMGATE_ETCD_PREFIX": f"/streamgate-cli-{uuid.uuid4().hex[:8]}/",
+    }
+    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def streamgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "--log-level", "warning", *args], input=stdin,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def json_lines(text: str) -> list[Any]:
+    return [orjson.loads(line) for line in text.splitlines()]
+
+
+def test_produce_then_consume_round_trips_through_the_cli(served_gateway: str) -> None:
+    url, topic = served_gateway, f"cli-{uuid.uuid4().hex[:8]}"
+    created = streamgate("topics", "create", topic, "--partitions", "3", "--url", url)
+    assert created.returncode == 0, created.stderr
+    assert json_lines(created.stdout)[0]["name"] == topic
+
+    produced = streamgate("produce", topic, "--acks", "all", "--header", "source=cli", "--url", url,
+                          stdin='{"total": 42}\nhello\n7\n\n[1, 2]\n')
+    assert produced.returncode == 0, produced.stderr
+    results = json_lines(produced.stdout)
+    assert len(results) == 4
+    assert all(isinstance(r["offset"], str) and not r["duplicate"] for r in results)
+
+    consumed = streamgate("consume", topic, "--group", "cli", "--from", "earliest", "--max-messages", "4",
+                          "--timeout-s", "20", "--url", url)
+    assert consumed.returncode == 0, consumed.stderr
+    messages = json_lines(consumed.stdout)
+    assert sorted(map(repr, (m["value"] for m in messages))) == sorted(map(repr, [{"total": 42}, "hello", 7, [1, 2]]))
+    assert all(m["headers"] == {"source": "cli"} for m in messages)
+    assert {(m["partition"], m["offset"]) for m in messages} == {(r["partition"], r["offset"]) for r in results}
+
+    # Every message was acked after printing: the group has nothing left for the next run.
+    again = streamgate("consume", topic, "--group", "cli", "--max-messages", "1", "--timeout-s", "2", "--url", url)
+    assert (again.returncode, again.stdout) == (0, "")
+
+    described = streamgate("groups", "describe", "cli", "--topic", topic, "--url", url)
+    assert described.returncode == 0, described.stderr
+    assert sum(p["pending"] for p in json_lines(described.stdout)[0]["topics"][0]["partitions"]) == 0
+    assert {"topic": topic, "group": "cli"} in json_lines(streamgate("groups", "list", "--url", url).stdout)
+    sought = streamgate("groups", "seek", "cli", "--topic", topic, "--to", "earliest", "--url", url)
+    assert sought.returncode == 0, sought.stderr
+    replayed = streamgate("consume", topic, "--group", "cli", "--max-messages", "4", "--timeout-s", "20",
+                          "--url", url)
+    assert len(json_lines(replayed.stdout)) == 4
+
+    listed = streamgate("topics", "list", "--url", url)
+    assert topic in [t["name"] for t in json_lines(listed.stdout)]
+
+
+def test_cli_errors_print_the_problem_detail_and_exit_non_zero(served_gateway: str) -> None:
+    missing = streamgate("topics", "describe", "no-such-topic", "--url", served_gateway)
+    assert missing.returncode == 1
+    assert missing.stdout == ""
+    assert "404" in missing.stderr
+    assert "no-such-topic" in missing.stderr
+
+    bad = streamgate("produce", "no-such-topic", "x", "--url", served_gateway)
+    assert bad.returncode == 1
+    assert "404" in bad.stderr

@@ -1,0 +1,207 @@
+"""Producer: batching, idempotency keys and the retry policy, against a fake publish endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
+
+
+@dataclass
+class FakeLog:
+    """The fake gateway's partition log: one record per idempotency key, like the real dedup."""
+
+    records: dict[str, tuple[int, str, Any]] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    fail_first: int = 0
+    fail_status: int = 503
+    retry_after: str | None = "0.2"
+    stall_first: int = 0
+    stall_s: float = 1.0
+    problem: dict[str, Any] | None = None
+
+    def write(self, message: dict[str, Any]) -> dict[str, Any]:
+        key = message["idempotency_key"]
+        if key in self.records:
+            partition, offset, _ = self.records[key]
+            return {"partition": partition, "offset": offset, "duplicate": True}
+        partition = message.get("partition", 0)
+        offset = f"{len(self.records) + 1}-0"
+        self.records[key] = (partition, offset, message.get("value", message.get("value_b64")))
+        return {"partition": partition, "offset": offset, "duplicate": False}
+
+
+async def start_fake(aiohttp_server: Any, log: FakeLog) -> TestServer:
+    async def publish(request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        log.requests.append(body)
+        if log.problem is not None:
+            return web.json_response(log.problem, status=log.problem["status"],
+                                     content_type="application/problem+json")
+        if len(log.requests) <= log.fail_first:
+            headers = {"Retry-After": log.retry_after} if log.retry_after else {}
+            return web.json_response({"status": log.fail_status, "title": "Service unavailable",
+                                      "detail": "redis is down"}, status=log.fail_status, headers=headers)
+        results = [log.write(m) for m in body["messages"]]  # written before a possible stall: a lost answer
+        if len(log.requests) <= log.fail_first + log.stall_first:
+            await asyncio.sleep(log.stall_s)
+        if body["acks"] == "0":
+            return web.json_response({"accepted": len(results)}, status=202)
+        return web.json_response({"results": results})
+
+    app = web.Application()
+    app.router.add_post("/v1/topics/{topic}/messages", publish)
+    server: TestServer = await aiohttp_server(app)
+    return server
+
+
+def url_of(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+async def test_concurrent_sends_are_batched_up_to_batch_size(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", batch_size=100, linger_ms=50) as producer:
+        results = await asyncio.gather(*(producer.send(value={"n": i}) for i in range(1000)))
+    assert [len(r["messages"]) for r in log.requests] == [100] * 10
+    assert len({r.offset for r in results}) == 1000
+
+
+async def test_a_lone_send_goes_out_after_linger(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", linger_ms=100) as producer:
+        started = time.monotonic()
+        result = await producer.send(value="hi", key="k", headers={"a": "b"}, partition=0)
+        elapsed = time.monotonic() - started
+    assert 0.09 <= elapsed < 1.0
+    assert result == SendResult(0, "1-0", False)
+    assert log.requests[0]["messages"][0] | {"idempotency_key": "x"} == {
+        "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0, "idempotency_key": "x"}
+
+
+async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequence(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t") as first, Producer(url_of(server), "t") as second:
+        await first.send_many([{"value": i} for i in range(3)])
+        await second.send(value=3)
+    keys = [m["idempotency_key"] for r in log.requests for m in r["messages"]]
+    assert keys[:3] == [f"{first.producer_id}-{n}" for n in (1, 2, 3)]
+    assert keys[3] == f"{second.producer_id}-1"
+    assert first.producer_id != second.producer_id
+
+
+async def test_503_is_retried_after_retry_after_without_duplicates(aiohttp_server: Any) -> None:
+    log = FakeLog(fail_first=2, retry_after="0.2")
+    server = await start_fake(aiohttp_server, log)
+    started = time.monotonic()
+    async with Producer(url_of(server), "t", batch_size=50) as producer:
+        results = await producer.send_many([{"value": i} for i in range(50)])
+    assert time.monotonic() - started >= 0.4
+    assert len(log.requests) == 3
+    assert len(log.records) == 50
+    assert [r.offset for r in results] == [f"{n}-0" for n in range(1, 51)]
+
+
+async def test_429_is_retried(aiohttp_server: Any) -> None:
+    log = FakeLog(fail_first=1, fail_status=429, retry_after="0")
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t") as producer:
+        assert (await producer.send(value=1)).offset == "1-0"
+    assert len(log.requests) == 2
+
+
+async def test_a_timed_out_batch_is_retried_and_answered_as_duplicates(aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=1, stall_s=2.0)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", timeout_s=0.3, batch_size=20) as producer:
+        results = await producer.send_many([{"value": i} for i in range(20)])
+    assert len(log.requests) == 2
+    assert len(log.records) == 20  # the server wrote the first attempt; the retry wrote nothing new
+    assert all(r.duplicate for r in results)
+    assert sorted(r.offset or "" for r in results) == sorted(o for _, o, _ in log.records.values())
+
+
+async def test_retries_stop_after_max_retries_with_the_last_problem(aiohttp_server: Any) -> None:
+    log = FakeLog(fail_first=100, retry_after=None)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", max_retries=2,
+                        retry=RetryPolicy(max_retries=2, base_s=0.01)) as producer:
+        with pytest.raises(ProblemError) as caught:
+            await producer.send(value=1)
+    assert caught.value.status == 503
+    assert caught.value.retriable
+    assert len(log.requests) == 3
+
+
+async def test_a_422_raises_a_typed_problem_at_once(aiohttp_server: Any) -> None:
+    problem = {"type": "https://streamgate.dev/problems/invalid-field", "title": "Invalid field", "status": 422,
+               "detail": "'partition' must be between 0 and 2", "pointer": "/messages/0/partition"}
+    log = FakeLog(problem=problem)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t") as producer:
+        with pytest.raises(ProblemError) as caught:
+            await producer.send(value=1, partition=9)
+    error = caught.value
+    assert (error.status, error.type, error.pointer) == (422, problem["type"], "/messages/0/partition")
+    assert error.detail == problem["detail"]
+    assert not error.retriable
+    assert len(log.requests) == 1
+
+
+async def test_an_unreachable_gateway_raises_connection_failed_after_retries() -> None:
+    async with Producer("http://127.0.0.1:1", "t", retry=RetryPolicy(max_retries=1, base_s=0.01)) as producer:
+        with pytest.raises(ConnectionFailed):
+            await producer.send(value=1)
+
+
+async def test_acks_0_returns_no_offsets(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", acks="0") as producer:
+        result = await producer.send(value=1)
+    assert result == SendResult(None, None, False)
+    assert log.requests[0]["acks"] == "0"
+
+
+async def test_bytes_values_are_sent_as_value_b64(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t") as producer:
+        await producer.send(b"\x00\x01\x02")
+        await producer.send(value_b64=b"\xff")
+    sent = [m for r in log.requests for m in r["messages"]]
+    assert [m["value_b64"] for m in sent] == ["AAEC", "/w=="]
+    assert all("value" not in m for m in sent)
+
+
+async def test_flush_sends_the_open_batch_without_waiting_for_linger(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", linger_ms=10_000) as producer:
+        pending = asyncio.ensure_future(producer.send(value=1))
+        await asyncio.sleep(0)
+        await asyncio.wait_for(producer.flush(), 2)
+        assert pending.done()
+
+
+def test_backoff_grows_is_capped_and_honours_retry_after() -> None:
+    policy = RetryPolicy(max_retries=3, base_s=0.1, max_s=1.0)
+    assert all(0 <= policy.delay_s(1) <= 0.1 for _ in range(100))
+    assert all(0 <= policy.delay_s(10) <= 1.0 for _ in range(100))
+    assert policy.delay_s(1, retry_after_s=3.0) == 3.0
+    retriable = ProblemError(503, {})
+    assert policy.should_retry(3, retriable)
+    assert not policy.should_retry(4, retriable)
+    assert not policy.should_retry(1, ProblemError(404, {}))
+    assert policy.should_retry(1, ProblemError(408, {}))
