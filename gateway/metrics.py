@@ -24,6 +24,9 @@ class GatewayMetrics:
     publish_latency: Histogram
     http_requests: Counter
     topics_cached: Gauge
+    partition_publish_rate: Gauge
+    partition_hot: Gauge
+    partition_top_key_messages: Gauge
     build: Info
 
     @classmethod
@@ -47,6 +50,14 @@ class GatewayMetrics:
                                   ["route", "method", "status"], registry=registry),
             topics_cached=Gauge("streamgate_topics_cached", "Topics in this gateway's metadata cache",
                                 registry=registry),
+            partition_publish_rate=Gauge("streamgate_partition_publish_rate_messages_per_second",
+                                         "Messages per second published to a partition through this gateway "
+                                         "(60 s window)", ["topic", "partition"], registry=registry),
+            partition_hot=Gauge("streamgate_partition_hot", "1 when a partition's publish rate is over 3x its "
+                                "topic's mean", ["topic", "partition"], registry=registry),
+            partition_top_key_messages=Gauge("streamgate_partition_top_key_messages",
+                                             "Estimated messages of the heaviest keys of each partition (top 3)",
+                                             ["topic", "partition", "key"], registry=registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})

@@ -10,6 +10,7 @@ from aiohttp import web
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
 from gateway.delivery.session import Session
+from gateway.hotspots import PublishStats
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.settings import GatewaySettings
@@ -40,6 +41,7 @@ class Services:
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     puller: Puller | None = None  # HTTP pull for groups
     sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
+    stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)
 

@@ -9,7 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.responses import json_response
-from gateway.services import services_of
+from gateway.services import Services, services_of
 
 READINESS_TIMEOUT_S = 2.0
 
@@ -39,9 +39,23 @@ async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text exposition of this process's registry."""
     services = services_of(request)
     services.metrics.topics_cached.set(len(services.cache.all()))
+    export_heat(services)
     response = web.Response(body=generate_latest(services.metrics.registry))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return response
+
+
+def export_heat(services: Services) -> None:
+    """Refresh the per-partition rate, hot flag and heavy-key gauges from this gateway's statistics."""
+    metrics = services.metrics
+    metrics.partition_top_key_messages.clear()
+    for topic in services.cache.all():
+        for heat in services.stats.heat(topic.name, topic.partitions, top=3):
+            labels = (topic.name, str(heat.partition))
+            metrics.partition_publish_rate.labels(*labels).set(heat.rate_per_s)
+            metrics.partition_hot.labels(*labels).set(1 if heat.hot else 0)
+            for key, count in heat.top_keys:
+                metrics.partition_top_key_messages.labels(*labels, key).set(count)
 
 
 def openapi_document() -> bytes:

@@ -35,6 +35,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     body = await request.read()
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
     records = place(batch, topic, services.spreader)
+    services.stats.record(topic.name, ((record.partition, record.key) for record in records))
     metrics = services.metrics
     if batch.acks == "0":
         services.publisher.enqueue(topic, records)

@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.errors import invalid_field
+from gateway.hotspots import PartitionHeat
 from gateway.responses import json_response
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import services_of
@@ -33,10 +34,12 @@ def topic_document(topic: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def partition_document(info: PartitionInfo) -> dict[str, Any]:
-    """The public JSON form of one partition's size and bounds."""
+def partition_document(info: PartitionInfo, heat: PartitionHeat) -> dict[str, Any]:
+    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's view)."""
     return {"partition": info.partition, "length": info.length,
-            "first_offset": info.first_offset, "last_offset": info.last_offset}
+            "first_offset": info.first_offset, "last_offset": info.last_offset,
+            "publish_rate_per_s": round(heat.rate_per_s, 3), "hot": heat.hot,
+            "top_keys": [{"key": key, "messages": count} for key, count in heat.top_keys]}
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -68,8 +71,9 @@ async def describe_topic(request: web.Request) -> web.Response:
     services = services_of(request)
     topic = await services.registry.get(request.match_info["topic"])
     infos = await services.store.partition_info(topic.name, topic.partitions)
+    heat = services.stats.heat(topic.name, topic.partitions)
     return json_response({**topic_document(topic),
-                          "partition_details": [partition_document(info) for info in infos]})
+                          "partition_details": [partition_document(i, h) for i, h in zip(infos, heat, strict=True)]})
 
 
 async def update_topic(request: web.Request) -> web.Response:
@@ -98,6 +102,7 @@ async def delete_topic(request: web.Request) -> web.Response:
     services = services_of(request)
     topic = await services.registry.delete(request.match_info["topic"])
     services.cache.forget(topic.name, topic.version + 1)
+    services.stats.forget(topic.name)
     await services.store.delete_topic(topic.name, topic.partitions)
     return web.Response(status=204)
 

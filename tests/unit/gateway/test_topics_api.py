@@ -62,7 +62,21 @@ async def test_describe_topic_has_partition_details(client: Client, orders: str)
     assert [d["partition"] for d in details] == [0, 1, 2]
     assert details[2]["length"] == 1
     assert details[2]["first_offset"] == details[2]["last_offset"] is not None
-    assert details[0] == {"partition": 0, "length": 0, "first_offset": None, "last_offset": None}
+    assert details[0]["length"] == 0
+    assert details[0]["first_offset"] is details[0]["last_offset"] is None
+    assert details[2]["publish_rate_per_s"] > 0
+    assert details[0]["publish_rate_per_s"] == 0
+    # With 3 partitions no partition can exceed 3x the mean (the hot rule is tested with 4 in test_hotspots).
+    assert [d["hot"] for d in details] == [False, False, False]
+
+
+async def test_describe_topic_lists_heavy_keys(client: Client, orders: str) -> None:
+    await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "key": "whale"}] * 20})
+    body = await (await client.get(f"/v1/topics/{orders}")).json()
+    [whale_partition] = [d for d in body["partition_details"] if d["top_keys"]]
+    assert whale_partition["top_keys"] == [{"key": "whale", "messages": 20}]
+    metrics = await (await client.get("/metrics")).text()
+    assert f'streamgate_partition_top_key_messages{{key="whale",partition="{whale_partition["partition"]}"' in metrics
 
 
 async def test_describe_unknown_topic_is_404(client: Client) -> None:

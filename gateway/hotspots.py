@@ -1,0 +1,114 @@
+"""Hot partitions: per-partition publish rates and the heaviest keys, as seen by this gateway process.
+
+Rates are counted in one-second buckets over a sliding window; keys go through a Space-Saving sketch (k
+counters per partition: any key with more than 1/k of the partition's traffic is guaranteed to be listed, and
+the counts over-estimate by at most the smallest counter). A partition whose rate is over 3x the topic's mean
+partition rate is flagged hot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+WINDOW_S = 60
+SKETCH_SIZE = 16
+HOT_FACTOR = 3.0
+
+
+class SpaceSaving:
+    """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters."""
+
+    def __init__(self, size: int = SKETCH_SIZE) -> None:
+        self.size = size
+        self.counts: dict[bytes, int] = {}
+
+    def add(self, key: bytes, weight: int = 1) -> None:
+        """Count ``weight`` occurrences of ``key``."""
+        if key in self.counts or len(self.counts) < self.size:
+            self.counts[key] = self.counts.get(key, 0) + weight
+            return
+        victim = min(self.counts, key=self.counts.__getitem__)
+        floor = self.counts.pop(victim)
+        self.counts[key] = floor + weight
+
+    def top(self, n: int) -> list[tuple[bytes, int]]:
+        """The ``n`` heaviest keys with their (over-)estimated counts."""
+        return sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+class WindowRate:
+    """Events per second over the last ``WINDOW_S`` seconds, in one-second buckets."""
+
+    def __init__(self) -> None:
+        self._buckets: deque[tuple[int, int]] = deque()
+
+    def add(self, count: int, now_s: float) -> None:
+        """Record ``count`` events at ``now_s``."""
+        second = int(now_s)
+        if self._buckets and self._buckets[-1][0] == second:
+            self._buckets[-1] = (second, self._buckets[-1][1] + count)
+        else:
+            self._buckets.append((second, count))
+        self._expire(second)
+
+    def rate(self, now_s: float) -> float:
+        """Mean events per second over the window."""
+        self._expire(int(now_s))
+        return sum(count for _, count in self._buckets) / WINDOW_S
+
+    def _expire(self, second: int) -> None:
+        while self._buckets and self._buckets[0][0] <= second - WINDOW_S:
+            self._buckets.popleft()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHeat:
+    """One partition's recent publish rate, whether it is hot, and its heaviest keys."""
+
+    partition: int
+    rate_per_s: float
+    hot: bool
+    top_keys: list[tuple[str, int]]
+
+
+class PublishStats:
+    """Publish rates and heavy keys per (topic, partition) for this process."""
+
+    def __init__(self) -> None:
+        self._rates: dict[tuple[str, int], WindowRate] = {}
+        self._keys: dict[tuple[str, int], SpaceSaving] = {}
+
+    def record(self, topic: str, partitions_and_keys: Iterable[tuple[int, bytes | None]]) -> None:
+        """Count one published batch: (partition, key) per message."""
+        now = time.monotonic()
+        per_partition: dict[int, int] = {}
+        for partition, key in partitions_and_keys:
+            per_partition[partition] = per_partition.get(partition, 0) + 1
+            if key is not None:
+                self._keys.setdefault((topic, partition), SpaceSaving()).add(key)
+        for partition, count in per_partition.items():
+            self._rates.setdefault((topic, partition), WindowRate()).add(count, now)
+
+    def heat(self, topic: str, partitions: int, top: int = 5) -> list[PartitionHeat]:
+        """Every partition of a topic, flagged hot when over ``HOT_FACTOR`` x the topic's mean rate."""
+        now = time.monotonic()
+        rates = [self._rates[(topic, p)].rate(now) if (topic, p) in self._rates else 0.0
+                 for p in range(partitions)]
+        mean = sum(rates) / partitions if partitions else 0.0
+        return [PartitionHeat(p, rates[p], mean > 0 and rates[p] > HOT_FACTOR * mean,
+                              [(key.decode(errors="replace"), count) for key, count in self._top(topic, p, top)])
+                for p in range(partitions)]
+
+    def _top(self, topic: str, partition: int, n: int) -> list[tuple[bytes, int]]:
+        sketch = self._keys.get((topic, partition))
+        return sketch.top(n) if sketch is not None else []
+
+    def forget(self, topic: str) -> None:
+        """Drop a deleted topic's statistics."""
+        for key in [k for k in self._rates if k[0] == topic]:
+            del self._rates[key]
+        for key in [k for k in self._keys if k[0] == topic]:
+            del self._keys[key]

@@ -1,0 +1,36 @@
+"""Heavy-hitter keys and hot-partition flags."""
+
+from __future__ import annotations
+
+import random
+
+from gateway.hotspots import PublishStats, SpaceSaving
+
+
+def test_space_saving_finds_every_key_above_one_kth_of_traffic() -> None:
+    sketch = SpaceSaving(size=8)
+    rng = random.Random(7)
+    stream = [b"heavy-a"] * 3000 + [b"heavy-b"] * 2000 + [f"k{rng.randrange(5000)}".encode() for _ in range(5000)]
+    rng.shuffle(stream)
+    for key in stream:
+        sketch.add(key)
+    top = dict(sketch.top(2))
+    assert set(top) == {b"heavy-a", b"heavy-b"}
+    assert top[b"heavy-a"] >= 3000
+    assert top[b"heavy-a"] - 3000 <= min(sketch.counts.values())
+
+
+def test_partition_over_three_times_the_mean_is_flagged_hot() -> None:
+    stats = PublishStats()
+    stats.record("t", [(0, b"hot-key")] * 900 + [(1, b"x")] * 25 + [(2, None)] * 25 + [(3, b"y")] * 25)
+    heat = stats.heat("t", 4)
+    assert [h.hot for h in heat] == [True, False, False, False]
+    assert heat[0].top_keys[0] == ("hot-key", 900)
+    assert heat[0].rate_per_s > heat[1].rate_per_s * 3
+
+
+def test_even_traffic_flags_nothing_and_idle_topics_report_zero() -> None:
+    stats = PublishStats()
+    stats.record("t", [(p, None) for p in range(4) for _ in range(100)])
+    assert not any(h.hot for h in stats.heat("t", 4))
+    assert [h.rate_per_s for h in stats.heat("idle", 2)] == [0.0, 0.0]
