@@ -1,5 +1,6 @@
 """The log: one Redis Stream per partition on a Redis Cluster. Knows nothing of HTTP or etcd."""
 
+from storage.delayed import RedisDelayedStore
 from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.groups import RedisGroupStore
 from storage.groups_protocol import GroupStore
@@ -12,11 +13,14 @@ from storage.models import (
     PartitionInfo,
     PendingEntry,
     Record,
+    ScheduledResult,
     StoredEntry,
+    TrimReport,
     ValueFormat,
 )
 from storage.protocol import StreamStore
 from storage.redis_store import RedisStreamStore
+from storage.retention import RedisRetention, offset_for_time
 from storage.settings import RedisStoreSettings
 
 __all__ = [
@@ -31,12 +35,17 @@ __all__ = [
     "PartitionInfo",
     "PendingEntry",
     "Record",
+    "RedisDelayedStore",
     "RedisGroupStore",
+    "RedisRetention",
     "RedisStoreSettings",
     "RedisStreamStore",
+    "ScheduledResult",
     "StorageError",
     "StorageUnavailable",
     "StoredEntry",
     "StreamStore",
+    "TrimReport",
     "ValueFormat",
+    "offset_for_time",
 ]

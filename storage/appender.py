@@ -7,48 +7,55 @@ MOVED/ASK/READONLY (the slot moved after a failover or resharding) refresh the s
 NOSCRIPT (a fresh or promoted node lacks the script) loads it and retries. WAIT acknowledging fewer than
 ``min_insync_replicas`` replicas fails the call with NotEnoughReplicas; it is not retried because the
 entries are already on the primary and a blind re-send would duplicate them.
+
+The writer is generic over the script: each ``ScriptCall`` names its script, and ``parse`` turns one call's
+reply into that partition's results (``parse_append_reply`` for appends; the delayed-message schedule script
+reuses the same path with its own parser).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter, Deadline, NodeAddress, is_transient, needs_refresh, translate
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
-from storage.models import AppendResult
-from storage.scripts import APPEND_LUA, ScriptCall, parse_append_reply
+from storage.scripts import LuaScript, ScriptCall
+
+R = TypeVar("R")
+ReplyParser = Callable[[int, Sequence[Any]], list[R]]
 
 
 @dataclass(slots=True)
-class _NodeOutcome:
+class _NodeOutcome(Generic[R]):
     """What one node's pipeline achieved: finished partitions, partitions to retry and why, a hard error."""
 
-    results: dict[int, list[AppendResult]] = field(default_factory=dict)
+    results: dict[int, list[R]] = field(default_factory=dict)
     retry: dict[int, BaseException] = field(default_factory=dict)
     fatal: StorageError | None = None
     redirects: dict[int, NodeAddress] = field(default_factory=dict)
 
 
-class Appender:
-    """Writes script calls (one per partition) to the nodes owning their slots."""
+class Appender(Generic[R]):
+    """Writes script calls (one per partition) to the nodes owning their slots; ``parse`` reads one reply."""
 
-    def __init__(self, router: ClusterRouter) -> None:
+    def __init__(self, router: ClusterRouter, parse: ReplyParser[R]) -> None:
         self._router = router
         self._settings = router.settings
+        self._parse = parse
 
-    async def write(self, topic: str, calls: Sequence[ScriptCall], *, wait: bool) -> dict[int, list[AppendResult]]:
+    async def write(self, topic: str, calls: Sequence[ScriptCall], *, wait: bool) -> dict[int, list[R]]:
         """Run every call (concurrently per node) and return each partition's results in record order."""
         s = self._settings
         deadline = Deadline(s.write_deadline_s, s.retry_backoff_s, s.retry_backoff_max_s)
         pending = {call.partition: call for call in calls}
         asking: dict[int, NodeAddress] = {}
-        done: dict[int, list[AppendResult]] = {}
+        done: dict[int, list[R]] = {}
         while True:
             outcomes = await self._attempt(topic, pending, asking, wait, deadline)
             retry = self._merge(outcomes, pending, done, asking)
@@ -63,7 +70,7 @@ class Appender:
         asking: dict[int, NodeAddress],
         wait: bool,
         deadline: Deadline,
-    ) -> list[_NodeOutcome]:
+    ) -> list[_NodeOutcome[R]]:
         try:
             groups = self._group_by_node(topic, pending, asking)
         except Exception as exc:  # the slot map lost a slot (failover in progress)
@@ -89,7 +96,7 @@ class Appender:
 
     async def _write_node(
         self, addr: NodeAddress, calls: list[ScriptCall], asking: dict[int, NodeAddress], wait: bool
-    ) -> _NodeOutcome:
+    ) -> _NodeOutcome[R]:
         pipe = self._router.node_client(addr).pipeline(transaction=False)
         for call in calls:
             if call.partition in asking:
@@ -103,13 +110,13 @@ class Appender:
             return _NodeOutcome(retry={call.partition: exc for call in calls})
         outcome = self._parse_replies(calls, asking, replies, wait)
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
-            await self._load_script(addr, outcome)
+            await self._load_scripts(addr, {call.script for call in calls}, outcome)
         return outcome
 
     def _parse_replies(
         self, calls: list[ScriptCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
-    ) -> _NodeOutcome:
-        outcome = _NodeOutcome()
+    ) -> _NodeOutcome[R]:
+        outcome: _NodeOutcome[R] = _NodeOutcome()
         pos = 0
         for call in calls:
             pos += call.partition in asking  # skip the ASKING reply
@@ -119,10 +126,9 @@ class Appender:
             self._check_wait(replies[pos], outcome)
         return outcome
 
-    @staticmethod
-    def _take_reply(partition: int, reply: Any, outcome: _NodeOutcome) -> None:
+    def _take_reply(self, partition: int, reply: Any, outcome: _NodeOutcome[R]) -> None:
         if not isinstance(reply, BaseException):
-            outcome.results[partition] = parse_append_reply(partition, reply)
+            outcome.results[partition] = self._parse(partition, reply)
         elif isinstance(reply, rexc.AskError) and not isinstance(reply, rexc.MovedError):
             outcome.redirects[partition] = (reply.host, reply.port)
             outcome.retry[partition] = reply
@@ -131,24 +137,25 @@ class Appender:
         elif outcome.fatal is None:
             outcome.fatal = translate(reply, f"append to partition {partition}")
 
-    def _check_wait(self, reply: Any, outcome: _NodeOutcome) -> None:
+    def _check_wait(self, reply: Any, outcome: _NodeOutcome[R]) -> None:
         required = self._settings.min_insync_replicas
         acknowledged = reply if isinstance(reply, int) else 0
         if acknowledged < required and outcome.fatal is None:
             outcome.fatal = NotEnoughReplicas(required, acknowledged, min(outcome.results))
 
-    async def _load_script(self, addr: NodeAddress, outcome: _NodeOutcome) -> None:
+    async def _load_scripts(self, addr: NodeAddress, scripts: set[LuaScript], outcome: _NodeOutcome[R]) -> None:
         try:
-            await self._router.node_client(addr).script_load(APPEND_LUA)
+            for script in scripts:
+                await self._router.node_client(addr).script_load(script.lua)
         except Exception as exc:  # retried with the partitions; the next attempt sees the same error
             for partition in outcome.retry:
                 outcome.retry[partition] = exc
 
     @staticmethod
     def _merge(
-        outcomes: list[_NodeOutcome],
+        outcomes: list[_NodeOutcome[R]],
         pending: dict[int, ScriptCall],
-        done: dict[int, list[AppendResult]],
+        done: dict[int, list[R]],
         asking: dict[int, NodeAddress],
     ) -> dict[int, BaseException]:
         retry: dict[int, BaseException] = {}

@@ -32,8 +32,18 @@ def dedup_prefix(topic: str, partition: int) -> str:
 
 
 def delayed_key(topic: str, partition: int) -> str:
-    """The sorted set of delayed messages (score = due time in ms)."""
+    """The sorted set of delayed messages' schedule ids (score = due time in ms)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:delayed"
+
+
+def delayed_data_key(topic: str, partition: int) -> str:
+    """The hash of delayed messages' encoded entries, keyed by schedule id."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:delayed:data"
+
+
+def delayed_seq_key(topic: str, partition: int) -> str:
+    """The counter that numbers a partition's schedule ids."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:delayed:seq"
 
 
 def partition_keys_pattern(topic: str, partition: int) -> str:

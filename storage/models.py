@@ -104,3 +104,32 @@ class GroupPartitionState:
     pending: int
     oldest_pending_offset: str | None
     lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledResult:
+    """Where a delayed message waits until ``due_ms`` (epoch ms).
+
+    ``duplicate`` is true when an idempotent retry found the first schedule; then ``schedule_id`` and
+    ``due_ms`` are the first schedule's. When that message was already promoted, ``offset`` is its stream
+    offset, ``schedule_id`` is empty and ``due_ms`` is the offset's timestamp.
+    """
+
+    partition: int
+    schedule_id: str
+    due_ms: int
+    duplicate: bool = False
+    offset: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrimReport:
+    """What a retention trim removed from one partition.
+
+    ``unacked_removed`` maps each group that lost entries it had not acked (pending, or never delivered) to
+    how many; groups that lost nothing unacked are absent.
+    """
+
+    partition: int
+    removed: int
+    unacked_removed: dict[str, int] = field(default_factory=dict)

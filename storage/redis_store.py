@@ -13,11 +13,13 @@ from redis.asyncio import RedisCluster
 from storage.appender import Appender
 from storage.cluster import ClusterRouter, NodeAddress
 from storage.codec import decode_entries, decode_offset, validate_offset
+from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
-from storage.scripts import ScriptCall, build_append_call
+from storage.retention import RedisRetention
+from storage.scripts import ScriptCall, build_append_call, parse_append_reply
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -33,8 +35,10 @@ class RedisStreamStore:
     def __init__(self, settings: RedisStoreSettings) -> None:
         self.settings = settings
         self._router: ClusterRouter | None = None
-        self._appender: Appender | None = None
+        self._appender: Appender[AppendResult] | None = None
         self._groups: RedisGroupStore | None = None
+        self._delayed: RedisDelayedStore | None = None
+        self._retention: RedisRetention | None = None
         self._closed = False
 
     @classmethod
@@ -49,7 +53,7 @@ class RedisStreamStore:
 
     def _attach(self, router: ClusterRouter) -> None:
         self._router = router
-        self._appender = Appender(router)
+        self._appender = Appender(router, parse_append_reply)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
@@ -89,6 +93,20 @@ class RedisStreamStore:
             self._groups = RedisGroupStore(self.router)
         return self._groups
 
+    @property
+    def delayed(self) -> RedisDelayedStore:
+        """Delayed messages (schedule, promote_due, ...) on the same connections; nothing extra to close."""
+        if self._delayed is None:
+            self._delayed = RedisDelayedStore(self.router)
+        return self._delayed
+
+    @property
+    def retention(self) -> RedisRetention:
+        """Retention trimming with unacked-entry reporting, on the same connections; nothing extra to close."""
+        if self._retention is None:
+            self._retention = RedisRetention(self.router)
+        return self._retention
+
     async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
         """Append records (any partitions); one result per record, in input order.
 
@@ -107,7 +125,7 @@ class RedisStreamStore:
                 ordered[index] = result
         return ordered  # type: ignore[return-value]
 
-    def _writer(self) -> Appender:
+    def _writer(self) -> Appender[AppendResult]:
         if self._appender is None or self._closed:
             raise StorageUnavailable("storage is not open")
         return self._appender
@@ -183,7 +201,7 @@ class RedisStreamStore:
         return list(await pipe.execute())
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
-        """Remove every key of the topic's partitions: streams, delayed sets and idempotency keys.
+        """Remove every key of the topic's partitions: streams, delayed messages and idempotency keys.
 
         One SCAN per primary (MATCH on the topic's hash-tag prefix), filtered exactly, then UNLINK per
         partition (a multi-key UNLINK must stay within one slot).

@@ -55,20 +55,37 @@ end
 return out
 """
 
-APPEND_SHA = hashlib.sha1(APPEND_LUA.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """A Lua script's text and the SHA1 that EVALSHA names it by."""
+
+    lua: str
+    sha: str
+
+    @classmethod
+    def of(cls, lua: str) -> LuaScript:
+        """The script with its SHA computed from the text."""
+        return cls(lua, hashlib.sha1(lua.encode()).hexdigest())
+
+
+APPEND_SCRIPT = LuaScript.of(APPEND_LUA)
+APPEND_SHA = APPEND_SCRIPT.sha
 
 
 @dataclass(frozen=True, slots=True)
 class ScriptCall:
-    """Keys and arguments of one append script call (one partition's batch)."""
+    """Keys and arguments of one script call on one partition (the append script unless told otherwise)."""
 
     partition: int
     keys: list[str]
     args: list[Any]
+    script: LuaScript = APPEND_SCRIPT
 
     def evalsha_command(self) -> tuple[Any, ...]:
         """The raw ``EVALSHA`` command (script SHA, key count, keys, args)."""
-        return ("EVALSHA", APPEND_SHA, len(self.keys), *self.keys, *self.args)
+        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
 
 
 def build_append_call(topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> ScriptCall:

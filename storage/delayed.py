@@ -1,0 +1,117 @@
+"""Delayed (scheduled) messages: park records per partition until their due time, then promote them.
+
+``schedule`` writes through the append path's writer (``storage.appender``): one script call per partition,
+partitions grouped by owning primary, one pinned pipeline per node, and for ``Acks.ALL`` a WAIT on that same
+connection (fewer replicas raise NotEnoughReplicas). Its retry semantics are the append's: a record with an
+idempotency key is scheduled once; a retry answers the first schedule id with ``duplicate=True``.
+
+``promote_due`` is one script per call, so it is atomic on the primary: it reads the server clock (``TIME``;
+Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit`` due messages in
+(due time, schedule id) order into the stream and removes them from the schedule. Two owners running it at the
+same moment therefore promote every message exactly once, in due order. A call whose reply is lost (connection
+error) is retried; the retry promotes whatever is due then, and the lost call's offsets are not reported.
+
+Layout and encoding: ``storage.delayed_scripts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as rexc
+
+from storage.appender import Appender
+from storage.cluster import ClusterRouter
+from storage.delayed_scripts import (
+    PROMOTE_SCRIPT,
+    build_schedule_call,
+    parse_promote_reply,
+    parse_schedule_reply,
+    promote_keys_and_args,
+)
+from storage.keys import delayed_key, slot_of
+from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
+from storage.scripts import LuaScript
+
+
+class RedisDelayedStore:
+    """Delayed messages on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
+
+    Take it from ``RedisStreamStore.delayed``; it owns no connections of its own.
+    """
+
+    def __init__(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._settings = router.settings
+        self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply)
+
+    async def schedule(
+        self, topic: str, items: Sequence[tuple[Record, int]], options: AppendOptions
+    ) -> list[ScheduledResult]:
+        """Schedule each record for its due time (epoch ms); one result per item, in input order.
+
+        ``options.acks`` (LEADER/ALL) and ``dedup_ttl_ms`` apply as for append; ``max_length`` applies at
+        promotion (pass it to ``promote_due``). Raises StorageUnavailable / NotEnoughReplicas like append.
+        """
+        if not items:
+            return []
+        if any(due_ms < 0 for _, due_ms in items):
+            raise ValueError("due times must be epoch milliseconds >= 0")
+        positions: dict[int, list[int]] = {}
+        for index, (record, _) in enumerate(items):
+            positions.setdefault(record.partition, []).append(index)
+        calls = [build_schedule_call(topic, p, [items[i] for i in idx], options) for p, idx in positions.items()]
+        written = await self._writer.write(topic, calls, wait=options.acks is Acks.ALL)
+        ordered: list[ScheduledResult | None] = [None] * len(items)
+        for partition, indexes in positions.items():
+            for index, result in zip(indexes, written[partition], strict=True):
+                ordered[index] = result
+        return ordered  # type: ignore[return-value]
+
+    async def promote_due(
+        self, topic: str, partition: int, *, limit: int = 100, max_length: int | None = None
+    ) -> list[AppendResult]:
+        """Move up to ``limit`` messages due by the server's clock into the stream; their offsets in due order.
+
+        ``max_length`` trims the stream like append (``MAXLEN ~``). An empty list means nothing was due.
+        """
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit}")
+        keys, args = promote_keys_and_args(topic, partition, limit, max_length)
+        slot = slot_of(topic, partition)
+        reply = await self._router.call(
+            "promote_due", self._settings.write_deadline_s, lambda: self._evalsha(slot, PROMOTE_SCRIPT, keys, args)
+        )
+        return parse_promote_reply(partition, reply)
+
+    async def next_due_ms(self, topic: str, partition: int) -> int | None:
+        """The earliest due time (epoch ms) of the partition's waiting messages, or None when there are none."""
+        key = delayed_key(topic, partition)
+        items = await self._router.call(
+            "next_due_ms",
+            self._settings.read_deadline_s,
+            lambda: self._router.cluster.zrange(key, 0, 0, withscores=True),
+        )
+        return int(items[0][1]) if items else None
+
+    async def scheduled_count(self, topic: str, partition: int) -> int:
+        """How many messages of the partition are waiting (due or not)."""
+        key = delayed_key(topic, partition)
+        count = await self._router.call(
+            "scheduled_count", self._settings.read_deadline_s, lambda: self._router.cluster.zcard(key)
+        )
+        return int(count)
+
+    async def _evalsha(self, slot: int, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
+        # The node client, not the cluster client: MOVED surfaces as an error, so the router refreshes the slot
+        # map and retries; NOSCRIPT (a fresh or promoted primary) loads the script on that node and runs it again.
+        client = self._router.node_client(self._router.node_for_slot(slot))
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:
+            await client.script_load(script.lua)
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+__all__ = ["RedisDelayedStore"]

@@ -1,0 +1,178 @@
+"""Retention trimming of a partition's stream, never silent about entries a group had not acked.
+
+A trim removes every entry older than a *cut* id: ``min_offset`` (time retention: ``offset_for_time``) and/or
+the id of the entry at position ``len - max_length`` (length retention), whichever is later. Before trimming,
+each consumer group's unacked entries below the cut are counted: pending entries (delivered, not acked) and
+entries after the group's last-delivered id (never delivered). Retention wins, but the caller gets the counts
+to record as a metric and an event.
+
+The trim is exact (``XTRIM MINID = cut``), not ``~``: an approximate trim stops at a macro-node boundary, so
+the counted entries would not be the removed ones and the rest would be counted again on the next run. The
+exact trim costs one partial node rewrite on top of what ``~`` removes.
+
+Only entries still in the stream are counted (pending ids of entries trimmed earlier are skipped), so repeated
+trims never count an entry twice. Counting and trimming are separate commands: an entry acked in between is
+still counted (an over-count, never an under-count). A trim retried after a lost reply reports what the retry
+removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redis import exceptions as rexc
+
+from storage.cluster import ClusterRouter
+from storage.codec import decode_offset, validate_offset
+from storage.groups import is_missing_group, text
+from storage.keys import log_key
+from storage.models import TrimReport
+
+_PAGE = 1000
+
+
+def offset_for_time(ms: int) -> str:
+    """The smallest offset at or after a time (epoch ms): entries older than ``ms`` sort below it."""
+    return f"{max(0, ms)}-0"
+
+
+def id_key(offset: str) -> tuple[int, int]:
+    """A stream id as a comparable (ms, seq) pair."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def after(offset: str) -> str:
+    """The smallest id greater than ``offset``."""
+    ms, seq = id_key(offset)
+    return f"{ms}-{seq + 1}"
+
+
+class RedisRetention:
+    """Trims partition streams on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
+
+    Take it from ``RedisStreamStore.retention``; it owns no connections of its own.
+    """
+
+    def __init__(self, router: ClusterRouter) -> None:
+        self._router = router
+        self._settings = router.settings
+
+    async def trim(
+        self, topic: str, partition: int, *, min_offset: str | None = None, max_length: int | None = None
+    ) -> TrimReport:
+        """Remove entries below ``min_offset`` and/or beyond the newest ``max_length``; report what went.
+
+        ``TrimReport.unacked_removed`` names every group that lost entries it had not acked, with how many.
+        """
+        if min_offset is not None:
+            validate_offset(min_offset)
+        if max_length is not None and max_length < 0:
+            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        key = log_key(topic, partition)
+        read_s, write_s = self._settings.read_deadline_s, self._settings.write_deadline_s
+        cut = await self._router.call("trim", read_s, lambda: self._cut(key, min_offset, max_length))
+        if cut is None:
+            return TrimReport(partition, 0)
+        unacked = await self._router.call("trim", read_s, lambda: self._count_unacked(key, cut))
+        removed = await self._router.call(
+            "trim", write_s, lambda: self._router.cluster.xtrim(key, minid=cut, approximate=False)
+        )
+        return TrimReport(partition, int(removed), unacked)
+
+    async def _cut(self, key: str, min_offset: str | None, max_length: int | None) -> str | None:
+        """The id below which entries go, or None when nothing would be removed."""
+        first = await self._first(key)
+        if first is None:
+            return None
+        cuts = [min_offset] if min_offset is not None else []
+        if max_length is not None:
+            length_cut = await self._length_cut(key, max_length)
+            if length_cut is not None:
+                cuts.append(length_cut)
+        cut = max(cuts, key=id_key, default=None)
+        return cut if cut is not None and id_key(cut) > id_key(first) else None
+
+    async def _length_cut(self, key: str, max_length: int) -> str | None:
+        """The id of the entry at position ``len - max_length`` (the oldest one kept)."""
+        cluster = self._router.cluster
+        length = int(await cluster.xlen(key))
+        drop = length - max_length
+        if drop <= 0:
+            return None
+        if max_length == 0:
+            newest = await cluster.xrevrange(key, max="+", min="-", count=1)
+            return after(_id_of(newest[0])) if newest else None
+        # Read whichever end is shorter: the dropped prefix plus one, or the kept suffix.
+        if drop < max_length:
+            items = await cluster.xrange(key, min="-", max="+", count=drop + 1)
+        else:
+            items = await cluster.xrevrange(key, max="+", min="-", count=max_length)
+        return _id_of(items[-1]) if items else None
+
+    async def _first(self, key: str) -> str | None:
+        items = await self._router.cluster.xrange(key, min="-", max="+", count=1)
+        return _id_of(items[0]) if items else None
+
+    async def _count_unacked(self, key: str, cut: str) -> dict[str, int]:
+        first = await self._first(key)
+        if first is None or id_key(first) >= id_key(cut):
+            return {}
+        counts: dict[str, int] = {}
+        for info in await self._group_infos(key):
+            lost = await self._group_unacked(key, info, first, cut)
+            if lost:
+                counts[text(info["name"])] = lost
+        return counts
+
+    async def _group_unacked(self, key: str, info: Mapping[str, Any], first: str, cut: str) -> int:
+        group = text(info["name"])
+        last_delivered = decode_offset(info.get("last-delivered-id")) or "0-0"
+        lost = 0
+        if int(info.get("pending") or 0):
+            lost += await self._count_pending(key, group, first, cut)
+        if id_key(last_delivered) < id_key(cut):
+            start = first if id_key(last_delivered) < id_key(first) else "(" + last_delivered
+            lost += await self._count_entries(key, start, cut)
+        return lost
+
+    async def _count_pending(self, key: str, group: str, start: str, cut: str) -> int:
+        """Pending entries of ``group`` with ids in [start, cut)."""
+        total = 0
+        while True:
+            try:
+                rows = await self._router.cluster.xpending_range(key, group, min=start, max="(" + cut, count=_PAGE)
+            except rexc.ResponseError as exc:
+                if is_missing_group(exc):  # destroyed meanwhile: it has nothing left to lose
+                    return total
+                raise
+            total += len(rows)
+            if len(rows) < _PAGE:
+                return total
+            start = "(" + text(rows[-1]["message_id"])
+
+    async def _count_entries(self, key: str, start: str, cut: str) -> int:
+        """Stream entries with ids from ``start`` (inclusive, or exclusive with a leading '(') to ``cut``."""
+        total = 0
+        while True:
+            items = list(await self._router.cluster.xrange(key, min=start, max="(" + cut, count=_PAGE) or [])
+            total += len(items)
+            if len(items) < _PAGE:
+                return total
+            start = "(" + _id_of(items[-1])
+
+    async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
+        try:
+            return list(await self._router.cluster.xinfo_groups(key))
+        except rexc.ResponseError as exc:
+            if is_missing_group(exc):
+                return []
+            raise
+
+
+def _id_of(item: Any) -> str:
+    return text(item[0])
+
+
+__all__ = ["RedisRetention", "offset_for_time"]
