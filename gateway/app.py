@@ -75,7 +75,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms)
         hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters))
         publisher = await stack.enter_async_context(
-            Publisher(store, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
+            Publisher(store, store.delayed, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
                       settings.retry_after_s))
 
         async def watch_is_live() -> None:

@@ -97,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     add_client_commands(commands)
     dev = commands.choices["dev"]
     dev.add_argument("--data-dir", default=".streamgate-dev", help="where Redis and etcd keep their data")
-    dev.add_argument("--primaries", type=int, default=3, help="Redis Cluster primaries")
+    dev.add_argument("--shards", "--primaries", dest="primaries", type=int, default=3,
+                     help="Redis Cluster shards (primaries, each with --replicas replicas)")
     dev.add_argument("--replicas", type=int, default=1, help="replicas per primary")
     dev.add_argument("--redis-base-port", type=int, default=DEV_REDIS_BASE_PORT,
                      help="first Redis port (0: free ports, remembered in the data dir)")

@@ -27,6 +27,14 @@ class GatewayMetrics:
     partition_publish_rate: Gauge
     partition_hot: Gauge
     partition_top_key_messages: Gauge
+    duty_errors: Counter
+    delayed_promoted: Counter
+    retention_trimmed: Counter
+    retention_unacked_dropped: Counter
+    partitions_owned: Gauge
+    group_lag_entries: Gauge
+    group_oldest_unacked_age: Gauge
+    group_oldest_unread_age: Gauge
     build: Info
 
     @classmethod
@@ -58,6 +66,26 @@ class GatewayMetrics:
             partition_top_key_messages=Gauge("streamgate_partition_top_key_messages",
                                              "Estimated messages of the heaviest keys of each partition (top 3)",
                                              ["topic", "partition", "key"], registry=registry),
+            duty_errors=Counter("streamgate_duty_errors_total", "Partition duty runs that failed and will retry",
+                                ["duty"], registry=registry),
+            delayed_promoted=Counter("streamgate_delayed_promoted_messages_total",
+                                     "Delayed messages moved into their stream when due", ["topic"],
+                                     registry=registry),
+            retention_trimmed=Counter("streamgate_retention_trimmed_entries_total",
+                                      "Entries removed by retention", ["topic"], registry=registry),
+            retention_unacked_dropped=Counter("streamgate_retention_unacked_dropped_total",
+                                              "Entries removed by retention before a group acked them",
+                                              ["topic", "group"], registry=registry),
+            partitions_owned=Gauge("streamgate_partitions_owned", "Partitions whose duties this node runs",
+                                   registry=registry),
+            group_lag_entries=Gauge("streamgate_group_lag_entries", "Entries not yet delivered to the group "
+                                    "(NaN when unknown)", ["topic", "group", "partition"], registry=registry),
+            group_oldest_unacked_age=Gauge("streamgate_group_oldest_unacked_age_seconds",
+                                           "Age of the oldest delivered but un-acked entry (NaN when unknown)",
+                                           ["topic", "group", "partition"], registry=registry),
+            group_oldest_unread_age=Gauge("streamgate_group_oldest_unread_age_seconds",
+                                          "Age of the oldest entry not yet delivered (NaN when unknown)",
+                                          ["topic", "group", "partition"], registry=registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})

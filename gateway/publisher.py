@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Protocol
 
 from gateway.errors import invalid_field, unavailable
 from gateway.metrics import GatewayMetrics
@@ -19,8 +20,19 @@ from gateway.validation import PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
-from storage.models import Acks, AppendOptions, AppendResult, Record
+from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
 from storage.protocol import StreamStore
+
+PublishResult = AppendResult | ScheduledResult
+
+
+class Scheduler(Protocol):
+    """Where delayed messages wait until due."""
+
+    async def schedule(self, topic: str, items: Sequence[tuple[Record, int]],
+                       options: AppendOptions) -> list[ScheduledResult]:
+        """Schedule each record for its due time; one result per item, in input order."""
+        ...
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +70,15 @@ def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> Appen
 class Publisher:
     """Writes placed records; owns the acks=0 background writer (an async context manager)."""
 
-    def __init__(self, store: StreamStore, metrics: GatewayMetrics, dedup_ttl_ms: int,
+    def __init__(self, store: StreamStore, scheduler: Scheduler, metrics: GatewayMetrics, dedup_ttl_ms: int,
                  acks0_queue_batches: int, retry_after_s: int) -> None:
         self._store = store
+        self._scheduler = scheduler
         self._metrics = metrics
         self._dedup_ttl_ms = dedup_ttl_ms
         self._retry_after_s = retry_after_s
-        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record]]] = asyncio.Queue(acks0_queue_batches)
+        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record], list[int | None]]] = asyncio.Queue(
+            acks0_queue_batches)
         self._writer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Publisher:
@@ -86,26 +100,44 @@ class Publisher:
         with contextlib.suppress(asyncio.CancelledError):
             await writer
 
-    async def publish(self, topic: TopicMetadata, records: Sequence[Record], acks: Acks) -> list[AppendResult]:
-        """Write and wait for the requested durability."""
+    async def publish(self, topic: TopicMetadata, records: Sequence[Record], acks: Acks,
+                      due_ms: Sequence[int | None] = ()) -> list[PublishResult]:
+        """Write (or schedule, where ``due_ms`` says so) and wait for the requested durability."""
         started = time.perf_counter()
-        results = await self._store.append(topic.name, records,
-                                           append_options(topic, acks, self._dedup_ttl_ms))
+        options = append_options(topic, acks, self._dedup_ttl_ms)
+        delayed = [i for i, due in enumerate(due_ms) if due is not None]
+        if not delayed:
+            results: list[PublishResult] = list(await self._store.append(topic.name, records, options))
+        else:
+            results = await self._append_and_schedule(topic, records, options, due_ms, delayed)
         self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
         return results
 
-    def enqueue(self, topic: TopicMetadata, records: list[Record]) -> None:
+    async def _append_and_schedule(self, topic: TopicMetadata, records: Sequence[Record], options: AppendOptions,
+                                   due_ms: Sequence[int | None], delayed: list[int]) -> list[PublishResult]:
+        now = [i for i in range(len(records)) if i not in set(delayed)]
+        scheduled = await self._scheduler.schedule(
+            topic.name, [(records[i], due) for i in delayed if (due := due_ms[i]) is not None], options)
+        appended = await self._store.append(topic.name, [records[i] for i in now], options) if now else []
+        results: list[PublishResult | None] = [None] * len(records)
+        for index, result in zip(delayed, scheduled, strict=True):
+            results[index] = result
+        for index, appended_result in zip(now, appended, strict=True):
+            results[index] = appended_result
+        return [r for r in results if r is not None]
+
+    def enqueue(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
         """acks=0: queue the batch for the background writer, or 503 when the queue is full."""
         try:
-            self._queue.put_nowait((topic, records))
+            self._queue.put_nowait((topic, records, due_ms))
         except asyncio.QueueFull:
             raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
 
     async def _drain_acks0(self) -> None:
         while True:
-            topic, records = await self._queue.get()
+            topic, records, due_ms = await self._queue.get()
             try:
-                await self.publish(topic, records, Acks.LEADER)
+                await self.publish(topic, records, Acks.LEADER, due_ms)
             except StorageError as exc:
                 self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(len(records))
                 log.error("acks=0 batch of %d messages to %s was not written: %s",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,9 @@ from storage.models import ValueFormat
 
 ACKS_VALUES = ("0", "1", "all")
 BODY_FIELDS = frozenset({"messages", "acks"})
-MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key"})
+MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key", "delay_ms",
+                            "deliver_at_ms"})
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 
 
@@ -51,6 +54,7 @@ class IncomingMessage:
     headers: dict[str, str]
     partition: int | None
     idempotency_key: str | None
+    due_ms: int | None = None  # delayed/scheduled: when the message joins the stream (epoch ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,8 @@ def parse_publish_body(body: bytes, limits: PublishLimits, idempotency_header: s
     if len(raw_messages) > limits.max_batch_messages:
         raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
                         f"{limits.max_batch_messages}", pointer="/messages")
-    messages = [_parse_message(raw, index, limits, idempotency_header)
+    now_ms = int(time.time() * 1000)
+    messages = [_parse_message(raw, index, limits, idempotency_header, now_ms)
                 for index, raw in enumerate(raw_messages)]
     return PublishBatch(acks, messages, sum(len(m.value) for m in messages))
 
@@ -105,7 +110,8 @@ def _parse_acks(raw: Any) -> str:
     return str(text)
 
 
-def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str | None) -> IncomingMessage:
+def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str | None,
+                   now_ms: int) -> IncomingMessage:
     pointer = f"/messages/{index}"
     if not isinstance(raw, dict):
         raise invalid_field(pointer, "each message must be a JSON object")
@@ -121,7 +127,25 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
         headers=_parse_headers(raw.get("headers"), pointer, limits),
         partition=_parse_partition(raw.get("partition"), pointer),
         idempotency_key=idempotency_key,
+        due_ms=_parse_due(raw, pointer, now_ms),
     )
+
+
+def _parse_due(raw: dict[str, Any], pointer: str, now_ms: int) -> int | None:
+    """``delay_ms`` or ``deliver_at_ms`` -> the due time; None when the message is due now."""
+    delay, at = raw.get("delay_ms"), raw.get("deliver_at_ms")
+    if delay is not None and at is not None:
+        raise invalid_field(pointer, "give at most one of 'delay_ms' and 'deliver_at_ms'")
+    if delay is not None:
+        if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY_MS:
+            raise invalid_field(f"{pointer}/delay_ms", f"'delay_ms' must be an integer from 0 to {MAX_DELAY_MS}")
+        return now_ms + delay if delay > 0 else None
+    if at is not None:
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= now_ms + MAX_DELAY_MS:
+            raise invalid_field(f"{pointer}/deliver_at_ms",
+                                "'deliver_at_ms' must be epoch milliseconds at most a year ahead")
+        return at if at > now_ms else None
+    return None
 
 
 def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tuple[bytes, ValueFormat]:

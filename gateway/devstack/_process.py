@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import shutil
 import signal
 import socket
@@ -37,7 +36,6 @@ _INSTALL_HINT = {"redis-cli": "redis-server"}
 _live: set[ServerProcess] = set()
 _live_lock = threading.Lock()
 _handed_out_ports: set[int] = set()
-_PR_SET_PDEATHSIG = 1
 
 
 def require_binary(name: str) -> str:
@@ -79,11 +77,15 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> None:
-    # Safety net for a parent killed by SIGKILL (atexit cannot run then). PDEATHSIG fires when the forking
-    # *thread* exits, so it is only armed for children forked by the main thread (see ServerProcess.start).
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _die_with_parent_argv() -> list[str]:
+    """`setpriv --pdeathsig KILL --`: a safety net for a parent killed by SIGKILL (atexit cannot run then).
+
+    setpriv sets PR_SET_PDEATHSIG and execs the server, so no Python runs between fork and exec: a
+    `preexec_fn` doing the same crashed the forked child (SIGSEGV) once gRPC threads (the etcd client) were
+    running in the test process. Without setpriv there is no net; the atexit hook still kills on exit.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 class ServerProcess:
@@ -110,15 +112,15 @@ class ServerProcess:
         if self.is_running():
             return
         self.output_path.parent.mkdir(parents=True, exist_ok=True)
+        # PDEATHSIG fires when the forking *thread* exits, so it is only armed for the main thread's children.
         arm = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
         with self.output_path.open("ab") as out:
             self._popen = subprocess.Popen(
-                self.argv,
+                [*(_die_with_parent_argv() if arm else []), *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if arm else None,
             )
         with _live_lock:
             _live.add(self)

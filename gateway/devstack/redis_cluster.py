@@ -3,13 +3,14 @@
 The first start creates the cluster with `redis-cli --cluster create` and records its port layout in
 `<data_dir>/cluster.json`; later starts reuse that layout (nodes know each other by address) and only start
 the nodes again, so a restarted dev stack keeps its data (AOF). Every node has an explicit cluster bus port.
+`add_shard()` scales out a running cluster (a new primary with replicas, then a rebalance that migrates slots
+under load) and records the new nodes in the layout, so a restart keeps them.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -32,11 +33,17 @@ from gateway.devstack._process import (
 )
 from gateway.devstack.cluster_state import node_problem, owner_port
 from gateway.devstack.errors import DevStackError, LayoutMismatchError
+from gateway.devstack.redis_cli import (
+    add_primary,
+    add_replica,
+    is_consistent,
+    rebalance_onto_empty_primaries,
+    run_cluster_command,
+)
 
 Role = Literal["primary", "replica"]
 LAYOUT_FILE = "cluster.json"
 BUS_PORT_OFFSET = 10000
-CREATE_TIMEOUT_S = 60.0
 _PROBE_ERRORS = (redis.RedisError, OSError)
 
 
@@ -154,10 +161,19 @@ class RedisNode:
         self.process.terminate(timeout_s)
 
     def restart(self, timeout_s: float = 30.0) -> None:
-        """Stop (if running) and start again with the same ports and data; wait until it answers PING."""
+        """Stop (if running) and start again with the same ports and data; wait until it answers PING.
+
+        A primary that was failed over rejoins as a replica of its successor (its nodes.conf is outdated);
+        call the cluster's wait_ready() afterwards to wait for that and refresh every node's `role`.
+        """
         self.terminate()
         self.start()
         wait_until(f"redis-server {self.host}:{self.port}", self._ping_probe, timeout_s, [self.process])
+
+    def node_id(self) -> str:
+        """The node's cluster id (CLUSTER MYID)."""
+        with self.client() as conn:
+            return str(conn.execute_command("CLUSTER", "MYID"))
 
     def current_role(self) -> Role:
         """Role as the node reports it now (changes after a failover)."""
@@ -183,6 +199,9 @@ class RedisClusterProcess:
     def __init__(self, config: RedisClusterConfig) -> None:
         self.config = config
         self._nodes: list[RedisNode] = []
+        # Shards now and at creation; they differ after add_shard() (also across restarts, via the layout).
+        self._primary_count = config.primaries
+        self._initial_primaries = config.primaries
 
     def __enter__(self) -> Self:
         self.start()
@@ -207,6 +226,11 @@ class RedisClusterProcess:
     def replicas(self) -> list[RedisNode]:
         """Nodes whose role was replica at the last start or wait_ready."""
         return [node for node in self._nodes if node.role == "replica"]
+
+    @property
+    def shard_count(self) -> int:
+        """Number of primaries the cluster has now (config.primaries plus shards added since creation)."""
+        return self._primary_count
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -307,14 +331,14 @@ class RedisClusterProcess:
         roles: list[str] = []
         for node in self._nodes:
             try:
-                problem, role = node_problem(node, len(self._nodes), self.config.primaries)
+                problem, role = node_problem(node, len(self._nodes), self._primary_count)
             except _PROBE_ERRORS as exc:
                 return f"{node.port} not answering: {exc}"
             if problem:
                 return problem
             roles.append(role)
-        if roles.count("master") != self.config.primaries:
-            return f"{roles.count('master')} primaries, expected {self.config.primaries}"
+        if roles.count("master") != self._primary_count:
+            return f"{roles.count('master')} primaries, expected {self._primary_count}"
         return None
 
     def _build_nodes(self, layout: list[dict[str, Any]] | None, server: str) -> list[RedisNode]:
@@ -341,20 +365,24 @@ class RedisClusterProcess:
         data = json.loads(self.layout_path.read_text())
         if not data.get("created"):
             return None
-        shape = (data.get("primaries"), data.get("replicas_per_primary"))
-        if shape != (self.config.primaries, self.config.replicas_per_primary):
+        primaries, replicas = data.get("primaries"), data.get("replicas_per_primary")
+        initial = data.get("initial_primaries", primaries)
+        # A scaled-out cluster still matches the shape it was created with: the added shards are kept.
+        if replicas != self.config.replicas_per_primary or self.config.primaries not in (primaries, initial):
             raise LayoutMismatchError(
-                f"{self.config.data_dir} holds a cluster of {shape[0]} primaries x {shape[1]} replicas;"
+                f"{self.config.data_dir} holds a cluster of {primaries} primaries x {replicas} replicas;"
                 f" requested {self.config.primaries} x {self.config.replicas_per_primary}."
                 " Use another data dir or delete this one."
             )
+        self._primary_count, self._initial_primaries = int(primaries), int(initial)
         nodes: list[dict[str, Any]] = data["nodes"]
         return nodes
 
     def _save_layout(self) -> None:
         data = {
             "created": True,
-            "primaries": self.config.primaries,
+            "primaries": self._primary_count,
+            "initial_primaries": self._initial_primaries,
             "replicas_per_primary": self.config.replicas_per_primary,
             "nodes": [{"port": n.port, "bus_port": n.bus_port, "role": n.role} for n in self._nodes],
         }
@@ -372,18 +400,86 @@ class RedisClusterProcess:
     def _create(self, cli: str) -> None:
         for node in self._nodes:
             wait_until(node.process.name, node._ping_probe, self.config.startup_timeout_s, [node.process])
-        argv = [cli, "--cluster", "create", *(f"{n.host}:{n.port}" for n in self._nodes)]
-        argv += ["--cluster-replicas", str(self.config.replicas_per_primary), "--cluster-yes"]
-        log = self.config.data_dir / "cluster-create.log"
-        with log.open("wb") as out:
-            result = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                timeout=CREATE_TIMEOUT_S, check=False,
-            )  # fmt: skip
-        if result.returncode != 0:
-            raise DevStackError(f"redis-cli --cluster create failed ({result.returncode}):\n{log.read_text()}")
+        args = ["create", *(f"{n.host}:{n.port}" for n in self._nodes)]
+        args += ["--cluster-replicas", str(self.config.replicas_per_primary), "--cluster-yes"]
+        run_cluster_command(cli, args, self.config.data_dir / "cluster-create.log")
         self.wait_ready(self.config.startup_timeout_s)
         self._save_layout()
+
+    def add_shard(self, replicas: int | None = None, timeout_s: float | None = None) -> RedisNode:
+        """Scale out: start a new primary with `replicas` replicas, join them, rebalance slots onto it.
+
+        The rebalance migrates keys slot by slot with MIGRATE while the cluster serves, so clients see ASK
+        and MOVED redirects. The new nodes are recorded in the layout file (a restart keeps them) before the
+        rebalance starts. Returns the new primary once the whole cluster is ready again.
+        """
+        timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
+        count = self.config.replicas_per_primary if replicas is None else replicas
+        server, cli = require_binary("redis-server"), require_binary("redis-cli")
+        new = self._new_nodes(1 + count, server)
+        for node in new:
+            node.start()
+        for node in new:
+            wait_until(node.process.name, node._ping_probe, timeout, [node.process])
+        existing = self._any_primary_address()
+        log = self.config.data_dir / "cluster-scale-out.log"
+        primary, new_replicas = new[0], new[1:]
+        add_primary(cli, _address(primary), existing, log)
+        primary_id = primary.node_id()
+        self._nodes.append(primary)
+        self._primary_count += 1
+        for node in new_replicas:
+            # add-node refuses while gossip about the previous join is still spreading.
+            self._wait_agreement(existing, cli, log, timeout, knows=primary_id)
+            add_replica(cli, _address(node), existing, primary_id, log)
+            self._nodes.append(node)
+        self._save_layout()
+        wait_until(f"new shard joining {existing}", self._readiness_problem, timeout,
+                   [node.process for node in self._nodes])
+        self._wait_agreement(existing, cli, log, timeout)
+        rebalance_onto_empty_primaries(cli, existing, log)
+        self.wait_ready(timeout)
+        return primary
+
+    def _new_nodes(self, count: int, server: str) -> list[RedisNode]:
+        base = self.config.base_port
+        if base:
+            first = len(self._nodes)
+            pairs = [(base + i, base + BUS_PORT_OFFSET + i) for i in range(first, first + count)]
+        else:
+            ports = free_ports(2 * count)
+            pairs = list(zip(ports[:count], ports[count:], strict=True))
+        replica: Role = "replica"
+        roles: list[Role] = ["primary", *([replica] * (count - 1))]
+        nodes = [RedisNode(self.config, port, bus, role, server)
+                 for (port, bus), role in zip(pairs, roles, strict=True)]
+        for node in nodes:
+            if node.data_dir.exists():  # a leftover of an earlier, failed scale-out: add-node wants empty nodes
+                shutil.rmtree(node.data_dir)
+        return nodes
+
+    def _any_primary_address(self) -> str:
+        for node in self.primaries:
+            if node.is_running():
+                return _address(node)
+        raise DevStackError("no running primary to join new nodes through")
+
+    def _wait_agreement(self, existing: str, cli: str, log: Path, timeout_s: float, knows: str = "") -> None:
+        """Wait until `existing` knows node id `knows` (if given) and `redis-cli --cluster check` passes."""
+        node = self.node_at(int(existing.rpartition(":")[2]))
+
+        def disagreement() -> str | None:
+            if knows:
+                with node.client(socket_timeout=1.0) as conn:
+                    if knows not in str(conn.execute_command("CLUSTER", "NODES")):
+                        return f"{existing} does not know node {knows} yet"
+            return None if is_consistent(cli, existing, log) else f"redis-cli --cluster check {existing} failed"
+
+        wait_until(f"slot map agreement of {existing}", disagreement, timeout_s, [n.process for n in self._nodes])
+
+
+def _address(node: RedisNode) -> str:
+    return f"{node.host}:{node.port}"
 
 
 def _key_served_by(cluster: RedisCluster, port: int, salt: int) -> str:

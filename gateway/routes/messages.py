@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field
 from gateway.offsets import parse_offset, predecessor, successor
-from gateway.publisher import place
+from gateway.publisher import PublishResult, place
 from gateway.responses import json_response
 from gateway.services import Services, services_of
 from gateway.validation import parse_publish_body
 from partitioner.topics import TopicMetadata
-from storage.models import Acks, StoredEntry
+from storage.models import Acks, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_REPLAY_LIMIT = 100
@@ -37,16 +39,30 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     records = place(batch, topic, services.spreader)
     services.stats.record(topic.name, ((record.partition, record.key) for record in records))
     metrics = services.metrics
+    due_ms = [message.due_ms for message in batch.messages]
     if batch.acks == "0":
-        services.publisher.enqueue(topic, records)
+        services.publisher.enqueue(topic, records, due_ms)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202)
-    results = await services.publisher.publish(topic, records, Acks(batch.acks))
+    results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-    return json_response({"results": [
-        {"partition": r.partition, "offset": r.offset, "duplicate": r.duplicate} for r in results]})
+    return json_response({"results": [result_document(r) for r in results]})
+
+
+SCHEDULED_MARK = "s:"  # what the dedup key holds while an idempotent message still waits in the schedule
+
+
+def result_document(result: PublishResult) -> dict[str, Any]:
+    """One publish result: where it landed, or where it waits (``scheduled_id``, ``deliver_at_ms``)."""
+    if isinstance(result, ScheduledResult):
+        return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate,
+                "scheduled_id": result.schedule_id or None, "deliver_at_ms": result.due_ms}
+    if result.offset.startswith(SCHEDULED_MARK):  # an idempotent retry of a message that is still scheduled
+        return {"partition": result.partition, "offset": None, "duplicate": result.duplicate,
+                "scheduled_id": result.offset.removeprefix(SCHEDULED_MARK)}
+    return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate}
 
 
 async def replay(request: web.Request) -> web.Response:

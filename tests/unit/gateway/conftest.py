@@ -17,7 +17,7 @@ from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
 from partitioner.registry import InMemoryTopicRegistry
 from storage.errors import StorageUnavailable
-from storage.models import AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.models import AppendOptions, AppendResult, PartitionInfo, Record, ScheduledResult, StoredEntry
 
 
 class InMemoryStreamStore:
@@ -27,6 +27,7 @@ class InMemoryStreamStore:
         self.streams: dict[tuple[str, int], list[StoredEntry]] = {}
         self.dedup: dict[tuple[str, int, str], str] = {}
         self.unavailable = False
+        self.scheduled: list[tuple[str, Record, int]] = []
         self.appends = 0
 
     def _next_offset(self, stream: list[StoredEntry]) -> str:
@@ -92,6 +93,16 @@ class InMemoryStreamStore:
         if self.unavailable:
             raise StorageUnavailable("redis is down (test)")
 
+    async def schedule(self, topic: str, items: Sequence[tuple[Record, int]],
+                       options: AppendOptions) -> list[ScheduledResult]:
+        if self.unavailable:
+            raise StorageUnavailable("redis is down (test)")
+        results = []
+        for record, due_ms in items:
+            self.scheduled.append((topic, record, due_ms))
+            results.append(ScheduledResult(record.partition, f"{len(self.scheduled):016d}", due_ms, False))
+        return results
+
     def total_entries(self) -> int:
         return sum(len(s) for s in self.streams.values())
 
@@ -110,7 +121,7 @@ def settings() -> GatewaySettings:
 @pytest.fixture
 async def services(store: InMemoryStreamStore, settings: GatewaySettings) -> AsyncIterator[Services]:
     metrics = GatewayMetrics.create()
-    async with Publisher(store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s) as publisher:
+    async with Publisher(store, store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s) as publisher:
         yield Services(settings=settings, store=store, registry=InMemoryTopicRegistry(), cache=TopicCache(),
                        publisher=publisher, metrics=metrics, readiness_checks=[("redis", store.ping)])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Any
 
 import orjson
@@ -165,3 +166,39 @@ async def test_publish_is_counted_in_metrics(client: Client, orders: str) -> Non
     text = await (await client.get("/metrics")).text()
     assert 'streamgate_publish_messages_total{outcome="written",topic="orders"} 2.0' in text
     assert 'streamgate_publish_requests_total{outcome="ok",topic="orders"} 1.0' in text
+
+
+async def test_delayed_messages_are_scheduled_not_written(client: Client, orders: str, store: Any) -> None:
+    tomorrow_ms = int(time.time() * 1000) + 86_400_000
+    body = {"messages": [{"value": "now", "partition": 0}, {"value": "later", "partition": 1, "delay_ms": 60_000},
+                         {"value": "at", "partition": 2, "deliver_at_ms": tomorrow_ms}]}
+    response = await publish(client, orders, body)
+    assert response.status == 200, await response.text()
+    now, later, at = (await response.json())["results"]
+    assert now["offset"] is not None
+    assert "scheduled_id" not in now
+    assert later["offset"] is None
+    assert later["scheduled_id"]
+    assert later["deliver_at_ms"] > 1_700_000_000_000
+    assert at["deliver_at_ms"] == tomorrow_ms
+    assert store.total_entries() == 1
+    assert [(record.partition, due) for _, record, due in store.scheduled][1] == (2, tomorrow_ms)
+
+
+async def test_past_deliver_at_and_zero_delay_publish_at_once(client: Client, orders: str, store: Any) -> None:
+    body = {"messages": [{"value": 1, "delay_ms": 0}, {"value": 2, "deliver_at_ms": 1}]}
+    results = (await (await publish(client, orders, body)).json())["results"]
+    assert all(r["offset"] is not None for r in results)
+    assert store.scheduled == []
+
+
+async def test_bad_delays_are_422(client: Client, orders: str) -> None:
+    cases = [({"value": 1, "delay_ms": -1}, "/messages/0/delay_ms"),
+             ({"value": 1, "delay_ms": "soon"}, "/messages/0/delay_ms"),
+             ({"value": 1, "delay_ms": 10**13}, "/messages/0/delay_ms"),
+             ({"value": 1, "deliver_at_ms": 10**15}, "/messages/0/deliver_at_ms"),
+             ({"value": 1, "delay_ms": 5, "deliver_at_ms": 5}, "/messages/0")]
+    for message, pointer in cases:
+        response = await publish(client, orders, {"messages": [message]})
+        assert response.status == 422, message
+        assert (await response.json())["pointer"] == pointer

@@ -1,0 +1,171 @@
+"""Runs the duties of every partition this gateway owns, and stops them when ownership moves.
+
+Per owned partition, one task: promote due delayed messages every ``promote_interval_s`` (p99 promotion
+latency stays under a second), apply retention every ``retention_interval_s`` (counting, never hiding,
+entries dropped before a group acked them), and export group lag every ``lag_interval_s``. A duty stops at
+once when the partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease
+cannot be renewed). A storage error is counted and retried; a crash flips readiness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from types import TracebackType
+
+from gateway.duties.lag import export_lag, forget_lag, measure_lag
+from gateway.duties.ports import DelayedStore, Ownership, RetentionStore
+from gateway.metrics import GatewayMetrics
+from partitioner.cache import TopicCache
+from partitioner.topics import TopicMetadata
+from storage.errors import StorageError
+from storage.groups_protocol import GroupStore
+from storage.protocol import StreamStore
+
+log = logging.getLogger(__name__)
+
+PROMOTE_BATCH = 500
+RECONCILE_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DutySettings:
+    """How often each duty runs."""
+
+    promote_interval_s: float = 0.1
+    retention_interval_s: float = 30.0
+    lag_interval_s: float = 5.0
+
+
+class PartitionDuties:
+    """The duties of one owned partition."""
+
+    def __init__(self, runner: DutyRunner, topic: str, partition: int) -> None:
+        self.runner, self.topic, self.partition = runner, topic, partition
+        self._next_trim = 0.0
+        self._next_lag = 0.0
+        self._groups_seen: set[str] = set()
+
+    async def run(self) -> None:
+        """Until ownership moves or the topic goes away."""
+        try:
+            while (metadata := self.runner.cache.get(self.topic)) is not None and self._owned():
+                await self._turn(metadata)
+                await asyncio.sleep(self.runner.settings.promote_interval_s)
+        finally:
+            forget_lag(self.runner.metrics, self.topic, self.partition, sorted(self._groups_seen))
+
+    def _owned(self) -> bool:
+        return (self.topic, self.partition) in self.runner.ownership.owned
+
+    async def _turn(self, metadata: TopicMetadata) -> None:
+        now = time.monotonic()
+        await self._guarded("promote", self._promote(metadata))
+        if now >= self._next_trim:
+            self._next_trim = now + self.runner.settings.retention_interval_s
+            await self._guarded("retention", self._trim(metadata))
+        if now >= self._next_lag:
+            self._next_lag = now + self.runner.settings.lag_interval_s
+            await self._guarded("lag", self._lag())
+
+    async def _guarded(self, duty: str, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except StorageError as exc:
+            self.runner.metrics.duty_errors.labels(duty).inc()
+            log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition, exc)
+
+    async def _promote(self, metadata: TopicMetadata) -> None:
+        while self._owned():
+            promoted = await self.runner.delayed.promote_due(self.topic, self.partition, limit=PROMOTE_BATCH,
+                                                           max_length=metadata.max_length)
+            if promoted:
+                self.runner.metrics.delayed_promoted.labels(self.topic).inc(len(promoted))
+            if len(promoted) < PROMOTE_BATCH:
+                return
+
+    async def _trim(self, metadata: TopicMetadata) -> None:
+        cutoff_ms = int(time.time() * 1000) - metadata.retention_ms
+        report = await self.runner.retention.trim(self.topic, self.partition, min_offset=f"{max(cutoff_ms, 0)}-0",
+                                              max_length=metadata.max_length)
+        metrics = self.runner.metrics
+        if report.removed:
+            metrics.retention_trimmed.labels(self.topic).inc(report.removed)
+        for group, dropped in report.unacked_removed.items():
+            if dropped:
+                metrics.retention_unacked_dropped.labels(self.topic, group).inc(dropped)
+                log.warning("retention event: trimming %s/%s dropped %d entries group %r had not acked",
+                            self.topic, self.partition, dropped, group)
+
+    async def _lag(self) -> None:
+        lags = await measure_lag(self.runner.streams, self.runner.groups, self.topic, self.partition)
+        gone = self._groups_seen - {lag.group for lag in lags}
+        forget_lag(self.runner.metrics, self.topic, self.partition, sorted(gone))
+        self._groups_seen = {lag.group for lag in lags}
+        export_lag(self.runner.metrics, self.topic, self.partition, lags)
+
+
+class DutyRunner:
+    """Keeps one duty task per owned partition (async context manager)."""
+
+    def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore, retention: RetentionStore,
+                 streams: StreamStore, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings) -> None:
+        self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
+        self.delayed, self.retention = delayed, retention
+        self.metrics, self.settings = metrics, settings
+        self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+        self.crashed: BaseException | None = None
+
+    async def __aenter__(self) -> DutyRunner:
+        self._supervisor = asyncio.create_task(self._supervise(), name="duty-supervisor")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every duty; idempotent."""
+        tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
+        self._supervisor, self._tasks = None, {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @property
+    def healthy(self) -> bool:
+        """False when a duty crashed (not a retried storage error) or ownership is unhealthy."""
+        return self.crashed is None and self.ownership.healthy
+
+    @property
+    def running(self) -> frozenset[tuple[str, int]]:
+        """Partitions whose duties run now."""
+        return frozenset(key for key, task in self._tasks.items() if not task.done())
+
+    async def _supervise(self) -> None:
+        while True:
+            self._reconcile()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ownership.wait_changed(), RECONCILE_EVERY_S)
+
+    def _reconcile(self) -> None:
+        owned = self.ownership.owned
+        for key in [k for k, task in self._tasks.items() if task.done()]:
+            self._reap(key)
+        for key in owned - self._tasks.keys():
+            duties = PartitionDuties(self, *key)
+            self._tasks[key] = asyncio.create_task(duties.run(), name=f"duties-{key[0]}/{key[1]}")
+        self.metrics.partitions_owned.set(len(owned))
+
+    def _reap(self, key: tuple[str, int]) -> None:
+        task = self._tasks.pop(key)
+        if not task.cancelled() and task.exception() is not None:
+            self.crashed = task.exception()
+            log.error("duties of %s/%s crashed", *key, exc_info=self.crashed)
