@@ -46,6 +46,9 @@ for i = 2, #ARGV, 3 do
   if d > 0 then
     found = redis.call('GET', KEYS[d + 3])
   end
+  if found then
+    redis.call('SET', KEYS[d + 3], found, 'KEEPTTL')  -- replicated, so WAIT covers the first write too
+  end
   if found and string.sub(found, 1, 2) == 's:' then
     local sid = string.sub(found, 3)
     local score = redis.call('ZSCORE', zset, sid)

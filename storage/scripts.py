@@ -35,6 +35,9 @@ while i <= n do
     found = redis.call('GET', KEYS[d + 1])
   end
   if found then
+    -- A replicated write on the duplicate path, so a following WAIT on this connection also covers the
+    -- original entry (replication is in order); a bare GET would let acks=all confirm an unreplicated write.
+    redis.call('SET', KEYS[d + 1], found, 'KEEPTTL')
     out[#out + 1] = found
     out[#out + 1] = 1
   else

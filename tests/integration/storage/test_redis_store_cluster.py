@@ -118,6 +118,26 @@ async def test_acks_all_with_paused_replica_raises_not_enough_replicas(
     assert not results[0].duplicate
 
 
+async def test_idempotent_acks_all_retry_is_not_confirmed_while_the_replica_is_still_away(
+    store: RedisStreamStore, topic: str, redis_cluster: Any
+) -> None:
+    record = Record(partition=0, value=b"once", idempotency_key="retry-me")
+    replica = await _replica_of(store, redis_cluster, topic, 0)
+    replica.pause()
+    try:
+        with pytest.raises(NotEnoughReplicas):
+            await store.append(topic, [record], AppendOptions(acks=Acks.ALL))
+        # The retry (on fresh connections, as after a gateway restart) finds the dedup key; it must still wait
+        # for replication of the first write, not report a success.
+        async with RedisStreamStore(store.settings) as fresh:
+            with pytest.raises(NotEnoughReplicas):
+                await fresh.append(topic, [record], AppendOptions(acks=Acks.ALL))
+    finally:
+        replica.resume()
+    [result] = await store.append(topic, [record], AppendOptions(acks=Acks.ALL))
+    assert result.duplicate
+
+
 async def test_acks_leader_ignores_paused_replica(store: RedisStreamStore, topic: str, redis_cluster: Any) -> None:
     replica = await _replica_of(store, redis_cluster, topic, 0)
     replica.pause()
