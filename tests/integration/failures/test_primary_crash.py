@@ -1,0 +1,81 @@
+"""kill -9 of a Redis primary while producers publish with acks=all: no acknowledged message is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from conftest import WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_traffic import Producers, duplicated, missing_acked, replay_topic
+
+from gateway.devstack import RedisClusterProcess
+
+PARTITIONS = 6
+RESUME_TIMEOUT_S = 25.0
+
+
+def log_key(topic: str, partition: int) -> str:
+    return f"sg:{{{topic}/{partition}}}:log"
+
+
+async def create(client: Client, topic: str, partitions: int) -> None:
+    response = await client.post("/v1/topics", json={"name": topic, "partitions": partitions})
+    assert response.status == 201, await response.text()
+
+
+def first_answer(producers: Producers, partitions: list[int], status: int, after: float) -> float | None:
+    """When the first request to `partitions` started after `after` answered `status` (None: never)."""
+    times = [o.answered for o in producers.outcomes
+             if o.status == status and o.partition in partitions and o.started > after]
+    return min(times) if times else None
+
+
+async def wait_resumed(producers: Producers, partitions: list[int], since: float) -> float:
+    """When every one of `partitions` has had a successful write that started after `since`."""
+    deadline = time.monotonic() + RESUME_TIMEOUT_S
+    while time.monotonic() < deadline:
+        per_partition = [first_answer(producers, [p], 200, since) for p in partitions]
+        if all(t is not None for t in per_partition):
+            return max(t for t in per_partition if t is not None)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"writes to {partitions} did not resume within {RESUME_TIMEOUT_S}s: "
+                         f"{producers.statuses()}")
+
+
+async def test_acknowledged_messages_survive_kill_9_of_a_primary_and_writes_resume_after_failover(
+        cluster_3x2: RedisClusterProcess, gateway_on: GatewayFactory, topic_name: str) -> None:
+    cluster = cluster_3x2
+    gateway = await gateway_on(cluster)
+    await create(gateway, topic_name, PARTITIONS)
+    victim = cluster.primary_for_key(log_key(topic_name, 0))
+    affected = [p for p in range(PARTITIONS) if cluster.primary_for_key(log_key(topic_name, p)) is victim]
+    producers = Producers(gateway, topic_name, PARTITIONS, acks="all", deadline_s=WRITE_DEADLINE_S)
+    producers.start()
+    try:
+        await asyncio.sleep(1.5)
+        killed_at = time.monotonic()
+        await asyncio.to_thread(victim.kill)
+        resumed_at = await wait_resumed(producers, affected, killed_at)
+        await asyncio.sleep(1.0)  # some steady traffic on the new primary too
+    finally:
+        await producers.finish()
+    first_503 = first_answer(producers, affected, 503, killed_at - WRITE_DEADLINE_S)
+    statuses = producers.statuses()
+    print(f"\n[primary kill -9] affected partitions {affected} of {PARTITIONS}; "
+          f"first 503 after {_since(first_503, killed_at)}; writes resumed after {resumed_at - killed_at:.2f}s; "
+          f"acked messages {len(producers.acked)}; requests {dict(statuses)}")
+
+    assert producers.others() == [], "every request must answer 200 or 503 within its deadline"
+    assert producers.bad_503s() == [], "a 503 must be problem+json with Retry-After"
+    assert cluster.primary_for_key(log_key(topic_name, 0)) is not victim
+
+    await asyncio.to_thread(victim.restart)
+    await asyncio.to_thread(cluster.wait_ready, 30)
+    assert victim.role == "replica", "the old primary rejoins as a replica of its successor"
+    stored = await replay_topic(gateway, topic_name, PARTITIONS)
+    assert missing_acked(producers.acked, stored) == []
+    assert duplicated(stored) == []
+
+
+def _since(at: float | None, start: float) -> str:
+    return "never" if at is None else f"{at - start:.2f}s"
