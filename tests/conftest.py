@@ -7,6 +7,7 @@ fixtures skip locally and fail when CI=true, so CI never passes by skipping.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -25,6 +26,15 @@ from gateway.devstack._process import require_binary
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 # Shorter than the dev default (3000) so failover tests finish sooner; still far above scheduling jitter.
 TEST_CLUSTER_NODE_TIMEOUT_MS = 2000
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Turn SIGTERM (e.g. from `timeout`) into KeyboardInterrupt, so fixtures stop their servers by PID."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
