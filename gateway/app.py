@@ -10,6 +10,7 @@ from aiohttp import web
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
+from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.errors import Handler, problem_middleware
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
@@ -18,6 +19,7 @@ from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
+from partitioner.ownership import PartitionOwnership
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
 SETTINGS = web.AppKey("settings", GatewaySettings)
@@ -74,6 +76,18 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         group_store = store.groups
         dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms)
         hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters))
+        ownership = await stack.enter_async_context(PartitionOwnership(
+            etcd, node_id=settings.node_id, prefix=settings.etcd_prefix, lease_ttl_s=settings.owner_lease_ttl_s,
+            partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
+        duties = await stack.enter_async_context(DutyRunner(
+            ownership, cache, delayed=store.delayed, retention=store.retention, streams=store, groups=group_store,
+            metrics=metrics, settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
+                                                   settings.lag_interval_s)))
+
+        async def duties_are_healthy() -> None:
+            if not duties.healthy:
+                raise RuntimeError(f"partition duties unhealthy: {duties.crashed or 'ownership lease not held'}")
+
         publisher = await stack.enter_async_context(
             Publisher(store, store.delayed, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
                       settings.retry_after_s))
@@ -89,7 +103,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             cache=cache,
             publisher=publisher,
             metrics=metrics,
-            readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live)],
+            readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live),
+                              ("duties", duties_are_healthy)],
             delivery=hub,
             etcd=etcd,
             puller=Puller(group_store, dead_letters),

@@ -48,6 +48,10 @@ class GatewaySettings:
     dedup_ttl_ms: int = 24 * 3600 * 1000
     acks0_queue_batches: int = 1024
     member_lease_ttl_s: float = 10.0
+    owner_lease_ttl_s: float = 10.0
+    promote_interval_s: float = 0.1
+    retention_interval_s: float = 30.0
+    lag_interval_s: float = 5.0
     slow_client_timeout_s: float = 10.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, cast
@@ -60,6 +60,7 @@ class StoredValue:
     value: bytes
     create_revision: int
     mod_revision: int
+    lease_id: int = 0  # 0 when no lease is attached
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +73,17 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
-    """A put or delete of one key; ``mod_revision`` is the revision of the change."""
+    """A put or delete of one key; ``mod_revision`` is the revision of the change.
+
+    For a put, ``create_revision`` and ``lease_id`` describe the key as stored; for a delete they are 0.
+    """
 
     kind: Literal["put", "delete"]
     key: bytes
     value: bytes
     mod_revision: int
+    create_revision: int = 0
+    lease_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +111,28 @@ def _etcd_errors(operation: str) -> Iterator[None]:
 
 def _stored(raw_kv: Any) -> StoredValue:
     return StoredValue(bytes(raw_kv.key), bytes(raw_kv.value), int(raw_kv.create_revision),
-                       int(raw_kv.mod_revision))
+                       int(raw_kv.mod_revision), int(raw_kv.lease))
+
+
+async def _finished_within(operation: Coroutine[Any, Any, Any], timeout_s: float) -> bool:
+    """Run ``operation`` for at most ``timeout_s``; False (and cancelled, not awaited) if it did not finish.
+
+    Unlike ``asyncio.wait_for`` this never waits for a cancellation that aetcd swallows. Failures are logged.
+    """
+    task = asyncio.ensure_future(operation)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        task.cancel()
+        return False
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("etcd cleanup failed: %r", task.exception())
+    return True
+
+
+def _compares(client: Any, guards: Sequence[Guard]) -> list[Any]:
+    """aetcd transaction compares for ``guards``."""
+    return [(client.transactions.create(guard.key) if guard.target == "create"
+             else client.transactions.mod(guard.key)) == guard.revision for guard in guards]
 
 
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -119,16 +146,35 @@ def _split_endpoint(endpoint: str) -> tuple[str, int]:
 class EtcdWatch:
     """A live watch on a key prefix; iterate for events, ``cancel`` to stop."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, prefix: bytes = b"", start_revision: int = 0) -> None:
         self._handle = handle
+        self._prefix = prefix
+        self._start_revision = start_revision
 
     async def events(self) -> AsyncIterator[WatchEvent]:
-        """Events in revision order; raises ``CoordinationUnavailable`` when the watch dies."""
+        """Events in revision order; raises ``CoordinationUnavailable`` when the watch dies.
+
+        An event outside the watched prefix or older than the start revision means aetcd bound this watch to
+        another create request (see ``EtcdConnection._reset_watch_stream``); that also raises, so the caller
+        re-watches instead of following the wrong keys.
+        """
         with _etcd_errors("watch"):
             async for event in self._handle:
-                kind: Literal["put", "delete"] = "put" if str(event.kind) == "PUT" else "delete"
-                kv = event.kv
-                yield WatchEvent(kind, bytes(kv.key), bytes(kv.value), int(kv.mod_revision))
+                yield self._checked(self._convert(event))
+
+    def _checked(self, event: WatchEvent) -> WatchEvent:
+        if not event.key.startswith(self._prefix) or event.mod_revision < self._start_revision:
+            raise CoordinationUnavailable(f"watch on {self._prefix!r} from revision {self._start_revision} "
+                                          f"received {event.key!r} at revision {event.mod_revision}")
+        return event
+
+    @staticmethod
+    def _convert(event: Any) -> WatchEvent:
+        kv = event.kv
+        if str(event.kind) == "PUT":
+            return WatchEvent("put", bytes(kv.key), bytes(kv.value), int(kv.mod_revision),
+                              int(kv.create_revision), int(kv.lease))
+        return WatchEvent("delete", bytes(kv.key), bytes(kv.value), int(kv.mod_revision))
 
     async def cancel(self) -> None:
         """Stop the watch; safe to call on a dead watch."""
@@ -178,9 +224,8 @@ class EtcdConnection:
     async def aclose(self) -> None:
         """Close the client (and its watches). Safe to call more than once."""
         client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.close()
+        if client is not None and not await _finished_within(client.close(), self._timeout_s):
+            log.warning("etcd client did not close within %.1fs; abandoning it", self._timeout_s)
 
     @property
     def _live(self) -> Any:
@@ -222,8 +267,7 @@ class EtcdConnection:
                      lease_id: int | None = None) -> int | None:
         """Store ``key`` only if every guard holds (one transaction); the new revision, or None if not."""
         client = self._live
-        compare = [(client.transactions.create(guard.key) if guard.target == "create"
-                    else client.transactions.mod(guard.key)) == guard.revision for guard in guards]
+        compare = _compares(client, guards)
         with _etcd_errors("transaction"):
             succeeded, responses = await client.transaction(
                 compare=compare,
@@ -274,14 +318,48 @@ class EtcdConnection:
             result = await self._live.delete(key, prev_kv=True)
         return None if result is None or result.prev_kv is None else _stored(result.prev_kv)
 
+    async def delete_if(self, key: bytes, *, guards: Sequence[Guard]) -> bool:
+        """Delete ``key`` only if every guard holds (one transaction); False when a guard failed."""
+        client = self._live
+        compare = _compares(client, guards)
+        with _etcd_errors("transaction"):
+            succeeded, _ = await client.transaction(compare=compare, success=[client.transactions.delete(key)],
+                                                    failure=[])
+        return bool(succeeded)
+
     async def watch_prefix(self, prefix: bytes, start_revision: int) -> EtcdWatch:
         """Start watching ``prefix`` from ``start_revision`` (inclusive); returns once etcd accepted it.
 
         Raises ``HistoryCompacted`` when ``start_revision`` is older than etcd's history.
         """
-        with _etcd_errors("watch"):
-            handle = await self._live.watch_prefix(prefix, start_revision=start_revision)
-        return EtcdWatch(handle)
+        try:
+            with _etcd_errors("watch"):
+                handle = await self._live.watch_prefix(prefix, start_revision=start_revision)
+        except HistoryCompacted:
+            raise
+        except CoordinationUnavailable:
+            await self._reset_watch_stream()
+            raise
+        return EtcdWatch(handle, prefix, start_revision)
+
+    async def _reset_watch_stream(self) -> None:
+        """Drop aetcd's shared watch stream after a failed watch create.
+
+        (measured) aetcd matches watch-create replies to requests by order: a create that timed out while etcd
+        was unreachable stays queued on the stream, and when etcd answers, its reply is handed to the *next*
+        watch created on this client, which then silently follows the wrong prefix from the wrong revision.
+        Shutting the stream down discards the stale request; every other watch of this connection ends too
+        (its iterator stops) and its owner re-watches from its last revision + 1.
+        """
+        client = self._client
+        watcher = getattr(client, "_watcher", None)
+        if watcher is None:
+            return
+        if not await _finished_within(watcher.shutdown(), self._timeout_s):
+            # A wedged stream must not wedge its caller: start a fresh watcher instead.
+            log.warning("etcd watch stream did not shut down within %.1fs; replacing it", self._timeout_s)
+            client._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(client.channel), timeout=self._timeout_s,
+                                                    metadata=client.metadata)
 
 
 def open_etcd(endpoints: Sequence[str], timeout_s: float) -> EtcdConnection:

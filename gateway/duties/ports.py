@@ -21,7 +21,7 @@ class Ownership(Protocol):
         """False while the node cannot keep its lease or follow ownership changes."""
         ...
 
-    async def wait_changed(self) -> None:
+    async def wait_changed(self) -> object:
         """Return when ``owned`` may have changed."""
         ...
 

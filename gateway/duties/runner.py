@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 500
 RECONCILE_EVERY_S = 1.0
+CHANGE_DEBOUNCE_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ class DutyRunner:
             self._reconcile()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ownership.wait_changed(), RECONCILE_EVERY_S)
+            await asyncio.sleep(CHANGE_DEBOUNCE_S)  # coalesce bursts; never spin if ownership keeps returning
 
     def _reconcile(self) -> None:
         owned = self.ownership.owned

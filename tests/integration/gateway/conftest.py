@@ -16,12 +16,13 @@ from gateway.settings import GatewaySettings
 
 @pytest.fixture
 def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[GatewayProcess]]:
-    """Two `streamgate serve` processes sharing the session's Redis Cluster and etcd (member lease TTL 2 s)."""
+    """Two `streamgate serve` processes on the session's Redis Cluster and etcd (lease TTLs 2 s)."""
     env = {**os.environ,
            "STREAMGATE_REDIS_NODES": ",".join(gateway_settings.redis_nodes),
            "STREAMGATE_ETCD_ENDPOINTS": ",".join(gateway_settings.etcd_endpoints),
            "STREAMGATE_ETCD_PREFIX": gateway_settings.etcd_prefix,
-           "STREAMGATE_MEMBER_LEASE_TTL_S": "2"}
+           "STREAMGATE_MEMBER_LEASE_TTL_S": "2",
+           "STREAMGATE_OWNER_LEASE_TTL_S": "2"}
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:

@@ -1,0 +1,449 @@
+"""Node registry and partition ownership in etcd: which gateway runs the duties of which partition.
+
+Layout under the prefix (default ``/streamgate/``):
+
+- ``nodes/<node_id>``: leased by the node; ``{node_id, started_at_ms}``. The live node set.
+- ``owners/<topic>/<partition>``: leased by the owner; the owner's node id. Created only in a transaction
+  guarded on ``create_revision == 0``, so at most one node holds it; its create_revision is the owner's
+  ``epoch`` (a fencing token: it grows with every change of owner).
+
+Every node computes the same target from the live node set with rendezvous hashing
+(``partitioner.rendezvous``). A node deletes the owner keys it no longer wins (a node joined, a topic
+vanished) and creates the keys it wins once they are free; it never takes a key someone else holds, it waits
+for the holder to release it or for the holder's lease to expire.
+
+Safety on the node's own clock: ``owned`` is empty unless the last successful keepalive was *sent* less than
+``lease_ttl_s - lease_ttl_s / 4`` ago. etcd refreshed the lease no earlier than that send, to at least
+``lease_ttl_s``, so every owner key of ours outlives our right to act by at least a quarter TTL (the margin
+absorbs clock-rate differences and an action already under way). Keepalives go out every TTL/3, so one
+failed or slow keepalive does not interrupt ownership. When keepalives recover and etcd still knows the lease,
+ownership resumes; when the lease expired, the node takes a new lease, registers again and re-acquires.
+A released partition leaves ``owned`` before its key is deleted; an acquired one enters ``owned`` after its key
+was created. So no partition is ever in two nodes' ``owned`` at once (given clocks that agree on a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+
+import orjson
+
+from partitioner.errors import CoordinationUnavailable
+from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, StoredValue, WatchEvent
+from partitioner.prefix_mirror import PrefixMirror
+from partitioner.rendezvous import desired_partitions
+
+__all__ = ["OwnershipKeys", "PartitionOwnership", "partition_owners"]
+
+log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]
+
+RECONCILE_POLL_S = 1.0  # partitions() may change without any etcd event: look at least this often
+ACQUIRE_CONCURRENCY = 32
+INITIAL_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 1.0
+_TIMER_SLACK_S = 0.001  # the expiry timer fires just after the deadline, never just before
+
+
+class OwnershipKeys:
+    """The etcd keys of the node registry and the partition owners under one prefix."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        root = prefix.rstrip("/") + "/"
+        self.nodes = f"{root}nodes/".encode()
+        self.owners = f"{root}owners/".encode()
+
+    def node(self, node_id: str) -> bytes:
+        """The leased key announcing ``node_id``."""
+        return self.nodes + node_id.encode()
+
+    def owner(self, partition: Partition) -> bytes:
+        """The leased key naming the owner of (topic, partition)."""
+        return self.owners + f"{partition[0]}/{partition[1]}".encode()
+
+    def parse_owner(self, key: bytes) -> Partition | None:
+        """(topic, partition) of an owner key, or None when ``key`` is not one."""
+        if not key.startswith(self.owners):
+            return None
+        topic, _, number = key[len(self.owners):].decode(errors="replace").rpartition("/")
+        return (topic, int(number)) if topic and number.isdigit() else None
+
+
+class _Backoff:
+    def __init__(self) -> None:
+        self.delay_s = INITIAL_BACKOFF_S
+
+    def reset(self) -> None:
+        self.delay_s = INITIAL_BACKOFF_S
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay_s)
+        self.delay_s = min(self.delay_s * 2, MAX_BACKOFF_S)
+
+
+class PartitionOwnership:
+    """This node's registration and the partitions it owns. An async context manager; ``aclose`` is idempotent.
+
+    ``partitions()`` returns ``{topic: partition count}`` (the gateway passes its topic cache); it is read on
+    every reconcile. Use ``owned`` before every duty action and ``wait_changed`` to start/stop duty tasks.
+    """
+
+    def __init__(self, conn: EtcdConnection, *, node_id: str, partitions: Callable[[], Mapping[str, int]],
+                 prefix: str = DEFAULT_PREFIX, lease_ttl_s: float = 10.0) -> None:
+        if not node_id or "/" in node_id or not node_id.isprintable():
+            raise ValueError(f"node_id must be printable and without '/', got {node_id!r}")
+        if lease_ttl_s <= 0:
+            raise ValueError("lease_ttl_s must be positive")
+        self._conn = conn
+        self.node_id = node_id
+        self._partitions = partitions
+        self._keys = OwnershipKeys(prefix)
+        self.lease_ttl_s = lease_ttl_s
+        self.safety_margin_s = lease_ttl_s / 4
+        self._keepalive_interval_s = lease_ttl_s / 3
+        self._lease_id = 0
+        self._fresh_until = 0.0  # loop clock: we may act until then
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._registered_revision = 0
+        self._held: dict[Partition, int] = {}  # our owner keys -> their create_revision
+        self._held_view: frozenset[Partition] = frozenset()
+        self._published: frozenset[Partition] = frozenset()
+        self._changed = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._desired_cache: tuple[object, frozenset[Partition]] | None = None
+        self._nodes = PrefixMirror(conn, self._keys.nodes, self._on_nodes_change)
+        self._owners = PrefixMirror(conn, self._keys.owners, self._on_owners_change)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._keepalive_suspended = False
+        self._failed = False
+        self._closed = False
+
+    # -- lifetime ---------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> PartitionOwnership:
+        await self._start_lease()
+        try:
+            await self._nodes.load()
+            await self._owners.load()
+        except CoordinationUnavailable:
+            await self._revoke(self._lease_id)
+            raise
+        for name, duty in (("keepalive", self._keep_alive), ("nodes-watch", self._nodes.follow),
+                           ("owners-watch", self._owners.follow), ("reconcile", self._reconcile_loop)):
+            self._tasks.append(asyncio.create_task(self._supervise(name, duty),
+                                                   name=f"streamgate-ownership-{name}-{self.node_id}"))
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop acting at once, stop the background tasks and revoke the lease (our keys vanish, so the
+        survivors take over without waiting for a TTL). Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._notify(force=True)
+        await self._cancel_tasks()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        lease_id, self._lease_id = self._lease_id, 0
+        await self._revoke(lease_id)
+
+    async def _revoke(self, lease_id: int) -> None:
+        if not lease_id:
+            return
+        try:
+            await self._conn.revoke_lease(lease_id)
+        except CoordinationUnavailable as exc:
+            log.warning("node %s: could not revoke its lease (it expires in %.1fs): %s",
+                        self.node_id, self.lease_ttl_s, exc)
+
+    async def _cancel_tasks(self) -> None:
+        """Cancel and await every task but the caller; repeated because a cancel landing inside a gRPC call
+        can surface as an RPC error that a retry loop would otherwise survive."""
+        current = asyncio.current_task()
+        pending = {task for task in self._tasks if task is not current and not task.done()}
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
+
+    async def _supervise(self, name: str, duty: Callable[[], Awaitable[None]]) -> None:
+        """Run a duty; a crash stops all ownership (and flips ``healthy``) instead of dying silently."""
+        try:
+            await duty()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("node %s: ownership %s crashed; giving up every partition", self.node_id, name)
+            self._failed = True
+            self._release_all_locally()
+            self._notify(force=True)
+            await self._cancel_tasks()
+            lease_id, self._lease_id = self._lease_id, 0
+            await self._revoke(lease_id)
+
+    # -- what the gateway reads -------------------------------------------------------------------------
+
+    @property
+    def owned(self) -> frozenset[Partition]:
+        """The (topic, partition) pairs this node may act on now; empty while its lease is not fresh."""
+        if self._closed or self._failed or not self._fresh():
+            return frozenset()
+        return self._held_view
+
+    def epoch(self, topic: str, partition: int) -> int | None:
+        """The fencing token of an owned partition (its owner key's create_revision), else None."""
+        if (topic, partition) not in self.owned:
+            return None
+        return self._held.get((topic, partition))
+
+    async def wait_changed(self, known: frozenset[Partition] | None = None) -> frozenset[Partition]:
+        """Wait until ``owned`` differs from ``known`` (default: its current value) and return the new value.
+
+        Returns at once when ``owned`` already differs, or when the ownership is closed.
+        """
+        baseline = self.owned if known is None else known
+        while (current := self.owned) == baseline and not self._closed and not self._failed:
+            await self._changed.wait()
+        return current
+
+    @property
+    def live_nodes(self) -> list[str]:
+        """The registered node ids as this node sees them, sorted."""
+        return sorted(key[len(self._keys.nodes):].decode(errors="replace") for key in self._nodes.values)
+
+    @property
+    def healthy(self) -> bool:
+        """True while the lease is fresh and both watches are established."""
+        return (not self._closed and not self._failed and self._fresh()
+                and self._nodes.healthy and self._owners.healthy)
+
+    def simulate_keepalive_failure(self, failing: bool = True) -> None:
+        """Test hook: stop (or resume) refreshing the lease as if etcd were unreachable."""
+        self._keepalive_suspended = failing
+
+    # -- the lease --------------------------------------------------------------------------------------
+
+    def _fresh(self) -> bool:
+        return self._lease_id != 0 and asyncio.get_running_loop().time() < self._fresh_until
+
+    def _mark_fresh(self, sent: float) -> None:
+        """A keepalive sent at ``sent`` (loop clock) succeeded: we may act until sent + TTL - margin."""
+        loop = asyncio.get_running_loop()
+        self._fresh_until = max(self._fresh_until, sent + self.lease_ttl_s - self.safety_margin_s)
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        self._expiry_timer = loop.call_at(self._fresh_until + _TIMER_SLACK_S, self._notify)
+        self._notify()
+
+    async def _start_lease(self) -> None:
+        """Grant a lease and register the node with it; raises ``CoordinationUnavailable``."""
+        sent = asyncio.get_running_loop().time()
+        lease_id, _ = await self._conn.grant_lease(self.lease_ttl_s)
+        info = orjson.dumps({"node_id": self.node_id, "started_at_ms": time.time_ns() // 1_000_000})
+        try:
+            self._registered_revision = await self._conn.put(self._keys.node(self.node_id), info,
+                                                              lease_id=lease_id)
+        except CoordinationUnavailable:
+            await self._revoke(lease_id)
+            raise
+        self._lease_id = lease_id
+        self._mark_fresh(sent)
+        self._dirty.set()
+        log.info("node %s registered with lease %x", self.node_id, lease_id)
+
+    def _lose_lease(self) -> None:
+        """etcd forgot our lease: every key of ours is gone; start over with a new lease."""
+        log.warning("node %s: its lease expired; registering again", self.node_id)
+        self._lease_id = 0
+        self._fresh_until = 0.0
+        self._release_all_locally()
+
+    async def _keep_alive(self) -> None:
+        """Refresh the lease every TTL/3; take a new one when etcd no longer knows it."""
+        loop = asyncio.get_running_loop()
+        backoff = _Backoff()
+        while True:
+            if self._keepalive_suspended:
+                await asyncio.sleep(self._keepalive_interval_s)
+                continue
+            try:
+                if not self._lease_id:
+                    await self._start_lease()
+                sent = loop.time()
+                remaining_s = await asyncio.wait_for(self._conn.keep_alive(self._lease_id),
+                                                     self._keepalive_interval_s)
+            except (TimeoutError, CoordinationUnavailable) as exc:
+                log.warning("node %s: keepalive failed: %s", self.node_id, exc or type(exc).__name__)
+                await backoff.sleep()
+                continue
+            if remaining_s <= 0:
+                self._lose_lease()
+                continue
+            backoff.reset()
+            self._mark_fresh(sent)
+            await asyncio.sleep(self._keepalive_interval_s)
+
+    # -- held keys and change notification --------------------------------------------------------------
+
+    def _hold(self, partition: Partition, epoch: int) -> None:
+        self._held[partition] = epoch
+        self._held_view = frozenset(self._held)
+        self._notify()
+
+    def _unhold(self, partition: Partition) -> None:
+        if self._held.pop(partition, None) is not None:
+            self._held_view = frozenset(self._held)
+            self._notify()
+
+    def _release_all_locally(self) -> None:
+        self._held.clear()
+        self._held_view = frozenset()
+        self._notify()
+
+    def _notify(self, *, force: bool = False) -> None:
+        """Wake ``wait_changed`` callers when ``owned`` changed since the last notification (or ``force``)."""
+        current = self.owned
+        if force or current != self._published:
+            self._published = current
+            event, self._changed = self._changed, asyncio.Event()
+            event.set()
+
+    def _is_ours(self, stored: StoredValue) -> bool:
+        return stored.value == self.node_id.encode() and stored.lease_id == self._lease_id != 0
+
+    def _on_nodes_change(self, event: WatchEvent | None) -> None:
+        self._dirty.set()
+
+    def _on_owners_change(self, event: WatchEvent | None) -> None:
+        """Forget a held key that was deleted or taken over behind our back (e.g. our lease expired)."""
+        if event is None:
+            for partition, epoch in list(self._held.items()):
+                stored = self._owners.values.get(self._keys.owner(partition))
+                if self._owners.revision > epoch and (stored is None or stored.create_revision != epoch):
+                    self._unhold(partition)
+        else:
+            self._check_held(event)
+        self._dirty.set()
+
+    def _check_held(self, event: WatchEvent) -> None:
+        partition = self._keys.parse_owner(event.key)
+        epoch = None if partition is None else self._held.get(partition)
+        if partition is None or epoch is None or event.mod_revision <= epoch:
+            return
+        stored = self._owners.values.get(event.key)
+        if stored is None or stored.create_revision != epoch or not self._is_ours(stored):
+            self._unhold(partition)
+
+    # -- reconcile --------------------------------------------------------------------------------------
+
+    async def _reconcile_loop(self) -> None:
+        backoff = _Backoff()
+        while True:
+            self._dirty.clear()
+            try:
+                await self._reconcile()
+            except CoordinationUnavailable as exc:
+                log.warning("node %s: reconcile failed: %s", self.node_id, exc)
+                await backoff.sleep()
+                continue
+            backoff.reset()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), RECONCILE_POLL_S)
+
+    async def _reconcile(self) -> None:
+        """Release what we no longer win, then take what we win and is free."""
+        lease_id = self._lease_id
+        if not self._fresh():
+            return
+        topics = self._read_partitions()
+        if topics is None:
+            return
+        await self._ensure_registered(lease_id)
+        desired = self._desired(topics)
+        await self._release(desired)
+        await self._acquire(desired, lease_id)
+
+    def _read_partitions(self) -> dict[str, int] | None:
+        try:
+            return {str(topic): max(0, int(count)) for topic, count in self._partitions().items()}
+        except Exception:
+            log.exception("node %s: partitions() failed; reconcile postponed", self.node_id)
+            return None
+
+    def _desired(self, topics: dict[str, int]) -> frozenset[Partition]:
+        nodes = tuple(self.live_nodes)
+        cache_key = (nodes, tuple(sorted(topics.items())))
+        if self._desired_cache is None or self._desired_cache[0] != cache_key:
+            self._desired_cache = (cache_key, desired_partitions(nodes, topics, self.node_id))
+        return self._desired_cache[1]
+
+    async def _ensure_registered(self, lease_id: int) -> None:
+        """Put our node key back if the registry, newer than our registration, lacks it."""
+        key = self._keys.node(self.node_id)
+        if self._nodes.revision > self._registered_revision and key not in self._nodes.values:
+            info = orjson.dumps({"node_id": self.node_id, "started_at_ms": time.time_ns() // 1_000_000})
+            self._registered_revision = await self._conn.put(key, info, lease_id=lease_id)
+
+    async def _release(self, desired: frozenset[Partition]) -> None:
+        """Stop acting on partitions we no longer win, then delete their keys (guarded on being ours)."""
+        doomed = {p: epoch for p, epoch in self._held.items() if p not in desired}
+        for partition in doomed:
+            self._unhold(partition)  # owned shrinks before the key is deleted
+        for key, stored in self._owners.values.items():  # leftovers of an earlier failed delete
+            leftover = self._keys.parse_owner(key)
+            if leftover is not None and leftover not in desired and self._is_ours(stored):
+                doomed.setdefault(leftover, stored.create_revision)
+        for partition, epoch in sorted(doomed.items()):
+            key = self._keys.owner(partition)
+            if await self._conn.delete_if(key, guards=[Guard(key, epoch)]):
+                log.info("node %s released %s/%d (epoch %d)", self.node_id, *partition, epoch)
+
+    async def _acquire(self, desired: frozenset[Partition], lease_id: int) -> None:
+        """Create the owner keys we win that nobody holds, ``ACQUIRE_CONCURRENCY`` at a time."""
+        wanted = [p for p in sorted(desired) if p not in self._held and not self._held_by_other(p)]
+        for start in range(0, len(wanted), ACQUIRE_CONCURRENCY):
+            results = await asyncio.gather(*(self._try_acquire(p, lease_id)
+                                             for p in wanted[start:start + ACQUIRE_CONCURRENCY]),
+                                           return_exceptions=True)
+            errors = [result for result in results if isinstance(result, BaseException)]
+            if errors:
+                raise errors[0]
+
+    def _held_by_other(self, partition: Partition) -> bool:
+        stored = self._owners.values.get(self._keys.owner(partition))
+        return stored is not None and not self._is_ours(stored)
+
+    async def _try_acquire(self, partition: Partition, lease_id: int) -> None:
+        key = self._keys.owner(partition)
+        epoch = await self._conn.put_if(key, self.node_id.encode(), guards=[Guard(key, 0)], lease_id=lease_id)
+        if epoch is None:  # taken, or ours already (a create whose reply was lost): only etcd can tell
+            stored = await self._conn.get(key)
+            if stored is None or stored.value != self.node_id.encode() or stored.lease_id != lease_id:
+                return
+            epoch = stored.create_revision
+        if lease_id != self._lease_id:  # the lease was lost meanwhile: the key went with it
+            return
+        self._hold(partition, epoch)
+        log.info("node %s owns %s/%d (epoch %d)", self.node_id, *partition, epoch)
+
+
+async def partition_owners(conn: EtcdConnection, *, prefix: str = DEFAULT_PREFIX) -> dict[Partition, str]:
+    """Who holds each partition's owner key right now (for admin and metrics); read-only."""
+    keys = OwnershipKeys(prefix)
+    snapshot = await conn.get_prefix(keys.owners)
+    owners: dict[Partition, str] = {}
+    for stored in snapshot.values:
+        parsed = keys.parse_owner(stored.key)
+        if parsed is not None:
+            owners[parsed] = stored.value.decode(errors="replace")
+    return owners
