@@ -147,8 +147,10 @@ async def _describe_on(services: Services, group: str, name: str) -> dict[str, A
     topic = await services.topic(name)
     store = _puller(services).store
     states = await asyncio.gather(*(store.state(name, p, group) for p in range(topic.partitions)))
+    unread = await asyncio.gather(*(_oldest_unread_age_ms(services, name, state) for state in states))
     doc: dict[str, Any] = {"topic": name, "members": [], "generation": None, "assignment": {},
-                           "partitions": [_partition_state(state) for state in states]}
+                           "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age}
+                                          for state, age in zip(states, unread, strict=True)]}
     if services.etcd is not None:
         view = await group_view(services.etcd, topic=name, group=group, prefix=services.settings.etcd_prefix)
         doc["members"] = [{"member_id": m.member_id, "node": m.node, "joined_at_ms": m.joined_at_ms}
@@ -156,6 +158,16 @@ async def _describe_on(services: Services, group: str, name: str) -> dict[str, A
         doc["generation"] = view.generation or None
         doc["assignment"] = {member: list(parts) for member, parts in view.owners.items()}
     return doc
+
+
+async def _oldest_unread_age_ms(services: Services, topic: str, state: GroupPartitionState) -> int | None:
+    """Age of the first entry not yet delivered to the group; 0 when none waits, None when unknown."""
+    if state.lag == 0:
+        return 0
+    if state.last_delivered_offset is None:
+        return None
+    entries = await services.store.read(topic, state.partition, after=state.last_delivered_offset, limit=1)
+    return max(0, int(time.time() * 1000) - entries[0].timestamp_ms) if entries else None
 
 
 def _partition_state(state: GroupPartitionState) -> dict[str, Any]:

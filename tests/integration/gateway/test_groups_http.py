@@ -121,6 +121,8 @@ async def test_group_describe_shows_members_lag_and_pending(gateway: Client, top
     assert p0["pending"] == 3
     assert p0["lag"] == 7
     assert p0["oldest_pending_age_ms"] is not None
+    assert p0["oldest_unread_age_ms"] >= 0
+    assert topic["partitions"][1]["oldest_unread_age_ms"] == 0
     listed = await (await gateway.get("/v1/groups")).json()
     assert {"topic": topic_name, "group": "billing"} in listed["groups"]
     assert (await gateway.get("/v1/groups/nobody")).status == 404
