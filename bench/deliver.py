@@ -123,6 +123,26 @@ async def redelivery(http: aiohttp.ClientSession, base: str, ack_timeout_ms: int
           f"(delivery_count {third['delivery_count']})")
 
 
+async def promotion(http: aiohttp.ClientSession, base: str, count: int) -> None:
+    """Delayed-message promotion latency: the promoted entry's stream timestamp minus its due time."""
+    await create_topic(http, base, "delayed-bench")
+    now_ms = int(time.time() * 1000)
+    due = {i: now_ms + 1000 + (i * 2000) // count for i in range(count)}
+    body = {"messages": [{"value": i, "deliver_at_ms": due[i]} for i in range(count)]}
+    async with http.post(f"{base}/v1/topics/delayed-bench/messages", json=body) as response:
+        assert response.status == 200, await response.text()
+    await asyncio.sleep(4.0)
+    late_ms = []
+    for partition in range(PARTITIONS):
+        async with http.get(f"{base}/v1/topics/delayed-bench/partitions/{partition}/messages",
+                            params={"limit": "1000"}) as response:
+            late_ms += [m["timestamp_ms"] - due[m["value"]] for m in (await response.json())["messages"]]
+    ordered = sorted(late_ms)
+    print(f"delayed-message promotion after due time: p50 {statistics.median(ordered):.0f} ms, "
+          f"p99 {ordered[int(len(ordered) * 0.99)]:.0f} ms, max {ordered[-1]:.0f} ms "
+          f"({len(ordered)} of {count} promoted)")
+
+
 async def run(args: argparse.Namespace, stack: DevStack) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -133,6 +153,7 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
             await throughput(http, base, args.messages, args.consumers)
             await latency(http, base, args.rate, args.seconds)
             await redelivery(http, base, args.ack_timeout_ms)
+            await promotion(http, base, args.delayed)
     finally:
         gateway.terminate()
         gateway.wait(timeout=30)
@@ -145,6 +166,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="publish rate for the latency run")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ack-timeout-ms", type=int, default=1000)
+    parser.add_argument("--delayed", type=int, default=500, help="delayed messages for the promotion run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp))) as stack:
