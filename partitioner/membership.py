@@ -28,6 +28,7 @@ from types import TracebackType
 import orjson
 
 from partitioner.assignment import assign
+from partitioner.backoff import MAX_BACKOFF_S, Backoff
 from partitioner.errors import CoordinationUnavailable, MembershipLost
 from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, WatchEvent
 from partitioner.group_state import (
@@ -45,8 +46,6 @@ __all__ = ["GroupMember", "MemberAssignment", "plan_step"]
 log = logging.getLogger(__name__)
 
 COORDINATOR_POLL_S = 1.0  # the coordinator re-reads partition_count() at least this often
-INITIAL_BACKOFF_S = 0.05
-MAX_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +55,6 @@ class MemberAssignment:
     generation: int
     partitions: frozenset[int]
 
-
-class _Backoff:
-    """Capped exponential backoff for retry loops."""
-
-    def __init__(self) -> None:
-        self.delay_s = INITIAL_BACKOFF_S
-
-    def reset(self) -> None:
-        self.delay_s = INITIAL_BACKOFF_S
-
-    async def sleep(self) -> None:
-        await asyncio.sleep(self.delay_s)
-        self.delay_s = min(self.delay_s * 2, MAX_BACKOFF_S)
 
 
 class GroupMember:
@@ -205,7 +191,7 @@ class GroupMember:
     async def _keep_alive(self) -> None:
         """Refresh the lease every TTL/3; lost when no refresh succeeded for a TTL on our own clock."""
         loop = asyncio.get_running_loop()
-        backoff = _Backoff()
+        backoff = Backoff()
         while not self._lost.is_set():
             deadline = self._last_keepalive + self._ttl_s
             if loop.time() >= deadline:
@@ -283,7 +269,7 @@ class GroupMember:
             self._confirm_kick.set()
 
     async def _write_confirmations(self) -> None:
-        backoff = _Backoff()
+        backoff = Backoff()
         key = self._keys.confirmed(self.member_id)
         while not self._lost.is_set():
             await self._confirm_kick.wait()
@@ -310,7 +296,7 @@ class GroupMember:
 
     async def _follow_group(self) -> None:
         """Snapshot the group, then watch it from the snapshot's revision + 1; start over when the watch dies."""
-        backoff = _Backoff()
+        backoff = Backoff()
         while not self._lost.is_set():
             try:
                 state = await read_state(self._conn, self._keys)
@@ -351,7 +337,7 @@ class GroupMember:
 
     async def _campaign(self) -> None:
         """Try to become coordinator whenever the coordinator key is vacant; coordinate while we hold it."""
-        backoff = _Backoff()
+        backoff = Backoff()
         value = orjson.dumps({"member_id": self.member_id, "lease_id": self._lease_id})
         while not self._lost.is_set():
             self._coordinator_vacant.clear()
@@ -383,7 +369,7 @@ class GroupMember:
         """Rebalance on every group change (and every second) until the coordinator key is no longer ours."""
         log.info("member %s coordinates group %s/%s", self.member_id, self.topic, self.group)
         self._coordinator_revision = revision
-        backoff = _Backoff()
+        backoff = Backoff()
         try:
             while not self._lost.is_set():
                 self._group_changed.clear()

@@ -33,6 +33,7 @@ from types import TracebackType
 
 import orjson
 
+from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, StoredValue, WatchEvent
 from partitioner.prefix_mirror import PrefixMirror
@@ -46,8 +47,6 @@ Partition = tuple[str, int]
 
 RECONCILE_POLL_S = 1.0  # partitions() may change without any etcd event: look at least this often
 ACQUIRE_CONCURRENCY = 32
-INITIAL_BACKOFF_S = 0.05
-MAX_BACKOFF_S = 1.0
 _TIMER_SLACK_S = 0.001  # the expiry timer fires just after the deadline, never just before
 
 
@@ -74,17 +73,6 @@ class OwnershipKeys:
         topic, _, number = key[len(self.owners):].decode(errors="replace").rpartition("/")
         return (topic, int(number)) if topic and number.isdigit() else None
 
-
-class _Backoff:
-    def __init__(self) -> None:
-        self.delay_s = INITIAL_BACKOFF_S
-
-    def reset(self) -> None:
-        self.delay_s = INITIAL_BACKOFF_S
-
-    async def sleep(self) -> None:
-        await asyncio.sleep(self.delay_s)
-        self.delay_s = min(self.delay_s * 2, MAX_BACKOFF_S)
 
 
 class PartitionOwnership:
@@ -271,7 +259,7 @@ class PartitionOwnership:
     async def _keep_alive(self) -> None:
         """Refresh the lease every TTL/3; take a new one when etcd no longer knows it."""
         loop = asyncio.get_running_loop()
-        backoff = _Backoff()
+        backoff = Backoff()
         while True:
             if self._keepalive_suspended:
                 await asyncio.sleep(self._keepalive_interval_s)
@@ -347,7 +335,7 @@ class PartitionOwnership:
     # -- reconcile --------------------------------------------------------------------------------------
 
     async def _reconcile_loop(self) -> None:
-        backoff = _Backoff()
+        backoff = Backoff()
         while True:
             self._dirty.clear()
             try:
