@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -29,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command in CLIENT_COMMANDS:
         return run_client_command(args)
+    if args.command == "dev-add-shard":
+        return run_add_shard(args)
     try:
         settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port)
     except ValueError as exc:
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on Ctrl-C/SIGTERM."""
+    from gateway.dev_scale import add_shard_hook, write_pid
     from gateway.devstack import DevStack, DevStackConfig, MissingBinary
 
     config = DevStackConfig(
@@ -59,10 +63,29 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             settings = settings.with_overrides(redis_nodes=nodes, etcd_endpoints=(stack.etcd_endpoint,),
                                                min_insync_replicas=min(args.replicas, 1))
             print(dev_banner(settings, config.data_dir), flush=True)
-            web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None)
+            app = create_app(settings)
+            app.on_startup.append(add_shard_hook(stack, config.data_dir))
+            pid_file = write_pid(config.data_dir)
+            try:
+                web.run_app(app, host=settings.host, port=settings.port, print=None)
+            finally:
+                pid_file.unlink(missing_ok=True)
     except MissingBinary as exc:
         print(f"streamgate dev: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_add_shard(args: argparse.Namespace) -> int:
+    """Ask the running `streamgate dev` of a data dir to add a Redis shard, and wait for it."""
+    from gateway.dev_scale import request_add_shard
+
+    try:
+        result = request_add_shard(Path(args.data_dir).resolve())
+    except (OSError, RuntimeError, TimeoutError, ValueError) as exc:
+        print(f"streamgate dev-add-shard: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
     return 0
 
 
@@ -95,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
         command.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
     add_client_commands(commands)
+    add_shard = commands.add_parser("dev-add-shard", help="add a Redis shard to a running `streamgate dev`")
+    add_shard.add_argument("--data-dir", default=".streamgate-dev", help="the data dir of the running stack")
     dev = commands.choices["dev"]
     dev.add_argument("--data-dir", default=".streamgate-dev", help="where Redis and etcd keep their data")
     dev.add_argument("--shards", "--primaries", dest="primaries", type=int, default=3,

@@ -41,11 +41,6 @@ def add_primary(cli: str, new: str, existing: str, log: Path) -> None:
     run_cluster_command(cli, ["add-node", new, existing], log)
 
 
-def add_replica(cli: str, new: str, existing: str, primary_id: str, log: Path) -> None:
-    """Join the empty node `new` as a replica of the primary with node id `primary_id`."""
-    run_cluster_command(cli, ["add-node", new, existing, "--cluster-slave", "--cluster-master-id", primary_id], log)
-
-
 def is_consistent(cli: str, existing: str, log: Path) -> bool:
     """True when `--cluster check` finds every node agreeing on the slot map and no open slots."""
     return run_cluster_command(cli, ["check", existing], log, check=False) == 0

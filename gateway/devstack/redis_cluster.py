@@ -35,7 +35,6 @@ from gateway.devstack.cluster_state import node_problem, owner_port
 from gateway.devstack.errors import DevStackError, LayoutMismatchError
 from gateway.devstack.redis_cli import (
     add_primary,
-    add_replica,
     is_consistent,
     rebalance_onto_empty_primaries,
     run_cluster_command,
@@ -429,9 +428,7 @@ class RedisClusterProcess:
         self._nodes.append(primary)
         self._primary_count += 1
         for node in new_replicas:
-            # add-node refuses while gossip about the previous join is still spreading.
-            self._wait_agreement(existing, cli, log, timeout, knows=primary_id)
-            add_replica(cli, _address(node), existing, primary_id, log)
+            self._join_as_replica(node, primary, primary_id, timeout)
             self._nodes.append(node)
         self._save_layout()
         wait_until(f"new shard joining {existing}", self._readiness_problem, timeout,
@@ -440,6 +437,24 @@ class RedisClusterProcess:
         rebalance_onto_empty_primaries(cli, existing, log)
         self.wait_ready(timeout)
         return primary
+
+    def _join_as_replica(self, node: RedisNode, primary: RedisNode, primary_id: str, timeout_s: float) -> None:
+        """MEET the new primary, then REPLICATE it once this node has heard of it.
+
+        (`redis-cli --cluster add-node --cluster-slave` sends REPLICATE before gossip has told the new node
+        about its primary, and fails with "Unknown node" about half the time.)
+        """
+        with node.client() as client:
+            client.execute_command("CLUSTER", "MEET", primary.host, primary.port, primary.bus_port)
+
+            def not_replicating() -> str | None:
+                try:
+                    client.execute_command("CLUSTER", "REPLICATE", primary_id)
+                except redis.ResponseError as exc:
+                    return f"{node.port} cannot replicate {primary_id} yet: {exc}"
+                return None
+
+            wait_until(f"replica {node.port} joining", not_replicating, timeout_s, [node.process])
 
     def _new_nodes(self, count: int, server: str) -> list[RedisNode]:
         base = self.config.base_port

@@ -106,3 +106,30 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(dev_dir: Path, tmp
     finally:
         assert second.stop() == 0
     assert children_alive(dev_dir) == []
+
+
+def test_a_running_dev_stack_adds_a_shard_on_request_and_keeps_serving(dev_dir: Path) -> None:
+    port = free_port()
+    dev = DevProcess(dev_dir, port)
+    try:
+        dev.wait_ready()
+        assert call("POST", dev.base + "/v1/topics", {"name": "grow", "partitions": 6})[0] == 201
+        status, body = call("POST", dev.base + "/v1/topics/grow/messages",
+                            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(300)]})
+        assert status == 200, body
+        added = subprocess.run([sys.executable, "-m", "gateway.cli", "dev-add-shard", "--data-dir", str(dev_dir)],
+                               capture_output=True, text=True, timeout=240, check=False)
+        assert added.returncode == 0, added.stderr + dev.output()
+        assert json.loads(added.stdout)["primaries"] == 4
+        values = []
+        for partition in range(6):
+            status, page = call("GET", dev.base + f"/v1/topics/grow/partitions/{partition}/messages?limit=1000")
+            assert status == 200
+            values += [m["value"] for m in page["messages"]]
+        assert sorted(values) == list(range(300))
+        status, body = call("POST", dev.base + "/v1/topics/grow/messages",
+                            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(100)]})
+        assert status == 200, body
+    finally:
+        assert dev.stop() == 0
+    assert children_alive(dev_dir) == []
