@@ -40,6 +40,7 @@ from partitioner.group_state import (
     read_state,
     validate_name,
 )
+from partitioner.tasks import cancel_until_done
 
 __all__ = ["GroupMember", "MemberAssignment", "plan_step"]
 
@@ -136,12 +137,7 @@ class GroupMember:
     async def _cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
         """Cancel and await every task but the caller. Cancellation is repeated because a cancel that lands
         inside a gRPC call can surface as an RPC error, which a retry loop would otherwise survive."""
-        current = asyncio.current_task()
-        pending = {task for task in tasks if task is not current and not task.done()}
-        while pending:
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=0.1)
+        await cancel_until_done(tasks)
 
     async def _supervise(self, name: str, duty: Callable[[], Awaitable[None]]) -> None:
         """Run a duty; an unexpected crash marks the member lost instead of dying silently."""

@@ -38,6 +38,7 @@ from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, StoredValue, WatchEvent
 from partitioner.prefix_mirror import PrefixMirror
 from partitioner.rendezvous import desired_partitions
+from partitioner.tasks import cancel_until_done
 
 __all__ = ["OwnershipKeys", "PartitionOwnership", "partition_owners"]
 
@@ -157,12 +158,7 @@ class PartitionOwnership:
     async def _cancel_tasks(self) -> None:
         """Cancel and await every task but the caller; repeated because a cancel landing inside a gRPC call
         can surface as an RPC error that a retry loop would otherwise survive."""
-        current = asyncio.current_task()
-        pending = {task for task in self._tasks if task is not current and not task.done()}
-        while pending:
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=0.1)
+        await cancel_until_done(self._tasks)
 
     async def _supervise(self, name: str, duty: Callable[[], Awaitable[None]]) -> None:
         """Run a duty; a crash stops all ownership (and flips ``healthy``) instead of dying silently."""
