@@ -9,8 +9,9 @@ from aiohttp import web
 
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
-from gateway.delivery.pull import Puller
+from gateway.delivery.pull import PULL_CONSUMER, Puller
 from gateway.duties.runner import DutyRunner, DutySettings
+from gateway.duties.sweep import GroupSweep, SweepSettings
 from gateway.errors import Handler, problem_middleware
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
@@ -19,6 +20,7 @@ from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
+from partitioner.group_policy import GroupPolicies
 from partitioner.ownership import PartitionOwnership
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
@@ -74,15 +76,20 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         metrics = GatewayMetrics.create()
         registry = EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix)
         group_store = store.groups
-        dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms)
+        dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms, metrics)
+        policies = await stack.enter_async_context(GroupPolicies(etcd, prefix=settings.etcd_prefix))
         hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters))
         ownership = await stack.enter_async_context(PartitionOwnership(
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix, lease_ttl_s=settings.owner_lease_ttl_s,
             partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
+        sweep = GroupSweep(group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
+                           SweepSettings(settings.node_id, dead_consumer_idle_ms=int(settings.owner_lease_ttl_s * 2000),
+                                         service_consumers=frozenset({PULL_CONSUMER})))
         duties = await stack.enter_async_context(DutyRunner(
             ownership, cache, delayed=store.delayed, retention=store.retention, streams=store, groups=group_store,
             metrics=metrics, settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
-                                                   settings.lag_interval_s)))
+                                                   settings.lag_interval_s, settings.sweep_interval_s),
+            sweep=sweep))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
@@ -107,7 +114,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                               ("duties", duties_are_healthy)],
             delivery=hub,
             etcd=etcd,
-            puller=Puller(group_store, dead_letters),
+            puller=Puller(group_store, dead_letters.acting_as("pull")),
+            policies=policies,
         )
         yield
 

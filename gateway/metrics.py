@@ -35,6 +35,9 @@ class GatewayMetrics:
     group_lag_entries: Gauge
     group_oldest_unacked_age: Gauge
     group_oldest_unread_age: Gauge
+    group_dead_lettered: Counter
+    group_orphans_released: Counter
+    group_consumers_removed: Counter
     build: Info
 
     @classmethod
@@ -86,6 +89,15 @@ class GatewayMetrics:
             group_oldest_unread_age=Gauge("streamgate_group_oldest_unread_age_seconds",
                                           "Age of the oldest entry not yet delivered (NaN when unknown)",
                                           ["topic", "group", "partition"], registry=registry),
+            group_dead_lettered=Counter("streamgate_group_dead_lettered_total",
+                                        "Entries moved to the dead-letter topic after max deliveries, by who moved "
+                                        "them (reader, pull or sweep)", ["topic", "group", "by"], registry=registry),
+            group_orphans_released=Counter("streamgate_group_orphans_released_total",
+                                           "Un-acked entries of consumers on dead gateway nodes made redeliverable",
+                                           ["topic", "group"], registry=registry),
+            group_consumers_removed=Counter("streamgate_group_consumers_removed_total",
+                                            "Empty consumers of dead gateway nodes removed from groups",
+                                            ["topic", "group"], registry=registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})

@@ -18,6 +18,7 @@ from gateway.validation import PublishLimits
 from partitioner.cache import TopicCache
 from partitioner.errors import TopicNotFound
 from partitioner.etcd import EtcdConnection
+from partitioner.group_policy import GroupPolicies, GroupPolicy
 from partitioner.hashing import KeylessSpreader
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
@@ -40,6 +41,7 @@ class Services:
     delivery: DeliveryHub | None = None  # consumer groups; None where no group store is wired (unit tests)
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     puller: Puller | None = None  # HTTP pull for groups
+    policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
     sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
@@ -60,6 +62,11 @@ class Services:
         metadata = await self.registry.get(name)
         self.cache.remember(metadata)
         return metadata
+
+    def note_group_policy(self, topic: str, group: str, ack_timeout_ms: int, max_deliveries: int) -> None:
+        """Remember how ``group`` is served, for the partition owners' sweep (written to etcd in the background)."""
+        if self.policies is not None:
+            self.policies.note(topic, group, GroupPolicy(ack_timeout_ms, max_deliveries))
 
 
 SERVICES = web.AppKey("services", Services)

@@ -52,6 +52,7 @@ class GatewaySettings:
     promote_interval_s: float = 0.1
     retention_interval_s: float = 30.0
     lag_interval_s: float = 5.0
+    sweep_interval_s: float = 5.0
     slow_client_timeout_s: float = 10.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0

@@ -318,6 +318,12 @@ class EtcdConnection:
             result = await self._live.delete(key, prev_kv=True)
         return None if result is None or result.prev_kv is None else _stored(result.prev_kv)
 
+    async def delete_prefix(self, prefix: bytes) -> int:
+        """Delete every key under ``prefix`` (one request); how many were deleted."""
+        with _etcd_errors("delete_prefix"):
+            result = await self._live.delete_prefix(prefix)
+        return int(result.deleted)
+
     async def delete_if(self, key: bytes, *, guards: Sequence[Guard]) -> bool:
         """Delete ``key`` only if every guard holds (one transaction); False when a guard failed."""
         client = self._live

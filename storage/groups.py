@@ -268,18 +268,24 @@ class RedisGroupStore:
             raise
 
     async def expired(
-        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int
+        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int, after: str | None = None,
+        consumer: str | None = None,
     ) -> list[PendingEntry]:
-        """Pending entries idle >= ``min_idle_ms``, in offset order (XPENDING key group IDLE n - + count)."""
+        """Pending entries idle >= ``min_idle_ms``, in offset order (XPENDING key group IDLE n - + count).
+
+        ``after`` pages on (offsets strictly after it); ``consumer`` keeps only that consumer's entries.
+        """
         if count <= 0:
             return []
         key = log_key(topic, partition)
+        low = f"({validate_offset(after)}" if after is not None else "-"
 
         async def op() -> list[Any]:
             try:
                 return list(
                     await self._router.cluster.xpending_range(
-                        key, group, min="-", max="+", count=count, idle=max(0, min_idle_ms)
+                        key, group, min=low, max="+", count=count, idle=max(0, min_idle_ms),
+                        consumername=consumer,
                     )
                 )
             except rexc.ResponseError as exc:

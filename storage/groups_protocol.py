@@ -32,9 +32,12 @@ class GroupStore(Protocol):
         """Acknowledge entries (XACK); returns how many were pending. Works from any consumer or gateway."""
         ...
 
-    async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int,
-                      count: int) -> list[PendingEntry]:
-        """Pending entries idle for at least ``min_idle_ms``, oldest first (XPENDING ... IDLE)."""
+    async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
+                      after: str | None = None, consumer: str | None = None) -> list[PendingEntry]:
+        """Pending entries idle for at least ``min_idle_ms``, oldest first (XPENDING ... IDLE).
+
+        ``after``: only offsets strictly after it (paging); ``consumer``: only entries pending for that consumer.
+        """
         ...
 
     async def claim(self, topic: str, partition: int, group: str, consumer: str,

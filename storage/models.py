@@ -133,3 +133,12 @@ class TrimReport:
     partition: int
     removed: int
     unacked_removed: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    """One consumer of a group on one partition (a row of XINFO CONSUMERS)."""
+
+    name: str
+    pending: int
+    idle_ms: int

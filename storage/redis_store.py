@@ -15,6 +15,7 @@ from storage.cluster import ClusterRouter, NodeAddress
 from storage.codec import decode_entries, decode_offset, validate_offset
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
+from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
@@ -39,6 +40,7 @@ class RedisStreamStore:
         self._groups: RedisGroupStore | None = None
         self._delayed: RedisDelayedStore | None = None
         self._retention: RedisRetention | None = None
+        self._consumers: RedisGroupConsumers | None = None
         self._closed = False
 
     @classmethod
@@ -106,6 +108,13 @@ class RedisStreamStore:
         if self._retention is None:
             self._retention = RedisRetention(self.router)
         return self._retention
+
+    @property
+    def consumers(self) -> RedisGroupConsumers:
+        """The consumers inside groups (listing, removing empty ones) on the same connections."""
+        if self._consumers is None:
+            self._consumers = RedisGroupConsumers(self.router)
+        return self._consumers
 
     async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
         """Append records (any partitions); one result per record, in input order.

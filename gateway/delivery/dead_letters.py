@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from gateway.metrics import GatewayMetrics
 from partitioner.errors import TopicExists
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, TopicSettings
@@ -28,12 +29,23 @@ def dlq_name(topic: str) -> str:
 
 
 class DeadLetterWriter:
-    """The gateway's DeadLetterSink: append to ``<topic>.dlq`` with acks=all, idempotently."""
+    """The gateway's DeadLetterSink: append to ``<topic>.dlq``, idempotently, counted under ``by``.
 
-    def __init__(self, registry: TopicRegistry, store: StreamStore, dedup_ttl_ms: int) -> None:
+    The append uses acks=all: the caller acks the source entry afterwards, so the dead letter must survive a
+    failover first.
+    """
+
+    def __init__(self, registry: TopicRegistry, store: StreamStore, dedup_ttl_ms: int,
+                 metrics: GatewayMetrics | None = None, by: str = "reader") -> None:
         self._registry = registry
         self._store = store
         self._dedup_ttl_ms = dedup_ttl_ms
+        self._metrics = metrics
+        self._by = by
+
+    def acting_as(self, by: str) -> DeadLetterWriter:
+        """The same writer, counting what it moves under ``by`` (reader, pull, sweep)."""
+        return DeadLetterWriter(self._registry, self._store, self._dedup_ttl_ms, self._metrics, by)
 
     async def __call__(self, topic: str, group: str, delivery: Delivery, reason: str) -> None:
         dlq = await self._dlq_topic(topic)
@@ -49,8 +61,10 @@ class DeadLetterWriter:
         }
         record = Record(entry.partition % dlq.partitions, entry.value, entry.value_format, entry.key, headers,
                         idempotency_key=f"dlq:{group}:{topic}:{entry.partition}:{entry.offset}")
-        await self._store.append(dlq.name, [record], AppendOptions(acks=Acks.LEADER,
+        await self._store.append(dlq.name, [record], AppendOptions(acks=Acks.ALL,
                                                                   dedup_ttl_ms=self._dedup_ttl_ms))
+        if self._metrics is not None:
+            self._metrics.group_dead_lettered.labels(topic, group, self._by).inc()
         log.info("dead-lettered %s/%s@%s for group %s: %s", topic, entry.partition, entry.offset, group, reason)
 
     async def _dlq_topic(self, topic: str) -> TopicMetadata:

@@ -17,6 +17,11 @@ class Ownership(Protocol):
         ...
 
     @property
+    def live_nodes(self) -> list[str]:
+        """The registered node ids as this node sees them."""
+        ...
+
+    @property
     def healthy(self) -> bool:
         """False while the node cannot keep its lease or follow ownership changes."""
         ...

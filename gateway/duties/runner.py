@@ -2,9 +2,10 @@
 
 Per owned partition, one task: promote due delayed messages every ``promote_interval_s`` (p99 promotion
 latency stays under a second), apply retention every ``retention_interval_s`` (counting, never hiding,
-entries dropped before a group acked them), and export group lag every ``lag_interval_s``. A duty stops at
-once when the partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease
-cannot be renewed). A storage error is counted and retried; a crash flips readiness.
+entries dropped before a group acked them), export group lag every ``lag_interval_s`` and sweep the groups
+every ``sweep_interval_s`` (dead letters past max deliveries, a dead node's deliveries; ``duties.sweep``).
+A duty stops at once when the partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease
+cannot be renewed). A storage or coordination error is counted and retried; a crash flips readiness.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from types import TracebackType
 
 from gateway.duties.lag import export_lag, forget_lag, measure_lag
 from gateway.duties.ports import DelayedStore, Ownership, RetentionStore
+from gateway.duties.sweep import GroupSweep
 from gateway.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
+from partitioner.errors import PartitionerError
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -40,6 +43,7 @@ class DutySettings:
     promote_interval_s: float = 0.1
     retention_interval_s: float = 30.0
     lag_interval_s: float = 5.0
+    sweep_interval_s: float = 5.0
 
 
 class PartitionDuties:
@@ -49,6 +53,7 @@ class PartitionDuties:
         self.runner, self.topic, self.partition = runner, topic, partition
         self._next_trim = 0.0
         self._next_lag = 0.0
+        self._next_sweep = 0.0
         self._groups_seen: set[str] = set()
 
     async def run(self) -> None:
@@ -72,11 +77,15 @@ class PartitionDuties:
         if now >= self._next_lag:
             self._next_lag = now + self.runner.settings.lag_interval_s
             await self._guarded("lag", self._lag())
+        if self.runner.sweep is not None and now >= self._next_sweep:
+            self._next_sweep = now + self.runner.settings.sweep_interval_s
+            await self._guarded("sweep", self.runner.sweep.sweep(self.topic, self.partition,
+                                                                 self.runner.ownership.live_nodes))
 
     async def _guarded(self, duty: str, work: Awaitable[None]) -> None:
         try:
             await work
-        except StorageError as exc:
+        except (StorageError, PartitionerError) as exc:
             self.runner.metrics.duty_errors.labels(duty).inc()
             log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition, exc)
 
@@ -114,8 +123,10 @@ class DutyRunner:
     """Keeps one duty task per owned partition (async context manager)."""
 
     def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore, retention: RetentionStore,
-                 streams: StreamStore, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings) -> None:
+                 streams: StreamStore, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings,
+                 sweep: GroupSweep | None = None) -> None:
         self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
+        self.sweep = sweep
         self.delayed, self.retention = delayed, retention
         self.metrics, self.settings = metrics, settings
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}

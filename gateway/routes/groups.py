@@ -64,6 +64,7 @@ async def pull(request: web.Request) -> web.Response:
         ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, 100, 3_600_000),
         max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
     )
+    services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms, pull_request.max_deliveries)
     deliveries = await _puller(services).pull(group, pull_request, topic.partitions)
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
                  "receipt": Receipt(topic.name, d.entry.partition, d.entry.offset,

@@ -120,6 +120,7 @@ async def _run_mode(session: Session, services: Services, topic: TopicMetadata) 
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
                          _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
+    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms, params.max_deliveries)
     if params.mode is Mode.SHARED:
         await _run_shared(session, services.delivery, params.group, config, topic)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -10,11 +11,13 @@ from gateway.errors import invalid_field
 from gateway.hotspots import PartitionHeat
 from gateway.responses import json_response
 from gateway.routes.bodies import optional_int, read_json_object
-from gateway.services import services_of
+from gateway.services import Services, services_of
 from gateway.validation import reject_unknown_fields
-from partitioner.errors import ConcurrentModification
+from partitioner.errors import ConcurrentModification, PartitionerError
 from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
 from storage.models import PartitionInfo
+
+log = logging.getLogger(__name__)
 
 CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length"})
 PATCH_FIELDS = frozenset({"partitions", "retention_ms", "max_length"})
@@ -104,7 +107,17 @@ async def delete_topic(request: web.Request) -> web.Response:
     services.cache.forget(topic.name, topic.version + 1)
     services.stats.forget(topic.name)
     await services.store.delete_topic(topic.name, topic.partitions)
+    await _forget_group_policies(services, topic.name)
     return web.Response(status=204)
+
+
+async def _forget_group_policies(services: Services, topic: str) -> None:
+    if services.policies is None:
+        return
+    try:
+        await services.policies.forget_topic(topic)
+    except PartitionerError as exc:  # the topic is gone; stale policies only matter if the name is reused
+        log.warning("group policies of deleted topic %s not removed: %s", topic, exc)
 
 
 def add_routes(app: web.Application) -> None:

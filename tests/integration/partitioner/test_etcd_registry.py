@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,17 +22,6 @@ from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher, op
 from partitioner.topics import TopicSettings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"/streamgate-test-{uuid.uuid4().hex}/"
-
-
-@pytest.fixture
-async def conn(etcd_server: Any) -> AsyncIterator[EtcdConnection]:
-    async with open_etcd([etcd_server.endpoint], timeout_s=2.0) as connection:
-        yield connection
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ class FakeOwnership:
     def __init__(self) -> None:
         self.owned: frozenset[tuple[str, int]] = frozenset()
         self.healthy = True
+        self.live_nodes = ["me"]
         self._changed = asyncio.Event()
 
     def set(self, owned: set[tuple[str, int]]) -> None:
