@@ -19,6 +19,7 @@ from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.scripts import ScriptCall, build_append_call, parse_append_reply
 from storage.settings import RedisStoreSettings
@@ -41,6 +42,7 @@ class RedisStreamStore:
         self._delayed: RedisDelayedStore | None = None
         self._retention: RedisRetention | None = None
         self._consumers: RedisGroupConsumers | None = None
+        self._rate_limiter: RedisRateLimiter | None = None
         self._closed = False
 
     @classmethod
@@ -115,6 +117,13 @@ class RedisStreamStore:
         if self._consumers is None:
             self._consumers = RedisGroupConsumers(self.router)
         return self._consumers
+
+    @property
+    def rate_limiter(self) -> RedisRateLimiter:
+        """Token buckets shared by every gateway replica, on the same connections."""
+        if self._rate_limiter is None:
+            self._rate_limiter = RedisRateLimiter(self.router)
+        return self._rate_limiter
 
     async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
         """Append records (any partitions); one result per record, in input order.
