@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml
 		}; \
 	fi
 	$(VENV_PY) -m pip install -q --upgrade pip
-	$(VENV_PY) -m pip install -q -e '.[dev]'
+	$(VENV_PY) -m pip install -q -e '.[dev,spark]'
 	touch $@
 
 run: deps venv

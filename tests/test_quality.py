@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["gateway", "partitioner", "storage"]
+PACKAGES = ["gateway", "partitioner", "storage", "pipeline"]
 
 pytestmark = pytest.mark.quality
 

@@ -1,0 +1,41 @@
+"""The batch reader: one read of (startingOffsets, endingOffsets] per partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from pipeline import stream_ids
+from pipeline.options import LATEST
+from pipeline.planner import Planner
+from pipeline.ranges import StreamRange, read_range
+
+
+class StreamgateBatchReader(DataSourceReader):
+    """Plans its ranges on the driver; read() runs on executors with their own clients."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One task per partition with entries between the starting and ending offsets."""
+        options = self.planner.options
+        try:
+            start = {p: self.planner.resolve(p, options.start_for(p)) for p in self.planner.partitions}
+            end = {p: self._end(p, start[p]) for p in self.planner.partitions}
+            return self.planner.ranges(start, end)
+        finally:
+            self.planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Paged XRANGE over one planned range, as Arrow batches."""
+        assert isinstance(partition, StreamRange)
+        return read_range(partition)
+
+    def _end(self, partition: int, start: str) -> str:
+        position = self.planner.options.end_for(partition)
+        if position == LATEST:
+            return self.planner.latest({partition: start})[partition]
+        return stream_ids.later(start, self.planner.resolve(partition, position))

@@ -1,0 +1,52 @@
+"""Errors raised by the pipeline package: one base, a few leaves carrying typed fields."""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base of every pipeline error."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidSourceOption(PipelineError):
+    """An option given to the ``streamgate`` source is missing or malformed."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"streamgate source option {option!r}: {problem}")
+        self.option = option
+        self.problem = problem
+
+
+class TopicNotFound(PipelineError):
+    """The gateway does not know the topic whose partitions the source needs."""
+
+    def __init__(self, topic: str, gateway: str) -> None:
+        super().__init__(f"topic {topic!r} not found at gateway {gateway}")
+        self.topic = topic
+        self.gateway = gateway
+
+
+class StreamgateDataLoss(PipelineError):
+    """A checkpointed offset is older than the oldest retained entry: retention trimmed unread entries.
+
+    ``lost`` is the number of trimmed entries after the checkpoint, or None when Redis cannot tell.
+    Set ``failOnDataLoss=false`` to log and continue from the oldest retained entry instead.
+    """
+
+    def __init__(self, topic: str, partition: int, checkpointed: str, oldest_retained: str, lost: int | None) -> None:
+        count = "an unknown number of" if lost is None else str(lost)
+        super().__init__(
+            f"topic {topic!r} partition {partition}: checkpointed offset {checkpointed} is older than the oldest "
+            f"retained entry {oldest_retained}; {count} entries after the checkpoint were trimmed by retention "
+            "before they were read (set failOnDataLoss=false to skip them)"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.checkpointed = checkpointed
+        self.oldest_retained = oldest_retained
+        self.lost = lost

@@ -1,0 +1,1 @@
+"""Sample jobs over the ``streamgate`` source, runnable as ``python -m pipeline.jobs.<name>``."""

@@ -1,0 +1,58 @@
+"""What every sample job shares: the source's CLI flags, the session, the trigger."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from pipeline.source import FORMAT, register
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags mapped one to one onto the source options (see docs/pipeline.md)."""
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--redis-nodes", required=True, help="host:port[,host:port...] of the Redis Cluster")
+    parser.add_argument("--gateway", help="gateway base URL, to learn the topic's partition count")
+    parser.add_argument("--partitions", help="comma-separated partitions (instead of --gateway)")
+    parser.add_argument("--starting-offsets", default="earliest", help="earliest | latest | JSON")
+    parser.add_argument("--max-entries-per-trigger", type=int)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (the source of truth)")
+    parser.add_argument("--master", default="local[2]", help="Spark master when not run by spark-submit")
+    parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    parser.add_argument("--trigger-interval", default="10 seconds")
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The source options for the parsed flags (unset flags omitted)."""
+    options = {
+        "topic": args.topic,
+        "redisNodes": args.redis_nodes,
+        "gateway": args.gateway,
+        "partitions": args.partitions,
+        "startingOffsets": args.starting_offsets,
+        "maxEntriesPerTrigger": args.max_entries_per_trigger,
+    }
+    return {name: str(value) for name, value in options.items() if value is not None}
+
+
+def session(app_name: str, master: str) -> SparkSession:
+    """A session with the source registered; workers run this interpreter (so they can import pipeline)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = SparkSession.builder.appName(app_name).master(master).getOrCreate()
+    register(spark)
+    return spark
+
+
+def read_topic(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
+    """The streaming DataFrame of the topic."""
+    return spark.readStream.format(FORMAT).options(**options).load()
+
+
+def with_trigger(writer: DataStreamWriter, available_now: bool, interval: str) -> DataStreamWriter:
+    """availableNow (bounded by maxEntriesPerTrigger per batch) or a processing-time trigger."""
+    return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)

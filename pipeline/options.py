@@ -1,0 +1,158 @@
+"""The ``streamgate`` source's options, parsed once from Spark's case-insensitive option map.
+
+Spark hands options over as a case-insensitive mapping of strings; look them up through it (never
+``dict(options)``, which keeps whatever case the user typed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline import stream_ids
+from pipeline.errors import InvalidSourceOption
+
+EARLIEST = "earliest"
+LATEST = "latest"
+DEFAULT_PAGE_SIZE = 1000
+DEFAULT_PORT = 6379
+
+# A start position: "earliest", "latest" or an exclusive stream ID.
+Position = str
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the readers need, as plain picklable values."""
+
+    topic: str
+    redis_nodes: tuple[tuple[str, int], ...]
+    partitions: tuple[int, ...] | None
+    gateway: str | None
+    starting: Position | dict[int, Position]
+    ending: Position | dict[int, Position]
+    max_entries_per_trigger: int | None
+    page_size: int
+    fail_on_data_loss: bool
+    consumer_name: str
+    commit_progress: bool
+
+    def start_for(self, partition: int) -> Position:
+        """The start position of one partition (JSON maps default a missing partition to earliest)."""
+        if isinstance(self.starting, dict):
+            return self.starting.get(partition, EARLIEST)
+        return self.starting
+
+    def end_for(self, partition: int) -> Position:
+        """The batch reader's end position of one partition (missing from a JSON map: latest)."""
+        if isinstance(self.ending, dict):
+            return self.ending.get(partition, LATEST)
+        return self.ending
+
+
+def parse_options(options: Mapping[str, Any]) -> SourceOptions:
+    """Validate and convert the source options; raises InvalidSourceOption."""
+    topic = _required(options, "topic")
+    partitions = _partitions(options.get("partitions"))
+    gateway = options.get("gateway")
+    if partitions is None and not gateway:
+        raise InvalidSourceOption("partitions", "give 'partitions' (e.g. '0,1,2,3') or 'gateway' (a base URL)")
+    return SourceOptions(
+        topic=topic,
+        redis_nodes=parse_nodes(_required(options, "redisNodes")),
+        partitions=partitions,
+        gateway=str(gateway).rstrip("/") if gateway else None,
+        starting=_starting(options),
+        ending=_positions("endingOffsets", options.get("endingOffsets") or LATEST),
+        max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
+        page_size=_positive_int(options, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        consumer_name=options.get("consumerName") or f"spark-{topic}",
+        commit_progress=_bool(options, "commitProgress", True),
+    )
+
+
+def parse_nodes(text: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` (port defaults to 6379) as a tuple of pairs."""
+    nodes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", str(DEFAULT_PORT))
+        if not port.isdigit():
+            raise InvalidSourceOption("redisNodes", f"bad port in {item!r}")
+        nodes.append((host, int(port)))
+    if not nodes:
+        raise InvalidSourceOption("redisNodes", "at least one host:port is required")
+    return tuple(nodes)
+
+
+def _required(options: Mapping[str, Any], name: str) -> str:
+    value = options.get(name)
+    if not value:
+        raise InvalidSourceOption(name, "is required")
+    return str(value)
+
+
+def _partitions(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        chosen = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise InvalidSourceOption("partitions", f"expected comma-separated integers, got {text!r}") from None
+    if not chosen or chosen[0] < 0:
+        raise InvalidSourceOption("partitions", f"expected non-negative partition numbers, got {text!r}")
+    return tuple(chosen)
+
+
+def _starting(options: Mapping[str, Any]) -> Position | dict[int, Position]:
+    timestamp = options.get("startingTimestampMs")
+    if timestamp:
+        if not str(timestamp).isdigit():
+            raise InvalidSourceOption("startingTimestampMs", f"expected epoch milliseconds, got {timestamp!r}")
+        return stream_ids.before_time(int(timestamp))
+    return _positions("startingOffsets", options.get("startingOffsets") or EARLIEST)
+
+
+def _positions(name: str, text: str) -> Position | dict[int, Position]:
+    if text in (EARLIEST, LATEST):
+        return text
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise InvalidSourceOption(name, f"expected earliest, latest or a JSON object, got {text!r}") from None
+    if not isinstance(doc, dict):
+        raise InvalidSourceOption(name, "the JSON form must be an object {partition: stream ID}")
+    return {_partition_key(name, key): _position(name, value) for key, value in doc.items()}
+
+
+def _partition_key(name: str, key: str) -> int:
+    if not key.isdigit():
+        raise InvalidSourceOption(name, f"partition {key!r} is not a non-negative integer")
+    return int(key)
+
+
+def _position(name: str, value: Any) -> Position:
+    if value in (EARLIEST, LATEST) or (isinstance(value, str) and stream_ids.is_valid(value)):
+        return str(value)
+    raise InvalidSourceOption(name, f"{value!r} is neither earliest, latest nor a stream ID '<ms>-<seq>'")
+
+
+def _positive_int(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    if not str(value).isdigit() or int(value) <= 0:
+        raise InvalidSourceOption(name, f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _bool(options: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    lowered = str(value).lower()
+    if lowered not in ("true", "false"):
+        raise InvalidSourceOption(name, f"expected true or false, got {value!r}")
+    return lowered == "true"

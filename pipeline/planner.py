@@ -1,0 +1,142 @@
+"""Driver-side offset planning shared by the batch and streaming readers.
+
+Positions are exclusive stream IDs per partition. ``earliest`` resolves to just before the oldest retained
+entry, ``latest`` to the last generated ID; a planned end is always an existing entry's ID (or the start),
+so a range can never grow after planning: Redis only accepts IDs above the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.cluster import RedisCluster
+
+from pipeline import stream_ids
+from pipeline.budget import allocate
+from pipeline.data_loss import find_loss, handle_loss
+from pipeline.options import EARLIEST, LATEST, Position, SourceOptions
+from pipeline.progress import group_position, publish_position
+from pipeline.ranges import StreamRange
+from pipeline.streams import count_after, last_id, open_cluster, stream_state
+from storage.keys import log_key
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[int, str]
+
+
+class Planner:
+    """Resolves positions, bounds micro-batches, checks retention and publishes progress for one topic."""
+
+    def __init__(self, options: SourceOptions, partitions: tuple[int, ...]) -> None:
+        self.options = options
+        self.partitions = partitions
+        self.lost_entries = 0
+        self._client: RedisCluster | None = None
+        self._checked: Offsets = {}
+        self._published: Offsets = {}
+
+    @property
+    def client(self) -> RedisCluster:
+        """The driver's cluster client, opened on first use (never pickled)."""
+        if self._client is None:
+            self._client = open_cluster(self.options.redis_nodes)
+        return self._client
+
+    def close(self) -> None:
+        """Close the driver's client; idempotent."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def key(self, partition: int) -> str:
+        """The partition's stream key."""
+        return log_key(self.options.topic, partition)
+
+    def resolve(self, partition: int, position: Position) -> str:
+        """An exclusive start ID for earliest/latest/an ID; earliest and timestamps never precede retention."""
+        if position == LATEST:
+            return stream_state(self.client, self.key(partition)).last_generated_id
+        floor = stream_state(self.client, self.key(partition)).floor
+        if position == EARLIEST:
+            return floor
+        return position
+
+    def latest(self, start: Offsets) -> Offsets:
+        """The newest entry of every partition (or its start when it has nothing newer)."""
+        ends = {}
+        for partition, position in start.items():
+            newest = last_id(self.client, self.key(partition))
+            ends[partition] = position if newest is None else stream_ids.later(position, newest)
+        return ends
+
+    def bounded(self, start: Offsets, ends: Offsets, max_rows: int) -> Offsets:
+        """Move ends back so the ranges (start, end] hold at most ``max_rows`` entries in total."""
+        counts, lasts = {}, {}
+        for partition, position in start.items():
+            counts[partition], lasts[partition] = count_after(
+                self.client, self.key(partition), position, ends[partition], max_rows)
+        shares = allocate(max_rows, counts)
+        bounded = dict(start)
+        for partition, share in shares.items():
+            if share == counts[partition] and share > 0:
+                bounded[partition] = lasts[partition] or start[partition]
+            elif share > 0:
+                _, nth = count_after(self.client, self.key(partition), start[partition], ends[partition], share)
+                bounded[partition] = nth or start[partition]
+        return bounded
+
+    def check_retention(self, start: Offsets) -> None:
+        """Fail (or log and count) when retention trimmed entries after a start position; once per position."""
+        for partition, position in start.items():
+            if self._checked.get(partition) == position:
+                continue
+            key = self.key(partition)
+            loss = find_loss(position, stream_state(self.client, key),
+                             group_position(self.client, key, self.options.consumer_name))
+            if loss is not None:
+                self.lost_entries += handle_loss(self.options.topic, partition, loss, self.options.fail_on_data_loss)
+            self._checked[partition] = position
+
+    def publish(self, positions: Offsets) -> None:
+        """Record committed positions in the pipeline's consumer group (advisory; failures are logged)."""
+        if not self.options.commit_progress:
+            return
+        for partition, position in positions.items():
+            if self._published.get(partition) == position:
+                continue
+            try:
+                publish_position(self.client, self.key(partition), self.options.consumer_name, position)
+            except Exception:  # progress is advisory: never fail a batch for it
+                log.warning("could not publish progress of partition %d", partition, exc_info=True)
+                continue
+            self._published[partition] = position
+
+    def ranges(self, start: Offsets, end: Offsets) -> list[StreamRange]:
+        """One planned range per partition with entries in (start, end]."""
+        planned = []
+        for partition in sorted(end):
+            begin = start.get(partition, stream_ids.ZERO)
+            if not stream_ids.before(begin, end[partition]):
+                continue
+            _, first = count_after(self.client, self.key(partition), begin, end[partition], 1)
+            planned.append(StreamRange(
+                topic=self.options.topic, partition=partition, start=begin, end=end[partition], first_id=first,
+                redis_nodes=self.options.redis_nodes, page_size=self.options.page_size,
+                fail_on_data_loss=self.options.fail_on_data_loss))
+        return planned
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_client"] = None  # a cluster client does not pickle; workers open their own in read()
+        return state
+
+
+def to_json(offsets: Offsets) -> dict[str, str]:
+    """Offsets as Spark checkpoints them: {"<partition>": "<stream ID>"}."""
+    return {str(partition): position for partition, position in sorted(offsets.items())}
+
+
+def from_json(doc: dict[str, str]) -> Offsets:
+    """Offsets read back from Spark's checkpoint."""
+    return {int(partition): position for partition, position in doc.items()}

@@ -1,0 +1,53 @@
+"""The ``streamgate`` Python Data Source: batch and streaming reads of one topic's partition streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from pipeline.batch_reader import StreamgateBatchReader
+from pipeline.options import parse_options
+from pipeline.planner import Planner
+from pipeline.rows import SCHEMA_DDL
+from pipeline.stream_reader import StreamgateStreamReader
+from pipeline.topic_partitions import source_partitions
+
+FORMAT = "streamgate"
+
+
+class StreamgateDataSource(DataSource):
+    """``spark.read/readStream.format("streamgate")``; see docs/pipeline.md for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name Spark registers."""
+        return FORMAT
+
+    def schema(self) -> str:
+        """topic, partition, offset, key, value, value_str, headers, timestamp."""
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader."""
+        return StreamgateBatchReader(self._planner())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's method name
+        """The micro-batch reader."""
+        return StreamgateStreamReader(self._planner())
+
+    def _planner(self) -> Planner:
+        options = parse_options(self.options)
+        return Planner(options, source_partitions(options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("streamgate")`` available in ``spark``."""
+    spark.dataSource.register(StreamgateDataSource)
+
+
+def reader_options(**options: Any) -> dict[str, str]:
+    """Options as Spark wants them (strings): ``reader_options(topic="t", maxEntriesPerTrigger=1000)``."""
+    return {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in options.items()}

@@ -1,0 +1,37 @@
+"""Which partitions the source reads: the ``partitions`` option, or all of them as the gateway reports."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from pipeline.errors import InvalidSourceOption, TopicNotFound
+from pipeline.options import SourceOptions
+
+GATEWAY_TIMEOUT_S = 10.0
+
+
+def source_partitions(options: SourceOptions) -> tuple[int, ...]:
+    """The explicit subset when given, else 0..N-1 from ``GET {gateway}/v1/topics/{topic}``."""
+    if options.partitions is not None:
+        return options.partitions
+    assert options.gateway is not None  # parse_options requires one of the two
+    return tuple(range(partition_count(options.gateway, options.topic)))
+
+
+def partition_count(gateway: str, topic: str) -> int:
+    """The topic's partition count from the gateway (read once on the driver)."""
+    url = f"{gateway}/v1/topics/{urllib.parse.quote(topic, safe='')}"
+    try:
+        with urllib.request.urlopen(url, timeout=GATEWAY_TIMEOUT_S) as response:
+            doc = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise TopicNotFound(topic, gateway) from exc
+        raise
+    count = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(count, int) or count <= 0:
+        raise InvalidSourceOption("gateway", f"{url} returned no partition count")
+    return count

@@ -1,0 +1,37 @@
+"""Pure planning decisions of the source: budget split, data-loss counting, option parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.budget import allocate
+from pipeline.data_loss import GroupPosition, Loss, find_loss
+from pipeline.errors import InvalidSourceOption
+from pipeline.options import parse_options
+from pipeline.streams import StreamState
+
+pytestmark = pytest.mark.spark
+
+
+def test_budget_goes_to_partitions_with_entries_and_never_exceeds_the_cap() -> None:
+    assert allocate(10, {0: 100, 1: 2, 2: 0}) == {0: 8, 1: 2, 2: 0}
+    assert allocate(10, {0: 3, 1: 3}) == {0: 3, 1: 3}
+    assert sum(allocate(7, {0: 50, 1: 50, 2: 50}).values()) == 7
+
+
+def test_loss_is_counted_from_the_group_read_counter_at_the_checkpoint() -> None:
+    state = StreamState(length=4, entries_added=20, last_generated_id="9-19", first_id="9-16", max_deleted_id="0-0")
+    assert find_loss("9-9", state, GroupPosition("9-9", 10)) == Loss("9-9", "9-16", 6)
+    assert find_loss("9-9", state, None) == Loss("9-9", "9-16", None)
+    assert find_loss("9-15", state, None) is None
+    assert find_loss("0-0", state, None) == Loss("0-0", "9-16", 16)
+
+
+def test_options_are_case_insensitive_strings_and_validated() -> None:
+    parsed = parse_options({"topic": "t", "redisNodes": "h:1,h:2", "partitions": "1,0",
+                            "startingOffsets": '{"0": "5-1"}', "maxEntriesPerTrigger": "10"})
+    assert (parsed.redis_nodes, parsed.partitions, parsed.start_for(0), parsed.start_for(1)) == (
+        (("h", 1), ("h", 2)), (0, 1), "5-1", "earliest")
+    assert parsed.consumer_name == "spark-t"
+    with pytest.raises(InvalidSourceOption, match="partitions"):
+        parse_options({"topic": "t", "redisNodes": "h:1"})

@@ -1,0 +1,128 @@
+"""The streamgate source against a real Redis Cluster: exactly-once output, bounded batches, offsets, progress."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from redis.cluster import RedisCluster
+
+from pipeline.jobs import to_parquet
+from storage.keys import log_key
+
+pytestmark = pytest.mark.spark
+
+
+def options(topic: str, redis_nodes: str, **extra: Any) -> dict[str, str]:
+    base = {"topic": topic, "redisNodes": redis_nodes, "partitions": "0,1"}
+    return {**base, **{name: str(value) for name, value in extra.items()}}
+
+
+def run_to_parquet(spark: SparkSession, opts: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
+    """One availableNow run of the Parquet job; returns its progress reports."""
+    query = to_parquet.start(spark, opts, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return [dict(p) for p in query.recentProgress]
+
+
+def landed(spark: SparkSession, tmp_path: Path) -> list[tuple[int, str]]:
+    rows = spark.read.parquet(str(tmp_path / "out")).select("partition", "offset").collect()
+    return sorted((row.partition, row.offset) for row in rows)
+
+
+def test_restart_from_checkpoint_lands_every_message_exactly_once(
+    spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+) -> None:
+    published = [(0, o) for o in publish(topic, 0, 25)] + [(1, o) for o in publish(topic, 1, 15)]
+    run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
+    assert landed(spark, tmp_path) == sorted(published)
+    published += [(0, o) for o in publish(topic, 0, 10, first=25)] + [(1, o) for o in publish(topic, 1, 5, first=15)]
+    run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
+    assert landed(spark, tmp_path) == sorted(published)
+
+
+def test_rows_carry_key_value_headers_and_timestamp(
+    spark: SparkSession, redis_nodes: str, topic: str, publish: Any
+) -> None:
+    offsets = publish(topic, 1, 2)
+    rows = (spark.read.format("streamgate").options(**options(topic, redis_nodes)).load()
+            .orderBy("offset").collect())
+    assert [row.offset for row in rows] == offsets
+    first, second = rows
+    assert (first.topic, first.partition, bytes(first.key), first.value_str) == (topic, 1, b"k0", '{"n":0}')
+    assert bytes(first.value) == b'{"n":0}'
+    assert first.headers is None
+    assert second.headers == {"source": "test", "n": "1"}
+    assert int(first.timestamp.timestamp() * 1000) == int(offsets[0].split("-")[0])
+
+
+def checkpointed_offsets(tmp_path: Path) -> dict[str, str]:
+    """The source offsets of the newest batch in Spark's offset log (its last line)."""
+    logs = sorted((tmp_path / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    result: dict[str, str] = json.loads(logs[-1].read_text().splitlines()[-1])
+    return result
+
+
+def test_checkpoint_holds_stream_ids_and_the_consumer_group_shows_them(
+    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+) -> None:
+    last0, last1 = publish(topic, 0, 5)[-1], publish(topic, 1, 3)[-1]
+    run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
+    assert checkpointed_offsets(tmp_path) == {"0": last0, "1": last1}
+    for partition, last in ((0, last0), (1, last1)):
+        (group,) = cluster.xinfo_groups(log_key(topic, partition))
+        assert (group["name"].decode(), group["last-delivered-id"].decode()) == (f"spark-{topic}", last)
+        assert group["lag"] == 0
+
+
+def test_max_entries_per_trigger_bounds_every_batch(
+    spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+) -> None:
+    publish(topic, 0, 30)
+    publish(topic, 1, 4)
+    progress = run_to_parquet(spark, options(topic, redis_nodes, maxEntriesPerTrigger=8), tmp_path)
+    sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    assert max(sizes) <= 8
+    assert sum(sizes) == 34
+    assert len(landed(spark, tmp_path)) == 34
+
+
+def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
+    spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+) -> None:
+    published = [(0, o) for o in publish(topic, 0, 40)] + [(1, o) for o in publish(topic, 1, 20)]
+    opts = options(topic, redis_nodes, maxEntriesPerTrigger=10)
+    query = to_parquet.start(spark, opts, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
+    commit_dir = tmp_path / "checkpoint" / "commits"
+    deadline = time.monotonic() + 60
+    while not list(commit_dir.glob("[0-9]*")):
+        assert query.isActive, f"the query ended early: {query.exception()}"
+        assert time.monotonic() < deadline, "no batch was committed within 60 s"
+        query.awaitTermination(0.2)
+    query.stop()
+    commits = sorted(commit_dir.glob("[0-9]*"), key=lambda p: int(p.name))
+    commits[-1].unlink()  # as if the driver died after writing the batch's files but before its commit
+    run_to_parquet(spark, opts, tmp_path)
+    assert landed(spark, tmp_path) == sorted(published)
+
+
+def test_trimmed_checkpoint_raises_data_loss_unless_fail_on_data_loss_is_false(
+    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+) -> None:
+    publish(topic, 0, 10)
+    opts = options(topic, redis_nodes, partitions="0")
+    run_to_parquet(spark, opts, tmp_path)
+    kept = publish(topic, 0, 10, first=10)[-4:]
+    cluster.xtrim(log_key(topic, 0), maxlen=4, approximate=False)  # 6 entries after the checkpoint are gone unread
+    with pytest.raises(StreamingQueryException, match=r"(?s)StreamgateDataLoss.*6 entries after the checkpoint"):
+        run_to_parquet(spark, opts, tmp_path)
+    run_to_parquet(spark, {**opts, "failOnDataLoss": "false"}, tmp_path)
+    assert [offset for _, offset in landed(spark, tmp_path)][-4:] == kept
+    assert len(landed(spark, tmp_path)) == 14
