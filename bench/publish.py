@@ -114,6 +114,7 @@ def free_port() -> int:
 
 def start_gateway(stack: DevStack, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ,
+           "STREAMGATE_AUTH_MODE": "none",
            "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
            "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve",

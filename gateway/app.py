@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 
 from aiohttp import web
 
+from gateway.auth.gatekeeper import gatekeeper_from_settings
+from gateway.auth.middleware import GATEKEEPER, auth_middleware
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import PULL_CONSUMER, Puller
@@ -18,6 +20,7 @@ from gateway.publisher import Publisher
 from gateway.routes import groups, health, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
+from gateway.throttle import PublishThrottle, RateLimits
 from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
 from partitioner.group_policy import GroupPolicies
@@ -39,28 +42,33 @@ async def http_metrics_middleware(request: web.Request, handler: Handler) -> web
     return response
 
 
-def build_app(settings: GatewaySettings) -> web.Application:
-    """The application with its routes and middlewares; services are attached by the caller or wiring."""
+def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -> web.Application:
+    """The application with its routes and middlewares; services are attached by the caller or wiring.
+
+    ``env`` supplies secrets the auth config names by environment variable (the CLI passes ``os.environ``).
+    Raises ``AuthConfigError`` when the auth settings or the auth config file are unusable.
+    """
     app = web.Application(
         client_max_size=settings.max_batch_bytes + BODY_SLACK_BYTES,
-        middlewares=[http_metrics_middleware, problem_middleware],
+        middlewares=[http_metrics_middleware, problem_middleware, auth_middleware],
     )
     app[SETTINGS] = settings
+    app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
     for module in (topics, messages, subscribe, groups, health):
         module.add_routes(app)
     return app
 
 
-def app_with_services(services: Services) -> web.Application:
+def app_with_services(services: Services, env: Mapping[str, str] | None = None) -> web.Application:
     """An application serving already-built services (tests, embedding)."""
-    app = build_app(services.settings)
+    app = build_app(services.settings, env)
     app[SERVICES] = services
     return app
 
 
-def create_app(settings: GatewaySettings) -> web.Application:
+def create_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -> web.Application:
     """The production application: opens Redis and etcd on startup and closes them on shutdown."""
-    app = build_app(settings)
+    app = build_app(settings, env)
     app.cleanup_ctx.append(_backends)
     return app
 
@@ -116,8 +124,14 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             etcd=etcd,
             puller=Puller(group_store, dead_letters.acting_as("pull")),
             policies=policies,
+            throttle=_throttle(store, settings),
         )
         yield
+
+
+def _throttle(store: RedisStreamStore, settings: GatewaySettings) -> PublishThrottle | None:
+    limits = RateLimits.from_settings(settings)
+    return PublishThrottle(store.rate_limiter, limits) if limits.enabled else None
 
 
 def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:

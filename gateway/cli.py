@@ -13,8 +13,10 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.app import create_app
+from gateway.auth.cli import add_auth_commands, run_auth_command
+from gateway.auth.errors import AuthConfigError
 from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
-from gateway.settings import GatewaySettings, settings_from_env
+from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 
 log = logging.getLogger("streamgate")
 
@@ -29,16 +31,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command in CLIENT_COMMANDS:
-        return run_client_command(args)
+        return run_client_command(args, os.environ)
+    if args.command == "auth":
+        return run_auth_command(args, sys.stdin)
     if args.command == "dev-add-shard":
         return run_add_shard(args)
     try:
         settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port)
-    except ValueError as exc:
+        if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
+            settings = settings.with_overrides(auth_mode="none")  # dev is local: auth off, loudly (logged)
+        if args.command == "serve":
+            app = create_app(settings, os.environ)
+    except (ValueError, AuthConfigError) as exc:
         print(f"streamgate: bad setting: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None)
+        web.run_app(app, host=settings.host, port=settings.port, print=None)
         return 0
     return run_dev(args, settings)
 
@@ -63,7 +71,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             settings = settings.with_overrides(redis_nodes=nodes, etcd_endpoints=(stack.etcd_endpoint,),
                                                min_insync_replicas=min(args.replicas, 1))
             print(dev_banner(settings, config.data_dir), flush=True)
-            app = create_app(settings)
+            app = create_app(settings, os.environ)
             app.on_startup.append(add_shard_hook(stack, config.data_dir))
             pid_file = write_pid(config.data_dir)
             try:
@@ -98,6 +106,7 @@ def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
         f"  redis     {', '.join(settings.redis_nodes)}",
         f"  etcd      {', '.join(settings.etcd_endpoints)}",
         f"  data dir  {data_dir}",
+        f"  auth      {'OFF (auth_mode=none)' if settings.auth_mode == 'none' else settings.auth_mode}",
         "try:",
         f"  curl -s -XPOST {base}/v1/topics -H 'content-type: application/json' "
         "-d '{\"name\":\"orders\",\"partitions\":3}'",
@@ -118,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
         command.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
     add_client_commands(commands)
+    add_auth_commands(commands)
     add_shard = commands.add_parser("dev-add-shard", help="add a Redis shard to a running `streamgate dev`")
     add_shard.add_argument("--data-dir", default=".streamgate-dev", help="the data dir of the running stack")
     dev = commands.choices["dev"]

@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -18,6 +18,8 @@ from gateway.client import Admin, ClientError, Consumer, ProblemError, Producer,
 
 CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
 DEFAULT_URL = "http://127.0.0.1:8080"
+API_KEY_ENV = "STREAMGATE_API_KEY"
+TOKEN_ENV = "STREAMGATE_TOKEN"
 MAX_UNPRINTED = 10_000  # stdin produce: how many sends may be outstanding before waiting for the oldest
 
 
@@ -25,6 +27,8 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     """Register the client commands on the ``streamgate`` sub-command parser."""
     url = argparse.ArgumentParser(add_help=False)
     url.add_argument("--url", default=DEFAULT_URL, help=f"gateway base URL (default {DEFAULT_URL})")
+    url.add_argument("--api-key", default=None, help=f"API key (default: ${API_KEY_ENV}; prefer the variable)")
+    url.add_argument("--token", default=None, help=f"JWT bearer token (default: ${TOKEN_ENV})")
     _add_produce(commands, url)
     _add_consume(commands, url)
     _add_topics(commands, url)
@@ -85,8 +89,14 @@ def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     seek.add_argument("--to", required=True, metavar="earliest|latest|CURSOR")
 
 
-def run_client_command(args: argparse.Namespace) -> int:
-    """Run one client command; 0 on success, 1 on a gateway or connection error."""
+def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    """Run one client command; 0 on success, 1 on a gateway or connection error.
+
+    Credentials: ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from ``env``.
+    """
+    env = env or {}
+    args.token = args.token or env.get(TOKEN_ENV) or None
+    args.api_key = args.api_key or env.get(API_KEY_ENV) or None
     command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = _COMMANDS[args.command]
     try:
         return asyncio.run(command(args))
@@ -133,7 +143,7 @@ def _result_document(result: SendResult) -> dict[str, Any]:
 # --- produce -------------------------------------------------------------------------------------------------
 async def _produce(args: argparse.Namespace) -> int:
     headers = parse_headers(args.header) or None
-    async with Producer(args.url, args.topic, acks=args.acks) as producer:
+    async with Producer(args.url, args.topic, acks=args.acks, api_key=args.api_key, token=args.token) as producer:
         if args.values:
             results = await producer.send_many(
                 [{"value": parse_value(v), "key": args.key, "headers": headers} for v in args.values])
@@ -174,7 +184,8 @@ async def _stdin_lines() -> AsyncIterator[str]:
 # --- consume -------------------------------------------------------------------------------------------------
 async def _consume(args: argparse.Namespace) -> int:
     consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
-                        filters=args.filter, max_in_flight=args.max_in_flight)
+                        filters=args.filter, max_in_flight=args.max_in_flight, api_key=args.api_key,
+                        token=args.token)
     count = 0
     async with consumer:
         while args.max_messages is None or count < args.max_messages:
@@ -190,7 +201,7 @@ async def _consume(args: argparse.Namespace) -> int:
 
 # --- topics and groups ---------------------------------------------------------------------------------------
 async def _topics(args: argparse.Namespace) -> int:
-    async with Admin(args.url) as admin:
+    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
         if args.action == "list":
             for topic in await admin.list_topics():
                 emit(topic)
@@ -206,7 +217,7 @@ async def _topics(args: argparse.Namespace) -> int:
 
 
 async def _groups(args: argparse.Namespace) -> int:
-    async with Admin(args.url) as admin:
+    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
         if args.action == "list":
             for group in await admin.list_groups():
                 emit(group)

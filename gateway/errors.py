@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.auth.errors import AuthError, Forbidden, Unauthenticated
 from partitioner.errors import (
     ConcurrentModification,
     CoordinationUnavailable,
@@ -42,6 +43,7 @@ class Problem(Exception):
         pointer: str | None = None,
         retry_after_s: float | None = None,
         extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -51,6 +53,7 @@ class Problem(Exception):
         self.pointer = pointer
         self.retry_after_s = retry_after_s
         self.extra = extra or {}
+        self.headers = headers or {}
 
     def body(self, instance: str) -> dict[str, Any]:
         """The problem document."""
@@ -82,15 +85,37 @@ def too_large(detail: str, pointer: str | None = None) -> Problem:
     return Problem(413, "too-large", "Payload too large", detail, pointer=pointer)
 
 
+def rate_limited(detail: str, retry_after_s: float, headers: dict[str, str]) -> Problem:
+    """429 + Retry-After and RateLimit headers: a rate limit refused the request; retry later."""
+    return Problem(429, "rate-limited", "Too many requests", detail, retry_after_s=retry_after_s, headers=headers)
+
+
 def unavailable(detail: str, retry_after_s: float) -> Problem:
     """503 + Retry-After: a backend is unavailable; the request may be retried."""
     return Problem(503, "unavailable", "Service unavailable", detail, retry_after_s=retry_after_s)
 
 
+AUTH_REALM = 'realm="streamgate"'
+
+
+def unauthorized(exc: Unauthenticated) -> Problem:
+    """401 + WWW-Authenticate (RFC 6750 ``invalid_token`` when credentials were given but rejected)."""
+    challenge = f"Bearer {AUTH_REALM}"
+    if exc.credentials_given:
+        description = exc.message.replace('"', "'")
+        challenge += f', error="invalid_token", error_description="{description}"'
+    return Problem(401, "unauthorized", "Unauthorized", exc.message,
+                   headers={"WWW-Authenticate": f"{challenge}, ApiKey {AUTH_REALM}"})
+
+
 def problem_from(exc: Exception) -> Problem:
-    """Translate a storage or partitioner error into a Problem."""
+    """Translate an auth, storage or partitioner error into a Problem."""
     if isinstance(exc, Problem):
         return exc
+    if isinstance(exc, Unauthenticated):
+        return unauthorized(exc)
+    if isinstance(exc, Forbidden):
+        return Problem(403, "forbidden", "Forbidden", exc.message)
     if isinstance(exc, NotEnoughReplicas):
         return Problem(503, "not-enough-replicas", "Not enough in-sync replicas", exc.message,
                        retry_after_s=exc.retry_after_s,
@@ -114,7 +139,7 @@ def problem_from(exc: Exception) -> Problem:
 
 def problem_response(problem: Problem, instance: str) -> web.Response:
     """Render a Problem as application/problem+json."""
-    headers = {}
+    headers = dict(problem.headers)
     if problem.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(problem.retry_after_s)))
     return web.Response(
@@ -144,7 +169,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         if exc.status < 400:
             raise
         return problem_response(_from_http_exception(exc), request.path)
-    except (Problem, StorageError, PartitionerError) as exc:
+    except (Problem, AuthError, StorageError, PartitionerError) as exc:
         problem = problem_from(exc)
         if problem.status >= 500 and problem.status != 503:
             log.exception("request failed: %s %s", request.method, request.path)
@@ -157,6 +182,8 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
 # WebSocket close codes (4000-4999 are the application's own; docs/api.md lists them).
 WS_CLOSE_GOING_AWAY = 1001  # the gateway is shutting down: reconnect (to any gateway) and resume
 WS_CLOSE_SLOW_CONSUMER = 4008  # the client did not drain its buffer in time; reason carries the resume cursor
+WS_CLOSE_UNAUTHENTICATED = 4401  # no/invalid credentials (no auth frame in time), or the token expired
+WS_CLOSE_FORBIDDEN = 4403  # authenticated, but not allowed to subscribe to this topic/group
 WS_CLOSE_TOPIC_GONE = 4404  # the topic was deleted
 WS_CLOSE_GROUP_CONFLICT = 4409  # the group is already served with another mode or filter on this gateway
 WS_CLOSE_UNAVAILABLE = 4503  # a backend failed or group membership was lost: reconnect after a pause
@@ -166,4 +193,8 @@ def close_code_for(exc: BaseException) -> int:
     """The WebSocket close code for an error that ends a subscription."""
     if isinstance(exc, TopicNotFound):
         return WS_CLOSE_TOPIC_GONE
+    if isinstance(exc, Unauthenticated):
+        return WS_CLOSE_UNAUTHENTICATED
+    if isinstance(exc, Forbidden):
+        return WS_CLOSE_FORBIDDEN
     return WS_CLOSE_UNAVAILABLE

@@ -38,6 +38,7 @@ class GatewayMetrics:
     group_dead_lettered: Counter
     group_orphans_released: Counter
     group_consumers_removed: Counter
+    rate_limited: Counter
     build: Info
 
     @classmethod
@@ -98,6 +99,9 @@ class GatewayMetrics:
             group_consumers_removed=Counter("streamgate_group_consumers_removed_total",
                                             "Empty consumers of dead gateway nodes removed from groups",
                                             ["topic", "group"], registry=registry),
+            rate_limited=Counter("streamgate_publish_rate_limited_total",
+                                 "Publish requests refused by a rate limit, by topic and the limit that refused",
+                                 ["topic", "limit"], registry=registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})

@@ -57,6 +57,16 @@ class GatewaySettings:
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
     retry_after_s: int = 1
+    auth_mode: str = "required"  # "required" or "none" (no authentication at all: local development only)
+    auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
+    auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")  # served without credentials
+    auth_frame_timeout_s: float = 5.0  # a WebSocket without credentials must send its auth frame by then
+    # Publish rate limits, global across replicas (token buckets in Redis); unset = unlimited.
+    rate_limit_principal_messages_per_s: float | None = None
+    rate_limit_principal_bytes_per_s: float | None = None
+    rate_limit_topic_messages_per_s: float | None = None
+    rate_limit_topic_bytes_per_s: float | None = None
+    rate_limit_burst_s: float = 1.0  # a bucket holds this many seconds' worth of its rate
 
     @property
     def redis_startup_nodes(self) -> list[tuple[str, int]]:
@@ -94,6 +104,8 @@ def _parse(name: str, type_name: str, raw: str) -> Any:
             return int(raw)
         if type_name == "float":
             return float(raw)
+        if type_name == "float | None":
+            return float(raw) if raw.strip() else None
         return raw or None if "None" in type_name else raw
     except ValueError as exc:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.settings import GatewaySettings
 from storage.rate_limit import Charge, Limit, Verdict
 
 
@@ -29,7 +30,7 @@ class RateLimiter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class PublishLimits:
+class RateLimits:
     """The configured limits; None = unlimited. Bursts are ``burst_s`` seconds' worth of the rate."""
 
     principal_messages_per_s: float | None = None
@@ -37,6 +38,13 @@ class PublishLimits:
     topic_messages_per_s: float | None = None
     topic_bytes_per_s: float | None = None
     burst_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> RateLimits:
+        """The rate_limit_* settings."""
+        return cls(settings.rate_limit_principal_messages_per_s, settings.rate_limit_principal_bytes_per_s,
+                   settings.rate_limit_topic_messages_per_s, settings.rate_limit_topic_bytes_per_s,
+                   settings.rate_limit_burst_s)
 
     @property
     def enabled(self) -> bool:
@@ -57,12 +65,13 @@ class ThrottleDecision:
     retry_after_s: int
     headers: Mapping[str, str]
     reason: str = ""
+    limit: str = ""  # "principal" or "topic" when refused
 
 
 class PublishThrottle:
     """Charges a publish request against its principal's and its topic's buckets."""
 
-    def __init__(self, limiter: RateLimiter, limits: PublishLimits) -> None:
+    def __init__(self, limiter: RateLimiter, limits: RateLimits) -> None:
         self._limiter = limiter
         self._limits = limits
 
@@ -120,10 +129,11 @@ def _admitted(verdicts: Sequence[tuple[Verdict, list[Charge]]]) -> ThrottleDecis
 def _refused(verdict: Verdict, charges: Sequence[Charge], what: str) -> ThrottleDecision:
     headers = {"RateLimit-Policy": _policy(charges)}
     if verdict.never:
-        return ThrottleDecision(False, 0, headers, f"the request is larger than the {what} burst allows at all")
+        return ThrottleDecision(False, 0, headers, f"the request is larger than the {what} burst allows at all",
+                                what)
     retry_after_s = max(1, math.ceil(verdict.retry_after_s))
     headers["RateLimit"] = f"remaining=0, reset={retry_after_s}"
-    return ThrottleDecision(False, retry_after_s, headers, f"{what} rate limit exceeded")
+    return ThrottleDecision(False, retry_after_s, headers, f"{what} rate limit exceeded", what)
 
 
-__all__ = ["PublishLimits", "PublishThrottle", "RateLimiter", "ThrottleDecision"]
+__all__ = ["PublishThrottle", "RateLimiter", "RateLimits", "ThrottleDecision"]

@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.client.credentials import auth_headers
 from gateway.client.errors import ConnectionFailed, problem_of
 
 
@@ -17,9 +18,10 @@ class Admin:
     Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing is retried.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 10,
-                 session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 10, api_key: str | None = None,
+                 token: str | None = None, session: aiohttp.ClientSession | None = None) -> None:
         self._base_url = base_url.rstrip("/")
+        self._auth = auth_headers(api_key, token)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = session
         self._owns_session = session is None
@@ -114,7 +116,7 @@ class Admin:
             raise RuntimeError("the admin client is not open (use 'async with Admin(...)')")
         url = self._base_url + path
         data = orjson.dumps(body) if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        headers = {**self._auth, "Content-Type": "application/json"} if data is not None else self._auth
         try:
             async with self._session.request(method, url, data=data, params=params, headers=headers,
                                              timeout=self._timeout) as response:

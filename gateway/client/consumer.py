@@ -20,13 +20,14 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from gateway.client.credentials import auth_headers
 from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed, problem_of
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["exclusive", "shared", "broadcast"]
 RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4503})
-FATAL_CODES = frozenset({4404, 4409})
+FATAL_CODES = frozenset({4401, 4403, 4404, 4409})
 CLOSE_REASON_MAX_BYTES = 123  # a WebSocket close reason is at most 123 bytes: a long cursor is cut short
 MAX_REFS_PER_FRAME = 10_000
 
@@ -189,6 +190,7 @@ class Consumer:
                  ack_timeout_ms: int | None = None, max_deliveries: int | None = None, auto_ack: bool = False,
                  filters: Sequence[str] = (), ack_linger_ms: float = 5, max_reconnects: int = 10,
                  backoff_base_s: float = 0.1, backoff_max_s: float = 5.0, heartbeat_s: float | None = 20.0,
+                 api_key: str | None = None, token: str | None = None,
                  session: aiohttp.ClientSession | None = None) -> None:
         self.topic = topic
         self.group = group
@@ -199,6 +201,7 @@ class Consumer:
         self.last_error: dict[str, Any] | None = None
         self.connections = 0  # successful connects: more than 1 means it reconnected
         self._base_url = base_url.rstrip("/")
+        self._auth = auth_headers(api_key, token)  # sent with the upgrade request
         self._start = from_
         self._from_time_ms = from_time_ms
         self._options: list[tuple[str, str]] = [("max_in_flight", str(max_in_flight))]
@@ -312,7 +315,7 @@ class Consumer:
     async def _pin_latest(self) -> None:
         """Turn broadcast ``latest`` into an explicit cursor so a resume never skips what came meanwhile."""
         assert self._session is not None
-        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}") as response:
+        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}", headers=self._auth) as response:
             body = await response.read()
             if response.status >= 400:
                 raise problem_of(response.status, body, response.headers)
@@ -353,7 +356,7 @@ class Consumer:
         url = f"{self._base_url}/v1/subscribe"
         query = self._query()
         try:
-            ws = await self._session.ws_connect(url, params=query, heartbeat=self._heartbeat_s)
+            ws = await self._session.ws_connect(url, params=query, heartbeat=self._heartbeat_s, headers=self._auth)
         except aiohttp.WSServerHandshakeError as exc:
             raise await self._handshake_problem(url, query, exc) from exc
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
@@ -367,7 +370,7 @@ class Consumer:
         """The problem document behind a refused upgrade (parameters are checked before the upgrade)."""
         assert self._session is not None
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._session.get(url, params=query) as response:
+            async with self._session.get(url, params=query, headers=self._auth) as response:
                 if response.status == exc.status:
                     return problem_of(response.status, await response.read(), response.headers)
         return ProblemError(exc.status, {"status": exc.status, "detail": exc.message})

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from gateway.client.credentials import auth_headers
 from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
 
 log = logging.getLogger(__name__)
@@ -98,14 +99,15 @@ class Producer:
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 500,
                  max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 5, max_retries: int = 5,
-                 timeout_s: float = 10, retry: RetryPolicy | None = None,
-                 session: aiohttp.ClientSession | None = None) -> None:
+                 timeout_s: float = 10, retry: RetryPolicy | None = None, api_key: str | None = None,
+                 token: str | None = None, session: aiohttp.ClientSession | None = None) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
         self.topic = topic
         self.acks: Acks = acks
         self.producer_id = uuid.uuid4().hex
         self._url = f"{base_url.rstrip('/')}/v1/topics/{topic}/messages"
+        self._headers = {**auth_headers(api_key, token), "Content-Type": "application/json"}
         self._batch_size = max(1, batch_size)
         self._max_batch_bytes = max_batch_bytes
         self._linger_s = linger_ms / 1000
@@ -235,7 +237,7 @@ class Producer:
         assert self._session is not None
         try:
             async with self._session.post(self._url, data=body, timeout=self._timeout,
-                                          headers={"Content-Type": "application/json"}) as response:
+                                          headers=self._headers) as response:
                 payload = await response.read()
                 if response.status >= 400:
                     raise problem_of(response.status, payload, response.headers)

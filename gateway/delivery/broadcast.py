@@ -1,8 +1,9 @@
 """Broadcast subscriptions: no group, every subscriber reads every partition from its own cursor.
 
 Each partition is followed by reading pages after the session's cursor (XRANGE), as fast as the session's
-credit allows, and polling briefly when caught up. Delivery is at-most-once per connection and resumable:
-the cursor (the last offset handed to the socket, per partition) is the ``from`` of the next subscription.
+credit allows, and polling briefly when caught up. Entries the session's header filter rejects are skipped.
+Delivery is at-most-once per connection and resumable: the cursor (the last offset handed to the socket, per
+partition) is the ``from`` of the next subscription.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
     credit = asyncio.Event()
     session.watch_credit(credit)
     from_time_ms = session.params.from_time_ms if after is None else None
+    header_filter = session.params.filter  # includes the principal's forced filter
     try:
         while True:
             while not session.has_credit:
@@ -50,7 +52,7 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
                 continue
             for entry in entries:
                 # Other partitions share the credit, so it may run out mid-page: re-read from here later.
-                if not session.offer(Delivery(entry, 1), None):
+                if header_filter.matches(entry.headers) and not session.offer(Delivery(entry, 1), None):
                     break
                 after, from_time_ms = entry.offset, None
     finally:

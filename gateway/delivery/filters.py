@@ -32,6 +32,13 @@ class HeaderFilter:
         """True when every message passes."""
         return not self.clauses
 
+    def and_headers(self, forced: Mapping[str, str]) -> HeaderFilter:
+        """This filter ANDed with ``header == value`` for each forced header (a principal's tenant filter)."""
+        clauses = dict(self.clauses)
+        for name, value in forced.items():
+            clauses[name] = clauses.get(name, frozenset({value})) & frozenset({value})
+        return HeaderFilter(tuple(sorted(clauses.items())))
+
     def describe(self) -> str:
         """A canonical text form (equal filters give equal text)."""
         return ";".join(f"{name}:{','.join(sorted(values))}" for name, values in sorted(self.clauses))

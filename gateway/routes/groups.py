@@ -8,6 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth.acl import Action
+from gateway.auth.errors import Forbidden
+from gateway.auth.gatekeeper import READ_ACTIONS
+from gateway.auth.middleware import gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
 from gateway.delivery.params import GROUP_NAME
 from gateway.delivery.pull import Puller, PullRequest, Receipt
@@ -44,19 +48,30 @@ def _puller(services: Services) -> Puller:
     return services.puller
 
 
-async def _topic_field(services: Services, doc: dict[str, Any]) -> TopicMetadata:
+async def _topic_field(request: web.Request, doc: dict[str, Any], action: Action, group: str) -> TopicMetadata:
+    """The body's topic, looked up only once the caller may do ``action`` on it (403 before 404)."""
     name = doc.get("topic")
     if not isinstance(name, str):
         raise invalid_field("/topic", "'topic' is required")
-    return await services.topic(name)
+    gatekeeper_of(request).require(principal_of(request), action, name, group)
+    return await services_of(request).topic(name)
+
+
+def _refuse_filtered(request: web.Request) -> None:
+    """HTTP pull cannot apply a forced filter without acking other tenants' messages for the group: refuse."""
+    principal = principal_of(request)
+    if gatekeeper_of(request).forced_headers(principal):
+        raise Forbidden(f"{principal.name!r} reads through a forced header filter; HTTP pull/ack/nack/extend "
+                        "are not available to it: subscribe over the WebSocket (its filter applies there)")
 
 
 async def pull(request: web.Request) -> web.Response:
     """POST /v1/groups/{group}/pull {topic, max_messages?, wait_ms?, ack_timeout_ms?, max_deliveries?}."""
     services, group = services_of(request), _group(request)
+    _refuse_filtered(request)
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PULL_FIELDS)
-    topic = await _topic_field(services, doc)
+    topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
     pull_request = PullRequest(
         topic=topic.name,
         max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
@@ -83,12 +98,16 @@ def _bounded(doc: dict[str, Any], name: str, default: int, low: int, high: int) 
 
 async def _settle(request: web.Request, action: str) -> web.Response:
     services, group = services_of(request), _group(request)
+    _refuse_filtered(request)
     doc = await read_json_object(request)
     reject_unknown_fields(doc, SETTLE_FIELDS if action == "nack" else frozenset({"receipts"}))
     raw = doc.get("receipts")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
         raise invalid_field("/receipts", f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
     receipts = [Receipt.decode(token, f"/receipts/{i}") for i, token in enumerate(raw)]
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    for topic in sorted({receipt.topic for receipt in receipts}):
+        gatekeeper.require(principal, Action.SUBSCRIBE, topic, group)
     delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
     count = await _puller(services).settle(group, receipts, action, delay_ms)
     return json_response({{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count})
@@ -122,22 +141,30 @@ async def _groups_in_redis(services: Services) -> set[tuple[str, str]]:
 
 
 async def list_all_groups(request: web.Request) -> web.Response:
-    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd."""
+    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd that the caller may see."""
     services = services_of(request)
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     pairs = await _groups_in_redis(services)
     if services.etcd is not None:
         pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
-    return json_response({"groups": [{"topic": t, "group": g} for t, g in sorted(pairs)]})
+    return json_response({"groups": [{"topic": t, "group": g} for t, g in sorted(pairs)
+                                     if gatekeeper.may_see(principal, t, READ_ACTIONS, g)]})
 
 
 async def describe_group(request: web.Request) -> web.Response:
     """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag and pending."""
     services, group = services_of(request), _group(request)
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     wanted = request.query.get("topic")
+    if wanted is not None:
+        gatekeeper.require_any(principal, wanted, READ_ACTIONS, group)
+    elif not gatekeeper.acl.may_know_group(principal, group):
+        raise Forbidden(f"{principal.name!r} has no access to group {group!r}")
     pairs = await _groups_in_redis(services)
     if services.etcd is not None:
         pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
-    topics = sorted(t for t, g in pairs if g == group and (wanted is None or t == wanted))
+    topics = sorted(t for t, g in pairs if g == group and (wanted is None or t == wanted)
+                    and gatekeeper.may_see(principal, t, READ_ACTIONS, g))
     if not topics:
         raise Problem(404, "group-not-found", "Group not found", f"group {group!r} has no state"
                       + (f" on topic {wanted!r}" if wanted else ""))
@@ -186,7 +213,7 @@ async def seek(request: web.Request) -> web.Response:
     services, group = services_of(request), _group(request)
     doc = await read_json_object(request)
     reject_unknown_fields(doc, SEEK_FIELDS)
-    topic = await _topic_field(services, doc)
+    topic = await _topic_field(request, doc, Action.ADMIN, group)
     positions = _seek_positions(doc.get("to"), topic)
     store = _puller(services).store
     for partition, start in positions.items():
@@ -222,6 +249,7 @@ REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s"})
 async def redrive_dead_letters(request: web.Request) -> web.Response:
     """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} -> {"redriven": n}."""
     services = services_of(request)
+    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     doc = await read_json_object(request) if request.can_read_body else {}
     reject_unknown_fields(doc, REDRIVE_FIELDS)
     source = await services.topic(request.match_info["topic"])

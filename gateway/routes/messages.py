@@ -6,8 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth.acl import Action
+from gateway.auth.middleware import gatekeeper_of, principal_of
+from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
-from gateway.errors import Problem, invalid_field
+from gateway.errors import Problem, invalid_field, rate_limited, too_large
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publisher import PublishResult, place
 from gateway.responses import json_response
@@ -23,6 +26,7 @@ DEFAULT_REPLAY_LIMIT = 100
 async def publish(request: web.Request) -> web.Response:
     """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0."""
     services = services_of(request)
+    gatekeeper_of(request).require(principal_of(request), Action.PUBLISH, request.match_info["topic"])
     topic = await services.topic(request.match_info["topic"])
     try:
         response = await _publish_to(request, services, topic)
@@ -36,6 +40,8 @@ async def publish(request: web.Request) -> web.Response:
 async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata) -> web.Response:
     body = await request.read()
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
+    gatekeeper_of(request).stamp(principal_of(request), (message.headers for message in batch.messages))
+    throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
     records = place(batch, topic, services.spreader)
     services.stats.record(topic.name, ((record.partition, record.key) for record in records))
     metrics = services.metrics
@@ -44,11 +50,25 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         services.publisher.enqueue(topic, records, due_ms)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-        return json_response({"accepted": len(records)}, status=202)
+        return json_response({"accepted": len(records)}, status=202, headers=throttled)
     results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-    return json_response({"results": [result_document(r) for r in results]})
+    return json_response({"results": [result_document(r) for r in results]}, headers=throttled)
+
+
+async def _admit(request: web.Request, services: Services, topic: TopicMetadata, messages: int,
+                 size_bytes: int) -> dict[str, str]:
+    """Charge the rate limits (429 when refused, 413 when the request can never fit); the headers to send."""
+    if services.throttle is None:
+        return {}
+    decision = await services.throttle.admit(principal_of(request).name, topic.name, messages, size_bytes)
+    if decision.allowed:
+        return dict(decision.headers)
+    services.metrics.rate_limited.labels(topic.name, decision.limit).inc()
+    if decision.retry_after_s == 0:
+        raise too_large(decision.reason)
+    raise rate_limited(decision.reason, decision.retry_after_s, dict(decision.headers))
 
 
 SCHEDULED_MARK = "s:"  # what the dedup key holds while an idempotent message still waits in the schedule
@@ -67,7 +87,9 @@ def result_document(result: PublishResult) -> dict[str, Any]:
 
 async def replay(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages, next_offset."""
-    services = services_of(request)
+    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    gatekeeper.require(principal, Action.SUBSCRIBE, request.match_info["topic"])
+    visible = HeaderFilter().and_headers(gatekeeper.forced_headers(principal))
     topic = await services.topic(request.match_info["topic"])
     partition = _partition_param(request.match_info["partition"], topic)
     limit = _int_param(request, "limit", 1, services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
@@ -83,7 +105,9 @@ async def replay(request: web.Request) -> web.Response:
     next_offset = successor(entries[-1].offset) if entries else ("0-0" if start == "earliest" else start)
     if not entries and from_time_ms is not None:
         next_offset = f"{from_time_ms}-0"
-    return json_response({"messages": [entry_document(e) for e in entries], "next_offset": next_offset})
+    # A forced filter hides other tenants' messages; next_offset still moves past them, so pages may be short.
+    return json_response({"messages": [entry_document(e) for e in entries if visible.matches(e.headers)],
+                          "next_offset": next_offset})
 
 
 async def _read(services: Services, topic: TopicMetadata, partition: int, after: str | None,

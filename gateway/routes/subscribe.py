@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from typing import Any
@@ -16,14 +18,20 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from gateway.auth.acl import Action
+from gateway.auth.errors import AuthError, Unauthenticated
+from gateway.auth.gatekeeper import Gatekeeper
+from gateway.auth.middleware import awaits_auth_frame, gatekeeper_of, principal_of
+from gateway.auth.principal import Principal
 from gateway.delivery.broadcast import follow_partition, resolve_start
 from gateway.delivery.group_reader import GroupConfig
 from gateway.delivery.hub import DeliveryHub, GroupConflict
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
-from gateway.delivery.session import MessageRef, Session
+from gateway.delivery.session import CLOSE_REASON_MAX_BYTES, MessageRef, Session
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
     WS_CLOSE_GROUP_CONFLICT,
+    WS_CLOSE_UNAUTHENTICATED,
     WS_CLOSE_UNAVAILABLE,
     close_code_for,
     unavailable,
@@ -42,24 +50,92 @@ MAX_REFS_PER_FRAME = 10_000
 
 
 async def subscribe(request: web.Request) -> web.StreamResponse:
-    """Upgrade to a WebSocket and serve the subscription until either side closes."""
+    """Upgrade to a WebSocket and serve the subscription until either side closes.
+
+    With credentials in the upgrade request, authorization (403) comes before the topic lookup (404) and both
+    before the upgrade. Without, the socket is upgraded first and the first frame must be ``auth``.
+    """
     services = services_of(request)
     params = parse_subscribe_params(request.query)
-    topic = await services.topic(params.topic)
     if params.mode is not Mode.BROADCAST and services.delivery is None:
         raise unavailable("consumer groups are not available on this gateway", services.settings.retry_after_s)
     settings = services.settings
+    gatekeeper = gatekeeper_of(request)
+    authorized: tuple[Principal, SubscribeParams, TopicMetadata] | None = None
+    if not awaits_auth_frame(request):
+        principal = principal_of(request)
+        authorized = principal, *await _authorize(services, gatekeeper, principal, params)
     ws = web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.ws_max_frame_bytes)
     await ws.prepare(request)
+    if authorized is None:
+        authorized = await _authorize_by_frame(ws, services, gatekeeper, params)
+        if authorized is None:
+            return ws
+    principal, params, topic = authorized
     session_id = f"{settings.node_id}-{uuid.uuid4().hex[:12]}"
     async with Session(session_id, topic.name, params, _text_sender(ws),
                        settings.slow_client_timeout_s) as session:
         services.sessions.add(session)
+        expiry = _close_at_expiry(session, gatekeeper.session_deadline_s(principal))
         try:
             await _serve(ws, session, services, topic)
         finally:
+            if expiry is not None:
+                expiry.cancel()
             services.sessions.discard(session)
     return ws
+
+
+async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
+                     params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
+    """Check the ACL (403), then find the topic (404); the principal's forced filter is ANDed in."""
+    gatekeeper.require(principal, Action.SUBSCRIBE, params.topic, params.group)
+    forced = gatekeeper.forced_headers(principal)
+    params = dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced else params
+    return params, await services.topic(params.topic)
+
+
+async def _authorize_by_frame(ws: web.WebSocketResponse, services: Services, gatekeeper: Gatekeeper,
+                              params: SubscribeParams) -> tuple[Principal, SubscribeParams, TopicMetadata] | None:
+    """Authenticate with the first frame; on failure close with 4401/4403/4404 and return None."""
+    try:
+        principal = await _principal_from_first_frame(ws, gatekeeper, services.settings.auth_frame_timeout_s)
+        params, topic = await _authorize(services, gatekeeper, principal, params)
+    except (AuthError, StorageError, PartitionerError) as exc:
+        with contextlib.suppress(Exception):
+            await ws.close(code=close_code_for(exc), message=exc.message.encode()[:CLOSE_REASON_MAX_BYTES])
+        return None
+    await ws.send_str(orjson.dumps({"type": "authenticated", "principal": principal.name}).decode())
+    return principal, params, topic
+
+
+async def _principal_from_first_frame(ws: web.WebSocketResponse, gatekeeper: Gatekeeper,
+                                      timeout_s: float) -> Principal:
+    """The principal of a ``{"type": "auth", "token": <jwt>}`` or ``{"type": "auth", "api_key": <key>}`` frame."""
+    try:
+        message = await ws.receive(timeout=timeout_s)
+    except TimeoutError:
+        raise Unauthenticated(f"no auth frame within {timeout_s:g} s") from None
+    try:
+        frame = orjson.loads(message.data) if message.type is WSMsgType.TEXT else None
+    except orjson.JSONDecodeError:
+        frame = None
+    if not isinstance(frame, dict) or frame.get("type") != "auth":
+        raise Unauthenticated("the first frame must be {\"type\": \"auth\", \"token\" | \"api_key\": ...}")
+    token, api_key = frame.get("token"), frame.get("api_key")
+    if isinstance(token, str) and token:
+        return gatekeeper.authenticate_token(token)
+    if isinstance(api_key, str) and api_key:
+        return gatekeeper.authenticate_api_key(api_key)
+    raise Unauthenticated("the auth frame needs a non-empty 'token' or 'api_key'")
+
+
+def _close_at_expiry(session: Session, deadline_s: float | None) -> asyncio.TimerHandle | None:
+    """Close the session with 4401 when its token expires."""
+    if deadline_s is None:
+        return None
+    return asyncio.get_running_loop().call_later(max(0.0, deadline_s - time.time()), session.request_close,
+                                                 WS_CLOSE_UNAUTHENTICATED, "token expired")
 
 
 async def close_sessions_on_shutdown(app: web.Application) -> None:

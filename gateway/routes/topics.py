@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth.acl import Action
+from gateway.auth.middleware import gatekeeper_of, principal_of
 from gateway.errors import invalid_field
 from gateway.hotspots import PartitionHeat
 from gateway.responses import json_response
@@ -22,7 +24,6 @@ log = logging.getLogger(__name__)
 CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length"})
 PATCH_FIELDS = frozenset({"partitions", "retention_ms", "max_length"})
 UPDATE_ATTEMPTS = 5
-ANONYMOUS_OWNER = "anonymous"  # until authentication lands, every topic is owned by the anonymous principal
 
 
 def topic_document(topic: TopicMetadata) -> dict[str, Any]:
@@ -37,12 +38,15 @@ def topic_document(topic: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def partition_document(info: PartitionInfo, heat: PartitionHeat) -> dict[str, Any]:
-    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's view)."""
+def partition_document(info: PartitionInfo, heat: PartitionHeat, *, show_keys: bool = True) -> dict[str, Any]:
+    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's view).
+
+    ``show_keys=False`` leaves the heavy keys out (they may belong to other tenants of a filtered principal).
+    """
     return {"partition": info.partition, "length": info.length,
             "first_offset": info.first_offset, "last_offset": info.last_offset,
             "publish_rate_per_s": round(heat.rate_per_s, 3), "hot": heat.hot,
-            "top_keys": [{"key": key, "messages": count} for key, count in heat.top_keys]}
+            "top_keys": [{"key": key, "messages": count} for key, count in heat.top_keys] if show_keys else []}
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -53,35 +57,42 @@ async def create_topic(request: web.Request) -> web.Response:
     name = doc.get("name")
     if not isinstance(name, str):
         raise invalid_field("/name", "'name' must be a string")
+    principal = principal_of(request)
+    gatekeeper_of(request).require(principal, Action.ADMIN, name)
     partitions = optional_int(doc, "partitions")
     if partitions is None:
         raise invalid_field("/partitions", "'partitions' is required")
     settings = TopicSettings(name, partitions, optional_int(doc, "retention_ms") or DEFAULT_RETENTION_MS,
                              optional_int(doc, "max_length"))
-    topic = await services.registry.create(settings, owner=ANONYMOUS_OWNER)
+    topic = await services.registry.create(settings, owner=principal.name)
     services.cache.remember(topic)
     return json_response(topic_document(topic), status=201, headers={"Location": f"/v1/topics/{name}"})
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    """GET /v1/topics -> every topic."""
+    """GET /v1/topics -> every topic the caller has some access to."""
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     topics = await services_of(request).registry.list()
-    return json_response({"topics": [topic_document(topic) for topic in topics]})
+    return json_response({"topics": [topic_document(topic) for topic in topics
+                                     if gatekeeper.may_see(principal, topic.name)]})
 
 
 async def describe_topic(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic} -> the topic with each partition's length and first/last offset."""
-    services = services_of(request)
+    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    gatekeeper.require_any(principal, request.match_info["topic"])
     topic = await services.registry.get(request.match_info["topic"])
     infos = await services.store.partition_info(topic.name, topic.partitions)
     heat = services.stats.heat(topic.name, topic.partitions)
-    return json_response({**topic_document(topic),
-                          "partition_details": [partition_document(i, h) for i, h in zip(infos, heat, strict=True)]})
+    show_keys = not gatekeeper.forced_headers(principal)
+    return json_response({**topic_document(topic), "partition_details": [
+        partition_document(i, h, show_keys=show_keys) for i, h in zip(infos, heat, strict=True)]})
 
 
 async def update_topic(request: web.Request) -> web.Response:
     """PATCH /v1/topics/{topic}: partitions may only grow; retention_ms and max_length (null clears)."""
     services = services_of(request)
+    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PATCH_FIELDS)
     partitions, retention_ms = optional_int(doc, "partitions"), optional_int(doc, "retention_ms")
@@ -103,6 +114,7 @@ async def update_topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     """DELETE /v1/topics/{topic} -> 204; metadata first, so publishers stop before the data goes."""
     services = services_of(request)
+    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     topic = await services.registry.delete(request.match_info["topic"])
     services.cache.forget(topic.name, topic.version + 1)
     services.stats.forget(topic.name)

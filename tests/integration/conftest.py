@@ -16,6 +16,7 @@ from gateway.settings import GatewaySettings
 def gateway_settings(redis_cluster: Any, etcd_server: Any) -> GatewaySettings:
     """Settings pointing at the session's servers, with a private etcd prefix per test."""
     return GatewaySettings(
+        auth_mode="none",  # auth has its own tests (tests/integration/gateway/test_auth.py)
         redis_nodes=tuple(f"{host}:{port}" for host, port in redis_cluster.startup_nodes),
         etcd_endpoints=(etcd_server.endpoint,),
         etcd_prefix=f"/streamgate-test-{uuid.uuid4().hex[:8]}/",

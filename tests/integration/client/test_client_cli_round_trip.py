@@ -45,6 +45,7 @@ def served_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
         "STREAMGATE_REDIS_NODES": ",".join(f"{host}:{p}" for host, p in redis_cluster.startup_nodes),
         "STREAMGATE_ETCD_ENDPOINTS": etcd_server.endpoint,
         "STREAMGATE_ETCD_PREFIX": f"/streamgate-cli-{uuid.uuid4().hex[:8]}/",
+        "STREAMGATE_AUTH_MODE": "none",
     }
     process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

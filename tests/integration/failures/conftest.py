@@ -61,6 +61,7 @@ def cluster_3x1(tmp_path: Path, devstack_binaries: None) -> Iterator[RedisCluste
 def failure_settings(cluster: RedisClusterProcess, etcd: EtcdProcess) -> GatewaySettings:
     """Gateway settings over `cluster` with deadlines short enough that failover shows as 503, not a hang."""
     return GatewaySettings(
+        auth_mode="none",
         redis_nodes=tuple(f"{host}:{port}" for host, port in cluster.startup_nodes),
         etcd_endpoints=(etcd.endpoint,),
         etcd_prefix=f"/streamgate-failures-{uuid.uuid4().hex[:8]}/",

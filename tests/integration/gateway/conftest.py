@@ -23,7 +23,8 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[Gatewa
            "STREAMGATE_ETCD_PREFIX": gateway_settings.etcd_prefix,
            "STREAMGATE_MEMBER_LEASE_TTL_S": "2",
            "STREAMGATE_OWNER_LEASE_TTL_S": "2",
-           "STREAMGATE_SWEEP_INTERVAL_S": "0.5"}
+           "STREAMGATE_SWEEP_INTERVAL_S": "0.5",
+           "STREAMGATE_AUTH_MODE": "none"}
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:

@@ -114,7 +114,7 @@ def store() -> InMemoryStreamStore:
 
 @pytest.fixture
 def settings() -> GatewaySettings:
-    return GatewaySettings(max_value_bytes=1024, max_batch_messages=50, max_batch_bytes=64 * 1024,
+    return GatewaySettings(auth_mode="none", max_value_bytes=1024, max_batch_messages=50, max_batch_bytes=64 * 1024,
                            max_replay_limit=500)
 
 

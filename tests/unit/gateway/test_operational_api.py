@@ -43,7 +43,7 @@ async def test_openapi_is_served(client: Client) -> None:
 
 
 def app_operations() -> set[tuple[str, str]]:
-    app = build_app(GatewaySettings())
+    app = build_app(GatewaySettings(auth_mode="none"))
     operations = set()
     for route in app.router.routes():
         if route.method == "HEAD" or route.resource is None:
@@ -66,3 +66,16 @@ def test_every_openapi_path_parameter_is_declared() -> None:
     for path, item in paths.items():
         declared = {p["name"] for p in item.get("parameters", []) if p["in"] == "path"}
         assert set(re.findall(r"{(\w+)}", path)) == declared, path
+
+
+PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics", "/openapi.json"}
+
+
+def test_every_protected_operation_documents_401_and_403() -> None:
+    document = json.loads(openapi_document())
+    assert set(document["components"]["securitySchemes"]) == {"bearerJwt", "apiKey"}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters" or path in PUBLIC_PATHS:
+                continue
+            assert {"401", "403"} <= set(operation["responses"]), (path, method)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.throttle import PublishLimits, PublishThrottle
-from storage.rate_limit import Charge, Verdict
+from gateway.settings import settings_from_env
+from gateway.throttle import PublishThrottle, RateLimits
+from storage.rate_limit import Charge, Limit, Verdict
 
 
 class FakeLimiter:
@@ -33,7 +34,7 @@ class FakeLimiter:
 
 
 async def test_no_configured_limit_admits_everything_without_headers() -> None:
-    throttle = PublishThrottle(FakeLimiter(), PublishLimits())
+    throttle = PublishThrottle(FakeLimiter(), RateLimits())
     assert not throttle.enabled
     decision = await throttle.admit("alice", "orders", 10_000, 10**9)
     assert decision.allowed
@@ -41,7 +42,7 @@ async def test_no_configured_limit_admits_everything_without_headers() -> None:
 
 
 async def test_admitted_requests_report_the_tightest_bucket() -> None:
-    throttle = PublishThrottle(FakeLimiter(), PublishLimits(principal_messages_per_s=100, topic_bytes_per_s=1000))
+    throttle = PublishThrottle(FakeLimiter(), RateLimits(principal_messages_per_s=100, topic_bytes_per_s=1000))
     decision = await throttle.admit("alice", "orders", 10, 900)
     assert decision.allowed
     assert decision.headers["RateLimit"] == "remaining=90, reset=2"
@@ -51,7 +52,7 @@ async def test_admitted_requests_report_the_tightest_bucket() -> None:
 
 async def test_a_topic_refusal_refunds_the_principal_and_says_when_to_retry() -> None:
     limiter = FakeLimiter()
-    throttle = PublishThrottle(limiter, PublishLimits(principal_messages_per_s=100, topic_messages_per_s=15))
+    throttle = PublishThrottle(limiter, RateLimits(principal_messages_per_s=100, topic_messages_per_s=15))
     assert (await throttle.admit("alice", "orders", 10, 0)).allowed
     refused = await throttle.admit("alice", "orders", 10, 0)
     assert not refused.allowed
@@ -63,15 +64,26 @@ async def test_a_topic_refusal_refunds_the_principal_and_says_when_to_retry() ->
 
 
 async def test_principals_are_limited_separately() -> None:
-    throttle = PublishThrottle(FakeLimiter(), PublishLimits(principal_messages_per_s=5))
+    throttle = PublishThrottle(FakeLimiter(), RateLimits(principal_messages_per_s=5))
     assert (await throttle.admit("alice", "t", 5, 0)).allowed
     assert not (await throttle.admit("alice", "t", 1, 0)).allowed
     assert (await throttle.admit("bob", "t", 5, 0)).allowed
 
 
 async def test_a_request_larger_than_any_burst_is_refused_for_good() -> None:
-    throttle = PublishThrottle(FakeLimiter(), PublishLimits(principal_bytes_per_s=1000, burst_s=2))
+    throttle = PublishThrottle(FakeLimiter(), RateLimits(principal_bytes_per_s=1000, burst_s=2))
     refused = await throttle.admit("alice", "t", 1, 2001)
     assert not refused.allowed
     assert refused.retry_after_s == 0
     assert "larger than the principal burst" in refused.reason
+
+
+def test_rate_limits_come_from_the_environment_and_default_to_none() -> None:
+    settings = settings_from_env({"STREAMGATE_RATE_LIMIT_TOPIC_BYTES_PER_S": "1048576",
+                                  "STREAMGATE_RATE_LIMIT_BURST_S": "2"})
+    limits = RateLimits.from_settings(settings)
+    assert limits.topic_bytes_per_s == 1048576.0
+    assert limits.principal_messages_per_s is None
+    assert limits.enabled
+    assert limits.limit(limits.topic_bytes_per_s) == Limit(1048576.0, 2097152.0)
+    assert not RateLimits.from_settings(settings_from_env({})).enabled

@@ -1,0 +1,113 @@
+"""Authorization: ACL rules mapping principals to topic patterns, group patterns and actions. Deny by default.
+
+A rule's ``principals`` are exact names, ``*`` (anyone authenticated) or claim matches ``claim:<name>=<value>``
+(a JWT claim equal to the value, or a list claim containing it). ``topics`` and ``groups`` are fnmatch globs.
+Actions: ``publish``; ``subscribe`` (replay, WebSocket subscribe, HTTP pull/ack/nack/extend, group list and
+describe); ``admin`` (topic create/change/delete, group seek, DLQ redrive; also sees groups).
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.auth.principal import Principal
+
+
+class Action(enum.Enum):
+    """What a principal wants to do to a topic."""
+
+    PUBLISH = "publish"
+    SUBSCRIBE = "subscribe"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Principals matching ``principals`` may do ``actions`` on topics (and groups) matching the patterns."""
+
+    principals: tuple[str, ...]
+    topics: tuple[str, ...]
+    actions: frozenset[Action]
+    groups: tuple[str, ...] = ("*",)
+
+    def applies_to(self, principal: Principal) -> bool:
+        """Whether one of the principal selectors names this principal."""
+        return any(selects(selector, principal) for selector in self.principals)
+
+    def grants(self, action: Action, topic: str, group: str | None) -> bool:
+        """Whether the rule grants ``action`` on ``topic`` (and ``group`` when one is involved)."""
+        return (action in self.actions and _any_glob(self.topics, topic)
+                and (group is None or _any_glob(self.groups, group)))
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedFilter:
+    """Headers every message read or written by the selected principals must carry (e.g. tenant=a)."""
+
+    principals: tuple[str, ...]
+    headers: Mapping[str, str]
+
+
+def selects(selector: str, principal: Principal) -> bool:
+    """Whether a principal selector (name, ``*`` or ``claim:<name>=<value>``) names ``principal``."""
+    if selector == "*":
+        return True
+    if selector.startswith("claim:"):
+        claim, _, wanted = selector.removeprefix("claim:").partition("=")
+        value = principal.claims.get(claim)
+        if isinstance(value, list):
+            return wanted in [str(item) for item in value]
+        return value is not None and str(value) == wanted
+    return selector == principal.name
+
+
+def _any_glob(patterns: Iterable[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+class Acl:
+    """The rule set; every question is answered for one principal."""
+
+    def __init__(self, rules: Sequence[Rule], filters: Sequence[ForcedFilter] = (), *, allow_all: bool = False):
+        self._rules = tuple(rules)
+        self._filters = tuple(filters)
+        self._allow_all = allow_all  # auth_mode=none: everything is allowed, nothing is filtered
+
+    @classmethod
+    def open(cls) -> Acl:
+        """Everything allowed (``auth_mode=none``)."""
+        return cls((), allow_all=True)
+
+    def allows(self, principal: Principal, action: Action, topic: str, group: str | None = None) -> bool:
+        """Whether ``principal`` may do ``action`` on ``topic`` (through ``group``, for group actions)."""
+        return self._allow_all or any(rule.grants(action, topic, group) for rule in self._rules_for(principal))
+
+    def allows_any(self, principal: Principal, topic: str, actions: Iterable[Action] = tuple(Action),
+                   group: str | None = None) -> bool:
+        """Whether ``principal`` may do at least one of ``actions`` on ``topic``."""
+        return any(self.allows(principal, action, topic, group) for action in actions)
+
+    def may_know_group(self, principal: Principal, group: str) -> bool:
+        """Whether some rule could let ``principal`` read or administer ``group`` (on any topic)."""
+        if self._allow_all:
+            return True
+        return any(_any_glob(rule.groups, group) and rule.actions & {Action.SUBSCRIBE, Action.ADMIN}
+                   for rule in self._rules_for(principal))
+
+    def forced_headers(self, principal: Principal) -> dict[str, str]:
+        """Headers forced on everything ``principal`` reads or writes; a conflict between filters is an error."""
+        if self._allow_all:
+            return {}
+        headers: dict[str, str] = {}
+        for forced in self._filters:
+            if any(selects(selector, principal) for selector in forced.principals):
+                for name, value in forced.headers.items():
+                    if headers.setdefault(name, value) != value:
+                        raise ValueError(f"forced filters disagree on header {name!r} for {principal.name!r}")
+        return headers
+
+    def _rules_for(self, principal: Principal) -> Iterable[Rule]:
+        return (rule for rule in self._rules if rule.applies_to(principal))

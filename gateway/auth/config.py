@@ -1,0 +1,168 @@
+"""The auth config file (TOML): JWT checking, hashed API keys, ACL rules and forced header filters.
+
+Secrets are never required inline: the HMAC secret comes from a file (``hmac_secret_file``) or from an
+environment variable named in the file (``hmac_secret_env``). Relative paths are relative to the config file.
+Unknown tables or keys are errors, so a typo cannot silently widen access. docs/security.md has a sample.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.auth.acl import Acl, Action, ForcedFilter, Rule
+from gateway.auth.errors import AuthConfigError
+from gateway.auth.keys import SHA256_HEX_LENGTH, ApiKeyTable, StoredKey
+from gateway.auth.tokens import JwtSettings, JwtVerifier, read_jwks
+
+TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters"})
+JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "audience", "issuer",
+                      "leeway_s", "principal_claim", "required_claims"})
+HEX = re.compile(f"[0-9a-f]{{{SHA256_HEX_LENGTH}}}")
+HEADER_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Everything the auth config file defines."""
+
+    api_keys: ApiKeyTable
+    jwt: JwtVerifier | None
+    acl: Acl
+
+
+def load_auth_config(path: Path, env: Mapping[str, str]) -> AuthConfig:
+    """Read and check the auth config; AuthConfigError names the file and the bad entry."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise AuthConfigError(f"auth config {path}: {exc}") from exc
+    try:
+        return parse_auth_config(doc, path.parent, env)
+    except AuthConfigError as exc:
+        raise AuthConfigError(f"auth config {path}: {exc.message}") from exc
+
+
+def parse_auth_config(doc: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> AuthConfig:
+    """Build the config from a parsed TOML document."""
+    _no_unknown(doc, TOP_LEVEL, "top level")
+    jwt_table = doc.get("jwt")
+    verifier = JwtVerifier(_jwt_settings(_table(jwt_table, "jwt"), base_dir, env)) if jwt_table else None
+    keys = ApiKeyTable(_api_key(item, i) for i, item in enumerate(_tables(doc, "api_keys")))
+    rules = [_rule(item, i) for i, item in enumerate(_tables(doc, "rules"))]
+    filters = [_filter(item, i) for i, item in enumerate(_tables(doc, "filters"))]
+    return AuthConfig(keys, verifier, Acl(rules, filters))
+
+
+def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> JwtSettings:
+    _no_unknown(table, JWT_KEYS, "[jwt]")
+    jwks_file = table.get("jwks_file")
+    defaults = JwtSettings()
+    return JwtSettings(
+        algorithms=tuple(_strings(table.get("algorithms", list(defaults.algorithms)), "jwt.algorithms")),
+        hmac_secret=_hmac_secret(table, base_dir, env),
+        jwks=read_jwks(base_dir / str(jwks_file)) if jwks_file else None,
+        audience=_optional_str(table, "audience"),
+        issuer=_optional_str(table, "issuer"),
+        leeway_s=float(table.get("leeway_s", defaults.leeway_s)),
+        principal_claim=str(table.get("principal_claim", defaults.principal_claim)),
+        required_claims=tuple(_strings(table.get("required_claims", list(defaults.required_claims)),
+                                       "jwt.required_claims", allow_empty=True)),
+    )
+
+
+def _hmac_secret(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> bytes | None:
+    if "hmac_secret_file" in table and "hmac_secret_env" in table:
+        raise AuthConfigError("jwt: give hmac_secret_file or hmac_secret_env, not both")
+    if "hmac_secret_file" in table:
+        path = base_dir / str(table["hmac_secret_file"])
+        try:
+            return path.read_bytes().strip()
+        except OSError as exc:
+            raise AuthConfigError(f"jwt.hmac_secret_file: {exc}") from exc
+    if "hmac_secret_env" in table:
+        name = str(table["hmac_secret_env"])
+        value = env.get(name)
+        if not value:
+            raise AuthConfigError(f"jwt.hmac_secret_env: environment variable {name} is not set")
+        return value.encode()
+    return None
+
+
+def _api_key(item: Mapping[str, Any], index: int) -> StoredKey:
+    where = f"api_keys[{index}]"
+    _no_unknown(item, frozenset({"principal", "sha256"}), where)
+    principal, digest = item.get("principal"), item.get("sha256")
+    if not isinstance(principal, str) or not principal:
+        raise AuthConfigError(f"{where}: 'principal' must be a non-empty string")
+    if not isinstance(digest, str) or not HEX.fullmatch(digest):
+        raise AuthConfigError(f"{where}: 'sha256' must be 64 lower-case hex digits (streamgate auth hash-key)")
+    return StoredKey(principal, digest)
+
+
+def _rule(item: Mapping[str, Any], index: int) -> Rule:
+    where = f"rules[{index}]"
+    _no_unknown(item, frozenset({"principals", "topics", "actions", "groups"}), where)
+    try:
+        actions = frozenset(Action(a) for a in _strings(item.get("actions"), f"{where}.actions"))
+    except ValueError as exc:
+        raise AuthConfigError(f"{where}.actions: {exc} (publish, subscribe or admin)") from exc
+    return Rule(principals=tuple(_selectors(item.get("principals"), f"{where}.principals")),
+                topics=tuple(_strings(item.get("topics"), f"{where}.topics")),
+                actions=actions,
+                groups=tuple(_strings(item.get("groups", ["*"]), f"{where}.groups")))
+
+
+def _filter(item: Mapping[str, Any], index: int) -> ForcedFilter:
+    where = f"filters[{index}]"
+    _no_unknown(item, frozenset({"principals", "headers"}), where)
+    headers = item.get("headers")
+    if not isinstance(headers, dict) or not headers or not all(
+            isinstance(v, str) and v and HEADER_NAME.fullmatch(k) for k, v in headers.items()):
+        raise AuthConfigError(f"{where}.headers: a non-empty table of header = \"value\"")
+    return ForcedFilter(tuple(_selectors(item.get("principals"), f"{where}.principals")), dict(headers))
+
+
+def _selectors(raw: Any, where: str) -> list[str]:
+    selectors = _strings(raw, where)
+    for selector in selectors:
+        if selector.startswith("claim:") and "=" not in selector:
+            raise AuthConfigError(f"{where}: {selector!r} must look like claim:<name>=<value>")
+    return selectors
+
+
+def _strings(raw: Any, where: str, *, allow_empty: bool = False) -> list[str]:
+    if not isinstance(raw, list) or (not raw and not allow_empty) or not all(
+            isinstance(s, str) and s for s in raw):
+        raise AuthConfigError(f"{where}: expected a non-empty list of strings")
+    return list(raw)
+
+
+def _optional_str(table: Mapping[str, Any], key: str) -> str | None:
+    value = table.get(key)
+    if value is not None and not isinstance(value, str):
+        raise AuthConfigError(f"jwt.{key}: expected a string")
+    return value
+
+
+def _table(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise AuthConfigError(f"{where}: expected a table")
+    return raw
+
+
+def _tables(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    raw = doc.get(key, [])
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise AuthConfigError(f"{key}: expected an array of tables ([[{key}]])")
+    return raw
+
+
+def _no_unknown(table: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+    unknown = set(table) - known
+    if unknown:
+        raise AuthConfigError(f"{where}: unknown keys {sorted(unknown)}")

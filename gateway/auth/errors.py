@@ -1,0 +1,30 @@
+"""Authentication and authorization errors; ``gateway.errors`` maps them to 401/403 and WebSocket close codes."""
+
+from __future__ import annotations
+
+
+class AuthError(Exception):
+    """Base of the auth errors; ``message`` is safe to show to the client."""
+
+    retriable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthenticated(AuthError):
+    """No credentials, or credentials that do not prove who the caller is (401 / close 4401)."""
+
+    def __init__(self, message: str, *, credentials_given: bool = False, expired: bool = False) -> None:
+        super().__init__(message)
+        self.credentials_given = credentials_given
+        self.expired = expired
+
+
+class Forbidden(AuthError):
+    """The caller is known but may not do this (403 / close 4403)."""
+
+
+class AuthConfigError(AuthError):
+    """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not start."""

@@ -1,0 +1,50 @@
+"""The aiohttp side of auth: one middleware that authenticates every request and keeps its principal."""
+
+from __future__ import annotations
+
+from aiohttp import hdrs, web
+
+from gateway.auth.errors import Unauthenticated
+from gateway.auth.gatekeeper import Gatekeeper
+from gateway.auth.principal import Principal
+from gateway.errors import Handler
+
+GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
+PRINCIPAL = web.RequestKey("principal", Principal)
+FRAME_AUTH_PATHS = frozenset({"/v1/subscribe"})  # WebSocket routes that accept an ``auth`` first frame
+
+
+def gatekeeper_of(request: web.Request) -> Gatekeeper:
+    """The gatekeeper of the app serving ``request``."""
+    return request.app[GATEKEEPER]
+
+
+def principal_of(request: web.Request) -> Principal:
+    """The authenticated principal of ``request`` (set by ``auth_middleware``)."""
+    if PRINCIPAL not in request:
+        raise Unauthenticated("credentials required")
+    return request[PRINCIPAL]
+
+
+def awaits_auth_frame(request: web.Request) -> bool:
+    """True for a WebSocket upgrade without credentials: the client must send an ``auth`` frame first."""
+    return PRINCIPAL not in request
+
+
+def _is_websocket_upgrade(request: web.Request) -> bool:
+    return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate every request to a non-public route; 401 when credentials are missing or invalid."""
+    gatekeeper = gatekeeper_of(request)
+    if request.match_info.http_exception is not None or request.path in gatekeeper.public_paths:
+        return await handler(request)
+    principal = gatekeeper.authenticate_headers(request.headers)
+    if principal is not None:
+        request[PRINCIPAL] = principal
+    elif not (request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request)):
+        raise Unauthenticated("credentials required: 'Authorization: Bearer <jwt>', 'Authorization: ApiKey "
+                              "<key>' or 'X-API-Key: <key>'")
+    return await handler(request)

@@ -1,0 +1,146 @@
+"""JWT bearer tokens: HS256 with a shared secret, RS256/ES256 (and friends) with keys from a JWKS file.
+
+The algorithm comes from an allow-list and decides the key: HMAC algorithms use only the shared secret,
+public-key algorithms use only the JWKS key named by the token's ``kid`` (a JWKS with one key may omit it).
+So a token can never choose ``none``, nor trick an RSA public key into serving as an HMAC secret.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from gateway.auth.errors import AuthConfigError, Unauthenticated
+from gateway.auth.principal import Principal
+
+HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
+PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                                   "ES256", "ES384", "ES512", "EdDSA"})
+MIN_HMAC_SECRET_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class JwtSettings:
+    """How tokens are checked (the ``[jwt]`` table of the auth config)."""
+
+    algorithms: tuple[str, ...] = ("HS256", "RS256", "ES256")
+    hmac_secret: bytes | None = None
+    jwks: Mapping[str, Any] | None = None  # the parsed JWKS document
+    audience: str | None = None
+    issuer: str | None = None
+    leeway_s: float = 30.0
+    principal_claim: str = "sub"
+    required_claims: tuple[str, ...] = ("exp",)
+
+
+class JwtVerifier:
+    """Checks a token's signature, ``exp``/``nbf`` (with leeway), ``aud`` and ``iss``; returns its principal."""
+
+    def __init__(self, settings: JwtSettings) -> None:
+        self._settings = settings
+        self._algorithms = _checked_algorithms(settings)
+        self._keys = _jwks_keys(settings.jwks) if settings.jwks is not None else {}
+
+    @property
+    def leeway_s(self) -> float:
+        """Clock skew allowed on ``exp`` and ``nbf``."""
+        return self._settings.leeway_s
+
+    def verify(self, token: str) -> Principal:
+        """The principal a valid token names; Unauthenticated (with a reason) otherwise."""
+        settings = self._settings
+        algorithm, key = self._key_for(token)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key, algorithms=[algorithm], audience=settings.audience, issuer=settings.issuer,
+                leeway=settings.leeway_s,
+                options={"require": list(settings.required_claims), "verify_aud": settings.audience is not None})
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("token expired", credentials_given=True, expired=True) from None
+        except jwt.ImmatureSignatureError:
+            raise Unauthenticated("token not yet valid (nbf)", credentials_given=True) from None
+        except jwt.InvalidAudienceError:
+            raise Unauthenticated("token audience not accepted", credentials_given=True) from None
+        except jwt.InvalidIssuerError:
+            raise Unauthenticated("token issuer not accepted", credentials_given=True) from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthenticated(f"invalid token: {exc}", credentials_given=True) from None
+        name = claims.get(settings.principal_claim)
+        if not isinstance(name, str) or not name:
+            raise Unauthenticated(f"token has no {settings.principal_claim!r} claim naming the principal",
+                                  credentials_given=True)
+        exp = claims.get("exp")
+        return Principal(name, "jwt", claims, float(exp) if isinstance(exp, int | float) else None)
+
+    def _key_for(self, token: str) -> tuple[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise Unauthenticated("malformed token", credentials_given=True) from None
+        algorithm = header.get("alg")
+        if not isinstance(algorithm, str) or algorithm not in self._algorithms:
+            raise Unauthenticated(f"token algorithm {algorithm!r} is not accepted", credentials_given=True)
+        if algorithm in HMAC_ALGORITHMS:
+            return algorithm, self._settings.hmac_secret
+        kid = header.get("kid")
+        if kid is None and len(self._keys) == 1:
+            kid = next(iter(self._keys))
+        found = self._keys.get(kid) if isinstance(kid, str) else None
+        if found is None or found.algorithm_name != algorithm:
+            raise Unauthenticated(f"no key {kid!r} for {algorithm} in the JWKS", credentials_given=True)
+        return algorithm, found.key
+
+
+def _checked_algorithms(settings: JwtSettings) -> frozenset[str]:
+    algorithms = frozenset(settings.algorithms)
+    unknown = algorithms - HMAC_ALGORITHMS - PUBLIC_KEY_ALGORITHMS
+    if unknown:  # "none" lands here: it is never accepted
+        raise AuthConfigError(f"jwt.algorithms: {sorted(unknown)} not accepted "
+                              f"(choose from {sorted(HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS)})")
+    if algorithms & HMAC_ALGORITHMS and settings.hmac_secret is None:
+        algorithms -= HMAC_ALGORITHMS  # no secret configured: HMAC tokens cannot be verified, so refuse them
+    elif settings.hmac_secret is not None and len(settings.hmac_secret) < MIN_HMAC_SECRET_BYTES:
+        raise AuthConfigError(f"jwt: the HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} bytes")
+    if algorithms & PUBLIC_KEY_ALGORITHMS and settings.jwks is None:
+        algorithms -= PUBLIC_KEY_ALGORITHMS
+    return algorithms
+
+
+def _jwks_keys(document: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
+    raw = document.get("keys")
+    if not isinstance(raw, list):
+        raise AuthConfigError("jwks: expected {\"keys\": [...]}")
+    keys: dict[str, jwt.PyJWK] = {}
+    for index, item in enumerate(raw):
+        try:
+            key = jwt.PyJWK(item)
+        except (jwt.PyJWKError, jwt.InvalidKeyError, TypeError, ValueError) as exc:
+            raise AuthConfigError(f"jwks key {index}: {exc}") from exc
+        if key.key_type == "oct":
+            raise AuthConfigError(f"jwks key {index}: symmetric keys do not belong in a JWKS (use the HMAC secret)")
+        keys[key.key_id or f"#{index}"] = key
+    return keys
+
+
+def read_jwks(path: Path) -> dict[str, Any]:
+    """Parse a JWKS file; AuthConfigError when it is missing or not JSON."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AuthConfigError(f"jwks file {path}: {exc}") from exc
+    if not isinstance(document, dict):
+        raise AuthConfigError(f"jwks file {path}: expected a JSON object")
+    return document
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three dot-separated parts: a compact JWS."""
+    return token.count(".") == 2
+
+
+__all__: Sequence[str] = ["JwtSettings", "JwtVerifier", "looks_like_jwt", "read_jwks"]

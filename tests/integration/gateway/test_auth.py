@@ -1,0 +1,290 @@
+"""Authentication and authorization on the real gateway: every route 401 without credentials, 403 for a
+principal without a grant, tenants isolated on replay and subscribe, WebSocket auth and token expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.app import create_app
+from gateway.auth.keys import hash_api_key
+from gateway.delivery.pull import Receipt
+from gateway.errors import WS_CLOSE_FORBIDDEN, WS_CLOSE_UNAUTHENTICATED
+from gateway.settings import GatewaySettings
+
+Client = TestClient[Any, Any]
+SECRET = "t" * 40
+ADMIN_KEY, OUTSIDER_KEY = "sgk_admin-key-for-tests", "sgk_outsider-key-for-tests"
+CONFIG = f'''
+[jwt]
+algorithms = ["HS256"]
+hmac_secret_env = "TEST_JWT_SECRET"
+audience = "streamgate"
+leeway_s = 0
+
+[[api_keys]]
+principal = "admin"
+sha256 = "{hash_api_key(ADMIN_KEY)}"
+
+[[api_keys]]
+principal = "outsider"
+sha256 = "{hash_api_key(OUTSIDER_KEY)}"
+
+[[rules]]
+principals = ["admin"]
+topics = ["*"]
+actions = ["publish", "subscribe", "admin"]
+
+[[rules]]
+principals = ["outsider"]
+topics = ["outsider-*"]
+actions = ["subscribe"]
+
+[[rules]]
+principals = ["claim:tenant=a", "claim:tenant=b"]
+topics = ["it-*"]
+actions = ["publish", "subscribe"]
+
+[[filters]]
+principals = ["claim:tenant=a"]
+headers = {{ tenant = "a" }}
+
+[[filters]]
+principals = ["claim:tenant=b"]
+headers = {{ tenant = "b" }}
+'''
+
+
+def token(tenant: str, ttl_s: float = 300, **claims: Any) -> str:
+    body = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate", "exp": int(time.time() + ttl_s),
+            **claims}
+    return jwt.encode(body, SECRET, algorithm="HS256")
+
+
+def as_key(key: str) -> dict[str, str]:
+    return {"Authorization": f"ApiKey {key}"}
+
+
+def as_tenant(tenant: str, ttl_s: float = 300) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(tenant, ttl_s)}"}
+
+
+ADMIN, OUTSIDER = as_key(ADMIN_KEY), {"X-API-Key": OUTSIDER_KEY}
+
+
+@pytest.fixture
+async def secured(aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_path: Path) -> Client:
+    (tmp_path / "auth.toml").write_text(CONFIG)
+    settings = dataclasses.replace(gateway_settings, auth_mode="required", auth_frame_timeout_s=1.0,
+                                   auth_config_path=str(tmp_path / "auth.toml"))
+    client: Client = await aiohttp_client(create_app(settings, {"TEST_JWT_SECRET": SECRET}))
+    return client
+
+
+@pytest.fixture
+async def topic(secured: Client, topic_name: str) -> str:
+    response = await secured.post("/v1/topics", json={"name": topic_name, "partitions": 2}, headers=ADMIN)
+    assert response.status == 201, await response.text()
+    assert (await response.json())["owner"] == "admin"
+    return topic_name
+
+
+def every_route(topic: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    receipt = Receipt(topic, 0, "1-0", 30_000).encode()
+    return [
+        ("POST", "/v1/topics", {"name": topic + "-new", "partitions": 1}),
+        ("GET", "/v1/topics", None),
+        ("GET", f"/v1/topics/{topic}", None),
+        ("PATCH", f"/v1/topics/{topic}", {"retention_ms": 1000}),
+        ("DELETE", f"/v1/topics/{topic}", None),
+        ("POST", f"/v1/topics/{topic}/messages", {"messages": [{"value": 1}]}),
+        ("GET", f"/v1/topics/{topic}/partitions/0/messages", None),
+        ("GET", f"/v1/subscribe?topic={topic}", None),
+        ("GET", "/v1/groups", None),
+        ("GET", f"/v1/groups/g1?topic={topic}", None),
+        ("POST", "/v1/groups/g1/pull", {"topic": topic}),
+        ("POST", "/v1/groups/g1/ack", {"receipts": [receipt]}),
+        ("POST", "/v1/groups/g1/nack", {"receipts": [receipt]}),
+        ("POST", "/v1/groups/g1/extend", {"receipts": [receipt]}),
+        ("POST", "/v1/groups/g1/seek", {"topic": topic, "to": "earliest"}),
+        ("POST", f"/v1/topics/{topic}/dlq/redrive", {}),
+    ]
+
+
+async def test_every_route_without_credentials_is_401_with_a_challenge(secured: Client, topic: str) -> None:
+    tried = 0
+    for method, path, body in every_route(topic):
+        response = await secured.request(method, path, json=body)
+        assert response.status == 401, (method, path, await response.text())
+        assert response.content_type == "application/problem+json"
+        assert "Bearer" in response.headers["WWW-Authenticate"]
+        tried += 1
+    for bad in ({"Authorization": "ApiKey wrong"}, {"Authorization": "Bearer not.a.jwt"}, {"Authorization": "Basic x"},
+                {"Authorization": f"Bearer {token('a', -60)}"}, {"X-API-Key": ADMIN_KEY + "x"}):
+        response = await secured.get("/v1/topics", headers=bad)
+        assert response.status == 401, bad
+        assert 'error="invalid_token"' in response.headers["WWW-Authenticate"]
+        tried += 1
+    print(f"unauthenticated attempts: {tried}, all 401")
+    assert (await secured.get(f"/v1/topics/{topic}", headers=ADMIN)).status == 200  # nothing was changed
+
+
+async def test_every_route_for_a_principal_without_a_grant_is_403_even_for_unknown_topics(
+        secured: Client, topic: str) -> None:
+    tried = 0
+    for name in (topic, "it-no-such-topic"):
+        for method, path, body in every_route(name):
+            if method == "GET" and path in ("/v1/groups", "/v1/topics"):
+                continue  # listings are filtered, not refused (below)
+            response = await secured.request(method, path, json=body, headers=OUTSIDER)
+            assert response.status == 403, (method, path, await response.text())
+            assert (await response.json())["type"].endswith("/forbidden")
+            tried += 1
+    print(f"wrong-principal attempts: {tried}, all 403")
+    listing = await secured.get("/v1/topics", headers=OUTSIDER)
+    assert listing.status == 200
+    assert (await listing.json())["topics"] == []
+    assert (await (await secured.get("/v1/groups", headers=OUTSIDER)).json())["groups"] == []
+
+
+async def test_operational_routes_are_public(secured: Client) -> None:
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+        assert (await secured.get(path)).status == 200, path
+
+
+async def publish_mixed(secured: Client, topic: str) -> None:
+    messages = [{"key": f"k{i}", "value": {"i": i, "tenant": t}, "headers": {"tenant": t}, "partition": i % 2}
+                for i, t in enumerate(["a", "b", "a", "b", "b", "a"])]
+    response = await secured.post(f"/v1/topics/{topic}/messages", json={"messages": messages}, headers=ADMIN)
+    assert response.status == 200, await response.text()
+
+
+async def test_a_tenant_replays_only_its_own_messages(secured: Client, topic: str) -> None:
+    await publish_mixed(secured, topic)
+    for tenant in ("a", "b"):
+        seen = []
+        for partition in (0, 1):
+            response = await secured.get(f"/v1/topics/{topic}/partitions/{partition}/messages",
+                                         headers=as_tenant(tenant))
+            assert response.status == 200
+            seen += (await response.json())["messages"]
+        assert len(seen) == 3
+        assert {m["headers"]["tenant"] for m in seen} == {tenant}
+    described = await (await secured.get(f"/v1/topics/{topic}", headers=as_tenant("a"))).json()
+    assert all(p["top_keys"] == [] for p in described["partition_details"])
+
+
+async def test_a_tenants_publish_is_stamped_with_its_header_and_refused_with_another(
+        secured: Client, topic: str) -> None:
+    url = f"/v1/topics/{topic}/messages"
+    ok = await secured.post(url, json={"messages": [{"value": 1, "partition": 0}]}, headers=as_tenant("a"))
+    assert ok.status == 200, await ok.text()
+    refused = await secured.post(url, json={"messages": [{"value": 2, "headers": {"tenant": "b"}}]},
+                                 headers=as_tenant("a"))
+    assert refused.status == 403
+    replay = await secured.get(f"/v1/topics/{topic}/partitions/0/messages", headers=ADMIN)
+    assert [m["headers"] for m in (await replay.json())["messages"]] == [{"tenant": "a"}]
+
+
+async def receive_messages(ws: aiohttp.ClientWebSocketResponse, count: int, timeout_s: float = 10
+                           ) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while len(messages) < count:
+        frame = await ws.receive_json(timeout=max(0.1, deadline - asyncio.get_running_loop().time()))
+        if frame["type"] == "message":
+            messages.append(frame)
+    return messages
+
+
+async def no_more_messages(ws: aiohttp.ClientWebSocketResponse, wait_s: float = 0.5) -> bool:
+    try:
+        while True:
+            frame = await ws.receive_json(timeout=wait_s)
+            if frame["type"] == "message":
+                return False
+    except TimeoutError:
+        return True
+
+
+@pytest.mark.parametrize("query", ["from=earliest", "group=tenant-group&mode=shared",
+                                   "group=tenant-group-x&mode=exclusive"])
+async def test_a_tenant_subscription_delivers_only_its_own_messages(
+        secured: Client, topic: str, query: str) -> None:
+    await publish_mixed(secured, topic)
+    group = query.split("group=")[1].split("&")[0] if "group=" in query else None
+    for tenant in ("a", "b"):
+        tenant_query = query.replace(group, f"{group}-{tenant}") if group else query
+        async with secured.ws_connect(f"/v1/subscribe?topic={topic}&{tenant_query}",
+                                      headers=as_tenant(tenant)) as ws:
+            messages = await receive_messages(ws, 3)
+            assert {m["headers"]["tenant"] for m in messages} == {tenant}
+            if group:
+                await ws.send_json({"type": "ack", "messages": [{"partition": m["partition"], "offset": m["offset"]}
+                                                                for m in messages]})
+            assert await no_more_messages(ws)
+
+
+async def test_a_tenant_cannot_pull_over_http(secured: Client, topic: str) -> None:
+    response = await secured.post("/v1/groups/g1/pull", json={"topic": topic}, headers=as_tenant("a"))
+    assert response.status == 403
+    assert "forced header filter" in (await response.json())["detail"]
+
+
+async def test_websocket_authenticates_by_header(secured: Client, topic: str) -> None:
+    await publish_mixed(secured, topic)
+    async with secured.ws_connect(f"/v1/subscribe?topic={topic}&from=earliest", headers=ADMIN) as ws:
+        assert len(await receive_messages(ws, 6)) == 6
+
+
+async def test_websocket_authenticates_by_first_frame(secured: Client, topic: str) -> None:
+    await publish_mixed(secured, topic)
+    async with secured.ws_connect(f"/v1/subscribe?topic={topic}&from=earliest") as ws:
+        await ws.send_json({"type": "auth", "token": token("b")})
+        assert await ws.receive_json(timeout=5) == {"type": "authenticated", "principal": "app-b"}
+        messages = await receive_messages(ws, 3)
+        assert {m["headers"]["tenant"] for m in messages} == {"b"}
+    async with secured.ws_connect(f"/v1/subscribe?topic={topic}&from=earliest") as ws:
+        await ws.send_json({"type": "auth", "api_key": ADMIN_KEY})
+        assert (await ws.receive_json(timeout=5))["principal"] == "admin"
+
+
+@pytest.mark.parametrize(("frame", "code"), [
+    (None, WS_CLOSE_UNAUTHENTICATED),
+    ({"type": "auth", "token": "not-a-token"}, WS_CLOSE_UNAUTHENTICATED),
+    ({"type": "ack", "messages": []}, WS_CLOSE_UNAUTHENTICATED),
+    ({"type": "auth", "api_key": OUTSIDER_KEY}, WS_CLOSE_FORBIDDEN),
+])
+async def test_websocket_without_a_valid_auth_frame_is_closed(
+        secured: Client, topic: str, frame: dict[str, Any] | None, code: int) -> None:
+    async with secured.ws_connect(f"/v1/subscribe?topic={topic}") as ws:
+        if frame is not None:
+            await ws.send_json(frame)
+        closed = await ws.receive(timeout=5)
+        assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, code)
+
+
+async def test_websocket_forbidden_by_header_is_403_before_the_upgrade(secured: Client) -> None:
+    response = await secured.get("/v1/subscribe?topic=it-no-such-topic", headers=OUTSIDER)
+    assert response.status == 403
+
+
+async def test_websocket_is_closed_with_4401_when_its_token_expires(secured: Client, topic: str) -> None:
+    started = time.monotonic()
+    async with secured.ws_connect(f"/v1/subscribe?topic={topic}", headers=as_tenant("a", ttl_s=2)) as ws:
+        while True:
+            frame = await ws.receive(timeout=10)
+            if frame.type is not aiohttp.WSMsgType.TEXT:
+                break
+    assert frame.type is aiohttp.WSMsgType.CLOSE
+    assert frame.data == WS_CLOSE_UNAUTHENTICATED
+    assert frame.extra == "token expired"
+    assert 0.5 < time.monotonic() - started < 5
