@@ -17,6 +17,7 @@ from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
 from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
+from gateway.tls import server_ssl_context
 
 log = logging.getLogger("streamgate")
 
@@ -40,13 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port)
         if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
             settings = settings.with_overrides(auth_mode="none")  # dev is local: auth off, loudly (logged)
+        ssl_context = server_ssl_context(settings)
         if args.command == "serve":
             app = create_app(settings, os.environ)
     except (ValueError, AuthConfigError) as exc:
         print(f"streamgate: bad setting: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        web.run_app(app, host=settings.host, port=settings.port, print=None)
+        web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context)
         return 0
     return run_dev(args, settings)
 

@@ -1,0 +1,118 @@
+"""The gateway listener over TLS: HTTPS and WSS with a certificate, plain HTTP refused, bad files refused."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from processes import free_port
+
+from gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.integration
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "streamgate-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def serve_env(settings: GatewaySettings, **extra: str) -> dict[str, str]:
+    return {**os.environ, "STREAMGATE_REDIS_NODES": ",".join(settings.redis_nodes),
+            "STREAMGATE_ETCD_ENDPOINTS": ",".join(settings.etcd_endpoints),
+            "STREAMGATE_ETCD_PREFIX": settings.etcd_prefix, "STREAMGATE_AUTH_MODE": "none", **extra}
+
+
+@pytest.fixture
+def tls_gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    env = serve_env(gateway_settings, STREAMGATE_TLS_CERT_PATH=str(cert), STREAMGATE_TLS_KEY_PATH=str(key))
+    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve",
+                                "--port", str(port)], env=env)
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the TLS gateway exited"
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the TLS gateway never became ready"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}", cert
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+async def test_publish_and_subscribe_work_over_https_and_wss(tls_gateway: tuple[str, Path], topic_name: str) -> None:
+    address, cert = tls_gateway
+    context = ssl.create_default_context(cafile=str(cert))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as http:
+        async with http.post(f"https://{address}/v1/topics", json={"name": topic_name, "partitions": 1}) as r:
+            assert r.status == 201
+        async with http.ws_connect(f"wss://{address}/v1/subscribe",
+                                   params={"topic": topic_name, "mode": "broadcast", "start": "earliest"}) as ws:
+            async with http.post(f"https://{address}/v1/topics/{topic_name}/messages",
+                                 json={"messages": [{"value": "over tls"}]}) as r:
+                assert r.status == 200
+            values = []
+            async for frame in ws:
+                doc = frame.json()
+                if doc["type"] == "message":
+                    values.append(doc["value"])
+                    break
+            assert values == ["over tls"]
+
+
+def test_plain_http_and_untrusted_clients_are_refused(tls_gateway: tuple[str, Path]) -> None:
+    address, _ = tls_gateway
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        urllib.request.urlopen(f"http://{address}/healthz", timeout=5).read()
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(f"https://{address}/healthz", timeout=5)
+
+
+def test_serve_refuses_to_start_with_half_or_unreadable_tls_settings(gateway_settings: GatewaySettings,
+                                                                      tmp_path: Path) -> None:
+    for extra in ({"STREAMGATE_TLS_CERT_PATH": str(tmp_path / "cert.pem")},
+                  {"STREAMGATE_TLS_CERT_PATH": str(tmp_path / "missing.pem"),
+                   "STREAMGATE_TLS_KEY_PATH": str(tmp_path / "missing-key.pem")}):
+        result = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--port", str(free_port())],
+                                env=serve_env(gateway_settings, **extra), capture_output=True, text=True,
+                                timeout=60, check=False)
+        assert result.returncode == 2, result.stderr
+        assert "STREAMGATE_TLS_" in result.stderr
