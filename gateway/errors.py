@@ -90,6 +90,11 @@ def rate_limited(detail: str, retry_after_s: float, headers: dict[str, str]) -> 
     return Problem(429, "rate-limited", "Too many requests", detail, retry_after_s=retry_after_s, headers=headers)
 
 
+def too_many_connections(detail: str, retry_after_s: float) -> Problem:
+    """429: the principal already holds as many subscriptions as it may on this gateway."""
+    return Problem(429, "too-many-connections", "Too many connections", detail, retry_after_s=retry_after_s)
+
+
 def unavailable(detail: str, retry_after_s: float) -> Problem:
     """503 + Retry-After: a backend is unavailable; the request may be retried."""
     return Problem(503, "unavailable", "Service unavailable", detail, retry_after_s=retry_after_s)
@@ -186,6 +191,7 @@ WS_CLOSE_UNAUTHENTICATED = 4401  # no/invalid credentials (no auth frame in time
 WS_CLOSE_FORBIDDEN = 4403  # authenticated, but not allowed to subscribe to this topic/group
 WS_CLOSE_TOPIC_GONE = 4404  # the topic was deleted
 WS_CLOSE_GROUP_CONFLICT = 4409  # the group is already served with another mode or filter on this gateway
+WS_CLOSE_TOO_MANY_CONNECTIONS = 4429  # the principal holds max_connections_per_principal subscriptions already
 WS_CLOSE_UNAVAILABLE = 4503  # a backend failed or group membership was lost: reconnect after a pause
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
 from gateway.delivery.session import Session
@@ -44,6 +45,7 @@ class Services:
     puller: Puller | None = None  # HTTP pull for groups
     policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
     throttle: PublishThrottle | None = None  # publish rate limits; None when none is configured
+    connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
@@ -51,6 +53,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.limits = PublishLimits.from_settings(self.settings)
+        self.connections = ConnectionLimits(self.settings.max_connections_per_principal)
 
     async def topic(self, name: str) -> TopicMetadata:
         """A topic's metadata from the watch-fed cache; etcd is read only on a miss (e.g. watch lag)."""

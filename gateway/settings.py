@@ -61,6 +61,7 @@ class GatewaySettings:
     auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
     auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")  # served without credentials
     auth_frame_timeout_s: float = 5.0  # a WebSocket without credentials must send its auth frame by then
+    max_connections_per_principal: int = 1000  # open WebSocket subscriptions per principal and process; 0 = no cap
     tls_cert_path: str | None = None  # PEM certificate chain of the listener (with tls_key_path: HTTPS/WSS)
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None  # when set, clients must present a certificate signed by this CA

@@ -31,9 +31,11 @@ from gateway.delivery.session import CLOSE_REASON_MAX_BYTES, MessageRef, Session
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
     WS_CLOSE_GROUP_CONFLICT,
+    WS_CLOSE_TOO_MANY_CONNECTIONS,
     WS_CLOSE_UNAUTHENTICATED,
     WS_CLOSE_UNAVAILABLE,
     close_code_for,
+    too_many_connections,
     unavailable,
 )
 from gateway.services import SERVICES, Services, services_of
@@ -65,6 +67,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     if not awaits_auth_frame(request):
         principal = principal_of(request)
         authorized = principal, *await _authorize(services, gatekeeper, principal, params)
+        if services.connections.full(principal.name):
+            raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
     ws = web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.ws_max_frame_bytes)
     await ws.prepare(request)
     if authorized is None:
@@ -72,6 +76,22 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         if authorized is None:
             return ws
     principal, params, topic = authorized
+    with services.connections.hold(principal.name) as held:
+        if not held:
+            await ws.close(code=WS_CLOSE_TOO_MANY_CONNECTIONS, message=_too_many(services, principal).encode())
+            return ws
+        await _serve_session(ws, services, gatekeeper, principal, params, topic)
+    return ws
+
+
+def _too_many(services: Services, principal: Principal) -> str:
+    return (f"{principal.name!r} already holds {services.connections.open_count(principal.name)} subscriptions on "
+            f"this gateway (max_connections_per_principal)")
+
+
+async def _serve_session(ws: web.WebSocketResponse, services: Services, gatekeeper: Gatekeeper,
+                         principal: Principal, params: SubscribeParams, topic: TopicMetadata) -> None:
+    settings = services.settings
     session_id = f"{settings.node_id}-{uuid.uuid4().hex[:12]}"
     async with Session(session_id, topic.name, params, _text_sender(ws),
                        settings.slow_client_timeout_s) as session:
@@ -83,7 +103,6 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
             if expiry is not None:
                 expiry.cancel()
             services.sessions.discard(session)
-    return ws
 
 
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
