@@ -85,7 +85,7 @@ class GatewaySettings:
 def split_host_port(address: str) -> tuple[str, int]:
     """Parse ``host:port``; raises ValueError with the address in the message."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"expected host:port, got {address!r}")
     return host, int(port)
 

@@ -138,7 +138,7 @@ def _compares(client: Any, guards: Sequence[Guard]) -> list[Any]:
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
     """``"host:port"`` (optionally ``http://``) -> (host, port)."""
     host, _, port = endpoint.removeprefix("http://").rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"etcd endpoint must look like host:port, got {endpoint!r}")
     return host, int(port)
 

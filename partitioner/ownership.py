@@ -72,7 +72,7 @@ class OwnershipKeys:
         if not key.startswith(self.owners):
             return None
         topic, _, number = key[len(self.owners):].decode(errors="replace").rpartition("/")
-        return (topic, int(number)) if topic and number.isdigit() else None
+        return (topic, int(number)) if topic and (number.isascii() and number.isdigit()) else None
 
 
 

@@ -79,7 +79,7 @@ def parse_nodes(text: str) -> tuple[tuple[str, int], ...]:
     nodes = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         host, _, port = item.rpartition(":") if ":" in item else (item, "", str(DEFAULT_PORT))
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):
             raise InvalidSourceOption("redisNodes", f"bad port in {item!r}")
         nodes.append((host, int(port)))
     if not nodes:
@@ -109,7 +109,7 @@ def _partitions(text: str | None) -> tuple[int, ...] | None:
 def _starting(options: Mapping[str, Any]) -> Position | dict[int, Position]:
     timestamp = options.get("startingTimestampMs")
     if timestamp:
-        if not str(timestamp).isdigit():
+        if not (str(timestamp).isascii() and str(timestamp).isdigit()):
             raise InvalidSourceOption("startingTimestampMs", f"expected epoch milliseconds, got {timestamp!r}")
         return stream_ids.before_time(int(timestamp))
     return _positions("startingOffsets", options.get("startingOffsets") or EARLIEST)
@@ -128,7 +128,7 @@ def _positions(name: str, text: str) -> Position | dict[int, Position]:
 
 
 def _partition_key(name: str, key: str) -> int:
-    if not key.isdigit():
+    if not (key.isascii() and key.isdigit()):
         raise InvalidSourceOption(name, f"partition {key!r} is not a non-negative integer")
     return int(key)
 
@@ -143,7 +143,7 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int | None) ->
     value = options.get(name)
     if value is None or value == "":
         return default
-    if not str(value).isdigit() or int(value) <= 0:
+    if not (str(value).isascii() and str(value).isdigit()) or int(value) <= 0:
         raise InvalidSourceOption(name, f"expected a positive integer, got {value!r}")
     return int(value)
 

@@ -51,7 +51,7 @@ def parse_cursor(text: str, *, truncated: bool = False) -> dict[int, str]:
     cursor: dict[int, str] = {}
     for part in parts:
         partition, _, offset = part.partition(":")
-        if partition.isdigit() and "-" in offset:
+        if (partition.isascii() and partition.isdigit()) and "-" in offset:
             cursor[int(partition)] = offset
     return cursor
 

@@ -87,7 +87,7 @@ def _start(raw: str) -> tuple[str, dict[int, str]]:
     cursor: dict[int, str] = {}
     for part in raw.split(","):
         partition, sep, offset = part.partition(":")
-        if not sep or not partition.isdigit():
+        if not sep or not (partition.isascii() and partition.isdigit()):
             raise invalid_field("/from", "'from' must be earliest, latest or <partition>:<offset>[,...]")
         parse_offset(offset, "/from")
         cursor[int(partition)] = offset
@@ -98,7 +98,7 @@ def _int(query: Mapping[str, str], name: str, default: int | None, low: int, hig
     raw = query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise invalid_field(f"/{name}", f"'{name}' must be an integer between {low} and {high}")
     return int(raw)
 

@@ -25,7 +25,8 @@ PAGE = 100
 def source_record(entry: StoredEntry, dlq_partition: int, source: TopicMetadata) -> Record:
     """The message as it was before it was dead-lettered, placed back on its original partition."""
     original = entry.headers.get("sg-dlq-partition", "")
-    partition = int(original) if original.isdigit() and int(original) < source.partitions else (
+    known = original.isascii() and original.isdigit() and int(original) < source.partitions
+    partition = int(original) if known else (
         partition_for(entry.key, source.partitions) if entry.key is not None else dlq_partition % source.partitions)
     headers = {k: v for k, v in entry.headers.items() if not k.startswith(DLQ_HEADER_PREFIX)}
     return Record(partition, entry.value, entry.value_format, entry.key, headers,

@@ -235,7 +235,7 @@ def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
         positions: dict[int, str] = {}
         for part in to.split(","):
             partition, sep, offset = part.partition(":")
-            if not sep or not partition.isdigit() or int(partition) >= topic.partitions:
+            if not sep or not (partition.isascii() and partition.isdigit()) or int(partition) >= topic.partitions:
                 raise invalid_field("/to", f"{part!r} is not <partition>:<offset> of this topic")
             parse_offset(offset, "/to")
             positions[int(partition)] = offset

@@ -123,7 +123,7 @@ def _after(start: str) -> str | None:
 
 
 def _partition_param(raw: str, topic: TopicMetadata) -> int:
-    if not raw.isdigit() or int(raw) >= topic.partitions:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) >= topic.partitions:
         raise Problem(404, "partition-not-found", "Partition not found",
                       f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {raw!r}")
     return int(raw)
@@ -133,7 +133,7 @@ def _int_param(request: web.Request, name: str, low: int, high: int) -> int | No
     raw = request.query.get(name)
     if raw is None:
         return None
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise invalid_field(f"/{name}", f"'{name}' must be an integer between {low} and {high}")
     return int(raw)
 
