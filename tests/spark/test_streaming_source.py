@@ -107,6 +107,10 @@ def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
         assert time.monotonic() < deadline, "no batch was committed within 60 s"
         query.awaitTermination(0.2)
     query.stop()
+    while any(active.id == query.id for active in spark.streams.active):  # stop() may return before it is gone
+        assert time.monotonic() < deadline + 60, "the stopped query never left spark.streams.active"
+        time.sleep(0.1)
+    spark.streams.resetTerminated()
     commits = sorted(commit_dir.glob("[0-9]*"), key=lambda p: int(p.name))
     commits[-1].unlink()  # as if the driver died after writing the batch's files but before its commit
     run_to_parquet(spark, opts, tmp_path)
