@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from processes import free_port
+from processes import free_port, wait_ready
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -48,17 +47,7 @@ def live_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
                                 "--port", str(port)], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, "the gateway exited"
-            try:
-                with urllib.request.urlopen(url + "/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "gateway not ready"
-            time.sleep(0.1)
+        wait_ready(url, process)
         request = urllib.request.Request(url + "/v1/topics", data=b'{"name": "fuzzed", "partitions": 2}',
                                          headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=5):
