@@ -7,19 +7,20 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := redis-server etcd-server etcd-client
-BINARIES := redis-server redis-cli etcd etcdctl
+APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server
+BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps venv run test lint clean
+.PHONY: help deps venv run test lint bench clean
 
 help:
-	@echo "make deps   install redis-server, etcd-server, etcd-client (apt) if a binary is missing"
+	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server (apt) if a binary is missing"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
 	@echo "make lint   mypy --strict and ruff"
+	@echo "make bench  issue 8's harness: every goal next to raw Redis and NATS JetStream (BENCH_ARGS=--quick ...)"
 	@echo "make clean  remove $(VENV) and caches"
 
 deps:
@@ -47,7 +48,7 @@ $(STAMP): pyproject.toml
 		}; \
 	fi
 	$(VENV_PY) -m pip install -q --upgrade pip
-	$(VENV_PY) -m pip install -q -e '.[dev,spark]'
+	$(VENV_PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $@
 
 run: deps venv
@@ -59,6 +60,9 @@ test: deps venv
 lint: venv
 	$(VENV)/bin/mypy --strict
 	$(VENV)/bin/ruff check .
+
+bench: deps venv
+	$(VENV_PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from publish import free_port, start_gateway, wait_ready
 
 from gateway.devstack import DevStack, DevStackConfig
@@ -28,8 +29,8 @@ from gateway.devstack import DevStack, DevStackConfig
 PARTITIONS = 8
 
 
-async def create_topic(http: aiohttp.ClientSession, base: str, name: str) -> None:
-    async with http.post(f"{base}/v1/topics", json={"name": name, "partitions": PARTITIONS}) as response:
+async def create_topic(http: aiohttp.ClientSession, base: str, name: str, partitions: int = PARTITIONS) -> None:
+    async with http.post(f"{base}/v1/topics", json={"name": name, "partitions": partitions}) as response:
         assert response.status == 201, await response.text()
 
 
@@ -49,7 +50,7 @@ async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str
         pending: list[dict[str, Any]] = []
         while not done.is_set():
             try:
-                frame = await asyncio.wait_for(ws.receive_json(), 0.01 if pending else 1.0)
+                frame = await asyncio.wait_for(ws.receive_json(loads=orjson.loads), 0.01 if pending else 1.0)
             except TimeoutError:
                 frame = None
             if frame and frame["type"] == "assignment" and assigned is not None \
@@ -67,18 +68,55 @@ async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str
                     done.set()
 
 
-async def throughput(http: aiohttp.ClientSession, base: str, messages: int, consumers: int) -> None:
-    await create_topic(http, base, "deliver-bench")
-    await publish(http, base, "deliver-bench", messages)
+async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, messages: int, consumers: int,
+                     timeout_s: float = 600) -> tuple[float, int]:
+    """Prefill ``messages``, drain them with ``consumers`` exclusive-group sockets acking by 200: (msg/s, acked)."""
+    await create_topic(http, base, topic)
+    await publish(http, base, topic, messages)
     done, counter = asyncio.Event(), [0]
     started = time.perf_counter()
-    tasks = [asyncio.create_task(consume(http, base, "deliver-bench", "bench", done, counter, messages))
+    tasks = [asyncio.create_task(consume(http, base, topic, "bench", done, counter, messages))
              for _ in range(consumers)]
-    await asyncio.wait_for(done.wait(), 600)
-    elapsed = time.perf_counter() - started
-    for task in tasks:
-        task.cancel()
-    print(f"group delivery + ack over WebSocket: {counter[0] / elapsed:>10,.0f} msg/s "
+    try:
+        await asyncio.wait_for(done.wait(), timeout_s)
+    finally:
+        elapsed = time.perf_counter() - started
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return counter[0] / elapsed, counter[0]
+
+
+async def paced_latencies(http: aiohttp.ClientSession, base: str, topic: str, rate_per_s: int,
+                          seconds: float) -> tuple[list[float], float]:
+    """Publish at ``rate_per_s`` (batches every 10 ms, paced on the clock) to one group consumer; return the
+    publish -> delivery latencies (s) and the publish rate achieved."""
+    await create_topic(http, base, topic)
+    done, counter, latencies, assigned = asyncio.Event(), [0], [], asyncio.Event()
+    per_tick = max(1, rate_per_s // 100)
+    ticks = max(1, int(seconds * 100))
+    consumer = asyncio.create_task(consume(http, base, topic, "lat", done, counter, per_tick * ticks, latencies,
+                                           assigned))
+    await asyncio.wait_for(assigned.wait(), 30)
+    started = time.perf_counter()
+    for tick in range(ticks):
+        body = {"messages": [{"value": {"i": tick, "t": time.time()}} for _ in range(per_tick)]}
+        async with http.post(f"{base}/v1/topics/{topic}/messages", json=body) as response:
+            assert response.status == 200, await response.text()
+        await asyncio.sleep(max(0.0, started + (tick + 1) / 100 - time.perf_counter()))
+    achieved = per_tick * ticks / (time.perf_counter() - started)
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+    return latencies, achieved
+
+
+async def throughput(http: aiohttp.ClientSession, base: str, messages: int, consumers: int) -> None:
+    rate, acked = await group_rate(http, base, "deliver-bench", messages, consumers)
+    counter = [acked]
+    print(f"group delivery + ack over WebSocket: {rate:>10,.0f} msg/s "
           f"({counter[0]} messages, {consumers} consumers, {PARTITIONS} partitions, one gateway process)")
 
 

@@ -71,6 +71,52 @@ async def drive(requests: int, concurrency: int, send: Callable[[int], Awaitable
     return time.perf_counter() - started, latencies
 
 
+async def drive_for(seconds: float, concurrency: int,
+                    send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
+    """Call ``send`` from ``concurrency`` workers until ``seconds`` have passed; return elapsed and latencies."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            await send(0)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+def publish_body(batch: int, acks: str = "1", value: object = VALUE) -> bytes:
+    """One prebuilt publish request of ``batch`` messages (so the client spends no time encoding)."""
+    return orjson.dumps({"acks": acks, "messages": [{"key": f"k{i}", "value": value} for i in range(batch)]})
+
+
+async def http_publish_for(base: str, topic: str, body: bytes, batch: int, seconds: float, concurrency: int,
+                           headers: dict[str, str] | None = None) -> Result:
+    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected."""
+    url = f"{base}/v1/topics/{topic}/messages"
+    sent_headers = {"content-type": "application/json", **(headers or {})}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def send(_: int) -> None:
+            async with session.post(url, data=body, headers=sent_headers) as response:
+                if response.status not in (200, 202):
+                    raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
+                await response.read()
+
+        elapsed, latencies = await drive_for(seconds, concurrency, send)
+    return Result(f"gateway batch={batch}", len(latencies) * batch, elapsed, latencies)
+
+
+def percentile_ms(latencies_s: list[float], fraction: float) -> float:
+    """The ``fraction`` percentile of latencies in seconds, as milliseconds."""
+    ordered = sorted(latencies_s)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000
+
+
 async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int) -> Result:
     body = orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
     url = f"{base}/v1/topics/{topic}/messages"

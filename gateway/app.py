@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack
 from aiohttp import web
 
 from gateway.auth.gatekeeper import gatekeeper_from_settings
+from gateway.auth.limits import LimitOverrides
 from gateway.auth.middleware import GATEKEEPER, auth_middleware
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
@@ -20,7 +21,8 @@ from gateway.publisher import Publisher
 from gateway.routes import groups, health, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
-from gateway.throttle import PublishThrottle, RateLimits
+from gateway.throttle import RateLimits, Throttle
+from gateway.tls import etcd_tls
 from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
 from partitioner.group_policy import GroupPolicies
@@ -51,6 +53,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     app = web.Application(
         client_max_size=settings.max_batch_bytes + BODY_SLACK_BYTES,
         middlewares=[http_metrics_middleware, problem_middleware, auth_middleware],
+        handler_args={"auto_decompress": False},  # gateway.routes.bodies decodes bodies itself, with a bound
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
@@ -75,18 +78,20 @@ def create_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) 
 
 async def _backends(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
+    metrics = GatewayMetrics.create()
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(RedisStreamStore(redis_store_settings(settings)))
-        etcd = await stack.enter_async_context(
-            EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s))
+        store = await stack.enter_async_context(
+            RedisStreamStore(redis_store_settings(settings), observer=metrics.observe_redis))
+        etcd = EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s, tls=etcd_tls(settings))
+        etcd.observer = metrics.observe_etcd
+        await stack.enter_async_context(etcd)
         cache = TopicCache()
         watcher = await stack.enter_async_context(TopicWatcher(etcd, cache, prefix=settings.etcd_prefix))
-        metrics = GatewayMetrics.create()
         registry = EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix)
         group_store = store.groups
         dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms, metrics)
         policies = await stack.enter_async_context(GroupPolicies(etcd, prefix=settings.etcd_prefix))
-        hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters))
+        hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters, metrics))
         ownership = await stack.enter_async_context(PartitionOwnership(
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix, lease_ttl_s=settings.owner_lease_ttl_s,
             partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
@@ -122,16 +127,16 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                               ("duties", duties_are_healthy)],
             delivery=hub,
             etcd=etcd,
-            puller=Puller(group_store, dead_letters.acting_as("pull")),
+            puller=Puller(group_store, dead_letters.acting_as("pull"), metrics),
             policies=policies,
-            throttle=_throttle(store, settings),
+            throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
         )
         yield
 
 
-def _throttle(store: RedisStreamStore, settings: GatewaySettings) -> PublishThrottle | None:
-    limits = RateLimits.from_settings(settings)
-    return PublishThrottle(store.rate_limiter, limits) if limits.enabled else None
+def _throttle(store: RedisStreamStore, settings: GatewaySettings, overrides: LimitOverrides) -> Throttle | None:
+    throttle = Throttle(store.rate_limiter, RateLimits.from_settings(settings), overrides)
+    return throttle if throttle.enabled else None
 
 
 def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:
@@ -143,4 +148,9 @@ def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:
         wait_timeout_ms=settings.wait_timeout_ms,
         write_deadline_s=settings.redis_write_deadline_s,
         read_deadline_s=settings.redis_read_deadline_s,
+        tls=settings.redis_tls,
+        tls_ca_path=settings.redis_tls_ca_path,
+        tls_cert_path=settings.redis_tls_cert_path,
+        tls_key_path=settings.redis_tls_key_path,
+        tls_check_hostname=settings.redis_tls_check_hostname,
     )

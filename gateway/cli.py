@@ -6,6 +6,8 @@ import argparse
 import json
 import logging
 import os
+import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +19,10 @@ from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
 from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
-from gateway.tls import server_ssl_context
+from gateway.tls import check_backend_tls, server_ssl_context
+from gateway.workers import run_workers
+from partitioner.errors import PartitionerError
+from storage.errors import StorageError
 
 log = logging.getLogger("streamgate")
 
@@ -38,19 +43,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dev-add-shard":
         return run_add_shard(args)
     try:
-        settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port)
+        settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port,
+                                                                workers=getattr(args, "workers", None))
+        check_workers(settings)
         if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
             settings = settings.with_overrides(auth_mode="none")  # dev is local: auth off, loudly (logged)
         ssl_context = server_ssl_context(settings)
+        check_backend_tls(settings)
         if args.command == "serve":
             app = create_app(settings, os.environ)
     except (ValueError, AuthConfigError) as exc:
         print(f"streamgate: bad setting: {exc}", file=sys.stderr)
         return 2
+    if args.command == "serve" and args.worker_index is None and settings.workers > 1:
+        return run_workers(settings.workers, settings, args.log_level, os.environ)
     if args.command == "serve":
-        web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context)
-        return 0
+        return serve(app, settings, ssl_context, args.worker_index)
     return run_dev(args, settings)
+
+
+def check_workers(settings: GatewaySettings) -> None:
+    """Worker settings that cannot work: ValueError (exit 2)."""
+    if settings.workers < 1:
+        raise ValueError(f"workers must be >= 1, got {settings.workers}")
+    if settings.workers > 1 and settings.port == 0:
+        raise ValueError("workers > 1 needs a fixed port (each worker binds it with SO_REUSEPORT)")
+    if settings.worker_metrics_port and not 0 < settings.worker_metrics_port + settings.workers - 1 < 65536:
+        raise ValueError(f"worker_metrics_port {settings.worker_metrics_port} + {settings.workers} workers "
+                         "is past port 65535")
+
+
+def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLContext | None,
+          worker_index: int | None) -> int:
+    """Run one gateway process until SIGTERM/SIGINT; a worker shares the port and may listen on its own one."""
+    extra_sockets: list[socket.socket] = []
+    try:
+        if worker_index is not None and settings.worker_metrics_port:
+            extra_sockets.append(socket.create_server((settings.host, settings.worker_metrics_port + worker_index)))
+        web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context,
+                    reuse_port=worker_index is not None or None, sock=extra_sockets or None)
+    except (StorageError, PartitionerError) as exc:  # Redis or etcd unreachable or untrusted at startup
+        print(f"streamgate: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the port is taken
+        print(f"streamgate: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
@@ -128,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=help_text)
         command.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
         command.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
+    serve_command = commands.choices["serve"]
+    serve_command.add_argument("--workers", type=int, default=None,
+                               help="worker processes sharing the port (default: the workers setting, 1)")
+    serve_command.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the parent
     add_client_commands(commands)
     add_auth_commands(commands)
     add_shard = commands.add_parser("dev-add-shard", help="add a Redis shard to a running `streamgate dev`")

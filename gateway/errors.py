@@ -85,6 +85,18 @@ def too_large(detail: str, pointer: str | None = None) -> Problem:
     return Problem(413, "too-large", "Payload too large", detail, pointer=pointer)
 
 
+def undecodable_body(detail: str) -> Problem:
+    """400: the body's Content-Encoding says gzip or zstd but the bytes do not decode (corrupt or truncated)."""
+    return Problem(400, "undecodable-body", "Body does not decode", detail)
+
+
+def unsupported_encoding(coding: str, accepted: str) -> Problem:
+    """415 + Accept-Encoding: the body uses a content coding the gateway does not decode."""
+    return Problem(415, "unsupported-encoding", "Unsupported content encoding",
+                   f"Content-Encoding {coding!r} is not supported; use one of: {accepted} (or none)",
+                   headers={"Accept-Encoding": accepted})
+
+
 def rate_limited(detail: str, retry_after_s: float, headers: dict[str, str]) -> Problem:
     """429 + Retry-After and RateLimit headers: a rate limit refused the request; retry later."""
     return Problem(429, "rate-limited", "Too many requests", detail, retry_after_s=retry_after_s, headers=headers)
@@ -191,7 +203,7 @@ WS_CLOSE_UNAUTHENTICATED = 4401  # no/invalid credentials (no auth frame in time
 WS_CLOSE_FORBIDDEN = 4403  # authenticated, but not allowed to subscribe to this topic/group
 WS_CLOSE_TOPIC_GONE = 4404  # the topic was deleted
 WS_CLOSE_GROUP_CONFLICT = 4409  # the group is already served with another mode or filter on this gateway
-WS_CLOSE_TOO_MANY_CONNECTIONS = 4429  # the principal holds max_connections_per_principal subscriptions already
+WS_CLOSE_TOO_MANY_CONNECTIONS = 4429  # max_connections_per_principal reached, or the subscribe rate limit refused
 WS_CLOSE_UNAVAILABLE = 4503  # a backend failed or group membership was lost: reconnect after a pause
 
 

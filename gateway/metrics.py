@@ -6,7 +6,10 @@ Names follow ``streamgate_<area>_<noun>_<unit|total>``.
 from __future__ import annotations
 
 import platform
+from collections import Counter as Counter_
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -39,6 +42,21 @@ class GatewayMetrics:
     group_orphans_released: Counter
     group_consumers_removed: Counter
     rate_limited: Counter
+    ratelimit_refused: Counter
+    publish_failures: Counter
+    deliveries: Counter
+    redeliveries: Counter
+    acks: Counter
+    nacks: Counter
+    websocket_connections: Gauge
+    websocket_slow_closes: Counter
+    topic_partitions: Gauge
+    topic_owned_partitions: Gauge
+    partition_length: Gauge
+    redis_latency: Histogram
+    redis_errors: Counter
+    etcd_latency: Histogram
+    etcd_errors: Counter
     build: Info
 
     @classmethod
@@ -102,7 +120,95 @@ class GatewayMetrics:
             rate_limited=Counter("streamgate_publish_rate_limited_total",
                                  "Publish requests refused by a rate limit, by topic and the limit that refused",
                                  ["topic", "limit"], registry=registry),
+            ratelimit_refused=Counter("streamgate_ratelimit_refused_total",
+                                      "Requests refused by a rate limit, by action (publish, read, subscribe) and "
+                                      "the limit that refused (principal, topic)", ["action", "limit"],
+                                      registry=registry),
+            publish_failures=Counter("streamgate_publish_failures_total",
+                                     "Publish batches the store did not take, by topic, acks and error (e.g. "
+                                     "NotEnoughReplicas for acks=all)", ["topic", "acks", "error"], registry=registry),
+            **_delivery_metrics(registry),
+            **_backend_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})
         return metrics
+
+    def observe_redis(self, operation: str, seconds: float, error: str | None) -> None:
+        """The storage layer's call observer: one Redis attempt took ``seconds`` and failed with ``error``."""
+        self.redis_latency.labels(operation).observe(seconds)
+        if error is not None:
+            self.redis_errors.labels(operation, error).inc()
+
+    def observe_etcd(self, operation: str, seconds: float, error: str | None) -> None:
+        """The etcd connection's call observer: one call took ``seconds`` and failed with ``error``."""
+        self.etcd_latency.labels(operation).observe(seconds)
+        if error is not None:
+            self.etcd_errors.labels(operation, error).inc()
+
+    def count_deliveries(self, topic: str, group: str, mode: str, delivery_counts: Iterable[int]) -> None:
+        """Messages handed to subscribers or pullers (``delivery_counts``: each one's delivery count)."""
+        counts = list(delivery_counts)
+        if counts:
+            self.deliveries.labels(topic, group, mode).inc(len(counts))
+            redelivered = sum(1 for count in counts if count > 1)
+            if redelivered:
+                self.redeliveries.labels(topic, group, mode).inc(redelivered)
+
+    def set_ownership(self, partitions_by_topic: Mapping[str, int], owned: Iterable[tuple[str, int]]) -> None:
+        """Export each known topic's partition count and how many of them this node owns (0 included).
+
+        Summed over nodes, owned < partitions means some partition has no owner.
+        """
+        owned_by_topic = Counter_(topic for topic, _ in owned)
+        self.topic_partitions.clear()
+        self.topic_owned_partitions.clear()
+        for topic, partitions in partitions_by_topic.items():
+            self.topic_partitions.labels(topic).set(partitions)
+            self.topic_owned_partitions.labels(topic).set(owned_by_topic.get(topic, 0))
+        self.partitions_owned.set(sum(owned_by_topic.values()))
+
+
+def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    labels = ["topic", "group", "mode"]
+    return {
+        "deliveries": Counter("streamgate_delivery_messages_total",
+                              "Messages handed to subscribers (WebSocket) or pullers (HTTP), by topic, group (empty "
+                              "for broadcast) and mode (exclusive, shared, broadcast, pull)", labels,
+                              registry=registry),
+        "redeliveries": Counter("streamgate_delivery_redeliveries_total",
+                                "Deliveries of messages delivered before (delivery count > 1)", labels,
+                                registry=registry),
+        "acks": Counter("streamgate_delivery_acks_total", "Deliveries acknowledged by clients (auto_ack included)",
+                        labels, registry=registry),
+        "nacks": Counter("streamgate_delivery_nacks_total", "Deliveries negatively acknowledged by clients",
+                         labels, registry=registry),
+        "websocket_connections": Gauge("streamgate_websocket_connections",
+                                       "Open WebSocket subscriptions by mode", ["mode"], registry=registry),
+        "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
+                                         "Subscriptions closed with 4008 because the client did not drain in time",
+                                         ["mode"], registry=registry),
+    }
+
+
+def _backend_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    return {
+        "topic_partitions": Gauge("streamgate_topic_partitions", "Partitions of each topic in this gateway's cache",
+                                  ["topic"], registry=registry),
+        "topic_owned_partitions": Gauge("streamgate_topic_owned_partitions",
+                                        "Partitions of each topic whose duties this node owns", ["topic"],
+                                        registry=registry),
+        "partition_length": Gauge("streamgate_partition_length_entries",
+                                  "Entries retained in a partition's stream, exported by its owner with the lag",
+                                  ["topic", "partition"], registry=registry),
+        "redis_latency": Histogram("streamgate_redis_latency_seconds",
+                                   "Time of one Redis attempt (command, script or pipeline) by operation; blocking "
+                                   "reads include their block time", ["operation"], buckets=LATENCY_BUCKETS_S,
+                                   registry=registry),
+        "redis_errors": Counter("streamgate_redis_errors_total", "Failed Redis attempts by operation and error class",
+                                ["operation", "error"], registry=registry),
+        "etcd_latency": Histogram("streamgate_etcd_latency_seconds", "Time of one etcd call by operation",
+                                  ["operation"], buckets=LATENCY_BUCKETS_S, registry=registry),
+        "etcd_errors": Counter("streamgate_etcd_errors_total", "Failed etcd calls by operation and error class",
+                               ["operation", "error"], registry=registry),
+    }

@@ -106,10 +106,14 @@ class Publisher:
         started = time.perf_counter()
         options = append_options(topic, acks, self._dedup_ttl_ms)
         delayed = [i for i, due in enumerate(due_ms) if due is not None]
-        if not delayed:
-            results: list[PublishResult] = list(await self._store.append(topic.name, records, options))
-        else:
-            results = await self._append_and_schedule(topic, records, options, due_ms, delayed)
+        try:
+            if not delayed:
+                results: list[PublishResult] = list(await self._store.append(topic.name, records, options))
+            else:
+                results = await self._append_and_schedule(topic, records, options, due_ms, delayed)
+        except StorageError as exc:
+            self._metrics.publish_failures.labels(topic.name, acks.value, type(exc).__name__).inc()
+            raise
         self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
         return results
 

@@ -15,7 +15,7 @@ from gateway.hotspots import PublishStats
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.settings import GatewaySettings
-from gateway.throttle import PublishThrottle
+from gateway.throttle import Throttle
 from gateway.validation import PublishLimits
 from partitioner.cache import TopicCache
 from partitioner.errors import TopicNotFound
@@ -44,7 +44,7 @@ class Services:
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     puller: Puller | None = None  # HTTP pull for groups
     policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
-    throttle: PublishThrottle | None = None  # publish rate limits; None when none is configured
+    throttle: Throttle | None = None  # publish, read and subscribe rate limits; None when none is configured
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys

@@ -56,6 +56,9 @@ class GatewaySettings:
     slow_client_timeout_s: float = 10.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
+    ws_compression: bool = True  # accept permessage-deflate when a WebSocket client offers it (false: never)
+    workers: int = 1  # `serve` worker processes sharing the port (SO_REUSEPORT), node ids <node_id>-w<i>
+    worker_metrics_port: int = 0  # with workers > 1, worker i also listens on this port + i (its own /metrics)
     retry_after_s: int = 1
     auth_mode: str = "required"  # "required" or "none" (no authentication at all: local development only)
     auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
@@ -65,12 +68,29 @@ class GatewaySettings:
     tls_cert_path: str | None = None  # PEM certificate chain of the listener (with tls_key_path: HTTPS/WSS)
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None  # when set, clients must present a certificate signed by this CA
+    redis_tls: bool = False  # TLS to every Redis node ("true"/"false"); the cluster must serve TLS
+    redis_tls_ca_path: str | None = None  # PEM CA that signed the Redis nodes' certificates (unset: system CAs)
+    redis_tls_cert_path: str | None = None  # client certificate for mutual TLS (with redis_tls_key_path)
+    redis_tls_key_path: str | None = None  # the client certificate's private key (PEM, unencrypted)
+    redis_tls_check_hostname: bool = True  # node certificates must name the host/IP each node announces
+    etcd_tls: bool = False  # TLS to etcd; https:// etcd endpoints turn it on as well
+    etcd_tls_ca_path: str | None = None  # PEM CA that signed etcd's certificate (unset: system CAs)
+    etcd_tls_cert_path: str | None = None  # client certificate for etcd's --client-cert-auth (with _key_path)
+    etcd_tls_key_path: str | None = None  # the client certificate's private key (PEM, unencrypted)
+    etcd_tls_server_name: str | None = None  # the name to check in etcd's certificate if not the endpoint host
     # Publish rate limits, global across replicas (token buckets in Redis); unset = unlimited.
     rate_limit_principal_messages_per_s: float | None = None
     rate_limit_principal_bytes_per_s: float | None = None
     rate_limit_topic_messages_per_s: float | None = None
     rate_limit_topic_bytes_per_s: float | None = None
+    rate_limit_principal_reads_per_s: float | None = None  # replay and pull requests per second per principal
+    rate_limit_principal_subscribes_per_s: float | None = None  # new WebSocket subscriptions per second per principal
     rate_limit_burst_s: float = 1.0  # a bucket holds this many seconds' worth of its rate
+
+    @property
+    def etcd_uses_tls(self) -> bool:
+        """TLS to etcd: ``etcd_tls`` set or an ``https://`` endpoint."""
+        return self.etcd_tls or any(endpoint.startswith("https://") for endpoint in self.etcd_endpoints)
 
     @property
     def redis_startup_nodes(self) -> list[tuple[str, int]]:
@@ -90,6 +110,20 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+def parse_bool(raw: str) -> bool:
+    """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case); anything else raises ValueError."""
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError("expected true/false, 1/0, yes/no or on/off")
+
+
 def settings_from_env(env: Mapping[str, str]) -> GatewaySettings:
     """Build settings from ``STREAMGATE_*`` variables; unknown variables are ignored, bad values raise."""
     values: dict[str, Any] = {}
@@ -104,6 +138,8 @@ def _parse(name: str, type_name: str, raw: str) -> Any:
     try:
         if type_name.startswith("tuple"):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
+        if type_name == "bool":
+            return parse_bool(raw)
         if type_name == "int":
             return int(raw)
         if type_name == "float":

@@ -1,18 +1,24 @@
-"""Publish rate limits per principal and per topic (messages/s and bytes/s), global across gateway replicas.
+"""Rate limits, global across gateway replicas: publish per principal and per topic (messages/s and bytes/s),
+reads (replay and pull requests/s) and new WebSocket subscriptions (/s) per principal.
 
-The buckets live in Redis (``storage.rate_limit``): a principal's two buckets are charged together, then the
-topic's two; when the topic refuses, the principal's charge is refunded, so a refused request costs nothing.
-A refusal becomes 429 with ``Retry-After``; every limited response carries the IETF RateLimit headers
+The buckets live in Redis (``storage.rate_limit``): a principal's two publish buckets are charged together,
+then the topic's two; when the topic refuses, the principal's charge is refunded, so a refused request costs
+nothing. A refusal becomes 429 with ``Retry-After``; every limited response carries the IETF RateLimit headers
 (``RateLimit-Policy`` and ``RateLimit``: the tightest bucket's remaining units and seconds to full).
+Per-principal overrides come from the auth config (``gateway.auth.limits``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.auth.limits import LimitOverrides
+from gateway.auth.principal import Principal
 from gateway.settings import GatewaySettings
 from storage.rate_limit import Charge, Limit, Verdict
 
@@ -29,6 +35,14 @@ class RateLimiter(Protocol):
         ...
 
 
+class RateAction(enum.Enum):
+    """What a rate limit is charged for (the ``action`` label of ``streamgate_ratelimit_refused_total``)."""
+
+    PUBLISH = "publish"
+    READ = "read"  # a replay or pull request
+    SUBSCRIBE = "subscribe"  # a new WebSocket subscription
+
+
 @dataclass(frozen=True, slots=True)
 class RateLimits:
     """The configured limits; None = unlimited. Bursts are ``burst_s`` seconds' worth of the rate."""
@@ -37,6 +51,8 @@ class RateLimits:
     principal_bytes_per_s: float | None = None
     topic_messages_per_s: float | None = None
     topic_bytes_per_s: float | None = None
+    principal_reads_per_s: float | None = None
+    principal_subscribes_per_s: float | None = None
     burst_s: float = 1.0
 
     @classmethod
@@ -44,13 +60,26 @@ class RateLimits:
         """The rate_limit_* settings."""
         return cls(settings.rate_limit_principal_messages_per_s, settings.rate_limit_principal_bytes_per_s,
                    settings.rate_limit_topic_messages_per_s, settings.rate_limit_topic_bytes_per_s,
+                   settings.rate_limit_principal_reads_per_s, settings.rate_limit_principal_subscribes_per_s,
                    settings.rate_limit_burst_s)
 
     @property
     def enabled(self) -> bool:
         """True when any limit is set."""
         return any(rate is not None for rate in (self.principal_messages_per_s, self.principal_bytes_per_s,
-                                                 self.topic_messages_per_s, self.topic_bytes_per_s))
+                                                 self.topic_messages_per_s, self.topic_bytes_per_s,
+                                                 self.principal_reads_per_s, self.principal_subscribes_per_s))
+
+    def overridden(self, rates: Mapping[str, float | None]) -> RateLimits:
+        """These limits with a principal's overrides (``messages_per_s`` replaces ``principal_messages_per_s``...)."""
+        if not rates:
+            return self
+        return dataclasses.replace(
+            self,
+            principal_messages_per_s=rates.get("messages_per_s", self.principal_messages_per_s),
+            principal_bytes_per_s=rates.get("bytes_per_s", self.principal_bytes_per_s),
+            principal_reads_per_s=rates.get("reads_per_s", self.principal_reads_per_s),
+            principal_subscribes_per_s=rates.get("subscribes_per_s", self.principal_subscribes_per_s))
 
     def limit(self, rate_per_s: float | None) -> Limit | None:
         """The bucket for a configured rate."""
@@ -68,26 +97,37 @@ class ThrottleDecision:
     limit: str = ""  # "principal" or "topic" when refused
 
 
-class PublishThrottle:
-    """Charges a publish request against its principal's and its topic's buckets."""
+class Throttle:
+    """Charges requests against their principal's (and, for publish, their topic's) buckets.
 
-    def __init__(self, limiter: RateLimiter, limits: RateLimits) -> None:
+    The global limits come from the settings; a principal selected by a ``[[limits]]`` entry of the auth config
+    gets that entry's rates instead. Buckets are keyed by principal name and bucket, not by rate: the GCRA
+    script takes the rate with every charge, so a changed limit applies to the same bucket at once.
+    """
+
+    def __init__(self, limiter: RateLimiter, limits: RateLimits, overrides: LimitOverrides | None = None) -> None:
         self._limiter = limiter
         self._limits = limits
+        self._overrides = overrides or LimitOverrides()
 
     @property
     def enabled(self) -> bool:
-        """False when no limit is configured (then ``admit`` is never needed)."""
-        return self._limits.enabled
+        """False when no limit is configured anywhere (then no request needs charging)."""
+        return self._limits.enabled or self._overrides.sets_any_rate
 
-    async def admit(self, principal: str, topic: str, messages: int, size_bytes: int) -> ThrottleDecision:
+    def limits_for(self, principal: Principal) -> RateLimits:
+        """The limits that apply to ``principal``: its override's rates, else the global ones."""
+        return self._limits.overridden(self._overrides.rates_for(principal))
+
+    async def admit_publish(self, principal: Principal, topic: str, messages: int,
+                            size_bytes: int) -> ThrottleDecision:
         """Charge ``messages`` and ``size_bytes``; refused requests take nothing from any bucket."""
-        limits = self._limits
-        scopes = [(f"principal:{principal}", "principal", self._charges(limits.principal_messages_per_s,
-                                                                       limits.principal_bytes_per_s,
-                                                                       messages, size_bytes)),
-                  (f"topic:{topic}", "topic", self._charges(limits.topic_messages_per_s, limits.topic_bytes_per_s,
-                                                             messages, size_bytes))]
+        limits = self.limits_for(principal)
+        scopes = [(f"principal:{principal.name}", "principal",
+                   self._charges(limits, limits.principal_messages_per_s, limits.principal_bytes_per_s,
+                                 messages, size_bytes)),
+                  (f"topic:{topic}", "topic", self._charges(limits, limits.topic_messages_per_s,
+                                                             limits.topic_bytes_per_s, messages, size_bytes))]
         taken: list[tuple[str, list[Charge]]] = []
         verdicts: list[tuple[Verdict, list[Charge]]] = []
         for scope, what, charges in scopes:
@@ -97,17 +137,37 @@ class PublishThrottle:
             if not verdict.allowed:
                 for earlier_scope, earlier in taken:
                     await self._limiter.refund(earlier_scope, earlier)
-                return _refused(verdict, charges, what)
+                return _refused(verdict, charges, what, "rate limit exceeded")
             taken.append((scope, charges))
             verdicts.append((verdict, charges))
         return _admitted(verdicts)
 
-    def _charges(self, messages_per_s: float | None, bytes_per_s: float | None, messages: int,
+    async def admit_read(self, principal: Principal) -> ThrottleDecision:
+        """Charge one replay or pull request to the principal's ``reads`` bucket."""
+        return await self._admit_one(principal, "reads", self.limits_for(principal).principal_reads_per_s)
+
+    async def admit_subscribe(self, principal: Principal) -> ThrottleDecision:
+        """Charge one new WebSocket subscription to the principal's ``subscribes`` bucket."""
+        return await self._admit_one(principal, "subscribes",
+                                     self.limits_for(principal).principal_subscribes_per_s)
+
+    async def _admit_one(self, principal: Principal, bucket: str, rate_per_s: float | None) -> ThrottleDecision:
+        limit = self._limits.limit(rate_per_s)
+        if limit is None:
+            return ThrottleDecision(True, 0, {})
+        charges = [Charge(bucket, limit, 1)]
+        verdict = await self._limiter.acquire(f"principal:{principal.name}", charges)
+        if not verdict.allowed:
+            return _refused(verdict, charges, "principal", f"{bucket} rate limit exceeded")
+        return _admitted([(verdict, charges)])
+
+    @staticmethod
+    def _charges(limits: RateLimits, messages_per_s: float | None, bytes_per_s: float | None, messages: int,
                  size_bytes: int) -> list[Charge]:
         out = []
-        if (limit := self._limits.limit(messages_per_s)) is not None:
+        if (limit := limits.limit(messages_per_s)) is not None:
             out.append(Charge("messages", limit, messages))
-        if (limit := self._limits.limit(bytes_per_s)) is not None:
+        if (limit := limits.limit(bytes_per_s)) is not None:
             out.append(Charge("bytes", limit, size_bytes))
         return out
 
@@ -126,14 +186,14 @@ def _admitted(verdicts: Sequence[tuple[Verdict, list[Charge]]]) -> ThrottleDecis
     return ThrottleDecision(True, 0, headers)
 
 
-def _refused(verdict: Verdict, charges: Sequence[Charge], what: str) -> ThrottleDecision:
+def _refused(verdict: Verdict, charges: Sequence[Charge], what: str, exceeded: str) -> ThrottleDecision:
     headers = {"RateLimit-Policy": _policy(charges)}
     if verdict.never:
         return ThrottleDecision(False, 0, headers, f"the request is larger than the {what} burst allows at all",
                                 what)
     retry_after_s = max(1, math.ceil(verdict.retry_after_s))
     headers["RateLimit"] = f"remaining=0, reset={retry_after_s}"
-    return ThrottleDecision(False, retry_after_s, headers, f"{what} rate limit exceeded", what)
+    return ThrottleDecision(False, retry_after_s, headers, f"{what} {exceeded}", what)
 
 
-__all__ = ["PublishThrottle", "RateLimiter", "RateLimits", "ThrottleDecision"]
+__all__ = ["RateAction", "RateLimiter", "RateLimits", "Throttle", "ThrottleDecision"]

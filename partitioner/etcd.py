@@ -24,19 +24,24 @@ from types import TracebackType
 from typing import Any, Literal, cast
 
 import aetcd
+import aetcd.watcher
+import grpc
 
 from partitioner.cache import TopicCache
 from partitioner.errors import (
     ConcurrentModification,
     CoordinationUnavailable,
     HistoryCompacted,
+    PartitionerError,
     TopicExists,
     TopicNotFound,
 )
+from partitioner.observer import CallObserver, ignore_call, report
 from partitioner.topics import TopicMetadata, TopicSettings, validate_settings
 
 __all__ = [
     "EtcdConnection",
+    "EtcdTls",
     "EtcdTopicRegistry",
     "EtcdWatch",
     "Guard",
@@ -136,8 +141,8 @@ def _compares(client: Any, guards: Sequence[Guard]) -> list[Any]:
 
 
 def _split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``"host:port"`` (optionally ``http://``) -> (host, port)."""
-    host, _, port = endpoint.removeprefix("http://").rpartition(":")
+    """``"host:port"`` (optionally ``http://`` or ``https://``) -> (host, port)."""
+    host, _, port = endpoint.removeprefix("http://").removeprefix("https://").rpartition(":")
     if not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"etcd endpoint must look like host:port, got {endpoint!r}")
     return host, int(port)
@@ -182,6 +187,62 @@ class EtcdWatch:
             await self._handle.cancel()
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """TLS to etcd (https:// client URLs): the CA that signed etcd's certificate, a client certificate for
+    mutual TLS (``--client-cert-auth``), and the name to check in etcd's certificate when it is not the host."""
+
+    ca_path: str | None = None  # None: the system's CAs
+    cert_path: str | None = None
+    key_path: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_path) != bool(self.key_path):
+            raise ValueError("the etcd client certificate and key must be set together")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials from the PEM files; OSError when one cannot be read."""
+        return grpc.ssl_channel_credentials(root_certificates=_read(self.ca_path),
+                                            private_key=_read(self.key_path),
+                                            certificate_chain=_read(self.cert_path))
+
+
+def _read(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as file:
+        return file.read()
+
+
+class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped
+    """aetcd 1.0.0 only opens plaintext channels; this is its ``connect`` over a TLS channel.
+
+    Same stubs and watcher as aetcd's own connect; etcd user/password auth is not supported here (the
+    gateway authenticates to etcd with its client certificate).
+    """
+
+    def __init__(self, host: str, port: int, timeout: float, tls: EtcdTls, credentials: grpc.ChannelCredentials,
+                 ) -> None:
+        options = {"grpc.ssl_target_name_override": tls.server_name} if tls.server_name else {}
+        super().__init__(host=host, port=port, timeout=timeout, options=options)
+        self._credentials = credentials
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        # Nothing here awaits, so no second coroutine can see a half-built client.
+        self.channel = aetcd.rpc.secure_channel(f"{self._host}:{self._port}", self._credentials,
+                                                options=list(self._options.items()))
+        self.kvstub = aetcd.rpc.KVStub(self.channel)
+        self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
+        self.leasestub = aetcd.rpc.LeaseStub(self.channel)
+        self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
+        self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel), timeout=self._timeout,
+                                              metadata=self.metadata)
+        self._connected.set()
+
+
 class EtcdConnection:
     """One aetcd client with a typed surface. An async context manager; ``aclose`` is idempotent.
 
@@ -189,12 +250,14 @@ class EtcdConnection:
     load balancer or DNS name in front of a cluster for failover after open).
     """
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float) -> None:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float, tls: EtcdTls | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self._endpoints = [_split_endpoint(endpoint) for endpoint in endpoints]
         self._timeout_s = timeout_s
+        self._tls = tls
         self._client: Any = None
+        self.observer: CallObserver = ignore_call  # told about every call (metrics), set by the owner
         self.endpoint = ""
 
     async def __aenter__(self) -> EtcdConnection:
@@ -208,8 +271,12 @@ class EtcdConnection:
     async def open(self) -> None:
         """Connect to the first endpoint that answers; ``CoordinationUnavailable`` if none does."""
         last_error: CoordinationUnavailable | None = None
+        credentials = self._tls_credentials()
         for host, port in self._endpoints:
-            self._client = aetcd.Client(host=host, port=port, timeout=self._timeout_s)
+            if self._tls is None:
+                self._client = aetcd.Client(host=host, port=port, timeout=self._timeout_s)
+            else:
+                self._client = _TlsClient(host, port, self._timeout_s, self._tls, credentials)
             try:
                 await self.ping()
             except CoordinationUnavailable as exc:
@@ -221,11 +288,31 @@ class EtcdConnection:
         assert last_error is not None
         raise last_error
 
+    def _tls_credentials(self) -> grpc.ChannelCredentials | None:
+        if self._tls is None:
+            return None
+        try:
+            return self._tls.credentials()
+        except OSError as exc:
+            raise CoordinationUnavailable(f"etcd TLS: cannot read a certificate or key file: {exc}") from exc
+
     async def aclose(self) -> None:
         """Close the client (and its watches). Safe to call more than once."""
         client, self._client = self._client, None
         if client is not None and not await _finished_within(client.close(), self._timeout_s):
             log.warning("etcd client did not close within %.1fs; abandoning it", self._timeout_s)
+
+    @contextlib.contextmanager
+    def _observed(self, operation: str) -> Iterator[None]:
+        """Translate failures like ``_etcd_errors`` and report the call's time and outcome to the observer."""
+        name, started = operation.replace(" ", "_"), time.perf_counter()
+        try:
+            with _etcd_errors(operation):
+                yield
+        except PartitionerError as exc:
+            report(self.observer, name, started, exc.__cause__ or exc)
+            raise
+        report(self.observer, name, started, None)
 
     @property
     def _live(self) -> Any:
@@ -235,18 +322,18 @@ class EtcdConnection:
 
     async def ping(self) -> None:
         """A linearizable read, so it needs an etcd leader: the readiness probe."""
-        with _etcd_errors("ping"):
+        with self._observed("ping"):
             await self._live.get(b"/streamgate-ping")
 
     async def get(self, key: bytes) -> StoredValue | None:
         """One key, or None when absent."""
-        with _etcd_errors("get"):
+        with self._observed("get"):
             result = await self._live.get(key)
         return None if result is None else _stored(result)
 
     async def get_prefix(self, prefix: bytes) -> Snapshot:
         """Every key under ``prefix`` sorted by key, with the revision the read saw."""
-        with _etcd_errors("get_prefix"):
+        with self._observed("get_prefix"):
             result = await self._live.get_prefix(prefix, sort_order="ascend", sort_target="key")
         return Snapshot([_stored(kv) for kv in result.kvs], int(result.header.revision))
 
@@ -259,7 +346,7 @@ class EtcdConnection:
 
         As in etcd, a put without ``lease_id`` detaches the key from any lease it had.
         """
-        with _etcd_errors("put"):
+        with self._observed("put"):
             result = await self._live.put(key, value, lease=lease_id)
         return int(result.header.revision)
 
@@ -268,7 +355,7 @@ class EtcdConnection:
         """Store ``key`` only if every guard holds (one transaction); the new revision, or None if not."""
         client = self._live
         compare = _compares(client, guards)
-        with _etcd_errors("transaction"):
+        with self._observed("transaction"):
             succeeded, responses = await client.transaction(
                 compare=compare,
                 success=[client.transactions.put(key, value, lease=lease_id)],
@@ -278,19 +365,19 @@ class EtcdConnection:
 
     async def grant_lease(self, ttl_s: float) -> tuple[int, int]:
         """A new lease of at least ``ttl_s`` (rounded up to whole seconds): (lease id, granted TTL in s)."""
-        with _etcd_errors("lease grant"):
+        with self._observed("lease grant"):
             lease = await self._live.lease(max(1, math.ceil(ttl_s)))
         return int(lease.id), int(lease.ttl)
 
     async def keep_alive(self, lease_id: int) -> int:
         """Refresh a lease once; its remaining TTL in seconds, 0 when etcd no longer knows the lease."""
-        with _etcd_errors("lease keepalive"):
+        with self._observed("lease keepalive"):
             reply = await self._live.refresh_lease(lease_id)
         return 0 if reply is None else int(reply.TTL)
 
     async def revoke_lease(self, lease_id: int) -> None:
         """Revoke a lease: every key attached to it is deleted at once."""
-        with _etcd_errors("lease revoke"):
+        with self._observed("lease revoke"):
             await self._live.revoke_lease(lease_id)
 
     async def put_if_unchanged(self, key: bytes, value: bytes,
@@ -300,7 +387,7 @@ class EtcdConnection:
         Returns (new revision, None) on success, else (None, the current value or None when absent).
         """
         client = self._live
-        with _etcd_errors("update"):
+        with self._observed("update"):
             succeeded, responses = await client.transaction(
                 compare=[client.transactions.mod(key) == mod_revision,
                          client.transactions.create(key) > 0],
@@ -314,13 +401,13 @@ class EtcdConnection:
 
     async def delete(self, key: bytes) -> StoredValue | None:
         """Delete ``key`` and return what it held (one atomic request), or None when absent."""
-        with _etcd_errors("delete"):
+        with self._observed("delete"):
             result = await self._live.delete(key, prev_kv=True)
         return None if result is None or result.prev_kv is None else _stored(result.prev_kv)
 
     async def delete_prefix(self, prefix: bytes) -> int:
         """Delete every key under ``prefix`` (one request); how many were deleted."""
-        with _etcd_errors("delete_prefix"):
+        with self._observed("delete_prefix"):
             result = await self._live.delete_prefix(prefix)
         return int(result.deleted)
 
@@ -328,7 +415,7 @@ class EtcdConnection:
         """Delete ``key`` only if every guard holds (one transaction); False when a guard failed."""
         client = self._live
         compare = _compares(client, guards)
-        with _etcd_errors("transaction"):
+        with self._observed("transaction"):
             succeeded, _ = await client.transaction(compare=compare, success=[client.transactions.delete(key)],
                                                     failure=[])
         return bool(succeeded)
@@ -339,7 +426,7 @@ class EtcdConnection:
         Raises ``HistoryCompacted`` when ``start_revision`` is older than etcd's history.
         """
         try:
-            with _etcd_errors("watch"):
+            with self._observed("watch"):
                 handle = await self._live.watch_prefix(prefix, start_revision=start_revision)
         except HistoryCompacted:
             raise
@@ -368,9 +455,9 @@ class EtcdConnection:
                                                     metadata=client.metadata)
 
 
-def open_etcd(endpoints: Sequence[str], timeout_s: float) -> EtcdConnection:
-    """An unopened ``EtcdConnection``; use as ``async with open_etcd(...) as conn``."""
-    return EtcdConnection(endpoints, timeout_s)
+def open_etcd(endpoints: Sequence[str], timeout_s: float, tls: EtcdTls | None = None) -> EtcdConnection:
+    """An unopened ``EtcdConnection``; use as ``async with open_etcd(...) as conn`` (``tls``: https to etcd)."""
+    return EtcdConnection(endpoints, timeout_s, tls)
 
 
 def _topics_prefix(prefix: str) -> str:

@@ -7,6 +7,7 @@ Spark hands options over as a case-insensitive mapping of strings; look them up 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,22 @@ Position = str
 
 
 @dataclass(frozen=True)
+class RedisTls:
+    """TLS to the Redis Cluster: the CA of the nodes' certificates, a client certificate for mutual TLS."""
+
+    ca_path: str | None = None  # None: the system's CAs
+    cert_path: str | None = None
+    key_path: str | None = None
+    check_hostname: bool = True
+
+    def client_options(self) -> dict[str, Any]:
+        """redis-py keyword arguments (TLS 1.2+, certificates verified)."""
+        return {"ssl": True, "ssl_ca_certs": self.ca_path, "ssl_certfile": self.cert_path,
+                "ssl_keyfile": self.key_path, "ssl_cert_reqs": "required",
+                "ssl_check_hostname": self.check_hostname, "ssl_min_version": ssl.TLSVersion.TLSv1_2}
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     """Everything the readers need, as plain picklable values."""
 
@@ -38,6 +55,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     consumer_name: str
     commit_progress: bool
+    redis_tls: RedisTls | None = None  # None: plaintext
 
     def start_for(self, partition: int) -> Position:
         """The start position of one partition (JSON maps default a missing partition to earliest)."""
@@ -71,7 +89,22 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         consumer_name=options.get("consumerName") or f"spark-{topic}",
         commit_progress=_bool(options, "commitProgress", True),
+        redis_tls=_redis_tls(options),
     )
+
+
+def _redis_tls(options: Mapping[str, Any]) -> RedisTls | None:
+    paths = {name: str(options.get(name) or "") or None
+             for name in ("redisTlsCaPath", "redisTlsCertPath", "redisTlsKeyPath")}
+    if not _bool(options, "redisTls", False):
+        given = [name for name, value in paths.items() if value]
+        if given:
+            raise InvalidSourceOption(given[0], "needs redisTls=true")
+        return None
+    if bool(paths["redisTlsCertPath"]) != bool(paths["redisTlsKeyPath"]):
+        raise InvalidSourceOption("redisTlsCertPath", "redisTlsCertPath and redisTlsKeyPath go together")
+    return RedisTls(paths["redisTlsCaPath"], paths["redisTlsCertPath"], paths["redisTlsKeyPath"],
+                    _bool(options, "redisTlsCheckHostname", True))
 
 
 def parse_nodes(text: str) -> tuple[tuple[str, int], ...]:

@@ -40,7 +40,7 @@ class Planner:
     def client(self) -> RedisCluster:
         """The driver's cluster client, opened on first use (never pickled)."""
         if self._client is None:
-            self._client = open_cluster(self.options.redis_nodes)
+            self._client = open_cluster(self.options.redis_nodes, self.options.redis_tls)
         return self._client
 
     def close(self) -> None:
@@ -123,7 +123,7 @@ class Planner:
             planned.append(StreamRange(
                 topic=self.options.topic, partition=partition, start=begin, end=end[partition], first_id=first,
                 redis_nodes=self.options.redis_nodes, page_size=self.options.page_size,
-                fail_on_data_loss=self.options.fail_on_data_loss))
+                fail_on_data_loss=self.options.fail_on_data_loss, redis_tls=self.options.redis_tls))
         return planned
 
     def __getstate__(self) -> dict[str, object]:

@@ -10,6 +10,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from pipeline.errors import StreamgateDataLoss
+from pipeline.options import RedisTls
 from pipeline.rows import to_record_batch
 from pipeline.streams import entries_in_range, open_cluster
 from storage.keys import log_key
@@ -29,11 +30,12 @@ class StreamRange(InputPartition):
     redis_nodes: tuple[tuple[str, int], ...]
     page_size: int
     fail_on_data_loss: bool
+    redis_tls: RedisTls | None = None
 
 
 def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every entry in the range, opening (and closing) a cluster client here."""
-    client = open_cluster(planned.redis_nodes)
+    client = open_cluster(planned.redis_nodes, planned.redis_tls)
     try:
         key = log_key(planned.topic, planned.partition)
         pages = entries_in_range(client, key, planned.start, planned.end, planned.page_size)

@@ -14,6 +14,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ResponseError
 
 from pipeline import stream_ids
+from pipeline.options import RedisTls
 
 Entry = tuple[bytes, dict[bytes, bytes]]
 
@@ -25,9 +26,10 @@ return {#r, r[#r][1]}
 """
 
 
-def open_cluster(nodes: Sequence[tuple[str, int]]) -> RedisCluster:
-    """A cluster client over the given startup nodes (bytes replies)."""
-    return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes])  # type: ignore[no-untyped-call]
+def open_cluster(nodes: Sequence[tuple[str, int]], tls: RedisTls | None = None) -> RedisCluster:
+    """A cluster client over the given startup nodes (bytes replies), over TLS when ``tls`` is given."""
+    return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+                        **(tls.client_options() if tls else {}))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ NOSCRIPT (a fresh or promoted node lacks the script) loads it and retries. WAIT 
 ``min_insync_replicas`` replicas fails the call with NotEnoughReplicas; it is not retried because the
 entries are already on the primary and a blind re-send would duplicate them.
 
+Two transports carry the same commands with the same replies: the lean pipelined connections of
+``storage.lean`` (``lanes``, what the store uses: concurrent requests to one node share one socket write)
+and a redis-py pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare
+router). acks=all writes take a connection of their own so WAIT follows exactly their writes.
+
 The writer is generic over the script: each ``ScriptCall`` names its script, and ``parse`` turns one call's
 reply into that partition's results (``parse_append_reply`` for appends; the delayed-message schedule script
 reuses the same path with its own parser).
@@ -16,6 +21,7 @@ reuses the same path with its own parser).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -25,6 +31,8 @@ from redis import exceptions as rexc
 from storage.cluster import ClusterRouter, Deadline, NodeAddress, is_transient, needs_refresh, translate
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
+from storage.lean import NodeLanes
+from storage.observer import report
 from storage.scripts import LuaScript, ScriptCall
 
 R = TypeVar("R")
@@ -44,10 +52,12 @@ class _NodeOutcome(Generic[R]):
 class Appender(Generic[R]):
     """Writes script calls (one per partition) to the nodes owning their slots; ``parse`` reads one reply."""
 
-    def __init__(self, router: ClusterRouter, parse: ReplyParser[R]) -> None:
+    def __init__(self, router: ClusterRouter, parse: ReplyParser[R], lanes: NodeLanes | None = None) -> None:
         self._router = router
         self._settings = router.settings
         self._parse = parse
+        self._lanes = lanes
+        self._loading: dict[tuple[NodeAddress, str], asyncio.Future[Any]] = {}
 
     async def write(self, topic: str, calls: Sequence[ScriptCall], *, wait: bool) -> dict[int, list[R]]:
         """Run every call (concurrently per node) and return each partition's results in record order."""
@@ -97,21 +107,33 @@ class Appender(Generic[R]):
     async def _write_node(
         self, addr: NodeAddress, calls: list[ScriptCall], asking: dict[int, NodeAddress], wait: bool
     ) -> _NodeOutcome[R]:
-        pipe = self._router.node_client(addr).pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         for call in calls:
             if call.partition in asking:
-                pipe.execute_command("ASKING")  # valid for the next command on this same connection only
-            pipe.execute_command(*call.evalsha_command())
+                commands.append(("ASKING",))  # valid for the next command on this same connection only
+            commands.append(call.evalsha_command())
         if wait:
-            pipe.execute_command("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)
+            commands.append(("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms))
+        operation, started = ("append_wait" if wait else "append"), time.perf_counter()
         try:
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._send(addr, commands, wait)
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
+            report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
         outcome = self._parse_replies(calls, asking, replies, wait)
+        report(self._router.observer, operation, started, outcome.fatal or next(iter(outcome.retry.values()), None))
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
         return outcome
+
+    async def _send(self, addr: NodeAddress, commands: list[tuple[Any, ...]], wait: bool) -> list[Any]:
+        """Every command on one connection in order; replies in order, error replies as exception values."""
+        if self._lanes is not None:
+            return await self._lanes.execute(addr, commands, exclusive=wait)
+        pipe = self._router.node_client(addr).pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
 
     def _parse_replies(
         self, calls: list[ScriptCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
@@ -146,10 +168,21 @@ class Appender(Generic[R]):
     async def _load_scripts(self, addr: NodeAddress, scripts: set[LuaScript], outcome: _NodeOutcome[R]) -> None:
         try:
             for script in scripts:
-                await self._router.node_client(addr).script_load(script.lua)
+                await self._load_once(addr, script)
         except Exception as exc:  # retried with the partitions; the next attempt sees the same error
             for partition in outcome.retry:
                 outcome.retry[partition] = exc
+
+    async def _load_once(self, addr: NodeAddress, script: LuaScript) -> None:
+        """SCRIPT LOAD, one at a time per node and script: concurrent writers that all saw NOSCRIPT share it."""
+        key = (addr, script.sha)
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.ensure_future(self._router.node_client(addr).script_load(script.lua))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda done: self._loading.pop(key, None) and None)
+            loading.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: no warning
+        await asyncio.shield(loading)
 
     @staticmethod
     def _merge(

@@ -23,6 +23,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from storage.errors import StorageError, StorageUnavailable
+from storage.observer import CallObserver, ignore_call, report
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -101,6 +102,7 @@ class ClusterRouter:
         self._owns_cluster = owns_cluster
         self._node_clients: dict[NodeAddress, Redis] = {}
         self._closed = False
+        self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the store's owner
 
     @classmethod
     async def connect(cls, settings: RedisStoreSettings) -> ClusterRouter:
@@ -114,6 +116,7 @@ class ClusterRouter:
             socket_connect_timeout=settings.socket_connect_timeout_s,
             max_connections=settings.max_connections_per_node,
             decode_responses=False,
+            **settings.tls_options(),
         )
         try:
             await cluster.initialize()
@@ -154,6 +157,7 @@ class ClusterRouter:
             # No hidden re-sends: a silently retried pipeline could duplicate XADDs. The store retries
             # itself, inside its deadline and after refreshing the slot map.
             retry=Retry(NoBackoff(), 0),
+            **s.tls_options(),
         )
 
     async def refresh(self) -> None:
@@ -168,15 +172,20 @@ class ClusterRouter:
         """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads, admin)."""
         deadline = Deadline(budget_s, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s)
         while True:
+            started = time.perf_counter()
             try:
                 async with asyncio.timeout(deadline.remaining()):
-                    return await op()
+                    result = await op()
             except Exception as exc:
+                report(self.observer, what, started, exc)
                 if not is_transient(exc):
                     raise translate(exc, what) from exc
                 await self.recover(exc)
                 if not await deadline.sleep():
                     raise translate(exc, what) from exc
+            else:
+                report(self.observer, what, started, None)
+                return result
 
     async def recover(self, exc: BaseException) -> None:
         """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next try."""

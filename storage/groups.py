@@ -162,6 +162,7 @@ class BlockingReaders:
             max_connections=s.max_connections_per_node,
             decode_responses=False,
             retry=Retry(NoBackoff(), 0),  # the store retries itself, after refreshing the slot map
+            **s.tls_options(),
         )
 
     async def _prune(self) -> None:
@@ -248,6 +249,33 @@ class RedisGroupStore:
                 raise
 
         reply = await self._router.call("read_new", self._settings.read_deadline_s + block_ms / 1000, op)
+        return parse_read_reply(partition, reply)
+
+    async def read_after(
+        self, topic: str, partition: int, *, after: str | None, count: int, block_ms: int
+    ) -> list[StoredEntry]:
+        """Entries strictly after ``after`` (None: from the first), blocking up to ``block_ms`` (XREAD BLOCK).
+
+        No group is involved: this is the shared tail of broadcast subscriptions. A missing stream blocks and
+        returns [] like an empty one.
+        """
+        if count <= 0 or block_ms < 0:
+            raise ValueError("count must be > 0 and block_ms >= 0")
+        key = log_key(topic, partition)
+        position = "0-0" if after is None else validate_offset(after)
+        attempt_s = block_ms / 1000 + self._settings.socket_timeout_s
+
+        async def op() -> Any:
+            client = await self._readers.client_for(key)
+            try:
+                async with asyncio.timeout(attempt_s):
+                    return await client.xread({key: position}, count=count, block=block_ms or None)
+            except Exception as exc:
+                if needs_refresh(exc):
+                    self._readers.mark_stale()
+                raise
+
+        reply = await self._router.call("read_after", self._settings.read_deadline_s + block_ms / 1000, op)
         return parse_read_reply(partition, reply)
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:

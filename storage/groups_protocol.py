@@ -28,6 +28,12 @@ class GroupStore(Protocol):
         """
         ...
 
+    async def read_after(
+        self, topic: str, partition: int, *, after: str | None, count: int, block_ms: int
+    ) -> list[StoredEntry]:
+        """Up to ``count`` entries strictly after ``after`` (None: from the first), blocking up to ``block_ms``."""
+        ...
+
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
         """Acknowledge entries (XACK); returns how many were pending. Works from any consumer or gateway."""
         ...

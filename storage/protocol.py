@@ -43,6 +43,10 @@ class StreamStore(Protocol):
         """The newest offset of a partition, or None when it is empty."""
         ...
 
+    async def length(self, topic: str, partition: int) -> int:
+        """Entries in a partition now (0 when it is empty or missing)."""
+        ...
+
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
         """Length and first/last offset of partitions 0..partitions-1."""
         ...

@@ -18,7 +18,9 @@ from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
+from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.observer import CallObserver, ignore_call
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.scripts import ScriptCall, build_append_call, parse_append_reply
@@ -34,8 +36,13 @@ class RedisStreamStore:
     Every redis exception is translated to a storage error here; nothing above sees redis types.
     """
 
-    def __init__(self, settings: RedisStoreSettings) -> None:
+    def __init__(
+        self, settings: RedisStoreSettings, observer: CallObserver = ignore_call, *, lean_append: bool = True
+    ) -> None:
         self.settings = settings
+        # Appends over lean pipelined connections (storage.lean); False keeps them on redis-py pipelines.
+        self._lanes: NodeLanes | None = NodeLanes(settings) if lean_append else None
+        self._observer = observer  # told about every Redis attempt: (operation, seconds, error class or None)
         self._router: ClusterRouter | None = None
         self._appender: Appender[AppendResult] | None = None
         self._groups: RedisGroupStore | None = None
@@ -56,8 +63,9 @@ class RedisStreamStore:
         return store
 
     def _attach(self, router: ClusterRouter) -> None:
+        router.observer = self._observer
         self._router = router
-        self._appender = Appender(router, parse_append_reply)
+        self._appender = Appender(router, parse_append_reply, self._lanes)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
@@ -80,6 +88,8 @@ class RedisStreamStore:
         self._closed = True
         if self._groups is not None:
             await self._groups.aclose()
+        if self._lanes is not None:
+            await self._lanes.aclose()
         if self._router is not None:
             await self._router.aclose()
 
@@ -190,6 +200,11 @@ class RedisStreamStore:
             lambda: self.router.cluster.xrevrange(key, max="+", min="-", count=1),
         )
         return decode_offset(items[0][0]) if items else None
+
+    async def length(self, topic: str, partition: int) -> int:
+        """Entries in a partition now (XLEN; 0 when it is empty or missing)."""
+        key = log_key(topic, partition)
+        return int(await self._call("length", self.settings.read_deadline_s, lambda: self.router.cluster.xlen(key)))
 
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
         """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per node)."""

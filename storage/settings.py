@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,11 @@ class RedisStoreSettings:
     username: str | None = None
     password: str | None = None
     client_name: str | None = "streamgate"
+    tls: bool = False  # TLS to every node (the cluster client and the per-node write clients)
+    tls_ca_path: str | None = None  # PEM CA bundle that signed the nodes' certificates (None: system CAs)
+    tls_cert_path: str | None = None  # client certificate for mutual TLS (with tls_key_path)
+    tls_key_path: str | None = None
+    tls_check_hostname: bool = True  # node certificates must name the address the node announces
 
     def __post_init__(self) -> None:
         if not self.startup_nodes:
@@ -34,6 +41,24 @@ class RedisStoreSettings:
             raise ValueError("min_insync_replicas and wait_timeout_ms must be >= 0")
         if self.write_deadline_s <= 0 or self.read_deadline_s <= 0:
             raise ValueError("deadlines must be > 0")
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
+            raise ValueError("tls_cert_path and tls_key_path must be set together")
+        if not self.tls and (self.tls_ca_path or self.tls_cert_path):
+            raise ValueError("tls_ca_path, tls_cert_path and tls_key_path need tls=True")
+
+    def tls_options(self) -> dict[str, Any]:
+        """redis-py keyword arguments for TLS (empty when TLS is off): TLS 1.2+, certificates verified."""
+        if not self.tls:
+            return {}
+        return {
+            "ssl": True,
+            "ssl_ca_certs": self.tls_ca_path,
+            "ssl_certfile": self.tls_cert_path,
+            "ssl_keyfile": self.tls_key_path,
+            "ssl_cert_reqs": "required",
+            "ssl_check_hostname": self.tls_check_hostname,
+            "ssl_min_version": ssl.TLSVersion.TLSv1_2,
+        }
 
     @property
     def node_socket_timeout_s(self) -> float:

@@ -1,4 +1,4 @@
-"""The auth config file (TOML): JWT checking, hashed API keys, ACL rules and forced header filters.
+"""The auth config file (TOML): JWT checking, hashed API keys, ACL rules, forced header filters, rate limits.
 
 Secrets are never required inline: the HMAC secret comes from a file (``hmac_secret_file``) or from an
 environment variable named in the file (``hmac_secret_env``). Relative paths are relative to the config file.
@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway.auth.acl import Acl, Action, ForcedFilter, Rule
 from gateway.auth.errors import AuthConfigError
 from gateway.auth.keys import SHA256_HEX_LENGTH, ApiKeyTable, StoredKey
+from gateway.auth.limits import RATE_KEYS, UNLIMITED, LimitOverride, LimitOverrides
 from gateway.auth.tokens import JwtSettings, JwtVerifier, read_jwks
 
-TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters"})
+TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters", "limits"})
 JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "audience", "issuer",
                       "leeway_s", "principal_claim", "required_claims"})
 HEX = re.compile(f"[0-9a-f]{{{SHA256_HEX_LENGTH}}}")
@@ -33,6 +34,7 @@ class AuthConfig:
     api_keys: ApiKeyTable
     jwt: JwtVerifier | None
     acl: Acl
+    limits: LimitOverrides = field(default_factory=LimitOverrides)  # per-principal rate-limit overrides
 
 
 def load_auth_config(path: Path, env: Mapping[str, str]) -> AuthConfig:
@@ -55,7 +57,8 @@ def parse_auth_config(doc: Mapping[str, Any], base_dir: Path, env: Mapping[str, 
     keys = ApiKeyTable(_api_key(item, i) for i, item in enumerate(_tables(doc, "api_keys")))
     rules = [_rule(item, i) for i, item in enumerate(_tables(doc, "rules"))]
     filters = [_filter(item, i) for i, item in enumerate(_tables(doc, "filters"))]
-    return AuthConfig(keys, verifier, Acl(rules, filters))
+    limits = LimitOverrides([_limit(item, i) for i, item in enumerate(_tables(doc, "limits"))])
+    return AuthConfig(keys, verifier, Acl(rules, filters), limits)
 
 
 def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> JwtSettings:
@@ -125,6 +128,23 @@ def _filter(item: Mapping[str, Any], index: int) -> ForcedFilter:
             isinstance(v, str) and v and HEADER_NAME.fullmatch(k) for k, v in headers.items()):
         raise AuthConfigError(f"{where}.headers: a non-empty table of header = \"value\"")
     return ForcedFilter(tuple(_selectors(item.get("principals"), f"{where}.principals")), dict(headers))
+
+
+def _limit(item: Mapping[str, Any], index: int) -> LimitOverride:
+    where = f"limits[{index}]"
+    _no_unknown(item, frozenset({"principals", *RATE_KEYS}), where)
+    rates = {key: _rate(item[key], f"{where}.{key}") for key in RATE_KEYS if key in item}
+    if not rates:
+        raise AuthConfigError(f"{where}: give at least one of {', '.join(RATE_KEYS)}")
+    return LimitOverride(tuple(_selectors(item.get("principals"), f"{where}.principals")), rates)
+
+
+def _rate(raw: Any, where: str) -> float | None:
+    if raw == UNLIMITED:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw < float("inf"):
+        raise AuthConfigError(f"{where}: expected a positive number (per second) or \"{UNLIMITED}\", got {raw!r}")
+    return float(raw)
 
 
 def _selectors(raw: Any, where: str) -> list[str]:

@@ -10,6 +10,7 @@ from gateway.auth.acl import Acl, Action
 from gateway.auth.config import AuthConfig, load_auth_config
 from gateway.auth.errors import AuthConfigError, Forbidden, Unauthenticated
 from gateway.auth.keys import ApiKeyTable
+from gateway.auth.limits import LimitOverrides
 from gateway.auth.principal import ANONYMOUS, Principal
 from gateway.auth.tokens import looks_like_jwt
 from gateway.settings import GatewaySettings
@@ -30,6 +31,7 @@ class Gatekeeper:
         self._keys = config.api_keys if config is not None else ApiKeyTable(())
         self._jwt = config.jwt if config is not None else None
         self.acl = config.acl if config is not None else Acl.open()
+        self.limit_overrides = config.limits if config is not None else LimitOverrides()
         self.public_paths = frozenset(public_paths) | ALWAYS_PUBLIC_PATHS
 
     # --- authentication -------------------------------------------------------------------------------------
@@ -125,6 +127,6 @@ def gatekeeper_from_settings(settings: GatewaySettings, env: Mapping[str, str]) 
         raise AuthConfigError("auth_mode=required needs STREAMGATE_AUTH_CONFIG_PATH (the auth TOML file); "
                               "set STREAMGATE_AUTH_MODE=none only for local development")
     config = load_auth_config(Path(settings.auth_config_path), env)
-    log.info("auth required: %d API keys, JWT %s, public paths %s", len(config.api_keys),
-             "on" if config.jwt is not None else "off", sorted(settings.auth_public_paths))
+    log.info("auth required: %d API keys, JWT %s, %d rate-limit overrides, public paths %s", len(config.api_keys),
+             "on" if config.jwt is not None else "off", len(config.limits), sorted(settings.auth_public_paths))
     return Gatekeeper(config, settings.auth_public_paths)

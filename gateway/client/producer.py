@@ -21,6 +21,7 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from gateway.client.compression import Compression, compress_body
 from gateway.client.credentials import auth_headers
 from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
 
@@ -95,12 +96,15 @@ class Producer:
     ``send`` waits for the batch its message went out in (up to ``batch_size`` messages or ``linger_ms``);
     call it from many tasks (or use ``send_many``) to fill batches. ``acks``: ``"0"`` (queued in the gateway,
     no offsets returned), ``"1"`` (written on the primary) or ``"all"`` (confirmed by the replicas).
+    ``compression`` (``"gzip"`` or ``"zstd"``) sends each batch body compressed (``Content-Encoding``): fewer
+    bytes on the wire for some client CPU; ``max_batch_bytes`` still counts the uncompressed body.
     """
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 500,
                  max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 5, max_retries: int = 5,
                  timeout_s: float = 10, retry: RetryPolicy | None = None, api_key: str | None = None,
-                 token: str | None = None, session: aiohttp.ClientSession | None = None) -> None:
+                 token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 compression: Compression | None = None) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
         self.topic = topic
@@ -108,6 +112,10 @@ class Producer:
         self.producer_id = uuid.uuid4().hex
         self._url = f"{base_url.rstrip('/')}/v1/topics/{topic}/messages"
         self._headers = {**auth_headers(api_key, token), "Content-Type": "application/json"}
+        self._compression = compression
+        if compression is not None:
+            compress_body(b"", compression)  # an unknown coding fails here, not at the first send
+            self._headers["Content-Encoding"] = compression
         self._batch_size = max(1, batch_size)
         self._max_batch_bytes = max_batch_bytes
         self._linger_s = linger_ms / 1000
@@ -220,6 +228,8 @@ class Producer:
                 item.future.set_result(result)
 
     async def _post_with_retries(self, body: bytes, count: int) -> list[SendResult]:
+        if self._compression is not None:
+            body = compress_body(body, self._compression)
         attempt = 0
         while True:
             attempt += 1

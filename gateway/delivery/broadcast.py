@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.delivery.session import Session
+from gateway.metrics import GatewayMetrics
 from storage.models import Delivery
 from storage.protocol import StreamStore
 
@@ -32,8 +33,10 @@ async def resolve_start(store: StreamStore, session: Session, partitions: int) -
     return positions
 
 
-async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None) -> None:
+async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None,
+                           metrics: GatewayMetrics | None = None) -> None:
     """Deliver a partition's entries to the session, forever (cancelled when the session ends)."""
+    delivered = (metrics or GatewayMetrics.create()).deliveries.labels(session.topic, "", "broadcast")
     credit = asyncio.Event()
     session.watch_credit(credit)
     from_time_ms = session.params.from_time_ms if after is None else None
@@ -52,8 +55,10 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
                 continue
             for entry in entries:
                 # Other partitions share the credit, so it may run out mid-page: re-read from here later.
-                if header_filter.matches(entry.headers) and not session.offer(Delivery(entry, 1), None):
-                    break
+                if header_filter.matches(entry.headers):
+                    if not session.offer(Delivery(entry, 1), None):
+                        break
+                    delivered.inc()
                 after, from_time_ms = entry.offset, None
     finally:
         session.unwatch_credit(credit)

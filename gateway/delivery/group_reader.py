@@ -4,6 +4,9 @@ Each turn of the loop: wait until some session has credit; hand out the local ba
 ack timeout passed (redelivery with delivery_count + 1, or the dead-letter topic past max_deliveries); else
 read new entries (XREADGROUP, blocking briefly). Filtered-out entries are acked for the group and never
 delivered; with auto_ack (at-most-once) entries are acked as they are handed out.
+
+Acks from every session of a reader that arrive in the same event-loop tick go out as one XACK of all their
+offsets; each caller still waits for (and sees the failure of) the XACK that carried its offsets.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.session import MessageRef, Session
+from gateway.metrics import GatewayMetrics
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery
@@ -26,7 +30,7 @@ log = logging.getLogger(__name__)
 
 DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
 READ_BLOCK_MS = 250
-READ_BATCH_MAX = 500
+READ_BATCH_MAX = 1000
 TAKEOVER_PAGE = 10_000
 RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000  # "idle forever": reclaimable by the next reclaim pass
 ERROR_BACKOFF_S = 0.5
@@ -48,7 +52,7 @@ class GroupReader:
     """Reads one partition for one group and hands entries to the sessions attached to it."""
 
     def __init__(self, topic: str, partition: int, group: str, config: GroupConfig, store: GroupStore,
-                 consumer: str, dead_letters: DeadLetterSink) -> None:
+                 consumer: str, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.group = group
@@ -56,6 +60,8 @@ class GroupReader:
         self._store = store
         self._consumer = consumer
         self._dead_letters = dead_letters
+        self._metrics = metrics or GatewayMetrics.create()
+        self._labels = (topic, group, "exclusive" if config.exclusive else "shared")
         self._sessions: list[Session] = []
         self._next_session = 0
         self._backlog: deque[Delivery] = deque()
@@ -64,6 +70,9 @@ class GroupReader:
         self._last_reclaim = 0.0
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._acks_due: list[str] = []
+        self._acks_done: asyncio.Future[None] | None = None
+        self._ack_writes: set[asyncio.Future[int]] = set()  # strong references while an XACK runs
 
     # --- sessions ---------------------------------------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -104,13 +113,29 @@ class GroupReader:
 
     # --- acks from sessions --------------------------------------------------------------------------------------
     async def ack(self, refs: Sequence[MessageRef]) -> None:
-        """Acknowledge deliveries (any session, any gateway may ack)."""
-        await self._store.ack(self.topic, self.partition, self.group, [offset for _, offset in refs])
+        """Acknowledge deliveries (any session, any gateway may ack); batched with this tick's other acks."""
+        self._acks_due.extend(offset for _, offset in refs)
+        done = self._acks_done
+        if done is None:
+            done = self._acks_done = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(self._flush_acks_soon)
+        await asyncio.shield(done)
+        self._metrics.acks.labels(*self._labels).inc(len(refs))
+
+    def _flush_acks_soon(self) -> None:
+        offsets, self._acks_due = self._acks_due, []
+        done, self._acks_done = self._acks_done, None
+        if done is not None:
+            task = asyncio.ensure_future(self._store.ack(self.topic, self.partition, self.group, offsets))
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
+            task.add_done_callback(lambda t: _settle_future(done, t))
 
     async def nack(self, refs: Sequence[MessageRef], delay_ms: int) -> None:
         """Redeliver after ``delay_ms`` (0: as soon as possible) without waiting for the ack timeout."""
         idle_ms = max(0, self.config.ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS
         await self._set_idle([offset for _, offset in refs], idle_ms)
+        self._metrics.nacks.labels(*self._labels).inc(len(refs))
         if not delay_ms:
             self._reclaim_now = True
 
@@ -225,16 +250,20 @@ class GroupReader:
     async def _dispatch(self) -> None:
         """Hand backlog entries to sessions with credit, round-robin."""
         auto_acked: list[str] = []
+        delivery_counts: list[int] = []
         while self._backlog and self._sessions:
             session = self._session_with_credit()
             if session is None:
                 break
             delivery = self._backlog.popleft()
             session.offer(delivery, self)
+            delivery_counts.append(delivery.delivery_count)
             if self.config.auto_ack:
                 auto_acked.append(delivery.entry.offset)
+        self._metrics.count_deliveries(*self._labels, delivery_counts)
         if auto_acked:  # at-most-once: acked as handed out, before the client has it
             await self._store.ack(self.topic, self.partition, self.group, auto_acked)
+            self._metrics.acks.labels(*self._labels).inc(len(auto_acked))
 
     def _session_with_credit(self) -> Session | None:
         for _ in range(len(self._sessions)):
@@ -243,3 +272,16 @@ class GroupReader:
             if session.has_credit:
                 return session
         return None
+
+
+def _settle_future(done: asyncio.Future[None], task: asyncio.Future[int]) -> None:
+    """Hand the outcome of a batched XACK to everyone waiting for it."""
+    if done.done():
+        return
+    if task.cancelled():
+        done.set_exception(StorageError("ack cancelled"))
+    elif task.exception() is not None:
+        done.set_exception(task.exception() or StorageError("ack failed"))
+        done.exception()  # retrieved here: a waiter that was cancelled meanwhile must not leave a warning
+    else:
+        done.set_result(None)

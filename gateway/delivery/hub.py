@@ -1,4 +1,4 @@
-"""The process-wide registry of group readers: one per (topic, partition, group), shared by sessions."""
+"""The process-wide registry of group readers (one per (topic, partition, group)) and broadcast tails."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from types import TracebackType
 
 from gateway.delivery.group_reader import DeadLetterSink, GroupConfig, GroupReader
 from gateway.delivery.session import MessageRef, Session
+from gateway.delivery.tail import BroadcastTails
+from gateway.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 
 ReaderKey = tuple[str, int, str]
@@ -20,12 +22,15 @@ class GroupConflict(Exception):
 class DeliveryHub:
     """Creates readers on first use, stops them when their last session leaves (async context manager)."""
 
-    def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink) -> None:
+    def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
+                 metrics: GatewayMetrics | None = None) -> None:
         self.store = store
+        self._metrics = metrics or GatewayMetrics.create()
         self._consumer = consumer
         self._dead_letters = dead_letters
         self._readers: dict[ReaderKey, GroupReader] = {}
         self._lock = asyncio.Lock()
+        self.tails = BroadcastTails(store)  # broadcast subscriptions share one reader per partition too
 
     async def __aenter__(self) -> DeliveryHub:
         return self
@@ -38,6 +43,7 @@ class DeliveryHub:
         """Stop every reader; idempotent."""
         readers, self._readers = list(self._readers.values()), {}
         await asyncio.gather(*(reader.aclose() for reader in readers), return_exceptions=True)
+        await self.tails.aclose()
 
     async def attach(self, session: Session, partition: int, group: str, config: GroupConfig) -> GroupReader:
         """Serve ``session`` from the reader of (topic, partition, group), creating it if needed."""
@@ -49,7 +55,7 @@ class DeliveryHub:
                                     "(mode, filter, ack timeout, max deliveries or auto_ack must match)")
             if reader is None:
                 reader = GroupReader(session.topic, partition, group, config, self.store, self._consumer,
-                                     self._dead_letters)
+                                     self._dead_letters, self._metrics)
                 self._readers[key] = reader
             reader.attach(session)
             return reader

@@ -21,6 +21,7 @@ import orjson
 
 from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
 from gateway.errors import invalid_field
+from gateway.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery
 
@@ -72,8 +73,9 @@ class PullRequest:
 class Puller:
     """Pulls for groups on behalf of HTTP clients."""
 
-    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink) -> None:
+    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None) -> None:
         self.store = store
+        self._metrics = metrics or GatewayMetrics.create()
         self._dead_letters = dead_letters
         self._ensured: set[tuple[str, int, str]] = set()
         self._rotation = itertools.count()
@@ -95,6 +97,7 @@ class Puller:
                 deliveries += [Delivery(entry, 1) for entry in entries]
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
+                self._metrics.count_deliveries(request.topic, group, "pull", (d.delivery_count for d in deliveries))
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
 
@@ -136,9 +139,12 @@ class Puller:
         for (topic, partition, ack_timeout_ms), offsets in by_partition.items():
             if action == "ack":
                 await self.store.ack(topic, partition, group, offsets)
+                self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
             else:
                 idle_ms = _idle_for(action, ack_timeout_ms, delay_ms)
                 await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, idle_ms)
+                if action == "nack":
+                    self._metrics.nacks.labels(topic, group, "pull").inc(len(offsets))
         return len(receipts)
 
 

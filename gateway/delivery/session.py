@@ -4,6 +4,10 @@ Credit: a group session never holds more than ``max_in_flight`` un-acked deliver
 gives credit back. At-most-once and broadcast sessions get credit back once the frame is written, so the
 outbox is bounded by ``max_in_flight`` too. A writer that cannot hand a frame to the socket within
 ``slow_client_timeout_s`` closes the session with 4008 and its resume cursor: never a silent drop.
+
+The writer hands everything queued (up to WRITE_BATCH_FRAMES frames) to ``Send`` at once, which writes them as
+separate WebSocket frames in one transport write (gateway.delivery.wire). Broadcast tails offer pages of frames
+encoded once for every session (``offer_frames``).
 """
 
 from __future__ import annotations
@@ -12,14 +16,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.delivery.params import SubscribeParams, format_cursor
-from gateway.documents import entry_document
+from gateway.delivery.wire import Send, message_frame
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
 
@@ -28,10 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[bytes], Awaitable[None]]
 MessageRef = tuple[int, str]  # (partition, offset)
 CLOSE_REASON_MAX_BYTES = 123
 SLOW_CLOSE_FRAME_WAIT_S = 0.05
+WRITE_BATCH_FRAMES = 1024
+WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in the transport
+# An outbox item: one frame or a page of frames, the credit their write gives back, the partition and the
+# offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
+Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
 
 
 @dataclass(slots=True)
@@ -64,7 +73,8 @@ class Session:
         self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
         self._send = send
         self._slow_timeout_s = slow_client_timeout_s
-        self._outbox: asyncio.Queue[tuple[bytes, bool, MessageRef | None]] = asyncio.Queue()
+        self._outbox: deque[Outgoing] = deque()
+        self._outbox_ready: asyncio.Future[None] | None = None
         self._credit_waiters: set[asyncio.Event] = set()
         self._writer: asyncio.Task[None] | None = None
 
@@ -125,14 +135,24 @@ class Session:
         if tracked:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             self.in_flight[(entry.partition, entry.offset)] = InFlight(reader, deadline)
-        frame = {"type": "message", "topic": self.topic, **entry_document(entry),
-                 "delivery_count": delivery.delivery_count}
-        self._outbox.put_nowait((orjson.dumps(frame), not tracked, (entry.partition, entry.offset)))
+        frame = message_frame(self.topic, entry, delivery.delivery_count)
+        self._enqueue((frame, 0 if tracked else 1, entry.partition, entry.offset))
         return True
+
+    def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str]) -> None:
+        """Take a page of broadcast frames already encoded, with their offsets (the caller checked the credit)."""
+        self.credit -= len(frames)
+        self._enqueue((frames, len(frames), partition, offsets))
 
     def send_control(self, frame: dict[str, Any]) -> None:
         """Queue a control frame (assignment, error, ack result); not counted against credit."""
-        self._outbox.put_nowait((orjson.dumps(frame), False, None))
+        self._enqueue((orjson.dumps(frame), 0, -1, ""))
+
+    def _enqueue(self, item: Outgoing) -> None:
+        self._outbox.append(item)
+        ready = self._outbox_ready
+        if ready is not None and not ready.done():
+            ready.set_result(None)
 
     def settle(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by reader."""
@@ -177,29 +197,83 @@ class Session:
                               "cursor": cursor})
         # The frame lands in the transport ahead of the close frame even if the drain wait times out.
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
-            await asyncio.wait_for(self._send(frame), SLOW_CLOSE_FRAME_WAIT_S)
+            await asyncio.wait_for(self._send([frame]), SLOW_CLOSE_FRAME_WAIT_S)
         reason = "slow consumer; from=" + cursor
         if len(reason.encode()) > CLOSE_REASON_MAX_BYTES:
             reason = "slow consumer; cursor in the last error frame"
         self.request_close(WS_CLOSE_SLOW_CONSUMER, reason)
 
     async def _write_frames(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            frame, credit_on_send, ref = await self._outbox.get()
+            if not self._outbox:
+                self._outbox_ready = loop.create_future()
+                await self._outbox_ready
+                continue
+            items, frames = self._take_batch()
             try:
-                await asyncio.wait_for(self._send(frame), self._slow_timeout_s)
+                async with asyncio.timeout(self._slow_timeout_s):
+                    await self._send(frames)
             except TimeoutError:
-                # aiohttp writes the frame to the transport before it waits for the drain, so the client
-                # gets it ahead of the close frame: count it as sent, or the resume would repeat it.
-                if ref is not None:
-                    self.cursor[ref[0]] = ref[1]
+                # The frames are in the transport before the drain wait, so the client gets them ahead of the
+                # close frame: count them as sent, or the resume would repeat them.
+                self._written(items, give_credit=False)
                 await self._close_slow()
                 return
             except (ConnectionError, RuntimeError) as exc:
                 self.request_close(1006, f"send failed: {exc}")
                 return
-            if ref is not None:
-                # The cursor moves only once the frame is handed to the socket, so a resume never skips.
-                self.cursor[ref[0]] = ref[1]
-            if credit_on_send:
-                self._give_credit(1)
+            # The cursor moves only once the frames are handed to the socket, so a resume never skips.
+            self._written(items, give_credit=True)
+
+    def _take_batch(self) -> tuple[list[Outgoing], list[bytes]]:
+        """Queued items up to WRITE_BATCH_FRAMES frames or WRITE_BATCH_BYTES (at least one frame), in order.
+
+        A page of frames that does not fit is split: its first part is written now, the rest stays first.
+        """
+        items: list[Outgoing] = []
+        frames: list[bytes] = []
+        size = 0
+        outbox = self._outbox
+        while outbox and len(frames) < WRITE_BATCH_FRAMES and size < WRITE_BATCH_BYTES:
+            item = outbox[0]
+            payload = item[0]
+            if isinstance(payload, bytes):
+                outbox.popleft()
+                items.append(item)
+                frames.append(payload)
+                size += len(payload)
+                continue
+            fit, page_size = _fitting(payload, WRITE_BATCH_FRAMES - len(frames), WRITE_BATCH_BYTES - size)
+            if fit < len(payload):
+                offsets = item[3]
+                outbox[0] = (payload[fit:], item[1] - fit, item[2], offsets[fit:])
+                item = (payload[:fit], fit, item[2], offsets[:fit])
+                payload = payload[:fit]
+            else:
+                outbox.popleft()
+            items.append(item)
+            frames.extend(payload)
+            size += page_size
+        return items, frames
+
+    def _written(self, items: list[Outgoing], give_credit: bool) -> None:
+        credit = 0
+        cursor = self.cursor
+        for _, credit_back, partition, offset in items:
+            if partition >= 0:
+                cursor[partition] = offset if isinstance(offset, str) else offset[-1]
+            credit += credit_back
+        if give_credit:
+            self._give_credit(credit)
+
+
+def _fitting(page: list[bytes], max_frames: int, max_bytes: int) -> tuple[int, int]:
+    """How many leading frames of a page fit (at least one), and their size."""
+    size = 0
+    for count, frame in enumerate(page[:max_frames]):
+        if count and size + len(frame) > max_bytes:
+            return count, size
+        size += len(frame)
+    count = min(len(page), max_frames)
+    return count, size

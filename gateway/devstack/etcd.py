@@ -7,6 +7,7 @@ back on the same addresses: the peer URL is part of the member's stored identity
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from gateway.devstack._process import (
     require_binary,
     wait_until,
 )
+from gateway.devstack.certs import TlsFiles
 
 PORTS_FILE = "ports.json"
 HEALTH_TIMEOUT_S = 1.0
@@ -37,6 +39,9 @@ class EtcdConfig:
     name: str = "streamgate-dev"
     startup_timeout_s: float = 30.0
     host: str = LOOPBACK
+    # https:// client URL with client certificates required (--client-cert-auth); the peer URL stays plain
+    # http on loopback (a single member has no peers to talk to).
+    tls: TlsFiles | None = None
 
 
 class EtcdProcess:
@@ -64,8 +69,8 @@ class EtcdProcess:
 
     @property
     def client_url(self) -> str:
-        """http://host:port of the client port."""
-        return f"http://{self.endpoint}"
+        """http(s)://host:port of the client port."""
+        return f"{'https' if self.config.tls else 'http'}://{self.endpoint}"
 
     @property
     def pid(self) -> int | None:
@@ -139,11 +144,32 @@ class EtcdProcess:
             "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", f"{self.config.name}={peer_url}",
             "--initial-cluster-state", "new",
+            *self._tls_argv(),
         ]  # fmt: skip
+
+    def _tls_argv(self) -> list[str]:
+        tls = self.config.tls
+        if tls is None:
+            return []
+        return [
+            "--cert-file", str(tls.server_cert),
+            "--key-file", str(tls.server_key),
+            "--trusted-ca-file", str(tls.ca_cert),
+            "--client-cert-auth",
+        ]  # fmt: skip
+
+    def _health_context(self) -> ssl.SSLContext | None:
+        tls = self.config.tls
+        if tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(tls.ca_cert))
+        context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+        return context
 
     def _health_problem(self) -> str | None:
         try:
-            with urllib.request.urlopen(f"{self.client_url}/health", timeout=HEALTH_TIMEOUT_S) as resp:
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=HEALTH_TIMEOUT_S,
+                                        context=self._health_context()) as resp:
                 body = json.loads(resp.read())
         except (OSError, ValueError, urllib.error.URLError) as exc:
             return f"/health not answering: {exc}"

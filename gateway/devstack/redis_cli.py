@@ -15,12 +15,13 @@ from gateway.devstack.errors import DevStackError
 CLI_TIMEOUT_S = 120.0
 
 
-def run_cluster_command(cli: str, args: Sequence[str], log: Path, *, check: bool = True) -> int:
+def run_cluster_command(cli: Sequence[str], args: Sequence[str], log: Path, *, check: bool = True) -> int:
     """Run `redis-cli --cluster <args>` with output appended to `log`; return the exit code.
 
+    `cli` is the redis-cli argv before `--cluster` (the binary, plus `--tls ...` flags for a TLS cluster).
     With `check`, a non-zero exit raises DevStackError with this run's output.
     """
-    argv = [cli, "--cluster", *args]
+    argv = [*cli, "--cluster", *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         start = out.tell()
@@ -36,16 +37,16 @@ def run_cluster_command(cli: str, args: Sequence[str], log: Path, *, check: bool
     return result.returncode
 
 
-def add_primary(cli: str, new: str, existing: str, log: Path) -> None:
+def add_primary(cli: Sequence[str], new: str, existing: str, log: Path) -> None:
     """Join the empty node `new` ("host:port") to the cluster `existing` belongs to, as a slotless primary."""
     run_cluster_command(cli, ["add-node", new, existing], log)
 
 
-def is_consistent(cli: str, existing: str, log: Path) -> bool:
+def is_consistent(cli: Sequence[str], existing: str, log: Path) -> bool:
     """True when `--cluster check` finds every node agreeing on the slot map and no open slots."""
     return run_cluster_command(cli, ["check", existing], log, check=False) == 0
 
 
-def rebalance_onto_empty_primaries(cli: str, existing: str, log: Path) -> None:
+def rebalance_onto_empty_primaries(cli: Sequence[str], existing: str, log: Path) -> None:
     """Move slots (keys with MIGRATE, so clients see ASK/MOVED) until primaries, empty ones too, are even."""
     run_cluster_command(cli, ["rebalance", existing, "--cluster-use-empty-masters", "--cluster-yes"], log)

@@ -31,6 +31,7 @@ from gateway.devstack._process import (
     terminate_all,
     wait_until,
 )
+from gateway.devstack.certs import TlsFiles
 from gateway.devstack.cluster_state import node_problem, owner_port
 from gateway.devstack.errors import DevStackError, LayoutMismatchError
 from gateway.devstack.redis_cli import (
@@ -61,6 +62,8 @@ class RedisClusterConfig:
     cluster_node_timeout_ms: int = 3000
     startup_timeout_s: float = 30.0
     host: str = LOOPBACK
+    # TLS only: client port, cluster bus and replication over TLS, client certificates required (mutual TLS).
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if self.primaries < 3:
@@ -72,6 +75,35 @@ class RedisClusterConfig:
     def node_count(self) -> int:
         """Primaries plus all their replicas."""
         return self.primaries * (1 + self.replicas_per_primary)
+
+    def client_tls_options(self) -> dict[str, Any]:
+        """redis-py keyword arguments of a client of this cluster: TLS with the client certificate, or none."""
+        if self.tls is None:
+            return {}
+        return {"ssl": True, "ssl_ca_certs": str(self.tls.ca_cert), "ssl_certfile": str(self.tls.client_cert),
+                "ssl_keyfile": str(self.tls.client_key)}
+
+    def cli_argv(self, cli: str) -> list[str]:
+        """`redis-cli` with the TLS flags this cluster needs."""
+        if self.tls is None:
+            return [cli]
+        return [cli, "--tls", "--cacert", str(self.tls.ca_cert), "--cert", str(self.tls.client_cert),
+                "--key", str(self.tls.client_key)]
+
+    def server_tls_argv(self, port: int) -> list[str]:
+        """The listening flags of a node: `--port` in plaintext, or a TLS-only node on `port`."""
+        if self.tls is None:
+            return ["--port", str(port)]
+        return [
+            "--port", "0",
+            "--tls-port", str(port),
+            "--tls-cluster", "yes",
+            "--tls-replication", "yes",
+            "--tls-auth-clients", "yes",
+            "--tls-cert-file", str(self.tls.server_cert),
+            "--tls-key-file", str(self.tls.server_key),
+            "--tls-ca-cert-file", str(self.tls.ca_cert),
+        ]  # fmt: skip
 
 
 class RedisNode:
@@ -85,7 +117,7 @@ class RedisNode:
         self.data_dir = config.data_dir / str(port)
         argv = [
             server,
-            "--port", str(port),
+            *config.server_tls_argv(port),
             "--cluster-port", str(bus_port),
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
@@ -100,6 +132,7 @@ class RedisNode:
             "--dir", str(self.data_dir),
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
+        self._client_tls = config.client_tls_options()
         self.process = ServerProcess(
             f"redis-server {config.host}:{port}",
             argv,
@@ -135,6 +168,7 @@ class RedisNode:
             "socket_connect_timeout": 2.0,
             "decode_responses": True,
             "retry": Retry(NoBackoff(), 0),
+            **self._client_tls,
         }
         options.update(kwargs)
         return redis.Redis(host=self.host, port=self.port, **options)
@@ -250,7 +284,7 @@ class RedisClusterProcess:
 
     def client(self, **kwargs: Any) -> RedisCluster:
         """A new sync cluster client (decode_responses=True unless overridden); the caller closes it."""
-        options: dict[str, Any] = {"decode_responses": True}
+        options: dict[str, Any] = {"decode_responses": True, **self.config.client_tls_options()}
         options.update(kwargs)
         nodes = [ClusterNode(host, port) for host, port in self.startup_nodes]  # type: ignore[no-untyped-call]
         return RedisCluster(startup_nodes=nodes, **options)
@@ -272,7 +306,7 @@ class RedisClusterProcess:
     def start(self) -> None:
         """Start every node; create the cluster on first use; wait until it is fully ready."""
         server = require_binary("redis-server")
-        cli = require_binary("redis-cli")
+        cli = self.config.cli_argv(require_binary("redis-cli"))
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             layout = self._load_layout()
@@ -396,7 +430,7 @@ class RedisClusterProcess:
             if node.data_dir.exists():
                 shutil.rmtree(node.data_dir)
 
-    def _create(self, cli: str) -> None:
+    def _create(self, cli: list[str]) -> None:
         for node in self._nodes:
             wait_until(node.process.name, node._ping_probe, self.config.startup_timeout_s, [node.process])
         args = ["create", *(f"{n.host}:{n.port}" for n in self._nodes)]
@@ -414,7 +448,7 @@ class RedisClusterProcess:
         """
         timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
         count = self.config.replicas_per_primary if replicas is None else replicas
-        server, cli = require_binary("redis-server"), require_binary("redis-cli")
+        server, cli = require_binary("redis-server"), self.config.cli_argv(require_binary("redis-cli"))
         new = self._new_nodes(1 + count, server)
         for node in new:
             node.start()
@@ -479,7 +513,7 @@ class RedisClusterProcess:
                 return _address(node)
         raise DevStackError("no running primary to join new nodes through")
 
-    def _wait_agreement(self, existing: str, cli: str, log: Path, timeout_s: float, knows: str = "") -> None:
+    def _wait_agreement(self, existing: str, cli: list[str], log: Path, timeout_s: float, knows: str = "") -> None:
         """Wait until `existing` knows node id `knows` (if given) and `redis-cli --cluster check` passes."""
         node = self.node_at(int(existing.rpartition(":")[2]))
 

@@ -62,6 +62,12 @@ def forget_lag(metrics: GatewayMetrics, topic: str, partition: int, groups: list
                 gauge.remove(*labels)
 
 
+def forget_length(metrics: GatewayMetrics, topic: str, partition: int) -> None:
+    """Drop a partition's length gauge (another node owns it now)."""
+    with contextlib.suppress(KeyError):
+        metrics.partition_length.remove(topic, str(partition))
+
+
 def _or_nan(value: int | None) -> float:
     return math.nan if value is None else float(value)
 

@@ -18,12 +18,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 
-from gateway.duties.lag import export_lag, forget_lag, measure_lag
+from gateway.duties.lag import export_lag, forget_lag, forget_length, measure_lag
 from gateway.duties.ports import DelayedStore, Ownership, RetentionStore
 from gateway.duties.sweep import GroupSweep
 from gateway.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
 from partitioner.errors import PartitionerError
+from partitioner.tasks import cancel_until_done
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -46,6 +47,11 @@ class DutySettings:
     sweep_interval_s: float = 5.0
 
 
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class PartitionDuties:
     """The duties of one owned partition."""
 
@@ -64,6 +70,7 @@ class PartitionDuties:
                 await asyncio.sleep(self.runner.settings.promote_interval_s)
         finally:
             forget_lag(self.runner.metrics, self.topic, self.partition, sorted(self._groups_seen))
+            forget_length(self.runner.metrics, self.topic, self.partition)
 
     def _owned(self) -> bool:
         return (self.topic, self.partition) in self.runner.ownership.owned
@@ -86,6 +93,8 @@ class PartitionDuties:
         try:
             await work
         except (StorageError, PartitionerError) as exc:
+            if _being_cancelled():  # a cancel that landed inside a gRPC call surfaces as an RPC error
+                raise asyncio.CancelledError from exc
             self.runner.metrics.duty_errors.labels(duty).inc()
             log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition, exc)
 
@@ -117,6 +126,8 @@ class PartitionDuties:
         forget_lag(self.runner.metrics, self.topic, self.partition, sorted(gone))
         self._groups_seen = {lag.group for lag in lags}
         export_lag(self.runner.metrics, self.topic, self.partition, lags)
+        length = await self.runner.streams.length(self.topic, self.partition)
+        self.runner.metrics.partition_length.labels(self.topic, str(self.partition)).set(length)
 
 
 class DutyRunner:
@@ -145,11 +156,10 @@ class DutyRunner:
         """Stop every duty; idempotent."""
         tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
         self._supervisor, self._tasks = None, {}
+        await cancel_until_done(tasks)
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if not task.cancelled():
+                task.exception()  # retrieved: a crash was already reported by the supervisor's reap
 
     @property
     def healthy(self) -> bool:
@@ -175,7 +185,7 @@ class DutyRunner:
         for key in owned - self._tasks.keys():
             duties = PartitionDuties(self, *key)
             self._tasks[key] = asyncio.create_task(duties.run(), name=f"duties-{key[0]}/{key[1]}")
-        self.metrics.partitions_owned.set(len(owned))
+        self.metrics.set_ownership({topic.name: topic.partitions for topic in self.cache.all()}, owned)
 
     def _reap(self, key: tuple[str, int]) -> None:
         task = self._tasks.pop(key)

@@ -20,8 +20,10 @@ from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
 from gateway.offsets import parse_offset, predecessor
 from gateway.responses import json_response
+from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import Services, services_of
+from gateway.throttle import RateAction
 from gateway.validation import reject_unknown_fields
 from partitioner.group_state import group_view, list_groups
 from partitioner.topics import TopicMetadata
@@ -72,6 +74,7 @@ async def pull(request: web.Request) -> web.Response:
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PULL_FIELDS)
     topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
+    limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
     pull_request = PullRequest(
         topic=topic.name,
         max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
@@ -84,7 +87,7 @@ async def pull(request: web.Request) -> web.Response:
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
                  "receipt": Receipt(topic.name, d.entry.partition, d.entry.offset,
                                     pull_request.ack_timeout_ms).encode()} for d in deliveries]
-    return json_response({"messages": messages})
+    return json_response({"messages": messages}, headers=limited)
 
 
 def _bounded(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:

@@ -14,7 +14,10 @@ from gateway.errors import Problem, invalid_field, rate_limited, too_large
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publisher import PublishResult, place
 from gateway.responses import json_response
+from gateway.routes.admission import admit_or_refuse
+from gateway.routes.bodies import read_body
 from gateway.services import Services, services_of
+from gateway.throttle import RateAction
 from gateway.validation import parse_publish_body
 from partitioner.topics import TopicMetadata
 from storage.models import Acks, ScheduledResult, StoredEntry
@@ -38,7 +41,7 @@ async def publish(request: web.Request) -> web.Response:
 
 
 async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata) -> web.Response:
-    body = await request.read()
+    body = await read_body(request, services.settings.max_batch_bytes)  # Content-Encoding gzip/zstd decoded
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
     gatekeeper_of(request).stamp(principal_of(request), (message.headers for message in batch.messages))
     throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
@@ -62,10 +65,11 @@ async def _admit(request: web.Request, services: Services, topic: TopicMetadata,
     """Charge the rate limits (429 when refused, 413 when the request can never fit); the headers to send."""
     if services.throttle is None:
         return {}
-    decision = await services.throttle.admit(principal_of(request).name, topic.name, messages, size_bytes)
+    decision = await services.throttle.admit_publish(principal_of(request), topic.name, messages, size_bytes)
     if decision.allowed:
         return dict(decision.headers)
     services.metrics.rate_limited.labels(topic.name, decision.limit).inc()
+    services.metrics.ratelimit_refused.labels(RateAction.PUBLISH.value, decision.limit).inc()
     if decision.retry_after_s == 0:
         raise too_large(decision.reason)
     raise rate_limited(decision.reason, decision.retry_after_s, dict(decision.headers))
@@ -89,6 +93,7 @@ async def replay(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages, next_offset."""
     services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
     gatekeeper.require(principal, Action.SUBSCRIBE, request.match_info["topic"])
+    limited = await admit_or_refuse(services, principal, RateAction.READ)
     visible = HeaderFilter().and_headers(gatekeeper.forced_headers(principal))
     topic = await services.topic(request.match_info["topic"])
     partition = _partition_param(request.match_info["partition"], topic)
@@ -99,7 +104,8 @@ async def replay(request: web.Request) -> web.Response:
         raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
     if start == "latest":
         last = await services.store.last_offset(topic.name, partition)
-        return json_response({"messages": [], "next_offset": "0-0" if last is None else successor(last)})
+        return json_response({"messages": [], "next_offset": "0-0" if last is None else successor(last)},
+                             headers=limited)
     after = None if start == "earliest" else _after(start)
     entries = await _read(services, topic, partition, after, from_time_ms, limit)
     next_offset = successor(entries[-1].offset) if entries else ("0-0" if start == "earliest" else start)
@@ -107,7 +113,7 @@ async def replay(request: web.Request) -> web.Response:
         next_offset = f"{from_time_ms}-0"
     # A forced filter hides other tenants' messages; next_offset still moves past them, so pages may be short.
     return json_response({"messages": [entry_document(e) for e in entries if visible.matches(e.headers)],
-                          "next_offset": next_offset})
+                          "next_offset": next_offset}, headers=limited)
 
 
 async def _read(services: Services, topic: TopicMetadata, partition: int, after: str | None,

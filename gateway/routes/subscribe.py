@@ -28,9 +28,12 @@ from gateway.delivery.group_reader import GroupConfig
 from gateway.delivery.hub import DeliveryHub, GroupConflict
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import CLOSE_REASON_MAX_BYTES, MessageRef, Session
+from gateway.delivery.tail import follow_with_tails
+from gateway.delivery.wire import coalescing_sender
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
     WS_CLOSE_GROUP_CONFLICT,
+    WS_CLOSE_SLOW_CONSUMER,
     WS_CLOSE_TOO_MANY_CONNECTIONS,
     WS_CLOSE_UNAUTHENTICATED,
     WS_CLOSE_UNAVAILABLE,
@@ -38,7 +41,9 @@ from gateway.errors import (
     too_many_connections,
     unavailable,
 )
+from gateway.routes.admission import admit, admit_or_refuse
 from gateway.services import SERVICES, Services, services_of
+from gateway.throttle import RateAction
 from partitioner.errors import MembershipLost, PartitionerError
 from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
@@ -69,8 +74,11 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         authorized = principal, *await _authorize(services, gatekeeper, principal, params)
         if services.connections.full(principal.name):
             raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
-    ws = web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.ws_max_frame_bytes)
+        await admit_or_refuse(services, principal, RateAction.SUBSCRIBE)
+    ws = web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.ws_max_frame_bytes,
+                               compress=settings.ws_compression)  # permessage-deflate only if the client asks
     await ws.prepare(request)
+    by_frame = authorized is None
     if authorized is None:
         authorized = await _authorize_by_frame(ws, services, gatekeeper, params)
         if authorized is None:
@@ -80,8 +88,24 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         if not held:
             await ws.close(code=WS_CLOSE_TOO_MANY_CONNECTIONS, message=_too_many(services, principal).encode())
             return ws
-        await _serve_session(ws, services, gatekeeper, principal, params, topic)
+        # As with header credentials: the connection cap first, then the subscribe rate limit.
+        if by_frame and not await _admitted_after_upgrade(ws, services, principal):
+            return ws
+        await _serve_session(request, ws, services, gatekeeper, principal, params, topic)
     return ws
+
+
+async def _admitted_after_upgrade(ws: web.WebSocketResponse, services: Services, principal: Principal) -> bool:
+    """Charge the subscribe rate limit of a principal known only after the upgrade; refused -> close 4429."""
+    try:
+        decision = await admit(services, principal, RateAction.SUBSCRIBE)
+    except StorageError as exc:
+        await ws.close(code=close_code_for(exc), message=exc.message.encode()[:CLOSE_REASON_MAX_BYTES])
+        return False
+    if not decision.allowed:
+        reason = f"{decision.reason}; retry in {decision.retry_after_s} s"
+        await ws.close(code=WS_CLOSE_TOO_MANY_CONNECTIONS, message=reason.encode()[:CLOSE_REASON_MAX_BYTES])
+    return decision.allowed
 
 
 def _too_many(services: Services, principal: Principal) -> str:
@@ -89,20 +113,25 @@ def _too_many(services: Services, principal: Principal) -> str:
             f"this gateway (max_connections_per_principal)")
 
 
-async def _serve_session(ws: web.WebSocketResponse, services: Services, gatekeeper: Gatekeeper,
+async def _serve_session(request: web.Request, ws: web.WebSocketResponse, services: Services, gatekeeper: Gatekeeper,
                          principal: Principal, params: SubscribeParams, topic: TopicMetadata) -> None:
     settings = services.settings
     session_id = f"{settings.node_id}-{uuid.uuid4().hex[:12]}"
-    async with Session(session_id, topic.name, params, _text_sender(ws),
+    async with Session(session_id, topic.name, params, coalescing_sender(ws, request),
                        settings.slow_client_timeout_s) as session:
         services.sessions.add(session)
         expiry = _close_at_expiry(session, gatekeeper.session_deadline_s(principal))
+        connections = services.metrics.websocket_connections.labels(params.mode.value)
+        connections.inc()
         try:
             await _serve(ws, session, services, topic)
         finally:
+            connections.dec()
             if expiry is not None:
                 expiry.cancel()
             services.sessions.discard(session)
+            if session.closing.done() and session.closing.result().code == WS_CLOSE_SLOW_CONSUMER:
+                services.metrics.websocket_slow_closes.labels(params.mode.value).inc()
 
 
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
@@ -166,12 +195,6 @@ async def close_sessions_on_shutdown(app: web.Application) -> None:
         session.request_close(WS_CLOSE_GOING_AWAY, "gateway shutting down")
 
 
-def _text_sender(ws: web.WebSocketResponse) -> Any:
-    async def send(frame: bytes) -> None:
-        await ws.send_str(frame.decode())
-    return send
-
-
 async def _serve(ws: web.WebSocketResponse, session: Session, services: Services, topic: TopicMetadata) -> None:
     runner = asyncio.create_task(_run_mode(session, services, topic), name=f"subscription-{session.id}")
     receiver = asyncio.create_task(_receive(ws, session, services), name=f"receiver-{session.id}")
@@ -233,7 +256,12 @@ async def _run_broadcast(session: Session, services: Services, topic: TopicMetad
     positions = await resolve_start(services.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     session.send_control({"type": "assignment", "generation": 0, "partitions": list(range(topic.partitions))})
-    await asyncio.gather(*(follow_partition(services.store, session, p, after) for p, after in positions.items()))
+    if services.delivery is not None:  # one shared tail per partition per process
+        delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
+        await follow_with_tails(services.delivery.tails, services.store, session, positions, delivered)
+        return
+    await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
+                           for p, after in positions.items()))
 
 
 async def _run_shared(session: Session, hub: DeliveryHub, group: str, config: GroupConfig,

@@ -17,6 +17,10 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags mapped one to one onto the source options (see docs/pipeline.md)."""
     parser.add_argument("--topic", required=True)
     parser.add_argument("--redis-nodes", required=True, help="host:port[,host:port...] of the Redis Cluster")
+    parser.add_argument("--redis-tls", action="store_true", help="connect to the Redis Cluster over TLS")
+    parser.add_argument("--redis-tls-ca-path", help="PEM CA of the Redis nodes' certificates")
+    parser.add_argument("--redis-tls-cert-path", help="client certificate for mutual TLS (with --redis-tls-key-path)")
+    parser.add_argument("--redis-tls-key-path", help="the client certificate's key")
     parser.add_argument("--gateway", help="gateway base URL, to learn the topic's partition count")
     parser.add_argument("--partitions", help="comma-separated partitions (instead of --gateway)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest | latest | JSON")
@@ -36,6 +40,10 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         "partitions": args.partitions,
         "startingOffsets": args.starting_offsets,
         "maxEntriesPerTrigger": args.max_entries_per_trigger,
+        "redisTls": "true" if args.redis_tls else None,
+        "redisTlsCaPath": args.redis_tls_ca_path,
+        "redisTlsCertPath": args.redis_tls_cert_path,
+        "redisTlsKeyPath": args.redis_tls_key_path,
     }
     return {name: str(value) for name, value in options.items() if value is not None}
 

@@ -1,12 +1,14 @@
-"""Gateway child processes (`streamgate serve`) for tests that need more than one gateway."""
+"""Gateway child processes (`streamgate serve`) for tests that need more than one gateway, and readiness waits."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -35,3 +37,11 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30
             pass
         time.sleep(0.1)
     raise AssertionError(f"gateway at {url} not ready in {timeout_s}s")
+
+
+async def until_ready(client: Any, timeout_s: float = 30) -> None:
+    """Poll an in-process gateway's /readyz until 200 (partition duties are healthy once their lease is held)."""
+    deadline = time.monotonic() + timeout_s
+    while (response := await client.get("/readyz")).status != 200:
+        assert time.monotonic() < deadline, await response.text()
+        await asyncio.sleep(0.1)

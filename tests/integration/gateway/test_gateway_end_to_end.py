@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from processes import until_ready
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
@@ -104,6 +105,7 @@ async def test_topic_created_on_one_gateway_is_published_on_another(
 
 
 async def test_readyz_is_ready_on_a_healthy_stack(gateway: Client) -> None:
+    await until_ready(gateway)
     response = await gateway.get("/readyz")
     assert response.status == 200, await response.text()
     assert set((await response.json())["checks"]) == {"redis", "etcd", "topic_watch", "duties"}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import ssl
 import subprocess
@@ -16,34 +14,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from processes import free_port
 
+from gateway.devstack.certs import self_signed
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "streamgate-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
 
 
 def serve_env(settings: GatewaySettings, **extra: str) -> dict[str, str]:
@@ -85,16 +61,17 @@ async def test_publish_and_subscribe_work_over_https_and_wss(tls_gateway: tuple[
         async with http.post(f"https://{address}/v1/topics", json={"name": topic_name, "partitions": 1}) as r:
             assert r.status == 201
         async with http.ws_connect(f"wss://{address}/v1/subscribe",
-                                   params={"topic": topic_name, "mode": "broadcast", "start": "earliest"}) as ws:
+                                   params={"topic": topic_name, "mode": "broadcast", "from": "latest"}) as ws:
+            # `latest` is pinned when the assignment frame is sent: publish after it arrives.
+            assert (await ws.receive_json(timeout=10))["type"] == "assignment"
             async with http.post(f"https://{address}/v1/topics/{topic_name}/messages",
                                  json={"messages": [{"value": "over tls"}]}) as r:
                 assert r.status == 200
             values = []
-            async for frame in ws:
-                doc = frame.json()
+            while not values:
+                doc = await ws.receive_json(timeout=10)
                 if doc["type"] == "message":
                     values.append(doc["value"])
-                    break
             assert values == ["over tls"]
 
 

@@ -78,6 +78,9 @@ class InMemoryStreamStore:
         stream = self.streams.get((topic, partition))
         return stream[-1].offset if stream else None
 
+    async def length(self, topic: str, partition: int) -> int:
+        return len(self.streams.get((topic, partition), []))
+
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
         infos = []
         for p in range(partitions):

@@ -170,3 +170,53 @@ def test_only_operational_paths_may_be_made_public(tmp_path: Path) -> None:
 def test_unknown_auth_mode_is_refused() -> None:
     with pytest.raises(AuthConfigError, match="AUTH_MODE"):
         gatekeeper_from_settings(GatewaySettings(auth_mode="off"), {})
+
+
+LIMITS = '''
+[[limits]]
+principals = ["claim:tier=gold", "ops"]
+messages_per_s = 500
+bytes_per_s = 1_048_576.5
+reads_per_s = "unlimited"
+
+[[limits]]
+principals = ["*"]
+subscribes_per_s = 2
+'''
+
+
+def test_limit_overrides_are_read_in_order_and_the_first_match_wins(tmp_path: Path) -> None:
+    config = load_auth_config(write_config(tmp_path, LIMITS), {})
+    assert len(config.limits) == 2
+    gold = Principal("x", "jwt", {"tier": "gold"})
+    assert config.limits.rates_for(gold) == {"messages_per_s": 500.0, "bytes_per_s": 1048576.5,
+                                             "reads_per_s": None}
+    assert config.limits.rates_for(Principal("ops", "api_key")) == config.limits.rates_for(gold)
+    assert config.limits.rates_for(ALICE) == {"subscribes_per_s": 2.0}
+    assert Gatekeeper(config).limit_overrides is config.limits
+
+
+def test_no_limits_table_means_no_overrides(tmp_path: Path) -> None:
+    config = load_auth_config(write_config(tmp_path, ""), {})
+    assert len(config.limits) == 0
+    assert config.limits.rates_for(ALICE) == {}
+    assert len(Gatekeeper(None).limit_overrides) == 0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[limits]]\nprincipals=['a']\nmessages_per_s=0\n", r"limits\[0\].messages_per_s: expected a positive"),
+    ("[[limits]]\nprincipals=['a']\nreads_per_s=-1\n", r"limits\[0\].reads_per_s"),
+    ("[[limits]]\nprincipals=['a']\nbytes_per_s='lots'\n", "or \"unlimited\""),
+    ("[[limits]]\nprincipals=['a']\nbytes_per_s=true\n", "bytes_per_s"),
+    ("[[limits]]\nprincipals=['a']\nbytes_per_s=inf\n", "bytes_per_s"),
+    ("[[limits]]\nprincipals=['a']\nbytes_per_s=nan\n", "bytes_per_s"),
+    ("[[limits]]\nprincipals=['a']\n", "give at least one of messages_per_s"),
+    ("[[limits]]\nprincipals=['a']\nmessage_per_s=5\n", r"limits\[0\]: unknown keys \['message_per_s'\]"),
+    ("[[limits]]\nmessages_per_s=5\n", r"limits\[0\].principals"),
+    ("[[limits]]\nprincipals=['a']\nmessages_per_s=1\n[[limits]]\nprincipals=['claim:x']\nreads_per_s=1\n",
+     r"limits\[1\].principals: 'claim:x' must look like"),
+    ("[limits]\nprincipals=['a']\n", r"\[\[limits\]\]"),
+])
+def test_bad_limit_overrides_are_refused_with_the_entry_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(AuthConfigError, match=message):
+        load_auth_config(write_config(tmp_path, text), {})

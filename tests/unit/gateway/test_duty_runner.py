@@ -60,6 +60,9 @@ class FakeStores:
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         return GroupPartitionState(partition, True, None, 0, None, None)
 
+    async def length(self, topic: str, partition: int) -> int:
+        return 7
+
     async def read(self, *args: Any, **kwargs: Any) -> list[StoredEntry]:
         return [StoredEntry(0, "1-0", b"", ValueFormat.BINARY, None, {}, 1)]
 

@@ -11,6 +11,7 @@ import pytest
 from storage import AppendOptions, Record
 from storage.delayed import RedisDelayedStore
 from storage.keys import log_key
+from storage.observer import ignore_call
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -23,6 +24,7 @@ class _Router:
     def __init__(self, client: Any) -> None:
         self.cluster = client
         self.settings = RedisStoreSettings()
+        self.observer = ignore_call
 
     def node_for_slot(self, slot: int) -> tuple[str, int]:
         return ("fake", 0)

@@ -1,0 +1,90 @@
+"""Side-by-side anchors measured in the same run as the gateway: raw pipelined XADD and NATS JetStream (nats-py)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+
+from gateway.devstack import RedisClusterProcess
+
+VALUE = b"x" * 200
+
+
+def key_on(cluster: RedisClusterProcess, port: int) -> str:
+    """A stream key whose slot the primary listening on ``port`` serves."""
+    for salt in range(100_000):
+        key = f"anchor:{{a{salt}}}:log"
+        if cluster.primary_for_key(key).address[1] == port:
+            return key
+    raise RuntimeError(f"no key for the primary on port {port}")
+
+
+def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int = 64, clients: int = 16) -> float:
+    """XADD msg/s of the whole cluster: redis-benchmark -P ``pipeline`` against every primary at once (AOF on)."""
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        raise FileNotFoundError("redis-benchmark not found (Debian package redis-tools)")
+    started = time.perf_counter()
+    runs = [subprocess.Popen([binary, "-h", host, "-p", str(port), "-c", str(clients), "-n", str(per_primary),
+                              "-P", str(pipeline), "--csv", "XADD", key_on(cluster, port), "*", "v", VALUE.decode(),
+                              "k", "key", "f", "j"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for host, port in (node.address for node in cluster.primaries)]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        if run.returncode != 0:
+            raise RuntimeError(f"redis-benchmark failed: {out.decode()[-300:]}")
+    return per_primary * len(runs) / (time.perf_counter() - started)
+
+
+async def _jetstream(url: str, stream: str):  # type: ignore[no-untyped-def]
+    import nats
+    from nats.js.api import StorageType
+
+    connection = await nats.connect(url)
+    js = connection.jetstream(publish_async_max_pending=4000)
+    await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE)
+    return connection, js
+
+
+async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCHPUB") -> tuple[float, int]:
+    """JetStream publish_async with acks (file store): msg/s over ``seconds``; also returns the count."""
+    connection, js = await _jetstream(url, stream)
+    try:
+        sent = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            for _ in range(1000):
+                await js.publish_async(f"{stream}.k", VALUE)
+            sent += 1000
+        await js.publish_async_completed()
+        return sent / (time.perf_counter() - started), sent
+    finally:
+        await connection.close()
+
+
+async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL") -> float:
+    """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages`` prefilled."""
+    connection, js = await _jetstream(url, stream)
+    try:
+        for start in range(0, messages, 1000):
+            for _ in range(min(1000, messages - start)):
+                await js.publish_async(f"{stream}.k", VALUE)
+        await js.publish_async_completed()
+        subscription = await js.pull_subscribe(f"{stream}.>", durable="bench")
+        acked = 0
+        started = time.perf_counter()
+        while acked < messages:
+            for message in await subscription.fetch(batch=500, timeout=5):
+                await message.ack()
+                acked += 1
+        await connection.flush()
+        return acked / (time.perf_counter() - started)
+    finally:
+        await connection.close()
+
+
+def run_async(coroutine):  # type: ignore[no-untyped-def]
+    """asyncio.run for the synchronous harness."""
+    return asyncio.run(coroutine)

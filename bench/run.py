@@ -1,0 +1,362 @@
+"""Issue 8's bench harness: every goal measured next to its anchors in one run, printed as ONE table.
+
+Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1 replica, AOF
+everysec, gateway.devstack), etcd, `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has
+it) and Debian's nats-server with JetStream (file store in a temp dir). Anchors in the same run: raw pipelined
+XADD (redis-benchmark -P 64 against every primary at once, a key of its own slot each) and NATS JetStream
+through nats-py (publish_async with acks; pull + ack). Prints figure, value, anchor, ratio, goal, pass/fail and
+writes the table as JSON and Markdown. Nothing here is a test assertion; on a shared 2-core machine absolute
+figures are noisy (+-30%), the ratios less so.
+
+    python bench/run.py                      # every goal, 10 s per measurement
+    python bench/run.py --quick --only publish
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import importlib
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from anchors import nats_publish_async_rate, nats_pull_ack_rate, raw_xadd_rate
+from deliver import create_topic, group_rate, paced_latencies
+from publish import http_publish_for, percentile_ms, publish_body, wait_ready
+from services import GatewayProcess, NatsServer, serve_supports
+from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
+
+from gateway.devstack import DevStack, DevStackConfig
+
+GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers")
+BENCH_DIR = Path(__file__).resolve().parent
+PUBLISH_TOPIC = "bench"
+PUBLISH_PARTITIONS = 6
+WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call", "before",
+         "monday", "morning", "office", "reception", "please", "thanks")
+
+
+def realistic_value(index: int) -> dict[str, Any]:
+    """A ~200-byte JSON order that differs per message (identical values would flatter every codec)."""
+    rng = random.Random(index)
+    return {"order": 100_000 + index, "customer": f"cust-{rng.randrange(10_000):04d}",
+            "currency": rng.choice(("EUR", "USD", "GBP")), "total": round(rng.uniform(1, 5000), 2),
+            "items": [{"sku": f"sku-{rng.randrange(10_000)}", "qty": rng.randrange(1, 9)} for _ in range(2)],
+            "note": " ".join(rng.choice(WORDS) for _ in range(6)), "ts": 1795418703164 + rng.randrange(10**6)}
+
+
+def realistic_body(batch: int) -> bytes:
+    """A publish body of ``batch`` distinct realistic messages, acks=1."""
+    return orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": realistic_value(i)}
+                                                   for i in range(batch)]})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how big each measurement is (--quick shrinks everything)."""
+
+    seconds: float
+    raw_per_primary: int
+    fan_sockets: int
+    fan_clients: int
+    fan_messages: int
+    idle_sockets: int
+    group_messages: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        if args.quick:
+            return cls(args.duration or 2.0, 100_000, 100, 2, 200, 200, 5_000)
+        return cls(args.duration or 10.0, 1_000_000, 1_000, 2, 2_000, 1_000, 50_000)
+
+
+class Harness:
+    """Owns the stack, one gateway and NATS; each goal adds rows."""
+
+    def __init__(self, stack: DevStack, gateway: GatewayProcess, nats: NatsServer, plan: Plan) -> None:
+        self.stack, self.gateway, self.nats, self.plan = stack, gateway, nats, plan
+        self.rows: list[Row] = []
+
+    async def batch_rate(self, acks: str, concurrency: int = 16, base: str | None = None) -> float:
+        body = publish_body(100, acks)
+        result = await http_publish_for(base or self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds,
+                                        concurrency)
+        return result.rate
+
+    # --- goal 1 -------------------------------------------------------------------------------------------
+    async def publish(self) -> None:
+        raw = await asyncio.to_thread(raw_xadd_rate, self.stack.redis, self.plan.raw_per_primary)
+        nats_rate, _ = await nats_publish_async_rate(self.nats.url, self.plan.seconds)
+        batch = await self.batch_rate("1")
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", batch, "msg/s", raw,
+                                      "raw XADD -P 64, 3 primaries", ">= 0.5x raw"), 0.5, on_ratio=True))
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", batch, "msg/s", nats_rate,
+                                      "JetStream publish_async", ">= 4x JetStream"), 4.0, on_ratio=True))
+        single = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(1), 1, self.plan.seconds, 64)
+        self.rows.append(at_least(Row("1", "single-message requests, 64 concurrent", single.rate, "req/s",
+                                      goal_text=">= 8,000 req/s"), 8000))
+        self.rows.append(below(Row("1", "single-message requests, p99", percentile_ms(single.latencies_s, 0.99),
+                                   "ms", goal_text="< 15 ms"), 15))
+
+    # --- goal 2 -------------------------------------------------------------------------------------------
+    async def acks(self) -> None:
+        one = await self.batch_rate("1")
+        every = await self.batch_rate("all")
+        self.rows.append(at_least(Row("2", "HTTP publish, batch 100, acks=all", every, "msg/s", one,
+                                      "acks=1, same run", ">= 0.8x acks=1"), 0.8, on_ratio=True))
+
+    # --- goal 3 -------------------------------------------------------------------------------------------
+    async def latency(self) -> None:
+        async with aiohttp.ClientSession() as http:
+            latencies, achieved = await paced_latencies(http, self.gateway.base, "bench-latency", 5000,
+                                                        self.plan.seconds)
+        note = f"{len(latencies)} messages, publish rate achieved {achieved:,.0f} msg/s, one exclusive-group consumer"
+        self.rows.append(below(Row("3", "publish -> WebSocket p50 at 5,000 msg/s", percentile_ms(latencies, 0.5),
+                                   "ms", goal_text="< 5 ms", note=note), 5))
+        self.rows.append(below(Row("3", "publish -> WebSocket p99 at 5,000 msg/s", percentile_ms(latencies, 0.99),
+                                   "ms", goal_text="< 25 ms"), 25))
+
+    # --- goal 4 -------------------------------------------------------------------------------------------
+    def fan_client(self, gateway: GatewayProcess, topic: str, sockets: int, expect: int,
+                   idle: bool) -> subprocess.Popen[str]:
+        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(gateway.port), "--topic", topic,
+                "--sockets", str(sockets), "--expect", str(expect), "--seconds", str(self.plan.seconds * 3)]
+        return subprocess.Popen(argv + (["--idle"] if idle else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+
+    async def start_fan_clients(self, gateway: GatewayProcess, topic: str, total: int, expect: int,
+                                idle: bool) -> list[subprocess.Popen[str]]:
+        count = self.plan.fan_clients
+        clients = [self.fan_client(gateway, topic, total // count, expect, idle) for _ in range(count)]
+        for client in clients:
+            assert client.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(client.stdout.readline), 120)
+            if line.strip() != "READY":
+                raise RuntimeError(f"fan-out client did not connect: {line!r}")
+        return clients
+
+    async def fanout(self) -> None:
+        plan = self.plan
+        async with aiohttp.ClientSession() as http:
+            await create_topic(http, self.gateway.base, "bench-fanout", 1)
+            clients = await self.start_fan_clients(self.gateway, "bench-fanout", plan.fan_sockets, plan.fan_messages,
+                                                   idle=False)
+            try:
+                started = time.time()
+                body = publish_body(100, "1", "x" * 200)
+                for _ in range(plan.fan_messages // 100):
+                    async with http.post(f"{self.gateway.base}/v1/topics/bench-fanout/messages", data=body,
+                                         headers={"content-type": "application/json"}) as response:
+                        assert response.status == 200, await response.text()
+                outputs = [orjson.loads((await asyncio.to_thread(c.communicate, None, plan.seconds * 3 + 60))[0])
+                           for c in clients]
+            finally:
+                stop_all(clients)
+        delivered = sum(o["delivered"] for o in outputs)
+        elapsed = max(o["last_ts"] for o in outputs) - started
+        note = (f"{delivered:,} of {plan.fan_sockets * plan.fan_messages:,} delivered to {plan.fan_sockets} sockets "
+                f"in {elapsed:.2f} s; gateway: 1 process; clients: {plan.fan_clients} processes "
+                f"(lean counters); all share {os.cpu_count()} cores")
+        self.rows.append(at_least(Row("4", f"WebSocket fan-out, {plan.fan_sockets} broadcast subscribers",
+                                      delivered / elapsed if elapsed > 0 else 0.0, "msg/s", goal_text=">= 500,000",
+                                      note=note), 500_000))
+        await self.idle_memory()
+
+    async def idle_memory(self) -> None:
+        """RSS delta of a fresh gateway (warmed by a few sockets) over N idle broadcast sockets, per socket."""
+        with GatewayProcess(self.stack) as gateway:
+            await wait_ready(gateway.base)
+            warm = await self.start_fan_clients(gateway, "bench-fanout", 2 * self.plan.fan_clients, 0, idle=True)
+            stop_all(warm)
+            await asyncio.sleep(0.5)
+            before = gateway.rss_bytes()
+            clients = await self.start_fan_clients(gateway, "bench-fanout", self.plan.idle_sockets, 0, idle=True)
+            try:
+                await asyncio.sleep(1.0)
+                after = gateway.rss_bytes()
+            finally:
+                stop_all(clients)
+        per = (after - before) / self.plan.idle_sockets / 1024
+        self.rows.append(below(Row("4", "memory per idle WebSocket", per, "KiB", goal_text="< 16 KiB",
+                                   note=f"RSS delta of a fresh gateway over {self.plan.idle_sockets} idle broadcast "
+                                        "sockets"), 16))
+
+    # --- goal 5 -------------------------------------------------------------------------------------------
+    async def group(self) -> None:
+        messages = self.plan.group_messages
+        async with aiohttp.ClientSession() as http:
+            rate, acked = await group_rate(http, self.gateway.base, "bench-group", messages, 4,
+                                           timeout_s=self.plan.seconds * 10 + 60)
+        nats_rate = await nats_pull_ack_rate(self.nats.url, messages)
+        note = f"{acked:,} messages, 4 consumers acking by 200, 8 partitions; JetStream: fetch 500 + ack each"
+        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s",
+                                      goal_text=">= 100,000", note=note), 100_000))
+        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s", nats_rate,
+                                      "JetStream pull+ack", ">= 5x JetStream"), 5.0, on_ratio=True))
+
+    # --- goal 6 -------------------------------------------------------------------------------------------
+    async def compression(self) -> None:
+        plain = realistic_body(100)
+        codecs: dict[str, Callable[[bytes], bytes] | None] = {"gzip": gzip.compress, "zstd": zstd_compressor()}
+        cpu0 = self.gateway.cpu_seconds()
+        base_rate = (await http_publish_for(self.gateway.base, PUBLISH_TOPIC, plain, 100, self.plan.seconds, 16))
+        base_cpu = (self.gateway.cpu_seconds() - cpu0) / base_rate.messages * 1e6
+        for name, compress in codecs.items():
+            figure = f"publish, Content-Encoding {name}, batch 100"
+            refusal = "the client has no zstd module (backports.zstd)" if compress is None else \
+                await self.encoding_refusal(name, compress(plain))
+            if refusal:
+                self.rows.append(Row("6", figure, None, "msg/s", status=UNSUPPORTED, note=refusal))
+                continue
+            body = compress(plain)
+            cpu0 = self.gateway.cpu_seconds()
+            result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds, 16,
+                                            {"content-encoding": name})
+            cpu = (self.gateway.cpu_seconds() - cpu0) / result.messages * 1e6
+            self.rows.append(Row("6", figure, result.rate, "msg/s", base_rate.rate, "identity", "shows when it helps",
+                                 note=f"wire {len(body) / 100:.0f} B/msg vs {len(plain) / 100:.0f} B/msg identity; "
+                                      f"gateway CPU {cpu:.1f} us/msg vs {base_cpu:.1f} us/msg"))
+        await self.websocket_deflate()
+
+    async def encoding_refusal(self, name: str, body: bytes) -> str:
+        """Feature detection: '' when the gateway takes a body in this Content-Encoding, else its answer."""
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{self.gateway.base}/v1/topics/{PUBLISH_TOPIC}/messages", data=body,
+                headers={"content-type": "application/json", "content-encoding": name}) as response:
+            return "" if response.status == 200 else f"refused: {response.status} {(await response.text())[:160]}"
+
+    async def websocket_deflate(self) -> None:
+        figure = "WebSocket permessage-deflate"
+        async with aiohttp.ClientSession() as http, http.ws_connect(
+                f"{self.gateway.base}/v1/subscribe", params={"topic": PUBLISH_TOPIC}, compress=15) as ws:
+            negotiated = ws.compress
+        if not negotiated:
+            self.rows.append(Row("6", figure, None, "", status=UNSUPPORTED, note="not negotiated"))
+            return
+        frames = [orjson.dumps({"type": "message", "topic": PUBLISH_TOPIC, "partition": i % 6,
+                                "offset": f"{1795418703164 + i}-0", "key": f"k{i}", "value": realistic_value(i),
+                                "headers": {}, "timestamp_ms": 1795418703164 + i, "delivery_count": 1})
+                  for i in range(1000)]
+        deflater = zlib.compressobj(wbits=-15)
+        sizes = [len(deflater.compress(frame) + deflater.flush(zlib.Z_SYNC_FLUSH)) - 4 for frame in frames]
+        per_frame = sum(sizes) / len(sizes)
+        plain = sum(len(frame) for frame in frames) / len(frames)
+        self.rows.append(Row("6", figure + " (wire bytes per message frame)", per_frame, "B", plain,
+                             "uncompressed frame", "shows when it helps",
+                             note=f"negotiated (window bits {negotiated}); size computed with the same raw deflate "
+                                  "and context takeover over 1,000 distinct frames, not captured on the wire"))
+
+    # --- goal 7 -------------------------------------------------------------------------------------------
+    async def workers(self) -> None:
+        if not serve_supports("--workers"):
+            self.rows.append(Row("7", "gateway workers", None, "msg/s", status=UNSUPPORTED,
+                                 note="`streamgate serve` has no --workers"))
+            return
+        rates: dict[int, float] = {}
+        for count in (1, 2):
+            with GatewayProcess(self.stack, workers=count) as gateway:
+                await wait_ready(gateway.base)
+                rates[count] = await self.batch_rate("1", concurrency=32, base=gateway.base)
+            self.rows.append(Row("7", f"publish batch 100, --workers {count}", rates[count], "msg/s",
+                                 rates[1] if count > 1 else None, "--workers 1" if count > 1 else "",
+                                 "report the knee"))
+        gain = rates[2] / rates[1]
+        self.rows[-1].note = (f"2 workers give {gain:.2f}x one worker on {os.cpu_count()} cores shared with Redis and "
+                              "the load generator; " + ("the knee is at 1 worker here" if gain < 1.1 else
+                                                        "still scaling at 2 workers"))
+
+
+def zstd_compressor() -> Callable[[bytes], bytes] | None:
+    """zstd from the standard library (3.14+) or its backport (the gateway's own dependency), else zstandard."""
+    for module in ("compression.zstd", "backports.zstd"):
+        try:
+            return importlib.import_module(module).compress  # type: ignore[no-any-return]
+        except ImportError:
+            continue
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return zstandard.ZstdCompressor().compress
+
+
+def stop_all(processes: list[subprocess.Popen[str]]) -> None:
+    """Close stdin (idle clients exit), then terminate by PID whatever is still running."""
+    for process in processes:
+        if process.stdin and not process.stdin.closed:
+            process.stdin.close()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def run_goals(harness: Harness, goals: list[str]) -> None:
+    await wait_ready(harness.gateway.base)
+    await asyncio.to_thread(harness.nats.wait_ready)
+    async with aiohttp.ClientSession() as http:
+        await create_topic(http, harness.gateway.base, PUBLISH_TOPIC, PUBLISH_PARTITIONS)
+    for goal in goals:
+        step: Callable[[], Awaitable[None]] = getattr(harness, goal)
+        try:
+            await step()
+        except Exception as exc:  # one goal failing must not hide the others' figures
+            harness.rows.append(Row(str(GOALS.index(goal) + 1), f"{goal}: error", None, "", status=ERROR,
+                                    note=f"{type(exc).__name__}: {exc}"[:300]))
+
+
+def context(args: argparse.Namespace, plan: Plan, nats: NatsServer) -> dict[str, Any]:
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(), "python": platform.python_version(),
+            "redis": redis.split()[2].removeprefix("v=") if redis else "?", "nats": nats.version(), "quick": args.quick,
+            "seconds_per_measurement": plan.seconds,
+            "note": "taken on a shared machine under load from other work: absolute figures are noisy, "
+                    "ratios (same run) less so"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short durations and small counts (smoke test)")
+    parser.add_argument("--only", default=",".join(GOALS), help=f"comma-separated goals of {', '.join(GOALS)}")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per timed measurement")
+    parser.add_argument("--json", type=Path, default=BENCH_DIR / "results" / "latest.json")
+    parser.add_argument("--markdown", type=Path, default=BENCH_DIR / "results" / "latest.md")
+    args = parser.parse_args()
+    goals = [goal.strip() for goal in args.only.split(",") if goal.strip()]
+    unknown = set(goals) - set(GOALS)
+    if unknown:
+        parser.error(f"unknown goals: {', '.join(sorted(unknown))}")
+    plan = Plan.of(args)
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
+            DevStack(DevStackConfig(data_dir=Path(tmp))) as stack, NatsServer() as nats, \
+            GatewayProcess(stack) as gateway:
+        harness = Harness(stack, gateway, nats, plan)
+        run_context = context(args, plan, nats)
+        asyncio.run(run_goals(harness, goals))
+        run_context["load_average_at_end"] = os.getloadavg()
+    print(render_text(harness.rows))
+    write_json(args.json, harness.rows, run_context)
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(f"{run_context['date']}, {run_context['cores']} cores, {run_context['note']}\n\n"
+                             + render_markdown(harness.rows) + "\n")
+    return 1 if any(row.status == ERROR for row in harness.rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

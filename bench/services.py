@@ -1,0 +1,126 @@
+"""Processes the bench harness starts on free loopback ports and stops by PID: gateways and a NATS server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from publish import free_port
+
+from gateway.devstack import DevStack
+
+BENCH_GATEWAY_ENV = {
+    "STREAMGATE_AUTH_MODE": "none",
+    "STREAMGATE_MAX_CONNECTIONS_PER_PRINCIPAL": "0",  # 1,000 fan-out sockets share the anonymous principal
+    "STREAMGATE_WS_HEARTBEAT_S": "3600",  # the lean fan-out client does not answer pings
+}
+
+
+def serve_supports(flag: str) -> bool:
+    """Feature detection: does `streamgate serve --help` list ``flag``?"""
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--help"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    return flag in out.stdout
+
+
+class GatewayProcess:
+    """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI supports it."""
+
+    def __init__(self, stack: DevStack, workers: int | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, **BENCH_GATEWAY_ENV,
+               "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
+               "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
+        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve", "--port", str(self.port)]
+        if workers is not None:
+            argv += ["--workers", str(workers)]
+        self.process = subprocess.Popen(argv, env=env)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def rss_bytes(self) -> int:
+        """Resident set of the gateway process (VmRSS)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the gateway process and its waited-for children so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM by PID, then SIGKILL if it does not exit within 30 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class NatsServer:
+    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("nats-server")
+        if binary is None:
+            raise FileNotFoundError("nats-server not found (apt-get install nats-server)")
+        self.port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._dir = tempfile.TemporaryDirectory(prefix="sg-bench-nats-")
+        self.process = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port), "-js",
+                                         "-sd", self._dir.name], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+
+    def version(self) -> str:
+        binary = shutil.which("nats-server") or "nats-server"
+        return subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        import socket
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nats-server did not start")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._dir.cleanup()

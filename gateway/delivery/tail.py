@@ -1,0 +1,262 @@
+"""Shared broadcast tails: one blocking reader per (topic, partition) per process, each page encoded once.
+
+A broadcast session follows each partition through a ``TailFollower``. A follower behind the end of the stream
+reads pages after its own position (XRANGE), as the session's credit allows. Once a read reaches the end and
+the partition's tail has not moved meanwhile, the follower joins the tail: from then on the tail's blocking
+read (XREAD BLOCK, no polling) feeds every joined follower the same pre-encoded frames, and a follower that runs
+out of credit mid-page is detached at the last entry it took and catches up on its own again. The first
+follower to reach the end starts the tail at its own position; a tail with no follower left stops after its
+current read. A slow socket therefore never slows the tail or the other sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+from typing import Any
+
+from gateway.delivery.filters import HeaderFilter
+from gateway.delivery.session import Session
+from gateway.delivery.wire import message_frame
+from storage.errors import StorageError
+from storage.groups_protocol import GroupStore
+from storage.models import StoredEntry
+from storage.protocol import StreamStore
+
+log = logging.getLogger(__name__)
+
+TAIL_PAGE = 1000
+TAIL_BLOCK_MS = 200
+CATCH_UP_PAGE = 500
+IDLE_POLL_S = 0.05
+ERROR_BACKOFF_S = 0.5
+STOP_WAIT_S = 2.0
+
+TailKey = tuple[str, int]
+
+
+def offset_key(offset: str) -> tuple[int, int]:
+    """An offset ("<ms>-<seq>") as a comparable pair."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class TailFollower:
+    """One session's position in one partition, either catching up on its own or fed by the tail."""
+
+    __slots__ = ("after", "delivered", "from_time_ms", "joined", "partition", "session", "skip_through", "wake")
+
+    def __init__(self, session: Session, partition: int, after: str | None, delivered: Any,
+                 wake: asyncio.Event) -> None:
+        self.session = session
+        self.partition = partition
+        self.after = after  # every entry up to here was offered (or filtered out)
+        self.from_time_ms = session.params.from_time_ms if after is None else None
+        self.joined = False
+        self.skip_through: tuple[int, int] | None = None  # joined ahead of the tail: skip what it re-reads
+        self.delivered = delivered
+        self.wake = wake
+
+    def offer(self, entries: list[StoredEntry], frames: list[bytes] | None, offsets: list[str]) -> bool:
+        """Offer a page (frames pre-encoded by the tail, or None to encode here); False when credit ran short.
+
+        ``after`` ends at the last entry taken, or at the page's end when all was taken.
+        """
+        header_filter: HeaderFilter = self.session.params.filter
+        if header_filter.is_empty:
+            chosen, chosen_frames, chosen_offsets = entries, frames, offsets
+        else:
+            picked = [i for i, entry in enumerate(entries) if header_filter.matches(entry.headers)]
+            chosen = [entries[i] for i in picked]
+            chosen_frames = None if frames is None else [frames[i] for i in picked]
+            chosen_offsets = [offsets[i] for i in picked]
+        session = self.session
+        taken = min(len(chosen), session.credit if session.has_credit else 0)
+        if taken:
+            if chosen_frames is None:
+                page = [message_frame(session.topic, entry, 1) for entry in chosen[:taken]]
+            else:
+                page = chosen_frames if taken == len(chosen_frames) else chosen_frames[:taken]
+            page_offsets = chosen_offsets if taken == len(chosen_offsets) else chosen_offsets[:taken]
+            session.offer_frames(self.partition, page, page_offsets)
+            self.delivered.inc(taken)
+        if taken < len(chosen):
+            if taken:
+                self.after = chosen[taken - 1].offset
+            return False
+        if entries:
+            self.after = entries[-1].offset
+        return True
+
+    def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str]) -> bool:
+        """The tail's fan-out; False detaches this follower (out of credit or closing)."""
+        if self.skip_through is not None:
+            start = 0
+            while start < len(entries) and offset_key(entries[start].offset) <= self.skip_through:
+                start += 1
+            if start == len(entries):
+                return True
+            self.skip_through = None
+            entries, frames, offsets = entries[start:], frames[start:], offsets[start:]
+        if self.offer(entries, frames, offsets):
+            return True
+        self.joined = False
+        self.wake.set()
+        return False
+
+
+class PartitionTail:
+    """The blocking reader of one partition, fanning pages out to the joined followers."""
+
+    def __init__(self, tails: BroadcastTails, topic: str, partition: int, last: str | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.last = last  # the tail has fanned out every entry up to here
+        self.reads = 0
+        self._tails = tails
+        self._followers: dict[TailFollower, None] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    def join(self, follower: TailFollower) -> None:
+        """Feed ``follower`` from the next page on."""
+        follower.joined = True
+        self._followers[follower] = None
+
+    def leave(self, follower: TailFollower) -> None:
+        """Stop feeding ``follower``."""
+        self._followers.pop(follower, None)
+        follower.joined = False
+
+    async def run(self) -> None:
+        """Read and fan out while anyone follows; unregisters itself (synchronously with the last check)."""
+        try:
+            while self._followers and not self.stopping:
+                try:
+                    entries = await self._tails.groups.read_after(self.topic, self.partition, after=self.last,
+                                                                  count=TAIL_PAGE, block_ms=TAIL_BLOCK_MS)
+                except StorageError as exc:
+                    log.warning("broadcast tail %s/%s: %s; retrying", self.topic, self.partition, exc)
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+                    continue
+                self.reads += 1
+                if entries:
+                    self._fan_out(entries)
+        finally:
+            self._tails.forget(self)
+
+    def _fan_out(self, entries: list[StoredEntry]) -> None:
+        frames = [message_frame(self.topic, entry, 1) for entry in entries]
+        offsets = [entry.offset for entry in entries]
+        self.last = offsets[-1]
+        detached = [f for f in self._followers if not f.take_from_tail(entries, frames, offsets)]
+        for follower in detached:
+            self._followers.pop(follower, None)
+
+
+class BroadcastTails:
+    """The process's tails, keyed by (topic, partition) (async context manager; closing stops every tail)."""
+
+    def __init__(self, groups: GroupStore) -> None:
+        self.groups = groups
+        self._tails: dict[TailKey, PartitionTail] = {}
+
+    async def __aenter__(self) -> BroadcastTails:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every tail (idempotent)."""
+        tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            tail.stopping = True  # even a read that swallowed its cancellation ends the loop
+        tasks = [t.task for t in tails if t.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:  # bounded, like the group readers: a read stuck in the client must not hold up shutdown
+            await asyncio.wait(tasks, timeout=STOP_WAIT_S)
+
+    def get(self, topic: str, partition: int) -> PartitionTail | None:
+        """The running tail of a partition, if any."""
+        return self._tails.get((topic, partition))
+
+    def forget(self, tail: PartitionTail) -> None:
+        """Called by a tail as it stops."""
+        if self._tails.get((tail.topic, tail.partition)) is tail:
+            del self._tails[(tail.topic, tail.partition)]
+
+    def start(self, follower: TailFollower) -> PartitionTail:
+        """Start the partition's tail at ``follower``'s position with ``follower`` joined."""
+        topic = follower.session.topic
+        tail = PartitionTail(self, topic, follower.partition, follower.after)
+        tail.join(follower)
+        self._tails[(topic, follower.partition)] = tail
+        tail.task = asyncio.create_task(tail.run(), name=f"broadcast-tail-{topic}/{follower.partition}")
+        return tail
+
+    def leave(self, follower: TailFollower) -> None:
+        """Detach ``follower`` from its partition's tail, if joined."""
+        tail = self.get(follower.session.topic, follower.partition)
+        if tail is not None:
+            tail.leave(follower)
+
+    async def catch_up(self, store: StreamStore, follower: TailFollower) -> None:
+        """One step for a follower behind: join the tail when at its position, else read one page."""
+        session, partition = follower.session, follower.partition
+        tail = self.get(session.topic, partition)
+        if tail is not None and follower.after is not None and follower.after == tail.last:
+            tail.join(follower)
+            return
+        seen = None if tail is None else tail.last
+        limit = min(session.credit, CATCH_UP_PAGE)
+        entries = await store.read(session.topic, partition, after=follower.after,
+                                   from_time_ms=follower.from_time_ms, limit=limit)
+        if entries:
+            follower.from_time_ms = None
+            if not follower.offer(entries, None, [entry.offset for entry in entries]) or len(entries) == limit:
+                return
+        if follower.after is None and follower.from_time_ms is not None:
+            await asyncio.sleep(IDLE_POLL_S)  # nothing at or after the start time yet: no position to join at
+            return
+        self._join_at_end(follower, tail, seen)
+
+    def _join_at_end(self, follower: TailFollower, tail: PartitionTail | None, seen: str | None) -> None:
+        """The read reached the end of the stream: join, unless the tail moved while it ran (read again)."""
+        now = self.get(follower.session.topic, follower.partition)
+        if now is None:
+            self.start(follower)
+            return
+        if now is not tail or now.last != seen:
+            return
+        if follower.after is not None and (now.last is None or offset_key(follower.after) > offset_key(now.last)):
+            follower.skip_through = offset_key(follower.after)
+        now.join(follower)
+
+
+async def follow_with_tails(tails: BroadcastTails, store: StreamStore, session: Session,
+                            positions: dict[int, str | None], delivered: Any) -> None:
+    """Deliver every partition to a broadcast session through the shared tails (until cancelled or closing)."""
+    wake = asyncio.Event()
+    followers = [TailFollower(session, p, after, delivered, wake) for p, after in positions.items()]
+    session.watch_credit(wake)
+    try:
+        while not session.closing.done():
+            behind = [f for f in followers if not f.joined]
+            if not behind or not session.has_credit:
+                wake.clear()
+                await wake.wait()
+                continue
+            for follower in behind:
+                if not session.has_credit:
+                    break
+                await tails.catch_up(store, follower)
+    finally:
+        session.unwatch_credit(wake)
+        for follower in followers:
+            with contextlib.suppress(Exception):
+                tails.leave(follower)

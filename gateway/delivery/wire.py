@@ -1,0 +1,92 @@
+"""Bytes on the wire: message frames encoded once, several WebSocket text frames coalesced into one write.
+
+The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md). What
+changes is how they reach the socket: ``coalescing_sender`` builds the frames itself and hands all frames a
+session has queued to the transport in one ``write`` (one syscall instead of one per message), then waits for
+the transport to drain like aiohttp's own writer does. With permessage-deflate negotiated the frames go through
+aiohttp one by one (the compressor keeps state across frames).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+
+import orjson
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from storage.models import StoredEntry, ValueFormat
+
+Send = Callable[[Sequence[bytes]], Awaitable[None]]
+
+TEXT_FIN = 0x81
+SHORT_MAX = 125
+MEDIUM_MAX = 0xFFFF
+
+
+def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
+    """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document)."""
+    key = None if entry.key is None else entry.key.decode(errors="replace")
+    if entry.value_format is ValueFormat.JSON:
+        return orjson.dumps({"type": "message", "topic": topic, "partition": entry.partition, "offset": entry.offset,
+                             "key": key, "headers": entry.headers, "timestamp_ms": entry.timestamp_ms,
+                             "value": orjson.Fragment(entry.value), "delivery_count": delivery_count})
+    return orjson.dumps({"type": "message", "topic": topic, "partition": entry.partition, "offset": entry.offset,
+                         "key": key, "headers": entry.headers, "timestamp_ms": entry.timestamp_ms,
+                         "value_b64": base64.b64encode(entry.value).decode(), "delivery_count": delivery_count})
+
+
+def text_frame_header(length: int) -> bytes:
+    """The header of an unmasked, final WebSocket text frame (server to client) carrying ``length`` bytes."""
+    if length <= SHORT_MAX:
+        return bytes((TEXT_FIN, length))
+    if length <= MEDIUM_MAX:
+        return struct.pack("!BBH", TEXT_FIN, 126, length)
+    return struct.pack("!BBQ", TEXT_FIN, 127, length)
+
+
+def text_frames(payloads: Sequence[bytes]) -> bytes:
+    """Several payloads as consecutive WebSocket text frames, ready for one transport write."""
+    parts: list[bytes] = []
+    for payload in payloads:
+        parts.append(text_frame_header(len(payload)))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+def coalescing_sender(ws: web.WebSocketResponse, request: web.Request) -> Send:
+    """A ``Send`` writing every given payload as its own text frame, all in one transport write."""
+    protocol = request.protocol
+
+    async def send_one_by_one(payloads: Sequence[bytes]) -> None:
+        for payload in payloads:
+            await ws.send_str(payload.decode())
+
+    async def send(payloads: Sequence[bytes]) -> None:
+        if ws.compress:
+            await send_one_by_one(payloads)
+            return
+        transport = request.transport
+        if ws.closed or transport is None or transport.is_closing():
+            raise ConnectionResetError("the WebSocket is closed")
+        transport.write(text_frames(payloads))
+        if protocol.writing_paused:
+            await _drained(protocol)
+
+    return send
+
+
+async def _drained(protocol: RequestHandler) -> None:
+    """Wait until the transport resumes writing (it pauses the protocol past its high-water mark).
+
+    aiohttp's drain helper awaits one future shared by every writer of the connection, and a timed-out (cancelled)
+    wait would cancel that future for everyone, the close frame included: shield it, and drop a future some
+    other cancelled writer left behind.
+    """
+    waiter = protocol._drain_waiter
+    if waiter is not None and waiter.cancelled():
+        protocol._drain_waiter = None
+    await asyncio.shield(protocol._drain_helper())

@@ -1,0 +1,299 @@
+"""A lean pipelined connection per primary for the append path (redis-py keeps topology and everything else).
+
+``RespConnection`` writes raw RESP (``storage.resp``) and matches replies to requests in order. Requests
+made in the same event-loop turn leave in one socket write (flushed as soon as the loop is idle), so
+concurrent single-message publishes to one node are coalesced into one pipeline write without a timer.
+While replies are outstanding, new requests are held and leave together when the last reply arrives
+(one write per round trip under load, without a timer). In-flight requests per connection are bounded
+(a semaphore): a producer waits instead of queueing without limit. Failures keep the contract of
+``storage.appender``: a broken or timed-out connection fails every request in flight on it with a redis
+``ConnectionError``/``TimeoutError`` (the write is in doubt and the appender retries it); an error reply
+is a value in the reply list, exactly as a redis-py pipeline gives it.
+
+``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small pool of
+connections taken exclusively by acks=all writes: WAIT blocks its connection until the replicas answer,
+and it must follow the caller's own writes on the same connection (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import exceptions as rexc
+
+from storage.resp import NOT_READY, ReplyReader, encode_command, new_reply_reader, with_redis_errors
+from storage.settings import RedisStoreSettings
+
+NodeAddress = tuple[str, int]
+MAX_IN_FLIGHT = 512  # requests awaiting replies on one shared connection
+
+
+@dataclass(slots=True)
+class _Request:
+    """One caller's commands in flight: how many replies it still expects and those received."""
+
+    future: asyncio.Future[list[Any]]
+    remaining: int
+    replies: list[Any] = field(default_factory=list)
+
+
+class _RespProtocol(asyncio.Protocol):
+    """Feeds received bytes to the reply reader and hands complete replies to the waiting requests."""
+
+    def __init__(self) -> None:
+        self.reader: ReplyReader = new_reply_reader()
+        self.waiting: collections.deque[_Request] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.lost: BaseException | None = None
+        self.sent = 0  # requests written to the socket whose replies are not all in
+        self.on_idle: Callable[[], None] | None = None  # called when every sent request has its replies
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reader, waiting = self.reader, self.waiting
+        try:
+            reader.feed(data)
+            while (reply := reader.gets()) is not NOT_READY:
+                request = waiting[0]
+                request.replies.append(reply)
+                request.remaining -= 1
+                if request.remaining == 0:
+                    waiting.popleft()
+                    self.sent -= 1
+                    if not request.future.done():  # a cancelled caller's replies are consumed and dropped
+                        request.future.set_result(request.replies)
+            if self.sent == 0 and self.on_idle is not None:
+                self.on_idle()
+        except Exception as exc:  # unparseable bytes or a reply nobody asked for: the stream is unusable
+            self.fail(rexc.ConnectionError(f"protocol error from redis: {exc!r}"))
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(rexc.ConnectionError(f"connection to redis lost: {exc or 'closed by server'}"))
+
+    def fail(self, error: BaseException) -> None:
+        if self.lost is None:
+            self.lost = error
+        while self.waiting:
+            request = self.waiting.popleft()
+            if not request.future.done():
+                request.future.set_exception(self.lost)
+
+
+class RespConnection:
+    """One pipelined connection to one node; ``execute`` sends commands and returns their replies."""
+
+    def __init__(self, protocol: _RespProtocol, reply_timeout_s: float, max_in_flight: int) -> None:
+        self._protocol = protocol
+        self._reply_timeout_s = reply_timeout_s
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._out: list[bytes] = []
+        self._out_requests = 0
+        self._flush_scheduled = False
+        protocol.on_idle = self._flush_held
+
+    @classmethod
+    async def open(cls, address: NodeAddress, settings: RedisStoreSettings,
+                   max_in_flight: int = MAX_IN_FLIGHT) -> RespConnection:
+        """Connect, authenticate and name the connection (redis ``ConnectionError`` when it cannot)."""
+        loop = asyncio.get_running_loop()
+        host, port = address
+        context = tls_context(settings)
+        try:
+            async with asyncio.timeout(settings.socket_connect_timeout_s):
+                _, protocol = await loop.create_connection(
+                    _RespProtocol, host, port, ssl=context, server_hostname=host if context else None)
+        except (OSError, TimeoutError) as exc:
+            raise rexc.ConnectionError(f"cannot connect to redis {host}:{port}: {exc!r}") from exc
+        connection = cls(protocol, settings.node_socket_timeout_s, max_in_flight)
+        try:
+            await connection._handshake(settings)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    async def _handshake(self, settings: RedisStoreSettings) -> None:
+        commands: list[tuple[Any, ...]] = []
+        if settings.password is not None:
+            commands.append(("AUTH", settings.username, settings.password) if settings.username
+                            else ("AUTH", settings.password))
+        if settings.client_name:
+            commands.append(("CLIENT", "SETNAME", settings.client_name))
+        if commands:
+            for reply in await self.execute(b"".join(encode_command(c) for c in commands), len(commands)):
+                if isinstance(reply, BaseException):
+                    raise reply
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection failed or was closed; a closed connection is never reused."""
+        return self._protocol.lost is not None
+
+    async def execute(self, payload: bytes, replies: int) -> list[Any]:
+        """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as exceptions.
+
+        Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no reply came
+        within the reply timeout (the connection is then closed: its later replies could not be trusted).
+        """
+        async with self._slots:
+            protocol = self._protocol
+            if protocol.lost is not None:
+                raise protocol.lost
+            future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            protocol.waiting.append(_Request(future, replies))  # queue and buffer with no await in between
+            self._out.append(payload)
+            self._out_requests += 1
+            if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+            # Otherwise the request waits for the replies in flight (at most one round trip) and leaves
+            # with everything queued meanwhile: one write per round trip under load, like Nagle without a timer.
+            try:
+                async with asyncio.timeout(self._reply_timeout_s):
+                    return with_redis_errors(await future)
+            except TimeoutError as exc:
+                self.close()
+                raise rexc.TimeoutError(f"no reply from redis within {self._reply_timeout_s} s") from exc
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data, self._out = b"".join(self._out), []
+        protocol = self._protocol
+        protocol.sent += self._out_requests
+        self._out_requests = 0
+        if protocol.transport is not None and protocol.lost is None and data:
+            protocol.transport.write(data)
+
+    def _flush_held(self) -> None:
+        if self._out and not self._flush_scheduled:
+            self._flush()
+
+    def close(self) -> None:
+        """Abort the connection; requests in flight fail with ConnectionError."""
+        self._protocol.fail(rexc.ConnectionError("connection closed by the client"))
+        if self._protocol.transport is not None:
+            self._protocol.transport.abort()
+
+
+def tls_context(settings: RedisStoreSettings) -> ssl.SSLContext | None:
+    """The client TLS context the settings ask for (None without TLS): TLS 1.2+, certificates verified."""
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(cafile=settings.tls_ca_path)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = settings.tls_check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    if settings.tls_cert_path and settings.tls_key_path:
+        context.load_cert_chain(settings.tls_cert_path, settings.tls_key_path)
+    return context
+
+
+class _Lane:
+    """The connections of one node: one shared (no WAIT), idle exclusive ones (WAIT), bounded in number."""
+
+    def __init__(self, max_exclusive: int) -> None:
+        self.shared: RespConnection | None = None
+        self.opening: asyncio.Future[RespConnection] | None = None
+        self.idle: list[RespConnection] = []
+        self.exclusive_slots = asyncio.Semaphore(max_exclusive)
+
+
+class NodeLanes:
+    """Lean connections per node address; an async context manager that closes them all."""
+
+    def __init__(self, settings: RedisStoreSettings) -> None:
+        self._settings = settings
+        self._lanes: dict[NodeAddress, _Lane] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> NodeLanes:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _lane(self, address: NodeAddress) -> _Lane:
+        lane = self._lanes.get(address)
+        if lane is None:
+            if self._closed:
+                raise rexc.ConnectionError("the lean connections are closed")
+            lane = self._lanes[address] = _Lane(max(1, self._settings.max_connections_per_node))
+        return lane
+
+    async def execute(self, address: NodeAddress, commands: list[tuple[Any, ...]], *, exclusive: bool) -> list[Any]:
+        """Send commands to one node in one write and return their replies (error replies as exceptions).
+
+        ``exclusive`` takes a connection nobody else writes to until the replies are in (for WAIT).
+        """
+        payload = b"".join([encode_command(command) for command in commands])
+        lane = self._lane(address)
+        if exclusive:
+            return await self._execute_exclusive(address, lane, payload, len(commands))
+        connection = await self._shared(address, lane)
+        return await connection.execute(payload, len(commands))
+
+    async def _shared(self, address: NodeAddress, lane: _Lane) -> RespConnection:
+        connection = lane.shared
+        if connection is not None and not connection.closed:
+            return connection
+        if lane.opening is None:  # one connect for every concurrent caller, kept even if they are cancelled
+            opening = asyncio.ensure_future(RespConnection.open(address, self._settings))
+            lane.opening = opening
+
+            def opened(done: asyncio.Future[RespConnection]) -> None:
+                lane.opening = None
+                if not done.cancelled() and done.exception() is None:
+                    if self._closed:
+                        done.result().close()
+                    else:
+                        lane.shared = done.result()
+
+            opening.add_done_callback(opened)
+        return await asyncio.shield(lane.opening)
+
+    async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes, count: int) -> list[Any]:
+        async with lane.exclusive_slots:
+            while lane.idle and lane.idle[-1].closed:
+                lane.idle.pop()
+            connection = lane.idle.pop() if lane.idle else await RespConnection.open(address, self._settings, 1)
+            try:
+                replies = await connection.execute(payload, count)
+            except BaseException:
+                connection.close()  # in doubt (or cancelled mid-reply): never reused
+                raise
+            if not self._closed and not connection.closed:
+                lane.idle.append(connection)
+            else:
+                connection.close()
+            return replies
+
+    def forget(self, known: set[NodeAddress]) -> None:
+        """Close the connections of nodes that left the cluster."""
+        for address in [a for a in self._lanes if a not in known]:
+            self._close_lane(self._lanes.pop(address))
+
+    async def aclose(self) -> None:
+        """Close every connection (idempotent); requests in flight fail with ConnectionError."""
+        self._closed = True
+        lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            self._close_lane(lane)
+        await asyncio.sleep(0)  # let the transports run their close callbacks
+
+    @staticmethod
+    def _close_lane(lane: _Lane) -> None:
+        if lane.shared is not None:
+            lane.shared.close()
+        for connection in lane.idle:
+            connection.close()
+        lane.idle.clear()

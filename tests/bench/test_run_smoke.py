@@ -1,0 +1,55 @@
+"""Smoke test of the issue 8 bench harness: `bench/run.py --quick --only publish` end to end.
+
+It asserts the table's shape and that every figure is a number, never the figures' size (no timed assertions).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARIES = ("redis-server", "redis-cli", "redis-benchmark", "etcd", "nats-server")
+
+
+def require_binaries() -> None:
+    """Skip locally, fail in CI, when a server binary the harness starts is missing."""
+    missing = [name for name in BINARIES if shutil.which(name) is None]
+    if importlib.util.find_spec("nats") is None:
+        missing.append("nats-py (pip install -e '.[bench]')")
+    if missing and os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and binaries or packages are missing: {missing}")
+    if missing:
+        pytest.skip(f"missing binaries: {missing}")
+
+
+@pytest.mark.timeout(180)
+def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers(tmp_path: Path) -> None:
+    require_binaries()
+    json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "publish",
+                           "--json", str(json_path), "--markdown", str(markdown_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = orjson.loads(json_path.read_bytes())["rows"]
+    anchors = {row["anchor_name"] for row in rows}
+    assert [row["goal"] for row in rows] == ["1", "1", "1", "1"]
+    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async"} <= anchors
+    for row in rows:
+        assert isinstance(row["value"], float), row
+        assert row["value"] > 0, row
+        assert row["status"] in {"pass", "FAIL"}, row
+        if row["anchor_name"]:
+            assert isinstance(row["anchor"], float), row
+            assert row["anchor"] > 0, row
+            assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
+    assert "HTTP publish, batch 100, acks=1" in done.stdout
+    assert "JetStream publish_async" in done.stdout
+    assert markdown_path.read_text().count("\n| 1 |") == 4

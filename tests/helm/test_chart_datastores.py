@@ -1,0 +1,293 @@
+"""The in-chart Redis Cluster (AOF, replicas, the cluster-create Job) and etcd (3 members from pod DNS names).
+
+The rendered Redis config and scripts are also run for real: redis-server accepts the config, and the Job's
+script forms a 3+3 cluster from scratch and leaves a formed cluster alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from helm_render import manifests, one
+
+from gateway.devstack._process import ServerProcess, free_ports, terminate_all, wait_until
+from storage.models import Acks, AppendOptions, AppendResult, Record
+from storage.redis_store import RedisStreamStore
+from storage.settings import RedisStoreSettings
+
+REDIS_HEADLESS = "sg-streamgate-redis-headless.streaming.svc.cluster.local"
+ETCD_HEADLESS = "sg-streamgate-etcd-headless.streaming.svc.cluster.local"
+
+
+def redis_files(values: dict[str, Any] | None = None) -> dict[str, str]:
+    data: dict[str, str] = one(manifests(values or {}), "ConfigMap", "-redis")["data"]
+    return data
+
+
+def config_lines(conf: str) -> set[str]:
+    return {line.strip() for line in conf.splitlines() if line.strip() and not line.startswith("#")}
+
+
+def test_redis_runs_in_cluster_mode_with_aof_every_second() -> None:
+    files = redis_files()
+    lines = config_lines(files["redis.conf"])
+    assert {"cluster-enabled yes", "appendonly yes", "appendfsync everysec",
+            "cluster-config-file /data/nodes.conf"} <= lines
+    assert 'echo "dir /data" >> "$conf"' in files["start.sh"]  # AOF and nodes.conf on the volume
+    assert "appendfsync always" in config_lines(redis_files({"redis": {"appendfsync": "always"}})["redis.conf"])
+
+
+def test_redis_statefulset_has_primaries_times_one_plus_replicas_pods_with_volumes() -> None:
+    statefulset = one(manifests({}), "StatefulSet", "-redis")
+    assert statefulset["spec"]["replicas"] == 6
+    assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
+    claim = statefulset["spec"]["volumeClaimTemplates"][0]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    bigger = one(manifests({"redis": {"primaries": 5, "replicasPerPrimary": 2}}), "StatefulSet", "-redis")
+    assert bigger["spec"]["replicas"] == 15
+
+
+def job_env(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    job = one(manifests(values or {}), "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sh", "/scripts/cluster-create.sh"]
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_cluster_create_job_names_every_pod_and_the_replica_count() -> None:
+    env = job_env()
+    assert env["NODES"].split() == [f"sg-streamgate-redis-{i}.{REDIS_HEADLESS}:6379" for i in range(6)]
+    assert env["REPLICAS"] == "1"
+    assert job_env({"redis": {"replicasPerPrimary": 2}})["REPLICAS"] == "2"
+    script = redis_files()["cluster-create.sh"]
+    assert 'redis-cli --cluster create $addresses --cluster-replicas "$REPLICAS" --cluster-yes' in script
+
+
+def test_cluster_create_job_is_named_per_revision_so_upgrades_never_patch_an_immutable_job() -> None:
+    assert one(manifests({}), "Job")["metadata"]["name"] == "sg-streamgate-redis-cluster-create-1"
+
+
+def test_redis_password_is_required_by_the_servers_when_set() -> None:
+    start = redis_files()["start.sh"]
+    assert "requirepass" in start
+    assert "masterauth" in start
+    pod = one(manifests({}), "StatefulSet", "-redis")["spec"]["template"]["spec"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"] if "valueFrom" in e
+           and "secretKeyRef" in e["valueFrom"]}
+    assert env["REDIS_PASSWORD"]["key"] == "redis-password"
+    assert env["REDISCLI_AUTH"]["key"] == "redis-password"
+
+
+def test_headless_services_publish_pods_before_they_are_ready() -> None:
+    objects = manifests({})
+    for name in ("sg-streamgate-redis-headless", "sg-streamgate-etcd-headless"):
+        service = one(objects, "Service", name)
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["publishNotReadyAddresses"] is True
+
+
+def etcd_args() -> dict[str, str]:
+    statefulset = one(manifests({}), "StatefulSet", "-etcd")
+    assert statefulset["spec"]["replicas"] == 3
+    assert statefulset["spec"]["serviceName"] == "sg-streamgate-etcd-headless"
+    args = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
+    return dict(arg.removeprefix("--").split("=", 1) for arg in args)
+
+
+def test_etcd_initial_cluster_names_each_member_by_its_pod_dns_name() -> None:
+    args = etcd_args()
+    members = dict(member.split("=", 1) for member in args["initial-cluster"].split(","))
+    assert members == {f"sg-streamgate-etcd-{i}": f"http://sg-streamgate-etcd-{i}.{ETCD_HEADLESS}:2380"
+                       for i in range(3)}
+    assert args["name"] == "$(POD_NAME)"
+    assert args["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{ETCD_HEADLESS}:2380"
+    assert args["advertise-client-urls"] == f"http://$(POD_NAME).{ETCD_HEADLESS}:2379"
+    assert args["initial-cluster-state"] == "new"
+    assert args["data-dir"].startswith("/var/lib/etcd/")
+
+
+def run_script(script: Path, env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+
+
+def test_refresh_nodes_rewrites_peer_ips_from_their_hostnames(tmp_path: Path) -> None:
+    """After a restart pods have new IPs; nodes.conf keeps each node's hostname, so peers are found again."""
+    script = tmp_path / "refresh-nodes.sh"
+    script.write_text(redis_files()["refresh-nodes.sh"])
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    getent = fake_bin / "getent"
+    getent.write_text('#!/bin/sh\ncase "$2" in\n  redis-1.h) echo "10.0.0.21 redis-1.h" ;;\n'
+                      '  *) exit 2 ;;\nesac\n')
+    getent.chmod(getent.stat().st_mode | stat.S_IXUSR)
+    nodes = tmp_path / "nodes.conf"
+    nodes.write_text(
+        "aaa 10.0.0.10:6379@16379,redis-0.h myself,master - 0 0 1 connected 0-5460\n"
+        "bbb 10.0.0.11:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 connected 5461-10922 "
+        "[93->-ccc]\n"
+        "ccc 10.0.0.12:6379@16379,redis-2.h slave aaa 0 1700000000000 1 connected\n"
+        "ddd 10.0.0.13:6379@16379 slave bbb 0 1700000000000 2 connected\n"
+        "vars currentEpoch 6 lastVoteEpoch 0\n")
+    result = subprocess.run(["sh", str(script), str(nodes), "10.0.0.20"], capture_output=True, text=True,
+                            env={"PATH": f"{fake_bin}:{os.environ['PATH']}"}, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    assert nodes.read_text() == (
+        "aaa 10.0.0.20:6379@16379,redis-0.h myself,master - 0 0 1 connected 0-5460\n"
+        "bbb 10.0.0.21:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 connected 5461-10922 "
+        "[93->-ccc]\n"
+        "ccc 10.0.0.12:6379@16379,redis-2.h slave aaa 0 1700000000000 1 connected\n"  # not resolvable: kept
+        "ddd 10.0.0.13:6379@16379 slave bbb 0 1700000000000 2 connected\n"  # no hostname: kept
+        "vars currentEpoch 6 lastVoteEpoch 0\n")
+
+
+@pytest.fixture
+def six_redis_servers(devstack_binaries: None, tmp_path: Path) -> Iterator[list[int]]:
+    """Six empty cluster-mode redis-servers on loopback, configured by the chart's rendered redis.conf (announcing
+    a hostname, as start.sh makes each pod announce its DNS name)."""
+    conf = tmp_path / "redis.conf"
+    extra = "cluster-announce-hostname localhost"
+    conf.write_text(redis_files({"redis": {"clusterNodeTimeoutMs": 2000, "extraConfig": extra}})["redis.conf"])
+    ports = free_ports(12)
+    servers = []
+    for port, bus_port in zip(ports[:6], ports[6:], strict=True):
+        data = tmp_path / str(port)
+        data.mkdir()
+        servers.append(ServerProcess(f"redis-{port}", [
+            "redis-server", str(conf), "--port", str(port), "--cluster-port", str(bus_port), "--bind", "127.0.0.1",
+            "--dir", str(data), "--cluster-config-file", str(data / "nodes.conf"), "--save", ""], data / "out.log"))
+    try:
+        for server in servers:
+            server.start()
+        wait_until("redis servers", lambda: _first_unanswered(ports[:6]), 20, servers)
+        yield ports[:6]
+    finally:
+        terminate_all(servers)
+
+
+def _first_unanswered(ports: list[int]) -> str | None:
+    for port in ports:
+        try:
+            redis.Redis(port=port, socket_timeout=1).ping()
+        except redis.RedisError as exc:
+            return f"{port}: {exc}"
+    return None
+
+
+def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(six_redis_servers: list[int],
+                                                                              tmp_path: Path) -> None:
+    script = tmp_path / "cluster-create.sh"
+    script.write_text(redis_files()["cluster-create.sh"])
+    env = {"NODES": " ".join(f"localhost:{port}" for port in six_redis_servers), "REPLICAS": "1"}
+    first = run_script(script, env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "creating the Redis Cluster" in first.stdout
+    assert "the Redis Cluster is formed" in first.stdout
+    client = redis.Redis(port=six_redis_servers[0])
+    info = client.cluster("info")
+    assert info["cluster_state"] == "ok"
+    assert int(info["cluster_known_nodes"]) == 6
+    assert int(info["cluster_size"]) == 3
+    assert client.config_get("appendonly") == {"appendonly": "yes"}
+    assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+    second = run_script(script, env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "already formed: nothing to do" in second.stdout
+    assert "creating" not in second.stdout
+
+
+def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(six_redis_servers: list[int],
+                                                                                 tmp_path: Path) -> None:
+    """The chart makes clients see the nodes' DNS names (cluster-preferred-endpoint-type hostname)."""
+    script = tmp_path / "cluster-create.sh"
+    script.write_text(redis_files()["cluster-create.sh"])
+    formed = run_script(script, {"NODES": " ".join(f"localhost:{port}" for port in six_redis_servers),
+                                 "REPLICAS": "1"})
+    assert formed.returncode == 0, formed.stdout + formed.stderr
+    wait_until("replicas linked", lambda: _unlinked_replica(six_redis_servers), 20, [])
+    first_slot_range = redis.Redis(port=six_redis_servers[0]).execute_command("CLUSTER SLOTS")[0]
+    assert first_slot_range[2][0] == b"localhost"
+    results = asyncio.run(_append_with_acks_all(six_redis_servers[0]))
+    assert [result.partition for result in results] == list(range(6))
+    assert all(not result.duplicate for result in results)
+
+
+def _unlinked_replica(ports: list[int]) -> str | None:
+    linked = 0
+    for port in ports:
+        info = redis.Redis(port=port).info("replication")
+        if info["role"] == "slave":
+            if info["master_link_status"] != "up":
+                return f"replica {port}: master link {info['master_link_status']}"
+            linked += 1
+    return None if linked == 3 else f"{linked} replicas linked"
+
+
+async def _append_with_acks_all(port: int) -> list[AppendResult]:
+    settings = RedisStoreSettings(startup_nodes=[("localhost", port)], min_insync_replicas=1)
+    async with RedisStreamStore(settings) as store:
+        records = [Record(partition=partition, value=b"x") for partition in range(6)]
+        return await store.append("helm-check", records, AppendOptions(acks=Acks.ALL))
+
+
+def chart_redis_pod(tmp_path: Path, port: int, bus_port: int) -> ServerProcess:
+    """The chart's start.sh as the container runs it, with the pod's paths moved under tmp_path."""
+    extra = f"port {port}\ncluster-port {bus_port}\nbind 127.0.0.1\nsave \"\"\n"
+    files = redis_files({"redis": {"extraConfig": extra}})
+    paths = {"/run/redis": tmp_path / "run", "/etc/redis": tmp_path / "etc", "/data": tmp_path / "data",
+             "/scripts": tmp_path / "scripts"}
+    for directory in paths.values():
+        directory.mkdir(exist_ok=True)
+    for name, directory in (("redis.conf", "/etc/redis"), ("start.sh", "/scripts"), ("refresh-nodes.sh", "/scripts")):
+        text = files[name]
+        for pod_path, local in paths.items():
+            text = text.replace(pod_path, str(local))
+        (paths[directory] / name).write_text(text)
+    env = {"POD_IP": "127.0.0.1", "POD_NAME": "sg-streamgate-redis-0", "HEADLESS": REDIS_HEADLESS,
+           "REDIS_PASSWORD": "s3cret pass"}
+    argv = ["env", *(f"{key}={value}" for key, value in env.items()), "sh", str(paths["/scripts"] / "start.sh")]
+    return ServerProcess("chart-redis", argv, tmp_path / "out.log")
+
+
+def test_redis_start_script_requires_the_password_announces_the_pod_name_and_restarts(
+        devstack_binaries: None, tmp_path: Path) -> None:
+    port, bus_port = free_ports(2)
+    for attempt in ("first start", "restart with its nodes.conf"):
+        server = chart_redis_pod(tmp_path, port, bus_port)
+        server.start()
+        try:
+            client = redis.Redis(port=port, password="s3cret pass", socket_timeout=2)
+            wait_until(attempt, lambda c=client: _ping_problem(c), 20, [server])
+            assert _unauthenticated_ping(port).startswith(b"-NOAUTH")
+            assert client.config_get("cluster-announce-hostname") == {
+                "cluster-announce-hostname": f"sg-streamgate-redis-0.{REDIS_HEADLESS}"}
+            assert client.config_get("masterauth") == {"masterauth": "s3cret pass"}
+            assert client.config_get("appendonly") == {"appendonly": "yes"}
+            assert client.config_get("dir") == {"dir": str(tmp_path / "data")}
+        finally:
+            server.terminate()
+        assert (tmp_path / "data" / "nodes.conf").exists(), attempt
+
+
+def _unauthenticated_ping(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(256)
+
+
+def _ping_problem(client: redis.Redis) -> str | None:
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,78 @@
+"""The lean append path on a real cluster: coalesced concurrent appends, a killed connection, acks=all."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from storage import AppendOptions, Record
+from storage.keys import slot_of
+from storage.models import Acks
+from storage.redis_store import RedisStreamStore
+from storage.settings import RedisStoreSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
+    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=3.0,
+                                  client_name="lean-test")
+    async with RedisStreamStore(settings) as opened:
+        yield opened
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"lean-{uuid.uuid4().hex[:12]}"
+
+
+async def _clients_named(port: int, name: str) -> list[dict[str, Any]]:
+    client = Redis(host="127.0.0.1", port=port, decode_responses=True)
+    try:
+        return [c for c in await client.client_list() if c.get("name") == name]
+    finally:
+        await client.aclose()
+
+
+async def test_concurrent_single_appends_share_one_connection_and_all_land(
+    store: RedisStreamStore, topic: str
+) -> None:
+    results = await asyncio.gather(*(store.append(topic, [Record(partition=0, value=b"%d" % i)], AppendOptions())
+                                     for i in range(200)))
+    offsets = [r.offset for (r,) in results]
+    assert len(set(offsets)) == 200
+    assert sorted(e.value for e in await store.read(topic, 0, limit=500)) == sorted(b"%d" % i for i in range(200))
+    _, port = store.router.node_for_slot(slot_of(topic, 0))
+    writers = [c for c in await _clients_named(port, "lean-test") if c["cmd"] == "evalsha"]
+    assert len(writers) == 1  # (redis-py's pool holds the read and the script load connections)
+
+
+async def test_a_killed_connection_is_reopened_and_idempotent_records_are_not_duplicated(
+    store: RedisStreamStore, topic: str
+) -> None:
+    first = await store.append(topic, [Record(partition=0, value=b"a", idempotency_key="one")], AppendOptions())
+    _, port = store.router.node_for_slot(slot_of(topic, 0))
+    admin = Redis(host="127.0.0.1", port=port)
+    try:
+        assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1  # includes the lean connection
+    finally:
+        await admin.aclose()
+    again = await store.append(topic, [Record(partition=0, value=b"a", idempotency_key="one"),
+                                       Record(partition=0, value=b"b")], AppendOptions())
+    assert again[0].offset == first[0].offset
+    assert again[0].duplicate
+    assert [e.value for e in await store.read(topic, 0)] == [b"a", b"b"]
+
+
+async def test_acks_all_writes_wait_on_their_own_connections(store: RedisStreamStore, topic: str) -> None:
+    options = AppendOptions(acks=Acks.ALL)
+    results = await asyncio.gather(*(store.append(topic, [Record(partition=p, value=b"x")], options)
+                                     for p in range(6) for _ in range(5)))
+    assert sorted(r.partition for (r,) in results) == sorted(p for p in range(6) for _ in range(5))
+    assert [info.length for info in await store.partition_info(topic, 6)] == [5] * 6

@@ -1,0 +1,162 @@
+"""The lean pipelined connection against a scripted loopback server: coalescing, ordering, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from redis import exceptions as rexc
+
+from storage.lean import NodeLanes, RespConnection
+from storage.resp import encode_command
+from storage.settings import RedisStoreSettings
+
+Responder = Callable[[bytes], bytes]
+
+
+@dataclass
+class ScriptedServer:
+    """Answers each received chunk with ``respond(chunk)``; records the chunks (one per socket read)."""
+
+    respond: Responder
+    chunks: list[bytes] = field(default_factory=list)
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    port: int = 0
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        self.connected.set()
+        while chunk := await reader.read(65536):
+            self.chunks.append(chunk)
+            answer = self.respond(chunk)
+            for index in range(len(answer)):  # one byte per write: replies arrive split at every byte
+                writer.write(answer[index : index + 1])
+                await writer.drain()
+        writer.close()
+
+
+def _pongs(chunk: bytes) -> bytes:
+    return b":1\r\n" * chunk.count(b"*")
+
+
+@pytest.fixture
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[ScriptedServer]:
+    scripted = ScriptedServer(getattr(request, "param", _pongs))
+    listener = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
+    scripted.port = listener.sockets[0].getsockname()[1]
+    yield scripted
+    for writer in scripted.writers:
+        writer.close()
+    listener.close()
+    await listener.wait_closed()
+
+
+def _settings(**overrides: object) -> RedisStoreSettings:
+    return RedisStoreSettings(client_name=None, **overrides)  # type: ignore[arg-type]
+
+
+async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
+    ping = encode_command(["PING"])
+    replies = await asyncio.gather(*(connection.execute(ping * n, n) for n in (1, 2, 3)))
+    assert replies == [[1], [1, 1], [1, 1, 1]]
+    assert server.chunks == [ping * 6]
+    connection.close()
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n+OK\r\n"], indirect=True)
+async def test_error_replies_come_back_as_redis_exceptions_among_the_others(server: ScriptedServer) -> None:
+    async with NodeLanes(_settings()) as lanes:
+        replies = await lanes.execute(("127.0.0.1", server.port), [("EVALSHA", "x", 0), ("PING",)], exclusive=False)
+    assert isinstance(replies[0], rexc.MovedError)
+    assert replies[0].port == 7001
+    assert replies[1] == b"OK"
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
+async def test_a_connection_that_never_answers_times_out_and_is_not_reused(server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(socket_timeout_s=0.2))
+    connection._reply_timeout_s = 0.2  # node_socket_timeout_s has a floor of wait_timeout + 1 s
+    with pytest.raises(rexc.TimeoutError):
+        await connection.execute(encode_command(["PING"]), 1)
+    assert connection.closed
+    with pytest.raises(rexc.ConnectionError):
+        await connection.execute(encode_command(["PING"]), 1)
+
+
+async def test_a_dropped_connection_fails_every_request_in_flight(server: ScriptedServer) -> None:
+    server.respond = lambda chunk: b""
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
+    pending = [asyncio.ensure_future(connection.execute(encode_command(["PING"]), 1)) for _ in range(3)]
+    await server.connected.wait()
+    await asyncio.sleep(0.05)  # the requests reach the server, which never answers
+    server.writers[0].transport.abort()
+    outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    assert all(isinstance(outcome, rexc.ConnectionError) for outcome in outcomes)
+
+
+async def test_a_cancelled_request_does_not_shift_the_replies_of_the_next(server: ScriptedServer) -> None:
+    counter = iter(range(1, 100))
+    server.respond = lambda chunk: b"".join(b":%d\r\n" % next(counter) for _ in range(chunk.count(b"*")))
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
+    first = asyncio.ensure_future(connection.execute(encode_command(["INCR", "a"]), 1))
+    await asyncio.sleep(0)
+    first.cancel()
+    second = await connection.execute(encode_command(["INCR", "a"]), 1)
+    assert second == [2]
+    connection.close()
+
+
+async def test_nothing_listening_is_a_redis_connection_error() -> None:
+    listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    listener.close()
+    await listener.wait_closed()
+    async with NodeLanes(_settings()) as lanes:
+        with pytest.raises(rexc.ConnectionError):
+            await lanes.execute(("127.0.0.1", port), [("PING",)], exclusive=False)
+        with pytest.raises(rexc.ConnectionError):
+            await lanes.execute(("127.0.0.1", port), [("PING",)], exclusive=True)
+
+
+async def test_exclusive_requests_use_separate_connections_that_are_reused(server: ScriptedServer) -> None:
+    async with NodeLanes(_settings()) as lanes:
+        address = ("127.0.0.1", server.port)
+        together = await asyncio.gather(*(lanes.execute(address, [("WAIT", 1, 10)], exclusive=True)
+                                          for _ in range(3)))
+        assert together == [[1], [1], [1]]
+        assert len(server.writers) == 3
+        assert await lanes.execute(address, [("WAIT", 1, 10)], exclusive=True) == [1]
+        assert len(server.writers) == 3
+
+
+async def test_requests_made_while_replies_are_outstanding_leave_together_when_they_arrive() -> None:
+    release, arrived = asyncio.Event(), asyncio.Event()
+    chunks: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while chunk := await reader.read(65536):
+            chunks.append(chunk)
+            arrived.set()
+            if len(chunks) == 1:
+                await release.wait()  # hold the first reply while more requests queue up
+            writer.write(b":1\r\n" * chunk.count(b"*"))
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    connection = await RespConnection.open(("127.0.0.1", listener.sockets[0].getsockname()[1]), _settings())
+    ping = encode_command(["PING"])
+    first = asyncio.ensure_future(connection.execute(ping, 1))
+    await arrived.wait()
+    later = [asyncio.ensure_future(connection.execute(ping, 1)) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    assert len(chunks) == 1  # held back: the first request's reply is still outstanding
+    release.set()
+    assert await asyncio.gather(first, *later) == [[1]] * 6
+    assert chunks == [ping, ping * 5]
+    connection.close()
+    listener.close()
+    await listener.wait_closed()
