@@ -37,6 +37,7 @@ from partitioner.errors import (
     TopicNotFound,
 )
 from partitioner.observer import CallObserver, ignore_call, report
+from partitioner.tasks import cancel_until_done
 from partitioner.topics import TopicMetadata, TopicSettings, validate_settings
 
 __all__ = [
@@ -566,9 +567,7 @@ class TopicWatcher:
         """Cancel and await the background watch. Safe to call more than once."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_until_done([task])  # a cancel inside the watch's gRPC call surfaces as a retried error
         self._synced.clear()
 
     async def wait_synced(self, timeout_s: float | None = None) -> bool:
