@@ -8,6 +8,7 @@ partition rate is flagged hot.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -19,20 +20,37 @@ HOT_FACTOR = 3.0
 
 
 class SpaceSaving:
-    """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters."""
+    """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters.
+
+    The smallest counter is found through a lazy min-heap of (count, key) snapshots: a snapshot whose count
+    is no longer the key's is skipped when it surfaces, and the heap is rebuilt when stale ones pile up.
+    Distinct keys (the common case once the sketch is full) cost a heap push and pop instead of a scan.
+    """
 
     def __init__(self, size: int = SKETCH_SIZE) -> None:
         self.size = size
         self.counts: dict[bytes, int] = {}
+        self._heap: list[tuple[int, bytes]] = []
 
     def add(self, key: bytes, weight: int = 1) -> None:
         """Count ``weight`` occurrences of ``key``."""
-        if key in self.counts or len(self.counts) < self.size:
-            self.counts[key] = self.counts.get(key, 0) + weight
-            return
-        victim = min(self.counts, key=self.counts.__getitem__)
-        floor = self.counts.pop(victim)
-        self.counts[key] = floor + weight
+        counts = self.counts
+        count = counts.get(key)
+        if count is None and len(counts) >= self.size:
+            count = counts.pop(self._pop_smallest())  # the victim's count is the new key's floor
+        count = (count or 0) + weight
+        counts[key] = count
+        heapq.heappush(self._heap, (count, key))
+        if len(self._heap) > 4 * self.size + 64:
+            self._heap = [(c, k) for k, c in counts.items()]
+            heapq.heapify(self._heap)
+
+    def _pop_smallest(self) -> bytes:
+        heap, counts = self._heap, self.counts
+        while True:
+            count, key = heapq.heappop(heap)
+            if counts.get(key) == count:
+                return key
 
     def top(self, n: int) -> list[tuple[bytes, int]]:
         """The ``n`` heaviest keys with their (over-)estimated counts."""

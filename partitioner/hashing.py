@@ -28,6 +28,8 @@ _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _R = 24
 _MASK_32 = 0xFFFFFFFF
+# Precompiled unpackers of n little-endian 32-bit words (keys up to 256 bytes skip the format string).
+_UNPACK_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(65)]
 
 
 def murmur2(data: bytes) -> int:
@@ -36,11 +38,13 @@ def murmur2(data: bytes) -> int:
     word_count = length >> 2
     h = (_SEED ^ length) & _MASK_32
     # One struct call unpacks every full word; the loop below is the hot path per keyed message.
-    for k in struct.unpack_from(f"<{word_count}I", data):
-        k = (k * _M) & _MASK_32
+    words = _UNPACK_WORDS[word_count](data) if word_count < len(_UNPACK_WORDS) \
+        else struct.unpack_from(f"<{word_count}I", data)
+    m, mask = _M, _MASK_32
+    for k in words:
+        k = (k * m) & mask
         k ^= k >> _R
-        k = (k * _M) & _MASK_32
-        h = ((h * _M) & _MASK_32) ^ k
+        h = ((h * m) & mask) ^ ((k * m) & mask)
     h = _mix_tail(h, data, word_count << 2, length & 3)
     h ^= h >> 13
     h = (h * _M) & _MASK_32

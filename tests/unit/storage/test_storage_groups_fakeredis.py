@@ -14,6 +14,7 @@ import pytest
 
 from storage import PendingEntry, RedisGroupStore, RedisStoreSettings
 from storage.cluster import ClusterRouter
+from storage.groups import with_raw_stream_reads
 from storage.keys import log_key
 
 T, P, G = "t", 0, "g"
@@ -47,7 +48,7 @@ async def redis() -> AsyncIterator[Any]:
 def store(redis: Any) -> RedisGroupStore:
     router = ClusterRouter(redis, RedisStoreSettings(read_deadline_s=1.0, write_deadline_s=1.0), owns_cluster=False)
     groups = RedisGroupStore(router)
-    groups._readers = _SingleNodeReaders(redis)  # type: ignore[assignment]
+    groups._readers = _SingleNodeReaders(with_raw_stream_reads(redis))  # type: ignore[assignment]
     return groups
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from redis import exceptions as rexc
 
-from storage import GroupPartitionState, InvalidOffset, PendingEntry
+from storage import GroupPartitionState, InvalidOffset, PendingEntry, ValueFormat
+from storage.codec import decode_entry
 from storage.groups import (
     MAX_IDLE_MS,
     clamp_idle_ms,
@@ -68,9 +71,20 @@ def test_pending_rows_become_pending_entries() -> None:
 
 
 def test_read_reply_decodes_entries_with_their_partition() -> None:
-    reply = [[b"sg:{t/2}:log", [(b"7-0", {b"v": b"x", b"f": b"b"})]]]
+    reply = [[b"sg:{t/2}:log", [[b"7-0", [b"v", b"x", b"f", b"b"]]]]]
     (entry,) = parse_read_reply(2, reply)
     assert (entry.partition, entry.offset, entry.value, entry.timestamp_ms) == (2, "7-0", b"x", 7)
+
+
+def test_raw_read_reply_decodes_like_the_field_map_decoder_and_skips_deleted_entries() -> None:
+    fields = [b"v", b'{"a":1}', b"f", b"j", b"k", b"user-1", b"h", b'{"tenant":"a"}']
+    reply = [[b"sg:{t/1}:log", [[b"1700000000123-4", fields], [b"1700000000124-0", None], None]]]
+    (entry,) = parse_read_reply(1, reply)
+    assert parse_read_reply(1, {b"sg:{t/1}:log": reply[0][1]}) == [entry]  # RESP3: a map of streams
+    assert entry == decode_entry(1, b"1700000000123-4", dict(zip(fields[::2], fields[1::2], strict=True)))
+    assert (entry.value_format, entry.key, dict(entry.headers)) == (ValueFormat.JSON, b"user-1", {"tenant": "a"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.value = b"changed"  # type: ignore[misc]
 
 
 def test_empty_read_reply_after_a_block_timeout_is_no_entries() -> None:
