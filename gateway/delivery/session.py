@@ -8,6 +8,10 @@ outbox is bounded by ``max_in_flight`` too. A writer that cannot hand a frame to
 The writer hands everything queued (up to WRITE_BATCH_FRAMES frames) to ``Send`` at once, which writes them as
 separate WebSocket frames in one transport write (gateway.delivery.wire). Broadcast tails offer pages of frames
 encoded once for every session (``offer_frames``).
+
+The writer is a task only while there is something to write: the first frame queued starts it and it ends once
+the outbox is empty, so an idle subscription holds no writer task, no wake-up future and no last written batch
+(issue 8: memory per idle connection).
 """
 
 from __future__ import annotations
@@ -74,20 +78,20 @@ class Session:
         self._send = send
         self._slow_timeout_s = slow_client_timeout_s
         self._outbox: deque[Outgoing] = deque()
-        self._outbox_ready: asyncio.Future[None] | None = None
         self._credit_waiters: set[asyncio.Event] = set()
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
+        self._open = True
 
     # --- lifetime -------------------------------------------------------------------------------------------
     async def __aenter__(self) -> Session:
-        self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the writer; idempotent."""
+        """Stop the writer, and start no other; idempotent."""
+        self._open = False
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.cancel()
@@ -150,9 +154,8 @@ class Session:
 
     def _enqueue(self, item: Outgoing) -> None:
         self._outbox.append(item)
-        ready = self._outbox_ready
-        if ready is not None and not ready.done():
-            ready.set_result(None)
+        if self._writer is None and self._open:
+            self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
 
     def settle(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by reader."""
@@ -204,12 +207,13 @@ class Session:
         self.request_close(WS_CLOSE_SLOW_CONSUMER, reason)
 
     async def _write_frames(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._outbox:
-                self._outbox_ready = loop.create_future()
-                await self._outbox_ready
-                continue
+        """Write until the outbox is empty, then end (the next ``_enqueue`` starts a new writer).
+
+        The empty check and the reset of ``_writer`` happen with no await between them, so a frame queued at any
+        point is either taken by this loop or starts the next writer. A writer that stops on a failed or too slow
+        send stays registered, so no new writer starts on a session that is closing.
+        """
+        while self._outbox:
             items, frames = self._take_batch()
             try:
                 async with asyncio.timeout(self._slow_timeout_s):
@@ -225,6 +229,7 @@ class Session:
                 return
             # The cursor moves only once the frames are handed to the socket, so a resume never skips.
             self._written(items, give_credit=True)
+        self._writer = None
 
     def _take_batch(self) -> tuple[list[Outgoing], list[bytes]]:
         """Queued items up to WRITE_BATCH_FRAMES frames or WRITE_BATCH_BYTES (at least one frame), in order.

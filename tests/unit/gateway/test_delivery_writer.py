@@ -1,0 +1,101 @@
+"""The session writer runs only while there is something to write (issue 8: memory per idle subscription)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from multidict import MultiDict
+
+from gateway.delivery.params import parse_subscribe_params
+from gateway.delivery.session import Session
+
+TOPIC_PARAMS = MultiDict({"topic": "t", "max_in_flight": "10"})
+
+
+def writer_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("session-writer-")]
+
+
+async def settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_an_idle_session_runs_no_writer_task() -> None:
+    async def send(frames: Sequence[bytes]) -> None:
+        raise AssertionError("nothing to send")
+
+    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5):
+        await settle()
+        assert writer_tasks() == []
+
+
+async def test_the_writer_ends_when_the_outbox_is_empty_and_a_later_frame_is_still_written() -> None:
+    writes: list[list[bytes]] = []
+
+    async def send(frames: Sequence[bytes]) -> None:
+        writes.append(list(frames))
+
+    params = parse_subscribe_params(TOPIC_PARAMS)
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        session.offer_frames(0, [b'{"n":1}'], ["1-0"])
+        await settle()
+        assert writes == [[b'{"n":1}']]
+        assert writer_tasks() == [], "the writer ended once the outbox was empty"
+        session.offer_frames(0, [b'{"n":2}', b'{"n":3}'], ["2-0", "3-0"])
+        await settle()
+        assert writes == [[b'{"n":1}'], [b'{"n":2}', b'{"n":3}']]
+        assert session.cursor == {0: "3-0"}
+        assert session.credit == 10, "written frames gave their credit back"
+        assert writer_tasks() == []
+
+
+async def test_frames_queued_while_a_write_waits_go_out_in_order_with_one_writer() -> None:
+    writes: list[list[bytes]] = []
+    release = asyncio.Event()
+
+    async def send(frames: Sequence[bytes]) -> None:
+        writes.append(list(frames))
+        await release.wait()
+
+    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5) as session:
+        session.send_control({"type": "assignment"})
+        await settle()
+        session.offer_frames(0, [b"a"], ["1-0"])
+        session.offer_frames(1, [b"b"], ["1-0"])
+        assert len(writer_tasks()) == 1
+        release.set()
+        await settle()
+        assert writes == [[b'{"type":"assignment"}'], [b"a", b"b"]]
+        assert writer_tasks() == []
+
+
+async def test_a_closed_session_starts_no_writer() -> None:
+    async def send(frames: Sequence[bytes]) -> None:
+        raise AssertionError("a closed session writes nothing")
+
+    session = Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5)
+    async with session:
+        pass
+    session.send_control({"type": "late"})
+    await settle()
+    assert writer_tasks() == []
+
+
+async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_lazily() -> None:
+    writes: list[list[bytes]] = []
+
+    async def send(frames: Sequence[bytes]) -> None:
+        writes.append(list(frames))
+        await asyncio.sleep(10)
+
+    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=0.01) as session:
+        session.offer_frames(0, [b"a"], ["1-0"])
+        close = await asyncio.wait_for(session.closing, 2)
+        assert close.code == 4008
+        assert session.resume_cursor() == "0:1-0", "the frame in the transport counts as sent"
+        session.offer_frames(0, [b"b"], ["2-0"])
+        await settle()
+        assert writer_tasks() == []
+        assert len(writes) == 2, "the frame and the slow-consumer error frame; nothing after the close"
