@@ -103,6 +103,11 @@ class ClusterRouter:
         self._node_clients: dict[NodeAddress, Redis] = {}
         self._closed = False
         self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the store's owner
+        self._refresh_listeners: list[Callable[[set[NodeAddress]], None]] = []
+
+    def on_refresh(self, listener: Callable[[set[NodeAddress]], None]) -> None:
+        """Call ``listener`` with the node addresses the cluster still has after every slot-map refresh."""
+        self._refresh_listeners.append(listener)
 
     @classmethod
     async def connect(cls, settings: RedisStoreSettings) -> ClusterRouter:
@@ -167,6 +172,8 @@ class ClusterRouter:
         stale = [addr for addr in self._node_clients if addr not in known]
         for addr in stale:
             await self._node_clients.pop(addr).aclose()
+        for listener in self._refresh_listeners:
+            listener(known)
 
     async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads, admin)."""

@@ -65,6 +65,8 @@ class RedisStreamStore:
     def _attach(self, router: ClusterRouter) -> None:
         router.observer = self._observer
         self._router = router
+        if self._lanes is not None:  # lean connections to nodes that left the cluster are closed
+            router.on_refresh(self._lanes.forget)
         self._appender = Appender(router, parse_append_reply, self._lanes)
 
     async def open(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from redis import exceptions as rexc
 
+from storage.cluster import ClusterRouter
 from storage.lean import NodeLanes, RespConnection
 from storage.resp import encode_command
 from storage.settings import RedisStoreSettings
@@ -160,3 +161,40 @@ async def test_requests_made_while_replies_are_outstanding_leave_together_when_t
     connection.close()
     listener.close()
     await listener.wait_closed()
+
+
+class _Node:
+    def __init__(self, port: int) -> None:
+        self.host, self.port = "127.0.0.1", port
+
+
+class _Topology:
+    """Stands in for the cluster client: a slot-map reload that finds ``nodes``."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.nodes = nodes
+        self.nodes_manager = self
+
+    async def initialize(self) -> None:
+        pass
+
+    def get_nodes(self) -> list[_Node]:
+        return self.nodes
+
+
+async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_that_left(server: ScriptedServer) -> None:
+    topology = _Topology([_Node(server.port)])
+    router = ClusterRouter(topology, _settings(), owns_cluster=False)  # type: ignore[arg-type]
+    async with NodeLanes(_settings()) as lanes:
+        router.on_refresh(lanes.forget)
+        address = ("127.0.0.1", server.port)
+        assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]
+        await router.refresh()  # the node is still there: its connection stays
+        assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]
+        assert len(server.writers) == 1
+        topology.nodes = []
+        await router.refresh()
+        await asyncio.sleep(0.05)
+        assert server.writers[0].is_closing()  # the server saw the client hang up
+        assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]  # reconnects if asked again
+        assert len(server.writers) == 2
