@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,7 +76,7 @@ class Session:
         self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
         self._send = send
         self._slow_timeout_s = slow_client_timeout_s
-        self._outbox: deque[Outgoing] = deque()
+        self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
         self._credit_waiters: set[asyncio.Event] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
@@ -238,13 +237,13 @@ class Session:
         """
         items: list[Outgoing] = []
         frames: list[bytes] = []
-        size = 0
+        size = taken = 0
         outbox = self._outbox
-        while outbox and len(frames) < WRITE_BATCH_FRAMES and size < WRITE_BATCH_BYTES:
-            item = outbox[0]
+        while taken < len(outbox) and len(frames) < WRITE_BATCH_FRAMES and size < WRITE_BATCH_BYTES:
+            item = outbox[taken]
             payload = item[0]
             if isinstance(payload, bytes):
-                outbox.popleft()
+                taken += 1
                 items.append(item)
                 frames.append(payload)
                 size += len(payload)
@@ -252,14 +251,15 @@ class Session:
             fit, page_size = _fitting(payload, WRITE_BATCH_FRAMES - len(frames), WRITE_BATCH_BYTES - size)
             if fit < len(payload):
                 offsets = item[3]
-                outbox[0] = (payload[fit:], item[1] - fit, item[2], offsets[fit:])
+                outbox[taken] = (payload[fit:], item[1] - fit, item[2], offsets[fit:])
                 item = (payload[:fit], fit, item[2], offsets[:fit])
                 payload = payload[:fit]
             else:
-                outbox.popleft()
+                taken += 1
             items.append(item)
             frames.extend(payload)
             size += page_size
+        del outbox[:taken]
         return items, frames
 
     def _written(self, items: list[Outgoing], give_credit: bool) -> None:

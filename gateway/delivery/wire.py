@@ -57,26 +57,37 @@ def text_frames(payloads: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def coalescing_sender(ws: web.WebSocketResponse, request: web.Request) -> Send:
-    """A ``Send`` writing every given payload as its own text frame, all in one transport write."""
-    protocol = request.protocol
+class CoalescingSender:
+    """A ``Send`` writing every given payload as its own text frame, all in one transport write.
 
-    async def send_one_by_one(payloads: Sequence[bytes]) -> None:
-        for payload in payloads:
-            await ws.send_str(payload.decode())
+    A slotted object rather than a closure: one small object per connection instead of two functions and their
+    cells (issue 8: memory per idle connection).
+    """
 
-    async def send(payloads: Sequence[bytes]) -> None:
+    __slots__ = ("_request", "_ws")
+
+    def __init__(self, ws: web.WebSocketResponse, request: web.Request) -> None:
+        self._ws = ws
+        self._request = request
+
+    async def __call__(self, payloads: Sequence[bytes]) -> None:
+        ws = self._ws
         if ws.compress:
-            await send_one_by_one(payloads)
+            for payload in payloads:
+                await ws.send_str(payload.decode())
             return
-        transport = request.transport
+        transport = self._request.transport
         if ws.closed or transport is None or transport.is_closing():
             raise ConnectionResetError("the WebSocket is closed")
         transport.write(text_frames(payloads))
+        protocol = self._request.protocol
         if protocol.writing_paused:
             await _drained(protocol)
 
-    return send
+
+def coalescing_sender(ws: web.WebSocketResponse, request: web.Request) -> Send:
+    """The ``Send`` of a subscription socket (see ``CoalescingSender``)."""
+    return CoalescingSender(ws, request)
 
 
 async def _drained(protocol: RequestHandler) -> None:

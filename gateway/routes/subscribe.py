@@ -197,17 +197,12 @@ async def close_sessions_on_shutdown(app: web.Application) -> None:
 
 async def _serve(ws: web.WebSocketResponse, session: Session, services: Services, topic: TopicMetadata) -> None:
     runner = asyncio.create_task(_run_mode(session, services, topic), name=f"subscription-{session.id}")
-    receiver = asyncio.create_task(_receive(ws, session, services), name=f"receiver-{session.id}")
-    closing: asyncio.Future[Any] = session.closing
     try:
-        await asyncio.wait([runner, receiver, closing], return_when=asyncio.FIRST_COMPLETED)
+        await _receive_until_stopped(ws, session, services, runner)
     finally:
-        for task in (runner, receiver):
-            task.cancel()
+        runner.cancel()
         # Bounded: a task stuck in a backend call must not keep the handler (and shutdown) waiting.
-        await asyncio.wait([runner, receiver], timeout=TASK_STOP_TIMEOUT_S)
-    if receiver.done() and not receiver.cancelled():
-        receiver.exception()  # retrieved: a receive error just ends the subscription
+        await asyncio.wait([runner], timeout=TASK_STOP_TIMEOUT_S)
     if runner.done() and not runner.cancelled() and runner.exception() is not None:
         _close_for(session, runner.exception())
     if not ws.closed:
@@ -325,6 +320,38 @@ async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int],
     for partition in partitions:
         with contextlib.suppress(StorageError):
             await hub.detach(session, partition, group)
+
+
+async def _receive_until_stopped(ws: web.WebSocketResponse, session: Session, services: Services,
+                                 runner: asyncio.Task[None]) -> None:
+    """Handle client frames in the handler's own task until the socket closes, the runner ends or a close is asked.
+
+    No receiver task per subscription (issue 8: memory per idle connection): the runner ending or a close request
+    cancels this task once, and that one cancellation is absorbed here; any other cancellation propagates.
+    """
+    handler = asyncio.current_task()
+    assert handler is not None
+    receiving, stopped = True, False
+
+    def stop(_: object) -> None:
+        nonlocal receiving, stopped
+        if receiving:  # a callback already scheduled when the loop ended must not cancel what follows it
+            receiving, stopped = False, True
+            handler.cancel()
+
+    runner.add_done_callback(stop)
+    session.closing.add_done_callback(stop)
+    try:
+        await _receive(ws, session, services)
+    except asyncio.CancelledError:
+        if not stopped or handler.uncancel() > 0:
+            raise
+    except Exception:  # a receive error just ends the subscription
+        log.debug("subscription %s: receive failed", session.id, exc_info=True)
+    finally:
+        receiving = False
+        runner.remove_done_callback(stop)
+        session.closing.remove_done_callback(stop)
 
 
 async def _receive(ws: web.WebSocketResponse, session: Session, services: Services) -> None:
