@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from partitioner.topics import TopicMetadata
 
@@ -14,6 +14,8 @@ class TopicCache:
         self._topics: dict[str, TopicMetadata] = {}
         self._deleted_at: dict[str, int] = {}
         self.revision = 0  # highest etcd revision applied; a watch resumes from revision + 1
+        self._growth_watchers: dict[str, dict[int, Callable[[int], None]]] = {}
+        self._next_watcher = 0
 
     def get(self, name: str) -> TopicMetadata | None:
         """The cached metadata of a topic, or None when unknown."""
@@ -23,11 +25,35 @@ class TopicCache:
         """Every cached topic, sorted by name."""
         return [self._topics[name] for name in sorted(self._topics)]
 
+    def watch_growth(self, name: str, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(partitions)`` whenever topic ``name`` gains partitions; returns the unwatch function.
+
+        Callbacks run synchronously inside the cache update: they must only note the change (e.g. set an event).
+        """
+        watcher_id, self._next_watcher = self._next_watcher, self._next_watcher + 1
+        self._growth_watchers.setdefault(name, {})[watcher_id] = callback
+
+        def unwatch() -> None:
+            watchers = self._growth_watchers.get(name)
+            if watchers is not None:
+                watchers.pop(watcher_id, None)
+                if not watchers:
+                    del self._growth_watchers[name]
+
+        return unwatch
+
+    def _announce_growth(self, before: TopicMetadata | None, after: TopicMetadata) -> None:
+        if before is not None and after.partitions > before.partitions:
+            for callback in list(self._growth_watchers.get(after.name, {}).values()):
+                callback(after.partitions)
+
     def replace_all(self, topics: Iterable[TopicMetadata], revision: int) -> None:
         """Load a full snapshot read at ``revision`` (used at start and after a watch is lost)."""
-        self._topics = {topic.name: topic for topic in topics}
+        before, self._topics = self._topics, {topic.name: topic for topic in topics}
         self._deleted_at.clear()
         self.revision = max(self.revision, revision)
+        for topic in self._topics.values():
+            self._announce_growth(before.get(topic.name), topic)
 
     def remember(self, metadata: TopicMetadata) -> None:
         """Apply a created or changed topic unless the cache already holds a newer version of it."""
@@ -39,6 +65,7 @@ class TopicCache:
         self._topics[metadata.name] = metadata
         self._deleted_at.pop(metadata.name, None)
         self.revision = max(self.revision, metadata.version)
+        self._announce_growth(current, metadata)
 
     def forget(self, name: str, revision: int) -> None:
         """Apply a deletion seen at ``revision``."""

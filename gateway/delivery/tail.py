@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.session import Session
 from gateway.delivery.wire import message_frame
+from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import StoredEntry
@@ -238,14 +240,43 @@ class BroadcastTails:
         now.join(follower)
 
 
+class GrowthWatch(Protocol):
+    """Tells about partitions added to a topic (partitioner.cache.TopicCache)."""
+
+    def watch_growth(self, name: str, callback: Callable[[int], None]) -> Callable[[], None]: ...
+
+    def get(self, name: str) -> TopicMetadata | None: ...
+
+
 async def follow_with_tails(tails: BroadcastTails, store: StreamStore, session: Session,
-                            positions: dict[int, str | None], delivered: Any) -> None:
-    """Deliver every partition to a broadcast session through the shared tails (until cancelled or closing)."""
+                            positions: dict[int, str | None], delivered: Any, growth: GrowthWatch | None = None,
+                            on_growth: Callable[[int], None] | None = None) -> None:
+    """Deliver every partition to a broadcast session through the shared tails (until cancelled or closing).
+
+    With ``growth``, partitions added to the topic meanwhile are followed from their first entry, and
+    ``on_growth`` is told the new count (the caller sends an assignment frame). Event-driven: no timer per session.
+    """
     wake = asyncio.Event()
     followers = [TailFollower(session, p, after, delivered, wake) for p, after in positions.items()]
+    grown_to = [len(followers)]
+
+    def note_growth(partitions: int) -> None:
+        grown_to[0] = max(grown_to[0], partitions)
+        wake.set()
+
+    unwatch = None
+    if growth is not None:
+        unwatch = growth.watch_growth(session.topic, note_growth)
+        if (current := growth.get(session.topic)) is not None:  # grown before the watch was set
+            note_growth(current.partitions)
     session.watch_credit(wake)
     try:
         while not session.closing.done():
+            if grown_to[0] > len(followers):
+                followers.extend(TailFollower(session, p, None, delivered, wake)
+                                 for p in range(len(followers), grown_to[0]))
+                if on_growth is not None:
+                    on_growth(len(followers))
             behind = [f for f in followers if not f.joined]
             if not behind or not session.has_credit:
                 wake.clear()
@@ -256,6 +287,8 @@ async def follow_with_tails(tails: BroadcastTails, store: StreamStore, session: 
                     break
                 await tails.catch_up(store, follower)
     finally:
+        if unwatch is not None:
+            unwatch()
         session.unwatch_credit(wake)
         for follower in followers:
             with contextlib.suppress(Exception):

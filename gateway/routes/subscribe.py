@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any
 
 import orjson
@@ -240,7 +240,7 @@ async def _run_group(session: Session, services: Services, topic: TopicMetadata)
                          _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
     services.note_group_policy(topic.name, params.group, params.ack_timeout_ms, params.max_deliveries)
     if params.mode is Mode.SHARED:
-        await _run_shared(session, services.delivery, params.group, config, topic)
+        await _run_shared(session, services, services.delivery, params.group, config, topic)
     else:
         await _run_exclusive(session, services, params.group, config, topic)
 
@@ -255,24 +255,39 @@ def _group_start(params: SubscribeParams) -> str:
 async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
     positions = await resolve_start(services.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
-    session.send_control({"type": "assignment", "generation": 0, "partitions": list(range(topic.partitions))})
+    _send_assignment(session, range(topic.partitions))
     if services.delivery is not None:  # one shared tail per partition per process
         delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
-        await follow_with_tails(services.delivery.tails, services.store, session, positions, delivered)
+        await follow_with_tails(services.delivery.tails, services.store, session, positions, delivered,
+                                services.cache, lambda count: _send_assignment(session, range(count)))
         return
     await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
                            for p, after in positions.items()))
 
 
-async def _run_shared(session: Session, hub: DeliveryHub, group: str, config: GroupConfig,
+def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:
+    session.send_control({"type": "assignment", "generation": generation, "partitions": list(partitions)})
+
+
+async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str, config: GroupConfig,
                       topic: TopicMetadata) -> None:
-    partitions = list(range(topic.partitions))
+    """Serve every partition of the topic, also those added while the subscription lasts (until cancelled)."""
+    partitions: list[int] = []
+    grown = asyncio.Event()
+    unwatch = services.cache.watch_growth(topic.name, lambda _count: grown.set())
     try:
-        for partition in partitions:
-            await hub.attach(session, partition, group, config)
-        session.send_control({"type": "assignment", "generation": 0, "partitions": partitions})
-        await asyncio.Future()  # serve until cancelled
+        while True:
+            current = services.cache.get(topic.name)  # read after the watch is set: no growth slips between
+            count = max(topic.partitions, current.partitions if current is not None else 0)
+            if count > len(partitions):
+                for partition in range(len(partitions), count):
+                    await hub.attach(session, partition, group, config)
+                    partitions.append(partition)
+                _send_assignment(session, partitions)
+            await grown.wait()
+            grown.clear()
     finally:
+        unwatch()
         await _detach_all(hub, session, partitions, group)
 
 
@@ -300,8 +315,7 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
                 for partition in sorted(wanted - serving):
                     await hub.attach(session, partition, group, config)
                 serving = wanted
-                session.send_control({"type": "assignment", "generation": assignment.generation,
-                                      "partitions": sorted(serving)})
+                _send_assignment(session, sorted(serving), assignment.generation)
                 await member.confirm(assignment.generation)
         finally:
             lost.cancel()

@@ -205,3 +205,21 @@ async def test_broadcast_resumes_from_cursor_without_gap_or_duplicate(gateway: C
     assert {(m.partition, m.offset) for m in second.messages} == {(r["partition"], r["offset"]) for r in more}
     assert len(results) == 300
     await second.close()
+
+
+async def test_broadcast_and_shared_subscriptions_follow_partitions_added_to_their_topic(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, partitions=1)
+    watcher = await subscribe(gateway, "broadcast", topic=topic_name, mode="broadcast")
+    worker = await subscribe(gateway, "shared", topic=topic_name, group="growers", mode="shared")
+    await wait_until(lambda: watcher.partitions == [0] and worker.partitions == [0], what="first assignments")
+    response = await gateway.patch(f"/v1/topics/{topic_name}", json={"partitions": 3})
+    assert response.status == 200, await response.text()
+    await wait_until(lambda: watcher.partitions == [0, 1, 2] and worker.partitions == [0, 1, 2], timeout_s=10,
+                     what="assignments with the added partitions")
+    results = await publish(gateway, topic_name, [{"value": p, "partition": p} for p in (0, 1, 2)])
+    published = {(r["partition"], r["offset"]) for r in results}
+    for subscriber in (watcher, worker):
+        await wait_until(lambda s=subscriber: published <= {(m.partition, m.offset) for m in s.messages},
+                         timeout_s=10, what=f"{subscriber.name} receiving every partition")
+        await subscriber.close()

@@ -81,3 +81,19 @@ def test_replace_all_never_moves_revision_backwards() -> None:
 def test_unknown_topic_is_none() -> None:
     assert TopicCache().get("missing") is None
     assert TopicCache().all() == []
+
+
+def test_growth_watchers_hear_only_added_partitions_of_their_topic_until_they_unwatch() -> None:
+    cache = TopicCache()
+    cache.remember(_topic("orders", 1, partitions=2))
+    cache.remember(_topic("audit", 2, partitions=1))
+    heard: list[int] = []
+    unwatch = cache.watch_growth("orders", heard.append)
+    cache.remember(_topic("orders", 3, partitions=2))  # retention change: same partition count
+    cache.remember(_topic("audit", 4, partitions=5))  # another topic
+    cache.remember(_topic("orders", 5, partitions=4))
+    cache.replace_all([_topic("orders", 7, partitions=6), _topic("audit", 4, partitions=5)], 7)  # after a lost watch
+    cache.remember(_topic("orders", 6, partitions=9))  # stale event: ignored
+    unwatch()
+    cache.remember(_topic("orders", 8, partitions=10))
+    assert heard == [4, 6]
