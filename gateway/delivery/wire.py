@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -30,21 +31,29 @@ MEDIUM_MAX = 0xFFFF
 def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document).
 
-    Copied into a bytes object of its own size: orjson's result keeps its ~4 KiB growth buffer (measured: a
-    318-byte frame held 4.1 KiB of RSS, the copy 0.37 KiB), and frames wait in outboxes and shared tail pages.
+    Assembled from pieces in one ``join``: the JSON value is embedded as stored, strings that may need escaping
+    (topic, key, headers) go through orjson, offsets are stream IDs (digits and a dash) and base64 needs no
+    escaping. Byte-for-byte what ``orjson.dumps`` of the document gives (tests/unit/gateway/test_wire_frames.py),
+    ~2x faster, and sized exactly: orjson's own result keeps its ~4 KiB growth buffer (a 318-byte frame held
+    4.1 KiB of RSS), and frames wait in outboxes and shared tail pages.
     """
-    return bytes(memoryview(_encode_message(topic, entry, delivery_count)))
-
-
-def _encode_message(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
-    key = None if entry.key is None else entry.key.decode(errors="replace")
+    key = b"null" if entry.key is None else _dumps(entry.key.decode(errors="replace"))
     if entry.value_format is ValueFormat.JSON:
-        return orjson.dumps({"type": "message", "topic": topic, "partition": entry.partition, "offset": entry.offset,
-                             "key": key, "headers": entry.headers, "timestamp_ms": entry.timestamp_ms,
-                             "value": orjson.Fragment(entry.value), "delivery_count": delivery_count})
-    return orjson.dumps({"type": "message", "topic": topic, "partition": entry.partition, "offset": entry.offset,
-                         "key": key, "headers": entry.headers, "timestamp_ms": entry.timestamp_ms,
-                         "value_b64": base64.b64encode(entry.value).decode(), "delivery_count": delivery_count})
+        value_field, value = b',"value":', entry.value
+    else:
+        value_field, value = b',"value_b64":"', base64.b64encode(entry.value) + b'"'
+    return b"".join((_frame_prefix(topic), b"%d" % entry.partition, b',"offset":"', entry.offset.encode(),
+                     b'","key":', key, b',"headers":', _dumps(entry.headers) if entry.headers else b"{}",
+                     b',"timestamp_ms":', b"%d" % entry.timestamp_ms, value_field, value,
+                     b',"delivery_count":', b"%d" % delivery_count, b"}"))
+
+
+_dumps = orjson.dumps
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_prefix(topic: str) -> bytes:
+    return b'{"type":"message","topic":' + _dumps(topic) + b',"partition":'
 
 
 def text_frame_header(length: int) -> bytes:
