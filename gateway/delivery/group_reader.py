@@ -248,18 +248,28 @@ class GroupReader:
         await self._dispatch()
 
     async def _dispatch(self) -> None:
-        """Hand backlog entries to sessions with credit, round-robin."""
+        """Hand backlog entries to sessions with credit, round-robin, a page per session.
+
+        A page is at most the backlog's even share over the attached sessions (so a shared group still spreads
+        a small backlog over its members) and at most the session's credit.
+        """
         auto_acked: list[str] = []
         delivery_counts: list[int] = []
-        while self._backlog and self._sessions:
+        backlog = self._backlog
+        while backlog and self._sessions:
             session = self._session_with_credit()
             if session is None:
                 break
-            delivery = self._backlog.popleft()
-            session.offer(delivery, self)
-            delivery_counts.append(delivery.delivery_count)
+            share = -(-len(backlog) // len(self._sessions))
+            page = [backlog.popleft() for _ in range(min(share, session.credit))]
+            taken = session.offer_page(page, self)
+            for delivery in reversed(page[taken:]):  # not taken (the session started closing): back in front
+                backlog.appendleft(delivery)
+            delivery_counts.extend(d.delivery_count for d in page[:taken])
             if self.config.auto_ack:
-                auto_acked.append(delivery.entry.offset)
+                auto_acked.extend(d.entry.offset for d in page[:taken])
+            if not taken:
+                break
         self._metrics.count_deliveries(*self._labels, delivery_counts)
         if auto_acked:  # at-most-once: acked as handed out, before the client has it
             await self._store.ack(self.topic, self.partition, self.group, auto_acked)

@@ -142,6 +142,27 @@ class Session:
         self._enqueue((frame, 0 if tracked else 1, entry.partition, entry.offset))
         return True
 
+    def offer_page(self, deliveries: list[Delivery], reader: GroupReader) -> int:
+        """Take deliveries of one partition, in order, as far as the credit goes; returns how many were taken.
+
+        The group readers' path: one deadline, one outbox item and one writer wake-up for the whole page.
+        """
+        if not self.has_credit or not deliveries:
+            return 0
+        taken = deliveries if len(deliveries) <= self.credit else deliveries[:self.credit]
+        self.credit -= len(taken)
+        tracked = not self.params.auto_ack
+        if tracked:
+            deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
+            in_flight = self.in_flight
+            for delivery in taken:
+                in_flight[(delivery.entry.partition, delivery.entry.offset)] = InFlight(reader, deadline)
+        topic = self.topic
+        frames = [message_frame(topic, d.entry, d.delivery_count) for d in taken]
+        offsets = [d.entry.offset for d in taken]
+        self._enqueue((frames, 0 if tracked else len(frames), taken[0].entry.partition, offsets))
+        return len(taken)
+
     def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str]) -> None:
         """Take a page of broadcast frames already encoded, with their offsets (the caller checked the credit)."""
         self.credit -= len(frames)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import orjson
 from multidict import MultiDict
 
 from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.session import Session
+from storage.models import Delivery, StoredEntry, ValueFormat
 
 TOPIC_PARAMS = MultiDict({"topic": "t", "max_in_flight": "10"})
 
@@ -99,3 +101,25 @@ async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_l
         await settle()
         assert writer_tasks() == []
         assert len(writes) == 2, "the frame and the slow-consumer error frame; nothing after the close"
+
+
+async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_written_in_one_go() -> None:
+    writes: list[list[bytes]] = []
+
+    async def send(frames: Sequence[bytes]) -> None:
+        writes.append(list(frames))
+
+    reader = object()  # stands in for the GroupReader the deliveries came from
+    page = [Delivery(StoredEntry(4, f"{n}-0", b"%d" % n, ValueFormat.JSON, None, {}, n), 1) for n in range(1, 13)]
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "10"}))
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        assert session.offer_page(page, reader) == 10  # type: ignore[arg-type]
+        assert session.offer_page(page[10:], reader) == 0  # type: ignore[arg-type]
+        await settle()
+        assert [orjson.loads(frame)["value"] for frame in writes[0]] == list(range(1, 11))
+        assert len(writes) == 1
+        assert set(session.in_flight) == {(4, f"{n}-0") for n in range(1, 11)}
+        assert session.credit == 0, "un-acked deliveries keep their credit until settled"
+        assert session.cursor == {4: "10-0"}
+        session.settle([(4, "1-0"), (4, "2-0")])
+        assert session.credit == 2
