@@ -46,7 +46,7 @@ WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in th
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class InFlight:
     """A delivery waiting for its ack."""
 
@@ -154,9 +154,8 @@ class Session:
         tracked = not self.params.auto_ack
         if tracked:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
-            in_flight = self.in_flight
-            for delivery in taken:
-                in_flight[(delivery.entry.partition, delivery.entry.offset)] = InFlight(reader, deadline)
+            held = InFlight(reader, deadline)  # shared by the page: extend replaces, never mutates, an InFlight
+            self.in_flight.update(((d.entry.partition, d.entry.offset), held) for d in taken)
         topic = self.topic
         frames = [message_frame(topic, d.entry, d.delivery_count) for d in taken]
         offsets = [d.entry.offset for d in taken]
@@ -199,7 +198,7 @@ class Session:
         for ref in refs:
             held = self.in_flight.get(ref)
             if held is not None and held.reader is not None:
-                held.deadline = deadline
+                self.in_flight[ref] = InFlight(held.reader, deadline)  # may be shared by a page: replace
                 by_reader.setdefault(held.reader, []).append(ref)
         return by_reader
 

@@ -123,3 +123,19 @@ async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_writt
         assert session.cursor == {4: "10-0"}
         session.settle([(4, "1-0"), (4, "2-0")])
         assert session.credit == 2
+
+
+async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone() -> None:
+    async def send(frames: Sequence[bytes]) -> None:
+        pass
+
+    reader = object()
+    page = [Delivery(StoredEntry(0, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in (1, 2)]
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "ack_timeout_ms": "1000"}))
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        session.offer_page(page, reader)  # type: ignore[arg-type]
+        first = session.in_flight[(0, "2-0")].deadline
+        await asyncio.sleep(0.01)
+        assert session.extend([(0, "1-0")]) == {reader: [(0, "1-0")]}
+        assert session.in_flight[(0, "1-0")].deadline > first
+        assert session.in_flight[(0, "2-0")].deadline == first
