@@ -6,7 +6,7 @@ import re
 
 from gateway.errors import invalid_field
 
-STREAM_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+STREAM_ID = re.compile(r"(\d{1,20})-(\d{1,20})", re.ASCII)  # ASCII digits: Redis refuses others
 MAX_SEQ = 2**64 - 1
 
 

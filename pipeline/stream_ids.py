@@ -9,7 +9,7 @@ import re
 
 ZERO = "0-0"
 MAX_SEQ = 2**64 - 1
-_ID = re.compile(r"(\d+)-(\d+)")
+_ID = re.compile(r"(\d+)-(\d+)", re.ASCII)  # ASCII digits only, as Redis
 
 
 def parse(stream_id: str) -> tuple[int, int]:

@@ -6,7 +6,6 @@ An entry holds ``v`` (value bytes), ``f`` (ValueFormat value), ``k`` (key bytes,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,7 +14,6 @@ import orjson
 from storage.errors import InvalidOffset
 from storage.models import Record, StoredEntry, ValueFormat
 
-_OFFSET = re.compile(r"\d+-\d+")
 _FORMATS = {fmt.value.encode(): fmt for fmt in ValueFormat}
 
 
@@ -93,7 +91,9 @@ def decode_entries(partition: int, items: list[Any]) -> list[StoredEntry]:
 
 def validate_offset(offset: str) -> str:
     """Return ``offset`` unchanged if it is a stream ID, else raise InvalidOffset."""
-    if not _OFFSET.fullmatch(offset):
+    ms, dash, seq = offset.partition("-")
+    # ASCII digits only: str.isdigit (and the regex \d) also accept other scripts' digits, which Redis refuses.
+    if not (dash and ms.isdigit() and seq.isdigit() and offset.isascii()):
         raise InvalidOffset(offset)
     return offset
 

@@ -49,7 +49,8 @@ def test_valid_offsets_pass(offset: str) -> None:
     assert timestamp_ms(offset) == int(offset.split("-")[0])
 
 
-@pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n"])
+@pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n",
+                                    "١٢-٣", "¹-1", "1-²"])  # digits of other scripts: Redis refuses them
 def test_invalid_offsets_raise(offset: str) -> None:
     with pytest.raises(InvalidOffset):
         validate_offset(offset)
