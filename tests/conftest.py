@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -44,11 +44,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
-def unavailable(exc: MissingBinary) -> NoReturn:
-    """Skip locally, fail in CI: a missing server binary must never turn CI green by skipping."""
+MissingReport = Callable[[str], NoReturn]
+
+
+def missing(message: str) -> NoReturn:
+    """Skip locally, fail when CI=true: a missing binary or package must never turn CI green by skipping."""
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and a server binary is missing: {exc}")
-    pytest.skip(str(exc))
+        pytest.fail(f"CI=true and {message}")
+    pytest.skip(message)
+
+
+def unavailable(exc: MissingBinary) -> NoReturn:
+    """A missing server binary: skipped locally, a failure in CI."""
+    missing(f"a server binary is missing: {exc}")
+
+
+@pytest.fixture(scope="session")
+def report_missing() -> MissingReport:
+    """For tests that need a binary or package of their own: call it with what is missing (skip, or fail in CI)."""
+    return missing
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
+from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 from grafana_queries import GRAFANA_DIR, RULES_FILE, alert_expressions
@@ -13,13 +14,11 @@ EXPECTED_ALERTS = {"StreamgateGroupLagGrowing", "StreamgateOldestUnackedTooOld",
                    "StreamgateAcksAllFailures", "StreamgatePartitionWithoutOwner"}
 
 
-def _promtool() -> str:
+@pytest.fixture
+def promtool(report_missing: Callable[[str], NoReturn]) -> str:
     path = shutil.which("promtool")
     if path is None:
-        message = "promtool is missing (Debian package prometheus; make deps installs it)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        report_missing("promtool is missing (Debian package prometheus; make deps installs it)")
     return path
 
 
@@ -27,15 +26,15 @@ def test_the_rules_file_defines_every_documented_alert() -> None:
     assert set(alert_expressions()) == EXPECTED_ALERTS
 
 
-def test_promtool_accepts_the_rules_file() -> None:
-    result = subprocess.run([_promtool(), "check", "rules", str(RULES_FILE)], capture_output=True, text=True,
+def test_promtool_accepts_the_rules_file(promtool: str) -> None:
+    result = subprocess.run([promtool, "check", "rules", str(RULES_FILE)], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in result.stdout
 
 
-def test_alert_rule_unit_tests_pass_under_promtool() -> None:
-    result = subprocess.run([_promtool(), "test", "rules", "streamgate.rules.test.yml"],
+def test_alert_rule_unit_tests_pass_under_promtool(promtool: str) -> None:
+    result = subprocess.run([promtool, "test", "rules", "streamgate.rules.test.yml"],
                             cwd=GRAFANA_DIR / "alerts", capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
