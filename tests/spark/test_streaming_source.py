@@ -111,11 +111,13 @@ def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
         assert time.monotonic() < deadline + 60, "the stopped query never left spark.streams.active"
         time.sleep(0.1)
     spark.streams.resetTerminated()
-    # The last planned batch loses its commit, as if the driver died after writing the batch's files. Deleting
-    # an earlier commit instead (when stop() interrupted a later batch) is a state no crash leaves behind, and
-    # Spark then trips over its own commit log ("multiple streaming queries are concurrently using ...").
+    # The last planned batch loses its commit, as if the driver died after writing the batch's files (if stop()
+    # interrupted that batch, it is uncommitted already). Its checksum file goes too: a crash before the commit
+    # leaves none, and a stale .crc makes Spark's rename of the rewritten commit fail ("multiple streaming
+    # queries are concurrently using .../commits").
     last_batch = max(int(p.name) for p in (tmp_path / "checkpoint" / "offsets").glob("[0-9]*"))
-    (commit_dir / str(last_batch)).unlink(missing_ok=True)  # missing: stop() already left it uncommitted
+    for lost in (commit_dir / str(last_batch), commit_dir / f".{last_batch}.crc"):
+        lost.unlink(missing_ok=True)
     run_to_parquet(spark, opts, tmp_path)
     assert landed(spark, tmp_path) == sorted(published)
 
