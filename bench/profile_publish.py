@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -93,6 +95,12 @@ async def _owners(stack: DevStack, topic: str) -> dict[int, tuple[str, int]]:
         await cluster.aclose()
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_profiler(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes] | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -159,13 +167,17 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
                 out = workdir / f"batch{batch}.txt"
                 profiler = start_profiler(gateway.pid, out, fmt)
                 await asyncio.sleep(0.5)
+            cpu_before, own_before = process_cpu_s(gateway.pid), time.process_time()
             gw = await bench_gateway(base, "bench", batch, count, args.concurrency, args.acks)
+            gw_cpu, own_cpu = process_cpu_s(gateway.pid) - cpu_before, time.process_time() - own_before
             if profiler is not None:
                 stop_profiler(profiler)
             bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
             raw = await bench_raw(stack, "bench", batch, count, args.concurrency)
             for result in (gw, bare, raw):
                 print(result.line())
+            print(f"{'gateway CPU per message':<28} {1e6 * gw_cpu / gw.messages:>8.2f} us "
+                  f"({100 * gw_cpu / gw.seconds:.0f}% of a core; load generator {100 * own_cpu / gw.seconds:.0f}%)")
             print(f"{'ratio gateway/bare redis-py':<28} {gw.rate / bare.rate:>11.2f}")
             print(f"{'ratio gateway/raw XADD':<28} {gw.rate / raw.rate:>11.2f}")
             if profiler is not None and out.exists():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 WINDOW_S = 60
@@ -103,12 +103,25 @@ class PublishStats:
         """Count one published batch: (partition, key) per message."""
         now = time.monotonic()
         per_partition: dict[int, int] = {}
+        adders: dict[int, Callable[[bytes], None]] = {}  # each partition's sketch, looked up once per batch
         for partition, key in partitions_and_keys:
             per_partition[partition] = per_partition.get(partition, 0) + 1
             if key is not None:
-                self._keys.setdefault((topic, partition), SpaceSaving()).add(key)
+                add = adders.get(partition)
+                if add is None:
+                    add = adders[partition] = self._sketch(topic, partition).add
+                add(key)
         for partition, count in per_partition.items():
-            self._rates.setdefault((topic, partition), WindowRate()).add(count, now)
+            rate = self._rates.get((topic, partition))
+            if rate is None:
+                rate = self._rates[(topic, partition)] = WindowRate()
+            rate.add(count, now)
+
+    def _sketch(self, topic: str, partition: int) -> SpaceSaving:
+        sketch = self._keys.get((topic, partition))
+        if sketch is None:
+            sketch = self._keys[(topic, partition)] = SpaceSaving()
+        return sketch
 
     def heat(self, topic: str, partitions: int, top: int = 5) -> list[PartitionHeat]:
         """Every partition of a topic, flagged hot when over ``HOT_FACTOR`` x the topic's mean rate."""

@@ -17,10 +17,10 @@ from typing import Protocol
 from gateway.errors import invalid_field, unavailable
 from gateway.metrics import GatewayMetrics
 from gateway.validation import PublishBatch
-from partitioner.hashing import KeylessSpreader, partition_for
+from partitioner.hashing import KeylessSpreader, murmur2, partition_for
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
-from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
+from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult, new_record
 from storage.protocol import StreamStore
 
 PublishResult = AppendResult | ScheduledResult
@@ -39,26 +39,27 @@ log = logging.getLogger(__name__)
 
 def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[Record]:
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky."""
+    partitions = topic.partitions
     keyless_partition: int | None = None
     records: list[Record] = []
+    append, hash_key, make = records.append, murmur2, new_record
     for index, message in enumerate(batch.messages):
-        if message.partition is not None:
-            if message.partition >= topic.partitions:
+        value, value_format, key, headers, partition, idempotency_key, _ = message
+        if partition is not None:
+            if partition >= partitions:
                 raise invalid_field(f"/messages/{index}/partition",
-                                    f"partition {message.partition} does not exist: topic "
-                                    f"{topic.name!r} has {topic.partitions} partitions")
-            partition = message.partition
-        elif message.key is not None:
-            partition = partition_for(message.key, topic.partitions)
-        elif message.idempotency_key is not None:
+                                    f"partition {partition} does not exist: topic "
+                                    f"{topic.name!r} has {partitions} partitions")
+        elif key is not None:
+            partition = (hash_key(key) & 0x7FFFFFFF) % partitions  # partition_for, inlined: the hot path
+        elif idempotency_key is not None:
             # A keyless retry must land where the first attempt did, so hash the idempotency key.
-            partition = partition_for(message.idempotency_key.encode(), topic.partitions)
+            partition = partition_for(idempotency_key.encode(), partitions)
         else:
             if keyless_partition is None:
-                keyless_partition = spreader.for_batch(topic.partitions)
+                keyless_partition = spreader.for_batch(partitions)
             partition = keyless_partition
-        records.append(Record(partition, message.value, message.value_format, message.key,
-                              message.headers, message.idempotency_key))
+        append(make(partition, value, value_format, key, headers, idempotency_key))
     return records
 
 

@@ -13,7 +13,7 @@ Two transports carry the same commands with the same replies: the lean pipelined
 and a redis-py pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare
 router). acks=all writes take a connection of their own so WAIT follows exactly their writes.
 
-The writer is generic over the script: each ``ScriptCall`` names its script, and ``parse`` turns one call's
+The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns one call's
 reply into that partition's results (``parse_append_reply`` for appends; the delayed-message schedule script
 reuses the same path with its own parser).
 """
@@ -33,7 +33,7 @@ from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.observer import report
-from storage.scripts import LuaScript, ScriptCall
+from storage.scripts import LuaScript, PartitionCall
 
 R = TypeVar("R")
 ReplyParser = Callable[[int, Sequence[Any]], list[R]]
@@ -59,7 +59,7 @@ class Appender(Generic[R]):
         self._lanes = lanes
         self._loading: dict[tuple[NodeAddress, str], asyncio.Future[Any]] = {}
 
-    async def write(self, topic: str, calls: Sequence[ScriptCall], *, wait: bool) -> dict[int, list[R]]:
+    async def write(self, topic: str, calls: Sequence[PartitionCall], *, wait: bool) -> dict[int, list[R]]:
         """Run every call (concurrently per node) and return each partition's results in record order."""
         s = self._settings
         deadline = Deadline(s.write_deadline_s, s.retry_backoff_s, s.retry_backoff_max_s)
@@ -76,7 +76,7 @@ class Appender(Generic[R]):
     async def _attempt(
         self,
         topic: str,
-        pending: dict[int, ScriptCall],
+        pending: dict[int, PartitionCall],
         asking: dict[int, NodeAddress],
         wait: bool,
         deadline: Deadline,
@@ -96,22 +96,23 @@ class Appender(Generic[R]):
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
 
     def _group_by_node(
-        self, topic: str, pending: dict[int, ScriptCall], asking: dict[int, NodeAddress]
-    ) -> dict[NodeAddress, list[ScriptCall]]:
-        groups: dict[NodeAddress, list[ScriptCall]] = {}
+        self, topic: str, pending: dict[int, PartitionCall], asking: dict[int, NodeAddress]
+    ) -> dict[NodeAddress, list[PartitionCall]]:
+        groups: dict[NodeAddress, list[PartitionCall]] = {}
         for partition, call in pending.items():
             addr = asking.get(partition) or self._router.node_for_slot(slot_of(topic, partition))
             groups.setdefault(addr, []).append(call)
         return groups
 
     async def _write_node(
-        self, addr: NodeAddress, calls: list[ScriptCall], asking: dict[int, NodeAddress], wait: bool
+        self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress], wait: bool
     ) -> _NodeOutcome[R]:
-        commands: list[tuple[Any, ...]] = []
+        lean = self._lanes is not None
+        commands: list[tuple[Any, ...] | bytes] = []
         for call in calls:
             if call.partition in asking:
                 commands.append(("ASKING",))  # valid for the next command on this same connection only
-            commands.append(call.evalsha_command())
+            commands.append(call.evalsha_wire() if lean else call.evalsha_command())
         if wait:
             commands.append(("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms))
         operation, started = ("append_wait" if wait else "append"), time.perf_counter()
@@ -126,17 +127,21 @@ class Appender(Generic[R]):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
         return outcome
 
-    async def _send(self, addr: NodeAddress, commands: list[tuple[Any, ...]], wait: bool) -> list[Any]:
-        """Every command on one connection in order; replies in order, error replies as exception values."""
+    async def _send(self, addr: NodeAddress, commands: list[tuple[Any, ...] | bytes], wait: bool) -> list[Any]:
+        """Every command on one connection in order; replies in order, error replies as exception values.
+
+        Commands are RESP bytes for the lean connections and value tuples for a redis-py pipeline.
+        """
         if self._lanes is not None:
             return await self._lanes.execute(addr, commands, exclusive=wait)
         pipe = self._router.node_client(addr).pipeline(transaction=False)
         for command in commands:
+            assert isinstance(command, tuple)
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
 
     def _parse_replies(
-        self, calls: list[ScriptCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
+        self, calls: list[PartitionCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
     ) -> _NodeOutcome[R]:
         outcome: _NodeOutcome[R] = _NodeOutcome()
         pos = 0
@@ -187,7 +192,7 @@ class Appender(Generic[R]):
     @staticmethod
     def _merge(
         outcomes: list[_NodeOutcome[R]],
-        pending: dict[int, ScriptCall],
+        pending: dict[int, PartitionCall],
         done: dict[int, list[R]],
         asking: dict[int, NodeAddress],
     ) -> dict[int, BaseException]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,12 +230,15 @@ class NodeLanes:
             lane = self._lanes[address] = _Lane(max(1, self._settings.max_connections_per_node))
         return lane
 
-    async def execute(self, address: NodeAddress, commands: list[tuple[Any, ...]], *, exclusive: bool) -> list[Any]:
+    async def execute(self, address: NodeAddress, commands: Sequence[tuple[Any, ...] | bytes], *,
+                      exclusive: bool) -> list[Any]:
         """Send commands to one node in one write and return their replies (error replies as exceptions).
 
-        ``exclusive`` takes a connection nobody else writes to until the replies are in (for WAIT).
+        A command is a tuple of arguments or, already encoded, its RESP bytes. ``exclusive`` takes a
+        connection nobody else writes to until the replies are in (for WAIT).
         """
-        payload = b"".join([encode_command(command) for command in commands])
+        payload = b"".join([command if type(command) is bytes else encode_command(command)
+                            for command in commands])
         lane = self._lane(address)
         if exclusive:
             return await self._execute_exclusive(address, lane, payload, len(commands))

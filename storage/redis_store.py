@@ -23,7 +23,7 @@ from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Rec
 from storage.observer import CallObserver, ignore_call
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
-from storage.scripts import ScriptCall, build_append_call, parse_append_reply
+from storage.scripts import AppendCall, build_append_call, parse_append_reply
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -161,7 +161,7 @@ class RedisStreamStore:
         return self._appender
 
     @staticmethod
-    def _call_for(topic: str, partition: int, records: list[Record], options: AppendOptions) -> ScriptCall:
+    def _call_for(topic: str, partition: int, records: list[Record], options: AppendOptions) -> AppendCall:
         return build_append_call(topic, partition, records, options)
 
     async def read(

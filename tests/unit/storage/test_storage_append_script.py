@@ -7,9 +7,13 @@ from typing import Any
 
 import fakeredis
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage import AppendOptions, Record
 from storage.keys import log_key
+from storage.models import ValueFormat
+from storage.resp import encode_command
 from storage.scripts import APPEND_LUA, APPEND_SHA, build_append_call, parse_append_reply
 
 
@@ -81,3 +85,48 @@ async def test_maxlen_trims_the_stream(redis: Any) -> None:
         await _append(redis, [Record(partition=0, value=b"x")] * 50, options)
     # fakeredis trims exactly; real Redis trims by macro node (~), checked in the integration tests.
     assert await redis.xlen(log_key("t", 0)) <= 100
+
+
+_records = st.builds(
+    Record,
+    partition=st.just(3),
+    value=st.binary(max_size=300),
+    value_format=st.sampled_from(list(ValueFormat)),
+    key=st.none() | st.binary(max_size=40),
+    headers=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=12), max_size=3),
+    idempotency_key=st.none() | st.text(min_size=1, max_size=20),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(_records, min_size=1, max_size=12),
+       max_length=st.none() | st.integers(1, 10**9), ttl=st.integers(1, 10**9))
+def test_wire_encoding_is_byte_for_byte_the_generic_resp_encoding(
+        records: list[Record], max_length: int | None, ttl: int) -> None:
+    call = build_append_call("topic/é", 3, records, AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
+    assert call.evalsha_wire() == encode_command(call.evalsha_command())
+
+
+def test_wire_encoding_of_a_batch_with_over_a_thousand_dedup_keys() -> None:
+    records = [Record(partition=0, value=b"v%d" % i, key=b"k", idempotency_key=f"i{i}") for i in range(1100)]
+    call = build_append_call("t", 0, records, AppendOptions())
+    assert call.evalsha_wire() == encode_command(call.evalsha_command())
+
+
+async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
+    records = [Record(partition=0, value=b"a", key=b"k1"),
+               Record(partition=0, value=b"{}", value_format=ValueFormat.JSON),
+               Record(partition=0, value=b"c", headers={"h": "1"}, idempotency_key="x")]
+    call = build_append_call("t", 0, records, AppendOptions())
+    await redis.script_load(APPEND_LUA)
+    connection = await redis.connection_pool.get_connection()
+    try:
+        await connection.send_packed_command(call.evalsha_wire())
+        reply = await connection.read_response()
+    finally:
+        await redis.connection_pool.release(connection)
+    results = parse_append_reply(0, reply)
+    entries = await redis.xrange(log_key("t", 0))
+    assert [r.offset for r in results] == [e[0].decode() for e in entries]
+    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k1"}, {b"v": b"{}", b"f": b"j"},
+                                       {b"v": b"c", b"f": b"b", b"h": b'{"h":"1"}'}]
