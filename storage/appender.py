@@ -87,6 +87,9 @@ class Appender(Generic[R]):
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
         try:
             async with asyncio.timeout(deadline.remaining()):
+                if len(groups) == 1:  # one node (every single-message publish): no task to gather
+                    ((addr, group),) = groups.items()
+                    return [await self._write_node(addr, group, asking, wait)]
                 return list(
                     await asyncio.gather(
                         *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
