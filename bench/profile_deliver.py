@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-import orjson
-from deliver import create_topic, latency, publish, throughput
+from deliver import create_topic, latency, lean_group_drain, publish, throughput
 from publish import free_port, start_gateway, wait_ready
 from redis.asyncio.cluster import RedisCluster
 
@@ -91,66 +90,13 @@ def fanout_subscriber(base: str, topic: str, sockets: int, expected: int, ready:
     asyncio.run(main())
 
 
-def group_consumer(base: str, topic: str, group: str, sockets: int, total: int,
-                   results: multiprocessing.Queue[tuple[int, float, float]]) -> None:
-    """A process with ``sockets`` members of one exclusive group, acking in batches; stops at ``total`` overall
-    (counted per process: each process stops when the group's backlog is drained)."""
-
-    async def member(http: aiohttp.ClientSession, counts: list[int], first: list[float], last: list[float]) -> None:
-        params = {"topic": topic, "group": group, "max_in_flight": "2000", "from": "earliest"}
-        async with http.ws_connect(f"{base}/v1/subscribe", params=params, max_msg_size=0) as ws:
-            pending: list[dict[str, object]] = []
-            idle = 0
-            while idle < 300:  # 3 s without a frame: the backlog is drained
-                try:
-                    message = await ws.receive(timeout=0.01)
-                except TimeoutError:
-                    message = None
-                    idle += 1
-                if message is not None and message.type is aiohttp.WSMsgType.TEXT:
-                    idle = 0
-                    frame = orjson.loads(message.data)
-                    if frame["type"] == "message":
-                        first[0] = first[0] or time.time()
-                        pending.append({"partition": frame["partition"], "offset": frame["offset"]})
-                elif message is not None:
-                    break
-                if pending and (message is None or len(pending) >= 500):
-                    await ws.send_str(orjson.dumps({"type": "ack", "messages": pending}).decode())
-                    counts[0] += len(pending)
-                    last[0] = time.time()
-                    pending = []
-                if counts[0] >= total:
-                    break
-
-    async def main() -> None:
-        counts, first, last = [0], [0.0], [0.0]
-        async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*(member(http, counts, first, last) for _ in range(sockets)), return_exceptions=True)
-        results.put((counts[0], first[0], last[0]))
-
-    asyncio.run(main())
-
-
 async def lean_group_throughput(http: aiohttp.ClientSession, base: str, messages: int, processes: int,
                                 gateway_pid: int) -> None:
     """Group delivery + ack with consumers in their own processes (orjson, acks of up to 500 per frame)."""
     await create_topic(http, base, "group-lean-bench")
     await publish(http, base, "group-lean-bench", messages)
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[tuple[int, float, float]] = context.Queue()
     cpu_before = cpu_s(gateway_pid)
-    workers = [context.Process(target=group_consumer,
-                               args=(base, "group-lean-bench", "lean", 2, messages, results)) for _ in range(processes)]
-    for worker in workers:
-        worker.start()
-    total, started, last = 0, float("inf"), 0.0
-    for _ in workers:
-        count, first, at = await asyncio.to_thread(results.get, True, 600)
-        total, started, last = total + count, min(started, first or started), max(last, at)
-    for worker in workers:
-        worker.join(10)
-    elapsed = last - started
+    total, elapsed = await lean_group_drain(base, "group-lean-bench", "lean", messages, processes)
     cpu = cpu_s(gateway_pid) - cpu_before
     print(f"group delivery + ack, lean consumers, per gateway CPU s: {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
     print(f"group delivery + ack, lean consumer processes:         {total / elapsed:>10,.0f} msg/s "
