@@ -5,7 +5,8 @@ partitions grouped by owning primary, one pinned pipeline per node, and for ``Ac
 connection (fewer replicas raise NotEnoughReplicas). Its retry semantics are the append's: a record with an
 idempotency key is scheduled once; a retry answers the first schedule id with ``duplicate=True``.
 
-``promote_due`` is one script per call, so it is atomic on the primary: it reads the server clock (``TIME``;
+``promote_due`` is one script per call (``promote_due_partitions`` sends many partitions' calls in one pipeline
+per node), so it is atomic on the primary: it reads the server clock (``TIME``;
 Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit`` due messages in
 (due time, schedule id) order into the stream and removes them from the schedule. Two owners running it at the
 same moment therefore promote every message exactly once, in due order. A call whose reply is lost (connection
@@ -31,8 +32,9 @@ from storage.delayed_scripts import (
     promote_keys_and_args,
 )
 from storage.keys import delayed_key, slot_of
+from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import LuaScript
+from storage.scripts import LuaScript, ScriptCall
 
 
 class RedisDelayedStore:
@@ -41,10 +43,11 @@ class RedisDelayedStore:
     Take it from ``RedisStreamStore.delayed``; it owns no connections of its own.
     """
 
-    def __init__(self, router: ClusterRouter) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes | None = None) -> None:
         self._router = router
         self._settings = router.settings
         self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply)
+        self._promoter: Appender[AppendResult] = Appender(router, parse_promote_reply, lanes)
 
     async def schedule(
         self, topic: str, items: Sequence[tuple[Record, int]], options: AppendOptions
@@ -84,6 +87,19 @@ class RedisDelayedStore:
             "promote_due", self._settings.write_deadline_s, lambda: self._evalsha(slot, PROMOTE_SCRIPT, keys, args)
         )
         return parse_promote_reply(partition, reply)
+
+    async def promote_due_partitions(
+        self, topic: str, partitions: Sequence[int], *, limit: int = 100, max_length: int | None = None
+    ) -> dict[int, list[AppendResult]]:
+        """``promote_due`` for several partitions of a topic at once: their script calls go out together, one
+        pipeline per owning node (on the lean connections when the store has them). Each call is the same
+        atomic script, so the guarantees are ``promote_due``'s; the retries are the append path's.
+        """
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit}")
+        calls = [ScriptCall(partition, *promote_keys_and_args(topic, partition, limit, max_length), PROMOTE_SCRIPT)
+                 for partition in dict.fromkeys(partitions)]
+        return await self._promoter.write(topic, calls, wait=False) if calls else {}
 
     async def next_due_ms(self, topic: str, partition: int) -> int | None:
         """The earliest due time (epoch ms) of the partition's waiting messages, or None when there are none."""

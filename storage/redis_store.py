@@ -113,7 +113,7 @@ class RedisStreamStore:
     def delayed(self) -> RedisDelayedStore:
         """Delayed messages (schedule, promote_due, ...) on the same connections; nothing extra to close."""
         if self._delayed is None:
-            self._delayed = RedisDelayedStore(self.router)
+            self._delayed = RedisDelayedStore(self.router, self._lanes)
         return self._delayed
 
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from storage.models import AppendResult, TrimReport
@@ -34,9 +34,9 @@ class Ownership(Protocol):
 class DelayedStore(Protocol):
     """Delayed-message promotion."""
 
-    async def promote_due(self, topic: str, partition: int, *, limit: int,
-                          max_length: int | None) -> Sequence[AppendResult]:
-        """Move due delayed messages into the stream, atomically, in due order."""
+    async def promote_due_partitions(self, topic: str, partitions: Sequence[int], *, limit: int,
+                                     max_length: int | None) -> Mapping[int, Sequence[AppendResult]]:
+        """Move due delayed messages of each partition into its stream, atomically per partition, in due order."""
         ...
 
 

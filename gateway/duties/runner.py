@@ -1,11 +1,15 @@
 """Runs the duties of every partition this gateway owns, and stops them when ownership moves.
 
-Per owned partition, one task: promote due delayed messages every ``promote_interval_s`` (p99 promotion
-latency stays under a second), apply retention every ``retention_interval_s`` (counting, never hiding,
-entries dropped before a group acked them), export group lag every ``lag_interval_s`` and sweep the groups
-every ``sweep_interval_s`` (dead letters past max deliveries, a dead node's deliveries; ``duties.sweep``).
-A duty stops at once when the partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease
-cannot be renewed). A storage or coordination error is counted and retried; a crash flips readiness.
+One promoter for the whole node: every ``promote_interval_s`` it promotes the due delayed messages of every
+owned partition, each topic's partitions in one pipelined round per Redis node (p99 promotion latency stays
+under a second, and an idle node owning 512 partitions no longer spends most of a core on 5,000 separate
+promote calls a second). Per owned partition, one task that sleeps until its next slower duty: apply retention
+every ``retention_interval_s`` (counting, never hiding, entries dropped before a group acked them), export
+group lag every ``lag_interval_s`` and sweep the groups every ``sweep_interval_s`` (dead letters past max
+deliveries, a dead node's deliveries; ``duties.sweep``). Duties stop when the partition leaves
+``ownership.owned`` (which empties on the node's own clock when its lease cannot be renewed): the promoter
+reads it every tick and the supervisor cancels the partition's task. A storage or coordination error is
+counted and retried; a crash flips readiness.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class PartitionDuties:
         try:
             while (metadata := self.runner.cache.get(self.topic)) is not None and self._owned():
                 await self._turn(metadata)
-                await asyncio.sleep(self.runner.settings.promote_interval_s)
+                await asyncio.sleep(self._until_next_duty())
         finally:
             forget_lag(self.runner.metrics, self.topic, self.partition, sorted(self._groups_seen))
             forget_length(self.runner.metrics, self.topic, self.partition)
@@ -75,9 +79,12 @@ class PartitionDuties:
     def _owned(self) -> bool:
         return (self.topic, self.partition) in self.runner.ownership.owned
 
+    def _until_next_duty(self) -> float:
+        due = [self._next_trim, self._next_lag] + ([self._next_sweep] if self.runner.sweep is not None else [])
+        return max(0.0, min(due) - time.monotonic())
+
     async def _turn(self, metadata: TopicMetadata) -> None:
         now = time.monotonic()
-        await self._guarded("promote", self._promote(metadata))
         if now >= self._next_trim:
             self._next_trim = now + self.runner.settings.retention_interval_s
             await self._guarded("retention", self._trim(metadata))
@@ -97,15 +104,6 @@ class PartitionDuties:
                 raise asyncio.CancelledError from exc
             self.runner.metrics.duty_errors.labels(duty).inc()
             log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition, exc)
-
-    async def _promote(self, metadata: TopicMetadata) -> None:
-        while self._owned():
-            promoted = await self.runner.delayed.promote_due(self.topic, self.partition, limit=PROMOTE_BATCH,
-                                                           max_length=metadata.max_length)
-            if promoted:
-                self.runner.metrics.delayed_promoted.labels(self.topic).inc(len(promoted))
-            if len(promoted) < PROMOTE_BATCH:
-                return
 
     async def _trim(self, metadata: TopicMetadata) -> None:
         cutoff_ms = int(time.time() * 1000) - metadata.retention_ms
@@ -131,7 +129,7 @@ class PartitionDuties:
 
 
 class DutyRunner:
-    """Keeps one duty task per owned partition (async context manager)."""
+    """Keeps the node's promoter and one duty task per owned partition (async context manager)."""
 
     def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore, retention: RetentionStore,
                  streams: StreamStore, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings,
@@ -142,10 +140,13 @@ class DutyRunner:
         self.metrics, self.settings = metrics, settings
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
+        self._promoter: asyncio.Task[None] | None = None
         self.crashed: BaseException | None = None
 
     async def __aenter__(self) -> DutyRunner:
         self._supervisor = asyncio.create_task(self._supervise(), name="duty-supervisor")
+        self._promoter = asyncio.create_task(self._promote_forever(), name="duty-promoter")
+        self._promoter.add_done_callback(self._promoter_ended)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -154,8 +155,8 @@ class DutyRunner:
 
     async def aclose(self) -> None:
         """Stop every duty; idempotent."""
-        tasks = [t for t in [self._supervisor, *self._tasks.values()] if t is not None]
-        self._supervisor, self._tasks = None, {}
+        tasks = [t for t in [self._supervisor, self._promoter, *self._tasks.values()] if t is not None]
+        self._supervisor, self._promoter, self._tasks = None, None, {}
         await cancel_until_done(tasks)
         for task in tasks:
             if not task.cancelled():
@@ -180,12 +181,46 @@ class DutyRunner:
 
     def _reconcile(self) -> None:
         owned = self.ownership.owned
+        for key in self._tasks.keys() - owned:
+            self._tasks[key].cancel()  # it may be asleep until its next duty; a finished one ignores this
         for key in [k for k, task in self._tasks.items() if task.done()]:
             self._reap(key)
         for key in owned - self._tasks.keys():
             duties = PartitionDuties(self, *key)
             self._tasks[key] = asyncio.create_task(duties.run(), name=f"duties-{key[0]}/{key[1]}")
         self.metrics.set_ownership({topic.name: topic.partitions for topic in self.cache.all()}, owned)
+
+    async def _promote_forever(self) -> None:
+        while True:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in self.ownership.owned:
+                by_topic.setdefault(topic, []).append(partition)
+            await asyncio.gather(*(self._promote_topic(topic, sorted(partitions))
+                                   for topic, partitions in by_topic.items()))
+            await asyncio.sleep(self.settings.promote_interval_s)
+
+    async def _promote_topic(self, topic: str, partitions: list[int]) -> None:
+        """Promote what is due in the topic's owned partitions; partitions with a full batch go again at once."""
+        while partitions and (metadata := self.cache.get(topic)) is not None:
+            try:
+                promoted = await self.delayed.promote_due_partitions(topic, partitions, limit=PROMOTE_BATCH,
+                                                                     max_length=metadata.max_length)
+            except (StorageError, PartitionerError) as exc:
+                if _being_cancelled():
+                    raise asyncio.CancelledError from exc
+                self.metrics.duty_errors.labels("promote").inc()
+                log.warning("promote duty of %s (%d partitions) failed, will retry: %s", topic, len(partitions), exc)
+                return
+            count = sum(len(results) for results in promoted.values())
+            if count:
+                self.metrics.delayed_promoted.labels(topic).inc(count)
+            owned = self.ownership.owned
+            partitions = [p for p, results in promoted.items() if len(results) >= PROMOTE_BATCH and (topic, p) in owned]
+
+    def _promoter_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.crashed = task.exception()
+            log.error("the delayed-message promoter crashed", exc_info=self.crashed)
 
     def _reap(self, key: tuple[str, int]) -> None:
         task = self._tasks.pop(key)

@@ -83,6 +83,22 @@ async def test_schedule_spreads_over_every_primary_in_input_order(store: RedisSt
         assert await _values(store, topic, p) == [rec.value for rec, _ in items if rec.partition == p]
 
 
+async def test_promoting_many_partitions_at_once_matches_one_by_one(store: RedisStreamStore, topic: str) -> None:
+    now = _now_ms()
+    items = [(Record(partition=i % PARTITIONS, value=b"%d" % i), now - 1000 + i) for i in range(36)]
+    items.append((Record(partition=5, value=b"later"), now + 60_000))
+    await store.delayed.schedule(topic, items, AppendOptions())
+    promoted = await store.delayed.promote_due_partitions(topic, list(range(PARTITIONS)), limit=2)
+    assert sorted(promoted) == list(range(PARTITIONS))  # every primary's partitions in one call
+    for p in range(PARTITIONS):
+        assert [r.offset for r in promoted[p]] == [e.offset for e in await store.read(topic, p)]
+        assert await _values(store, topic, p) == [rec.value for rec, due in items if rec.partition == p][:2]
+    rest = await store.delayed.promote_due_partitions(topic, list(range(PARTITIONS)), limit=100)
+    assert sum(len(results) for results in rest.values()) == 36 - 2 * PARTITIONS
+    assert await store.delayed.scheduled_count(topic, 5) == 1
+    assert await store.delayed.promote_due_partitions(topic, [], limit=10) == {}
+
+
 async def test_promotion_follows_due_order_not_schedule_order(store: RedisStreamStore, topic: str) -> None:
     base = _now_ms() - 10_000
     dues = [7, 3, 9, 1, 3, 5, 0, 8]

@@ -35,19 +35,25 @@ class FakeOwnership:
 class FakeStores:
     def __init__(self) -> None:
         self.promote_calls: list[tuple[str, int]] = []
+        self.promote_rounds: list[tuple[str, list[int]]] = []
+        self.lengths_asked: list[tuple[str, int]] = []
         self.due: dict[tuple[str, int], int] = {}
         self.trim_calls: list[tuple[str, int, str | None]] = []
         self.trim_report: TrimReport | None = None
         self.explode = False
 
-    async def promote_due(self, topic: str, partition: int, *, limit: int,
-                          max_length: int | None) -> Sequence[AppendResult]:
+    async def promote_due_partitions(self, topic: str, partitions: Sequence[int], *, limit: int,
+                                     max_length: int | None) -> dict[int, list[AppendResult]]:
         if self.explode:
             raise RuntimeError("bug")
-        self.promote_calls.append((topic, partition))
-        count = min(limit, self.due.get((topic, partition), 0))
-        self.due[(topic, partition)] = self.due.get((topic, partition), 0) - count
-        return [AppendResult(partition, f"1-{i}") for i in range(count)]
+        self.promote_rounds.append((topic, list(partitions)))
+        results = {}
+        for partition in partitions:
+            self.promote_calls.append((topic, partition))
+            count = min(limit, self.due.get((topic, partition), 0))
+            self.due[(topic, partition)] = self.due.get((topic, partition), 0) - count
+            results[partition] = [AppendResult(partition, f"1-{i}") for i in range(count)]
+        return results
 
     async def trim(self, topic: str, partition: int, *, min_offset: str | None,
                    max_length: int | None) -> TrimReport:
@@ -61,6 +67,7 @@ class FakeStores:
         return GroupPartitionState(partition, True, None, 0, None, None)
 
     async def length(self, topic: str, partition: int) -> int:
+        self.lengths_asked.append((topic, partition))
         return 7
 
     async def read(self, *args: Any, **kwargs: Any) -> list[StoredEntry]:
@@ -109,6 +116,43 @@ async def test_promotion_drains_everything_due_in_one_turn(runner_parts: Any) ->
     stores.due[("t", 1)] = PROMOTE_BATCH * 2 + 3
     ownership.set({("t", 1)})
     await eventually(lambda: stores.due[("t", 1)] == 0)
+
+
+async def test_one_promote_round_covers_every_owned_partition_of_a_topic(runner_parts: Any) -> None:
+    _, ownership, stores = runner_parts
+    stores.due[("t", 2)] = PROMOTE_BATCH + 1  # a full batch: partition 2 goes again at once, alone
+    ownership.set({("t", 0), ("t", 1), ("t", 2), ("t", 3)})
+    await eventually(lambda: stores.due[("t", 2)] == 0)
+    assert stores.promote_rounds[0] == ("t", [0, 1, 2, 3])
+    assert stores.promote_rounds[1] == ("t", [2])
+
+
+async def test_partition_duties_sleep_until_their_next_duty_not_every_promote_tick(cache: TopicCache) -> None:
+    ownership, stores = FakeOwnership(), FakeStores()
+    settings = DutySettings(promote_interval_s=0.01, retention_interval_s=60, lag_interval_s=0.3)
+    runner = DutyRunner(ownership, cache, delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
+                        groups=stores, metrics=GatewayMetrics.create(), settings=settings)  # type: ignore[arg-type]
+    async with runner:
+        ownership.set({("t", 0)})
+        await asyncio.sleep(0.5)
+    assert len(stores.promote_rounds) >= 10  # promotion every 10 ms...
+    assert 1 <= len(stores.lengths_asked) <= 2  # ...the lag duty at 0 and 0.3 s only
+    assert len(stores.trim_calls) == 1
+
+
+async def test_a_sleeping_partition_duty_is_cancelled_when_ownership_moves(cache: TopicCache) -> None:
+    ownership, stores = FakeOwnership(), FakeStores()
+    settings = DutySettings(promote_interval_s=0.01, retention_interval_s=60, lag_interval_s=60, sweep_interval_s=60)
+    runner = DutyRunner(ownership, cache, delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
+                        groups=stores, metrics=GatewayMetrics.create(), settings=settings)  # type: ignore[arg-type]
+    async with runner:
+        ownership.set({("t", 0), ("t", 1)})
+        await eventually(lambda: runner.running == {("t", 0), ("t", 1)})
+        ownership.set({("t", 1)})
+        await eventually(lambda: runner.running == {("t", 1)})
+        stores.promote_calls.clear()
+        await asyncio.sleep(0.05)
+        assert set(stores.promote_calls) == {("t", 1)}
 
 
 async def test_retention_uses_the_topic_retention_and_counts_unacked_drops(runner_parts: Any) -> None:
