@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -44,6 +44,12 @@ WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in th
 # An outbox item: one frame or a page of frames, the credit their write gives back, the partition and the
 # offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
+
+
+class Waker(Protocol):
+    """What credit watchers are: an ``asyncio.Event``, or anything else that wakes up on ``set``."""
+
+    def set(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,7 @@ class Session:
         self._send = send
         self._slow_timeout_s = slow_client_timeout_s
         self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
-        self._credit_waiters: set[asyncio.Event] = set()
+        self._credit_waiters: set[Waker] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
 
@@ -110,13 +116,13 @@ class Session:
         """Whether the session may take one more delivery."""
         return self.credit > 0 and not self.closing.done()
 
-    def watch_credit(self, event: asyncio.Event) -> None:
+    def watch_credit(self, event: Waker) -> None:
         """Set ``event`` whenever this session gains credit (readers wait on it)."""
         self._credit_waiters.add(event)
         if self.has_credit:
             event.set()
 
-    def unwatch_credit(self, event: asyncio.Event) -> None:
+    def unwatch_credit(self, event: Waker) -> None:
         """Stop notifying ``event``."""
         self._credit_waiters.discard(event)
 

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from gateway.delivery.filters import HeaderFilter
-from gateway.delivery.session import Session
+from gateway.delivery.session import Session, Waker
 from gateway.delivery.wire import message_frame
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
@@ -51,7 +51,7 @@ class TailFollower:
     __slots__ = ("after", "delivered", "from_time_ms", "joined", "partition", "session", "skip_through", "wake")
 
     def __init__(self, session: Session, partition: int, after: str | None, delivered: Any,
-                 wake: asyncio.Event) -> None:
+                 wake: Waker) -> None:
         self.session = session
         self.partition = partition
         self.after = after  # every entry up to here was offered (or filtered out)
@@ -248,48 +248,81 @@ class GrowthWatch(Protocol):
     def get(self, name: str) -> TopicMetadata | None: ...
 
 
-async def follow_with_tails(tails: BroadcastTails, store: StreamStore, session: Session,
-                            positions: dict[int, str | None], delivered: Any, growth: GrowthWatch | None = None,
-                            on_growth: Callable[[int], None] | None = None) -> None:
-    """Deliver every partition to a broadcast session through the shared tails (until cancelled or closing).
+class BroadcastFollow:
+    """Every partition of a topic delivered to one broadcast session through the shared tails (``aclose`` ends it).
 
-    With ``growth``, partitions added to the topic meanwhile are followed from their first entry, and
-    ``on_growth`` is told the new count (the caller sends an assignment frame). Event-driven: no timer per session.
+    Task-free while idle (issue 8: memory per idle connection): once every follower has joined its tail, the
+    tails feed the session and nothing of this object runs. A catch-up task exists only while some follower is
+    behind and the session has credit; it is started by ``set`` (the session's credit coming back, a follower
+    detached by its tail, partitions added to the topic) and ends when nothing is left to catch up. With
+    ``growth``, partitions added meanwhile are followed from their first entry and ``on_growth`` is told the new
+    count. A catch-up failure goes to ``on_error`` (the caller closes the session).
     """
-    wake = asyncio.Event()
-    followers = [TailFollower(session, p, after, delivered, wake) for p, after in positions.items()]
-    grown_to = [len(followers)]
 
-    def note_growth(partitions: int) -> None:
-        grown_to[0] = max(grown_to[0], partitions)
-        wake.set()
+    __slots__ = ("_delivered", "_followers", "_grown_to", "_on_error", "_on_growth", "_session", "_store",
+                 "_tails", "_task", "_unwatch", "closed")
 
-    unwatch = None
-    if growth is not None:
-        unwatch = growth.watch_growth(session.topic, note_growth)
-        if (current := growth.get(session.topic)) is not None:  # grown before the watch was set
-            note_growth(current.partitions)
-    session.watch_credit(wake)
-    try:
+    def __init__(self, tails: BroadcastTails, store: StreamStore, session: Session, positions: dict[int, str | None],
+                 delivered: Any, growth: GrowthWatch | None = None, on_growth: Callable[[int], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        self._tails, self._store, self._session, self._delivered = tails, store, session, delivered
+        self._on_growth, self._on_error = on_growth, on_error
+        self._followers = [TailFollower(session, p, after, delivered, self) for p, after in positions.items()]
+        self._grown_to = len(self._followers)
+        self._task: asyncio.Task[None] | None = None
+        self._unwatch: Callable[[], None] | None = None
+        self.closed = False
+        if growth is not None:
+            self._unwatch = growth.watch_growth(session.topic, self._note_growth)
+            if (current := growth.get(session.topic)) is not None:  # grown before the watch was set
+                self._note_growth(current.partitions)
+        session.watch_credit(self)  # sets at once when the session has credit: the first catch-up starts
+
+    def set(self) -> None:
+        """Wake up: catch up unless a catch-up runs already (it re-checks everything) or the follow ended."""
+        if self._task is None and not self.closed and not self._session.closing.done():
+            self._task = asyncio.get_running_loop().create_task(self._catch_up())
+            self._task.add_done_callback(self._catch_up_ended)
+
+    def _note_growth(self, partitions: int) -> None:
+        self._grown_to = max(self._grown_to, partitions)
+        self.set()
+
+    async def _catch_up(self) -> None:
+        session, followers = self._session, self._followers
         while not session.closing.done():
-            if grown_to[0] > len(followers):
-                followers.extend(TailFollower(session, p, None, delivered, wake)
-                                 for p in range(len(followers), grown_to[0]))
-                if on_growth is not None:
-                    on_growth(len(followers))
+            if self._grown_to > len(followers):
+                followers.extend(TailFollower(session, p, None, self._delivered, self)
+                                 for p in range(len(followers), self._grown_to))
+                if self._on_growth is not None:
+                    self._on_growth(len(followers))
             behind = [f for f in followers if not f.joined]
             if not behind or not session.has_credit:
-                wake.clear()
-                await wake.wait()
-                continue
+                break
             for follower in behind:
                 if not session.has_credit:
                     break
-                await tails.catch_up(store, follower)
-    finally:
-        if unwatch is not None:
-            unwatch()
-        session.unwatch_credit(wake)
-        for follower in followers:
+                await self._tails.catch_up(self._store, follower)
+        self._task = None  # in the same step as the last check: any later wake-up starts a new catch-up
+
+    def _catch_up_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        if self._task is task:
+            self._task = None
+        if self._on_error is not None and not self.closed:
+            self._on_error(task.exception())  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        """Stop following: no more wake-ups, the catch-up stopped (bounded wait), every tail left."""
+        self.closed = True
+        if self._unwatch is not None:
+            self._unwatch()
+        self._session.unwatch_credit(self)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=STOP_WAIT_S)
+        for follower in self._followers:
             with contextlib.suppress(Exception):
-                tails.leave(follower)
+                self._tails.leave(follower)

@@ -28,7 +28,7 @@ from gateway.delivery.group_reader import GroupConfig
 from gateway.delivery.hub import DeliveryHub, GroupConflict
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import CLOSE_REASON_MAX_BYTES, MessageRef, Session
-from gateway.delivery.tail import follow_with_tails
+from gateway.delivery.tail import BroadcastFollow
 from gateway.delivery.wire import coalescing_sender
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
@@ -197,15 +197,27 @@ async def close_sessions_on_shutdown(app: web.Application) -> None:
 
 
 async def _serve(ws: web.WebSocketResponse, session: Session, services: Services, topic: TopicMetadata) -> None:
-    runner = asyncio.create_task(_runner(session, services, topic), name=f"subscription-{session.id}")
-    try:
-        await _receive_until_stopped(ws, session, services, runner)
-    finally:
-        runner.cancel()
-        # Bounded: a task stuck in a backend call must not keep the handler (and shutdown) waiting.
-        await asyncio.wait([runner], timeout=TASK_STOP_TIMEOUT_S)
-    if runner.done() and not runner.cancelled() and runner.exception() is not None:
-        _close_for(session, runner.exception())
+    hub = services.delivery
+    if session.params.mode is Mode.BROADCAST and hub is not None:  # no task of its own while idle
+        try:
+            follow = await _start_broadcast(session, services, hub, topic)
+        except Exception as exc:  # as a runner failing would be: the close code tells the client
+            _close_for(session, exc)
+        else:
+            try:
+                await _receive_until_stopped(ws, session, services, None)
+            finally:
+                await follow.aclose()
+    else:
+        runner = asyncio.create_task(_runner(session, services, topic), name=f"subscription-{session.id}")
+        try:
+            await _receive_until_stopped(ws, session, services, runner)
+        finally:
+            runner.cancel()
+            # Bounded: a task stuck in a backend call must not keep the handler (and shutdown) waiting.
+            await asyncio.wait([runner], timeout=TASK_STOP_TIMEOUT_S)
+        if runner.done() and not runner.cancelled() and runner.exception() is not None:
+            _close_for(session, runner.exception())
     if not ws.closed:
         request = session.closing.result() if session.closing.done() else None
         code, reason = (request.code, request.reason) if request else (WS_CLOSE_GOING_AWAY, "")
@@ -252,15 +264,23 @@ def _group_start(params: SubscribeParams) -> str:
     return params.start
 
 
-async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+async def _start_broadcast(session: Session, services: Services, hub: DeliveryHub,
+                           topic: TopicMetadata) -> BroadcastFollow:
+    """Pin the start positions, send the assignment, and follow every partition through the shared tails."""
     positions = await resolve_start(services.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     _send_assignment(session, range(topic.partitions))
-    if services.delivery is not None:  # one shared tail per partition per process
-        delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
-        await follow_with_tails(services.delivery.tails, services.store, session, positions, delivered,
-                                services.cache, lambda count: _send_assignment(session, range(count)))
-        return
+    delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
+    return BroadcastFollow(hub.tails, services.store, session, positions, delivered, services.cache,
+                           on_growth=lambda count: _send_assignment(session, range(count)),
+                           on_error=lambda exc: _close_for(session, exc))
+
+
+async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+    """Broadcast without a delivery hub (no shared tails): one reader per partition."""
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    _send_assignment(session, range(topic.partitions))
     await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
                            for p, after in positions.items()))
 
@@ -342,11 +362,12 @@ async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int],
 
 
 async def _receive_until_stopped(ws: web.WebSocketResponse, session: Session, services: Services,
-                                 runner: asyncio.Task[None]) -> None:
+                                 runner: asyncio.Task[None] | None) -> None:
     """Handle client frames in the handler's own task until the socket closes, the runner ends or a close is asked.
 
     No receiver task per subscription (issue 8: memory per idle connection): the runner ending or a close request
     cancels this task once, and that one cancellation is absorbed here; any other cancellation propagates.
+    ``ws.receive`` is awaited here directly: one coroutine frame less per idle subscription than a helper.
     """
     handler = asyncio.current_task()
     assert handler is not None
@@ -358,10 +379,18 @@ async def _receive_until_stopped(ws: web.WebSocketResponse, session: Session, se
             receiving, stopped = False, True
             handler.cancel()
 
-    runner.add_done_callback(stop)
+    if runner is not None:
+        runner.add_done_callback(stop)
     session.closing.add_done_callback(stop)
     try:
-        await _receive(ws, session, services)
+        while True:
+            message = await ws.receive()
+            if message.type is WSMsgType.TEXT:
+                await _handle_frame(message.data, session, services)
+            elif message.type is WSMsgType.BINARY:
+                session.send_control(_error("bad-frame", "frames must be JSON text"))
+            elif message.type in RECEIVE_END:
+                return
     except asyncio.CancelledError:
         if not stopped or handler.uncancel() > 0:
             raise
@@ -369,20 +398,9 @@ async def _receive_until_stopped(ws: web.WebSocketResponse, session: Session, se
         log.debug("subscription %s: receive failed", session.id, exc_info=True)
     finally:
         receiving = False
-        runner.remove_done_callback(stop)
+        if runner is not None:
+            runner.remove_done_callback(stop)
         session.closing.remove_done_callback(stop)
-
-
-async def _receive(ws: web.WebSocketResponse, session: Session, services: Services) -> None:
-    """Handle client frames until the socket closes (``receive`` itself: one coroutine less than ``async for``)."""
-    while True:
-        message = await ws.receive()
-        if message.type is WSMsgType.TEXT:
-            await _handle_frame(message.data, session, services)
-        elif message.type is WSMsgType.BINARY:
-            session.send_control(_error("bad-frame", "frames must be JSON text"))
-        elif message.type in RECEIVE_END:
-            return
 
 
 async def _handle_frame(text: str, session: Session, services: Services) -> None:

@@ -114,3 +114,25 @@ async def test_slow_broadcast_socket_is_closed_4008_while_others_get_everything(
     assert got == list(range(len(got))), "the slow socket got a prefix in order"
     assert len(got) < 120, "then the close, before the end"
     await fast.close()
+
+
+def catch_up_tasks() -> list[asyncio.Task[Any]]:
+    """Tasks that serve a broadcast subscription beyond aiohttp's own: catch-ups and per-subscription runners."""
+    return [t for t in asyncio.all_tasks() if "BroadcastFollow._catch_up" in t.get_coro().__qualname__
+            or t.get_name().startswith("subscription-")]
+
+
+async def test_idle_broadcast_subscriptions_hold_no_task_of_their_own_and_still_get_new_messages(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, 3)
+    subscribers = [await subscribe(gateway, f"idle{i}", auto=False, topic=topic_name, max_in_flight=100)
+                   for i in range(5)]
+    await wait_until(lambda: all(s.partitions == [0, 1, 2] for s in subscribers), what="assignments")
+    await wait_until(lambda: not catch_up_tasks(), what="every follower joined its tail")
+    await publish(gateway, topic_name, list(range(250)))  # more than max_in_flight: followers detach, catch up
+    await wait_until(lambda: all(len(s.messages) >= 250 for s in subscribers), what="every delivery")
+    for subscriber in subscribers:
+        assert sorted(m.value for m in subscriber.messages) == list(range(250)), subscriber.name
+    await wait_until(lambda: not catch_up_tasks(), what="idle again")
+    for subscriber in subscribers:
+        await subscriber.close()
