@@ -18,7 +18,7 @@ from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
 from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
-from gateway.gc_tuning import tune_collector_on_startup
+from gateway.gc_tuning import tuned_collector
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 from gateway.tls import check_backend_tls, server_ssl_context
 from gateway.workers import run_workers
@@ -78,7 +78,7 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
           worker_index: int | None) -> int:
     """Run one gateway process until SIGTERM/SIGINT; a worker shares the port and may listen on its own one."""
     extra_sockets: list[socket.socket] = []
-    app.on_startup.append(tune_collector_on_startup(settings.gc_young_threshold))  # after the backends opened
+    app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))  # after the backends opened
     try:
         if worker_index is not None and settings.worker_metrics_port:
             extra_sockets.append(socket.create_server((settings.host, settings.worker_metrics_port + worker_index)))
@@ -115,6 +115,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             print(dev_banner(settings, config.data_dir), flush=True)
             app = create_app(settings, os.environ)
             app.on_startup.append(add_shard_hook(stack, config.data_dir))
+            app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))
             pid_file = write_pid(config.data_dir)
             try:
                 web.run_app(app, host=settings.host, port=settings.port, print=None)

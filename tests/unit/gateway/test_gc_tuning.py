@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
 
-from gateway.gc_tuning import tune_collector, tune_collector_on_startup
+from gateway.gc_tuning import tune_collector, tuned_collector
 
 
 @pytest.fixture
@@ -38,12 +40,27 @@ def test_zero_leaves_pythons_defaults() -> None:
 
 
 @pytest.mark.usefixtures("restored_collector")
-async def test_the_startup_hook_tunes_once_the_app_starts() -> None:
+async def test_the_cleanup_context_tunes_while_serving_and_collects_young_cycles() -> None:
     app = web.Application()
-    app.on_startup.append(tune_collector_on_startup(5_000))
+    app.cleanup_ctx.append(tuned_collector(5_000, every_s=0.02))
     runner = web.AppRunner(app)
     await runner.setup()
     try:
         assert gc.get_threshold()[0] == 5_000
+        watched = weakref.ref(_Node())  # a cycle, unreachable at once: only the cyclic collector frees it
+        for _ in range(100):
+            if watched() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert watched() is None, "the periodic young collection never freed the cycle"
+        assert any(task.get_name() == "young-gc" for task in asyncio.all_tasks())
     finally:
         await runner.cleanup()
+    assert not any(task.get_name() == "young-gc" for task in asyncio.all_tasks())
+
+
+class _Node:
+    """An object in a reference cycle with itself."""
+
+    def __init__(self) -> None:
+        self.me = self
