@@ -34,7 +34,9 @@ from storage.delayed_scripts import (
 from storage.keys import delayed_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import LuaScript, ScriptCall
+from storage.scripts import LuaScript, PreparedCall, ScriptCall
+
+PROMOTE_CALL_CACHE = 100_000  # prepared promote commands kept (one per owned partition in use)
 
 
 class RedisDelayedStore:
@@ -48,6 +50,7 @@ class RedisDelayedStore:
         self._settings = router.settings
         self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply)
         self._promoter: Appender[AppendResult] = Appender(router, parse_promote_reply, lanes)
+        self._promote_calls: dict[tuple[str, int, int, int | None], PreparedCall] = {}
 
     async def schedule(
         self, topic: str, items: Sequence[tuple[Record, int]], options: AppendOptions
@@ -97,9 +100,19 @@ class RedisDelayedStore:
         """
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit}")
-        calls = [ScriptCall(partition, *promote_keys_and_args(topic, partition, limit, max_length), PROMOTE_SCRIPT)
-                 for partition in dict.fromkeys(partitions)]
+        calls = [self._promote_call(topic, partition, limit, max_length) for partition in dict.fromkeys(partitions)]
         return await self._promoter.write(topic, calls, wait=False) if calls else {}
+
+    def _promote_call(self, topic: str, partition: int, limit: int, max_length: int | None) -> PreparedCall:
+        """The same command every tick for a partition: built and encoded once (a bounded cache)."""
+        key = (topic, partition, limit, max_length)
+        call = self._promote_calls.get(key)
+        if call is None:
+            if len(self._promote_calls) >= PROMOTE_CALL_CACHE:
+                self._promote_calls.clear()
+            keys, args = promote_keys_and_args(topic, partition, limit, max_length)
+            call = self._promote_calls[key] = PreparedCall.of(ScriptCall(partition, keys, args, PROMOTE_SCRIPT))
+        return call
 
     async def next_due_ms(self, topic: str, partition: int) -> int | None:
         """The earliest due time (epoch ms) of the partition's waiting messages, or None when there are none."""

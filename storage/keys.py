@@ -6,6 +6,8 @@ slot: the append script can then touch the stream and its idempotency keys atomi
 
 from __future__ import annotations
 
+import functools
+
 from redis.crc import key_slot
 
 PREFIX = "sg"
@@ -51,8 +53,9 @@ def partition_keys_pattern(topic: str, partition: int) -> str:
     return f"{PREFIX}:{_glob_escape(partition_tag(topic, partition))}:*"
 
 
+@functools.lru_cache(maxsize=16_384)
 def slot_of(topic: str, partition: int) -> int:
-    """The cluster slot that owns every key of a partition."""
+    """The cluster slot that owns every key of a partition (memoized: every write and promote tick asks)."""
     return key_slot(log_key(topic, partition).encode())
 
 

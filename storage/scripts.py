@@ -114,6 +114,30 @@ class ScriptCall:
         return encode_command(self.evalsha_command())
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A script call encoded once, for a command sent again and again (the promoter's, every tick)."""
+
+    partition: int
+    script: LuaScript
+    command: tuple[Any, ...]
+    wire: bytes
+
+    @classmethod
+    def of(cls, call: ScriptCall) -> PreparedCall:
+        """``call`` with its command and RESP bytes computed now."""
+        command = call.evalsha_command()
+        return cls(call.partition, call.script, command, encode_command(command))
+
+    def evalsha_command(self) -> tuple[Any, ...]:
+        """The command as values."""
+        return self.command
+
+    def evalsha_wire(self) -> bytes:
+        """The command as RESP bytes."""
+        return self.wire
+
+
 class AppendCall:
     """One partition's records for the append script: encoded straight to RESP for the lean connections.
 
