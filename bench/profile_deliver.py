@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import aiohttp
 from deliver import create_topic, latency, lean_group_drain, publish, throughput
-from publish import free_port, start_gateway, wait_ready
+from publish import free_port, process_cpu_seconds, start_gateway, wait_ready
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.devstack import DevStack, DevStackConfig
@@ -95,9 +94,9 @@ async def lean_group_throughput(http: aiohttp.ClientSession, base: str, messages
     """Group delivery + ack with consumers in their own processes (orjson, acks of up to 500 per frame)."""
     await create_topic(http, base, "group-lean-bench")
     await publish(http, base, "group-lean-bench", messages)
-    cpu_before = cpu_s(gateway_pid)
+    cpu_before = process_cpu_seconds(gateway_pid)
     total, elapsed = await lean_group_drain(base, "group-lean-bench", "lean", messages, processes)
-    cpu = cpu_s(gateway_pid) - cpu_before
+    cpu = process_cpu_seconds(gateway_pid) - cpu_before
     print(f"group delivery + ack, lean consumers, per gateway CPU s: {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
     print(f"group delivery + ack, lean consumer processes:         {total / elapsed:>10,.0f} msg/s "
           f"({total} of {messages} acked in {elapsed:.2f} s from the first delivery, {processes}x2 members)")
@@ -119,12 +118,6 @@ def idle_holder(base: str, topic: str, sockets: int, ready: multiprocessing.Queu
                 await ws.close()
 
     asyncio.run(main())
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -149,9 +142,9 @@ async def idle_memory(http: aiohttp.ClientSession, base: str, gateway_pid: int, 
         await asyncio.sleep(1.0)
         figures.append((rss_kib(gateway_pid) - before) / held)
         holders.append((holder, release))
-    cpu_before = cpu_s(gateway_pid)
+    cpu_before = process_cpu_seconds(gateway_pid)
     await asyncio.sleep(3.0)
-    idle_cpu = (cpu_s(gateway_pid) - cpu_before) / 3.0
+    idle_cpu = (process_cpu_seconds(gateway_pid) - cpu_before) / 3.0
     for holder, release in holders:
         release.put(1)
         holder.join(60)
@@ -174,7 +167,7 @@ async def fanout(http: aiohttp.ClientSession, base: str, subscribers: int, messa
     for _ in range(per * processes):
         await asyncio.to_thread(ready.get, True, 60)
     await asyncio.sleep(0.5)
-    cpu_before = cpu_s(gateway_pid)
+    cpu_before = process_cpu_seconds(gateway_pid)
     started = time.time()
     await publish(http, base, "fanout-bench", messages)
     total, last = 0, 0.0
@@ -184,7 +177,7 @@ async def fanout(http: aiohttp.ClientSession, base: str, subscribers: int, messa
     for worker in workers:
         worker.join(10)
     elapsed = last - started
-    cpu = cpu_s(gateway_pid) - cpu_before
+    cpu = process_cpu_seconds(gateway_pid) - cpu_before
     print(f"broadcast fan-out, per gateway CPU second:              {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
     print(f"broadcast fan-out to {per * processes} subscribers:            {total / elapsed:>10,.0f} msg/s "
           f"({total} deliveries of {messages} messages in {elapsed:.2f} s, {processes} client processes)")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from publish import (  # bench/ is not a package
     bench_bare,
     drive,
     free_port,
+    process_cpu_seconds,
     start_gateway,
     wait_ready,
 )
@@ -93,12 +93,6 @@ async def _owners(stack: DevStack, topic: str) -> dict[int, tuple[str, int]]:
         return owners
     finally:
         await cluster.aclose()
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_profiler(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes] | None:
@@ -167,9 +161,9 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
                 out = workdir / f"batch{batch}.txt"
                 profiler = start_profiler(gateway.pid, out, fmt)
                 await asyncio.sleep(0.5)
-            cpu_before, own_before = process_cpu_s(gateway.pid), time.process_time()
+            cpu_before, own_before = process_cpu_seconds(gateway.pid), time.process_time()
             gw = await bench_gateway(base, "bench", batch, count, args.concurrency, args.acks)
-            gw_cpu, own_cpu = process_cpu_s(gateway.pid) - cpu_before, time.process_time() - own_before
+            gw_cpu, own_cpu = process_cpu_seconds(gateway.pid) - cpu_before, time.process_time() - own_before
             if profiler is not None:
                 stop_profiler(profiler)
             bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +166,26 @@ def start_gateway(stack: DevStack, port: int) -> subprocess.Popen[bytes]:
            "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve",
                              "--port", str(port)], env=env)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.asynccontextmanager
+async def serving_gateway(stack: DevStack) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A gateway process on a free port, ready: (base URL, process); terminated on exit."""
+    port = free_port()
+    gateway = start_gateway(stack, port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_ready(base)
+        yield base, gateway
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
 
 
 async def wait_ready(base: str) -> None:
