@@ -21,6 +21,7 @@ from storage.keys import PREFIX, log_key
 from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
 from storage.observer import CallObserver, ignore_call
+from storage.overview import PartitionOverview, read_overviews
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.scripts import AppendCall, build_append_call, parse_append_reply
@@ -207,6 +208,23 @@ class RedisStreamStore:
         """Entries in a partition now (XLEN; 0 when it is empty or missing)."""
         key = log_key(topic, partition)
         return int(await self._call("length", self.settings.read_deadline_s, lambda: self.router.cluster.xlen(key)))
+
+    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> dict[int, PartitionOverview]:
+        """Length and every group's position of several partitions (``storage.overview``): one pipelined round
+        per node on the lean connections; a partition that did not answer plainly there (or every partition,
+        without lean connections) is read one call at a time with the usual retries, its oldest pending
+        offsets included."""
+        found = await read_overviews(self.router, self._lanes, topic, partitions) if self._lanes is not None else {}
+        for partition in partitions:
+            if partition not in found:
+                found[partition] = await self._overview_one(topic, partition)
+        return found
+
+    async def _overview_one(self, topic: str, partition: int) -> PartitionOverview:
+        length = await self.length(topic, partition)
+        states = {group: await self.groups.state(topic, partition, group)
+                  for group in await self.groups.groups(topic, partition)}
+        return PartitionOverview(partition, length, states)
 
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
         """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per node)."""

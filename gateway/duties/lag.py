@@ -1,5 +1,8 @@
 """Lag of every group on a partition: entries not yet delivered, oldest un-acked and oldest unread age.
 
+The node's ``LagExporter`` measures every owned partition of a topic from one overview round (``storage.overview``)
+and asks Redis more only for groups that are behind or hold pending entries.
+
 Unknown values are exported as NaN and returned as None, never as 0.
 """
 
@@ -8,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.duties.ports import StreamReader
 from gateway.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
-from storage.protocol import StreamStore
+from storage.overview import PartitionOverview
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +35,18 @@ def age_ms(offset: str | None, now_ms: int) -> int | None:
     return None if offset is None else max(0, now_ms - int(offset.split("-")[0]))
 
 
-async def measure_lag(store: StreamStore, groups: GroupStore, topic: str, partition: int) -> list[GroupLag]:
-    """The lag of every group that exists on the partition."""
+async def lag_from_overview(streams: StreamReader, groups: GroupStore, topic: str,
+                            overview: PartitionOverview) -> list[GroupLag]:
+    """The lag of every group in a partition overview; asks Redis more only where the overview cannot tell:
+    the oldest pending entry of a group with pending entries, the first unread entry of a group behind."""
     now_ms = int(time.time() * 1000)
+    partition = overview.partition
     result = []
-    for group in await groups.groups(topic, partition):
-        state = await groups.state(topic, partition, group)
-        unread = await store.read(topic, partition, after=state.last_delivered_offset, limit=1) \
-            if state.last_delivered_offset is not None else []
+    for group, state in overview.groups.items():
+        if state.pending and state.oldest_pending_offset is None:
+            state = await groups.state(topic, partition, group)
+        behind = state.last_delivered_offset is not None and state.lag != 0  # lag 0: nothing is unread
+        unread = await streams.read(topic, partition, after=state.last_delivered_offset, limit=1) if behind else []
         unread_age = age_ms(unread[0].offset, now_ms) if unread else (0 if state.lag == 0 else None)
         unacked_age = 0 if state.pending == 0 else age_ms(state.oldest_pending_offset, now_ms)
         result.append(GroupLag(group, state.lag, unacked_age, unread_age))
@@ -74,3 +83,34 @@ def _or_nan(value: int | None) -> float:
 
 def _seconds_or_nan(value_ms: int | None) -> float:
     return math.nan if value_ms is None else value_ms / 1000
+
+
+class LagExporter:
+    """The lag and length gauges of the partitions this node owns, measured a topic at a time."""
+
+    def __init__(self, streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics) -> None:
+        self.streams, self.groups, self.metrics = streams, groups, metrics
+        self._seen: dict[tuple[str, int], set[str]] = {}  # groups with gauges, per exported partition
+
+    async def export_topic(self, topic: str, partitions: list[int], still_owned: Callable[[str, int], bool]) -> None:
+        """Measure the partitions (one overview round) and set their gauges, unless ownership moved meanwhile."""
+        overviews = await self.streams.partition_overviews(topic, partitions)
+        for partition in partitions:
+            overview = overviews[partition]
+            lags = await lag_from_overview(self.streams, self.groups, topic, overview)
+            if not still_owned(topic, partition):
+                continue
+            groups = {lag.group for lag in lags}
+            forget_lag(self.metrics, topic, partition, sorted(self._seen.get((topic, partition), set()) - groups))
+            self._seen[(topic, partition)] = groups
+            export_lag(self.metrics, topic, partition, lags)
+            self.metrics.partition_length.labels(topic, str(partition)).set(overview.length)
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Drop a partition's gauges (another node owns it now)."""
+        forget_lag(self.metrics, topic, partition, sorted(self._seen.pop((topic, partition), set())))
+        forget_length(self.metrics, topic, partition)
+
+    def exported(self) -> list[tuple[str, int]]:
+        """The partitions with gauges set by this exporter."""
+        return list(self._seen)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from storage.models import AppendResult, TrimReport
+from storage.models import AppendResult, StoredEntry, TrimReport
+from storage.overview import PartitionOverview
 
 
 class Ownership(Protocol):
@@ -46,4 +47,17 @@ class RetentionStore(Protocol):
     async def trim(self, topic: str, partition: int, *, min_offset: str | None,
                    max_length: int | None) -> TrimReport:
         """Apply retention; report what was removed and how much of it groups had not acked."""
+        ...
+
+
+class StreamReader(Protocol):
+    """What the lag duty reads of the streams."""
+
+    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> Mapping[int, PartitionOverview]:
+        """Length and every group's position of each partition."""
+        ...
+
+    async def read(self, topic: str, partition: int, *, after: str | None = None, from_time_ms: int | None = None,
+                   limit: int = 100) -> list[StoredEntry]:
+        """Up to ``limit`` entries strictly after ``after``."""
         ...

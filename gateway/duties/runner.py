@@ -1,15 +1,16 @@
 """Runs the duties of every partition this gateway owns, and stops them when ownership moves.
 
-One promoter for the whole node: every ``promote_interval_s`` it promotes the due delayed messages of every
-owned partition, each topic's partitions in one pipelined round per Redis node (p99 promotion latency stays
-under a second, and an idle node owning 512 partitions no longer spends most of a core on 5,000 separate
-promote calls a second). Per owned partition, one task that sleeps until its next slower duty: apply retention
-every ``retention_interval_s`` (counting, never hiding, entries dropped before a group acked them), export
-group lag every ``lag_interval_s`` and sweep the groups every ``sweep_interval_s`` (dead letters past max
-deliveries, a dead node's deliveries; ``duties.sweep``). Duties stop when the partition leaves
-``ownership.owned`` (which empties on the node's own clock when its lease cannot be renewed): the promoter
-reads it every tick and the supervisor cancels the partition's task. A storage or coordination error is
-counted and retried; a crash flips readiness.
+Two node-level duties cover every owned partition in rounds, each topic's partitions in one pipelined round
+per Redis node on the lean connections: the promoter moves due delayed messages every ``promote_interval_s``
+(p99 promotion latency stays under a second), the lag exporter sets the group lag and partition length gauges
+every ``lag_interval_s``. (One task per partition polling every 100 ms cost an idle node owning 512
+partitions most of a core.) Per owned partition, one task sleeps until its next slower duty: apply retention
+every ``retention_interval_s`` (counting, never hiding, entries dropped before a group acked them) and sweep
+the groups every ``sweep_interval_s`` (dead letters past max deliveries, a dead node's deliveries;
+``duties.sweep``). Duties stop when the partition leaves ``ownership.owned`` (which empties on the node's own
+clock when its lease cannot be renewed): the node-level duties read it every round, and the supervisor
+cancels the partition's task and drops its gauges. A storage or coordination error is counted and retried;
+a crash flips readiness.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 
-from gateway.duties.lag import export_lag, forget_lag, forget_length, measure_lag
-from gateway.duties.ports import DelayedStore, Ownership, RetentionStore
+from gateway.duties.lag import LagExporter
+from gateway.duties.ports import DelayedStore, Ownership, RetentionStore, StreamReader
 from gateway.duties.sweep import GroupSweep
 from gateway.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
@@ -32,7 +33,6 @@ from partitioner.tasks import cancel_until_done
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
-from storage.protocol import StreamStore
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +62,19 @@ class PartitionDuties:
     def __init__(self, runner: DutyRunner, topic: str, partition: int) -> None:
         self.runner, self.topic, self.partition = runner, topic, partition
         self._next_trim = 0.0
-        self._next_lag = 0.0
         self._next_sweep = 0.0
-        self._groups_seen: set[str] = set()
 
     async def run(self) -> None:
         """Until ownership moves or the topic goes away."""
-        try:
-            while (metadata := self.runner.cache.get(self.topic)) is not None and self._owned():
-                await self._turn(metadata)
-                await asyncio.sleep(self._until_next_duty())
-        finally:
-            forget_lag(self.runner.metrics, self.topic, self.partition, sorted(self._groups_seen))
-            forget_length(self.runner.metrics, self.topic, self.partition)
+        while (metadata := self.runner.cache.get(self.topic)) is not None and self._owned():
+            await self._turn(metadata)
+            await asyncio.sleep(self._until_next_duty())
 
     def _owned(self) -> bool:
         return (self.topic, self.partition) in self.runner.ownership.owned
 
     def _until_next_duty(self) -> float:
-        due = [self._next_trim, self._next_lag] + ([self._next_sweep] if self.runner.sweep is not None else [])
+        due = [self._next_trim] + ([self._next_sweep] if self.runner.sweep is not None else [])
         return max(0.0, min(due) - time.monotonic())
 
     async def _turn(self, metadata: TopicMetadata) -> None:
@@ -88,9 +82,6 @@ class PartitionDuties:
         if now >= self._next_trim:
             self._next_trim = now + self.runner.settings.retention_interval_s
             await self._guarded("retention", self._trim(metadata))
-        if now >= self._next_lag:
-            self._next_lag = now + self.runner.settings.lag_interval_s
-            await self._guarded("lag", self._lag())
         if self.runner.sweep is not None and now >= self._next_sweep:
             self._next_sweep = now + self.runner.settings.sweep_interval_s
             await self._guarded("sweep", self.runner.sweep.sweep(self.topic, self.partition,
@@ -118,21 +109,12 @@ class PartitionDuties:
                 log.warning("retention event: trimming %s/%s dropped %d entries group %r had not acked",
                             self.topic, self.partition, dropped, group)
 
-    async def _lag(self) -> None:
-        lags = await measure_lag(self.runner.streams, self.runner.groups, self.topic, self.partition)
-        gone = self._groups_seen - {lag.group for lag in lags}
-        forget_lag(self.runner.metrics, self.topic, self.partition, sorted(gone))
-        self._groups_seen = {lag.group for lag in lags}
-        export_lag(self.runner.metrics, self.topic, self.partition, lags)
-        length = await self.runner.streams.length(self.topic, self.partition)
-        self.runner.metrics.partition_length.labels(self.topic, str(self.partition)).set(length)
-
 
 class DutyRunner:
-    """Keeps the node's promoter and one duty task per owned partition (async context manager)."""
+    """Keeps the node's promoter and lag exporter, and one duty task per owned partition (async context manager)."""
 
     def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore, retention: RetentionStore,
-                 streams: StreamStore, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings,
+                 streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings,
                  sweep: GroupSweep | None = None) -> None:
         self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
         self.sweep = sweep
@@ -141,12 +123,16 @@ class DutyRunner:
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._promoter: asyncio.Task[None] | None = None
+        self._lag_exporter: asyncio.Task[None] | None = None
+        self.lag = LagExporter(streams, groups, metrics)
         self.crashed: BaseException | None = None
 
     async def __aenter__(self) -> DutyRunner:
         self._supervisor = asyncio.create_task(self._supervise(), name="duty-supervisor")
         self._promoter = asyncio.create_task(self._promote_forever(), name="duty-promoter")
-        self._promoter.add_done_callback(self._promoter_ended)
+        self._promoter.add_done_callback(self._node_duty_ended)
+        self._lag_exporter = asyncio.create_task(self._export_lag_forever(), name="duty-lag")
+        self._lag_exporter.add_done_callback(self._node_duty_ended)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -155,8 +141,9 @@ class DutyRunner:
 
     async def aclose(self) -> None:
         """Stop every duty; idempotent."""
-        tasks = [t for t in [self._supervisor, self._promoter, *self._tasks.values()] if t is not None]
-        self._supervisor, self._promoter, self._tasks = None, None, {}
+        tasks = [t for t in [self._supervisor, self._promoter, self._lag_exporter, *self._tasks.values()]
+                 if t is not None]
+        self._supervisor, self._promoter, self._lag_exporter, self._tasks = None, None, None, {}
         await cancel_until_done(tasks)
         for task in tasks:
             if not task.cancelled():
@@ -183,6 +170,8 @@ class DutyRunner:
         owned = self.ownership.owned
         for key in self._tasks.keys() - owned:
             self._tasks[key].cancel()  # it may be asleep until its next duty; a finished one ignores this
+        for key in set(self.lag.exported()) - owned:
+            self.lag.forget(*key)  # at once, not at the next lag round
         for key in [k for k, task in self._tasks.items() if task.done()]:
             self._reap(key)
         for key in owned - self._tasks.keys():
@@ -192,11 +181,8 @@ class DutyRunner:
 
     async def _promote_forever(self) -> None:
         while True:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in self.ownership.owned:
-                by_topic.setdefault(topic, []).append(partition)
-            await asyncio.gather(*(self._promote_topic(topic, sorted(partitions))
-                                   for topic, partitions in by_topic.items()))
+            await asyncio.gather(*(self._promote_topic(topic, partitions)
+                                   for topic, partitions in _by_topic(self.ownership.owned).items()))
             await asyncio.sleep(self.settings.promote_interval_s)
 
     async def _promote_topic(self, topic: str, partitions: list[int]) -> None:
@@ -217,13 +203,39 @@ class DutyRunner:
             owned = self.ownership.owned
             partitions = [p for p, results in promoted.items() if len(results) >= PROMOTE_BATCH and (topic, p) in owned]
 
-    def _promoter_ended(self, task: asyncio.Task[None]) -> None:
+    async def _export_lag_forever(self) -> None:
+        while True:
+            owned = self.ownership.owned
+            for key in set(self.lag.exported()) - owned:
+                self.lag.forget(*key)
+            await asyncio.gather(*(self._export_topic_lag(topic, partitions)
+                                   for topic, partitions in _by_topic(owned).items()))
+            await asyncio.sleep(self.settings.lag_interval_s)
+
+    async def _export_topic_lag(self, topic: str, partitions: list[int]) -> None:
+        try:
+            await self.lag.export_topic(topic, partitions, lambda t, p: (t, p) in self.ownership.owned)
+        except (StorageError, PartitionerError) as exc:
+            if _being_cancelled():
+                raise asyncio.CancelledError from exc
+            self.metrics.duty_errors.labels("lag").inc()
+            log.warning("lag duty of %s (%d partitions) failed, will retry: %s", topic, len(partitions), exc)
+
+    def _node_duty_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             self.crashed = task.exception()
-            log.error("the delayed-message promoter crashed", exc_info=self.crashed)
+            log.error("node duty %s crashed", task.get_name(), exc_info=self.crashed)
 
     def _reap(self, key: tuple[str, int]) -> None:
         task = self._tasks.pop(key)
         if not task.cancelled() and task.exception() is not None:
             self.crashed = task.exception()
             log.error("duties of %s/%s crashed", *key, exc_info=self.crashed)
+
+
+def _by_topic(owned: frozenset[tuple[str, int]]) -> dict[str, list[int]]:
+    """Owned partitions grouped by topic, in partition order."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(owned):
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic

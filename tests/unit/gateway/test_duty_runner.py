@@ -14,6 +14,7 @@ from gateway.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
 from partitioner.topics import TopicMetadata
 from storage.models import AppendResult, GroupPartitionState, StoredEntry, TrimReport, ValueFormat
+from storage.overview import PartitionOverview
 
 
 class FakeOwnership:
@@ -37,6 +38,7 @@ class FakeStores:
         self.promote_calls: list[tuple[str, int]] = []
         self.promote_rounds: list[tuple[str, list[int]]] = []
         self.lengths_asked: list[tuple[str, int]] = []
+        self.overview_rounds: list[tuple[str, list[int]]] = []
         self.due: dict[tuple[str, int], int] = {}
         self.trim_calls: list[tuple[str, int, str | None]] = []
         self.trim_report: TrimReport | None = None
@@ -66,9 +68,10 @@ class FakeStores:
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         return GroupPartitionState(partition, True, None, 0, None, None)
 
-    async def length(self, topic: str, partition: int) -> int:
-        self.lengths_asked.append((topic, partition))
-        return 7
+    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> dict[int, PartitionOverview]:
+        self.lengths_asked.extend((topic, p) for p in partitions)
+        self.overview_rounds.append((topic, list(partitions)))
+        return {p: PartitionOverview(p, 7, {"g": await self.state(topic, p, "g")}) for p in partitions}
 
     async def read(self, *args: Any, **kwargs: Any) -> list[StoredEntry]:
         return [StoredEntry(0, "1-0", b"", ValueFormat.BINARY, None, {}, 1)]
@@ -182,3 +185,20 @@ async def test_a_crashed_duty_makes_the_runner_unhealthy(runner_parts: Any) -> N
     stores.explode = True
     ownership.set({("t", 0)})
     await eventually(lambda: not runner.healthy)
+
+
+def _length_gauges(runner: DutyRunner) -> set[tuple[str, str]]:
+    return {(s.labels["topic"], s.labels["partition"]) for m in runner.metrics.partition_length.collect()
+            for s in m.samples}
+
+
+async def test_one_lag_round_measures_every_owned_partition_and_drops_gauges_when_ownership_moves(
+        runner_parts: Any) -> None:
+    runner, ownership, stores = runner_parts
+    ownership.set({("t", 0), ("t", 1), ("t", 3)})
+    await eventually(lambda: _length_gauges(runner) == {("t", "0"), ("t", "1"), ("t", "3")})
+    assert stores.overview_rounds[0] == ("t", [0, 1, 3])
+    ownership.set({("t", 1)})
+    await eventually(lambda: _length_gauges(runner) == {("t", "1")})
+    lag_partitions = {s.labels["partition"] for m in runner.metrics.group_lag_entries.collect() for s in m.samples}
+    assert lag_partitions == {"1"}
