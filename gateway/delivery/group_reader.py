@@ -24,7 +24,7 @@ from gateway.delivery.session import MessageRef, Session
 from gateway.metrics import GatewayMetrics
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
-from storage.models import Delivery
+from storage.models import Delivery, first_deliveries
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class GroupReader:
         entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
                                              count=min(self._total_credit(), READ_BATCH_MAX),
                                              block_ms=READ_BLOCK_MS)
-        await self._accept([Delivery(entry, 1) for entry in entries])
+        await self._accept(first_deliveries(entries))
 
     async def _wait_for_credit(self) -> None:
         while not self._stopping and not self._any_credit():

@@ -23,7 +23,7 @@ from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
 from gateway.errors import invalid_field
 from gateway.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
-from storage.models import Delivery
+from storage.models import Delivery, first_deliveries
 
 PULL_CONSUMER = "http-pull"
 POLL_INTERVAL_S = 0.05
@@ -94,7 +94,7 @@ class Puller:
                     break
                 entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
                                                      count=wanted, block_ms=0)
-                deliveries += [Delivery(entry, 1) for entry in entries]
+                deliveries += first_deliveries(entries)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
                 self._metrics.count_deliveries(request.topic, group, "pull", (d.delivery_count for d in deliveries))
