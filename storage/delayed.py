@@ -48,7 +48,7 @@ class RedisDelayedStore:
     def __init__(self, router: ClusterRouter, lanes: NodeLanes | None = None) -> None:
         self._router = router
         self._settings = router.settings
-        self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply)
+        self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply, lanes)
         self._promoter: Appender[AppendResult] = Appender(router, parse_promote_reply, lanes)
         self._promote_calls: dict[tuple[str, int, int, int | None], PreparedCall] = {}
 

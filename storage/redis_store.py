@@ -107,7 +107,7 @@ class RedisStreamStore:
     def groups(self) -> RedisGroupStore:
         """Consumer groups on the same connections (created on first use, closed with this store)."""
         if self._groups is None:
-            self._groups = RedisGroupStore(self.router)
+            self._groups = RedisGroupStore(self.router, self._lanes)
         return self._groups
 
     @property
