@@ -1,7 +1,8 @@
 """Publishing: placing validated messages on partitions and handing them to storage.
 
 acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as the
-batch is queued; a full queue answers 503 (never a silent drop); write failures are counted and logged.
+batch is queued; a full queue (``acks0_queue_batches`` batches or ``acks0_queue_bytes`` of values and keys)
+answers 503 (never a silent drop); write failures are counted and logged.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Scheduler(Protocol):
         ...
 
 log = logging.getLogger(__name__)
+
+ACKS0_QUEUE_BYTES = 64 * 1024 * 1024
 
 
 def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[Record]:
@@ -72,14 +75,16 @@ class Publisher:
     """Writes placed records; owns the acks=0 background writer (an async context manager)."""
 
     def __init__(self, store: StreamStore, scheduler: Scheduler, metrics: GatewayMetrics, dedup_ttl_ms: int,
-                 acks0_queue_batches: int, retry_after_s: int) -> None:
+                 acks0_queue_batches: int, retry_after_s: int, acks0_queue_bytes: int = ACKS0_QUEUE_BYTES) -> None:
         self._store = store
         self._scheduler = scheduler
         self._metrics = metrics
         self._dedup_ttl_ms = dedup_ttl_ms
         self._retry_after_s = retry_after_s
-        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record], list[int | None]]] = asyncio.Queue(
+        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record], list[int | None], int]] = asyncio.Queue(
             acks0_queue_batches)
+        self._queue_bytes_max = acks0_queue_bytes
+        self.queued_bytes = 0
         self._writer: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Publisher:
@@ -132,15 +137,24 @@ class Publisher:
         return [r for r in results if r is not None]
 
     def enqueue(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
-        """acks=0: queue the batch for the background writer, or 503 when the queue is full."""
+        """acks=0: queue the batch for the background writer, or 503 when the queue is full.
+
+        Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys queued already (a
+        batch on its own is always taken: one larger than the byte bound must not be refused forever).
+        """
+        size = sum(len(record.value) + len(record.key or b"") for record in records)
+        if self.queued_bytes and self.queued_bytes + size > self._queue_bytes_max:
+            raise unavailable(f"the acks=0 write queue is full ({self.queued_bytes} bytes queued)",
+                              self._retry_after_s)
         try:
-            self._queue.put_nowait((topic, records, due_ms))
+            self._queue.put_nowait((topic, records, due_ms, size))
         except asyncio.QueueFull:
             raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
+        self.queued_bytes += size
 
     async def _drain_acks0(self) -> None:
         while True:
-            topic, records, due_ms = await self._queue.get()
+            topic, records, due_ms, size = await self._queue.get()
             try:
                 await self.publish(topic, records, Acks.LEADER, due_ms)
             except StorageError as exc:
@@ -148,4 +162,5 @@ class Publisher:
                 log.error("acks=0 batch of %d messages to %s was not written: %s",
                           len(records), topic.name, exc)
             finally:
+                self.queued_bytes -= size
                 self._queue.task_done()
