@@ -95,6 +95,15 @@ async def _owners(stack: DevStack, topic: str) -> dict[int, tuple[str, int]]:
         await cluster.aclose()
 
 
+def _redis_cpu(stack: DevStack) -> dict[str, float]:
+    """CPU seconds used so far by the cluster's primaries and by its replicas."""
+    used = {"primaries": 0.0, "replicas": 0.0}
+    for node in stack.redis.nodes:
+        if node.pid is not None:
+            used["primaries" if node.role == "primary" else "replicas"] += process_cpu_seconds(node.pid)
+    return used
+
+
 def start_profiler(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes] | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -161,17 +170,25 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
                 out = workdir / f"batch{batch}.txt"
                 profiler = start_profiler(gateway.pid, out, fmt)
                 await asyncio.sleep(0.5)
+            redis_before = _redis_cpu(stack)
             cpu_before, own_before = process_cpu_seconds(gateway.pid), time.process_time()
             gw = await bench_gateway(base, "bench", batch, count, args.concurrency, args.acks)
             gw_cpu, own_cpu = process_cpu_seconds(gateway.pid) - cpu_before, time.process_time() - own_before
+            redis_cpu = {role: _redis_cpu(stack)[role] - redis_before[role] for role in redis_before}
             if profiler is not None:
                 stop_profiler(profiler)
             bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
+            raw_before = _redis_cpu(stack)
             raw = await bench_raw(stack, "bench", batch, count, args.concurrency)
+            raw_cpu = {role: _redis_cpu(stack)[role] - raw_before[role] for role in raw_before}
             for result in (gw, bare, raw):
                 print(result.line())
             print(f"{'gateway CPU per message':<28} {1e6 * gw_cpu / gw.messages:>8.2f} us "
                   f"({100 * gw_cpu / gw.seconds:.0f}% of a core; load generator {100 * own_cpu / gw.seconds:.0f}%)")
+            print(f"{'Redis CPU per message':<28} " + ", ".join(
+                f"{role} {1e6 * cpu / gw.messages:.2f} us" for role, cpu in redis_cpu.items())
+                + " (raw XADD: " + ", ".join(
+                f"{role} {1e6 * cpu / raw.messages:.2f} us" for role, cpu in raw_cpu.items()) + ")")
             print(f"{'ratio gateway/bare redis-py':<28} {gw.rate / bare.rate:>11.2f}")
             print(f"{'ratio gateway/raw XADD':<28} {gw.rate / raw.rate:>11.2f}")
             if profiler is not None and out.exists():

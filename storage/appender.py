@@ -8,10 +8,12 @@ NOSCRIPT (a fresh or promoted node lacks the script) loads it and retries. WAIT 
 ``min_insync_replicas`` replicas fails the call with NotEnoughReplicas; it is not retried because the
 entries are already on the primary and a blind re-send would duplicate them.
 
-Two transports carry the same commands with the same replies: the lean pipelined connections of
-``storage.lean`` (``lanes``, what the store uses: concurrent requests to one node share one socket write)
-and a redis-py pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare
-router). acks=all writes take a connection of their own so WAIT follows exactly their writes.
+Two transports give the same replies: the lean pipelined connections of ``storage.lean`` (``lanes``, what the
+store uses: concurrent requests to one node share one socket write) send each call's ``wire()`` (an append
+without idempotency keys as a MULTI/XADD/EXEC transaction, folded back into the script's reply), and a redis-py
+pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare router) sends the
+script. acks=all writes take a connection of their own so WAIT follows exactly their writes. A transaction a
+node refuses (MOVED, ASK, READONLY...) is aborted whole (EXECABORT) and retried like a refused script.
 
 The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns one call's
 reply into that partition's results (``parse_append_reply`` for appends; the delayed-message schedule script
@@ -33,6 +35,7 @@ from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.observer import report
+from storage.resp import encode_command
 from storage.scripts import LuaScript, PartitionCall
 
 R = TypeVar("R")
@@ -110,50 +113,71 @@ class Appender(Generic[R]):
     async def _write_node(
         self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress], wait: bool
     ) -> _NodeOutcome[R]:
-        lean = self._lanes is not None
-        commands: list[tuple[Any, ...] | bytes] = []
-        for call in calls:
-            if call.partition in asking:
-                commands.append(("ASKING",))  # valid for the next command on this same connection only
-            commands.append(call.evalsha_wire() if lean else call.evalsha_command())
-        if wait:
-            commands.append(("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms))
         operation, started = ("append_wait" if wait else "append"), time.perf_counter()
         try:
-            replies = await self._send(addr, commands, wait)
+            replies = await self._send(addr, calls, asking, wait)
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
-        outcome = self._parse_replies(calls, asking, replies, wait)
+        outcome = self._parse_replies(calls, replies, wait)
         report(self._router.observer, operation, started, outcome.fatal or next(iter(outcome.retry.values()), None))
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
         return outcome
 
-    async def _send(self, addr: NodeAddress, commands: list[tuple[Any, ...] | bytes], wait: bool) -> list[Any]:
-        """Every command on one connection in order; replies in order, error replies as exception values.
+    async def _send(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
+                    wait: bool) -> list[Any]:
+        """Every call on one connection in order, each call's reply folded into one; WAIT's reply last.
 
-        Commands are RESP bytes for the lean connections and value tuples for a redis-py pipeline.
+        An ASK-redirected call is preceded by ASKING, whose reply is dropped here. Error replies come back as
+        exception values.
         """
-        if self._lanes is not None:
-            return await self._lanes.execute(addr, commands, exclusive=wait)
-        pipe = self._router.node_client(addr).pipeline(transaction=False)
-        for command in commands:
-            assert isinstance(command, tuple)
-            pipe.execute_command(*command)
-        return list(await pipe.execute(raise_on_error=False))
-
-    def _parse_replies(
-        self, calls: list[PartitionCall], asking: dict[int, NodeAddress], replies: list[Any], wait: bool
-    ) -> _NodeOutcome[R]:
-        outcome: _NodeOutcome[R] = _NodeOutcome()
+        lanes = self._lanes
+        if lanes is None:
+            return await self._send_redis_py(addr, calls, asking, wait)
+        chunks: list[bytes] = []
+        count = 0
+        for call in calls:
+            if call.partition in asking:
+                chunks.append(_ASKING_WIRE)  # valid for the next command (the whole transaction) only
+                count += 1
+            chunks.append(call.wire())
+            count += call.wire_replies
+        if wait:
+            chunks.append(encode_command(("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)))
+            count += 1
+        replies = await lanes.execute_encoded(addr, b"".join(chunks), count, exclusive=wait)
+        folded: list[Any] = []
         pos = 0
         for call in calls:
-            pos += call.partition in asking  # skip the ASKING reply
-            self._take_reply(call.partition, replies[pos], outcome)
-            pos += 1
+            pos += call.partition in asking
+            end = pos + call.wire_replies
+            folded.append(call.fold_replies(replies[pos:end]))
+            pos = end
+        folded += replies[pos:]
+        return folded
+
+    async def _send_redis_py(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
+                             wait: bool) -> list[Any]:
+        pipe = self._router.node_client(addr).pipeline(transaction=False)
+        kept: list[int] = []  # positions of the replies to return (not ASKING's)
+        for call in calls:
+            if call.partition in asking:
+                pipe.execute_command("ASKING")
+            kept.append(len(pipe))
+            pipe.execute_command(*call.evalsha_command())
+        if wait:
+            kept.append(len(pipe))
+            pipe.execute_command("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)
+        replies = await pipe.execute(raise_on_error=False)
+        return [replies[pos] for pos in kept]
+
+    def _parse_replies(self, calls: list[PartitionCall], replies: list[Any], wait: bool) -> _NodeOutcome[R]:
+        outcome: _NodeOutcome[R] = _NodeOutcome()
+        for call, reply in zip(calls, replies, strict=False):
+            self._take_reply(call.partition, reply, outcome)
         if wait and outcome.results:
-            self._check_wait(replies[pos], outcome)
+            self._check_wait(replies[len(calls)], outcome)
         return outcome
 
     def _take_reply(self, partition: int, reply: Any, outcome: _NodeOutcome[R]) -> None:
@@ -221,6 +245,9 @@ class Appender(Generic[R]):
         quick = all(isinstance(exc, rexc.AskError | rexc.NoScriptError) for exc in errors)
         if not await deadline.sleep(quick=quick):
             raise StorageUnavailable(f"append: cluster did not accept the write in time: {last}") from last
+
+
+_ASKING_WIRE = encode_command(("ASKING",))
 
 
 def _is_ask(exc: BaseException) -> bool:

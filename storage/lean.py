@@ -239,11 +239,16 @@ class NodeLanes:
         """
         payload = b"".join([command if type(command) is bytes else encode_command(command)
                             for command in commands])
+        return await self.execute_encoded(address, payload, len(commands), exclusive=exclusive)
+
+    async def execute_encoded(self, address: NodeAddress, payload: bytes, replies: int, *,
+                              exclusive: bool) -> list[Any]:
+        """``execute`` for commands encoded already: ``payload`` holds ``replies`` commands."""
         lane = self._lane(address)
         if exclusive:
-            return await self._execute_exclusive(address, lane, payload, len(commands))
+            return await self._execute_exclusive(address, lane, payload, replies)
         connection = await self._shared(address, lane)
-        return await connection.execute(payload, len(commands))
+        return await connection.execute(payload, replies)
 
     async def _shared(self, address: NodeAddress, lane: _Lane) -> RespConnection:
         connection = lane.shared

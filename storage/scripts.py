@@ -1,4 +1,4 @@
-"""The Lua append script and the argument layout it expects.
+"""The Lua append script and the argument layout it expects; the transaction sent instead where it can be.
 
 One call appends a whole batch to one partition, so a partition's batch is atomic and the idempotency check
 (GET of the dedup key) and the XADD cannot interleave with another writer.
@@ -7,6 +7,9 @@ KEYS[1]  = the partition's stream; KEYS[2..] = dedup keys of the records that ca
 ARGV[1]  = approximate max length (0 = unbounded); ARGV[2] = dedup TTL in ms;
 then per record: dedup index (0 = none, i means KEYS[i + 1]), field count, fields...
 Reply: a flat array ``[offset, dupflag, offset, dupflag, ...]`` in record order.
+
+On the lean connections a partition's records without any idempotency key go as MULTI, XADD..., EXEC
+instead (``AppendCall.wire``): the same entries, as atomic, and cheaper for Redis than the script's Lua.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Protocol
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, AppendResult, Record, ValueFormat
-from storage.resp import encode_command
+from storage.resp import ReplyError, as_redis_error, encode_command
 
 APPEND_LUA = """
 local log = KEYS[1]
@@ -79,7 +82,13 @@ APPEND_SHA = APPEND_SCRIPT.sha
 
 
 class PartitionCall(Protocol):
-    """One script call on one partition, as the appender sends it."""
+    """One partition's write, as the appender sends it.
+
+    A redis-py pipeline sends ``evalsha_command`` (one script call, one reply). The lean connections send
+    ``wire()``: RESP bytes of ``wire_replies`` commands (the same script call, or for appends without
+    idempotency keys a MULTI/XADD.../EXEC transaction), which ``fold_replies`` turns into the one reply the
+    script would have given, or the error that stopped the call.
+    """
 
     @property
     def partition(self) -> int: ...
@@ -87,17 +96,42 @@ class PartitionCall(Protocol):
     @property
     def script(self) -> LuaScript: ...
 
+    @property
+    def wire_replies(self) -> int: ...
+
     def evalsha_command(self) -> tuple[Any, ...]:
         """The command as values (for a redis-py pipeline)."""
         ...
 
-    def evalsha_wire(self) -> bytes:
-        """The command as RESP bytes (for the lean connections)."""
+    def wire(self) -> bytes:
+        """The call as RESP bytes (for the lean connections)."""
+        ...
+
+    def fold_replies(self, replies: Sequence[Any]) -> Any:
+        """The call's reply (or error) from the ``wire_replies`` replies its wire got."""
         ...
 
 
+class _OneCommand:
+    """A call whose wire is its one EVALSHA command: one reply, taken as it is."""
+
+    __slots__ = ()
+    wire_replies = 1
+
+    def evalsha_wire(self) -> bytes:
+        raise NotImplementedError
+
+    def wire(self) -> bytes:
+        """The EVALSHA command as RESP bytes."""
+        return self.evalsha_wire()
+
+    def fold_replies(self, replies: Sequence[Any]) -> Any:
+        """The script's reply."""
+        return replies[0]
+
+
 @dataclass(frozen=True, slots=True)
-class ScriptCall:
+class ScriptCall(_OneCommand):
     """Keys and arguments of one script call on one partition (the append script unless told otherwise)."""
 
     partition: int
@@ -115,13 +149,13 @@ class ScriptCall:
 
 
 @dataclass(frozen=True, slots=True)
-class PreparedCall:
+class PreparedCall(_OneCommand):
     """A script call encoded once, for a command sent again and again (the promoter's, every tick)."""
 
     partition: int
     script: LuaScript
     command: tuple[Any, ...]
-    wire: bytes
+    encoded: bytes
 
     @classmethod
     def of(cls, call: ScriptCall) -> PreparedCall:
@@ -135,18 +169,23 @@ class PreparedCall:
 
     def evalsha_wire(self) -> bytes:
         """The command as RESP bytes."""
-        return self.wire
+        return self.encoded
 
 
 class AppendCall:
     """One partition's records for the append script: encoded straight to RESP for the lean connections.
 
-    ``evalsha_wire`` is the append hot path: one %-format per record instead of one encode step per argument
-    (the generic ``encode_command`` of ``evalsha_command``, byte for byte; tests pin the equality).
-    ``args`` and ``evalsha_command`` lay out the same call as values for redis-py and tests.
+    ``wire`` is the append hot path. Records with idempotency keys need the script (the dedup check and the
+    XADD must not interleave with another writer); a call without any is sent as MULTI, one XADD per record,
+    EXEC instead: as atomic for the partition, and Redis spends ~2.5 us per message on it instead of ~4.2
+    (the script's per-record Lua work; ``bench/profile_publish.py`` prints Redis CPU per message). Either is
+    one %-format per record instead of one encode step per argument (``evalsha_wire`` is the generic
+    ``encode_command`` of ``evalsha_command`` byte for byte, ``transaction_commands`` likewise for the
+    transaction; tests pin both). ``args`` and ``evalsha_command`` lay out the script call as values for
+    redis-py and tests.
     """
 
-    __slots__ = ("_dedup_indexes", "keys", "options", "partition", "records")
+    __slots__ = ("_dedup_indexes", "keys", "options", "partition", "records", "wire_replies")
     script = APPEND_SCRIPT
 
     def __init__(self, topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> None:
@@ -161,6 +200,12 @@ class AppendCall:
             else:
                 self.keys.append(dedup_key(topic, partition, record.idempotency_key))
                 self._dedup_indexes.append(len(self.keys) - 1)
+        self.wire_replies = 1 if self.uses_script else len(records) + 2
+
+    @property
+    def uses_script(self) -> bool:
+        """Whether the lean wire is the script (some record has an idempotency key) or a transaction."""
+        return len(self.keys) > 1
 
     @property
     def args(self) -> list[Any]:
@@ -174,6 +219,34 @@ class AppendCall:
     def evalsha_command(self) -> tuple[Any, ...]:
         """The raw ``EVALSHA`` command (script SHA, key count, keys, args)."""
         return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+
+    def wire(self) -> bytes:
+        """The script call, or for records without idempotency keys the transaction, as RESP bytes."""
+        return self.evalsha_wire() if self.uses_script else self.transaction_wire()
+
+    def fold_replies(self, replies: Sequence[Any]) -> Any:
+        """The script's reply, or the transaction's IDs laid out as the script's flat reply."""
+        return replies[0] if self.uses_script else _fold_transaction(replies)
+
+    def transaction_commands(self) -> list[tuple[Any, ...]]:
+        """The transaction as values: MULTI, one XADD per record (trimmed like the script), EXEC."""
+        trim: tuple[Any, ...] = ("MAXLEN", "~", self.options.max_length) if self.options.max_length else ()
+        return [("MULTI",), *[("XADD", self.keys[0], *trim, "*", *encode_fields(record))
+                               for record in self.records], ("EXEC",)]
+
+    def transaction_wire(self) -> bytes:
+        """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
+        max_length = self.options.max_length
+        head = _without_array_header(encode_command(("XADD", self.keys[0], "MAXLEN", "~", max_length, "*")), 6) \
+            if max_length else _without_array_header(encode_command(("XADD", self.keys[0], "*")), 3)
+        base = 6 if max_length else 3
+        chunks = [_MULTI_WIRE]
+        encode_fields_wire = _encode_fields_wire
+        for record in self.records:
+            fields, count = encode_fields_wire(record)
+            chunks.append(b"*%d\r\n%b%b" % (base + count, head, fields))
+        chunks.append(_EXEC_WIRE)
+        return b"".join(chunks)
 
     def evalsha_wire(self) -> bytes:
         """The command as RESP bytes, identical to ``encode_command(self.evalsha_command())``."""
@@ -191,29 +264,53 @@ class AppendCall:
         return b"".join(chunks)
 
 
+def _fold_transaction(replies: Sequence[Any]) -> Any:
+    """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that stopped it.
+
+    A refused command (MOVED, ASK, READONLY, CLUSTERDOWN, OOM...) aborts the whole transaction (EXECABORT):
+    nothing was written and the refusal says why, so the appender redirects or retries as for the script.
+    """
+    executed = replies[-1]
+    if isinstance(executed, BaseException) or executed is None:
+        return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
+                    executed if executed is not None else ReplyError("transaction aborted"))
+    for reply in executed:
+        if isinstance(reply, ReplyError):  # a command failed while executing (not expected for XADD)
+            return as_redis_error(reply)
+    flat: list[Any] = [0] * (2 * len(executed))
+    flat[0::2] = executed
+    return flat
+
+
 def _without_array_header(command: bytes, count: int) -> bytes:
     """The bulk strings of an encoded command, without its ``*<count>`` array header."""
     return command[len(b"*%d\r\n" % count):]
 
 
+_MULTI_WIRE = encode_command(("MULTI",))
+_EXEC_WIRE = encode_command(("EXEC",))
 _FORMAT_WIRE = {fmt: b"$1\r\nf\r\n$%d\r\n%b\r\n" % (len(fmt.value), fmt.value.encode()) for fmt in ValueFormat}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
 
 
 def _encode_record(record: Record, dedup_index: int) -> tuple[bytes, int]:
-    """One record's ARGV part (dedup index, field count, fields) as RESP, and its field count."""
-    value, key, headers = record.value, record.key, record.headers
+    """One record's ARGV part for the script (dedup index, field count, fields) as RESP, and its field count."""
     index = _INDEX_WIRE[dedup_index] if dedup_index < 1024 else b"$%d\r\n%d\r\n" % (len(str(dedup_index)),
                                                                                      dedup_index)
+    fields, count = _encode_fields_wire(record)
+    return b"%b%b%b" % (index, _INDEX_WIRE[count], fields), count
+
+
+def _encode_fields_wire(record: Record) -> tuple[bytes, int]:
+    """One record's XADD fields as RESP, and how many there are (names and values)."""
+    value, key, headers = record.value, record.key, record.headers
     fmt = _FORMAT_WIRE[record.value_format]
     if key is not None and not headers:
-        return (b"%b$1\r\n6\r\n$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"
-                % (index, len(value), value, fmt, len(key), key), 6)
+        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n" % (len(value), value, fmt, len(key), key), 6
     if key is None and not headers:
-        return b"%b$1\r\n4\r\n$1\r\nv\r\n$%d\r\n%b\r\n%b" % (index, len(value), value, fmt), 4
+        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 4
     fields = encode_fields(record)
-    return index + b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in [b"%d" % len(fields), *fields]]), \
-        len(fields)
+    return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
 
 
 def build_append_call(topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> AppendCall:

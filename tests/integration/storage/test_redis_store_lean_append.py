@@ -49,7 +49,7 @@ async def test_concurrent_single_appends_share_one_connection_and_all_land(
     assert len(set(offsets)) == 200
     assert sorted(e.value for e in await store.read(topic, 0, limit=500)) == sorted(b"%d" % i for i in range(200))
     _, port = store.router.node_for_slot(slot_of(topic, 0))
-    writers = [c for c in await _clients_named(port, "lean-test") if c["cmd"] == "evalsha"]
+    writers = [c for c in await _clients_named(port, "lean-test") if c["cmd"] == "exec"]  # MULTI/XADD/EXEC
     assert len(writers) == 1  # (redis-py's pool holds the read and the script load connections)
 
 
@@ -76,3 +76,17 @@ async def test_acks_all_writes_wait_on_their_own_connections(store: RedisStreamS
                                      for p in range(6) for _ in range(5)))
     assert sorted(r.partition for (r,) in results) == sorted(p for p in range(6) for _ in range(5))
     assert [info.length for info in await store.partition_info(topic, 6)] == [5] * 6
+
+
+async def test_a_batch_mixing_idempotent_and_plain_partitions_lands_in_order(
+    store: RedisStreamStore, topic: str
+) -> None:
+    records = [Record(partition=p % 3, value=b"%d" % p, idempotency_key=f"i{p}" if p % 3 == 1 else None)
+               for p in range(9)]
+    first = await store.append(topic, records, AppendOptions())
+    again = await store.append(topic, records, AppendOptions())
+    assert [r.partition for r in first] == [p % 3 for p in range(9)]
+    assert [r.duplicate for r in again] == [p % 3 == 1 for p in range(9)]  # the script's partition deduplicates
+    assert [r.offset for r in again if r.duplicate] == [r.offset for r in first if r.partition == 1]
+    assert [e.value for e in await store.read(topic, 0)] == [b"0", b"3", b"6"] * 2  # plain records: twice
+    assert [e.value for e in await store.read(topic, 1)] == [b"1", b"4", b"7"]

@@ -9,11 +9,12 @@ import fakeredis
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis import exceptions as rexc
 
 from storage import AppendOptions, Record
 from storage.keys import log_key
 from storage.models import ValueFormat
-from storage.resp import encode_command
+from storage.resp import ReplyError, as_redis_error, encode_command
 from storage.scripts import APPEND_LUA, APPEND_SHA, build_append_call, parse_append_reply
 
 
@@ -126,6 +127,79 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
     finally:
         await redis.connection_pool.release(connection)
     results = parse_append_reply(0, reply)
+    entries = await redis.xrange(log_key("t", 0))
+    assert [r.offset for r in results] == [e[0].decode() for e in entries]
+    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k1"}, {b"v": b"{}", b"f": b"j"},
+                                       {b"v": b"c", b"f": b"b", b"h": b'{"h":"1"}'}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(_records.map(lambda r: Record(r.partition, r.value, r.value_format, r.key, r.headers)),
+                        min_size=1, max_size=12),
+       max_length=st.none() | st.integers(1, 10**9))
+def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
+        records: list[Record], max_length: int | None) -> None:
+    call = build_append_call("topic/é", 3, records, AppendOptions(max_length=max_length))
+    assert not call.uses_script
+    assert call.wire() == b"".join(encode_command(command) for command in call.transaction_commands())
+    assert call.wire_replies == len(records) + 2
+
+
+def test_records_with_an_idempotency_key_go_through_the_script() -> None:
+    records = [Record(partition=0, value=b"a"), Record(partition=0, value=b"b", idempotency_key="x")]
+    call = build_append_call("t", 0, records, AppendOptions())
+    assert call.uses_script
+    assert call.wire() == call.evalsha_wire()
+    assert call.wire_replies == 1
+    assert call.fold_replies([[b"1-0", 0, b"1-1", 1]]) == [b"1-0", 0, b"1-1", 1]
+
+
+def test_transaction_commands_trim_like_the_script() -> None:
+    call = build_append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")], AppendOptions(max_length=50))
+    assert call.transaction_commands() == [
+        ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"v", b"a", b"f", b"b", b"k", b"k"), ("EXEC",)]
+
+
+def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
+    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+                             AppendOptions())
+    folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])
+    assert folded == [b"5-0", 0, b"5-1", 0]
+    assert [(r.offset, r.duplicate) for r in parse_append_reply(0, folded)] == [("5-0", False), ("5-1", False)]
+
+
+def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
+    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+                             AppendOptions())
+    moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
+    aborted = as_redis_error(ReplyError("EXECABORT Transaction discarded because of previous errors."))
+    folded = call.fold_replies([b"OK", moved, moved, aborted])
+    assert isinstance(folded, rexc.MovedError)
+    assert (folded.host, folded.port) == ("127.0.0.1", 7001)
+    ask = as_redis_error(ReplyError("ASK 3999 127.0.0.1:7002"))
+    assert isinstance(call.fold_replies([b"OK", ask, b"QUEUED", aborted]), rexc.AskError)
+
+
+def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> None:
+    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+                             AppendOptions())
+    folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
+                                [b"5-0", ReplyError("WRONGTYPE Operation against a key holding the wrong kind")]])
+    assert isinstance(folded, rexc.ResponseError)
+
+
+async def test_transaction_wire_runs_on_redis_and_stores_what_the_script_stores(redis: Any) -> None:
+    records = [Record(partition=0, value=b"a", key=b"k1"),
+               Record(partition=0, value=b"{}", value_format=ValueFormat.JSON),
+               Record(partition=0, value=b"c", headers={"h": "1"})]
+    call = build_append_call("t", 0, records, AppendOptions())
+    connection = await redis.connection_pool.get_connection()
+    try:
+        await connection.send_packed_command(call.wire())
+        replies = [await connection.read_response() for _ in range(call.wire_replies)]
+    finally:
+        await redis.connection_pool.release(connection)
+    results = parse_append_reply(0, call.fold_replies(replies))
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
     assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k1"}, {b"v": b"{}", b"f": b"j"},
