@@ -15,7 +15,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: help deps venv run test lint bench clean
 
 help:
-	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server (apt) if a binary is missing"
+	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, gcc, python3-dev (apt)"
+	@echo "            where missing (gcc and the headers build partitioner/_murmur2.c)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
@@ -29,6 +30,9 @@ deps:
 	packages=""; \
 	if [ -n "$$missing" ]; then echo "missing:$$missing"; packages="$(APT_PACKAGES)"; fi; \
 	if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then packages="$$packages python3-venv"; fi; \
+	command -v gcc >/dev/null 2>&1 || packages="$$packages gcc"; \
+	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))' \
+		|| packages="$$packages python3-dev"; \
 	if [ -n "$$packages" ]; then \
 		echo "installing:$$packages"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
@@ -37,7 +41,7 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \

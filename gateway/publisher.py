@@ -18,7 +18,7 @@ from typing import Protocol
 from gateway.errors import invalid_field, unavailable
 from gateway.metrics import GatewayMetrics
 from gateway.validation import PublishBatch
-from partitioner.hashing import KeylessSpreader, murmur2, partition_for
+from partitioner.hashing import KeylessSpreader, partition_for
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult, new_record
@@ -45,7 +45,7 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) 
     partitions = topic.partitions
     keyless_partition: int | None = None
     records: list[Record] = []
-    append, hash_key, make = records.append, murmur2, new_record
+    append, place_key, make = records.append, partition_for, new_record
     for index, message in enumerate(batch.messages):
         value, value_format, key, headers, partition, idempotency_key, _ = message
         if partition is not None:
@@ -54,7 +54,7 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) 
                                     f"partition {partition} does not exist: topic "
                                     f"{topic.name!r} has {partitions} partitions")
         elif key is not None:
-            partition = (hash_key(key) & 0x7FFFFFFF) % partitions  # partition_for, inlined: the hot path
+            partition = place_key(key, partitions)
         elif idempotency_key is not None:
             # A keyless retry must land where the first attempt did, so hash the idempotency key.
             partition = partition_for(idempotency_key.encode(), partitions)

@@ -15,14 +15,19 @@ as a Kafka producer does. Placement is part of the data format: changing it woul
 partitions and break per-key ordering for data already written. This module must therefore never change
 behaviour; golden vectors from Kafka's own ``UtilsTest`` pin it (tests/unit/partitioner/test_hashing.py).
 
+``murmur2`` and ``partition_for`` are the C implementation in ``partitioner._murmur2`` (built by setup.py;
+~0.1 us per key instead of ~1.2) when it is installed, and ``murmur2_python``, the reference, otherwise.
+
 Keyless messages are spread by ``KeylessSpreader``: round-robin, sticky for a whole request batch.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
-__all__ = ["KeylessSpreader", "murmur2", "partition_for", "to_positive"]
+__all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for", "partition_for_python",
+           "to_positive"]
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -32,7 +37,7 @@ _MASK_32 = 0xFFFFFFFF
 _UNPACK_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(65)]
 
 
-def murmur2(data: bytes) -> int:
+def murmur2_python(data: bytes) -> int:
     """Kafka's ``Utils.murmur2`` of ``data`` as a signed 32-bit int (Java ``int``)."""
     length = len(data)
     word_count = length >> 2
@@ -69,11 +74,23 @@ def to_positive(n: int) -> int:
     return n & 0x7FFFFFFF
 
 
-def partition_for(key: bytes, partitions: int) -> int:
+def partition_for_python(key: bytes, partitions: int) -> int:
     """The partition index Kafka's default partitioner picks for a keyed record."""
     if partitions < 1:
         raise ValueError(f"partitions must be positive, got {partitions}")
-    return to_positive(murmur2(key)) % partitions
+    return to_positive(murmur2_python(key)) % partitions
+
+
+try:
+    from partitioner import _murmur2
+except ImportError:  # built without a C compiler: the reference, same results
+    NATIVE = False
+    murmur2: Callable[[bytes], int] = murmur2_python
+    partition_for: Callable[[bytes, int], int] = partition_for_python
+else:
+    NATIVE = True
+    murmur2 = _murmur2.murmur2
+    partition_for = _murmur2.partition_of
 
 
 class KeylessSpreader:

@@ -6,10 +6,22 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from partitioner.hashing import KeylessSpreader, murmur2, partition_for, to_positive
+from partitioner import hashing
+from partitioner.hashing import (
+    KeylessSpreader,
+    murmur2,
+    murmur2_python,
+    partition_for,
+    partition_for_python,
+    to_positive,
+)
 
 # From Kafka's UtilsTest.testMurmur2: the UTF-8 bytes of each string and Java's signed result.
 KAFKA_MURMUR2_VECTORS = [
@@ -38,15 +50,36 @@ PINNED_PARTITIONS = [
 PARTITION_COUNTS = (1, 3, 12)
 
 
+IMPLEMENTATIONS = [pytest.param((murmur2, partition_for), id="installed"),
+                   pytest.param((murmur2_python, partition_for_python), id="python-reference")]
+
+
+def test_the_compiled_hash_is_installed() -> None:
+    # setup.py builds it (optional, for machines without a compiler); a silent fallback would cost ~1 us a key.
+    assert hashing.NATIVE, "partitioner._murmur2 is not built: pip install -e . with gcc and the Python headers"
+    assert murmur2 is not murmur2_python
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("text", "expected"), KAFKA_MURMUR2_VECTORS)
-def test_murmur2_matches_kafka_utils_test_vectors(text: str, expected: int) -> None:
-    assert murmur2(text.encode("utf-8")) == expected
+def test_murmur2_matches_kafka_utils_test_vectors(
+        text: str, expected: int, implementation: tuple[Callable[[bytes], int], Any]) -> None:
+    assert implementation[0](text.encode("utf-8")) == expected
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("text", "expected"), PINNED_PARTITIONS)
-def test_partition_for_matches_pinned_table(text: str, expected: tuple[int, ...]) -> None:
-    actual = tuple(partition_for(text.encode("utf-8"), n) for n in PARTITION_COUNTS)
+def test_partition_for_matches_pinned_table(
+        text: str, expected: tuple[int, ...], implementation: tuple[Any, Callable[[bytes, int], int]]) -> None:
+    actual = tuple(implementation[1](text.encode("utf-8"), n) for n in PARTITION_COUNTS)
     assert actual == expected
+
+
+@settings(max_examples=2000, deadline=None)
+@given(key=st.binary(max_size=300), partitions=st.integers(1, 100_000))
+def test_compiled_hash_and_placement_equal_the_python_reference(key: bytes, partitions: int) -> None:
+    assert murmur2(key) == murmur2_python(key)
+    assert partition_for(key, partitions) == partition_for_python(key, partitions)
 
 
 def test_murmur2_returns_signed_32_bit_values() -> None:
@@ -68,9 +101,13 @@ def test_partition_for_uses_sign_bit_masking_not_abs() -> None:
     assert partition_for(key, 7) != abs(-790332482) % 7
 
 
-def test_partition_for_rejects_non_positive_partition_counts() -> None:
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_partition_for_rejects_non_positive_partition_counts(
+        implementation: tuple[Any, Callable[[bytes, int], int]]) -> None:
     with pytest.raises(ValueError, match="positive"):
-        partition_for(b"k", 0)
+        implementation[1](b"k", 0)
+    with pytest.raises(ValueError, match="positive"):
+        implementation[1](b"k", -3)
 
 
 def test_partition_for_is_stable_across_processes_with_other_hash_seeds() -> None:
