@@ -22,9 +22,10 @@ HOT_FACTOR = 3.0
 class SpaceSaving:
     """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters.
 
-    The smallest counter is found through a lazy min-heap of (count, key) snapshots: a snapshot whose count
-    is no longer the key's is skipped when it surfaces, and the heap is rebuilt when stale ones pile up.
-    Distinct keys (the common case once the sketch is full) cost a heap push and pop instead of a scan.
+    The smallest counter is found through a lazy min-heap holding one (count, key) snapshot per counted key: a
+    count only grows, so a snapshot is at most its key's count. Counting a key already counted is a dict
+    update (the common case for heavy keys, the ones worth finding); a new key in a full sketch pops snapshots,
+    refreshing stale ones, until one is current: that key's count is the smallest of all.
     """
 
     def __init__(self, size: int = SKETCH_SIZE) -> None:
@@ -36,21 +37,22 @@ class SpaceSaving:
         """Count ``weight`` occurrences of ``key``."""
         counts = self.counts
         count = counts.get(key)
-        if count is None and len(counts) >= self.size:
-            count = counts.pop(self._pop_smallest())  # the victim's count is the new key's floor
-        count = (count or 0) + weight
-        counts[key] = count
-        heapq.heappush(self._heap, (count, key))
-        if len(self._heap) > 4 * self.size + 64:
-            self._heap = [(c, k) for k, c in counts.items()]
-            heapq.heapify(self._heap)
+        if count is not None:
+            counts[key] = count + weight
+            return
+        floor = counts.pop(self._pop_smallest()) if len(counts) >= self.size else 0  # the victim's count
+        counts[key] = floor + weight
+        heapq.heappush(self._heap, (floor + weight, key))
 
     def _pop_smallest(self) -> bytes:
         heap, counts = self._heap, self.counts
         while True:
-            count, key = heapq.heappop(heap)
-            if counts.get(key) == count:
+            count, key = heap[0]
+            current = counts[key]
+            if current == count:
+                heapq.heappop(heap)
                 return key
+            heapq.heapreplace(heap, (current, key))  # stale: put the key back with its current count
 
     def top(self, n: int) -> list[tuple[bytes, int]]:
         """The ``n`` heaviest keys with their (over-)estimated counts."""

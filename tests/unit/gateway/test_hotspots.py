@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.hotspots import PublishStats, SpaceSaving
 
@@ -18,6 +22,23 @@ def test_space_saving_finds_every_key_above_one_kth_of_traffic() -> None:
     assert set(top) == {b"heavy-a", b"heavy-b"}
     assert top[b"heavy-a"] >= 3000
     assert top[b"heavy-a"] - 3000 <= min(sketch.counts.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=st.lists(st.sampled_from([b"k%d" % i for i in range(30)]), max_size=400), size=st.integers(1, 10))
+def test_space_saving_keeps_its_guarantees_on_any_stream(stream: list[bytes], size: int) -> None:
+    sketch = SpaceSaving(size=size)
+    for key in stream:
+        sketch.add(key)
+    true = Counter(stream)
+    assert len(sketch.counts) <= size
+    assert sum(sketch.counts.values()) == len(stream)  # every occurrence is counted somewhere
+    floor = min(sketch.counts.values(), default=0)
+    for key, count in sketch.counts.items():
+        assert true[key] <= count <= true[key] + floor  # over-estimates by at most the smallest counter
+    for key, frequency in true.items():
+        if frequency > len(stream) / size:
+            assert key in sketch.counts
 
 
 def test_partition_over_three_times_the_mean_is_flagged_hot() -> None:
