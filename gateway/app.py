@@ -40,7 +40,7 @@ async def http_metrics_middleware(request: web.Request, handler: Handler) -> web
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
     metrics = request.app[SERVICES].metrics
-    metrics.http_requests.labels(route, request.method, str(response.status)).inc()
+    metrics.child(metrics.http_requests, route, request.method, str(response.status)).inc()
     return response
 
 

@@ -120,7 +120,7 @@ class Publisher:
         except StorageError as exc:
             self._metrics.publish_failures.labels(topic.name, acks.value, type(exc).__name__).inc()
             raise
-        self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
+        self._metrics.child(self._metrics.publish_latency, acks.value).observe(time.perf_counter() - started)
         return results
 
     async def _append_and_schedule(self, topic: TopicMetadata, records: Sequence[Record], options: AppendOptions,

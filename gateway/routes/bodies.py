@@ -66,8 +66,11 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
 
 
 async def _read_limited(request: web.Request, max_bytes: int) -> bytes:
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise too_large(f"body of {request.content_length} bytes is over the limit of {max_bytes}")
+    length = request.content_length
+    if length is not None:
+        if length > max_bytes:
+            raise too_large(f"body of {length} bytes is over the limit of {max_bytes}")
+        return await request.read()  # bounded by the declared length (aiohttp reads no further)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_any():

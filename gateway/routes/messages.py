@@ -36,7 +36,7 @@ async def publish(request: web.Request) -> web.Response:
     except Exception:
         services.metrics.publish_requests.labels(topic.name, "error").inc()
         raise
-    services.metrics.publish_requests.labels(topic.name, "ok").inc()
+    services.metrics.child(services.metrics.publish_requests, topic.name, "ok").inc()
     return response
 
 
@@ -55,8 +55,8 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
-    metrics.publish_messages.labels(topic.name, "written").inc(len(records))
-    metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
+    metrics.child(metrics.publish_messages, topic.name, "written").inc(len(records))
+    metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
     return json_response({"results": [result_document(r) for r in results]}, headers=throttled)
 
 

@@ -198,3 +198,29 @@ async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_that_left(ser
         assert server.writers[0].is_closing()  # the server saw the client hang up
         assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]  # reconnects if asked again
         assert len(server.writers) == 2
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
+async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(socket_timeout_s=0.2))
+    connection._reply_timeout_s = 0.3
+    started = asyncio.get_running_loop().time()
+    pending = []
+    for _ in range(4):  # newer requests keep coming; the oldest one's timeout still fires on time
+        pending.append(asyncio.ensure_future(connection.execute(encode_command(["PING"]), 1)))
+        await asyncio.sleep(0.05)
+    outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    assert all(isinstance(outcome, rexc.TimeoutError) for outcome in outcomes)
+    assert asyncio.get_running_loop().time() - started < 0.3 + 0.25
+    assert connection.closed
+
+
+async def test_a_connection_answering_slowly_but_within_the_timeout_stays_open(server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
+    connection._reply_timeout_s = 0.2
+    ping = encode_command(["PING"])
+    for _ in range(6):  # 0.3 s in all: longer than the timeout, but every reply comes well within it
+        assert await connection.execute(ping, 1) == [1]
+        await asyncio.sleep(0.05)
+    assert not connection.closed
+    connection.close()
