@@ -66,6 +66,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 bench: deps venv
+	@command -v wrk >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk \
+		|| echo "wrk not installed: the harness's HTTP load comes from its own aiohttp client"
 	$(VENV_PY) bench/run.py $(BENCH_ARGS)
 
 clean:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,28 +31,36 @@ from redis.asyncio.cluster import RedisCluster
 
 from gateway.devstack import DevStack, DevStackConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wrk import wrk_binary, wrk_post_for
+
 VALUE = "x" * 200
 PARTITIONS = 6
 
 
 @dataclass(frozen=True)
 class Result:
-    """One measured run."""
+    """One measured run: every request's latency, or (from wrk) its p50 and p99 as wrk computed them."""
 
     name: str
     messages: int
     seconds: float
     latencies_s: list[float]
+    measured_ms: dict[float, float] | None = None  # fraction -> latency (ms), when latencies_s is not kept
 
     @property
     def rate(self) -> float:
         return self.messages / self.seconds
 
+    def percentile_ms(self, fraction: float) -> float:
+        """The ``fraction`` (0.5 or 0.99 for wrk runs) latency percentile in ms."""
+        if self.measured_ms is not None:
+            return self.measured_ms[fraction]
+        return percentile_ms(self.latencies_s, fraction)
+
     def line(self) -> str:
-        lat = sorted(self.latencies_s)
-        p50 = statistics.median(lat) * 1000
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
-        return f"{self.name:<28} {self.rate:>11,.0f} msg/s   p50 {p50:7.2f} ms   p99 {p99:7.2f} ms"
+        return (f"{self.name:<28} {self.rate:>11,.0f} msg/s   p50 {self.percentile_ms(0.5):7.2f} ms   "
+                f"p99 {self.percentile_ms(0.99):7.2f} ms")
 
 
 async def drive(requests: int, concurrency: int, send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
@@ -96,9 +103,17 @@ def publish_body(batch: int, acks: str = "1", value: object = VALUE) -> bytes:
 
 async def http_publish_for(base: str, topic: str, body: bytes, batch: int, seconds: float, concurrency: int,
                            headers: dict[str, str] | None = None) -> Result:
-    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected."""
+    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected.
+
+    The load comes from wrk (C) when it is installed, else from an aiohttp client in this process
+    (STREAMGATE_BENCH_LOADGEN=aiohttp forces that); the result's name says which.
+    """
     url = f"{base}/v1/topics/{topic}/messages"
     sent_headers = {"content-type": "application/json", **(headers or {})}
+    if wrk_binary() is not None and os.environ.get("STREAMGATE_BENCH_LOADGEN", "wrk") == "wrk":
+        run = await wrk_post_for(url, body, sent_headers, seconds, concurrency)
+        return Result(f"gateway batch={batch} (wrk)", run.requests * batch, run.seconds, [],
+                      {0.5: run.p50_ms, 0.99: run.p99_ms})
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
