@@ -26,7 +26,7 @@ from pathlib import Path
 
 import aiohttp
 from deliver import create_topic, latency, lean_group_drain, publish, throughput
-from publish import free_port, process_cpu_seconds, start_gateway, wait_ready
+from publish import free_port, process_cpu_seconds, redis_cpu_seconds, start_gateway, wait_ready
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.devstack import DevStack, DevStackConfig
@@ -90,13 +90,16 @@ def fanout_subscriber(base: str, topic: str, sockets: int, expected: int, ready:
 
 
 async def lean_group_throughput(http: aiohttp.ClientSession, base: str, messages: int, processes: int,
-                                gateway_pid: int) -> None:
+                                gateway_pid: int, stack: DevStack) -> None:
     """Group delivery + ack with consumers in their own processes (orjson, acks of up to 500 per frame)."""
     await create_topic(http, base, "group-lean-bench")
     await publish(http, base, "group-lean-bench", messages)
-    cpu_before = process_cpu_seconds(gateway_pid)
+    cpu_before, redis_before = process_cpu_seconds(gateway_pid), redis_cpu_seconds(stack)
     total, elapsed = await lean_group_drain(base, "group-lean-bench", "lean", messages, processes)
     cpu = process_cpu_seconds(gateway_pid) - cpu_before
+    redis_used = {role: seconds - redis_before[role] for role, seconds in redis_cpu_seconds(stack).items()}
+    print("group delivery + ack, Redis CPU per message:           " + ", ".join(
+        f"{role} {1e6 * seconds / max(total, 1):.2f} us" for role, seconds in redis_used.items()))
     print(f"group delivery + ack, lean consumers, per gateway CPU s: {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
     print(f"group delivery + ack, lean consumer processes:         {total / elapsed:>10,.0f} msg/s "
           f"({total} of {messages} acked in {elapsed:.2f} s from the first delivery, {processes}x2 members)")
@@ -203,7 +206,7 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
             await publish(http, base, "anchor-bench", args.messages)
             await redis_group_anchor(stack, "anchor-bench", args.messages)
             await throughput(http, base, args.messages, args.consumers)
-            await lean_group_throughput(http, base, args.messages, args.client_processes, gateway.pid)
+            await lean_group_throughput(http, base, args.messages, args.client_processes, gateway.pid, stack)
             if args.subscribers:
                 await fanout(http, base, args.subscribers, args.fanout_messages, args.client_processes,
                              gateway.pid)

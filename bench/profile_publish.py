@@ -38,6 +38,7 @@ from publish import (  # bench/ is not a package
     free_port,
     http_publish_for,
     process_cpu_seconds,
+    redis_cpu_seconds,
     start_gateway,
     wait_ready,
 )
@@ -109,15 +110,6 @@ def _load_generator_cpu() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def _redis_cpu(stack: DevStack) -> dict[str, float]:
-    """CPU seconds used so far by the cluster's primaries and by its replicas."""
-    used = {"primaries": 0.0, "replicas": 0.0}
-    for node in stack.redis.nodes:
-        if node.pid is not None:
-            used["primaries" if node.role == "primary" else "replicas"] += process_cpu_seconds(node.pid)
-    return used
-
-
 def start_profiler(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes] | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -184,17 +176,17 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
                 out = workdir / f"batch{batch}.txt"
                 profiler = start_profiler(gateway.pid, out, fmt)
                 await asyncio.sleep(0.5)
-            redis_before = _redis_cpu(stack)
+            redis_before = redis_cpu_seconds(stack)
             cpu_before, own_before = process_cpu_seconds(gateway.pid), _load_generator_cpu()
             gw = await bench_gateway(base, "bench", batch, count, args.concurrency, args.acks)
             gw_cpu, own_cpu = process_cpu_seconds(gateway.pid) - cpu_before, _load_generator_cpu() - own_before
-            redis_cpu = {role: _redis_cpu(stack)[role] - redis_before[role] for role in redis_before}
+            redis_cpu = {role: redis_cpu_seconds(stack)[role] - redis_before[role] for role in redis_before}
             if profiler is not None:
                 stop_profiler(profiler)
             bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
-            raw_before = _redis_cpu(stack)
+            raw_before = redis_cpu_seconds(stack)
             raw = await bench_raw(stack, "bench", batch, count, args.concurrency)
-            raw_cpu = {role: _redis_cpu(stack)[role] - raw_before[role] for role in raw_before}
+            raw_cpu = {role: redis_cpu_seconds(stack)[role] - raw_before[role] for role in raw_before}
             for result in (gw, bare, raw):
                 print(result.line())
             print(f"{'gateway CPU per message':<28} {1e6 * gw_cpu / gw.messages:>8.2f} us "

@@ -189,6 +189,15 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def redis_cpu_seconds(stack: DevStack) -> dict[str, float]:
+    """CPU seconds used so far by the cluster's primaries and by its replicas."""
+    used = {"primaries": 0.0, "replicas": 0.0}
+    for node in stack.redis.nodes:
+        if node.pid is not None:
+            used["primaries" if node.role == "primary" else "replicas"] += process_cpu_seconds(node.pid)
+    return used
+
+
 @contextlib.asynccontextmanager
 async def serving_gateway(stack: DevStack) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
     """A gateway process on a free port, ready: (base URL, process); terminated on exit."""
