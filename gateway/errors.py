@@ -1,6 +1,7 @@
 """The one place where errors become HTTP: RFC 9457 problem+json with the right status.
 
-Handlers raise ``Problem`` (or let storage/partitioner errors through); ``problem_middleware`` renders them.
+Handlers raise ``Problem`` (or let storage/partitioner errors through); ``problem_for`` renders them (called by
+the gateway's one middleware, ``gateway.app.gateway_middleware``).
 A request that fails validation never reaches storage, so nothing partial is written.
 """
 
@@ -177,23 +178,22 @@ def _from_http_exception(exc: web.HTTPException) -> Problem:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn every error raised by a handler into a problem+json response."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
+def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """The problem+json response for an error a handler raised (called in the ``except`` that caught it).
+
+    An ``HTTPException`` under 400 (a redirect, say) is not an error: it is raised again for aiohttp.
+    """
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         return problem_response(_from_http_exception(exc), request.path)
-    except (Problem, AuthError, StorageError, PartitionerError) as exc:
+    if isinstance(exc, Problem | AuthError | StorageError | PartitionerError):
         problem = problem_from(exc)
         if problem.status >= 500 and problem.status != 503:
             log.exception("request failed: %s %s", request.method, request.path)
         return problem_response(problem, request.path)
-    except Exception:
-        log.exception("unhandled error: %s %s", request.method, request.path)
-        return problem_response(problem_from(RuntimeError()), request.path)
+    log.exception("unhandled error: %s %s", request.method, request.path)
+    return problem_response(problem_from(RuntimeError()), request.path)
 
 
 # WebSocket close codes (4000-4999 are the application's own; docs/api.md lists them).

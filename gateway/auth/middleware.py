@@ -1,4 +1,5 @@
-"""The aiohttp side of auth: one middleware that authenticates every request and keeps its principal."""
+"""The aiohttp side of auth: authenticating every request (``authenticate``, called by the gateway's middleware)
+and keeping its principal."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from aiohttp import hdrs, web
 from gateway.auth.errors import Unauthenticated
 from gateway.auth.gatekeeper import Gatekeeper
 from gateway.auth.principal import Principal
-from gateway.errors import Handler
 
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -20,7 +20,7 @@ def gatekeeper_of(request: web.Request) -> Gatekeeper:
 
 
 def principal_of(request: web.Request) -> Principal:
-    """The authenticated principal of ``request`` (set by ``auth_middleware``)."""
+    """The authenticated principal of ``request`` (set by ``authenticate``)."""
     if PRINCIPAL not in request:
         raise Unauthenticated("credentials required")
     return request[PRINCIPAL]
@@ -35,16 +35,17 @@ def _is_websocket_upgrade(request: web.Request) -> bool:
     return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate every request to a non-public route; 401 when credentials are missing or invalid."""
+def authenticate(request: web.Request) -> None:
+    """Authenticate a request to a non-public route and keep its principal; 401 (raised) without credentials.
+
+    A WebSocket upgrade to a frame-auth route may come without credentials: its first frame carries them.
+    """
     gatekeeper = gatekeeper_of(request)
     if request.match_info.http_exception is not None or request.path in gatekeeper.public_paths:
-        return await handler(request)
+        return
     principal = gatekeeper.authenticate_headers(request.headers)
     if principal is not None:
         request[PRINCIPAL] = principal
     elif not (request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request)):
         raise Unauthenticated("credentials required: 'Authorization: Bearer <jwt>', 'Authorization: ApiKey "
                               "<key>' or 'X-API-Key: <key>'")
-    return await handler(request)
