@@ -240,12 +240,19 @@ class AppendCall:
         head = _without_array_header(encode_command(("XADD", self.keys[0], "MAXLEN", "~", max_length, "*")), 6) \
             if max_length else _without_array_header(encode_command(("XADD", self.keys[0], "*")), 3)
         base = 6 if max_length else 3
+        keyed = b"*%d\r\n%b" % (base + 6, head)  # every XADD of a keyed record without headers starts so
         chunks = [_MULTI_WIRE]
-        encode_fields_wire = _encode_fields_wire
+        append, formats, encode_fields_wire = chunks.append, _FORMAT_WIRE, _encode_fields_wire
         for record in self.records:
+            key = record.key
+            if key is not None and not record.headers:  # the common record, inlined: one %-format
+                value = record.value
+                append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"
+                       % (keyed, len(value), value, formats[record.value_format], len(key), key))
+                continue
             fields, count = encode_fields_wire(record)
-            chunks.append(b"*%d\r\n%b%b" % (base + count, head, fields))
-        chunks.append(_EXEC_WIRE)
+            append(b"*%d\r\n%b%b" % (base + count, head, fields))
+        append(_EXEC_WIRE)
         return b"".join(chunks)
 
     def evalsha_wire(self) -> bytes:
