@@ -12,7 +12,8 @@ Two transports give the same replies: the lean pipelined connections of ``storag
 store uses: concurrent requests to one node share one socket write) send each call's ``wire()`` (an append
 without idempotency keys as a MULTI/XADD/EXEC transaction, folded back into the script's reply), and a redis-py
 pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare router) sends the
-script. acks=all writes take a connection of their own so WAIT follows exactly their writes. A transaction a
+script. acks=all writes take a connection of their own so WAIT follows their writes; on the lean connections
+the acks=all writes to one node in one event-loop turn share it and one WAIT (a group commit). A transaction a
 node refuses (MOVED, ASK, READONLY...) is aborted whole (EXECABORT) and retried like a refused script.
 
 The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns one call's
@@ -143,10 +144,12 @@ class Appender(Generic[R]):
                 count += 1
             chunks.append(call.wire())
             count += call.wire_replies
-        if wait:
-            chunks.append(encode_command(("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)))
-            count += 1
-        replies = await lanes.execute_encoded(addr, b"".join(chunks), count, exclusive=wait)
+        if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
+            replies = await lanes.execute_replicated(addr, b"".join(chunks), count,
+                                                     replicas=self._settings.min_insync_replicas,
+                                                     timeout_ms=self._settings.wait_timeout_ms)
+        else:
+            replies = await lanes.execute_encoded(addr, b"".join(chunks), count, exclusive=False)
         folded: list[Any] = []
         pos = 0
         for call in calls:

@@ -13,7 +13,9 @@ is a value in the reply list, exactly as a redis-py pipeline gives it.
 
 ``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small pool of
 connections taken exclusively by acks=all writes: WAIT blocks its connection until the replicas answer,
-and it must follow the caller's own writes on the same connection (DESIGN.md section 2).
+and it must follow the caller's own writes on the same connection (DESIGN.md section 2). acks=all writes to
+one node made in the same event-loop turn share one such connection and one WAIT (``execute_replicated``, a
+group commit).
 """
 
 from __future__ import annotations
@@ -221,6 +223,15 @@ def tls_context(settings: RedisStoreSettings) -> ssl.SSLContext | None:
     return context
 
 
+@dataclass(slots=True)
+class _Replicated:
+    """One caller's writes waiting to leave with the next WAIT to their node."""
+
+    payload: bytes
+    replies: int
+    future: asyncio.Future[list[Any]]
+
+
 class _Lane:
     """The connections of one node: one shared (no WAIT), idle exclusive ones (WAIT), bounded in number."""
 
@@ -229,6 +240,7 @@ class _Lane:
         self.opening: asyncio.Future[RespConnection] | None = None
         self.idle: list[RespConnection] = []
         self.exclusive_slots = asyncio.Semaphore(max_exclusive)
+        self.forming: dict[tuple[int, int], list[_Replicated]] = {}  # (replicas, timeout) -> this turn's callers
 
 
 class NodeLanes:
@@ -238,6 +250,7 @@ class NodeLanes:
         self._settings = settings
         self._lanes: dict[NodeAddress, _Lane] = {}
         self._closed = False
+        self._commits: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> NodeLanes:
         return self
@@ -272,6 +285,55 @@ class NodeLanes:
             return await self._execute_exclusive(address, lane, payload, replies)
         connection = await self._shared(address, lane)
         return await connection.execute(payload, replies)
+
+    async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
+                                 timeout_ms: int) -> list[Any]:
+        """``payload`` (``replies`` commands), then ``WAIT replicas timeout_ms``; their replies, WAIT's last.
+
+        A group commit: the callers for one node in one event-loop turn leave together on an exclusive
+        connection, followed by one WAIT. WAIT counts the replicas that acknowledged everything sent before it on
+        its connection, so it covers each caller's writes, and every caller gets its own replies and that WAIT
+        reply. A caller cancelled before its batch leaves is dropped from it; once sent, its writes are in doubt
+        like any cancelled write. A failed batch fails every caller in it (the appender retries each).
+        """
+        lane = self._lane(address)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        key = (replicas, timeout_ms)
+        batch = lane.forming.get(key)
+        if batch is None:
+            batch = lane.forming[key] = []
+            loop.call_soon(self._commit, address, lane, key)
+        batch.append(_Replicated(payload, replies, future))
+        return await future
+
+    def _commit(self, address: NodeAddress, lane: _Lane, key: tuple[int, int]) -> None:
+        members = [m for m in lane.forming.pop(key, []) if not m.future.done()]
+        if members:
+            task = asyncio.ensure_future(self._send_commit(address, lane, key, members))
+            self._commits.add(task)
+            task.add_done_callback(self._commits.discard)
+
+    async def _send_commit(self, address: NodeAddress, lane: _Lane, key: tuple[int, int],
+                           members: list[_Replicated]) -> None:
+        payload = b"".join([m.payload for m in members]) + encode_command(("WAIT", *key))
+        try:
+            if self._closed:
+                raise rexc.ConnectionError("the lean connections are closed")
+            replies = await self._execute_exclusive(address, lane, payload, sum(m.replies for m in members) + 1)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else rexc.ConnectionError("the lean connections are closed")
+            for member in members:
+                if not member.future.done():
+                    member.future.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        waited, pos = replies[-1], 0
+        for member in members:
+            if not member.future.done():
+                member.future.set_result([*replies[pos:pos + member.replies], waited])
+            pos += member.replies
 
     async def _shared(self, address: NodeAddress, lane: _Lane) -> RespConnection:
         connection = lane.shared
@@ -319,6 +381,8 @@ class NodeLanes:
         lanes, self._lanes = list(self._lanes.values()), {}
         for lane in lanes:
             self._close_lane(lane)
+        for commit in list(self._commits):
+            commit.cancel()  # its callers fail with ConnectionError
         await asyncio.sleep(0)  # let the transports run their close callbacks
 
     @staticmethod

@@ -90,3 +90,25 @@ async def test_a_batch_mixing_idempotent_and_plain_partitions_lands_in_order(
     assert [r.offset for r in again if r.duplicate] == [r.offset for r in first if r.partition == 1]
     assert [e.value for e in await store.read(topic, 0)] == [b"0", b"3", b"6"] * 2  # plain records: twice
     assert [e.value for e in await store.read(topic, 1)] == [b"1", b"4", b"7"]
+
+
+async def _wait_calls(port: int) -> int:
+    client = Redis(host="127.0.0.1", port=port)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+async def test_concurrent_acks_all_appends_to_one_node_share_one_wait(store: RedisStreamStore, topic: str) -> None:
+    options = AppendOptions(acks=Acks.ALL)
+    await store.append(topic, [Record(partition=0, value=b"warm")], options)  # connections open, script loaded
+    _, port = store.router.node_for_slot(slot_of(topic, 0))
+    before = await _wait_calls(port)
+    results = await asyncio.gather(*(store.append(topic, [Record(partition=0, value=b"%d" % i)], options)
+                                     for i in range(20)))
+    assert await _wait_calls(port) - before <= 2  # one group commit (two if the turn was split), not 20
+    assert len({r.offset for (r,) in results}) == 20
+    stored = sorted(e.value for e in await store.read(topic, 0))
+    assert stored == sorted([b"warm", *(b"%d" % i for i in range(20))])

@@ -224,3 +224,51 @@ async def test_a_connection_answering_slowly_but_within_the_timeout_stays_open(s
         await asyncio.sleep(0.05)
     assert not connection.closed
     connection.close()
+
+
+def _counted(chunk: bytes) -> bytes:
+    """``:n`` for the n-th command of the chunk, ``:7`` for a WAIT (seven replicas acknowledged)."""
+    return b"".join(b":7\r\n" if b"WAIT" in command else b":%d\r\n" % number
+                    for number, command in enumerate(chunk.split(b"*")[1:], start=1))
+
+
+@pytest.mark.parametrize("server", [_counted], indirect=True)
+async def test_replicated_writes_of_one_loop_turn_share_one_wait(server: ScriptedServer) -> None:
+    ping = encode_command(["PING"])
+    address = ("127.0.0.1", server.port)
+    async with NodeLanes(_settings()) as lanes:
+        replies = await asyncio.gather(*(lanes.execute_replicated(address, ping * n, n, replicas=1, timeout_ms=50)
+                                         for n in (1, 2, 3)))
+        alone = await lanes.execute_replicated(address, ping, 1, replicas=1, timeout_ms=50)
+    assert replies == [[1, 7], [2, 3, 7], [4, 5, 6, 7]]  # each caller: its own replies, then the one WAIT's
+    assert alone == [1, 7]
+    sent = b"".join(server.chunks)
+    assert sent.count(b"WAIT") == 2
+    assert sent.count(b"PING") == 7
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
+async def test_a_failed_group_commit_fails_every_caller_in_it(server: ScriptedServer) -> None:
+    settings = _settings(socket_timeout_s=0.2)
+    address = ("127.0.0.1", server.port)
+    async with NodeLanes(settings) as lanes:
+        pending = [asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["PING"]), 1,
+                                                                  replicas=1, timeout_ms=50)) for _ in range(3)]
+        await server.connected.wait()
+        await asyncio.sleep(0.05)
+        server.writers[0].transport.abort()
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    assert all(isinstance(outcome, rexc.ConnectionError) for outcome in outcomes)
+
+
+async def test_a_caller_cancelled_before_its_commit_leaves_is_not_sent(server: ScriptedServer) -> None:
+    address = ("127.0.0.1", server.port)
+    async with NodeLanes(_settings()) as lanes:
+        dropped = asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["DROPPED"]), 1,
+                                                                 replicas=1, timeout_ms=50))
+        kept = asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["PING"]), 1,
+                                                              replicas=1, timeout_ms=50))
+        await asyncio.sleep(0)  # both queued for this turn's commit
+        dropped.cancel()
+        assert await kept == [1, 1]
+    assert b"DROPPED" not in b"".join(server.chunks)
