@@ -325,6 +325,26 @@ def stop_all(processes: list[subprocess.Popen[str]]) -> None:
             process.wait()
 
 
+def busy_fraction_since(before: tuple[int, int]) -> tuple[float, tuple[int, int]]:
+    """The machine's busy share of all CPU time since ``before`` (/proc/stat), and the new reading."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle, total = fields[3] + fields[4], sum(fields[:8])
+    spent = total - before[1]
+    return (1 - (idle - before[0]) / spent if spent else 0.0), (idle, total)
+
+
+async def settle(quiet: float = 0.15, longest_s: float = 15.0) -> None:
+    """Wait (at most ``longest_s``) until the whole machine is under ``quiet`` busy over half a second: the
+    previous goal's teardown (1,000 sockets closing, say) must not run into the next goal's clock."""
+    _, reading = busy_fraction_since((0, 0))
+    deadline = time.monotonic() + longest_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        busy, reading = busy_fraction_since(reading)
+        if busy < quiet:
+            return
+
+
 async def run_goals(harness: Harness, goals: list[str]) -> None:
     await wait_ready(harness.gateway.base)
     await asyncio.to_thread(harness.nats.wait_ready)
@@ -332,6 +352,7 @@ async def run_goals(harness: Harness, goals: list[str]) -> None:
         await create_topic(http, harness.gateway.base, PUBLISH_TOPIC, PUBLISH_PARTITIONS)
     for goal in goals:
         step: Callable[[], Awaitable[None]] = getattr(harness, goal)
+        await settle()
         try:
             await step()
         except Exception as exc:  # one goal failing must not hide the others' figures
