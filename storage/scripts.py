@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from redis import exceptions as rexc
+
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, AppendResult, Record, ValueFormat
@@ -112,16 +114,17 @@ class PartitionCall(Protocol):
         ...
 
 
+class _EncodesEvalsha(Protocol):
+    def evalsha_wire(self) -> bytes: ...
+
+
 class _OneCommand:
-    """A call whose wire is its one EVALSHA command: one reply, taken as it is."""
+    """A call whose wire is its one EVALSHA command (``evalsha_wire``, the subclass's): one reply, as it is."""
 
     __slots__ = ()
     wire_replies = 1
 
-    def evalsha_wire(self) -> bytes:
-        raise NotImplementedError
-
-    def wire(self) -> bytes:
+    def wire(self: _EncodesEvalsha) -> bytes:
         """The EVALSHA command as RESP bytes."""
         return self.evalsha_wire()
 
@@ -247,8 +250,7 @@ class AppendCall:
             key = record.key
             if key is not None and not record.headers:  # the common record, inlined: one %-format
                 value = record.value
-                append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"
-                       % (keyed, len(value), value, formats[record.value_format], len(key), key))
+                append(_KEYED_XADD % (keyed, len(value), value, formats[record.value_format], len(key), key))
                 continue
             fields, count = encode_fields_wire(record)
             append(b"*%d\r\n%b%b" % (base + count, head, fields))
@@ -280,7 +282,7 @@ def _fold_transaction(replies: Sequence[Any]) -> Any:
     executed = replies[-1]
     if isinstance(executed, BaseException) or executed is None:
         return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
-                    executed if executed is not None else ReplyError("transaction aborted"))
+                    executed if executed is not None else rexc.ResponseError("transaction aborted"))
     for reply in executed:
         if isinstance(reply, ReplyError):  # a command failed while executing (not expected for XADD)
             return as_redis_error(reply)
@@ -298,6 +300,8 @@ _MULTI_WIRE = encode_command(("MULTI",))
 _EXEC_WIRE = encode_command(("EXEC",))
 _FORMAT_WIRE = {fmt: b"$1\r\nf\r\n$%d\r\n%b\r\n" % (len(fmt.value), fmt.value.encode()) for fmt in ValueFormat}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
+_KEYED_FIELDS = b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"  # v, f (formatted), k of a keyed record
+_KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
 
 
 def _encode_record(record: Record, dedup_index: int) -> tuple[bytes, int]:
@@ -313,7 +317,7 @@ def _encode_fields_wire(record: Record) -> tuple[bytes, int]:
     value, key, headers = record.value, record.key, record.headers
     fmt = _FORMAT_WIRE[record.value_format]
     if key is not None and not headers:
-        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n" % (len(value), value, fmt, len(key), key), 6
+        return _KEYED_FIELDS % (len(value), value, fmt, len(key), key), 6
     if key is None and not headers:
         return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 4
     fields = encode_fields(record)
