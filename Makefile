@@ -16,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, gcc, python3-dev (apt)"
-	@echo "            where missing (gcc and the headers build partitioner/_murmur2.c)"
+	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
@@ -41,7 +41,7 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c
+$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/_plain.c storage/_wire.c
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \

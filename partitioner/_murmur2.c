@@ -57,6 +57,29 @@ murmur2(PyObject *module, PyObject *arg)
     return PyLong_FromLong(h);
 }
 
+/* A partition count from a Python int: positive, or -1 with an exception set. */
+static long
+partition_count(PyObject *arg)
+{
+    long partitions = PyLong_AsLong(arg);
+    if (partitions == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (partitions < 1) {
+        PyErr_Format(PyExc_ValueError, "partitions must be positive, got %ld", partitions);
+        return -1;
+    }
+    return partitions;
+}
+
+/* to_positive(murmur2(key)) % partitions */
+static PyObject *
+place(PyObject *key, long partitions)
+{
+    int32_t h = kafka_murmur2((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+    return PyLong_FromLong((long)((uint32_t)h & 0x7fffffffU) % partitions);
+}
+
 static PyObject *
 partition_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -64,22 +87,60 @@ partition_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "partition_of(key: bytes, partitions: int)");
         return NULL;
     }
-    long partitions = PyLong_AsLong(args[1]);
-    if (partitions == -1 && PyErr_Occurred()) {
+    long partitions = partition_count(args[1]);
+    return partitions < 0 ? NULL : place(args[0], partitions);
+}
+
+static PyObject *
+partitions_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "partitions_of(keys: list[bytes | None], partitions: int, keyless: int)");
         return NULL;
     }
-    if (partitions < 1) {
-        PyErr_Format(PyExc_ValueError, "partitions must be positive, got %ld", partitions);
+    long partitions = partition_count(args[1]);
+    if (partitions < 0) {
         return NULL;
     }
-    int32_t h = kafka_murmur2((const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]));
-    return PyLong_FromLong((long)((uint32_t)h & 0x7fffffffU) % partitions);
+    PyObject *keys = args[0], *keyless = args[2];
+    if (!PyLong_Check(keyless)) {
+        PyErr_SetString(PyExc_TypeError, "keyless must be an int");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i), *partition;
+        if (key == Py_None) {
+            Py_INCREF(keyless);
+            partition = keyless;
+        }
+        else if (PyBytes_CheckExact(key)) {
+            partition = place(key, partitions);
+            if (partition == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        else {
+            Py_DECREF(out);
+            PyErr_Format(PyExc_TypeError, "keys[%zd] must be bytes or None", i);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, partition);
+    }
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O, "Kafka's Utils.murmur2 of a bytes-like object, as a signed 32-bit int."},
     {"partition_of", (PyCFunction)(void (*)(void))partition_of, METH_FASTCALL,
      "to_positive(murmur2(key)) % partitions: Kafka's default partitioner for a keyed record."},
+    {"partitions_of", (PyCFunction)(void (*)(void))partitions_of, METH_FASTCALL,
+     "partition_of(key, partitions) of each key of a list, keyless for a None key."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,7 +27,7 @@ import struct
 from collections.abc import Callable
 
 __all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for", "partition_for_python",
-           "to_positive"]
+           "partitions_of", "partitions_of_python", "to_positive"]
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -81,16 +81,24 @@ def partition_for_python(key: bytes, partitions: int) -> int:
     return to_positive(murmur2_python(key)) % partitions
 
 
+def partitions_of_python(keys: list[bytes | None], partitions: int, keyless: int) -> list[int]:
+    """``partition_for(key, partitions)`` of each key, ``keyless`` for a None key."""
+    place = partition_for_python
+    return [keyless if key is None else place(key, partitions) for key in keys]
+
+
 try:
     from partitioner import _murmur2
 except ImportError:  # built without a C compiler: the reference, same results
     NATIVE = False
     murmur2: Callable[[bytes], int] = murmur2_python
     partition_for: Callable[[bytes, int], int] = partition_for_python
+    partitions_of: Callable[[list[bytes | None], int, int], list[int]] = partitions_of_python
 else:
     NATIVE = True
     murmur2 = _murmur2.murmur2
     partition_for = _murmur2.partition_of
+    partitions_of = _murmur2.partitions_of
 
 
 class KeylessSpreader:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.models import AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.models import AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
 
 
 class StreamStore(Protocol):
@@ -21,6 +21,10 @@ class StreamStore(Protocol):
         than required raise ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot be
         reached within the store's deadline.
         """
+        ...
+
+    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
+        """``append`` of ``records.as_records()``, as columns (the publish hot path): the offsets in input order."""
         ...
 
     async def read(

@@ -19,12 +19,12 @@ from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key
 from storage.lean import NodeLanes
-from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, Record, StoredEntry
+from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
 from storage.observer import CallObserver, ignore_call
 from storage.overview import PartitionOverview, read_overviews
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
-from storage.scripts import AppendCall, build_append_call, parse_append_reply
+from storage.scripts import AppendCall, PlainAppendCall, build_append_call, parse_append_reply, parse_plain_reply
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -46,6 +46,7 @@ class RedisStreamStore:
         self._observer = observer  # told about every Redis attempt: (operation, seconds, error class or None)
         self._router: ClusterRouter | None = None
         self._appender: Appender[AppendResult] | None = None
+        self._plain_appender: Appender[str] | None = None
         self._groups: RedisGroupStore | None = None
         self._delayed: RedisDelayedStore | None = None
         self._retention: RedisRetention | None = None
@@ -69,6 +70,7 @@ class RedisStreamStore:
         if self._lanes is not None:  # lean connections to nodes that left the cluster are closed
             router.on_refresh(self._lanes.forget)
         self._appender = Appender(router, parse_append_reply, self._lanes)
+        self._plain_appender = Appender(router, parse_plain_reply, self._lanes)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
@@ -155,6 +157,28 @@ class RedisStreamStore:
             for index, result in zip(indexes, written[partition], strict=True):
                 ordered[index] = result
         return ordered  # type: ignore[return-value]
+
+    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
+        """``append`` for plain records (as columns): the offsets, in input order (never duplicates)."""
+        if self._plain_appender is None or self._closed:
+            raise StorageUnavailable("storage is not open")
+        partitions, values, keys, fmt = records.partitions, records.values, records.keys, records.value_format
+        first = partitions[0] if partitions else 0
+        if partitions.count(first) == len(partitions):  # one partition (a keyless or one-message batch)
+            calls = [PlainAppendCall(topic, first, values, keys, fmt, options)] if partitions else []
+            written = await self._plain_appender.write(topic, calls, wait=options.acks is Acks.ALL)
+            return written.get(first, [])
+        positions: dict[int, list[int]] = {}
+        for index, partition in enumerate(partitions):
+            positions.setdefault(partition, []).append(index)
+        calls = [PlainAppendCall(topic, p, [values[i] for i in idx], [keys[i] for i in idx], fmt, options)
+                 for p, idx in positions.items()]
+        written = await self._plain_appender.write(topic, calls, wait=options.acks is Acks.ALL)
+        ordered = [""] * len(partitions)
+        for partition, indexes in positions.items():
+            for index, offset in zip(indexes, written[partition], strict=True):
+                ordered[index] = offset
+        return ordered
 
     def _writer(self) -> Appender[AppendResult]:
         if self._appender is None or self._closed:

@@ -15,7 +15,7 @@ instead (``AppendCall.wire``): the same entries, as atomic, and cheaper for Redi
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,7 +23,7 @@ from redis import exceptions as rexc
 
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
-from storage.models import AppendOptions, AppendResult, Record, ValueFormat
+from storage.models import AppendOptions, AppendResult, PlainRecords, Record, ValueFormat
 from storage.resp import ReplyError, as_redis_error, encode_command
 
 APPEND_LUA = """
@@ -273,6 +273,77 @@ class AppendCall:
         return b"".join(chunks)
 
 
+class PlainAppendCall:
+    """One partition's plain records (a value and an optional key, no headers, no idempotency key).
+
+    On the lean connections always the MULTI, XADD..., EXEC transaction, encoded from the columns in one call
+    (``xadd_transaction``); through redis-py the append script without dedup keys, as ``AppendCall`` sends it.
+    The same stream entries as ``AppendCall`` of the equivalent records, byte for byte (tests pin it).
+    """
+
+    __slots__ = ("_topic", "keys", "options", "partition", "value_format", "values", "wire_replies")
+    script = APPEND_SCRIPT
+
+    def __init__(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None],
+                 value_format: ValueFormat, options: AppendOptions) -> None:
+        self._topic = topic
+        self.partition = partition
+        self.values = values
+        self.keys = keys
+        self.value_format = value_format
+        self.options = options
+        self.wire_replies = len(values) + 2
+
+    def as_append_call(self) -> AppendCall:
+        """The same call over record objects."""
+        return AppendCall(self._topic, self.partition, PlainRecords(
+            [self.partition] * len(self.values), self.values, self.keys, self.value_format).as_records(),
+            self.options)
+
+    def evalsha_command(self) -> tuple[Any, ...]:
+        """The append script call (for a redis-py pipeline)."""
+        return self.as_append_call().evalsha_command()
+
+    def wire(self) -> bytes:
+        """The transaction as RESP bytes."""
+        keyed_head, keyless_head = _xadd_heads(self._topic, self.partition, self.options.max_length)
+        return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[self.value_format], self.values, self.keys)
+
+    def fold_replies(self, replies: Sequence[Any]) -> Any:
+        """The transaction's IDs laid out as the script's flat reply, or the error that stopped it."""
+        return _fold_transaction(replies)
+
+
+def _xadd_heads(topic: str, partition: int, max_length: int | None) -> tuple[bytes, bytes]:
+    """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*``."""
+    head = encode_command(("XADD", log_key(topic, partition), "MAXLEN", "~", max_length, "*")) if max_length \
+        else encode_command(("XADD", log_key(topic, partition), "*"))
+    base = 6 if max_length else 3
+    bulk = _without_array_header(head, base)
+    return b"*%d\r\n%b" % (base + 6, bulk), b"*%d\r\n%b" % (base + 4, bulk)
+
+
+def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format: bytes, values: list[bytes],
+                            keys: list[bytes | None]) -> bytes:
+    """MULTI, one XADD per value (``keyed_head`` or ``keyless_head``, ``v``, the value, ``value_format``'s
+    ``f`` field, ``k`` and the key where there is one), EXEC, as RESP bytes. The reference of the compiled
+    ``storage._wire.xadd_transaction``."""
+    chunks = [_MULTI_WIRE]
+    append = chunks.append
+    for value, key in zip(values, keys, strict=True):
+        if key is None:
+            append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b" % (keyless_head, len(value), value, value_format))
+        else:
+            append(_KEYED_XADD % (keyed_head, len(value), value, value_format, len(key), key))
+    append(_EXEC_WIRE)
+    return b"".join(chunks)
+
+
+def parse_plain_reply(partition: int, reply: Sequence[Any]) -> list[str]:
+    """The offsets of the script's flat ``[offset, 0, ...]`` reply for plain records (never duplicates)."""
+    return [offset.decode() if isinstance(offset, bytes) else offset for offset in reply[0::2]]
+
+
 def _fold_transaction(replies: Sequence[Any]) -> Any:
     """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that stopped it.
 
@@ -344,3 +415,14 @@ def parse_append_reply(partition: int, reply: Sequence[Any]) -> list[AppendResul
 
 _new_result = object.__new__
 _RESULT_SETTERS = tuple(getattr(AppendResult, name).__set__ for name in ("partition", "offset", "duplicate"))
+
+
+try:
+    from storage import _wire
+except ImportError:  # built without a C compiler: the reference, same bytes
+    WIRE_NATIVE = False
+    xadd_transaction: Callable[[bytes, bytes, bytes, list[bytes], list[bytes | None]], bytes] = \
+        xadd_transaction_python
+else:
+    WIRE_NATIVE = True
+    xadd_transaction = _wire.xadd_transaction

@@ -1,10 +1,11 @@
-"""Routing and failure paths of RedisStreamStore.append on a real cluster: MOVED, ASK, NOSCRIPT, deadlines."""
+"""Routing and failure paths of RedisStreamStore.append (and append_plain) on a real cluster: MOVED, ASK,
+NOSCRIPT, deadlines."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from redis.asyncio import Redis
 
 from storage import AppendOptions, Record, StorageUnavailable
 from storage.keys import log_key, slot_of
+from storage.models import PlainRecords
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -32,19 +34,38 @@ def topic() -> str:
     return f"f-{uuid.uuid4().hex[:12]}"
 
 
+Write = Callable[[RedisStreamStore, str, list[bytes]], Awaitable[list[str]]]
+
+
+async def _as_records(store: RedisStreamStore, topic: str, values: list[bytes]) -> list[str]:
+    return [r.offset for r in await store.append(topic, [Record(partition=0, value=v) for v in values],
+                                                 AppendOptions())]
+
+
+async def _as_plain_columns(store: RedisStreamStore, topic: str, values: list[bytes]) -> list[str]:
+    return await store.append_plain(topic, PlainRecords([0] * len(values), values, [None] * len(values)),
+                                    AppendOptions())
+
+
+@pytest.fixture(params=[_as_records, _as_plain_columns], ids=["records", "plain-columns"])
+def write(request: pytest.FixtureRequest) -> Write:
+    """Partition 0 appends through ``append`` (record objects) or ``append_plain`` (the publish hot path)."""
+    return request.param  # type: ignore[no-any-return]
+
+
 async def _node_client(port: int) -> Any:  # Any: redis-py leaves execute_command untyped
     return Redis(host="127.0.0.1", port=port, decode_responses=True)
 
 
-async def test_stale_slot_map_follows_moved_and_refreshes(store: RedisStreamStore, topic: str) -> None:
+async def test_stale_slot_map_follows_moved_and_refreshes(store: RedisStreamStore, topic: str, write: Write) -> None:
     manager = store.router.cluster.nodes_manager
     slot = slot_of(topic, 0)
     owner = manager.slots_cache[slot][0]
     wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
     manager.slots_cache[slot] = [wrong]  # as after a failover the client has not noticed yet
-    (result,) = await store.append(topic, [Record(partition=0, value=b"x")], AppendOptions())
+    offsets = await write(store, topic, [b"x"])
     assert manager.slots_cache[slot][0].name == owner.name
-    assert [e.offset for e in await store.read(topic, 0)] == [result.offset]
+    assert [e.offset for e in await store.read(topic, 0)] == offsets
 
 
 async def test_missing_script_is_loaded_and_the_write_retried(
@@ -82,7 +103,7 @@ async def test_unreachable_primary_raises_storage_unavailable_within_deadline(
 
 
 async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
-    store: RedisStreamStore, topic: str, redis_cluster: Any
+    store: RedisStreamStore, topic: str, redis_cluster: Any, write: Write
 ) -> None:
     slot = slot_of(topic, 0)
     _, src_port = store.router.node_for_slot(slot)
@@ -93,8 +114,7 @@ async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
         await dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
         await src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
         # Three records: the transaction's every XADD must be allowed by the one ASKING before MULTI.
-        results = await store.append(topic, [Record(partition=0, value=b"x%d" % i) for i in range(3)],
-                                     AppendOptions())
+        offsets = await write(store, topic, [b"x%d" % i for i in range(3)])
         pipe = dst.pipeline(transaction=False)
         pipe.execute_command("ASKING")
         pipe.xlen(log_key(topic, 0))
@@ -102,7 +122,7 @@ async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
         pipe.delete(log_key(topic, 0))
         replies = await pipe.execute()
         assert replies[1] == 3, "the entries should be on the importing node"
-        assert len({r.offset for r in results}) == 3
+        assert len(set(offsets)) == 3
     finally:
         await src.execute_command("CLUSTER SETSLOT", slot, "STABLE")
         await dst.execute_command("CLUSTER SETSLOT", slot, "STABLE")

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from storage import AppendOptions, Record
 from storage.keys import slot_of
-from storage.models import Acks
+from storage.models import Acks, PlainRecords
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -112,3 +112,27 @@ async def test_concurrent_acks_all_appends_to_one_node_share_one_wait(store: Red
     assert len({r.offset for (r,) in results}) == 20
     stored = sorted(e.value for e in await store.read(topic, 0))
     assert stored == sorted([b"warm", *(b"%d" % i for i in range(20))])
+
+
+@pytest.mark.parametrize("lean_append", [True, False], ids=["lean", "redis-py"])
+@pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
+async def test_plain_columns_land_as_the_same_entries_as_records_with_offsets_in_input_order(
+    redis_cluster: Any, topic: str, lean_append: bool, acks: Acks
+) -> None:
+    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=3.0)
+    partitions = [p % 6 for p in range(30)]
+    values = [b'{"n":%d}' % i for i in range(30)]
+    keys: list[bytes | None] = [None if i % 4 == 0 else b"key-%d" % i for i in range(30)]
+    options = AppendOptions(acks=acks, max_length=1000)
+    async with RedisStreamStore(settings, lean_append=lean_append) as store:
+        offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)
+        twin = f"{topic}-records"
+        await store.append(twin, PlainRecords(partitions, values, keys).as_records(), options)
+        for partition in range(6):
+            entries = await store.read(topic, partition)
+            assert [e.offset for e in entries] == [o for o, p in zip(offsets, partitions, strict=True)
+                                                   if p == partition]
+            assert [(e.value, e.key, e.value_format, e.headers) for e in entries] == \
+                [(e.value, e.key, e.value_format, e.headers) for e in await store.read(twin, partition)]
+        assert [(e.value, e.key) for e in await store.read(topic, 0)] == [(values[i], keys[i])
+                                                                           for i in range(0, 30, 6)]

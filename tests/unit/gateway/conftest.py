@@ -17,7 +17,15 @@ from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
 from partitioner.registry import InMemoryTopicRegistry
 from storage.errors import StorageUnavailable
-from storage.models import AppendOptions, AppendResult, PartitionInfo, Record, ScheduledResult, StoredEntry
+from storage.models import (
+    AppendOptions,
+    AppendResult,
+    PartitionInfo,
+    PlainRecords,
+    Record,
+    ScheduledResult,
+    StoredEntry,
+)
 
 
 class InMemoryStreamStore:
@@ -58,6 +66,9 @@ class InMemoryStreamStore:
                 del stream[: len(stream) - options.max_length]
             results.append(AppendResult(record.partition, offset, False))
         return results
+
+    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
+        return [result.offset for result in await self.append(topic, records.as_records(), options)]
 
     async def read(self, topic: str, partition: int, *, after: str | None = None,
                    from_time_ms: int | None = None, limit: int = 100) -> list[StoredEntry]:

@@ -20,6 +20,8 @@ from partitioner.hashing import (
     murmur2_python,
     partition_for,
     partition_for_python,
+    partitions_of,
+    partitions_of_python,
     to_positive,
 )
 
@@ -80,6 +82,22 @@ def test_partition_for_matches_pinned_table(
 def test_compiled_hash_and_placement_equal_the_python_reference(key: bytes, partitions: int) -> None:
     assert murmur2(key) == murmur2_python(key)
     assert partition_for(key, partitions) == partition_for_python(key, partitions)
+
+
+@given(keys=st.lists(st.none() | st.binary(max_size=40), max_size=30), partitions=st.integers(1, 1000),
+       keyless=st.integers(0, 999))
+def test_partitions_of_a_key_list_are_each_keys_placement(keys: list[bytes | None], partitions: int,
+                                                         keyless: int) -> None:
+    expected = [keyless if key is None else partition_for_python(key, partitions) for key in keys]
+    assert partitions_of(keys, partitions, keyless) == expected
+    assert partitions_of_python(keys, partitions, keyless) == expected
+
+
+def test_partitions_of_refuses_what_is_not_a_key() -> None:
+    with pytest.raises(TypeError):
+        partitions_of([b"a", "b"], 3, 0)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="partitions must be positive"):
+        partitions_of([b"a"], 0, 0)
 
 
 def test_murmur2_returns_signed_32_bit_values() -> None:

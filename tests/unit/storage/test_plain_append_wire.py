@@ -1,0 +1,90 @@
+"""Plain records as columns (``PlainAppendCall``): the same transaction, script call and entries as the
+equivalent record objects, and the compiled encoder byte for byte its Python reference."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import AppendOptions, scripts
+from storage.keys import log_key
+from storage.models import PlainRecords, ValueFormat
+from storage.resp import encode_command
+from storage.scripts import (
+    APPEND_LUA,
+    PlainAppendCall,
+    parse_plain_reply,
+    xadd_transaction,
+    xadd_transaction_python,
+)
+
+_columns = st.lists(st.tuples(st.binary(max_size=300), st.none() | st.binary(max_size=40)), max_size=12)
+
+
+def test_the_compiled_encoder_is_installed() -> None:
+    assert scripts.WIRE_NATIVE, "storage._wire is not built: pip install -e . with gcc and the Python headers"
+    assert xadd_transaction is not xadd_transaction_python
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_columns, keyed=st.binary(max_size=60), keyless=st.binary(max_size=60), fmt=st.binary(max_size=20))
+def test_compiled_encoder_equals_the_reference(rows: list[tuple[bytes, bytes | None]], keyed: bytes,
+                                               keyless: bytes, fmt: bytes) -> None:
+    values, keys = [v for v, _ in rows], [k for _, k in rows]
+    assert xadd_transaction(keyed, keyless, fmt, values, keys) == \
+        xadd_transaction_python(keyed, keyless, fmt, values, keys)
+
+
+def test_compiled_encoder_refuses_mismatched_or_mistyped_columns() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        xadd_transaction(b"", b"", b"", [b"a"], [])
+    with pytest.raises(TypeError):
+        xadd_transaction(b"", b"", b"", ["a"], [None])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        xadd_transaction(b"", b"", b"", [b"a"], ["k"])  # type: ignore[list-item]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_columns, fmt=st.sampled_from(list(ValueFormat)), max_length=st.none() | st.integers(1, 10**9))
+def test_plain_call_sends_what_the_record_objects_would(rows: list[tuple[bytes, bytes | None]], fmt: ValueFormat,
+                                                         max_length: int | None) -> None:
+    values, keys = [v for v, _ in rows], [k for _, k in rows]
+    call = PlainAppendCall("topic/é", 3, values, keys, fmt, AppendOptions(max_length=max_length))
+    twin = call.as_append_call()
+    assert call.wire() == twin.transaction_wire()
+    assert call.wire() == b"".join(encode_command(command) for command in twin.transaction_commands())
+    assert call.evalsha_command() == twin.evalsha_command()
+    assert call.wire_replies == len(rows) + 2
+
+
+def test_plain_records_as_objects() -> None:
+    records = PlainRecords([1, 2], [b"1", b"2"], [b"k", None]).as_records()
+    assert [(r.partition, r.value, r.value_format, r.key, dict(r.headers), r.idempotency_key) for r in records] == \
+        [(1, b"1", ValueFormat.JSON, b"k", {}, None), (2, b"2", ValueFormat.JSON, None, {}, None)]
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Any]:
+    client = fakeredis.FakeAsyncRedis()
+    yield client
+    await client.aclose()
+
+
+async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) -> None:
+    call = PlainAppendCall("t", 0, [b"a", b"b"], [b"k", None], ValueFormat.BINARY, AppendOptions())
+    _, _sha, key_count, *rest = call.evalsha_command()
+    reply = await redis.eval(APPEND_LUA, key_count, *rest)
+    offsets = parse_plain_reply(0, reply)
+    entries = await redis.xrange(log_key("t", 0))
+    assert offsets == [e[0].decode() for e in entries]
+    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k"}, {b"v": b"b", b"f": b"b"}]
+
+
+def test_an_executed_transaction_folds_into_offsets() -> None:
+    call = PlainAppendCall("t", 0, [b"a", b"b"], [None, None], ValueFormat.JSON, AppendOptions())
+    assert parse_plain_reply(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
