@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import time
 
+import redis
+
 from gateway.devstack import RedisClusterProcess
 
 VALUE = b"x" * 200
@@ -31,11 +33,36 @@ def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int 
                               "-P", str(pipeline), "--csv", "XADD", key_on(cluster, port), "*", "v", VALUE.decode(),
                               "k", "key", "f", "j"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for host, port in (node.address for node in cluster.primaries)]
-    for run in runs:
-        out, _ = run.communicate(timeout=300)
-        if run.returncode != 0:
-            raise RuntimeError(f"redis-benchmark failed: {out.decode()[-300:]}")
-    return per_primary * len(runs) / (time.perf_counter() - started)
+    try:
+        for run in runs:
+            out, _ = run.communicate(timeout=300)
+            if run.returncode != 0:
+                raise RuntimeError(f"redis-benchmark failed: {out.decode()[-300:]}")
+        return per_primary * len(runs) / (time.perf_counter() - started)
+    finally:
+        drop_and_wait_for_rewrites(cluster, {node.address: key_on(cluster, node.address[1])
+                                             for node in cluster.primaries})
+
+
+def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: dict[tuple[str, int], str],
+                               longest_s: float = 120.0) -> None:
+    """Unlink what an anchor wrote, then wait until no node rewrites its AOF any more.
+
+    The raw anchor leaves ~250 MB per primary; left in place, the AOF rewrites it triggers (a fork and a full
+    rewrite on every primary and replica) run into the next measurement's clock on a 2-core machine.
+    """
+    for (host, port), key in keys.items():
+        with redis.Redis(host=host, port=port) as client:
+            client.unlink(key)
+    deadline = time.monotonic() + longest_s
+    for node in cluster.nodes:
+        host, port = node.address
+        with redis.Redis(host=host, port=port) as client:
+            while time.monotonic() < deadline:
+                persistence = client.info("persistence")
+                if not persistence.get("aof_rewrite_in_progress") and not persistence.get("aof_rewrite_scheduled"):
+                    break
+                time.sleep(0.2)
 
 
 async def _jetstream(url: str, stream: str):  # type: ignore[no-untyped-def]
@@ -61,6 +88,7 @@ async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCH
         await js.publish_async_completed()
         return sent / (time.perf_counter() - started), sent
     finally:
+        await js.delete_stream(stream)  # its file store must not weigh on what is measured next
         await connection.close()
 
 
@@ -82,6 +110,7 @@ async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL")
         await connection.flush()
         return acked / (time.perf_counter() - started)
     finally:
+        await js.delete_stream(stream)
         await connection.close()
 
 

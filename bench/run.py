@@ -105,6 +105,7 @@ class Harness:
     async def publish(self) -> None:
         raw = await asyncio.to_thread(raw_xadd_rate, self.stack.redis, self.plan.raw_per_primary)
         nats_rate, _ = await nats_publish_async_rate(self.nats.url, self.plan.seconds)
+        await settle()  # the anchors' data is gone (their rewrites done); their processes may still be busy
         cpu0 = self.gateway.cpu_seconds()
         result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
                                         self.plan.seconds, 16)
