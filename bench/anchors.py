@@ -40,18 +40,18 @@ def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int 
                 raise RuntimeError(f"redis-benchmark failed: {out.decode()[-300:]}")
         return per_primary * len(runs) / (time.perf_counter() - started)
     finally:
-        drop_and_wait_for_rewrites(cluster, {node.address: key_on(cluster, node.address[1])
-                                             for node in cluster.primaries})
+        drop_and_wait_for_rewrites(cluster, [key_on(cluster, node.address[1]) for node in cluster.primaries])
 
 
-def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: dict[tuple[str, int], str],
-                               longest_s: float = 120.0) -> None:
-    """Unlink what an anchor wrote, then wait until no node rewrites its AOF any more.
+def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: list[str], longest_s: float = 120.0) -> None:
+    """Unlink ``keys``, then wait until no node rewrites its AOF any more.
 
-    The raw anchor leaves ~250 MB per primary; left in place, the AOF rewrites it triggers (a fork and a full
-    rewrite on every primary and replica) run into the next measurement's clock on a 2-core machine.
+    What one measurement wrote must not weigh on the next: the raw anchor leaves ~250 MB per primary, a
+    10 s gateway run ~300 MB, and the AOF rewrites they trigger (a fork and a full rewrite on every primary and
+    replica) would otherwise run into the next measurement's clock on a 2-core machine.
     """
-    for (host, port), key in keys.items():
+    for key in keys:
+        host, port = cluster.primary_for_key(key).address
         with redis.Redis(host=host, port=port) as client:
             client.unlink(key)
     deadline = time.monotonic() + longest_s

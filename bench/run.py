@@ -33,13 +33,14 @@ from typing import Any
 
 import aiohttp
 import orjson
-from anchors import nats_publish_async_rate, nats_pull_ack_rate, raw_xadd_rate
+from anchors import drop_and_wait_for_rewrites, nats_publish_async_rate, nats_pull_ack_rate, raw_xadd_rate
 from deliver import create_topic, lean_group_drain, paced_latencies, publish
 from publish import Result, http_publish_for, percentile_ms, publish_body, wait_ready
 from services import GatewayProcess, NatsServer, serve_supports
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
 from gateway.devstack import DevStack, DevStackConfig
+from storage.keys import log_key
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -95,7 +96,15 @@ class Harness:
         self.stack, self.gateway, self.nats, self.plan = stack, gateway, nats, plan
         self.rows: list[Row] = []
 
+    async def fresh_publish_topic(self) -> None:
+        """Empty the publish topic's streams and wait for quiet: a measurement starts as the anchors do, on a
+        cluster that is not still rewriting AOFs for what the previous one wrote."""
+        await asyncio.to_thread(drop_and_wait_for_rewrites, self.stack.redis,
+                                [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
+        await settle()
+
     async def batch_rate(self, acks: str, concurrency: int = 16, base: str | None = None) -> float:
+        await self.fresh_publish_topic()
         body = publish_body(100, acks)
         result = await http_publish_for(base or self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds,
                                         concurrency)
@@ -105,7 +114,7 @@ class Harness:
     async def publish(self) -> None:
         raw = await asyncio.to_thread(raw_xadd_rate, self.stack.redis, self.plan.raw_per_primary)
         nats_rate, _ = await nats_publish_async_rate(self.nats.url, self.plan.seconds)
-        await settle()  # the anchors' data is gone (their rewrites done); their processes may still be busy
+        await self.fresh_publish_topic()
         cpu0 = self.gateway.cpu_seconds()
         result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
                                         self.plan.seconds, 16)
@@ -118,6 +127,7 @@ class Harness:
                                   0.5, on_ratio=True))
         self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", batch, "msg/s", nats_rate,
                                       "JetStream publish_async", ">= 4x JetStream"), 4.0, on_ratio=True))
+        await self.fresh_publish_topic()
         single = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(1), 1, self.plan.seconds, 64)
         self.rows.append(at_least(Row("1", "single-message requests, 64 concurrent", single.rate, "req/s",
                                       goal_text=">= 8,000 req/s", note=f"load from {load_generator(single)}"), 8000))
@@ -231,6 +241,7 @@ class Harness:
     async def compression(self) -> None:
         plain = realistic_body(100)
         codecs: dict[str, Callable[[bytes], bytes] | None] = {"gzip": gzip.compress, "zstd": zstd_compressor()}
+        await self.fresh_publish_topic()
         cpu0 = self.gateway.cpu_seconds()
         base_rate = (await http_publish_for(self.gateway.base, PUBLISH_TOPIC, plain, 100, self.plan.seconds, 16))
         base_cpu = (self.gateway.cpu_seconds() - cpu0) / base_rate.messages * 1e6
@@ -242,6 +253,7 @@ class Harness:
                 self.rows.append(Row("6", figure, None, "msg/s", status=UNSUPPORTED, note=refusal))
                 continue
             body = compress(plain)
+            await self.fresh_publish_topic()
             cpu0 = self.gateway.cpu_seconds()
             result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds, 16,
                                             {"content-encoding": name})

@@ -104,6 +104,8 @@ class Gatekeeper:
     def stamp(self, principal: Principal, headers_of_messages: Iterable[dict[str, str]]) -> None:
         """Set the forced headers on messages that lack them; Forbidden when a message carries another value."""
         forced = self.forced_headers(principal)
+        if not forced:  # most principals: nothing to stamp, no pass over the messages
+            return
         for index, headers in enumerate(headers_of_messages):
             for name, value in forced.items():
                 if headers.setdefault(name, value) != value:
