@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
 from dataclasses import dataclass
 
 WINDOW_S = 60
@@ -101,23 +100,20 @@ class PublishStats:
         self._rates: dict[tuple[str, int], WindowRate] = {}
         self._keys: dict[tuple[str, int], SpaceSaving] = {}
 
-    def record(self, topic: str, partitions_and_keys: Iterable[tuple[int, bytes | None]]) -> None:
-        """Count one published batch: (partition, key) per message."""
+    def record(self, topic: str, partitions: list[int], keys: list[bytes | None]) -> None:
+        """Count one published batch: message ``i`` went to ``partitions[i]`` with ``keys[i]``."""
         now = time.monotonic()
-        per_partition: dict[int, int] = {}
-        adders: dict[int, Callable[[bytes], None]] = {}  # each partition's sketch, looked up once per batch
-        for partition, key in partitions_and_keys:
-            per_partition[partition] = per_partition.get(partition, 0) + 1
-            if key is not None:
-                add = adders.get(partition)
-                if add is None:
-                    add = adders[partition] = self._sketch(topic, partition).add
-                add(key)
-        for partition, count in per_partition.items():
+        for partition, count in Counter(partitions).items():
             rate = self._rates.get((topic, partition))
             if rate is None:
                 rate = self._rates[(topic, partition)] = WindowRate()
             rate.add(count, now)
+        if keys.count(None) == len(keys):
+            return
+        adders = {partition: self._sketch(topic, partition).add for partition in set(partitions)}
+        for partition, key in zip(partitions, keys, strict=True):
+            if key is not None:
+                adders[partition](key)
 
     def _sketch(self, topic: str, partition: int) -> SpaceSaving:
         sketch = self._keys.get((topic, partition))

@@ -14,6 +14,7 @@ instead (``AppendCall.wire``): the same entries, as atomic, and cheaper for Redi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -314,6 +315,7 @@ class PlainAppendCall:
         return _fold_transaction(replies)
 
 
+@functools.lru_cache(maxsize=4096)
 def _xadd_heads(topic: str, partition: int, max_length: int | None) -> tuple[bytes, bytes]:
     """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*``."""
     head = encode_command(("XADD", log_key(topic, partition), "MAXLEN", "~", max_length, "*")) if max_length \

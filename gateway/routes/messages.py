@@ -52,7 +52,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     gatekeeper.stamp(principal, (message.headers for message in batch.messages))
     throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
     records = place(batch, topic, services.spreader)
-    services.stats.record(topic.name, ((record.partition, record.key) for record in records))
+    services.stats.record(topic.name, [record.partition for record in records], [record.key for record in records])
     metrics = services.metrics
     due_ms = [message.due_ms for message in batch.messages]
     if batch.acks == "0":
@@ -71,7 +71,7 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
     """The hot path: plain messages as columns, the results encoded in one call (``plain_results_json``)."""
     throttled = await _admit(request, services, topic, len(batch.values), batch.value_bytes)
     partitions = place_plain(batch, topic, services.spreader)
-    services.stats.record(topic.name, zip(partitions, batch.keys, strict=True))
+    services.stats.record(topic.name, partitions, batch.keys)
     offsets = await services.publisher.publish_plain(
         topic, PlainRecords(partitions, batch.values, batch.keys), Acks(batch.acks))
     metrics = services.metrics

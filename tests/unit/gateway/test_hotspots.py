@@ -43,7 +43,8 @@ def test_space_saving_keeps_its_guarantees_on_any_stream(stream: list[bytes], si
 
 def test_partition_over_three_times_the_mean_is_flagged_hot() -> None:
     stats = PublishStats()
-    stats.record("t", [(0, b"hot-key")] * 900 + [(1, b"x")] * 25 + [(2, None)] * 25 + [(3, b"y")] * 25)
+    stats.record("t", [0] * 900 + [1] * 25 + [2] * 25 + [3] * 25,
+                 [b"hot-key"] * 900 + [b"x"] * 25 + [None] * 25 + [b"y"] * 25)
     heat = stats.heat("t", 4)
     assert [h.hot for h in heat] == [True, False, False, False]
     assert heat[0].top_keys[0] == ("hot-key", 900)
@@ -52,6 +53,6 @@ def test_partition_over_three_times_the_mean_is_flagged_hot() -> None:
 
 def test_even_traffic_flags_nothing_and_idle_topics_report_zero() -> None:
     stats = PublishStats()
-    stats.record("t", [(p, None) for p in range(4) for _ in range(100)])
+    stats.record("t", [p for p in range(4) for _ in range(100)], [None] * 400)
     assert not any(h.hot for h in stats.heat("t", 4))
     assert [h.rate_per_s for h in stats.heat("idle", 2)] == [0.0, 0.0]
