@@ -63,17 +63,25 @@ class _RespProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         reader, waiting = self.reader, self.waiting
+        gets, not_ready = reader.gets, NOT_READY
         try:
             reader.feed(data)
-            while (reply := reader.gets()) is not NOT_READY:
+            while (reply := gets()) is not not_ready:
                 request = waiting[0]
-                request.replies.append(reply)
-                request.remaining -= 1
-                if request.remaining == 0:
+                replies = request.replies
+                replies.append(reply)
+                remaining = request.remaining - 1
+                # The rest of this request's replies (a transaction's QUEUED...) without the per-reply lookups.
+                append = replies.append
+                while remaining and (reply := gets()) is not not_ready:
+                    append(reply)
+                    remaining -= 1
+                request.remaining = remaining
+                if remaining == 0:
                     waiting.popleft()
                     self.sent -= 1
                     if not request.future.done():  # a cancelled caller's replies are consumed and dropped
-                        request.future.set_result(request.replies)
+                        request.future.set_result(replies)
             if self.sent == 0 and self.on_idle is not None:
                 self.on_idle()
         except Exception as exc:  # unparseable bytes or a reply nobody asked for: the stream is unusable
