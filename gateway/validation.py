@@ -264,4 +264,3 @@ def _parse_idempotency_key(raw: Any, pointer: str) -> str | None:
 def _escape(name: str) -> str:
     """Escape a JSON pointer reference token (RFC 6901)."""
     return name.replace("~", "~0").replace("/", "~1")
-

@@ -194,6 +194,12 @@ async def test_a_tenants_publish_is_stamped_with_its_header_and_refused_with_ano
     assert refused.status == 403
     replay = await secured.get(f"/v1/topics/{topic}/partitions/0/messages", headers=ADMIN)
     assert [m["headers"] for m in (await replay.json())["messages"]] == [{"tenant": "a"}]
+    plain = await secured.post(url, json={"messages": [{"key": "k", "value": 3}]}, headers=as_tenant("b"))
+    assert plain.status == 200, await plain.text()  # a plain message too (the columnar path) gets the header
+    (result,) = (await plain.json())["results"]
+    replay = await secured.get(f"/v1/topics/{topic}/partitions/{result['partition']}/messages", headers=ADMIN)
+    assert [(m["value"], m["headers"]) for m in (await replay.json())["messages"]
+            if m["offset"] == result["offset"]] == [(3, {"tenant": "b"})]
 
 
 async def receive_messages(ws: aiohttp.ClientWebSocketResponse, count: int, timeout_s: float = 10
