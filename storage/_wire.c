@@ -1,7 +1,8 @@
 /*
- * The plain append's RESP in C: the same bytes as storage.scripts.xadd_transaction_python (the reference),
- * MULTI, one XADD per value, EXEC, written in two passes (the size, then the bytes object in place) instead of a
- * %-format and a chunk per record. tests/unit/storage/test_plain_append_wire.py pins the two to each other.
+ * The plain append in C: its grouping by partition (split_by_partition) and its RESP (xadd_transaction: MULTI,
+ * one XADD per value, EXEC, written in two passes, the size then the bytes object in place, instead of a
+ * %-format and a chunk per record), the same results as storage.scripts' *_python references.
+ * tests/unit/storage/test_plain_append_wire.py pins each to its reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -108,9 +109,72 @@ xadd_transaction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+static PyObject *
+split_by_partition(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "split_by_partition(partitions: list[int], values: list[bytes], "
+                                         "keys: list[bytes | None])");
+        return NULL;
+    }
+    PyObject *partitions = args[0], *values = args[1], *keys = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(partitions);
+    if (PyList_GET_SIZE(values) != n || PyList_GET_SIZE(keys) != n) {
+        PyErr_SetString(PyExc_ValueError, "partitions, values and keys differ in length");
+        return NULL;
+    }
+    PyObject *groups = PyDict_New();
+    if (groups == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *partition = PyList_GET_ITEM(partitions, i);
+        PyObject *group = PyDict_GetItemWithError(groups, partition);
+        if (group == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            group = PyTuple_New(3);
+            if (group == NULL) {
+                goto fail;
+            }
+            for (Py_ssize_t column = 0; column < 3; column++) {
+                PyObject *list = PyList_New(0);
+                if (list == NULL) {
+                    Py_DECREF(group);
+                    goto fail;
+                }
+                PyTuple_SET_ITEM(group, column, list);
+            }
+            int failed = PyDict_SetItem(groups, partition, group);
+            Py_DECREF(group);  /* the dict holds it */
+            if (failed < 0) {
+                goto fail;
+            }
+        }
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) {
+            goto fail;
+        }
+        int failed = PyList_Append(PyTuple_GET_ITEM(group, 0), index) < 0 ||
+                     PyList_Append(PyTuple_GET_ITEM(group, 1), PyList_GET_ITEM(values, i)) < 0 ||
+                     PyList_Append(PyTuple_GET_ITEM(group, 2), PyList_GET_ITEM(keys, i)) < 0;
+        Py_DECREF(index);
+        if (failed) {
+            goto fail;
+        }
+    }
+    return groups;
+fail:
+    Py_DECREF(groups);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"xadd_transaction", (PyCFunction)(void (*)(void))xadd_transaction, METH_FASTCALL,
      "MULTI, one XADD per value (with its key where there is one), EXEC, as RESP bytes."},
+    {"split_by_partition", (PyCFunction)(void (*)(void))split_by_partition, METH_FASTCALL,
+     "Plain records' columns grouped by partition: {partition: (indexes, values, keys)}, first seen first."},
     {NULL, NULL, 0, NULL},
 };
 

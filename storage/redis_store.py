@@ -24,7 +24,14 @@ from storage.observer import CallObserver, ignore_call
 from storage.overview import PartitionOverview, read_overviews
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
-from storage.scripts import AppendCall, PlainAppendCall, build_append_call, parse_append_reply, parse_plain_reply
+from storage.scripts import (
+    AppendCall,
+    PlainAppendCall,
+    build_append_call,
+    parse_append_reply,
+    parse_plain_reply,
+    split_by_partition,
+)
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -162,20 +169,15 @@ class RedisStreamStore:
         """``append`` for plain records (as columns): the offsets, in input order (never duplicates)."""
         if self._plain_appender is None or self._closed:
             raise StorageUnavailable("storage is not open")
-        partitions, values, keys, fmt = records.partitions, records.values, records.keys, records.value_format
-        first = partitions[0] if partitions else 0
-        if partitions.count(first) == len(partitions):  # one partition (a keyless or one-message batch)
-            calls = [PlainAppendCall(topic, first, values, keys, fmt, options)] if partitions else []
-            written = await self._plain_appender.write(topic, calls, wait=options.acks is Acks.ALL)
-            return written.get(first, [])
-        positions: dict[int, list[int]] = {}
-        for index, partition in enumerate(partitions):
-            positions.setdefault(partition, []).append(index)
-        calls = [PlainAppendCall(topic, p, [values[i] for i in idx], [keys[i] for i in idx], fmt, options)
-                 for p, idx in positions.items()]
-        written = await self._plain_appender.write(topic, calls, wait=options.acks is Acks.ALL)
-        ordered = [""] * len(partitions)
-        for partition, indexes in positions.items():
+        fmt, wait = records.value_format, options.acks is Acks.ALL
+        groups = split_by_partition(records.partitions, records.values, records.keys)
+        calls = [PlainAppendCall(topic, partition, values, keys, fmt, options)
+                 for partition, (_, values, keys) in groups.items()]
+        written = await self._plain_appender.write(topic, calls, wait=wait)
+        if len(groups) == 1:  # one partition (a keyless or one-message batch): already in input order
+            return written[calls[0].partition]
+        ordered = [""] * len(records)
+        for partition, (indexes, _, _) in groups.items():
             for index, offset in zip(indexes, written[partition], strict=True):
                 ordered[index] = offset
         return ordered

@@ -341,6 +341,24 @@ def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format
     return b"".join(chunks)
 
 
+PartitionColumns = tuple[list[int], list[bytes], list[bytes | None]]  # indexes, values, keys
+
+
+def split_by_partition_python(partitions: list[int], values: list[bytes],
+                              keys: list[bytes | None]) -> dict[int, PartitionColumns]:
+    """Plain records' columns grouped by partition, in order of first appearance: each partition's record
+    indexes, values and keys. The reference of the compiled ``storage._wire.split_by_partition``."""
+    groups: dict[int, PartitionColumns] = {}
+    for index, (partition, value, key) in enumerate(zip(partitions, values, keys, strict=True)):
+        group = groups.get(partition)
+        if group is None:
+            group = groups[partition] = ([], [], [])
+        group[0].append(index)
+        group[1].append(value)
+        group[2].append(key)
+    return groups
+
+
 def parse_plain_reply(partition: int, reply: Sequence[Any]) -> list[str]:
     """The offsets of the script's flat ``[offset, 0, ...]`` reply for plain records (never duplicates)."""
     return [offset.decode() if isinstance(offset, bytes) else offset for offset in reply[0::2]]
@@ -425,6 +443,9 @@ except ImportError:  # built without a C compiler: the reference, same bytes
     WIRE_NATIVE = False
     xadd_transaction: Callable[[bytes, bytes, bytes, list[bytes], list[bytes | None]], bytes] = \
         xadd_transaction_python
+    split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]], dict[int, PartitionColumns]] = \
+        split_by_partition_python
 else:
     WIRE_NATIVE = True
     xadd_transaction = _wire.xadd_transaction
+    split_by_partition = _wire.split_by_partition

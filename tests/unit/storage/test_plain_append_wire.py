@@ -19,6 +19,8 @@ from storage.scripts import (
     APPEND_LUA,
     PlainAppendCall,
     parse_plain_reply,
+    split_by_partition,
+    split_by_partition_python,
     xadd_transaction,
     xadd_transaction_python,
 )
@@ -29,6 +31,7 @@ _columns = st.lists(st.tuples(st.binary(max_size=300), st.none() | st.binary(max
 def test_the_compiled_encoder_is_installed() -> None:
     assert scripts.WIRE_NATIVE, "storage._wire is not built: pip install -e . with gcc and the Python headers"
     assert xadd_transaction is not xadd_transaction_python
+    assert split_by_partition is not split_by_partition_python
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,3 +91,22 @@ async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) 
 def test_an_executed_transaction_folds_into_offsets() -> None:
     call = PlainAppendCall("t", 0, [b"a", b"b"], [None, None], ValueFormat.JSON, AppendOptions())
     assert parse_plain_reply(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=8), st.none() | st.binary(max_size=4)),
+                     max_size=40))
+def test_compiled_split_equals_the_reference_and_keeps_input_order_per_partition(
+        rows: list[tuple[int, bytes, bytes | None]]) -> None:
+    partitions, values, keys = [p for p, _, _ in rows], [v for _, v, _ in rows], [k for _, _, k in rows]
+    groups = split_by_partition(partitions, values, keys)
+    assert groups == split_by_partition_python(partitions, values, keys)
+    assert list(groups) == list(dict.fromkeys(partitions))  # partitions in order of first appearance
+    for partition, (indexes, group_values, group_keys) in groups.items():
+        assert indexes == [i for i, p in enumerate(partitions) if p == partition]
+        assert (group_values, group_keys) == ([values[i] for i in indexes], [keys[i] for i in indexes])
+
+
+def test_compiled_split_refuses_columns_of_different_lengths() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        split_by_partition([0, 1], [b"a"], [None, None])
