@@ -240,10 +240,7 @@ class AppendCall:
 
     def transaction_wire(self) -> bytes:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
-        max_length = self.options.max_length
-        head = _without_array_header(encode_command(("XADD", self.keys[0], "MAXLEN", "~", max_length, "*")), 6) \
-            if max_length else _without_array_header(encode_command(("XADD", self.keys[0], "*")), 3)
-        base = 6 if max_length else 3
+        head, base = _xadd_head(self.keys[0], self.options.max_length)
         keyed = b"*%d\r\n%b" % (base + 6, head)  # every XADD of a keyed record without headers starts so
         chunks = [_MULTI_WIRE]
         append, formats, encode_fields_wire = chunks.append, _FORMAT_WIRE, _encode_fields_wire
@@ -315,13 +312,18 @@ class PlainAppendCall:
         return _fold_transaction(replies)
 
 
+def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
+    """An XADD's bulk strings before its fields (name, stream, trim, ``*``), without the array header, and how
+    many there are."""
+    if max_length:
+        return _without_array_header(encode_command(("XADD", stream, "MAXLEN", "~", max_length, "*")), 6), 6
+    return _without_array_header(encode_command(("XADD", stream, "*")), 3), 3
+
+
 @functools.lru_cache(maxsize=4096)
 def _xadd_heads(topic: str, partition: int, max_length: int | None) -> tuple[bytes, bytes]:
     """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*``."""
-    head = encode_command(("XADD", log_key(topic, partition), "MAXLEN", "~", max_length, "*")) if max_length \
-        else encode_command(("XADD", log_key(topic, partition), "*"))
-    base = 6 if max_length else 3
-    bulk = _without_array_header(head, base)
+    bulk, base = _xadd_head(log_key(topic, partition), max_length)
     return b"*%d\r\n%b" % (base + 6, bulk), b"*%d\r\n%b" % (base + 4, bulk)
 
 
