@@ -102,15 +102,23 @@ class PublishStats:
 
     def record(self, topic: str, partitions: list[int], keys: list[bytes | None]) -> None:
         """Count one published batch: message ``i`` went to ``partitions[i]`` with ``keys[i]``."""
-        now = time.monotonic()
-        for partition, count in Counter(partitions).items():
+        if not partitions:
+            return
+        now, first = time.monotonic(), partitions[0]
+        one_partition = partitions.count(first) == len(partitions)  # a single message, a keyless batch
+        per_partition = {first: len(partitions)} if one_partition else Counter(partitions)
+        for partition, count in per_partition.items():
             rate = self._rates.get((topic, partition))
             if rate is None:
                 rate = self._rates[(topic, partition)] = WindowRate()
             rate.add(count, now)
-        if keys.count(None) == len(keys):
+        if one_partition:
+            add = self._sketch(topic, first).add
+            for key in keys:
+                if key is not None:
+                    add(key)
             return
-        adders = {partition: self._sketch(topic, partition).add for partition in set(partitions)}
+        adders = {partition: self._sketch(topic, partition).add for partition in per_partition}
         for partition, key in zip(partitions, keys, strict=True):
             if key is not None:
                 adders[partition](key)

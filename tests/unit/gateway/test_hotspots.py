@@ -56,3 +56,14 @@ def test_even_traffic_flags_nothing_and_idle_topics_report_zero() -> None:
     stats.record("t", [p for p in range(4) for _ in range(100)], [None] * 400)
     assert not any(h.hot for h in stats.heat("t", 4))
     assert [h.rate_per_s for h in stats.heat("idle", 2)] == [0.0, 0.0]
+
+
+def test_a_batch_on_one_partition_counts_its_rate_and_keys_like_any_other() -> None:
+    one, spread = PublishStats(), PublishStats()
+    one.record("t", [2] * 5, [b"a", None, b"a", b"b", None])
+    spread.record("t", [2] * 5 + [0], [b"a", None, b"a", b"b", None, b"z"])
+    assert one.heat("t", 3)[2] == spread.heat("t", 3)[2]
+    assert one.heat("t", 3)[2].top_keys == [("a", 2), ("b", 1)]
+    assert one.heat("t", 3)[2].rate_per_s == 5 / 60
+    one.record("t", [], [])  # an empty batch counts nothing
+    assert one.heat("t", 3)[2].rate_per_s == 5 / 60
