@@ -1,10 +1,11 @@
 """Compiled parts of streamgate; everything else is in pyproject.toml.
 
 ``partitioner._murmur2`` is Kafka's partitioner hash in C; ``gateway._plain`` and ``storage._wire`` are the
-plain publish's codec (request messages to columns, offsets to the response) and its RESP encoder. Each is
+plain publish's codec (request messages to columns, offsets to the response) and its RESP encoder;
+``gateway._sketch`` counts keys in the hot-key sketches. Each is
 optional to build: without a C compiler the package installs and uses the pure-Python references (same
 results, slower); tests fail when a compiled one is missing (test_hashing.py, test_plain_codec.py,
-test_plain_append_wire.py), so CI always has them.
+test_plain_append_wire.py, test_hotspots.py), so CI always has them.
 """
 
 from setuptools import Extension, setup
@@ -12,4 +13,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"])
                    for name, source in [("partitioner._murmur2", "partitioner/_murmur2.c"),
                                         ("gateway._plain", "gateway/_plain.c"),
+                                        ("gateway._sketch", "gateway/_sketch.c"),
                                         ("storage._wire", "storage/_wire.c")]])

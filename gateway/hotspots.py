@@ -8,9 +8,9 @@ partition rate is flagged hot.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 WINDOW_S = 60
@@ -21,41 +21,63 @@ HOT_FACTOR = 3.0
 class SpaceSaving:
     """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters.
 
-    The smallest counter is found through a lazy min-heap holding one (count, key) snapshot per counted key: a
-    count only grows, so a snapshot is at most its key's count. Counting a key already counted is a dict
-    update (the common case for heavy keys, the ones worth finding); a new key in a full sketch pops snapshots,
-    refreshing stale ones, until one is current: that key's count is the smallest of all.
+    Counting a key already counted adds to its counter; a new key in a full sketch takes over the smallest
+    counter (the smallest (count, key), so the choice is deterministic) and starts from its count. The counting
+    is compiled (``gateway._sketch``): on a workload whose keys churn through the counters (the bench's 100 keys
+    over 6 partitions of 16 counters evict on ~45% of the adds) the scan for the smallest counter in C costs less
+    than the lazy heap it replaced did in Python (~0.1 against ~0.35 us per key).
     """
 
     def __init__(self, size: int = SKETCH_SIZE) -> None:
         self.size = size
         self.counts: dict[bytes, int] = {}
-        self._heap: list[tuple[int, bytes]] = []
 
     def add(self, key: bytes, weight: int = 1) -> None:
         """Count ``weight`` occurrences of ``key``."""
-        counts = self.counts
-        count = counts.get(key)
-        if count is not None:
-            counts[key] = count + weight
-            return
-        floor = counts.pop(self._pop_smallest()) if len(counts) >= self.size else 0  # the victim's count
-        counts[key] = floor + weight
-        heapq.heappush(self._heap, (floor + weight, key))
-
-    def _pop_smallest(self) -> bytes:
-        heap, counts = self._heap, self.counts
-        while True:
-            count, key = heap[0]
-            current = counts[key]
-            if current == count:
-                heapq.heappop(heap)
-                return key
-            heapq.heapreplace(heap, (current, key))  # stale: put the key back with its current count
+        space_saving_add(self.counts, self.size, key, weight)
 
     def top(self, n: int) -> list[tuple[bytes, int]]:
         """The ``n`` heaviest keys with their (over-)estimated counts."""
         return sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def space_saving_add_python(counts: dict[bytes, int], size: int, key: bytes, weight: int) -> None:
+    """``SpaceSaving.add`` on a sketch's counts: the reference of the compiled ``space_saving_add``."""
+    count = counts.get(key)
+    if count is not None:
+        counts[key] = count + weight
+        return
+    floor = 0
+    if len(counts) >= size:
+        victim, floor = min(counts.items(), key=_count_then_key)
+        del counts[victim]
+    counts[key] = floor + weight
+
+
+def _count_then_key(item: tuple[bytes, int]) -> tuple[int, bytes]:
+    return item[1], item[0]
+
+
+def count_keys_python(sketches: dict[int, dict[bytes, int]], size: int, partitions: list[int],
+                      keys: list[bytes | None]) -> None:
+    """Count ``keys[i]`` in the sketch (its counts) of ``partitions[i]`` for every key that is not None: the
+    reference of the compiled ``count_keys``."""
+    for partition, key in zip(partitions, keys, strict=True):
+        if key is not None:
+            space_saving_add_python(sketches[partition], size, key, 1)
+
+
+try:
+    from gateway import _sketch
+except ImportError:  # built without a C compiler: the references, same sketches
+    SKETCH_NATIVE = False
+    space_saving_add: Callable[[dict[bytes, int], int, bytes, int], None] = space_saving_add_python
+    count_keys: Callable[[dict[int, dict[bytes, int]], int, list[int], list[bytes | None]], None] = \
+        count_keys_python
+else:
+    SKETCH_NATIVE = True
+    space_saving_add = _sketch.space_saving_add
+    count_keys = _sketch.count_keys
 
 
 class WindowRate:
@@ -112,16 +134,10 @@ class PublishStats:
             if rate is None:
                 rate = self._rates[(topic, partition)] = WindowRate()
             rate.add(count, now)
-        if one_partition:
-            add = self._sketch(topic, first).add
-            for key in keys:
-                if key is not None:
-                    add(key)
+        if keys.count(None) == len(keys):
             return
-        adders = {partition: self._sketch(topic, partition).add for partition in per_partition}
-        for partition, key in zip(partitions, keys, strict=True):
-            if key is not None:
-                adders[partition](key)
+        sketches = {partition: self._sketch(topic, partition).counts for partition in per_partition}
+        count_keys(sketches, SKETCH_SIZE, partitions, keys)
 
     def _sketch(self, topic: str, partition: int) -> SpaceSaving:
         sketch = self._keys.get((topic, partition))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway import hotspots
 from gateway.hotspots import PublishStats, SpaceSaving
 
 
@@ -67,3 +69,39 @@ def test_a_batch_on_one_partition_counts_its_rate_and_keys_like_any_other() -> N
     assert one.heat("t", 3)[2].rate_per_s == 5 / 60
     one.record("t", [], [])  # an empty batch counts nothing
     assert one.heat("t", 3)[2].rate_per_s == 5 / 60
+
+
+def test_the_compiled_sketch_counting_is_installed() -> None:
+    assert hotspots.SKETCH_NATIVE, "gateway._sketch is not built: pip install -e . with gcc and the Python headers"
+    assert hotspots.count_keys is not hotspots.count_keys_python
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2), st.none() | st.sampled_from([b"k%d" % i for i in range(25)])),
+                     max_size=300), size=st.integers(1, 8), chunk=st.integers(1, 50))
+def test_compiled_counting_leaves_exactly_the_sketches_of_the_reference(
+        rows: list[tuple[int, bytes | None]], size: int, chunk: int) -> None:
+    compiled: dict[int, dict[bytes, int]] = {p: {} for p in range(3)}
+    reference: dict[int, dict[bytes, int]] = {p: {} for p in range(3)}
+    for start in range(0, len(rows), chunk):  # batch by batch, as publishes arrive
+        partitions, keys = [p for p, _ in rows[start:start + chunk]], [k for _, k in rows[start:start + chunk]]
+        hotspots.count_keys(compiled, size, partitions, keys)
+        hotspots.count_keys_python(reference, size, partitions, keys)
+    assert [list(compiled[p].items()) for p in range(3)] == [list(reference[p].items()) for p in range(3)]
+
+
+@given(adds=st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]), st.integers(1, 2**70)),
+                     max_size=40), size=st.integers(1, 4))
+def test_compiled_weighted_add_equals_the_reference(adds: list[tuple[bytes, int]], size: int) -> None:
+    compiled: dict[bytes, int] = {}
+    reference: dict[bytes, int] = {}
+    for key, weight in adds:
+        hotspots.space_saving_add(compiled, size, key, weight)
+        hotspots.space_saving_add_python(reference, size, key, weight)
+    assert list(compiled.items()) == list(reference.items())
+
+
+def test_compiled_counting_refuses_a_partition_without_a_sketch() -> None:
+    with pytest.raises(KeyError):
+        hotspots.count_keys({}, 4, [1], [b"k"])
+    hotspots.count_keys({}, 4, [1], [None])  # no key, nothing to count
