@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 class ConnectionLimits:
@@ -22,16 +20,15 @@ class ConnectionLimits:
         """How many connections ``principal`` holds."""
         return self._open[principal]
 
-    @contextmanager
-    def hold(self, principal: str) -> Iterator[bool]:
-        """Count one connection for the duration of the block; yields False (and counts nothing) when full."""
+    def acquire(self, principal: str) -> bool:
+        """Count one more connection of ``principal``; False (and nothing counted) when the cap is reached."""
         if self.full(principal):
-            yield False
-            return
+            return False
         self._open[principal] += 1
-        try:
-            yield True
-        finally:
-            self._open[principal] -= 1
-            if not self._open[principal]:
-                del self._open[principal]
+        return True
+
+    def release(self, principal: str) -> None:
+        """Forget one connection counted by ``acquire``."""
+        self._open[principal] -= 1
+        if self._open[principal] <= 0:
+            del self._open[principal]

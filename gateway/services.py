@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
 from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
-from gateway.delivery.session import Session
 from gateway.hotspots import PublishStats
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
@@ -27,6 +27,14 @@ from partitioner.topics import TopicMetadata, validate_topic_name
 from storage.protocol import StreamStore
 
 ReadinessCheck = Callable[[], Awaitable[None]]
+
+
+class OpenSubscription(Protocol):
+    """What shutdown needs of a served subscription (gateway.routes.subscription)."""
+
+    def request_shutdown(self) -> None: ...
+
+    async def finished(self, timeout_s: float) -> None: ...
 
 
 @dataclass
@@ -46,7 +54,7 @@ class Services:
     policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
     throttle: Throttle | None = None  # publish, read and subscribe rate limits; None when none is configured
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
-    sessions: set[Session] = field(default_factory=set)  # open subscriptions, closed with 1001 on shutdown
+    subscriptions: set[OpenSubscription] = field(default_factory=set)  # closed with 1001 on shutdown
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)

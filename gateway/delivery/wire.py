@@ -1,23 +1,18 @@
 """Bytes on the wire: message frames encoded once, several WebSocket text frames coalesced into one write.
 
 The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md). What
-changes is how they reach the socket: ``coalescing_sender`` builds the frames itself and hands all frames a
-session has queued to the transport in one ``write`` (one syscall instead of one per message), then waits for
-the transport to drain like aiohttp's own writer does. With permessage-deflate negotiated the frames go through
-aiohttp one by one (the compressor keeps state across frames).
+changes is how they reach the socket: ``text_frames`` frames everything a session has queued for one transport
+``write`` (one syscall instead of one per message; gateway.delivery.websocket sends them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from storage.models import StoredEntry, ValueFormat
 
@@ -56,65 +51,19 @@ def _frame_prefix(topic: str) -> bytes:
     return b'{"type":"message","topic":' + _dumps(topic) + b',"partition":'
 
 
-def text_frame_header(length: int) -> bytes:
-    """The header of an unmasked, final WebSocket text frame (server to client) carrying ``length`` bytes."""
+def frame_header(first: int, length: int) -> bytes:
+    """An unmasked (server to client) frame header with first byte ``first`` for ``length`` payload bytes."""
     if length <= SHORT_MAX:
-        return bytes((TEXT_FIN, length))
+        return bytes((first, length))
     if length <= MEDIUM_MAX:
-        return struct.pack("!BBH", TEXT_FIN, 126, length)
-    return struct.pack("!BBQ", TEXT_FIN, 127, length)
+        return struct.pack("!BBH", first, 126, length)
+    return struct.pack("!BBQ", first, 127, length)
 
 
 def text_frames(payloads: Sequence[bytes]) -> bytes:
     """Several payloads as consecutive WebSocket text frames, ready for one transport write."""
     parts: list[bytes] = []
     for payload in payloads:
-        parts.append(text_frame_header(len(payload)))
+        parts.append(frame_header(TEXT_FIN, len(payload)))
         parts.append(payload)
     return b"".join(parts)
-
-
-class CoalescingSender:
-    """A ``Send`` writing every given payload as its own text frame, all in one transport write.
-
-    A slotted object rather than a closure: one small object per connection instead of two functions and their
-    cells (issue 8: memory per idle connection).
-    """
-
-    __slots__ = ("_request", "_ws")
-
-    def __init__(self, ws: web.WebSocketResponse, request: web.Request) -> None:
-        self._ws = ws
-        self._request = request
-
-    async def __call__(self, payloads: Sequence[bytes]) -> None:
-        ws = self._ws
-        if ws.compress:
-            for payload in payloads:
-                await ws.send_str(payload.decode())
-            return
-        transport = self._request.transport
-        if ws.closed or transport is None or transport.is_closing():
-            raise ConnectionResetError("the WebSocket is closed")
-        transport.write(text_frames(payloads))
-        protocol = self._request.protocol
-        if protocol.writing_paused:
-            await _drained(protocol)
-
-
-def coalescing_sender(ws: web.WebSocketResponse, request: web.Request) -> Send:
-    """The ``Send`` of a subscription socket (see ``CoalescingSender``)."""
-    return CoalescingSender(ws, request)
-
-
-async def _drained(protocol: RequestHandler) -> None:
-    """Wait until the transport resumes writing (it pauses the protocol past its high-water mark).
-
-    aiohttp's drain helper awaits one future shared by every writer of the connection, and a timed-out (cancelled)
-    wait would cancel that future for everyone, the close frame included: shield it, and drop a future some
-    other cancelled writer left behind.
-    """
-    waiter = protocol._drain_waiter
-    if waiter is not None and waiter.cancelled():
-        protocol._drain_waiter = None
-    await asyncio.shield(protocol._drain_helper())

@@ -1,0 +1,371 @@
+"""An upgraded subscription once its handler returned: client frames in, modes served, one close and one cleanup.
+
+The subscribe route authorizes, upgrades (gateway.delivery.websocket) and starts a ``ServedSubscription``, then
+returns: no task of aiohttp's or ours stays behind for an idle socket (issue 8: memory per idle connection).
+What runs afterwards is driven by callbacks: client frames arrive as ``on_text``, settle frames of a group
+session go through a bounded inbox drained by a task that exists only while frames wait, a close requested by
+the session (slow consumer, token expiry, shutdown, a failed runner) becomes the socket's close frame, and the
+socket closing starts the cleanup (runner and tails detached, writer stopped, counters released) exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any
+
+import orjson
+
+from gateway.delivery.broadcast import follow_partition, resolve_start
+from gateway.delivery.group_reader import GroupConfig
+from gateway.delivery.hub import DeliveryHub, GroupConflict
+from gateway.delivery.params import Mode, SubscribeParams
+from gateway.delivery.session import CloseRequest, MessageRef, Session
+from gateway.delivery.tail import BroadcastFollow
+from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket
+from gateway.errors import (
+    WS_CLOSE_GOING_AWAY,
+    WS_CLOSE_GROUP_CONFLICT,
+    WS_CLOSE_SLOW_CONSUMER,
+    WS_CLOSE_UNAUTHENTICATED,
+    WS_CLOSE_UNAVAILABLE,
+    close_code_for,
+)
+from gateway.services import Services
+from partitioner.errors import MembershipLost, PartitionerError
+from partitioner.membership import GroupMember
+from partitioner.topics import TopicMetadata
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+SETTLE_ACTIONS = ("ack", "nack", "extend")
+TASK_STOP_TIMEOUT_S = 5.0
+MAX_REFS_PER_FRAME = 10_000
+INBOX_FRAMES = 64  # settle frames waiting for the store; past this the socket stops reading (TCP pushes back)
+SettleFrame = tuple[str, list[MessageRef], int]  # action, messages, delay_ms
+
+
+class ServedSubscription:
+    """One subscription's socket, session and mode (a broadcast follow or a runner task), until it closes."""
+
+    __slots__ = ("_cleanup", "_expiry", "_follow", "_inbox", "_principal", "_runner", "_settler", "services",
+                 "session", "socket")
+
+    def __init__(self, socket: LeanWebSocket, session: Session, services: Services, principal: str,
+                 deadline_s: float | None) -> None:
+        """Takes over the principal's connection slot (already acquired): released by the cleanup."""
+        self.socket = socket
+        self.session = session
+        self.services = services
+        self._principal = principal
+        self._follow: BroadcastFollow | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._inbox: list[SettleFrame] | None = None
+        self._settler: asyncio.Task[None] | None = None
+        self._cleanup: asyncio.Task[None] | None = None
+        self._expiry = _close_at_expiry(session, deadline_s)
+        services.subscriptions.add(self)
+        services.metrics.websocket_connections.labels(session.params.mode.value).inc()
+        session.closing.add_done_callback(self._close_socket)
+
+    async def start(self, topic: TopicMetadata) -> None:
+        """Serve the session's mode; a failure to start closes the socket with the matching code."""
+        services, session = self.services, self.session
+        try:
+            hub = services.delivery
+            if session.params.mode is Mode.BROADCAST and hub is not None:  # no task of its own while idle
+                self._follow = await _start_broadcast(session, services, hub, topic)
+            else:
+                runner = asyncio.create_task(_runner(session, services, topic), name=f"subscription-{session.id}")
+                runner.add_done_callback(self._runner_ended)
+                self._runner = runner
+        except Exception as exc:
+            close_for(session, exc)
+        finally:
+            self.socket.serve(self)
+
+    # --- SocketEvents -----------------------------------------------------------------------------------------
+    def on_text(self, text: str) -> None:
+        session = self.session
+        try:
+            frame = parse_settle(orjson.loads(text))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            session.send_control(_error("bad-frame", str(exc)))
+            return
+        if self.services.delivery is None or session.params.mode is Mode.BROADCAST:
+            session.send_control(_error("bad-frame", f"{frame[0]} is only meaningful in a group subscription"))
+            return
+        if self._inbox is None:
+            self._inbox = []
+        self._inbox.append(frame)
+        if len(self._inbox) >= INBOX_FRAMES:
+            self.socket.pause_reading()
+        if self._settler is None:
+            self._settler = asyncio.create_task(self._settle_inbox(), name=f"settle-{session.id}")
+
+    def on_binary(self, data: bytes) -> None:
+        self.session.send_control(_error("bad-frame", "frames must be JSON text"))
+
+    def on_closed(self) -> None:
+        if self._cleanup is None:
+            self._cleanup = asyncio.create_task(self._clean_up(), name=f"subscription-end-{self.session.id}")
+
+    # --- shutdown ---------------------------------------------------------------------------------------------
+    def request_shutdown(self) -> None:
+        """Close with 1001 so the client reconnects elsewhere and resumes."""
+        self.session.request_close(WS_CLOSE_GOING_AWAY, "gateway shutting down")
+
+    async def finished(self, timeout_s: float) -> None:
+        """Until the socket closed and the cleanup ran; a socket still open after ``timeout_s`` is dropped."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.socket.wait_closed(), timeout_s)
+        self.socket.abort()
+        await self.socket.wait_closed()
+        await asyncio.sleep(0)  # the transport's connection_lost callback starts the cleanup
+        if self._cleanup is not None:
+            await self._cleanup
+
+    # --- internals --------------------------------------------------------------------------------------------
+    async def _settle_inbox(self) -> None:
+        """Settle queued frames in order; ends when the inbox is empty (the next frame starts another)."""
+        inbox, session, hub = self._inbox, self.session, self.services.delivery
+        assert inbox is not None
+        assert hub is not None
+        try:
+            while inbox:
+                action, refs, delay_ms = inbox.pop(0)
+                if len(inbox) < INBOX_FRAMES // 2:
+                    self.socket.resume_reading()
+                try:
+                    await hub.settle(session, refs, action, delay_ms)
+                except StorageError as exc:
+                    session.send_control(_error("unavailable", f"{action} failed, retry: {exc.message}"))
+        except Exception as exc:
+            close_for(session, exc)
+        finally:
+            self._settler = None
+
+    def _close_socket(self, closing: asyncio.Future[CloseRequest]) -> None:
+        request = closing.result()
+        self.socket.close(request.code, request.reason)
+
+    def _runner_ended(self, runner: asyncio.Task[None]) -> None:
+        if runner.cancelled():
+            return
+        exc = runner.exception()
+        if exc is not None:
+            close_for(self.session, exc)
+        else:
+            self.session.request_close(WS_CLOSE_GOING_AWAY, "")
+
+    async def _clean_up(self) -> None:
+        session, services = self.session, self.services
+        try:
+            if self._expiry is not None:
+                self._expiry.cancel()
+            await _stopped(self._settler)
+            if self._runner is not None:
+                self._runner.cancel()
+                # Bounded: a task stuck in a backend call must not keep the cleanup (and shutdown) waiting.
+                await asyncio.wait([self._runner], timeout=TASK_STOP_TIMEOUT_S)
+            if self._follow is not None:
+                await self._follow.aclose()
+            await session.aclose()
+        finally:
+            services.connections.release(self._principal)
+            mode = session.params.mode.value
+            services.metrics.websocket_connections.labels(mode).dec()
+            if session.closing.done() and session.closing.result().code == WS_CLOSE_SLOW_CONSUMER:
+                services.metrics.websocket_slow_closes.labels(mode).inc()
+            services.subscriptions.discard(self)
+
+
+async def _stopped(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def close_subscriptions(services: Services) -> None:
+    """Ask every open subscription to close with 1001 and wait (bounded) until each has closed and cleaned up."""
+    open_now = list(services.subscriptions)
+    for subscription in open_now:
+        subscription.request_shutdown()
+    if open_now:
+        await asyncio.gather(*(subscription.finished(CLOSE_TIMEOUT_S) for subscription in open_now),
+                             return_exceptions=True)
+
+
+def close_for(session: Session, exc: BaseException | None) -> None:
+    """Close the session with the code that tells the client what failed."""
+    if exc is None:
+        return
+    if isinstance(exc, GroupConflict):
+        session.request_close(WS_CLOSE_GROUP_CONFLICT, str(exc))
+    elif isinstance(exc, StorageError | PartitionerError):
+        session.request_close(close_code_for(exc), f"{type(exc).__name__}: {exc}")
+    else:
+        log.error("subscription %s failed", session.id, exc_info=exc)
+        session.request_close(WS_CLOSE_UNAVAILABLE, "internal error")
+
+
+def _close_at_expiry(session: Session, deadline_s: float | None) -> asyncio.TimerHandle | None:
+    """Close the session with 4401 when its token expires."""
+    if deadline_s is None:
+        return None
+    return asyncio.get_running_loop().call_later(max(0.0, deadline_s - time.time()), session.request_close,
+                                                 WS_CLOSE_UNAUTHENTICATED, "token expired")
+
+
+# --- modes ----------------------------------------------------------------------------------------------------
+def _runner(session: Session, services: Services, topic: TopicMetadata) -> Coroutine[Any, Any, None]:
+    """The coroutine serving a group session, or a broadcast one where there is no delivery hub."""
+    if session.params.mode is Mode.BROADCAST:
+        return _run_broadcast(session, services, topic)
+    return _run_group(session, services, topic)
+
+
+async def _run_group(session: Session, services: Services, topic: TopicMetadata) -> None:
+    params = session.params
+    if services.delivery is None or params.group is None:
+        raise PartitionerError("group subscriptions need a group and a delivery hub")
+    config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
+                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
+    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms, params.max_deliveries)
+    if params.mode is Mode.SHARED:
+        await _run_shared(session, services, services.delivery, params.group, config, topic)
+    else:
+        await _run_exclusive(session, services, params.group, config, topic)
+
+
+def _group_start(params: SubscribeParams) -> str:
+    if params.start == "cursor":
+        # A group has one position per partition; a cursor names them, the lowest is used where absent.
+        return min(params.cursor.values())
+    return params.start
+
+
+async def _start_broadcast(session: Session, services: Services, hub: DeliveryHub,
+                           topic: TopicMetadata) -> BroadcastFollow:
+    """Pin the start positions, send the assignment, and follow every partition through the shared tails."""
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    _send_assignment(session, range(topic.partitions))
+    delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
+    return BroadcastFollow(hub.tails, services.store, session, positions, delivered, services.cache,
+                           on_growth=lambda count: _send_assignment(session, range(count)),
+                           on_error=lambda exc: close_for(session, exc))
+
+
+async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+    """Broadcast without a delivery hub (no shared tails): one reader per partition."""
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    _send_assignment(session, range(topic.partitions))
+    await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
+                           for p, after in positions.items()))
+
+
+def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:
+    session.send_control({"type": "assignment", "generation": generation, "partitions": list(partitions)})
+
+
+async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str, config: GroupConfig,
+                      topic: TopicMetadata) -> None:
+    """Serve every partition of the topic, also those added while the subscription lasts (until cancelled)."""
+    partitions: list[int] = []
+    grown = asyncio.Event()
+    unwatch = services.cache.watch_growth(topic.name, lambda _count: grown.set())
+    try:
+        while True:
+            current = services.cache.get(topic.name)  # read after the watch is set: no growth slips between
+            count = max(topic.partitions, current.partitions if current is not None else 0)
+            if count > len(partitions):
+                for partition in range(len(partitions), count):
+                    await hub.attach(session, partition, group, config)
+                    partitions.append(partition)
+                _send_assignment(session, partitions)
+            await grown.wait()
+            grown.clear()
+    finally:
+        unwatch()
+        await _detach_all(hub, session, partitions, group)
+
+
+async def _run_exclusive(session: Session, services: Services, group: str, config: GroupConfig,
+                         topic: TopicMetadata) -> None:
+    hub, settings = services.delivery, services.settings
+    if hub is None or services.etcd is None:
+        raise PartitionerError("exclusive groups need etcd and a delivery hub")
+
+    def partition_count() -> int:
+        current = services.cache.get(topic.name)
+        return current.partitions if current is not None else topic.partitions
+
+    serving: set[int] = set()
+    async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
+                           node=settings.node_id, partition_count=partition_count, prefix=settings.etcd_prefix,
+                           lease_ttl_s=settings.member_lease_ttl_s) as member:
+        lost = asyncio.ensure_future(member.wait_lost())
+        try:
+            while True:
+                assignment = await _first(member.next_assignment(), lost, member)
+                wanted = set(assignment.partitions)
+                for partition in sorted(serving - wanted):
+                    await hub.detach(session, partition, group)
+                for partition in sorted(wanted - serving):
+                    await hub.attach(session, partition, group, config)
+                serving = wanted
+                _send_assignment(session, sorted(serving), assignment.generation)
+                await member.confirm(assignment.generation)
+        finally:
+            lost.cancel()
+            await _detach_all(hub, session, sorted(serving), group)
+
+
+async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any], member: GroupMember) -> Any:
+    """The result of ``awaitable`` unless the membership is lost first."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise MembershipLost(member.topic, member.group, member.member_id)
+    return task.result()
+
+
+async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int], group: str) -> None:
+    for partition in partitions:
+        with contextlib.suppress(StorageError):
+            await hub.detach(session, partition, group)
+
+
+# --- client frames --------------------------------------------------------------------------------------------
+def parse_settle(frame: Any) -> SettleFrame:
+    """An ``ack``/``nack``/``extend`` frame's action, messages and delay; ValueError says what is wrong."""
+    if not isinstance(frame, dict) or frame.get("type") not in SETTLE_ACTIONS:
+        raise ValueError("expected {\"type\": \"ack\"|\"nack\"|\"extend\", \"messages\": [...]}")
+    raw = frame.get("messages")
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_REFS_PER_FRAME:
+        raise ValueError(f"'messages' must be a list of 1 to {MAX_REFS_PER_FRAME} {{partition, offset}}")
+    refs: list[MessageRef] = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("partition"), int) \
+                or not isinstance(item.get("offset"), str):
+            raise ValueError("each message must be {\"partition\": int, \"offset\": str}")
+        refs.append((item["partition"], item["offset"]))
+    delay_ms = frame.get("delay_ms", 0)
+    if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or not 0 <= delay_ms <= 86_400_000:
+        raise ValueError("'delay_ms' must be an integer between 0 and 86400000")
+    return str(frame["type"]), refs, delay_ms
+
+
+def _error(code: str, detail: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "detail": detail}
