@@ -167,7 +167,8 @@ class ServedSubscription:
         try:
             if self._expiry is not None:
                 self._expiry.cancel()
-            await _stopped(self._settler)
+            # Acks sent before the client's close frame are settled before the runner releases what is held.
+            await _finished_or_cancelled(self._settler)
             if self._runner is not None:
                 self._runner.cancel()
                 # Bounded: a task stuck in a backend call must not keep the cleanup (and shutdown) waiting.
@@ -184,11 +185,14 @@ class ServedSubscription:
             services.subscriptions.discard(self)
 
 
-async def _stopped(task: asyncio.Task[None] | None) -> None:
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+async def _finished_or_cancelled(task: asyncio.Task[None] | None) -> None:
+    """Let ``task`` finish within TASK_STOP_TIMEOUT_S, else cancel it."""
+    if task is None:
+        return
+    await asyncio.wait([task], timeout=TASK_STOP_TIMEOUT_S)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def close_subscriptions(services: Services) -> None:
