@@ -1,5 +1,5 @@
-"""Partition overviews for the lag duty: a partition's length and every group's position on it, many
-partitions per round trip.
+"""Partition overviews for the lag duty (a partition's length and every group's position on it) and newest
+offsets for subscriptions starting at ``latest``, many partitions per round trip.
 
 ``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on the lean
 connections (``storage.lean``), a few microseconds of client CPU per command instead of redis-py's ~150. A
@@ -18,6 +18,7 @@ from typing import Any
 from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter, NodeAddress
+from storage.codec import decode_offset
 from storage.groups import state_from, text
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
@@ -36,17 +37,45 @@ class PartitionOverview:
 async def read_overviews(router: ClusterRouter, lanes: NodeLanes, topic: str,
                          partitions: Sequence[int]) -> dict[int, PartitionOverview]:
     """Overviews of the partitions that answered plainly; the others are missing from the result."""
+    by_node = partitions_by_node(router, topic, partitions)
+    found: dict[int, PartitionOverview] = {}
+    for answered in await asyncio.gather(*(_read_on_node(lanes, addr, topic, group)
+                                           for addr, group in by_node.items())):
+        found.update(answered)
+    return found
+
+
+def partitions_by_node(router: ClusterRouter, topic: str, partitions: Sequence[int]) -> dict[NodeAddress, list[int]]:
+    """The partitions (each once) grouped by the node owning their slot; empty while a slot has no owner."""
     by_node: dict[NodeAddress, list[int]] = {}
     try:
         for partition in dict.fromkeys(partitions):
             by_node.setdefault(router.node_for_slot(slot_of(topic, partition)), []).append(partition)
     except Exception:  # the slot map lost a slot (failover in progress): every partition the slow way
         return {}
-    found: dict[int, PartitionOverview] = {}
-    for answered in await asyncio.gather(*(_read_on_node(lanes, addr, topic, group)
-                                           for addr, group in by_node.items())):
+    return by_node
+
+
+async def read_last_offsets(router: ClusterRouter, lanes: NodeLanes, topic: str,
+                            partitions: Sequence[int]) -> dict[int, str | None]:
+    """The newest offset (None: empty) of the partitions that answered plainly, one pipeline per node on the
+    lean connections; the others are missing from the result."""
+    found: dict[int, str | None] = {}
+    for answered in await asyncio.gather(*(_last_offsets_on_node(lanes, addr, topic, group)
+                                           for addr, group in partitions_by_node(router, topic, partitions).items())):
         found.update(answered)
     return found
+
+
+async def _last_offsets_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
+                                partitions: list[int]) -> dict[int, str | None]:
+    commands = [("XREVRANGE", log_key(topic, partition), "+", "-", "COUNT", 1) for partition in partitions]
+    try:
+        replies = await lanes.execute(addr, commands, exclusive=False)
+    except Exception:  # connection lost or timed out: these partitions go the slow way
+        return {}
+    return {partition: decode_offset(reply[0][0]) if reply else None
+            for partition, reply in zip(partitions, replies, strict=True) if isinstance(reply, list)}
 
 
 async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,

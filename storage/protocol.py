@@ -47,6 +47,10 @@ class StreamStore(Protocol):
         """The newest offset of a partition, or None when it is empty."""
         ...
 
+    async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
+        """``last_offset`` of each of ``partitions``."""
+        ...
+
     async def length(self, topic: str, partition: int) -> int:
         """Entries in a partition now (0 when it is empty or missing)."""
         ...

@@ -21,7 +21,7 @@ from storage.keys import PREFIX, log_key
 from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
 from storage.observer import CallObserver, ignore_call
-from storage.overview import PartitionOverview, read_overviews
+from storage.overview import PartitionOverview, read_last_offsets, read_overviews
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.scripts import (
@@ -229,6 +229,15 @@ class RedisStreamStore:
             lambda: self.router.cluster.xrevrange(key, max="+", min="-", count=1),
         )
         return decode_offset(items[0][0]) if items else None
+
+    async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
+        """``last_offset`` of several partitions: one pipelined round per node on the lean connections (a
+        subscription storm costs Redis round trips, not a redis-py connection per lookup); a partition that
+        did not answer plainly there (or every one, without lean connections) is read the usual way."""
+        found = await read_last_offsets(self.router, self._lanes, topic, partitions) if self._lanes is not None \
+            else {}
+        return {partition: found[partition] if partition in found else await self.last_offset(topic, partition)
+                for partition in partitions}
 
     async def length(self, topic: str, partition: int) -> int:
         """Entries in a partition now (XLEN; 0 when it is empty or missing)."""

@@ -22,15 +22,11 @@ IDLE_POLL_S = 0.05
 async def resolve_start(store: StreamStore, session: Session, partitions: int) -> dict[int, str | None]:
     """The offset each partition is read after: None reads from the first retained entry."""
     params = session.params
-    positions: dict[int, str | None] = {}
-    for partition in range(partitions):
-        if params.start == "cursor":
-            positions[partition] = params.cursor.get(partition)
-        elif params.start == "latest" and params.from_time_ms is None:
-            positions[partition] = await store.last_offset(session.topic, partition)
-        else:
-            positions[partition] = None
-    return positions
+    if params.start == "cursor":
+        return {partition: params.cursor.get(partition) for partition in range(partitions)}
+    if params.start == "latest" and params.from_time_ms is None:
+        return await store.last_offsets(session.topic, range(partitions))
+    return dict.fromkeys(range(partitions))
 
 
 async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None,

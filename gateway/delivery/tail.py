@@ -211,8 +211,8 @@ class BroadcastTails:
         """One step for a follower behind: join the tail when at its position, else read one page."""
         session, partition = follower.session, follower.partition
         tail = self.get(session.topic, partition)
-        if tail is not None and follower.after is not None and follower.after == tail.last:
-            tail.join(follower)
+        if tail is not None and follower.after == tail.last and follower.from_time_ms is None:
+            tail.join(follower)  # at the tail's position (both None: an empty partition read from its start)
             return
         seen = None if tail is None else tail.last
         limit = min(session.credit, CATCH_UP_PAGE)

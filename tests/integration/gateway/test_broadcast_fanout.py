@@ -136,3 +136,29 @@ async def test_idle_broadcast_subscriptions_hold_no_task_of_their_own_and_still_
     await wait_until(lambda: not catch_up_tasks(), what="idle again")
     for subscriber in subscribers:
         await subscriber.close()
+
+
+async def test_subscribers_of_an_empty_partition_join_its_running_tail_without_reading_the_stream(
+        gateway: Client, topic_name: str, monkeypatch: Any) -> None:
+    await create(gateway, topic_name, 2)
+    services = gateway.server.app[SERVICES]
+    first = await subscribe(gateway, "first", auto=False, topic=topic_name)
+    tails = services.delivery.tails
+    await wait_until(lambda: all(tails.get(topic_name, p) is not None for p in (0, 1)), what="both tails")
+    reads: list[int] = []
+    real_read = services.store.read
+
+    async def counting_read(topic: str, partition: int, **kwargs: Any) -> Any:
+        reads.append(partition)
+        return await real_read(topic, partition, **kwargs)
+
+    monkeypatch.setattr(services.store, "read", counting_read)
+    later = [await subscribe(gateway, f"later{i}", auto=False, topic=topic_name) for i in range(5)]
+    await wait_until(lambda: all(s.partitions == [0, 1] for s in later), what="assignments")
+    await wait_until(lambda: not catch_up_tasks(), what="every follower joined its tail")
+    assert reads == [], "an empty partition's running tail is joined at its position: nothing to read first"
+    await publish(gateway, topic_name, list(range(40)))
+    await wait_until(lambda: all(len(s.messages) >= 40 for s in [first, *later]), what="every delivery")
+    for subscriber in [first, *later]:
+        assert sorted(m.value for m in subscriber.messages) == list(range(40)), subscriber.name
+        await subscriber.close()

@@ -199,6 +199,21 @@ async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore
     assert len(await store.read(topic, 0, from_time_ms=0)) == len(before) + len(after)
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
+async def test_last_offsets_of_many_partitions_across_nodes_match_one_by_one(redis_cluster: Any, topic: str,
+                                                                              lean: bool) -> None:
+    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=5.0)
+    async with RedisStreamStore(settings, lean_append=lean) as store:
+        results = await store.append(topic, _records(3 * PARTITIONS - 5), AppendOptions())  # two left empty
+        newest = {r.partition: r.offset for r in results}
+        nodes = {store.router.node_for_slot(slot_of(topic, p)) for p in range(PARTITIONS + 2)}
+        assert len(nodes) == 3, "the partitions spread over every primary"
+        found = await store.last_offsets(topic, range(PARTITIONS + 2))
+        assert list(found) == list(range(PARTITIONS + 2))  # in the order asked
+        assert found == {p: newest.get(p) for p in range(PARTITIONS + 2)}
+        assert found == {p: await store.last_offset(topic, p) for p in range(PARTITIONS + 2)}
+
+
 async def test_read_rejects_malformed_offsets(store: RedisStreamStore, topic: str) -> None:
     for bad in ["abc", "1-", "-1", "1-2-3", "latest", " 1-2"]:
         with pytest.raises(InvalidOffset):

@@ -89,6 +89,9 @@ class InMemoryStreamStore:
         stream = self.streams.get((topic, partition))
         return stream[-1].offset if stream else None
 
+    async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
+        return {partition: await self.last_offset(topic, partition) for partition in partitions}
+
     async def length(self, topic: str, partition: int) -> int:
         return len(self.streams.get((topic, partition), []))
 
