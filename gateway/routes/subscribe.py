@@ -61,8 +61,10 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         authorized = principal, *await _authorize(services, gatekeeper, principal, params)
         if services.connections.full(principal.name):
             raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
-        await admit_or_refuse(services, principal, RateAction.SUBSCRIBE)
+    # A request that is not a WebSocket handshake is refused before the rate limit charges anything.
     answer = handshake(request.headers, settings.ws_compression)  # permessage-deflate only if the client asks
+    if authorized is not None:
+        await admit_or_refuse(services, authorized[0], RateAction.SUBSCRIBE)
     socket = upgrade(request, answer, settings.ws_max_frame_bytes, settings.ws_heartbeat_s)
     try:
         await _serve_upgraded(socket, services, gatekeeper, params, authorized)
