@@ -37,7 +37,7 @@ async def test_a_broadcast_socket_gets_its_assignment_and_messages_then_closes_c
         response = await client.post(f"/v1/topics/{orders}/messages",
                                      json={"messages": [{"key": f"k{i}", "value": i} for i in range(20)]})
         assert response.status == 200
-        values = []
+        values: list[int] = []
         while len(values) < 20:
             frame = orjson.loads((await ws.receive(timeout=5)).data)
             assert frame["type"] == "message"
@@ -59,7 +59,7 @@ async def test_a_broadcast_socket_gets_its_assignment_and_messages_then_closes_c
 async def test_shutdown_closes_subscriptions_with_1001(client: Client, orders: str, services: Services) -> None:
     async with client.ws_connect(f"/v1/subscribe?topic={orders}") as ws:
         await ws.receive(timeout=5)  # assignment
-        shutdown = asyncio.create_task(client.server.app.shutdown())
+        shutdown = asyncio.create_task(client.app.shutdown())
         message = await ws.receive(timeout=5)  # the client answers the close frame as it reads it
         assert message.type is WSMsgType.CLOSE
         assert message.data == 1001
