@@ -24,7 +24,7 @@ MAX_VALUE_BYTES = 1024 * 1024
 WS_MAX_FRAME_BYTES = 1024 * 1024
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 WS_CLOSE_CODES = {value for name, value in vars(errors).items() if name.startswith("WS_CLOSE_")}
-WS_MESSAGE_TOO_BIG = 1009  # RFC 6455: aiohttp's answer to a frame over max_msg_size
+WS_MESSAGE_TOO_BIG = 1009  # RFC 6455: the gateway's answer to a message over ws_max_frame_bytes
 
 
 def draw_cases(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
