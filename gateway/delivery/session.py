@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from gateway.delivery.params import SubscribeParams, format_cursor
+from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
 from gateway.delivery.wire import Send, message_frame
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MessageRef = tuple[int, str]  # (partition, offset)
-CLOSE_REASON_MAX_BYTES = 123
 SLOW_CLOSE_FRAME_WAIT_S = 0.05
 WRITE_BATCH_FRAMES = 1024
 WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in the transport

@@ -30,7 +30,7 @@ from typing import Protocol
 from aiohttp import web
 from aiohttp.http_websocket import ws_ext_gen, ws_ext_parse
 
-from gateway.delivery.wire import frame_header, text_frames
+from gateway.delivery.wire import SHORT_MAX, frame_header, text_frames
 from gateway.errors import Problem, bad_request
 
 OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
@@ -40,7 +40,6 @@ CLOSE_TIMEOUT_S = 5.0  # a close frame the peer does not answer within this drop
 CLOSE_REASON_MAX_BYTES = 123
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 DEFLATE_TAIL = b"\x00\x00\xff\xff"
-SHORT_MAX = 125
 _MEDIUM, _LONG = struct.Struct("!H"), struct.Struct("!Q")
 
 

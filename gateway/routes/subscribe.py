@@ -21,7 +21,7 @@ from gateway.auth.gatekeeper import Gatekeeper
 from gateway.auth.middleware import awaits_auth_frame, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
-from gateway.delivery.session import CLOSE_REASON_MAX_BYTES, Session
+from gateway.delivery.session import Session
 from gateway.delivery.websocket import LeanWebSocket, UpgradedResponse, detach_handler, handshake, upgrade
 from gateway.errors import (
     WS_CLOSE_TOO_MANY_CONNECTIONS,
@@ -139,7 +139,7 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
         principal = await _principal_from_first_frame(socket, gatekeeper, services.settings.auth_frame_timeout_s)
         params, topic = await _authorize(services, gatekeeper, principal, params)
     except (AuthError, StorageError, PartitionerError) as exc:
-        socket.close(close_code_for(exc), exc.message[:CLOSE_REASON_MAX_BYTES])
+        socket.close(close_code_for(exc), exc.message)  # close_payload cuts it to fit
         return None
     except ConnectionResetError:  # the client went away
         return None
