@@ -2,7 +2,9 @@
  * The plain append in C: its grouping by partition (split_by_partition) and its RESP (xadd_transaction: MULTI,
  * one XADD per value, EXEC, written in two passes, the size then the bytes object in place, instead of a
  * %-format and a chunk per record), the same results as storage.scripts' *_python references.
- * tests/unit/storage/test_plain_append_wire.py pins each to its reference.
+ * The reply side too: a transaction's replies folded into the script's flat reply (fold_transaction), its offsets
+ * (parse_plain_reply), the batch's offsets back in input order (in_input_order), and the check for an error reply
+ * in a pipeline's replies (has_instance). tests/unit/storage/test_plain_append_wire.py pins each to its reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -170,11 +172,183 @@ fail:
     return NULL;
 }
 
+/* The script's flat reply ``[offset, 0, ...]`` (offsets as str) of a plain transaction's replies (MULTI's,
+ * QUEUED..., EXEC's list of IDs); None when any reply is an error or EXEC's reply is not a list of bytes, for
+ * the Python fold (storage.scripts._fold_transaction_python) to explain. */
+static PyObject *
+fold_transaction(PyObject *module, PyObject *replies)
+{
+    if (!PyList_CheckExact(replies) || PyList_GET_SIZE(replies) == 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(replies);
+    for (Py_ssize_t i = 0; i < n - 1; i++) {
+        if (PyExceptionInstance_Check(PyList_GET_ITEM(replies, i))) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *executed = PyList_GET_ITEM(replies, n - 1);
+    if (!PyList_CheckExact(executed)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(executed);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(executed, i))) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *flat = PyList_New(2 * count);
+    if (flat == NULL) {
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        Py_DECREF(flat);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *id = PyList_GET_ITEM(executed, i);
+        PyObject *offset = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(id), PyBytes_GET_SIZE(id), NULL);
+        if (offset == NULL) {
+            Py_DECREF(zero);
+            Py_DECREF(flat);
+            return NULL;
+        }
+        PyList_SET_ITEM(flat, 2 * i, offset);
+        PyList_SET_ITEM(flat, 2 * i + 1, Py_NewRef(zero));
+    }
+    Py_DECREF(zero);
+    return flat;
+}
+
+/* Every other item of a flat reply from the first (the offsets), bytes decoded to str. */
+static PyObject *
+plain_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "parse_plain_reply(partition: int, reply: list)");
+        return NULL;
+    }
+    PyObject *reply = args[1];
+    Py_ssize_t count = (PyList_GET_SIZE(reply) + 1) / 2;
+    PyObject *offsets = PyList_New(count);
+    if (offsets == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(reply, 2 * i), *offset;
+        if (PyBytes_Check(item)) {
+            offset = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item), NULL);
+            if (offset == NULL) {
+                Py_DECREF(offsets);
+                return NULL;
+            }
+        }
+        else {
+            offset = Py_NewRef(item);
+        }
+        PyList_SET_ITEM(offsets, i, offset);
+    }
+    return offsets;
+}
+
+/* True if any item of ``items`` is an instance of ``cls``. */
+static PyObject *
+has_instance(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "has_instance(items: list, cls: type)");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    PyTypeObject *cls = (PyTypeObject *)args[1];
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        if (PyObject_TypeCheck(PyList_GET_ITEM(items, i), cls)) {
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+/* The offsets of a batch in input order: ``groups`` ({partition: (indexes, ...)}, as split_by_partition
+ * returns) says where each partition's records were, ``written`` ({partition: offsets}) what they got. */
+static PyObject *
+in_input_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyLong_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "in_input_order(count: int, groups: dict, written: dict)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+        }
+        return NULL;
+    }
+    PyObject *ordered = PyList_New(n), *empty = PyUnicode_New(0, 0);
+    if (ordered == NULL || empty == NULL) {
+        Py_XDECREF(ordered);
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyList_SET_ITEM(ordered, i, Py_NewRef(empty));
+    }
+    Py_DECREF(empty);
+    Py_ssize_t pos = 0;
+    PyObject *partition, *group;
+    while (PyDict_Next(args[1], &pos, &partition, &group)) {
+        PyObject *offsets = PyDict_GetItemWithError(args[2], partition);
+        if (offsets == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetObject(PyExc_KeyError, partition);
+            }
+            goto fail;
+        }
+        if (!PyTuple_Check(group) || PyTuple_GET_SIZE(group) < 1 || !PyList_CheckExact(PyTuple_GET_ITEM(group, 0))
+            || !PyList_CheckExact(offsets)) {
+            PyErr_SetString(PyExc_TypeError, "groups hold (indexes: list, ...) and written lists of offsets");
+            goto fail;
+        }
+        PyObject *indexes = PyTuple_GET_ITEM(group, 0);
+        if (PyList_GET_SIZE(indexes) != PyList_GET_SIZE(offsets)) {
+            PyErr_SetString(PyExc_ValueError, "a partition's offsets and record indexes differ in length");
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(indexes); i++) {
+            Py_ssize_t index = PyLong_AsSsize_t(PyList_GET_ITEM(indexes, i));
+            if (index == -1 && PyErr_Occurred()) {
+                goto fail;
+            }
+            if (index < 0 || index >= n) {
+                PyErr_SetString(PyExc_IndexError, "record index out of range");
+                goto fail;
+            }
+            PyObject *old = PyList_GET_ITEM(ordered, index);
+            PyList_SET_ITEM(ordered, index, Py_NewRef(PyList_GET_ITEM(offsets, i)));
+            Py_DECREF(old);
+        }
+    }
+    return ordered;
+fail:
+    Py_DECREF(ordered);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"xadd_transaction", (PyCFunction)(void (*)(void))xadd_transaction, METH_FASTCALL,
      "MULTI, one XADD per value (with its key where there is one), EXEC, as RESP bytes."},
     {"split_by_partition", (PyCFunction)(void (*)(void))split_by_partition, METH_FASTCALL,
      "Plain records' columns grouped by partition: {partition: (indexes, values, keys)}, first seen first."},
+    {"fold_transaction", (PyCFunction)fold_transaction, METH_O,
+     "A plain transaction's replies as the script's flat reply [offset, 0, ...], or None (the Python fold)."},
+    {"parse_plain_reply", (PyCFunction)(void (*)(void))plain_offsets, METH_FASTCALL,
+     "The offsets of a flat [offset, flag, ...] reply, as str."},
+    {"has_instance", (PyCFunction)(void (*)(void))has_instance, METH_FASTCALL,
+     "Whether any item of a list is an instance of a class."},
+    {"in_input_order", (PyCFunction)(void (*)(void))in_input_order, METH_FASTCALL,
+     "A batch's offsets in input order from its partitions' record indexes and offsets."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,11 +36,11 @@ from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.observer import report
-from storage.resp import encode_command
+from storage.resp import encode_command, with_redis_errors
 from storage.scripts import LuaScript, PartitionCall
 
 R = TypeVar("R")
-ReplyParser = Callable[[int, Sequence[Any]], list[R]]
+ReplyParser = Callable[[int, list[Any]], list[R]]
 
 
 @dataclass(slots=True)
@@ -94,6 +94,8 @@ class Appender(Generic[R]):
                 if len(groups) == 1:  # one node (every single-message publish): no task to gather
                     ((addr, group),) = groups.items()
                     return [await self._write_node(addr, group, asking, wait)]
+                if self._lanes is not None and not wait:
+                    return await self._write_nodes_at_once(self._lanes, groups, asking)
                 return list(
                     await asyncio.gather(
                         *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
@@ -120,6 +122,45 @@ class Appender(Generic[R]):
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
+        return await self._outcome(addr, calls, replies, wait, operation, started)
+
+    async def _write_nodes_at_once(self, lanes: NodeLanes, groups: dict[NodeAddress, list[PartitionCall]],
+                                   asking: dict[int, NodeAddress]) -> list[_NodeOutcome[R]]:
+        """Writes without WAIT to several nodes: each node's calls queued on its shared lean connection in this
+        turn (they leave together), then the replies awaited node by node, without a task per node. A node whose
+        connection is not open yet or is full goes the way of ``_write_node`` (a task, as ``gather`` makes)."""
+        started = time.perf_counter()
+        queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
+        later: list[tuple[NodeAddress, list[PartitionCall]]] = []
+        for addr, calls in groups.items():
+            try:
+                future = lanes.submit(addr, *self._encode(calls, asking))
+            except Exception:  # the lanes are closed: _write_node reports it like any failed send
+                future = None
+            if future is None:
+                later.append((addr, calls))
+            else:
+                queued.append((addr, calls, future))
+        rest = asyncio.gather(*(self._write_node(addr, calls, asking, False) for addr, calls in later))
+        try:
+            outcomes = [await self._collect(addr, calls, asking, future, started) for addr, calls, future in queued]
+        except BaseException:
+            rest.cancel()
+            raise
+        return outcomes + list(await rest)
+
+    async def _collect(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
+                       future: asyncio.Future[list[Any]], started: float) -> _NodeOutcome[R]:
+        """``_write_node`` for calls already queued (``_write_nodes_at_once``): their replies' outcome."""
+        try:
+            replies = self._fold(calls, asking, with_redis_errors(await future))
+        except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
+            report(self._router.observer, "append", started, exc)
+            return _NodeOutcome(retry={call.partition: exc for call in calls})
+        return await self._outcome(addr, calls, replies, False, "append", started)
+
+    async def _outcome(self, addr: NodeAddress, calls: list[PartitionCall], replies: list[Any], wait: bool,
+                       operation: str, started: float) -> _NodeOutcome[R]:
         outcome = self._parse_replies(calls, replies, wait)
         report(self._router.observer, operation, started, outcome.fatal or next(iter(outcome.retry.values()), None))
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
@@ -136,6 +177,18 @@ class Appender(Generic[R]):
         lanes = self._lanes
         if lanes is None:
             return await self._send_redis_py(addr, calls, asking, wait)
+        payload, count = self._encode(calls, asking)
+        if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
+            replies = await lanes.execute_replicated(addr, payload, count,
+                                                     replicas=self._settings.min_insync_replicas,
+                                                     timeout_ms=self._settings.wait_timeout_ms)
+        else:
+            replies = await lanes.execute_encoded(addr, payload, count, exclusive=False)
+        return self._fold(calls, asking, replies)
+
+    @staticmethod
+    def _encode(calls: list[PartitionCall], asking: dict[int, NodeAddress]) -> tuple[bytes, int]:
+        """One node's calls as one RESP payload (ASKING before a redirected call) and how many replies it gets."""
         chunks: list[bytes] = []
         count = 0
         for call in calls:
@@ -144,12 +197,11 @@ class Appender(Generic[R]):
                 count += 1
             chunks.append(call.wire())
             count += call.wire_replies
-        if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
-            replies = await lanes.execute_replicated(addr, b"".join(chunks), count,
-                                                     replicas=self._settings.min_insync_replicas,
-                                                     timeout_ms=self._settings.wait_timeout_ms)
-        else:
-            replies = await lanes.execute_encoded(addr, b"".join(chunks), count, exclusive=False)
+        return b"".join(chunks), count
+
+    @staticmethod
+    def _fold(calls: list[PartitionCall], asking: dict[int, NodeAddress], replies: list[Any]) -> list[Any]:
+        """Each call's replies folded into one (ASKING's dropped), anything after them (WAIT's) kept last."""
         folded: list[Any] = []
         pos = 0
         for call in calls:

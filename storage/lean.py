@@ -4,12 +4,14 @@
 made in the same event-loop turn leave in one socket write (flushed as soon as the loop is idle), so
 concurrent single-message publishes to one node are coalesced into one pipeline write without a timer.
 While replies are outstanding, new requests are held and leave together when the last reply arrives
-(one write per round trip under load, without a timer). In-flight requests per connection are bounded
-(a semaphore): a producer waits instead of queueing without limit. Failures keep the contract of
-``storage.appender``: a broken or timed-out connection fails every request in flight on it with a redis
-``ConnectionError``/``TimeoutError`` (the write is in doubt and the appender retries it; the reply timeout
-is one watchdog timer per connection, for its oldest request); an error reply
-is a value in the reply list, exactly as a redis-py pipeline gives it.
+(one write per round trip under load, without a timer). In-flight requests per connection are bounded (a
+request counts from when it is queued until its last reply is in): a producer waits for room instead of
+queueing without limit. ``submit`` queues a request without awaiting anything (None when there is no room),
+so a caller can put requests on several connections in one turn and await their replies without a task each.
+Failures keep the contract of ``storage.appender``: a broken or timed-out connection fails every request in
+flight on it with a redis ``ConnectionError``/``TimeoutError`` (the write is in doubt and the appender retries
+it; the reply timeout is one watchdog timer per connection, for its oldest request); an error reply is a value
+in the reply list, exactly as a redis-py pipeline gives it.
 
 ``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small pool of
 connections taken exclusively by acks=all writes: WAIT blocks its connection until the replicas answer,
@@ -56,6 +58,7 @@ class _RespProtocol(asyncio.Protocol):
         self.lost: BaseException | None = None
         self.sent = 0  # requests written to the socket whose replies are not all in
         self.on_idle: Callable[[], None] | None = None  # called when every sent request has its replies
+        self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()  # callers of a full one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -82,6 +85,8 @@ class _RespProtocol(asyncio.Protocol):
                     self.sent -= 1
                     if not request.future.done():  # a cancelled caller's replies are consumed and dropped
                         request.future.set_result(replies)
+                    if self.room_waiters:
+                        self.wake_one()
             if self.sent == 0 and self.on_idle is not None:
                 self.on_idle()
         except Exception as exc:  # unparseable bytes or a reply nobody asked for: the stream is unusable
@@ -99,6 +104,16 @@ class _RespProtocol(asyncio.Protocol):
             request = self.waiting.popleft()
             if not request.future.done():
                 request.future.set_exception(self.lost)
+        while self.room_waiters:  # they find the connection lost
+            self.wake_one()
+
+    def wake_one(self) -> None:
+        """Tell the first caller still waiting for room that a request left."""
+        while self.room_waiters:
+            waiter = self.room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
 
 class RespConnection:
@@ -107,7 +122,7 @@ class RespConnection:
     def __init__(self, protocol: _RespProtocol, reply_timeout_s: float, max_in_flight: int) -> None:
         self._protocol = protocol
         self._reply_timeout_s = reply_timeout_s
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
         self._out: list[bytes] = []
         self._out_requests = 0
         self._flush_scheduled = False
@@ -160,24 +175,48 @@ class RespConnection:
         The timeout is one watchdog timer per connection, armed for the oldest request waiting (requests are
         answered in order), not a timer per request: ~4.5 us of event-loop work per request saved.
         """
-        async with self._slots:
-            protocol = self._protocol
-            if protocol.lost is not None:
-                raise protocol.lost
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[list[Any]] = loop.create_future()
-            now = loop.time()
-            protocol.waiting.append(_Request(future, replies, [], now))  # queue and buffer with no await between
-            self._out.append(payload)
-            self._out_requests += 1
-            if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
-                self._flush_scheduled = True
-                loop.call_soon(self._flush)
-            # Otherwise the request waits for the replies in flight (at most one round trip) and leaves
-            # with everything queued meanwhile: one write per round trip under load, like Nagle without a timer.
-            if self._watchdog is None:
-                self._watchdog = loop.call_at(now + self._reply_timeout_s, self._check_replies)
-            return with_redis_errors(await future)
+        future = self.submit(payload, replies)
+        while future is None:
+            await self._room()
+            future = self.submit(payload, replies)
+        return with_redis_errors(await future)
+
+    def submit(self, payload: bytes, replies: int) -> asyncio.Future[list[Any]] | None:
+        """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its raw replies
+        (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them), or None when the
+        connection has ``max_in_flight`` requests already. Raises the failure of a lost connection.
+        """
+        protocol = self._protocol
+        if protocol.lost is not None:
+            raise protocol.lost
+        if len(protocol.waiting) >= self._max_in_flight:
+            return None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        now = loop.time()
+        protocol.waiting.append(_Request(future, replies, [], now))  # queue and buffer with no await between
+        self._out.append(payload)
+        self._out_requests += 1
+        if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        # Otherwise the request waits for the replies in flight (at most one round trip) and leaves
+        # with everything queued meanwhile: one write per round trip under load, like Nagle without a timer.
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(now + self._reply_timeout_s, self._check_replies)
+        return future
+
+    async def _room(self) -> None:
+        """Wait until a request in flight has all its replies (or the connection is lost)."""
+        protocol = self._protocol
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        protocol.room_waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled: the room goes to the next
+                protocol.wake_one()
+            raise
 
     def _check_replies(self) -> None:
         """The watchdog: close the connection if its oldest request waited the reply timeout, else re-arm."""
@@ -293,6 +332,15 @@ class NodeLanes:
             return await self._execute_exclusive(address, lane, payload, replies)
         connection = await self._shared(address, lane)
         return await connection.execute(payload, replies)
+
+    def submit(self, address: NodeAddress, payload: bytes, replies: int) -> asyncio.Future[list[Any]] | None:
+        """``execute_encoded`` on the node's shared connection without awaiting: the future of the raw replies
+        (``RespConnection.submit``), or None when that connection is not open yet or has no room (the caller
+        then uses ``execute_encoded``, which waits). Raises ConnectionError once closed."""
+        connection = self._lane(address).shared
+        if connection is None or connection.closed:
+            return None
+        return connection.submit(payload, replies)
 
     async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
                                  timeout_ms: int) -> list[Any]:

@@ -28,6 +28,7 @@ from storage.scripts import (
     AppendCall,
     PlainAppendCall,
     build_append_call,
+    in_input_order,
     parse_append_reply,
     parse_plain_reply,
     split_by_partition,
@@ -176,11 +177,7 @@ class RedisStreamStore:
         written = await self._plain_appender.write(topic, calls, wait=wait)
         if len(groups) == 1:  # one partition (a keyless or one-message batch): already in input order
             return written[calls[0].partition]
-        ordered = [""] * len(records)
-        for partition, (indexes, _, _) in groups.items():
-            for index, offset in zip(indexes, written[partition], strict=True):
-                ordered[index] = offset
-        return ordered
+        return in_input_order(len(records), groups, written)
 
     def _writer(self) -> Appender[AppendResult]:
         if self._appender is None or self._closed:

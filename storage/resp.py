@@ -20,6 +20,13 @@ try:  # hiredis is a dependency through redis[hiredis]; the pure-Python reader i
 except ImportError:  # pragma: no cover - exercised by tests through PythonReplyReader directly
     hiredis = None  # type: ignore[assignment]
 
+try:  # the compiled check (storage._wire, built by setup.py); the Python one is the same answer
+    from storage._wire import has_instance
+except ImportError:  # pragma: no cover - built without a C compiler
+    def has_instance(items: list[Any], cls: type, /) -> bool:
+        """Whether any item of ``items`` is an instance of ``cls``."""
+        return any(isinstance(item, cls) for item in items)
+
 NOT_READY: Any = False  # what ``gets`` returns while a reply is incomplete (hiredis' convention)
 _CRLF = b"\r\n"
 
@@ -160,4 +167,6 @@ def as_redis_error(reply: ReplyError) -> rexc.RedisError:
 
 def with_redis_errors(replies: list[Any]) -> list[Any]:
     """Top-level error replies replaced by redis-py exception instances (what a redis-py pipeline returns)."""
+    if not has_instance(replies, ReplyError):  # the common case: the same list, no copy
+        return replies
     return [as_redis_error(r) if isinstance(r, ReplyError) else r for r in replies]

@@ -110,7 +110,7 @@ class PartitionCall(Protocol):
         """The call as RESP bytes (for the lean connections)."""
         ...
 
-    def fold_replies(self, replies: Sequence[Any]) -> Any:
+    def fold_replies(self, replies: list[Any]) -> Any:
         """The call's reply (or error) from the ``wire_replies`` replies its wire got."""
         ...
 
@@ -129,7 +129,7 @@ class _OneCommand:
         """The EVALSHA command as RESP bytes."""
         return self.evalsha_wire()
 
-    def fold_replies(self, replies: Sequence[Any]) -> Any:
+    def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply."""
         return replies[0]
 
@@ -228,7 +228,7 @@ class AppendCall:
         """The script call, or for records without idempotency keys the transaction, as RESP bytes."""
         return self.evalsha_wire() if self.uses_script else self.transaction_wire()
 
-    def fold_replies(self, replies: Sequence[Any]) -> Any:
+    def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply, or the transaction's IDs laid out as the script's flat reply."""
         return replies[0] if self.uses_script else _fold_transaction(replies)
 
@@ -307,7 +307,7 @@ class PlainAppendCall:
         keyed_head, keyless_head = _xadd_heads(self._topic, self.partition, self.options.max_length)
         return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[self.value_format], self.values, self.keys)
 
-    def fold_replies(self, replies: Sequence[Any]) -> Any:
+    def fold_replies(self, replies: list[Any]) -> Any:
         """The transaction's IDs laid out as the script's flat reply, or the error that stopped it."""
         return _fold_transaction(replies)
 
@@ -361,17 +361,37 @@ def split_by_partition_python(partitions: list[int], values: list[bytes],
     return groups
 
 
-def parse_plain_reply(partition: int, reply: Sequence[Any]) -> list[str]:
-    """The offsets of the script's flat ``[offset, 0, ...]`` reply for plain records (never duplicates)."""
+def parse_plain_reply_python(partition: int, reply: list[Any]) -> list[str]:
+    """The offsets of the script's flat ``[offset, 0, ...]`` reply for plain records (never duplicates). The
+    reference of the compiled ``parse_plain_reply``."""
     return [offset.decode() if isinstance(offset, bytes) else offset for offset in reply[0::2]]
 
 
-def _fold_transaction(replies: Sequence[Any]) -> Any:
+def in_input_order_python(count: int, groups: dict[int, PartitionColumns],
+                          written: dict[int, list[str]]) -> list[str]:
+    """A split batch's offsets back in input order: ``groups`` (``split_by_partition``) says where each
+    partition's records were, ``written`` what they got. The reference of the compiled ``in_input_order``."""
+    ordered = [""] * count
+    for partition, (indexes, _, _) in groups.items():
+        for index, offset in zip(indexes, written[partition], strict=True):
+            ordered[index] = offset
+    return ordered
+
+
+def _fold_transaction(replies: list[Any]) -> Any:
     """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that stopped it.
 
     A refused command (MOVED, ASK, READONLY, CLUSTERDOWN, OOM...) aborts the whole transaction (EXECABORT):
     nothing was written and the refusal says why, so the appender redirects or retries as for the script.
+    The compiled ``fold_transaction`` answers when every reply is fine (offsets as str); the rest is here.
     """
+    folded = fold_transaction(replies)
+    return _fold_transaction_python(replies) if folded is None else folded
+
+
+def _fold_transaction_python(replies: list[Any]) -> Any:
+    """``_fold_transaction`` in Python (offsets as the bytes Redis sent); the reference of the compiled fold
+    wherever that one answers."""
     executed = replies[-1]
     if isinstance(executed, BaseException) or executed is None:
         return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
@@ -439,6 +459,11 @@ _new_result = object.__new__
 _RESULT_SETTERS = tuple(getattr(AppendResult, name).__set__ for name in ("partition", "offset", "duplicate"))
 
 
+def _no_compiled_fold(replies: list[Any]) -> list[Any] | None:
+    """Without the compiled fold, the Python one decides every reply."""
+    return None
+
+
 try:
     from storage import _wire
 except ImportError:  # built without a C compiler: the reference, same bytes
@@ -447,7 +472,14 @@ except ImportError:  # built without a C compiler: the reference, same bytes
         xadd_transaction_python
     split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]], dict[int, PartitionColumns]] = \
         split_by_partition_python
+    fold_transaction: Callable[[list[Any]], list[Any] | None] = _no_compiled_fold
+    parse_plain_reply: Callable[[int, list[Any]], list[str]] = parse_plain_reply_python
+    in_input_order: Callable[[int, dict[int, PartitionColumns], dict[int, list[str]]], list[str]] = \
+        in_input_order_python
 else:
     WIRE_NATIVE = True
     xadd_transaction = _wire.xadd_transaction
     split_by_partition = _wire.split_by_partition
+    fold_transaction = _wire.fold_transaction
+    parse_plain_reply = _wire.parse_plain_reply
+    in_input_order = _wire.in_input_order

@@ -136,3 +136,30 @@ async def test_plain_columns_land_as_the_same_entries_as_records_with_offsets_in
                 [(e.value, e.key, e.value_format, e.headers) for e in await store.read(twin, partition)]
         assert [(e.value, e.key) for e in await store.read(topic, 0)] == [(values[i], keys[i])
                                                                            for i in range(0, 30, 6)]
+
+
+async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_a_task_per_node(
+    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partitions = list(range(12)) * 3  # 12 partitions reach all 3 primaries
+    nodes = {store.router.node_for_slot(slot_of(topic, p)) for p in partitions}
+    assert len(nodes) == 3
+    values = [b'"%d"' % i for i in range(len(partitions))]
+    keys: list[bytes | None] = [None] * len(partitions)
+    first = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())  # opens them
+    tasks_before = len(asyncio.all_tasks())
+    spawned: list[int] = []
+    original = asyncio.gather
+
+    def counting_gather(*awaitables: Any, **kwargs: Any) -> Any:
+        spawned.append(len(awaitables))
+        return original(*awaitables, **kwargs)
+
+    monkeypatch.setattr(asyncio, "gather", counting_gather)
+    second = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())
+    assert spawned == [0]  # every node's calls were queued at once: nothing left for a task
+    assert len(asyncio.all_tasks()) == tasks_before
+    for partition in range(12):
+        offsets = [e.offset for e in await store.read(topic, partition)]
+        assert offsets == [o for o, p in zip(first, partitions, strict=True) if p == partition] + \
+            [o for o, p in zip(second, partitions, strict=True) if p == partition]

@@ -14,11 +14,17 @@ from hypothesis import strategies as st
 from storage import AppendOptions, scripts
 from storage.keys import log_key
 from storage.models import PlainRecords, ValueFormat
-from storage.resp import encode_command
+from storage.resp import ReplyError, as_redis_error, encode_command, with_redis_errors
 from storage.scripts import (
     APPEND_LUA,
     PlainAppendCall,
+    _fold_transaction,
+    _fold_transaction_python,
+    fold_transaction,
+    in_input_order,
+    in_input_order_python,
     parse_plain_reply,
+    parse_plain_reply_python,
     split_by_partition,
     split_by_partition_python,
     xadd_transaction,
@@ -32,6 +38,9 @@ def test_the_compiled_encoder_is_installed() -> None:
     assert scripts.WIRE_NATIVE, "storage._wire is not built: pip install -e . with gcc and the Python headers"
     assert xadd_transaction is not xadd_transaction_python
     assert split_by_partition is not split_by_partition_python
+    assert parse_plain_reply is not parse_plain_reply_python
+    assert in_input_order is not in_input_order_python
+    assert fold_transaction([b"OK", b"QUEUED", [b"1-0"]]) == ["1-0", 0]
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,3 +119,75 @@ def test_compiled_split_equals_the_reference_and_keeps_input_order_per_partition
 def test_compiled_split_refuses_columns_of_different_lengths() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         split_by_partition([0, 1], [b"a"], [None, None])
+
+
+_ids = st.lists(st.from_regex(rb"\A[0-9]{1,13}-[0-9]{1,4}\Z"), max_size=20)
+_error = st.sampled_from([ReplyError("MOVED 3999 127.0.0.1:7001"), ReplyError("EXECABORT Transaction discarded"),
+                          as_redis_error(ReplyError("ASK 3999 127.0.0.1:7002")), as_redis_error(ReplyError("OOM"))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=_ids, queued_error=st.none() | st.tuples(st.integers(0, 20), _error),
+       executed=st.sampled_from(["list", "nil", "error", "error inside"]))
+def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_reference_does(
+        ids: list[bytes], queued_error: tuple[int, BaseException] | None, executed: str) -> None:
+    queued: list[Any] = [b"QUEUED"] * len(ids)
+    if queued_error is not None and queued:
+        queued[queued_error[0] % len(queued)] = queued_error[1]
+    last: Any = {"list": ids, "nil": None, "error": as_redis_error(ReplyError("EXECABORT Transaction discarded")),
+                 "error inside": [*ids, ReplyError("WRONGTYPE Operation against a key")]}[executed]
+    replies = [b"OK", *queued, last]
+    clean = executed == "list" and (queued_error is None or not queued)
+    folded = fold_transaction(replies)
+    reference = _fold_transaction_python(replies)
+    if clean:
+        assert folded == [part.decode() if isinstance(part, bytes) else part for part in reference]
+        assert parse_plain_reply(0, folded) == parse_plain_reply_python(0, reference) == [i.decode() for i in ids]
+    else:
+        assert folded is None
+        outcome = _fold_transaction(replies)
+        assert type(outcome) is type(reference)
+        assert str(outcome) == str(reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reply=st.lists(st.binary(max_size=8) | st.text(max_size=8) | st.integers(0, 1), max_size=30))
+def test_compiled_offsets_of_a_flat_reply_equal_the_reference(reply: list[Any]) -> None:
+    try:
+        expected: Any = parse_plain_reply_python(0, reply)
+    except UnicodeDecodeError:
+        expected = UnicodeDecodeError
+    if expected is UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            parse_plain_reply(0, reply)
+    else:
+        assert parse_plain_reply(0, reply) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions=st.lists(st.integers(0, 7), max_size=60))
+def test_compiled_input_order_equals_the_reference(partitions: list[int]) -> None:
+    values = [b"v%d" % i for i in range(len(partitions))]
+    groups = split_by_partition(partitions, values, [None] * len(partitions))
+    written = {p: [f"{p}-{i}" for i in range(len(group[0]))] for p, group in groups.items()}
+    ordered = in_input_order(len(partitions), groups, written)
+    assert ordered == in_input_order_python(len(partitions), groups, written)
+    assert [offset.split("-")[0] for offset in ordered] == [str(p) for p in partitions]
+
+
+def test_compiled_input_order_refuses_offsets_that_do_not_match_the_records() -> None:
+    groups = split_by_partition([0, 1, 0], [b"a", b"b", b"c"], [None, None, None])
+    with pytest.raises(ValueError, match="differ in length"):
+        in_input_order(3, groups, {0: ["1-0"], 1: ["1-1"]})
+    with pytest.raises(KeyError):
+        in_input_order(3, groups, {0: ["1-0", "1-2"]})
+    with pytest.raises(IndexError):
+        in_input_order(2, groups, {0: ["1-0", "1-2"], 1: ["1-1"]})
+
+
+def test_replies_without_an_error_come_back_as_they_are_and_errors_as_redis_exceptions() -> None:
+    clean: list[Any] = [b"OK", 1, [ReplyError("nested stays")]]
+    assert with_redis_errors(clean) is clean
+    converted = with_redis_errors([b"OK", ReplyError("MOVED 3999 127.0.0.1:7001")])
+    assert converted[0] == b"OK"
+    assert type(converted[1]).__name__ == "MovedError"

@@ -272,3 +272,76 @@ async def test_a_caller_cancelled_before_its_commit_leaves_is_not_sent(server: S
         dropped.cancel()
         assert await kept == [1, 1]
     assert b"DROPPED" not in b"".join(server.chunks)
+
+
+async def _answer(server: ScriptedServer, replies: bytes) -> None:
+    server.writers[0].write(replies)
+    await server.writers[0].drain()
+
+
+async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_replies(server: ScriptedServer) -> None:
+    server.respond = lambda chunk: b""  # the test answers by hand
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=2)
+    ping = encode_command(["PING"])
+    pending = [asyncio.ensure_future(connection.execute(ping, 1)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert b"".join(server.chunks) == ping * 2  # the third waits for room
+    assert connection.submit(ping, 1) is None
+    await _answer(server, b":1\r\n")
+    assert await pending[0] == [1]
+    assert connection.submit(ping, 1) is None  # the third took the room (held until the second's reply)
+    await _answer(server, b":2\r\n")
+    assert await pending[1] == [2]
+    await asyncio.sleep(0.05)
+    assert b"".join(server.chunks) == ping * 3
+    await _answer(server, b":3\r\n")
+    assert await pending[2] == [3]
+    connection.close()
+
+
+async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_on(server: ScriptedServer) -> None:
+    server.respond = lambda chunk: b""
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
+    ping = encode_command(["PING"])
+    first = asyncio.ensure_future(connection.execute(ping, 1))
+    woken_then_cancelled = asyncio.ensure_future(connection.execute(ping, 1))
+    cancelled_waiting = asyncio.ensure_future(connection.execute(ping, 1))
+    last = asyncio.ensure_future(connection.execute(ping, 1))
+    await asyncio.sleep(0.05)
+    cancelled_waiting.cancel()
+    connection._protocol.data_received(b":1\r\n")  # the first's reply wakes the next waiter...
+    woken_then_cancelled.cancel()  # ...which is cancelled in the same turn, before it could send
+    assert await first == [1]
+    await asyncio.sleep(0.05)
+    assert woken_then_cancelled.cancelled()
+    assert cancelled_waiting.cancelled()
+    assert b"".join(server.chunks) == ping * 2  # the room went to the last caller
+    await _answer(server, b":2\r\n")
+    assert await last == [2]
+    connection.close()
+
+
+async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(server: ScriptedServer) -> None:
+    server.respond = lambda chunk: b""
+    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
+    ping = encode_command(["PING"])
+    pending = [asyncio.ensure_future(connection.execute(ping, 1)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    server.writers[0].transport.abort()
+    outcomes = await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), 5)
+    assert all(isinstance(outcome, rexc.ConnectionError) for outcome in outcomes)
+    with pytest.raises(rexc.ConnectionError):
+        connection.submit(ping, 1)
+
+
+async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_replies(server: ScriptedServer) -> None:
+    server.respond = lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n:1\r\n"
+    async with NodeLanes(_settings()) as lanes:
+        address = ("127.0.0.1", server.port)
+        assert lanes.submit(address, encode_command(["PING"]), 1) is None  # no connection open yet
+        await lanes.execute(address, [("PING",), ("PING",)], exclusive=False)  # opens it
+        future = lanes.submit(address, encode_command(["EVALSHA", "x", 0]) + encode_command(["PING"]), 2)
+        assert future is not None
+        moved, pong = await future
+    assert type(moved).__name__ == "ReplyError"  # as the reader gives it; execute converts it
+    assert pong == 1
