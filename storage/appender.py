@@ -114,11 +114,12 @@ class Appender(Generic[R]):
         return groups
 
     async def _write_node(
-        self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress], wait: bool
+        self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress], wait: bool,
+        encoded: tuple[bytes, int] | None = None,
     ) -> _NodeOutcome[R]:
         operation, started = ("append_wait" if wait else "append"), time.perf_counter()
         try:
-            replies = await self._send(addr, calls, asking, wait)
+            replies = await self._send(addr, calls, asking, wait, encoded)
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
@@ -131,17 +132,19 @@ class Appender(Generic[R]):
         connection is not open yet or is full goes the way of ``_write_node`` (a task, as ``gather`` makes)."""
         started = time.perf_counter()
         queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
-        later: list[tuple[NodeAddress, list[PartitionCall]]] = []
+        later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, int]]] = []
         for addr, calls in groups.items():
+            encoded = self._encode(calls, asking)
             try:
-                future = lanes.submit(addr, *self._encode(calls, asking))
+                future = lanes.submit(addr, *encoded)
             except Exception:  # the lanes are closed: _write_node reports it like any failed send
                 future = None
             if future is None:
-                later.append((addr, calls))
+                later.append((addr, calls, encoded))
             else:
                 queued.append((addr, calls, future))
-        rest = asyncio.gather(*(self._write_node(addr, calls, asking, False) for addr, calls in later))
+        rest = asyncio.gather(*(self._write_node(addr, calls, asking, False, encoded)
+                                for addr, calls, encoded in later))
         try:
             outcomes = [await self._collect(addr, calls, asking, future, started) for addr, calls, future in queued]
         except BaseException:
@@ -168,8 +171,9 @@ class Appender(Generic[R]):
         return outcome
 
     async def _send(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-                    wait: bool) -> list[Any]:
+                    wait: bool, encoded: tuple[bytes, int] | None = None) -> list[Any]:
         """Every call on one connection in order, each call's reply folded into one; WAIT's reply last.
+        ``encoded`` is the calls' payload when the caller has it already (``_encode``).
 
         An ASK-redirected call is preceded by ASKING, whose reply is dropped here. Error replies come back as
         exception values.
@@ -177,7 +181,7 @@ class Appender(Generic[R]):
         lanes = self._lanes
         if lanes is None:
             return await self._send_redis_py(addr, calls, asking, wait)
-        payload, count = self._encode(calls, asking)
+        payload, count = encoded or self._encode(calls, asking)
         if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
             replies = await lanes.execute_replicated(addr, payload, count,
                                                      replicas=self._settings.min_insync_replicas,
