@@ -1,15 +1,32 @@
 /*
- * The plain publish's codec in C: the same functions as gateway.plain_codec's parse_plain_python and
- * plain_results_json_python (the references), without a Python object per message beyond the key and value
- * bytes. A JSON string value is written here as orjson writes it (``"``, ``\`` and control characters
- * escaped, ``\b \t \n \f \r`` short, the rest ``\u00XX``; everything else as its UTF-8); any other value goes
- * through ``dumps``. tests/unit/gateway/test_plain_codec.py pins both functions to their references.
+ * The plain publish's codec in C: the same functions as gateway.plain_codec's scan_plain_body_python,
+ * parse_plain_python and plain_results_json_python (the references), without a Python object per message beyond
+ * the key and value bytes.
+ *
+ * scan_plain_body reads a whole publish body in one pass over its bytes (no orjson, no dicts or strs): it checks
+ * the JSON grammar (RFC 8259) and strict UTF-8 in every string, takes the envelope {"acks", "messages"} and each
+ * message {"key", "value"} in any order, and copies a value's own bytes wherever orjson.dumps(orjson.loads(...))
+ * would give them back unchanged: strings without escapes, true/false/null, integers of up to 15 digits but -0.
+ * Other values (numbers, strings with escapes, arrays, objects) go through dumps(loads(span)). Anything it cannot
+ * prove plain and valid gives None (the general path then decides, errors included): escapes in keys, field names
+ * or acks, duplicate fields, acks 0, other fields or types, a limit exceeded, values nested past what dumps
+ * writes, bad JSON or UTF-8. Strings are skipped 16 bytes at a time with SSE2 (8 with a portable word trick).
+ *
+ * parse_plain turns already-parsed messages into columns: a JSON string value is written as orjson writes it
+ * (``"``, ``\`` and control characters escaped, ``\b \t \n \f \r`` short, the rest ``\u00XX``; everything else
+ * as its UTF-8); any other value goes through ``dumps``. tests/unit/gateway/test_plain_codec.py and
+ * test_plain_scan.py pin the functions to their references and to the general path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__) && !defined(PLAIN_NO_SSE2)
+#include <emmintrin.h>
+#endif
 
 static PyObject *KEY, *VALUE;  /* interned "key" and "value" */
+static PyObject *ACKS_ONE, *ACKS_ALL;  /* interned "1" and "all" */
 
 static const char HEX[] = "0123456789abcdef";
 
@@ -268,9 +285,560 @@ plain_results_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* ---- scan_plain_body: a plain publish body's bytes straight to columns, in one pass. ----
+ *
+ * Each function returns one of these; UNSURE means "the general path decides" (the caller returns None), so
+ * anything this scanner does not prove plain and valid is UNSURE, never an error of its own.
+ */
+enum { FAILED = -1, UNSURE = 0, OK = 1, END = 2 };
+
+/* orjson.dumps refuses deeper values (its limit is 254), so deeper ones are never plain. */
+#define MAX_VALUE_DEPTH 256
+
+typedef struct {
+    const unsigned char *p, *end;
+} Scan;
+
+typedef struct {
+    Py_ssize_t max_messages, max_key, max_value;
+    PyObject *loads, *dumps;
+} Limits;
+
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+#define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
+#define IS_CONTINUATION(c) (((c) & 0xC0) == 0x80)
+#define NAME_IS(name, length, text) ((length) == sizeof(text) - 1 && memcmp((name), (text), (length)) == 0)
+
+/* Whether any of 8 bytes is ``"``, ``\``, a control character or not ASCII (exact as a yes/no). */
+static inline int
+has_special_byte(uint64_t w)
+{
+    uint64_t quote = w ^ (ONES * '"'), backslash = w ^ (ONES * '\\');
+    return ((w & HIGHS) | ((quote - ONES) & ~quote & HIGHS) | ((backslash - ONES) & ~backslash & HIGHS) |
+            ((w - ONES * 0x20) & ~w & HIGHS)) != 0;
+}
+
+/* Past the run of bytes from ``p`` that need no look (ASCII, not ``"``, ``\``, a control): 16 (SSE2) or 8 bytes
+ * at a time; the caller looks at what is left. */
+static inline const unsigned char *
+skip_plain_run(const unsigned char *p, const unsigned char *end)
+{
+#if defined(__SSE2__) && !defined(PLAIN_NO_SSE2)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* signed: bytes >= 0x80 are negative, so "< 0x20" also finds what is not ASCII */
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                       _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(special);
+        if (mask != 0) {
+            return p + __builtin_ctz((unsigned)mask);
+        }
+        p += 16;
+    }
+#endif
+    uint64_t word;
+    while (end - p >= 8 && (memcpy(&word, p, 8), !has_special_byte(word))) {
+        p += 8;
+    }
+    return p;
+}
+
+static inline void
+skip_ws(Scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) {
+        s->p++;
+    }
+}
+
+/* Bytes of the strict UTF-8 sequence at ``p`` (a byte >= 0x80): no overlongs, surrogates or > U+10FFFF; 0 if
+ * invalid or cut off. */
+static int
+utf8_length(const unsigned char *p, const unsigned char *end)
+{
+    unsigned char c = p[0];
+    Py_ssize_t left = end - p;
+    if (c >= 0xC2 && c <= 0xDF) {
+        return left >= 2 && IS_CONTINUATION(p[1]) ? 2 : 0;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned char low = c == 0xE0 ? 0xA0 : 0x80, high = c == 0xED ? 0x9F : 0xBF;
+        return left >= 3 && p[1] >= low && p[1] <= high && IS_CONTINUATION(p[2]) ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned char low = c == 0xF0 ? 0x90 : 0x80, high = c == 0xF4 ? 0x8F : 0xBF;
+        return left >= 4 && p[1] >= low && p[1] <= high && IS_CONTINUATION(p[2]) && IS_CONTINUATION(p[3]) ? 4
+                                                                                                         : 0;
+    }
+    return 0;
+}
+
+static int
+is_hex(unsigned char c)
+{
+    return IS_DIGIT(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Bytes of the escape at ``p`` (a backslash); 0 if it is not one JSON allows or is cut off. */
+static int
+escape_length(const unsigned char *p, const unsigned char *end)
+{
+    if (end - p < 2) {
+        return 0;
+    }
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return 2;
+    case 'u':
+        return end - p >= 6 && is_hex(p[2]) && is_hex(p[3]) && is_hex(p[4]) && is_hex(p[5]) ? 6 : 0;
+    default:
+        return 0;
+    }
+}
+
+/* A string at ``s->p`` (its opening quote): OK past its closing quote, ``*escaped`` if it has an escape. */
+static int
+scan_string(Scan *s, int *escaped)
+{
+    const unsigned char *p = s->p + 1, *end = s->end;
+    *escaped = 0;
+    for (;;) {
+        p = skip_plain_run(p, end);
+        if (p >= end) {
+            return UNSURE;
+        }
+        unsigned char c = *p;
+        int length = c == '"' ? 1 : c == '\\' ? escape_length(p, end) : c < 0x20 ? 0 : c < 0x80 ? 1
+                                                                                          : utf8_length(p, end);
+        if (length == 0) {
+            return UNSURE;
+        }
+        if (c == '"') {
+            s->p = p + 1;
+            return OK;
+        }
+        *escaped |= c == '\\';
+        p += length;
+    }
+}
+
+static const unsigned char *
+skip_digits(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end && IS_DIGIT(*p)) {
+        p++;
+    }
+    return p;
+}
+
+/* A number at ``s->p``; ``*raw`` if orjson writes it back byte for byte: an integer of at most 15 digits,
+ * not ``-0`` (read as 0). */
+static int
+scan_number(Scan *s, int *raw)
+{
+    const unsigned char *p = s->p, *end = s->end;
+    int negative = p < end && *p == '-';
+    p += negative;
+    const unsigned char *digits = p;
+    if (p >= end || !IS_DIGIT(*p)) {
+        return UNSURE;
+    }
+    p = *p == '0' ? p + 1 : skip_digits(p, end);
+    Py_ssize_t integer_digits = p - digits;
+    int integer = 1;
+    if (p < end && *p == '.') {
+        if (++p >= end || !IS_DIGIT(*p)) {
+            return UNSURE;
+        }
+        p = skip_digits(p, end);
+        integer = 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) {
+            p++;
+        }
+        if (p >= end || !IS_DIGIT(*p)) {
+            return UNSURE;
+        }
+        p = skip_digits(p, end);
+        integer = 0;
+    }
+    *raw = integer && integer_digits <= 15 && !(negative && *digits == '0');
+    s->p = p;
+    return OK;
+}
+
+static int
+scan_literal(Scan *s, const char *text, Py_ssize_t length)
+{
+    if (s->end - s->p < length || memcmp(s->p, text, (size_t)length) != 0) {
+        return UNSURE;
+    }
+    s->p += length;
+    return OK;
+}
+
+/* Where an object goes on after its ``{`` (``first``) or a member's value: OK at the next member's value, with
+ * the name's raw bytes (escapes undecoded) in ``name``/``length``; END past the ``}``. */
+static int
+next_member(Scan *s, int first, const unsigned char **name, Py_ssize_t *length)
+{
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return END;
+    }
+    if (!first) {
+        if (s->p >= s->end || *s->p != ',') {
+            return UNSURE;
+        }
+        s->p++;
+        skip_ws(s);
+    }
+    const unsigned char *start = s->p;
+    int escaped;
+    if (s->p >= s->end || *s->p != '"' || scan_string(s, &escaped) != OK) {
+        return UNSURE;
+    }
+    *name = start + 1;
+    *length = s->p - start - 2;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') {
+        return UNSURE;
+    }
+    s->p++;
+    skip_ws(s);
+    return OK;
+}
+
+/* Where an array goes on after its ``[`` (``first``) or an element: OK at the next element, END past the ``]``. */
+static int
+next_element(Scan *s, int first)
+{
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return END;
+    }
+    if (!first) {
+        if (s->p >= s->end || *s->p != ',') {
+            return UNSURE;
+        }
+        s->p++;
+        skip_ws(s);
+    }
+    return OK;
+}
+
+static int skip_value(Scan *s, int depth, int *raw);
+
+static int
+skip_object(Scan *s, int depth)
+{
+    const unsigned char *name;
+    Py_ssize_t length;
+    int raw, status = OK;
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_member(s, first, &name, &length);
+        if (status == OK) {
+            status = skip_value(s, depth + 1, &raw);
+        }
+    }
+    return status == END ? OK : status;
+}
+
+static int
+skip_array(Scan *s, int depth)
+{
+    int raw, status = OK;
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_element(s, first);
+        if (status == OK) {
+            status = skip_value(s, depth + 1, &raw);
+        }
+    }
+    return status == END ? OK : status;
+}
+
+/* Any JSON value at ``s->p`` (``depth`` containers in): OK past it, ``*raw`` if orjson writes it back byte for
+ * byte (a string without escapes, a literal, a short integer). */
+static int
+skip_value(Scan *s, int depth, int *raw)
+{
+    *raw = 0;
+    if (s->p >= s->end) {
+        return UNSURE;
+    }
+    switch (*s->p) {
+    case '"': {
+        int escaped, status = scan_string(s, &escaped);
+        *raw = !escaped;
+        return status;
+    }
+    case '{':
+        return depth < MAX_VALUE_DEPTH ? skip_object(s, depth) : UNSURE;
+    case '[':
+        return depth < MAX_VALUE_DEPTH ? skip_array(s, depth) : UNSURE;
+    case 't':
+        *raw = 1;
+        return scan_literal(s, "true", 4);
+    case 'f':
+        *raw = 1;
+        return scan_literal(s, "false", 5);
+    case 'n':
+        *raw = 1;
+        return scan_literal(s, "null", 4);
+    default:
+        return scan_number(s, raw);
+    }
+}
+
+/* A failed ``loads``/``dumps`` means the general path fails too: UNSURE (it gives the error); only what is not
+ * an ``Exception`` (KeyboardInterrupt...) propagates. */
+static int
+unsure_unless_fatal(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return UNSURE;
+    }
+    return FAILED;
+}
+
+/* ``dumps(loads(span))`` copied to its own size, as the general path stores the value. */
+static int
+reencode(const unsigned char *start, Py_ssize_t n, const Limits *limits, PyObject **out)
+{
+    PyObject *span = PyBytes_FromStringAndSize((const char *)start, n);
+    if (span == NULL) {
+        return FAILED;
+    }
+    PyObject *value = PyObject_CallOneArg(limits->loads, span);
+    Py_DECREF(span);
+    if (value == NULL) {
+        return unsure_unless_fatal();
+    }
+    PyObject *dumped = PyObject_CallOneArg(limits->dumps, value);
+    Py_DECREF(value);
+    if (dumped == NULL) {
+        return unsure_unless_fatal();
+    }
+    if (!PyBytes_Check(dumped) || PyBytes_GET_SIZE(dumped) > limits->max_value) {
+        Py_DECREF(dumped);
+        return UNSURE;
+    }
+    *out = PyBytes_FromStringAndSize(PyBytes_AS_STRING(dumped), PyBytes_GET_SIZE(dumped));
+    Py_DECREF(dumped);
+    return *out == NULL ? FAILED : OK;
+}
+
+/* A message's value as stored: its own bytes where orjson would write them back unchanged, else reencoded. */
+static int
+read_value(Scan *s, const Limits *limits, PyObject **out)
+{
+    const unsigned char *start = s->p;
+    int raw, status = skip_value(s, 0, &raw);
+    if (status != OK) {
+        return status;
+    }
+    Py_ssize_t n = s->p - start;
+    if (!raw) {
+        return reencode(start, n, limits, out);
+    }
+    if (n > limits->max_value) {
+        return UNSURE;
+    }
+    *out = PyBytes_FromStringAndSize((const char *)start, n);
+    return *out == NULL ? FAILED : OK;
+}
+
+/* A message's key: a string without escapes as its UTF-8 bytes, or null as None. */
+static int
+read_key(Scan *s, const Limits *limits, PyObject **out)
+{
+    const unsigned char *start = s->p;
+    if (s->p < s->end && *s->p == 'n') {
+        int status = scan_literal(s, "null", 4);
+        *out = status == OK ? Py_NewRef(Py_None) : NULL;
+        return status;
+    }
+    int escaped;
+    if (s->p >= s->end || *s->p != '"' || scan_string(s, &escaped) != OK || escaped ||
+        s->p - start - 2 > limits->max_key) {
+        return UNSURE;
+    }
+    *out = PyBytes_FromStringAndSize((const char *)start + 1, s->p - start - 2);
+    return *out == NULL ? FAILED : OK;
+}
+
+/* One message at ``s->p``: ``{"value": ...}`` with an optional ``"key"``, each once, nothing else. */
+static int
+read_message(Scan *s, const Limits *limits, PyObject **key, PyObject **value)
+{
+    const unsigned char *name;
+    Py_ssize_t length;
+    int status = OK;
+    *key = *value = NULL;
+    if (s->p >= s->end || *s->p != '{') {
+        return UNSURE;
+    }
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_member(s, first, &name, &length);
+        if (status != OK) {
+            break;
+        }
+        if (NAME_IS(name, length, "value") && *value == NULL) {
+            status = read_value(s, limits, value);
+        }
+        else if (NAME_IS(name, length, "key") && *key == NULL) {
+            status = read_key(s, limits, key);
+        }
+        else {
+            status = UNSURE;  /* another field, or one twice: the general path */
+        }
+    }
+    if (status == END && *value != NULL) {
+        if (*key == NULL) {
+            *key = Py_NewRef(Py_None);
+        }
+        return OK;
+    }
+    Py_CLEAR(*key);
+    Py_CLEAR(*value);
+    return status == END ? UNSURE : status;
+}
+
+static int
+append_message(PyObject *keys, PyObject *values, PyObject *key, PyObject *value)
+{
+    int failed = PyList_Append(keys, key) < 0 || PyList_Append(values, value) < 0;
+    Py_DECREF(key);
+    Py_DECREF(value);
+    return failed ? FAILED : OK;
+}
+
+/* The ``messages`` array: 1 to ``max_messages`` plain messages into ``keys`` and ``values``. */
+static int
+read_messages(Scan *s, const Limits *limits, PyObject *keys, PyObject *values, Py_ssize_t *total)
+{
+    int status = OK;
+    if (s->p >= s->end || *s->p != '[') {
+        return UNSURE;
+    }
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_element(s, first);
+        if (status != OK) {
+            return status == END && !first ? OK : UNSURE;
+        }
+        if (PyList_GET_SIZE(keys) >= limits->max_messages) {
+            return UNSURE;
+        }
+        PyObject *key, *value;
+        status = read_message(s, limits, &key, &value);
+        if (status == OK) {
+            *total += PyBytes_GET_SIZE(value);
+            status = append_message(keys, values, key, value);
+        }
+    }
+    return status;
+}
+
+/* ``acks``: "1", 1 or "all" (``*all``); anything else (0 is not plain) is UNSURE. */
+static int
+read_acks(Scan *s, int *all)
+{
+    const unsigned char *start = s->p;
+    int escaped, raw;
+    if (s->p < s->end && *s->p == '"') {
+        if (scan_string(s, &escaped) != OK) {
+            return UNSURE;
+        }
+        *all = s->p - start == 5 && memcmp(start, "\"all\"", 5) == 0;
+        return *all || (s->p - start == 3 && memcmp(start, "\"1\"", 3) == 0) ? OK : UNSURE;
+    }
+    *all = 0;
+    return s->p < s->end && *s->p == '1' && scan_number(s, &raw) == OK && s->p - start == 1 ? OK : UNSURE;
+}
+
+/* The whole body: ``{"messages": [...]}`` with an optional ``"acks"``, each once, then only whitespace. */
+static int
+read_body(Scan *s, const Limits *limits, int *all, PyObject *keys, PyObject *values, Py_ssize_t *total)
+{
+    const unsigned char *name;
+    Py_ssize_t length;
+    int has_acks = 0, has_messages = 0, status = OK;
+    *all = 0;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != '{') {
+        return UNSURE;
+    }
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_member(s, first, &name, &length);
+        if (status != OK) {
+            break;
+        }
+        if (NAME_IS(name, length, "messages") && !has_messages) {
+            has_messages = 1;
+            status = read_messages(s, limits, keys, values, total);
+        }
+        else if (NAME_IS(name, length, "acks") && !has_acks) {
+            has_acks = 1;
+            status = read_acks(s, all);
+        }
+        else {
+            status = UNSURE;
+        }
+    }
+    if (status != END) {
+        return status;
+    }
+    skip_ws(s);
+    return has_messages && s->p == s->end ? OK : UNSURE;
+}
+
+static PyObject *
+scan_plain_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_plain_body(body: bytes, max_batch_messages: int, max_key_bytes: "
+                                         "int, max_value_bytes: int, loads, dumps)");
+        return NULL;
+    }
+    Limits limits = {PyLong_AsSsize_t(args[1]), PyLong_AsSsize_t(args[2]), PyLong_AsSsize_t(args[3]), args[4],
+                     args[5]};
+    if ((limits.max_messages == -1 || limits.max_key == -1 || limits.max_value == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Scan s = {body, body + PyBytes_GET_SIZE(args[0])};
+    PyObject *keys = PyList_New(0), *values = PyList_New(0), *result = NULL, *size;
+    Py_ssize_t total = 0;
+    int all, status = keys == NULL || values == NULL ? FAILED : read_body(&s, &limits, &all, keys, values, &total);
+    if (status == OK && (size = PyLong_FromSsize_t(total)) != NULL) {
+        result = PyTuple_Pack(4, all ? ACKS_ALL : ACKS_ONE, keys, values, size);
+        Py_DECREF(size);
+    }
+    else if (status == UNSURE) {
+        result = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(keys);
+    Py_XDECREF(values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"parse_plain", (PyCFunction)(void (*)(void))parse_plain, METH_FASTCALL,
      "Keys, values (as stored) and the values' total size of plain messages; None if any is not plain."},
+    {"scan_plain_body", (PyCFunction)(void (*)(void))scan_plain_body, METH_FASTCALL,
+     "(acks, keys, values, values' total size) of a plain publish body, read from its bytes; None if unsure."},
     {"plain_results_json", (PyCFunction)(void (*)(void))plain_results_json, METH_FASTCALL,
      "The publish response body of plain messages: their partitions and offsets as orjson writes them."},
     {NULL, NULL, 0, NULL},
@@ -285,7 +853,9 @@ PyInit__plain(void)
 {
     KEY = PyUnicode_InternFromString("key");
     VALUE = PyUnicode_InternFromString("value");
-    if (KEY == NULL || VALUE == NULL) {
+    ACKS_ONE = PyUnicode_InternFromString("1");
+    ACKS_ALL = PyUnicode_InternFromString("all");
+    if (KEY == NULL || VALUE == NULL || ACKS_ONE == NULL || ACKS_ALL == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

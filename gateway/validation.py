@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from gateway.errors import bad_request, invalid_field, too_large
-from gateway.plain_codec import parse_plain
+from gateway.plain_codec import parse_plain, scan_plain_body
 from gateway.settings import GatewaySettings
 from storage.models import ValueFormat
 
@@ -108,9 +108,16 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
                        idempotency_header: str | None) -> PublishBatch | PlainBatch:
     """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field.
 
-    A batch of plain messages (``PlainBatch``) is parsed by ``parse_plain``; anything else, or any plain message
-    over a limit, by the general path, which explains every rejection.
+    A plain body (``PlainBatch``) is read straight from its bytes by ``scan_plain_body``, or else, once parsed,
+    by ``parse_plain``; anything else, or any plain message over a limit, by the general path, which explains
+    every rejection (the scanner answers None whenever it is not sure).
     """
+    if idempotency_header is None and len(body) <= limits.max_batch_bytes:  # an oversized body is a 413 first
+        scanned = scan_plain_body(body, limits.max_batch_messages, limits.max_key_bytes, limits.max_value_bytes,
+                                  orjson.loads, orjson.dumps)
+        if scanned is not None:
+            acks, keys, values, value_bytes = scanned
+            return PlainBatch(acks, keys, values, value_bytes)
     doc = decode_json_object(body, limits.max_batch_bytes)
     reject_unknown_fields(doc, BODY_FIELDS)
     acks = _parse_acks(doc.get("acks", "1"))
