@@ -3,44 +3,51 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import hotspots
-from gateway.hotspots import PublishStats, SpaceSaving
+from gateway.hotspots import PublishStats, Sketch, SpaceSaving, SpaceSavingPython, top_keys
+
+SKETCHES = [pytest.param(SpaceSaving, id="installed"), pytest.param(SpaceSavingPython, id="python-reference")]
 
 
-def test_space_saving_finds_every_key_above_one_kth_of_traffic() -> None:
-    sketch = SpaceSaving(size=8)
+@pytest.mark.parametrize("make", SKETCHES)
+def test_space_saving_finds_every_key_above_one_kth_of_traffic(make: Callable[[int], Sketch]) -> None:
+    sketch = make(8)
     rng = random.Random(7)
     stream = [b"heavy-a"] * 3000 + [b"heavy-b"] * 2000 + [f"k{rng.randrange(5000)}".encode() for _ in range(5000)]
     rng.shuffle(stream)
     for key in stream:
         sketch.add(key)
-    top = dict(sketch.top(2))
+    top = dict(top_keys(sketch, 2))
     assert set(top) == {b"heavy-a", b"heavy-b"}
     assert top[b"heavy-a"] >= 3000
-    assert top[b"heavy-a"] - 3000 <= min(sketch.counts.values())
+    assert top[b"heavy-a"] - 3000 <= min(sketch.counts().values())
 
 
+@pytest.mark.parametrize("make", SKETCHES)
 @settings(max_examples=300, deadline=None)
 @given(stream=st.lists(st.sampled_from([b"k%d" % i for i in range(30)]), max_size=400), size=st.integers(1, 10))
-def test_space_saving_keeps_its_guarantees_on_any_stream(stream: list[bytes], size: int) -> None:
-    sketch = SpaceSaving(size=size)
+def test_space_saving_keeps_its_guarantees_on_any_stream(make: Callable[[int], Sketch], stream: list[bytes],
+                                                         size: int) -> None:
+    sketch = make(size)
     for key in stream:
         sketch.add(key)
-    true = Counter(stream)
-    assert len(sketch.counts) <= size
-    assert sum(sketch.counts.values()) == len(stream)  # every occurrence is counted somewhere
-    floor = min(sketch.counts.values(), default=0)
-    for key, count in sketch.counts.items():
+    true, counts = Counter(stream), sketch.counts()
+    assert len(counts) <= size
+    assert sum(counts.values()) == len(stream)  # every occurrence is counted somewhere
+    floor = min(counts.values(), default=0)
+    for key, count in counts.items():
         assert true[key] <= count <= true[key] + floor  # over-estimates by at most the smallest counter
     for key, frequency in true.items():
         if frequency > len(stream) / size:
-            assert key in sketch.counts
+            assert key in counts
 
 
 def test_partition_over_three_times_the_mean_is_flagged_hot() -> None:
@@ -71,37 +78,86 @@ def test_a_batch_on_one_partition_counts_its_rate_and_keys_like_any_other() -> N
     assert one.heat("t", 3)[2].rate_per_s == 5 / 60
 
 
-def test_the_compiled_sketch_counting_is_installed() -> None:
+def test_the_compiled_sketch_is_installed() -> None:
     assert hotspots.SKETCH_NATIVE, "gateway._sketch is not built: pip install -e . with gcc and the Python headers"
-    assert hotspots.count_keys is not hotspots.count_keys_python
+    assert hotspots.SpaceSaving is not SpaceSavingPython
+    assert hotspots.count_batch is not hotspots.count_batch_python
+
+
+_KEYS = st.sampled_from([b"k%d" % i for i in range(25)] + [b"", b"k", b"k1\x00", b"\xff" * 3])
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 2), st.none() | st.sampled_from([b"k%d" % i for i in range(25)])),
-                     max_size=300), size=st.integers(1, 8), chunk=st.integers(1, 50))
-def test_compiled_counting_leaves_exactly_the_sketches_of_the_reference(
-        rows: list[tuple[int, bytes | None]], size: int, chunk: int) -> None:
-    compiled: dict[int, dict[bytes, int]] = {p: {} for p in range(3)}
-    reference: dict[int, dict[bytes, int]] = {p: {} for p in range(3)}
+@given(rows=st.lists(st.tuples(st.integers(0, 2), st.none() | _KEYS), max_size=300), size=st.integers(1, 8),
+       chunk=st.integers(1, 50))
+def test_compiled_batch_counting_equals_the_reference(rows: list[tuple[int, bytes | None]], size: int,
+                                                      chunk: int) -> None:
+    compiled = [SpaceSaving(size) for _ in range(3)]
+    reference: list[Sketch] = [SpaceSavingPython(size) for _ in range(3)]
     for start in range(0, len(rows), chunk):  # batch by batch, as publishes arrive
         partitions, keys = [p for p, _ in rows[start:start + chunk]], [k for _, k in rows[start:start + chunk]]
-        hotspots.count_keys(compiled, size, partitions, keys)
-        hotspots.count_keys_python(reference, size, partitions, keys)
-    assert [list(compiled[p].items()) for p in range(3)] == [list(reference[p].items()) for p in range(3)]
+        assert hotspots.count_batch(compiled, partitions, keys) == \
+            hotspots.count_batch_python(reference, partitions, keys) == [partitions.count(p) for p in range(3)]
+    assert [s.counts() for s in compiled] == [s.counts() for s in reference]
 
 
-@given(adds=st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]), st.integers(1, 2**70)),
-                     max_size=40), size=st.integers(1, 4))
-def test_compiled_weighted_add_equals_the_reference(adds: list[tuple[bytes, int]], size: int) -> None:
-    compiled: dict[bytes, int] = {}
-    reference: dict[bytes, int] = {}
+@given(adds=st.lists(st.tuples(_KEYS, st.integers(1, 2**62)), max_size=40), size=st.integers(1, 4))
+def test_compiled_weighted_add_equals_the_reference_and_saturates(adds: list[tuple[bytes, int]], size: int) -> None:
+    compiled, reference = SpaceSaving(size), SpaceSavingPython(size)
     for key, weight in adds:
-        hotspots.space_saving_add(compiled, size, key, weight)
-        hotspots.space_saving_add_python(reference, size, key, weight)
-    assert list(compiled.items()) == list(reference.items())
+        compiled.add(key, weight)
+        reference.add(key, weight)
+    assert compiled.counts() == reference.counts()
+    assert all(count <= hotspots.MAX_COUNT for count in compiled.counts().values())
 
 
-def test_compiled_counting_refuses_a_partition_without_a_sketch() -> None:
-    with pytest.raises(KeyError):
-        hotspots.count_keys({}, 4, [1], [b"k"])
-    hotspots.count_keys({}, 4, [1], [None])  # no key, nothing to count
+@pytest.mark.parametrize("count", [hotspots.count_batch, hotspots.count_batch_python], ids=["installed", "reference"])
+def test_a_batch_with_a_partition_without_a_sketch_counts_nothing(
+        count: Callable[[list[Sketch], list[int], list[bytes | None]], list[int]]) -> None:
+    sketches = [SpaceSaving(4), SpaceSaving(4)]
+    for partitions in ([0, 2], [0, -1]):
+        with pytest.raises(IndexError):
+            count(sketches, partitions, [b"a", b"b"])
+    assert [s.counts() for s in sketches] == [{}, {}]
+    assert count([], [], []) == []
+
+
+@pytest.mark.parametrize("make", SKETCHES)
+@pytest.mark.parametrize("bad", [0, -1, 4097])
+def test_a_sketch_needs_one_to_4096_counters_and_weights_of_at_least_one(make: Callable[[int], Sketch],
+                                                                        bad: int) -> None:
+    with pytest.raises(ValueError, match="counters"):
+        make(bad)
+    sketch = make(2)
+    with pytest.raises(ValueError, match="weight"):
+        sketch.add(b"k", min(bad, 0))
+
+
+def test_compiled_batch_counting_refuses_keys_that_are_not_bytes_before_counting() -> None:
+    sketches = [SpaceSaving(4)]
+    with pytest.raises(TypeError):
+        hotspots.count_batch(sketches, [0, 0], [b"a", "b"])  # type: ignore[list-item]
+    assert sketches[0].counts() == {}
+
+
+def test_a_new_partition_grows_the_topics_statistics() -> None:
+    stats = PublishStats()
+    stats.record("t", [0], [b"a"])
+    stats.record("t", [5, 0], [b"b", b"a"])
+    heat = stats.heat("t", 8)
+    assert [h.top_keys for h in heat] == [[("a", 2)], [], [], [], [], [("b", 1)], [], []]
+    stats.forget("t")
+    assert [h.rate_per_s for h in stats.heat("t", 2)] == [0.0, 0.0]
+
+
+def test_compiled_sketch_holds_its_keys_until_evicted_or_freed() -> None:
+    evicted, kept = b"evicted-" + bytes(8), b"kept-" + bytes(8)  # built at run time: not shared constants
+    before = sys.getrefcount(evicted), sys.getrefcount(kept)
+    sketch = SpaceSaving(1)
+    sketch.add(evicted)
+    assert sys.getrefcount(evicted) == before[0] + 1
+    sketch.add(kept, 5)
+    assert (sys.getrefcount(evicted), sys.getrefcount(kept)) == (before[0], before[1] + 1)
+    assert sketch.counts() == {kept: 6}  # the floor (1) plus its weight
+    del sketch
+    assert sys.getrefcount(kept) == before[1]
