@@ -6,8 +6,12 @@
  * scan_plain_body reads a whole publish body in one pass over its bytes (no orjson, no dicts or strs): it checks
  * the JSON grammar (RFC 8259) and strict UTF-8 in every string, takes the envelope {"acks", "messages"} and each
  * message {"key", "value"} in any order, and copies a value's own bytes wherever orjson.dumps(orjson.loads(...))
- * would give them back unchanged: strings without escapes, true/false/null, integers of up to 15 digits but -0.
- * Other values (numbers, strings with escapes, arrays, objects) go through dumps(loads(span)). Anything it cannot
+ * would give them back unchanged ("raw"): strings without escapes, true/false/null, integers of up to 15 digits
+ * but -0, floats in orjson's own form (see float_is_raw: no exponent, at most 15 significant digits, no trailing
+ * zeros but x.0, 1e-5 <= |x| < 1e16 or 0), and objects and arrays written as orjson writes them: no whitespace
+ * anywhere inside, member names without escapes, no name twice in one object (loads keeps the first place and the
+ * last value), at most MAX_RAW_MEMBERS members each, every value inside raw. Other values (longer or other
+ * numbers, strings with escapes, containers with whitespace...) go through dumps(loads(span)). Anything it cannot
  * prove plain and valid gives None (the general path then decides, errors included): escapes in keys, field names
  * or acks, duplicate fields, acks 0, other fields or types, a limit exceeded, values nested past what dumps
  * writes, bad JSON or UTF-8. Strings are skipped 16 bytes at a time with SSE2 (8 with a portable word trick).
@@ -292,8 +296,13 @@ plain_results_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  */
 enum { FAILED = -1, UNSURE = 0, OK = 1, END = 2 };
 
-/* orjson.dumps refuses deeper values (its limit is 254), so deeper ones are never plain. */
-#define MAX_VALUE_DEPTH 256
+/* orjson.dumps refuses a value of more than 254 nested containers (the general path fails), so a container with
+ * this many around it is never plain, and one within the limit may be copied raw. */
+#define MAX_VALUE_DEPTH 254
+
+/* Members an object may have and still be copied raw: their names are kept (on the stack, per nesting level) to
+ * find a duplicate, which loads would fold into the first one's place. A bigger object is reencoded. */
+#define MAX_RAW_MEMBERS 32
 
 typedef struct {
     const unsigned char *p, *end;
@@ -304,11 +313,17 @@ typedef struct {
     PyObject *loads, *dumps;
 } Limits;
 
+/* A member name's bytes inside its quotes (escapes undecoded). */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t length;
+} Name;
+
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
 #define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
 #define IS_CONTINUATION(c) (((c) & 0xC0) == 0x80)
-#define NAME_IS(name, length, text) ((length) == sizeof(text) - 1 && memcmp((name), (text), (length)) == 0)
+#define NAME_IS(name, text) ((name).length == sizeof(text) - 1 && memcmp((name).p, (text), sizeof(text) - 1) == 0)
 
 /* Whether any of 8 bytes is ``"``, ``\``, a control character or not ASCII (exact as a yes/no). */
 static inline int
@@ -345,12 +360,15 @@ skip_plain_run(const unsigned char *p, const unsigned char *end)
     return p;
 }
 
-static inline void
+/* Past any whitespace; nonzero if there was some (orjson writes none, so a container with some is not raw). */
+static inline int
 skip_ws(Scan *s)
 {
+    const unsigned char *start = s->p;
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) {
         s->p++;
     }
+    return s->p != start;
 }
 
 /* Bytes of the strict UTF-8 sequence at ``p`` (a byte >= 0x80): no overlongs, surrogates or > U+10FFFF; 0 if
@@ -433,12 +451,42 @@ skip_digits(const unsigned char *p, const unsigned char *end)
     return p;
 }
 
-/* A number at ``s->p``; ``*raw`` if orjson writes it back byte for byte: an integer of at most 15 digits,
- * not ``-0`` (read as 0). */
+/* Whether orjson writes the float ``I.F`` (``integer``, ``fraction``: JSON digits, no exponent, either sign) back
+ * byte for byte. It writes a double's shortest round-trip digits, in plain decimal when 1e-5 <= |x| < 1e16 (``x.0``
+ * when integral), else with an exponent. A decimal of at most 15 significant digits (DBL_DIG) reads to a double
+ * whose shortest digits are its own, so such a text comes back unchanged when it is in that form: F is "0" or ends
+ * in a non-zero digit, and x is 0 or in that range (I has at most 16 digits, or I is 0 and F starts with at most 4
+ * zeros). Checked against orjson over millions of decimals of every shape; any other float is reencoded. */
+static int
+float_is_raw(const unsigned char *integer, Py_ssize_t integer_digits, const unsigned char *fraction,
+             Py_ssize_t fraction_digits)
+{
+    int whole = integer[0] != '0';  /* JSON has no leading zeros: I is 0 or starts with 1-9 */
+    Py_ssize_t zeros = 0;
+    if (fraction_digits == 1 && fraction[0] == '0') {  /* x.0: its significant digits end before I's zeros */
+        while (zeros < integer_digits && integer[integer_digits - 1 - zeros] == '0') {
+            zeros++;
+        }
+        return !whole || (integer_digits <= 16 && integer_digits - zeros <= 15);
+    }
+    if (fraction[fraction_digits - 1] == '0') {
+        return 0;  /* written without the trailing zeros */
+    }
+    if (whole) {
+        return integer_digits + fraction_digits <= 15;
+    }
+    while (fraction[zeros] == '0') {  /* stops: F ends in a non-zero digit */
+        zeros++;
+    }
+    return zeros <= 4 && fraction_digits - zeros <= 15;
+}
+
+/* A number at ``s->p``; ``*raw`` if orjson writes it back byte for byte: an integer of at most 15 digits, not
+ * ``-0`` (read as 0), or a float as float_is_raw tells. */
 static int
 scan_number(Scan *s, int *raw)
 {
-    const unsigned char *p = s->p, *end = s->end;
+    const unsigned char *p = s->p, *end = s->end, *fraction = NULL;
     int negative = p < end && *p == '-';
     p += negative;
     const unsigned char *digits = p;
@@ -446,16 +494,17 @@ scan_number(Scan *s, int *raw)
         return UNSURE;
     }
     p = *p == '0' ? p + 1 : skip_digits(p, end);
-    Py_ssize_t integer_digits = p - digits;
-    int integer = 1;
+    Py_ssize_t integer_digits = p - digits, fraction_digits = 0;
     if (p < end && *p == '.') {
-        if (++p >= end || !IS_DIGIT(*p)) {
+        fraction = ++p;
+        if (p >= end || !IS_DIGIT(*p)) {
             return UNSURE;
         }
         p = skip_digits(p, end);
-        integer = 0;
+        fraction_digits = p - fraction;
     }
-    if (p < end && (*p == 'e' || *p == 'E')) {
+    int exponent = p < end && (*p == 'e' || *p == 'E');
+    if (exponent) {
         p++;
         if (p < end && (*p == '+' || *p == '-')) {
             p++;
@@ -464,9 +513,10 @@ scan_number(Scan *s, int *raw)
             return UNSURE;
         }
         p = skip_digits(p, end);
-        integer = 0;
     }
-    *raw = integer && integer_digits <= 15 && !(negative && *digits == '0');
+    *raw = exponent ? 0
+           : fraction == NULL ? integer_digits <= 15 && !(negative && *digits == '0')
+                              : float_is_raw(digits, integer_digits, fraction, fraction_digits);
     s->p = p;
     return OK;
 }
@@ -482,11 +532,12 @@ scan_literal(Scan *s, const char *text, Py_ssize_t length)
 }
 
 /* Where an object goes on after its ``{`` (``first``) or a member's value: OK at the next member's value, with
- * the name's raw bytes (escapes undecoded) in ``name``/``length``; END past the ``}``. */
+ * the name's raw bytes (escapes undecoded) in ``name``; END past the ``}``. ``*rewritten`` is set if orjson would
+ * write what was passed differently (whitespace, an escape in the name), left as it is otherwise. */
 static int
-next_member(Scan *s, int first, const unsigned char **name, Py_ssize_t *length)
+next_member(Scan *s, int first, Name *name, int *rewritten)
 {
-    skip_ws(s);
+    *rewritten |= skip_ws(s);
     if (s->p < s->end && *s->p == '}') {
         s->p++;
         return END;
@@ -496,29 +547,30 @@ next_member(Scan *s, int first, const unsigned char **name, Py_ssize_t *length)
             return UNSURE;
         }
         s->p++;
-        skip_ws(s);
+        *rewritten |= skip_ws(s);
     }
     const unsigned char *start = s->p;
     int escaped;
     if (s->p >= s->end || *s->p != '"' || scan_string(s, &escaped) != OK) {
         return UNSURE;
     }
-    *name = start + 1;
-    *length = s->p - start - 2;
-    skip_ws(s);
+    name->p = start + 1;
+    name->length = s->p - start - 2;
+    *rewritten |= escaped | skip_ws(s);
     if (s->p >= s->end || *s->p != ':') {
         return UNSURE;
     }
     s->p++;
-    skip_ws(s);
+    *rewritten |= skip_ws(s);
     return OK;
 }
 
-/* Where an array goes on after its ``[`` (``first``) or an element: OK at the next element, END past the ``]``. */
+/* Where an array goes on after its ``[`` (``first``) or an element: OK at the next element, END past the ``]``;
+ * ``*rewritten`` is set if there was whitespace. */
 static int
-next_element(Scan *s, int first)
+next_element(Scan *s, int first, int *rewritten)
 {
-    skip_ws(s);
+    *rewritten |= skip_ws(s);
     if (s->p < s->end && *s->p == ']') {
         s->p++;
         return END;
@@ -528,45 +580,74 @@ next_element(Scan *s, int first)
             return UNSURE;
         }
         s->p++;
-        skip_ws(s);
+        *rewritten |= skip_ws(s);
     }
     return OK;
 }
 
-static int skip_value(Scan *s, int depth, int *raw);
-
+/* Whether ``name`` is one of the ``count`` names before it in its object. They have no escapes (else the object
+ * is not raw and this is not asked), and UTF-8 is checked: equal names are equal bytes. */
 static int
-skip_object(Scan *s, int depth)
+is_duplicate(const Name *names, int count, Name name)
 {
-    const unsigned char *name;
-    Py_ssize_t length;
-    int raw, status = OK;
-    s->p++;
-    for (int first = 1; status == OK; first = 0) {
-        status = next_member(s, first, &name, &length);
-        if (status == OK) {
-            status = skip_value(s, depth + 1, &raw);
+    for (int i = 0; i < count; i++) {
+        if (names[i].length == name.length && memcmp(names[i].p, name.p, (size_t)name.length) == 0) {
+            return 1;
         }
     }
+    return 0;
+}
+
+static int skip_value(Scan *s, int depth, int *raw);
+
+/* An object: OK past it, ``*raw`` if orjson writes it back byte for byte. */
+static int
+skip_object(Scan *s, int depth, int *raw)
+{
+    Name names[MAX_RAW_MEMBERS], name;
+    int count = 0, rewritten = 0, value_raw, status = OK;
+    *raw = 1;
+    s->p++;
+    for (int first = 1; status == OK; first = 0) {
+        status = next_member(s, first, &name, &rewritten);
+        if (status != OK) {
+            break;
+        }
+        /* once not raw, the names are no longer kept (nor looked through) */
+        if (*raw && !rewritten && count < MAX_RAW_MEMBERS && !is_duplicate(names, count, name)) {
+            names[count++] = name;
+        }
+        else {
+            *raw = 0;
+        }
+        status = skip_value(s, depth + 1, &value_raw);
+        *raw &= value_raw;
+    }
+    *raw &= !rewritten;  /* whitespace before the ``}`` */
     return status == END ? OK : status;
 }
 
+/* An array: OK past it, ``*raw`` if orjson writes it back byte for byte. */
 static int
-skip_array(Scan *s, int depth)
+skip_array(Scan *s, int depth, int *raw)
 {
-    int raw, status = OK;
+    int rewritten = 0, value_raw, status = OK;
+    *raw = 1;
     s->p++;
     for (int first = 1; status == OK; first = 0) {
-        status = next_element(s, first);
+        status = next_element(s, first, &rewritten);
         if (status == OK) {
-            status = skip_value(s, depth + 1, &raw);
+            status = skip_value(s, depth + 1, &value_raw);
+            *raw &= value_raw;
         }
     }
+    *raw &= !rewritten;
     return status == END ? OK : status;
 }
 
 /* Any JSON value at ``s->p`` (``depth`` containers in): OK past it, ``*raw`` if orjson writes it back byte for
- * byte (a string without escapes, a literal, a short integer). */
+ * byte (a string without escapes, a literal, a short integer, a float in orjson's form, a compact container of
+ * raw values: see the top of the file). */
 static int
 skip_value(Scan *s, int depth, int *raw)
 {
@@ -581,9 +662,9 @@ skip_value(Scan *s, int depth, int *raw)
         return status;
     }
     case '{':
-        return depth < MAX_VALUE_DEPTH ? skip_object(s, depth) : UNSURE;
+        return depth < MAX_VALUE_DEPTH ? skip_object(s, depth, raw) : UNSURE;
     case '[':
-        return depth < MAX_VALUE_DEPTH ? skip_array(s, depth) : UNSURE;
+        return depth < MAX_VALUE_DEPTH ? skip_array(s, depth, raw) : UNSURE;
     case 't':
         *raw = 1;
         return scan_literal(s, "true", 4);
@@ -680,23 +761,22 @@ read_key(Scan *s, const Limits *limits, PyObject **out)
 static int
 read_message(Scan *s, const Limits *limits, PyObject **key, PyObject **value)
 {
-    const unsigned char *name;
-    Py_ssize_t length;
-    int status = OK;
+    Name name;
+    int rewritten = 0, status = OK;  /* how the envelope is written does not matter */
     *key = *value = NULL;
     if (s->p >= s->end || *s->p != '{') {
         return UNSURE;
     }
     s->p++;
     for (int first = 1; status == OK; first = 0) {
-        status = next_member(s, first, &name, &length);
+        status = next_member(s, first, &name, &rewritten);
         if (status != OK) {
             break;
         }
-        if (NAME_IS(name, length, "value") && *value == NULL) {
+        if (NAME_IS(name, "value") && *value == NULL) {
             status = read_value(s, limits, value);
         }
-        else if (NAME_IS(name, length, "key") && *key == NULL) {
+        else if (NAME_IS(name, "key") && *key == NULL) {
             status = read_key(s, limits, key);
         }
         else {
@@ -727,13 +807,13 @@ append_message(PyObject *keys, PyObject *values, PyObject *key, PyObject *value)
 static int
 read_messages(Scan *s, const Limits *limits, PyObject *keys, PyObject *values, Py_ssize_t *total)
 {
-    int status = OK;
+    int rewritten = 0, status = OK;
     if (s->p >= s->end || *s->p != '[') {
         return UNSURE;
     }
     s->p++;
     for (int first = 1; status == OK; first = 0) {
-        status = next_element(s, first);
+        status = next_element(s, first, &rewritten);
         if (status != OK) {
             return status == END && !first ? OK : UNSURE;
         }
@@ -771,9 +851,8 @@ read_acks(Scan *s, int *all)
 static int
 read_body(Scan *s, const Limits *limits, int *all, PyObject *keys, PyObject *values, Py_ssize_t *total)
 {
-    const unsigned char *name;
-    Py_ssize_t length;
-    int has_acks = 0, has_messages = 0, status = OK;
+    Name name;
+    int rewritten = 0, has_acks = 0, has_messages = 0, status = OK;
     *all = 0;
     skip_ws(s);
     if (s->p >= s->end || *s->p != '{') {
@@ -781,15 +860,15 @@ read_body(Scan *s, const Limits *limits, int *all, PyObject *keys, PyObject *val
     }
     s->p++;
     for (int first = 1; status == OK; first = 0) {
-        status = next_member(s, first, &name, &length);
+        status = next_member(s, first, &name, &rewritten);
         if (status != OK) {
             break;
         }
-        if (NAME_IS(name, length, "messages") && !has_messages) {
+        if (NAME_IS(name, "messages") && !has_messages) {
             has_messages = 1;
             status = read_messages(s, limits, keys, values, total);
         }
-        else if (NAME_IS(name, length, "acks") && !has_acks) {
+        else if (NAME_IS(name, "acks") && !has_acks) {
             has_acks = 1;
             status = read_acks(s, all);
         }

@@ -3,8 +3,11 @@
 A plain message is a JSON object with a ``value`` (any JSON) and an optional string ``key``, nothing else: the
 common publish, which skips the per-message objects of the general path (``gateway.validation``).
 ``scan_plain_body`` reads a whole plain body (acks 1 or all) from its bytes in one pass, without parsing it into
-objects: values that orjson would write back unchanged (strings without escapes, literals, short integers) are
-copied from the body, others re-encoded with ``dumps(loads(span))``; whatever it cannot prove plain and valid
+objects: values that orjson would write back unchanged are copied from the body (strings without escapes,
+literals, integers of up to 15 digits but -0, floats in orjson's form: ``-?I.F`` without exponent, F "0" or ending
+in a non-zero digit, at most 15 significant digits, 1e-5 <= |x| < 1e16 or 0; and objects and arrays of such values
+written compactly, as orjson writes them: no whitespace inside, names without escapes, no name twice in one object,
+at most 32 members each), others re-encoded with ``dumps(loads(span))``; whatever it cannot prove plain and valid
 (bad JSON or UTF-8, escapes in keys or field names, limits, acks 0, other fields...) gives None, and the general
 path decides. ``parse_plain`` turns already-parsed messages into columns. All three functions are compiled in
 ``gateway._plain`` (built by setup.py; the Python ones here are the references: tests/unit/gateway/

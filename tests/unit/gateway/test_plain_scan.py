@@ -109,8 +109,10 @@ def _render(value: Any, style: Style) -> str:
     return json.dumps(value, ensure_ascii=style.ascii_only)
 
 
-_styles = st.builds(Style, st.sampled_from([",", ", ", " ,\n  ", ",\t", "\r\n,"]),
-                    st.sampled_from([":", ": ", " : ", ":\n"]), st.sampled_from(["", " ", "\n  "]), st.booleans())
+# Half compact, as orjson writes (the scanner copies such values raw), half with whitespace somewhere.
+_styles = (st.builds(Style, st.just(","), st.just(":"), st.just(""), st.booleans())
+           | st.builds(Style, st.sampled_from([",", ", ", " ,\n  ", ",\t", "\r\n,"]),
+                       st.sampled_from([":", ": ", " : ", ":\n"]), st.sampled_from(["", " ", "\n  "]), st.booleans()))
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)  # JSON never holds surrogates
 _plain_text = st.text(alphabet=st.characters(exclude_categories=["Cs", "Cc"], exclude_characters='"\\'), max_size=12)
 _raw_numbers = st.sampled_from(["-0", "0", "-1", "1e2", "1E+2", "0.5e-3", "-0.0", "1.0", "999999999999999",
@@ -118,15 +120,31 @@ _raw_numbers = st.sampled_from(["-0", "0", "-1", "1e2", "1E+2", "0.5e-3", "-0.0"
                                 "18446744073709551616", "-9223372036854775809"]).map(Raw)
 _raw_strings = st.sampled_from(['"a\\/b"', '"\\u00e9"', '"\\ud83d\\ude00"', '"\\ud800"', '"\\udc00"', '"\\u0000"',
                                 '"tab\\there"', '"\\""']).map(Raw)
-_scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
-            | _text | _raw_numbers | _raw_strings)
+_floats = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _decimals(draw: st.DrawFn) -> Raw:
+    """A decimal written ``-?I.F``, sometimes with an exponent: around the edges of the raw float rule (significant
+    digits, trailing zeros, leading zeros of the fraction, digits of the integer part)."""
+    integer = draw(st.just("0") | st.from_regex(r"[1-9][0-9]{0,17}", fullmatch=True))
+    fraction = "0" * draw(st.integers(0, 6)) + draw(st.from_regex(r"[0-9]{0,17}", fullmatch=True))
+    tail = draw(st.sampled_from(["", "", "", "", "0", "e5", "E-3", "e+0"]))
+    return Raw(f"{draw(st.sampled_from(['', '-']))}{integer}.{fraction or '0'}{tail}")
+
+
+# Floats as orjson writes them (shortest digits: raw up to 15, reencoded past), as Python writes them, and decimals.
+_float_texts = _floats.map(lambda x: Raw(orjson.dumps(x).decode())) | _floats | _decimals()
+_scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _float_texts | _float_texts | _text
+            | _raw_numbers | _raw_strings)
 _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3)
                      | st.lists(st.tuples(st.sampled_from(["a", "b"]), inner), max_size=3).map(
                          lambda members: Obj(tuple(members))), max_leaves=8)
 _plain_keys = st.just(MISSING) | st.none() | _plain_text
 _odd_keys = (_text | st.integers(-2, 2) | st.booleans() | st.sampled_from(["k" * 8, "k" * 9, "é" * 4, "é" * 5])
              | _raw_strings)
-_odd_values = st.just(MISSING) | st.sampled_from(["v" * 62, "v" * 63, "é" * 31, "é" * 32, [1] * 40])
+_odd_values = st.just(MISSING) | st.sampled_from(["v" * 62, "v" * 63, "é" * 31, "é" * 32, [1] * 40,
+                                                  {f"{i}": i for i in range(32)}, {f"{i}": i for i in range(33)}])
 _odd_members = st.sampled_from([("value", 1), ("key", "k"), ("headers", {}), ("Value", 1), (Raw('"k\\u0065y"'), "k"),
                                 (Raw('"va\\u006cue"'), 1)])
 
@@ -251,6 +269,29 @@ def test_compiled_scanner_answers_every_plain_body_whose_keys_need_no_escapes(bo
     assert PlainBatch(*scanned) == current
 
 
+def _refusing_loads(span: bytes) -> Any:
+    """A ``loads`` for the compiled scanner that fails (so the scanner answers None) if a value is reencoded."""
+    raise AssertionError(f"reencoded: {span!r}")
+
+
+# What orjson writes of typical documents: names and strings without escapes, integers of up to 15 digits, prices.
+_compact_names = st.text(alphabet=st.characters(exclude_categories=["Cs", "Cc"], exclude_characters='"\\'),
+                         max_size=8)
+_compact_scalars = (st.none() | st.booleans() | st.integers(-(10**15) + 1, 10**15 - 1) | _compact_names
+                    | st.floats(-(10**12), 10**12).map(lambda x: round(x, 2)))
+_compact_documents = st.recursive(_compact_scalars, lambda inner: st.lists(inner, max_size=4)
+                                  | st.dictionaries(_compact_names, inner, max_size=5), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents=st.lists(_compact_documents, min_size=1, max_size=5))
+def test_compiled_scanner_copies_what_orjson_writes_of_typical_documents_raw(documents: list[Any]) -> None:
+    values = [orjson.dumps(document) for document in documents]
+    body = b'{"messages":[' + b",".join(b'{"value":' + value + b"}" for value in values) + b"]}"
+    scanned = scan_plain_body(body, 5, 8, 1 << 16, _refusing_loads, orjson.dumps)
+    assert scanned == ("1", [None] * len(values), values, sum(map(len, values)))
+
+
 # ---- explicit cases ----
 
 BENCH_BODY = orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": "x" * 198} for i in range(100)]})
@@ -281,7 +322,8 @@ def test_compiled_scanner_answers_the_benchmark_body_as_the_current_path_does(bo
 @pytest.mark.parametrize("scan", SCANNERS)
 def test_every_truncation_of_a_plain_body_is_refused_or_equal(scan: Scanner) -> None:
     body = b' {"acks": "all", "messages": [{"key": "k\xc3\xa9", "value": {"a": [1, 2.5, "\\u00e9"]}}, ' \
-           b'{"value": "x\xf0\x9f\x98\x80y", "key": null}, {"value": -12}, {"value": true}]} \n'
+           b'{"value": "x\xf0\x9f\x98\x80y", "key": null}, {"value": -12}, {"value": true}, ' \
+           b'{"value":{"a":[1,-0.25,{"b":{}}],"c":"\xc3\xa9"}}]} \n'
     assert _scan(scan, body) is not None
     for end in range(len(body)):
         _assert_answers_like_the_current_path(scan, body[:end])
@@ -345,6 +387,78 @@ def test_values_are_stored_as_orjson_writes_them(scan: Scanner, value: str, stor
     scanned = _scan(scan, _body(f'{{"value":{value}}}'), PublishLimits(1 << 10, 8, 4, 64, 5, 1 << 16))
     assert scanned is not None
     assert scanned[2] == [orjson.dumps(orjson.loads(value))] == [stored]
+
+
+REALISTIC = ('{"order":100001,"customer":"cust-0042","currency":"EUR","total":1234.56,'
+             '"items":[{"sku":"sku-1","qty":2}],"note":"a b c","ts":1795418703164}')
+ROOMY = PublishLimits(1 << 16, 8, 4, 64, 5, 1 << 16)
+
+
+def _members(count: int) -> str:
+    return "{" + ",".join(f'"m{i}":{i}' for i in range(count)) + "}"
+
+
+# Written as orjson writes them: the compiled scanner copies them without loads.
+RAW_VALUES = [REALISTIC, "{}", "[]", "[[],{}]", '{"a":{"b":[1,2.5,"x",null,true,false]},"b":{"a":{}}}',
+              '{"é😀\u2028":"\u2028","":"","\x7f":[]}', '{"a":1,"A":2,"a ":3,"ab":4,"b":5}',
+              '{"x":[{"x":1},{"x":2}],"y":{"x":{"x":3}}}', _members(32),
+              "[0.0,-0.0,1.0,-1.5,0.5,0.00001,-0.00001234,0.000012345678901,1000000000000000.0,-9999999999999990.0]",
+              "[123456789012345.0,-0.123456789012345,12345678.9012345,0.0000123456789012345,100.25]",
+              "[" * 254 + "]" * 254, '{"a":' * 254 + "1" + "}" * 254]
+
+# Written otherwise than orjson writes them: reencoded.
+REWRITTEN_VALUES = ['{"a": 1}', '{ "a":1}', '{"a":1 }', '{"a" :1}', '{"a":1, "b":2}', '[1, 2]', '[ 1]', '[1 ]',
+                    "[\n]", "{\t}", '{"a":[1,{"b":2 }]}', '[[[[ ]]]]', '{"\\u0061":1}',
+                    '{"a":"\\u00e9"}', '{"a":1,"a":2}', '{"a":1,"b":2,"a":3}', '{"x":{"a":1,"a":1}}',
+                    '[{"a":{"b":[{"c":1,"c":[]}]}}]', '{"a":[-0]}', '{"a":[1e2]}',
+                    "1.50", "1.00", "0.00", "-0.00", "0.000001", "0.0000099", "-0.000009", "10000000000000000.0",
+                    "9999999999999999.0", "1e5", "1.5e2", "1E2", "1.0e0", "-0.0e0", "1e-5", "9007199254740993.0",
+                    "1234567890123456.7", "99999999999999.99", "0.1234567890123456789", "1.7976931348623157e308"]
+
+# Written as orjson writes them but past the raw rule (more than 15 significant digits, more than 32 members,
+# escapes): reencoded, which gives the same bytes.
+PAST_THE_RULE_VALUES = ['{"a\\"b":1}', '{"a":"\\n"}', "1234567890123456.0", "0.1234567890123456",
+                        "123456789012345.6", "-100000000000000.5", "0.30000000000000004", _members(33),
+                        '{"a":[' + _members(33) + "]}"]
+
+
+@pytest.mark.parametrize("value", RAW_VALUES)
+def test_values_written_as_orjson_writes_them_are_copied_raw(value: str) -> None:
+    span = value.encode()
+    assert orjson.dumps(orjson.loads(span)) == span
+    body = _body(f'{{"value":{value}}}', f'{{"key":"k","value":{value}}}')
+    assert scan_plain_body(body, 5, 8, 1 << 16, _refusing_loads, orjson.dumps) == ("1", [None, b"k"], [span] * 2,
+                                                                                    2 * len(span))
+    _expect(scan_plain_body_python, body, ("1", [None, b"k"], [span] * 2, 2 * len(span)), ROOMY)
+
+
+def test_a_realistic_body_is_read_without_loads() -> None:
+    values = [orjson.dumps({"order": 100001 + i, "customer": f"cust-{i:04}", "currency": "EUR",
+                            "total": round(1234.56 + i * 7.31, 2), "items": [{"sku": f"sku-{i}", "qty": i % 5 + 1}],
+                            "note": "a b c", "ts": 1795418703164 + i}) for i in range(100)]
+    body = b'{"acks":"all","messages":[' + b",".join(b'{"key":"k","value":' + value + b"}" for value in values) + b"]}"
+    scanned = scan_plain_body(body, 100, 8, 1024, _refusing_loads, orjson.dumps)
+    assert scanned == ("all", [b"k"] * 100, values, sum(map(len, values)))
+
+
+@pytest.mark.parametrize("value", REWRITTEN_VALUES + PAST_THE_RULE_VALUES)
+def test_values_not_copied_raw_are_stored_as_orjson_writes_them(value: str) -> None:
+    span = value.encode()
+    assert (orjson.dumps(orjson.loads(span)) == span) == (value in PAST_THE_RULE_VALUES)
+    body = _body(f'{{"value":{value}}}')
+    assert scan_plain_body(body, 5, 8, 1 << 16, _refusing_loads, orjson.dumps) is None  # it reencodes
+    for scan in (scan_plain_body, scan_plain_body_python):
+        stored = orjson.dumps(orjson.loads(span))
+        _expect(scan, body, ("1", [None], [stored], len(stored)), ROOMY)
+
+
+@pytest.mark.parametrize("value", [REALISTIC, "[1.5,-0.0]", _members(32)])
+def test_a_raw_value_at_the_limit_is_plain_and_one_byte_over_is_refused(value: str) -> None:
+    span = value.encode()
+    for scan in (scan_plain_body, scan_plain_body_python):
+        _expect(scan, _body(f'{{"value":{value}}}'), ("1", [None], [span], len(span)),
+                PublishLimits(len(span), 8, 4, 64, 5, 1 << 16))
+        _expect(scan, _body(f'{{"value":{value}}}'), None, PublishLimits(len(span) - 1, 8, 4, 64, 5, 1 << 16))
 
 
 @pytest.mark.parametrize("scan", SCANNERS)
@@ -425,8 +539,12 @@ def test_key_at_the_limit_is_plain_and_one_byte_over_is_refused(scan: Scanner, k
 
 @pytest.mark.parametrize("scan", SCANNERS)
 @pytest.mark.parametrize(("depth", "answered"), [(254, True), (255, False), (2000, False), (1_000_000, False)])
-def test_values_nested_past_what_dumps_writes_are_refused(scan: Scanner, depth: int, answered: bool) -> None:
-    body = _body('{"value":' + "[" * depth + "]" * depth + "}")
+@pytest.mark.parametrize(("opening", "inner", "closing"), [("[", "", "]"), ("[ ", "", "]"), ('{"a":', "1", "}"),
+                                                        ('{"a" :', "1", "}")],
+                         ids=["array", "spaced-array", "object", "spaced-object"])
+def test_values_nested_past_what_dumps_writes_are_refused(scan: Scanner, depth: int, answered: bool, opening: str,
+                                                          inner: str, closing: str) -> None:
+    body = _body('{"value":' + opening * depth + inner + closing * depth + "}")
     limits = PublishLimits(1 << 16, 8, 4, 64, 5, 1 << 16)
     assert (_scan(scan, body, limits) is not None) == answered
     _assert_answers_like_the_current_path(scan, body, limits)
@@ -439,7 +557,7 @@ def test_a_failing_loads_or_dumps_means_no_answer(scan: Scanner, failing: str) -
         raise ValueError("no")
 
     loads, dumps = (fail, orjson.dumps) if failing == "loads" else (orjson.loads, fail)
-    assert scan(_body('{"value":[1]}'), 5, 8, 64, loads, dumps) is None
+    assert scan(_body('{"value":[1, 2]}'), 5, 8, 64, loads, dumps) is None
 
 
 def test_an_interrupt_in_loads_propagates_from_the_compiled_scanner() -> None:
@@ -447,7 +565,7 @@ def test_an_interrupt_in_loads_propagates_from_the_compiled_scanner() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        scan_plain_body(_body('{"value":1}', '{"value":[1]}'), 5, 8, 64, interrupted, orjson.dumps)
+        scan_plain_body(_body('{"value":1}', '{"value":[1, 2]}'), 5, 8, 64, interrupted, orjson.dumps)
 
 
 def test_compiled_scanner_rejects_a_body_that_is_not_bytes() -> None:
@@ -466,8 +584,9 @@ def _traced() -> Iterator[Callable[[], int]]:
 
 def test_compiled_scanner_keeps_nothing_from_refused_or_answered_bodies() -> None:
     bodies = [BENCH_BODY[:n] for n in range(0, len(BENCH_BODY), 97)] + [
-        _body('{"value":1}', '{"value":[1]}', '{"value":1e400}'), _body('{"value":"a"}', '{"key":1,"value":1}'),
-        _body('{"value":1,"key":"k","key":"k"}'), _body('{"key":"k","value":[1],"value":2}'), BENCH_BODY]
+        _body('{"value":1}', '{"value":[1, 2]}', '{"value":1e400}'), _body('{"value":"a"}', '{"key":1,"value":1}'),
+        _body('{"value":1,"key":"k","key":"k"}'), _body('{"key":"k","value":[1],"value":2}'),
+        _body(f'{{"value":{REALISTIC}}}', '{"value":{"a":1,"a":2}}', '{"value":{"a":[1,2.5]}}'), BENCH_BODY]
     for body in bodies:  # warm up: interned and cached objects are made once
         _scan(scan_plain_body, body, BENCH_LIMITS)
     with _traced() as traced:
