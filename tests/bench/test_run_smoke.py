@@ -30,7 +30,7 @@ def require_binaries(report_missing: Callable[[str], NoReturn]) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers(
+def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_and_one_copy(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
@@ -40,8 +40,9 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers(
     assert done.returncode == 0, done.stdout + done.stderr
     rows = orjson.loads(json_path.read_bytes())["rows"]
     anchors = {row["anchor_name"] for row in rows}
-    assert [row["goal"] for row in rows] == ["1", "1", "1", "1"]
-    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async"} <= anchors
+    assert [row["goal"] for row in rows] == ["1"] * 6
+    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async", "raw XADD -P 64, same cluster",
+            "JetStream publish_async (R1)"} <= anchors
     for row in rows:
         assert isinstance(row["value"], float), row
         assert row["value"] > 0, row
@@ -52,4 +53,5 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers(
             assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
     assert "HTTP publish, batch 100, acks=1" in done.stdout
     assert "JetStream publish_async" in done.stdout
-    assert markdown_path.read_text().count("\n| 1 |") == 4
+    assert "one copy (3 primaries, no replicas)" in done.stdout
+    assert markdown_path.read_text().count("\n| 1 |") == 6
