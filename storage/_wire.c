@@ -4,7 +4,8 @@
  * %-format and a chunk per record), the same results as storage.scripts' *_python references.
  * The reply side too: a transaction's replies folded into the script's flat reply (fold_transaction), its offsets
  * (parse_plain_reply), the batch's offsets back in input order (in_input_order), and the check for an error reply
- * in a pipeline's replies (has_instance). tests/unit/storage/test_plain_append_wire.py pins each to its reference.
+ * in a pipeline's replies (has_instance), and clean transactions' replies read straight from the received bytes
+ * (read_transactions). tests/unit/storage/test_plain_append_wire.py pins each to its reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -172,6 +173,24 @@ fail:
     return NULL;
 }
 
+/* A flat reply of ``n`` offsets, ``[?, 0, ?, 0, ...]``: the zeros set, the offsets (even places, NULL until then)
+ * for the caller to set. Dropping it unfilled is safe (a list releases its items with Py_XDECREF). */
+static PyObject *
+new_flat_reply(Py_ssize_t n)
+{
+    PyObject *flat = PyList_New(2 * n), *zero = PyLong_FromLong(0);
+    if (flat == NULL || zero == NULL) {
+        Py_XDECREF(flat);
+        Py_XDECREF(zero);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyList_SET_ITEM(flat, 2 * i + 1, Py_NewRef(zero));
+    }
+    Py_DECREF(zero);
+    return flat;
+}
+
 /* The script's flat reply ``[offset, 0, ...]`` (offsets as str) of a plain transaction's replies (MULTI's,
  * QUEUED..., EXEC's list of IDs); None when any reply is an error or EXEC's reply is not a list of bytes, for
  * the Python fold (storage.scripts._fold_transaction_python) to explain. */
@@ -197,27 +216,19 @@ fold_transaction(PyObject *module, PyObject *replies)
             Py_RETURN_NONE;
         }
     }
-    PyObject *flat = PyList_New(2 * count);
+    PyObject *flat = new_flat_reply(count);
     if (flat == NULL) {
-        return NULL;
-    }
-    PyObject *zero = PyLong_FromLong(0);
-    if (zero == NULL) {
-        Py_DECREF(flat);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *id = PyList_GET_ITEM(executed, i);
         PyObject *offset = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(id), PyBytes_GET_SIZE(id), NULL);
         if (offset == NULL) {
-            Py_DECREF(zero);
             Py_DECREF(flat);
             return NULL;
         }
         PyList_SET_ITEM(flat, 2 * i, offset);
-        PyList_SET_ITEM(flat, 2 * i + 1, Py_NewRef(zero));
     }
-    Py_DECREF(zero);
     return flat;
 }
 
@@ -336,6 +347,157 @@ fail:
     return NULL;
 }
 
+/* ---- read_transactions: clean plain transactions' replies straight from the received bytes ----
+ *
+ * For a request of plain transactions only (no ASKING, no WAIT), what Redis answers when all goes well is, per
+ * transaction of n XADDs: "+OK\r\n", n x "+QUEUED\r\n", "*n\r\n" and n bulk strings (the IDs). Reading that
+ * through hiredis made a Python object of every reply (~2n + 2 per transaction) before fold_transaction read
+ * them again; here the IDs become the fold's str offsets directly. Anything else (an error reply, a nil EXEC,
+ * a count that differs, bytes that end early) gives None: the caller feeds the same bytes to hiredis, which
+ * explains them. */
+
+/* Past ``text`` at ``*p`` (nonzero), or nothing moved (0). */
+static int
+take_literal(const char **p, const char *end, const char *text, Py_ssize_t n)
+{
+    if (end - *p < n || memcmp(*p, text, (size_t)n) != 0) {
+        return 0;
+    }
+    *p += n;
+    return 1;
+}
+
+/* ``<kind><digits>\r\n`` at ``*p``: its number (at most 9 digits), or -1 with nothing moved. */
+static Py_ssize_t
+take_header(const char **p, const char *end, char kind)
+{
+    const char *q = *p;
+    if (q >= end || *q != kind) {
+        return -1;
+    }
+    q++;
+    Py_ssize_t value = 0, count = 0;
+    while (q < end && *q >= '0' && *q <= '9' && count < 9) {
+        value = value * 10 + (*q - '0');
+        q++;
+        count++;
+    }
+    if (count == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') {
+        return -1;
+    }
+    *p = q + 2;
+    return value;
+}
+
+/* A stream ID's bulk string as str: "<ms>-<seq>", digits and one dash, or NULL without an exception (not one). */
+static PyObject *
+take_id(const char **p, const char *end)
+{
+    const char *q = *p;
+    Py_ssize_t n = take_header(&q, end, '$');
+    if (n < 3 || n > 41 || end - q < n + 2 || q[n] != '\r' || q[n + 1] != '\n') {
+        return NULL;
+    }
+    int dashes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (q[i] == '-' && i > 0 && i < n - 1) {
+            dashes++;
+        }
+        else if (q[i] < '0' || q[i] > '9') {
+            return NULL;
+        }
+    }
+    if (dashes != 1) {
+        return NULL;
+    }
+    PyObject *id = PyUnicode_New(n, 127);
+    if (id == NULL) {
+        return NULL;
+    }
+    memcpy(PyUnicode_1BYTE_DATA(id), q, (size_t)n);
+    *p = q + n + 2;
+    return id;
+}
+
+/* One transaction of ``n`` XADDs: its flat reply [offset, 0, ...], None (Py_None, new ref) if the bytes are not a
+ * clean one, NULL with an exception on failure. */
+static PyObject *
+take_transaction(const char **p, const char *end, Py_ssize_t n)
+{
+    if (!take_literal(p, end, "+OK\r\n", 5)) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!take_literal(p, end, "+QUEUED\r\n", 9)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (take_header(p, end, '*') != n) {
+        Py_RETURN_NONE;
+    }
+    PyObject *flat = new_flat_reply(n);
+    if (flat == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = take_id(p, end);
+        if (id == NULL) {
+            Py_DECREF(flat);
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(flat, 2 * i, id);
+    }
+    return flat;
+}
+
+static PyObject *
+read_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "read_transactions(data: bytes, offset: int, sizes: list[int])");
+        return NULL;
+    }
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]), size = PyBytes_GET_SIZE(args[0]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (offset < 0 || offset > size) {
+        PyErr_SetString(PyExc_ValueError, "offset outside data");
+        return NULL;
+    }
+    PyObject *sizes = args[2];
+    Py_ssize_t count = PyList_GET_SIZE(sizes);
+    const char *p = PyBytes_AS_STRING(args[0]) + offset, *end = PyBytes_AS_STRING(args[0]) + size;
+    PyObject *folded = PyList_New(count);
+    if (folded == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, t));
+        if (n < 0) {
+            Py_DECREF(folded);
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "a transaction has at least 0 commands");
+            }
+            return NULL;
+        }
+        PyObject *flat = take_transaction(&p, end, n);
+        if (flat == NULL || flat == Py_None) {
+            Py_DECREF(folded);
+            return flat;
+        }
+        PyList_SET_ITEM(folded, t, flat);
+    }
+    PyObject *at = PyLong_FromSsize_t(p - PyBytes_AS_STRING(args[0]));
+    PyObject *result = at == NULL ? NULL : PyTuple_Pack(2, folded, at);
+    Py_XDECREF(at);
+    Py_DECREF(folded);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"xadd_transaction", (PyCFunction)(void (*)(void))xadd_transaction, METH_FASTCALL,
      "MULTI, one XADD per value (with its key where there is one), EXEC, as RESP bytes."},
@@ -349,6 +511,8 @@ static PyMethodDef methods[] = {
      "Whether any item of a list is an instance of a class."},
     {"in_input_order", (PyCFunction)(void (*)(void))in_input_order, METH_FASTCALL,
      "A batch's offsets in input order from its partitions' record indexes and offsets."},
+    {"read_transactions", (PyCFunction)(void (*)(void))read_transactions, METH_FASTCALL,
+     "Clean plain transactions' replies from data at offset: ([flat reply per transaction], end) or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,7 +34,7 @@ from redis import exceptions as rexc
 from storage.cluster import ClusterRouter, Deadline, NodeAddress, is_transient, needs_refresh, translate
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
-from storage.lean import NodeLanes
+from storage.lean import FoldedReplies, NodeLanes
 from storage.observer import report
 from storage.resp import encode_command, with_redis_errors
 from storage.scripts import LuaScript, PartitionCall
@@ -136,7 +136,7 @@ class Appender(Generic[R]):
         for addr, calls in groups.items():
             encoded = self._encode(calls, asking)
             try:
-                future = lanes.submit(addr, *encoded)
+                future = lanes.submit(addr, *encoded, self._transactions(calls, asking))
             except Exception:  # the lanes are closed: _write_node reports it like any failed send
                 future = None
             if future is None:
@@ -156,7 +156,9 @@ class Appender(Generic[R]):
                        future: asyncio.Future[list[Any]], started: float) -> _NodeOutcome[R]:
         """``_write_node`` for calls already queued (``_write_nodes_at_once``): their replies' outcome."""
         try:
-            replies = self._fold(calls, asking, with_redis_errors(await future))
+            replies = await future
+            if type(replies) is not FoldedReplies:  # read one by one: an error, a redirect, a partial read...
+                replies = self._fold(calls, asking, with_redis_errors(replies))
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, "append", started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
@@ -202,6 +204,17 @@ class Appender(Generic[R]):
             chunks.append(call.wire())
             count += call.wire_replies
         return b"".join(chunks), count
+
+    @staticmethod
+    def _transactions(calls: list[PartitionCall], asking: dict[int, NodeAddress]) -> list[int] | None:
+        """The calls' XADD counts when their wire is plain transactions only (no ASKING before any), else None."""
+        sizes: list[int] = []
+        for call in calls:
+            size = call.transaction_size
+            if size is None or call.partition in asking:
+                return None
+            sizes.append(size)
+        return sizes
 
     @staticmethod
     def _fold(calls: list[PartitionCall], asking: dict[int, NodeAddress], replies: list[Any]) -> list[Any]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from redis import exceptions as rexc
 
-from storage.resp import NOT_READY, ReplyReader, encode_command, new_reply_reader, with_redis_errors
+from storage.resp import NOT_READY, ReplyReader, encode_command, new_reply_reader, read_transactions, with_redis_errors
 from storage.settings import RedisStoreSettings
 
 NodeAddress = tuple[str, int]
@@ -46,6 +46,12 @@ class _Request:
     remaining: int
     replies: list[Any] = field(default_factory=list)
     queued_at: float = 0.0  # event-loop time the request was queued (the reply timeout counts from it)
+    transactions: list[int] | None = None  # plain transactions only: their XADD counts (``read_transactions``)
+
+
+class FoldedReplies(list[Any]):
+    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction: what a request
+    made with ``transactions`` gets when its replies were clean (``storage.resp.read_transactions``)."""
 
 
 class _RespProtocol(asyncio.Protocol):
@@ -65,34 +71,64 @@ class _RespProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        reader, waiting = self.reader, self.waiting
-        gets, not_ready = reader.gets, NOT_READY
         try:
-            reader.feed(data)
-            while (reply := gets()) is not not_ready:
-                request = waiting[0]
-                replies = request.replies
-                replies.append(reply)
-                remaining = request.remaining - 1
-                # The rest of this request's replies (a transaction's QUEUED...) without the per-reply lookups.
-                append = replies.append
-                while remaining and (reply := gets()) is not not_ready:
-                    append(reply)
-                    remaining -= 1
-                request.remaining = remaining
-                if remaining == 0:
-                    waiting.popleft()
-                    self.sent -= 1
-                    if not request.future.done():  # a cancelled caller's replies are consumed and dropped
-                        request.future.set_result(replies)
-                    if self.room_waiters:
-                        self.wake_one()
+            waiting = self.waiting
+            if waiting and waiting[0].transactions is not None and not self.reader.has_data():
+                taken = self._take_transactions(data)
+                if taken:
+                    data = data[taken:]
+            if data:
+                self._read_replies(data)
             if self.sent == 0 and self.on_idle is not None:
                 self.on_idle()
         except Exception as exc:  # unparseable bytes or a reply nobody asked for: the stream is unusable
             self.fail(rexc.ConnectionError(f"protocol error from redis: {exc!r}"))
             if self.transport is not None:
                 self.transport.abort()
+
+    def _take_transactions(self, data: bytes) -> int:
+        """The first requests' replies, while they are clean plain transactions whole in ``data`` (the reader
+        holds nothing, so ``data`` starts at a reply): answered folded, without a Python object per reply.
+        How many bytes were taken; the rest (an error, a partial reply, another request's) goes to the reader."""
+        waiting, offset = self.waiting, 0
+        while waiting:
+            request = waiting[0]
+            if request.transactions is None or request.replies:
+                break
+            read = read_transactions(data, offset, request.transactions)
+            if read is None:
+                break
+            folded, offset = read
+            waiting.popleft()
+            self._answer(request, FoldedReplies(folded))
+        return offset
+
+    def _read_replies(self, data: bytes) -> None:
+        reader, waiting = self.reader, self.waiting
+        gets, not_ready = reader.gets, NOT_READY
+        reader.feed(data)
+        while (reply := gets()) is not not_ready:
+            request = waiting[0]
+            replies = request.replies
+            replies.append(reply)
+            remaining = request.remaining - 1
+            # The rest of this request's replies (a transaction's QUEUED...) without the per-reply lookups.
+            append = replies.append
+            while remaining and (reply := gets()) is not not_ready:
+                append(reply)
+                remaining -= 1
+            request.remaining = remaining
+            if remaining == 0:
+                waiting.popleft()
+                self._answer(request, replies)
+
+    def _answer(self, request: _Request, replies: list[Any]) -> None:
+        """A request whose replies are all in (already taken off ``waiting``)."""
+        self.sent -= 1
+        if not request.future.done():  # a cancelled caller's replies are consumed and dropped
+            request.future.set_result(replies)
+        if self.room_waiters:
+            self.wake_one()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail(rexc.ConnectionError(f"connection to redis lost: {exc or 'closed by server'}"))
@@ -181,10 +217,14 @@ class RespConnection:
             future = self.submit(payload, replies)
         return with_redis_errors(await future)
 
-    def submit(self, payload: bytes, replies: int) -> asyncio.Future[list[Any]] | None:
+    def submit(self, payload: bytes, replies: int,
+               transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
         """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its raw replies
         (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them), or None when the
         connection has ``max_in_flight`` requests already. Raises the failure of a lost connection.
+
+        ``transactions``: the payload is plain transactions only (``PlainAppendCall.wire``, no ASKING, no WAIT)
+        of these XADD counts; when their replies are clean the future gets them folded (``FoldedReplies``).
         """
         protocol = self._protocol
         if protocol.lost is not None:
@@ -194,7 +234,7 @@ class RespConnection:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         now = loop.time()
-        protocol.waiting.append(_Request(future, replies, [], now))  # queue and buffer with no await between
+        protocol.waiting.append(_Request(future, replies, [], now, transactions))  # no await between the two
         self._out.append(payload)
         self._out_requests += 1
         if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
@@ -333,14 +373,16 @@ class NodeLanes:
         connection = await self._shared(address, lane)
         return await connection.execute(payload, replies)
 
-    def submit(self, address: NodeAddress, payload: bytes, replies: int) -> asyncio.Future[list[Any]] | None:
+    def submit(self, address: NodeAddress, payload: bytes, replies: int,
+               transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
         """``execute_encoded`` on the node's shared connection without awaiting: the future of the raw replies
-        (``RespConnection.submit``), or None when that connection is not open yet or has no room (the caller
-        then uses ``execute_encoded``, which waits). Raises ConnectionError once closed."""
+        (``RespConnection.submit``, folded when ``transactions`` are given and clean), or None when that
+        connection is not open yet or has no room (the caller then uses ``execute_encoded``, which waits).
+        Raises ConnectionError once closed."""
         connection = self._lane(address).shared
         if connection is None or connection.closed:
             return None
-        return connection.submit(payload, replies)
+        return connection.submit(payload, replies, transactions)
 
     async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
                                  timeout_ms: int) -> list[Any]:

@@ -9,6 +9,7 @@ exception class (MovedError, AskError, NoScriptError, ClusterDownError, ...) the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,42 @@ except ImportError:  # pragma: no cover - built without a C compiler
         """Whether any item of ``items`` is an instance of ``cls``."""
         return any(isinstance(item, cls) for item in items)
 
+
+def read_transactions_python(data: bytes, offset: int, sizes: list[int], /) -> tuple[list[list[Any]], int] | None:
+    """Clean plain transactions' replies read from ``data`` at ``offset``: per transaction of ``n`` XADDs,
+    ``+OK``, ``n`` x ``+QUEUED``, ``*n`` and ``n`` stream IDs. Their flat replies ``[offset, 0, ...]`` (offsets as
+    str, as ``fold_transaction`` gives them) and where they end; None for anything else (an error reply, a nil
+    or shorter EXEC, bytes that end early): hiredis then reads the same bytes. The reference of the compiled
+    ``storage._wire.read_transactions``."""
+    if not 0 <= offset <= len(data):
+        raise ValueError("offset outside data")
+    folded: list[list[Any]] = []
+    at = offset
+    for n in sizes:
+        if n < 0:
+            raise ValueError("a transaction has at least 0 commands")
+        head = b"+OK\r\n" + b"+QUEUED\r\n" * n + b"*%d\r\n" % n
+        if not data.startswith(head, at):
+            return None
+        at += len(head)
+        flat: list[Any] = [0] * (2 * n)
+        for i in range(n):
+            match = _STREAM_ID_BULK.match(data, at)
+            if match is None or not 3 <= len(match[2]) <= 41 or int(match[1]) != len(match[2]):
+                return None
+            flat[2 * i] = match[2].decode()
+            at = match.end()
+        folded.append(flat)
+    return folded, at
+
+
+_STREAM_ID_BULK = re.compile(rb"\$([0-9]{1,9})\r\n([0-9]+-[0-9]+)\r\n")
+
+try:  # the compiled reader (storage._wire); the Python one gives the same answers
+    from storage._wire import read_transactions as read_transactions
+except ImportError:  # pragma: no cover - built without a C compiler
+    read_transactions = read_transactions_python
+
 NOT_READY: Any = False  # what ``gets`` returns while a reply is incomplete (hiredis' convention)
 _CRLF = b"\r\n"
 
@@ -40,11 +77,14 @@ class ProtocolError(Exception):
 
 
 class ReplyReader(Protocol):
-    """Incremental reader: ``feed`` bytes as they arrive, ``gets`` one reply or NOT_READY."""
+    """Incremental reader: ``feed`` bytes as they arrive, ``gets`` one reply or NOT_READY; ``has_data`` whether
+    fed bytes wait unread (a partial reply)."""
 
     def feed(self, data: bytes, /) -> None: ...
 
     def gets(self) -> Any: ...
+
+    def has_data(self) -> bool: ...
 
 
 _SHORT_ARGS: dict[bytes | str | int, bytes] = {}  # encodings of short arguments (field names, counts, flags)
@@ -100,6 +140,10 @@ class PythonReplyReader:
     def feed(self, data: bytes, /) -> None:
         """Append received bytes."""
         self._buffer += data
+
+    def has_data(self) -> bool:
+        """Whether fed bytes are not read yet (a partial reply)."""
+        return self._pos < len(self._buffer)
 
     def gets(self) -> Any:
         """The next complete reply, or NOT_READY (the partial bytes are kept for the next ``feed``)."""

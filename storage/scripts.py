@@ -102,6 +102,12 @@ class PartitionCall(Protocol):
     @property
     def wire_replies(self) -> int: ...
 
+    @property
+    def transaction_size(self) -> int | None:
+        """The XADD count when ``wire()`` is one MULTI/XADD.../EXEC transaction (its clean replies can be read
+        folded, ``storage.resp.read_transactions``), else None."""
+        ...
+
     def evalsha_command(self) -> tuple[Any, ...]:
         """The command as values (for a redis-py pipeline)."""
         ...
@@ -124,6 +130,7 @@ class _OneCommand:
 
     __slots__ = ()
     wire_replies = 1
+    transaction_size = None
 
     def wire(self: _EncodesEvalsha) -> bytes:
         """The EVALSHA command as RESP bytes."""
@@ -189,7 +196,7 @@ class AppendCall:
     redis-py and tests.
     """
 
-    __slots__ = ("_dedup_indexes", "keys", "options", "partition", "records", "wire_replies")
+    __slots__ = ("_dedup_indexes", "keys", "options", "partition", "records", "transaction_size", "wire_replies")
     script = APPEND_SCRIPT
 
     def __init__(self, topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> None:
@@ -205,6 +212,7 @@ class AppendCall:
                 self.keys.append(dedup_key(topic, partition, record.idempotency_key))
                 self._dedup_indexes.append(len(self.keys) - 1)
         self.wire_replies = 1 if self.uses_script else len(records) + 2
+        self.transaction_size = None if self.uses_script else len(records)
 
     @property
     def uses_script(self) -> bool:
@@ -279,7 +287,8 @@ class PlainAppendCall:
     The same stream entries as ``AppendCall`` of the equivalent records, byte for byte (tests pin it).
     """
 
-    __slots__ = ("_topic", "keys", "options", "partition", "value_format", "values", "wire_replies")
+    __slots__ = ("_topic", "keys", "options", "partition", "transaction_size", "value_format", "values",
+                 "wire_replies")
     script = APPEND_SCRIPT
 
     def __init__(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None],
@@ -291,6 +300,7 @@ class PlainAppendCall:
         self.value_format = value_format
         self.options = options
         self.wire_replies = len(values) + 2
+        self.transaction_size = len(values)
 
     def as_append_call(self) -> AppendCall:
         """The same call over record objects."""

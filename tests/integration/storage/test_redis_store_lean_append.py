@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from storage import AppendOptions, Record
+from storage import AppendOptions, Record, lean, resp
 from storage.keys import slot_of
 from storage.models import Acks, PlainRecords
 from storage.redis_store import RedisStreamStore
@@ -163,3 +163,27 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
         offsets = [e.offset for e in await store.read(topic, partition)]
         assert offsets == [o for o, p in zip(first, partitions, strict=True) if p == partition] + \
             [o for o, p in zip(second, partitions, strict=True) if p == partition]
+
+
+async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_land_in_order(
+    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partitions = list(range(12)) * 2
+    values = [b'"%d"' % i for i in range(len(partitions))]
+    keys: list[bytes | None] = [None] * len(partitions)
+    await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())  # opens the lanes
+    answers: list[Any] = []
+    original = resp.read_transactions
+
+    def recording(data: bytes, offset: int, sizes: list[int]) -> Any:
+        answers.append(original(data, offset, sizes))
+        return answers[-1]
+
+    monkeypatch.setattr(lean, "read_transactions", recording)
+    offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())
+    assert answers
+    assert all(answer is not None for answer in answers)  # every node's replies were read folded
+    assert sum(len(flat) // 2 for folded, _ in answers for flat in folded) == len(partitions)
+    for partition in range(12):
+        written = [e.offset for e in await store.read(topic, partition)][-2:]
+        assert written == [o for o, p in zip(offsets, partitions, strict=True) if p == partition]
