@@ -13,8 +13,9 @@
  * last value), at most MAX_RAW_MEMBERS members each, every value inside raw. Other values (longer or other
  * numbers, strings with escapes, containers with whitespace...) go through dumps(loads(span)). Anything it cannot
  * prove plain and valid gives None (the general path then decides, errors included): escapes in keys, field names
- * or acks, duplicate fields, acks 0, other fields or types, a limit exceeded, values nested past what dumps
- * writes, bad JSON or UTF-8. Strings are skipped 16 bytes at a time with SSE2 (8 with a portable word trick).
+ * or acks, duplicate fields, acks other than 0, 1 or all, other fields or types, a limit exceeded, values nested
+ * past what dumps writes, bad JSON or UTF-8. Strings are skipped 16 bytes at a time with SSE2 (8 with a portable
+ * word trick).
  *
  * parse_plain turns already-parsed messages into columns: a JSON string value is written as orjson writes it
  * (``"``, ``\`` and control characters escaped, ``\b \t \n \f \r`` short, the rest ``\u00XX``; everything else
@@ -30,7 +31,7 @@
 #endif
 
 static PyObject *KEY, *VALUE;  /* interned "key" and "value" */
-static PyObject *ACKS_ONE, *ACKS_ALL;  /* interned "1" and "all" */
+static PyObject *ACKS_ZERO, *ACKS_ONE, *ACKS_ALL;  /* interned "0", "1" and "all" */
 
 static const char HEX[] = "0123456789abcdef";
 
@@ -830,9 +831,9 @@ read_messages(Scan *s, const Limits *limits, PyObject *keys, PyObject *values, P
     return status;
 }
 
-/* ``acks``: "1", 1 or "all" (``*all``); anything else (0 is not plain) is UNSURE. */
+/* ``acks``: "0", 0, "1", 1 or "all" into ``*acks`` (borrowed, interned); anything else is UNSURE. */
 static int
-read_acks(Scan *s, int *all)
+read_acks(Scan *s, PyObject **acks)
 {
     const unsigned char *start = s->p;
     int escaped, raw;
@@ -840,20 +841,26 @@ read_acks(Scan *s, int *all)
         if (scan_string(s, &escaped) != OK) {
             return UNSURE;
         }
-        *all = s->p - start == 5 && memcmp(start, "\"all\"", 5) == 0;
-        return *all || (s->p - start == 3 && memcmp(start, "\"1\"", 3) == 0) ? OK : UNSURE;
+        Py_ssize_t n = s->p - start;
+        *acks = n == 5 && memcmp(start, "\"all\"", 5) == 0 ? ACKS_ALL
+                : n == 3 && memcmp(start, "\"1\"", 3) == 0 ? ACKS_ONE
+                : n == 3 && memcmp(start, "\"0\"", 3) == 0 ? ACKS_ZERO : NULL;
+        return *acks != NULL ? OK : UNSURE;
     }
-    *all = 0;
-    return s->p < s->end && *s->p == '1' && scan_number(s, &raw) == OK && s->p - start == 1 ? OK : UNSURE;
+    if (s->p >= s->end || (*s->p != '0' && *s->p != '1') || scan_number(s, &raw) != OK || s->p - start != 1) {
+        return UNSURE;
+    }
+    *acks = *start == '1' ? ACKS_ONE : ACKS_ZERO;
+    return OK;
 }
 
 /* The whole body: ``{"messages": [...]}`` with an optional ``"acks"``, each once, then only whitespace. */
 static int
-read_body(Scan *s, const Limits *limits, int *all, PyObject *keys, PyObject *values, Py_ssize_t *total)
+read_body(Scan *s, const Limits *limits, PyObject **acks, PyObject *keys, PyObject *values, Py_ssize_t *total)
 {
     Name name;
     int rewritten = 0, has_acks = 0, has_messages = 0, status = OK;
-    *all = 0;
+    *acks = ACKS_ONE;
     skip_ws(s);
     if (s->p >= s->end || *s->p != '{') {
         return UNSURE;
@@ -870,7 +877,7 @@ read_body(Scan *s, const Limits *limits, int *all, PyObject *keys, PyObject *val
         }
         else if (NAME_IS(name, "acks") && !has_acks) {
             has_acks = 1;
-            status = read_acks(s, all);
+            status = read_acks(s, acks);
         }
         else {
             status = UNSURE;
@@ -900,9 +907,10 @@ scan_plain_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Scan s = {body, body + PyBytes_GET_SIZE(args[0])};
     PyObject *keys = PyList_New(0), *values = PyList_New(0), *result = NULL, *size;
     Py_ssize_t total = 0;
-    int all, status = keys == NULL || values == NULL ? FAILED : read_body(&s, &limits, &all, keys, values, &total);
+    PyObject *acks = ACKS_ONE;
+    int status = keys == NULL || values == NULL ? FAILED : read_body(&s, &limits, &acks, keys, values, &total);
     if (status == OK && (size = PyLong_FromSsize_t(total)) != NULL) {
-        result = PyTuple_Pack(4, all ? ACKS_ALL : ACKS_ONE, keys, values, size);
+        result = PyTuple_Pack(4, acks, keys, values, size);
         Py_DECREF(size);
     }
     else if (status == UNSURE) {
@@ -932,9 +940,10 @@ PyInit__plain(void)
 {
     KEY = PyUnicode_InternFromString("key");
     VALUE = PyUnicode_InternFromString("value");
+    ACKS_ZERO = PyUnicode_InternFromString("0");
     ACKS_ONE = PyUnicode_InternFromString("1");
     ACKS_ALL = PyUnicode_InternFromString("all");
-    if (KEY == NULL || VALUE == NULL || ACKS_ONE == NULL || ACKS_ALL == NULL) {
+    if (KEY == NULL || VALUE == NULL || ACKS_ZERO == NULL || ACKS_ONE == NULL || ACKS_ALL == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

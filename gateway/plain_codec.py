@@ -2,13 +2,13 @@
 
 A plain message is a JSON object with a ``value`` (any JSON) and an optional string ``key``, nothing else: the
 common publish, which skips the per-message objects of the general path (``gateway.validation``).
-``scan_plain_body`` reads a whole plain body (acks 1 or all) from its bytes in one pass, without parsing it into
+``scan_plain_body`` reads a whole plain body (any acks) from its bytes in one pass, without parsing it into
 objects: values that orjson would write back unchanged are copied from the body (strings without escapes,
 literals, integers of up to 15 digits but -0, floats in orjson's form: ``-?I.F`` without exponent, F "0" or ending
 in a non-zero digit, at most 15 significant digits, 1e-5 <= |x| < 1e16 or 0; and objects and arrays of such values
 written compactly, as orjson writes them: no whitespace inside, names without escapes, no name twice in one object,
 at most 32 members each), others re-encoded with ``dumps(loads(span))``; whatever it cannot prove plain and valid
-(bad JSON or UTF-8, escapes in keys or field names, limits, acks 0, other fields...) gives None, and the general
+(bad JSON or UTF-8, escapes in keys or field names, limits, other fields...) gives None, and the general
 path decides. ``parse_plain`` turns already-parsed messages into columns. All three functions are compiled in
 ``gateway._plain`` (built by setup.py; the Python ones here are the references: tests/unit/gateway/
 test_plain_codec.py and test_plain_scan.py pin each to its reference and to the general path, and fail when a
@@ -27,7 +27,7 @@ __all__ = ["NATIVE", "PLAIN_BODY_FIELDS", "PLAIN_MESSAGE_FIELDS", "parse_plain",
 
 PLAIN_BODY_FIELDS = frozenset({"acks", "messages"})
 PLAIN_MESSAGE_FIELDS = frozenset({"key", "value"})
-PLAIN_ACKS = ("1", "all")
+PLAIN_ACKS = ("0", "1", "all")
 
 PlainColumns = tuple[str, list[bytes | None], list[bytes], int]
 
@@ -62,7 +62,7 @@ def parse_plain_python(raw_messages: list[Any], max_key_bytes: int, max_value_by
 
 def scan_plain_body_python(body: bytes, max_batch_messages: int, max_key_bytes: int, max_value_bytes: int,
                            loads: Callable[[bytes], Any], dumps: Callable[[Any], bytes], /) -> PlainColumns | None:
-    """``(acks, keys, values, value_bytes)`` of a plain publish body: acks 1 or all and 1 to ``max_batch_messages``
+    """``(acks, keys, values, value_bytes)`` of a plain publish body: acks 0, 1 or all and 1 to ``max_batch_messages``
     plain messages within the limits; None for anything else (``parse_publish_body``'s general path then decides,
     errors included). The reference of the compiled ``scan_plain_body``, which reads the bytes without ``loads``."""
     try:
@@ -78,7 +78,7 @@ def scan_plain_body_python(body: bytes, max_batch_messages: int, max_key_bytes: 
 
 
 def _plain_acks(doc: Any) -> str | None:
-    """A plain body's acks ("1" when absent), None if the body is not a plain one's object or acks is 0."""
+    """A plain body's acks ("1" when absent), None if the body is not a plain one's object or acks is not one."""
     if type(doc) is not dict or not doc.keys() <= PLAIN_BODY_FIELDS or "messages" not in doc:
         return None
     acks = doc.get("acks", "1")

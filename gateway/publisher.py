@@ -38,6 +38,10 @@ class Scheduler(Protocol):
 log = logging.getLogger(__name__)
 
 ACKS0_QUEUE_BYTES = 64 * 1024 * 1024
+ACKS0_ROUND_MESSAGES = 5000  # messages the acks=0 writer takes from its queue for one round (a bigger batch alone)
+
+# topic, records (as objects or plain columns), due times (plain: none), bytes queued
+_Acks0Item = tuple[TopicMetadata, list[Record] | PlainRecords, list[int | None], int]
 
 
 def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[Record]:
@@ -88,8 +92,7 @@ class Publisher:
         self._metrics = metrics
         self._dedup_ttl_ms = dedup_ttl_ms
         self._retry_after_s = retry_after_s
-        self._queue: asyncio.Queue[tuple[TopicMetadata, list[Record], list[int | None], int]] = asyncio.Queue(
-            acks0_queue_batches)
+        self._queue: asyncio.Queue[_Acks0Item] = asyncio.Queue(acks0_queue_batches)
         self._queue_bytes_max = acks0_queue_bytes
         self.queued_bytes = 0
         self._writer: asyncio.Task[None] | None = None
@@ -164,25 +167,75 @@ class Publisher:
         Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys queued already (a
         batch on its own is always taken: one larger than the byte bound must not be refused forever).
         """
-        size = sum(len(record.value) + len(record.key or b"") for record in records)
+        self._put_acks0((topic, records, due_ms, sum(len(record.value) + len(record.key or b"")
+                                                      for record in records)))
+
+    def _put_acks0(self, item: _Acks0Item) -> None:
+        size = item[3]
         if self.queued_bytes and self.queued_bytes + size > self._queue_bytes_max:
             raise unavailable(f"the acks=0 write queue is full ({self.queued_bytes} bytes queued)",
                               self._retry_after_s)
         try:
-            self._queue.put_nowait((topic, records, due_ms, size))
+            self._queue.put_nowait(item)
         except asyncio.QueueFull:
             raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
         self.queued_bytes += size
 
+    def enqueue_plain(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
+        """``enqueue`` for plain records (the columns, no object per message; ``value_bytes`` their values' size)."""
+        self._put_acks0((topic, records, [], value_bytes + sum(len(key) for key in records.keys if key is not None)))
+
     async def _drain_acks0(self) -> None:
+        """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up to
+        ``ACKS0_ROUND_MESSAGES``), one write per topic, the topics' writes at once. One batch per round trip was
+        the limit before: under load acks=0 wrote slower than acks=1 and answered 503 (its queue full)."""
         while True:
-            topic, records, due_ms, size = await self._queue.get()
+            batches = await self._acks0_round()
             try:
-                await self.publish(topic, records, Acks.LEADER, due_ms)
-            except StorageError as exc:
-                self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(len(records))
-                log.error("acks=0 batch of %d messages to %s was not written: %s",
-                          len(records), topic.name, exc)
+                by_topic: dict[str, list[_Acks0Item]] = {}
+                for item in batches:
+                    by_topic.setdefault(item[0].name, []).append(item)
+                await asyncio.gather(*(self._write_acks0(items) for items in by_topic.values()))
             finally:
-                self.queued_bytes -= size
-                self._queue.task_done()
+                for *_, size in batches:
+                    self.queued_bytes -= size
+                    self._queue.task_done()
+
+    async def _acks0_round(self) -> list[_Acks0Item]:
+        batches = [await self._queue.get()]
+        messages = len(batches[0][1])
+        while messages < ACKS0_ROUND_MESSAGES and not self._queue.empty():
+            batches.append(self._queue.get_nowait())
+            messages += len(batches[-1][1])
+        return batches
+
+    async def _write_acks0(self, batches: list[_Acks0Item]) -> None:
+        """One topic's queued batches as one write, in queue order (so each partition keeps it): as columns when
+        all are plain, else as records; a failure loses them all, counted (``acks0_lost``) and logged, never
+        silently."""
+        topic = batches[0][0]
+        count = sum(len(batch) for _, batch, _, _ in batches)
+        try:
+            plain = [batch for _, batch, _, _ in batches if isinstance(batch, PlainRecords)]
+            if len(plain) == len(batches):
+                await self.publish_plain(topic, _joined(plain), Acks.LEADER)
+                return
+            records = [r for _, batch, _, _ in batches for r in _as_records(batch)]
+            due_ms = [due for _, batch, due_ms, _ in batches for due in (due_ms or [None] * len(batch))]
+            await self.publish(topic, records, Acks.LEADER, due_ms)
+        except Exception as exc:  # StorageError, or a defect: the writer must go on with the next round
+            self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(count)
+            log.error("acks=0 write of %d messages (%d batches) to %s failed: %r", count, len(batches),
+                      topic.name, exc, exc_info=not isinstance(exc, StorageError))
+
+
+def _as_records(batch: list[Record] | PlainRecords) -> list[Record]:
+    return batch.as_records() if isinstance(batch, PlainRecords) else batch
+
+
+def _joined(batches: list[PlainRecords]) -> PlainRecords:
+    """Plain batches of one topic as one, in order (JSON values, as the plain publish's are)."""
+    if len(batches) == 1:
+        return batches[0]
+    return PlainRecords([p for b in batches for p in b.partitions], [v for b in batches for v in b.values],
+                        [k for b in batches for k in b.keys])

@@ -69,7 +69,7 @@ class PublishBatch:
 @dataclass(frozen=True, slots=True)
 class PlainBatch:
     """A validated publish request of plain messages: each only a JSON ``value`` and an optional string
-    ``key``, acks 1 or all, no Idempotency-Key header. The hot path, as columns: ``keys[i]`` and ``values[i]``
+    ``key``, no Idempotency-Key header (any acks). The hot path, as columns: ``keys[i]`` and ``values[i]``
     (the value as stored, ``json_value_bytes``) are message ``i``'s."""
 
     acks: str
@@ -127,7 +127,7 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
     if len(raw_messages) > limits.max_batch_messages:
         raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
                         f"{limits.max_batch_messages}", pointer="/messages")
-    if idempotency_header is None and acks != "0":
+    if idempotency_header is None:
         plain = parse_plain(raw_messages, limits.max_key_bytes, limits.max_value_bytes, orjson.dumps)
         if plain is not None:
             keys, values, value_bytes = plain

@@ -72,9 +72,13 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
     throttled = await _admit(request, services, topic, len(batch.values), batch.value_bytes)
     partitions = place_plain(batch, topic, services.spreader)
     services.stats.record(topic.name, partitions, batch.keys)
-    offsets = await services.publisher.publish_plain(
-        topic, PlainRecords(partitions, batch.values, batch.keys), Acks(batch.acks))
-    metrics = services.metrics
+    records, metrics = PlainRecords(partitions, batch.values, batch.keys), services.metrics
+    if batch.acks == "0":
+        services.publisher.enqueue_plain(topic, records, batch.value_bytes)
+        metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
+        metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
+        return json_response({"accepted": len(records)}, status=202, headers=throttled)
+    offsets = await services.publisher.publish_plain(topic, records, Acks(batch.acks))
     metrics.child(metrics.publish_messages, topic.name, "written").inc(len(offsets))
     metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
     return web.Response(body=plain_results_json(partitions, offsets), content_type="application/json",

@@ -10,9 +10,10 @@ from conftest import InMemoryStreamStore
 
 from gateway.errors import Problem
 from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.publisher import ACKS0_ROUND_MESSAGES, Publisher
 from partitioner.topics import TopicMetadata
-from storage.models import AppendOptions, AppendResult, Record
+from storage.errors import StorageUnavailable
+from storage.models import AppendOptions, AppendResult, PlainRecords, Record
 
 TOPIC = TopicMetadata("t", 1, 60_000, None, 0, "me", 1)
 
@@ -57,3 +58,109 @@ async def test_a_batch_larger_than_the_byte_bound_is_taken_when_the_queue_is_emp
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1, acks0_queue_bytes=100) as publisher:
         publisher.enqueue(TOPIC, batch(3, 200), [None] * 3)
     assert store.total_entries() == 3
+
+
+class RecordingStore(HeldStore):
+    """A HeldStore that remembers each append's topic and values, and can fail a topic's appends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list[bytes]]] = []
+        self.failing: dict[str, Exception] = {}
+
+    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
+        self.calls.append((topic, [record.value for record in records]))
+        if topic in self.failing:
+            raise self.failing[topic]
+        return await super().append(topic, records, options)
+
+
+def numbered(start: int, count: int, partition: int = 0) -> list[Record]:
+    return [Record(partition, b"%d" % i) for i in range(start, start + count)]
+
+
+OTHER = TopicMetadata("other", 2, 60_000, None, 0, "me", 1)
+
+
+async def _drained(publisher: Publisher) -> None:
+    for _ in range(200):
+        if publisher.queued_bytes == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the acks=0 queue did not drain")
+
+
+async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_in_queue_order() -> None:
+    store = RecordingStore()
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
+        publisher.enqueue(TOPIC, numbered(0, 2), [None] * 2)  # taken alone: the writer waits on it
+        await asyncio.sleep(0)
+        publisher.enqueue(TOPIC, numbered(2, 3), [None] * 3)
+        publisher.enqueue(OTHER, numbered(100, 2, partition=1), [None] * 2)
+        publisher.enqueue(TOPIC, numbered(5, 1), [None])
+        store.release.set()
+        await _drained(publisher)
+    assert store.calls == [("t", [b"0", b"1"]), ("t", [b"2", b"3", b"4", b"5"]), ("other", [b"100", b"101"])]
+    assert [e.value for e in store.streams[("t", 0)]] == [b"%d" % i for i in range(6)]
+
+
+async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> None:
+    store, metrics = RecordingStore(), GatewayMetrics.create()
+    store.failing = {"t": StorageUnavailable("redis is down (test)"), "other": RuntimeError("a defect (test)")}
+    store.release.set()
+    async with Publisher(store, store, metrics, 60_000, 100, 1) as publisher:
+        publisher.enqueue(TOPIC, numbered(0, 3), [None] * 3)
+        publisher.enqueue(OTHER, numbered(0, 2), [None] * 2)
+        await _drained(publisher)
+        del store.failing["t"]
+        publisher.enqueue(TOPIC, numbered(3, 1), [None])
+        await _drained(publisher)
+    lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost")._value.get() for topic in ("t", "other")}
+    assert lost == {"t": 3, "other": 2}
+    assert [e.value for e in store.streams[("t", 0)]] == [b"3"]
+
+
+async def test_a_round_stops_taking_batches_past_its_message_bound() -> None:
+    store = RecordingStore()
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
+        publisher.enqueue(TOPIC, numbered(0, 1), [None])
+        await asyncio.sleep(0)
+        for start in range(1, 1 + 3 * ACKS0_ROUND_MESSAGES, ACKS0_ROUND_MESSAGES // 2):
+            publisher.enqueue(TOPIC, numbered(start, ACKS0_ROUND_MESSAGES // 2), [None] * (ACKS0_ROUND_MESSAGES // 2))
+        store.release.set()
+        await _drained(publisher)
+    assert [len(values) for _, values in store.calls] == [1] + [ACKS0_ROUND_MESSAGES] * 3
+    assert [e.value for e in store.streams[("t", 0)]] == [b"%d" % i for i in range(1 + 3 * ACKS0_ROUND_MESSAGES)]
+
+
+class PlainRecordingStore(RecordingStore):
+    """Also remembers which appends came as columns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain_calls: list[tuple[str, list[bytes], list[int]]] = []
+
+    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
+        self.plain_calls.append((topic, list(records.values), list(records.partitions)))
+        return await super().append_plain(topic, records, options)
+
+
+def plain(start: int, count: int, partition: int = 0) -> PlainRecords:
+    return PlainRecords([partition] * count, [b"%d" % i for i in range(start, start + count)], [None] * count)
+
+
+async def test_plain_acks0_batches_are_written_as_columns_joined_and_mixed_ones_as_records_in_order() -> None:
+    store = PlainRecordingStore()
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
+        publisher.enqueue(OTHER, numbered(0, 1), [None])  # taken alone: the writer waits on it
+        await asyncio.sleep(0)
+        publisher.enqueue_plain(TOPIC, plain(0, 2), 2)
+        publisher.enqueue_plain(TOPIC, plain(2, 2, partition=0), 2)
+        publisher.enqueue_plain(OTHER, plain(1, 1, partition=1), 1)
+        publisher.enqueue(OTHER, numbered(2, 1, partition=1), [None])
+        assert publisher.queued_bytes == 1 + 2 + 2 + 1 + 1
+        store.release.set()
+        await _drained(publisher)
+    assert store.plain_calls == [("t", [b"0", b"1", b"2", b"3"], [0, 0, 0, 0])]  # one write for both
+    assert ("other", [b"1", b"2"]) in store.calls  # plain then records of one topic: one write, in order
+    assert [e.value for e in store.streams[("other", 1)]] == [b"1", b"2"]

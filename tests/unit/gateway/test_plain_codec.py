@@ -121,8 +121,8 @@ def test_a_plain_body_parses_to_columns_and_anything_else_to_messages() -> None:
     assert plain == PlainBatch("1", [b"a", None], [b'{"x":1}', b'"v"'], 10)
     mixed = orjson.dumps({"messages": [{"key": "a", "value": 1}, {"value": 2, "headers": {"h": "1"}}]})
     assert isinstance(parse_publish_body(mixed, LIMITS, None), PublishBatch)
-    assert isinstance(parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": "0"}), LIMITS, None),
-                      PublishBatch)  # acks=0 batches are queued as records
+    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": 0}), LIMITS, None) == PlainBatch(
+        "0", [None], [b"1"], 1)  # acks=0 batches are queued as columns too
     assert isinstance(parse_publish_body(orjson.dumps({"messages": [{"value": 1}]}), LIMITS, "idem"),
                       PublishBatch)  # the header gives each message an idempotency key
     assert plain.general() == PublishBatch("1", [IncomingMessage(b'{"x":1}', ValueFormat.JSON, b"a", {}, None, None),

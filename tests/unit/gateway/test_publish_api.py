@@ -202,3 +202,27 @@ async def test_bad_delays_are_422(client: Client, orders: str) -> None:
         response = await publish(client, orders, {"messages": [message]})
         assert response.status == 422, message
         assert (await response.json())["pointer"] == pointer
+
+
+async def test_plain_acks_zero_is_queued_as_columns_and_a_general_one_as_records(
+        client: Client, orders: str, store: Any, services: Any, monkeypatch: Any) -> None:
+    queued: list[str] = []
+
+    def recorded(kind: str, enqueue: Any) -> Any:
+        def call(*args: Any) -> None:
+            queued.append(kind)
+            enqueue(*args)
+        return call
+
+    monkeypatch.setattr(services.publisher, "enqueue_plain", recorded("columns", services.publisher.enqueue_plain))
+    monkeypatch.setattr(services.publisher, "enqueue", recorded("records", services.publisher.enqueue))
+    first = await publish(client, orders, {"messages": [{"key": "k", "value": i} for i in range(3)], "acks": 0})
+    second = await publish(client, orders, {"messages": [{"value": 9, "headers": {"h": "1"}}], "acks": "0"})
+    assert (first.status, second.status) == (202, 202)
+    assert await first.json() == {"accepted": 3}
+    assert queued == ["columns", "records"]
+    for _ in range(100):
+        if store.total_entries() == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(e.value for s in store.streams.values() for e in s) == [b"0", b"1", b"2", b"9"]
