@@ -187,7 +187,10 @@ class Appender(Generic[R]):
         if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
             replies = await lanes.execute_replicated(addr, payload, count,
                                                      replicas=self._settings.min_insync_replicas,
-                                                     timeout_ms=self._settings.wait_timeout_ms)
+                                                     timeout_ms=self._settings.wait_timeout_ms,
+                                                     transactions=self._transactions(calls, asking))
+            if type(replies) is FoldedReplies:  # clean: folded from the bytes, WAIT's integer last
+                return replies
         else:
             replies = await lanes.execute_encoded(addr, payload, count, exclusive=False)
         return self._fold(calls, asking, replies)

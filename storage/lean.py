@@ -38,6 +38,12 @@ NodeAddress = tuple[str, int]
 MAX_IN_FLIGHT = 512  # requests awaiting replies on one shared connection
 
 
+class FoldedReplies(list[Any]):
+    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction (then, for a group
+    commit, WAIT's reply: its integer, or the error it got as a redis exception): what a request made with
+    ``transactions`` gets when its transactions' replies were clean (``storage.resp.read_transactions``)."""
+
+
 @dataclass(slots=True)
 class _Request:
     """One caller's commands in flight: how many replies it still expects and those received."""
@@ -46,12 +52,9 @@ class _Request:
     remaining: int
     replies: list[Any] = field(default_factory=list)
     queued_at: float = 0.0  # event-loop time the request was queued (the reply timeout counts from it)
-    transactions: list[int] | None = None  # plain transactions only: their XADD counts (``read_transactions``)
-
-
-class FoldedReplies(list[Any]):
-    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction: what a request
-    made with ``transactions`` gets when its replies were clean (``storage.resp.read_transactions``)."""
+    transactions: list[int] | None = None  # plain transactions only: their XADD counts (``read_transactions``),
+    # then at most one more reply, an integer (a group commit's WAIT), when ``remaining`` says so
+    folded: FoldedReplies | None = None  # the transactions, taken from the bytes while that WAIT reply is awaited
 
 
 class _RespProtocol(asyncio.Protocol):
@@ -95,12 +98,24 @@ class _RespProtocol(asyncio.Protocol):
             request = waiting[0]
             if request.transactions is None or request.replies:
                 break
-            read = read_transactions(data, offset, request.transactions)
-            if read is None:
+            if request.folded is None:
+                read = read_transactions(data, offset, request.transactions)
+                if read is None:
+                    break
+                answer, offset = FoldedReplies(read[0]), read[1]
+                if request.remaining == sum(request.transactions) + 2 * len(request.transactions):
+                    waiting.popleft()
+                    self._answer(request, answer)
+                    continue
+                # A group commit's WAIT answers once the replicas did, usually in a later read: only it is left.
+                request.folded, request.remaining = answer, 1
+            number = _integer_reply(data, offset)
+            if number is None:  # not here yet, or not an integer: the reader reads it
                 break
-            folded, offset = read
+            request.folded.append(number[0])
+            offset = number[1]
             waiting.popleft()
-            self._answer(request, FoldedReplies(folded))
+            self._answer(request, request.folded)
         return offset
 
     def _read_replies(self, data: bytes) -> None:
@@ -120,7 +135,9 @@ class _RespProtocol(asyncio.Protocol):
             request.remaining = remaining
             if remaining == 0:
                 waiting.popleft()
-                self._answer(request, replies)
+                folded = request.folded  # the transactions already taken from the bytes: WAIT's reply joins them
+                self._answer(request, replies if folded is None else FoldedReplies([*folded,
+                                                                                     *with_redis_errors(replies)]))
 
     def _answer(self, request: _Request, replies: list[Any]) -> None:
         """A request whose replies are all in (already taken off ``waiting``)."""
@@ -203,7 +220,7 @@ class RespConnection:
         """True once the connection failed or was closed; a closed connection is never reused."""
         return self._protocol.lost is not None
 
-    async def execute(self, payload: bytes, replies: int) -> list[Any]:
+    async def execute(self, payload: bytes, replies: int, transactions: list[int] | None = None) -> list[Any]:
         """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as exceptions.
 
         Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no reply came
@@ -211,11 +228,12 @@ class RespConnection:
         The timeout is one watchdog timer per connection, armed for the oldest request waiting (requests are
         answered in order), not a timer per request: ~4.5 us of event-loop work per request saved.
         """
-        future = self.submit(payload, replies)
+        future = self.submit(payload, replies, transactions)
         while future is None:
             await self._room()
-            future = self.submit(payload, replies)
-        return with_redis_errors(await future)
+            future = self.submit(payload, replies, transactions)
+        answer = await future
+        return answer if type(answer) is FoldedReplies else with_redis_errors(answer)
 
     def submit(self, payload: bytes, replies: int,
                transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
@@ -317,6 +335,7 @@ class _Replicated:
     payload: bytes
     replies: int
     future: asyncio.Future[list[Any]]
+    transactions: list[int] | None = None  # plain transactions only (``RespConnection.submit``)
 
 
 class _Lane:
@@ -385,14 +404,15 @@ class NodeLanes:
         return connection.submit(payload, replies, transactions)
 
     async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
-                                 timeout_ms: int) -> list[Any]:
+                                 timeout_ms: int, transactions: list[int] | None = None) -> list[Any]:
         """``payload`` (``replies`` commands), then ``WAIT replicas timeout_ms``; their replies, WAIT's last.
 
         A group commit: the callers for one node in one event-loop turn leave together on an exclusive
         connection, followed by one WAIT. WAIT counts the replicas that acknowledged everything sent before it on
         its connection, so it covers each caller's writes, and every caller gets its own replies and that WAIT
-        reply. A caller cancelled before its batch leaves is dropped from it; once sent, its writes are in doubt
-        like any cancelled write. A failed batch fails every caller in it (the appender retries each).
+        reply (folded, ``FoldedReplies``, when every caller gave its ``transactions`` and the replies are clean).
+        A caller cancelled before its batch leaves is dropped from it; once sent, its writes are in doubt like
+        any cancelled write. A failed batch fails every caller in it (the appender retries each).
         """
         lane = self._lane(address)
         loop = asyncio.get_running_loop()
@@ -402,7 +422,7 @@ class NodeLanes:
         if batch is None:
             batch = lane.forming[key] = []
             loop.call_soon(self._commit, address, lane, key)
-        batch.append(_Replicated(payload, replies, future))
+        batch.append(_Replicated(payload, replies, future, transactions))
         return await future
 
     def _commit(self, address: NodeAddress, lane: _Lane, key: tuple[int, int]) -> None:
@@ -418,7 +438,10 @@ class NodeLanes:
         try:
             if self._closed:
                 raise rexc.ConnectionError("the lean connections are closed")
-            replies = await self._execute_exclusive(address, lane, payload, sum(m.replies for m in members) + 1)
+            sizes = [m.transactions for m in members]
+            transactions = None if None in sizes else [n for member in sizes if member for n in member]
+            replies = await self._execute_exclusive(address, lane, payload, sum(m.replies for m in members) + 1,
+                                                    transactions)
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else rexc.ConnectionError("the lean connections are closed")
             for member in members:
@@ -427,11 +450,13 @@ class NodeLanes:
             if not isinstance(exc, Exception):
                 raise
             return
-        waited, pos = replies[-1], 0
+        waited, pos, folded = replies[-1], 0, type(replies) is FoldedReplies
         for member in members:
+            size = len(member.transactions or ()) if folded else member.replies
             if not member.future.done():
-                member.future.set_result([*replies[pos:pos + member.replies], waited])
-            pos += member.replies
+                mine = [*replies[pos:pos + size], waited]
+                member.future.set_result(FoldedReplies(mine) if folded else mine)
+            pos += size
 
     async def _shared(self, address: NodeAddress, lane: _Lane) -> RespConnection:
         connection = lane.shared
@@ -452,13 +477,14 @@ class NodeLanes:
             opening.add_done_callback(opened)
         return await asyncio.shield(lane.opening)
 
-    async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes, count: int) -> list[Any]:
+    async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes, count: int,
+                                 transactions: list[int] | None = None) -> list[Any]:
         async with lane.exclusive_slots:
             while lane.idle and lane.idle[-1].closed:
                 lane.idle.pop()
             connection = lane.idle.pop() if lane.idle else await RespConnection.open(address, self._settings, 1)
             try:
-                replies = await connection.execute(payload, count)
+                replies = await connection.execute(payload, count, transactions)
             except BaseException:
                 connection.close()  # in doubt (or cancelled mid-reply): never reused
                 raise
@@ -490,3 +516,14 @@ class NodeLanes:
         for connection in lane.idle:
             connection.close()
         lane.idle.clear()
+
+
+def _integer_reply(data: bytes, offset: int) -> tuple[int, int] | None:
+    """An integer reply (``:<n>``) at ``offset`` and where it ends; None if something else is there or it is cut."""
+    if not data.startswith(b":", offset):
+        return None
+    end = data.find(b"\r\n", offset)
+    digits = data[offset + 1:end]
+    if end < 0 or not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(digits), end + 2

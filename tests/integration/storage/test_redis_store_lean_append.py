@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from storage import AppendOptions, Record, lean, resp
+from storage.appender import Appender
 from storage.keys import slot_of
 from storage.models import Acks, PlainRecords
 from storage.redis_store import RedisStreamStore
@@ -165,13 +166,14 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
             [o for o, p in zip(second, partitions, strict=True) if p == partition]
 
 
+@pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
 async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_land_in_order(
-    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch
+    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch, acks: Acks
 ) -> None:
     partitions = list(range(12)) * 2
     values = [b'"%d"' % i for i in range(len(partitions))]
     keys: list[bytes | None] = [None] * len(partitions)
-    await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())  # opens the lanes
+    await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions(acks=acks))  # opens the lanes
     answers: list[Any] = []
     original = resp.read_transactions
 
@@ -179,10 +181,19 @@ async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_la
         answers.append(original(data, offset, sizes))
         return answers[-1]
 
+    folded_one_by_one: list[int] = []
+    fold = Appender._fold
+
+    def counting_fold(*args: Any) -> Any:
+        folded_one_by_one.append(1)
+        return fold(*args)
+
     monkeypatch.setattr(lean, "read_transactions", recording)
-    offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())
+    monkeypatch.setattr(Appender, "_fold", staticmethod(counting_fold))
+    offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions(acks=acks))
     assert answers
     assert all(answer is not None for answer in answers)  # every node's replies were read folded
+    assert folded_one_by_one == []  # (WAIT's reply too, for acks=all): nothing went reply by reply
     assert sum(len(flat) // 2 for folded, _ in answers for flat in folded) == len(partitions)
     for partition in range(12):
         written = [e.offset for e in await store.read(topic, partition)][-2:]

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis import exceptions as rexc
 
 from storage import resp
-from storage.lean import FoldedReplies, _Request, _RespProtocol
+from storage.lean import FoldedReplies, NodeLanes, _Request, _RespProtocol
 from storage.resp import ReplyError, read_transactions, read_transactions_python
 from storage.scripts import _fold_transaction
+from storage.settings import RedisStoreSettings
 
 READERS = [pytest.param(read_transactions, id="installed"), pytest.param(read_transactions_python, id="reference")]
 _ids = st.builds(lambda ms, seq: f"{ms}-{seq}", st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
@@ -118,7 +120,7 @@ def _folded(result: list[Any], sizes: list[int]) -> list[Any]:
 
 async def test_a_transactions_request_read_in_one_piece_is_answered_folded() -> None:
     first, second = [["1-0", "1-1"], ["2-0"]], [["3-0"]]
-    protocol, (one, two) = _protocol_with(asyncio.get_running_loop(), [(6, [2, 1]), (3, [1])])
+    protocol, (one, two) = _protocol_with(asyncio.get_running_loop(), [(7, [2, 1]), (3, [1])])
     protocol.data_received(b"".join(_transaction(ids) for ids in first + second))
     assert type(one.result()) is FoldedReplies
     assert one.result() == [_flat(ids) for ids in first]
@@ -176,3 +178,92 @@ async def test_a_request_cut_between_its_transactions_does_not_take_the_next_req
     protocol.data_received(_transaction(["2-0"]) + _transaction(["3-0"]))  # its second, then the next request's
     assert _folded(two.result(), [1, 1]) == [_flat(["1-0"]), _flat(["2-0"])]
     assert _folded(one.result(), [1]) == [_flat(["3-0"])]
+
+
+async def test_a_group_commits_wait_reply_is_read_after_its_transactions() -> None:
+    protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
+    protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]) + b":1\r\n")
+    assert type(request.result()) is FoldedReplies
+    assert request.result() == [_flat(["1-0"]), _flat(["2-0", "2-1"]), 1]
+
+
+async def test_a_wait_reply_in_a_later_read_joins_the_transactions_taken_before() -> None:
+    protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
+    protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]))  # WAIT answers later
+    assert not request.done()
+    assert protocol.waiting[0].remaining == 1
+    protocol.data_received(b":1\r\n")
+    assert type(request.result()) is FoldedReplies
+    assert request.result() == [_flat(["1-0"]), _flat(["2-0", "2-1"]), 1]
+
+
+@pytest.mark.parametrize("wait_reply", [b"-NOREPLICAS not enough\r\n", b":x\r\n", b":1", b":1\r"])
+async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(wait_reply: bytes) -> None:
+    protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 1, [1])])
+    protocol.data_received(_transaction(["1-0"]) + wait_reply)
+    if wait_reply.startswith(b"-"):  # the transactions as read, the error as a redis exception
+        assert type(request.result()) is FoldedReplies
+        assert request.result()[0] == _flat(["1-0"])
+        assert isinstance(request.result()[1], rexc.ResponseError)
+    elif wait_reply == b":x\r\n":  # not RESP: the connection fails, as it did before
+        assert protocol.lost is not None
+    else:  # cut: the rest comes later, through the reader
+        assert not request.done()
+        protocol.data_received(b"\r\n"[len(wait_reply) - 2:])
+        assert type(request.result()) is FoldedReplies
+        assert request.result() == [_flat(["1-0"]), 1]
+
+
+class _OneWriteServer:
+    """Answers ``answer`` in one write once a WAIT has been received (replies whole in one read)."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received = b""
+        while b"WAIT" not in received and (chunk := await reader.read(65536)):
+            received += chunk
+        writer.write(self.answer)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+
+@pytest.mark.parametrize("wait_reply", [b":1\r\n", b"-ERR no (test)\r\n"])
+async def test_each_caller_of_a_group_commit_gets_its_own_folded_transactions_and_the_wait(
+        wait_reply: bytes) -> None:
+    answer = _transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + _transaction(["3-0"]) + wait_reply
+    server = _OneWriteServer(answer)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    address = ("127.0.0.1", listener.sockets[0].getsockname()[1])
+    try:
+        async with NodeLanes(RedisStoreSettings(client_name=None)) as lanes:
+            first, second = await asyncio.gather(
+                lanes.execute_replicated(address, b"a", 4, replicas=1, timeout_ms=50, transactions=[2]),
+                lanes.execute_replicated(address, b"b", 6, replicas=1, timeout_ms=50, transactions=[1, 1]))
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    assert (type(first), type(second)) == (FoldedReplies, FoldedReplies)
+    assert first[:-1] == [_flat(["1-0", "1-1"])]
+    assert second[:-1] == [_flat(["2-0"]), _flat(["3-0"])]
+    if wait_reply == b":1\r\n":
+        assert first[-1] == second[-1] == 1
+    else:  # WAIT's error, as a redis exception value, for each caller
+        assert isinstance(first[-1], rexc.ResponseError)
+        assert second[-1] is first[-1]
+
+
+async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() -> None:
+    data = _transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + b":1\r\n"
+    loop = asyncio.get_running_loop()
+    for cut in range(len(data) + 1):
+        protocol, (request,) = _protocol_with(loop, [(4 + 3 + 1, [2, 1])])
+        for chunk in (data[:cut], data[cut:]):
+            if chunk:
+                protocol.data_received(chunk)
+        result = request.result()
+        folded = list(result) if type(result) is FoldedReplies else [*_folded(result[:-1], [2, 1]), result[-1]]
+        assert folded == [_flat(["1-0", "1-1"]), _flat(["2-0"]), 1], cut
+        assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
