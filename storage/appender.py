@@ -94,8 +94,8 @@ class Appender(Generic[R]):
                 if len(groups) == 1:  # one node (every single-message publish): no task to gather
                     ((addr, group),) = groups.items()
                     return [await self._write_node(addr, group, asking, wait)]
-                if self._lanes is not None and not wait:
-                    return await self._write_nodes_at_once(self._lanes, groups, asking)
+                if self._lanes is not None:
+                    return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
                 return list(
                     await asyncio.gather(
                         *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
@@ -126,43 +126,57 @@ class Appender(Generic[R]):
         return await self._outcome(addr, calls, replies, wait, operation, started)
 
     async def _write_nodes_at_once(self, lanes: NodeLanes, groups: dict[NodeAddress, list[PartitionCall]],
-                                   asking: dict[int, NodeAddress]) -> list[_NodeOutcome[R]]:
-        """Writes without WAIT to several nodes: each node's calls queued on its shared lean connection in this
-        turn (they leave together), then the replies awaited node by node, without a task per node. A node whose
-        connection is not open yet or is full goes the way of ``_write_node`` (a task, as ``gather`` makes)."""
+                                   asking: dict[int, NodeAddress], wait: bool) -> list[_NodeOutcome[R]]:
+        """Writes to several nodes without a task per node: each node's calls queued in this turn, on its shared
+        lean connection (they leave together) or, with ``wait``, in its next group commit (WAIT), then the
+        replies awaited node by node. A node whose shared connection is not open yet or is full goes the way of
+        ``_write_node`` (a task, as ``gather`` makes). Cancelled, the group-commit shares not sent yet are
+        dropped, as a cancelled task's would be."""
         started = time.perf_counter()
         queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
         later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, int]]] = []
         for addr, calls in groups.items():
             encoded = self._encode(calls, asking)
             try:
-                future = lanes.submit(addr, *encoded, self._transactions(calls, asking))
+                future = self._submit(lanes, addr, encoded, self._transactions(calls, asking), wait)
             except Exception:  # the lanes are closed: _write_node reports it like any failed send
                 future = None
             if future is None:
                 later.append((addr, calls, encoded))
             else:
                 queued.append((addr, calls, future))
-        rest = asyncio.gather(*(self._write_node(addr, calls, asking, False, encoded)
+        rest = asyncio.gather(*(self._write_node(addr, calls, asking, wait, encoded)
                                 for addr, calls, encoded in later))
         try:
-            outcomes = [await self._collect(addr, calls, asking, future, started) for addr, calls, future in queued]
+            outcomes = [await self._collect(addr, calls, asking, future, started, wait)
+                        for addr, calls, future in queued]
         except BaseException:
             rest.cancel()
+            if wait:
+                for _, _, future in queued:
+                    future.cancel()
             raise
         return outcomes + list(await rest)
 
+    def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, int], transactions: list[int] | None,
+                wait: bool) -> asyncio.Future[list[Any]] | None:
+        if wait:
+            return lanes.submit_replicated(addr, *encoded, replicas=self._settings.min_insync_replicas,
+                                           timeout_ms=self._settings.wait_timeout_ms, transactions=transactions)
+        return lanes.submit(addr, *encoded, transactions)
+
     async def _collect(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-                       future: asyncio.Future[list[Any]], started: float) -> _NodeOutcome[R]:
+                       future: asyncio.Future[list[Any]], started: float, wait: bool) -> _NodeOutcome[R]:
         """``_write_node`` for calls already queued (``_write_nodes_at_once``): their replies' outcome."""
+        operation = "append_wait" if wait else "append"
         try:
             replies = await future
             if type(replies) is not FoldedReplies:  # read one by one: an error, a redirect, a partial read...
                 replies = self._fold(calls, asking, with_redis_errors(replies))
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
-            report(self._router.observer, "append", started, exc)
+            report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
-        return await self._outcome(addr, calls, replies, False, "append", started)
+        return await self._outcome(addr, calls, replies, wait, operation, started)
 
     async def _outcome(self, addr: NodeAddress, calls: list[PartitionCall], replies: list[Any], wait: bool,
                        operation: str, started: float) -> _NodeOutcome[R]:

@@ -414,6 +414,13 @@ class NodeLanes:
         A caller cancelled before its batch leaves is dropped from it; once sent, its writes are in doubt like
         any cancelled write. A failed batch fails every caller in it (the appender retries each).
         """
+        return await self.submit_replicated(address, payload, replies, replicas=replicas, timeout_ms=timeout_ms,
+                                            transactions=transactions)
+
+    def submit_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
+                          timeout_ms: int, transactions: list[int] | None = None) -> asyncio.Future[list[Any]]:
+        """``execute_replicated`` without awaiting: the future of this caller's share of the node's next group
+        commit (cancel it before the commit leaves and the caller is dropped from it)."""
         lane = self._lane(address)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
@@ -423,7 +430,7 @@ class NodeLanes:
             batch = lane.forming[key] = []
             loop.call_soon(self._commit, address, lane, key)
         batch.append(_Replicated(payload, replies, future, transactions))
-        return await future
+        return future
 
     def _commit(self, address: NodeAddress, lane: _Lane, key: tuple[int, int]) -> None:
         members = [m for m in lane.forming.pop(key, []) if not m.future.done()]

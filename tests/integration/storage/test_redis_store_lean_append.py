@@ -139,15 +139,17 @@ async def test_plain_columns_land_as_the_same_entries_as_records_with_offsets_in
                                                                            for i in range(0, 30, 6)]
 
 
+@pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
 async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_a_task_per_node(
-    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch
+    store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch, acks: Acks
 ) -> None:
     partitions = list(range(12)) * 3  # 12 partitions reach all 3 primaries
     nodes = {store.router.node_for_slot(slot_of(topic, p)) for p in partitions}
     assert len(nodes) == 3
     values = [b'"%d"' % i for i in range(len(partitions))]
     keys: list[bytes | None] = [None] * len(partitions)
-    first = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())  # opens them
+    options = AppendOptions(acks=acks)
+    first = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)  # opens them
     tasks_before = len(asyncio.all_tasks())
     spawned: list[int] = []
     original = asyncio.gather
@@ -157,7 +159,7 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
         return original(*awaitables, **kwargs)
 
     monkeypatch.setattr(asyncio, "gather", counting_gather)
-    second = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions())
+    second = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)
     assert spawned == [0]  # every node's calls were queued at once: nothing left for a task
     assert len(asyncio.all_tasks()) == tasks_before
     for partition in range(12):
