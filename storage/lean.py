@@ -99,11 +99,14 @@ class _RespProtocol(asyncio.Protocol):
             if request.transactions is None or request.replies:
                 break
             if request.folded is None:
+                expected = sum(request.transactions) + 2 * len(request.transactions)
+                if request.remaining not in (expected, expected + 1):  # only the transactions, or WAIT's too
+                    break
                 read = read_transactions(data, offset, request.transactions)
                 if read is None:
                     break
                 answer, offset = FoldedReplies(read[0]), read[1]
-                if request.remaining == sum(request.transactions) + 2 * len(request.transactions):
+                if request.remaining == expected:
                     waiting.popleft()
                     self._answer(request, answer)
                     continue

@@ -267,3 +267,10 @@ async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() 
         folded = list(result) if type(result) is FoldedReplies else [*_folded(result[:-1], [2, 1]), result[-1]]
         assert folded == [_flat(["1-0", "1-1"]), _flat(["2-0"]), 1], cut
         assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
+
+
+async def test_a_request_expecting_more_than_its_transactions_and_one_wait_is_read_reply_by_reply() -> None:
+    protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 2, [1])])
+    protocol.data_received(_transaction(["1-0"]) + b":1\r\n:2\r\n")
+    assert type(request.result()) is list
+    assert request.result()[-2:] == [1, 2]
