@@ -52,15 +52,17 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     gatekeeper.stamp(principal, (message.headers for message in batch.messages))
     throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
     records = place(batch, topic, services.spreader)
-    services.stats.record(topic.name, [record.partition for record in records], [record.key for record in records])
+    partitions, keys = [record.partition for record in records], [record.key for record in records]
     metrics = services.metrics
     due_ms = [message.due_ms for message in batch.messages]
     if batch.acks == "0":
         services.publisher.enqueue(topic, records, due_ms)
+        _count_heat(services, topic, partitions, keys)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
+    _count_heat(services, topic, partitions, keys)
     metrics.child(metrics.publish_messages, topic.name, "written").inc(len(records))
     metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
     return json_response({"results": [result_document(r) for r in results]}, headers=throttled)
@@ -71,18 +73,25 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
     """The hot path: plain messages as columns, the results encoded in one call (``plain_results_json``)."""
     throttled = await _admit(request, services, topic, len(batch.values), batch.value_bytes)
     partitions = place_plain(batch, topic, services.spreader)
-    services.stats.record(topic.name, partitions, batch.keys)
     records, metrics = PlainRecords(partitions, batch.values, batch.keys), services.metrics
     if batch.acks == "0":
         services.publisher.enqueue_plain(topic, records, batch.value_bytes)
+        _count_heat(services, topic, partitions, batch.keys)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     offsets = await services.publisher.publish_plain(topic, records, Acks(batch.acks))
+    _count_heat(services, topic, partitions, batch.keys)
     metrics.child(metrics.publish_messages, topic.name, "written").inc(len(offsets))
     metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
     return web.Response(body=plain_results_json(partitions, offsets), content_type="application/json",
                         headers=throttled)
+
+
+def _count_heat(services: Services, topic: TopicMetadata, partitions: list[int], keys: list[bytes | None]) -> None:
+    """The hot-partition statistics count a batch once it is written (acks 1/all) or queued (acks 0): a refused
+    or failed publish (429, 503...) is no traffic."""
+    services.stats.record(topic.name, partitions, keys)
 
 
 async def _admit(request: web.Request, services: Services, topic: TopicMetadata, messages: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 Client = TestClient[Any, Any]
@@ -136,3 +137,19 @@ async def test_admin_body_over_64_kib_is_413_even_when_chunked(client: Client) -
     response = await client.post("/v1/topics", data=chunks(), headers={"content-type": "application/json"})
     assert response.status == 413
     assert (await client.get("/v1/topics/big")).status == 404
+
+
+@pytest.mark.parametrize("body", [{"messages": [{"key": "whale", "value": 1}]},  # the plain path
+                                  {"messages": [{"key": "whale", "value": 1, "headers": {"h": "1"}}]}],
+                         ids=["plain", "general"])
+async def test_a_publish_refused_by_the_backend_is_not_counted_as_traffic(client: Client, orders: str, store: Any,
+                                                                          body: dict[str, Any]) -> None:
+    store.unavailable = True
+    for acks in ("1", "all"):
+        assert (await client.post(f"/v1/topics/{orders}/messages", json={**body, "acks": acks})).status == 503
+    details = (await (await client.get(f"/v1/topics/{orders}")).json())["partition_details"]
+    assert all(d["publish_rate_per_s"] == 0 and d["top_keys"] == [] for d in details)
+    store.unavailable = False
+    assert (await client.post(f"/v1/topics/{orders}/messages", json=body)).status == 200
+    details = (await (await client.get(f"/v1/topics/{orders}")).json())["partition_details"]
+    assert [d["top_keys"] for d in details if d["top_keys"]] == [[{"key": "whale", "messages": 1}]]
