@@ -532,14 +532,13 @@ scan_literal(Scan *s, const char *text, Py_ssize_t length)
     return OK;
 }
 
-/* Where an object goes on after its ``{`` (``first``) or a member's value: OK at the next member's value, with
- * the name's raw bytes (escapes undecoded) in ``name``; END past the ``}``. ``*rewritten`` is set if orjson would
- * write what was passed differently (whitespace, an escape in the name), left as it is otherwise. */
+/* Where a container goes on after its opening (``first``) or an item: OK at the next item, END past ``close``;
+ * ``*rewritten`` is set if there was whitespace (orjson writes none), left as it is otherwise. */
 static int
-next_member(Scan *s, int first, Name *name, int *rewritten)
+next_item(Scan *s, int first, unsigned char close, int *rewritten)
 {
     *rewritten |= skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
+    if (s->p < s->end && *s->p == close) {
         s->p++;
         return END;
     }
@@ -549,6 +548,19 @@ next_member(Scan *s, int first, Name *name, int *rewritten)
         }
         s->p++;
         *rewritten |= skip_ws(s);
+    }
+    return OK;
+}
+
+/* Where an object goes on after its ``{`` (``first``) or a member's value: OK at the next member's value, with
+ * the name's raw bytes (escapes undecoded) in ``name``; END past the ``}``. ``*rewritten`` is set if orjson would
+ * write what was passed differently (whitespace, an escape in the name), left as it is otherwise. */
+static int
+next_member(Scan *s, int first, Name *name, int *rewritten)
+{
+    int status = next_item(s, first, '}', rewritten);
+    if (status != OK) {
+        return status;
     }
     const unsigned char *start = s->p;
     int escaped;
@@ -566,24 +578,11 @@ next_member(Scan *s, int first, Name *name, int *rewritten)
     return OK;
 }
 
-/* Where an array goes on after its ``[`` (``first``) or an element: OK at the next element, END past the ``]``;
- * ``*rewritten`` is set if there was whitespace. */
+/* Where an array goes on after its ``[`` (``first``) or an element: OK at the next element, END past the ``]``. */
 static int
 next_element(Scan *s, int first, int *rewritten)
 {
-    *rewritten |= skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return END;
-    }
-    if (!first) {
-        if (s->p >= s->end || *s->p != ',') {
-            return UNSURE;
-        }
-        s->p++;
-        *rewritten |= skip_ws(s);
-    }
-    return OK;
+    return next_item(s, first, ']', rewritten);
 }
 
 /* Whether ``name`` is one of the ``count`` names before it in its object. They have no escapes (else the object
