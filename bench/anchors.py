@@ -31,7 +31,7 @@ def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int 
     started = time.perf_counter()
     runs = [subprocess.Popen([binary, "-h", host, "-p", str(port), "-c", str(clients), "-n", str(per_primary),
                               "-P", str(pipeline), "--csv", "XADD", key_on(cluster, port), "*", "v", VALUE.decode(),
-                              "k", "key", "f", "j"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              "k", "key"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for host, port in (node.address for node in cluster.primaries)]
     try:
         for run in runs:

@@ -81,7 +81,7 @@ async def bench_raw(stack: DevStack, topic: str, batch: int, messages: int, conc
             for i in range(batch):
                 partition = (index + i) % PARTITIONS
                 by_node[probe[partition]].append(
-                    ("XADD", f"raw:{{{topic}/{partition}}}:log", "*", "v", VALUE, "k", f"k{i}", "f", "j"))
+                    ("XADD", f"raw:{{{topic}/{partition}}}:log", "*", "v", VALUE, "k", f"k{i}"))
             await asyncio.gather(*(lanes.execute(addr, cmds, exclusive=False)
                                    for addr, cmds in by_node.items()))
 

@@ -159,7 +159,7 @@ async def bench_bare(nodes: list[tuple[str, int]], topic: str, batch: int, messa
         async def send(index: int) -> None:
             pipe = client.pipeline(transaction=False)
             for i in range(batch):
-                pipe.xadd(f"bare:{{{topic}/{(index + i) % PARTITIONS}}}:log", {"v": VALUE, "k": f"k{i}", "f": "j"})
+                pipe.xadd(f"bare:{{{topic}/{(index + i) % PARTITIONS}}}:log", {"v": VALUE, "k": f"k{i}"})
             await pipe.execute()
 
         elapsed, latencies = await drive(messages // batch, concurrency, send)

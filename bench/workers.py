@@ -191,7 +191,7 @@ def primaries_with_keys(stack: DevStack) -> list[tuple[int, str]]:
 def raw_redis_rate(stack: DevStack, args: argparse.Namespace) -> float:
     """redis-benchmark XADD pipelined -P batch on every primary at once: total entries/s."""
     commands = [["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "8", "-n", str(args.raw_requests),
-                 "-P", str(args.batch), "--csv", "XADD", key, "*", "v", VALUE, "k", "k1", "f", "j"]
+                 "-P", str(args.batch), "--csv", "XADD", key, "*", "v", VALUE, "k", "k1"]
                 for port, key in primaries_with_keys(stack)]
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in commands]
     total = 0.0

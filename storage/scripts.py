@@ -249,14 +249,15 @@ class AppendCall:
     def transaction_wire(self) -> bytes:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
         head, base = _xadd_head(self.keys[0], self.options.max_length)
-        keyed = b"*%d\r\n%b" % (base + 6, head)  # every XADD of a keyed record without headers starts so
+        # every XADD of a keyed record without headers starts so, by value format
+        keyed = {fmt: b"*%d\r\n%b" % (base + 4 + _FORMAT_FIELD_COUNT[fmt], head) for fmt in ValueFormat}
         chunks = [_MULTI_WIRE]
         append, formats, encode_fields_wire = chunks.append, _FORMAT_WIRE, _encode_fields_wire
         for record in self.records:
             key = record.key
             if key is not None and not record.headers:  # the common record, inlined: one %-format
-                value = record.value
-                append(_KEYED_XADD % (keyed, len(value), value, formats[record.value_format], len(key), key))
+                value, fmt = record.value, record.value_format
+                append(_KEYED_XADD % (keyed[fmt], len(value), value, formats[fmt], len(key), key))
                 continue
             fields, count = encode_fields_wire(record)
             append(b"*%d\r\n%b%b" % (base + count, head, fields))
@@ -314,7 +315,8 @@ class PlainAppendCall:
 
     def wire(self) -> bytes:
         """The transaction as RESP bytes."""
-        keyed_head, keyless_head = _xadd_heads(self._topic, self.partition, self.options.max_length)
+        keyed_head, keyless_head = _xadd_heads(self._topic, self.partition, self.options.max_length,
+                                               self.value_format)
         return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[self.value_format], self.values, self.keys)
 
     def fold_replies(self, replies: list[Any]) -> Any:
@@ -331,17 +333,19 @@ def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _xadd_heads(topic: str, partition: int, max_length: int | None) -> tuple[bytes, bytes]:
+def _xadd_heads(topic: str, partition: int, max_length: int | None,
+                value_format: ValueFormat) -> tuple[bytes, bytes]:
     """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*``."""
     bulk, base = _xadd_head(log_key(topic, partition), max_length)
-    return b"*%d\r\n%b" % (base + 6, bulk), b"*%d\r\n%b" % (base + 4, bulk)
+    fields = 2 + _FORMAT_FIELD_COUNT[value_format]  # v and the value, f and the format where there is one
+    return b"*%d\r\n%b" % (base + fields + 2, bulk), b"*%d\r\n%b" % (base + fields, bulk)
 
 
 def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format: bytes, values: list[bytes],
                             keys: list[bytes | None]) -> bytes:
     """MULTI, one XADD per value (``keyed_head`` or ``keyless_head``, ``v``, the value, ``value_format``'s
-    ``f`` field, ``k`` and the key where there is one), EXEC, as RESP bytes. The reference of the compiled
-    ``storage._wire.xadd_transaction``."""
+    ``f`` field (empty for JSON), ``k`` and the key where there is one), EXEC, as RESP bytes. The reference of
+    the compiled ``storage._wire.xadd_transaction``."""
     chunks = [_MULTI_WIRE]
     append = chunks.append
     for value, key in zip(values, keys, strict=True):
@@ -421,9 +425,11 @@ def _without_array_header(command: bytes, count: int) -> bytes:
 
 _MULTI_WIRE = encode_command(("MULTI",))
 _EXEC_WIRE = encode_command(("EXEC",))
-_FORMAT_WIRE = {fmt: b"$1\r\nf\r\n$%d\r\n%b\r\n" % (len(fmt.value), fmt.value.encode()) for fmt in ValueFormat}
+# The f field as RESP: JSON values carry none (storage.codec), binary ones ``f`` ``b``.
+_FORMAT_WIRE = {ValueFormat.JSON: b"", ValueFormat.BINARY: b"$1\r\nf\r\n$1\r\nb\r\n"}
+_FORMAT_FIELD_COUNT = {ValueFormat.JSON: 0, ValueFormat.BINARY: 2}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
-_KEYED_FIELDS = b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"  # v, f (formatted), k of a keyed record
+_KEYED_FIELDS = b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"  # v, f (formatted, maybe none), k
 _KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
 
 
@@ -438,11 +444,11 @@ def _encode_record(record: Record, dedup_index: int) -> tuple[bytes, int]:
 def _encode_fields_wire(record: Record) -> tuple[bytes, int]:
     """One record's XADD fields as RESP, and how many there are (names and values)."""
     value, key, headers = record.value, record.key, record.headers
-    fmt = _FORMAT_WIRE[record.value_format]
+    fmt, fmt_fields = _FORMAT_WIRE[record.value_format], _FORMAT_FIELD_COUNT[record.value_format]
     if key is not None and not headers:
-        return _KEYED_FIELDS % (len(value), value, fmt, len(key), key), 6
+        return _KEYED_FIELDS % (len(value), value, fmt, len(key), key), 4 + fmt_fields
     if key is None and not headers:
-        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 4
+        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 2 + fmt_fields
     fields = encode_fields(record)
     return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
 

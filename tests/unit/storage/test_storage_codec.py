@@ -6,7 +6,7 @@ import pytest
 from redis.crc import key_slot
 
 from storage import InvalidOffset, Record, StoredEntry, ValueFormat
-from storage.codec import decode_entry, encode_fields, timestamp_ms, validate_offset
+from storage.codec import decode_entry, decode_raw_entries, encode_fields, timestamp_ms, validate_offset
 from storage.keys import dedup_key, delayed_key, log_key, partition_keys_pattern, slot_of
 
 
@@ -36,6 +36,24 @@ def test_json_value_key_and_headers_round_trip() -> None:
     assert entry.key == b"user-1"
     assert dict(entry.headers) == {"h": "ü"}
     assert entry.timestamp_ms == 1700000000123
+
+
+def test_json_value_is_stored_without_a_format_field() -> None:
+    fields, entry = _round_trip(Record(partition=0, value=b"[1]", value_format=ValueFormat.JSON, key=b"k"))
+    assert fields == [b"v", b"[1]", b"k", b"k"]
+    assert entry.value_format is ValueFormat.JSON
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({b"v": b"1"}, ValueFormat.JSON),  # written since 2026-11-25
+    ({b"v": b"1", b"f": b"j"}, ValueFormat.JSON),  # written before
+    ({b"v": b"1", b"f": b"b"}, ValueFormat.BINARY),
+    ({b"v": b"1", b"f": b"?"}, ValueFormat.BINARY),  # unknown: base64 renders any bytes
+])
+def test_entries_of_every_layout_read_with_their_format(fields: dict[bytes, bytes], expected: ValueFormat) -> None:
+    assert decode_entry(0, b"1-0", fields).value_format is expected
+    flat = [item for pair in fields.items() for item in pair]
+    assert [e.value_format for e in decode_raw_entries(0, [[b"1-0", flat]])] == [expected]
 
 
 def test_empty_key_is_kept_distinct_from_no_key() -> None:
