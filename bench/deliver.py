@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -28,6 +29,7 @@ from publish import free_port, start_gateway, wait_ready
 from gateway.devstack import DevStack, DevStackConfig
 
 PARTITIONS = 8
+GROUP_DRAIN = Path(__file__).resolve().parent / "group_drain.py"
 
 
 async def create_topic(http: aiohttp.ClientSession, base: str, name: str, partitions: int = PARTITIONS) -> None:
@@ -69,68 +71,26 @@ async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str
                     done.set()
 
 
-def group_consumer_process(base: str, topic: str, group: str, sockets: int, total: int,
-                   results: multiprocessing.Queue[tuple[int, float, float]]) -> None:
-    """A process with ``sockets`` members of one exclusive group, acking in batches; stops at ``total`` overall
-    (counted per process: each process stops when the group's backlog is drained)."""
-
-    async def member(http: aiohttp.ClientSession, counts: list[int], first: list[float], last: list[float]) -> None:
-        params = {"topic": topic, "group": group, "max_in_flight": "2000", "from": "earliest"}
-        async with http.ws_connect(f"{base}/v1/subscribe", params=params, max_msg_size=0) as ws:
-            pending: list[dict[str, object]] = []
-            idle = 0
-            while idle < 300:  # 3 s without a frame: the backlog is drained
-                try:
-                    message = await ws.receive(timeout=0.01)
-                except TimeoutError:
-                    message = None
-                    idle += 1
-                if message is not None and message.type is aiohttp.WSMsgType.TEXT:
-                    idle = 0
-                    frame = orjson.loads(message.data)
-                    if frame["type"] == "message":
-                        first[0] = first[0] or time.time()
-                        pending.append({"partition": frame["partition"], "offset": frame["offset"]})
-                elif message is not None:
-                    break
-                if pending and (message is None or len(pending) >= 500):
-                    await ws.send_str(orjson.dumps({"type": "ack", "messages": pending}).decode())
-                    counts[0] += len(pending)
-                    last[0] = time.time()
-                    pending = []
-                if counts[0] >= total:
-                    break
-
-    async def main() -> None:
-        counts, first, last = [0], [0.0], [0.0]
-        async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*(member(http, counts, first, last) for _ in range(sockets)), return_exceptions=True)
-        results.put((counts[0], first[0], last[0]))
-
-    asyncio.run(main())
-
-
 async def lean_group_drain(base: str, topic: str, group: str, messages: int, processes: int,
                            members: int = 2) -> tuple[int, float]:
     """Drain a prefilled topic with ``processes`` x ``members`` exclusive-group consumers in their own processes
-    (so the client is not the limit); (messages acked, seconds from the first delivery to the last ack)."""
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[tuple[int, float, float]] = context.Queue()
-    workers = [context.Process(target=group_consumer_process, args=(base, topic, group, members, messages, results))
-               for _ in range(processes)]
-    for worker in workers:
-        worker.start()
-    total, started, last = 0, float("inf"), 0.0
+    (bench/group_drain.py: lean, so the client is not the limit); (messages acked, seconds from the first
+    delivery to the last ack)."""
+    argv = [sys.executable, str(GROUP_DRAIN), "--port",
+            str(urlsplit(base).port), "--topic", topic, "--group", group, "--members", str(members),
+            "--total", str(messages)]
+    workers = [await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE) for _ in range(processes)]
     try:
-        for _ in workers:
-            count, first, at = await asyncio.to_thread(results.get, True, 600)
-            total, started, last = total + count, min(started, first or started), max(last, at)
+        outputs = await asyncio.wait_for(asyncio.gather(*(worker.communicate() for worker in workers)), 600)
     finally:
         for worker in workers:
-            worker.join(10)
-            if worker.is_alive():
-                worker.terminate()
-    return total, max(last - started, 1e-9)
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+    results = [orjson.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    started = min((r["first_ts"] for r in results if r["first_ts"]), default=0.0)
+    last = max(r["last_ts"] for r in results)
+    return sum(r["acked"] for r in results), max(last - started, 1e-9)
 
 
 async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, messages: int, consumers: int,
