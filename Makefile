@@ -41,7 +41,7 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/_plain.c gateway/_sketch.c storage/_wire.c
+$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/_plain.c gateway/_sketch.c storage/_wire.c storage/_entries.c gateway/_frames.c
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \

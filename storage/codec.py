@@ -57,9 +57,19 @@ def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry
     """Decode the entries of a raw RESP2 stream reply (``[id, [field, value, ...]]`` items, nil items skipped).
 
     The read hot path (XREADGROUP, XREAD): the reply comes straight from hiredis without redis-py's
-    pair-to-dict callbacks, and each StoredEntry is filled through its slots (the frozen dataclass __init__
-    costs twice as much; the instance is as immutable afterwards).
+    pair-to-dict callbacks. The compiled ``storage._entries`` decodes it (~4x faster) unless it is unsure,
+    then ``decode_raw_entries_python`` does.
     """
+    if ENTRIES_NATIVE and type(items) is list:
+        decoded = _decode_compiled(partition, items, _LAYOUT)
+        if decoded is not None:
+            return decoded
+    return decode_raw_entries_python(partition, items)
+
+
+def decode_raw_entries_python(partition: int, items: Sequence[Any]) -> list[StoredEntry]:
+    """``decode_raw_entries`` in Python, the reference of the compiled one: each StoredEntry is filled through
+    its slots (the frozen dataclass __init__ costs twice as much; the instance is as immutable afterwards)."""
     set_partition, set_offset, set_value, set_format, set_key, set_headers, set_timestamp = _ENTRY_SETTERS
     formats, binary, json, new = _FORMATS, ValueFormat.BINARY, ValueFormat.JSON, _new_entry
     entries: list[StoredEntry] = []
@@ -89,6 +99,16 @@ def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry
         set_timestamp(entry, int(offset[:offset.index("-")]))
         entries.append(entry)
     return entries
+
+
+try:  # the compiled decoder (storage._entries, built by setup.py); the Python one gives the same entries
+    from storage._entries import decode_raw_entries as _decode_compiled
+    ENTRIES_NATIVE = True
+except ImportError:  # pragma: no cover - a build without a C compiler
+    ENTRIES_NATIVE = False
+# What the compiled decoder needs, in its order: the class, its slot setters, the f values, JSON, binary, the
+# headers decoder, the empty value.
+_LAYOUT: tuple[Any, ...] = ()  # set below _decode_headers
 
 
 def decode_entries(partition: int, items: list[Any]) -> list[StoredEntry]:
@@ -128,3 +148,9 @@ def _decode_headers(raw: bytes) -> dict[str, str]:
     if not isinstance(headers, dict):
         return {}
     return {str(k): str(v) for k, v in headers.items()}
+
+
+_LAYOUT = (StoredEntry,
+           tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "value", "value_format", "key",
+                                                      "headers", "timestamp_ms")),
+           _FORMATS, ValueFormat.JSON, ValueFormat.BINARY, _decode_headers, b"")

@@ -28,7 +28,7 @@ import orjson
 
 from gateway.delivery.params import SubscribeParams, format_cursor
 from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
-from gateway.delivery.wire import Send, message_frame
+from gateway.delivery.wire import Send, message_frame, message_frames
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
 
@@ -162,8 +162,7 @@ class Session:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             held = InFlight(reader, deadline)  # shared by the page: extend replaces, never mutates, an InFlight
             self.in_flight.update(((d.entry.partition, d.entry.offset), held) for d in taken)
-        topic = self.topic
-        frames = [message_frame(topic, d.entry, d.delivery_count) for d in taken]
+        frames = message_frames(self.topic, taken)
         offsets = [d.entry.offset for d in taken]
         self._enqueue((frames, 0 if tracked else len(frames), taken[0].entry.partition, offsets))
         return len(taken)

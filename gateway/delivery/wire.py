@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 
-from storage.models import StoredEntry, ValueFormat
+from storage.models import Delivery, StoredEntry, ValueFormat
 
 Send = Callable[[Sequence[bytes]], Awaitable[None]]
 
@@ -32,7 +32,7 @@ def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     ~2x faster, and sized exactly: orjson's own result keeps its ~4 KiB growth buffer (a 318-byte frame held
     4.1 KiB of RSS), and frames wait in outboxes and shared tail pages.
     """
-    key = b"null" if entry.key is None else _dumps(entry.key.decode(errors="replace"))
+    key = b"null" if entry.key is None else _key_json(entry.key)
     if entry.value_format is ValueFormat.JSON:
         value_field, value = b',"value":', entry.value
     else:
@@ -44,6 +44,33 @@ def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
 
 
 _dumps = orjson.dumps
+
+
+def message_frames(topic: str, deliveries: list[Delivery]) -> list[bytes]:
+    """The ``message`` frames of a page of deliveries: the compiled ``gateway._frames`` writes them (~3x faster,
+    the same bytes) unless it is unsure, then ``message_frame`` does, one by one."""
+    if FRAMES_NATIVE:
+        frames = _frames_compiled(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
+        if frames is not None:
+            return frames
+    return [message_frame(topic, delivery.entry, delivery.delivery_count) for delivery in deliveries]
+
+
+def _key_json(key: bytes) -> bytes:
+    return _dumps(key.decode(errors="replace"))
+
+
+try:  # the compiled framing (gateway._frames, built by setup.py); message_frame gives the same bytes
+    from gateway._frames import message_frames as _frames_compiled
+    FRAMES_NATIVE = True
+except ImportError:  # pragma: no cover - a build without a C compiler
+    FRAMES_NATIVE = False
+# What the compiled framing reads and calls, in its order (gateway/_frames.c).
+_FRAME_LAYOUT = (Delivery, StoredEntry,
+                 tuple(vars(Delivery)[name] for name in ("entry", "delivery_count"))
+                 + tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "key", "headers", "timestamp_ms",
+                                                              "value_format", "value")),
+                 ValueFormat.JSON, _key_json, _dumps, base64.b64encode)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gateway.delivery.wire import message_frame
+from gateway.delivery import wire
+from gateway.delivery.wire import message_frame, message_frames
 from gateway.documents import entry_document
-from storage.models import StoredEntry, ValueFormat
+from storage.models import Delivery, StoredEntry, ValueFormat
 
 
 def reference(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
@@ -30,3 +33,50 @@ def test_message_frames_match_the_orjson_encoding_of_the_document(topic: str, en
         frame = message_frame(topic, entry, delivery_count)
         assert frame == reference(topic, entry, delivery_count)
         assert orjson.loads(frame)["type"] == "message"
+
+
+# --- the compiled page framing (gateway._frames) ------------------------------------------------------------------
+compiled = pytest.importorskip("gateway._frames")
+
+
+def test_the_compiled_framing_is_installed() -> None:
+    assert wire.FRAMES_NATIVE, "gateway._frames is not built: pip install -e . with gcc"
+
+
+KEYS = st.one_of(st.none(), st.binary(max_size=12), st.text(max_size=8).map(str.encode),
+                 st.sampled_from([b'"', b"\\", b"\x7f", b"\x1f", b"plain-key_1/~", b""]))
+HEADERS = st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3)
+OFFSETS = st.from_regex(r"\A[0-9]{1,20}-[0-9]{1,3}\Z")
+STORED = st.builds(StoredEntry, partition=st.integers(0, 2**63 - 1), offset=OFFSETS,
+                   value=st.one_of(st.sampled_from([b"{}", b"[1]", b'"s"']), st.binary(max_size=16)),
+                   value_format=st.sampled_from(ValueFormat), key=KEYS, headers=HEADERS,
+                   timestamp_ms=st.integers(0, 2**63 - 1))
+DELIVERIES = st.lists(st.builds(Delivery, entry=STORED, delivery_count=st.integers(1, 2**31)), max_size=12)
+
+
+@given(deliveries=DELIVERIES, topic=st.text(max_size=10))
+def test_compiled_page_frames_are_the_references_bytes(deliveries: list[Delivery], topic: str) -> None:
+    expected = [reference(topic, d.entry, d.delivery_count) for d in deliveries]
+    assert compiled.message_frames(wire._frame_prefix(topic), deliveries, wire._FRAME_LAYOUT) == expected
+    assert message_frames(topic, deliveries) == expected
+
+
+@pytest.mark.parametrize("odd", [
+    StoredEntry(0, "1-0", "str value", ValueFormat.JSON, None, {}, 1),  # type: ignore[arg-type]
+    StoredEntry(0, "1-0", b"{}", ValueFormat.JSON, "str key", {}, 1),  # type: ignore[arg-type]
+    StoredEntry(0, "1-é", b"{}", ValueFormat.JSON, None, {}, 1),
+    StoredEntry(True, "1-0", b"{}", ValueFormat.JSON, None, {}, 1),
+    StoredEntry(0, "1-0", b"{}", ValueFormat.JSON, None, {}, 2**70),
+])
+def test_fields_of_unexpected_types_are_framed_by_the_reference(odd: StoredEntry) -> None:
+    deliveries = [Delivery(ENTRIES[0], 1), Delivery(odd, 1)]
+    assert compiled.message_frames(wire._frame_prefix("t"), deliveries, wire._FRAME_LAYOUT) is None
+    try:
+        expected: object = [message_frame("t", d.entry, d.delivery_count) for d in deliveries]
+    except Exception as exc:  # the reference's own error, raised by both
+        expected = type(exc)
+    try:
+        got: object = message_frames("t", deliveries)
+    except Exception as exc:
+        got = type(exc)
+    assert got == expected

@@ -1,0 +1,5 @@
+from typing import Any
+
+from storage.models import Delivery
+
+def message_frames(prefix: bytes, deliveries: list[Delivery], layout: tuple[Any, ...], /) -> list[bytes] | None: ...
