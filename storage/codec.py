@@ -106,9 +106,6 @@ try:  # the compiled decoder (storage._entries, built by setup.py); the Python o
     ENTRIES_NATIVE = True
 except ImportError:  # pragma: no cover - a build without a C compiler
     ENTRIES_NATIVE = False
-# What the compiled decoder needs, in its order: the class, its slot setters, the f values, JSON, binary, the
-# headers decoder, the empty value.
-_LAYOUT: tuple[Any, ...] = ()  # set below _decode_headers
 
 
 def decode_entries(partition: int, items: list[Any]) -> list[StoredEntry]:
@@ -150,6 +147,8 @@ def _decode_headers(raw: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in headers.items()}
 
 
+# What the compiled decoder needs, in its order (storage/_entries.c): the class, its slot descriptors, the f
+# values, JSON, binary, the headers decoder, the empty value.
 _LAYOUT = (StoredEntry,
            tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "value", "value_format", "key",
                                                       "headers", "timestamp_ms")),
