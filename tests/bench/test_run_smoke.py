@@ -55,3 +55,29 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     assert "JetStream publish_async" in done.stdout
     assert "one copy (3 primaries, no replicas)" in done.stdout
     assert markdown_path.read_text().count("\n| 1 |") == 6
+
+
+@pytest.mark.timeout(300)
+def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_numbers(
+        tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
+    require_binaries(report_missing)
+    json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "acks,group",
+                           "--json", str(json_path), "--markdown", str(markdown_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=290, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = orjson.loads(json_path.read_bytes())["rows"]
+    assert [(row["goal"], row["anchor_name"]) for row in rows] == [
+        ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
+        ("5", ""), ("5", "JetStream pull+ack"), ("5", ""), ("5", "JetStream pull+ack (R1)")]
+    assert [row["status"] for row in rows][1] == "info"
+    for row in rows:
+        assert isinstance(row["value"], float), row
+        assert row["value"] > 0, row
+        assert row["status"] in {"pass", "FAIL", "info"}, row
+        if row["anchor_name"]:
+            assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
+    assert "16 conn." in rows[0]["note"]
+    assert "64 conn." in rows[0]["note"]
+    assert "bench/group_drain.py" in rows[2]["note"]
+    assert "one copy (3 primaries, no replicas)" in rows[4]["figure"]
