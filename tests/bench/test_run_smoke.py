@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import orjson
 import pytest
@@ -29,16 +29,22 @@ def require_binaries(report_missing: Callable[[str], NoReturn]) -> None:
         report_missing(f"binaries or packages are missing: {missing}")
 
 
+def quick_run(tmp_path: Path, goals: str, timeout_s: float) -> tuple[subprocess.CompletedProcess[str],
+                                                                   list[dict[str, Any]], str]:
+    """``bench/run.py --quick --only goals``, which must succeed: the process, its JSON rows, its Markdown."""
+    json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", goals,
+                           "--json", str(json_path), "--markdown", str(markdown_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, orjson.loads(json_path.read_bytes())["rows"], markdown_path.read_text()
+
+
 @pytest.mark.timeout(180)
 def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_and_one_copy(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "publish",
-                           "--json", str(json_path), "--markdown", str(markdown_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=170, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = orjson.loads(json_path.read_bytes())["rows"]
+    done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=170)
     anchors = {row["anchor_name"] for row in rows}
     assert [row["goal"] for row in rows] == ["1"] * 6
     assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async", "raw XADD -P 64, same cluster",
@@ -54,19 +60,14 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     assert "HTTP publish, batch 100, acks=1" in done.stdout
     assert "JetStream publish_async" in done.stdout
     assert "one copy (3 primaries, no replicas)" in done.stdout
-    assert markdown_path.read_text().count("\n| 1 |") == 6
+    assert markdown.count("\n| 1 |") == 6
 
 
 @pytest.mark.timeout(300)
 def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_numbers(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", "acks,group",
-                           "--json", str(json_path), "--markdown", str(markdown_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=290, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = orjson.loads(json_path.read_bytes())["rows"]
+    _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=290)
     assert [(row["goal"], row["anchor_name"]) for row in rows] == [
         ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
         ("5", ""), ("5", "JetStream pull+ack"), ("5", ""), ("5", "JetStream pull+ack (R1)")]
