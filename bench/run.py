@@ -180,7 +180,7 @@ class Harness:
     # --- goal 2 -------------------------------------------------------------------------------------------
     async def acks(self) -> None:
         """Throughput is what each mode sustains once enough requests are in flight: the best rate of a sweep
-        over ACKS_CONNECTIONS (the same sweep for both, interleaved). At a fixed 16 connections (goal 1's load)
+        over ``plan.acks_connections`` (the same sweep for both, interleaved). At a fixed 16 connections (goal 1's load)
         a closed loop is latency-bound with acks=all (each request also waits for the replication round trip),
         so that figure is printed too, as information."""
         runs: dict[str, dict[int, Result]] = {"1": {}, "all": {}}
