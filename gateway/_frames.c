@@ -242,14 +242,74 @@ message_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return frames;
 }
 
+/* The size of an unmasked frame header for a payload of n bytes (RFC 6455 5.2). */
+static Py_ssize_t
+header_size(Py_ssize_t n)
+{
+    return n <= 125 ? 2 : n <= 0xFFFF ? 4 : 10;
+}
+
+static char *
+put_text_header(char *at, Py_ssize_t n)
+{
+    *at++ = (char)0x81; /* FIN, text */
+    if (n <= 125) {
+        *at++ = (char)n;
+    } else if (n <= 0xFFFF) {
+        *at++ = 126;
+        *at++ = (char)(n >> 8);
+        *at++ = (char)n;
+    } else {
+        *at++ = 127;
+        for (int shift = 56; shift >= 0; shift -= 8)
+            *at++ = (char)((unsigned long long)n >> shift);
+    }
+    return at;
+}
+
+/* text_frames(payloads: list[bytes]): the payloads as consecutive final text frames in one bytes object, or None
+ * when payloads is not a list of bytes (the Python reference frames them). */
+static PyObject *
+text_frames(PyObject *module, PyObject *payloads)
+{
+    if (!PyList_Check(payloads))
+        Py_RETURN_NONE;
+    Py_ssize_t count = PyList_GET_SIZE(payloads), total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        if (!PyBytes_CheckExact(payload))
+            Py_RETURN_NONE;
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        if (size > PY_SSIZE_T_MAX - 10 - total) {
+            PyErr_SetString(PyExc_OverflowError, "frames too large");
+            return NULL;
+        }
+        total += header_size(size) + size;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        at = put_text_header(at, size);
+        memcpy(at, PyBytes_AS_STRING(payload), (size_t)size);
+        at += size;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"message_frames", (PyCFunction)(void (*)(void))message_frames, METH_FASTCALL,
      "The message frames of a page of deliveries, or None (the Python reference frames it)."},
+    {"text_frames", (PyCFunction)text_frames, METH_O,
+     "Payloads as consecutive final text frames in one bytes object, or None (the Python reference frames them)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._frames", "Message frames of group deliveries in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway._frames", "Message frames of group deliveries, and text frames for the socket, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

@@ -165,7 +165,7 @@ class GatewayMetrics:
         counts = list(delivery_counts)
         if counts:
             self.deliveries.labels(topic, group, mode).inc(len(counts))
-            redelivered = sum(1 for count in counts if count > 1)
+            redelivered = len(counts) - counts.count(1)  # delivery counts start at 1
             if redelivered:
                 self.redeliveries.labels(topic, group, mode).inc(redelivered)
 

@@ -27,11 +27,12 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from storage.cluster import ClusterRouter, NodeAddress, needs_refresh
-from storage.codec import decode_entries, decode_offset, decode_raw_entries, validate_offset
+from storage.codec import decode_entries, decode_offset, decode_raw_entries, validate_offset, validate_offsets
 from storage.errors import StorageError
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
+from storage.resp import encode_command_with_ids
 
 T = TypeVar("T")
 
@@ -303,7 +304,7 @@ class RedisGroupStore:
         """XACK the offsets; returns how many were pending. An empty list is 0 without a call."""
         if not offsets:
             return 0
-        ids = [validate_offset(o) for o in offsets]
+        ids = validate_offsets(offsets)
         key = log_key(topic, partition)
         if self._lanes is not None:
             slot = slot_of(topic, partition)
@@ -323,8 +324,8 @@ class RedisGroupStore:
         """XACK on the lean connection of the slot's primary (a few us of client CPU instead of redis-py's
         ~150); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map first)."""
         assert self._lanes is not None
-        (reply,) = await self._lanes.execute(self._router.node_for_slot(slot), [("XACK", key, group, *ids)],
-                                             exclusive=False)
+        (reply,) = await self._lanes.execute(self._router.node_for_slot(slot),
+                                             [encode_command_with_ids(("XACK", key, group), ids)], exclusive=False)
         if isinstance(reply, BaseException):
             if is_missing_group(reply):
                 return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from itertools import groupby
 from typing import Any, Protocol
 
 from redis import exceptions as rexc
@@ -119,6 +120,19 @@ def encode_command(args: Sequence[bytes | str | int | float]) -> bytes:
             cache[arg] = encoded  # type: ignore[index]
         append(encoded)
     return b"".join(out)
+
+
+def encode_command_with_ids(head: Sequence[bytes | str | int | float], ids: Sequence[str]) -> bytes:
+    """``encode_command([*head, *ids])`` for stream IDs (ASCII digits and a dash, as ``validate_offset`` checks):
+    each run of IDs of one length is written by one join instead of one %-format per ID (an XACK carries
+    hundreds). UnicodeEncodeError when an ID is not ASCII (its length in bytes would not be its length)."""
+    head_wire = encode_command(head)
+    chunks = []
+    for size, run in groupby(ids, key=len):
+        prefix = f"${size}\r\n"
+        chunks.append(prefix + f"\r\n{prefix}".join(run) + "\r\n")
+    return (b"*%d\r\n" % (len(head) + len(ids)) + head_wire[head_wire.index(b"\r\n") + 2:]
+            + "".join(chunks).encode("ascii"))
 
 
 def encode_commands(commands: Iterable[Sequence[bytes | str | int | float]]) -> bytes:

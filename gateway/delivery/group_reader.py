@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.session import MessageRef, Session
@@ -34,6 +35,9 @@ READ_BATCH_MAX = 1000
 TAKEOVER_PAGE = 10_000
 RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000  # "idle forever": reclaimable by the next reclaim pass
 ERROR_BACKOFF_S = 0.5
+_OFFSET_OF_REF = itemgetter(1)
+_DELIVERY_COUNT = attrgetter("delivery_count")
+_ENTRY_OFFSET = attrgetter("entry.offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,7 @@ class GroupReader:
     # --- acks from sessions --------------------------------------------------------------------------------------
     async def ack(self, refs: Sequence[MessageRef]) -> None:
         """Acknowledge deliveries (any session, any gateway may ack); batched with this tick's other acks."""
-        self._acks_due.extend(offset for _, offset in refs)
+        self._acks_due.extend(map(_OFFSET_OF_REF, refs))
         done = self._acks_done
         if done is None:
             done = self._acks_done = asyncio.get_running_loop().create_future()
@@ -196,7 +200,7 @@ class GroupReader:
         entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
                                              count=min(self._total_credit(), READ_BATCH_MAX),
                                              block_ms=READ_BLOCK_MS)
-        await self._accept(first_deliveries(entries))
+        await self._accept_new(first_deliveries(entries))
 
     async def _wait_for_credit(self) -> None:
         while not self._stopping and not self._any_credit():
@@ -231,6 +235,15 @@ class GroupReader:
         for session in self._sessions:
             session.forget(ref)
 
+    async def _accept_new(self, deliveries: list[Delivery]) -> None:
+        """Route first deliveries: without a filter every one goes out (a delivery count of 1 is always within
+        max_deliveries, which is at least 1), so the whole read joins the backlog at once."""
+        if self.config.filter.is_empty:
+            self._backlog.extend(deliveries)
+            await self._dispatch()
+        else:
+            await self._accept(deliveries)
+
     async def _accept(self, deliveries: Sequence[Delivery]) -> None:
         """Route fresh deliveries: dead letters, filtered-out acks, the rest to the backlog and out."""
         to_ack: list[str] = []
@@ -261,13 +274,14 @@ class GroupReader:
             if session is None:
                 break
             share = -(-len(backlog) // len(self._sessions))
-            page = [backlog.popleft() for _ in range(min(share, session.credit))]
+            page = _take_front(backlog, min(share, session.credit))
             taken = session.offer_page(page, self)
-            for delivery in reversed(page[taken:]):  # not taken (the session started closing): back in front
-                backlog.appendleft(delivery)
-            delivery_counts.extend(d.delivery_count for d in page[:taken])
+            if taken < len(page):
+                backlog.extendleft(reversed(page[taken:]))  # not taken (the session started closing): back in front
+                page = page[:taken]
+            delivery_counts.extend(map(_DELIVERY_COUNT, page))
             if self.config.auto_ack:
-                auto_acked.extend(d.entry.offset for d in page[:taken])
+                auto_acked.extend(map(_ENTRY_OFFSET, page))
             if not taken:
                 break
         self._metrics.count_deliveries(*self._labels, delivery_counts)
@@ -282,6 +296,15 @@ class GroupReader:
             if session.has_credit:
                 return session
         return None
+
+
+def _take_front(backlog: deque[Delivery], count: int) -> list[Delivery]:
+    """The first ``count`` deliveries of the backlog, removed from it (all of it in one step when it fits)."""
+    if count >= len(backlog):
+        page = list(backlog)
+        backlog.clear()
+        return page
+    return [backlog.popleft() for _ in range(count)]
 
 
 def _settle_future(done: asyncio.Future[None], task: asyncio.Future[int]) -> None:

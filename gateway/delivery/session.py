@@ -20,8 +20,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate, groupby, repeat
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -44,6 +47,8 @@ WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in th
 # An outbox item: one frame or a page of frames, the credit their write gives back, the partition and the
 # offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
+_ENTRY_OFFSET = attrgetter("entry.offset")
+_HOLDER, _REF = itemgetter(0), itemgetter(1)
 
 
 class Waker(Protocol):
@@ -158,13 +163,14 @@ class Session:
         taken = deliveries if len(deliveries) <= self.credit else deliveries[:self.credit]
         self.credit -= len(taken)
         tracked = not self.params.auto_ack
+        partition = taken[0].entry.partition
+        offsets = list(map(_ENTRY_OFFSET, taken))
         if tracked:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             held = InFlight(reader, deadline)  # shared by the page: extend replaces, never mutates, an InFlight
-            self.in_flight.update(((d.entry.partition, d.entry.offset), held) for d in taken)
+            self.in_flight.update(zip(zip(repeat(partition), offsets), repeat(held)))
         frames = message_frames(self.topic, taken)
-        offsets = [d.entry.offset for d in taken]
-        self._enqueue((frames, 0 if tracked else len(frames), taken[0].entry.partition, offsets))
+        self._enqueue((frames, 0 if tracked else len(frames), partition, offsets))
         return len(taken)
 
     def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str]) -> None:
@@ -183,11 +189,13 @@ class Session:
 
     def settle(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by reader."""
+        refs = refs if isinstance(refs, list) else list(refs)
+        holders = map(self.in_flight.pop, refs, repeat(None))
         by_reader: dict[GroupReader, list[MessageRef]] = {}
-        for ref in refs:
-            held = self.in_flight.pop(ref, None)
+        # Deliveries handed out in one page share their InFlight, so an ack frame is a few runs of one holder.
+        for held, run in groupby(zip(holders, refs, strict=True), key=_HOLDER):
             if held is not None and held.reader is not None:
-                by_reader.setdefault(held.reader, []).append(ref)
+                by_reader.setdefault(held.reader, []).extend(map(_REF, run))
         self._give_credit(sum(len(v) for v in by_reader.values()))
         return by_reader
 
@@ -300,10 +308,6 @@ class Session:
 
 def _fitting(page: list[bytes], max_frames: int, max_bytes: int) -> tuple[int, int]:
     """How many leading frames of a page fit (at least one), and their size."""
-    size = 0
-    for count, frame in enumerate(page[:max_frames]):
-        if count and size + len(frame) > max_bytes:
-            return count, size
-        size += len(frame)
-    count = min(len(page), max_frames)
-    return count, size
+    sizes = list(accumulate(map(len, page[:max_frames])))
+    count = max(1, bisect_right(sizes, max_bytes))
+    return count, sizes[count - 1]

@@ -62,6 +62,7 @@ def _key_json(key: bytes) -> bytes:
 
 try:  # the compiled framing (gateway._frames, built by setup.py); message_frame gives the same bytes
     from gateway._frames import message_frames as _frames_compiled
+    from gateway._frames import text_frames as _text_frames_compiled
     FRAMES_NATIVE = True
 except ImportError:  # pragma: no cover - a build without a C compiler
     FRAMES_NATIVE = False
@@ -88,7 +89,17 @@ def frame_header(first: int, length: int) -> bytes:
 
 
 def text_frames(payloads: Sequence[bytes]) -> bytes:
-    """Several payloads as consecutive WebSocket text frames, ready for one transport write."""
+    """Several payloads as consecutive WebSocket text frames, ready for one transport write (the compiled
+    ``gateway._frames`` writes a list of bytes in one step; ``text_frames_python`` gives the same bytes)."""
+    if FRAMES_NATIVE and type(payloads) is list:
+        framed = _text_frames_compiled(payloads)
+        if framed is not None:
+            return framed
+    return text_frames_python(payloads)
+
+
+def text_frames_python(payloads: Sequence[bytes]) -> bytes:
+    """``text_frames``'s reference: a header and the payload, frame by frame."""
     parts: list[bytes] = []
     for payload in payloads:
         parts.append(frame_header(TEXT_FIN, len(payload)))

@@ -139,3 +139,28 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
         assert session.extend([(0, "1-0")]) == {reader: [(0, "1-0")]}
         assert session.in_flight[(0, "1-0")].deadline > first
         assert session.in_flight[(0, "2-0")].deadline == first
+
+
+async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_and_ignores_unknown_ones() -> None:
+    async def send(frames: Sequence[bytes]) -> None:
+        pass
+
+    first, second = object(), object()  # two GroupReaders (two partitions of one group)
+
+    def page(partition: int, numbers: range) -> list[Delivery]:
+        return [Delivery(StoredEntry(partition, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in numbers]
+
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        session.offer_page(page(0, range(1, 4)), first)  # type: ignore[arg-type]
+        session.offer_page(page(1, range(1, 3)), second)  # type: ignore[arg-type]
+        session.offer_page(page(0, range(4, 6)), first)  # type: ignore[arg-type]  # a second page, same reader
+        assert session.credit == 93
+        grouped = session.settle([(0, "1-0"), (1, "2-0"), (0, "5-0"), (0, "9-0"), (0, "4-0"), (0, "1-0"),
+                                  (1, "1-0"), (0, "3-0")])
+        assert grouped == {first: [(0, "1-0"), (0, "5-0"), (0, "4-0"), (0, "3-0")],
+                           second: [(1, "2-0"), (1, "1-0")]}, "in frame order; unknown and repeated refs left out"
+        assert session.credit == 99
+        assert set(session.in_flight) == {(0, "2-0")}
+        assert session.settle(iter([(0, "2-0")])) == {first: [(0, "2-0")]}, "any iterable of refs"
+        assert session.credit == 100

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import orjson
+import pytest
 from multidict import MultiDict
 
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.websocket import LeanWebSocket, SocketEvents
-from gateway.routes.subscription import INBOX_FRAMES, ServedSubscription
+from gateway.routes.subscription import INBOX_FRAMES, ServedSubscription, parse_settle
 from gateway.services import Services
 
 
@@ -124,3 +125,23 @@ async def test_a_frame_that_is_not_a_settle_frame_gets_an_error_frame_and_nothin
     assert socket.closed_with == (4008, "slow"), "a session's close request becomes the socket's close frame"
     subscription.on_closed()
     await until(lambda: not services.subscriptions)
+
+
+def test_a_settle_frame_gives_its_action_refs_and_delay() -> None:
+    frame = {"type": "nack", "messages": [{"partition": 3, "offset": "5-1"}, {"partition": 0, "offset": "7-0"}],
+             "delay_ms": 250}
+    assert parse_settle(frame) == ("nack", [(3, "5-1"), (0, "7-0")], 250)
+    assert parse_settle({"type": "ack", "messages": [{"partition": 1, "offset": "1-0", "extra": True}]}) == \
+        ("ack", [(1, "1-0")], 0)
+
+
+@pytest.mark.parametrize("item", [
+    [1, "1-0"], "1-0", None, {"offset": "1-0"}, {"partition": 1}, {"partition": "1", "offset": "1-0"},
+    {"partition": True, "offset": "1-0"}, {"partition": 1.0, "offset": "1-0"}, {"partition": 1, "offset": 10},
+    {"partition": 1, "offset": None},
+])
+def test_a_settle_frame_with_a_malformed_message_anywhere_is_refused_whole(item: object) -> None:
+    good = {"partition": 0, "offset": "1-0"}
+    for messages in ([item], [good, item], [good, good, item, good]):
+        with pytest.raises(ValueError, match="each message must be"):
+            parse_settle({"type": "ack", "messages": messages})

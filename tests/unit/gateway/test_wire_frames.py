@@ -80,3 +80,16 @@ def test_fields_of_unexpected_types_are_framed_by_the_reference(odd: StoredEntry
     except Exception as exc:
         got = type(exc)
     assert got == expected
+
+
+@given(st.lists(st.sampled_from([0, 1, 125, 126, 127, 65_535, 65_536, 70_000]).map(lambda n: b"x" * n), max_size=6))
+def test_compiled_text_frames_match_the_reference_byte_for_byte(payloads: list[bytes]) -> None:
+    assert wire.text_frames(payloads) == wire.text_frames_python(payloads)
+    assert compiled.text_frames(payloads) == wire.text_frames_python(payloads)
+
+
+def test_text_frames_of_other_sequences_or_bytes_like_payloads_take_the_reference() -> None:
+    assert wire.text_frames((b"a", b"bc")) == wire.text_frames_python([b"a", b"bc"])
+    assert wire.text_frames([b"a", bytearray(b"bc")]) == b"\x81\x01a\x81\x02bc"  # type: ignore[list-item]
+    assert compiled.text_frames([b"a", bytearray(b"bc")]) is None
+    assert compiled.text_frames((b"a",)) is None

@@ -6,7 +6,14 @@ import pytest
 from redis.crc import key_slot
 
 from storage import InvalidOffset, Record, StoredEntry, ValueFormat
-from storage.codec import decode_entry, decode_raw_entries, encode_fields, timestamp_ms, validate_offset
+from storage.codec import (
+    decode_entry,
+    decode_raw_entries,
+    encode_fields,
+    timestamp_ms,
+    validate_offset,
+    validate_offsets,
+)
 from storage.keys import dedup_key, delayed_key, log_key, partition_keys_pattern, slot_of
 
 
@@ -72,6 +79,21 @@ def test_valid_offsets_pass(offset: str) -> None:
 def test_invalid_offsets_raise(offset: str) -> None:
     with pytest.raises(InvalidOffset):
         validate_offset(offset)
+
+
+@pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n", "1-2\n3-4",
+                                    "\n1-2", "١٢-٣", "¹-1", "1-²"])
+def test_a_list_of_offsets_with_an_invalid_one_anywhere_raises_naming_it(offset: str) -> None:
+    for offsets in ([offset], ["1-0", offset], ["1-0", offset, "2-0"], [offset, "3-0"]):
+        with pytest.raises(InvalidOffset) as raised:
+            validate_offsets(offsets)
+        assert raised.value.offset == offset
+
+
+def test_a_list_of_valid_offsets_comes_back_as_a_list() -> None:
+    offsets = ("0-0", "1-2", "1700000000123-18446744073709551615", "5-10")
+    assert validate_offsets(offsets) == list(offsets)
+    assert validate_offsets([]) == []
 
 
 def test_partition_keys_share_one_slot() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis import exceptions as rexc
 
 from storage.resp import (
@@ -15,6 +17,7 @@ from storage.resp import (
     ReplyReader,
     as_redis_error,
     encode_command,
+    encode_command_with_ids,
     encode_commands,
     new_reply_reader,
     with_redis_errors,
@@ -106,3 +109,16 @@ def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> No
     assert isinstance(as_redis_error(ReplyError("LOADING dataset")), rexc.BusyLoadingError)
     assert type(as_redis_error(ReplyError("ERR wrong type"))) is rexc.ResponseError
     assert with_redis_errors([b"OK", 1]) == [b"OK", 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)).map(lambda p: f"{p[0]}-{p[1]}"),
+                max_size=50))
+def test_a_command_with_stream_ids_encodes_as_the_general_encoder_does(ids: list[str]) -> None:
+    head = ("XACK", "sg:{orders/3}:log", "grüppe")
+    assert encode_command_with_ids(head, ids) == encode_command([*head, *ids])
+
+
+def test_a_stream_id_that_is_not_ascii_is_refused_rather_than_mis_sized() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        encode_command_with_ids(("XACK", "k", "g"), ["1-0", "\u0661-0"])
