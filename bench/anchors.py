@@ -65,6 +65,16 @@ def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: list[str], lo
                 time.sleep(0.2)
 
 
+def aof_rewrites(cluster: RedisClusterProcess) -> int:
+    """AOF rewrites started so far, summed over every node of the cluster (INFO persistence)."""
+    total = 0
+    for node in cluster.nodes:
+        host, port = node.address
+        with redis.Redis(host=host, port=port) as client:
+            total += int(client.info("persistence").get("aof_rewrites", 0))
+    return total
+
+
 async def _jetstream(url: str, stream: str):  # type: ignore[no-untyped-def]
     import nats
     from nats.js.api import StorageType

@@ -35,7 +35,13 @@ from typing import Any
 
 import aiohttp
 import orjson
-from anchors import drop_and_wait_for_rewrites, nats_publish_async_rate, nats_pull_ack_rate, raw_xadd_rate
+from anchors import (
+    aof_rewrites,
+    drop_and_wait_for_rewrites,
+    nats_publish_async_rate,
+    nats_pull_ack_rate,
+    raw_xadd_rate,
+)
 from deliver import create_topic, lean_group_drain, paced_latencies, publish
 from publish import Result, http_publish_for, percentile_ms, publish_body, wait_ready
 from services import GatewayProcess, NatsServer, serve_supports
@@ -309,14 +315,15 @@ class Harness:
             await publish(http, gateway.base, "bench-group", messages)
         await asyncio.to_thread(drop_and_wait_for_rewrites, stack.redis, [])
         await settle()
-        cpu0 = gateway.cpu_seconds()
+        cpu0, rewrites0 = gateway.cpu_seconds(), await asyncio.to_thread(aof_rewrites, stack.redis)
         acked, elapsed = await lean_group_drain(gateway.base, "bench-group", "bench", messages, 2)
         cpu_us = (gateway.cpu_seconds() - cpu0) / max(acked, 1) * 1e6
+        rewrites = await asyncio.to_thread(aof_rewrites, stack.redis) - rewrites0
         rate = min(acked, messages) / elapsed  # distinct messages: acks of redeliveries do not count twice
         note = (f"{messages:,} messages ({max(0, acked - messages):,} acked twice: redelivered while members joined), "
                 f"8 partitions, 4 exclusive-group consumers in 2 processes (bench/group_drain.py) acking up to 500 "
                 f"per frame, timed from the first delivery to the last ack; gateway CPU {cpu_us:.1f} us/msg "
-                f"(incl. the consumers' 3 s idle wait)")
+                f"(incl. the consumers' 3 s idle wait); AOF rewrites started during the drain: {rewrites}")
         return rate, note
 
     # --- goal 6 -------------------------------------------------------------------------------------------
