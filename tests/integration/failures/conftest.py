@@ -8,25 +8,16 @@ failover) and stopped by PID when the test ends, also when it fails. The gateway
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from failure_cluster import FAILOVER_NODE_TIMEOUT_MS, WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFactory
 
 from gateway.app import create_app
 from gateway.devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess
 from gateway.settings import GatewaySettings
-
-# Short enough that a killed primary is failed over in ~2-3 s, long enough not to fire on a busy 2-core box.
-FAILOVER_NODE_TIMEOUT_MS = 1000
-# A request to a dead primary answers 503 after this instead of hanging until the failover is over.
-WRITE_DEADLINE_S = 2.0
-WAIT_TIMEOUT_MS = 500
-
-Client = TestClient[Any, Any]
-GatewayFactory = Callable[[RedisClusterProcess], Awaitable[Client]]
 
 
 def start_cluster(data_dir: Path, primaries: int, replicas: int) -> RedisClusterProcess:

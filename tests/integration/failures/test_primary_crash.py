@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from conftest import WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
 from failure_traffic import Producers, duplicated, missing_acked, replay_topic
 
 from gateway.devstack import RedisClusterProcess

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import redis
-from conftest import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFactory
 from failure_traffic import missing_acked, replay_topic
 from test_primary_crash import create, log_key
 

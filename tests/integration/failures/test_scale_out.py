@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import Counter
 
-from conftest import WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
 from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked, replay_topic
 from redis.crc import key_slot
 from test_primary_crash import create, log_key

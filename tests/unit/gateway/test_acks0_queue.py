@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from conftest import InMemoryStreamStore
+from memory_store import InMemoryStreamStore
 
 from gateway.errors import Problem
 from gateway.metrics import GatewayMetrics
