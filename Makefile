@@ -60,6 +60,8 @@ run: deps venv
 
 test: deps venv
 	$(VENV_PY) -m pytest
+	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"
+	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q tests/unit/gateway tests/integration/gateway
 
 lint: venv
 	$(VENV)/bin/mypy --strict

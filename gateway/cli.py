@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -54,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port,
                                                                 workers=getattr(args, "workers", None))
         check_workers(settings)
+        check_event_loop(settings)
         if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
             settings = settings.with_overrides(auth_mode="none")  # dev is local: auth off, loudly (logged)
         ssl_context = server_ssl_context(settings)
@@ -68,6 +71,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return serve(app, settings, ssl_context, args.worker_index)
     return run_dev(args, settings)
+
+
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def check_event_loop(settings: GatewaySettings) -> None:
+    """An event loop this build cannot run: ValueError (exit 2)."""
+    if settings.event_loop not in EVENT_LOOPS:
+        raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {settings.event_loop!r}")
+    if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ValueError("event_loop=uvloop needs the uvloop package (pip install uvloop), or set event_loop=asyncio")
+
+
+def new_event_loop(settings: GatewaySettings) -> asyncio.AbstractEventLoop:
+    """The loop a gateway process runs on: libuv's (uvloop: ~10% less gateway CPU per published or delivered
+    message than asyncio's, docs/performance.md) or the standard one."""
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def check_workers(settings: GatewaySettings) -> None:
@@ -91,7 +115,7 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
             extra_sockets.append(socket.create_server((settings.host, settings.worker_metrics_port + worker_index)))
         web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context,
                     reuse_port=worker_index is not None or None, sock=extra_sockets or None,
-                    access_log=access_logger(settings))
+                    access_log=access_logger(settings), loop=new_event_loop(settings))
     except (StorageError, PartitionerError) as exc:  # Redis or etcd unreachable or untrusted at startup
         print(f"streamgate: cannot start: {exc}", file=sys.stderr)
         return 1
@@ -127,7 +151,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             pid_file = write_pid(config.data_dir)
             try:
                 web.run_app(app, host=settings.host, port=settings.port, print=None,
-                            access_log=access_logger(settings))
+                            access_log=access_logger(settings), loop=new_event_loop(settings))
             finally:
                 pid_file.unlink(missing_ok=True)
     except MissingBinary as exc:

@@ -27,7 +27,7 @@ import collections
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redis import exceptions as rexc
 
@@ -70,8 +70,7 @@ class _RespProtocol(asyncio.Protocol):
         self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()  # callers of a full one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -2,13 +2,18 @@
 
 Tests under tests/integration are marked `integration` automatically. When a server binary is missing the
 fixtures skip locally and fail when CI=true, so CI never passes by skipping.
+
+Async tests run on the event loop a gateway process runs on: ``STREAMGATE_EVENT_LOOP`` (the gateway's own
+setting, which gateways started by tests inherit too), uvloop unless it says ``asyncio``. `make test` runs the
+suite on uvloop and the gateway tests once more on asyncio's loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -35,6 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config,
+                                  item: pytest.Item) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loop async tests run on: the gateway's (``STREAMGATE_EVENT_LOOP``, uvloop by default)."""
+    if os.environ.get("STREAMGATE_EVENT_LOOP", "uvloop") == "asyncio":
+        return {"asyncio": asyncio.new_event_loop}
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
