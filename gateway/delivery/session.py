@@ -309,5 +309,7 @@ class Session:
 def _fitting(page: list[bytes], max_frames: int, max_bytes: int) -> tuple[int, int]:
     """How many leading frames of a page fit (at least one), and their size."""
     sizes = list(accumulate(map(len, page[:max_frames])))
+    if not sizes:
+        return 0, 0
     count = max(1, bisect_right(sizes, max_bytes))
     return count, sizes[count - 1]

@@ -7,12 +7,14 @@ import struct
 from collections.abc import Sequence
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from multidict import MultiDict
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_reader import GroupConfig, GroupReader
 from gateway.delivery.params import parse_subscribe_params
-from gateway.delivery.session import WRITE_BATCH_BYTES, Session
+from gateway.delivery.session import WRITE_BATCH_BYTES, Session, _fitting
 from gateway.delivery.wire import message_frame, text_frames
 from storage.errors import StorageError
 from storage.models import Delivery, StoredEntry, ValueFormat
@@ -130,3 +132,18 @@ async def test_a_failed_batched_xack_fails_every_ack_it_carried() -> None:
     reader = reader_on(AckRecorder(fail=True))
     results = await asyncio.gather(reader.ack([(0, "1-0")]), reader.ack([(0, "2-0")]), return_exceptions=True)
     assert [type(r) for r in results] == [StorageError, StorageError]
+
+
+def _fitting_reference(page: list[bytes], max_frames: int, max_bytes: int) -> tuple[int, int]:
+    size = 0
+    for count, frame in enumerate(page[:max_frames]):
+        if count and size + len(frame) > max_bytes:
+            return count, size
+        size += len(frame)
+    return min(len(page), max_frames), size
+
+
+@given(st.lists(st.integers(0, 300).map(lambda n: b"x" * n), max_size=20), st.integers(1, 25), st.integers(0, 2000))
+def test_the_frames_of_a_page_that_fit_a_write_are_counted_as_one_by_one(page: list[bytes], max_frames: int,
+                                                                         max_bytes: int) -> None:
+    assert _fitting(page, max_frames, max_bytes) == _fitting_reference(page, max_frames, max_bytes)
