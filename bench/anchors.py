@@ -75,19 +75,33 @@ def aof_rewrites(cluster: RedisClusterProcess) -> int:
     return total
 
 
-async def _jetstream(url: str, stream: str):  # type: ignore[no-untyped-def]
+async def _jetstream(url: str, stream: str, replicas: int = 1, ready_s: float = 60.0):  # type: ignore[no-untyped-def]
+    """A connection (``url``: one server or a comma-separated cluster) and a fresh file-store stream. A new
+    cluster answers "JetStream not available" until it has elected its meta leader: retried up to ``ready_s``."""
     import nats
     from nats.js.api import StorageType
+    from nats.js.errors import Error as JetStreamError
 
-    connection = await nats.connect(url)
+    connection = await nats.connect(servers=url.split(","))
     js = connection.jetstream(publish_async_max_pending=4000)
-    await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE)
-    return connection, js
+    deadline = time.monotonic() + ready_s
+    while True:
+        try:
+            await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE,
+                                num_replicas=replicas)
+            return connection, js
+        except (JetStreamError, nats.errors.TimeoutError):
+            if time.monotonic() > deadline:
+                await connection.close()
+                raise
+            await asyncio.sleep(0.5)
 
 
-async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCHPUB") -> tuple[float, int]:
-    """JetStream publish_async with acks (file store): msg/s over ``seconds``; also returns the count."""
-    connection, js = await _jetstream(url, stream)
+async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCHPUB",
+                                  replicas: int = 1) -> tuple[float, int]:
+    """JetStream publish_async with acks (file store, ``replicas`` copies before each ack): msg/s over
+    ``seconds``; also returns the count."""
+    connection, js = await _jetstream(url, stream, replicas)
     try:
         sent = 0
         started = time.perf_counter()
@@ -102,9 +116,10 @@ async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCH
         await connection.close()
 
 
-async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL") -> float:
-    """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages`` prefilled."""
-    connection, js = await _jetstream(url, stream)
+async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL", replicas: int = 1) -> float:
+    """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages`` prefilled
+    (``replicas`` copies of the stream and of its consumer's state)."""
+    connection, js = await _jetstream(url, stream, replicas)
     try:
         for start in range(0, messages, 1000):
             for _ in range(min(1000, messages - start)):

@@ -3,11 +3,11 @@
 Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1 replica, AOF
 everysec, gateway.devstack; for goal 1's like-for-like rows a second one without replicas), etcd,
 `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and Debian's nats-server with
-JetStream (file store in a temp dir). Anchors in the same run: raw pipelined
-XADD (redis-benchmark -P 64 against every primary at once, a key of its own slot each) and NATS JetStream
-through nats-py (publish_async with acks; pull + ack). Prints figure, value, anchor, ratio, goal, pass/fail and
-writes the table as JSON and Markdown. Nothing here is a test assertion; on a shared 2-core machine absolute
-figures are noisy (+-30%), the ratios less so.
+JetStream (file store in a temp dir; for the two-copies rows a cluster of three with R2 streams). Anchors in
+the same run: raw pipelined XADD (redis-benchmark -P 64 against every primary at once, a key of its own slot
+each) and NATS JetStream through nats-py (publish_async with acks; pull + ack). Prints figure, value, anchor,
+ratio, goal, pass/fail and writes the table as JSON and Markdown. Nothing here is a test assertion; on a shared
+2-core machine absolute figures are noisy (+-30%), the ratios less so.
 
     python bench/run.py                      # every goal, 10 s per measurement
     python bench/run.py --quick --only publish
@@ -44,7 +44,7 @@ from anchors import (
 )
 from deliver import create_topic, lean_group_drain, paced_latencies, publish
 from publish import Result, http_publish_for, percentile_ms, publish_body, wait_ready
-from services import GatewayProcess, NatsServer, serve_supports
+from services import GatewayProcess, NatsCluster, NatsServer, serve_supports
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
 from gateway.devstack import DevStack, DevStackConfig
@@ -91,6 +91,15 @@ class Plan:
         if args.quick:
             return cls(args.duration or 2.0, 100_000, 100, 2, 200, 200, 5_000, (16, 64))
         return cls(args.duration or 10.0, 1_000_000, 1_000, 2, 2_000, 1_000, 200_000, (16, 32, 64))
+
+
+@contextlib.asynccontextmanager
+async def nats_two_copies() -> AsyncIterator[str]:
+    """A 3-server JetStream cluster for the two-copies anchors (streams of 2 replicas); its URL list. Started
+    only for those rows: three idle servers' Raft heartbeats would weigh on every other measurement."""
+    with NatsCluster() as cluster:
+        await asyncio.to_thread(cluster.wait_ready)
+        yield cluster.url
 
 
 @contextlib.asynccontextmanager
@@ -158,7 +167,22 @@ class Harness:
         self.rows.append(below(Row("1", "single-message requests, p99", single.percentile_ms(0.99),
                                    "ms", goal_text="< 15 ms"), 15))
         await settle()
+        await self.publish_two_copies()
+        await settle()
         await self.publish_one_copy(nats_rate)  # last: its cluster's start and stop weigh on nothing else
+
+    async def publish_two_copies(self) -> None:
+        """Goal 1 like for like with replication: acks=all answers once the partition's replica has the batch
+        (WAIT), JetStream R2 once both copies of the stream have the message (Raft). acks=all at 64 connections,
+        its best load in goal 2's sweep (each request also waits for the replication round trip)."""
+        async with nats_two_copies() as url:
+            nats_rate, _ = await nats_publish_async_rate(url, self.plan.seconds, replicas=2)
+        await settle()
+        result = await self.batch_run("all", 64)
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=all, 64 connections", result.rate, "msg/s",
+                                      nats_rate, "JetStream publish_async (R2, 3 servers)", ">= 4x JetStream",
+                                      note="like for like: two copies before the ack on each side; "
+                                           f"p99 {result.percentile_ms(0.99):.1f} ms"), 4.0, on_ratio=True))
 
     async def publish_one_copy(self, nats_rate: float) -> None:
         """Goal 1 like for like: JetStream here keeps one copy of each message (one server, R1, file store), the
@@ -296,6 +320,13 @@ class Harness:
                                       "JetStream pull+ack", ">= 5x JetStream",
                                       note="Redis keeps two copies (3 primaries x 1 replica), JetStream one (R1)"),
                                   5.0, on_ratio=True))
+        await settle()
+        async with nats_two_copies() as url:
+            replicated = await nats_pull_ack_rate(url, self.plan.group_messages, replicas=2)
+        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s", replicated,
+                                      "JetStream pull+ack (R2, 3 servers)", ">= 5x JetStream",
+                                      note="like for like: stream and delivery state kept in two copies on each "
+                                           "side"), 5.0, on_ratio=True))
         await settle()
         async with one_copy_stack() as (stack, gateway):  # like for like, as goal 1's one-copy rows
             rate, note = await self.group_drain(stack, gateway)

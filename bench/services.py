@@ -80,9 +80,10 @@ class GatewayProcess:
 
 
 class NatsServer:
-    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port."""
+    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port; ``cluster_args``
+    make it one server of a cluster (``NatsCluster``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster_args: tuple[str, ...] = ()) -> None:
         binary = shutil.which("nats-server")
         if binary is None:
             raise FileNotFoundError("nats-server not found (apt-get install nats-server)")
@@ -90,7 +91,7 @@ class NatsServer:
         self.url = f"nats://127.0.0.1:{self.port}"
         self._dir = tempfile.TemporaryDirectory(prefix="sg-bench-nats-")
         self.process = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                                         "-sd", self._dir.name], stdout=subprocess.DEVNULL,
+                                         "-sd", self._dir.name, *cluster_args], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
 
     def version(self) -> str:
@@ -124,3 +125,43 @@ class NatsServer:
                 self.process.kill()
                 self.process.wait()
         self._dir.cleanup()
+
+
+class NatsCluster:
+    """Three nats-servers with JetStream routed to each other on loopback (cluster ``bench``): the like-for-like
+    anchor of a replicated Redis Cluster, with streams of ``num_replicas`` 2 (two copies before the ack).
+
+    ``url`` lists every server, so nats-py connects to any and the stream leader may sit on another one, as
+    in a real deployment."""
+
+    SERVERS = 3
+
+    def __init__(self) -> None:
+        route_ports = [free_port() for _ in range(self.SERVERS)]
+        routes = ",".join(f"nats-route://127.0.0.1:{port}" for port in route_ports)
+        self.servers: list[NatsServer] = []
+        try:
+            for index, port in enumerate(route_ports):
+                self.servers.append(NatsServer((
+                    "--server_name", f"bench-{index}", "--cluster_name", "bench",
+                    "--cluster", f"nats://127.0.0.1:{port}", "--routes", routes)))
+        except BaseException:
+            self.stop()
+            raise
+        self.url = ",".join(server.url for server in self.servers)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Every server listens; JetStream's meta leader is elected later (``anchors.wait_for_jetstream``)."""
+        for server in self.servers:
+            server.wait_ready(timeout_s)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()

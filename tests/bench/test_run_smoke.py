@@ -41,14 +41,14 @@ def quick_run(tmp_path: Path, goals: str, timeout_s: float) -> tuple[subprocess.
 
 
 @pytest.mark.timeout(180)
-def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_and_one_copy(
+def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_two_copies_and_one_copy(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=170)
     anchors = {row["anchor_name"] for row in rows}
-    assert [row["goal"] for row in rows] == ["1"] * 6
-    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async", "raw XADD -P 64, same cluster",
-            "JetStream publish_async (R1)"} <= anchors
+    assert [row["goal"] for row in rows] == ["1"] * 7
+    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async", "JetStream publish_async (R2, 3 servers)",
+            "raw XADD -P 64, same cluster", "JetStream publish_async (R1)"} <= anchors
     for row in rows:
         assert isinstance(row["value"], float), row
         assert row["value"] > 0, row
@@ -60,7 +60,7 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     assert "HTTP publish, batch 100, acks=1" in done.stdout
     assert "JetStream publish_async" in done.stdout
     assert "one copy (3 primaries, no replicas)" in done.stdout
-    assert markdown.count("\n| 1 |") == 6
+    assert markdown.count("\n| 1 |") == 7
 
 
 @pytest.mark.timeout(300)
@@ -70,7 +70,8 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=290)
     assert [(row["goal"], row["anchor_name"]) for row in rows] == [
         ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
-        ("5", ""), ("5", "JetStream pull+ack"), ("5", ""), ("5", "JetStream pull+ack (R1)")]
+        ("5", ""), ("5", "JetStream pull+ack"), ("5", "JetStream pull+ack (R2, 3 servers)"), ("5", ""),
+        ("5", "JetStream pull+ack (R1)")]
     assert [row["status"] for row in rows][1] == "info"
     for row in rows:
         assert isinstance(row["value"], float), row
@@ -81,4 +82,4 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     assert "16 conn." in rows[0]["note"]
     assert "64 conn." in rows[0]["note"]
     assert "bench/group_drain.py" in rows[2]["note"]
-    assert "one copy (3 primaries, no replicas)" in rows[4]["figure"]
+    assert "one copy (3 primaries, no replicas)" in rows[5]["figure"]
