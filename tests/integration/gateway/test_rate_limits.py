@@ -273,3 +273,27 @@ async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_442
             assert (await ws.receive_json(timeout=5))["type"] == "assignment", "gold's override allows 30"
     metrics = await (await client.get("/metrics")).text()
     assert refused_metric(metrics, "subscribe") == 2
+
+
+async def test_plain_gets_of_the_subscribe_endpoint_get_400_and_use_no_subscribe_token(
+        aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
+        principals: dict[str, str]) -> None:
+    client = await secured_gateway(aiohttp_client, gateway_settings, tmp_path, principals, "",
+                                   rate_limit_principal_subscribes_per_s=0.1, rate_limit_burst_s=20)  # burst 2
+    basic = as_principal(principals["basic"])
+    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1},
+                              headers=as_principal(principals["gold"]))).status == 201
+    url = f"/v1/subscribe?topic={topic_name}&mode=broadcast"
+    for _ in range(5):  # more than the burst: none of them may be charged
+        plain = await client.get(url, headers=basic)
+        assert plain.status == 400
+        assert plain.content_type == "application/problem+json"
+        assert "RateLimit" not in plain.headers
+    for _ in range(2):
+        async with client.ws_connect(url, headers=basic) as ws:
+            assert (await ws.receive_json(timeout=5))["type"] == "assignment", "the burst of 2 is still whole"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect(url, headers=basic)
+    assert refused.value.status == 429, "the third subscription is over the burst"
+    metrics = await (await client.get("/metrics", headers=basic)).text()
+    assert refused_metric(metrics, "subscribe") == 1
