@@ -72,6 +72,7 @@ class GroupReader:
         self._credit = asyncio.Event()
         self._reclaim_now = True
         self._last_reclaim = 0.0
+        self._more_waiting = False  # the last read filled its count
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._acks_due: list[str] = []
@@ -197,9 +198,12 @@ class GroupReader:
                 return
         if await self._reclaim():
             return
-        entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
-                                             count=min(self._total_credit(), READ_BATCH_MAX),
-                                             block_ms=READ_BLOCK_MS)
+        count = min(self._total_credit(), READ_BATCH_MAX)
+        # After a full read more is likely waiting: read without blocking (the store's pipelined connection);
+        # after a short one, block for what comes next.
+        entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer, count=count,
+                                             block_ms=0 if self._more_waiting else READ_BLOCK_MS)
+        self._more_waiting = len(entries) == count
         await self._accept_new(first_deliveries(entries))
 
     async def _wait_for_credit(self) -> None:

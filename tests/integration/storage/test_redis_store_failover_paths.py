@@ -128,3 +128,27 @@ async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
         await dst.execute_command("CLUSTER SETSLOT", slot, "STABLE")
         await src.aclose()
         await dst.aclose()
+
+
+async def test_a_group_read_that_does_not_block_follows_moved_and_refreshes(store: RedisStreamStore,
+                                                                           topic: str) -> None:
+    offsets = await _as_records(store, topic, [b"a", b"b", b"c"])
+    await store.groups.ensure_group(topic, 0, "g", "earliest")
+    manager = store.router.cluster.nodes_manager
+    slot = slot_of(topic, 0)
+    owner = manager.slots_cache[slot][0]
+    wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
+    manager.slots_cache[slot] = [wrong]  # the lean connection of the wrong primary answers MOVED
+    entries = await store.groups.read_new(topic, 0, "g", "c1", count=10, block_ms=0)
+    assert [e.offset for e in entries] == offsets
+    assert manager.slots_cache[slot][0].name == owner.name
+    pending = await store.groups.expired(topic, 0, "g", min_idle_ms=0, count=10)
+    assert [p.offset for p in pending] == offsets, "the entries are pending for the group exactly once"
+
+
+async def test_a_group_read_that_does_not_block_creates_a_missing_group_from_the_start(
+        store: RedisStreamStore, topic: str) -> None:
+    offsets = await _as_records(store, topic, [b"a", b"b"])
+    entries = await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0)
+    assert [e.offset for e in entries] == offsets
+    assert await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0) == []

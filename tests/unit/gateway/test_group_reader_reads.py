@@ -1,0 +1,82 @@
+"""How a group reader reads: without blocking while its reads come back full, blocking once one comes back short."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import orjson
+from multidict import MultiDict
+
+from gateway.delivery.filters import HeaderFilter
+from gateway.delivery.group_reader import READ_BLOCK_MS, GroupConfig, GroupReader
+from gateway.delivery.params import parse_subscribe_params
+from gateway.delivery.session import Session
+from storage.models import Delivery, StoredEntry, ValueFormat
+
+
+def entry(n: int) -> StoredEntry:
+    return StoredEntry(partition=0, offset=f"{1000 + n}-0", value=orjson.dumps({"n": n}),
+                       value_format=ValueFormat.JSON, key=None, headers={}, timestamp_ms=1000 + n)
+
+
+class ScriptedStream:
+    """A partition of ``total`` entries; records each XREADGROUP's count and block, acks every delivery."""
+
+    def __init__(self, total: int) -> None:
+        self.entries = [entry(n) for n in range(total)]
+        self.reads: list[tuple[int, int, int]] = []  # (count, block_ms, entries returned)
+        self.read_all = asyncio.Event()
+
+    async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
+        return None
+
+    async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int,
+                      count: int) -> list[str]:
+        return []
+
+    async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
+                       block_ms: int) -> list[StoredEntry]:
+        taken, self.entries = self.entries[:count], self.entries[count:]
+        self.reads.append((count, block_ms, len(taken)))
+        if not taken:
+            self.read_all.set()
+            await asyncio.sleep(block_ms / 1000)
+        return taken
+
+    async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
+        return len(offsets)
+
+
+async def no_dead_letters(topic: str, group: str, delivery: Delivery, reason: str) -> None:
+    raise AssertionError("no dead letters here")
+
+
+async def test_reads_do_not_block_while_they_come_back_full_and_block_after_a_short_one() -> None:
+    store = ScriptedStream(250)
+    config = GroupConfig(30_000, 5, HeaderFilter(), "earliest", auto_ack=False, exclusive=True)
+    reader = GroupReader("t", 0, "g", config, store, "c", no_dead_letters)  # type: ignore[arg-type]
+    delivered: list[int] = []
+    session_ref: list[Session] = []
+
+    async def send(frames: Sequence[bytes]) -> None:  # the client: acks everything it gets at once
+        refs = [(0, orjson.loads(frame)["offset"]) for frame in frames]
+        delivered.extend(orjson.loads(frame)["value"]["n"] for frame in frames)
+        for holder, held in session_ref[0].settle(refs).items():
+            await holder.ack(held)
+
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        session_ref.append(session)
+        reader.attach(session)
+        try:
+            await asyncio.wait_for(store.read_all.wait(), 5)
+        finally:
+            await reader.aclose()
+    assert delivered == list(range(250))
+    first, *rest = store.reads
+    assert first[:2] == (100, READ_BLOCK_MS), "the first read blocks: nothing says more is waiting yet"
+    assert any(block == 0 for _, block, _ in rest), "full reads were followed by reads that do not block"
+    for previous, (_, block, _) in zip(store.reads, rest, strict=False):
+        full = previous[2] == previous[0]
+        assert block == (0 if full else READ_BLOCK_MS), store.reads
