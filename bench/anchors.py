@@ -24,14 +24,15 @@ def key_on(cluster: RedisClusterProcess, port: int) -> str:
 
 
 def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int = 64, clients: int = 16) -> float:
-    """XADD msg/s of the whole cluster: redis-benchmark -P ``pipeline`` against every primary at once (AOF on)."""
+    """XADD msg/s of the whole cluster: redis-benchmark -P ``pipeline`` against every primary at once (AOF on),
+    entries as the gateway writes a keyed JSON message (the value under ``K`` + one of 100 keys)."""
     binary = shutil.which("redis-benchmark")
     if binary is None:
         raise FileNotFoundError("redis-benchmark not found (Debian package redis-tools)")
     started = time.perf_counter()
     runs = [subprocess.Popen([binary, "-h", host, "-p", str(port), "-c", str(clients), "-n", str(per_primary),
-                              "-P", str(pipeline), "--csv", "XADD", key_on(cluster, port), "*", "v", VALUE.decode(),
-                              "k", "key"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              "-P", str(pipeline), "-r", "100", "--csv", "XADD", key_on(cluster, port), "*",
+                              "Kk__rand_int__", VALUE.decode()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for host, port in (node.address for node in cluster.primaries)]
     try:
         for run in runs:

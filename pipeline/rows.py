@@ -1,8 +1,8 @@
 """The source's row schema and the conversion of XRANGE pages into Arrow record batches.
 
-Entry fields follow storage.codec: ``v`` value, ``f`` format, ``k`` key (absent = none), ``h`` headers as a
-JSON object of strings (absent = none). The timestamp is the ms part of the ID; Spark reads Arrow timestamps
-in microseconds, so it is converted.
+Entry fields follow storage.codec (``value_and_key``): the value under ``K`` + the key, or ``v`` without a key
+(earlier versions: ``v`` and ``k``), ``f`` format, ``h`` headers as a JSON object of strings (absent = none). The
+timestamp is the ms part of the ID; Spark reads Arrow timestamps in microseconds, so it is converted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import orjson
 import pyarrow as pa
 
 from pipeline.streams import Entry
+from storage.codec import value_and_key
 
 SCHEMA_DDL = (
     "topic STRING, partition INT, offset STRING, key BINARY, value BINARY, value_str STRING, "
@@ -34,12 +35,13 @@ ARROW_SCHEMA = pa.schema([
 def to_record_batch(topic: str, partition: int, page: Sequence[Entry]) -> pa.RecordBatch:
     """One Arrow batch holding a page of entries, in ID order."""
     offsets = [entry_id.decode() for entry_id, _ in page]
-    values = [fields.get(b"v", b"") for _, fields in page]
+    pairs = [value_and_key(fields) for _, fields in page]
+    values = [value for value, _ in pairs]
     columns = [
         pa.array([topic] * len(page), pa.string()),
         pa.array([partition] * len(page), pa.int32()),
         pa.array(offsets, pa.string()),
-        pa.array([fields.get(b"k") for _, fields in page], pa.binary()),
+        pa.array([key for _, key in pairs], pa.binary()),
         pa.array(values, pa.binary()),
         pa.array([_utf8(value) for value in values], pa.string()),
         pa.array([_headers(fields.get(b"h")) for _, fields in page], ARROW_SCHEMA.field("headers").type),

@@ -38,25 +38,38 @@ set_slot(PyObject *setter, PyObject *entry, PyObject *value)
 
 /* One entry's value, format, key and headers from its flat field list; -1 on error (exception set), -2 when a
  * field name is neither bytes nor something that never equals bytes (the reference decides). Borrowed
- * value/format/key; a new reference for headers. */
+ * value/format and key (unless *owned_key, a new reference the caller releases, holds it: a key taken from a
+ * ``K<key>`` field name); a new reference for headers. */
 static int
 read_fields(PyObject *fields, PyObject *const *layout, PyObject **value, PyObject **format, PyObject **key,
-            PyObject **headers)
+            PyObject **headers, PyObject **owned_key)
 {
     Py_ssize_t count = PyList_GET_SIZE(fields);
     *value = layout[L_EMPTY];
     *format = layout[L_JSON];
     *key = Py_None;
     *headers = NULL;
+    *owned_key = NULL;
     for (Py_ssize_t i = 0; i + 1 < count; i += 2) {
         PyObject *name = PyList_GET_ITEM(fields, i), *data = PyList_GET_ITEM(fields, i + 1);
         if (!PyBytes_Check(name)) {
             if (name == Py_None || PyUnicode_Check(name) || PyLong_Check(name))
                 continue;  /* never == b"v" */
             Py_CLEAR(*headers);
+            Py_CLEAR(*owned_key);
             return -2;  /* a bytearray or memoryview could be */
         }
-        if (PyBytes_GET_SIZE(name) != 1)
+        Py_ssize_t size = PyBytes_GET_SIZE(name);
+        if (size >= 1 && PyBytes_AS_STRING(name)[0] == 'K') {  /* the value under K + the key */
+            PyObject *taken = PyBytes_FromStringAndSize(PyBytes_AS_STRING(name) + 1, size - 1);
+            if (taken == NULL)
+                goto failed;
+            Py_XSETREF(*owned_key, taken);
+            *key = taken;
+            *value = data;
+            continue;
+        }
+        if (size != 1)
             continue;
         switch (PyBytes_AS_STRING(name)[0]) {
         case 'v':
@@ -88,11 +101,14 @@ read_fields(PyObject *fields, PyObject *const *layout, PyObject **value, PyObjec
             break;
         }
     }
-    if (*headers == NULL && (*headers = PyDict_New()) == NULL)
+    if (*headers == NULL && (*headers = PyDict_New()) == NULL) {
+        Py_CLEAR(*owned_key);
         return -1;
+    }
     return 0;
 failed:
     Py_CLEAR(*headers);
+    Py_CLEAR(*owned_key);
     return -1;
 }
 
@@ -106,11 +122,11 @@ read_entry(PyObject *partition, PyObject *raw_id, PyObject *fields, PyObject *co
         *unsure = 1;
         return NULL;
     }
-    PyObject *value, *format, *key, *headers, *entry = NULL, *timestamp = NULL;
+    PyObject *value, *format, *key, *headers, *owned_key, *entry = NULL, *timestamp = NULL;
     PyObject *offset = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(raw_id), PyBytes_GET_SIZE(raw_id), NULL);
     if (offset == NULL)
         return NULL;
-    int read = read_fields(fields, layout, &value, &format, &key, &headers);
+    int read = read_fields(fields, layout, &value, &format, &key, &headers, &owned_key);
     if (read < 0) {
         Py_DECREF(offset);
         *unsure = read == -2;
@@ -132,6 +148,7 @@ read_entry(PyObject *partition, PyObject *raw_id, PyObject *fields, PyObject *co
     Py_DECREF(offset);
     Py_XDECREF(timestamp);
     Py_DECREF(headers);
+    Py_XDECREF(owned_key);
     return entry;
 }
 

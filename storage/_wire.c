@@ -1,7 +1,8 @@
 /*
  * The plain append in C: its grouping by partition (split_by_partition) and its RESP (xadd_transaction: MULTI,
- * one XADD per value, EXEC, written in two passes, the size then the bytes object in place, instead of a
- * %-format and a chunk per record), the same results as storage.scripts' *_python references.
+ * one XADD per value (under ``K`` + the key, or ``v``), EXEC, written in two passes, the size then the bytes
+ * object in place, instead of a %-format and a chunk per record), the same results as storage.scripts'
+ * *_python references.
  * The reply side too: a transaction's replies folded into the script's flat reply (fold_transaction), its offsets
  * (parse_plain_reply), the batch's offsets back in input order (in_input_order), and the check for an error reply
  * in a pipeline's replies (has_instance), and clean transactions' replies read straight from the received bytes
@@ -15,7 +16,6 @@
 static const char MULTI[] = "*1\r\n$5\r\nMULTI\r\n";
 static const char EXEC[] = "*1\r\n$4\r\nEXEC\r\n";
 static const char V_FIELD[] = "$1\r\nv\r\n";
-static const char K_FIELD[] = "$1\r\nk\r\n";
 
 #define LITERAL_SIZE(s) ((Py_ssize_t)sizeof(s) - 1)
 
@@ -48,6 +48,17 @@ put_bulk(char *out, const char *data, Py_ssize_t n)
     return out;
 }
 
+/* A keyed value's field name, ``K`` + the key, as a bulk string: ``$<len + 1>\r\nK<key>\r\n`` */
+static char *
+put_keyed_name(char *out, const char *key, Py_ssize_t n)
+{
+    out += sprintf(out, "$%zd\r\nK", n + 1);
+    out = put(out, key, n);
+    *out++ = '\r';
+    *out++ = '\n';
+    return out;
+}
+
 static PyObject *
 xadd_transaction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -71,13 +82,13 @@ xadd_transaction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         Py_ssize_t length = PyBytes_GET_SIZE(value);
-        size += LITERAL_SIZE(V_FIELD) + 5 + digits(length) + length + PyBytes_GET_SIZE(format);
+        size += 5 + digits(length) + length + PyBytes_GET_SIZE(format);
         if (key == Py_None) {
-            size += PyBytes_GET_SIZE(keyless);
+            size += PyBytes_GET_SIZE(keyless) + LITERAL_SIZE(V_FIELD);
         }
         else if (PyBytes_CheckExact(key)) {
             Py_ssize_t key_length = PyBytes_GET_SIZE(key);
-            size += PyBytes_GET_SIZE(keyed) + LITERAL_SIZE(K_FIELD) + 5 + digits(key_length) + key_length;
+            size += PyBytes_GET_SIZE(keyed) + 5 + digits(key_length + 1) + key_length + 1;
         }
         else {
             PyErr_Format(PyExc_TypeError, "keys[%zd] must be bytes or None", i);
@@ -93,15 +104,16 @@ xadd_transaction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     p = put(p, MULTI, LITERAL_SIZE(MULTI));
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *value = PyList_GET_ITEM(values, i), *key = PyList_GET_ITEM(keys, i);
-        PyObject *head = key == Py_None ? keyless : keyed;
-        p = put(p, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
-        p = put(p, V_FIELD, LITERAL_SIZE(V_FIELD));
+        if (key == Py_None) {
+            p = put(p, PyBytes_AS_STRING(keyless), PyBytes_GET_SIZE(keyless));
+            p = put(p, V_FIELD, LITERAL_SIZE(V_FIELD));
+        }
+        else {
+            p = put(p, PyBytes_AS_STRING(keyed), PyBytes_GET_SIZE(keyed));
+            p = put_keyed_name(p, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        }
         p = put_bulk(p, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
         p = put(p, PyBytes_AS_STRING(format), PyBytes_GET_SIZE(format));
-        if (key != Py_None) {
-            p = put(p, K_FIELD, LITERAL_SIZE(K_FIELD));
-            p = put_bulk(p, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
-        }
     }
     p = put(p, EXEC, LITERAL_SIZE(EXEC));
     if (p - PyBytes_AS_STRING(result) != size) {  /* cannot happen: the two passes count the same bytes */

@@ -1,12 +1,12 @@
 """Stream entry fields <-> storage values.
 
-An entry holds ``v`` (value bytes), ``f`` (``b`` for a binary value; omitted for JSON text, the common case),
-``k`` (key bytes, omitted when None) and ``h`` (headers as an orjson map, omitted when empty). Offsets are
-stream IDs ``<ms>-<seq>`` as str.
+An entry holds the value (bytes) under ``K`` + the record's key, or under ``v`` when it has no key; ``f`` (``b``
+for a binary value; omitted for JSON text, the common case) and ``h`` (headers as an orjson map, omitted when
+empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
 
-Entries written before 2026-11-25 carry ``f`` ``j`` on JSON values too; they read the same. Without ``f`` on
-JSON, Redis parses, stores and replicates two fewer arguments per entry: ~14% of its CPU per XADD
-(docs/performance.md, seventh pass).
+Entries of earlier versions read the same: a keyed record was ``v`` and ``k`` (the key as a value), and JSON
+values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry
+to parse, store, replicate and answer: ~14% (``f``) and ~9% (``k``) of its CPU per XADD (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -21,30 +21,42 @@ from storage.errors import InvalidOffset
 from storage.models import Record, StoredEntry, ValueFormat
 
 _FORMATS = {fmt.value.encode(): fmt for fmt in ValueFormat}
+KEYED = b"K"  # a keyed record's value is stored under K + its key
 
 
 def encode_fields(record: Record) -> list[bytes]:
-    """The flat field/value list passed to XADD for one record."""
-    fields = [b"v", record.value]
+    """The flat field/value list passed to XADD for one record: the value under ``K`` + the key (``v`` without a
+    key), then ``f`` and ``h`` where they apply."""
+    fields = [b"v" if record.key is None else KEYED + record.key, record.value]
     if record.value_format is not ValueFormat.JSON:
         fields += (b"f", record.value_format.value.encode())
-    if record.key is not None:
-        fields += (b"k", record.key)
     if record.headers:
         fields += (b"h", orjson.dumps(dict(record.headers)))
     return fields
+
+
+def value_and_key(fields: Mapping[bytes, bytes]) -> tuple[bytes, bytes | None]:
+    """An entry's value and key from its field map: ``K<key>`` (the key in the field's name) or ``v`` without a key;
+    entries of earlier versions hold ``v`` and ``k``."""
+    value, key = fields.get(b"v"), fields.get(b"k")
+    if value is None:
+        for name, data in fields.items():
+            if name[:1] == KEYED:
+                return data, bytes(name[1:])
+    return (b"" if value is None else value), key
 
 
 def decode_entry(partition: int, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> StoredEntry:
     """Build a StoredEntry from one XRANGE/XREVRANGE item (field map with bytes keys)."""
     offset = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     raw_headers = fields.get(b"h")
+    value, key = value_and_key(fields)
     return StoredEntry(
         partition=partition,
         offset=offset,
-        value=fields.get(b"v", b""),
+        value=value,
         value_format=_format(fields.get(b"f")),
-        key=fields.get(b"k"),
+        key=key,
         headers=_decode_headers(raw_headers) if raw_headers else {},
         timestamp_ms=timestamp_ms(offset),
     )
@@ -88,6 +100,8 @@ def decode_raw_entries_python(partition: int, items: Sequence[Any]) -> list[Stor
                 value_format = formats.get(fields[i + 1], binary)
             elif name == b"k":
                 key = fields[i + 1]
+            elif isinstance(name, bytes | bytearray | memoryview) and name[:1] == KEYED:
+                key, value = bytes(name[1:]), fields[i + 1]
             elif name == b"h" and fields[i + 1]:
                 headers = _decode_headers(fields[i + 1])
         entry = new(StoredEntry)

@@ -250,14 +250,14 @@ class AppendCall:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
         head, base = _xadd_head(self.keys[0], self.options.max_length)
         # every XADD of a keyed record without headers starts so, by value format
-        keyed = {fmt: b"*%d\r\n%b" % (base + 4 + _FORMAT_FIELD_COUNT[fmt], head) for fmt in ValueFormat}
+        keyed = {fmt: b"*%d\r\n%b" % (base + 2 + _FORMAT_FIELD_COUNT[fmt], head) for fmt in ValueFormat}
         chunks = [_MULTI_WIRE]
         append, formats, encode_fields_wire = chunks.append, _FORMAT_WIRE, _encode_fields_wire
         for record in self.records:
             key = record.key
             if key is not None and not record.headers:  # the common record, inlined: one %-format
                 value, fmt = record.value, record.value_format
-                append(_KEYED_XADD % (keyed[fmt], len(value), value, formats[fmt], len(key), key))
+                append(_KEYED_XADD % (keyed[fmt], len(key) + 1, key, len(value), value, formats[fmt]))
                 continue
             fields, count = encode_fields_wire(record)
             append(b"*%d\r\n%b%b" % (base + count, head, fields))
@@ -335,24 +335,26 @@ def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
 @functools.lru_cache(maxsize=4096)
 def _xadd_heads(topic: str, partition: int, max_length: int | None,
                 value_format: ValueFormat) -> tuple[bytes, bytes]:
-    """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*``."""
+    """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*`` (the
+    same bytes: either has one name and value, then the format's)."""
     bulk, base = _xadd_head(log_key(topic, partition), max_length)
-    fields = 2 + _FORMAT_FIELD_COUNT[value_format]  # v and the value, f and the format where there is one
-    return b"*%d\r\n%b" % (base + fields + 2, bulk), b"*%d\r\n%b" % (base + fields, bulk)
+    fields = 2 + _FORMAT_FIELD_COUNT[value_format]  # K+key or v, the value; f and the format where there is one
+    head = b"*%d\r\n%b" % (base + fields, bulk)
+    return head, head
 
 
 def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format: bytes, values: list[bytes],
                             keys: list[bytes | None]) -> bytes:
-    """MULTI, one XADD per value (``keyed_head`` or ``keyless_head``, ``v``, the value, ``value_format``'s
-    ``f`` field (empty for JSON), ``k`` and the key where there is one), EXEC, as RESP bytes. The reference of
-    the compiled ``storage._wire.xadd_transaction``."""
+    """MULTI, one XADD per value (``keyed_head`` then ``K`` + the key as the field name, or ``keyless_head`` then
+    ``v``; the value; ``value_format``'s ``f`` field, empty for JSON), EXEC, as RESP bytes. The reference of the
+    compiled ``storage._wire.xadd_transaction``."""
     chunks = [_MULTI_WIRE]
     append = chunks.append
     for value, key in zip(values, keys, strict=True):
         if key is None:
             append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b" % (keyless_head, len(value), value, value_format))
         else:
-            append(_KEYED_XADD % (keyed_head, len(value), value, value_format, len(key), key))
+            append(_KEYED_XADD % (keyed_head, len(key) + 1, key, len(value), value, value_format))
     append(_EXEC_WIRE)
     return b"".join(chunks)
 
@@ -429,7 +431,7 @@ _EXEC_WIRE = encode_command(("EXEC",))
 _FORMAT_WIRE = {ValueFormat.JSON: b"", ValueFormat.BINARY: b"$1\r\nf\r\n$1\r\nb\r\n"}
 _FORMAT_FIELD_COUNT = {ValueFormat.JSON: 0, ValueFormat.BINARY: 2}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
-_KEYED_FIELDS = b"$1\r\nv\r\n$%d\r\n%b\r\n%b$1\r\nk\r\n$%d\r\n%b\r\n"  # v, f (formatted, maybe none), k
+_KEYED_FIELDS = b"$%d\r\nK%b\r\n$%d\r\n%b\r\n%b"  # K and the key, the value, f (formatted, maybe none)
 _KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
 
 
@@ -446,7 +448,7 @@ def _encode_fields_wire(record: Record) -> tuple[bytes, int]:
     value, key, headers = record.value, record.key, record.headers
     fmt, fmt_fields = _FORMAT_WIRE[record.value_format], _FORMAT_FIELD_COUNT[record.value_format]
     if key is not None and not headers:
-        return _KEYED_FIELDS % (len(value), value, fmt, len(key), key), 4 + fmt_fields
+        return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt), 2 + fmt_fields
     if key is None and not headers:
         return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 2 + fmt_fields
     fields = encode_fields(record)

@@ -16,7 +16,9 @@ import orjson
 import pytest
 from redis.cluster import ClusterNode, RedisCluster
 
+from storage.codec import encode_fields
 from storage.keys import log_key
+from storage.models import Record, ValueFormat
 
 try:
     from pyspark.sql import SparkSession
@@ -88,8 +90,8 @@ def _publish(client: RedisCluster, topic: str, partition: int, count: int, *, fi
     # Values are JSON text {"n": <i>}, keys k0..k2, odd entries carry headers.
     pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
     for n in range(first, first + count):
-        fields: dict[str, bytes] = {"v": orjson.dumps({"n": n}), "f": b"j", "k": f"k{n % 3}".encode()}
-        if n % 2:
-            fields["h"] = orjson.dumps({"source": "test", "n": str(n)})
-        pipe.xadd(log_key(topic, partition), fields)
+        record = Record(partition, orjson.dumps({"n": n}), ValueFormat.JSON, f"k{n % 3}".encode(),
+                        {"source": "test", "n": str(n)} if n % 2 else {})
+        fields = encode_fields(record)
+        pipe.xadd(log_key(topic, partition), dict(zip(fields[0::2], fields[1::2], strict=True)))
     return [entry_id.decode() for entry_id in pipe.execute()]

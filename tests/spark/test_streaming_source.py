@@ -63,6 +63,20 @@ def test_rows_carry_key_value_headers_and_timestamp(
     assert int(first.timestamp.timestamp() * 1000) == int(offsets[0].split("-")[0])
 
 
+def test_entries_of_earlier_versions_read_as_the_same_rows(
+    spark: SparkSession, redis_nodes: str, topic: str, cluster: RedisCluster, publish: Any
+) -> None:
+    (today,) = publish(topic, 0, 1)  # {"n": 0} under K + "k0"
+    earlier = [cluster.xadd(log_key(topic, 0), fields).decode() for fields in (
+        {"v": b'{"n":0}', "f": b"j", "k": b"k0"},  # the key as a value, f j on JSON
+        {"v": b'{"n":0}', "k": b"k0"},  # the key as a value
+    )]
+    rows = (spark.read.format("streamgate").options(**options(topic, redis_nodes, partitions="0")).load()
+            .orderBy("offset").collect())
+    assert [row.offset for row in rows] == [today, *earlier]
+    assert {(bytes(row.key), bytes(row.value), row.value_str) for row in rows} == {(b"k0", b'{"n":0}', '{"n":0}')}
+
+
 def checkpointed_offsets(tmp_path: Path) -> dict[str, str]:
     """The source offsets of the newest batch in Spark's offset log (its last line)."""
     logs = sorted((tmp_path / "checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))

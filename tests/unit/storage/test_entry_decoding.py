@@ -22,7 +22,8 @@ def test_the_compiled_decoder_is_installed() -> None:
 IDS = st.one_of(st.builds(lambda ms, seq: b"%d-%d" % (ms, seq), st.integers(0, 2**64 - 1), st.integers(0, 99)),
                 st.sampled_from([b"-1", b"12", b"1-", b"01-2", b"99999999999999999999-0", b" 1-0", b"1_0-0"]),
                 st.binary(max_size=24), st.text(max_size=8), st.none())
-NAMES = st.sampled_from([b"v", b"f", b"k", b"h", b"x", b"vv", b"", "v", 1, None, bytearray(b"v"), bytearray(b"h")])
+NAMES = st.sampled_from([b"v", b"f", b"k", b"h", b"x", b"vv", b"", "v", 1, None, bytearray(b"v"), bytearray(b"h"),
+                         b"K", b"Kkey", b"K\x00v", "Kkey", bytearray(b"Kb"), memoryview(b"Km")])
 HEADERS = st.one_of(st.builds(lambda d: orjson.dumps(d), st.dictionaries(st.text(max_size=5), st.text(max_size=5))),
                     st.sampled_from([b"", b"[1]", b"not json", b"{}", b"null"]))
 VALUES = st.one_of(st.binary(max_size=30), st.sampled_from([b"j", b"b", b"?"]), HEADERS, st.none(), st.integers())
@@ -46,7 +47,8 @@ def test_compiled_decoder_gives_the_references_entries_or_error_on_any_reply(ite
 
 WELL_FORMED = st.lists(st.one_of(
     st.builds(lambda ms, seq, fields: [b"%d-%d" % (ms, seq), fields], st.integers(0, 2**63), st.integers(0, 9),
-              st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"vv", b"kk", b"x", b""]).flatmap(
+              st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"vv", b"kk", b"x", b"", b"K", b"Kuser-1",
+                                        b"K\xff"]).flatmap(
                   lambda name: st.tuples(st.just(name), HEADERS if name == b"h" else st.sampled_from(
                       [b"j", b"b", b"{}", b"\x00\xff"]))), max_size=5).map(
                   lambda pairs: [part for pair in pairs for part in pair])),

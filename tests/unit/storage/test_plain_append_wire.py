@@ -94,7 +94,7 @@ async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) 
     offsets = parse_plain_reply(0, reply)
     entries = await redis.xrange(log_key("t", 0))
     assert offsets == [e[0].decode() for e in entries]
-    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k"}, {b"v": b"b", b"f": b"b"}]
+    assert [e[1] for e in entries] == [{b"Kk": b"a", b"f": b"b"}, {b"v": b"b", b"f": b"b"}]
 
 
 def test_an_executed_transaction_folds_into_offsets() -> None:

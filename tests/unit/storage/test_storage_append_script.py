@@ -129,7 +129,7 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
     results = parse_append_reply(0, reply)
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
-    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k1"}, {b"v": b"{}"},
+    assert [e[1] for e in entries] == [{b"Kk1": b"a", b"f": b"b"}, {b"v": b"{}"},
                                        {b"v": b"c", b"f": b"b", b"h": b'{"h":"1"}'}]
 
 
@@ -157,7 +157,7 @@ def test_records_with_an_idempotency_key_go_through_the_script() -> None:
 def test_transaction_commands_trim_like_the_script() -> None:
     call = build_append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")], AppendOptions(max_length=50))
     assert call.transaction_commands() == [
-        ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"v", b"a", b"f", b"b", b"k", b"k"), ("EXEC",)]
+        ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"Kk", b"a", b"f", b"b"), ("EXEC",)]
 
 
 def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
@@ -202,5 +202,5 @@ async def test_transaction_wire_runs_on_redis_and_stores_what_the_script_stores(
     results = parse_append_reply(0, call.fold_replies(replies))
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
-    assert [e[1] for e in entries] == [{b"v": b"a", b"f": b"b", b"k": b"k1"}, {b"v": b"{}"},
+    assert [e[1] for e in entries] == [{b"Kk1": b"a", b"f": b"b"}, {b"v": b"{}"},
                                        {b"v": b"c", b"f": b"b", b"h": b'{"h":"1"}'}]

@@ -35,7 +35,7 @@ def test_binary_value_without_key_or_headers_stores_only_value_and_format() -> N
 def test_json_value_key_and_headers_round_trip() -> None:
     record = Record(partition=1, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"user-1", headers={"h": "ü"})
     fields, entry = _round_trip(record)
-    assert b"k" in fields
+    assert fields[:2] == [b"Kuser-1", b'{"a":1}'], "the value under K + the key"
     assert b"h" in fields
     assert entry.partition == 1
     assert entry.offset == "1700000000123-4"
@@ -45,9 +45,29 @@ def test_json_value_key_and_headers_round_trip() -> None:
     assert entry.timestamp_ms == 1700000000123
 
 
+@pytest.mark.parametrize("key", [b"", b"K", b"v", b"k", b"\x00\xff", "ü".encode() * 40])
+def test_any_key_round_trips_in_the_field_name_through_both_decoders(key: bytes) -> None:
+    record = Record(partition=2, value=b"\x01", key=key, headers={"a": "b"})
+    fields, entry = _round_trip(record)
+    assert fields[0] == b"K" + key
+    assert (entry.key, entry.value, dict(entry.headers)) == (key, b"\x01", {"a": "b"})
+    (raw,) = decode_raw_entries(2, [[b"1700000000123-4", fields]])
+    assert raw == entry
+
+
+def test_entries_written_with_the_key_as_a_value_still_read_the_same() -> None:
+    earlier = [b"v", b'{"a":1}', b"k", b"user-1", b"h", b'{"h":"1"}']
+    (raw,) = decode_raw_entries(0, [[b"5-0", earlier]])
+    as_map = decode_entry(0, b"5-0", dict(zip(earlier[0::2], earlier[1::2], strict=True)))
+    assert raw == as_map
+    assert (raw.value, raw.key, dict(raw.headers)) == (b'{"a":1}', b"user-1", {"h": "1"})
+    now = Record(0, b'{"a":1}', ValueFormat.JSON, key=b"user-1", headers={"h": "1"})
+    assert raw == decode_raw_entries(0, [[b"5-0", encode_fields(now)]])[0], "as the same record written today"
+
+
 def test_json_value_is_stored_without_a_format_field() -> None:
     fields, entry = _round_trip(Record(partition=0, value=b"[1]", value_format=ValueFormat.JSON, key=b"k"))
-    assert fields == [b"v", b"[1]", b"k", b"k"]
+    assert fields == [b"Kk", b"[1]"]
     assert entry.value_format is ValueFormat.JSON
 
 

@@ -64,7 +64,7 @@ def test_schedule_call_layout() -> None:
 
 async def test_encoding_is_length_prefixed_and_binary_safe(redis: Any) -> None:
     record = Record(partition=0, value=b"1:2:\x00", key=b"", idempotency_key="id:1")
-    assert encode_delayed(record) == b"4:id:11:v5:1:2:\x001:f1:b1:k0:"
+    assert encode_delayed(record) == b"4:id:11:K5:1:2:\x001:f1:b"
     await _schedule(redis, [(record, PAST)])
     await _promote(redis)
     (entry,) = decode_entries(0, await redis.xrange(log_key("t", 0)))
