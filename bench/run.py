@@ -37,6 +37,7 @@ import aiohttp
 import orjson
 from anchors import (
     aof_rewrites,
+    compact_aofs,
     drop_and_wait_for_rewrites,
     nats_publish_async_rate,
     nats_pull_ack_rate,
@@ -338,13 +339,13 @@ class Harness:
 
     async def group_drain(self, stack: DevStack, gateway: GatewayProcess) -> tuple[float, str]:
         """Prefill the group topic through ``gateway`` and drain it with the lean consumer processes: the rate of
-        distinct messages delivered and acked, and the row's note. The drain starts once no node rewrites its AOF
-        for the prefill and the machine is quiet."""
+        distinct messages delivered and acked, and the row's note. The drain starts once every node has rewritten
+        its AOF (``compact_aofs``) and the machine is quiet."""
         messages = self.plan.group_messages
         async with aiohttp.ClientSession() as http:
             await create_topic(http, gateway.base, "bench-group")
             await publish(http, gateway.base, "bench-group", messages)
-        await asyncio.to_thread(drop_and_wait_for_rewrites, stack.redis, [])
+        await asyncio.to_thread(compact_aofs, stack.redis)
         await settle()
         cpu0, rewrites0 = gateway.cpu_seconds(), await asyncio.to_thread(aof_rewrites, stack.redis)
         acked, elapsed = await lean_group_drain(gateway.base, "bench-group", "bench", messages, 2)
