@@ -38,12 +38,15 @@ def encode_fields(record: Record) -> list[bytes]:
 def value_and_key(fields: Mapping[bytes, bytes]) -> tuple[bytes, bytes | None]:
     """An entry's value and key from its field map: ``K<key>`` (the key in the field's name) or ``v`` without a key;
     entries of earlier versions hold ``v`` and ``k``."""
-    value, key = fields.get(b"v"), fields.get(b"k")
-    if value is None:
-        for name, data in fields.items():
-            if name[:1] == KEYED:
-                return data, bytes(name[1:])
-    return (b"" if value is None else value), key
+    value, key = b"", None
+    for name, data in fields.items():  # in the entry's order, the last one wins, as in decode_raw_entries
+        if name == b"v":
+            value = data
+        elif name == b"k":
+            key = data
+        elif name[:1] == KEYED:
+            key, value = bytes(name[1:]), data
+    return value, key
 
 
 def decode_entry(partition: int, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> StoredEntry:

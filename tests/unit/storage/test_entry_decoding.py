@@ -92,3 +92,19 @@ def test_a_field_name_that_only_equals_bytes_is_left_to_the_reference() -> None:
 def test_odd_ids_get_the_references_outcome(raw_id: Any) -> None:
     items = [[b"1-0", [b"v", b"{}"]], [raw_id, [b"v", b"[]", b"k", b"a"]]]
     assert _outcome(decode_raw_entries, items) == _outcome(decode_raw_entries_python, items)
+
+
+UNIQUE_FIELDS = st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"K", b"Kuser-1", b"K\xff", b"x"]), unique=True,
+                         max_size=6).flatmap(lambda names: st.tuples(*[
+                             st.tuples(st.just(name), HEADERS if name == b"h" else st.sampled_from(
+                                 [b"j", b"b", b"{}", b"\x00\xff"])) for name in names]))
+
+
+@given(pairs=UNIQUE_FIELDS)
+def test_a_field_map_reads_as_the_same_entry_as_the_flat_reply(pairs: tuple[tuple[bytes, bytes], ...]) -> None:
+    flat = [part for pair in pairs for part in pair]
+    try:
+        (expected,) = decode_raw_entries_python(3, [[b"5-1", flat]])
+    except orjson.JSONDecodeError:
+        return
+    assert codec.decode_entry(3, b"5-1", dict(pairs)) == expected
