@@ -5,8 +5,8 @@ for a binary value; omitted for JSON text, the common case) and ``h`` (headers a
 empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
 
 Entries of earlier versions read the same: a keyed record was ``v`` and ``k`` (the key as a value), and JSON
-values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry
-to parse, store, replicate and answer: ~14% (``f``) and ~9% (``k``) of its CPU per XADD (docs/performance.md).
+values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry to parse, store, replicate and
+answer: ~14% (``f``) and ~9% (``k``) of its CPU per XADD (docs/performance.md).
 """
 
 from __future__ import annotations
