@@ -50,7 +50,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
     metrics = request.app[SERVICES].metrics
-    metrics.child(metrics.http_requests, route, request.method, str(response.status)).inc()
+    metrics.http_requests.labels(route, request.method, str(response.status)).inc()
     return response
 
 

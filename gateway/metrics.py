@@ -8,25 +8,27 @@ from __future__ import annotations
 import platform
 from collections import Counter as Counter_
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-CHILDREN_CACHED = 4096
+from gateway.metric_cells import CellCounter, CellHistogram
+
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True)
 class GatewayMetrics:
-    """Every metric the gateway exports."""
+    """Every metric the gateway exports. Those changed on every request or delivery are plain cells
+    (``gateway.metric_cells``: the same families, a fraction of the cost); the rest are prometheus_client's."""
 
     registry: CollectorRegistry
-    publish_requests: Counter
-    publish_messages: Counter
-    publish_bytes: Counter
-    publish_latency: Histogram
-    http_requests: Counter
+    publish_requests: CellCounter
+    publish_messages: CellCounter
+    publish_bytes: CellCounter
+    publish_latency: CellHistogram
+    http_requests: CellCounter
     topics_cached: Gauge
     partition_publish_rate: Gauge
     partition_hot: Gauge
@@ -45,21 +47,20 @@ class GatewayMetrics:
     rate_limited: Counter
     ratelimit_refused: Counter
     publish_failures: Counter
-    deliveries: Counter
-    redeliveries: Counter
-    acks: Counter
-    nacks: Counter
+    deliveries: CellCounter
+    redeliveries: CellCounter
+    acks: CellCounter
+    nacks: CellCounter
     websocket_connections: Gauge
     websocket_slow_closes: Counter
     topic_partitions: Gauge
     topic_owned_partitions: Gauge
     partition_length: Gauge
-    redis_latency: Histogram
+    redis_latency: CellHistogram
     redis_errors: Counter
     etcd_latency: Histogram
     etcd_errors: Counter
     build: Info
-    _children: dict[tuple[int, tuple[str, ...]], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None, version: str = "0.1.0") -> GatewayMetrics:
@@ -67,19 +68,19 @@ class GatewayMetrics:
         registry = registry or CollectorRegistry()
         metrics = cls(
             registry=registry,
-            publish_requests=Counter("streamgate_publish_requests_total",
-                                     "Publish requests by topic and outcome", ["topic", "outcome"],
-                                     registry=registry),
-            publish_messages=Counter("streamgate_publish_messages_total",
-                                     "Messages published by topic and outcome", ["topic", "outcome"],
-                                     registry=registry),
-            publish_bytes=Counter("streamgate_publish_bytes_total", "Value bytes accepted by topic",
-                                  ["topic"], registry=registry),
-            publish_latency=Histogram("streamgate_publish_latency_seconds",
-                                      "Time to write a publish batch to storage, by acks", ["acks"],
-                                      buckets=LATENCY_BUCKETS_S, registry=registry),
-            http_requests=Counter("streamgate_http_requests_total", "HTTP requests by route and status",
-                                  ["route", "method", "status"], registry=registry),
+            publish_requests=CellCounter("streamgate_publish_requests_total",
+                                         "Publish requests by topic and outcome", ["topic", "outcome"],
+                                         registry=registry),
+            publish_messages=CellCounter("streamgate_publish_messages_total",
+                                         "Messages published by topic and outcome", ["topic", "outcome"],
+                                         registry=registry),
+            publish_bytes=CellCounter("streamgate_publish_bytes_total", "Value bytes accepted by topic",
+                                      ["topic"], registry=registry),
+            publish_latency=CellHistogram("streamgate_publish_latency_seconds",
+                                          "Time to write a publish batch to storage, by acks", ["acks"],
+                                          LATENCY_BUCKETS_S, registry=registry),
+            http_requests=CellCounter("streamgate_http_requests_total", "HTTP requests by route and status",
+                                      ["route", "method", "status"], registry=registry),
             topics_cached=Gauge("streamgate_topics_cached", "Topics in this gateway's metadata cache",
                                 registry=registry),
             partition_publish_rate=Gauge("streamgate_partition_publish_rate_messages_per_second",
@@ -136,21 +137,9 @@ class GatewayMetrics:
         metrics.build.info({"version": version, "python": platform.python_version()})
         return metrics
 
-    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
-        """``metric.labels(*labels)``, remembered: prometheus-client spends ~1 us per ``labels`` call, and the
-        hot paths (every publish, HTTP request and Redis call) ask for the same few children again and again.
-        Only for metrics whose children are never removed; forgotten wholesale past ``CHILDREN_CACHED``."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
-        if found is None:
-            if len(self._children) >= CHILDREN_CACHED:
-                self._children.clear()
-            found = self._children[key] = metric.labels(*labels)
-        return found
-
     def observe_redis(self, operation: str, seconds: float, error: str | None) -> None:
         """The storage layer's call observer: one Redis attempt took ``seconds`` and failed with ``error``."""
-        self.child(self.redis_latency, operation).observe(seconds)
+        self.redis_latency.labels(operation).observe(seconds)
         if error is not None:
             self.redis_errors.labels(operation, error).inc()
 
@@ -186,17 +175,17 @@ class GatewayMetrics:
 def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
     labels = ["topic", "group", "mode"]
     return {
-        "deliveries": Counter("streamgate_delivery_messages_total",
-                              "Messages handed to subscribers (WebSocket) or pullers (HTTP), by topic, group (empty "
-                              "for broadcast) and mode (exclusive, shared, broadcast, pull)", labels,
-                              registry=registry),
-        "redeliveries": Counter("streamgate_delivery_redeliveries_total",
-                                "Deliveries of messages delivered before (delivery count > 1)", labels,
-                                registry=registry),
-        "acks": Counter("streamgate_delivery_acks_total", "Deliveries acknowledged by clients (auto_ack included)",
-                        labels, registry=registry),
-        "nacks": Counter("streamgate_delivery_nacks_total", "Deliveries negatively acknowledged by clients",
-                         labels, registry=registry),
+        "deliveries": CellCounter("streamgate_delivery_messages_total",
+                                  "Messages handed to subscribers (WebSocket) or pullers (HTTP), by topic, group "
+                                  "(empty for broadcast) and mode (exclusive, shared, broadcast, pull)", labels,
+                                  registry=registry),
+        "redeliveries": CellCounter("streamgate_delivery_redeliveries_total",
+                                    "Deliveries of messages delivered before (delivery count > 1)", labels,
+                                    registry=registry),
+        "acks": CellCounter("streamgate_delivery_acks_total",
+                            "Deliveries acknowledged by clients (auto_ack included)", labels, registry=registry),
+        "nacks": CellCounter("streamgate_delivery_nacks_total", "Deliveries negatively acknowledged by clients",
+                             labels, registry=registry),
         "websocket_connections": Gauge("streamgate_websocket_connections",
                                        "Open WebSocket subscriptions by mode", ["mode"], registry=registry),
         "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
@@ -215,10 +204,10 @@ def _backend_metrics(registry: CollectorRegistry) -> dict[str, Any]:
         "partition_length": Gauge("streamgate_partition_length_entries",
                                   "Entries retained in a partition's stream, exported by its owner with the lag",
                                   ["topic", "partition"], registry=registry),
-        "redis_latency": Histogram("streamgate_redis_latency_seconds",
-                                   "Time of one Redis attempt (command, script or pipeline) by operation; blocking "
-                                   "reads include their block time", ["operation"], buckets=LATENCY_BUCKETS_S,
-                                   registry=registry),
+        "redis_latency": CellHistogram("streamgate_redis_latency_seconds",
+                                       "Time of one Redis attempt (command, script or pipeline) by operation; "
+                                       "blocking reads include their block time", ["operation"], LATENCY_BUCKETS_S,
+                                       registry=registry),
         "redis_errors": Counter("streamgate_redis_errors_total", "Failed Redis attempts by operation and error class",
                                 ["operation", "error"], registry=registry),
         "etcd_latency": Histogram("streamgate_etcd_latency_seconds", "Time of one etcd call by operation",

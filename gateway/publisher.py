@@ -130,7 +130,7 @@ class Publisher:
         except StorageError as exc:
             self._count_failure(topic, acks, exc)
             raise
-        self._metrics.child(self._metrics.publish_latency, acks.value).observe(time.perf_counter() - started)
+        self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
         return results
 
     async def publish_plain(self, topic: TopicMetadata, records: PlainRecords, acks: Acks) -> list[str]:
@@ -142,7 +142,7 @@ class Publisher:
         except StorageError as exc:
             self._count_failure(topic, acks, exc)
             raise
-        self._metrics.child(self._metrics.publish_latency, acks.value).observe(time.perf_counter() - started)
+        self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
         return offsets
 
     def _count_failure(self, topic: TopicMetadata, acks: Acks, exc: StorageError) -> None:

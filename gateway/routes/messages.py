@@ -37,7 +37,7 @@ async def publish(request: web.Request) -> web.Response:
     except Exception:
         services.metrics.publish_requests.labels(topic.name, "error").inc()
         raise
-    services.metrics.child(services.metrics.publish_requests, topic.name, "ok").inc()
+    services.metrics.publish_requests.labels(topic.name, "ok").inc()
     return response
 
 
@@ -63,8 +63,8 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
     _count_heat(services, topic, partitions, keys)
-    metrics.child(metrics.publish_messages, topic.name, "written").inc(len(records))
-    metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
+    metrics.publish_messages.labels(topic.name, "written").inc(len(records))
+    metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return json_response({"results": [result_document(r) for r in results]}, headers=throttled)
 
 
@@ -82,8 +82,8 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     offsets = await services.publisher.publish_plain(topic, records, Acks(batch.acks))
     _count_heat(services, topic, partitions, batch.keys)
-    metrics.child(metrics.publish_messages, topic.name, "written").inc(len(offsets))
-    metrics.child(metrics.publish_bytes, topic.name).inc(batch.value_bytes)
+    metrics.publish_messages.labels(topic.name, "written").inc(len(offsets))
+    metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return web.Response(body=plain_results_json(partitions, offsets), content_type="application/json",
                         headers=throttled)
 

@@ -115,7 +115,7 @@ async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> 
         del store.failing["t"]
         publisher.enqueue(TOPIC, numbered(3, 1), [None])
         await _drained(publisher)
-    lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost")._value.get() for topic in ("t", "other")}
+    lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost").value for topic in ("t", "other")}
     assert lost == {"t": 3, "other": 2}
     assert [e.value for e in store.streams[("t", 0)]] == [b"3"]
 

@@ -96,16 +96,16 @@ async def test_a_publish_the_store_refuses_is_counted_as_a_failure_with_its_acks
     assert sample(services.metrics, "streamgate_publish_latency_seconds_count", acks="all") is None
 
 
-def test_cached_children_are_the_metrics_own_and_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_request_path_children_are_remembered_and_counted_on_the_registry() -> None:
     metrics = GatewayMetrics.create(CollectorRegistry())
-    child = metrics.child(metrics.publish_requests, "orders", "ok")
-    assert child is metrics.publish_requests.labels("orders", "ok")
-    assert metrics.child(metrics.publish_requests, "orders", "ok") is child
+    child = metrics.publish_requests.labels("orders", "ok")
+    assert metrics.publish_requests.labels("orders", "ok") is child
     child.inc(3)
     assert metrics.registry.get_sample_value("streamgate_publish_requests_total",
                                              {"topic": "orders", "outcome": "ok"}) == 3
-    monkeypatch.setattr("gateway.metrics.CHILDREN_CACHED", 4)
-    for i in range(10):
-        metrics.child(metrics.publish_bytes, f"t{i}").inc()
-    assert len(metrics._children) <= 4
-    assert metrics.registry.get_sample_value("streamgate_publish_bytes_total", {"topic": "t9"}) == 1
+    with pytest.raises(ValueError, match="non-negative"):
+        child.inc(-1)
+    with pytest.raises(ValueError, match="takes labels"):
+        metrics.publish_requests.labels("orders")
+
+
