@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Generic, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, utils
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 # How prometheus_client writes a bucket's ``le`` (untyped there).
 bucket_edge = cast(Callable[[float], str], utils.floatToGoString)
+Child = TypeVar("Child")
 
 
 class CounterCell:
@@ -51,33 +52,36 @@ class HistogramCell:
         self.sum += amount
 
 
-class _Cells:
-    """A labelled metric's children by label values, and what every collector needs."""
+class _Cells(Generic[Child]):
+    """A labelled metric's children by label values (made on first use, never removed)."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], Child] = {}
 
-    def _check(self, values: tuple[str, ...]) -> None:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+    def labels(self, *values: str) -> Child:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            child = self._children[values] = self._new_child()
+        return child
+
+    def _new_child(self) -> Child:
+        raise NotImplementedError
 
 
-class CellCounter(_Cells, Collector):
+class CellCounter(_Cells[CounterCell], Collector):
     """A counter (``name`` ends in ``_total``) whose children are CounterCells."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
         super().__init__(name, documentation, labelnames)
-        self._children: dict[tuple[str, ...], CounterCell] = {}
         registry.register(self)
 
-    def labels(self, *values: str) -> CounterCell:
-        child = self._children.get(values)
-        if child is None:
-            self._check(values)
-            child = self._children[values] = CounterCell()
-        return child
+    def _new_child(self) -> CounterCell:
+        return CounterCell()
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -89,22 +93,17 @@ class CellCounter(_Cells, Collector):
         yield family
 
 
-class CellHistogram(_Cells, Collector):
+class CellHistogram(_Cells[HistogramCell], Collector):
     """A histogram with fixed upper bounds whose children are HistogramCells."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
                  registry: CollectorRegistry) -> None:
         super().__init__(name, documentation, labelnames)
         self.bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
-        self._children: dict[tuple[str, ...], HistogramCell] = {}
         registry.register(self)
 
-    def labels(self, *values: str) -> HistogramCell:
-        child = self._children.get(values)
-        if child is None:
-            self._check(values)
-            child = self._children[values] = HistogramCell(self.bounds)
-        return child
+    def _new_child(self) -> HistogramCell:
+        return HistogramCell(self.bounds)
 
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
