@@ -12,17 +12,18 @@ from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
 from storage.cluster import ClusterRouter, NodeAddress
-from storage.codec import decode_entries, decode_offset, validate_offset
+from storage.codec import decode_entries, decode_offset, decode_raw_entries, validate_offset
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
-from storage.keys import PREFIX, log_key
+from storage.keys import PREFIX, log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
 from storage.observer import CallObserver, ignore_call
 from storage.overview import PartitionOverview, read_last_offsets, read_overviews
 from storage.rate_limit import RedisRateLimiter
+from storage.resp import encode_command
 from storage.retention import RedisRetention
 from storage.scripts import (
     AppendCall,
@@ -199,7 +200,9 @@ class RedisStreamStore:
     ) -> list[StoredEntry]:
         """Up to ``limit`` entries in offset order, strictly after ``after`` or from ``from_time_ms``.
 
-        When both are given, ``after`` wins (a resumed cursor is more precise than a time).
+        When both are given, ``after`` wins (a resumed cursor is more precise than a time). The XRANGE goes on
+        the lean connection of the slot's primary when there is one (replays and broadcast catch-up read page
+        after page: a few us of client CPU per call instead of redis-py's ~150, and the compiled decoder).
         """
         if after is not None:
             start = "(" + validate_offset(after)
@@ -210,12 +213,27 @@ class RedisStreamStore:
         if limit <= 0:
             return []
         key = log_key(topic, partition)
+        if self._lanes is not None:
+            slot = slot_of(topic, partition)
+            raw = await self._call("read", self.settings.read_deadline_s,
+                                   lambda: self._xrange_lean(slot, key, start, limit))
+            return decode_raw_entries(partition, raw or [])
         items = await self._call(
             "read",
             self.settings.read_deadline_s,
             lambda: self.router.cluster.xrange(key, min=start, max="+", count=limit),
         )
         return decode_entries(partition, items or [])
+
+    async def _xrange_lean(self, slot: int, key: str, start: str, limit: int) -> Any:
+        """XRANGE on the lean connection of the slot's primary: its raw RESP2 reply (``[id, [field, value...]]``
+        items). An error reply is raised for the router to retry (MOVED refreshes the slot map first)."""
+        assert self._lanes is not None
+        command = encode_command(("XRANGE", key, start, "+", "COUNT", limit))
+        (reply,) = await self._lanes.execute(self.router.node_for_slot(slot), [command], exclusive=False)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
     async def last_offset(self, topic: str, partition: int) -> str | None:
         """The newest existing offset of a partition, or None when it is empty or missing."""

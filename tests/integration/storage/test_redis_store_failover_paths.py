@@ -152,3 +152,14 @@ async def test_a_group_read_that_does_not_block_creates_a_missing_group_from_the
     entries = await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0)
     assert [e.offset for e in entries] == offsets
     assert await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0) == []
+
+
+async def test_a_replay_read_follows_moved_and_refreshes(store: RedisStreamStore, topic: str) -> None:
+    offsets = await _as_records(store, topic, [b"a", b"b", b"c"])
+    manager = store.router.cluster.nodes_manager
+    slot = slot_of(topic, 0)
+    owner = manager.slots_cache[slot][0]
+    wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
+    manager.slots_cache[slot] = [wrong]  # the lean connection of the wrong primary answers MOVED
+    assert [e.offset for e in await store.read(topic, 0, after=offsets[0], limit=10)] == offsets[1:]
+    assert manager.slots_cache[slot][0].name == owner.name
