@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -31,7 +32,22 @@ def serve_supports(flag: str) -> bool:
     return flag in out.stdout
 
 
-class GatewayProcess:
+class StoppedOnExit(ABC):
+    """A context manager whose exit calls ``stop()`` (every process here is stopped by PID that way)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop what this started."""
+
+
+class GatewayProcess(StoppedOnExit):
     """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI supports it."""
 
     def __init__(self, stack: DevStack, workers: int | None = None) -> None:
@@ -61,13 +77,6 @@ class GatewayProcess:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
     def stop(self) -> None:
         """SIGTERM by PID, then SIGKILL if it does not exit within 30 s."""
         if self.process.poll() is None:
@@ -79,7 +88,7 @@ class GatewayProcess:
                 self.process.wait()
 
 
-class NatsServer:
+class NatsServer(StoppedOnExit):
     """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port; ``cluster_args``
     make it one server of a cluster (``NatsCluster``)."""
 
@@ -97,13 +106,6 @@ class NatsServer:
     def version(self) -> str:
         binary = shutil.which("nats-server") or "nats-server"
         return subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout.strip()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:
         import socket
@@ -127,7 +129,7 @@ class NatsServer:
         self._dir.cleanup()
 
 
-class NatsCluster:
+class NatsCluster(StoppedOnExit):
     """Three nats-servers with JetStream routed to each other on loopback (cluster ``bench``): the like-for-like
     anchor of a replicated Redis Cluster, with streams of ``num_replicas`` 2 (two copies before the ack).
 
@@ -149,13 +151,6 @@ class NatsCluster:
             self.stop()
             raise
         self.url = ",".join(server.url for server in self.servers)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Every server listens; JetStream's meta leader is elected later (``anchors.wait_for_jetstream``)."""

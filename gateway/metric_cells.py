@@ -55,10 +55,12 @@ class HistogramCell:
 class _Cells(Generic[Child]):
     """A labelled metric's children by label values (made on first use, never removed)."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 new_child: Callable[[], Child]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._new_child = new_child
         self._children: dict[tuple[str, ...], Child] = {}
 
     def labels(self, *values: str) -> Child:
@@ -69,19 +71,13 @@ class _Cells(Generic[Child]):
             child = self._children[values] = self._new_child()
         return child
 
-    def _new_child(self) -> Child:
-        raise NotImplementedError
-
 
 class CellCounter(_Cells[CounterCell], Collector):
     """A counter (``name`` ends in ``_total``) whose children are CounterCells."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames)
+        super().__init__(name, documentation, labelnames, CounterCell)
         registry.register(self)
-
-    def _new_child(self) -> CounterCell:
-        return CounterCell()
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -98,12 +94,10 @@ class CellHistogram(_Cells[HistogramCell], Collector):
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
                  registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames)
-        self.bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
+        bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
+        super().__init__(name, documentation, labelnames, lambda: HistogramCell(bounds))
+        self.bounds = bounds
         registry.register(self)
-
-    def _new_child(self) -> HistogramCell:
-        return HistogramCell(self.bounds)
 
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
