@@ -153,7 +153,8 @@ class NatsCluster(StoppedOnExit):
         self.url = ",".join(server.url for server in self.servers)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Every server listens; JetStream's meta leader is elected later (``anchors.wait_for_jetstream``)."""
+        """Every server listens; JetStream's meta leader is elected later (``anchors._jetstream`` retries the
+        stream's creation until it is)."""
         for server in self.servers:
             server.wait_ready(timeout_s)
 

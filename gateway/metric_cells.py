@@ -5,7 +5,7 @@ prometheus_client guards every child with a lock and validates on each call (~0.
 one thread, its event loop's (scrapes included), so the hot metrics here are plain Python cells: an increment is
 an attribute add, a labelled child one dict lookup. Each is a registry collector that yields the same families,
 names, help texts, labels and buckets as the prometheus_client metric it replaces; only the ``_created``
-samples are not exported (nothing reads them). Children are never removed, as with ``GatewayMetrics.child``.
+samples are not exported (nothing reads them). Children are made on first use and never removed.
 """
 
 from __future__ import annotations
