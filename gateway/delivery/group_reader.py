@@ -92,10 +92,7 @@ class GroupReader:
         if session in self._sessions:
             self._sessions.remove(session)
         session.unwatch_credit(self._credit)
-        held = session.held_by(self)
-        for ref in held:
-            session.in_flight.pop(ref, None)
-        await self.release([offset for _, offset in held])
+        await self.release([offset for _, offset in session.take_back(self)])
 
     @property
     def idle(self) -> bool:

@@ -215,9 +215,17 @@ class Session:
                 by_reader.setdefault(held.reader, []).append(ref)
         return by_reader
 
-    def held_by(self, reader: GroupReader) -> list[MessageRef]:
-        """Un-acked deliveries that came from ``reader``."""
-        return [ref for ref, held in self.in_flight.items() if held.reader is reader]
+    def take_back(self, reader: GroupReader) -> list[MessageRef]:
+        """Forget the un-acked deliveries that came from ``reader`` and give their credit back; returns them.
+
+        For a reader that stops serving this session (its partition moved to another member, or the session
+        ends): the entries go back to the group, and the session's window must not stay smaller by them (an ack
+        arriving later for one of them concerns nothing here)."""
+        held = [ref for ref, holder in self.in_flight.items() if holder.reader is reader]
+        for ref in held:
+            del self.in_flight[ref]
+        self._give_credit(len(held))
+        return held
 
     def resume_cursor(self) -> str:
         """The ``from`` value that resumes after the last message handed to this session."""

@@ -9,6 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from subscribers import Received, Subscriber, subscribe, wait_until
 
+from partitioner.hashing import partition_for
+
 Client = TestClient[Any, Any]
 
 
@@ -174,6 +176,30 @@ async def test_never_more_than_max_in_flight_unacked(gateway: Client, topic_name
     await asyncio.sleep(0.5)
     assert len(member.messages) == 7
     await member.close()
+
+
+async def test_a_member_that_gives_up_a_partition_keeps_its_whole_window_for_the_partition_it_keeps(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, partitions=2)
+    key_of = {partition_for(f"user-{i}".encode(), 2): f"user-{i}" for i in range(20)}
+    first = await subscribe(gateway, "first", auto=False, topic=topic_name, group="g", mode="exclusive",
+                            max_in_flight=10)
+    await wait_until(lambda: first.partitions == [0, 1], what="both partitions for the first member")
+    for expected, partition in ((5, 0), (10, 1)):  # five un-acked deliveries from each partition fill its window
+        await publish(gateway, topic_name, [{"key": key_of[partition], "value": i} for i in range(5)])
+        await wait_until(lambda n=expected: len(first.messages) == n, what="five more deliveries")
+    await publish(gateway, topic_name, [{"key": key_of[i % 2], "value": i} for i in range(100)])
+    second = await subscribe(gateway, "second", topic=topic_name, group="g", mode="exclusive")
+    await wait_until(lambda: len(first.partitions) == 1 and len(second.partitions) == 1, what="a rebalance")
+    kept = first.partitions[0]
+    # The five deliveries of the partition it gave up went back to the group with their credit, so its window
+    # is all for the partition it kept (before, it stayed five short for the life of the socket).
+    await wait_until(lambda: sum(m.partition == kept for m in first.messages) == 10,
+                     what="ten un-acked deliveries of the kept partition")
+    await asyncio.sleep(0.3)
+    assert sum(m.partition == kept for m in first.messages) == 10, "never more than max_in_flight"
+    for member in (first, second):
+        await member.close()
 
 
 async def test_nack_with_delay_redelivers_after_the_delay(gateway: Client, topic_name: str) -> None:
