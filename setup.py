@@ -11,7 +11,11 @@ test_plain_append_wire.py, test_hotspots.py, test_entry_decoding.py, test_wire_f
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"])
+DECIMAL = "storage/_decimal.h"  # put_decimal, shared by the encoders
+USES_DECIMAL = ("storage/_wire.c", "gateway/_plain.c", "gateway/_frames.c")
+
+setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"],
+                             depends=[DECIMAL] if source in USES_DECIMAL else [])
                    for name, source in [("partitioner._murmur2", "partitioner/_murmur2.c"),
                                         ("gateway._plain", "gateway/_plain.c"),
                                         ("gateway._sketch", "gateway/_sketch.c"),

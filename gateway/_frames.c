@@ -7,8 +7,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdio.h>
 #include <string.h>
+
+#include "../storage/_decimal.h"
 
 enum { G_ENTRY, G_COUNT, G_PARTITION, G_OFFSET, G_KEY, G_HEADERS, G_TIMESTAMP, G_FORMAT, G_VALUE, GETTERS };
 enum { L_DELIVERY, L_ENTRY, L_GETTERS, L_JSON, L_KEY_JSON, L_DUMPS, L_B64, LAYOUT };
@@ -158,9 +159,9 @@ static PyObject *
 write_frame(PyObject *prefix, const Parts *parts)
 {
     char partition[24], timestamp[24], count[24];
-    Py_ssize_t partition_size = snprintf(partition, sizeof partition, "%lld", parts->partition);
-    Py_ssize_t timestamp_size = snprintf(timestamp, sizeof timestamp, "%lld", parts->timestamp);
-    Py_ssize_t count_size = snprintf(count, sizeof count, "%lld", parts->count);
+    Py_ssize_t partition_size = put_decimal(partition, parts->partition) - partition;
+    Py_ssize_t timestamp_size = put_decimal(timestamp, parts->timestamp) - timestamp;
+    Py_ssize_t count_size = put_decimal(count, parts->count) - count;
     Py_ssize_t offset_size = PyUnicode_GET_LENGTH(parts->offset);
     Py_ssize_t size = PyBytes_GET_SIZE(prefix) + partition_size + LITERAL_SIZE(OFFSET_FIELD) + offset_size
         + LITERAL_SIZE(KEY_FIELD) + PyBytes_GET_SIZE(parts->key) + LITERAL_SIZE(HEADERS_FIELD)

@@ -26,6 +26,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../storage/_decimal.h"
 #if defined(__SSE2__) && !defined(PLAIN_NO_SSE2)
 #include <emmintrin.h>
 #endif
@@ -274,7 +276,7 @@ plain_results_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         memcpy(p, PARTITION, sizeof(PARTITION) - 1);
         p += sizeof(PARTITION) - 1;
-        p += sprintf(p, "%lld", partition);
+        p = put_decimal(p, partition);
         memcpy(p, OFFSET, sizeof(OFFSET) - 1);
         p += sizeof(OFFSET) - 1;
         Py_ssize_t length;

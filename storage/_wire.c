@@ -10,8 +10,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdio.h>
 #include <string.h>
+
+#include "_decimal.h"
 
 static const char MULTI[] = "*1\r\n$5\r\nMULTI\r\n";
 static const char EXEC[] = "*1\r\n$4\r\nEXEC\r\n";
@@ -41,7 +42,10 @@ put(char *out, const char *data, Py_ssize_t n)
 static char *
 put_bulk(char *out, const char *data, Py_ssize_t n)
 {
-    out += sprintf(out, "$%zd\r\n", n);
+    *out++ = '$';
+    out = put_decimal(out, n);
+    *out++ = '\r';
+    *out++ = '\n';
     out = put(out, data, n);
     *out++ = '\r';
     *out++ = '\n';
@@ -52,7 +56,11 @@ put_bulk(char *out, const char *data, Py_ssize_t n)
 static char *
 put_keyed_name(char *out, const char *key, Py_ssize_t n)
 {
-    out += sprintf(out, "$%zd\r\nK", n + 1);
+    *out++ = '$';
+    out = put_decimal(out, n + 1);
+    *out++ = '\r';
+    *out++ = '\n';
+    *out++ = 'K';
     out = put(out, key, n);
     *out++ = '\r';
     *out++ = '\n';
@@ -95,7 +103,7 @@ xadd_transaction(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    /* Written in place (sprintf's NUL after a length prefix lands at most on the bytes object's own NUL). */
+    /* Written in place: the sizes above are exact. */
     PyObject *result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) {
         return NULL;

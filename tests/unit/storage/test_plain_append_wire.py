@@ -52,6 +52,17 @@ def test_compiled_encoder_equals_the_reference(rows: list[tuple[bytes, bytes | N
         xadd_transaction_python(keyed, keyless, fmt, values, keys)
 
 
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 999, 1000, 9_999, 10_000, 99_999, 100_000, 1_048_576])
+def test_compiled_encoder_writes_every_length_prefix_as_the_reference(size: int) -> None:
+    """The compiled encoder writes its ``$<length>`` digits itself: lengths either side of each added digit, for
+    values, keys (whose field name is one byte longer) and keyless records."""
+    values, keys = [b"v" * size, b"w" * size, b"x" * size], [b"k" * size, b"K" * max(size - 1, 0), None]
+    wire = xadd_transaction(b"*5\r\n", b"*5\r\n", b"$1\r\nj\r\n", values, keys)
+    assert wire == xadd_transaction_python(b"*5\r\n", b"*5\r\n", b"$1\r\nj\r\n", values, keys)
+    assert f"${size}\r\n".encode() + b"v" * size in wire
+    assert f"${size + 1}\r\nK".encode() + b"k" * size in wire
+
+
 def test_compiled_encoder_refuses_mismatched_or_mistyped_columns() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         xadd_transaction(b"", b"", b"", [b"a"], [])
