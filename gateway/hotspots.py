@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import add
 from typing import Protocol, cast
 
 WINDOW_S = 60
@@ -106,31 +107,6 @@ else:
     count_batch = cast(Callable[[list[Sketch], list[int], list[bytes | None]], list[int]], _sketch.count_batch)
 
 
-class WindowRate:
-    """Events per second over the last ``WINDOW_S`` seconds, in one-second buckets."""
-
-    def __init__(self) -> None:
-        self._buckets: deque[tuple[int, int]] = deque()
-
-    def add(self, count: int, now_s: float) -> None:
-        """Record ``count`` events at ``now_s``."""
-        second = int(now_s)
-        if self._buckets and self._buckets[-1][0] == second:
-            self._buckets[-1] = (second, self._buckets[-1][1] + count)
-        else:
-            self._buckets.append((second, count))
-        self._expire(second)
-
-    def rate(self, now_s: float) -> float:
-        """Mean events per second over the window."""
-        self._expire(int(now_s))
-        return sum(count for _, count in self._buckets) / WINDOW_S
-
-    def _expire(self, second: int) -> None:
-        while self._buckets and self._buckets[0][0] <= second - WINDOW_S:
-            self._buckets.popleft()
-
-
 @dataclass(frozen=True, slots=True)
 class PartitionHeat:
     """One partition's recent publish rate, whether it is hot, and its heaviest keys."""
@@ -143,15 +119,43 @@ class PartitionHeat:
 
 @dataclass(slots=True)
 class _TopicStats:
-    """One topic's rates and sketches, indexed by partition (grown to the highest partition seen)."""
+    """One topic's sketches and rate buckets, indexed by partition (grown to the highest partition seen).
 
-    rates: list[WindowRate] = field(default_factory=list)
+    The rates are one bucket per second, each the messages per partition in that second: a batch adds its
+    tallies to the current bucket in one step (``map``), not one partition at a time."""
+
     sketches: list[Sketch] = field(default_factory=list)
+    buckets: deque[tuple[int, list[int]]] = field(default_factory=deque)  # (second, messages per partition)
 
     def grow(self, partitions: int) -> None:
         while len(self.sketches) < partitions:
-            self.rates.append(WindowRate())
             self.sketches.append(SpaceSaving(SKETCH_SIZE))
+
+    def add(self, tallies: list[int], now_s: float) -> None:
+        """Count a batch's messages per partition at ``now_s``."""
+        second, buckets = int(now_s), self.buckets
+        if buckets and buckets[-1][0] == second:
+            counts = buckets[-1][1]
+            if len(counts) < len(tallies):  # the topic grew within this second
+                counts = counts + [0] * (len(tallies) - len(counts))
+            buckets[-1] = (second, list(map(add, counts, tallies)))
+            return
+        buckets.append((second, tallies))
+        self.expire(second)
+
+    def rates(self, partitions: int, now_s: float) -> list[float]:
+        """Mean messages per second of each partition over the last ``WINDOW_S`` seconds."""
+        self.expire(int(now_s))
+        totals = [0] * partitions
+        for _, counts in self.buckets:
+            for partition, count in enumerate(counts[:partitions]):
+                totals[partition] += count
+        return [total / WINDOW_S for total in totals]
+
+    def expire(self, second: int) -> None:
+        buckets = self.buckets
+        while buckets and buckets[0][0] <= second - WINDOW_S:
+            buckets.popleft()
 
 
 class PublishStats:
@@ -172,16 +176,13 @@ class PublishStats:
         except IndexError:  # a partition not seen before: nothing was counted
             stats.grow(max(partitions) + 1)
             tallies = count_batch(stats.sketches, partitions, keys)
-        now, rates = time.monotonic(), stats.rates
-        for partition, count in enumerate(tallies):
-            if count:
-                rates[partition].add(count, now)
+        stats.add(tallies, time.monotonic())
 
     def heat(self, topic: str, partitions: int, top: int = 5) -> list[PartitionHeat]:
         """Every partition of a topic, flagged hot when over ``HOT_FACTOR`` x the topic's mean rate."""
-        now, stats = time.monotonic(), self._topics.get(topic, _TopicStats())
-        seen = len(stats.rates)
-        rates = [stats.rates[p].rate(now) if p < seen else 0.0 for p in range(partitions)]
+        stats = self._topics.get(topic, _TopicStats())
+        seen = len(stats.sketches)
+        rates = stats.rates(partitions, time.monotonic())
         mean = sum(rates) / partitions if partitions else 0.0
         return [PartitionHeat(p, rates[p], mean > 0 and rates[p] > HOT_FACTOR * mean,
                               [(key.decode(errors="replace"), count)

@@ -146,17 +146,18 @@ class Appender(Generic[R]):
             else:
                 queued.append((addr, calls, future))
         rest = asyncio.gather(*(self._write_node(addr, calls, asking, wait, encoded)
-                                for addr, calls, encoded in later))
+                                for addr, calls, encoded in later)) if later else None
         try:
             outcomes = [await self._collect(addr, calls, asking, future, started, wait)
                         for addr, calls, future in queued]
         except BaseException:
-            rest.cancel()
+            if rest is not None:
+                rest.cancel()
             if wait:
                 for _, _, future in queued:
                     future.cancel()
             raise
-        return outcomes + list(await rest)
+        return outcomes if rest is None else outcomes + list(await rest)
 
     def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, int], transactions: list[int] | None,
                 wait: bool) -> asyncio.Future[list[Any]] | None:
@@ -176,15 +177,30 @@ class Appender(Generic[R]):
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
-        return await self._outcome(addr, calls, replies, wait, operation, started)
+        outcome = self._reported_outcome(calls, replies, wait, operation, started)  # no coroutine step when clean
+        if outcome.retry:
+            await self._load_missing_scripts(addr, calls, outcome)
+        return outcome
 
     async def _outcome(self, addr: NodeAddress, calls: list[PartitionCall], replies: list[Any], wait: bool,
                        operation: str, started: float) -> _NodeOutcome[R]:
+        outcome = self._reported_outcome(calls, replies, wait, operation, started)
+        if outcome.retry:
+            await self._load_missing_scripts(addr, calls, outcome)
+        return outcome
+
+    def _reported_outcome(self, calls: list[PartitionCall], replies: list[Any], wait: bool, operation: str,
+                          started: float) -> _NodeOutcome[R]:
+        """The replies' outcome, told to the observer."""
         outcome = self._parse_replies(calls, replies, wait)
-        report(self._router.observer, operation, started, outcome.fatal or next(iter(outcome.retry.values()), None))
+        report(self._router.observer, operation, started,
+               outcome.fatal or (next(iter(outcome.retry.values())) if outcome.retry else None))
+        return outcome
+
+    async def _load_missing_scripts(self, addr: NodeAddress, calls: list[PartitionCall],
+                                    outcome: _NodeOutcome[R]) -> None:
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
-        return outcome
 
     async def _send(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
                     wait: bool, encoded: tuple[bytes, int] | None = None) -> list[Any]:

@@ -14,12 +14,16 @@ class Acks(enum.Enum):
     LEADER = "1"  # written on the primary owning the partition's slot
     ALL = "all"  # written and acknowledged by min_insync_replicas replicas through WAIT
 
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is a Python call
+
 
 class ValueFormat(enum.Enum):
     """How the gateway should render a stored value: JSON text or opaque bytes."""
 
     JSON = "j"
     BINARY = "b"
+
+    __hash__ = object.__hash__  # as Acks: the publish path hashes it several times per partition written
 
 
 @dataclass(frozen=True, slots=True)

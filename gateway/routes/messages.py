@@ -71,7 +71,8 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
 async def _publish_plain(request: web.Request, services: Services, topic: TopicMetadata,
                          batch: PlainBatch) -> web.Response:
     """The hot path: plain messages as columns, the results encoded in one call (``plain_results_json``)."""
-    throttled = await _admit(request, services, topic, len(batch.values), batch.value_bytes)
+    throttled = {} if services.throttle is None else await _admit(request, services, topic, len(batch.values),
+                                                                  batch.value_bytes)
     partitions = place_plain(batch, topic, services.spreader)
     records, metrics = PlainRecords(partitions, batch.values, batch.keys), services.metrics
     if batch.acks == "0":

@@ -161,3 +161,18 @@ def test_compiled_sketch_holds_its_keys_until_evicted_or_freed() -> None:
     assert sketch.counts() == {kept: 6}  # the floor (1) plus its weight
     del sketch
     assert sys.getrefcount(kept) == before[1]
+
+
+def test_rates_sum_a_minute_of_batches_and_forget_older_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.2]
+    monkeypatch.setattr(hotspots.time, "monotonic", lambda: clock[0])
+    stats = PublishStats()
+    stats.record("t", [0, 0, 1], [None] * 3)
+    stats.record("t", [0, 3], [None] * 2)  # the topic grows within the same second
+    clock[0] = 1030.9
+    stats.record("t", [1] * 6, [None] * 6)
+    assert [h.rate_per_s for h in stats.heat("t", 4)] == [3 / 60, 7 / 60, 0.0, 1 / 60]
+    clock[0] = 1060.0  # the first second has left the 60 s window
+    assert [h.rate_per_s for h in stats.heat("t", 4)] == [0.0, 6 / 60, 0.0, 0.0]
+    clock[0] = 1091.0
+    assert [h.rate_per_s for h in stats.heat("t", 5)] == [0.0] * 5
