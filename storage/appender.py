@@ -91,11 +91,11 @@ class Appender(Generic[R]):
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
         try:
             async with asyncio.timeout(deadline.remaining()):
+                if self._lanes is not None:  # queued on the nodes' lean connections: no task, whatever the count
+                    return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
                 if len(groups) == 1:  # one node (every single-message publish): no task to gather
                     ((addr, group),) = groups.items()
                     return [await self._write_node(addr, group, asking, wait)]
-                if self._lanes is not None:
-                    return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
                 return list(
                     await asyncio.gather(
                         *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
