@@ -21,9 +21,10 @@ def gatekeeper_of(request: web.Request) -> Gatekeeper:
 
 def principal_of(request: web.Request) -> Principal:
     """The authenticated principal of ``request`` (set by ``authenticate``)."""
-    if PRINCIPAL not in request:
-        raise Unauthenticated("credentials required")
-    return request[PRINCIPAL]
+    try:  # one lookup: ``in`` on a request is collections.abc's, a lookup of its own
+        return request[PRINCIPAL]
+    except KeyError:
+        raise Unauthenticated("credentials required") from None
 
 
 def awaits_auth_frame(request: web.Request) -> bool:

@@ -7,7 +7,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway.auth.acl import Action
+from gateway.auth.gatekeeper import Gatekeeper
 from gateway.auth.middleware import gatekeeper_of, principal_of
+from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large
@@ -24,16 +26,18 @@ from partitioner.topics import TopicMetadata
 from storage.models import Acks, PlainRecords, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+ACKS = {acks.value: acks for acks in Acks}  # a validated body's acks; Acks(value) is a Python-level enum lookup
 DEFAULT_REPLAY_LIMIT = 100
 
 
 async def publish(request: web.Request) -> web.Response:
     """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0."""
-    services = services_of(request)
-    gatekeeper_of(request).require(principal_of(request), Action.PUBLISH, request.match_info["topic"])
-    topic = await services.topic(request.match_info["topic"])
+    services, gatekeeper, principal = services_of(request), gatekeeper_of(request), principal_of(request)
+    name = request.match_info["topic"]
+    gatekeeper.require(principal, Action.PUBLISH, name)
+    topic = services.cache.get(name) or await services.topic(name)  # the cache first: no coroutine on a hit
     try:
-        response = await _publish_to(request, services, topic)
+        response = await _publish_to(request, services, topic, gatekeeper, principal)
     except Exception:
         services.metrics.publish_requests.labels(topic.name, "error").inc()
         raise
@@ -41,10 +45,10 @@ async def publish(request: web.Request) -> web.Response:
     return response
 
 
-async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata) -> web.Response:
+async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata, gatekeeper: Gatekeeper,
+                      principal: Principal) -> web.Response:
     body = await read_body(request, services.settings.max_batch_bytes)  # Content-Encoding gzip/zstd decoded
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
-    gatekeeper, principal = gatekeeper_of(request), principal_of(request)
     if isinstance(batch, PlainBatch):
         if not gatekeeper.forced_headers(principal):
             return await _publish_plain(request, services, topic, batch)
@@ -61,7 +65,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    results = await services.publisher.publish(topic, records, Acks(batch.acks), due_ms)
+    results = await services.publisher.publish(topic, records, ACKS[batch.acks], due_ms)
     _count_heat(services, topic, partitions, keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
@@ -81,7 +85,7 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    offsets = await services.publisher.publish_plain(topic, records, Acks(batch.acks))
+    offsets = await services.publisher.publish_plain(topic, records, ACKS[batch.acks])
     _count_heat(services, topic, partitions, batch.keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(offsets))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
