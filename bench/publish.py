@@ -47,6 +47,7 @@ class Result:
     seconds: float
     latencies_s: list[float]
     measured_ms: dict[float, float] | None = None  # fraction -> latency (ms), when latencies_s is not kept
+    refused_requests: int = 0  # answered other than 2xx, not in ``messages`` (``http_publish_for(refused_ok=True)``)
 
     @property
     def rate(self) -> float:
@@ -102,8 +103,9 @@ def publish_body(batch: int, acks: str = "1", value: object = VALUE) -> bytes:
 
 
 async def http_publish_for(base: str, topic: str, body: bytes, batch: int, seconds: float, concurrency: int,
-                           headers: dict[str, str] | None = None) -> Result:
-    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected.
+                           headers: dict[str, str] | None = None, refused_ok: bool = False) -> Result:
+    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected, or,
+    with ``refused_ok``, refusals counted (``refused_requests``, their messages not in ``messages``).
 
     The load comes from wrk (C) when it is installed, else from an aiohttp client in this process
     (STREAMGATE_BENCH_LOADGEN=aiohttp forces that); the result's name says which.
@@ -111,20 +113,25 @@ async def http_publish_for(base: str, topic: str, body: bytes, batch: int, secon
     url = f"{base}/v1/topics/{topic}/messages"
     sent_headers = {"content-type": "application/json", **(headers or {})}
     if wrk_binary() is not None and os.environ.get("STREAMGATE_BENCH_LOADGEN", "wrk") == "wrk":
-        run = await wrk_post_for(url, body, sent_headers, seconds, concurrency)
-        return Result(f"gateway batch={batch} (wrk)", run.requests * batch, run.seconds, [],
-                      {0.5: run.p50_ms, 0.99: run.p99_ms})
+        run = await wrk_post_for(url, body, sent_headers, seconds, concurrency, refused_ok)
+        return Result(f"gateway batch={batch} (wrk)", (run.requests - run.refused) * batch, run.seconds, [],
+                      {0.5: run.p50_ms, 0.99: run.p99_ms}, run.refused)
     connector = aiohttp.TCPConnector(limit=concurrency)
+    refused = 0
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def send(_: int) -> None:
+            nonlocal refused
             async with session.post(url, data=body, headers=sent_headers) as response:
                 if response.status not in (200, 202):
-                    raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
+                    if not refused_ok:
+                        raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
+                    refused += 1
                 await response.read()
 
         elapsed, latencies = await drive_for(seconds, concurrency, send)
-    return Result(f"gateway batch={batch}", len(latencies) * batch, elapsed, latencies)
+    return Result(f"gateway batch={batch}", (len(latencies) - refused) * batch, elapsed, latencies,
+                  refused_requests=refused)
 
 
 def percentile_ms(latencies_s: list[float], fraction: float) -> float:

@@ -36,6 +36,7 @@ class WrkRun:
     seconds: float
     p50_ms: float
     p99_ms: float
+    refused: int = 0  # of ``requests``, answered with a status other than 2xx (only with ``refused_ok``)
 
 
 def wrk_binary() -> str | None:
@@ -43,8 +44,10 @@ def wrk_binary() -> str | None:
     return shutil.which("wrk")
 
 
-async def wrk_post_for(url: str, body: bytes, headers: dict[str, str], seconds: float, connections: int) -> WrkRun:
-    """POST ``body`` to ``url`` from ``connections`` keep-alive connections (one wrk thread) for ``seconds``."""
+async def wrk_post_for(url: str, body: bytes, headers: dict[str, str], seconds: float, connections: int,
+                       refused_ok: bool = False) -> WrkRun:
+    """POST ``body`` to ``url`` from ``connections`` keep-alive connections (one wrk thread) for ``seconds``.
+    A response other than 2xx fails the run unless ``refused_ok`` (then it is counted in ``refused``)."""
     binary = wrk_binary()
     if binary is None:
         raise FileNotFoundError("wrk not found (Debian package wrk)")
@@ -63,6 +66,6 @@ async def wrk_post_for(url: str, body: bytes, headers: dict[str, str], seconds: 
     if process.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({process.returncode}): {text[-500:]}")
     requests, duration_us, bad_status, socket_errors, p50_us, p99_us = (int(x) for x in line.split()[1:])
-    if bad_status or socket_errors:
+    if (bad_status and not refused_ok) or socket_errors:
         raise RuntimeError(f"wrk: {bad_status} responses were not 2xx, {socket_errors} socket errors")
-    return WrkRun(requests, duration_us / 1e6, p50_us / 1000, p99_us / 1000)
+    return WrkRun(requests, duration_us / 1e6, p50_us / 1000, p99_us / 1000, bad_status)
