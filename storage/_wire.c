@@ -373,104 +373,138 @@ fail:
  * transaction of n XADDs: "+OK\r\n", n x "+QUEUED\r\n", "*n\r\n" and n bulk strings (the IDs). Reading that
  * through hiredis made a Python object of every reply (~2n + 2 per transaction) before fold_transaction read
  * them again; here the IDs become the fold's str offsets directly. Anything else (an error reply, a nil EXEC,
- * a count that differs, bytes that end early) gives None: the caller feeds the same bytes to hiredis, which
- * explains them. */
+ * a count that differs) gives None: the caller feeds the same bytes to hiredis, which explains them. Bytes that
+ * are clean so far but end before the last transaction does give False: the rest comes in a later read (Redis
+ * answers a long pipeline in pieces, one per 16 KiB it reads), and the caller keeps them until it does. */
 
-/* Past ``text`` at ``*p`` (nonzero), or nothing moved (0). */
+/* What a step found: its piece (TAKEN), something else (OTHER), or bytes that end inside a piece they begin
+ * correctly (SHORT: the reply continues in a later read). */
+enum { TAKEN = 1, OTHER = 0, SHORT = -1 };
+
+/* ``text`` at ``*p``: TAKEN (moved past it), OTHER or SHORT (nothing moved). */
 static int
 take_literal(const char **p, const char *end, const char *text, Py_ssize_t n)
 {
-    if (end - *p < n || memcmp(*p, text, (size_t)n) != 0) {
-        return 0;
+    Py_ssize_t left = end - *p;
+    if (left < n) {
+        return memcmp(*p, text, (size_t)left) == 0 ? SHORT : OTHER;
+    }
+    if (memcmp(*p, text, (size_t)n) != 0) {
+        return OTHER;
     }
     *p += n;
-    return 1;
+    return TAKEN;
 }
 
-/* ``<kind><digits>\r\n`` at ``*p``: its number (at most 9 digits), or -1 with nothing moved. */
-static Py_ssize_t
-take_header(const char **p, const char *end, char kind)
+/* ``<kind><digits>\r\n`` at ``*p`` (at most 9 digits): TAKEN with ``*value`` set (moved past it), OTHER or
+ * SHORT (nothing moved). */
+static int
+take_header(const char **p, const char *end, char kind, Py_ssize_t *value)
 {
     const char *q = *p;
-    if (q >= end || *q != kind) {
-        return -1;
+    if (q >= end) {
+        return SHORT;
+    }
+    if (*q != kind) {
+        return OTHER;
     }
     q++;
-    Py_ssize_t value = 0, count = 0;
+    Py_ssize_t number = 0, count = 0;
     while (q < end && *q >= '0' && *q <= '9' && count < 9) {
-        value = value * 10 + (*q - '0');
+        number = number * 10 + (*q - '0');
         q++;
         count++;
     }
-    if (count == 0 || end - q < 2 || q[0] != '\r' || q[1] != '\n') {
-        return -1;
+    if (q == end) {
+        return SHORT;
+    }
+    if (count == 0 || q[0] != '\r') {
+        return OTHER;
+    }
+    if (end - q < 2) {
+        return SHORT;
+    }
+    if (q[1] != '\n') {
+        return OTHER;
     }
     *p = q + 2;
-    return value;
+    *value = number;
+    return TAKEN;
 }
 
-/* A stream ID's bulk string as str: "<ms>-<seq>", digits and one dash, or NULL without an exception (not one). */
-static PyObject *
-take_id(const char **p, const char *end)
+/* A stream ID's bulk string, "<ms>-<seq>" (digits and one inner dash): TAKEN with ``*id`` a new str (moved past
+ * it), OTHER or SHORT (nothing moved), or TAKEN with ``*id`` NULL and an exception set. */
+static int
+take_id(const char **p, const char *end, PyObject **id)
 {
     const char *q = *p;
-    Py_ssize_t n = take_header(&q, end, '$');
-    if (n < 3 || n > 41 || end - q < n + 2 || q[n] != '\r' || q[n + 1] != '\n') {
-        return NULL;
+    Py_ssize_t n = 0;
+    int header = take_header(&q, end, '$', &n);
+    if (header != TAKEN) {
+        return header;
     }
+    if (n < 3 || n > 41) {
+        return OTHER;
+    }
+    Py_ssize_t left = end - q, seen = left < n ? left : n;
     int dashes = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < seen; i++) {
         if (q[i] == '-' && i > 0 && i < n - 1) {
             dashes++;
         }
         else if (q[i] < '0' || q[i] > '9') {
-            return NULL;
+            return OTHER;
         }
+    }
+    if (dashes > 1 || (left > n && q[n] != '\r') || (left > n + 1 && q[n + 1] != '\n')) {
+        return OTHER;
+    }
+    if (left < n + 2) {
+        return SHORT;
     }
     if (dashes != 1) {
-        return NULL;
+        return OTHER;
     }
-    PyObject *id = PyUnicode_New(n, 127);
-    if (id == NULL) {
-        return NULL;
+    *id = PyUnicode_New(n, 127);
+    if (*id != NULL) {
+        memcpy(PyUnicode_1BYTE_DATA(*id), q, (size_t)n);
+        *p = q + n + 2;
     }
-    memcpy(PyUnicode_1BYTE_DATA(id), q, (size_t)n);
-    *p = q + n + 2;
-    return id;
+    return TAKEN;
 }
 
-/* One transaction of ``n`` XADDs: its flat reply [offset, 0, ...], None (Py_None, new ref) if the bytes are not a
- * clean one, NULL with an exception on failure. */
-static PyObject *
-take_transaction(const char **p, const char *end, Py_ssize_t n)
+/* One transaction of ``n`` XADDs: TAKEN with ``*flat`` its flat reply [offset, 0, ...] (NULL with an exception
+ * on failure), or OTHER / SHORT (``*flat`` NULL). */
+static int
+take_transaction(const char **p, const char *end, Py_ssize_t n, PyObject **flat)
 {
-    if (!take_literal(p, end, "+OK\r\n", 5)) {
-        Py_RETURN_NONE;
+    *flat = NULL;
+    int step = take_literal(p, end, "+OK\r\n", 5);
+    for (Py_ssize_t i = 0; i < n && step == TAKEN; i++) {
+        step = take_literal(p, end, "+QUEUED\r\n", 9);
+    }
+    Py_ssize_t count = -1;
+    if (step != TAKEN || (step = take_header(p, end, '*', &count)) != TAKEN) {
+        return step;
+    }
+    if (count != n) {
+        return OTHER;
+    }
+    PyObject *reply = new_flat_reply(n);
+    if (reply == NULL) {
+        return TAKEN;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!take_literal(p, end, "+QUEUED\r\n", 9)) {
-            Py_RETURN_NONE;
+        PyObject *id = NULL;
+        step = take_id(p, end, &id);
+        if (step != TAKEN || id == NULL) {
+            Py_DECREF(reply);
+            return step;
         }
+        PyList_SET_ITEM(reply, 2 * i, id);
     }
-    if (take_header(p, end, '*') != n) {
-        Py_RETURN_NONE;
-    }
-    PyObject *flat = new_flat_reply(n);
-    if (flat == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *id = take_id(p, end);
-        if (id == NULL) {
-            Py_DECREF(flat);
-            if (PyErr_Occurred()) {
-                return NULL;
-            }
-            Py_RETURN_NONE;
-        }
-        PyList_SET_ITEM(flat, 2 * i, id);
-    }
-    return flat;
+    *flat = reply;
+    return TAKEN;
 }
 
 static PyObject *
@@ -504,10 +538,14 @@ read_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             return NULL;
         }
-        PyObject *flat = take_transaction(&p, end, n);
-        if (flat == NULL || flat == Py_None) {
+        PyObject *flat = NULL;
+        int step = take_transaction(&p, end, n, &flat);
+        if (step != TAKEN || flat == NULL) {
             Py_DECREF(folded);
-            return flat;
+            if (step == TAKEN) {
+                return NULL;  /* the exception set while building the reply */
+            }
+            return Py_NewRef(step == SHORT ? Py_False : Py_None);
         }
         PyList_SET_ITEM(folded, t, flat);
     }

@@ -68,12 +68,18 @@ class _RespProtocol(asyncio.Protocol):
         self.sent = 0  # requests written to the socket whose replies are not all in
         self.on_idle: Callable[[], None] | None = None  # called when every sent request has its replies
         self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()  # callers of a full one
+        # Redis answers a long pipeline in pieces (one per 16 KiB of commands it reads), so a read often ends
+        # inside a transaction's replies: the clean start is kept here rather than handed to hiredis, which would
+        # then read that request and every one after it reply by reply, a Python object each.
+        self.held = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
 
     def data_received(self, data: bytes) -> None:
         try:
+            if self.held:  # the start of a transaction's replies, clean so far, kept from the last read
+                data, self.held = self.held + data, b""
             waiting = self.waiting
             if waiting and waiting[0].transactions is not None and not self.reader.has_data():
                 taken = self._take_transactions(data)
@@ -102,6 +108,9 @@ class _RespProtocol(asyncio.Protocol):
                 if request.remaining not in (expected, expected + 1):  # only the transactions, or WAIT's too
                     break
                 read = read_transactions(data, offset, request.transactions)
+                if read is False:  # clean so far, cut by the read: kept for the next one, not given to hiredis
+                    self.held = data[offset:]
+                    return len(data)
                 if read is None:
                     break
                 answer, offset = FoldedReplies(read[0]), read[1]

@@ -50,10 +50,12 @@ def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any, tr
 
 
 @pytest.mark.parametrize("read", READERS)
-def test_a_read_cut_short_anywhere_is_not_answered(read: Any) -> None:
+def test_a_read_cut_short_anywhere_is_told_apart_from_one_that_is_not_clean(read: Any) -> None:
     data = _transaction(["1-0", "1795418703164-12"]) + _transaction(["2-0"])
     for end in range(len(data)):
-        assert read(data[:end], 0, [2, 1]) is None, end
+        assert read(data[:end], 0, [2, 1]) is False, end  # clean so far: the rest comes in a later read
+        broken = data[:end] + b"-ERR x\r\n"  # the same start, then what no clean transaction holds there
+        assert read(broken, 0, [2, 1]) is None, end
     assert read(data, 0, [2, 1]) is not None
 
 
@@ -89,8 +91,11 @@ def test_arguments_out_of_range_are_refused(read: Any) -> None:
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=80), sizes=st.lists(st.integers(0, 3), max_size=3))
 def test_compiled_reader_answers_any_bytes_as_the_reference(data: bytes, sizes: list[int]) -> None:
-    for prefix in (b"", b"+OK\r\n", b"+OK\r\n+QUEUED\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n"):
-        assert read_transactions(prefix + data, 0, sizes) == read_transactions_python(prefix + data, 0, sizes)
+    for prefix in (b"", b"+OK\r\n", b"+OK\r\n+QUEUED\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n",
+                   b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n$5\r\n1-"):
+        for cut in (len(prefix + data), len(prefix + data) // 2):  # whole, and cut short
+            chunk = (prefix + data)[:cut]
+            assert read_transactions(chunk, 0, sizes) == read_transactions_python(chunk, 0, sizes)
 
 
 # ---- the protocol ----
@@ -155,11 +160,30 @@ async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_r
     assert _folded(clean.result(), [1]) == [_flat(["5-0"])]  # after another request's reply: through hiredis
 
 
-async def test_a_request_already_partly_read_is_finished_reply_by_reply() -> None:
+async def test_a_request_cut_inside_its_replies_is_answered_folded_once_the_rest_arrives() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3, [1])])
-    protocol.data_received(b"+OK\r\n")  # the first reply arrived alone: read by hiredis
-    assert protocol.waiting[0].replies == [b"OK"]
-    protocol.data_received(b"+QUEUED\r\n*1\r\n$3\r\n6-0\r\n")
+    protocol.data_received(b"+OK\r\n+QUE")  # Redis answered the first commands it read: kept, not for hiredis
+    assert (request.done(), protocol.reader.has_data(), protocol.waiting[0].replies) == (False, False, [])
+    protocol.data_received(b"UED\r\n*1\r\n$3\r\n6-0\r\n")
+    assert type(request.result()) is FoldedReplies
+    assert request.result() == [_flat(["6-0"])]
+
+
+async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the_rest() -> None:
+    protocol, (refused, after) = _protocol_with(asyncio.get_running_loop(), [(3, [1]), (1, None)])
+    protocol.data_received(b"+OK\r\n")
+    protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n:5\r\n")
+    assert refused.result()[0] == b"OK"
+    assert [type(reply) for reply in refused.result()[1:]] == [ReplyError, ReplyError]
+    assert after.result() == [5]
+    assert (protocol.held, protocol.sent, protocol.reader.has_data()) == (b"", 0, False)
+
+
+async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> None:
+    protocol, (other, request) = _protocol_with(asyncio.get_running_loop(), [(1, None), (3, [1])])
+    protocol.data_received(b"$5\r\nhel")  # another request's reply, cut: hiredis holds its start
+    protocol.data_received(b"lo\r\n+OK\r\n+QUEUED\r\n*1\r\n$3\r\n6-0\r\n")
+    assert other.result() == [b"hello"]
     assert type(request.result()) is list
     assert _folded(request.result(), [1]) == [_flat(["6-0"])]
 
@@ -174,7 +198,7 @@ async def test_a_cancelled_callers_folded_replies_are_dropped_and_the_next_one_g
 
 async def test_a_request_cut_between_its_transactions_does_not_take_the_next_requests_replies() -> None:
     protocol, (two, one) = _protocol_with(asyncio.get_running_loop(), [(6, [1, 1]), (3, [1])])
-    protocol.data_received(_transaction(["1-0"]))  # the first request's first transaction only: through hiredis
+    protocol.data_received(_transaction(["1-0"]))  # the first request's first transaction only: kept
     protocol.data_received(_transaction(["2-0"]) + _transaction(["3-0"]))  # its second, then the next request's
     assert _folded(two.result(), [1, 1]) == [_flat(["1-0"]), _flat(["2-0"])]
     assert _folded(one.result(), [1]) == [_flat(["3-0"])]
