@@ -120,7 +120,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
 
         publisher = await stack.enter_async_context(
             Publisher(store, store.delayed, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
-                      settings.retry_after_s, settings.acks0_queue_bytes))
+                      settings.retry_after_s, settings.acks0_queue_bytes, settings.acks0_queue_wait_ms))
 
         async def watch_is_live() -> None:
             if not watcher.healthy:

@@ -2,12 +2,14 @@
 
 acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as the
 batch is queued; a full queue (``acks0_queue_batches`` batches or ``acks0_queue_bytes`` of values and keys)
-answers 503 (never a silent drop); write failures are counted and logged.
+makes the request wait for room, at most ``acks0_queue_wait_ms`` (as a NATS client stalls on too many pending
+async publishes), then answers 503 (never a silent drop); write failures are counted and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -86,8 +88,11 @@ class Publisher:
     """Writes placed records; owns the acks=0 background writer (an async context manager)."""
 
     def __init__(self, store: StreamStore, scheduler: Scheduler, metrics: GatewayMetrics, dedup_ttl_ms: int,
-                 acks0_queue_batches: int, retry_after_s: int, acks0_queue_bytes: int = ACKS0_QUEUE_BYTES) -> None:
+                 acks0_queue_batches: int, retry_after_s: int, acks0_queue_bytes: int = ACKS0_QUEUE_BYTES,
+                 acks0_queue_wait_ms: int = 0) -> None:
         self._store = store
+        self._wait_s = acks0_queue_wait_ms / 1000
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._scheduler = scheduler
         self._metrics = metrics
         self._dedup_ttl_ms = dedup_ttl_ms
@@ -167,8 +172,55 @@ class Publisher:
         Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys queued already (a
         batch on its own is always taken: one larger than the byte bound must not be refused forever).
         """
-        self._put_acks0((topic, records, due_ms, sum(len(record.value) + len(record.key or b"")
-                                                      for record in records)))
+        self._put_acks0(self._acks0_item(topic, records, due_ms))
+
+    async def enqueue_waiting(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
+        """``enqueue``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
+        item = self._acks0_item(topic, records, due_ms)
+        if self._room_waiters or not self._fits(item[3]):
+            await self._wait_for_room(item[3])
+        self._put_acks0(item)
+
+    async def enqueue_plain_waiting(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
+        """``enqueue_plain``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
+        item = self._plain_item(topic, records, value_bytes)
+        if self._room_waiters or not self._fits(item[3]):
+            await self._wait_for_room(item[3])
+        self._put_acks0(item)
+
+    @staticmethod
+    def _acks0_item(topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> _Acks0Item:
+        return topic, records, due_ms, sum(len(record.value) + len(record.key or b"") for record in records)
+
+    @staticmethod
+    def _plain_item(topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> _Acks0Item:
+        return topic, records, [], value_bytes + sum(len(key) for key in records.keys if key is not None)
+
+    def _fits(self, size: int) -> bool:
+        return not self._queue.full() and not (self.queued_bytes and self.queued_bytes + size > self._queue_bytes_max)
+
+    async def _wait_for_room(self, size: int) -> None:
+        """Until a batch of ``size`` bytes fits, woken after each round of the writer, for ``acks0_queue_wait_ms``
+        at most (then ``_put_acks0`` answers 503). Waiters are woken together and retry in the order they came."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        while not self._fits(size) and (remaining := deadline - loop.time()) > 0:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._room_waiters.append(waiter)
+            try:
+                async with asyncio.timeout(remaining):
+                    await waiter
+            except TimeoutError:
+                return
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+
+    def _wake_room_waiters(self) -> None:
+        waiters, self._room_waiters = self._room_waiters, collections.deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _put_acks0(self, item: _Acks0Item) -> None:
         size = item[3]
@@ -183,7 +235,7 @@ class Publisher:
 
     def enqueue_plain(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
         """``enqueue`` for plain records (the columns, no object per message; ``value_bytes`` their values' size)."""
-        self._put_acks0((topic, records, [], value_bytes + sum(len(key) for key in records.keys if key is not None)))
+        self._put_acks0(self._plain_item(topic, records, value_bytes))
 
     async def _drain_acks0(self) -> None:
         """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up to
@@ -200,6 +252,7 @@ class Publisher:
                 for *_, size in batches:
                     self.queued_bytes -= size
                     self._queue.task_done()
+                self._wake_room_waiters()
 
     async def _acks0_round(self) -> list[_Acks0Item]:
         batches = [await self._queue.get()]

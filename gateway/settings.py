@@ -47,7 +47,8 @@ class GatewaySettings:
     max_replay_limit: int = 1000
     dedup_ttl_ms: int = 24 * 3600 * 1000
     acks0_queue_batches: int = 1024
-    acks0_queue_bytes: int = 64 * MIB  # values + keys waiting in the acks=0 queue; past it acks=0 gets 503
+    acks0_queue_bytes: int = 64 * MIB  # values + keys waiting in the acks=0 queue; past it acks=0 waits, then 503
+    acks0_queue_wait_ms: int = 200  # how long an acks=0 publish waits for room in a full queue before its 503
     member_lease_ttl_s: float = 10.0
     owner_lease_ttl_s: float = 10.0
     promote_interval_s: float = 0.1

@@ -60,7 +60,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     metrics = services.metrics
     due_ms = [message.due_ms for message in batch.messages]
     if batch.acks == "0":
-        services.publisher.enqueue(topic, records, due_ms)
+        await services.publisher.enqueue_waiting(topic, records, due_ms)
         _count_heat(services, topic, partitions, keys)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
@@ -80,7 +80,7 @@ async def _publish_plain(request: web.Request, services: Services, topic: TopicM
     partitions = place_plain(batch, topic, services.spreader)
     records, metrics = PlainRecords(partitions, batch.values, batch.keys), services.metrics
     if batch.acks == "0":
-        services.publisher.enqueue_plain(topic, records, batch.value_bytes)
+        await services.publisher.enqueue_plain_waiting(topic, records, batch.value_bytes)
         _count_heat(services, topic, partitions, batch.keys)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)

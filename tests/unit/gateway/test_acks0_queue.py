@@ -164,3 +164,40 @@ async def test_plain_acks0_batches_are_written_as_columns_joined_and_mixed_ones_
     assert store.plain_calls == [("t", [b"0", b"1", b"2", b"3"], [0, 0, 0, 0])]  # one write for both
     assert ("other", [b"1", b"2"]) in store.calls  # plain then records of one topic: one write, in order
     assert [e.value for e in store.streams[("other", 1)]] == [b"1", b"2"]
+
+
+def plain_batch(count: int, size: int) -> PlainRecords:
+    return PlainRecords([0] * count, [b"x" * size] * count, [None] * count)
+
+
+async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_writer_frees_some() -> None:
+    store = HeldStore()
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 1, acks0_queue_wait_ms=5_000) as publisher:
+        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(2, 10), 20)  # taken by the writer, which waits
+        await asyncio.sleep(0)
+        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(3, 10), 30)  # fills the queue of one batch
+        with pytest.raises(Problem):
+            publisher.enqueue_plain(TOPIC, plain_batch(1, 10), 10)  # the queue is full: no waiting, 503
+        waiting = [asyncio.ensure_future(publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)),
+                   asyncio.ensure_future(publisher.enqueue_waiting(TOPIC, batch(1, 10), [None]))]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in waiting)  # waiting, not refused
+        store.release.set()  # the writer's rounds free room: both are taken, in turn
+        await asyncio.wait_for(asyncio.gather(*waiting), 5)
+    assert store.total_entries() == 7
+
+
+async def test_acks0_still_refused_with_503_when_no_room_frees_within_the_wait() -> None:
+    store = HeldStore()
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 2, acks0_queue_wait_ms=50) as publisher:
+        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+        await asyncio.sleep(0)
+        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(Problem) as refused:
+            await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+        assert loop.time() - started >= 0.045  # it waited (the loop's clock may be whole milliseconds)
+        assert (refused.value.status, refused.value.retry_after_s) == (503, 2)
+        store.release.set()
+    assert store.total_entries() == 2  # the refused batch was never queued, so never written

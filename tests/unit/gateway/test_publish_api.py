@@ -209,13 +209,14 @@ async def test_plain_acks_zero_is_queued_as_columns_and_a_general_one_as_records
     queued: list[str] = []
 
     def recorded(kind: str, enqueue: Any) -> Any:
-        def call(*args: Any) -> None:
+        async def call(*args: Any) -> None:
             queued.append(kind)
-            enqueue(*args)
+            await enqueue(*args)
         return call
 
-    monkeypatch.setattr(services.publisher, "enqueue_plain", recorded("columns", services.publisher.enqueue_plain))
-    monkeypatch.setattr(services.publisher, "enqueue", recorded("records", services.publisher.enqueue))
+    monkeypatch.setattr(services.publisher, "enqueue_plain_waiting",
+                        recorded("columns", services.publisher.enqueue_plain_waiting))
+    monkeypatch.setattr(services.publisher, "enqueue_waiting", recorded("records", services.publisher.enqueue_waiting))
     first = await publish(client, orders, {"messages": [{"key": "k", "value": i} for i in range(3)], "acks": 0})
     second = await publish(client, orders, {"messages": [{"value": 9, "headers": {"h": "1"}}], "acks": "0"})
     assert (first.status, second.status) == (202, 202)
