@@ -91,14 +91,14 @@ class Publisher:
                  acks0_queue_batches: int, retry_after_s: int, acks0_queue_bytes: int = ACKS0_QUEUE_BYTES,
                  acks0_queue_wait_ms: int = 0) -> None:
         self._store = store
-        self._wait_s = acks0_queue_wait_ms / 1000
-        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._scheduler = scheduler
         self._metrics = metrics
         self._dedup_ttl_ms = dedup_ttl_ms
         self._retry_after_s = retry_after_s
         self._queue: asyncio.Queue[_Acks0Item] = asyncio.Queue(acks0_queue_batches)
         self._queue_bytes_max = acks0_queue_bytes
+        self._wait_s = acks0_queue_wait_ms / 1000
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.queued_bytes = 0
         self._writer: asyncio.Task[None] | None = None
 
@@ -176,15 +176,14 @@ class Publisher:
 
     async def enqueue_waiting(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
         """``enqueue``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
-        item = self._acks0_item(topic, records, due_ms)
-        if self._room_waiters or not self._fits(item[3]):
-            await self._wait_for_room(item[3])
-        self._put_acks0(item)
+        await self._put_acks0_waiting(self._acks0_item(topic, records, due_ms))
 
     async def enqueue_plain_waiting(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
         """``enqueue_plain``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
-        item = self._plain_item(topic, records, value_bytes)
-        if self._room_waiters or not self._fits(item[3]):
+        await self._put_acks0_waiting(self._plain_item(topic, records, value_bytes))
+
+    async def _put_acks0_waiting(self, item: _Acks0Item) -> None:
+        if self._room_waiters or not self._fits(item[3]):  # behind earlier waiters, or no room now
             await self._wait_for_room(item[3])
         self._put_acks0(item)
 
