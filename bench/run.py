@@ -96,6 +96,15 @@ class Plan:
         return cls(args.duration or 10.0, 1_000_000, 1_000, 2, 2_000, 1_000, 200_000, (16, 32, 64))
 
 
+@dataclass(frozen=True)
+class BestRun:
+    """The best rate of a sweep of loads, which client made it, and a note listing every load's figures."""
+
+    rate: float
+    load: str
+    note: str
+
+
 @contextlib.asynccontextmanager
 async def nats_two_copies() -> AsyncIterator[str]:
     """A 3-server JetStream cluster for the two-copies anchors (streams of 2 replicas); its URL list. Started
@@ -163,22 +172,35 @@ class Harness:
         return await http_publish_for(base or self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds,
                                       concurrency)
 
+    async def best_of_sweep(self, cluster: RedisClusterProcess, gateway: GatewayProcess) -> BestRun:
+        """Batch-100 acks=1 throughput as goal 2 takes it: the best rate over the loads of ``plan.acks_connections``
+        (the raw anchor has 3 x 16 redis-benchmark clients with 64 commands in flight each; a gateway loaded with
+        16 requests of 100 at a time left the machine ~12% idle). Each load on emptied streams."""
+        runs: list[tuple[int, Result, float]] = []
+        for connections in self.plan.acks_connections:
+            await asyncio.to_thread(drop_and_wait_for_rewrites, cluster,
+                                    [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
+            await settle()
+            cpu0 = gateway.cpu_seconds()
+            result = await http_publish_for(gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
+                                            self.plan.seconds, connections)
+            runs.append((connections, result, (gateway.cpu_seconds() - cpu0) / max(result.messages, 1) * 1e6))
+        connections, result, cpu_us = max(runs, key=lambda run: run[1].rate)
+        sweep = ", ".join(f"{count} conn. {run.rate:,.0f} msg/s p99 {run.percentile_ms(0.99):.1f} ms"
+                          for count, run, _ in runs)
+        return BestRun(result.rate, load_generator(result),
+                       f"the best of {sweep}; at {connections}: {cpu_us:.1f} us of gateway CPU per message")
+
     # --- goal 1 -------------------------------------------------------------------------------------------
     async def publish(self) -> None:
         raw = await asyncio.to_thread(raw_xadd_rate, self.stack.redis, self.plan.raw_per_primary)
         nats_rate, _ = await nats_publish_async_rate(self.nats.url, self.plan.seconds)
-        await self.fresh_publish_topic()
-        cpu0 = self.gateway.cpu_seconds()
-        result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
-                                        self.plan.seconds, 16)
-        batch = result.rate
-        cpu_us = (self.gateway.cpu_seconds() - cpu0) / max(result.messages, 1) * 1e6
-        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", batch, "msg/s", raw,
+        best = await self.best_of_sweep(self.stack.redis, self.gateway)
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s", raw,
                                       "raw XADD -P 64, 3 primaries", ">= 0.5x raw",
-                                      note=f"one gateway process, {cpu_us:.1f} us of gateway CPU per message; "
-                                           f"load from {load_generator(result)}"),
+                                      note=f"one gateway process; {best.note}; load from {best.load}"),
                                   0.5, on_ratio=True))
-        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", batch, "msg/s", nats_rate,
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s", nats_rate,
                                       "JetStream publish_async", ">= 4x JetStream",
                                       note="Redis keeps two copies (3 primaries x 1 replica), JetStream one (R1)"),
                                   4.0, on_ratio=True))
@@ -214,18 +236,11 @@ class Harness:
             async with aiohttp.ClientSession() as http:
                 await create_topic(http, gateway.base, PUBLISH_TOPIC, PUBLISH_PARTITIONS)
             raw = await asyncio.to_thread(raw_xadd_rate, stack.redis, self.plan.raw_per_primary)
-            await asyncio.to_thread(drop_and_wait_for_rewrites, stack.redis,
-                                    [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
-            await settle()
-            cpu0 = gateway.cpu_seconds()
-            result = await http_publish_for(gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
-                                            self.plan.seconds, 16)
-            cpu_us = (gateway.cpu_seconds() - cpu0) / max(result.messages, 1) * 1e6
+            best = await self.best_of_sweep(stack.redis, gateway)
         figure = "HTTP publish, batch 100, acks=1, one copy (3 primaries, no replicas)"
-        self.rows.append(at_least(Row("1", figure, result.rate, "msg/s", raw, "raw XADD -P 64, same cluster",
-                                      ">= 0.5x raw", note=f"{cpu_us:.1f} us of gateway CPU per message"),
-                                  0.5, on_ratio=True))
-        self.rows.append(at_least(Row("1", figure, result.rate, "msg/s", nats_rate, "JetStream publish_async (R1)",
+        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", raw, "raw XADD -P 64, same cluster",
+                                      ">= 0.5x raw", note=best.note), 0.5, on_ratio=True))
+        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", nats_rate, "JetStream publish_async (R1)",
                                       ">= 4x JetStream", note="like for like: one copy of each message on each side"),
                                   4.0, on_ratio=True))
 

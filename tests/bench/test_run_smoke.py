@@ -61,6 +61,9 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     assert "JetStream publish_async" in done.stdout
     assert "one copy (3 primaries, no replicas)" in done.stdout
     assert markdown.count("\n| 1 |") == 7
+    throughput = [row for row in rows if row["anchor_name"].startswith("raw XADD")]
+    for row in throughput:  # the best of the same sweep of loads as goal 2's, every load's figure in the note
+        assert "the best of 16 conn. " in row["note"] and ", 64 conn. " in row["note"], row
 
 
 @pytest.mark.timeout(300)
