@@ -76,6 +76,13 @@ async def lean_group_drain(base: str, topic: str, group: str, messages: int, pro
     """Drain a prefilled topic with ``processes`` x ``members`` exclusive-group consumers in their own processes
     (bench/group_drain.py: lean, so the client is not the limit); (messages acked, seconds from the first
     delivery to the last ack)."""
+    acked, first_ts, last_ts = await lean_group_drain_window(base, topic, group, messages, processes, members)
+    return acked, max(last_ts - first_ts, 1e-9)
+
+
+async def lean_group_drain_window(base: str, topic: str, group: str, messages: int, processes: int,
+                                  members: int = 2) -> tuple[int, float, float]:
+    """``lean_group_drain``'s drain: (messages acked, wall-clock time of the first delivery, of the last ack)."""
     argv = [sys.executable, str(GROUP_DRAIN), "--port",
             str(urlsplit(base).port), "--topic", topic, "--group", group, "--members", str(members),
             "--total", str(messages)]
@@ -90,7 +97,7 @@ async def lean_group_drain(base: str, topic: str, group: str, messages: int, pro
     results = [orjson.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     started = min((r["first_ts"] for r in results if r["first_ts"]), default=0.0)
     last = max(r["last_ts"] for r in results)
-    return sum(r["acked"] for r in results), max(last - started, 1e-9)
+    return sum(r["acked"] for r in results), started, last
 
 
 async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, messages: int, consumers: int,

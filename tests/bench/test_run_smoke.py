@@ -64,6 +64,8 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     throughput = [row for row in rows if row["anchor_name"].startswith("raw XADD")]
     for row in throughput:  # the best of the same sweep of loads as goal 2's, every load's figure in the note
         assert "the best of 16 conn. " in row["note"] and ", 64 conn. " in row["note"], row
+        assert "CPU per message: gateway " in row["note"] and "Redis primaries " in row["note"], row
+    assert "replicas " in throughput[0]["note"] and "replicas " not in throughput[1]["note"]  # one copy: none
 
 
 @pytest.mark.timeout(300)
@@ -77,6 +79,9 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
         ("5", "JetStream pull+ack (R1)")]
     assert [row["status"] for row in rows][1:3] == ["info", "info"]
     assert "(0 lost)" in rows[2]["note"]  # every acks=0 message counted as accepted reached its stream
+    for drain in (rows[3], rows[6]):  # where the drain's CPU went, over the drain's own window
+        assert "over that window, CPU per message: gateway " in drain["note"], drain
+    assert "replicas " in rows[3]["note"] and "replicas " not in rows[6]["note"]
     for row in rows:
         assert isinstance(row["value"], float), row
         assert row["value"] > 0, row
