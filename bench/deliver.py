@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,11 +82,12 @@ async def lean_group_drain(base: str, topic: str, group: str, messages: int, pro
 
 
 async def lean_group_drain_window(base: str, topic: str, group: str, messages: int, processes: int,
-                                  members: int = 2) -> tuple[int, float, float]:
-    """``lean_group_drain``'s drain: (messages acked, wall-clock time of the first delivery, of the last ack)."""
+                                  members: int = 2, client_args: Sequence[str] = ()) -> tuple[int, float, float]:
+    """``lean_group_drain``'s drain: (messages acked, wall-clock time of the first delivery, of the last ack).
+    ``client_args``: more options for bench/group_drain.py (``--ack-each-read``)."""
     argv = [sys.executable, str(GROUP_DRAIN), "--port",
             str(urlsplit(base).port), "--topic", topic, "--group", group, "--members", str(members),
-            "--total", str(messages)]
+            "--total", str(messages), *client_args]
     workers = [await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE) for _ in range(processes)]
     try:
         outputs = await asyncio.wait_for(asyncio.gather(*(worker.communicate() for worker in workers)), 600)

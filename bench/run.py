@@ -425,6 +425,12 @@ class Harness:
                                       note="like for like: stream and delivery state kept in two copies on each "
                                            "side"), 5.0, on_ratio=True))
         await settle()
+        each, each_note = await self.group_drain(self.stack, self.gateway, ack_each_read=True)
+        self.rows.append(Row("5", "group delivery + ack, acking what each read brought", each, "msg/s", rate,
+                             "acks of up to 500 per frame", "information (no goal)",
+                             note=each_note.replace("acking up to 500 per frame", "acking what each read of the "
+                                                    "socket brought at once")))
+        await settle()
         async with one_copy_stack() as (stack, gateway):  # like for like, as goal 1's one-copy rows
             rate, note = await self.group_drain(stack, gateway)
         figure = "group delivery + ack over WebSocket, one copy (3 primaries, no replicas)"
@@ -433,21 +439,25 @@ class Harness:
                                       ">= 5x JetStream", note="like for like: one copy of each message on each side"),
                                   5.0, on_ratio=True))
 
-    async def group_drain(self, stack: DevStack, gateway: GatewayProcess) -> tuple[float, str]:
+    async def group_drain(self, stack: DevStack, gateway: GatewayProcess,
+                          ack_each_read: bool = False) -> tuple[float, str]:
         """Prefill the group topic through ``gateway`` and drain it with the lean consumer processes: the rate of
         distinct messages delivered and acked, and the row's note. The drain starts once every node has rewritten
-        its AOF (``compact_aofs``) and the machine is quiet."""
-        messages = self.plan.group_messages
+        its AOF (``compact_aofs``) and the machine is quiet. ``ack_each_read``: the clients ack what each read
+        brought at once instead of up to 500 at a time."""
+        messages, topic = self.plan.group_messages, "bench-group-each-read" if ack_each_read else "bench-group"
         async with aiohttp.ClientSession() as http:
-            await create_topic(http, gateway.base, "bench-group")
-            await publish(http, gateway.base, "bench-group", messages)
+            await create_topic(http, gateway.base, topic)
+            await publish(http, gateway.base, topic, messages)
         await asyncio.to_thread(compact_aofs, stack.redis)
         await settle()
         rewrites0 = await asyncio.to_thread(aof_rewrites, stack.redis)
         readings: list[CpuReading] = []
         sampler = asyncio.create_task(cpu_readings_every(0.1, gateway, stack.redis, readings))
         try:
-            acked, first_ts, last_ts = await lean_group_drain_window(gateway.base, "bench-group", "bench", messages, 2)
+            acked, first_ts, last_ts = await lean_group_drain_window(
+                gateway.base, topic, "bench", messages, 2,
+                client_args=("--ack-each-read",) if ack_each_read else ())
         finally:
             sampler.cancel()
         elapsed = max(last_ts - first_ts, 1e-9)

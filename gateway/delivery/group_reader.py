@@ -2,8 +2,10 @@
 
 Each turn of the loop: wait until some session has credit; hand out the local backlog; reclaim entries whose
 ack timeout passed (redelivery with delivery_count + 1, or the dead-letter topic past max_deliveries); else
-read new entries (XREADGROUP, blocking briefly). Filtered-out entries are acked for the group and never
-delivered; with auto_ack (at-most-once) entries are acked as they are handed out.
+read new entries (XREADGROUP, blocking briefly). A read waits, at most ``READ_COALESCE_S``, until some session
+has half its window free or nothing in flight (TCP's silly-window avoidance): a client acking a few messages at
+a time would otherwise make every read, page and XACK a few messages long. Filtered-out entries are acked for
+the group and never delivered; with auto_ack (at-most-once) entries are acked as they are handed out.
 
 Acks from every session of a reader that arrive in the same event-loop tick go out as one XACK of all their
 offsets; each caller still waits for (and sees the failure of) the XACK that carried its offsets.
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
 READ_BLOCK_MS = 250
 READ_BATCH_MAX = 1000
+READ_COALESCE_S = 0.002  # the longest a read waits for more credit than a sliver of a session's window
 TAKEOVER_PAGE = 10_000
 RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000  # "idle forever": reclaimable by the next reclaim pass
 ERROR_BACKOFF_S = 0.5
@@ -195,6 +198,10 @@ class GroupReader:
                 return
         if await self._reclaim():
             return
+        if not self._worth_a_read():
+            await self._wait_for_more_credit(READ_COALESCE_S)
+            if self._stopping or not self._any_credit():
+                return
         count = min(self._total_credit(), READ_BATCH_MAX)
         # After a full read more is likely waiting: read without blocking (the store's pipelined connection);
         # after a short one, block for what comes next.
@@ -210,6 +217,18 @@ class GroupReader:
 
     def _any_credit(self) -> bool:
         return any(session.has_credit for session in self._sessions)
+
+    def _worth_a_read(self) -> bool:
+        return any(session.worth_a_read for session in self._sessions)
+
+    async def _wait_for_more_credit(self, longest_s: float) -> None:
+        """Until a session's credit is worth a read (``Session.worth_a_read``), at most ``longest_s``."""
+        deadline = asyncio.get_running_loop().time() + longest_s
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                while not self._stopping and not self._worth_a_read():
+                    self._credit.clear()
+                    await self._credit.wait()
 
     def _total_credit(self) -> int:
         return max(1, sum(session.credit for session in self._sessions if session.has_credit))

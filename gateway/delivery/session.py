@@ -121,6 +121,11 @@ class Session:
         """Whether the session may take one more delivery."""
         return self.credit > 0 and not self.closing.done()
 
+    @property
+    def worth_a_read(self) -> bool:
+        """Whether a read for this session would not be a sliver: half its window free, or nothing in flight."""
+        return self.has_credit and (2 * self.credit >= self.params.max_in_flight or not self.in_flight)
+
     def watch_credit(self, event: Waker) -> None:
         """Set ``event`` whenever this session gains credit (readers wait on it)."""
         self._credit_waiters.add(event)
