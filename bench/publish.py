@@ -30,6 +30,7 @@ import orjson
 from redis.asyncio.cluster import RedisCluster
 
 from gateway.devstack import DevStack, DevStackConfig
+from gateway.devstack.redis_cluster import RedisClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wrk import wrk_binary, wrk_post_for
@@ -196,13 +197,19 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def redis_cpu_seconds(stack: DevStack) -> dict[str, float]:
-    """CPU seconds used so far by the cluster's primaries and by its replicas."""
-    used = {"primaries": 0.0, "replicas": 0.0}
-    for node in stack.redis.nodes:
+def redis_cpu_by_role(cluster: RedisClusterProcess) -> dict[str, float]:
+    """CPU seconds used so far by the cluster's primaries and by its replicas (no "replicas" key without any)."""
+    used = {"primaries": 0.0}
+    for node in cluster.nodes:
         if node.pid is not None:
-            used["primaries" if node.role == "primary" else "replicas"] += process_cpu_seconds(node.pid)
+            role = "primaries" if node.role == "primary" else "replicas"
+            used[role] = used.get(role, 0.0) + process_cpu_seconds(node.pid)
     return used
+
+
+def redis_cpu_seconds(stack: DevStack) -> dict[str, float]:
+    """CPU seconds used so far by the cluster's primaries and by its replicas (0.0 for a cluster without)."""
+    return {"replicas": 0.0, **redis_cpu_by_role(stack.redis)}
 
 
 @contextlib.asynccontextmanager

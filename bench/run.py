@@ -45,7 +45,7 @@ from anchors import (
     raw_xadd_rate,
 )
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
-from publish import Result, http_publish_for, percentile_ms, process_cpu_seconds, publish_body, wait_ready
+from publish import Result, http_publish_for, percentile_ms, publish_body, redis_cpu_by_role, wait_ready
 from services import GatewayProcess, NatsCluster, NatsServer, serve_supports
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
@@ -116,11 +116,7 @@ class CpuReading:
 
 
 def cpu_reading(gateway: GatewayProcess, cluster: RedisClusterProcess) -> CpuReading:
-    used = {"gateway": gateway.cpu_seconds(), "primaries": 0.0}
-    for node in cluster.nodes:
-        if node.pid is not None:
-            role = "primaries" if node.role == "primary" else "replicas"
-            used[role] = used.get(role, 0.0) + process_cpu_seconds(node.pid)
+    used = {"gateway": gateway.cpu_seconds(), **redis_cpu_by_role(cluster)}
     return CpuReading(time.time(), used, busy_fraction_since((0, 0))[1])
 
 
