@@ -46,8 +46,12 @@ ACKS0_ROUND_MESSAGES = 5000  # messages the acks=0 writer takes from its queue f
 _Acks0Item = tuple[TopicMetadata, list[Record] | PlainRecords, list[int | None], int]
 
 
-def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[Record]:
-    """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky."""
+def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, scope: str) -> list[Record]:
+    """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
+
+    Idempotency keys are stored behind ``scope``, the publishing principal's name space
+    (``gateway.idempotency``), so no other principal's key can match them.
+    """
     partitions = topic.partitions
     keyless_partition: int | None = None
     records: list[Record] = []
@@ -68,7 +72,8 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) 
             if keyless_partition is None:
                 keyless_partition = spreader.for_batch(partitions)
             partition = keyless_partition
-        append(make(partition, value, value_format, key, headers, idempotency_key))
+        append(make(partition, value, value_format, key, headers,
+                    None if idempotency_key is None else scope + idempotency_key))
     return records
 
 

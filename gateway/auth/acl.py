@@ -2,8 +2,9 @@
 
 A rule's ``principals`` are exact names, ``*`` (anyone authenticated) or claim matches ``claim:<name>=<value>``
 (a JWT claim equal to the value, or a list claim containing it). ``topics`` and ``groups`` are fnmatch globs.
-Actions: ``publish``; ``subscribe`` (replay, WebSocket subscribe, HTTP pull/ack/nack/extend, group list and
-describe); ``admin`` (topic create/change/delete, group seek, DLQ redrive; also sees groups).
+Actions: ``publish`` (on a dead-letter topic ``<topic>.dlq`` only through a pattern that ends in ``.dlq``);
+``subscribe`` (replay, WebSocket subscribe, HTTP pull/ack/nack/extend, group list and describe); ``admin``
+(topic create/change/delete, group seek, DLQ redrive; also sees groups).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
+from gateway.delivery.dead_letters import DLQ_SUFFIX
 
 
 class Action(enum.Enum):
@@ -39,8 +41,20 @@ class Rule:
 
     def grants(self, action: Action, topic: str, group: str | None) -> bool:
         """Whether the rule grants ``action`` on ``topic`` (and ``group`` when one is involved)."""
-        return (action in self.actions and _any_glob(self.topics, topic)
+        patterns = _dlq_patterns(self.topics) if action is Action.PUBLISH and is_dlq(topic) else self.topics
+        return (action in self.actions and _any_glob(patterns, topic)
                 and (group is None or _any_glob(self.groups, group)))
+
+
+def is_dlq(topic: str) -> bool:
+    """Whether ``topic`` is a dead-letter topic, written by the gateway's own paths."""
+    return topic.endswith(DLQ_SUFFIX)
+
+
+def _dlq_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The patterns that name dead-letter topics explicitly (``orders.dlq``, ``*.dlq``): a forged dead letter
+    would be redriven into its source topic, so ``orders.*`` or ``*`` must not grant publishing one."""
+    return tuple(pattern for pattern in patterns if pattern.endswith(DLQ_SUFFIX))
 
 
 @dataclass(frozen=True, slots=True)

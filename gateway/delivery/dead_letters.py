@@ -2,14 +2,15 @@
 
 The DLQ topic is created on first use with the source's partition count; the entry keeps its partition index
 (modulo the DLQ's count), key, value and headers, plus ``sg-dlq-*`` headers naming where it came from and why.
-The append is idempotent (keyed by group, partition and offset), so a crash between the append and the ack in
-the source never yields two dead letters.
+The append is idempotent (keyed by group, partition and offset, in the gateway's own name space), so a crash
+between the append and the ack in the source never yields two dead letters.
 """
 
 from __future__ import annotations
 
 import logging
 
+from gateway.idempotency import internal_key
 from gateway.metrics import GatewayMetrics
 from partitioner.errors import TopicExists
 from partitioner.registry import TopicRegistry
@@ -60,7 +61,7 @@ class DeadLetterWriter:
             "sg-dlq-delivery-count": str(delivery.delivery_count - 1),
         }
         record = Record(entry.partition % dlq.partitions, entry.value, entry.value_format, entry.key, headers,
-                        idempotency_key=f"dlq:{group}:{topic}:{entry.partition}:{entry.offset}")
+                        idempotency_key=internal_key("dlq", group, topic, entry.partition, entry.offset))
         await self._store.append(dlq.name, [record], AppendOptions(acks=Acks.ALL,
                                                                   dedup_ttl_ms=self._dedup_ttl_ms))
         if self._metrics is not None:

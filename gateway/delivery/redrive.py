@@ -2,7 +2,8 @@
 
 Progress is a consumer group (``sg-redrive``) on the DLQ, so a redrive can stop and resume anywhere; each
 message goes back to its original partition (``sg-dlq-partition``) without the ``sg-dlq-*`` headers, with an
-idempotency key derived from its DLQ offset, so a retried redrive never duplicates.
+idempotency key derived from its DLQ offset in the gateway's own name space, so a retried redrive never
+duplicates.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import time
 
 from gateway.delivery.dead_letters import dlq_name
+from gateway.idempotency import internal_key
 from partitioner.hashing import partition_for
 from partitioner.topics import TopicMetadata
 from storage.groups_protocol import GroupStore
@@ -30,7 +32,7 @@ def source_record(entry: StoredEntry, dlq_partition: int, source: TopicMetadata)
         partition_for(entry.key, source.partitions) if entry.key is not None else dlq_partition % source.partitions)
     headers = {k: v for k, v in entry.headers.items() if not k.startswith(DLQ_HEADER_PREFIX)}
     return Record(partition, entry.value, entry.value_format, entry.key, headers,
-                  idempotency_key=f"redrive:{dlq_name(source.name)}:{dlq_partition}:{entry.offset}")
+                  idempotency_key=internal_key("redrive", dlq_name(source.name), dlq_partition, entry.offset))
 
 
 async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata, dlq: TopicMetadata,

@@ -13,6 +13,7 @@ from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large
+from gateway.idempotency import principal_scope
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.plain_codec import plain_results_json
 from gateway.publisher import PublishResult, place, place_plain
@@ -55,7 +56,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         batch = batch.general()
     gatekeeper.stamp(principal, (message.headers for message in batch.messages))
     throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
-    records = place(batch, topic, services.spreader)
+    records = place(batch, topic, services.spreader, principal_scope(principal.name))
     partitions, keys = [record.partition for record in records], [record.key for record in records]
     metrics = services.metrics
     due_ms = [message.due_ms for message in batch.messages]

@@ -37,6 +37,19 @@ def test_rules_grant_actions_on_matching_topics_and_groups_only() -> None:
     assert not rules.allows(ALICE, Action.PUBLISH, "ordersx")
 
 
+def test_publishing_a_dead_letter_needs_a_pattern_that_names_dead_letter_topics() -> None:
+    rules = Acl([Rule(("alice",), ("orders.*", "*"), frozenset(Action)),
+                 Rule(("bob",), ("orders.dlq",), frozenset({Action.PUBLISH})),
+                 Rule(("carol",), ("*.dlq",), frozenset({Action.PUBLISH}))])
+    assert not rules.allows(ALICE, Action.PUBLISH, "orders.dlq")
+    assert rules.allows(ALICE, Action.SUBSCRIBE, "orders.dlq")
+    assert rules.allows(ALICE, Action.ADMIN, "orders.dlq")
+    assert rules.allows(ALICE, Action.PUBLISH, "orders.eu")
+    assert rules.allows(Principal("bob", "api_key"), Action.PUBLISH, "orders.dlq")
+    assert not rules.allows(Principal("bob", "api_key"), Action.PUBLISH, "billing.dlq")
+    assert rules.allows(Principal("carol", "api_key"), Action.PUBLISH, "billing.dlq")
+
+
 def test_everything_not_granted_is_denied() -> None:
     assert not Acl([]).allows(ALICE, Action.SUBSCRIBE, "orders")
     assert not acl().allows(Principal("mallory", "api_key"), Action.PUBLISH, "orders")
