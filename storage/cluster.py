@@ -21,6 +21,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY
 
 from storage.errors import StorageError, StorageUnavailable
 from storage.observer import CallObserver, ignore_call, report
@@ -28,6 +29,7 @@ from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
 NodeAddress = tuple[str, int]
+FAILOVER_WATCH_INTERVAL_S = 0.2  # how often a stalled node's slot owners are re-read
 
 # Errors after which the same command may succeed once the cluster settles (failover, resharding).
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -93,6 +95,30 @@ class Deadline:
         return True
 
 
+class RoutedCluster(RedisCluster):
+    """A cluster client whose slot map, once loaded, only its router reloads.
+
+    redis-py reloads the slot map inside the first command after a connection error, under a lock every other
+    command then waits on; when it asks a frozen node, all of them wait out its socket timeout, whichever shard
+    they need. Here such a command only tells the router (``on_stale``), which reloads in the background while
+    commands to healthy nodes go on with the map they have.
+    """
+
+    on_stale: Callable[[], None] = staticmethod(lambda: None)
+
+    async def initialize(self, additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+                         last_failed_node_name: str | None = None) -> RoutedCluster:
+        manager = self.nodes_manager
+        if not (self._initialize and manager.slots_cache):  # the first load, or nothing to do
+            await super().initialize(additional_startup_nodes_info, last_failed_node_name)
+            return self
+        self._initialize = False
+        if manager.default_node is None:  # cleared by aclose() after CLUSTERDOWN: any primary will do
+            manager.default_node = manager.get_nodes_by_server_type(PRIMARY)[0]
+        self.on_stale()
+        return self
+
+
 class ClusterRouter:
     """Owns the cluster client (topology, slot map) and one plain client per node address."""
 
@@ -104,16 +130,22 @@ class ClusterRouter:
         self._closed = False
         self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the store's owner
         self._refresh_listeners: list[Callable[[set[NodeAddress]], None]] = []
+        self._refreshing: asyncio.Future[None] | None = None
+        self._watches: dict[NodeAddress, asyncio.Task[None]] = {}
+        self.suspect: NodeAddress | None = None  # the node that failed last: asked last for the slot map
+        if isinstance(cluster, RoutedCluster):
+            cluster.on_stale = self.refresh_soon
 
     def on_refresh(self, listener: Callable[[set[NodeAddress]], None]) -> None:
-        """Call ``listener`` with the node addresses the cluster still has after every slot-map refresh."""
+        """Call ``listener`` with the addresses of the primaries after every slot-map refresh."""
         self._refresh_listeners.append(listener)
 
     @classmethod
     async def connect(cls, settings: RedisStoreSettings) -> ClusterRouter:
         """Build and initialise a cluster client from settings (raises StorageUnavailable)."""
-        cluster = RedisCluster(
+        cluster = RoutedCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in settings.startup_nodes],
+            retry=Retry(NoBackoff(), 0),  # the router retries, inside the caller's deadline
             username=settings.username,
             password=settings.password,
             client_name=settings.client_name,
@@ -166,14 +198,54 @@ class ClusterRouter:
         )
 
     async def refresh(self) -> None:
-        """Reload the slot map from the cluster and drop clients of nodes that left it."""
-        await self.cluster.nodes_manager.initialize()
+        """Reload the slot map from the cluster and drop clients of nodes that left it; concurrent callers share
+        one reload, which asks the node that failed last only when no other answers."""
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(self._reload())
+            self._refreshing.add_done_callback(self._refreshed)
+        await asyncio.shield(self._refreshing)
+
+    def refresh_soon(self) -> None:
+        """Start a reload in the background (a command met a stale map); its failure waits for the next one."""
+        if self._refreshing is None and not self._closed:
+            self._refreshing = asyncio.ensure_future(self._reload())
+            self._refreshing.add_done_callback(self._refreshed)
+
+    def _refreshed(self, done: asyncio.Future[None]) -> None:
+        self._refreshing = None
+        if not done.cancelled():
+            done.exception()  # retrieved: a failed background reload is not an unhandled error
+
+    def watch_failover(self, address: NodeAddress, stalled: Callable[[NodeAddress], bool]) -> None:
+        """A request to ``address`` stalls (a frozen node?): re-read the slot map until the node answers again or
+        is no longer a primary; the refresh listeners then close its connections, and its requests, failed as
+        in doubt, are retried on its successor as soon as the cluster has promoted one."""
+        self.suspect = address
+        if address in self._watches or self._closed:
+            return
+        task = asyncio.ensure_future(self._watch(address, stalled))
+        self._watches[address] = task
+        task.add_done_callback(lambda _: self._watches.pop(address, None))
+
+    async def _watch(self, address: NodeAddress, stalled: Callable[[NodeAddress], bool]) -> None:
+        while not self._closed:
+            with contextlib.suppress(Exception):  # the cluster may still be electing: ask again
+                await self.refresh()
+            if address not in self.primaries() or not stalled(address):
+                return
+            await asyncio.sleep(FAILOVER_WATCH_INTERVAL_S)
+
+    async def _reload(self) -> None:
+        suspect = None if self.suspect is None else f"{self.suspect[0]}:{self.suspect[1]}"
+        async with asyncio.timeout(self.settings.topology_timeout_s):
+            await self.cluster.nodes_manager.initialize(last_failed_node_name=suspect)
         known = {(n.host, int(n.port)) for n in self.cluster.get_nodes()}
         stale = [addr for addr in self._node_clients if addr not in known]
         for addr in stale:
             await self._node_clients.pop(addr).aclose()
+        primaries = set(self.primaries())
         for listener in self._refresh_listeners:
-            listener(known)
+            listener(primaries)
 
     async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads, admin)."""
@@ -196,6 +268,10 @@ class ClusterRouter:
 
     async def recover(self, exc: BaseException) -> None:
         """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next try."""
+        failed = getattr(exc, "last_failed_node_name", None)  # redis-py names the node a command failed on
+        if isinstance(failed, str) and ":" in failed:
+            host, _, port = failed.rpartition(":")
+            self.suspect = (host, int(port))
         if needs_refresh(exc):
             # A failed refresh (the cluster may still be electing) is left to the caller's next attempt.
             with contextlib.suppress(Exception):
@@ -206,6 +282,8 @@ class ClusterRouter:
         if self._closed:
             return
         self._closed = True
+        for task in [*self._watches.values(), *([self._refreshing] if self._refreshing else [])]:
+            task.cancel()
         clients, self._node_clients = list(self._node_clients.values()), {}
         for client in clients:
             await client.aclose()

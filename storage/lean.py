@@ -36,6 +36,7 @@ from storage.settings import RedisStoreSettings
 
 NodeAddress = tuple[str, int]
 MAX_IN_FLIGHT = 512  # requests awaiting replies on one shared connection
+TIMER_SLACK_S = 0.01  # the loop may run a timer this much before its time
 
 
 class FoldedReplies(list[Any]):
@@ -183,10 +184,13 @@ class _RespProtocol(asyncio.Protocol):
 class RespConnection:
     """One pipelined connection to one node; ``execute`` sends commands and returns their replies."""
 
-    def __init__(self, protocol: _RespProtocol, reply_timeout_s: float, max_in_flight: int) -> None:
+    def __init__(self, protocol: _RespProtocol, reply_timeout_s: float, max_in_flight: int,
+                 stall: Stall | None = None) -> None:
         self._protocol = protocol
         self._reply_timeout_s = reply_timeout_s
         self._max_in_flight = max_in_flight
+        self._stall = stall
+        self._stall_reported: _Request | None = None  # the oldest request already reported as stalled
         self._out: list[bytes] = []
         self._out_requests = 0
         self._flush_scheduled = False
@@ -194,9 +198,10 @@ class RespConnection:
         protocol.on_idle = self._flush_held
 
     @classmethod
-    async def open(cls, address: NodeAddress, settings: RedisStoreSettings,
-                   max_in_flight: int = MAX_IN_FLIGHT) -> RespConnection:
-        """Connect, authenticate and name the connection (redis ``ConnectionError`` when it cannot)."""
+    async def open(cls, address: NodeAddress, settings: RedisStoreSettings, max_in_flight: int = MAX_IN_FLIGHT,
+                   stall: Stall | None = None, handshaking: set[RespConnection] | None = None) -> RespConnection:
+        """Connect, authenticate and name the connection (redis ``ConnectionError`` when it cannot). While it
+        waits for the handshake's replies the connection is in ``handshaking``, where its owner can close it."""
         loop = asyncio.get_running_loop()
         host, port = address
         context = tls_context(settings)
@@ -206,12 +211,17 @@ class RespConnection:
                     _RespProtocol, host, port, ssl=context, server_hostname=host if context else None)
         except (OSError, TimeoutError) as exc:
             raise rexc.ConnectionError(f"cannot connect to redis {host}:{port}: {exc!r}") from exc
-        connection = cls(protocol, settings.node_socket_timeout_s, max_in_flight)
+        connection = cls(protocol, settings.node_socket_timeout_s, max_in_flight, stall)
+        if handshaking is not None:
+            handshaking.add(connection)
         try:
             await connection._handshake(settings)
         except BaseException:
             connection.close()
             raise
+        finally:
+            if handshaking is not None:
+                handshaking.discard(connection)
         return connection
 
     async def _handshake(self, settings: RedisStoreSettings) -> None:
@@ -272,8 +282,18 @@ class RespConnection:
         # Otherwise the request waits for the replies in flight (at most one round trip) and leaves
         # with everything queued meanwhile: one write per round trip under load, like Nagle without a timer.
         if self._watchdog is None:
-            self._watchdog = loop.call_at(now + self._reply_timeout_s, self._check_replies)
+            self._watchdog = loop.call_at(now + self._first_check_s(), self._check_replies)
         return future
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the oldest request waits longer than the stall threshold."""
+        waiting, stall = self._protocol.waiting, self._stall
+        return (stall is not None and bool(waiting) and self._protocol.lost is None
+                and asyncio.get_running_loop().time() - waiting[0].queued_at >= stall.after_s - TIMER_SLACK_S)
+
+    def _first_check_s(self) -> float:
+        return self._reply_timeout_s if self._stall is None else min(self._stall.after_s, self._reply_timeout_s)
 
     async def _room(self) -> None:
         """Wait until a request in flight has all its replies (or the connection is lost)."""
@@ -288,16 +308,27 @@ class RespConnection:
             raise
 
     def _check_replies(self) -> None:
-        """The watchdog: close the connection if its oldest request waited the reply timeout, else re-arm."""
+        """The watchdog: close the connection if its oldest request waited the reply timeout, else re-arm; tell
+        the stall listener once per oldest request that waits past the stall threshold."""
         self._watchdog = None
         protocol = self._protocol
         if not protocol.waiting or protocol.lost is not None:
             return  # re-armed by the next request
         loop = asyncio.get_running_loop()
-        due = protocol.waiting[0].queued_at + self._reply_timeout_s
+        oldest = protocol.waiting[0]
+        due = oldest.queued_at + self._reply_timeout_s
+        if self._stall is not None and self._stall_reported is not oldest:
+            stall_due = oldest.queued_at + self._stall.after_s
+            if loop.time() < stall_due:
+                self._watchdog = loop.call_at(min(stall_due, due), self._check_replies)
+                return
+            self._stall_reported = oldest
+            self._stall.report()
         if loop.time() < due:
             self._watchdog = loop.call_at(due, self._check_replies)
             return
+        if self._stall is not None:
+            self._stall.timed_out()
         protocol.fail(rexc.TimeoutError(f"no reply from redis within {self._reply_timeout_s} s"))
         protocol.lost = rexc.ConnectionError("connection closed after a reply timeout")  # for later callers
         if protocol.transport is not None:
@@ -341,6 +372,15 @@ def tls_context(settings: RedisStoreSettings) -> ssl.SSLContext | None:
     return context
 
 
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Who to tell when a connection's oldest request waits longer than ``after_s`` (a frozen node?)."""
+
+    after_s: float
+    report: Callable[[], None]
+    timed_out: Callable[[], None]  # the reply timeout closed the connection
+
+
 @dataclass(slots=True)
 class _Replicated:
     """One caller's writes waiting to leave with the next WAIT to their node."""
@@ -358,6 +398,9 @@ class _Lane:
         self.shared: RespConnection | None = None
         self.opening: asyncio.Future[RespConnection] | None = None
         self.idle: list[RespConnection] = []
+        self.busy: set[RespConnection] = set()  # exclusive connections in use (closed too when the node goes)
+        self.handshaking: set[RespConnection] = set()  # connections still waiting for their handshake
+        self.closed = False  # the node left or failed over: connections opened for it are closed at once
         self.exclusive_slots = asyncio.Semaphore(max_exclusive)
         self.forming: dict[tuple[int, int], list[_Replicated]] = {}  # (replicas, timeout) -> this turn's callers
 
@@ -370,6 +413,28 @@ class NodeLanes:
         self._lanes: dict[NodeAddress, _Lane] = {}
         self._closed = False
         self._commits: set[asyncio.Task[None]] = set()
+        self.on_stall: Callable[[NodeAddress], None] | None = None  # a node's request waits past node_stall_s
+        self._timed_out_at: dict[NodeAddress, float] = {}  # when a reply timeout last closed a connection
+
+    def _stall(self, address: NodeAddress, extra_s: float = 0.0) -> Stall | None:
+        on_stall = self.on_stall
+        if on_stall is None or self._settings.node_stall_s <= 0:
+            return None
+
+        def timed_out() -> None:
+            self._timed_out_at[address] = asyncio.get_running_loop().time()
+
+        return Stall(self._settings.node_stall_s + extra_s, lambda: on_stall(address), timed_out)
+
+    def stalled(self, address: NodeAddress) -> bool:
+        """Whether some connection to ``address`` has a request waiting past its stall threshold, or a reply
+        timeout closed one lately (its callers' retries may be on a fresh connection to the same node)."""
+        lane = self._lanes.get(address)
+        if lane is None:
+            return False
+        since = asyncio.get_running_loop().time() - self._timed_out_at.get(address, float("-inf"))
+        return since < self._settings.node_socket_timeout_s or any(
+            c.stalled for c in (lane.shared, *lane.busy) if c is not None)
 
     async def __aenter__(self) -> NodeLanes:
         return self
@@ -483,41 +548,59 @@ class NodeLanes:
         if connection is not None and not connection.closed:
             return connection
         if lane.opening is None:  # one connect for every concurrent caller, kept even if they are cancelled
-            opening = asyncio.ensure_future(RespConnection.open(address, self._settings))
+            opening = asyncio.ensure_future(RespConnection.open(address, self._settings, stall=self._stall(address),
+                                                                handshaking=lane.handshaking))
             lane.opening = opening
 
             def opened(done: asyncio.Future[RespConnection]) -> None:
                 lane.opening = None
                 if not done.cancelled() and done.exception() is None:
-                    if self._closed:
+                    if self._closed or lane.closed:
                         done.result().close()
                     else:
                         lane.shared = done.result()
 
             opening.add_done_callback(opened)
-        return await asyncio.shield(lane.opening)
+        connection = await asyncio.shield(lane.opening)
+        if connection.closed:
+            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+        return connection
 
     async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes, count: int,
                                  transactions: list[int] | None = None) -> list[Any]:
         async with lane.exclusive_slots:
             while lane.idle and lane.idle[-1].closed:
                 lane.idle.pop()
-            connection = lane.idle.pop() if lane.idle else await RespConnection.open(address, self._settings, 1)
+            connection = lane.idle.pop() if lane.idle else await self._open_exclusive(address, lane)
+            lane.busy.add(connection)
             try:
                 replies = await connection.execute(payload, count, transactions)
             except BaseException:
                 connection.close()  # in doubt (or cancelled mid-reply): never reused
                 raise
+            finally:
+                lane.busy.discard(connection)
             if not self._closed and not connection.closed:
                 lane.idle.append(connection)
             else:
                 connection.close()
             return replies
 
+    async def _open_exclusive(self, address: NodeAddress, lane: _Lane) -> RespConnection:
+        # WAIT may hold the reply for the WAIT timeout by design: a stall starts after it.
+        connection = await RespConnection.open(address, self._settings, 1,
+                                               self._stall(address, self._settings.wait_timeout_ms / 1000),
+                                               lane.handshaking)
+        if lane.closed:  # forgotten during the handshake
+            connection.close()
+            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+        return connection
+
     def forget(self, known: set[NodeAddress]) -> None:
-        """Close the connections of nodes that left the cluster."""
+        """Close the connections of nodes that are no longer primaries (left the cluster or failed over)."""
         for address in [a for a in self._lanes if a not in known]:
             self._close_lane(self._lanes.pop(address))
+            self._timed_out_at.pop(address, None)
 
     async def aclose(self) -> None:
         """Close every connection (idempotent); requests in flight fail with ConnectionError."""
@@ -531,9 +614,10 @@ class NodeLanes:
 
     @staticmethod
     def _close_lane(lane: _Lane) -> None:
+        lane.closed = True
         if lane.shared is not None:
             lane.shared.close()
-        for connection in lane.idle:
+        for connection in (*lane.idle, *lane.busy, *lane.handshaking):
             connection.close()
         lane.idle.clear()
 

@@ -76,8 +76,10 @@ class RedisStreamStore:
     def _attach(self, router: ClusterRouter) -> None:
         router.observer = self._observer
         self._router = router
-        if self._lanes is not None:  # lean connections to nodes that left the cluster are closed
-            router.on_refresh(self._lanes.forget)
+        lanes = self._lanes
+        if lanes is not None:  # lean connections to nodes that are no longer primaries are closed
+            router.on_refresh(lanes.forget)
+            lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
         self._appender = Appender(router, parse_append_reply, self._lanes)
         self._plain_appender = Appender(router, parse_plain_reply, self._lanes)
 

@@ -22,6 +22,9 @@ class RedisStoreSettings:
     read_deadline_s: float = 5.0
     socket_timeout_s: float = 5.0
     socket_connect_timeout_s: float = 2.0
+    topology_timeout_s: float = 1.0  # one slot-map reload; a node that does not answer in time is skipped
+    node_stall_s: float = 1.0  # a request unanswered this long (WAIT's timeout aside) starts a failover
+    # watch: the slot map is re-read until the node answers or is replaced, then its requests move on
     max_connections_per_node: int = 100
     retry_backoff_s: float = 0.05
     retry_backoff_max_s: float = 0.5

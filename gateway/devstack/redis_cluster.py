@@ -122,6 +122,7 @@ class RedisNode:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(config.cluster_node_timeout_ms),
+            "--cluster-require-full-coverage", "no",  # a failed shard must not take the healthy ones down
             "--appendonly", "yes",
             "--appendfsync", "everysec",
             "--repl-diskless-sync-delay", "0",

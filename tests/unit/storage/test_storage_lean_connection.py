@@ -175,14 +175,17 @@ class _Topology:
         self.nodes = nodes
         self.nodes_manager = self
 
-    async def initialize(self) -> None:
+    async def initialize(self, last_failed_node_name: str | None = None) -> None:
         pass
 
     def get_nodes(self) -> list[_Node]:
         return self.nodes
 
+    def get_primaries(self) -> list[_Node]:
+        return self.nodes
 
-async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_that_left(server: ScriptedServer) -> None:
+
+async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_primaries(server: ScriptedServer) -> None:
     topology = _Topology([_Node(server.port)])
     router = ClusterRouter(topology, _settings(), owns_cluster=False)  # type: ignore[arg-type]
     async with NodeLanes(_settings()) as lanes:
@@ -345,3 +348,39 @@ async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_repli
         moved, pong = await future
     assert type(moved).__name__ == "ReplyError"  # as the reader gives it; execute converts it
     assert pong == 1
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
+async def test_a_request_unanswered_past_the_stall_threshold_is_reported_and_forget_fails_it_at_once(
+        server: ScriptedServer) -> None:
+    stalls: list[tuple[str, int]] = []
+    async with NodeLanes(_settings(node_stall_s=0.1, socket_timeout_s=5.0)) as lanes:
+        lanes.on_stall = stalls.append
+        address = ("127.0.0.1", server.port)
+        request = asyncio.ensure_future(lanes.execute(address, [("PING",)], exclusive=False))
+        await asyncio.sleep(0.3)
+        assert stalls == [address]  # once per oldest request, not once per watchdog round
+        assert lanes.stalled(address)
+        started = asyncio.get_running_loop().time()
+        lanes.forget(set())  # the slot map says the node is no longer a primary
+        with pytest.raises(rexc.ConnectionError):
+            await request
+        assert asyncio.get_running_loop().time() - started < 0.1  # not at the reply timeout
+        assert not lanes.stalled(address)
+
+
+@pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
+async def test_a_connection_stuck_in_its_handshake_is_closed_when_its_node_is_forgotten(
+        server: ScriptedServer) -> None:
+    settings = RedisStoreSettings(client_name="streamgate", node_stall_s=0.1, socket_timeout_s=5.0)
+    async with NodeLanes(settings) as lanes:
+        stalls: list[tuple[str, int]] = []
+        lanes.on_stall = stalls.append
+        address = ("127.0.0.1", server.port)
+        request = asyncio.ensure_future(lanes.execute(address, [("PING",)], exclusive=False))
+        await asyncio.sleep(0.3)  # the node accepted the connection but never answers CLIENT SETNAME
+        assert stalls == [address]
+        lanes.forget(set())
+        with pytest.raises(rexc.ConnectionError):
+            async with asyncio.timeout(0.5):
+                await request
