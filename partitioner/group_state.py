@@ -5,8 +5,10 @@ Layout under the prefix (default ``/streamgate/``), one directory per (topic, gr
 - ``groups/<topic>/<group>/members/<member_id>``: leased by the member; ``{member_id, node, joined_at_ms}``.
 - ``groups/<topic>/<group>/coordinator``: leased election key, created with ``create_revision == 0``;
   ``{member_id, lease_id}``.
-- ``groups/<topic>/<group>/assignment``: ``{generation, owners: {member_id: [partitions]}}``; written only
-  by the coordinator, in a transaction guarded on the coordinator key's create_revision.
+- ``groups/<topic>/<group>/assignment``: ``{generation, owners: {member_id: [partitions]}, released:
+  {partition: [member_id, generation]}}``; written only by the coordinator, in a transaction guarded on the
+  coordinator key's create_revision. ``released`` names, for each partition taken from a live member and not
+  handed on yet, that member and the generation that took it away.
 - ``groups/<topic>/<group>/confirmed/<member_id>``: leased by the member; ``{generation}``, the newest
   generation whose assignment bounds what the member serves.
 """
@@ -28,6 +30,7 @@ __all__ = ["GroupKeys", "GroupState", "GroupView", "MemberInfo", "group_view", "
 log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 200
+Released = dict[int, tuple[str, int]]  # partition -> (the member it was taken from, the generation that did)
 
 
 def validate_name(value: str, field_name: str) -> None:
@@ -88,6 +91,7 @@ class GroupState:
     coordinator: str | None = None
     coordinator_lease_id: int = 0
     coordinator_create_revision: int = 0
+    released: Released | None = None  # None: written by a version that did not record releases
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +107,19 @@ class GroupView:
     confirmed: Mapping[str, int]
 
 
-def assignment_json(generation: int, owners: Mapping[str, tuple[int, ...]]) -> bytes:
+def assignment_json(generation: int, owners: Mapping[str, tuple[int, ...]], released: Released | None = None) -> bytes:
     """The value of the assignment key."""
-    return orjson.dumps({"generation": generation, "owners": {m: list(p) for m, p in owners.items()}},
+    return orjson.dumps({"generation": generation, "owners": {m: list(p) for m, p in owners.items()},
+                         "released": {str(p): [m, g] for p, (m, g) in (released or {}).items()}},
                         option=orjson.OPT_SORT_KEYS)
+
+
+def parse_released(raw: bytes) -> Released | None:
+    """The ``released`` map of an assignment value (None when it has none)."""
+    data = orjson.loads(raw).get("released")
+    if data is None:
+        return None
+    return {int(p): (str(member), int(generation)) for p, (member, generation) in data.items()}
 
 
 def parse_assignment(raw: bytes) -> tuple[int, dict[str, tuple[int, ...]]]:
@@ -137,6 +150,7 @@ def _parse_one(keys: GroupKeys, key: bytes, value: bytes, mod_revision: int, cre
         fields["confirmed"][key[len(keys.confirmed_dir):].decode()] = int(orjson.loads(value)["generation"])
     elif key == keys.assignment:
         fields["generation"], fields["owners"] = parse_assignment(value)
+        fields["released"] = parse_released(value)
         fields["assignment_mod_revision"] = mod_revision
     elif key == keys.coordinator:
         data = orjson.loads(value)

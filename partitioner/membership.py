@@ -35,6 +35,7 @@ from partitioner.group_state import (
     GroupKeys,
     GroupState,
     MemberInfo,
+    Released,
     assignment_json,
     parse_assignment,
     read_state,
@@ -42,11 +43,19 @@ from partitioner.group_state import (
 )
 from partitioner.tasks import cancel_until_done
 
-__all__ = ["GroupMember", "MemberAssignment", "plan_step"]
+__all__ = ["AssignmentStep", "GroupMember", "MemberAssignment", "plan_step"]
 
 log = logging.getLogger(__name__)
 
 COORDINATOR_POLL_S = 1.0  # the coordinator re-reads partition_count() at least this often
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentStep:
+    """What the coordinator writes next: the owners, and the partitions released but not handed on yet."""
+
+    owners: dict[str, tuple[int, ...]]
+    released: Released
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,10 +405,10 @@ class GroupMember:
         guards = [Guard(self._keys.coordinator, revision, "create"),
                   Guard(self._keys.assignment, state.assignment_mod_revision, "mod")]
         generation = state.generation + 1
-        written = await self._conn.put_if(self._keys.assignment, assignment_json(generation, step),
-                                          guards=guards)
+        written = await self._conn.put_if(self._keys.assignment,
+                                          assignment_json(generation, step.owners, step.released), guards=guards)
         if written is not None:
-            log.info("group %s/%s generation %d: %s", self.topic, self.group, generation, dict(step))
+            log.info("group %s/%s generation %d: %s", self.topic, self.group, generation, step.owners)
 
     def _read_partition_count(self) -> int | None:
         try:
@@ -409,11 +418,15 @@ class GroupMember:
             return None
 
 
-def plan_step(state: GroupState, partitions: int) -> dict[str, tuple[int, ...]] | None:
+def plan_step(state: GroupState, partitions: int) -> AssignmentStep | None:
     """The next assignment the coordinator should write, or None when there is nothing to write yet.
 
-    Phase 1 (some live member gives partitions up): current owners minus the moving partitions. Phase 2
-    (nothing left to revoke, and every live member has confirmed the current generation): the target.
+    Phase 1 (some live member gives partitions up): current owners minus the moving partitions, each moving
+    partition recorded as released by its member in the new generation. Phase 2: the target's new grants of
+    every partition that is free to move: not released, released by a member that is gone, or by one that
+    has confirmed a generation at least as new as the release. So a member that stops confirming (its gateway
+    died) holds back only what it gave up, never a partition a healthy member released. An assignment that
+    records no releases (an earlier version wrote it) grants only once every live member has confirmed it.
     """
     live = sorted(state.members)
     current = {m: tuple(p for p in state.owners.get(m, ()) if p < partitions) for m in live}
@@ -421,7 +434,26 @@ def plan_step(state: GroupState, partitions: int) -> dict[str, tuple[int, ...]] 
     if target == state.owners:
         return None
     kept = {m: tuple(p for p in current[m] if p in set(target[m])) for m in live}
+    released = {p: r for p, r in (state.released or {}).items() if p < partitions and r[0] in state.members}
     if kept != current:
-        return kept
-    confirmed = all(state.confirmed.get(m, 0) >= state.generation for m in live)
-    return target if confirmed or state.generation == 0 else None
+        for member in live:
+            released.update((p, (member, state.generation + 1)) for p in current[member] if p not in kept[member])
+        return AssignmentStep(kept, released)
+    if state.released is None:
+        confirmed = all(state.confirmed.get(m, 0) >= state.generation for m in live)
+        return AssignmentStep(target, {}) if confirmed or state.generation == 0 else None
+    step = {m: tuple(sorted({*current[m], *(p for p in target[m] if _free_to_move(state, released, p, m))}))
+            for m in live}
+    if step == current:
+        return None
+    granted = {p for parts in step.values() for p in parts}
+    return AssignmentStep(step, {p: r for p, r in released.items() if p not in granted})
+
+
+def _free_to_move(state: GroupState, released: Released, partition: int, to: str) -> bool:
+    """Whether ``partition`` may be granted to ``to`` now (see ``plan_step``)."""
+    release = released.get(partition)
+    if release is None:
+        return True
+    member, generation = release
+    return member == to or state.confirmed.get(member, 0) >= generation

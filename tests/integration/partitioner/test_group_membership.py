@@ -95,10 +95,10 @@ class Group:
         self.consumers: dict[str, Consumer] = {}
         self._stack = contextlib.AsyncExitStack()
 
-    async def join(self, name: str, max_delay_s: float = 0.2) -> Consumer:
+    async def join(self, name: str, max_delay_s: float = 0.2, ttl_s: float = TTL_S) -> Consumer:
         conn = await self._stack.enter_async_context(open_etcd([self.endpoint], timeout_s=2.0))
         member = GroupMember(conn, topic=self.topic, group=self.group, member_id=name, node=f"node-{name}",
-                             partition_count=self.partitions, prefix=self.prefix, lease_ttl_s=TTL_S)
+                             partition_count=self.partitions, prefix=self.prefix, lease_ttl_s=ttl_s)
         await self._stack.enter_async_context(member)
         consumer = Consumer(member, self.recorder, max_delay_s)
         self.consumers[name] = consumer
@@ -213,6 +213,26 @@ async def test_member_whose_keepalives_stop_is_lost_within_ttl_and_replaced(
 
     await _eventually(lambda: a.serving == set(range(6)), TTL_S + 3.0, "survivor takes over after expiry")
     assert group.recorder.violations == []
+
+
+async def test_a_dead_members_lease_never_holds_back_a_partition_a_healthy_member_released(
+        make_group: Callable[[Callable[[], int]], Group]) -> None:
+    ttl_s = 8.0  # a gateway killed with -9: its member's lease lives on until the TTL
+    group = make_group(lambda: 6)
+    a = await group.join("a", max_delay_s=0.05, ttl_s=ttl_s)
+    b = await group.join("b", max_delay_s=0.05, ttl_s=ttl_s)
+    await _eventually(lambda: group.balanced(6) and len(b.serving) == 3, 4.0, "3/3")
+    await a.stop()  # a's gateway died: nothing of a confirms any more, its lease is still alive
+    a.member.simulate_keepalive_failure()
+    loop = asyncio.get_running_loop()
+    rejoined = loop.time()
+    c = await group.join("c", max_delay_s=0.05, ttl_s=ttl_s)  # a's client rejoins through b's gateway
+    took_s = await _eventually(lambda: len(c.serving) == 1 and len(b.serving) == 2, ttl_s / 2,
+                               "b's released partition served by c")
+    print(f"\n[dead member] b's released partition served by the rejoined member {took_s:.2f}s after it "
+          f"joined; a's lease ends {ttl_s:.0f}s after its last keepalive")
+    assert loop.time() - rejoined < ttl_s / 2
+    del group.consumers["a"]  # stopped above; its member is closed with the group
 
 
 async def test_coordinator_leaving_hands_coordination_to_another_member(
