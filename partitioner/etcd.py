@@ -56,6 +56,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "/streamgate/"
+REVOKE_RETRY_S = 300.0  # how long a lease that could not be revoked is retried
+REVOKE_BACKOFF_S = 0.2  # between revocation attempts, doubling...
+REVOKE_BACKOFF_MAX_S = 1.0  # ...up to this: a recovered etcd is seen within about a second
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +263,7 @@ class EtcdConnection:
         self._client: Any = None
         self.observer: CallObserver = ignore_call  # told about every call (metrics), set by the owner
         self.endpoint = ""
+        self._revocations: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> EtcdConnection:
         await self.open()
@@ -299,6 +303,7 @@ class EtcdConnection:
 
     async def aclose(self) -> None:
         """Close the client (and its watches). Safe to call more than once."""
+        await cancel_until_done(list(self._revocations))
         client, self._client = self._client, None
         if client is not None and not await _finished_within(client.close(), self._timeout_s):
             log.warning("etcd client did not close within %.1fs; abandoning it", self._timeout_s)
@@ -380,6 +385,28 @@ class EtcdConnection:
         """Revoke a lease: every key attached to it is deleted at once."""
         with self._observed("lease revoke"):
             await self._live.revoke_lease(lease_id)
+
+    def revoke_when_reachable(self, lease_id: int) -> None:
+        """Revoke ``lease_id`` in the background, retrying while etcd is unreachable, for at most
+        ``REVOKE_RETRY_S``. A lease outlives an etcd restart by its TTL, and its keys (a member that is gone, a
+        coordinator, a partition owner) would hold the others back that long after etcd is back."""
+        task = asyncio.ensure_future(self._revoke_until_done(lease_id))
+        self._revocations.add(task)
+        task.add_done_callback(self._revocations.discard)
+
+    async def _revoke_until_done(self, lease_id: int) -> None:
+        give_up_at = time.monotonic() + REVOKE_RETRY_S
+        delay_s = REVOKE_BACKOFF_S
+        while self._client is not None:
+            try:
+                await self.revoke_lease(lease_id)
+                log.info("revoked lease %x once etcd answered again", lease_id)
+                return
+            except CoordinationUnavailable as exc:
+                if "not found" in str(exc) or time.monotonic() + delay_s > give_up_at:
+                    return  # expired meanwhile, or it will expire on etcd's clock
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, REVOKE_BACKOFF_MAX_S)
 
     async def put_if_unchanged(self, key: bytes, value: bytes,
                                mod_revision: int) -> tuple[int | None, StoredValue | None]:

@@ -139,8 +139,8 @@ class GroupMember:
         try:
             await self._conn.revoke_lease(self._lease_id)
         except CoordinationUnavailable as exc:
-            log.warning("could not revoke lease of member %s (it expires in %.1fs): %s",
-                        self.member_id, self._ttl_s, exc)
+            log.warning("could not revoke lease of member %s (retried until etcd answers): %s", self.member_id, exc)
+            self._conn.revoke_when_reachable(self._lease_id)
 
     @staticmethod
     async def _cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:

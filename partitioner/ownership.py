@@ -152,8 +152,8 @@ class PartitionOwnership:
         try:
             await self._conn.revoke_lease(lease_id)
         except CoordinationUnavailable as exc:
-            log.warning("node %s: could not revoke its lease (it expires in %.1fs): %s",
-                        self.node_id, self.lease_ttl_s, exc)
+            log.warning("node %s: could not revoke its lease (retried until etcd answers): %s", self.node_id, exc)
+            self._conn.revoke_when_reachable(lease_id)
 
     async def _cancel_tasks(self) -> None:
         """Cancel and await every task but the caller; repeated because a cancel landing inside a gRPC call

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -75,3 +78,65 @@ async def test_unreachable_primary_gives_503_with_retry_after_then_recovers(
     ok = await client.post(f"/v1/topics/{topic_name}/messages",
                            json={"messages": [{"value": 2, "idempotency_key": uuid.uuid4().hex}]})
     assert ok.status == 200
+
+
+async def test_group_delivery_resumes_soon_after_an_etcd_outage_longer_than_the_member_lease(
+        aiohttp_client: Any, gateway_settings: GatewaySettings, private_etcd: EtcdProcess, topic_name: str) -> None:
+    lease_ttl_s, outage_s = 6.0, 8.0  # the members count themselves lost during the outage (close 4503)
+    settings = dataclasses.replace(gateway_settings, etcd_endpoints=(private_etcd.endpoint,), etcd_timeout_s=1.0,
+                                   member_lease_ttl_s=lease_ttl_s)
+    client: Client = await aiohttp_client(create_app(settings))
+    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})).status == 201
+    received: list[tuple[float, Any]] = []
+    closes: list[int | None] = []
+    consumer = asyncio.create_task(_resubscribing(client, topic_name, received, closes))
+    try:
+        await _publish_until_received(client, topic_name, received, "before", 10.0)
+        await asyncio.to_thread(private_etcd.stop)
+        await asyncio.sleep(outage_s)
+        await asyncio.to_thread(private_etcd.start)
+        back = asyncio.get_running_loop().time()
+        took_s = await _publish_until_received(client, topic_name, received, "after", 30.0) - back
+    finally:
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+    print(f"\n[etcd outage {outage_s:.0f}s, member lease {lease_ttl_s:.0f}s] subscription closes {closes}; "
+          f"group delivery resumed {took_s:.2f}s after etcd was serving again")
+    assert 4503 in closes
+    assert took_s < 3.0
+
+
+async def _resubscribing(client: Client, topic: str, received: list[tuple[float, Any]],
+                         closes: list[int | None]) -> None:
+    """An exclusive-group member that acks everything and subscribes again 0.2 s after every close."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            async with client.ws_connect("/v1/subscribe", params={"topic": topic, "group": "g",
+                                                                  "mode": "exclusive"}) as ws:
+                async for frame in ws:
+                    doc = frame.json()
+                    if doc["type"] == "message":
+                        received.append((loop.time(), doc["value"]))
+                        await ws.send_json({"type": "ack", "messages": [
+                            {"partition": doc["partition"], "offset": doc["offset"]}]})
+                closes.append(ws.close_code)
+        except aiohttp.ClientError:
+            closes.append(None)
+        await asyncio.sleep(0.2)
+
+
+async def _publish_until_received(client: Client, topic: str, received: list[tuple[float, Any]], tag: str,
+                                  timeout_s: float) -> float:
+    """Publish a message every 0.1 s until one of them is received; when the first one arrived."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    for seq in itertools.count():
+        assert loop.time() < deadline, f"nothing delivered within {timeout_s}s ({tag})"
+        await client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"value": f"{tag}-{seq}"}]})
+        arrived = [at for at, value in received if isinstance(value, str) and value.startswith(f"{tag}-")]
+        if arrived:
+            return min(arrived)
+        await asyncio.sleep(0.1)
+    raise AssertionError("unreachable")
