@@ -14,6 +14,7 @@ from gateway.devstack.errors import DevStackError
 PARTITIONS = 6
 RESUME_TIMEOUT_S = 25.0
 OWNER_VIEW_TIMEOUT_S = 10.0
+HEALTHY_STALL_LIMIT_S = 1.0
 
 
 def log_key(topic: str, partition: int) -> str:
@@ -76,12 +77,16 @@ async def test_acknowledged_messages_survive_kill_9_of_a_primary_and_writes_resu
         await producers.finish()
     first_503 = first_answer(producers, affected, 503, killed_at - WRITE_DEADLINE_S)
     statuses = producers.statuses()
+    healthy_worst = max(o.answered - o.started for o in producers.outcomes
+                        if o.partition not in affected and o.started >= killed_at)
     print(f"\n[primary kill -9] affected partitions {affected} of {PARTITIONS}; "
           f"first 503 after {_since(first_503, killed_at)}; writes resumed after {resumed_at - killed_at:.2f}s; "
+          f"other partitions' worst latency {healthy_worst:.2f}s; "
           f"acked messages {len(producers.acked)}; requests {dict(statuses)}")
 
     assert producers.others() == [], "every request must answer 200 or 503 within its deadline"
     assert producers.bad_503s() == [], "a 503 must be problem+json with Retry-After"
+    assert healthy_worst < HEALTHY_STALL_LIMIT_S, "a dead primary must not stall the other shards"
     assert await settled_owner(cluster, log_key(topic_name, 0)) is not victim
 
     await asyncio.to_thread(victim.restart)
