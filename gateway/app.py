@@ -13,9 +13,11 @@ from gateway.auth.middleware import GATEKEEPER, authenticate
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import PULL_CONSUMER, Puller
+from gateway.delivery.receipts import ReceiptSigner, signer_for
 from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.duties.sweep import GroupSweep, SweepSettings
 from gateway.errors import Handler, problem_for
+from gateway.group_quota import GroupNames, GroupQuota
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
 from gateway.routes import groups, health, messages, subscribe, topics
@@ -25,12 +27,15 @@ from gateway.throttle import RateLimits, Throttle
 from gateway.tls import etcd_tls
 from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
+from partitioner.group_ledger import GroupLedger
 from partitioner.group_policy import GroupPolicies
 from partitioner.ownership import PartitionOwnership
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
 SETTINGS = web.AppKey("settings", GatewaySettings)
+RECEIPT_SIGNER = web.AppKey("receipt_signer", ReceiptSigner)
 BODY_SLACK_BYTES = 1024
+LINGERING_S = 2.0  # reading the rest of a refused body so the client sees the answer: long enough, not a hold
 
 
 @web.middleware
@@ -63,7 +68,11 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     app = web.Application(
         client_max_size=settings.max_batch_bytes + BODY_SLACK_BYTES,
         middlewares=[gateway_middleware],
-        handler_args={"auto_decompress": False},  # gateway.routes.bodies decodes bodies itself, with a bound
+        handler_args={"auto_decompress": False,  # gateway.routes.bodies decodes bodies itself, with a bound
+                      # aiohttp's keep-alive timer also closes a connection whose request head is not complete:
+                      # the head gets the body's deadline (and an idle keep-alive connection is closed after it).
+                      "keepalive_timeout": settings.body_read_timeout_s,
+                      "lingering_time": LINGERING_S},
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
@@ -80,8 +89,11 @@ def app_with_services(services: Services, env: Mapping[str, str] | None = None) 
 
 
 def create_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -> web.Application:
-    """The production application: opens Redis and etcd on startup and closes them on shutdown."""
+    """The production application: opens Redis and etcd on startup and closes them on shutdown.
+
+    Raises ValueError when ``receipt_secret`` is too short (besides ``build_app``'s AuthConfigError)."""
     app = build_app(settings, env)
+    app[RECEIPT_SIGNER] = signer_for(settings.receipt_secret)
     app.cleanup_ctx.append(_backends)
     return app
 
@@ -137,11 +149,21 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                               ("duties", duties_are_healthy)],
             delivery=hub,
             etcd=etcd,
-            puller=Puller(group_store, dead_letters.acting_as("pull"), metrics),
+            puller=Puller(group_store, dead_letters.acting_as("pull"), metrics, app[RECEIPT_SIGNER]),
             policies=policies,
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
+            group_quota=_group_quota(settings, etcd, group_store, cache),
         )
         yield
+
+
+def _group_quota(settings: GatewaySettings, etcd: EtcdConnection, groups: GroupNames,
+                 cache: TopicCache) -> GroupQuota | None:
+    # Without authentication every caller is the same principal: a cap would be one global cap on groups.
+    if settings.max_groups_per_principal == 0 or settings.auth_mode == "none":
+        return None
+    return GroupQuota(GroupLedger(etcd, prefix=settings.etcd_prefix), settings.max_groups_per_principal, groups,
+                      lambda name: cache.get(name) is not None)
 
 
 def _throttle(store: RedisStreamStore, settings: GatewaySettings, overrides: LimitOverrides) -> Throttle | None:

@@ -13,9 +13,11 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
+from gateway.access_log import ScrubbingAccessLogger
 from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
@@ -39,6 +41,12 @@ def access_logger(settings: GatewaySettings) -> logging.Logger | None:
     gateway CPU per single-message publish (208 against 138 us, docs/performance.md), and
     ``streamgate_http_requests_total`` already counts every request by route, method and status."""
     return logging.getLogger("aiohttp.access") if settings.access_log else None
+
+
+def access_log_options(settings: GatewaySettings) -> dict[str, Any]:
+    """The access-log arguments of ``web.run_app``: the logger, and a line format that masks query-string
+    credentials."""
+    return {"access_log": access_logger(settings), "access_log_class": ScrubbingAccessLogger}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,7 +123,7 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
             extra_sockets.append(socket.create_server((settings.host, settings.worker_metrics_port + worker_index)))
         web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context,
                     reuse_port=worker_index is not None or None, sock=extra_sockets or None,
-                    access_log=access_logger(settings), loop=new_event_loop(settings))
+                    loop=new_event_loop(settings), **access_log_options(settings))
     except (StorageError, PartitionerError) as exc:  # Redis or etcd unreachable or untrusted at startup
         print(f"streamgate: cannot start: {exc}", file=sys.stderr)
         return 1
@@ -151,7 +159,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             pid_file = write_pid(config.data_dir)
             try:
                 web.run_app(app, host=settings.host, port=settings.port, print=None,
-                            access_log=access_logger(settings), loop=new_event_loop(settings))
+                            loop=new_event_loop(settings), **access_log_options(settings))
             finally:
                 pid_file.unlink(missing_ok=True)
     except MissingBinary as exc:

@@ -1,4 +1,5 @@
-"""Open WebSocket connections per principal on this gateway process, with a cap."""
+"""Open WebSocket connections per principal on this gateway process, with a cap; and upgraded connections not
+authenticated yet, with a cap of their own (nobody's quota holds them)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,24 @@ from collections import Counter
 
 
 class ConnectionLimits:
-    """Counts each principal's open subscriptions; ``max_per_principal`` 0 means no cap."""
+    """Counts each principal's open subscriptions, and the sockets awaiting their auth frame; a cap of 0: none."""
 
-    def __init__(self, max_per_principal: int) -> None:
+    def __init__(self, max_per_principal: int, max_unauthenticated: int = 0) -> None:
         self.max_per_principal = max_per_principal
+        self.max_unauthenticated = max_unauthenticated
+        self.unauthenticated = 0
         self._open: Counter[str] = Counter()
+
+    def acquire_unauthenticated(self) -> bool:
+        """Count one more socket awaiting its auth frame; False (nothing counted) when the cap is reached."""
+        if 0 < self.max_unauthenticated <= self.unauthenticated:
+            return False
+        self.unauthenticated += 1
+        return True
+
+    def release_unauthenticated(self) -> None:
+        """Forget one socket counted by ``acquire_unauthenticated`` (authenticated, refused or gone)."""
+        self.unauthenticated -= 1
 
     def full(self, principal: str) -> bool:
         """True when ``principal`` may not open another connection now."""

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.auth.errors import AuthError, Forbidden, Unauthenticated
+from gateway.auth.errors import AuthError, Forbidden, GroupsLimitReached, Unauthenticated
 from partitioner.errors import (
     ConcurrentModification,
     CoordinationUnavailable,
@@ -81,9 +81,19 @@ def invalid_field(pointer: str, detail: str) -> Problem:
     return Problem(422, "invalid-field", "Invalid field", detail, pointer=pointer)
 
 
+def receipt_expired(pointer: str, detail: str) -> Problem:
+    """410: a pull receipt is older than its ack timeout (plus slack); the message must be pulled again."""
+    return Problem(410, "receipt-expired", "Receipt expired", detail, pointer=pointer)
+
+
 def too_large(detail: str, pointer: str | None = None) -> Problem:
     """413: a value, a batch or the body is over its configured limit."""
     return Problem(413, "too-large", "Payload too large", detail, pointer=pointer)
+
+
+def body_timeout(detail: str) -> Problem:
+    """408: the request body did not arrive in time; the connection is closed (``problem_response``)."""
+    return Problem(408, "request-timeout", "Request timeout", detail, headers={"Connection": "close"})
 
 
 def undecodable_body(detail: str) -> Problem:
@@ -132,6 +142,8 @@ def problem_from(exc: Exception) -> Problem:
         return exc
     if isinstance(exc, Unauthenticated):
         return unauthorized(exc)
+    if isinstance(exc, GroupsLimitReached):
+        return Problem(403, "groups-limit", "Too many consumer groups", exc.message, extra={"limit": exc.limit})
     if isinstance(exc, Forbidden):
         return Problem(403, "forbidden", "Forbidden", exc.message)
     if isinstance(exc, NotEnoughReplicas):
@@ -160,12 +172,15 @@ def problem_response(problem: Problem, instance: str) -> web.Response:
     headers = dict(problem.headers)
     if problem.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(problem.retry_after_s)))
-    return web.Response(
+    response = web.Response(
         status=problem.status,
         body=orjson.dumps(problem.body(instance)),
         content_type=PROBLEM_CONTENT_TYPE,
         headers=headers,
     )
+    if headers.get("Connection") == "close":
+        response.force_close()  # the rest of a late body is never read: the connection cannot carry another request
+    return response
 
 
 def _from_http_exception(exc: web.HTTPException) -> Problem:

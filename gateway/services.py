@@ -11,6 +11,7 @@ from aiohttp import web
 from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
+from gateway.group_quota import GroupQuota
 from gateway.hotspots import PublishStats
 from gateway.metrics import GatewayMetrics
 from gateway.publisher import Publisher
@@ -53,6 +54,7 @@ class Services:
     puller: Puller | None = None  # HTTP pull for groups
     policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
     throttle: Throttle | None = None  # publish, read and subscribe rate limits; None when none is configured
+    group_quota: GroupQuota | None = None  # groups per principal (etcd ledger); None without etcd
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     subscriptions: set[OpenSubscription] = field(default_factory=set)  # closed with 1001 on shutdown
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
@@ -61,7 +63,8 @@ class Services:
 
     def __post_init__(self) -> None:
         self.limits = PublishLimits.from_settings(self.settings)
-        self.connections = ConnectionLimits(self.settings.max_connections_per_principal)
+        self.connections = ConnectionLimits(self.settings.max_connections_per_principal,
+                                            self.settings.max_unauthenticated_connections)
 
     async def topic(self, name: str) -> TopicMetadata:
         """A topic's metadata from the watch-fed cache; etcd is read only on a miss (e.g. watch lag)."""

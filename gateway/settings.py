@@ -44,6 +44,7 @@ class GatewaySettings:
     max_header_bytes: int = 16 * 1024
     max_batch_messages: int = 10_000
     max_batch_bytes: int = 16 * MIB
+    body_read_timeout_s: float = 30.0  # a request body not fully received by then: 408 and the connection closed
     max_replay_limit: int = 1000
     dedup_ttl_ms: int = 24 * 3600 * 1000
     acks0_queue_batches: int = 1024
@@ -59,6 +60,7 @@ class GatewaySettings:
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
     ws_compression: bool = True  # accept permessage-deflate when a WebSocket client offers it (false: never)
+    ws_max_outbox_bytes: int = 4 * MIB  # encoded frames queued per subscription; past it no delivery is taken
     workers: int = 1  # `serve` worker processes sharing the port (SO_REUSEPORT), node ids <node_id>-w<i>
     worker_metrics_port: int = 0  # with workers > 1, worker i also listens on this port + i (its own /metrics)
     retry_after_s: int = 1
@@ -68,8 +70,13 @@ class GatewaySettings:
     auth_mode: str = "required"  # "required" or "none" (no authentication at all: local development only)
     auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
     auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")  # served without credentials
+    receipt_secret: str | None = None  # HMAC key of pull receipts, the same on every replica (unset: per process)
     auth_frame_timeout_s: float = 5.0  # a WebSocket without credentials must send its auth frame by then
+    max_unauthenticated_connections: int = 256  # upgraded WebSockets awaiting their auth frame, per process; 0 = no cap
     max_connections_per_principal: int = 1000  # open WebSocket subscriptions per principal and process; 0 = no cap
+    max_groups_per_principal: int = 100  # consumer groups a principal may create, across replicas; 0 = no cap
+    metrics_expose_keys: bool = False  # /metrics exports the heaviest message keys (message data) per partition
+    metrics_expose_groups: bool = False  # /metrics labels carry group names (false: a stable pseudonym g-<hash>)
     tls_cert_path: str | None = None  # PEM certificate chain of the listener (with tls_key_path: HTTPS/WSS)
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None  # when set, clients must present a certificate signed by this CA

@@ -128,7 +128,7 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
         raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
                         f"{limits.max_batch_messages}", pointer="/messages")
     if idempotency_header is None:
-        plain = parse_plain(raw_messages, limits.max_key_bytes, limits.max_value_bytes, orjson.dumps)
+        plain = _parse_plain_or_none(raw_messages, limits)
         if plain is not None:
             keys, values, value_bytes = plain
             return PlainBatch(acks, keys, values, value_bytes)
@@ -136,6 +136,14 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
     messages = [_parse_message(raw, index, limits, idempotency_header, now_ms)
                 for index, raw in enumerate(raw_messages)]
     return PublishBatch(acks, messages, sum(len(m.value) for m in messages))
+
+
+def _parse_plain_or_none(raw_messages: list[Any],
+                         limits: PublishLimits) -> tuple[list[bytes | None], list[bytes], int] | None:
+    try:
+        return parse_plain(raw_messages, limits.max_key_bytes, limits.max_value_bytes, orjson.dumps)
+    except orjson.JSONEncodeError:  # a value orjson parsed but cannot write back: the general path names it
+        return None
 
 
 def json_value_bytes(value: Any) -> bytes:
@@ -200,7 +208,7 @@ def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tu
     if has_value == has_b64:
         raise invalid_field(pointer, "exactly one of 'value' and 'value_b64' is required")
     if has_value:
-        value, value_format = json_value_bytes(raw["value"]), ValueFormat.JSON
+        value, value_format = _json_value(raw["value"], f"{pointer}/value"), ValueFormat.JSON
     else:
         value, value_format = _decode_b64(raw["value_b64"], f"{pointer}/value_b64"), ValueFormat.BINARY
     if len(value) > limits.max_value_bytes:
@@ -208,6 +216,13 @@ def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tu
         raise too_large(f"value of {len(value)} bytes is over the limit of {limits.max_value_bytes}",
                         pointer=f"{pointer}/{field}")
     return value, value_format
+
+
+def _json_value(value: Any, pointer: str) -> bytes:
+    try:
+        return json_value_bytes(value)
+    except orjson.JSONEncodeError as exc:  # orjson reads deeper nesting than it writes: refuse what it cannot store
+        raise invalid_field(pointer, f"'value' cannot be stored as JSON ({exc}): nest it less deeply") from None
 
 
 def _decode_b64(raw: Any, pointer: str) -> bytes:

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -97,9 +98,16 @@ class WorkerGroup:
                 return
 
 
+def with_receipt_secret(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with a receipt secret: the configured one, else one drawn here for the whole worker group, so a
+    pull receipt issued by one worker is accepted by the others (the kernel spreads requests over them)."""
+    name = ENV_PREFIX + "RECEIPT_SECRET"
+    return {**env, name: env.get(name) or secrets.token_urlsafe(32)}
+
+
 def run_workers(count: int, settings: GatewaySettings, log_level: str, env: Mapping[str, str]) -> int:
     """Start ``count`` workers, forward SIGTERM/SIGINT, wait for all; 0 after a requested stop, else non-zero."""
-    group = WorkerGroup()
+    group, env = WorkerGroup(), with_receipt_secret(env)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         group.stop(signum)

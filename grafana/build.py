@@ -116,7 +116,8 @@ TOPICS = DashboardSpec(
                "{{topic}}/{{partition}}")),
         panel("Hot partitions", "short", "1 while a partition's rate is over 3x its topic's mean (per gateway).",
               (f"max by (topic, partition) (streamgate_partition_hot{T})", "{{topic}}/{{partition}}")),
-        panel("Heaviest keys", "short", "Estimated messages of the top keys of each partition.",
+        panel("Heaviest keys", "short", "Estimated messages of the top keys of each partition (empty unless the "
+              "gateways run with metrics_expose_keys=true: keys are message data).",
               (f"max by (topic, partition, key) (streamgate_partition_top_key_messages{T})",
                "{{topic}}/{{partition}} {{key}}")),
         panel("Partition sizes", "short", "Entries retained per partition (exported by each partition's owner).",
@@ -134,7 +135,8 @@ TOPICS = DashboardSpec(
 
 GROUPS = DashboardSpec(
     file="streamgate-groups.json", uid="streamgate-groups", title="streamgate / Consumer groups",
-    description="Lag, oldest un-acked and unread age, redeliveries and dead letters per group.",
+    description="Lag, oldest un-acked and unread age, redeliveries and dead letters per group (groups appear as "
+                "g-<hash> pseudonyms unless the gateways run with metrics_expose_groups=true).",
     variables=(("topic", "label_values(streamgate_group_lag_entries, topic)"),
                ("group", 'label_values(streamgate_group_lag_entries{topic=~"$topic"}, group)')),
     panels=(

@@ -26,5 +26,13 @@ class Forbidden(AuthError):
     """The caller is known but may not do this (403 / close 4403)."""
 
 
+class GroupsLimitReached(Forbidden):
+    """The principal already created ``limit`` consumer groups and asked for a new one (403 groups-limit / 4403)."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class AuthConfigError(AuthError):
     """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not start."""

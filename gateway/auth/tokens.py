@@ -22,6 +22,8 @@ HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
 PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
                                    "ES256", "ES384", "ES512", "EdDSA"})
 MIN_HMAC_SECRET_BYTES = 32
+TIME_CLAIMS = ("exp", "nbf", "iat")
+MAX_CLAIM_TIME_S = 253_402_300_799  # the last second of year 9999: any later time is not a real deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +72,13 @@ class JwtVerifier:
             raise Unauthenticated("token issuer not accepted", credentials_given=True) from None
         except jwt.InvalidTokenError as exc:
             raise Unauthenticated(f"invalid token: {exc}", credentials_given=True) from None
+        _check_time_claims(claims)
         name = claims.get(settings.principal_claim)
         if not isinstance(name, str) or not name:
             raise Unauthenticated(f"token has no {settings.principal_claim!r} claim naming the principal",
                                   credentials_given=True)
         exp = claims.get("exp")
-        return Principal(name, "jwt", claims, float(exp) if isinstance(exp, int | float) else None)
+        return Principal(name, "jwt", claims, None if exp is None else float(exp))
 
     def _key_for(self, token: str) -> tuple[str, Any]:
         try:
@@ -94,6 +97,19 @@ class JwtVerifier:
         if found is None or found.algorithm_name != algorithm:
             raise Unauthenticated(f"no key {kid!r} for {algorithm} in the JWKS", credentials_given=True)
         return algorithm, found.key
+
+
+def _check_time_claims(claims: dict[str, Any]) -> None:
+    """``exp``, ``nbf`` and ``iat`` must be numbers of epoch seconds in a real range: the library also takes
+    strings of digits and numbers too large for a float, which would leave a subscription with no deadline or
+    fail later, so they are refused here as bad credentials."""
+    for name in TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_CLAIM_TIME_S:
+            raise Unauthenticated(f"invalid token: {name!r} must be a number of epoch seconds from 0 to "
+                                  f"{MAX_CLAIM_TIME_S}", credentials_given=True)
 
 
 def _checked_algorithms(settings: JwtSettings) -> frozenset[str]:

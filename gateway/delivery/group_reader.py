@@ -231,7 +231,7 @@ class GroupReader:
                     await self._credit.wait()
 
     def _total_credit(self) -> int:
-        return max(1, sum(session.credit for session in self._sessions if session.has_credit))
+        return max(1, sum(session.read_allowance for session in self._sessions))
 
     async def _reclaim(self) -> bool:
         """Claim entries past their ack timeout; True when something was claimed."""

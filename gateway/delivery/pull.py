@@ -2,61 +2,27 @@
 
 A pull reclaims entries whose ack timeout passed (redelivery, or the dead-letter topic past max_deliveries),
 then reads new ones across the topic's partitions, long-polling up to ``wait_ms``. Each message carries a
-receipt handle naming its topic, partition, offset and ack timeout; ack/nack/extend take receipts, so they
-work on any replica.
+signed receipt (gateway.delivery.receipts); ack/nack/extend take receipts, so they work on any replica that
+shares the receipt key.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import itertools
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
-
 from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
-from gateway.errors import invalid_field
+from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, first_deliveries
 
 PULL_CONSUMER = "http-pull"
 POLL_INTERVAL_S = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """What a pulled message's receipt handle stands for."""
-
-    topic: str
-    partition: int
-    offset: str
-    ack_timeout_ms: int
-
-    def encode(self) -> str:
-        """An opaque URL-safe token."""
-        raw = orjson.dumps([self.topic, self.partition, self.offset, self.ack_timeout_ms])
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, token: object, pointer: str) -> Receipt:
-        """Parse a token from ``encode``; 422 naming ``pointer`` when it is not one."""
-        try:
-            if not isinstance(token, str):
-                raise ValueError("not a string")
-            data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-            topic, partition, offset, ack_timeout_ms = data
-            if not (isinstance(topic, str) and isinstance(partition, int) and isinstance(offset, str)
-                    and isinstance(ack_timeout_ms, int)):
-                raise ValueError("wrong shape")
-            return cls(topic, partition, offset, ack_timeout_ms)
-        except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
-            raise invalid_field(pointer, "not a receipt handle returned by pull") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +39,10 @@ class PullRequest:
 class Puller:
     """Pulls for groups on behalf of HTTP clients."""
 
-    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None) -> None:
+    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None,
+                 signer: ReceiptSigner | None = None) -> None:
         self.store = store
+        self.signer = signer or ReceiptSigner.random()
         self._metrics = metrics or GatewayMetrics.create()
         self._dead_letters = dead_letters
         self._ensured: set[tuple[str, int, str]] = set()

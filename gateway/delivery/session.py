@@ -2,7 +2,9 @@
 
 Credit: a group session never holds more than ``max_in_flight`` un-acked deliveries; an ack, nack or expiry
 gives credit back. At-most-once and broadcast sessions get credit back once the frame is written, so the
-outbox is bounded by ``max_in_flight`` too. A writer that cannot hand a frame to the socket within
+outbox is bounded by ``max_in_flight`` too. The outbox is also bounded in encoded bytes (``max_outbox_bytes``):
+past it the session takes no delivery, as if out of credit, so a client that does not read holds at most that
+much (plus one frame) whatever its window. A writer that cannot hand a frame to the socket within
 ``slow_client_timeout_s`` closes the session with 4008 and its resume cursor: never a silent drop.
 
 The writer hands everything queued (up to WRITE_BATCH_FRAMES frames) to ``Send`` at once, which writes them as
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from gateway.delivery.params import SubscribeParams, format_cursor
+from gateway.delivery.heap import trim_soon
+from gateway.delivery.params import DEFAULT_MAX_IN_FLIGHT, SubscribeParams, format_cursor
 from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
 from gateway.delivery.wire import Send, message_frame, message_frames
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
@@ -44,6 +47,7 @@ MessageRef = tuple[int, str]  # (partition, offset)
 SLOW_CLOSE_FRAME_WAIT_S = 0.05
 WRITE_BATCH_FRAMES = 1024
 WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in the transport
+DEFAULT_OUTBOX_BYTES = 4 * 1024 * 1024
 # An outbox item: one frame or a page of frames, the credit their write gives back, the partition and the
 # offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
@@ -77,7 +81,7 @@ class Session:
     """Credit, in-flight deliveries and the outbox of one subscriber."""
 
     def __init__(self, session_id: str, topic: str, params: SubscribeParams, send: Send,
-                 slow_client_timeout_s: float) -> None:
+                 slow_client_timeout_s: float, max_outbox_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
         self.id = session_id
         self.topic = topic
         self.params = params
@@ -88,6 +92,12 @@ class Session:
         self._send = send
         self._slow_timeout_s = slow_client_timeout_s
         self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
+        self.outbox_bytes = 0  # encoded bytes of the frames in the outbox
+        self._max_outbox_bytes = max_outbox_bytes
+        # The size of this session's last message frames; until one is seen, a read fetches at most a default
+        # window (a first read of large messages must not fetch a whole wide window only for the outbox to refuse
+        # most of it).
+        self._frame_bytes = max(1, max_outbox_bytes // DEFAULT_MAX_IN_FLIGHT)
         self._credit_waiters: set[Waker] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
@@ -100,13 +110,17 @@ class Session:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the writer, and start no other; idempotent."""
+        """Stop the writer, start no other and drop every frame still queued; idempotent."""
         self._open = False
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
+        self._outbox = []  # a client that never read leaves a full outbox: nothing of it may outlive the session
+        if self.outbox_bytes >= WRITE_BATCH_BYTES:
+            trim_soon()  # freed, but kept in the process's RSS by the allocator until trimmed
+        self.outbox_bytes = 0
 
     def request_close(self, code: int, reason: str) -> None:
         """Ask the connection owner to close the socket (first request wins)."""
@@ -118,8 +132,20 @@ class Session:
     # --- credit ---------------------------------------------------------------------------------------------
     @property
     def has_credit(self) -> bool:
-        """Whether the session may take one more delivery."""
-        return self.credit > 0 and not self.closing.done()
+        """Whether the session may take one more delivery (window open, outbox under its byte bound)."""
+        return self.credit > 0 and self.outbox_bytes < self._max_outbox_bytes and not self.closing.done()
+
+    @property
+    def read_allowance(self) -> int:
+        """How many deliveries a read for this session should fetch: its credit, or fewer where frames the size of
+        its last ones would not fit the outbox's room (what a read fetches beyond it waits in memory)."""
+        if not self.has_credit:
+            return 0
+        return max(1, min(self.credit, (self._max_outbox_bytes - self.outbox_bytes) // self._frame_bytes))
+
+    def _fitting_frames(self, frames: list[bytes]) -> tuple[int, int]:
+        """How many leading frames the outbox's byte bound lets in (at least one) and their size."""
+        return _fitting(frames, len(frames), self._max_outbox_bytes - self.outbox_bytes)
 
     @property
     def worth_a_read(self) -> bool:
@@ -155,17 +181,23 @@ class Session:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             self.in_flight[(entry.partition, entry.offset)] = InFlight(reader, deadline)
         frame = message_frame(self.topic, entry, delivery.delivery_count)
-        self._enqueue((frame, 0 if tracked else 1, entry.partition, entry.offset))
+        self._enqueue((frame, 0 if tracked else 1, entry.partition, entry.offset), len(frame))
         return True
 
     def offer_page(self, deliveries: list[Delivery], reader: GroupReader) -> int:
-        """Take deliveries of one partition, in order, as far as the credit goes; returns how many were taken.
+        """Take deliveries of one partition, in order, as far as the credit and the outbox's byte bound go;
+        returns how many were taken.
 
         The group readers' path: one deadline, one outbox item and one writer wake-up for the whole page.
         """
         if not self.has_credit or not deliveries:
             return 0
         taken = deliveries if len(deliveries) <= self.credit else deliveries[:self.credit]
+        frames = message_frames(self.topic, taken)
+        fit, size = self._fitting_frames(frames)
+        if fit < len(frames):  # the rest stays with the reader: redelivered later, never lost
+            taken, frames = taken[:fit], frames[:fit]
+        self._frame_bytes = max(1, size // fit)
         self.credit -= len(taken)
         tracked = not self.params.auto_ack
         partition = taken[0].entry.partition
@@ -174,20 +206,43 @@ class Session:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             held = InFlight(reader, deadline)  # shared by the page: extend replaces, never mutates, an InFlight
             self.in_flight.update(zip(zip(repeat(partition), offsets), repeat(held)))
-        frames = message_frames(self.topic, taken)
-        self._enqueue((frames, 0 if tracked else len(frames), partition, offsets))
+        self._enqueue((frames, 0 if tracked else len(frames), partition, offsets), size)
         return len(taken)
 
-    def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str]) -> None:
-        """Take a page of broadcast frames already encoded, with their offsets (the caller checked the credit)."""
-        self.credit -= len(frames)
-        self._enqueue((frames, len(frames), partition, offsets))
+    def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str], size: int | None = None) -> int:
+        """Take a page of broadcast frames already encoded, with their offsets (the caller checked the credit),
+        as far as the outbox's byte bound goes; returns how many were taken.
+
+        ``size``, the page's bytes when the caller knows them (a tail page, sized once for all its followers),
+        spares measuring the page per session when it fits whole.
+        """
+        if not frames:
+            return 0
+        if size is not None and self.outbox_bytes + size <= self._max_outbox_bytes:
+            fit = len(frames)
+        else:
+            fit, size = self._fitting_frames(frames)
+        if fit < len(frames):
+            frames, offsets = frames[:fit], offsets[:fit]
+        self._frame_bytes = max(1, size // fit)
+        self.credit -= fit
+        self._enqueue((frames, fit, partition, offsets), size)
+        return fit
 
     def send_control(self, frame: dict[str, Any]) -> None:
-        """Queue a control frame (assignment, error, ack result); not counted against credit."""
-        self._enqueue((orjson.dumps(frame), 0, -1, ""))
+        """Queue a control frame (assignment, error, ack result); not counted against credit.
 
-    def _enqueue(self, item: Outgoing) -> None:
+        Control frames may take the outbox past its byte bound, up to twice it: past that the client keeps sending
+        frames while reading none of the answers, and is closed as a slow consumer.
+        """
+        encoded = orjson.dumps(frame)
+        if self.outbox_bytes + len(encoded) > 2 * self._max_outbox_bytes:
+            self.request_close(WS_CLOSE_SLOW_CONSUMER, _slow_reason(self.resume_cursor()))
+            return
+        self._enqueue((encoded, 0, -1, ""), len(encoded))
+
+    def _enqueue(self, item: Outgoing, size: int) -> None:
+        self.outbox_bytes += size
         self._outbox.append(item)
         if self._writer is None and self._open:
             self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
@@ -246,10 +301,7 @@ class Session:
         # The frame lands in the transport ahead of the close frame even if the drain wait times out.
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
             await asyncio.wait_for(self._send([frame]), SLOW_CLOSE_FRAME_WAIT_S)
-        reason = "slow consumer; from=" + cursor
-        if len(reason.encode()) > CLOSE_REASON_MAX_BYTES:
-            reason = "slow consumer; cursor in the last error frame"
-        self.request_close(WS_CLOSE_SLOW_CONSUMER, reason)
+        self.request_close(WS_CLOSE_SLOW_CONSUMER, _slow_reason(cursor, "cursor in the last error frame"))
 
     async def _write_frames(self) -> None:
         """Write until the outbox is empty, then end (the next ``_enqueue`` starts a new writer).
@@ -306,7 +358,16 @@ class Session:
             frames.extend(payload)
             size += page_size
         del outbox[:taken]
+        self._note_dequeued(size)
         return items, frames
+
+    def _note_dequeued(self, size: int) -> None:
+        """Count bytes leaving the outbox; readers held back by the byte bound are woken once it has room."""
+        was_full = self.outbox_bytes >= self._max_outbox_bytes
+        self.outbox_bytes -= size
+        if was_full and self.outbox_bytes < self._max_outbox_bytes:
+            for event in self._credit_waiters:
+                event.set()
 
     def _written(self, items: list[Outgoing], give_credit: bool) -> None:
         credit = 0
@@ -317,6 +378,12 @@ class Session:
             credit += credit_back
         if give_credit:
             self._give_credit(credit)
+
+
+def _slow_reason(cursor: str, instead: str = "resume after the last message received") -> str:
+    """A 4008 close reason: the cursor when it fits a close frame, else ``instead``."""
+    reason = "slow consumer; from=" + cursor
+    return reason if len(reason.encode()) <= CLOSE_REASON_MAX_BYTES else "slow consumer; " + instead
 
 
 def _fitting(page: list[bytes], max_frames: int, max_bytes: int) -> tuple[int, int]:

@@ -61,10 +61,13 @@ class TailFollower:
         self.delivered = delivered
         self.wake = wake
 
-    def offer(self, entries: list[StoredEntry], frames: list[bytes] | None, offsets: list[str]) -> bool:
-        """Offer a page (frames pre-encoded by the tail, or None to encode here); False when credit ran short.
+    def offer(self, entries: list[StoredEntry], frames: list[bytes] | None, offsets: list[str],
+              frames_bytes: int | None = None) -> bool:
+        """Offer a page (frames pre-encoded by the tail, or None to encode here); False when credit, or room in the
+        session's outbox, ran short.
 
-        ``after`` ends at the last entry taken, or at the page's end when all was taken.
+        ``after`` ends at the last entry taken, or at the page's end when all was taken. ``frames_bytes`` is the
+        size of ``frames`` when the tail measured it.
         """
         header_filter: HeaderFilter = self.session.params.filter
         if header_filter.is_empty:
@@ -82,7 +85,8 @@ class TailFollower:
             else:
                 page = chosen_frames if taken == len(chosen_frames) else chosen_frames[:taken]
             page_offsets = chosen_offsets if taken == len(chosen_offsets) else chosen_offsets[:taken]
-            session.offer_frames(self.partition, page, page_offsets)
+            known_size = frames_bytes if page is frames else None
+            taken = session.offer_frames(self.partition, page, page_offsets, known_size)
             self.delivered.inc(taken)
         if taken < len(chosen):
             if taken:
@@ -92,8 +96,9 @@ class TailFollower:
             self.after = entries[-1].offset
         return True
 
-    def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str]) -> bool:
-        """The tail's fan-out; False detaches this follower (out of credit or closing)."""
+    def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str],
+                       frames_bytes: int | None = None) -> bool:
+        """The tail's fan-out; False detaches this follower (out of credit or outbox room, or closing)."""
         if self.skip_through is not None:
             start = 0
             while start < len(entries) and offset_key(entries[start].offset) <= self.skip_through:
@@ -101,8 +106,8 @@ class TailFollower:
             if start == len(entries):
                 return True
             self.skip_through = None
-            entries, frames, offsets = entries[start:], frames[start:], offsets[start:]
-        if self.offer(entries, frames, offsets):
+            entries, frames, offsets, frames_bytes = entries[start:], frames[start:], offsets[start:], None
+        if self.offer(entries, frames, offsets, frames_bytes):
             return True
         self.joined = False
         self.wake.set()
@@ -152,8 +157,9 @@ class PartitionTail:
     def _fan_out(self, entries: list[StoredEntry]) -> None:
         frames = [message_frame(self.topic, entry, 1) for entry in entries]
         offsets = [entry.offset for entry in entries]
+        size = sum(map(len, frames))  # once for every follower (the outboxes' byte bound)
         self.last = offsets[-1]
-        detached = [f for f in self._followers if not f.take_from_tail(entries, frames, offsets)]
+        detached = [f for f in self._followers if not f.take_from_tail(entries, frames, offsets, size)]
         for follower in detached:
             self._followers.pop(follower, None)
 
@@ -215,7 +221,7 @@ class BroadcastTails:
             tail.join(follower)  # at the tail's position (both None: an empty partition read from its start)
             return
         seen = None if tail is None else tail.last
-        limit = min(session.credit, CATCH_UP_PAGE)
+        limit = min(session.read_allowance, CATCH_UP_PAGE)
         entries = await store.read(session.topic, partition, after=follower.after,
                                    from_time_ms=follower.from_time_ms, limit=limit)
         if entries:

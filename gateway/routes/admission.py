@@ -36,6 +36,13 @@ def refusal(decision: ThrottleDecision) -> Problem:
     return rate_limited(decision.reason, decision.retry_after_s, dict(decision.headers))
 
 
+async def admit_group(services: Services, principal: Principal, topic: str, group: str) -> None:
+    """Charge a group ``principal`` would create to its ``max_groups_per_principal`` (403 groups-limit past it);
+    joining an existing group is free. Call before the group is created (subscribe, pull)."""
+    if services.group_quota is not None:
+        await services.group_quota.admit(principal.name, topic, group)
+
+
 async def admit_or_refuse(services: Services, principal: Principal, action: RateAction) -> dict[str, str]:
     """Charge one request; 429 when refused, else the RateLimit headers to send with the response."""
     decision = await admit(services, principal, action)

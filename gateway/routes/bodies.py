@@ -1,9 +1,11 @@
-"""Reading request bodies: a size limit, ``Content-Encoding`` (gzip, zstd) inflated with a bound, typed fields.
+"""Reading request bodies: a size limit and a deadline, ``Content-Encoding`` (gzip, zstd) inflated with a bound,
+typed fields.
 
 aiohttp's own request decompression is switched off (``gateway.app.build_app``) so that every body goes through
 here: the limit applies to the *decompressed* size, and inflating stops one byte past it, so a zip bomb costs at
 most ``max_bytes`` of output before it is refused with 413. A body that does not decode is 400; an encoding we
-do not speak is 415 with an ``Accept-Encoding`` hint (RFC 9110 section 15.5.16).
+do not speak is 415 with an ``Accept-Encoding`` hint (RFC 9110 section 15.5.16). A body still arriving after
+``body_read_timeout_s`` is 408 and its connection is closed: a client trickling bytes holds nothing for long.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if sys.version_info >= (3, 14):
 else:  # the standard library's zstd module (PEP 784), backported
     from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError
 
-from gateway.errors import invalid_field, too_large, undecodable_body, unsupported_encoding
+from gateway.errors import body_timeout, invalid_field, too_large, undecodable_body, unsupported_encoding
+from gateway.services import services_of
 from gateway.validation import decode_json_object
 
 ADMIN_BODY_MAX_BYTES = 64 * 1024
@@ -55,14 +58,27 @@ def content_coding(request: web.Request) -> str | None:
 
 
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
-    """The request body, decoded, at most ``max_bytes`` after decoding (413 past it, 400 undecodable, 415)."""
+    """The request body, decoded, at most ``max_bytes`` after decoding (413 past it, 400 undecodable, 415), received
+    within ``body_read_timeout_s`` (408)."""
     coding = content_coding(request)
     if coding is None:
-        return await _read_limited(request, max_bytes)
-    compressed = await _read_limited(request, max_bytes)
+        return await _read_in_time(request, max_bytes)
+    compressed = await _read_in_time(request, max_bytes)
     if len(compressed) <= INFLATE_IN_THREAD_BYTES:
         return inflate(compressed, coding, max_bytes)
     return await asyncio.to_thread(inflate, compressed, coding, max_bytes)
+
+
+async def _read_in_time(request: web.Request, max_bytes: int) -> bytes:
+    """The raw body within the deadline; no timer for a body already received whole (a publish, usually)."""
+    if request.content.is_eof():
+        return await _read_limited(request, max_bytes)
+    timeout_s = services_of(request).settings.body_read_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_limited(request, max_bytes)
+    except TimeoutError:
+        raise body_timeout(f"the request body was not received within {timeout_s:g} s") from None
 
 
 async def _read_limited(request: web.Request, max_bytes: int) -> bytes:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -14,13 +15,15 @@ from gateway.auth.gatekeeper import READ_ACTIONS
 from gateway.auth.middleware import gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
 from gateway.delivery.params import GROUP_NAME
-from gateway.delivery.pull import Puller, PullRequest, Receipt
+from gateway.delivery.pull import Puller, PullRequest
+from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
 from gateway.delivery.redrive import redrive
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
+from gateway.fanout import gather_bounded
 from gateway.offsets import parse_offset, predecessor
 from gateway.responses import json_response
-from gateway.routes.admission import admit_or_refuse
+from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
@@ -75,19 +78,27 @@ async def pull(request: web.Request) -> web.Response:
     reject_unknown_fields(doc, PULL_FIELDS)
     topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
     limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
+    await admit_group(services, principal_of(request), topic.name, group)
     pull_request = PullRequest(
         topic=topic.name,
         max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
         wait_ms=_bounded(doc, "wait_ms", 0, 0, MAX_WAIT_MS),
-        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, 100, 3_600_000),
+        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS, MAX_ACK_TIMEOUT_MS),
         max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
     )
     services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms, pull_request.max_deliveries)
-    deliveries = await _puller(services).pull(group, pull_request, topic.partitions)
+    puller = _puller(services)
+    deliveries = await puller.pull(group, pull_request, topic.partitions)
+    issued_ms, holder = _now_ms(), principal_of(request).name
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
-                 "receipt": Receipt(topic.name, d.entry.partition, d.entry.offset,
-                                    pull_request.ack_timeout_ms).encode()} for d in deliveries]
+                 "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition, d.entry.offset,
+                                                        pull_request.ack_timeout_ms, issued_ms), holder, group)}
+                for d in deliveries]
     return json_response({"messages": messages}, headers=limited)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _bounded(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
@@ -107,13 +118,30 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     raw = doc.get("receipts")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
         raise invalid_field("/receipts", f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
-    receipts = [Receipt.decode(token, f"/receipts/{i}") for i, token in enumerate(raw)]
-    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
-    for topic in sorted({receipt.topic for receipt in receipts}):
-        gatekeeper.require(principal, Action.SUBSCRIBE, topic, group)
+    puller = _puller(services)
+    receipts = _verified_receipts(request, puller, group, raw)
     delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
-    count = await _puller(services).settle(group, receipts, action, delay_ms)
-    return json_response({{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count})
+    count = await puller.settle(group, receipts, action, delay_ms)
+    body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count}
+    if action == "extend":  # the ack timeout starts again, so does the receipt's validity: hand out new ones
+        body["receipts"] = _reissued(puller, receipts, principal_of(request).name, group)
+    return json_response(body)
+
+
+def _verified_receipts(request: web.Request, puller: Puller, group: str, raw: list[Any]) -> list[Receipt]:
+    """Every receipt of the body, checked before anything is settled: the caller's grants on the topics they
+    name first (403 before 422), then their signatures (bound to the caller and ``group``) and expiry."""
+    sealed = [puller.signer.read(token, f"/receipts/{i}") for i, token in enumerate(raw)]
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    for topic in sorted({s.receipt.topic for s in sealed}):
+        gatekeeper.require(principal, Action.SUBSCRIBE, topic, group)
+    now_ms = _now_ms()
+    return [puller.signer.verify(s, principal.name, group, now_ms) for s in sealed]
+
+
+def _reissued(puller: Puller, receipts: list[Receipt], principal: str, group: str) -> list[str]:
+    issued_ms = _now_ms()
+    return [puller.signer.issue(dataclasses.replace(r, issued_ms=issued_ms), principal, group) for r in receipts]
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -131,27 +159,44 @@ async def extend(request: web.Request) -> web.Response:
     return await _settle(request, "extend")
 
 
-async def _groups_in_redis(services: Services) -> set[tuple[str, str]]:
-    topics = await services.registry.list()
+async def _readable_topics(services: Services, request: web.Request, group: str | None) -> list[TopicMetadata]:
+    """The topics on which the caller may see ``group`` (any group when None): decided from the ACL alone,
+    before any Redis call, so a listing costs what the caller may see and not what the cluster holds."""
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    return [topic for topic in await services.registry.list()
+            if gatekeeper.may_see(principal, topic.name, READ_ACTIONS, group)]
+
+
+async def _groups_in_redis(services: Services, topics: list[TopicMetadata]) -> set[tuple[str, str]]:
     store = _puller(services).store
+    pairs: set[tuple[str, str]] = set()
+    for topic in topics:  # one topic at a time, its partitions through the bounded fan-out
+        names = await gather_bounded(functools.partial(store.groups, topic.name), range(topic.partitions))
+        pairs |= {(topic.name, group) for partition_groups in names for group in partition_groups}
+    return pairs
 
-    async def of_topic(topic: TopicMetadata) -> set[tuple[str, str]]:
-        names = await asyncio.gather(*(store.groups(topic.name, p) for p in range(topic.partitions)))
-        return {(topic.name, group) for partition_groups in names for group in partition_groups}
 
-    found = await asyncio.gather(*(of_topic(topic) for topic in topics))
-    return set().union(*found) if found else set()
+async def _visible_pairs(services: Services, request: web.Request, group: str | None,
+                         topics: list[TopicMetadata]) -> list[tuple[str, str]]:
+    """(topic, group) pairs in Redis or etcd on ``topics`` that the caller may see (only ``group`` when given)."""
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    pairs = await _groups_in_redis(services, topics) if topics else set()
+    if services.etcd is not None and topics:
+        names = {topic.name for topic in topics}
+        pairs |= {pair for pair in await list_groups(services.etcd, prefix=services.settings.etcd_prefix)
+                  if pair[0] in names}
+    return sorted((t, g) for t, g in pairs if (group is None or g == group)
+                  and gatekeeper.may_see(principal, t, READ_ACTIONS, g))
 
 
 async def list_all_groups(request: web.Request) -> web.Response:
-    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd that the caller may see."""
+    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd that the caller may see.
+
+    Charged to the caller's reads bucket; only topics the caller may read are looked at."""
     services = services_of(request)
-    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
-    pairs = await _groups_in_redis(services)
-    if services.etcd is not None:
-        pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
-    return json_response({"groups": [{"topic": t, "group": g} for t, g in sorted(pairs)
-                                     if gatekeeper.may_see(principal, t, READ_ACTIONS, g)]})
+    limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
+    pairs = await _visible_pairs(services, request, None, await _readable_topics(services, request, None))
+    return json_response({"groups": [{"topic": t, "group": g} for t, g in pairs]}, headers=limited)
 
 
 async def describe_group(request: web.Request) -> web.Response:
@@ -163,22 +208,21 @@ async def describe_group(request: web.Request) -> web.Response:
         gatekeeper.require_any(principal, wanted, READ_ACTIONS, group)
     elif not gatekeeper.acl.may_know_group(principal, group):
         raise Forbidden(f"{principal.name!r} has no access to group {group!r}")
-    pairs = await _groups_in_redis(services)
-    if services.etcd is not None:
-        pairs |= set(await list_groups(services.etcd, prefix=services.settings.etcd_prefix))
-    topics = sorted(t for t, g in pairs if g == group and (wanted is None or t == wanted)
-                    and gatekeeper.may_see(principal, t, READ_ACTIONS, g))
+    limited = await admit_or_refuse(services, principal, RateAction.READ)
+    readable = [t for t in await _readable_topics(services, request, group) if wanted is None or t.name == wanted]
+    topics = [t for t, _ in await _visible_pairs(services, request, group, readable)]
     if not topics:
         raise Problem(404, "group-not-found", "Group not found", f"group {group!r} has no state"
                       + (f" on topic {wanted!r}" if wanted else ""))
-    return json_response({"group": group, "topics": [await _describe_on(services, group, t) for t in topics]})
+    return json_response({"group": group, "topics": [await _describe_on(services, group, t) for t in topics]},
+                         headers=limited)
 
 
 async def _describe_on(services: Services, group: str, name: str) -> dict[str, Any]:
     topic = await services.topic(name)
     store = _puller(services).store
-    states = await asyncio.gather(*(store.state(name, p, group) for p in range(topic.partitions)))
-    unread = await asyncio.gather(*(_oldest_unread_age_ms(services, name, state) for state in states))
+    states = await gather_bounded(lambda p: store.state(name, p, group), range(topic.partitions))
+    unread = await gather_bounded(lambda state: _oldest_unread_age_ms(services, name, state), states)
     doc: dict[str, Any] = {"topic": name, "members": [], "generation": None, "assignment": {},
                            "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age}
                                           for state, age in zip(states, unread, strict=True)]}

@@ -8,6 +8,7 @@ from importlib import resources
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.exposition import RedactedMetrics
 from gateway.responses import json_response
 from gateway.services import Services, services_of
 
@@ -40,13 +41,16 @@ async def metrics(request: web.Request) -> web.Response:
     services = services_of(request)
     services.metrics.topics_cached.set(len(services.cache.all()))
     export_heat(services)
-    response = web.Response(body=generate_latest(services.metrics.registry))
+    settings = services.settings
+    shown = RedactedMetrics(services.metrics.registry, expose_keys=settings.metrics_expose_keys,
+                            expose_groups=settings.metrics_expose_groups)
+    response = web.Response(body=generate_latest(shown))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return response
 
 
 def export_heat(services: Services) -> None:
-    """Refresh the per-partition rate, hot flag and heavy-key gauges from this gateway's statistics."""
+    """Refresh the per-partition rate, hot flag and (when exposed) heavy-key gauges from this gateway's statistics."""
     metrics = services.metrics
     metrics.partition_top_key_messages.clear()
     for topic in services.cache.all():
@@ -54,7 +58,7 @@ def export_heat(services: Services) -> None:
             labels = (topic.name, str(heat.partition))
             metrics.partition_publish_rate.labels(*labels).set(heat.rate_per_s)
             metrics.partition_hot.labels(*labels).set(1 if heat.hot else 0)
-            for key, count in heat.top_keys:
+            for key, count in heat.top_keys if services.settings.metrics_expose_keys else ():
                 metrics.partition_top_key_messages.labels(*labels, key).set(count)
 
 

@@ -30,7 +30,7 @@ from gateway.errors import (
     too_many_connections,
     unavailable,
 )
-from gateway.routes.admission import admit, admit_or_refuse
+from gateway.routes.admission import admit, admit_group, admit_or_refuse
 from gateway.routes.subscription import ServedSubscription, close_subscriptions
 from gateway.services import SERVICES, Services, services_of
 from gateway.throttle import RateAction
@@ -47,7 +47,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     """Upgrade to a WebSocket and start serving the subscription; returns once it is served.
 
     With credentials in the upgrade request, authorization (403) comes before the topic lookup (404) and both
-    before the upgrade. Without, the socket is upgraded first and the first frame must be ``auth``.
+    before the upgrade. Without, the socket is upgraded first, if fewer than ``max_unauthenticated_connections``
+    sockets await their auth frame (else 503), and the first frame must be ``auth``.
     """
     services = services_of(request)
     params = parse_subscribe_params(request.query)
@@ -65,7 +66,15 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     answer = handshake(request.headers, settings.ws_compression)  # permessage-deflate only if the client asks
     if authorized is not None:
         await admit_or_refuse(services, authorized[0], RateAction.SUBSCRIBE)
-    socket = upgrade(request, answer, settings.ws_max_frame_bytes, settings.ws_heartbeat_s)
+    elif not services.connections.acquire_unauthenticated():
+        raise unavailable(f"{services.connections.unauthenticated} connections already await their auth frame on "
+                          "this gateway (max_unauthenticated_connections)", settings.retry_after_s)
+    try:
+        socket = upgrade(request, answer, settings.ws_max_frame_bytes, settings.ws_heartbeat_s)
+    except BaseException:
+        if authorized is None:
+            services.connections.release_unauthenticated()
+        raise
     try:
         await _serve_upgraded(socket, services, gatekeeper, params, authorized)
     except Exception:
@@ -80,10 +89,14 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
 
 async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper: Gatekeeper,
                           params: SubscribeParams, authorized: Authorized | None) -> None:
-    """Authenticate by frame if needed, take a connection slot, charge the rate limit, and start serving."""
+    """Authenticate by frame if needed (the socket's unauthenticated slot is released whatever the outcome), take a
+    connection slot, charge the rate limit, and start serving."""
     by_frame = authorized is None
     if authorized is None:
-        authorized = await _authorize_by_frame(socket, services, gatekeeper, params)
+        try:
+            authorized = await _authorize_by_frame(socket, services, gatekeeper, params)
+        finally:
+            services.connections.release_unauthenticated()
         if authorized is None:
             return
     principal, params, topic = authorized
@@ -101,7 +114,7 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
         return
     settings = services.settings
     session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params, socket.send_texts,
-                      settings.slow_client_timeout_s)
+                      settings.slow_client_timeout_s, settings.ws_max_outbox_bytes)
     served = ServedSubscription(socket, session, services, principal.name, gatekeeper.session_deadline_s(principal))
     await served.start(topic)
 
@@ -125,11 +138,15 @@ def _too_many(services: Services, principal: Principal) -> str:
 
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
                      params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
-    """Check the ACL (403), then find the topic (404); the principal's forced filter is ANDed in."""
+    """Check the ACL (403), then find the topic (404), then the principal's groups cap (403 groups-limit); the
+    principal's forced filter is ANDed in."""
     gatekeeper.require(principal, Action.SUBSCRIBE, params.topic, params.group)
     forced = gatekeeper.forced_headers(principal)
     params = dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced else params
-    return params, await services.topic(params.topic)
+    topic = await services.topic(params.topic)
+    if params.group is not None:
+        await admit_group(services, principal, topic.name, params.group)
+    return params, topic
 
 
 async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekeeper: Gatekeeper,

@@ -12,8 +12,10 @@ from gateway.auth.middleware import gatekeeper_of, principal_of
 from gateway.errors import invalid_field
 from gateway.hotspots import PartitionHeat
 from gateway.responses import json_response
+from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import Services, services_of
+from gateway.throttle import RateAction
 from gateway.validation import reject_unknown_fields
 from partitioner.errors import ConcurrentModification, PartitionerError
 from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
@@ -70,23 +72,32 @@ async def create_topic(request: web.Request) -> web.Response:
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    """GET /v1/topics -> every topic the caller has some access to."""
-    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
-    topics = await services_of(request).registry.list()
+    """GET /v1/topics -> every topic the caller has some access to (charged to the caller's reads bucket)."""
+    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    limited = await admit_or_refuse(services, principal, RateAction.READ)
+    topics = await services.registry.list()
     return json_response({"topics": [topic_document(topic) for topic in topics
-                                     if gatekeeper.may_see(principal, topic.name)]})
+                                     if gatekeeper.may_see(principal, topic.name)]}, headers=limited)
 
 
 async def describe_topic(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic} -> the topic with each partition's length and first/last offset."""
     services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
     gatekeeper.require_any(principal, request.match_info["topic"])
+    limited = await admit_or_refuse(services, principal, RateAction.READ)
     topic = await services.registry.get(request.match_info["topic"])
     infos = await services.store.partition_info(topic.name, topic.partitions)
     heat = services.stats.heat(topic.name, topic.partitions)
-    show_keys = not gatekeeper.forced_headers(principal)
+    show_keys = _may_see_keys(request, topic.name)
     return json_response({**topic_document(topic), "partition_details": [
-        partition_document(i, h, show_keys=show_keys) for i, h in zip(infos, heat, strict=True)]})
+        partition_document(i, h, show_keys=show_keys) for i, h in zip(infos, heat, strict=True)]}, headers=limited)
+
+
+def _may_see_keys(request: web.Request, topic: str) -> bool:
+    """Message keys are message data: only for a reader of the topic whose reads are not filtered (the heavy
+    keys may belong to other tenants)."""
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    return gatekeeper.acl.allows(principal, Action.SUBSCRIBE, topic) and not gatekeeper.forced_headers(principal)
 
 
 async def update_topic(request: web.Request) -> web.Response:

@@ -98,7 +98,8 @@ def test_gateway_probes_and_scrapes_switch_to_https_with_a_tls_listener() -> Non
 def test_gateway_node_id_is_the_pod_name_and_secrets_come_from_the_secret() -> None:
     env = {item["name"]: item for item in gateway_container({})["env"]}
     assert env["STREAMGATE_NODE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    for name, key in (("STREAMGATE_JWT_SECRET", "jwt-secret"), ("STREAMGATE_REDIS_PASSWORD", "redis-password")):
+    for name, key in (("STREAMGATE_JWT_SECRET", "jwt-secret"), ("STREAMGATE_REDIS_PASSWORD", "redis-password"),
+                      ("STREAMGATE_RECEIPT_SECRET", "receipt-secret")):
         ref = env[name]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"], ref["optional"]) == ("sg-streamgate", key, True)
 

@@ -17,7 +17,7 @@ from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 
 # Settings the chart computes, so they are not in values.yaml's gateway.settings (values.yaml documents this list).
 CHART_COMPUTED = frozenset({"host", "port", "node_id", "redis_nodes", "etcd_endpoints", "redis_password",
-                            "auth_config_path"})
+                            "receipt_secret", "auth_config_path"})
 SCHEMA_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
@@ -125,7 +125,7 @@ def test_default_auth_config_loads_in_the_gateway_with_no_keys() -> None:
     config = parse_auth_config(tomllib.loads(secret["stringData"]["auth.toml"]), Path("/etc/streamgate/auth"), {})
     assert len(config.api_keys) == 0
     assert config.jwt is None
-    assert set(secret["stringData"]) == {"auth.toml", "redis-password"}
+    assert set(secret["stringData"]) == {"auth.toml", "redis-password", "receipt-secret"}
 
 
 def test_in_chart_redis_gets_a_generated_password_and_external_redis_none_unless_given() -> None:
@@ -139,7 +139,8 @@ def test_in_chart_redis_gets_a_generated_password_and_external_redis_none_unless
 
 def test_created_secret_holds_the_auth_files_jwt_secret_and_redis_password() -> None:
     data = one(manifests(SCENARIOS["created-secret"]), "Secret")["stringData"]
-    assert set(data) == {"auth.toml", "jwks.json", "jwt-secret", "redis-password"}
+    assert set(data) == {"auth.toml", "jwks.json", "jwt-secret", "redis-password", "receipt-secret"}
+    assert len(data["receipt-secret"]) == 48
     config = parse_auth_config(tomllib.loads(data["auth.toml"]), Path("/etc/streamgate/auth"), {})
     assert len(config.api_keys) == 1
 

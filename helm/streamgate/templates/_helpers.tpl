@@ -185,3 +185,18 @@ upgrades keep (read back from the release's Secret; `helm template` has no clust
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The pull receipt key: auth.receiptSecret, else a generated one that upgrades keep (read back from the
+release's Secret), so every gateway pod accepts the receipts of the others. */}}
+{{- define "streamgate.receiptSecret" -}}
+{{- if .Values.auth.receiptSecret -}}
+{{- .Values.auth.receiptSecret -}}
+{{- else -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "streamgate.fullname" .) -}}
+{{- if and $existing (index ($existing.data | default dict) "receipt-secret") -}}
+{{- index $existing.data "receipt-secret" | b64dec -}}
+{{- else -}}
+{{- randAlphaNum 48 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

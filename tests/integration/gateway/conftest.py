@@ -24,7 +24,8 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[Gatewa
            "STREAMGATE_MEMBER_LEASE_TTL_S": "2",
            "STREAMGATE_OWNER_LEASE_TTL_S": "2",
            "STREAMGATE_SWEEP_INTERVAL_S": "0.5",
-           "STREAMGATE_AUTH_MODE": "none"}
+           "STREAMGATE_AUTH_MODE": "none",
+           "STREAMGATE_RECEIPT_SECRET": "integration-receipt-secret-shared-by-both"}  # ack on the other one
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:

@@ -17,7 +17,7 @@ from processes import until_ready
 
 from gateway.app import create_app
 from gateway.auth.keys import hash_api_key
-from gateway.delivery.pull import Receipt
+from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.errors import WS_CLOSE_FORBIDDEN, WS_CLOSE_UNAUTHENTICATED
 from gateway.settings import GatewaySettings
 
@@ -99,7 +99,7 @@ async def topic(secured: Client, topic_name: str) -> str:
 
 
 def every_route(topic: str) -> list[tuple[str, str, dict[str, Any] | None]]:
-    receipt = Receipt(topic, 0, "1-0", 30_000).encode()
+    receipt = ReceiptSigner.random().issue(Receipt(topic, 0, "1-0", 30_000, int(time.time() * 1000)), "admin", "g1")
     return [
         ("POST", "/v1/topics", {"name": topic + "-new", "partitions": 1}),
         ("GET", "/v1/topics", None),
