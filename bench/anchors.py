@@ -10,7 +10,7 @@ import time
 
 import redis
 
-from gateway.devstack import RedisClusterProcess
+from devstack import RedisClusterProcess
 
 VALUE = b"x" * 200
 

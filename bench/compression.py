@@ -1,7 +1,7 @@
 """When compression pays: bytes on the wire vs CPU for publish bodies (none/gzip/zstd) and WebSocket deliveries.
 
 No servers: it runs the gateway's own code on realistic JSON (order events, ~350 B each):
-  - publish, batch B: body bytes per message, the producer's compress CPU (gateway.client.compression) and the
+  - publish, batch B: body bytes per message, the producer's compress CPU (client.compression) and the
     gateway's bounded inflate CPU (gateway.routes.bodies.inflate), per message;
   - delivery frames: permessage-deflate as aiohttp does it (raw deflate, context takeover, a sync flush per
     frame) on one-message and 16-message frames: bytes and CPU per message, for each socket (compression is
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import orjson
 
-from gateway.client.compression import compress_body
+from client.compression import compress_body
 from gateway.routes.bodies import inflate
 
 

@@ -27,7 +27,7 @@ import aiohttp
 import orjson
 from publish import free_port, start_gateway, wait_ready
 
-from gateway.devstack import DevStack, DevStackConfig
+from devstack import DevStack, DevStackConfig
 
 PARTITIONS = 8
 GROUP_DRAIN = Path(__file__).resolve().parent / "group_drain.py"

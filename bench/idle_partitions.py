@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 from publish import process_cpu_seconds, serving_gateway
 
-from gateway.devstack import DevStack, DevStackConfig
+from devstack import DevStack, DevStackConfig
 
 
 async def run(args: argparse.Namespace, stack: DevStack) -> None:

@@ -1,6 +1,6 @@
 """Spark source throughput: the streamgate source into Parquet vs a bare XRANGE read of the same data.
 
-Starts its own Redis Cluster (and etcd) with gateway.devstack, writes N entries of 200 bytes over 4
+Starts its own Redis Cluster (and etcd) with devstack, writes N entries of 200 bytes over 4
 partitions in the gateway's field format, then measures in one run:
   - bare:    sync redis-py (hiredis) paged XRANGE of every partition, one after the other;
   - spark:   pipeline.jobs.to_parquet with availableNow in local[2] (session warmed up first).
@@ -24,7 +24,7 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Pa
 
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
-from gateway.devstack import DevStack, DevStackConfig  # noqa: E402
+from devstack import DevStack, DevStackConfig  # noqa: E402
 from storage.keys import log_key  # noqa: E402
 
 PARTITIONS = 4

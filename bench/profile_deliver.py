@@ -29,7 +29,7 @@ from deliver import create_topic, latency, lean_group_drain, publish, throughput
 from publish import free_port, process_cpu_seconds, redis_cpu_seconds, start_gateway, wait_ready
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.devstack import DevStack, DevStackConfig
+from devstack import DevStack, DevStackConfig
 from storage.keys import log_key
 
 PARTITIONS = 8

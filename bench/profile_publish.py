@@ -44,7 +44,7 @@ from publish import (  # bench/ is not a package
 )
 from wrk import wrk_binary
 
-from gateway.devstack import DevStack, DevStackConfig
+from devstack import DevStack, DevStackConfig
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings

@@ -29,8 +29,8 @@ import aiohttp
 import orjson
 from redis.asyncio.cluster import RedisCluster
 
-from gateway.devstack import DevStack, DevStackConfig
-from gateway.devstack.redis_cluster import RedisClusterProcess
+from devstack import DevStack, DevStackConfig
+from devstack.redis_cluster import RedisClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wrk import wrk_binary, wrk_post_for

@@ -1,7 +1,7 @@
 """Issue 8's bench harness: every goal measured next to its anchors in one run, printed as ONE table.
 
 Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1 replica, AOF
-everysec, gateway.devstack; for goal 1's like-for-like rows a second one without replicas), etcd,
+everysec, devstack; for goal 1's like-for-like rows a second one without replicas), etcd,
 `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and Debian's nats-server with
 JetStream (file store in a temp dir; for the two-copies rows a cluster of three with R2 streams). Anchors in
 the same run: raw pipelined XADD (redis-benchmark -P 64 against every primary at once, a key of its own slot
@@ -49,8 +49,8 @@ from publish import Result, http_publish_for, percentile_ms, publish_body, redis
 from services import GatewayProcess, NatsCluster, NatsServer, serve_supports
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
-from gateway.devstack import DevStack, DevStackConfig
-from gateway.devstack.redis_cluster import RedisClusterProcess
+from devstack import DevStack, DevStackConfig
+from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers")

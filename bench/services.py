@@ -16,7 +16,7 @@ from typing import Self
 
 from publish import free_port
 
-from gateway.devstack import DevStack
+from devstack import DevStack
 
 BENCH_GATEWAY_ENV = {
     "STREAMGATE_AUTH_MODE": "none",

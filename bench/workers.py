@@ -31,7 +31,7 @@ import aiohttp
 import orjson
 from redis.cluster import RedisCluster
 
-from gateway.devstack import DevStack, DevStackConfig
+from devstack import DevStack, DevStackConfig
 
 VALUE = "x" * 200
 PARTITIONS = 12

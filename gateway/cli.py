@@ -17,11 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
+from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from gateway.access_log import ScrubbingAccessLogger
 from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
-from gateway.client_cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from gateway.gc_tuning import tuned_collector
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 from gateway.tls import check_backend_tls, server_ssl_context
@@ -135,8 +135,8 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
 
 def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on Ctrl-C/SIGTERM."""
+    from devstack import DevStack, DevStackConfig, MissingBinary
     from gateway.dev_scale import add_shard_hook, write_pid
-    from gateway.devstack import DevStack, DevStackConfig, MissingBinary
 
     config = DevStackConfig(
         data_dir=Path(args.data_dir).resolve(),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.devstack import DevStack
+from devstack import DevStack
 
 log = logging.getLogger(__name__)
 

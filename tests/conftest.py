@@ -19,14 +19,14 @@ from typing import NoReturn
 
 import pytest
 
-from gateway.devstack import (
+from devstack import (
     EtcdConfig,
     EtcdProcess,
     MissingBinary,
     RedisClusterConfig,
     RedisClusterProcess,
 )
-from gateway.devstack._process import require_binary
+from devstack._process import require_binary
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 # Shorter than the dev default (3000) so failover tests finish sooner; still far above scheduling jitter.

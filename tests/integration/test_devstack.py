@@ -9,7 +9,7 @@ import aetcd
 import pytest
 import redis
 
-from gateway.devstack import (
+from devstack import (
     DevStack,
     DevStackConfig,
     EtcdConfig,

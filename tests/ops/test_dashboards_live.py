@@ -27,7 +27,7 @@ import pytest
 from grafana_queries import PanelQuery, dashboards, panel_queries
 from live_stack import gateways, prometheus, raw_websocket
 
-from gateway.devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
+from devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
 
 pytestmark = pytest.mark.integration
 

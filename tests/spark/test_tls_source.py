@@ -9,8 +9,8 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from gateway.devstack import RedisClusterConfig, RedisClusterProcess
-from gateway.devstack.certs import TlsFiles, make_pki
+from devstack import RedisClusterConfig, RedisClusterProcess
+from devstack.certs import TlsFiles, make_pki
 from pipeline.errors import InvalidSourceOption
 from pipeline.options import RedisTls, parse_options
 from storage.keys import log_key

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
-from gateway.client import Admin, Consumer, Message, ProblemError, Producer
+from client import Admin, Consumer, Message, ProblemError, Producer
 
 
 async def replay_everything(admin: Admin, topic: str, partitions: int) -> list[dict[str, Any]]:

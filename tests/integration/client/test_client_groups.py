@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.client import Admin, Consumer, Message, ProblemError, Producer
+from client import Admin, Consumer, Message, ProblemError, Producer
 
 
 async def consume(base_url: str, topic: str, group: str, count: int, **options: Any) -> list[Message]:

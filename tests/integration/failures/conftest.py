@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from failure_cluster import FAILOVER_NODE_TIMEOUT_MS, WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFactory
 
+from devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess
 from gateway.app import create_app
-from gateway.devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess
 from gateway.settings import GatewaySettings
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from gateway.devstack import RedisClusterProcess
+from devstack import RedisClusterProcess
 
 # Short enough that a killed primary is failed over in ~2-3 s, long enough not to fire on a busy 2-core box.
 FAILOVER_NODE_TIMEOUT_MS = 1000

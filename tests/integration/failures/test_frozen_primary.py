@@ -14,8 +14,8 @@ import pytest
 from failure_cluster import Client
 from failure_traffic import Outcome, Producers, duplicated, replay_topic
 
+from devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess, RedisNode
 from gateway.app import create_app
-from gateway.devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess, RedisNode
 from gateway.settings import GatewaySettings
 
 PARTITIONS = 6

@@ -8,8 +8,8 @@ import time
 from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
 from failure_traffic import Producers, duplicated, missing_acked, replay_topic
 
-from gateway.devstack import RedisClusterProcess, RedisNode
-from gateway.devstack.errors import DevStackError
+from devstack import RedisClusterProcess, RedisNode
+from devstack.errors import DevStackError
 
 PARTITIONS = 6
 RESUME_TIMEOUT_S = 25.0

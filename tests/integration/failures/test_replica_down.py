@@ -11,7 +11,7 @@ from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFa
 from failure_traffic import missing_acked, replay_topic
 from test_primary_crash import create, log_key
 
-from gateway.devstack import RedisClusterProcess, RedisNode
+from devstack import RedisClusterProcess, RedisNode
 
 
 def replica_of(cluster: RedisClusterProcess, primary: RedisNode) -> RedisNode:

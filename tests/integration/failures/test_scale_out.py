@@ -13,7 +13,7 @@ from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked,
 from redis.crc import key_slot
 from test_primary_crash import create, log_key
 
-from gateway.devstack import RedisClusterProcess
+from devstack import RedisClusterProcess
 
 PARTITIONS = 6
 DELIVERY_TIMEOUT_S = 20.0

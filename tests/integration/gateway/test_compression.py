@@ -12,9 +12,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
+from client import Admin, Consumer, Producer
+from client.compression import Compression, compress_body
 from gateway.app import create_app
-from gateway.client import Admin, Consumer, Producer
-from gateway.client.compression import Compression, compress_body
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
+from devstack import EtcdConfig, EtcdProcess
 from gateway.app import create_app
-from gateway.devstack import EtcdConfig, EtcdProcess
 from gateway.settings import GatewaySettings
 
 Client = TestClient[Any, Any]

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from processes import free_port
 
-from gateway.devstack.certs import self_signed
+from devstack.certs import self_signed
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from processes import free_port, wait_ready
 
-from gateway.devstack.certs import self_signed
+from devstack.certs import self_signed
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.devstack import EtcdConfig, EtcdProcess, RedisClusterConfig, RedisClusterProcess
-from gateway.devstack.certs import TlsFiles, make_pki
+from devstack import EtcdConfig, EtcdProcess, RedisClusterConfig, RedisClusterProcess
+from devstack.certs import TlsFiles, make_pki
 from gateway.settings import GatewaySettings
 
 

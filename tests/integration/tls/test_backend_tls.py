@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from devstack import EtcdProcess, RedisClusterProcess
+from devstack.certs import TlsFiles
 from gateway.app import create_app
-from gateway.devstack import EtcdProcess, RedisClusterProcess
-from gateway.devstack.certs import TlsFiles
 from gateway.settings import GatewaySettings
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd import EtcdConnection, EtcdTls

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from client.cli import parse_headers, parse_value
 from gateway.cli import main
-from gateway.client_cli import parse_headers, parse_value
 
 
 def test_values_are_json_when_they_parse_and_strings_otherwise() -> None:

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from gateway.client import Assignment, Consumer, ProblemError, SubscriptionClosed
-from gateway.client.consumer import cursor_from_close_reason, format_cursor, merge_cursors, parse_cursor
+from client import Assignment, Consumer, ProblemError, SubscriptionClosed
+from client.consumer import cursor_from_close_reason, format_cursor, merge_cursors, parse_cursor
 
 Script = Callable[[web.WebSocketResponse, int], Awaitable[None]]
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
+from client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
 
 
 @dataclass

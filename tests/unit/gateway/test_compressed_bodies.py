@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from backports import zstd
 
-from gateway.client.compression import Compression, compress_body
+from client.compression import Compression, compress_body
 from gateway.errors import Problem
 from gateway.routes import bodies
 from gateway.routes.bodies import inflate

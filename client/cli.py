@@ -1,12 +1,13 @@
-"""Client commands of ``streamgate``: ``produce``, ``consume``, ``topics`` and ``groups``.
-
-Output is JSON lines on stdout; an error prints the problem's detail to stderr and exits 1.
+"""Client commands of ``streamgate`` (and of ``streamgate-client``, the client's own distribution): ``produce``,
+``consume``, ``topics`` and ``groups``. Output is JSON lines on stdout; an error prints the problem's detail to
+stderr and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
+from client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
 
 CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -87,6 +88,13 @@ def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     seek.add_argument("group")
     seek.add_argument("--topic", required=True)
     seek.add_argument("--to", required=True, metavar="earliest|latest|CURSOR")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``streamgate-client``: the client commands alone, without the server."""
+    parser = argparse.ArgumentParser(prog="streamgate-client", description="streamgate's client commands")
+    add_client_commands(parser.add_subparsers(dest="command", required=True))
+    return run_client_command(parser.parse_args(argv), os.environ)
 
 
 def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:

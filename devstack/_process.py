@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.devstack.errors import MissingBinary, ProcessExitedError, StartupTimeoutError
+from devstack.errors import MissingBinary, ProcessExitedError, StartupTimeoutError
 
 LOOPBACK = "127.0.0.1"
 POLL_INTERVAL_S = 0.05

@@ -21,9 +21,9 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from gateway.client.compression import Compression, compress_body
-from gateway.client.credentials import auth_headers
-from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
+from client.compression import Compression, compress_body
+from client.credentials import auth_headers
+from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
 
 log = logging.getLogger(__name__)
 

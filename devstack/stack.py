@@ -7,8 +7,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from gateway.devstack.etcd import EtcdConfig, EtcdProcess
-from gateway.devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
+from devstack.etcd import EtcdConfig, EtcdProcess
+from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
 
 
 @dataclass(frozen=True)

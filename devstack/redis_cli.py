@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.devstack.errors import DevStackError
+from devstack.errors import DevStackError
 
 CLI_TIMEOUT_S = 120.0
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from gateway.client.credentials import auth_headers
-from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed, problem_of
+from client.credentials import auth_headers
+from client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed, problem_of
 
 log = logging.getLogger(__name__)
 

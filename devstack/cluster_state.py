@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.devstack.redis_cluster import RedisNode
+    from devstack.redis_cluster import RedisNode
 
 SLOT_COUNT = 16384
 

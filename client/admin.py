@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.client.credentials import auth_headers
-from gateway.client.errors import ConnectionFailed, problem_of
+from client.credentials import auth_headers
+from client.errors import ConnectionFailed, problem_of
 
 
 class Admin:

@@ -6,16 +6,16 @@ Usage::
         stack.redis_startup_nodes, stack.etcd_endpoint
 """
 
-from gateway.devstack.errors import (
+from devstack.errors import (
     DevStackError,
     LayoutMismatchError,
     MissingBinary,
     ProcessExitedError,
     StartupTimeoutError,
 )
-from gateway.devstack.etcd import EtcdConfig, EtcdProcess
-from gateway.devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess, RedisNode
-from gateway.devstack.stack import DevStack, DevStackConfig
+from devstack.etcd import EtcdConfig, EtcdProcess
+from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess, RedisNode
+from devstack.stack import DevStack, DevStackConfig
 
 __all__ = [
     "DevStack",

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from gateway.devstack._process import (
+from devstack._process import (
     LOOPBACK,
     STOP_TIMEOUT_S,
     ServerProcess,
@@ -23,7 +23,7 @@ from gateway.devstack._process import (
     require_binary,
     wait_until,
 )
-from gateway.devstack.certs import TlsFiles
+from devstack.certs import TlsFiles
 
 PORTS_FILE = "ports.json"
 HEALTH_TIMEOUT_S = 1.0

@@ -22,7 +22,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from gateway.devstack._process import (
+from devstack._process import (
     LOOPBACK,
     STOP_TIMEOUT_S,
     ServerProcess,
@@ -31,10 +31,10 @@ from gateway.devstack._process import (
     terminate_all,
     wait_until,
 )
-from gateway.devstack.certs import TlsFiles
-from gateway.devstack.cluster_state import node_problem, owner_port
-from gateway.devstack.errors import DevStackError, LayoutMismatchError
-from gateway.devstack.redis_cli import (
+from devstack.certs import TlsFiles
+from devstack.cluster_state import node_problem, owner_port
+from devstack.errors import DevStackError, LayoutMismatchError
+from devstack.redis_cli import (
     add_primary,
     is_consistent,
     rebalance_onto_empty_primaries,

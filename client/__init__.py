@@ -11,10 +11,10 @@ async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consu
 ```
 """
 
-from gateway.client.admin import Admin
-from gateway.client.consumer import Assignment, Consumer, Message
-from gateway.client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed
-from gateway.client.producer import Producer, RetryPolicy, SendResult
+from client.admin import Admin
+from client.consumer import Assignment, Consumer, Message
+from client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed
+from client.producer import Producer, RetryPolicy, SendResult
 
 __all__ = [
     "Admin",
