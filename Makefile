@@ -63,6 +63,8 @@ test: deps venv
 	$(VENV_PY) -m pytest
 	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"
 	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q tests/unit/gateway tests/integration/gateway
+	@echo "== the unit tests once more with the compiled parts switched off (the Python references)"
+	STREAMGATE_NO_EXTENSIONS=1 $(VENV_PY) -m pytest -q tests/unit
 
 lint: venv
 	$(VENV)/bin/mypy --strict

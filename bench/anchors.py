@@ -71,8 +71,8 @@ def compact_aofs(cluster: RedisClusterProcess) -> None:
     """BGREWRITEAOF on every node, then wait until none rewrites: a short measurement starts from compact AOFs.
 
     Redis rewrites an AOF by itself once it has doubled since the last rewrite (and passed 64 MB). Left to
-    chance, that fork and rewrite of every node fell into a 2-3 s drain in some runs (5 rewrites during one
-    drain at 61k msg/s, none in drains at 96-107k): a fresh base puts the drain's ~15 MB per node far from it.
+    chance, that fork and rewrite of every node fell into a short drain in some runs (and those drains came out
+    markedly slower): a fresh base puts the drain's ~15 MB per node far from it.
     """
     for node in cluster.nodes:
         host, port = node.address

@@ -9,8 +9,9 @@ the process acked ``--total`` messages or after ``--idle-s`` without a message, 
 first_ts (first message) and last_ts (last ack sent). With ``--ack-each-read`` it acks what each read of the socket
 brought at once, as a client acking message by message would, instead of collecting up to ``--ack-batch``.
 
-The aiohttp client it replaces spent ~8 us of CPU per message (a receive with a timeout, ``orjson.loads`` and
-a dict per frame) on the 2 cores the gateway and Redis share; this one ~1-2.
+The aiohttp client it replaces spent several times more CPU per message (a receive with a timeout,
+``orjson.loads`` and a dict per frame) on the cores the gateway and Redis share, so it took CPU from what it
+measured.
 
     python bench/group_drain.py --port 8080 --topic orders --group g --members 2 --total 50000
 """

@@ -1,4 +1,4 @@
-"""Delivery profiling and figures for issue 8: group delivery with acks, broadcast fan-out, latency, with anchors.
+"""Delivery profiling and figures: group delivery with acks, broadcast fan-out, latency, with anchors.
 
 Starts its own Redis Cluster + etcd (loopback, free ports) and one gateway process, then prints:
   1. anchor: bare redis-py XREADGROUP COUNT 500 + XACK of the same messages on the same cluster (msg/s);

@@ -1,4 +1,4 @@
-"""Issue 8's bench harness: every goal measured next to its anchors in one run, printed as ONE table.
+"""The bench harness: every goal measured next to its anchors in one run, printed as ONE table.
 
 Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1 replica, AOF
 everysec, devstack; for goal 1's like-for-like rows a second one without replicas), etcd,
@@ -208,7 +208,7 @@ class Harness:
     async def best_of_sweep(self, cluster: RedisClusterProcess, gateway: GatewayProcess) -> BestRun:
         """Batch-100 acks=1 throughput as goal 2 takes it: the best rate over the loads of ``plan.acks_connections``
         (the raw anchor has 3 x 16 redis-benchmark clients with 64 commands in flight each; a gateway loaded with
-        16 requests of 100 at a time left the machine ~12% idle). Each load on emptied streams."""
+        16 requests of 100 at a time left the machine partly idle). Each load on emptied streams."""
         runs: list[tuple[int, Result, str]] = []
         for connections in self.plan.acks_connections:
             await asyncio.to_thread(drop_and_wait_for_rewrites, cluster,
@@ -264,7 +264,7 @@ class Harness:
 
     async def publish_one_copy(self, nats_rate: float, nats_note: str) -> None:
         """Goal 1 like for like: JetStream here keeps one copy of each message (one server, R1, file store), the
-        cluster above two (every primary has a replica, which costs Redis ~40% more CPU per message on the same 2
+        cluster above two (every primary has a replica, which costs Redis markedly more CPU per message on the same
         cores). The same publish on 3 primaries without replicas (AOF everysec), with its own raw anchor."""
         async with one_copy_stack() as (stack, gateway):
             async with aiohttp.ClientSession() as http:

@@ -1,7 +1,7 @@
 """HTTP load from wrk (Debian package wrk), a C load generator, instead of a Python client.
 
 On a 2-core machine the load generator shares the CPU with the gateway and Redis: an aiohttp client posting
-single messages used ~64% of a core at ~6k req/s, which the gateway then did not get. redis-benchmark, the
+single messages used a large share of a core, which the gateway then did not get. redis-benchmark, the
 raw-Redis anchor, is C too. ``wrk_post_for`` posts one prebuilt body from N connections for a duration and
 reads wrk's own summary (requests, duration, non-2xx count, latency percentiles) printed by a Lua ``done``.
 """

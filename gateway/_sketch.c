@@ -6,7 +6,7 @@
  * (count, key), keys compared as Python compares bytes, and starts from its count.
  *
  * Why arrays, not a dict: the bench's keys churn through the counters (a new key on nearly every add, so an
- * eviction each time), and a dict paid a delete, an insert and a scan of boxed counts per key (~0.19 us); here a
+ * eviction each time), and a dict paid a delete, an insert and a scan of boxed counts per key; here a
  * lookup compares the key's cached hash against at most ``size`` machine words and an eviction overwrites a slot.
  * Counts are machine integers and stop at 2**63 - 1 (a process publishes fewer messages than that).
  * tests/unit/gateway/test_hotspots.py pins both to their references.

@@ -37,8 +37,8 @@ DEV_ETCD_PEER_PORT = 23800
 
 
 def access_logger(settings: GatewaySettings) -> logging.Logger | None:
-    """aiohttp's access logger when ``access_log`` is on, else None: a line per request at INFO cost ~70 us of
-    gateway CPU per single-message publish (208 against 138 us, docs/performance.md), and
+    """aiohttp's access logger when ``access_log`` is on, else None: a line per request at INFO costs a large
+    share of a single-message publish's gateway CPU (docs/performance.md has the figures), and
     ``streamgate_http_requests_total`` already counts every request by route, method and status."""
     return logging.getLogger("aiohttp.access") if settings.access_log else None
 
@@ -93,8 +93,8 @@ def check_event_loop(settings: GatewaySettings) -> None:
 
 
 def new_event_loop(settings: GatewaySettings) -> asyncio.AbstractEventLoop:
-    """The loop a gateway process runs on: libuv's (uvloop: ~10% less gateway CPU per published or delivered
-    message than asyncio's, docs/performance.md) or the standard one."""
+    """The loop a gateway process runs on: libuv's (uvloop: less gateway CPU per published or delivered message
+    than asyncio's, docs/performance.md has the figures) or the standard one."""
     if settings.event_loop == "uvloop":
         import uvloop
 

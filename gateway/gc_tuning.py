@@ -1,9 +1,9 @@
-"""Garbage-collector settings for a serving process (issue 8: publish CPU and tail latency).
+"""Garbage-collector settings for a serving process (they cut publish CPU and tail latency).
 
 A publish batch keeps hundreds of container objects alive at once (the parsed body, validated messages,
 records, results), so with Python's default young-generation threshold (700) the cyclic collector ran about once
-per request and traversed all of them, costing ~10% of the gateway's CPU at batch 100 and the worst p99 spikes
-(bench/profile_publish.py: 11.7-14.0 -> 10.3-10.6 us per message, p99 55-74 -> 34-38 ms). Almost everything is
+per request and traversed all of them, costing a noticeable share of the gateway's CPU on large batches and
+the worst p99 spikes (bench/profile_publish.py shows the difference). Almost everything is
 freed by reference counting anyway; the cyclic collector only matters for cycles.
 
 So: after startup the long-lived objects (modules, the app, its services) are frozen out of the collector's

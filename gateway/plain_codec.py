@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from gateway.native import refuse_if_off
+
 __all__ = ["NATIVE", "PLAIN_BODY_FIELDS", "PLAIN_MESSAGE_FIELDS", "parse_plain", "parse_plain_python",
            "plain_results_json", "plain_results_json_python", "scan_plain_body", "scan_plain_body_python"]
 
@@ -94,6 +96,7 @@ def plain_results_json_python(partitions: list[int], offsets: list[str]) -> byte
 
 
 try:
+    refuse_if_off()
     from gateway import _plain
 except ImportError:  # built without a C compiler: the reference, same results
     NATIVE = False

@@ -65,8 +65,8 @@ class GatewaySettings:
     worker_metrics_port: int = 0  # with workers > 1, worker i also listens on this port + i (its own /metrics)
     retry_after_s: int = 1
     gc_young_threshold: int = 20_000  # `serve`: allocations between young GCs (Python: 700); 0 = Python's defaults
-    access_log: bool = False  # one aiohttp access-log line per request at INFO (~70 us of CPU each; metrics count all)
-    event_loop: str = "uvloop"  # `serve`/`dev`: "uvloop" (libuv, ~10% less gateway CPU per message) or "asyncio"
+    access_log: bool = False  # one aiohttp access-log line per request at INFO (costly per request; metrics count all)
+    event_loop: str = "uvloop"  # `serve`/`dev`: "uvloop" (libuv, less gateway CPU per message) or "asyncio"
     auth_mode: str = "required"  # "required" or "none" (no authentication at all: local development only)
     auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
     auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")  # served without credentials

@@ -1,6 +1,6 @@
 /*
  * Kafka's Utils.murmur2 in C: the same function as partitioner.hashing.murmur2_python (the reference),
- * about 20 times faster per key. Java's wrapping 32-bit int arithmetic is uint32_t arithmetic here; the
+ * much faster per key. Java's wrapping 32-bit int arithmetic is uint32_t arithmetic here; the
  * result is returned as a signed 32-bit int, as Java returns it. Tests pin both implementations to Kafka's
  * golden vectors and to each other (tests/unit/partitioner/test_hashing.py).
  */

@@ -466,7 +466,7 @@ class EtcdConnection:
     async def _reset_watch_stream(self) -> None:
         """Drop aetcd's shared watch stream after a failed watch create.
 
-        (measured) aetcd matches watch-create replies to requests by order: a create that timed out while etcd
+        aetcd matches watch-create replies to requests by order: a create that timed out while etcd
         was unreachable stays queued on the stream, and when etcd answers, its reply is handed to the *next*
         watch created on this client, which then silently follows the wrong prefix from the wrong revision.
         Shutting the stream down discards the stale request; every other watch of this connection ends too

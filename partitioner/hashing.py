@@ -16,7 +16,7 @@ partitions and break per-key ordering for data already written. This module must
 behaviour; golden vectors from Kafka's own ``UtilsTest`` pin it (tests/unit/partitioner/test_hashing.py).
 
 ``murmur2`` and ``partition_for`` are the C implementation in ``partitioner._murmur2`` (built by setup.py;
-~0.1 us per key instead of ~1.2) when it is installed, and ``murmur2_python``, the reference, otherwise.
+an order of magnitude cheaper per key) when it is installed, and ``murmur2_python``, the reference, otherwise.
 
 Keyless messages are spread by ``KeylessSpreader``: round-robin, sticky for a whole request batch.
 """
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+
+from partitioner.native import refuse_if_off
 
 __all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for", "partition_for_python",
            "partitions_of", "partitions_of_python", "to_positive"]
@@ -88,6 +90,7 @@ def partitions_of_python(keys: list[bytes | None], partitions: int, keyless: int
 
 
 try:
+    refuse_if_off()
     from partitioner import _murmur2
 except ImportError:  # built without a C compiler: the reference, same results
     NATIVE = False

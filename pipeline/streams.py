@@ -1,7 +1,7 @@
 """Synchronous reads of one partition stream for the Spark side (driver and executors).
 
 Spark runs the offset methods in a long-lived driver-side Python process and ``read()`` in reused workers, so
-each side opens its own ``RedisCluster`` (a client does not pickle). hiredis makes XRANGE parsing ~7x faster.
+each side opens its own ``RedisCluster`` (a client does not pickle). hiredis makes XRANGE parsing much faster.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why per-node clients: WAIT counts the replicas that acknowledged the writes *of its own connection*.
 ``RedisCluster.pipeline()`` and ``RedisCluster.execute_command("WAIT")`` send WAIT over another connection
-(or to another node, WAIT has no key), where it returns at once and proves nothing (DESIGN.md section 2).
+(or to another node, WAIT has no key), where it returns at once and proves nothing.
 A plain ``redis.asyncio.Redis`` pipeline with ``transaction=False`` takes one connection from its pool and
 sends every queued command on it, so ``[EVALSHA ..., WAIT n t]`` to the node owning the slot is correct.
 """

@@ -6,7 +6,7 @@ empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
 
 Entries of earlier versions read the same: a keyed record was ``v`` and ``k`` (the key as a value), and JSON
 values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry to parse, store, replicate and
-answer: ~14% (``f``) and ~9% (``k``) of its CPU per XADD (docs/performance.md).
+answer, a measurable share of its CPU per XADD (docs/performance.md has the figures).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import orjson
 
 from storage.errors import InvalidOffset
 from storage.models import Record, StoredEntry, ValueFormat
+from storage.native import refuse_if_off
 
 _FORMATS = {fmt.value.encode(): fmt for fmt in ValueFormat}
 KEYED = b"K"  # a keyed record's value is stored under K + its key
@@ -73,7 +74,7 @@ def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry
     """Decode the entries of a raw RESP2 stream reply (``[id, [field, value, ...]]`` items, nil items skipped).
 
     The read hot path (XREADGROUP, XREAD): the reply comes straight from hiredis without redis-py's
-    pair-to-dict callbacks. The compiled ``storage._entries`` decodes it (~4x faster) unless it is unsure,
+    pair-to-dict callbacks. The compiled ``storage._entries`` decodes it (faster) unless it is unsure,
     then ``decode_raw_entries_python`` does.
     """
     if ENTRIES_NATIVE and type(items) is list:
@@ -120,6 +121,7 @@ def decode_raw_entries_python(partition: int, items: Sequence[Any]) -> list[Stor
 
 
 try:  # the compiled decoder (storage._entries, built by setup.py); the Python one gives the same entries
+    refuse_if_off()
     from storage._entries import decode_raw_entries as _decode_compiled
     ENTRIES_NATIVE = True
 except ImportError:  # pragma: no cover - a build without a C compiler

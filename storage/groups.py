@@ -240,8 +240,8 @@ class RedisGroupStore:
         """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block).
 
         A missing group (or stream) is created from "earliest" and the read retried once. A read that does not
-        block goes on the lean connection of the slot's primary (pipelined with the acks, a few us of client
-        CPU instead of redis-py's ~150); a blocking one holds a pooled redis-py connection of its own.
+        block goes on the lean connection of the slot's primary (pipelined with the acks, far less client
+        CPU than through redis-py); a blocking one holds a pooled redis-py connection of its own.
         """
         if count <= 0 or block_ms < 0:
             raise ValueError("count must be > 0 and block_ms >= 0")
@@ -338,8 +338,8 @@ class RedisGroupStore:
             raise
 
     async def _ack_lean(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
-        """XACK on the lean connection of the slot's primary (a few us of client CPU instead of redis-py's
-        ~150); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map first)."""
+        """XACK on the lean connection of the slot's primary (far less client CPU than through
+        redis-py); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map first)."""
         assert self._lanes is not None
         (reply,) = await self._lanes.execute(self._router.node_for_slot(slot),
                                              [encode_command_with_ids(("XACK", key, group), ids)], exclusive=False)

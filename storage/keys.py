@@ -1,4 +1,4 @@
-"""Redis key layout of a partition (DESIGN.md section 2).
+"""Redis key layout of a partition (docs/architecture.md, Storage layout).
 
 Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in one cluster
 slot: the append script can then touch the stream and its idempotency keys atomically in one call.

@@ -15,7 +15,8 @@ in the reply list, exactly as a redis-py pipeline gives it.
 
 ``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small pool of
 connections taken exclusively by acks=all writes: WAIT blocks its connection until the replicas answer,
-and it must follow the caller's own writes on the same connection (DESIGN.md section 2). acks=all writes to
+and it must follow the caller's own writes on the same connection (WAIT counts only what its connection sent;
+docs/architecture.md, acks). acks=all writes to
 one node made in the same event-loop turn share one such connection and one WAIT (``execute_replicated``, a
 group commit).
 """
@@ -247,7 +248,8 @@ class RespConnection:
         Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no reply came
         within the reply timeout (the connection is then closed: its later replies could not be trusted).
         The timeout is one watchdog timer per connection, armed for the oldest request waiting (requests are
-        answered in order), not a timer per request: ~4.5 us of event-loop work per request saved.
+        answered in order), not a timer per request, whose arming and cancelling is event-loop work on every
+        request.
         """
         future = self.submit(payload, replies, transactions)
         while future is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 
 class Acks(enum.Enum):
-    """How much durability a publish waits for (DESIGN.md section 2)."""
+    """How much durability a publish waits for (docs/architecture.md, acks)."""
 
     NONE = "0"  # accepted by the gateway's batcher only
     LEADER = "1"  # written on the primary owning the partition's slot

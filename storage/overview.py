@@ -2,7 +2,7 @@
 offsets for subscriptions starting at ``latest``, many partitions per round trip.
 
 ``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on the lean
-connections (``storage.lean``), a few microseconds of client CPU per command instead of redis-py's ~150. A
+connections (``storage.lean``), far less client CPU per command than through redis-py. A
 partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out of the
 result; the caller reads it the slow, retrying way. ``oldest_pending_offset`` is not known from XINFO GROUPS:
 it is None in an overview, also for groups with pending entries (``RedisGroupStore.state`` has it).

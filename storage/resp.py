@@ -1,7 +1,7 @@
 """RESP2 on the wire, without a client library: command encoding and an incremental reply reader.
 
-Used by the lean append path (``storage.lean``): redis-py spends ~150 us of CPU per command, the
-encoding below and hiredis' reader a few. ``new_reply_reader`` returns hiredis' C reader when it is
+Used by the lean append path (``storage.lean``): redis-py spends far more CPU per command than the
+encoding below and hiredis' reader do. ``new_reply_reader`` returns hiredis' C reader when it is
 installed and ``PythonReplyReader`` (same interface) otherwise. Error replies come back as ``ReplyError``
 values, not raised, so a pipeline's other replies survive; ``as_redis_error`` maps one to the redis-py
 exception class (MovedError, AskError, NoScriptError, ClusterDownError, ...) the retry logic knows.
@@ -16,12 +16,15 @@ from typing import Any, Literal, Protocol
 from redis import exceptions as rexc
 from redis._parsers.base import BaseParser
 
+from storage.native import refuse_if_off
+
 try:  # hiredis is a dependency through redis[hiredis]; the pure-Python reader is the fallback
     import hiredis
 except ImportError:  # pragma: no cover - exercised by tests through PythonReplyReader directly
     hiredis = None  # type: ignore[assignment]
 
 try:  # the compiled check (storage._wire, built by setup.py); the Python one is the same answer
+    refuse_if_off()
     from storage._wire import has_instance
 except ImportError:  # pragma: no cover - built without a C compiler
     def has_instance(items: list[Any], cls: type, /) -> bool:
@@ -127,6 +130,7 @@ def _id_at(data: bytes, at: int) -> tuple[int, str] | None:
 
 
 try:  # the compiled reader (storage._wire); the Python one gives the same answers
+    refuse_if_off()
     from storage._wire import read_transactions as read_transactions
 except ImportError:  # pragma: no cover - built without a C compiler
     read_transactions = read_transactions_python

@@ -25,6 +25,7 @@ from redis import exceptions as rexc
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, AppendResult, PlainRecords, Record, ValueFormat
+from storage.native import refuse_if_off
 from storage.resp import ReplyError, as_redis_error, encode_command
 
 APPEND_LUA = """
@@ -188,8 +189,8 @@ class AppendCall:
 
     ``wire`` is the append hot path. Records with idempotency keys need the script (the dedup check and the
     XADD must not interleave with another writer); a call without any is sent as MULTI, one XADD per record,
-    EXEC instead: as atomic for the partition, and Redis spends ~2.5 us per message on it instead of ~4.2
-    (the script's per-record Lua work; ``bench/profile_publish.py`` prints Redis CPU per message). Either is
+    EXEC instead: as atomic for the partition, and Redis spends less CPU per message on it (no per-record Lua
+    work; ``bench/profile_publish.py`` prints Redis CPU per message). Either is
     one %-format per record instead of one encode step per argument (``evalsha_wire`` is the generic
     ``encode_command`` of ``evalsha_command`` byte for byte, ``transaction_commands`` likewise for the
     transaction; tests pin both). ``args`` and ``evalsha_command`` lay out the script call as values for
@@ -406,8 +407,8 @@ def _fold_transaction(replies: list[Any]) -> Any:
 
 
 def _fold_transaction_python(replies: list[Any]) -> Any:
-    """``_fold_transaction`` in Python (offsets as the bytes Redis sent); the reference of the compiled fold
-    wherever that one answers."""
+    """``_fold_transaction`` in Python; the reference of the compiled fold wherever that one answers (offsets
+    decoded to str, as it gives them)."""
     executed = replies[-1]
     if isinstance(executed, BaseException) or executed is None:
         return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
@@ -416,7 +417,7 @@ def _fold_transaction_python(replies: list[Any]) -> Any:
         if isinstance(reply, ReplyError):  # a command failed while executing (not expected for XADD)
             return as_redis_error(reply)
     flat: list[Any] = [0] * (2 * len(executed))
-    flat[0::2] = executed
+    flat[0::2] = [offset.decode() if type(offset) is bytes else offset for offset in executed]
     return flat
 
 
@@ -483,6 +484,7 @@ def _no_compiled_fold(replies: list[Any]) -> list[Any] | None:
 
 
 try:
+    refuse_if_off()
     from storage import _wire
 except ImportError:  # built without a C compiler: the reference, same bytes
     WIRE_NATIVE = False

@@ -13,7 +13,7 @@ encoded once for every session (``offer_frames``).
 
 The writer is a task only while there is something to write: the first frame queued starts it and it ends once
 the outbox is empty, so an idle subscription holds no writer task, no wake-up future and no last written batch
-(issue 8: memory per idle connection).
+(idle subscriptions must cost as little memory as they can).
 """
 
 from __future__ import annotations

@@ -257,10 +257,10 @@ class GrowthWatch(Protocol):
 class BroadcastFollow:
     """Every partition of a topic delivered to one broadcast session through the shared tails (``aclose`` ends it).
 
-    Task-free while idle (issue 8: memory per idle connection): once every follower has joined its tail, the
-    tails feed the session and nothing of this object runs. A catch-up task exists only while some follower is
-    behind and the session has credit; it is started by ``set`` (the session's credit coming back, a follower
-    detached by its tail, partitions added to the topic) and ends when nothing is left to catch up. With
+    Task-free while idle (so an idle connection holds as little memory as it can): once every follower has joined
+    its tail, the tails feed the session and nothing of this object runs. A catch-up task exists only while some
+    follower is behind and the session has credit; it is started by ``set`` (the session's credit coming back, a
+    follower detached by its tail, partitions added to the topic) and ends when nothing is left to catch up. With
     ``growth``, partitions added meanwhile are followed from their first entry and ``on_growth`` is told the new
     count. A catch-up failure goes to ``on_error`` (the caller closes the session).
     """

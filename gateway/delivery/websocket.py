@@ -1,10 +1,10 @@
 """A lean server side of RFC 6455 for subscriptions: no task, no queue and no parser object while a socket idles.
 
-aiohttp keeps ~13.5 KiB per WebSocket connection (its request handler and HTTP parser, the upgrade request and
+aiohttp keeps a lot per WebSocket connection (its request handler and HTTP parser, the upgrade request and
 its headers, a reader with a data queue, two tasks and the handler's coroutine frames for as long as the socket
 lives). A subscription socket needs far less: the route validates the upgrade through aiohttp, then ``upgrade``
 writes the 101 itself, puts a ``LeanWebSocket`` in place as the transport's protocol and lets aiohttp forget the
-connection (issue 8: memory per idle connection < 16 KiB). From then on the transport calls this protocol:
+connection, so an idle connection costs little memory. From then on the transport calls this protocol:
 client frames are parsed as they arrive and handed to the ``SocketEvents`` of the subscription, sends go straight
 to the transport, and the only timer is the heartbeat.
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 
+from gateway.native import refuse_if_off
 from storage.models import Delivery, StoredEntry, ValueFormat
 
 Send = Callable[[Sequence[bytes]], Awaitable[None]]
@@ -29,8 +30,8 @@ def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     Assembled from pieces in one ``join``: the JSON value is embedded as stored, strings that may need escaping
     (topic, key, headers) go through orjson, offsets are stream IDs (digits and a dash) and base64 needs no
     escaping. Byte-for-byte what ``orjson.dumps`` of the document gives (tests/unit/gateway/test_wire_frames.py),
-    ~2x faster, and sized exactly: orjson's own result keeps its ~4 KiB growth buffer (a 318-byte frame held
-    4.1 KiB of RSS), and frames wait in outboxes and shared tail pages.
+    faster, and sized exactly: orjson's own result keeps its growth buffer (several times a small frame's size
+    in RSS), and frames wait in outboxes and shared tail pages.
     """
     key = b"null" if entry.key is None else _key_json(entry.key)
     if entry.value_format is ValueFormat.JSON:
@@ -47,7 +48,7 @@ _dumps = orjson.dumps
 
 
 def message_frames(topic: str, deliveries: list[Delivery]) -> list[bytes]:
-    """The ``message`` frames of a page of deliveries: the compiled ``gateway._frames`` writes them (~3x faster,
+    """The ``message`` frames of a page of deliveries: the compiled ``gateway._frames`` writes them (faster,
     the same bytes) unless it is unsure, then ``message_frame`` does, one by one."""
     if FRAMES_NATIVE:
         frames = _frames_compiled(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
@@ -61,6 +62,7 @@ def _key_json(key: bytes) -> bytes:
 
 
 try:  # the compiled framing (gateway._frames, built by setup.py); message_frame gives the same bytes
+    refuse_if_off()
     from gateway._frames import message_frames as _frames_compiled
     from gateway._frames import text_frames as _text_frames_compiled
     FRAMES_NATIVE = True

@@ -3,8 +3,8 @@
 Two node-level duties cover every owned partition in rounds, each topic's partitions in one pipelined round
 per Redis node on the lean connections: the promoter moves due delayed messages every ``promote_interval_s``
 (p99 promotion latency stays under a second), the lag exporter sets the group lag and partition length gauges
-every ``lag_interval_s``. (One task per partition polling every 100 ms cost an idle node owning 512
-partitions most of a core.) Per owned partition, one task sleeps until its next slower duty: apply retention
+every ``lag_interval_s``. (A task per partition polling on a short timer made an idle node's CPU grow with
+the partitions it owns.) Per owned partition, one task sleeps until its next slower duty: apply retention
 every ``retention_interval_s`` (counting, never hiding, entries dropped before a group acked them) and sweep
 the groups every ``sweep_interval_s`` (dead letters past max deliveries, a dead node's deliveries;
 ``duties.sweep``). Duties stop when the partition leaves ``ownership.owned`` (which empties on the node's own

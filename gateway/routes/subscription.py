@@ -1,7 +1,7 @@
 """An upgraded subscription once its handler returned: client frames in, modes served, one close and one cleanup.
 
 The subscribe route authorizes, upgrades (gateway.delivery.websocket) and starts a ``ServedSubscription``, then
-returns: no task of aiohttp's or ours stays behind for an idle socket (issue 8: memory per idle connection).
+returns: no task of aiohttp's or ours stays behind for an idle socket (idle sockets must cost little memory).
 What runs afterwards is driven by callbacks: client frames arrive as ``on_text``, settle frames of a group
 session go through a bounded inbox drained by a task that exists only while frames wait, a close requested by
 the session (slow consumer, token expiry, shutdown, a failed runner) becomes the socket's close frame, and the

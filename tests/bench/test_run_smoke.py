@@ -1,4 +1,4 @@
-"""Smoke test of the issue 8 bench harness: `bench/run.py --quick --only publish` end to end.
+"""Smoke test of the bench harness: `bench/run.py --quick --only publish` end to end.
 
 It asserts the table's shape and that every figure is a number, never the figures' size (no timed assertions).
 """

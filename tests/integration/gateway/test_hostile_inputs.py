@@ -1,4 +1,4 @@
-"""Hostile inputs against the real gateway (issue 6, item 6): malformed publish bodies, WebSocket abuse, bad params.
+"""Hostile inputs against the real gateway: malformed publish bodies, WebSocket abuse, bad params.
 
 Hypothesis drives the generated cases, but ``@given`` cannot wrap an async test with function-scoped fixtures:
 each test draws its cases with a ``@given``-decorated inner sync function (derandomized, no database), then

@@ -1,4 +1,4 @@
-"""Hostile inputs with auth on (issue 6, item 6): auth_mode=required, API keys, HS256 JWTs, ACL rules, tenants.
+"""Hostile inputs with auth on: auth_mode=required, API keys, HS256 JWTs, ACL rules, tenants.
 
 - hostile publish bodies under valid principals (an API key and a tenant's JWT), under a principal without a
   grant and without credentials: every one refused, nothing written (counted in Redis);

@@ -1,4 +1,4 @@
-"""The per-request access log is off unless asked for (it cost ~70 us of gateway CPU per request)."""
+"""The per-request access log is off unless asked for (it costs a large share of a small request's gateway CPU)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session writer runs only while there is something to write (issue 8: memory per idle subscription)."""
+"""The session writer runs only while there is something to write (an idle subscription must cost little memory)."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
     call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])
-    assert folded == ["5-0", 0, "5-1", 0]  # the compiled fold decodes the offsets; the Python one keeps bytes
+    assert folded == ["5-0", 0, "5-1", 0]
     assert [(r.offset, r.duplicate) for r in parse_append_reply(0, folded)] == [("5-0", False), ("5-1", False)]
 
 
