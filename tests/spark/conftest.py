@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from storage.keys import log_key
 from storage.models import Record, ValueFormat
 
 try:
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 except ImportError as exc:  # pragma: no cover - depends on the environment
     if os.environ.get("CI", "").lower() == "true":
@@ -42,17 +44,30 @@ def spark() -> Iterator[SparkSession]:
     from pipeline import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("streamgate-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
+    session = _started_session()
     register(session)
     try:
         yield session
     finally:
         session.stop()
+
+
+def _started_session(attempts: int = 3) -> SparkSession:
+    """A local SparkSession. Its JVM is forked from a process whose gRPC threads (etcd) may be busy, and has
+    been seen to exit before it answered once in a while: the launch is retried, the test is not."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return (SparkSession.builder.master("local[2]").appName("streamgate-tests")
+                    .config("spark.ui.enabled", "false")
+                    .config("spark.sql.shuffle.partitions", "2")
+                    .config("spark.sql.session.timeZone", "UTC")
+                    .config("spark.driver.bindAddress", "127.0.0.1")
+                    .getOrCreate())
+        except PySparkRuntimeError as exc:
+            if exc.getErrorClass() != "JAVA_GATEWAY_EXITED" or attempt == attempts:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
