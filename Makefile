@@ -41,8 +41,8 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/_plain.c gateway/_sketch.c storage/_wire.c storage/_entries.c gateway/_frames.c \
-		storage/_decimal.h
+$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/publish/_plain.c gateway/observe/_sketch.c storage/_wire.c storage/_entries.c gateway/delivery/_frames.c \
+		storage/_decimal.h gateway/_decimal.h
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \

@@ -18,8 +18,8 @@ from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.duties.sweep import GroupSweep, SweepSettings
 from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import Publisher
 from gateway.routes import groups, health, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings

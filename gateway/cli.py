@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
-from gateway.access_log import ScrubbingAccessLogger
 from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
 from gateway.gc_tuning import tuned_collector
+from gateway.observe.access_log import ScrubbingAccessLogger
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 from gateway.tls import check_backend_tls, server_ssl_context
 from gateway.workers import run_workers

@@ -12,12 +12,12 @@ from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
 from gateway.group_quota import GroupQuota
-from gateway.hotspots import PublishStats
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.observe.hotspots import PublishStats
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import Publisher
+from gateway.publish.validation import PublishLimits
 from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
-from gateway.validation import PublishLimits
 from partitioner.cache import TopicCache
 from partitioner.errors import TopicNotFound
 from partitioner.etcd import EtcdConnection

@@ -1,7 +1,7 @@
 /*
- * Decimal integers written straight into an output buffer, for the compiled encoders (storage/_wire.c,
- * gateway/_plain.c, gateway/_frames.c): sprintf's format parsing cost more than the digits on the hot paths
- * (a few lengths and numbers per message). put_decimal writes no NUL; 20 digits and a sign always fit in 21 bytes.
+ * Decimal integers written straight into an output buffer, for storage's compiled encoder (_wire.c): sprintf's
+ * format parsing costs more than the digits on the hot path (a few lengths and numbers per message).
+ * put_decimal writes no NUL; 20 digits and a sign always fit in 21 bytes.
  */
 #ifndef STREAMGATE_DECIMAL_H
 #define STREAMGATE_DECIMAL_H

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.delivery.session import Session
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from storage.models import Delivery
 from storage.protocol import StreamStore
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from gateway.idempotency import internal_key
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.idempotency import internal_key
 from partitioner.errors import TopicExists
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, TopicSettings

@@ -24,7 +24,7 @@ from operator import attrgetter, itemgetter
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.session import MessageRef, Session
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, first_deliveries

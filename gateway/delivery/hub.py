@@ -9,7 +9,7 @@ from types import TracebackType
 from gateway.delivery.group_reader import DeadLetterSink, GroupConfig, GroupReader
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 
 ReaderKey = tuple[str, int, str]

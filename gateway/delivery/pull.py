@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
 from gateway.delivery.receipts import Receipt, ReceiptSigner
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, first_deliveries
 

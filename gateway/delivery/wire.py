@@ -48,7 +48,7 @@ _dumps = orjson.dumps
 
 
 def message_frames(topic: str, deliveries: list[Delivery]) -> list[bytes]:
-    """The ``message`` frames of a page of deliveries: the compiled ``gateway._frames`` writes them (faster,
+    """The ``message`` frames of a page of deliveries: the compiled ``gateway.delivery._frames`` writes them (faster,
     the same bytes) unless it is unsure, then ``message_frame`` does, one by one."""
     if FRAMES_NATIVE:
         frames = _frames_compiled(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
@@ -61,14 +61,14 @@ def _key_json(key: bytes) -> bytes:
     return _dumps(key.decode(errors="replace"))
 
 
-try:  # the compiled framing (gateway._frames, built by setup.py); message_frame gives the same bytes
+try:  # the compiled framing (gateway.delivery._frames, built by setup.py); message_frame gives the same bytes
     refuse_if_off()
-    from gateway._frames import message_frames as _frames_compiled
-    from gateway._frames import text_frames as _text_frames_compiled
+    from gateway.delivery._frames import message_frames as _frames_compiled
+    from gateway.delivery._frames import text_frames as _text_frames_compiled
     FRAMES_NATIVE = True
 except ImportError:  # pragma: no cover - a build without a C compiler
     FRAMES_NATIVE = False
-# What the compiled framing reads and calls, in its order (gateway/_frames.c).
+# What the compiled framing reads and calls, in its order (gateway/delivery/_frames.c).
 _FRAME_LAYOUT = (Delivery, StoredEntry,
                  tuple(vars(Delivery)[name] for name in ("entry", "delivery_count"))
                  + tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "key", "headers", "timestamp_ms",
@@ -92,7 +92,7 @@ def frame_header(first: int, length: int) -> bytes:
 
 def text_frames(payloads: Sequence[bytes]) -> bytes:
     """Several payloads as consecutive WebSocket text frames, ready for one transport write (the compiled
-    ``gateway._frames`` writes a list of bytes in one step; ``text_frames_python`` gives the same bytes)."""
+    ``gateway.delivery._frames`` writes a list of bytes in one step; ``text_frames_python`` gives the same bytes)."""
     if FRAMES_NATIVE and type(payloads) is list:
         framed = _text_frames_compiled(payloads)
         if framed is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.duties.ports import StreamReader
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
 from storage.overview import PartitionOverview
 

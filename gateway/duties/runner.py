@@ -26,7 +26,7 @@ from types import TracebackType
 from gateway.duties.lag import LagExporter
 from gateway.duties.ports import DelayedStore, Ownership, RetentionStore, StreamReader
 from gateway.duties.sweep import GroupSweep
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
 from partitioner.errors import PartitionerError
 from partitioner.tasks import cancel_until_done

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import GroupPolicy
 from storage.groups_protocol import GroupStore
 from storage.models import ConsumerInfo

@@ -23,8 +23,8 @@ else:  # the standard library's zstd module (PEP 784), backported
     from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError
 
 from gateway.errors import body_timeout, invalid_field, too_large, undecodable_body, unsupported_encoding
+from gateway.publish.validation import decode_json_object
 from gateway.services import services_of
-from gateway.validation import decode_json_object
 
 ADMIN_BODY_MAX_BYTES = 64 * 1024
 CONTENT_CODINGS = ("gzip", "zstd")

@@ -22,12 +22,12 @@ from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
 from gateway.fanout import gather_bounded
 from gateway.offsets import parse_offset, predecessor
+from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
-from gateway.validation import reject_unknown_fields
 from partitioner.group_state import group_view, list_groups
 from partitioner.topics import TopicMetadata
 from storage.models import GroupPartitionState

@@ -8,7 +8,7 @@ from importlib import resources
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.exposition import RedactedMetrics
+from gateway.observe.exposition import RedactedMetrics
 from gateway.responses import json_response
 from gateway.services import Services, services_of
 

@@ -13,16 +13,16 @@ from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large
-from gateway.idempotency import principal_scope
 from gateway.offsets import parse_offset, predecessor, successor
-from gateway.plain_codec import plain_results_json
-from gateway.publisher import PublishResult, place, place_plain
+from gateway.publish.idempotency import principal_scope
+from gateway.publish.plain_codec import plain_results_json
+from gateway.publish.publisher import PublishResult, place, place_plain
+from gateway.publish.validation import PlainBatch, parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
-from gateway.validation import PlainBatch, parse_publish_body
 from partitioner.topics import TopicMetadata
 from storage.models import Acks, PlainRecords, ScheduledResult, StoredEntry
 

@@ -10,13 +10,13 @@ from aiohttp import web
 from gateway.auth.acl import Action
 from gateway.auth.middleware import gatekeeper_of, principal_of
 from gateway.errors import invalid_field
-from gateway.hotspots import PartitionHeat
+from gateway.observe.hotspots import PartitionHeat
+from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
-from gateway.validation import reject_unknown_fields
 from partitioner.errors import ConcurrentModification, PartitionerError
 from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
 from storage.models import PartitionInfo

@@ -18,7 +18,7 @@ from grafana_queries import (
     panel_queries,
 )
 
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 
 EXPECTED_FILES = {"streamgate-overview.json", "streamgate-topics.json", "streamgate-groups.json",
                   "streamgate-nodes.json"}

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.auth.keys import hash_api_key
-from gateway.exposition import group_pseudonym
+from gateway.observe.exposition import group_pseudonym
 from gateway.settings import GatewaySettings
 
 Client = TestClient[Any, Any]

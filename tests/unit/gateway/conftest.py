@@ -10,8 +10,8 @@ from aiohttp.test_utils import TestClient
 from memory_store import InMemoryStreamStore
 
 from gateway.app import app_with_services
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import Publisher
 from gateway.services import Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache

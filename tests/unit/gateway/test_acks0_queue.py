@@ -9,8 +9,8 @@ import pytest
 from memory_store import InMemoryStreamStore
 
 from gateway.errors import Problem
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import ACKS0_ROUND_MESSAGES, Publisher
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import ACKS0_ROUND_MESSAGES, Publisher
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageUnavailable
 from storage.models import AppendOptions, AppendResult, PlainRecords, Record

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.duties.runner import PROMOTE_BATCH, DutyRunner, DutySettings
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from partitioner.cache import TopicCache
 from partitioner.topics import TopicMetadata
 from storage.models import AppendResult, GroupPartitionState, StoredEntry, TrimReport, ValueFormat

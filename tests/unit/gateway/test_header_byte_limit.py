@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from gateway.errors import Problem
-from gateway.validation import PublishLimits, parse_publish_body
+from gateway.publish.validation import PublishLimits, parse_publish_body
 
 LIMIT = 16
 

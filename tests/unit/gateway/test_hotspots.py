@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import hotspots
 from gateway import native as gateway_native
-from gateway._sketch import SpaceSaving, count_batch  # the compiled sketch itself, also when switched off
-from gateway.hotspots import PublishStats, Sketch, SpaceSavingPython, top_keys
+from gateway.observe import hotspots
+from gateway.observe._sketch import SpaceSaving, count_batch  # the compiled sketch itself, also when switched off
+from gateway.observe.hotspots import PublishStats, Sketch, SpaceSavingPython, top_keys
 
 SKETCHES = [pytest.param(SpaceSaving, id="installed"), pytest.param(SpaceSavingPython, id="python-reference")]
 
@@ -81,7 +81,7 @@ def test_a_batch_on_one_partition_counts_its_rate_and_keys_like_any_other() -> N
 
 
 def test_the_compiled_sketch_is_installed_unless_switched_off() -> None:
-    assert hotspots.SKETCH_NATIVE is not gateway_native.OFF, "gateway._sketch is not built: pip install -e ."
+    assert hotspots.SKETCH_NATIVE is not gateway_native.OFF, "gateway.observe._sketch is not built: pip install -e ."
     assert hotspots.SpaceSaving is (SpaceSavingPython if gateway_native.OFF else SpaceSaving)
     assert hotspots.count_batch is (hotspots.count_batch_python if gateway_native.OFF else count_batch)
 

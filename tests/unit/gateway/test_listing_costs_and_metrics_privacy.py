@@ -17,11 +17,11 @@ from gateway.app import app_with_services
 from gateway.auth.errors import GroupsLimitReached
 from gateway.auth.keys import hash_api_key
 from gateway.delivery.pull import Puller
-from gateway.exposition import group_pseudonym
 from gateway.fanout import PER_REQUEST_CONCURRENCY, gather_bounded
 from gateway.group_quota import GroupQuota
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.observe.exposition import group_pseudonym
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import Publisher
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from gateway.throttle import RateLimits, Throttle

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from gateway.metric_cells import CellCounter, CellHistogram
-from gateway.metrics import LATENCY_BUCKETS_S
+from gateway.observe.metric_cells import CellCounter, CellHistogram
+from gateway.observe.metrics import LATENCY_BUCKETS_S
 
 LABELS = st.sampled_from([("a", "x"), ("b", "x"), ("a", 'quote " and \\ backslash')])
 AMOUNTS = st.one_of(st.sampled_from([*LATENCY_BUCKETS_S, 0.0, 11.0, 1e-9]), st.floats(0, 20, allow_nan=False))

@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from gateway.services import Services
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd import EtcdConnection

@@ -1,4 +1,4 @@
-"""The plain publish path (``gateway.plain_codec``) agrees with the general one wherever it answers, and the
+"""The plain publish path (``gateway.publish.plain_codec``) agrees with the general one wherever it answers, and the
 compiled codec with its Python reference."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import native as gateway_native
-from gateway import plain_codec
 from gateway.errors import Problem
-from gateway.plain_codec import (
+from gateway.publish import plain_codec
+from gateway.publish.plain_codec import (
     parse_plain,
     parse_plain_python,
     plain_results_json,
     plain_results_json_python,
 )
-from gateway.validation import (
+from gateway.publish.validation import (
     IncomingMessage,
     PlainBatch,
     PublishBatch,
@@ -62,7 +62,7 @@ def _full(raw: Any) -> Any:
 
 
 def test_the_compiled_codec_is_installed_unless_switched_off() -> None:
-    assert plain_codec.NATIVE is not gateway_native.OFF, "gateway._plain is not built: pip install -e ."
+    assert plain_codec.NATIVE is not gateway_native.OFF, "gateway.publish._plain is not built: pip install -e ."
     assert (parse_plain is parse_plain_python) is gateway_native.OFF
 
 

@@ -1,4 +1,4 @@
-"""The plain body scanner (``gateway.plain_codec.scan_plain_body``) answers only what the general path would
+"""The plain body scanner (``gateway.publish.plain_codec.scan_plain_body``) answers only what the general path would
 answer with the same ``PlainBatch``, and None otherwise: for any bytes, whatever it returns equals what
 ``orjson.loads`` + ``parse_publish_body``'s checks + ``parse_plain`` give, and it answers the common bodies."""
 
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway import _plain, plain_codec, validation
 from gateway import native as gateway_native
-from gateway._plain import scan_plain_body  # the compiled scanner itself, also with the extensions switched off
 from gateway.errors import Problem
-from gateway.plain_codec import scan_plain_body_python
-from gateway.validation import PlainBatch, PublishLimits, parse_publish_body
+from gateway.publish import _plain, plain_codec, validation
+from gateway.publish._plain import scan_plain_body  # the compiled scanner itself, also with the extensions switched off
+from gateway.publish.plain_codec import scan_plain_body_python
+from gateway.publish.validation import PlainBatch, PublishLimits, parse_publish_body
 
 LIMITS = PublishLimits(max_value_bytes=64, max_key_bytes=8, max_headers=4, max_header_bytes=64,
                        max_batch_messages=5, max_batch_bytes=1 << 16)
@@ -221,8 +221,8 @@ _anything = (_bodies() | _mutated_bodies() | st.binary(max_size=40)
 # ---- the contract, over generated bodies ----
 
 def test_the_compiled_scanner_is_installed_unless_switched_off() -> None:
-    assert plain_codec.NATIVE is not gateway_native.OFF, "gateway._plain is not built: pip install -e ."
-    assert hasattr(_plain, "scan_plain_body"), "gateway._plain is older than scan_plain_body: rebuild it"
+    assert plain_codec.NATIVE is not gateway_native.OFF, "gateway.publish._plain is not built: pip install -e ."
+    assert hasattr(_plain, "scan_plain_body"), "gateway.publish._plain is older than scan_plain_body: rebuild it"
     chosen = scan_plain_body_python if gateway_native.OFF else scan_plain_body
     assert plain_codec.scan_plain_body is chosen
 

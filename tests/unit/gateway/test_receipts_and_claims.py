@@ -24,7 +24,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from memory_store import InMemoryStreamStore
 
-from gateway.access_log import MASK, ScrubbingAccessLogger, scrub_query
 from gateway.app import app_with_services
 from gateway.auth.errors import Unauthenticated
 from gateway.auth.keys import hash_api_key
@@ -33,8 +32,9 @@ from gateway.cli import access_log_options
 from gateway.delivery.pull import Puller
 from gateway.delivery.receipts import RECEIPT_SLACK_MS, Receipt, ReceiptSigner, signer_for
 from gateway.errors import WS_CLOSE_UNAUTHENTICATED, Problem
-from gateway.metrics import GatewayMetrics
-from gateway.publisher import Publisher
+from gateway.observe.access_log import MASK, ScrubbingAccessLogger, scrub_query
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.publisher import Publisher
 from gateway.services import Services
 from gateway.settings import GatewaySettings, settings_from_env
 from gateway.workers import with_receipt_secret

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.delivery.group_reader import RELEASE_IDLE_MS
 from gateway.duties.sweep import PAGE, SWEEP_CONSUMER, GroupSweep, SweepSettings
-from gateway.metrics import GatewayMetrics
+from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import GroupPolicy
 from storage.models import ConsumerInfo, Delivery, PendingEntry, StoredEntry, ValueFormat
 

@@ -36,12 +36,12 @@ def test_message_frames_match_the_orjson_encoding_of_the_document(topic: str, en
         assert orjson.loads(frame)["type"] == "message"
 
 
-# --- the compiled page framing (gateway._frames) ------------------------------------------------------------------
-compiled = pytest.importorskip("gateway._frames")
+# --- the compiled page framing (gateway.delivery._frames) -----------------------------------------------
+compiled = pytest.importorskip("gateway.delivery._frames")
 
 
 def test_the_compiled_framing_is_installed_unless_switched_off() -> None:
-    assert wire.FRAMES_NATIVE is not gateway_native.OFF, "gateway._frames is not built: pip install -e . with gcc"
+    assert wire.FRAMES_NATIVE is not gateway_native.OFF, "gateway.delivery._frames is not built: pip install -e ."
 
 
 KEYS = st.one_of(st.none(), st.binary(max_size=12), st.text(max_size=8).map(str.encode),

@@ -1,7 +1,7 @@
 /*
  * The Space-Saving sketch in C: ``SpaceSaving``, a sketch of ``size`` counters held in plain arrays, and
  * ``count_batch``, which counts a published batch into one sketch per partition and tallies the batch per
- * partition in the same pass. The same steps as gateway.hotspots.SpaceSavingPython and count_batch_python (the
+ * partition in the same pass. The same steps as gateway.observe.hotspots.SpaceSavingPython and count_batch_python (the
  * references): a known key's count grows; a new key in a full sketch takes the counter with the smallest
  * (count, key), keys compared as Python compares bytes, and starts from its count.
  *
@@ -199,7 +199,7 @@ static PyGetSetDef sketch_getset[] = {
 
 static PyTypeObject SketchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "gateway._sketch.SpaceSaving",
+    .tp_name = "gateway.observe._sketch.SpaceSaving",
     .tp_basicsize = sizeof(Sketch),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A Space-Saving heavy-hitters sketch of size counters (keys are bytes).",
@@ -289,7 +289,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._sketch", "The Space-Saving sketch in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway.observe._sketch", "The Space-Saving sketch in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from gateway.errors import bad_request, invalid_field, too_large
-from gateway.plain_codec import parse_plain, scan_plain_body
+from gateway.publish.plain_codec import parse_plain, scan_plain_body
 from gateway.settings import GatewaySettings
 from storage.models import ValueFormat
 

@@ -18,8 +18,8 @@ from types import TracebackType
 from typing import Protocol
 
 from gateway.errors import invalid_field, unavailable
-from gateway.metrics import GatewayMetrics
-from gateway.validation import PlainBatch, PublishBatch
+from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.validation import PlainBatch, PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for, partitions_of
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
@@ -50,7 +50,7 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, 
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
-    (``gateway.idempotency``), so no other principal's key can match them.
+    (``gateway.publish.idempotency``), so no other principal's key can match them.
     """
     partitions = topic.partitions
     keyless_partition: int | None = None

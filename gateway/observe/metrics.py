@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from gateway.metric_cells import CellCounter, CellHistogram
+from gateway.observe.metric_cells import CellCounter, CellHistogram
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -21,7 +21,7 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 @dataclass(frozen=True)
 class GatewayMetrics:
     """Every metric the gateway exports. Those changed on every request or delivery are plain cells
-    (``gateway.metric_cells``: the same families, a fraction of the cost); the rest are prometheus_client's."""
+    (``gateway.observe.metric_cells``: the same families, a fraction of the cost); the rest are prometheus_client's."""
 
     registry: CollectorRegistry
     publish_requests: CellCounter

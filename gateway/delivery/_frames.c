@@ -9,7 +9,7 @@
 #include <Python.h>
 #include <string.h>
 
-#include "../storage/_decimal.h"
+#include "../_decimal.h"
 
 enum { G_ENTRY, G_COUNT, G_PARTITION, G_OFFSET, G_KEY, G_HEADERS, G_TIMESTAMP, G_FORMAT, G_VALUE, GETTERS };
 enum { L_DELIVERY, L_ENTRY, L_GETTERS, L_JSON, L_KEY_JSON, L_DUMPS, L_B64, LAYOUT };
@@ -310,7 +310,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._frames", "Message frames of group deliveries, and text frames for the socket, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway.delivery._frames", "Message frames of group deliveries, and text frames for the socket, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

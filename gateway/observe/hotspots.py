@@ -36,7 +36,7 @@ class Sketch(Protocol):
 
 class SpaceSavingPython:
     """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters: the reference of the
-    compiled ``gateway._sketch.SpaceSaving``, which ``SpaceSaving`` is when built.
+    compiled ``gateway.observe._sketch.SpaceSaving``, which ``SpaceSaving`` is when built.
 
     Counting a key already counted adds to its counter; a new key in a full sketch takes over the smallest
     counter (the smallest (count, key), so the choice is deterministic) and starts from its count. When keys
@@ -98,7 +98,7 @@ def top_keys(sketch: Sketch, n: int) -> list[tuple[bytes, int]]:
 SpaceSaving: Callable[[int], Sketch]
 try:
     refuse_if_off()
-    from gateway import _sketch
+    from gateway.observe import _sketch
 except ImportError:  # built without a C compiler: the references, same sketches
     SKETCH_NATIVE = False
     SpaceSaving = SpaceSavingPython

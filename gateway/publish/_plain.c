@@ -1,5 +1,5 @@
 /*
- * The plain publish's codec in C: the same functions as gateway.plain_codec's scan_plain_body_python,
+ * The plain publish's codec in C: the same functions as gateway.publish.plain_codec's scan_plain_body_python,
  * parse_plain_python and plain_results_json_python (the references), without a Python object per message beyond
  * the key and value bytes.
  *
@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../storage/_decimal.h"
+#include "../_decimal.h"
 #if defined(__SSE2__) && !defined(PLAIN_NO_SSE2)
 #include <emmintrin.h>
 #endif
@@ -933,7 +933,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._plain", "The plain publish's codec in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway.publish._plain", "The plain publish's codec in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

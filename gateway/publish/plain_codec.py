@@ -1,7 +1,7 @@
 """The plain publish's codec: a plain body or batch of plain messages to columns, their offsets to the response.
 
 A plain message is a JSON object with a ``value`` (any JSON) and an optional string ``key``, nothing else: the
-common publish, which skips the per-message objects of the general path (``gateway.validation``).
+common publish, which skips the per-message objects of the general path (``gateway.publish.validation``).
 ``scan_plain_body`` reads a whole plain body (any acks) from its bytes in one pass, without parsing it into
 objects: values that orjson would write back unchanged are copied from the body (strings without escapes,
 literals, integers of up to 15 digits but -0, floats in orjson's form: ``-?I.F`` without exponent, F "0" or ending
@@ -10,7 +10,7 @@ written compactly, as orjson writes them: no whitespace inside, names without es
 at most 32 members each), others re-encoded with ``dumps(loads(span))``; whatever it cannot prove plain and valid
 (bad JSON or UTF-8, escapes in keys or field names, limits, other fields...) gives None, and the general
 path decides. ``parse_plain`` turns already-parsed messages into columns. All three functions are compiled in
-``gateway._plain`` (built by setup.py; the Python ones here are the references: tests/unit/gateway/
+``gateway.publish._plain`` (built by setup.py; the Python ones here are the references: tests/unit/gateway/
 test_plain_codec.py and test_plain_scan.py pin each to its reference and to the general path, and fail when a
 compiled one is missing).
 """
@@ -37,7 +37,7 @@ PlainColumns = tuple[str, list[bytes | None], list[bytes], int]
 def parse_plain_python(raw_messages: list[Any], max_key_bytes: int, max_value_bytes: int,
                        dumps: Callable[[Any], bytes]) -> tuple[list[bytes | None], list[bytes], int] | None:
     """Keys, values (as stored) and the values' total size of plain messages; None if any is not plain or
-    is over a limit. The reference of the compiled ``parse_plain`` (``gateway._plain``); ``dumps`` is
+    is over a limit. The reference of the compiled ``parse_plain`` (``gateway.publish._plain``); ``dumps`` is
     ``orjson.dumps`` (what a value is stored as, copied to its own size like ``json_value_bytes``)."""
     keys: list[bytes | None] = []
     values: list[bytes] = []
@@ -97,7 +97,7 @@ def plain_results_json_python(partitions: list[int], offsets: list[str]) -> byte
 
 try:
     refuse_if_off()
-    from gateway import _plain
+    from gateway.publish import _plain
 except ImportError:  # built without a C compiler: the reference, same results
     NATIVE = False
     parse_plain: Callable[[list[Any], int, int, Callable[[Any], bytes]],

@@ -1,0 +1,1 @@
+"""Publishing: request bodies parsed and validated into batches, placed on partitions, handed to storage."""
