@@ -14,7 +14,6 @@ from itertools import groupby
 from typing import Any, Literal, Protocol
 
 from redis import exceptions as rexc
-from redis._parsers.base import BaseParser
 
 from storage.native import refuse_if_off
 
@@ -287,10 +286,28 @@ def new_reply_reader() -> ReplyReader:
     return PythonReplyReader()
 
 
+# The error codes whose replies the store tells apart, as the exceptions redis-py raises for them (its own
+# table is private); any other reply is a ResponseError with the whole text.
+ERROR_CLASSES: dict[str, type[rexc.RedisError]] = {
+    "MOVED": rexc.MovedError, "ASK": rexc.AskError, "TRYAGAIN": rexc.TryAgainError,
+    "CLUSTERDOWN": rexc.ClusterDownError, "CROSSSLOT": rexc.ClusterCrossSlotError,
+    "MASTERDOWN": rexc.MasterDownError, "READONLY": rexc.ReadOnlyError, "LOADING": rexc.BusyLoadingError,
+    "NOSCRIPT": rexc.NoScriptError, "EXECABORT": rexc.ExecAbortError, "OOM": rexc.OutOfMemoryError,
+    "NOAUTH": rexc.AuthenticationError, "WRONGPASS": rexc.AuthenticationError, "NOPERM": rexc.NoPermissionError,
+    "ERR": rexc.ResponseError,
+}
+ERR_CLASSES: dict[str, type[rexc.RedisError]] = {"max number of clients reached": rexc.ConnectionError}
+
+
 def as_redis_error(reply: ReplyError) -> rexc.RedisError:
-    """The redis-py exception an error reply stands for (MOVED -> MovedError, NOSCRIPT -> NoScriptError...)."""
-    error: rexc.RedisError = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
-    return error
+    """The redis-py exception an error reply stands for (MOVED -> MovedError, NOSCRIPT -> NoScriptError...),
+    holding the text after the code as redis-py's own parser does."""
+    text = str(reply)
+    code, _, rest = text.partition(" ")
+    error_class = ERROR_CLASSES.get(code)
+    if error_class is None:
+        return rexc.ResponseError(text)
+    return ERR_CLASSES.get(rest, error_class)(rest) if code == "ERR" else error_class(rest)
 
 
 def with_redis_errors(replies: list[Any]) -> list[Any]:
