@@ -24,9 +24,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from auth_config import api_keys, rule
 from processes import free_port, wait_ready
 
-from gateway.auth.keys import hash_api_key
 from gateway.settings import GatewaySettings
 
 KEY = "sgk_hostile-connections-key"
@@ -41,16 +41,7 @@ UNAUTHENTICATED_CAP = 16
 DEADLINE_S = 3.0  # slow_client_timeout_s, body_read_timeout_s and auth_frame_timeout_s of the gateway under test
 PHASE_S = 14.0
 ORDINARY_MESSAGES = 20
-CONFIG = f'''
-[[api_keys]]
-principal = "app"
-sha256 = "{hash_api_key(KEY)}"
-
-[[rules]]
-principals = ["app"]
-topics = ["it-*"]
-actions = ["publish", "subscribe", "admin"]
-'''
+CONFIG = api_keys({"app": KEY}) + rule(["app"], ["it-*"], ["publish", "subscribe", "admin"])
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -17,45 +16,18 @@ from typing import Any
 import jwt
 import pytest
 from aiohttp.test_utils import TestClient
+from auth_config import JWT_SECRET_ENV, api_keys, hs256_jwt, rule, secured_client, tenant_filters
 
-from gateway.app import create_app
-from gateway.auth.keys import hash_api_key
 from gateway.settings import GatewaySettings
 
 Client = TestClient[Any, Any]
 SECRET = "i" * 40
 KEYS = {"writer": "sgk_idem-writer-key", "other": "sgk_idem-other-key", "forger": "sgk_idem-forger-key"}
-CONFIG = f'''
-[jwt]
-algorithms = ["HS256"]
-hmac_secret_env = "TEST_JWT_SECRET"
-audience = "streamgate"
-
-{"".join(f'[[api_keys]]{chr(10)}principal = "{name}"{chr(10)}sha256 = "{hash_api_key(key)}"{chr(10)}'
-         for name, key in KEYS.items())}
-[[rules]]
-principals = ["writer", "other"]
-topics = ["it-*"]
-actions = ["publish", "subscribe", "admin"]
-
-[[rules]]
-principals = ["forger"]
-topics = ["it-*", "it-*.dlq"]
-actions = ["publish"]
-
-[[rules]]
-principals = ["claim:tenant=a", "claim:tenant=b"]
-topics = ["it-*"]
-actions = ["publish", "subscribe"]
-
-[[filters]]
-principals = ["claim:tenant=a"]
-headers = {{ tenant = "a" }}
-
-[[filters]]
-principals = ["claim:tenant=b"]
-headers = {{ tenant = "b" }}
-'''
+CONFIG = (hs256_jwt() + api_keys(KEYS)
+          + rule(["writer", "other"], ["it-*"], ["publish", "subscribe", "admin"])
+          + rule(["forger"], ["it-*", "it-*.dlq"], ["publish"])
+          + rule(["claim:tenant=a", "claim:tenant=b"], ["it-*"], ["publish", "subscribe"])
+          + tenant_filters("a", "b"))
 PARTITIONS = 3
 
 
@@ -70,11 +42,7 @@ def credentials(who: str) -> dict[str, str]:
 
 @pytest.fixture
 async def secured(aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_path: Path) -> Client:
-    (tmp_path / "auth.toml").write_text(CONFIG)
-    settings = dataclasses.replace(gateway_settings, auth_mode="required",
-                                   auth_config_path=str(tmp_path / "auth.toml"))
-    client: Client = await aiohttp_client(create_app(settings, {"TEST_JWT_SECRET": SECRET}))
-    return client
+    return await secured_client(aiohttp_client, gateway_settings, tmp_path, CONFIG, {JWT_SECRET_ENV: SECRET})
 
 
 async def post(client: Client, who: str, path: str, body: dict[str, Any],

@@ -24,9 +24,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from auth_config import api_keys, rule, secured_client
 
-from gateway.app import create_app
-from gateway.auth.keys import hash_api_key
 from gateway.observe.exposition import group_pseudonym
 from gateway.settings import GatewaySettings
 
@@ -37,53 +36,19 @@ WRITER, OUTSIDER, PUBLISHER, JOINER = ({"X-API-Key": key} for key in (WRITER_KEY
                                                                        JOINER_KEY))
 GROUP, SECRET_KEY = "payroll-consumers", "customer-4711-secret"
 BIG_PARTITIONS = 64
-CONFIG = f'''
-[[api_keys]]
-principal = "writer"
-sha256 = "{hash_api_key(WRITER_KEY)}"
-
-[[api_keys]]
-principal = "outsider"
-sha256 = "{hash_api_key(OUTSIDER_KEY)}"
-
-[[api_keys]]
-principal = "publisher"
-sha256 = "{hash_api_key(PUBLISHER_KEY)}"
-
-[[api_keys]]
-principal = "joiner"
-sha256 = "{hash_api_key(JOINER_KEY)}"
-
-[[rules]]
-principals = ["writer"]
-topics = ["it-*"]
-actions = ["publish", "subscribe", "admin"]
-
-[[rules]]
-principals = ["joiner"]
-topics = ["it-*"]
-actions = ["subscribe"]
-
-[[rules]]
-principals = ["outsider"]
-topics = ["outsider-*"]
-actions = ["publish", "subscribe", "admin"]
-
-[[rules]]
-principals = ["publisher"]
-topics = ["it-*"]
-actions = ["publish"]
-'''
+CONFIG = (api_keys({"writer": WRITER_KEY, "outsider": OUTSIDER_KEY, "publisher": PUBLISHER_KEY,
+                    "joiner": JOINER_KEY})
+          + rule(["writer"], ["it-*"], ["publish", "subscribe", "admin"])
+          + rule(["joiner"], ["it-*"], ["subscribe"])
+          + rule(["outsider"], ["outsider-*"], ["publish", "subscribe", "admin"])
+          + rule(["publisher"], ["it-*"], ["publish"]))
 REDIS_CALL = re.compile(r'^streamgate_redis_latency_seconds_count\{operation="(groups|state)"\} (\S+)$', re.M)
 
 
 async def secured_gateway(aiohttp_client: Any, settings: GatewaySettings, tmp_path: Path, **changes: Any) -> Client:
-    (tmp_path / "auth.toml").write_text(CONFIG)
     # The owners' sweep and lag duty read groups too: far apart, so every counted call is a listing's.
-    settings = dataclasses.replace(settings, auth_mode="required", auth_config_path=str(tmp_path / "auth.toml"),
-                                   sweep_interval_s=3600.0, lag_interval_s=3600.0, **changes)
-    client: Client = await aiohttp_client(create_app(settings))
-    return client
+    return await secured_client(aiohttp_client, settings, tmp_path, CONFIG, sweep_interval_s=3600.0,
+                                lag_interval_s=3600.0, **changes)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -20,10 +19,9 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
+from auth_config import api_keys, rule, secured_client
 from hostile import PARTITIONS, assert_problem, stored_counts
 
-from gateway.app import create_app
-from gateway.auth.keys import hash_api_key
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.settings import GatewaySettings
 
@@ -32,29 +30,13 @@ RECEIPT_SECRET = "hostile-receipts-shared-secret-0123456789"
 WRITER_KEY, PEER_KEY = "sgk_hostile-receipts-writer", "sgk_hostile-receipts-peer"
 WRITER, PEER = {"X-API-Key": WRITER_KEY}, {"X-API-Key": PEER_KEY}
 GROUP = "workers"
-CONFIG = f'''
-[[api_keys]]
-principal = "writer"
-sha256 = "{hash_api_key(WRITER_KEY)}"
-
-[[api_keys]]
-principal = "peer"
-sha256 = "{hash_api_key(PEER_KEY)}"
-
-[[rules]]
-principals = ["writer", "peer"]
-topics = ["it-*"]
-actions = ["publish", "subscribe", "admin"]
-'''
+CONFIG = (api_keys({"writer": WRITER_KEY, "peer": PEER_KEY})
+          + rule(["writer", "peer"], ["it-*"], ["publish", "subscribe", "admin"]))
 
 
 @pytest.fixture
 async def secured(aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_path: Path) -> Client:
-    (tmp_path / "auth.toml").write_text(CONFIG)
-    settings = dataclasses.replace(gateway_settings, auth_mode="required", receipt_secret=RECEIPT_SECRET,
-                                   auth_config_path=str(tmp_path / "auth.toml"))
-    client: Client = await aiohttp_client(create_app(settings, {}))
-    return client
+    return await secured_client(aiohttp_client, gateway_settings, tmp_path, CONFIG, receipt_secret=RECEIPT_SECRET)
 
 
 async def seeded(client: Client, topic: str) -> list[dict[str, Any]]:
