@@ -200,16 +200,19 @@ class ClusterRouter:
     async def refresh(self) -> None:
         """Reload the slot map from the cluster and drop clients of nodes that left it; concurrent callers share
         one reload, which asks the node that failed last only when no other answers."""
-        if self._refreshing is None:
-            self._refreshing = asyncio.ensure_future(self._reload())
-            self._refreshing.add_done_callback(self._refreshed)
-        await asyncio.shield(self._refreshing)
+        await asyncio.shield(self._reloading())
 
     def refresh_soon(self) -> None:
         """Start a reload in the background (a command met a stale map); its failure waits for the next one."""
-        if self._refreshing is None and not self._closed:
+        if not self._closed:
+            self._reloading()
+
+    def _reloading(self) -> asyncio.Future[None]:
+        """The reload under way, started if there is none."""
+        if self._refreshing is None:
             self._refreshing = asyncio.ensure_future(self._reload())
             self._refreshing.add_done_callback(self._refreshed)
+        return self._refreshing
 
     def _refreshed(self, done: asyncio.Future[None]) -> None:
         self._refreshing = None

@@ -3,6 +3,7 @@ expose them (the endpoint is often public, and keys and group names belong to th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ KEY_FAMILY = "streamgate_partition_top_key_messages"
 GROUP_LABEL = "group"
 
 
+@functools.lru_cache(maxsize=4096)  # every scrape names the same groups again
 def group_pseudonym(group: str) -> str:
     """A stable stand-in for a group name in metric labels: the same on every replica and across restarts, so
     dashboards and alerts still tell groups apart; not a secret (a guessed name can be checked against it)."""

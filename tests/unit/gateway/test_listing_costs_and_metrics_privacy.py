@@ -4,7 +4,6 @@ message keys and group names to those allowed to see them; new groups are charge
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from partitioner.cache import TopicCache
 from partitioner.registry import InMemoryTopicRegistry
 from partitioner.topics import TopicSettings
 from storage.models import Delivery, GroupPartitionState
-from storage.rate_limit import Charge, Verdict
+from tests.unit.gateway.test_throttle import FakeLimiter  # buckets that never refill
 
 Client = TestClient[Any, Any]
 PRINCIPALS = ("alice", "mallory", "writer", "tenant")
@@ -87,25 +86,6 @@ class CountingGroupStore:
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         await self._enter(topic)
         return GroupPartitionState(partition, True, None, 0, None, 0)
-
-
-class FakeLimiter:
-    """Buckets that never refill (scope/bucket -> units left)."""
-
-    def __init__(self) -> None:
-        self.left: dict[str, float] = {}
-
-    async def acquire(self, scope: str, charges: Sequence[Charge]) -> Verdict:
-        lefts = [self.left.get(f"{scope}/{c.bucket}", c.limit.burst) - c.cost for c in charges]
-        if min(lefts) < 0:
-            return Verdict(False, retry_after_s=0.25)
-        for charge, left in zip(charges, lefts, strict=True):
-            self.left[f"{scope}/{charge.bucket}"] = left
-        return Verdict(True, remaining=int(min(lefts)), reset_s=1.0)
-
-    async def refund(self, scope: str, charges: Sequence[Charge]) -> None:
-        for charge in charges:
-            self.left[f"{scope}/{charge.bucket}"] += charge.cost
 
 
 async def no_dead_letters(topic: str, group: str, delivery: Delivery, reason: str) -> None:
