@@ -6,6 +6,7 @@ from storage.groups import RedisGroupStore
 from storage.groups_protocol import GroupStore
 from storage.models import (
     Acks,
+    Appended,
     AppendOptions,
     AppendResult,
     Delivery,
@@ -13,6 +14,7 @@ from storage.models import (
     PartitionInfo,
     PendingEntry,
     Record,
+    Records,
     ScheduledResult,
     StoredEntry,
     TrimReport,
@@ -27,6 +29,7 @@ __all__ = [
     "Acks",
     "AppendOptions",
     "AppendResult",
+    "Appended",
     "Delivery",
     "GroupPartitionState",
     "GroupStore",
@@ -35,6 +38,7 @@ __all__ = [
     "PartitionInfo",
     "PendingEntry",
     "Record",
+    "Records",
     "RedisDelayedStore",
     "RedisGroupStore",
     "RedisRetention",

@@ -1,12 +1,12 @@
 /*
- * The plain append in C: its grouping by partition (split_by_partition) and its RESP (xadd_transaction: MULTI,
+ * The append in C: its grouping by partition (split_by_partition) and its RESP (xadd_transaction: MULTI,
  * one XADD per value (under ``K`` + the key, or ``v``), EXEC, written in two passes, the size then the bytes
  * object in place, instead of a %-format and a chunk per record), the same results as storage.scripts'
  * *_python references.
  * The reply side too: a transaction's replies folded into the script's flat reply (fold_transaction), its offsets
- * (parse_plain_reply), the batch's offsets back in input order (in_input_order), and the check for an error reply
+ * (reply_offsets), the batch's offsets back in input order (in_input_order), and the check for an error reply
  * in a pipeline's replies (has_instance), and clean transactions' replies read straight from the received bytes
- * (read_transactions). tests/unit/storage/test_plain_append_wire.py pins each to its reference.
+ * (read_transactions). tests/unit/storage/test_append_wire.py pins each to its reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -211,7 +211,7 @@ new_flat_reply(Py_ssize_t n)
     return flat;
 }
 
-/* The script's flat reply ``[offset, 0, ...]`` (offsets as str) of a plain transaction's replies (MULTI's,
+/* The script's flat reply ``[offset, 0, ...]`` (offsets as str) of a transaction's replies (MULTI's,
  * QUEUED..., EXEC's list of IDs); None when any reply is an error or EXEC's reply is not a list of bytes, for
  * the Python fold (storage.scripts._fold_transaction_python) to explain. */
 static PyObject *
@@ -254,10 +254,10 @@ fold_transaction(PyObject *module, PyObject *replies)
 
 /* Every other item of a flat reply from the first (the offsets), bytes decoded to str. */
 static PyObject *
-plain_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+reply_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyList_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "parse_plain_reply(partition: int, reply: list)");
+        PyErr_SetString(PyExc_TypeError, "reply_offsets(partition: int, reply: list)");
         return NULL;
     }
     PyObject *reply = args[1];
@@ -367,9 +367,9 @@ fail:
     return NULL;
 }
 
-/* ---- read_transactions: clean plain transactions' replies straight from the received bytes ----
+/* ---- read_transactions: clean transactions' replies straight from the received bytes ----
  *
- * For a request of plain transactions only (no ASKING, no WAIT), what Redis answers when all goes well is, per
+ * For a request of transactions only (no ASKING, no WAIT), what Redis answers when all goes well is, per
  * transaction of n XADDs: "+OK\r\n", n x "+QUEUED\r\n", "*n\r\n" and n bulk strings (the IDs). Reading that
  * through hiredis made a Python object of every reply (~2n + 2 per transaction) before fold_transaction read
  * them again; here the IDs become the fold's str offsets directly. Anything else (an error reply, a nil EXEC,
@@ -562,20 +562,20 @@ static PyMethodDef methods[] = {
     {"split_by_partition", (PyCFunction)(void (*)(void))split_by_partition, METH_FASTCALL,
      "Plain records' columns grouped by partition: {partition: (indexes, values, keys)}, first seen first."},
     {"fold_transaction", (PyCFunction)fold_transaction, METH_O,
-     "A plain transaction's replies as the script's flat reply [offset, 0, ...], or None (the Python fold)."},
-    {"parse_plain_reply", (PyCFunction)(void (*)(void))plain_offsets, METH_FASTCALL,
+     "A transaction's replies as the script's flat reply [offset, 0, ...], or None (the Python fold)."},
+    {"reply_offsets", (PyCFunction)(void (*)(void))reply_offsets, METH_FASTCALL,
      "The offsets of a flat [offset, flag, ...] reply, as str."},
     {"has_instance", (PyCFunction)(void (*)(void))has_instance, METH_FASTCALL,
      "Whether any item of a list is an instance of a class."},
     {"in_input_order", (PyCFunction)(void (*)(void))in_input_order, METH_FASTCALL,
      "A batch's offsets in input order from its partitions' record indexes and offsets."},
     {"read_transactions", (PyCFunction)(void (*)(void))read_transactions, METH_FASTCALL,
-     "Clean plain transactions' replies from data at offset: ([flat reply per transaction], end) or None."},
+     "Clean transactions' replies from data at offset: ([flat reply per transaction], end) or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "storage._wire", "The plain append's RESP in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "storage._wire", "The append's RESP in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

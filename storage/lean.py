@@ -264,7 +264,7 @@ class RespConnection:
         (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them), or None when the
         connection has ``max_in_flight`` requests already. Raises the failure of a lost connection.
 
-        ``transactions``: the payload is plain transactions only (``PlainAppendCall.wire``, no ASKING, no WAIT)
+        ``transactions``: the payload is plain transactions only (``AppendCall.wire``, no ASKING, no WAIT)
         of these XADD counts; when their replies are clean the future gets them folded (``FoldedReplies``).
         """
         protocol = self._protocol

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, overload
 
 
 class Acks(enum.Enum):
@@ -38,46 +39,73 @@ class Record:
     idempotency_key: str | None = None
 
 
-_new_record = object.__new__
-_RECORD_SETTERS = tuple(getattr(Record, name).__set__ for name in Record.__slots__)
-
-
-def new_record(partition: int, value: bytes, value_format: ValueFormat, key: bytes | None,
-               headers: Mapping[str, str], idempotency_key: str | None) -> Record:
-    """``Record(...)`` for the publish hot path: filled through its slots (the frozen dataclass __init__ costs
-    about twice as much); the record is as immutable afterwards."""
-    set_partition, set_value, set_format, set_key, set_headers, set_idempotency_key = _RECORD_SETTERS
-    record = _new_record(Record)
-    set_partition(record, partition)
-    set_value(record, value)
-    set_format(record, value_format)
-    set_key(record, key)
-    set_headers(record, headers)
-    set_idempotency_key(record, idempotency_key)
-    return record
-
-
 @dataclass(frozen=True, slots=True)
-class PlainRecords:
-    """Records with a value and an optional key and nothing else (the common publish), as columns.
+class Records:
+    """A batch of records as columns: what every append takes, from the publish route down to Redis.
 
-    Record ``i`` is ``Record(partitions[i], values[i], value_format, keys[i])``: the same stream entries as
-    those records (``as_records``), without an object per record on the publish hot path.
+    Record ``i`` is ``partitions[i]``, ``values[i]`` and ``keys[i]``; ``formats`` is one format for every
+    record or one per record; ``headers`` and ``idempotency_keys`` are None when no record has any (the
+    common publish, which then costs no object per record).
     """
 
     partitions: list[int]
     values: list[bytes]
     keys: list[bytes | None]
-    value_format: ValueFormat = ValueFormat.JSON
+    formats: ValueFormat | list[ValueFormat] = ValueFormat.JSON
+    headers: Sequence[Mapping[str, str]] | None = None
+    idempotency_keys: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def as_records(self) -> list[Record]:
-        """The same records as objects."""
-        fmt = self.value_format
-        return [new_record(partition, value, fmt, key, {}, None)
-                for partition, value, key in zip(self.partitions, self.values, self.keys, strict=True)]
+    @classmethod
+    def of(cls, rows: Sequence[Record]) -> Records:
+        """Records given one object each, as columns."""
+        headers = [row.headers for row in rows]
+        idempotency_keys = [row.idempotency_key for row in rows]
+        return cls([row.partition for row in rows], [row.value for row in rows], [row.key for row in rows],
+                   [row.value_format for row in rows], headers if any(headers) else None,
+                   None if all(k is None for k in idempotency_keys) else idempotency_keys)
+
+    @classmethod
+    def joined(cls, batches: Sequence[Records]) -> Records:
+        """Several batches as one, in order."""
+        if len(batches) == 1:
+            return batches[0]
+        return cls([p for b in batches for p in b.partitions], [v for b in batches for v in b.values],
+                   [k for b in batches for k in b.keys], [f for b in batches for f in b.format_column()],
+                   _joined_column([b.headers for b in batches], [len(b) for b in batches], {}),
+                   _joined_column([b.idempotency_keys for b in batches], [len(b) for b in batches], None))
+
+    def format_column(self) -> list[ValueFormat]:
+        """Each record's value format."""
+        formats = self.formats
+        return [formats] * len(self.values) if isinstance(formats, ValueFormat) else formats
+
+    def taken(self, indexes: Sequence[int]) -> Records:
+        """The records at ``indexes``, in that order."""
+        values, keys, partitions = self.values, self.keys, self.partitions
+        formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys
+        return Records([partitions[i] for i in indexes], [values[i] for i in indexes], [keys[i] for i in indexes],
+                       formats if isinstance(formats, ValueFormat) else [formats[i] for i in indexes],
+                       None if headers is None else [headers[i] for i in indexes],
+                       None if idempotency_keys is None else [idempotency_keys[i] for i in indexes])
+
+    def rows(self) -> list[Record]:
+        """The same records as one object each."""
+        headers = self.headers or [{}] * len(self.values)
+        idempotency_keys = self.idempotency_keys or [None] * len(self.values)
+        return [Record(*row) for row in zip(self.partitions, self.values, self.format_column(), self.keys,
+                                            headers, idempotency_keys, strict=True)]
+
+
+T = TypeVar("T")
+
+
+def _joined_column(columns: list[Sequence[T] | None], sizes: list[int], default: T) -> list[T] | None:
+    if all(column is None for column in columns):
+        return None
+    return [item for column, size in zip(columns, sizes, strict=True) for item in (column or [default] * size)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +115,45 @@ class AppendResult:
     partition: int
     offset: str
     duplicate: bool = False
+
+
+class Appended(Sequence[AppendResult]):
+    """What an append wrote, as columns: record ``i`` landed on ``partitions[i]`` at ``offsets[i]``, and was a
+    duplicate (an idempotent retry that found the first write) where ``duplicates[i]`` says so; ``duplicates``
+    is None when no record carried an idempotency key. Read as a sequence, it is one ``AppendResult`` each."""
+
+    __slots__ = ("duplicates", "offsets", "partitions")
+
+    def __init__(self, partitions: list[int], offsets: list[str], duplicates: list[bool] | None) -> None:
+        self.partitions = partitions
+        self.offsets = offsets
+        self.duplicates = duplicates
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> AppendResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[AppendResult]: ...
+
+    def __getitem__(self, index: int | slice) -> AppendResult | list[AppendResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        duplicates = self.duplicates
+        return AppendResult(self.partitions[index], self.offsets[index],
+                            False if duplicates is None else duplicates[index])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Appended({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,26 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.models import AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
+from storage.models import Appended, AppendOptions, PartitionInfo, Record, Records, StoredEntry
 
 
 class StreamStore(Protocol):
     """A partitioned append-only log."""
 
-    async def append(
-        self, topic: str, records: Sequence[Record], options: AppendOptions
-    ) -> list[AppendResult]:
-        """Append records (any partitions) and return one result per record, in input order.
+    async def append(self, topic: str, records: Records | Sequence[Record],
+                     options: AppendOptions) -> Appended:
+        """Append records (any partitions) and return what each got, in input order.
 
-        Records are grouped by partition and by node; each partition's group is written atomically by one
-        script call. With ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas
-        than required raise ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot be
-        reached within the store's deadline.
+        Records are grouped by partition and by node; each partition's group is written atomically. With
+        ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas than required raise
+        ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot be reached within the
+        store's deadline.
         """
-        ...
-
-    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
-        """``append`` of ``records.as_records()``, as columns (the publish hot path): the offsets in input order."""
         ...
 
     async def read(

@@ -19,7 +19,7 @@ from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key, slot_of
 from storage.lean import NodeLanes
-from storage.models import Acks, AppendOptions, AppendResult, PartitionInfo, PlainRecords, Record, StoredEntry
+from storage.models import Acks, Appended, AppendOptions, PartitionInfo, Record, Records, StoredEntry
 from storage.observer import CallObserver, ignore_call
 from storage.overview import PartitionOverview, read_last_offsets, read_overviews
 from storage.rate_limit import RedisRateLimiter
@@ -27,11 +27,10 @@ from storage.resp import encode_command
 from storage.retention import RedisRetention
 from storage.scripts import (
     AppendCall,
-    PlainAppendCall,
-    build_append_call,
+    flat_reply,
     in_input_order,
-    parse_append_reply,
-    parse_plain_reply,
+    reply_duplicates,
+    reply_offsets,
     split_by_partition,
 )
 from storage.settings import RedisStoreSettings
@@ -54,8 +53,7 @@ class RedisStreamStore:
         self._lanes: NodeLanes | None = NodeLanes(settings) if lean_append else None
         self._observer = observer  # told about every Redis attempt: (operation, seconds, error class or None)
         self._router: ClusterRouter | None = None
-        self._appender: Appender[AppendResult] | None = None
-        self._plain_appender: Appender[str] | None = None
+        self._appender: Appender[Any] | None = None  # each partition's flat reply
         self._groups: RedisGroupStore | None = None
         self._delayed: RedisDelayedStore | None = None
         self._retention: RedisRetention | None = None
@@ -80,8 +78,7 @@ class RedisStreamStore:
         if lanes is not None:  # lean connections to nodes that are no longer primaries are closed
             router.on_refresh(lanes.forget)
             lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
-        self._appender = Appender(router, parse_append_reply, self._lanes)
-        self._plain_appender = Appender(router, parse_plain_reply, self._lanes)
+        self._appender = Appender(router, flat_reply, self._lanes)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
@@ -151,45 +148,33 @@ class RedisStreamStore:
             self._rate_limiter = RedisRateLimiter(self.router)
         return self._rate_limiter
 
-    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
-        """Append records (any partitions); one result per record, in input order.
+    async def append(self, topic: str, records: Records | Sequence[Record],
+                     options: AppendOptions) -> Appended:
+        """Append records (any partitions); what each got, in input order.
 
-        See ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the retry semantics.
+        One ``AppendCall`` per partition; see ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the
+        retry semantics.
         """
-        if not records:
-            return []
-        positions: dict[int, list[int]] = {}
-        for index, record in enumerate(records):
-            positions.setdefault(record.partition, []).append(index)
-        calls = [self._call_for(topic, p, [records[i] for i in idx], options) for p, idx in positions.items()]
-        written = await self._writer().write(topic, calls, wait=options.acks is Acks.ALL)
-        ordered: list[AppendResult | None] = [None] * len(records)
-        for partition, indexes in positions.items():
-            for index, result in zip(indexes, written[partition], strict=True):
-                ordered[index] = result
-        return ordered  # type: ignore[return-value]
-
-    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
-        """``append`` for plain records (as columns): the offsets, in input order (never duplicates)."""
-        if self._plain_appender is None or self._closed:
-            raise StorageUnavailable("storage is not open")
-        fmt, wait = records.value_format, options.acks is Acks.ALL
-        groups = split_by_partition(records.partitions, records.values, records.keys)
-        calls = [PlainAppendCall(topic, partition, values, keys, fmt, options)
-                 for partition, (_, values, keys) in groups.items()]
-        written = await self._plain_appender.write(topic, calls, wait=wait)
-        if len(groups) == 1:  # one partition (a keyless or one-message batch): already in input order
-            return written[calls[0].partition]
-        return in_input_order(len(records), groups, written)
-
-    def _writer(self) -> Appender[AppendResult]:
         if self._appender is None or self._closed:
             raise StorageUnavailable("storage is not open")
-        return self._appender
-
-    @staticmethod
-    def _call_for(topic: str, partition: int, records: list[Record], options: AppendOptions) -> AppendCall:
-        return build_append_call(topic, partition, records, options)
+        batch = records if isinstance(records, Records) else Records.of(records)
+        if not batch.values:
+            return Appended([], [], None)
+        groups = split_by_partition(batch.partitions, batch.values, batch.keys)
+        one = len(groups) == 1  # one partition (a keyless or one-message batch): the batch is its columns
+        calls = [AppendCall(topic, partition, batch if one else batch.taken(indexes), options)
+                 for partition, (indexes, _, _) in groups.items()]
+        written = await self._appender.write(topic, calls, wait=options.acks is Acks.ALL)
+        offsets = {partition: reply_offsets(partition, reply) for partition, reply in written.items()}
+        ordered = offsets[calls[0].partition] if one else in_input_order(len(batch), groups, offsets)
+        if batch.idempotency_keys is None:
+            return Appended(batch.partitions, ordered, None)
+        flags = {partition: reply_duplicates(reply) for partition, reply in written.items()}
+        duplicates = [False] * len(batch)
+        for partition, (indexes, _, _) in groups.items():
+            for index, flag in zip(indexes, flags[partition], strict=True):
+                duplicates[index] = flag
+        return Appended(batch.partitions, ordered, duplicates)
 
     async def read(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ from redis import exceptions as rexc
 
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
-from storage.models import AppendOptions, AppendResult, PlainRecords, Record, ValueFormat
+from storage.models import AppendOptions, Record, Records, ValueFormat
 from storage.native import refuse_if_off
 from storage.resp import ReplyError, as_redis_error, encode_command
 
@@ -185,144 +185,112 @@ class PreparedCall(_OneCommand):
 
 
 class AppendCall:
-    """One partition's records for the append script: encoded straight to RESP for the lean connections.
+    """One partition's records (``Records``, the batch's columns for that partition), encoded straight to RESP
+    for the lean connections.
 
-    ``wire`` is the append hot path. Records with idempotency keys need the script (the dedup check and the
-    XADD must not interleave with another writer); a call without any is sent as MULTI, one XADD per record,
-    EXEC instead: as atomic for the partition, and Redis spends less CPU per message on it (no per-record Lua
-    work; ``bench/profile_publish.py`` prints Redis CPU per message). Either is
-    one %-format per record instead of one encode step per argument (``evalsha_wire`` is the generic
-    ``encode_command`` of ``evalsha_command`` byte for byte, ``transaction_commands`` likewise for the
-    transaction; tests pin both). ``args`` and ``evalsha_command`` lay out the script call as values for
-    redis-py and tests.
+    Records with idempotency keys need the script (the dedup check and the XADD must not interleave with
+    another writer); a call without any is sent as MULTI, one XADD per record, EXEC instead: as atomic for the
+    partition, and Redis spends less CPU per message on it (no per-record Lua work;
+    ``bench/profile_publish.py`` prints Redis CPU per message). Records of one format without headers (the
+    common publish) are encoded from the columns in one call (``xadd_transaction``). Every wire is byte for
+    byte what ``encode_command`` makes of the same commands (tests pin it); ``evalsha_command`` lays out the
+    script call as values for redis-py and tests.
     """
 
-    __slots__ = ("_dedup_indexes", "keys", "options", "partition", "records", "transaction_size", "wire_replies")
+    __slots__ = ("_dedup", "options", "partition", "records", "topic", "transaction_size", "wire_replies")
     script = APPEND_SCRIPT
 
-    def __init__(self, topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> None:
+    def __init__(self, topic: str, partition: int, records: Records, options: AppendOptions) -> None:
+        self.topic = topic
         self.partition = partition
         self.records = records
         self.options = options
-        self.keys = [log_key(topic, partition)]
-        self._dedup_indexes: list[int] = []
-        for record in records:
-            if record.idempotency_key is None:
-                self._dedup_indexes.append(0)
-            else:
-                self.keys.append(dedup_key(topic, partition, record.idempotency_key))
-                self._dedup_indexes.append(len(self.keys) - 1)
-        self.wire_replies = 1 if self.uses_script else len(records) + 2
-        self.transaction_size = None if self.uses_script else len(records)
+        dedup = records.idempotency_keys
+        self._dedup = None if dedup is None or dedup.count(None) == len(dedup) else dedup
+        self.wire_replies = len(records.values) + 2 if self._dedup is None else 1
+        self.transaction_size = len(records.values) if self._dedup is None else None
 
     @property
     def uses_script(self) -> bool:
         """Whether the lean wire is the script (some record has an idempotency key) or a transaction."""
-        return len(self.keys) > 1
+        return self._dedup is not None
+
+    @property
+    def keys(self) -> list[str]:
+        """KEYS: the partition's stream, then the dedup keys of the records that carry an idempotency key."""
+        topic, partition = self.topic, self.partition
+        return [log_key(topic, partition), *(dedup_key(topic, partition, key) for key in self._dedup or ()
+                                             if key is not None)]
+
+    def _dedup_indexes(self) -> list[int]:
+        """Per record, its dedup key's index in KEYS (0 = none)."""
+        indexes, last = [], 0
+        for key in self._dedup or [None] * len(self.records):
+            if key is not None:
+                last += 1
+            indexes.append(0 if key is None else last)
+        return indexes
 
     @property
     def args(self) -> list[Any]:
         """ARGV as values: max length, dedup TTL, then per record its dedup index, field count and fields."""
         args: list[Any] = [self.options.max_length or 0, self.options.dedup_ttl_ms]
-        for record, dedup_index in zip(self.records, self._dedup_indexes, strict=True):
+        for record, dedup_index in zip(self.records.rows(), self._dedup_indexes(), strict=True):
             fields = encode_fields(record)
             args += (dedup_index, len(fields), *fields)
         return args
 
     def evalsha_command(self) -> tuple[Any, ...]:
         """The raw ``EVALSHA`` command (script SHA, key count, keys, args)."""
-        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+        keys = self.keys
+        return ("EVALSHA", self.script.sha, len(keys), *keys, *self.args)
 
     def wire(self) -> bytes:
         """The script call, or for records without idempotency keys the transaction, as RESP bytes."""
-        return self.evalsha_wire() if self.uses_script else self.transaction_wire()
+        return self.transaction_wire() if self._dedup is None else self.evalsha_wire()
 
     def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply, or the transaction's IDs laid out as the script's flat reply."""
-        return replies[0] if self.uses_script else _fold_transaction(replies)
+        return _fold_transaction(replies) if self._dedup is None else replies[0]
 
     def transaction_commands(self) -> list[tuple[Any, ...]]:
         """The transaction as values: MULTI, one XADD per record (trimmed like the script), EXEC."""
-        trim: tuple[Any, ...] = ("MAXLEN", "~", self.options.max_length) if self.options.max_length else ()
-        return [("MULTI",), *[("XADD", self.keys[0], *trim, "*", *encode_fields(record))
-                               for record in self.records], ("EXEC",)]
+        max_length = self.options.max_length
+        trim: tuple[Any, ...] = ("MAXLEN", "~", max_length) if max_length else ()
+        stream = log_key(self.topic, self.partition)
+        return [("MULTI",), *[("XADD", stream, *trim, "*", *encode_fields(record))
+                               for record in self.records.rows()], ("EXEC",)]
 
     def transaction_wire(self) -> bytes:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
-        head, base = _xadd_head(self.keys[0], self.options.max_length)
-        # every XADD of a keyed record without headers starts so, by value format
-        keyed = {fmt: b"*%d\r\n%b" % (base + 2 + _FORMAT_FIELD_COUNT[fmt], head) for fmt in ValueFormat}
+        records, max_length = self.records, self.options.max_length
+        fmt = records.formats
+        if records.headers is None and isinstance(fmt, ValueFormat):  # the common publish: from the columns
+            keyed_head, keyless_head = _xadd_heads(self.topic, self.partition, max_length, fmt)
+            return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[fmt], records.values, records.keys)
+        head, base = _xadd_head(log_key(self.topic, self.partition), max_length)
         chunks = [_MULTI_WIRE]
-        append, formats, encode_fields_wire = chunks.append, _FORMAT_WIRE, _encode_fields_wire
-        for record in self.records:
-            key = record.key
-            if key is not None and not record.headers:  # the common record, inlined: one %-format
-                value, fmt = record.value, record.value_format
-                append(_KEYED_XADD % (keyed[fmt], len(key) + 1, key, len(value), value, formats[fmt]))
-                continue
-            fields, count = encode_fields_wire(record)
-            append(b"*%d\r\n%b%b" % (base + count, head, fields))
-        append(_EXEC_WIRE)
+        for value, fmt_i, key, headers in _columns(records):
+            fields, count = _encode_fields_wire(value, fmt_i, key, headers)
+            chunks.append(b"*%d\r\n%b%b" % (base + count, head, fields))
+        chunks.append(_EXEC_WIRE)
         return b"".join(chunks)
 
     def evalsha_wire(self) -> bytes:
         """The command as RESP bytes, identical to ``encode_command(self.evalsha_command())``."""
-        options = self.options
-        head: tuple[str | int, ...] = ("EVALSHA", self.script.sha, len(self.keys), *self.keys, options.max_length or 0,
-                options.dedup_ttl_ms)
+        options, keys = self.options, self.keys
+        head: tuple[str | int, ...] = ("EVALSHA", self.script.sha, len(keys), *keys, options.max_length or 0,
+                                       options.dedup_ttl_ms)
         chunks = [b"", _without_array_header(encode_command(head), len(head))]  # chunks[0]: the header, below
         count = len(head)
         encode_record = _encode_record
-        for record, dedup_index in zip(self.records, self._dedup_indexes, strict=True):
-            wire, fields = encode_record(record, dedup_index)
+        for (value, fmt, key, headers), dedup_index in zip(_columns(self.records), self._dedup_indexes(),
+                                                           strict=True):
+            wire, fields = encode_record(value, fmt, key, headers, dedup_index)
             chunks.append(wire)
             count += 2 + fields
         chunks[0] = b"*%d\r\n" % count
         return b"".join(chunks)
-
-
-class PlainAppendCall:
-    """One partition's plain records (a value and an optional key, no headers, no idempotency key).
-
-    On the lean connections always the MULTI, XADD..., EXEC transaction, encoded from the columns in one call
-    (``xadd_transaction``); through redis-py the append script without dedup keys, as ``AppendCall`` sends it.
-    The same stream entries as ``AppendCall`` of the equivalent records, byte for byte (tests pin it).
-    """
-
-    __slots__ = ("_topic", "keys", "options", "partition", "transaction_size", "value_format", "values",
-                 "wire_replies")
-    script = APPEND_SCRIPT
-
-    def __init__(self, topic: str, partition: int, values: list[bytes], keys: list[bytes | None],
-                 value_format: ValueFormat, options: AppendOptions) -> None:
-        self._topic = topic
-        self.partition = partition
-        self.values = values
-        self.keys = keys
-        self.value_format = value_format
-        self.options = options
-        self.wire_replies = len(values) + 2
-        self.transaction_size = len(values)
-
-    def as_append_call(self) -> AppendCall:
-        """The same call over record objects."""
-        return AppendCall(self._topic, self.partition, PlainRecords(
-            [self.partition] * len(self.values), self.values, self.keys, self.value_format).as_records(),
-            self.options)
-
-    def evalsha_command(self) -> tuple[Any, ...]:
-        """The append script call (for a redis-py pipeline)."""
-        return self.as_append_call().evalsha_command()
-
-    def wire(self) -> bytes:
-        """The transaction as RESP bytes."""
-        keyed_head, keyless_head = _xadd_heads(self._topic, self.partition, self.options.max_length,
-                                               self.value_format)
-        return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[self.value_format], self.values, self.keys)
-
-    def fold_replies(self, replies: list[Any]) -> Any:
-        """The transaction's IDs laid out as the script's flat reply, or the error that stopped it."""
-        return _fold_transaction(replies)
 
 
 def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
@@ -378,9 +346,9 @@ def split_by_partition_python(partitions: list[int], values: list[bytes],
     return groups
 
 
-def parse_plain_reply_python(partition: int, reply: list[Any]) -> list[str]:
-    """The offsets of the script's flat ``[offset, 0, ...]`` reply for plain records (never duplicates). The
-    reference of the compiled ``parse_plain_reply``."""
+def reply_offsets_python(partition: int, reply: list[Any]) -> list[str]:
+    """The offsets of the script's flat ``[offset, dupflag, ...]`` reply (or a folded transaction's). The
+    reference of the compiled ``reply_offsets``."""
     return [offset.decode() if isinstance(offset, bytes) else offset for offset in reply[0::2]]
 
 
@@ -436,46 +404,42 @@ _KEYED_FIELDS = b"$%d\r\nK%b\r\n$%d\r\n%b\r\n%b"  # K and the key, the value, f 
 _KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
 
 
-def _encode_record(record: Record, dedup_index: int) -> tuple[bytes, int]:
+def _encode_record(value: bytes, fmt: ValueFormat, key: bytes | None, headers: Mapping[str, str],
+                   dedup_index: int) -> tuple[bytes, int]:
     """One record's ARGV part for the script (dedup index, field count, fields) as RESP, and its field count."""
     index = _INDEX_WIRE[dedup_index] if dedup_index < 1024 else b"$%d\r\n%d\r\n" % (len(str(dedup_index)),
                                                                                      dedup_index)
-    fields, count = _encode_fields_wire(record)
+    fields, count = _encode_fields_wire(value, fmt, key, headers)
     return b"%b%b%b" % (index, _INDEX_WIRE[count], fields), count
 
 
-def _encode_fields_wire(record: Record) -> tuple[bytes, int]:
+def _encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
+                        headers: Mapping[str, str]) -> tuple[bytes, int]:
     """One record's XADD fields as RESP, and how many there are (names and values)."""
-    value, key, headers = record.value, record.key, record.headers
-    fmt, fmt_fields = _FORMAT_WIRE[record.value_format], _FORMAT_FIELD_COUNT[record.value_format]
-    if key is not None and not headers:
-        return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt), 2 + fmt_fields
-    if key is None and not headers:
-        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt), 2 + fmt_fields
-    fields = encode_fields(record)
+    if not headers:
+        fmt_wire, count = _FORMAT_WIRE[fmt], 2 + _FORMAT_FIELD_COUNT[fmt]
+        if key is not None:
+            return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt_wire), count
+        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt_wire), count
+    fields = encode_fields(Record(0, value, fmt, key, headers))
     return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
 
 
-def build_append_call(topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> AppendCall:
-    """Lay out one partition's records as the script's KEYS and ARGV."""
-    return AppendCall(topic, partition, records, options)
+def _columns(records: Records) -> Iterator[tuple[bytes, ValueFormat, bytes | None, Mapping[str, str]]]:
+    """Each record's value, format, key and headers."""
+    count = len(records.values)
+    return zip(records.values, records.format_column(), records.keys, records.headers or [{}] * count,
+               strict=True)
 
 
-def parse_append_reply(partition: int, reply: Sequence[Any]) -> list[AppendResult]:
-    """Turn the script's flat ``[offset, dupflag, ...]`` reply into results in record order."""
-    new, set_partition, set_offset, set_duplicate = _new_result, *_RESULT_SETTERS
-    results: list[AppendResult] = []
-    for offset, flag in zip(reply[0::2], reply[1::2], strict=True):
-        result = new(AppendResult)  # filled through its slots: the frozen dataclass __init__ costs twice as much
-        set_partition(result, partition)
-        set_offset(result, offset.decode() if isinstance(offset, bytes) else offset)
-        set_duplicate(result, bool(int(flag)))
-        results.append(result)
-    return results
+def flat_reply(partition: int, reply: list[Any]) -> list[Any]:
+    """An append call's reply as the appender keeps it: the script's flat ``[offset, dupflag, ...]``."""
+    return reply
 
 
-_new_result = object.__new__
-_RESULT_SETTERS = tuple(getattr(AppendResult, name).__set__ for name in ("partition", "offset", "duplicate"))
+def reply_duplicates(reply: list[Any]) -> list[bool]:
+    """The duplicate flags of the script's flat ``[offset, dupflag, ...]`` reply."""
+    return [bool(int(flag)) for flag in reply[1::2]]
 
 
 def _no_compiled_fold(replies: list[Any]) -> list[Any] | None:
@@ -493,7 +457,7 @@ except ImportError:  # built without a C compiler: the reference, same bytes
     split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]], dict[int, PartitionColumns]] = \
         split_by_partition_python
     fold_transaction: Callable[[list[Any]], list[Any] | None] = _no_compiled_fold
-    parse_plain_reply: Callable[[int, list[Any]], list[str]] = parse_plain_reply_python
+    reply_offsets: Callable[[int, list[Any]], list[str]] = reply_offsets_python
     in_input_order: Callable[[int, dict[int, PartitionColumns], dict[int, list[str]]], list[str]] = \
         in_input_order_python
 else:
@@ -501,5 +465,5 @@ else:
     xadd_transaction = _wire.xadd_transaction
     split_by_partition = _wire.split_by_partition
     fold_transaction = _wire.fold_transaction
-    parse_plain_reply = _wire.parse_plain_reply
+    reply_offsets = _wire.reply_offsets
     in_input_order = _wire.in_input_order

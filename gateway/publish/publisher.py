@@ -19,14 +19,15 @@ from typing import Protocol
 
 from gateway.errors import invalid_field, unavailable
 from gateway.observe.metrics import GatewayMetrics
-from gateway.publish.validation import PlainBatch, PublishBatch
+from gateway.publish.validation import PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for, partitions_of
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
-from storage.models import Acks, AppendOptions, AppendResult, PlainRecords, Record, ScheduledResult, new_record
+from storage.models import Acks, Appended, AppendOptions, AppendResult, Record, Records, ScheduledResult
 from storage.protocol import StreamStore
 
 PublishResult = AppendResult | ScheduledResult
+Published = Appended | list[PublishResult]  # columns unless some message was scheduled
 
 
 class Scheduler(Protocol):
@@ -42,29 +43,43 @@ log = logging.getLogger(__name__)
 ACKS0_QUEUE_BYTES = 64 * 1024 * 1024
 ACKS0_ROUND_MESSAGES = 5000  # messages the acks=0 writer takes from its queue for one round (a bigger batch alone)
 
-# topic, records (as objects or plain columns), due times (plain: none), bytes queued
-_Acks0Item = tuple[TopicMetadata, list[Record] | PlainRecords, list[int | None], int]
+# topic, records, due times (None: all due now), bytes queued
+_Acks0Item = tuple[TopicMetadata, Records, list[int | None] | None, int]
 
 
-def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, scope: str) -> list[Record]:
+def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, scope: str) -> Records:
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
     (``gateway.publish.idempotency``), so no other principal's key can match them.
     """
+    idempotency_keys = batch.idempotency_keys
+    if batch.partitions is None and idempotency_keys is None:  # the common publish: keys and sticky only
+        keys = batch.keys
+        keyless = spreader.for_batch(topic.partitions) if None in keys else 0
+        partitions = partitions_of(keys, topic.partitions, keyless)
+    else:
+        partitions = _place_each(batch, topic, spreader)
+    scoped = None if idempotency_keys is None else [None if key is None else scope + key
+                                                     for key in idempotency_keys]
+    return Records(partitions, batch.values, batch.keys, batch.formats, batch.headers, scoped)
+
+
+def _place_each(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[int]:
     partitions = topic.partitions
     keyless_partition: int | None = None
-    records: list[Record] = []
-    append, place_key, make = records.append, partition_for, new_record
-    for index, message in enumerate(batch.messages):
-        value, value_format, key, headers, partition, idempotency_key, _ = message
+    placed: list[int] = []
+    explicit = batch.partitions or [None] * len(batch)
+    idempotency_keys = batch.idempotency_keys or [None] * len(batch)
+    for index, (partition, key, idempotency_key) in enumerate(zip(explicit, batch.keys, idempotency_keys,
+                                                                  strict=True)):
         if partition is not None:
             if partition >= partitions:
                 raise invalid_field(f"/messages/{index}/partition",
                                     f"partition {partition} does not exist: topic "
                                     f"{topic.name!r} has {partitions} partitions")
         elif key is not None:
-            partition = place_key(key, partitions)
+            partition = partition_for(key, partitions)
         elif idempotency_key is not None:
             # A keyless retry must land where the first attempt did, so hash the idempotency key.
             partition = partition_for(idempotency_key.encode(), partitions)
@@ -72,16 +87,8 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, 
             if keyless_partition is None:
                 keyless_partition = spreader.for_batch(partitions)
             partition = keyless_partition
-        append(make(partition, value, value_format, key, headers,
-                    None if idempotency_key is None else scope + idempotency_key))
-    return records
-
-
-def place_plain(batch: PlainBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[int]:
-    """Each plain message's partition: by key, else the batch's sticky keyless partition."""
-    keys = batch.keys
-    keyless = spreader.for_batch(topic.partitions) if None in keys else 0
-    return partitions_of(keys, topic.partitions, keyless)
+        placed.append(partition)
+    return placed
 
 
 def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> AppendOptions:
@@ -126,44 +133,33 @@ class Publisher:
         with contextlib.suppress(asyncio.CancelledError):
             await writer
 
-    async def publish(self, topic: TopicMetadata, records: Sequence[Record], acks: Acks,
-                      due_ms: Sequence[int | None] = ()) -> list[PublishResult]:
+    async def publish(self, topic: TopicMetadata, records: Records, acks: Acks,
+                      due_ms: list[int | None] | None = None) -> Published:
         """Write (or schedule, where ``due_ms`` says so) and wait for the requested durability."""
         started = time.perf_counter()
         options = append_options(topic, acks, self._dedup_ttl_ms)
-        delayed = [i for i, due in enumerate(due_ms) if due is not None]
         try:
-            if not delayed:
-                results: list[PublishResult] = list(await self._store.append(topic.name, records, options))
+            if due_ms is None:
+                results: Published = await self._store.append(topic.name, records, options)
             else:
-                results = await self._append_and_schedule(topic, records, options, due_ms, delayed)
+                results = await self._append_and_schedule(topic, records, options, due_ms)
         except StorageError as exc:
             self._count_failure(topic, acks, exc)
             raise
         self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
         return results
 
-    async def publish_plain(self, topic: TopicMetadata, records: PlainRecords, acks: Acks) -> list[str]:
-        """``publish`` of plain records (the hot path, as columns): their offsets, in input order."""
-        started = time.perf_counter()
-        try:
-            offsets = await self._store.append_plain(topic.name, records,
-                                                     append_options(topic, acks, self._dedup_ttl_ms))
-        except StorageError as exc:
-            self._count_failure(topic, acks, exc)
-            raise
-        self._metrics.publish_latency.labels(acks.value).observe(time.perf_counter() - started)
-        return offsets
-
     def _count_failure(self, topic: TopicMetadata, acks: Acks, exc: StorageError) -> None:
         self._metrics.publish_failures.labels(topic.name, acks.value, type(exc).__name__).inc()
 
-    async def _append_and_schedule(self, topic: TopicMetadata, records: Sequence[Record], options: AppendOptions,
-                                   due_ms: Sequence[int | None], delayed: list[int]) -> list[PublishResult]:
-        now = [i for i in range(len(records)) if i not in set(delayed)]
+    async def _append_and_schedule(self, topic: TopicMetadata, records: Records, options: AppendOptions,
+                                   due_ms: list[int | None]) -> list[PublishResult]:
+        rows = records.rows()
+        delayed = [i for i, due in enumerate(due_ms) if due is not None]
+        now = [i for i, due in enumerate(due_ms) if due is None]
         scheduled = await self._scheduler.schedule(
-            topic.name, [(records[i], due) for i in delayed if (due := due_ms[i]) is not None], options)
-        appended = await self._store.append(topic.name, [records[i] for i in now], options) if now else []
+            topic.name, [(rows[i], due) for i in delayed if (due := due_ms[i]) is not None], options)
+        appended = await self._store.append(topic.name, records.taken(now), options) if now else []
         results: list[PublishResult | None] = [None] * len(records)
         for index, result in zip(delayed, scheduled, strict=True):
             results[index] = result
@@ -171,34 +167,24 @@ class Publisher:
             results[index] = appended_result
         return [r for r in results if r is not None]
 
-    def enqueue(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
+    def enqueue(self, topic: TopicMetadata, records: Records, due_ms: list[int | None] | None,
+                value_bytes: int) -> None:
         """acks=0: queue the batch for the background writer, or 503 when the queue is full.
 
         Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys queued already (a
         batch on its own is always taken: one larger than the byte bound must not be refused forever).
         """
-        self._put_acks0(self._acks0_item(topic, records, due_ms))
+        self._put_acks0(_acks0_item(topic, records, due_ms, value_bytes))
 
-    async def enqueue_waiting(self, topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> None:
+    async def enqueue_waiting(self, topic: TopicMetadata, records: Records, due_ms: list[int | None] | None,
+                              value_bytes: int) -> None:
         """``enqueue``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
-        await self._put_acks0_waiting(self._acks0_item(topic, records, due_ms))
-
-    async def enqueue_plain_waiting(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
-        """``enqueue_plain``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
-        await self._put_acks0_waiting(self._plain_item(topic, records, value_bytes))
+        await self._put_acks0_waiting(_acks0_item(topic, records, due_ms, value_bytes))
 
     async def _put_acks0_waiting(self, item: _Acks0Item) -> None:
         if self._room_waiters or not self._fits(item[3]):  # behind earlier waiters, or no room now
             await self._wait_for_room(item[3])
         self._put_acks0(item)
-
-    @staticmethod
-    def _acks0_item(topic: TopicMetadata, records: list[Record], due_ms: list[int | None]) -> _Acks0Item:
-        return topic, records, due_ms, sum(len(record.value) + len(record.key or b"") for record in records)
-
-    @staticmethod
-    def _plain_item(topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> _Acks0Item:
-        return topic, records, [], value_bytes + sum(len(key) for key in records.keys if key is not None)
 
     def _fits(self, size: int) -> bool:
         return not self._queue.full() and not (self.queued_bytes and self.queued_bytes + size > self._queue_bytes_max)
@@ -237,10 +223,6 @@ class Publisher:
             raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
         self.queued_bytes += size
 
-    def enqueue_plain(self, topic: TopicMetadata, records: PlainRecords, value_bytes: int) -> None:
-        """``enqueue`` for plain records (the columns, no object per message; ``value_bytes`` their values' size)."""
-        self._put_acks0(self._plain_item(topic, records, value_bytes))
-
     async def _drain_acks0(self) -> None:
         """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up to
         ``ACKS0_ROUND_MESSAGES``), one write per topic, the topics' writes at once. One batch per round trip was
@@ -267,18 +249,15 @@ class Publisher:
         return batches
 
     async def _write_acks0(self, batches: list[_Acks0Item]) -> None:
-        """One topic's queued batches as one write, in queue order (so each partition keeps it): as columns when
-        all are plain, else as records; a failure loses them all, counted (``acks0_lost``) and logged, never
-        silently."""
+        """One topic's queued batches as one write, in queue order (so each partition keeps it); a failure loses
+        them all, counted (``acks0_lost``) and logged, never silently."""
         topic = batches[0][0]
-        count = sum(len(batch) for _, batch, _, _ in batches)
+        count = sum(len(records) for _, records, _, _ in batches)
         try:
-            plain = [batch for _, batch, _, _ in batches if isinstance(batch, PlainRecords)]
-            if len(plain) == len(batches):
-                await self.publish_plain(topic, _joined(plain), Acks.LEADER)
-                return
-            records = [r for _, batch, _, _ in batches for r in _as_records(batch)]
-            due_ms = [due for _, batch, due_ms, _ in batches for due in (due_ms or [None] * len(batch))]
+            records = Records.joined([records for _, records, _, _ in batches])
+            due_ms = None
+            if any(due is not None for _, _, due, _ in batches):
+                due_ms = [d for _, records, due, _ in batches for d in (due or [None] * len(records))]
             await self.publish(topic, records, Acks.LEADER, due_ms)
         except Exception as exc:  # StorageError, or a defect: the writer must go on with the next round
             self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(count)
@@ -286,13 +265,6 @@ class Publisher:
                       topic.name, exc, exc_info=not isinstance(exc, StorageError))
 
 
-def _as_records(batch: list[Record] | PlainRecords) -> list[Record]:
-    return batch.as_records() if isinstance(batch, PlainRecords) else batch
-
-
-def _joined(batches: list[PlainRecords]) -> PlainRecords:
-    """Plain batches of one topic as one, in order (JSON values, as the plain publish's are)."""
-    if len(batches) == 1:
-        return batches[0]
-    return PlainRecords([p for b in batches for p in b.partitions], [v for b in batches for v in b.values],
-                        [k for b in batches for k in b.keys])
+def _acks0_item(topic: TopicMetadata, records: Records, due_ms: list[int | None] | None,
+                value_bytes: int) -> _Acks0Item:
+    return topic, records, due_ms, value_bytes + sum(len(key) for key in records.keys if key is not None)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -25,6 +26,7 @@ MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition",
                             "deliver_at_ms"})
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 MAX_IDEMPOTENCY_KEY_CHARS = 256
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class PublishLimits:
 
 
 class IncomingMessage(NamedTuple):
-    """One validated message, not yet placed on a partition (a named tuple: built once per message)."""
+    """One validated message of a general body, before the batch turns into columns."""
 
     value: bytes
     value_format: ValueFormat
@@ -59,29 +61,51 @@ class IncomingMessage(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PublishBatch:
-    """A validated publish request."""
-
-    acks: str
-    messages: list[IncomingMessage]
-    value_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class PlainBatch:
-    """A validated publish request of plain messages: each only a JSON ``value`` and an optional string
-    ``key``, no Idempotency-Key header (any acks). The hot path, as columns: ``keys[i]`` and ``values[i]``
-    (the value as stored, ``json_value_bytes``) are message ``i``'s."""
+    """A validated publish request, as columns: message ``i`` is ``keys[i]`` and ``values[i]`` (the value as
+    stored), in ``formats`` (one for all or one each). The optional columns are None when no message has one
+    (the common publish): ``headers``, explicit ``partitions``, ``idempotency_keys`` and ``due_ms`` (when a
+    delayed message joins the stream, epoch ms)."""
 
     acks: str
     keys: list[bytes | None]
     values: list[bytes]
     value_bytes: int
+    formats: ValueFormat | list[ValueFormat] = ValueFormat.JSON
+    headers: list[dict[str, str]] | None = None
+    partitions: list[int | None] | None = None
+    idempotency_keys: list[str | None] | None = None
+    due_ms: list[int | None] | None = None
 
-    def general(self) -> PublishBatch:
-        """The same request as messages (for what the plain path does not do: forced headers)."""
-        return PublishBatch(self.acks, [IncomingMessage(value, ValueFormat.JSON, key, {}, None, None)
-                                        for key, value in zip(self.keys, self.values, strict=True)],
-                            self.value_bytes)
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def with_headers(self) -> PublishBatch:
+        """The batch with a headers column to fill (empty headers where it had none)."""
+        if self.headers is not None:
+            return self
+        return dataclasses.replace(self, headers=[{} for _ in self.values])
+
+
+def _columns(acks: str, messages: list[IncomingMessage]) -> PublishBatch:
+    """Parsed messages as a batch's columns (an optional column only where some message has it)."""
+    values, formats, keys, headers, partitions, idempotency_keys, due_ms = map(list, zip(*messages, strict=True))
+    return PublishBatch(acks, keys, values, sum(map(len, values)),
+                        ValueFormat.JSON if formats.count(ValueFormat.JSON) == len(formats) else formats,
+                        headers if any(headers) else None, _unless_none(partitions),
+                        _unless_none(idempotency_keys), _unless_none(due_ms))
+
+
+def _unless_none(column: list[T | None]) -> list[T | None] | None:
+    return None if column.count(None) == len(column) else column
+
+
+def _plain_batch(acks: str, keys: list[bytes | None], values: list[bytes], value_bytes: int,
+                 idempotency_header: str | None) -> PublishBatch:
+    """A batch of plain messages (a value and maybe a key), each under ``<header>:<i>`` when given one."""
+    if idempotency_header is None:
+        return PublishBatch(acks, keys, values, value_bytes)
+    return PublishBatch(acks, keys, values, value_bytes,
+                        idempotency_keys=[f"{idempotency_header}:{i}" for i in range(len(values))])
 
 
 def decode_json_object(body: bytes, max_bytes: int) -> dict[str, Any]:
@@ -105,19 +129,19 @@ def reject_unknown_fields(doc: dict[str, Any], allowed: frozenset[str], prefix: 
 
 
 def parse_publish_body(body: bytes, limits: PublishLimits,
-                       idempotency_header: str | None) -> PublishBatch | PlainBatch:
+                       idempotency_header: str | None) -> PublishBatch:
     """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field.
 
-    A plain body (``PlainBatch``) is read straight from its bytes by ``scan_plain_body``, or else, once parsed,
-    by ``parse_plain``; anything else, or any plain message over a limit, by the general path, which explains
-    every rejection (the scanner answers None whenever it is not sure).
+    A plain body (each message a value and maybe a key) is read straight from its bytes by
+    ``scan_plain_body``, or else, once parsed, by ``parse_plain``; anything else, or any plain message over a
+    limit, message by message, which explains every rejection (the scanner answers None whenever it is not
+    sure). All three give the same columns.
     """
-    if idempotency_header is None and len(body) <= limits.max_batch_bytes:  # an oversized body is a 413 first
+    if len(body) <= limits.max_batch_bytes:  # an oversized body is a 413 first
         scanned = scan_plain_body(body, limits.max_batch_messages, limits.max_key_bytes, limits.max_value_bytes,
                                   orjson.loads, orjson.dumps)
         if scanned is not None:
-            acks, keys, values, value_bytes = scanned
-            return PlainBatch(acks, keys, values, value_bytes)
+            return _plain_batch(*scanned, idempotency_header)
     doc = decode_json_object(body, limits.max_batch_bytes)
     reject_unknown_fields(doc, BODY_FIELDS)
     acks = _parse_acks(doc.get("acks", "1"))
@@ -127,15 +151,12 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
     if len(raw_messages) > limits.max_batch_messages:
         raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
                         f"{limits.max_batch_messages}", pointer="/messages")
-    if idempotency_header is None:
-        plain = _parse_plain_or_none(raw_messages, limits)
-        if plain is not None:
-            keys, values, value_bytes = plain
-            return PlainBatch(acks, keys, values, value_bytes)
+    plain = _parse_plain_or_none(raw_messages, limits)
+    if plain is not None:
+        return _plain_batch(acks, *plain, idempotency_header)
     now_ms = int(time.time() * 1000)
-    messages = [_parse_message(raw, index, limits, idempotency_header, now_ms)
-                for index, raw in enumerate(raw_messages)]
-    return PublishBatch(acks, messages, sum(len(m.value) for m in messages))
+    return _columns(acks, [_parse_message(raw, index, limits, idempotency_header, now_ms)
+                           for index, raw in enumerate(raw_messages)])
 
 
 def _parse_plain_or_none(raw_messages: list[Any],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.auth.acl import Action
@@ -16,15 +17,15 @@ from gateway.errors import Problem, invalid_field, rate_limited, too_large
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publish.idempotency import principal_scope
 from gateway.publish.plain_codec import plain_results_json
-from gateway.publish.publisher import PublishResult, place, place_plain
-from gateway.publish.validation import PlainBatch, parse_publish_body
+from gateway.publish.publisher import Published, PublishResult, place
+from gateway.publish.validation import parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
-from storage.models import Acks, PlainRecords, ScheduledResult, StoredEntry
+from storage.models import Acks, Appended, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 ACKS = {acks.value: acks for acks in Acks}  # a validated body's acks; Acks(value) is a Python-level enum lookup
@@ -50,48 +51,31 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
                       principal: Principal) -> web.Response:
     body = await read_body(request, services.settings.max_batch_bytes)  # Content-Encoding gzip/zstd decoded
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
-    if isinstance(batch, PlainBatch):
-        if not gatekeeper.forced_headers(principal):
-            return await _publish_plain(request, services, topic, batch)
-        batch = batch.general()
-    gatekeeper.stamp(principal, (message.headers for message in batch.messages))
-    throttled = await _admit(request, services, topic, len(batch.messages), batch.value_bytes)
+    if gatekeeper.forced_headers(principal):
+        batch = batch.with_headers()
+        gatekeeper.stamp(principal, batch.headers or ())
+    throttled = {} if services.throttle is None else await _admit(request, services, topic, len(batch),
+                                                                  batch.value_bytes)
     records = place(batch, topic, services.spreader, principal_scope(principal.name))
-    partitions, keys = [record.partition for record in records], [record.key for record in records]
     metrics = services.metrics
-    due_ms = [message.due_ms for message in batch.messages]
     if batch.acks == "0":
-        await services.publisher.enqueue_waiting(topic, records, due_ms)
-        _count_heat(services, topic, partitions, keys)
+        await services.publisher.enqueue_waiting(topic, records, batch.due_ms, batch.value_bytes)
+        _count_heat(services, topic, records.partitions, records.keys)
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    results = await services.publisher.publish(topic, records, ACKS[batch.acks], due_ms)
-    _count_heat(services, topic, partitions, keys)
+    results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms)
+    _count_heat(services, topic, records.partitions, records.keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-    return json_response({"results": [result_document(r) for r in results]}, headers=throttled)
+    return web.Response(body=results_json(results), content_type="application/json", headers=throttled)
 
 
-async def _publish_plain(request: web.Request, services: Services, topic: TopicMetadata,
-                         batch: PlainBatch) -> web.Response:
-    """The hot path: plain messages as columns, the results encoded in one call (``plain_results_json``)."""
-    throttled = {} if services.throttle is None else await _admit(request, services, topic, len(batch.values),
-                                                                  batch.value_bytes)
-    partitions = place_plain(batch, topic, services.spreader)
-    records, metrics = PlainRecords(partitions, batch.values, batch.keys), services.metrics
-    if batch.acks == "0":
-        await services.publisher.enqueue_plain_waiting(topic, records, batch.value_bytes)
-        _count_heat(services, topic, partitions, batch.keys)
-        metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
-        metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-        return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    offsets = await services.publisher.publish_plain(topic, records, ACKS[batch.acks])
-    _count_heat(services, topic, partitions, batch.keys)
-    metrics.publish_messages.labels(topic.name, "written").inc(len(offsets))
-    metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-    return web.Response(body=plain_results_json(partitions, offsets), content_type="application/json",
-                        headers=throttled)
+def results_json(results: Published) -> bytes:
+    """The publish response: one result per message, in the columns' one encoding call when it can."""
+    if isinstance(results, Appended) and results.duplicates is None:
+        return plain_results_json(results.partitions, results.offsets)
+    return orjson.dumps({"results": [result_document(r) for r in results]})
 
 
 def _count_heat(services: Services, topic: TopicMetadata, partitions: list[int], keys: list[bytes | None]) -> None:

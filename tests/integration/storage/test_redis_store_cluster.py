@@ -83,7 +83,7 @@ async def test_offsets_strictly_increase_per_partition(store: RedisStreamStore, 
     first = await store.append(topic, _records(30, 3), AppendOptions())
     second = await store.append(topic, _records(30, 3), AppendOptions())
     for p in range(3):
-        offsets = [_id(r.offset) for r in first + second if r.partition == p]
+        offsets = [_id(r.offset) for r in [*first, *second] if r.partition == p]
         assert offsets == sorted(offsets)
         assert len(set(offsets)) == len(offsets)
 

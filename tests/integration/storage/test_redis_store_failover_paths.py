@@ -1,4 +1,4 @@
-"""Routing and failure paths of RedisStreamStore.append (and append_plain) on a real cluster: MOVED, ASK,
+"""Routing and failure paths of RedisStreamStore.append on a real cluster: MOVED, ASK,
 NOSCRIPT, deadlines."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from storage import AppendOptions, Record, StorageUnavailable
 from storage.keys import log_key, slot_of
-from storage.models import PlainRecords
+from storage.models import Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -43,13 +43,13 @@ async def _as_records(store: RedisStreamStore, topic: str, values: list[bytes]) 
 
 
 async def _as_plain_columns(store: RedisStreamStore, topic: str, values: list[bytes]) -> list[str]:
-    return await store.append_plain(topic, PlainRecords([0] * len(values), values, [None] * len(values)),
-                                    AppendOptions())
+    columns = Records([0] * len(values), values, [None] * len(values))
+    return (await store.append(topic, columns, AppendOptions())).offsets
 
 
-@pytest.fixture(params=[_as_records, _as_plain_columns], ids=["records", "plain-columns"])
+@pytest.fixture(params=[_as_records, _as_plain_columns], ids=["records", "columns"])
 def write(request: pytest.FixtureRequest) -> Write:
-    """Partition 0 appends through ``append`` (record objects) or ``append_plain`` (the publish hot path)."""
+    """Partition 0 appends of record objects (encoded one by one) or of columns (the publish hot path)."""
     return request.param  # type: ignore[no-any-return]
 
 

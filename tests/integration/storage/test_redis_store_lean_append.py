@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from storage import AppendOptions, Record, lean, resp
 from storage.appender import Appender
 from storage.keys import slot_of
-from storage.models import Acks, PlainRecords
+from storage.models import Acks, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -119,7 +119,7 @@ async def test_concurrent_acks_all_appends_to_one_node_share_one_wait(store: Red
 
 @pytest.mark.parametrize("lean_append", [True, False], ids=["lean", "redis-py"])
 @pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
-async def test_plain_columns_land_as_the_same_entries_as_records_with_offsets_in_input_order(
+async def test_columns_land_as_the_same_entries_as_record_objects_with_offsets_in_input_order(
     redis_cluster: Any, topic: str, lean_append: bool, acks: Acks
 ) -> None:
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=3.0)
@@ -128,9 +128,9 @@ async def test_plain_columns_land_as_the_same_entries_as_records_with_offsets_in
     keys: list[bytes | None] = [None if i % 4 == 0 else b"key-%d" % i for i in range(30)]
     options = AppendOptions(acks=acks, max_length=1000)
     async with RedisStreamStore(settings, lean_append=lean_append) as store:
-        offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)
+        offsets = (await store.append(topic, Records(partitions, values, keys), options)).offsets
         twin = f"{topic}-records"
-        await store.append(twin, PlainRecords(partitions, values, keys).as_records(), options)
+        await store.append(twin, Records(partitions, values, keys).rows(), options)
         for partition in range(6):
             entries = await store.read(topic, partition)
             assert [e.offset for e in entries] == [o for o, p in zip(offsets, partitions, strict=True)
@@ -151,7 +151,7 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
     values = [b'"%d"' % i for i in range(len(partitions))]
     keys: list[bytes | None] = [None] * len(partitions)
     options = AppendOptions(acks=acks)
-    first = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)  # opens them
+    first = (await store.append(topic, Records(partitions, values, keys), options)).offsets  # opens them
     tasks_before = len(asyncio.all_tasks())
     spawned: list[int] = []
     original = asyncio.gather
@@ -161,7 +161,7 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
         return original(*awaitables, **kwargs)
 
     monkeypatch.setattr(asyncio, "gather", counting_gather)
-    second = await store.append_plain(topic, PlainRecords(partitions, values, keys), options)
+    second = (await store.append(topic, Records(partitions, values, keys), options)).offsets
     assert sum(spawned) == 0  # every node's calls were queued at once: nothing left for a task (or a gather)
     assert len(asyncio.all_tasks()) == tasks_before
     for partition in range(12):
@@ -177,7 +177,7 @@ async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_la
     partitions = list(range(12)) * 2
     values = [b'"%d"' % i for i in range(len(partitions))]
     keys: list[bytes | None] = [None] * len(partitions)
-    await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions(acks=acks))  # opens the lanes
+    await store.append(topic, Records(partitions, values, keys), AppendOptions(acks=acks))  # opens the lanes
     answers: list[Any] = []
     original = resp.read_transactions
 
@@ -194,7 +194,7 @@ async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_la
 
     monkeypatch.setattr(lean, "read_transactions", recording)
     monkeypatch.setattr(Appender, "_fold", staticmethod(counting_fold))
-    offsets = await store.append_plain(topic, PlainRecords(partitions, values, keys), AppendOptions(acks=acks))
+    offsets = (await store.append(topic, Records(partitions, values, keys), AppendOptions(acks=acks))).offsets
     assert answers
     assert all(answer is not None for answer in answers)  # every node's replies were read folded
     assert folded_one_by_one == []  # (WAIT's reply too, for acks=all): nothing went reply by reply

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 
 from storage.errors import StorageUnavailable
 from storage.models import (
+    Appended,
     AppendOptions,
     AppendResult,
     PartitionInfo,
-    PlainRecords,
     Record,
+    Records,
     ScheduledResult,
     StoredEntry,
 )
@@ -36,12 +37,13 @@ class InMemoryStreamStore:
                 return f"{ms}-{seq + 1}"
         return f"{now}-0"
 
-    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
+    async def append(self, topic: str, records: Records | Sequence[Record], options: AppendOptions) -> Appended:
         if self.unavailable:
             raise StorageUnavailable("redis is down (test)", retry_after_s=2)
         self.appends += 1
+        rows = records.rows() if isinstance(records, Records) else list(records)
         results = []
-        for record in records:
+        for record in rows:
             stream = self.streams.setdefault((topic, record.partition), [])
             dedup_key = (topic, record.partition, record.idempotency_key or "")
             if record.idempotency_key and dedup_key in self.dedup:
@@ -55,10 +57,9 @@ class InMemoryStreamStore:
             if options.max_length is not None and len(stream) > options.max_length:
                 del stream[: len(stream) - options.max_length]
             results.append(AppendResult(record.partition, offset, False))
-        return results
-
-    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
-        return [result.offset for result in await self.append(topic, records.as_records(), options)]
+        keyed = any(record.idempotency_key is not None for record in rows)
+        return Appended([r.partition for r in results], [r.offset for r in results],
+                        [r.duplicate for r in results] if keyed else None)
 
     async def read(self, topic: str, partition: int, *, after: str | None = None,
                    from_time_ms: int | None = None, limit: int = 100) -> list[StoredEntry]:

@@ -13,7 +13,7 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import ACKS0_ROUND_MESSAGES, Publisher
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageUnavailable
-from storage.models import AppendOptions, AppendResult, PlainRecords, Record
+from storage.models import Appended, AppendOptions, Record, Records
 
 TOPIC = TopicMetadata("t", 1, 60_000, None, 0, "me", 1)
 
@@ -25,22 +25,32 @@ class HeldStore(InMemoryStreamStore):
         super().__init__()
         self.release = asyncio.Event()
 
-    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
+    async def append(self, topic: str, records: Records | Sequence[Record],
+                     options: AppendOptions) -> Appended:
         await self.release.wait()
         return await super().append(topic, records, options)
 
 
-def batch(values: int, size: int) -> list[Record]:
-    return [Record(0, b"x" * size, key=b"k") for _ in range(values)]
+def batch(values: int, size: int) -> Records:
+    return Records([0] * values, [b"x" * size] * values, [b"k"] * values)
+
+
+def enqueue(publisher: Publisher, topic: TopicMetadata, records: Records,
+            due_ms: list[int | None] | None = None) -> None:
+    publisher.enqueue(topic, records, due_ms, sum(map(len, records.values)))
+
+
+async def enqueue_waiting(publisher: Publisher, topic: TopicMetadata, records: Records) -> None:
+    await publisher.enqueue_waiting(topic, records, None, sum(map(len, records.values)))
 
 
 async def test_queued_bytes_past_the_bound_answer_503_and_nothing_queued_is_lost() -> None:
     store = HeldStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 2, acks0_queue_bytes=12_000) as publisher:
-        publisher.enqueue(TOPIC, batch(10, 500), [None] * 10)  # 5,010 bytes: the writer takes it and waits
-        publisher.enqueue(TOPIC, batch(10, 500), [None] * 10)  # 10,020 bytes queued (counted until written)
+        enqueue(publisher, TOPIC, batch(10, 500))  # 5,010 bytes: the writer takes it and waits
+        enqueue(publisher, TOPIC, batch(10, 500))  # 10,020 bytes queued (counted until written)
         with pytest.raises(Problem) as refused:
-            publisher.enqueue(TOPIC, batch(1, 2000), [None])  # 12,021 would be over
+            enqueue(publisher, TOPIC, batch(1, 2000))  # 12,021 would be over
         assert (refused.value.status, refused.value.retry_after_s) == (503, 2)
         assert "bytes queued" in refused.value.detail
         store.release.set()
@@ -49,14 +59,14 @@ async def test_queued_bytes_past_the_bound_answer_503_and_nothing_queued_is_lost
                 break
             await asyncio.sleep(0.01)
         assert publisher.queued_bytes == 0
-        publisher.enqueue(TOPIC, batch(1, 10), [None])  # room again
+        enqueue(publisher, TOPIC, batch(1, 10))  # room again
     assert store.total_entries() == 21  # the refused batch was never queued, so never written
 
 
 async def test_a_batch_larger_than_the_byte_bound_is_taken_when_the_queue_is_empty() -> None:
     store = InMemoryStreamStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1, acks0_queue_bytes=100) as publisher:
-        publisher.enqueue(TOPIC, batch(3, 200), [None] * 3)
+        enqueue(publisher, TOPIC, batch(3, 200))
     assert store.total_entries() == 3
 
 
@@ -68,15 +78,17 @@ class RecordingStore(HeldStore):
         self.calls: list[tuple[str, list[bytes]]] = []
         self.failing: dict[str, Exception] = {}
 
-    async def append(self, topic: str, records: Sequence[Record], options: AppendOptions) -> list[AppendResult]:
-        self.calls.append((topic, [record.value for record in records]))
+    async def append(self, topic: str, records: Records | Sequence[Record],
+                     options: AppendOptions) -> Appended:
+        assert isinstance(records, Records)
+        self.calls.append((topic, list(records.values)))
         if topic in self.failing:
             raise self.failing[topic]
         return await super().append(topic, records, options)
 
 
-def numbered(start: int, count: int, partition: int = 0) -> list[Record]:
-    return [Record(partition, b"%d" % i) for i in range(start, start + count)]
+def numbered(start: int, count: int, partition: int = 0) -> Records:
+    return Records([partition] * count, [b"%d" % i for i in range(start, start + count)], [None] * count)
 
 
 OTHER = TopicMetadata("other", 2, 60_000, None, 0, "me", 1)
@@ -93,11 +105,11 @@ async def _drained(publisher: Publisher) -> None:
 async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_in_queue_order() -> None:
     store = RecordingStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
-        publisher.enqueue(TOPIC, numbered(0, 2), [None] * 2)  # taken alone: the writer waits on it
+        enqueue(publisher, TOPIC, numbered(0, 2))  # taken alone: the writer waits on it
         await asyncio.sleep(0)
-        publisher.enqueue(TOPIC, numbered(2, 3), [None] * 3)
-        publisher.enqueue(OTHER, numbered(100, 2, partition=1), [None] * 2)
-        publisher.enqueue(TOPIC, numbered(5, 1), [None])
+        enqueue(publisher, TOPIC, numbered(2, 3))
+        enqueue(publisher, OTHER, numbered(100, 2, partition=1))
+        enqueue(publisher, TOPIC, numbered(5, 1))
         store.release.set()
         await _drained(publisher)
     assert store.calls == [("t", [b"0", b"1"]), ("t", [b"2", b"3", b"4", b"5"]), ("other", [b"100", b"101"])]
@@ -109,11 +121,11 @@ async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> 
     store.failing = {"t": StorageUnavailable("redis is down (test)"), "other": RuntimeError("a defect (test)")}
     store.release.set()
     async with Publisher(store, store, metrics, 60_000, 100, 1) as publisher:
-        publisher.enqueue(TOPIC, numbered(0, 3), [None] * 3)
-        publisher.enqueue(OTHER, numbered(0, 2), [None] * 2)
+        enqueue(publisher, TOPIC, numbered(0, 3))
+        enqueue(publisher, OTHER, numbered(0, 2))
         await _drained(publisher)
         del store.failing["t"]
-        publisher.enqueue(TOPIC, numbered(3, 1), [None])
+        enqueue(publisher, TOPIC, numbered(3, 1))
         await _drained(publisher)
     lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost").value for topic in ("t", "other")}
     assert lost == {"t": 3, "other": 2}
@@ -123,63 +135,47 @@ async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> 
 async def test_a_round_stops_taking_batches_past_its_message_bound() -> None:
     store = RecordingStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
-        publisher.enqueue(TOPIC, numbered(0, 1), [None])
+        enqueue(publisher, TOPIC, numbered(0, 1))
         await asyncio.sleep(0)
         for start in range(1, 1 + 3 * ACKS0_ROUND_MESSAGES, ACKS0_ROUND_MESSAGES // 2):
-            publisher.enqueue(TOPIC, numbered(start, ACKS0_ROUND_MESSAGES // 2), [None] * (ACKS0_ROUND_MESSAGES // 2))
+            enqueue(publisher, TOPIC, numbered(start, ACKS0_ROUND_MESSAGES // 2))
         store.release.set()
         await _drained(publisher)
     assert [len(values) for _, values in store.calls] == [1] + [ACKS0_ROUND_MESSAGES] * 3
     assert [e.value for e in store.streams[("t", 0)]] == [b"%d" % i for i in range(1 + 3 * ACKS0_ROUND_MESSAGES)]
 
 
-class PlainRecordingStore(RecordingStore):
-    """Also remembers which appends came as columns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.plain_calls: list[tuple[str, list[bytes], list[int]]] = []
-
-    async def append_plain(self, topic: str, records: PlainRecords, options: AppendOptions) -> list[str]:
-        self.plain_calls.append((topic, list(records.values), list(records.partitions)))
-        return await super().append_plain(topic, records, options)
-
-
-def plain(start: int, count: int, partition: int = 0) -> PlainRecords:
-    return PlainRecords([partition] * count, [b"%d" % i for i in range(start, start + count)], [None] * count)
-
-
-async def test_plain_acks0_batches_are_written_as_columns_joined_and_mixed_ones_as_records_in_order() -> None:
-    store = PlainRecordingStore()
+async def test_queued_batches_of_a_topic_are_one_publish_with_their_delayed_messages_scheduled() -> None:
+    store = RecordingStore()
+    due = 4_000_000_000_000
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
-        publisher.enqueue(OTHER, numbered(0, 1), [None])  # taken alone: the writer waits on it
+        enqueue(publisher, OTHER, numbered(0, 1))  # taken alone: the writer waits on it
         await asyncio.sleep(0)
-        publisher.enqueue_plain(TOPIC, plain(0, 2), 2)
-        publisher.enqueue_plain(TOPIC, plain(2, 2, partition=0), 2)
-        publisher.enqueue_plain(OTHER, plain(1, 1, partition=1), 1)
-        publisher.enqueue(OTHER, numbered(2, 1, partition=1), [None])
-        assert publisher.queued_bytes == 1 + 2 + 2 + 1 + 1
+        enqueue(publisher, TOPIC, numbered(0, 2))
+        enqueue(publisher, TOPIC, numbered(2, 1), [due])
+        enqueue(publisher, TOPIC, numbered(3, 1))
+        assert publisher.queued_bytes == 1 + 2 + 1 + 1
         store.release.set()
         await _drained(publisher)
-    assert store.plain_calls == [("t", [b"0", b"1", b"2", b"3"], [0, 0, 0, 0])]  # one write for both
-    assert ("other", [b"1", b"2"]) in store.calls  # plain then records of one topic: one write, in order
-    assert [e.value for e in store.streams[("other", 1)]] == [b"1", b"2"]
+    assert ("t", [b"0", b"1", b"3"]) in store.calls  # one write for the three batches' due messages
+    assert [e.value for e in store.streams[("t", 0)]] == [b"0", b"1", b"3"]
+    assert [(topic, record.value, at) for topic, record, at in store.scheduled] == [("t", b"2", due)]
 
 
-def plain_batch(count: int, size: int) -> PlainRecords:
-    return PlainRecords([0] * count, [b"x" * size] * count, [None] * count)
+def keyless(count: int, size: int) -> Records:
+    return Records([0] * count, [b"x" * size] * count, [None] * count)
 
 
 async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_writer_frees_some() -> None:
     store = HeldStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 1, acks0_queue_wait_ms=5_000) as publisher:
-        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(2, 10), 20)  # taken by the writer, which waits
+        await enqueue_waiting(publisher, TOPIC, keyless(2, 10))  # taken by the writer, which waits
         await asyncio.sleep(0)
-        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(3, 10), 30)  # fills the queue of one batch
+        await enqueue_waiting(publisher, TOPIC, keyless(3, 10))  # fills the queue of one batch
         with pytest.raises(Problem):
-            publisher.enqueue_plain(TOPIC, plain_batch(1, 10), 10)  # the queue is full: no waiting, 503
-        waiting = [asyncio.ensure_future(publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)),
-                   asyncio.ensure_future(publisher.enqueue_waiting(TOPIC, batch(1, 10), [None]))]
+            enqueue(publisher, TOPIC, keyless(1, 10))  # the queue is full: no waiting, 503
+        waiting = [asyncio.ensure_future(enqueue_waiting(publisher, TOPIC, keyless(1, 10))),
+                   asyncio.ensure_future(enqueue_waiting(publisher, TOPIC, batch(1, 10)))]
         await asyncio.sleep(0.05)
         assert not any(task.done() for task in waiting)  # waiting, not refused
         store.release.set()  # the writer's rounds free room: both are taken, in turn
@@ -190,13 +186,13 @@ async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_write
 async def test_acks0_still_refused_with_503_when_no_room_frees_within_the_wait() -> None:
     store = HeldStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 2, acks0_queue_wait_ms=50) as publisher:
-        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+        await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
         await asyncio.sleep(0)
-        await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+        await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(Problem) as refused:
-            await publisher.enqueue_plain_waiting(TOPIC, plain_batch(1, 10), 10)
+            await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
         assert loop.time() - started >= 0.045  # it waited (the loop's clock may be whole milliseconds)
         assert (refused.value.status, refused.value.retry_after_s) == (503, 2)
         store.release.set()

@@ -22,8 +22,6 @@ from gateway.publish.plain_codec import (
     plain_results_json_python,
 )
 from gateway.publish.validation import (
-    IncomingMessage,
-    PlainBatch,
     PublishBatch,
     PublishLimits,
     _parse_message,
@@ -116,18 +114,18 @@ def test_compiled_results_equal_the_reference(rows: list[tuple[int, str]]) -> No
         "results": [{"partition": p, "offset": o, "duplicate": False} for p, o in rows]}
 
 
-def test_a_plain_body_parses_to_columns_and_anything_else_to_messages() -> None:
+def test_every_body_parses_to_columns_with_only_the_columns_its_messages_use() -> None:
     plain = parse_publish_body(orjson.dumps({"messages": [{"key": "a", "value": {"x": 1}}, {"value": "v"}]}),
                                LIMITS, None)
-    assert plain == PlainBatch("1", [b"a", None], [b'{"x":1}', b'"v"'], 10)
-    mixed = orjson.dumps({"messages": [{"key": "a", "value": 1}, {"value": 2, "headers": {"h": "1"}}]})
-    assert isinstance(parse_publish_body(mixed, LIMITS, None), PublishBatch)
-    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": 0}), LIMITS, None) == PlainBatch(
-        "0", [None], [b"1"], 1)  # acks=0 batches are queued as columns too
-    assert isinstance(parse_publish_body(orjson.dumps({"messages": [{"value": 1}]}), LIMITS, "idem"),
-                      PublishBatch)  # the header gives each message an idempotency key
-    assert plain.general() == PublishBatch("1", [IncomingMessage(b'{"x":1}', ValueFormat.JSON, b"a", {}, None, None),
-                                                  IncomingMessage(b'"v"', ValueFormat.JSON, None, {}, None, None)], 10)
+    assert plain == PublishBatch("1", [b"a", None], [b'{"x":1}', b'"v"'], 10)
+    mixed = orjson.dumps({"messages": [{"key": "a", "value": 1}, {"value_b64": "AA==", "headers": {"h": "1"},
+                                                                  "partition": 0, "delay_ms": 0}]})
+    assert parse_publish_body(mixed, LIMITS, None) == PublishBatch(
+        "1", [b"a", None], [b"1", b"\0"], 2, [ValueFormat.JSON, ValueFormat.BINARY], [{}, {"h": "1"}], [None, 0])
+    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": 0}), LIMITS, None) == PublishBatch(
+        "0", [None], [b"1"], 1)
+    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}, {"value": 2}]}), LIMITS, "idem") == \
+        PublishBatch("1", [None, None], [b"1", b"2"], 2, idempotency_keys=["idem:0", "idem:1"])
 
 
 @pytest.mark.parametrize(("raw", "pointer"), [({"key": "k" * 9, "value": 1}, "/messages/0/key"),

@@ -1,5 +1,5 @@
 """The plain body scanner (``gateway.publish.plain_codec.scan_plain_body``) answers only what the general path would
-answer with the same ``PlainBatch``, and None otherwise: for any bytes, whatever it returns equals what
+answer with the same ``PublishBatch``, and None otherwise: for any bytes, whatever it returns equals what
 ``orjson.loads`` + ``parse_publish_body``'s checks + ``parse_plain`` give, and it answers the common bodies."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gateway.errors import Problem
 from gateway.publish import _plain, plain_codec, validation
 from gateway.publish._plain import scan_plain_body  # the compiled scanner itself, also with the extensions switched off
 from gateway.publish.plain_codec import scan_plain_body_python
-from gateway.publish.validation import PlainBatch, PublishLimits, parse_publish_body
+from gateway.publish.validation import PublishBatch, PublishLimits, parse_publish_body
 
 LIMITS = PublishLimits(max_value_bytes=64, max_key_bytes=8, max_headers=4, max_header_bytes=64,
                        max_batch_messages=5, max_batch_bytes=1 << 16)
@@ -37,14 +37,15 @@ def _no_scan(*args: Any) -> None:
     return None
 
 
-def _current_path(body: bytes, limits: PublishLimits) -> PlainBatch | None:
-    """``parse_publish_body`` without the scanner: its ``PlainBatch``, or None for a general batch or any error."""
+def _current_path(body: bytes, limits: PublishLimits) -> PublishBatch | None:
+    """``parse_publish_body`` without the scanner: its batch when plain (values and keys only), or None for any
+    other batch or any error."""
     with mock.patch.object(validation, "scan_plain_body", _no_scan):
         try:
             batch = parse_publish_body(body, limits, None)
         except Exception:  # a Problem, or dumps' own error (a value too deep for it): the request fails
             return None
-    return batch if isinstance(batch, PlainBatch) else None
+    return batch if batch == PublishBatch(batch.acks, batch.keys, batch.values, batch.value_bytes) else None
 
 
 def _scan(scan: Scanner, body: bytes, limits: PublishLimits = LIMITS) -> Columns | None:
@@ -61,7 +62,7 @@ def _assert_answers_like_the_current_path(scan: Scanner, body: bytes, limits: Pu
     assert all(type(value) is bytes for value in values)
     assert type(acks) is str
     assert type(value_bytes) is int
-    assert PlainBatch(acks, keys, values, value_bytes) == _current_path(body, limits), body
+    assert PublishBatch(acks, keys, values, value_bytes) == _current_path(body, limits), body
 
 
 # ---- bodies: structures rendered with chosen whitespace, escapes, field order and raw tokens ----
@@ -270,7 +271,7 @@ def test_compiled_scanner_answers_every_plain_body_whose_keys_need_no_escapes(bo
     assume(current is not None)  # e.g. a lone surrogate escape in a value: the general path rejects the body
     scanned = _scan(scan_plain_body, body, limits)
     assert scanned is not None, body
-    assert PlainBatch(*scanned) == current
+    assert PublishBatch(*scanned) == current
 
 
 def _refusing_loads(span: bytes) -> Any:
@@ -318,7 +319,7 @@ def _expect(scan: Scanner, body: bytes, expected: Columns | None, limits: Publis
 def test_compiled_scanner_answers_the_benchmark_body_as_the_current_path_does(body: bytes) -> None:
     scanned = _scan(scan_plain_body, body, BENCH_LIMITS)
     assert scanned is not None
-    assert PlainBatch(*scanned) == _current_path(body, BENCH_LIMITS)
+    assert PublishBatch(*scanned) == _current_path(body, BENCH_LIMITS)
     assert scanned[1] == [f"k{i}".encode() for i in range(100)]
     assert scanned[3] == 100 * 200
 
@@ -608,7 +609,7 @@ def test_compiled_scanner_keeps_nothing_from_refused_or_answered_bodies() -> Non
 def test_publish_body_takes_the_scanners_columns() -> None:
     with mock.patch.object(validation, "parse_plain", side_effect=AssertionError("the scanner answers first")):
         batch = parse_publish_body(_body('{"key":"a","value":{"x":1}}', '{"value":"v"}', acks='"all"'), LIMITS, None)
-    assert batch == PlainBatch("all", [b"a", None], [b'{"x":1}', b'"v"'], 10)
+    assert batch == PublishBatch("all", [b"a", None], [b'{"x":1}', b'"v"'], 10)
 
 
 def test_oversized_plain_body_is_still_a_413() -> None:

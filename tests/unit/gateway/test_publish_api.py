@@ -204,26 +204,24 @@ async def test_bad_delays_are_422(client: Client, orders: str) -> None:
         assert (await response.json())["pointer"] == pointer
 
 
-async def test_plain_acks_zero_is_queued_as_columns_and_a_general_one_as_records(
+async def test_acks_zero_queues_plain_and_general_batches_alike_and_writes_them_all(
         client: Client, orders: str, store: Any, services: Any, monkeypatch: Any) -> None:
-    queued: list[str] = []
+    queued: list[int] = []
+    enqueue = services.publisher.enqueue_waiting
 
-    def recorded(kind: str, enqueue: Any) -> Any:
-        async def call(*args: Any) -> None:
-            queued.append(kind)
-            await enqueue(*args)
-        return call
+    async def recorded(topic: Any, records: Any, *args: Any) -> None:
+        queued.append(len(records))
+        await enqueue(topic, records, *args)
 
-    monkeypatch.setattr(services.publisher, "enqueue_plain_waiting",
-                        recorded("columns", services.publisher.enqueue_plain_waiting))
-    monkeypatch.setattr(services.publisher, "enqueue_waiting", recorded("records", services.publisher.enqueue_waiting))
+    monkeypatch.setattr(services.publisher, "enqueue_waiting", recorded)
     first = await publish(client, orders, {"messages": [{"key": "k", "value": i} for i in range(3)], "acks": 0})
     second = await publish(client, orders, {"messages": [{"value": 9, "headers": {"h": "1"}}], "acks": "0"})
     assert (first.status, second.status) == (202, 202)
     assert await first.json() == {"accepted": 3}
-    assert queued == ["columns", "records"]
+    assert queued == [3, 1]
     for _ in range(100):
         if store.total_entries() == 4:
             break
         await asyncio.sleep(0.01)
+    assert [dict(e.headers) for s in store.streams.values() for e in s if e.value == b"9"] == [{"h": "1"}]
     assert sorted(e.value for s in store.streams.values() for e in s) == [b"0", b"1", b"2", b"9"]

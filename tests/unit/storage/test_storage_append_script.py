@@ -7,6 +7,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+from append_calls import append_call, append_results
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis import exceptions as rexc
@@ -15,7 +16,7 @@ from storage import AppendOptions, Record
 from storage.keys import log_key
 from storage.models import ValueFormat
 from storage.resp import ReplyError, as_redis_error, encode_command
-from storage.scripts import APPEND_LUA, APPEND_SHA, build_append_call, parse_append_reply
+from storage.scripts import APPEND_LUA, APPEND_SHA
 
 
 @pytest.fixture
@@ -26,9 +27,9 @@ async def redis() -> AsyncIterator[Any]:
 
 
 async def _append(redis: Any, records: list[Record], options: AppendOptions | None = None) -> list[Any]:
-    call = build_append_call("t", records[0].partition, records, options or AppendOptions())
+    call = append_call("t", records[0].partition, records, options or AppendOptions())
     reply = await redis.execute_command("EVAL", APPEND_LUA, len(call.keys), *call.keys, *call.args)
-    return parse_append_reply(call.partition, reply)
+    return append_results(call.partition, reply)
 
 
 def test_script_sha_matches_the_text() -> None:
@@ -39,7 +40,7 @@ def test_script_sha_matches_the_text() -> None:
 
 def test_args_layout_per_record() -> None:
     records = [Record(partition=2, value=b"a"), Record(partition=2, value=b"b", idempotency_key="x")]
-    call = build_append_call("t", 2, records, AppendOptions(max_length=50, dedup_ttl_ms=1000))
+    call = append_call("t", 2, records, AppendOptions(max_length=50, dedup_ttl_ms=1000))
     assert call.keys == ["sg:{t/2}:log", "sg:{t/2}:dedup:x"]
     assert call.args == [50, 1000, 0, 4, b"v", b"a", b"f", b"b", 1, 4, b"v", b"b", b"f", b"b"]
     assert call.evalsha_command()[:4] == ("EVALSHA", APPEND_SHA, 2, "sg:{t/2}:log")
@@ -104,13 +105,13 @@ _records = st.builds(
        max_length=st.none() | st.integers(1, 10**9), ttl=st.integers(1, 10**9))
 def test_wire_encoding_is_byte_for_byte_the_generic_resp_encoding(
         records: list[Record], max_length: int | None, ttl: int) -> None:
-    call = build_append_call("topic/é", 3, records, AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
+    call = append_call("topic/é", 3, records, AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
     assert call.evalsha_wire() == encode_command(call.evalsha_command())
 
 
 def test_wire_encoding_of_a_batch_with_over_a_thousand_dedup_keys() -> None:
     records = [Record(partition=0, value=b"v%d" % i, key=b"k", idempotency_key=f"i{i}") for i in range(1100)]
-    call = build_append_call("t", 0, records, AppendOptions())
+    call = append_call("t", 0, records, AppendOptions())
     assert call.evalsha_wire() == encode_command(call.evalsha_command())
 
 
@@ -118,7 +119,7 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
     records = [Record(partition=0, value=b"a", key=b"k1"),
                Record(partition=0, value=b"{}", value_format=ValueFormat.JSON),
                Record(partition=0, value=b"c", headers={"h": "1"}, idempotency_key="x")]
-    call = build_append_call("t", 0, records, AppendOptions())
+    call = append_call("t", 0, records, AppendOptions())
     await redis.script_load(APPEND_LUA)
     connection = await redis.connection_pool.get_connection()
     try:
@@ -126,7 +127,7 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
         reply = await connection.read_response()
     finally:
         await redis.connection_pool.release(connection)
-    results = parse_append_reply(0, reply)
+    results = append_results(0, reply)
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
     assert [e[1] for e in entries] == [{b"Kk1": b"a", b"f": b"b"}, {b"v": b"{}"},
@@ -139,7 +140,7 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
        max_length=st.none() | st.integers(1, 10**9))
 def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
         records: list[Record], max_length: int | None) -> None:
-    call = build_append_call("topic/é", 3, records, AppendOptions(max_length=max_length))
+    call = append_call("topic/é", 3, records, AppendOptions(max_length=max_length))
     assert not call.uses_script
     assert call.wire() == b"".join(encode_command(command) for command in call.transaction_commands())
     assert call.wire_replies == len(records) + 2
@@ -147,7 +148,7 @@ def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
 
 def test_records_with_an_idempotency_key_go_through_the_script() -> None:
     records = [Record(partition=0, value=b"a"), Record(partition=0, value=b"b", idempotency_key="x")]
-    call = build_append_call("t", 0, records, AppendOptions())
+    call = append_call("t", 0, records, AppendOptions())
     assert call.uses_script
     assert call.wire() == call.evalsha_wire()
     assert call.wire_replies == 1
@@ -155,21 +156,21 @@ def test_records_with_an_idempotency_key_go_through_the_script() -> None:
 
 
 def test_transaction_commands_trim_like_the_script() -> None:
-    call = build_append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")], AppendOptions(max_length=50))
+    call = append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")], AppendOptions(max_length=50))
     assert call.transaction_commands() == [
         ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"Kk", b"a", b"f", b"b"), ("EXEC",)]
 
 
 def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
-    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+    call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])
     assert folded == ["5-0", 0, "5-1", 0]
-    assert [(r.offset, r.duplicate) for r in parse_append_reply(0, folded)] == [("5-0", False), ("5-1", False)]
+    assert [(r.offset, r.duplicate) for r in append_results(0, folded)] == [("5-0", False), ("5-1", False)]
 
 
 def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
-    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+    call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
     aborted = as_redis_error(ReplyError("EXECABORT Transaction discarded because of previous errors."))
@@ -181,7 +182,7 @@ def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
 
 
 def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> None:
-    call = build_append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
+    call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
                                 [b"5-0", ReplyError("WRONGTYPE Operation against a key holding the wrong kind")]])
@@ -192,14 +193,14 @@ async def test_transaction_wire_runs_on_redis_and_stores_what_the_script_stores(
     records = [Record(partition=0, value=b"a", key=b"k1"),
                Record(partition=0, value=b"{}", value_format=ValueFormat.JSON),
                Record(partition=0, value=b"c", headers={"h": "1"})]
-    call = build_append_call("t", 0, records, AppendOptions())
+    call = append_call("t", 0, records, AppendOptions())
     connection = await redis.connection_pool.get_connection()
     try:
         await connection.send_packed_command(call.wire())
         replies = [await connection.read_response() for _ in range(call.wire_replies)]
     finally:
         await redis.connection_pool.release(connection)
-    results = parse_append_reply(0, call.fold_replies(replies))
+    results = append_results(0, call.fold_replies(replies))
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
     assert [e[1] for e in entries] == [{b"Kk1": b"a", b"f": b"b"}, {b"v": b"{}"},

@@ -9,6 +9,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+from append_calls import append_call, append_results
 
 from storage import AppendOptions, Record, ScheduledResult, ValueFormat
 from storage.codec import decode_entries
@@ -24,7 +25,7 @@ from storage.delayed_scripts import (
     promote_keys_and_args,
 )
 from storage.keys import dedup_key, delayed_data_key, delayed_key, log_key
-from storage.scripts import APPEND_LUA, build_append_call, parse_append_reply
+from storage.scripts import APPEND_LUA
 
 PAST = 1_000
 FUTURE = 10**13  # year 2286
@@ -140,9 +141,9 @@ async def test_promotion_points_the_dedup_key_at_the_offset(redis: Any) -> None:
     (promoted,) = await _promote(redis)
     assert await redis.get(dedup_key("t", 0, "k")) == promoted.offset.encode()
     assert 0 < await redis.pttl(dedup_key("t", 0, "k")) <= 50_000
-    call = build_append_call("t", 0, [record], AppendOptions())
+    call = append_call("t", 0, [record], AppendOptions())
     reply = await redis.execute_command("EVAL", APPEND_LUA, len(call.keys), *call.keys, *call.args)
-    (appended,) = parse_append_reply(0, reply)
+    (appended,) = append_results(0, reply)
     assert (appended.offset, appended.duplicate) == (promoted.offset, True)
     (rescheduled,) = await _schedule(redis, [(record, PAST)])
     assert (rescheduled.duplicate, rescheduled.offset, rescheduled.schedule_id) == (True, promoted.offset, "")

@@ -1,5 +1,5 @@
-"""Plain records as columns (``PlainAppendCall``): the same transaction, script call and entries as the
-equivalent record objects, and the compiled encoder byte for byte its Python reference."""
+"""An append call from the columns (``AppendCall``): the same transaction, script call and entries whichever
+way its records are encoded, and the compiled parts byte for byte their Python references."""
 
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ from storage import native as storage_native
 from storage._wire import (  # the compiled parts themselves, also with the extensions switched off
     fold_transaction,
     in_input_order,
-    parse_plain_reply,
+    reply_offsets,
     split_by_partition,
     xadd_transaction,
 )
 from storage.keys import log_key
-from storage.models import PlainRecords, ValueFormat
+from storage.models import Records, ValueFormat
 from storage.resp import ReplyError, as_redis_error, encode_command, with_redis_errors
 from storage.scripts import (
     APPEND_LUA,
-    PlainAppendCall,
+    AppendCall,
     _fold_transaction,
     _fold_transaction_python,
     in_input_order_python,
-    parse_plain_reply_python,
+    reply_offsets_python,
     split_by_partition_python,
     xadd_transaction_python,
 )
@@ -76,21 +76,16 @@ def test_compiled_encoder_refuses_mismatched_or_mistyped_columns() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(rows=_columns, fmt=st.sampled_from(list(ValueFormat)), max_length=st.none() | st.integers(1, 10**9))
-def test_plain_call_sends_what_the_record_objects_would(rows: list[tuple[bytes, bytes | None]], fmt: ValueFormat,
-                                                         max_length: int | None) -> None:
-    values, keys = [v for v, _ in rows], [k for _, k in rows]
-    call = PlainAppendCall("topic/é", 3, values, keys, fmt, AppendOptions(max_length=max_length))
-    twin = call.as_append_call()
-    assert call.wire() == twin.transaction_wire()
-    assert call.wire() == b"".join(encode_command(command) for command in twin.transaction_commands())
-    assert call.evalsha_command() == twin.evalsha_command()
+def test_columns_of_one_format_encode_as_record_by_record(rows: list[tuple[bytes, bytes | None]],
+                                                          fmt: ValueFormat, max_length: int | None) -> None:
+    values, keys, options = [v for v, _ in rows], [k for _, k in rows], AppendOptions(max_length=max_length)
+    call = AppendCall("topic/é", 3, Records([3] * len(rows), values, keys, fmt), options)
+    one_by_one = AppendCall("topic/é", 3, Records([3] * len(rows), values, keys, [fmt] * len(rows), [{}] * len(rows)),
+                            options)  # a format per record and headers: encoded record by record
+    assert call.wire() == one_by_one.wire()
+    assert call.wire() == b"".join(encode_command(command) for command in call.transaction_commands())
+    assert call.evalsha_command() == one_by_one.evalsha_command()
     assert call.wire_replies == len(rows) + 2
-
-
-def test_plain_records_as_objects() -> None:
-    records = PlainRecords([1, 2], [b"1", b"2"], [b"k", None]).as_records()
-    assert [(r.partition, r.value, r.value_format, r.key, dict(r.headers), r.idempotency_key) for r in records] == \
-        [(1, b"1", ValueFormat.JSON, b"k", {}, None), (2, b"2", ValueFormat.JSON, None, {}, None)]
 
 
 @pytest.fixture
@@ -101,18 +96,18 @@ async def redis() -> AsyncIterator[Any]:
 
 
 async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) -> None:
-    call = PlainAppendCall("t", 0, [b"a", b"b"], [b"k", None], ValueFormat.BINARY, AppendOptions())
+    call = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [b"k", None], ValueFormat.BINARY), AppendOptions())
     _, _sha, key_count, *rest = call.evalsha_command()
     reply = await redis.eval(APPEND_LUA, key_count, *rest)
-    offsets = parse_plain_reply(0, reply)
+    offsets = reply_offsets(0, reply)
     entries = await redis.xrange(log_key("t", 0))
     assert offsets == [e[0].decode() for e in entries]
     assert [e[1] for e in entries] == [{b"Kk": b"a", b"f": b"b"}, {b"v": b"b", b"f": b"b"}]
 
 
 def test_an_executed_transaction_folds_into_offsets() -> None:
-    call = PlainAppendCall("t", 0, [b"a", b"b"], [None, None], ValueFormat.JSON, AppendOptions())
-    assert parse_plain_reply(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
+    call = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [None, None]), AppendOptions())
+    assert reply_offsets(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -155,7 +150,7 @@ def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_refer
     reference = _fold_transaction_python(replies)
     if clean:
         assert folded == [part.decode() if isinstance(part, bytes) else part for part in reference]
-        assert parse_plain_reply(0, folded) == parse_plain_reply_python(0, reference) == [i.decode() for i in ids]
+        assert reply_offsets(0, folded) == reply_offsets_python(0, reference) == [i.decode() for i in ids]
     else:
         assert folded is None
         outcome = _fold_transaction(replies)
@@ -167,14 +162,14 @@ def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_refer
 @given(reply=st.lists(st.binary(max_size=8) | st.text(max_size=8) | st.integers(0, 1), max_size=30))
 def test_compiled_offsets_of_a_flat_reply_equal_the_reference(reply: list[Any]) -> None:
     try:
-        expected: Any = parse_plain_reply_python(0, reply)
+        expected: Any = reply_offsets_python(0, reply)
     except UnicodeDecodeError:
         expected = UnicodeDecodeError
     if expected is UnicodeDecodeError:
         with pytest.raises(UnicodeDecodeError):
-            parse_plain_reply(0, reply)
+            reply_offsets(0, reply)
     else:
-        assert parse_plain_reply(0, reply) == expected
+        assert reply_offsets(0, reply) == expected
 
 
 @settings(max_examples=300, deadline=None)
