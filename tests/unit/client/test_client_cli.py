@@ -30,15 +30,26 @@ async def start_fake(aiohttp_server: Any) -> str:
     async def create(request: web.Request) -> web.Response:
         body = await request.json()
         if body["name"] == "taken":
-            return web.json_response({"type": "https://streamgate.dev/problems/topic-exists", "status": 409,
-                                      "title": "Topic already exists", "detail": "topic 'taken' exists"},
-                                     status=409, content_type="application/problem+json")
+            return web.json_response(
+                {
+                    "type": "https://streamgate.dev/problems/topic-exists", "status": 409,
+                    "title": "Topic already exists", "detail": "topic 'taken' exists"
+                },
+                status=409,
+                content_type="application/problem+json",
+            )
         return web.json_response(body | {"owner": "anonymous"}, status=201)
 
     async def publish(request: web.Request) -> web.Response:
         body = await request.json()
-        return web.json_response({"results": [{"partition": 0, "offset": f"{i + 1}-0", "duplicate": False}
-                                              for i, _ in enumerate(body["messages"])]})
+        return web.json_response(
+            {
+                "results": [
+                    {"partition": 0, "offset": f"{i + 1}-0", "duplicate": False}
+                    for i, _ in enumerate(body["messages"])
+                ]
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/v1/topics", create)
@@ -47,27 +58,38 @@ async def start_fake(aiohttp_server: Any) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
-async def test_topics_create_prints_the_topic_as_one_json_line(aiohttp_server: Any,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+async def test_topics_create_prints_the_topic_as_one_json_line(
+    aiohttp_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = await start_fake(aiohttp_server)
-    code = await asyncio.to_thread(main, ["topics", "create", "orders", "--partitions", "3", "--url", url])
+    code = await asyncio.to_thread(
+        main, ["topics", "create", "orders", "--partitions", "3", "--url", url]
+    )
     assert code == 0
-    assert orjson.loads(capsys.readouterr().out) == {"name": "orders", "partitions": 3, "owner": "anonymous"}
+    assert orjson.loads(capsys.readouterr().out) == {
+        "name": "orders", "partitions": 3, "owner": "anonymous"
+    }
 
 
 async def test_a_problem_prints_its_detail_to_stderr_and_exits_non_zero(
         aiohttp_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = await start_fake(aiohttp_server)
-    code = await asyncio.to_thread(main, ["topics", "create", "taken", "--partitions", "1", "--url", url])
+    code = await asyncio.to_thread(
+        main, ["topics", "create", "taken", "--partitions", "1", "--url", url]
+    )
     captured = capsys.readouterr()
     assert code == 1
     assert captured.out == ""
     assert "409 Topic already exists: topic 'taken' exists" in captured.err
 
 
-async def test_produce_prints_one_result_per_value(aiohttp_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_produce_prints_one_result_per_value(
+    aiohttp_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = await start_fake(aiohttp_server)
-    code = await asyncio.to_thread(main, ["produce", "orders", '{"n":1}', "two", "--header", "a=b", "--url", url])
+    code = await asyncio.to_thread(
+        main, ["produce", "orders", '{"n":1}', "two", "--header", "a=b", "--url", url]
+    )
     assert code == 0
     lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == [{"partition": 0, "offset": "1-0", "duplicate": False},

@@ -1,4 +1,5 @@
-"""Consumer: batched acks, reconnect-and-resume and close codes, against a scripted fake WebSocket endpoint."""
+"""Consumer: batched acks, reconnect-and-resume and close codes, against a scripted fake WebSocket
+endpoint."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ def message(partition: int, offset: str, value: Any = None) -> dict[str, Any]:
 async def start_fake(aiohttp_server: Any, fake: FakeSubscribe) -> str:
     async def subscribe(request: web.Request) -> web.StreamResponse:
         if request.query.get("topic") == "missing":
-            return web.json_response({"status": 404, "title": "Topic not found", "detail": "no topic 'missing'"},
-                                     status=404, content_type="application/problem+json")
+            return web.json_response(
+                {"status": 404, "title": "Topic not found", "detail": "no topic 'missing'"},
+                status=404, content_type="application/problem+json"
+            )
         fake.queries.append(dict(request.query))
         ws = web.WebSocketResponse()
         await ws.prepare(request)
@@ -84,8 +87,9 @@ async def test_acks_within_the_linger_go_out_as_one_frame(aiohttp_server: Any) -
         await asyncio.sleep(0.1)
     assert fake.frames == [{"type": "ack", "messages": [{"partition": n % 2, "offset": f"{n + 1}-0"}
                                                         for n in range(5)]}]
-    assert fake.queries[0] | {"max_in_flight": "x"} == {"topic": "t", "group": "g", "mode": "exclusive",
-                                                         "max_in_flight": "x"}
+    assert fake.queries[0] | {"max_in_flight": "x"} == {
+        "topic": "t", "group": "g", "mode": "exclusive", "max_in_flight": "x"
+    }
 
 
 async def test_nack_and_extend_are_sent_with_their_own_frames(aiohttp_server: Any) -> None:
@@ -126,7 +130,9 @@ async def test_broadcast_resumes_from_the_cursor_a_4008_close_carries(aiohttp_se
     assert fake.frames == []  # broadcast messages are never acked
 
 
-async def test_broadcast_resumes_after_a_dropped_connection_from_what_it_yielded(aiohttp_server: Any) -> None:
+async def test_broadcast_resumes_after_a_dropped_connection_from_what_it_yielded(
+    aiohttp_server: Any,
+) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         if connection == 1:
             await ws.send_json(message(2, "3-0"))
@@ -144,7 +150,9 @@ async def test_broadcast_resumes_after_a_dropped_connection_from_what_it_yielded
     assert fake.queries[1]["from"] == "0:4-0,1:1-0,2:3-0"
 
 
-async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(aiohttp_server: Any) -> None:
+async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(
+    aiohttp_server: Any,
+) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         await ws.send_json(message(0, f"{connection}-0"))
         if connection == 1:
@@ -154,7 +162,9 @@ async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(aioh
 
     fake = FakeSubscribe(script)
     url = await start_fake(aiohttp_server, fake)
-    async with Consumer(url, "t", group="g", from_="earliest", filters=["tag:a,b"], backoff_base_s=0.01) as c:
+    async with Consumer(
+        url, "t", group="g", from_="earliest", filters=["tag:a,b"], backoff_base_s=0.01
+    ) as c:
         got = await take(c, 2)
     assert [m.offset for m in got] == ["1-0", "2-0"]
     assert fake.queries[0] == fake.queries[1]
@@ -204,12 +214,16 @@ async def test_binary_values_are_decoded_on_request(aiohttp_server: Any) -> None
 def test_cursors_round_trip_and_merge_to_the_later_offset() -> None:
     assert parse_cursor(format_cursor({2: "3-0", 0: "10-1"})) == {0: "10-1", 2: "3-0"}
     assert format_cursor({2: "3-0", 0: "10-1"}) == "0:10-1,2:3-0"
-    assert merge_cursors({0: "9-0", 1: "1-0"}, {0: "10-0", 1: "0-5", 2: "4-0"}) == {0: "10-0", 1: "1-0", 2: "4-0"}
+    assert merge_cursors({0: "9-0", 1: "1-0"}, {0: "10-0", 1: "0-5", 2: "4-0"}) == {
+        0: "10-0", 1: "1-0", 2: "4-0"
+    }
 
 
 def test_a_cut_short_close_reason_drops_its_last_cursor_entry() -> None:
     assert cursor_from_close_reason("slow consumer; from=0:1-0,1:2-0") == {0: "1-0", 1: "2-0"}
-    long_reason = ("slow consumer; from=" + ",".join(f"{p}:1795418703164-{p}" for p in range(10)))[:123]
+    long_reason = (
+        "slow consumer; from=" + ",".join(f"{p}:1795418703164-{p}" for p in range(10))
+    )[:123]
     cursor = cursor_from_close_reason(long_reason)
     assert cursor
     assert all(offset == f"1795418703164-{p}" for p, offset in cursor.items())

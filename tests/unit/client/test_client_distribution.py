@@ -1,4 +1,5 @@
-"""The client installs and imports without the server: its own distribution names only its own dependencies."""
+"""The client installs and imports without the server: its own distribution names only its own
+dependencies."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import tomllib
 from pathlib import Path
 
 CLIENT = Path(__file__).resolve().parents[3] / "client"
-SERVER_ONLY = ("gateway", "partitioner", "storage", "pipeline", "devstack", "redis", "aetcd", "grpc",
-               "prometheus_client", "jwt", "uvloop", "pyspark")
+SERVER_ONLY = (
+    "gateway", "partitioner", "storage", "pipeline", "devstack", "redis", "aetcd", "grpc",
+    "prometheus_client", "jwt", "uvloop", "pyspark"
+)
 BLOCKER = f"""
 import importlib.abc, sys
 class Refuse(importlib.abc.MetaPathFinder):
@@ -28,12 +31,16 @@ except SystemExit as exit:
 
 def test_the_client_distribution_depends_on_aiohttp_and_orjson_only() -> None:
     project = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
-    names = {requirement.split(">")[0].split(";")[0].strip() for requirement in project["dependencies"]}
+    names = {
+        requirement.split(">")[0].split(";")[0].strip() for requirement in project["dependencies"]
+    }
     assert names == {"aiohttp", "orjson", "backports.zstd"}
 
 
 def test_the_client_and_its_cli_import_nothing_of_the_server_or_its_dependencies() -> None:
-    done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=CLIENT.parent, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKER], cwd=CLIENT.parent, capture_output=True, text=True,
+        timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "usage: streamgate-client produce" in done.stdout

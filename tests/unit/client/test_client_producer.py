@@ -48,9 +48,16 @@ async def start_fake(aiohttp_server: Any, log: FakeLog) -> TestServer:
                                      content_type="application/problem+json")
         if len(log.requests) <= log.fail_first:
             headers = {"Retry-After": log.retry_after} if log.retry_after else {}
-            return web.json_response({"status": log.fail_status, "title": "Service unavailable",
-                                      "detail": "redis is down"}, status=log.fail_status, headers=headers)
-        results = [log.write(m) for m in body["messages"]]  # written before a possible stall: a lost answer
+            return web.json_response(
+                {
+                    "status": log.fail_status, "title": "Service unavailable",
+                    "detail": "redis is down"
+                },
+                status=log.fail_status,
+                headers=headers,
+            )
+        # written before a possible stall: a lost answer
+        results = [log.write(m) for m in body["messages"]]
         if len(log.requests) <= log.fail_first + log.stall_first:
             await asyncio.sleep(log.stall_s)
         if body["acks"] == "0":
@@ -89,7 +96,9 @@ async def test_a_lone_send_goes_out_after_linger(aiohttp_server: Any) -> None:
         "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0, "idempotency_key": "x"}
 
 
-async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequence(aiohttp_server: Any) -> None:
+async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequence(
+    aiohttp_server: Any,
+) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as first, Producer(url_of(server), "t") as second:
@@ -145,22 +154,29 @@ async def test_retries_stop_after_max_retries_with_the_last_problem(aiohttp_serv
 
 
 async def test_a_422_raises_a_typed_problem_at_once(aiohttp_server: Any) -> None:
-    problem = {"type": "https://streamgate.dev/problems/invalid-field", "title": "Invalid field", "status": 422,
-               "detail": "'partition' must be between 0 and 2", "pointer": "/messages/0/partition"}
+    problem = {
+        "type": "https://streamgate.dev/problems/invalid-field", "title": "Invalid field",
+        "status": 422, "detail": "'partition' must be between 0 and 2",
+        "pointer": "/messages/0/partition"
+    }
     log = FakeLog(problem=problem)
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as producer:
         with pytest.raises(ProblemError) as caught:
             await producer.send(value=1, partition=9)
     error = caught.value
-    assert (error.status, error.type, error.pointer) == (422, problem["type"], "/messages/0/partition")
+    assert (error.status, error.type, error.pointer) == (
+        422, problem["type"], "/messages/0/partition"
+    )
     assert error.detail == problem["detail"]
     assert not error.retriable
     assert len(log.requests) == 1
 
 
 async def test_an_unreachable_gateway_raises_connection_failed_after_retries() -> None:
-    async with Producer("http://127.0.0.1:1", "t", retry=RetryPolicy(max_retries=1, base_s=0.01)) as producer:
+    async with Producer(
+        "http://127.0.0.1:1", "t", retry=RetryPolicy(max_retries=1, base_s=0.01)
+    ) as producer:
         with pytest.raises(ConnectionFailed):
             await producer.send(value=1)
 

@@ -25,16 +25,24 @@ def store() -> InMemoryStreamStore:
 
 @pytest.fixture
 def settings() -> GatewaySettings:
-    return GatewaySettings(auth_mode="none", max_value_bytes=1024, max_batch_messages=50, max_batch_bytes=64 * 1024,
-                           max_replay_limit=500)
+    return GatewaySettings(
+        auth_mode="none", max_value_bytes=1024, max_batch_messages=50, max_batch_bytes=64 * 1024,
+        max_replay_limit=500
+    )
 
 
 @pytest.fixture
-async def services(store: InMemoryStreamStore, settings: GatewaySettings) -> AsyncIterator[Services]:
+async def services(
+    store: InMemoryStreamStore, settings: GatewaySettings
+) -> AsyncIterator[Services]:
     metrics = GatewayMetrics.create()
-    async with Publisher(store, store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s) as publisher:
-        yield Services(settings=settings, store=store, registry=InMemoryTopicRegistry(), cache=TopicCache(),
-                       publisher=publisher, metrics=metrics, readiness_checks=[("redis", store.ping)])
+    async with Publisher(
+        store, store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s
+    ) as publisher:
+        yield Services(
+            settings=settings, store=store, registry=InMemoryTopicRegistry(), cache=TopicCache(),
+            publisher=publisher, metrics=metrics, readiness_checks=[("redis", store.ping)]
+        )
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The per-request access log is off unless asked for (it costs a large share of a small request's gateway CPU)."""
+"""The per-request access log is off unless asked for (it costs a large share of a small request's
+gateway CPU)."""
 
 from __future__ import annotations
 

@@ -20,12 +20,18 @@ TENANT_A = Principal("app-1", "jwt", {"tenant": "a", "roles": ["reader", "ops"]}
 
 
 def acl() -> Acl:
-    return Acl([Rule(("alice",), ("orders", "orders.*"), frozenset({Action.PUBLISH, Action.SUBSCRIBE}),
-                     ("billing-*",)),
-                Rule(("claim:tenant=a",), ("shared",), frozenset({Action.SUBSCRIBE})),
-                Rule(("claim:roles=ops",), ("ops-*",), frozenset({Action.ADMIN})),
-                Rule(("*",), ("public",), frozenset({Action.SUBSCRIBE}))],
-               [ForcedFilter(("claim:tenant=a",), {"tenant": "a"})])
+    return Acl(
+        [
+            Rule(
+                ("alice",), ("orders", "orders.*"), frozenset({Action.PUBLISH, Action.SUBSCRIBE}),
+                ("billing-*",)
+            ),
+            Rule(("claim:tenant=a",), ("shared",), frozenset({Action.SUBSCRIBE})),
+            Rule(("claim:roles=ops",), ("ops-*",), frozenset({Action.ADMIN})),
+            Rule(("*",), ("public",), frozenset({Action.SUBSCRIBE})),
+        ],
+        [ForcedFilter(("claim:tenant=a",), {"tenant": "a"})],
+    )
 
 
 def test_rules_grant_actions_on_matching_topics_and_groups_only() -> None:
@@ -77,7 +83,9 @@ def test_forced_headers_come_from_matching_filters() -> None:
 
 
 def test_conflicting_forced_filters_forbid() -> None:
-    rules = Acl([], [ForcedFilter(("app-1",), {"tenant": "a"}), ForcedFilter(("*",), {"tenant": "b"})])
+    rules = Acl(
+        [], [ForcedFilter(("app-1",), {"tenant": "a"}), ForcedFilter(("*",), {"tenant": "b"})]
+    )
     with pytest.raises(ValueError, match="disagree"):
         rules.forced_headers(TENANT_A)
 
@@ -138,18 +146,29 @@ def test_secret_from_a_missing_env_variable_is_a_config_error(tmp_path: Path) ->
         load_auth_config(write_config(tmp_path), {})
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[[rules]]\nprincipals=['a']\ntopics=['t']\nactions=['write']\n", "actions"),
-    ("[[rules]]\nprincipals=['a']\ntopics=['t']\nactions=['publish']\ntopic=['x']\n", "unknown keys"),
-    ("[[api_keys]]\nprincipal='a'\nsha256='plain-text-key'\n", "64 lower-case hex"),
-    ("[[rules]]\nprincipals=['claim:tenant']\ntopics=['t']\nactions=['publish']\n", "claim:<name>=<value>"),
-    ("[jwt]\nalgorithms=['none']\n", "not accepted"),
-    ("[jwt]\nhmac_secret_file='missing'\n", "hmac_secret_file"),
-    ("[jwt]\njwks_file='missing.json'\n", "jwks file"),
-    ("[oops]\n", "unknown keys"),
-    ("not toml [", "auth config"),
-])
-def test_bad_config_is_refused_with_the_entry_named(tmp_path: Path, text: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[rules]]\nprincipals=['a']\ntopics=['t']\nactions=['write']\n", "actions"),
+        (
+            "[[rules]]\nprincipals=['a']\ntopics=['t']\nactions=['publish']\ntopic=['x']\n",
+            "unknown keys",
+        ),
+        ("[[api_keys]]\nprincipal='a'\nsha256='plain-text-key'\n", "64 lower-case hex"),
+        (
+            "[[rules]]\nprincipals=['claim:tenant']\ntopics=['t']\nactions=['publish']\n",
+            "claim:<name>=<value>",
+        ),
+        ("[jwt]\nalgorithms=['none']\n", "not accepted"),
+        ("[jwt]\nhmac_secret_file='missing'\n", "hmac_secret_file"),
+        ("[jwt]\njwks_file='missing.json'\n", "jwks file"),
+        ("[oops]\n", "unknown keys"),
+        ("not toml [", "auth config"),
+    ],
+)
+def test_bad_config_is_refused_with_the_entry_named(
+    tmp_path: Path, text: str, message: str
+) -> None:
     with pytest.raises(AuthConfigError, match=message):
         load_auth_config(write_config(tmp_path, text), {})
 
@@ -160,11 +179,15 @@ def test_hmac_secret_file_is_read_relative_to_the_config(tmp_path: Path) -> None
     assert config.jwt is not None
 
 
-def test_auth_mode_none_is_logged_as_a_warning_naming_the_setting(caplog: pytest.LogCaptureFixture) -> None:
+def test_auth_mode_none_is_logged_as_a_warning_naming_the_setting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING):
         gatekeeper = gatekeeper_from_settings(GatewaySettings(auth_mode="none"), {})
     assert not gatekeeper.required
-    assert any("STREAMGATE_AUTH_MODE" in r.message and r.levelno == logging.WARNING for r in caplog.records)
+    assert any(
+        "STREAMGATE_AUTH_MODE" in r.message and r.levelno == logging.WARNING for r in caplog.records
+    )
 
 
 def test_auth_is_required_by_default_and_needs_a_config_file() -> None:
@@ -216,20 +239,33 @@ def test_no_limits_table_means_no_overrides(tmp_path: Path) -> None:
     assert len(Gatekeeper(None).limit_overrides) == 0
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[[limits]]\nprincipals=['a']\nmessages_per_s=0\n", r"limits\[0\].messages_per_s: expected a positive"),
-    ("[[limits]]\nprincipals=['a']\nreads_per_s=-1\n", r"limits\[0\].reads_per_s"),
-    ("[[limits]]\nprincipals=['a']\nbytes_per_s='lots'\n", "or \"unlimited\""),
-    ("[[limits]]\nprincipals=['a']\nbytes_per_s=true\n", "bytes_per_s"),
-    ("[[limits]]\nprincipals=['a']\nbytes_per_s=inf\n", "bytes_per_s"),
-    ("[[limits]]\nprincipals=['a']\nbytes_per_s=nan\n", "bytes_per_s"),
-    ("[[limits]]\nprincipals=['a']\n", "give at least one of messages_per_s"),
-    ("[[limits]]\nprincipals=['a']\nmessage_per_s=5\n", r"limits\[0\]: unknown keys \['message_per_s'\]"),
-    ("[[limits]]\nmessages_per_s=5\n", r"limits\[0\].principals"),
-    ("[[limits]]\nprincipals=['a']\nmessages_per_s=1\n[[limits]]\nprincipals=['claim:x']\nreads_per_s=1\n",
-     r"limits\[1\].principals: 'claim:x' must look like"),
-    ("[limits]\nprincipals=['a']\n", r"\[\[limits\]\]"),
-])
-def test_bad_limit_overrides_are_refused_with_the_entry_named(tmp_path: Path, text: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[[limits]]\nprincipals=['a']\nmessages_per_s=0\n",
+            r"limits\[0\].messages_per_s: expected a positive",
+        ),
+        ("[[limits]]\nprincipals=['a']\nreads_per_s=-1\n", r"limits\[0\].reads_per_s"),
+        ("[[limits]]\nprincipals=['a']\nbytes_per_s='lots'\n", 'or "unlimited"'),
+        ("[[limits]]\nprincipals=['a']\nbytes_per_s=true\n", "bytes_per_s"),
+        ("[[limits]]\nprincipals=['a']\nbytes_per_s=inf\n", "bytes_per_s"),
+        ("[[limits]]\nprincipals=['a']\nbytes_per_s=nan\n", "bytes_per_s"),
+        ("[[limits]]\nprincipals=['a']\n", "give at least one of messages_per_s"),
+        (
+            "[[limits]]\nprincipals=['a']\nmessage_per_s=5\n",
+            r"limits\[0\]: unknown keys \['message_per_s'\]",
+        ),
+        ("[[limits]]\nmessages_per_s=5\n", r"limits\[0\].principals"),
+        (
+            "[[limits]]\nprincipals=['a']\nmessages_per_s=1\n[[limits]]\nprincipals=['claim:x']\nreads_per_s=1\n",
+            r"limits\[1\].principals: 'claim:x' must look like",
+        ),
+        ("[limits]\nprincipals=['a']\n", r"\[\[limits\]\]"),
+    ],
+)
+def test_bad_limit_overrides_are_refused_with_the_entry_named(
+    tmp_path: Path, text: str, message: str
+) -> None:
     with pytest.raises(AuthConfigError, match=message):
         load_auth_config(write_config(tmp_path, text), {})

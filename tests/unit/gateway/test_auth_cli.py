@@ -12,7 +12,9 @@ from gateway.auth.keys import hash_api_key
 from gateway.cli import _parser, main
 
 
-def test_hash_key_prints_a_new_key_and_the_toml_entry_with_its_hash(capsys: pytest.CaptureFixture[str]) -> None:
+def test_hash_key_prints_a_new_key_and_the_toml_entry_with_its_hash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = _parser().parse_args(["auth", "hash-key", "--principal", "billing"])
     assert run_auth_command(args, io.StringIO()) == 0
     first_line, _, toml_text = capsys.readouterr().out.partition("\n\n")
@@ -22,7 +24,9 @@ def test_hash_key_prints_a_new_key_and_the_toml_entry_with_its_hash(capsys: pyte
     assert key not in toml_text
 
 
-def test_hash_key_hashes_a_key_from_stdin_without_printing_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_hash_key_hashes_a_key_from_stdin_without_printing_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = _parser().parse_args(["auth", "hash-key", "--stdin"])
     assert run_auth_command(args, io.StringIO("sgk_existing\n")) == 0
     out = capsys.readouterr().out

@@ -34,7 +34,9 @@ def test_new_api_keys_are_random_and_hash_to_64_hex_digits() -> None:
 
 def test_api_key_table_finds_the_principal_of_a_stored_hash_only() -> None:
     key = new_api_key()
-    table = ApiKeyTable([StoredKey("billing", hash_api_key(key)), StoredKey("other", hash_api_key("x"))])
+    table = ApiKeyTable(
+        [StoredKey("billing", hash_api_key(key)), StoredKey("other", hash_api_key("x"))]
+    )
     assert table.principal_for(key) == "billing"
     assert table.principal_for(key + "x") is None
     assert table.principal_for(hash_api_key(key)) is None  # the hash itself is not a key
@@ -42,12 +44,16 @@ def test_api_key_table_finds_the_principal_of_a_stored_hash_only() -> None:
 
 def claims(**overrides: Any) -> dict[str, Any]:
     now = int(time.time())
-    return {"sub": "alice", "aud": AUDIENCE, "iss": ISSUER, "exp": now + 300, "nbf": now - 10, **overrides}
+    return {
+        "sub": "alice", "aud": AUDIENCE, "iss": ISSUER, "exp": now + 300, "nbf": now - 10,
+        **overrides
+    }
 
 
 def hs_verifier(**overrides: Any) -> JwtVerifier:
-    settings = JwtSettings(algorithms=("HS256",), hmac_secret=SECRET, audience=AUDIENCE, issuer=ISSUER,
-                           leeway_s=0)
+    settings = JwtSettings(
+        algorithms=("HS256",), hmac_secret=SECRET, audience=AUDIENCE, issuer=ISSUER, leeway_s=0
+    )
     for name, value in overrides.items():
         object.__setattr__(settings, name, value)
     return JwtVerifier(settings)
@@ -67,7 +73,9 @@ def test_hs256_token_names_its_principal_and_carries_claims_and_expiry() -> None
     ({"iss": "https://evil.example"}, "issuer"),
     ({"exp": None}, "exp"),
 ])
-def test_hs256_token_is_rejected_when_a_registered_claim_fails(overrides: dict[str, Any], reason: str) -> None:
+def test_hs256_token_is_rejected_when_a_registered_claim_fails(
+    overrides: dict[str, Any], reason: str
+) -> None:
     now = int(time.time())  # times relative to the test run, not to collection
     body = claims(**{k: now + v if isinstance(v, int) else v for k, v in overrides.items()})
     body = {k: v for k, v in body.items() if v is not None}
@@ -77,7 +85,9 @@ def test_hs256_token_is_rejected_when_a_registered_claim_fails(overrides: dict[s
 
 def test_expired_token_is_reported_as_expired() -> None:
     with pytest.raises(Unauthenticated) as caught:
-        hs_verifier().verify(jwt.encode(claims(exp=int(time.time()) - 5), SECRET, algorithm="HS256"))
+        hs_verifier().verify(
+            jwt.encode(claims(exp=int(time.time()) - 5), SECRET, algorithm="HS256")
+        )
     assert caught.value.expired
 
 
@@ -115,7 +125,7 @@ def test_principal_comes_from_the_configured_claim() -> None:
     assert hs_verifier(principal_claim="client_id").verify(token).name == "svc-7"
 
 
-# --- JWKS: RS256 and ES256 --------------------------------------------------------------------------------------
+# --- JWKS: RS256 and ES256 ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def key_pairs() -> dict[str, Any]:
     return {"rsa-1": (rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256"),
@@ -125,7 +135,9 @@ def key_pairs() -> dict[str, Any]:
 def write_jwks(path: Path, key_pairs: dict[str, Any]) -> Path:
     keys = []
     for kid, (private, algorithm) in key_pairs.items():
-        jwk = json.loads(jwt.algorithms.get_default_algorithms()[algorithm].to_jwk(private.public_key()))
+        jwk = json.loads(
+            jwt.algorithms.get_default_algorithms()[algorithm].to_jwk(private.public_key())
+        )
         keys.append({**jwk, "kid": kid, "alg": algorithm, "use": "sig"})
     path.write_text(json.dumps({"keys": keys}))
     return path
@@ -134,8 +146,12 @@ def write_jwks(path: Path, key_pairs: dict[str, Any]) -> Path:
 @pytest.fixture
 def jwks_verifier(tmp_path: Path, key_pairs: dict[str, Any]) -> JwtVerifier:
     jwks = read_jwks(write_jwks(tmp_path / "jwks.json", key_pairs))
-    return JwtVerifier(JwtSettings(algorithms=("RS256", "ES256", "HS256"), jwks=jwks, hmac_secret=SECRET,
-                                   audience=AUDIENCE, issuer=ISSUER, leeway_s=0))
+    return JwtVerifier(
+        JwtSettings(
+            algorithms=("RS256", "ES256", "HS256"), jwks=jwks, hmac_secret=SECRET,
+            audience=AUDIENCE, issuer=ISSUER, leeway_s=0
+        )
+    )
 
 
 @pytest.mark.parametrize("kid", ["rsa-1", "ec-1"])
@@ -146,35 +162,52 @@ def test_rs256_and_es256_tokens_verify_with_the_jwks_key_their_kid_names(
     assert jwks_verifier.verify(token).name == f"by-{kid}"
 
 
-def test_token_with_an_unknown_kid_is_rejected(jwks_verifier: JwtVerifier, key_pairs: dict[str, Any]) -> None:
+def test_token_with_an_unknown_kid_is_rejected(
+    jwks_verifier: JwtVerifier, key_pairs: dict[str, Any]
+) -> None:
     private, _ = key_pairs["rsa-1"]
     with pytest.raises(Unauthenticated, match="no key"):
-        jwks_verifier.verify(jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "rsa-9"}))
+        jwks_verifier.verify(
+            jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "rsa-9"})
+        )
 
 
 def test_token_whose_kid_names_a_key_of_another_algorithm_is_rejected(
         jwks_verifier: JwtVerifier, key_pairs: dict[str, Any]) -> None:
     private, _ = key_pairs["rsa-1"]
     with pytest.raises(Unauthenticated, match="no key"):
-        jwks_verifier.verify(jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "ec-1"}))
+        jwks_verifier.verify(
+            jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "ec-1"})
+        )
 
 
 def test_token_signed_by_a_key_outside_the_jwks_is_rejected(jwks_verifier: JwtVerifier) -> None:
     stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with pytest.raises(Unauthenticated, match="invalid token"):
-        jwks_verifier.verify(jwt.encode(claims(), stranger, algorithm="RS256", headers={"kid": "rsa-1"}))
+        jwks_verifier.verify(
+            jwt.encode(claims(), stranger, algorithm="RS256", headers={"kid": "rsa-1"})
+        )
 
 
-def test_expired_rs256_token_is_rejected(jwks_verifier: JwtVerifier, key_pairs: dict[str, Any]) -> None:
+def test_expired_rs256_token_is_rejected(
+    jwks_verifier: JwtVerifier, key_pairs: dict[str, Any]
+) -> None:
     private, _ = key_pairs["rsa-1"]
-    token = jwt.encode(claims(exp=int(time.time()) - 1), private, algorithm="RS256", headers={"kid": "rsa-1"})
+    token = jwt.encode(
+        claims(exp=int(time.time()) - 1), private, algorithm="RS256", headers={"kid": "rsa-1"}
+    )
     with pytest.raises(Unauthenticated, match="expired"):
         jwks_verifier.verify(token)
 
 
-def test_algorithm_outside_the_allow_list_is_rejected(tmp_path: Path, key_pairs: dict[str, Any]) -> None:
-    verifier = JwtVerifier(JwtSettings(algorithms=("ES256",), jwks=read_jwks(write_jwks(tmp_path / "k.json",
-                                                                                        key_pairs))))
+def test_algorithm_outside_the_allow_list_is_rejected(
+    tmp_path: Path, key_pairs: dict[str, Any]
+) -> None:
+    verifier = JwtVerifier(
+        JwtSettings(
+            algorithms=("ES256",), jwks=read_jwks(write_jwks(tmp_path / "k.json", key_pairs))
+        )
+    )
     private, _ = key_pairs["rsa-1"]
     with pytest.raises(Unauthenticated, match="algorithm 'RS256' is not accepted"):
         verifier.verify(jwt.encode(claims(), private, algorithm="RS256", headers={"kid": "rsa-1"}))
@@ -185,9 +218,15 @@ def test_hmac_token_cannot_use_a_public_key_as_its_secret(jwks_verifier: JwtVeri
     """Algorithm confusion: an HS256 token MACed with the (public) RSA key must not verify."""
     public_pem = key_pairs["rsa-1"][0].public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    signing_input = b".".join(base64url(json.dumps(part).encode())
-                              for part in ({"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}, claims()))
-    forged = signing_input + b"." + base64url(hmac.new(public_pem, signing_input, hashlib.sha256).digest())
+    signing_input = b".".join(
+        base64url(json.dumps(part).encode())
+        for part in ({"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}, claims())
+    )
+    forged = (
+        signing_input
+        + b"."
+        + base64url(hmac.new(public_pem, signing_input, hashlib.sha256).digest())
+    )
     with pytest.raises(Unauthenticated, match="invalid token"):
         jwks_verifier.verify(forged.decode())
 

@@ -1,4 +1,5 @@
-"""Settings of TLS to Redis and etcd: parsing from the environment, validation, what reaches the clients."""
+"""Settings of TLS to Redis and etcd: parsing from the environment, validation, what reaches the
+clients."""
 
 from __future__ import annotations
 
@@ -30,18 +31,25 @@ def test_booleans_parse_from_the_usual_words_and_reject_anything_else() -> None:
 
 
 def test_tls_settings_come_from_streamgate_variables() -> None:
-    settings = settings_from_env({
-        "STREAMGATE_REDIS_TLS": "1", "STREAMGATE_REDIS_TLS_CA_PATH": "/ca.pem",
-        "STREAMGATE_REDIS_TLS_CERT_PATH": "/c.pem", "STREAMGATE_REDIS_TLS_KEY_PATH": "/k.pem",
-        "STREAMGATE_REDIS_TLS_CHECK_HOSTNAME": "false", "STREAMGATE_ETCD_TLS": "true",
-        "STREAMGATE_ETCD_TLS_CA_PATH": "/eca.pem", "STREAMGATE_ETCD_TLS_SERVER_NAME": "etcd.internal"})
-    assert (settings.redis_tls, settings.redis_tls_ca_path, settings.redis_tls_cert_path,
-            settings.redis_tls_key_path, settings.redis_tls_check_hostname) == (True, "/ca.pem", "/c.pem", "/k.pem",
-                                                                                False)
+    settings = settings_from_env(
+        {
+            "STREAMGATE_REDIS_TLS": "1", "STREAMGATE_REDIS_TLS_CA_PATH": "/ca.pem",
+            "STREAMGATE_REDIS_TLS_CERT_PATH": "/c.pem", "STREAMGATE_REDIS_TLS_KEY_PATH": "/k.pem",
+            "STREAMGATE_REDIS_TLS_CHECK_HOSTNAME": "false", "STREAMGATE_ETCD_TLS": "true",
+            "STREAMGATE_ETCD_TLS_CA_PATH": "/eca.pem",
+            "STREAMGATE_ETCD_TLS_SERVER_NAME": "etcd.internal"
+        }
+    )
+    assert (
+        settings.redis_tls, settings.redis_tls_ca_path, settings.redis_tls_cert_path,
+        settings.redis_tls_key_path, settings.redis_tls_check_hostname
+    ) == (True, "/ca.pem", "/c.pem", "/k.pem", False)
     assert (settings.etcd_tls, settings.etcd_tls_ca_path, settings.etcd_tls_server_name) == (
         True, "/eca.pem", "etcd.internal")
     defaults = settings_from_env({})
-    assert (defaults.redis_tls, defaults.etcd_uses_tls, defaults.redis_tls_check_hostname) == (False, False, True)
+    assert (defaults.redis_tls, defaults.etcd_uses_tls, defaults.redis_tls_check_hostname) == (
+        False, False, True
+    )
 
 
 def test_a_bad_boolean_names_its_variable() -> None:
@@ -50,15 +58,19 @@ def test_a_bad_boolean_names_its_variable() -> None:
 
 
 def test_an_https_etcd_endpoint_turns_etcd_tls_on() -> None:
-    settings = GatewaySettings(etcd_endpoints=("https://10.0.0.1:2379",), etcd_tls_ca_path="/ca.pem")
+    settings = GatewaySettings(
+        etcd_endpoints=("https://10.0.0.1:2379",), etcd_tls_ca_path="/ca.pem"
+    )
     assert settings.etcd_uses_tls
     assert etcd_tls(settings) == EtcdTls(ca_path="/ca.pem")
     assert etcd_tls(GatewaySettings()) is None
 
 
 def test_redis_tls_settings_reach_the_store_as_redis_py_options(pki: TlsFiles) -> None:
-    settings = GatewaySettings(redis_tls=True, redis_tls_ca_path=str(pki.ca_cert),
-                               redis_tls_cert_path=str(pki.client_cert), redis_tls_key_path=str(pki.client_key))
+    settings = GatewaySettings(
+        redis_tls=True, redis_tls_ca_path=str(pki.ca_cert),
+        redis_tls_cert_path=str(pki.client_cert), redis_tls_key_path=str(pki.client_key)
+    )
     options = redis_store_settings(settings).tls_options()
     assert options["ssl"] is True
     assert (options["ssl_ca_certs"], options["ssl_certfile"], options["ssl_keyfile"]) == (
@@ -70,30 +82,58 @@ def test_redis_tls_settings_reach_the_store_as_redis_py_options(pki: TlsFiles) -
 
 
 def test_complete_and_readable_backend_tls_passes_the_startup_check(pki: TlsFiles) -> None:
-    check_backend_tls(GatewaySettings(
-        redis_tls=True, redis_tls_ca_path=str(pki.ca_cert), redis_tls_cert_path=str(pki.client_cert),
-        redis_tls_key_path=str(pki.client_key), etcd_tls=True, etcd_tls_ca_path=str(pki.ca_cert),
-        etcd_tls_cert_path=str(pki.client_cert), etcd_tls_key_path=str(pki.client_key)))
-    check_backend_tls(GatewaySettings(redis_tls=True, etcd_tls=True))  # system CAs, no client certificate
+    check_backend_tls(
+        GatewaySettings(
+            redis_tls=True, redis_tls_ca_path=str(pki.ca_cert),
+            redis_tls_cert_path=str(pki.client_cert), redis_tls_key_path=str(pki.client_key),
+            etcd_tls=True, etcd_tls_ca_path=str(pki.ca_cert),
+            etcd_tls_cert_path=str(pki.client_cert), etcd_tls_key_path=str(pki.client_key)
+        )
+    )
+    # system CAs, no client certificate
+    check_backend_tls(GatewaySettings(redis_tls=True, etcd_tls=True))
     check_backend_tls(GatewaySettings())
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"redis_tls": True, "redis_tls_cert_path": "CERT"}, "STREAMGATE_REDIS_TLS_CERT_PATH and STREAMGATE_REDIS_TLS_KEY"),
-    ({"redis_tls": True, "redis_tls_key_path": "KEY"}, "STREAMGATE_REDIS_TLS_CERT_PATH and STREAMGATE_REDIS_TLS_KEY"),
-    ({"etcd_tls": True, "etcd_tls_key_path": "KEY"}, "STREAMGATE_ETCD_TLS_CERT_PATH and STREAMGATE_ETCD_TLS_KEY"),
-    ({"redis_tls_ca_path": "CA"}, "set STREAMGATE_REDIS_TLS=true"),
-    ({"etcd_tls_cert_path": "CERT", "etcd_tls_key_path": "KEY"}, "set STREAMGATE_ETCD_TLS=true"),
-    ({"redis_tls": True, "redis_tls_ca_path": "MISSING"}, "STREAMGATE_REDIS_TLS_CA_PATH: cannot load"),
-    ({"etcd_tls": True, "etcd_tls_ca_path": "KEY"}, "STREAMGATE_ETCD_TLS_CA_PATH: cannot load"),
-    ({"redis_tls": True, "redis_tls_cert_path": "CERT", "redis_tls_key_path": "CA"},
-     "STREAMGATE_REDIS_TLS_CERT_PATH/_KEY_PATH: cannot load"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"redis_tls": True, "redis_tls_cert_path": "CERT"},
+            "STREAMGATE_REDIS_TLS_CERT_PATH and STREAMGATE_REDIS_TLS_KEY",
+        ),
+        (
+            {"redis_tls": True, "redis_tls_key_path": "KEY"},
+            "STREAMGATE_REDIS_TLS_CERT_PATH and STREAMGATE_REDIS_TLS_KEY",
+        ),
+        (
+            {"etcd_tls": True, "etcd_tls_key_path": "KEY"},
+            "STREAMGATE_ETCD_TLS_CERT_PATH and STREAMGATE_ETCD_TLS_KEY",
+        ),
+        ({"redis_tls_ca_path": "CA"}, "set STREAMGATE_REDIS_TLS=true"),
+        (
+            {"etcd_tls_cert_path": "CERT", "etcd_tls_key_path": "KEY"},
+            "set STREAMGATE_ETCD_TLS=true",
+        ),
+        (
+            {"redis_tls": True, "redis_tls_ca_path": "MISSING"},
+            "STREAMGATE_REDIS_TLS_CA_PATH: cannot load",
+        ),
+        ({"etcd_tls": True, "etcd_tls_ca_path": "KEY"}, "STREAMGATE_ETCD_TLS_CA_PATH: cannot load"),
+        (
+            {"redis_tls": True, "redis_tls_cert_path": "CERT", "redis_tls_key_path": "CA"},
+            "STREAMGATE_REDIS_TLS_CERT_PATH/_KEY_PATH: cannot load",
+        ),
+    ],
+)
 def test_half_configured_or_unreadable_backend_tls_is_refused_naming_the_variable(
         pki: TlsFiles, tmp_path: Path, fields: dict[str, object], message: str) -> None:
     files = {"CERT": str(pki.client_cert), "KEY": str(pki.client_key), "CA": str(pki.ca_cert),
              "MISSING": str(tmp_path / "missing.pem")}
-    values = {name: files.get(value, value) if isinstance(value, str) else value for name, value in fields.items()}
+    values = {
+        name: files.get(value, value) if isinstance(value, str) else value
+        for name, value in fields.items()
+    }
     with pytest.raises(ValueError, match=re.escape(message)):
         check_backend_tls(GatewaySettings(**values))  # type: ignore[arg-type]
 

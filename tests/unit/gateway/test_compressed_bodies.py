@@ -1,4 +1,5 @@
-"""Content-Encoding gzip/zstd on request bodies: decoded exactly, bounded by the decoded size, errors mapped."""
+"""Content-Encoding gzip/zstd on request bodies: decoded exactly, bounded by the decoded size,
+errors mapped."""
 
 from __future__ import annotations
 
@@ -74,22 +75,33 @@ def test_truncated_corrupt_or_trailing_garbage_bodies_are_400(coding: Compressio
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd", "GZIP", " zstd "])
-async def test_compressed_publish_is_stored_as_if_sent_plain(client: Client, orders: str, store: Any,
-                                                             coding: str) -> None:
+async def test_compressed_publish_is_stored_as_if_sent_plain(
+    client: Client, orders: str, store: Any, coding: str
+) -> None:
     binary = bytes(range(256))
-    body = orjson.dumps({"messages": [{"key": "k", "value": {"n": 1, "s": "é"}},
-                                      {"key": "k", "value_b64": base64.b64encode(binary).decode()}]})
-    response = await client.post(f"/v1/topics/{orders}/messages",
-                                 data=compress_body(body, coding.strip().lower()),  # type: ignore[arg-type]
-                                 headers={"Content-Type": "application/json", "Content-Encoding": coding})
+    body = orjson.dumps(
+        {
+            "messages": [
+                {"key": "k", "value": {"n": 1, "s": "é"}},
+                {"key": "k", "value_b64": base64.b64encode(binary).decode()},
+            ]
+        }
+    )
+    response = await client.post(
+        f"/v1/topics/{orders}/messages",
+        data=compress_body(body, coding.strip().lower()),  # type: ignore[arg-type]
+        headers={"Content-Type": "application/json", "Content-Encoding": coding},
+    )
     assert response.status == 200, await response.text()
     stored = [entry for stream in store.streams.values() for entry in stream]
     assert [entry.value for entry in stored] == [orjson.dumps({"n": 1, "s": "é"}), binary]
 
 
 async def test_identity_encoding_is_the_plain_body(client: Client, orders: str) -> None:
-    response = await client.post(f"/v1/topics/{orders}/messages", data=b'{"messages": [{"value": 1}]}',
-                                 headers={"Content-Encoding": "identity"})
+    response = await client.post(
+        f"/v1/topics/{orders}/messages", data=b'{"messages": [{"value": 1}]}',
+        headers={"Content-Encoding": "identity"}
+    )
     assert response.status == 200, await response.text()
 
 
@@ -105,10 +117,14 @@ async def test_unsupported_encoding_is_415_with_accept_encoding_and_writes_nothi
     assert store.total_entries() == 0
 
 
-async def test_corrupt_gzip_publish_is_400_and_writes_nothing(client: Client, orders: str, store: Any) -> None:
+async def test_corrupt_gzip_publish_is_400_and_writes_nothing(
+    client: Client, orders: str, store: Any
+) -> None:
     body = gzip_member(b'{"messages": [{"value": 1}]}')
-    response = await client.post(f"/v1/topics/{orders}/messages", data=body[:10] + b"\xff" * 8 + body[18:],
-                                 headers={"Content-Encoding": "gzip"})
+    response = await client.post(
+        f"/v1/topics/{orders}/messages", data=body[:10] + b"\xff" * 8 + body[18:],
+        headers={"Content-Encoding": "gzip"}
+    )
     assert response.status == 400
     assert (await response.json())["type"].endswith("/undecodable-body")
     assert store.total_entries() == 0
@@ -116,7 +132,9 @@ async def test_corrupt_gzip_publish_is_400_and_writes_nothing(client: Client, or
 
 async def test_publish_that_inflates_past_max_batch_bytes_is_413_and_writes_nothing(
         client: Client, orders: str, store: Any) -> None:
-    body = orjson.dumps({"messages": [{"value": "a" * (LIMIT // 2)}, {"value": "b" * (LIMIT // 2)}]})
+    body = orjson.dumps(
+        {"messages": [{"value": "a" * (LIMIT // 2)}, {"value": "b" * (LIMIT // 2)}]}
+    )
     compressed = zstd.compress(body)
     assert len(compressed) < LIMIT < len(body)
     response = await client.post(f"/v1/topics/{orders}/messages", data=compressed,
@@ -127,7 +145,9 @@ async def test_publish_that_inflates_past_max_batch_bytes_is_413_and_writes_noth
 
 async def test_admin_bodies_accept_gzip_too(client: Client) -> None:
     body = zlib.compress(b'{"name": "zipped", "partitions": 2}', wbits=zlib.MAX_WBITS | 16)
-    response = await client.post("/v1/topics", data=body,
-                                 headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    response = await client.post(
+        "/v1/topics", data=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
     assert response.status == 201, await response.text()
     assert (await response.json())["partitions"] == 2

@@ -1,4 +1,5 @@
-"""Coalescing: queued frames leave in few writes, in order (RFC 6455 framing); acks of one tick in one XACK."""
+"""Coalescing: queued frames leave in few writes, in order (RFC 6455 framing); acks of one tick in
+one XACK."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from storage.models import Delivery, StoredEntry, ValueFormat
 
 
 def entry(n: int, size: int = 10) -> StoredEntry:
-    return StoredEntry(partition=n % 2, offset=f"{1000 + n}-0", value=orjson.dumps({"n": n, "pad": "x" * size}),
-                       value_format=ValueFormat.JSON, key=b"k", headers={"h": "1"}, timestamp_ms=1000 + n)
+    return StoredEntry(
+        partition=n % 2, offset=f"{1000 + n}-0", value=orjson.dumps({"n": n, "pad": "x" * size}),
+        value_format=ValueFormat.JSON, key=b"k", headers={"h": "1"}, timestamp_ms=1000 + n
+    )
 
 
 def parse_frames(data: bytes) -> list[bytes]:
@@ -130,7 +133,9 @@ async def test_acks_from_sessions_in_the_same_tick_go_out_as_one_xack() -> None:
 
 async def test_a_failed_batched_xack_fails_every_ack_it_carried() -> None:
     reader = reader_on(AckRecorder(fail=True))
-    results = await asyncio.gather(reader.ack([(0, "1-0")]), reader.ack([(0, "2-0")]), return_exceptions=True)
+    results = await asyncio.gather(
+        reader.ack([(0, "1-0")]), reader.ack([(0, "2-0")]), return_exceptions=True
+    )
     assert [type(r) for r in results] == [StorageError, StorageError]
 
 
@@ -143,7 +148,11 @@ def _fitting_reference(page: list[bytes], max_frames: int, max_bytes: int) -> tu
     return min(len(page), max_frames), size
 
 
-@given(st.lists(st.integers(0, 300).map(lambda n: b"x" * n), max_size=20), st.integers(1, 25), st.integers(0, 2000))
-def test_the_frames_of_a_page_that_fit_a_write_are_counted_as_one_by_one(page: list[bytes], max_frames: int,
-                                                                         max_bytes: int) -> None:
+@given(
+    st.lists(st.integers(0, 300).map(lambda n: b"x" * n), max_size=20), st.integers(1, 25),
+    st.integers(0, 2000)
+)
+def test_the_frames_of_a_page_that_fit_a_write_are_counted_as_one_by_one(
+    page: list[bytes], max_frames: int, max_bytes: int
+) -> None:
     assert _fitting(page, max_frames, max_bytes) == _fitting_reference(page, max_frames, max_bytes)

@@ -1,4 +1,5 @@
-"""The session writer runs only while there is something to write (an idle subscription must cost little memory)."""
+"""The session writer runs only while there is something to write (an idle subscription must cost
+little memory)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,16 @@ async def test_an_idle_session_runs_no_writer_task() -> None:
     async def send(frames: Sequence[bytes]) -> None:
         raise AssertionError("nothing to send")
 
-    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5):
+    async with Session(
+        "s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5
+    ):
         await settle()
         assert writer_tasks() == []
 
 
-async def test_the_writer_ends_when_the_outbox_is_empty_and_a_later_frame_is_still_written() -> None:
+async def test_the_writer_ends_when_the_outbox_is_empty_and_a_later_frame_is_still_written() -> (
+    None
+):
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -61,7 +66,9 @@ async def test_frames_queued_while_a_write_waits_go_out_in_order_with_one_writer
         writes.append(list(frames))
         await release.wait()
 
-    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5) as session:
+    async with Session(
+        "s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=5
+    ) as session:
         session.send_control({"type": "assignment"})
         await settle()
         session.offer_frames(0, [b"a"], ["1-0"])
@@ -92,7 +99,9 @@ async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_l
         writes.append(list(frames))
         await asyncio.sleep(10)
 
-    async with Session("s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=0.01) as session:
+    async with Session(
+        "s", "t", parse_subscribe_params(TOPIC_PARAMS), send, slow_client_timeout_s=0.01
+    ) as session:
         session.offer_frames(0, [b"a"], ["1-0"])
         close = await asyncio.wait_for(session.closing, 2)
         assert close.code == 4008
@@ -100,17 +109,24 @@ async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_l
         session.offer_frames(0, [b"b"], ["2-0"])
         await settle()
         assert writer_tasks() == []
-        assert len(writes) == 2, "the frame and the slow-consumer error frame; nothing after the close"
+        assert len(writes) == 2, (
+            "the frame and the slow-consumer error frame; nothing after the close"
+        )
 
 
-async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_written_in_one_go() -> None:
+async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_written_in_one_go() -> (
+    None
+):
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
         writes.append(list(frames))
 
     reader = object()  # stands in for the GroupReader the deliveries came from
-    page = [Delivery(StoredEntry(4, f"{n}-0", b"%d" % n, ValueFormat.JSON, None, {}, n), 1) for n in range(1, 13)]
+    page = [
+        Delivery(StoredEntry(4, f"{n}-0", b"%d" % n, ValueFormat.JSON, None, {}, n), 1)
+        for n in range(1, 13)
+    ]
     params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "10"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
         assert session.offer_page(page, reader) == 10  # type: ignore[arg-type]
@@ -130,8 +146,12 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
         pass
 
     reader = object()
-    page = [Delivery(StoredEntry(0, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in (1, 2)]
-    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "ack_timeout_ms": "1000"}))
+    page = [
+        Delivery(StoredEntry(0, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in (1, 2)
+    ]
+    params = parse_subscribe_params(
+        MultiDict({"topic": "t", "group": "g", "ack_timeout_ms": "1000"})
+    )
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
         session.offer_page(page, reader)  # type: ignore[arg-type]
         first = session.in_flight[(0, "2-0")].deadline
@@ -141,14 +161,17 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
         assert session.in_flight[(0, "2-0")].deadline == first
 
 
-async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_and_ignores_unknown_ones() -> None:
+async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_and_ignores_unknown_ones() -> None:  # noqa: E501, RUF100
     async def send(frames: Sequence[bytes]) -> None:
         pass
 
     first, second = object(), object()  # two GroupReaders (two partitions of one group)
 
     def page(partition: int, numbers: range) -> list[Delivery]:
-        return [Delivery(StoredEntry(partition, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in numbers]
+        return [
+            Delivery(StoredEntry(partition, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1)
+            for n in numbers
+        ]
 
     params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
@@ -156,10 +179,16 @@ async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_
         session.offer_page(page(1, range(1, 3)), second)  # type: ignore[arg-type]
         session.offer_page(page(0, range(4, 6)), first)  # type: ignore[arg-type]  # a second page, same reader
         assert session.credit == 93
-        grouped = session.settle([(0, "1-0"), (1, "2-0"), (0, "5-0"), (0, "9-0"), (0, "4-0"), (0, "1-0"),
-                                  (1, "1-0"), (0, "3-0")])
-        assert grouped == {first: [(0, "1-0"), (0, "5-0"), (0, "4-0"), (0, "3-0")],
-                           second: [(1, "2-0"), (1, "1-0")]}, "in frame order; unknown and repeated refs left out"
+        grouped = session.settle(
+            [
+                (0, "1-0"), (1, "2-0"), (0, "5-0"), (0, "9-0"), (0, "4-0"), (0, "1-0"), (1, "1-0"),
+                (0, "3-0")
+            ]
+        )
+        assert grouped == {
+            first: [(0, "1-0"), (0, "5-0"), (0, "4-0"), (0, "3-0")],
+            second: [(1, "2-0"), (1, "1-0")],
+        }, "in frame order; unknown and repeated refs left out"
         assert session.credit == 99
         assert set(session.in_flight) == {(0, "2-0")}
         assert session.settle(iter([(0, "2-0")])) == {first: [(0, "2-0")]}, "any iterable of refs"

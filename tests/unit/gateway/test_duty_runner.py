@@ -1,4 +1,5 @@
-"""The duty runner: duties follow ownership, promotion drains, retention events are counted, crashes surface."""
+"""The duty runner: duties follow ownership, promotion drains, retention events are counted, crashes
+surface."""
 
 from __future__ import annotations
 
@@ -68,10 +69,14 @@ class FakeStores:
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         return GroupPartitionState(partition, True, None, 0, None, None)
 
-    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> dict[int, PartitionOverview]:
+    async def partition_overviews(
+        self, topic: str, partitions: Sequence[int]
+    ) -> dict[int, PartitionOverview]:
         self.lengths_asked.extend((topic, p) for p in partitions)
         self.overview_rounds.append((topic, list(partitions)))
-        return {p: PartitionOverview(p, 7, {"g": await self.state(topic, p, "g")}) for p in partitions}
+        return {
+            p: PartitionOverview(p, 7, {"g": await self.state(topic, p, "g")}) for p in partitions
+        }
 
     async def read(self, *args: Any, **kwargs: Any) -> list[StoredEntry]:
         return [StoredEntry(0, "1-0", b"", ValueFormat.BINARY, None, {}, 1)]
@@ -85,11 +90,16 @@ def cache() -> TopicCache:
 
 
 @pytest.fixture
-async def runner_parts(cache: TopicCache) -> AsyncIterator[tuple[DutyRunner, FakeOwnership, FakeStores]]:
+async def runner_parts(
+    cache: TopicCache,
+) -> AsyncIterator[tuple[DutyRunner, FakeOwnership, FakeStores]]:
     ownership, stores = FakeOwnership(), FakeStores()
     settings = DutySettings(promote_interval_s=0.01, retention_interval_s=0.05, lag_interval_s=0.05)
-    runner = DutyRunner(ownership, cache, delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
-                        groups=stores, metrics=GatewayMetrics.create(), settings=settings)  # type: ignore[arg-type]
+    runner = DutyRunner(
+        ownership, cache,
+        delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
+        groups=stores, metrics=GatewayMetrics.create(), settings=settings,  # type: ignore[arg-type]
+    )
     async with runner:
         yield runner, ownership, stores
 
@@ -102,7 +112,9 @@ async def eventually(predicate: Any) -> None:
     raise AssertionError("condition never held")
 
 
-async def test_duties_run_only_for_owned_partitions_and_stop_when_ownership_moves(runner_parts: Any) -> None:
+async def test_duties_run_only_for_owned_partitions_and_stop_when_ownership_moves(
+    runner_parts: Any,
+) -> None:
     runner, ownership, stores = runner_parts
     ownership.set({("t", 0), ("t", 2)})
     await eventually(lambda: {call for call in stores.promote_calls} == {("t", 0), ("t", 2)})
@@ -130,11 +142,16 @@ async def test_one_promote_round_covers_every_owned_partition_of_a_topic(runner_
     assert stores.promote_rounds[1] == ("t", [2])
 
 
-async def test_partition_duties_sleep_until_their_next_duty_not_every_promote_tick(cache: TopicCache) -> None:
+async def test_partition_duties_sleep_until_their_next_duty_not_every_promote_tick(
+    cache: TopicCache,
+) -> None:
     ownership, stores = FakeOwnership(), FakeStores()
     settings = DutySettings(promote_interval_s=0.01, retention_interval_s=60, lag_interval_s=0.3)
-    runner = DutyRunner(ownership, cache, delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
-                        groups=stores, metrics=GatewayMetrics.create(), settings=settings)  # type: ignore[arg-type]
+    runner = DutyRunner(
+        ownership, cache,
+        delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
+        groups=stores, metrics=GatewayMetrics.create(), settings=settings,  # type: ignore[arg-type]
+    )
     async with runner:
         ownership.set({("t", 0)})
         await asyncio.sleep(0.5)
@@ -143,11 +160,18 @@ async def test_partition_duties_sleep_until_their_next_duty_not_every_promote_ti
     assert len(stores.trim_calls) == 1
 
 
-async def test_a_sleeping_partition_duty_is_cancelled_when_ownership_moves(cache: TopicCache) -> None:
+async def test_a_sleeping_partition_duty_is_cancelled_when_ownership_moves(
+    cache: TopicCache,
+) -> None:
     ownership, stores = FakeOwnership(), FakeStores()
-    settings = DutySettings(promote_interval_s=0.01, retention_interval_s=60, lag_interval_s=60, sweep_interval_s=60)
-    runner = DutyRunner(ownership, cache, delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
-                        groups=stores, metrics=GatewayMetrics.create(), settings=settings)  # type: ignore[arg-type]
+    settings = DutySettings(
+        promote_interval_s=0.01, retention_interval_s=60, lag_interval_s=60, sweep_interval_s=60
+    )
+    runner = DutyRunner(
+        ownership, cache,
+        delayed=stores, retention=stores, streams=stores,  # type: ignore[arg-type]
+        groups=stores, metrics=GatewayMetrics.create(), settings=settings,  # type: ignore[arg-type]
+    )
     async with runner:
         ownership.set({("t", 0), ("t", 1)})
         await eventually(lambda: runner.running == {("t", 0), ("t", 1)})
@@ -158,7 +182,9 @@ async def test_a_sleeping_partition_duty_is_cancelled_when_ownership_moves(cache
         assert set(stores.promote_calls) == {("t", 1)}
 
 
-async def test_retention_uses_the_topic_retention_and_counts_unacked_drops(runner_parts: Any) -> None:
+async def test_retention_uses_the_topic_retention_and_counts_unacked_drops(
+    runner_parts: Any,
+) -> None:
     runner, ownership, stores = runner_parts
     stores.trim_report = TrimReport(3, 10, {"billing": 4})
     ownership.set({("t", 3)})
@@ -174,8 +200,10 @@ async def test_retention_uses_the_topic_retention_and_counts_unacked_drops(runne
 async def test_unknown_lag_is_exported_as_nan_never_zero(runner_parts: Any) -> None:
     runner, ownership, _ = runner_parts
     ownership.set({("t", 0)})
-    await eventually(lambda: ("t", "g", "0") in {tuple(s.labels.values()) for m in
-                                                  runner.metrics.group_lag_entries.collect() for s in m.samples})
+    await eventually(lambda: ("t", "g", "0") in {
+        tuple(s.labels.values())
+        for m in runner.metrics.group_lag_entries.collect() for s in m.samples
+    })
     value = runner.metrics.group_lag_entries.labels("t", "g", "0")._value.get()
     assert math.isnan(value)
 
@@ -188,8 +216,11 @@ async def test_a_crashed_duty_makes_the_runner_unhealthy(runner_parts: Any) -> N
 
 
 def _length_gauges(runner: DutyRunner) -> set[tuple[str, str]]:
-    return {(s.labels["topic"], s.labels["partition"]) for m in runner.metrics.partition_length.collect()
-            for s in m.samples}
+    return {
+        (s.labels["topic"], s.labels["partition"])
+        for m in runner.metrics.partition_length.collect()
+        for s in m.samples
+    }
 
 
 async def test_one_lag_round_measures_every_owned_partition_and_drops_gauges_when_ownership_moves(
@@ -200,5 +231,7 @@ async def test_one_lag_round_measures_every_owned_partition_and_drops_gauges_whe
     assert stores.overview_rounds[0] == ("t", [0, 1, 3])
     ownership.set({("t", 1)})
     await eventually(lambda: _length_gauges(runner) == {("t", "1")})
-    lag_partitions = {s.labels["partition"] for m in runner.metrics.group_lag_entries.collect() for s in m.samples}
+    lag_partitions = {
+        s.labels["partition"] for m in runner.metrics.group_lag_entries.collect() for s in m.samples
+    }
     assert lag_partitions == {"1"}

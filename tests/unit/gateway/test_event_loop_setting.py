@@ -1,4 +1,5 @@
-"""The gateway runs on uvloop unless told otherwise; an event loop it cannot run is a bad setting (exit 2)."""
+"""The gateway runs on uvloop unless told otherwise; an event loop it cannot run is a bad setting
+(exit 2)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,14 @@ def test_an_unknown_event_loop_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch,
     assert "event_loop must be one of uvloop, asyncio, got 'tokio'" in capsys.readouterr().err
 
 
-def test_uvloop_without_the_package_is_a_bad_setting_that_names_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uvloop_without_the_package_is_a_bad_setting_that_names_the_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "uvloop" else real_find_spec(name, *args))
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *args: None if name == "uvloop" else real_find_spec(name, *args)
+    )
     with pytest.raises(ValueError, match=r"needs the uvloop package.*event_loop=asyncio"):
         cli.check_event_loop(GatewaySettings())
     cli.check_event_loop(GatewaySettings(event_loop="asyncio"))

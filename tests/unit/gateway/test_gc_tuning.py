@@ -1,4 +1,5 @@
-"""The serving process's collector settings: startup state frozen, a higher young-generation threshold."""
+"""The serving process's collector settings: startup state frozen, a higher young-generation
+threshold."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_tuning_freezes_startup_objects_and_raises_the_young_threshold() -> None
     tune_collector(20_000)
     assert gc.get_threshold() == (20_000, middle, old)
     assert gc.get_freeze_count() > 0
-    assert all(tracked is not startup_state for tracked in gc.get_objects())  # frozen: out of the collector's view
+    # frozen: out of the collector's view
+    assert all(tracked is not startup_state for tracked in gc.get_objects())
 
 
 @pytest.mark.usefixtures("restored_collector")
@@ -47,7 +49,8 @@ async def test_the_cleanup_context_tunes_while_serving_and_collects_young_cycles
     await runner.setup()
     try:
         assert gc.get_threshold()[0] == 5_000
-        watched = weakref.ref(_Node())  # a cycle, unreachable at once: only the cyclic collector frees it
+        # a cycle, unreachable at once: only the cyclic collector frees it
+        watched = weakref.ref(_Node())
         for _ in range(100):
             if watched() is None:
                 break

@@ -1,5 +1,5 @@
-"""How much a group reader reads once a session's window is full: not a sliver per ack (silly-window avoidance),
-and never held back longer than the coalescing time when the credit does not grow."""
+"""How much a group reader reads once a session's window is full: not a sliver per ack (silly-window
+avoidance), and never held back longer than the coalescing time when the credit does not grow."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def exclusive_reader(store: ScriptedStream) -> GroupReader:
 
 
 def window_params() -> object:
-    return parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": str(WINDOW)}))
+    return parse_subscribe_params(
+        MultiDict({"topic": "t", "group": "g", "max_in_flight": str(WINDOW)})
+    )
 
 
 async def ack_one(session: Session, ref: MessageRef) -> None:
@@ -36,7 +38,8 @@ async def ack_one(session: Session, ref: MessageRef) -> None:
 
 async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_window_not_of_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_reader, "READ_COALESCE_S", 1.0)  # the client acks far faster: no timer in the way
+    # the client acks far faster: no timer in the way
+    monkeypatch.setattr(group_reader, "READ_COALESCE_S", 1.0)
     store = ScriptedStream(1_000)
     reader = exclusive_reader(store)
     received: asyncio.Queue[MessageRef] = asyncio.Queue()
@@ -46,7 +49,8 @@ async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_wind
             received.put_nowait((0, orjson.loads(frame)["offset"]))
 
     async with Session("s", "t", window_params(), send, slow_client_timeout_s=5) as session:  # type: ignore[arg-type]
-        async def client() -> None:  # one ack per message, each awaited (an XACK per event-loop tick at most)
+        # one ack per message, each awaited (an XACK per event-loop tick at most)
+        async def client() -> None:
             while True:
                 await ack_one(session, await received.get())
 
@@ -60,13 +64,15 @@ async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_wind
     counts = [count for count, _, returned in store.reads if returned]
     assert sum(returned for _, _, returned in store.reads) == 1_000
     assert counts[0] == WINDOW
-    assert min(counts) >= WINDOW // 2, counts  # without the wait for credit: reads of 1 or 2, one per ack
+    # without the wait for credit: reads of 1 or 2, one per ack
+    assert min(counts) >= WINDOW // 2, counts
     assert len(counts) <= 2 * 1_000 // WINDOW, counts
 
 
 async def test_a_read_waits_no_longer_than_the_coalescing_time_when_the_credit_does_not_grow(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_reader, "READ_COALESCE_S", 0.2)  # longer than 10 acks take, even on a busy machine
+    # longer than 10 acks take, even on a busy machine
+    monkeypatch.setattr(group_reader, "READ_COALESCE_S", 0.2)
     store = ScriptedStream(WINDOW + 10)
     reader = exclusive_reader(store)
     received: list[MessageRef] = []
@@ -85,8 +91,11 @@ async def test_a_read_waits_no_longer_than_the_coalescing_time_when_the_credit_d
             await asyncio.wait_for(window_full.wait(), 5)
             for ref in received[:10]:  # 10 acked, 90 held: a sliver of the window, and never more
                 await ack_one(session, ref)
-            await asyncio.wait_for(more.wait(), 5)  # the read comes once the coalescing time is over
+            # the read comes once the coalescing time is over
+            await asyncio.wait_for(more.wait(), 5)
         finally:
             await reader.aclose()
-    assert len(received) == WINDOW + 10  # the 10 that fit were read and delivered although 90 are still held
-    assert [count for count, _, returned in store.reads if returned] == [WINDOW, 10]  # one read of 10, not 10 of 1
+    # the 10 that fit were read and delivered although 90 are still held
+    assert len(received) == WINDOW + 10
+    # one read of 10, not 10 of 1
+    assert [count for count, _, returned in store.reads if returned] == [WINDOW, 10]

@@ -1,4 +1,5 @@
-"""How a group reader reads: without blocking while its reads come back full, blocking once one comes back short."""
+"""How a group reader reads: without blocking while its reads come back full, blocking once one
+comes back short."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def entry(n: int) -> StoredEntry:
 
 
 class ScriptedStream:
-    """A partition of ``total`` entries; records each XREADGROUP's count and block, acks every delivery."""
+    """A partition of ``total`` entries; records each XREADGROUP's count and block, acks every
+    delivery."""
 
     def __init__(self, total: int) -> None:
         self.entries = [entry(n) for n in range(total)]
@@ -75,8 +77,12 @@ async def test_reads_do_not_block_while_they_come_back_full_and_block_after_a_sh
             await reader.aclose()
     assert delivered == list(range(250))
     first, *rest = store.reads
-    assert first[:2] == (100, READ_BLOCK_MS), "the first read blocks: nothing says more is waiting yet"
-    assert any(block == 0 for _, block, _ in rest), "full reads were followed by reads that do not block"
+    assert first[:2] == (100, READ_BLOCK_MS), (
+        "the first read blocks: nothing says more is waiting yet"
+    )
+    assert any(block == 0 for _, block, _ in rest), (
+        "full reads were followed by reads that do not block"
+    )
     for previous, (_, block, _) in zip(store.reads, rest, strict=False):
         full = previous[2] == previous[0]
         assert block == (0 if full else READ_BLOCK_MS), store.reads

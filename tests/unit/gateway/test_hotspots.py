@@ -13,17 +13,28 @@ from hypothesis import strategies as st
 
 from gateway import native as gateway_native
 from gateway.observe import hotspots
-from gateway.observe._sketch import SpaceSaving, count_batch  # the compiled sketch itself, also when switched off
+
+# the compiled sketch itself, also when switched off
+from gateway.observe._sketch import SpaceSaving, count_batch
 from gateway.observe.hotspots import PublishStats, Sketch, SpaceSavingPython, top_keys
 
-SKETCHES = [pytest.param(SpaceSaving, id="installed"), pytest.param(SpaceSavingPython, id="python-reference")]
+SKETCHES = [
+    pytest.param(SpaceSaving, id="installed"),
+    pytest.param(SpaceSavingPython, id="python-reference"),
+]
 
 
 @pytest.mark.parametrize("make", SKETCHES)
-def test_space_saving_finds_every_key_above_one_kth_of_traffic(make: Callable[[int], Sketch]) -> None:
+def test_space_saving_finds_every_key_above_one_kth_of_traffic(
+    make: Callable[[int], Sketch],
+) -> None:
     sketch = make(8)
     rng = random.Random(7)
-    stream = [b"heavy-a"] * 3000 + [b"heavy-b"] * 2000 + [f"k{rng.randrange(5000)}".encode() for _ in range(5000)]
+    stream = (
+        [b"heavy-a"] * 3000
+        + [b"heavy-b"] * 2000
+        + [f"k{rng.randrange(5000)}".encode() for _ in range(5000)]
+    )
     rng.shuffle(stream)
     for key in stream:
         sketch.add(key)
@@ -35,9 +46,13 @@ def test_space_saving_finds_every_key_above_one_kth_of_traffic(make: Callable[[i
 
 @pytest.mark.parametrize("make", SKETCHES)
 @settings(max_examples=300, deadline=None)
-@given(stream=st.lists(st.sampled_from([b"k%d" % i for i in range(30)]), max_size=400), size=st.integers(1, 10))
-def test_space_saving_keeps_its_guarantees_on_any_stream(make: Callable[[int], Sketch], stream: list[bytes],
-                                                         size: int) -> None:
+@given(
+    stream=st.lists(st.sampled_from([b"k%d" % i for i in range(30)]), max_size=400),
+    size=st.integers(1, 10),
+)
+def test_space_saving_keeps_its_guarantees_on_any_stream(
+    make: Callable[[int], Sketch], stream: list[bytes], size: int
+) -> None:
     sketch = make(size)
     for key in stream:
         sketch.add(key)
@@ -46,7 +61,8 @@ def test_space_saving_keeps_its_guarantees_on_any_stream(make: Callable[[int], S
     assert sum(counts.values()) == len(stream)  # every occurrence is counted somewhere
     floor = min(counts.values(), default=0)
     for key, count in counts.items():
-        assert true[key] <= count <= true[key] + floor  # over-estimates by at most the smallest counter
+        # over-estimates by at most the smallest counter
+        assert true[key] <= count <= true[key] + floor
     for key, frequency in true.items():
         if frequency > len(stream) / size:
             assert key in counts
@@ -81,30 +97,45 @@ def test_a_batch_on_one_partition_counts_its_rate_and_keys_like_any_other() -> N
 
 
 def test_the_compiled_sketch_is_installed_unless_switched_off() -> None:
-    assert hotspots.SKETCH_NATIVE is not gateway_native.OFF, "gateway.observe._sketch is not built: pip install -e ."
+    assert hotspots.SKETCH_NATIVE is not gateway_native.OFF, (
+        "gateway.observe._sketch is not built: pip install -e ."
+    )
     assert hotspots.SpaceSaving is (SpaceSavingPython if gateway_native.OFF else SpaceSaving)
-    assert hotspots.count_batch is (hotspots.count_batch_python if gateway_native.OFF else count_batch)
+    assert hotspots.count_batch is (
+        hotspots.count_batch_python if gateway_native.OFF else count_batch
+    )
 
 
 _KEYS = st.sampled_from([b"k%d" % i for i in range(25)] + [b"", b"k", b"k1\x00", b"\xff" * 3])
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 2), st.none() | _KEYS), max_size=300), size=st.integers(1, 8),
-       chunk=st.integers(1, 50))
-def test_compiled_batch_counting_equals_the_reference(rows: list[tuple[int, bytes | None]], size: int,
-                                                      chunk: int) -> None:
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 2), st.none() | _KEYS), max_size=300),
+    size=st.integers(1, 8), chunk=st.integers(1, 50)
+)
+def test_compiled_batch_counting_equals_the_reference(
+    rows: list[tuple[int, bytes | None]], size: int, chunk: int
+) -> None:
     compiled = [SpaceSaving(size) for _ in range(3)]
     reference: list[Sketch] = [SpaceSavingPython(size) for _ in range(3)]
     for start in range(0, len(rows), chunk):  # batch by batch, as publishes arrive
-        partitions, keys = [p for p, _ in rows[start:start + chunk]], [k for _, k in rows[start:start + chunk]]
-        assert count_batch(compiled, partitions, keys) == \
-            hotspots.count_batch_python(reference, partitions, keys) == [partitions.count(p) for p in range(3)]
+        partitions, keys = (
+            [p for p, _ in rows[start : start + chunk]],
+            [k for _, k in rows[start : start + chunk]],
+        )
+        assert (
+            count_batch(compiled, partitions, keys)
+            == hotspots.count_batch_python(reference, partitions, keys)
+            == [partitions.count(p) for p in range(3)]
+        )
     assert [s.counts() for s in compiled] == [s.counts() for s in reference]
 
 
 @given(adds=st.lists(st.tuples(_KEYS, st.integers(1, 2**62)), max_size=40), size=st.integers(1, 4))
-def test_compiled_weighted_add_equals_the_reference_and_saturates(adds: list[tuple[bytes, int]], size: int) -> None:
+def test_compiled_weighted_add_equals_the_reference_and_saturates(
+    adds: list[tuple[bytes, int]], size: int
+) -> None:
     compiled, reference = SpaceSaving(size), SpaceSavingPython(size)
     for key, weight in adds:
         compiled.add(key, weight)
@@ -113,9 +144,12 @@ def test_compiled_weighted_add_equals_the_reference_and_saturates(adds: list[tup
     assert all(count <= hotspots.MAX_COUNT for count in compiled.counts().values())
 
 
-@pytest.mark.parametrize("count", [count_batch, hotspots.count_batch_python], ids=["installed", "reference"])
+@pytest.mark.parametrize(
+    "count", [count_batch, hotspots.count_batch_python], ids=["installed", "reference"]
+)
 def test_a_batch_with_a_partition_without_a_sketch_counts_nothing(
-        count: Callable[[list[Sketch], list[int], list[bytes | None]], list[int]]) -> None:
+    count: Callable[[list[Sketch], list[int], list[bytes | None]], list[int]],
+) -> None:
     sketches = [SpaceSaving(4), SpaceSaving(4)]
     for partitions in ([0, 2], [0, -1]):
         with pytest.raises(IndexError):
@@ -126,8 +160,9 @@ def test_a_batch_with_a_partition_without_a_sketch_counts_nothing(
 
 @pytest.mark.parametrize("make", SKETCHES)
 @pytest.mark.parametrize("bad", [0, -1, 4097])
-def test_a_sketch_needs_one_to_4096_counters_and_weights_of_at_least_one(make: Callable[[int], Sketch],
-                                                                        bad: int) -> None:
+def test_a_sketch_needs_one_to_4096_counters_and_weights_of_at_least_one(
+    make: Callable[[int], Sketch], bad: int
+) -> None:
     with pytest.raises(ValueError, match="counters"):
         make(bad)
     sketch = make(2)
@@ -153,7 +188,8 @@ def test_a_new_partition_grows_the_topics_statistics() -> None:
 
 
 def test_compiled_sketch_holds_its_keys_until_evicted_or_freed() -> None:
-    evicted, kept = b"evicted-" + bytes(8), b"kept-" + bytes(8)  # built at run time: not shared constants
+    # built at run time: not shared constants
+    evicted, kept = b"evicted-" + bytes(8), b"kept-" + bytes(8)
     before = sys.getrefcount(evicted), sys.getrefcount(kept)
     sketch = SpaceSaving(1)
     sketch.add(evicted)
@@ -165,7 +201,9 @@ def test_compiled_sketch_holds_its_keys_until_evicted_or_freed() -> None:
     assert sys.getrefcount(kept) == before[1]
 
 
-def test_rates_sum_a_minute_of_batches_and_forget_older_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rates_sum_a_minute_of_batches_and_forget_older_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = [1000.2]
     monkeypatch.setattr(hotspots.time, "monotonic", lambda: clock[0])
     stats = PublishStats()

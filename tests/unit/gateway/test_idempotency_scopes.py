@@ -1,4 +1,5 @@
-"""Idempotency-key name spaces: principals apart from each other, the gateway's own writes apart from all."""
+"""Idempotency-key name spaces: principals apart from each other, the gateway's own writes apart
+from all."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ keys = st.text(max_size=12)
 
 
 @given(names, keys, names, keys)
-def test_two_principals_never_share_a_stored_key(name_a: str, key_a: str, name_b: str, key_b: str) -> None:
+def test_two_principals_never_share_a_stored_key(
+    name_a: str, key_a: str, name_b: str, key_b: str
+) -> None:
     if name_a != name_b:
         assert principal_scope(name_a) + key_a != principal_scope(name_b) + key_b
 

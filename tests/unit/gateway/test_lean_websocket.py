@@ -1,8 +1,10 @@
-"""The lean WebSocket (RFC 6455 + RFC 7692) of subscriptions: frames, handshake, connection and a real aiohttp peer.
+"""The lean WebSocket (RFC 6455 + RFC 7692) of subscriptions: frames, handshake, connection and a
+real aiohttp peer.
 
-Client frames are built here byte by byte (masked, as a client must) and server frames are parsed here, so the
-module is checked against the RFCs rather than against itself. ``FakeTransport`` drives ``LeanWebSocket`` like an
-asyncio transport does; the last tests put it behind a real aiohttp server and talk to it with aiohttp's client.
+Client frames are built here byte by byte (masked, as a client must) and server frames are parsed
+here, so the module is checked against the RFCs rather than against itself. ``FakeTransport`` drives
+``LeanWebSocket`` like an asyncio transport does; the last tests put it behind a real aiohttp server
+and talk to it with aiohttp's client.
 """
 
 from __future__ import annotations
@@ -42,16 +44,19 @@ OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2,
 RSV1, RSV2, RSV3 = 0x40, 0x20, 0x10
 TAIL = b"\x00\x00\xff\xff"
 MASK = b"\x37\xfa\x21\x3d"
-RFC_KEY, RFC_ACCEPT = "dGhlIHNhbXBsZSBub25jZQ==", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455 section 1.3
+# RFC 6455 section 1.3
+RFC_KEY, RFC_ACCEPT = "dGhlIHNhbXBsZSBub25jZQ==", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
 
-# --- frames on the wire, built and parsed independently of the module ------------------------------------------
+# --- frames on the wire, built and parsed independently of the module -----------------------------
 def xor(mask: bytes, data: bytes) -> bytes:
     return bytes(byte ^ mask[i % 4] for i, byte in enumerate(data))
 
 
-def client_frame(opcode: int, payload: bytes = b"", *, fin: bool = True, rsv: int = 0, masked: bool = True,
-                 mask: bytes = MASK) -> bytes:
+def client_frame(
+    opcode: int, payload: bytes = b"", *, fin: bool = True, rsv: int = 0, masked: bool = True,
+    mask: bytes = MASK
+) -> bytes:
     """A client frame: masked, with the shortest length encoding (RFC 6455 section 5.2)."""
     first = (0x80 if fin else 0) | rsv | opcode
     mask_bit = 0x80 if masked else 0
@@ -70,7 +75,8 @@ def client_close(code: int, reason: bytes = b"") -> bytes:
 
 
 def server_frames(data: bytes) -> list[tuple[int, bytes]]:
-    """(first header byte, payload) of each server frame in ``data``: unmasked, shortest length form, whole."""
+    """(first header byte, payload) of each server frame in ``data``: unmasked, shortest length
+    form, whole."""
     frames: list[tuple[int, bytes]] = []
     at = 0
     while at < len(data):
@@ -94,7 +100,8 @@ def close_of(payload: bytes) -> tuple[int, str]:
 
 
 def deflate(compressor: Any, payload: bytes) -> bytes:
-    """A message body as a permessage-deflate client sends it: sync-flushed, the 00 00 ff ff tail removed."""
+    """A message body as a permessage-deflate client sends it: sync-flushed, the 00 00 ff ff tail
+    removed."""
     body: bytes = compressor.compress(payload) + compressor.flush(zlib.Z_SYNC_FLUSH)
     assert body.endswith(TAIL)
     return body[:-4]
@@ -105,16 +112,18 @@ def inflate(decompressor: Any, body: bytes) -> bytes:
     return data
 
 
-# --- a transport as asyncio drives a protocol ---------------------------------------------------------------------
+# --- a transport as asyncio drives a protocol -----------------------------------------------------
 class FakeTransport(asyncio.Transport):
-    """Records writes; close and abort report connection_lost from the loop, as asyncio's transports do."""
+    """Records writes; close and abort report connection_lost from the loop, as asyncio's transports
+    do."""
 
     def __init__(self) -> None:
         super().__init__()
         self.protocol: asyncio.Protocol | None = None
         self.writes: list[bytes] = []
         self.reading = True
-        self.held: list[bytes] = []  # bytes the client sent while reading was paused (the kernel keeps them)
+        # bytes the client sent while reading was paused (the kernel keeps them)
+        self.held: list[bytes] = []
         self.ended_by: str | None = None  # "close" or "abort"
         self.aborts = 0
         self.buffer_full = False  # the next write crosses the high-water mark
@@ -196,7 +205,8 @@ class FakeTransport(asyncio.Transport):
 
 @dataclass
 class Recorder:
-    """SocketEvents that record what arrives; ``then`` runs after each message (e.g. to pause reading)."""
+    """SocketEvents that record what arrives; ``then`` runs after each message (e.g. to pause
+    reading)."""
 
     received: list[str | bytes] = field(default_factory=list)
     closed: int = 0
@@ -246,14 +256,16 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 1.0) -> N
         await asyncio.sleep(0.005)
 
 
-# --- unmask -------------------------------------------------------------------------------------------------------
+# --- unmask ---------------------------------------------------------------------------------------
 MASKS = [b"\x00\x00\x00\x00", MASK, b"\xff\xff\xff\xff", b"\x00\x80\x01\xfe"]
 
 
 @pytest.mark.parametrize("mask", MASKS)
 def test_unmask_is_a_per_byte_xor_for_every_length_up_to_70(mask: bytes) -> None:
     for size in range(71):
-        for data in (bytes((i * 37 + 11) % 256 for i in range(size)), bytes(size), (mask * 18)[:size]):
+        for data in (
+            bytes((i * 37 + 11) % 256 for i in range(size)), bytes(size), (mask * 18)[:size]
+        ):
             assert unmask(mask, data) == xor(mask, data), (size, data)
             assert unmask(mask, xor(mask, data)) == data, (size, data)
 
@@ -265,9 +277,11 @@ def test_unmask_round_trips_a_70000_byte_payload() -> None:
     assert unmask(MASK, data) == masked
 
 
-# --- parse_frame --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("size", "header_size"), [(0, 6), (1, 6), (125, 6), (126, 8), (65535, 8), (65536, 14),
-                                                   (70_000, 14)])
+# --- parse_frame ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("size", "header_size"),
+    [(0, 6), (1, 6), (125, 6), (126, 8), (65535, 8), (65536, 14), (70_000, 14)],
+)
 def test_parse_frame_reads_7_16_and_64_bit_lengths(size: int, header_size: int) -> None:
     payload = (bytes(range(256)) * (size // 256 + 1))[:size]
     frame = client_frame(OP_BINARY, payload)
@@ -276,7 +290,9 @@ def test_parse_frame_reads_7_16_and_64_bit_lengths(size: int, header_size: int) 
 
 
 def test_parse_frame_reads_from_an_offset_and_returns_where_the_frame_ends() -> None:
-    first, second = client_frame(OP_TEXT, b"one", fin=False), client_frame(OP_CONTINUATION, b"two" * 50)
+    first, second = (
+        client_frame(OP_TEXT, b"one", fin=False), client_frame(OP_CONTINUATION, b"two" * 50)
+    )
     buffer = b"junk" + first + second
     parsed = parse_frame(buffer, 4, 1024)
     assert parsed == (0x01, b"one", 4 + len(first))
@@ -316,7 +332,9 @@ def test_parse_frame_refuses_protocol_errors_with_1002(frame: bytes) -> None:
 
 
 @pytest.mark.parametrize("size", [101, 300, 70_000])
-def test_parse_frame_refuses_a_frame_over_max_bytes_with_1009_before_its_payload_arrives(size: int) -> None:
+def test_parse_frame_refuses_a_frame_over_max_bytes_with_1009_before_its_payload_arrives(
+    size: int,
+) -> None:
     frame = client_frame(OP_BINARY, bytes(size))
     header_only = frame[:len(frame) - size - 4]
     with pytest.raises(ProtocolViolation) as refused:
@@ -329,7 +347,7 @@ def test_parse_frame_leaves_rsv1_to_the_connection() -> None:
     assert parse_frame(client_frame(OP_TEXT, b"x", rsv=RSV1), 0, 1024) == (0xC1, b"x", 7)
 
 
-# --- close_payload ------------------------------------------------------------------------------------------------
+# --- close_payload --------------------------------------------------------------------------------
 def test_close_payload_is_the_code_then_the_reason() -> None:
     assert close_payload(1000) == b"\x03\xe8"
     assert close_payload(4008, "slow") == b"\x0f\xa8slow"
@@ -344,13 +362,15 @@ def test_close_payload_is_the_code_then_the_reason() -> None:
     ("xxx" + "€" * 50, "xxx" + "€" * 40),  # exactly 123 bytes
     ("é" * 61, "é" * 61),  # fits as it is
 ])
-def test_close_payload_cuts_the_reason_to_123_bytes_at_a_character_boundary(reason: str, kept: str) -> None:
+def test_close_payload_cuts_the_reason_to_123_bytes_at_a_character_boundary(
+    reason: str, kept: str
+) -> None:
     payload = close_payload(4400, reason)
     assert len(payload) <= 125, "a control frame carries at most 125 bytes"
     assert close_of(payload) == (4400, kept)
 
 
-# --- handshake ----------------------------------------------------------------------------------------------------
+# --- handshake ------------------------------------------------------------------------------------
 def upgrade_headers(changes: dict[str, str | None] | None = None) -> CIMultiDict[str]:
     headers = CIMultiDict({"Host": "gateway.test", "Upgrade": "websocket", "Connection": "Upgrade",
                            "Sec-WebSocket-Key": RFC_KEY, "Sec-WebSocket-Version": "13"})
@@ -364,9 +384,10 @@ def upgrade_headers(changes: dict[str, str | None] | None = None) -> CIMultiDict
 def test_handshake_answers_the_rfc_6455_example_key() -> None:
     answer = handshake(upgrade_headers(), True)
     assert answer == Handshake(RFC_ACCEPT, 0, False)
-    assert answer.response_head() == (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                                      b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + RFC_ACCEPT.encode()
-                                      + b"\r\n\r\n")
+    assert answer.response_head() == (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + RFC_ACCEPT.encode() + b"\r\n\r\n"
+    )
 
 
 def test_handshake_takes_header_values_case_insensitively_and_connection_as_a_token_list() -> None:
@@ -395,8 +416,10 @@ def test_handshake_refuses_a_request_that_is_not_a_websocket_upgrade_with_400(
 
 
 def test_handshake_negotiates_deflate_when_offered_and_allowed() -> None:
-    answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": "permessage-deflate; client_max_window_bits"}),
-                       True)
+    answer = handshake(
+        upgrade_headers({"Sec-WebSocket-Extensions": "permessage-deflate; client_max_window_bits"}),
+        True,
+    )
     assert (answer.deflate_bits, answer.deflate_no_takeover) == (15, False)
     assert b"\r\nSec-WebSocket-Extensions: permessage-deflate\r\n" in answer.response_head()
 
@@ -407,30 +430,42 @@ def test_handshake_ignores_a_deflate_offer_when_compression_is_not_allowed() -> 
     assert b"Sec-WebSocket-Extensions" not in answer.response_head()
 
 
-@pytest.mark.parametrize("offer", [None, "x-webkit-deflate-frame", "permessage-deflate; server_max_window_bits=8"])
-def test_handshake_without_a_usable_deflate_offer_negotiates_no_extension(offer: str | None) -> None:
+@pytest.mark.parametrize(
+    "offer", [None, "x-webkit-deflate-frame", "permessage-deflate; server_max_window_bits=8"]
+)
+def test_handshake_without_a_usable_deflate_offer_negotiates_no_extension(
+    offer: str | None,
+) -> None:
     answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": offer}), True)
     assert answer.deflate_bits == 0
     assert b"Sec-WebSocket-Extensions" not in answer.response_head()
 
 
 def test_handshake_accepts_server_no_context_takeover() -> None:
-    answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": "permessage-deflate; server_no_context_takeover"}),
-                       True)
+    answer = handshake(
+        upgrade_headers(
+            {"Sec-WebSocket-Extensions": "permessage-deflate; server_no_context_takeover"}
+        ),
+        True,
+    )
     assert (answer.deflate_bits, answer.deflate_no_takeover) == (15, True)
     assert b"\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n" in \
         answer.response_head()
 
 
 def test_handshake_accepts_server_max_window_bits() -> None:
-    answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": "permessage-deflate; server_max_window_bits=10"}),
-                       True)
+    answer = handshake(
+        upgrade_headers(
+            {"Sec-WebSocket-Extensions": "permessage-deflate; server_max_window_bits=10"}
+        ),
+        True,
+    )
     assert (answer.deflate_bits, answer.deflate_no_takeover) == (10, False)
     assert b"\r\nSec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=10\r\n" in \
         answer.response_head()
 
 
-# --- receiving ----------------------------------------------------------------------------------------------------
+# --- receiving ------------------------------------------------------------------------------------
 async def test_a_text_message_reaches_on_text() -> None:
     _, transport, events = served()
     transport.feed(client_frame(OP_TEXT, "héllo 🙂".encode()))
@@ -444,12 +479,18 @@ async def test_a_binary_message_reaches_on_binary() -> None:
     assert events.received == [b"\x00\xff\xfe", b""]
 
 
-async def test_a_fragmented_message_with_a_ping_between_is_delivered_whole_and_the_ping_answered() -> None:
+async def test_a_fragmented_message_with_a_ping_between_is_delivered_whole_and_the_ping_answered() -> None:  # noqa: E501, RUF100
     _, transport, events = served()
-    transport.feed(client_frame(OP_TEXT, b"hel", fin=False) + client_frame(OP_PING, b"are you there"))
+    transport.feed(
+        client_frame(OP_TEXT, b"hel", fin=False) + client_frame(OP_PING, b"are you there")
+    )
     assert events.received == []
-    assert transport.frames() == [(0x8A, b"are you there")], "a pong with the ping's payload, at once"
-    transport.feed(client_frame(OP_CONTINUATION, b"lo ", fin=False) + client_frame(OP_CONTINUATION, b"world"))
+    assert transport.frames() == [(0x8A, b"are you there")], (
+        "a pong with the ping's payload, at once"
+    )
+    transport.feed(
+        client_frame(OP_CONTINUATION, b"lo ", fin=False) + client_frame(OP_CONTINUATION, b"world")
+    )
     assert events.received == ["hello world"]
     assert transport.frames() == [(0x8A, b"are you there")]
 
@@ -460,13 +501,20 @@ async def test_a_pong_is_taken_silently() -> None:
     assert (events.received, transport.writes, transport.ended_by) == ([], [], None)
 
 
-SPLIT_STREAM = (client_frame(OP_TEXT, b"first") + client_frame(OP_BINARY, bytes(range(256)) + bytes(44))
-                + client_frame(OP_PING, b"p") + client_frame(OP_TEXT, b"a\xc3", fin=False)  # "ü" split in two
-                + client_frame(OP_CONTINUATION, b"\xbcz") + client_close(1000))
+SPLIT_STREAM = (
+    client_frame(OP_TEXT, b"first")
+    + client_frame(OP_BINARY, bytes(range(256)) + bytes(44))
+    + client_frame(OP_PING, b"p")
+    + client_frame(OP_TEXT, b"a\xc3", fin=False)  # "ü" split in two
+    + client_frame(OP_CONTINUATION, b"\xbcz")
+    + client_close(1000)
+)
 SPLIT_RECEIVED: list[str | bytes] = ["first", bytes(range(256)) + bytes(44), "aüz"]
 
 
-async def test_frames_split_across_data_received_calls_at_every_byte_boundary_are_reassembled() -> None:
+async def test_frames_split_across_data_received_calls_at_every_byte_boundary_are_reassembled() -> (
+    None
+):
     for cut in range(1, len(SPLIT_STREAM)):
         _, transport, events = served()
         transport.feed(SPLIT_STREAM[:cut])
@@ -487,8 +535,9 @@ async def test_frames_split_across_data_received_calls_at_every_byte_boundary_ar
     pytest.param(client_close(4000, b"bye"), 4000, id="4000"),
     pytest.param(client_frame(OP_CLOSE), 1000, id="no-status"),
 ])
-async def test_a_client_close_is_answered_with_the_same_code_and_the_transport_closes(close: bytes,
-                                                                                      answered: int) -> None:
+async def test_a_client_close_is_answered_with_the_same_code_and_the_transport_closes(
+    close: bytes, answered: int
+) -> None:
     socket, transport, events = served()
     transport.feed(close)
     assert transport.close_frames() == [(answered, "")]
@@ -521,28 +570,49 @@ async def test_serve_on_a_closed_socket_reports_on_closed_once() -> None:
     assert events.closed == 1
 
 
-@pytest.mark.parametrize(("frames", "code"), [
-    pytest.param(client_frame(OP_TEXT, b"x", masked=False), CLOSE_PROTOCOL_ERROR, id="unmasked"),
-    pytest.param(client_frame(OP_TEXT, b"x", rsv=RSV2), CLOSE_PROTOCOL_ERROR, id="rsv2"),
-    pytest.param(client_frame(0x5, b"x"), CLOSE_PROTOCOL_ERROR, id="unknown-opcode"),
-    pytest.param(client_frame(OP_CONTINUATION, b"x"), CLOSE_PROTOCOL_ERROR, id="continuation-without-message"),
-    pytest.param(client_frame(OP_TEXT, b"a", fin=False) + client_frame(OP_TEXT, b"b"), CLOSE_PROTOCOL_ERROR,
-                 id="new-message-inside-a-fragmented-one"),
-    pytest.param(client_frame(OP_TEXT, b"\xff\xfe"), CLOSE_INVALID_TEXT, id="invalid-utf8"),
-    pytest.param(client_frame(OP_TEXT, b"\xed\xa0\x80"), CLOSE_INVALID_TEXT, id="utf8-surrogate"),
-    pytest.param(client_frame(OP_TEXT, b"a\xc3", fin=False) + client_frame(OP_CONTINUATION, b"z"),
-                 CLOSE_INVALID_TEXT, id="invalid-utf8-across-fragments"),
-    pytest.param(client_frame(OP_TEXT, b"x" * 101), CLOSE_TOO_BIG, id="frame-over-max"),
-    pytest.param(client_frame(OP_BINARY, bytes(300))[:4], CLOSE_TOO_BIG, id="frame-header-over-max"),
-    pytest.param(client_frame(OP_TEXT, b"x" * 60, fin=False) + client_frame(OP_CONTINUATION, b"x" * 41),
-                 CLOSE_TOO_BIG, id="fragments-over-max"),
-])
-async def test_a_broken_client_message_closes_with_its_code_and_nothing_after_it_is_taken(frames: bytes,
-                                                                                          code: int) -> None:
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        pytest.param(
+            client_frame(OP_TEXT, b"x", masked=False), CLOSE_PROTOCOL_ERROR, id="unmasked"
+        ),
+        pytest.param(client_frame(OP_TEXT, b"x", rsv=RSV2), CLOSE_PROTOCOL_ERROR, id="rsv2"),
+        pytest.param(client_frame(0x5, b"x"), CLOSE_PROTOCOL_ERROR, id="unknown-opcode"),
+        pytest.param(
+            client_frame(OP_CONTINUATION, b"x"), CLOSE_PROTOCOL_ERROR,
+            id="continuation-without-message"
+        ),
+        pytest.param(
+            client_frame(OP_TEXT, b"a", fin=False) + client_frame(OP_TEXT, b"b"),
+            CLOSE_PROTOCOL_ERROR, id="new-message-inside-a-fragmented-one"
+        ),
+        pytest.param(client_frame(OP_TEXT, b"\xff\xfe"), CLOSE_INVALID_TEXT, id="invalid-utf8"),
+        pytest.param(
+            client_frame(OP_TEXT, b"\xed\xa0\x80"), CLOSE_INVALID_TEXT, id="utf8-surrogate"
+        ),
+        pytest.param(
+            client_frame(OP_TEXT, b"a\xc3", fin=False) + client_frame(OP_CONTINUATION, b"z"),
+            CLOSE_INVALID_TEXT, id="invalid-utf8-across-fragments"
+        ),
+        pytest.param(client_frame(OP_TEXT, b"x" * 101), CLOSE_TOO_BIG, id="frame-over-max"),
+        pytest.param(
+            client_frame(OP_BINARY, bytes(300))[:4], CLOSE_TOO_BIG, id="frame-header-over-max"
+        ),
+        pytest.param(
+            client_frame(OP_TEXT, b"x" * 60, fin=False) + client_frame(OP_CONTINUATION, b"x" * 41),
+            CLOSE_TOO_BIG, id="fragments-over-max"
+        ),
+    ],
+)
+async def test_a_broken_client_message_closes_with_its_code_and_nothing_after_it_is_taken(
+    frames: bytes, code: int
+) -> None:
     socket, transport, events = served(max_bytes=100)
     transport.feed(frames + client_frame(OP_TEXT, b"after") + client_frame(OP_PING, b"after"))
     assert [close_code for close_code, _ in transport.close_frames()] == [code]
-    assert len(transport.frames()) == 1, "only the close frame: no pong for the ping after the violation"
+    assert len(transport.frames()) == 1, (
+        "only the close frame: no pong for the ping after the violation"
+    )
     assert events.received == []
     assert transport.ended_by == "close"
     await socket.wait_closed()
@@ -557,12 +627,16 @@ async def test_unmasked_client_frame_closes_with_1002() -> None:
 
 async def test_a_message_of_exactly_max_bytes_in_fragments_is_delivered() -> None:
     _, transport, events = served(max_bytes=100)
-    transport.feed(client_frame(OP_TEXT, b"x" * 50, fin=False) + client_frame(OP_CONTINUATION, b"y" * 50))
+    transport.feed(
+        client_frame(OP_TEXT, b"x" * 50, fin=False) + client_frame(OP_CONTINUATION, b"y" * 50)
+    )
     assert events.received == ["x" * 50 + "y" * 50]
     assert transport.ended_by is None
 
 
-async def test_receive_before_serve_returns_the_first_message_and_holds_the_rest_until_serve() -> None:
+async def test_receive_before_serve_returns_the_first_message_and_holds_the_rest_until_serve() -> (
+    None
+):
     socket, transport = make_socket()
     transport.feed(client_frame(OP_TEXT, b'{"type":"auth"}') + client_frame(OP_TEXT, b"second"))
     assert await socket.receive(1.0) == '{"type":"auth"}'
@@ -572,10 +646,14 @@ async def test_receive_before_serve_returns_the_first_message_and_holds_the_rest
     assert waiting.result() == "second"
     pending = asyncio.create_task(socket.receive(1.0))
     await settle()
-    transport.feed(client_frame(OP_BINARY, b"\x01") + client_frame(OP_TEXT, b"later") + client_frame(OP_PING))
+    transport.feed(
+        client_frame(OP_BINARY, b"\x01") + client_frame(OP_TEXT, b"later") + client_frame(OP_PING)
+    )
     assert await pending == b"\x01"
     await settle()
-    assert transport.writes == [], "nothing, not even the ping, is taken while nobody takes messages"
+    assert transport.writes == [], (
+        "nothing, not even the ping, is taken while nobody takes messages"
+    )
     events = Recorder()
     socket.serve(events)
     await settle()
@@ -603,7 +681,7 @@ async def test_receive_on_a_connection_that_closes_raises_connection_reset() -> 
         await socket.receive(1.0)
 
 
-async def test_pause_reading_stops_delivery_until_resume_reading_then_buffered_messages_arrive_in_order() -> None:
+async def test_pause_reading_stops_delivery_until_resume_reading_then_buffered_messages_arrive_in_order() -> None:  # noqa: E501, RUF100
     socket, transport = make_socket()
 
     def pause_on_request(message: str | bytes) -> None:
@@ -612,7 +690,11 @@ async def test_pause_reading_stops_delivery_until_resume_reading_then_buffered_m
 
     events = Recorder(then=pause_on_request)
     socket.serve(events)
-    transport.feed(client_frame(OP_TEXT, b"one") + client_frame(OP_TEXT, b"pause") + client_frame(OP_TEXT, b"three"))
+    transport.feed(
+        client_frame(OP_TEXT, b"one")
+        + client_frame(OP_TEXT, b"pause")
+        + client_frame(OP_TEXT, b"three")
+    )
     assert events.received == ["one", "pause"]
     assert not transport.reading, "the transport stops reading: TCP pushes back on the client"
     transport.feed(client_frame(OP_TEXT, b"four"))
@@ -626,7 +708,7 @@ async def test_pause_reading_stops_delivery_until_resume_reading_then_buffered_m
     assert events.received[-1] == "five"
 
 
-# --- sending ------------------------------------------------------------------------------------------------------
+# --- sending --------------------------------------------------------------------------------------
 async def test_send_texts_writes_unmasked_final_text_frames_in_one_write() -> None:
     socket, transport = make_socket()
     payloads = [b"", b'{"n":1}', b"a" * 125, b"b" * 126, b"c" * 65535, b"d" * 65536]
@@ -645,7 +727,9 @@ async def test_send_texts_waits_while_the_transport_paused_writing() -> None:
     second = asyncio.create_task(socket.send_texts([b"two"]))
     await settle()
     assert not second.done()
-    assert transport.frames() == [(0x81, b"one"), (0x81, b"two")], "written at once, the wait is for the drain"
+    assert transport.frames() == [(0x81, b"one"), (0x81, b"two")], (
+        "written at once, the wait is for the drain"
+    )
     transport.drain()
     await settle()
     assert first.done()
@@ -655,7 +739,9 @@ async def test_send_texts_waits_while_the_transport_paused_writing() -> None:
     await asyncio.wait_for(socket.send_texts([b"three"]), 1.0)
 
 
-async def test_a_send_waiting_for_the_drain_raises_connection_reset_when_the_connection_drops() -> None:
+async def test_a_send_waiting_for_the_drain_raises_connection_reset_when_the_connection_drops() -> (
+    None
+):
     socket, transport = make_socket()
     transport.buffer_full = True
     waiting = asyncio.create_task(socket.send_texts([b"one"]))
@@ -692,23 +778,30 @@ async def test_close_sends_one_close_frame_and_aborts_after_the_timeout_when_the
     assert transport.close_frames() == [(4008, "slow")]
 
 
-async def test_close_completes_without_abort_when_the_peer_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_close_completes_without_abort_when_the_peer_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(websocket, "CLOSE_TIMEOUT_S", 0.05)
     socket, transport, events = served()
     socket.close(4008, "slow")
     transport.feed(client_frame(OP_TEXT, b"in flight") + client_close(4008))
     assert transport.ended_by == "close"
-    assert transport.close_frames() == [(4008, "slow")], "the reply to our close is not answered again"
+    assert transport.close_frames() == [(4008, "slow")], (
+        "the reply to our close is not answered again"
+    )
     await socket.wait_closed()
     await asyncio.sleep(0.1)
     assert transport.aborts == 0
     assert events.closed == 1
 
 
-async def test_a_close_before_serve_completes_when_the_peer_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_close_before_serve_completes_when_the_peer_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(websocket, "CLOSE_TIMEOUT_S", 5.0)
     socket, transport = make_socket()
-    socket.close(4401, "unauthorized")  # e.g. a refused first-frame authentication: nobody ever serves the socket
+    # e.g. a refused first-frame authentication: nobody ever serves the socket
+    socket.close(4401, "unauthorized")
     transport.feed(client_close(4401))
     await asyncio.wait_for(socket.wait_closed(), 1.0)
     assert transport.ended_by == "close"
@@ -721,13 +814,13 @@ async def test_close_reason_is_cut_to_fit_a_control_frame() -> None:
     assert transport.close_frames() == [(4000, "é" * 61)]
 
 
-# --- heartbeat ----------------------------------------------------------------------------------------------------
-# uvloop's clock counts whole milliseconds (libuv's uv_now): 0.1 s measured on it can be 86883.128 - 86883.028,
-# 0.09999999 in floating point.
+# --- heartbeat ------------------------------------------------------------------------------------
+# uvloop's clock counts whole milliseconds (libuv's uv_now): 0.1 s measured on it can be
+# 86883.128 - 86883.028, 0.09999999 in floating point.
 LOOP_CLOCK_SLACK_S = 0.002
 
 
-async def test_heartbeat_pings_every_interval_and_aborts_a_peer_that_sends_nothing_between_two_pings() -> None:
+async def test_heartbeat_pings_every_interval_and_aborts_a_peer_that_sends_nothing_between_two_pings() -> None:  # noqa: E501, RUF100
     loop = asyncio.get_running_loop()
     socket, transport = make_socket(heartbeat_s=0.05)
     started = loop.time()
@@ -763,9 +856,12 @@ async def test_close_stops_the_heartbeat() -> None:
     assert transport.frames() == [(0x88, b"\x03\xe8")]
 
 
-# --- permessage-deflate -------------------------------------------------------------------------------------------
-DEFLATE_PAYLOADS = [b'{"type":"message","topic":"orders","partition":%d,"value":{"total":%d,"items":["abc","def"]}}'
-                    % (n, n * 7) for n in range(4)]
+# --- permessage-deflate ---------------------------------------------------------------------------
+DEFLATE_PAYLOADS = [
+    b'{"type":"message","topic":"orders","partition":%d,"value":{"total":%d,"items":["abc","def"]}}'
+    % (n, n * 7)
+    for n in range(4)
+]
 
 
 async def test_compressed_sends_set_rsv1_and_inflate_with_the_context_taken_over() -> None:
@@ -792,7 +888,8 @@ async def test_compressed_sends_without_takeover_inflate_each_on_their_own() -> 
 
 async def test_compressed_sends_keep_to_the_negotiated_server_window() -> None:
     socket, transport = make_socket(max_bytes=100_000, deflate_bits=10)
-    payload = random.Random(7692).randbytes(2000).hex().encode() * 3  # repeats 4000 bytes back: beyond 1 KiB
+    # repeats 4000 bytes back: beyond 1 KiB
+    payload = random.Random(7692).randbytes(2000).hex().encode() * 3
     await socket.send_texts([payload, payload])
     decompressor = zlib.decompressobj(-10)
     assert [inflate(decompressor, body) for _, body in transport.frames()] == [payload, payload]
@@ -816,13 +913,17 @@ async def test_a_compressed_client_message_is_inflated() -> None:
 
 async def test_a_compressed_client_message_of_exactly_max_bytes_is_delivered() -> None:
     _, transport, events = served(max_bytes=1000, deflate_bits=15)
-    transport.feed(client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1000), rsv=RSV1))
+    transport.feed(
+        client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1000), rsv=RSV1)
+    )
     assert events.received == ["a" * 1000]
 
 
 async def test_a_compressed_message_inflating_past_max_bytes_closes_with_1009() -> None:
     socket, transport, events = served(max_bytes=1000, deflate_bits=15)
-    transport.feed(client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1001), rsv=RSV1))
+    transport.feed(
+        client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1001), rsv=RSV1)
+    )
     assert [code for code, _ in transport.close_frames()] == [CLOSE_TOO_BIG]
     assert events.received == []
     await socket.wait_closed()
@@ -844,15 +945,23 @@ async def test_an_undecodable_compressed_message_closes_the_connection() -> None
     assert events.received == []
 
 
-@pytest.mark.parametrize(("deflate_bits", "frames"), [
-    pytest.param(0, client_frame(OP_TEXT, b"x", rsv=RSV1), id="text-without-deflate"),
-    pytest.param(0, client_frame(OP_PING, b"x", rsv=RSV1), id="ping-without-deflate"),
-    pytest.param(15, client_frame(OP_PING, b"x", rsv=RSV1), id="ping-with-deflate"),
-    pytest.param(15, client_frame(OP_CLOSE, b"\x03\xe8", rsv=RSV1), id="close-with-deflate"),
-    pytest.param(15, client_frame(OP_TEXT, b"x", fin=False) + client_frame(OP_CONTINUATION, b"y", rsv=RSV1),
-                 id="continuation-with-deflate"),
-])
-async def test_rsv1_where_no_compressed_message_may_start_closes_with_1002(deflate_bits: int, frames: bytes) -> None:
+@pytest.mark.parametrize(
+    ("deflate_bits", "frames"),
+    [
+        pytest.param(0, client_frame(OP_TEXT, b"x", rsv=RSV1), id="text-without-deflate"),
+        pytest.param(0, client_frame(OP_PING, b"x", rsv=RSV1), id="ping-without-deflate"),
+        pytest.param(15, client_frame(OP_PING, b"x", rsv=RSV1), id="ping-with-deflate"),
+        pytest.param(15, client_frame(OP_CLOSE, b"\x03\xe8", rsv=RSV1), id="close-with-deflate"),
+        pytest.param(
+            15,
+            client_frame(OP_TEXT, b"x", fin=False) + client_frame(OP_CONTINUATION, b"y", rsv=RSV1),
+            id="continuation-with-deflate",
+        ),
+    ],
+)
+async def test_rsv1_where_no_compressed_message_may_start_closes_with_1002(
+    deflate_bits: int, frames: bytes
+) -> None:
     _, transport, events = served(deflate_bits=deflate_bits)
     transport.feed(frames)
     assert [code for code, _ in transport.close_frames()] == [CLOSE_PROTOCOL_ERROR]
@@ -860,7 +969,7 @@ async def test_rsv1_where_no_compressed_message_may_start_closes_with_1002(defla
     assert events.received == []
 
 
-# --- end to end, behind a real aiohttp server -------------------------------------------------------------------
+# --- end to end, behind a real aiohttp server -----------------------------------------------------
 class Echo:
     """Sends every text back upper-cased; "close please" makes the server close with 4008 "slow"."""
 
@@ -949,7 +1058,9 @@ def aiohttp_handler_tasks() -> list[asyncio.Task[Any]]:
 
 
 @pytest.mark.parametrize("compress", [0, 15])
-async def test_messages_echo_through_a_real_aiohttp_server_and_client(start_echo: StartEcho, compress: int) -> None:
+async def test_messages_echo_through_a_real_aiohttp_server_and_client(
+    start_echo: StartEcho, compress: int
+) -> None:
     client, server = await start_echo()
     async with client.ws_connect("/ws", compress=compress) as ws:
         assert ws.compress == compress
@@ -969,7 +1080,9 @@ async def test_no_aiohttp_handler_remains_after_the_upgrade_and_the_socket_still
     async with client.ws_connect("/ws") as ws:
         await eventually(lambda: len(server.upgraded) == 1)
         upgraded = server.only()
-        await eventually(lambda: upgraded.request.protocol.transport is None and not aiohttp_handler_tasks())
+        await eventually(
+            lambda: upgraded.request.protocol.transport is None and not aiohttp_handler_tasks()
+        )
         assert upgraded.socket.transport.get_protocol() is upgraded.socket
         await ws.send_str("still here")
         assert await ws.receive_str(timeout=1.0) == "STILL HERE"
@@ -977,7 +1090,9 @@ async def test_no_aiohttp_handler_remains_after_the_upgrade_and_the_socket_still
 
 
 @pytest.mark.parametrize(("code", "message"), [(1000, b""), (4001, b"bye")])
-async def test_a_client_close_gets_a_proper_close_reply(start_echo: StartEcho, code: int, message: bytes) -> None:
+async def test_a_client_close_gets_a_proper_close_reply(
+    start_echo: StartEcho, code: int, message: bytes
+) -> None:
     client, server = await start_echo()
     ws = await client.ws_connect("/ws")
     await ws.send_str("hi")
@@ -989,7 +1104,9 @@ async def test_a_client_close_gets_a_proper_close_reply(start_echo: StartEcho, c
     assert upgraded.echo.closed == 1
 
 
-async def test_a_server_close_reaches_the_client_with_its_code_and_reason(start_echo: StartEcho) -> None:
+async def test_a_server_close_reaches_the_client_with_its_code_and_reason(
+    start_echo: StartEcho,
+) -> None:
     client, server = await start_echo()
     async with client.ws_connect("/ws") as ws:
         await ws.send_str("close please")
@@ -1038,21 +1155,31 @@ async def test_a_plain_get_without_upgrade_headers_gets_400(start_echo: StartEch
     assert server.upgraded == []
 
 
-@pytest.mark.parametrize(("payload", "code"), [
-    (b"", 1000), (struct.pack("!H", 1000) + b"bye", 1000), (struct.pack("!H", 1001), 1001),
-    (struct.pack("!H", 1011), 1011), (struct.pack("!H", 3000), 3000), (struct.pack("!H", 4999), 4999),
-])
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        (b"", 1000), (struct.pack("!H", 1000) + b"bye", 1000), (struct.pack("!H", 1001), 1001),
+        (struct.pack("!H", 1011), 1011), (struct.pack("!H", 3000), 3000),
+        (struct.pack("!H", 4999), 4999)
+    ],
+)
 def test_a_valid_client_close_payload_gives_its_code(payload: bytes, code: int) -> None:
     assert peer_close_code(payload) == code
 
 
-@pytest.mark.parametrize(("payload", "code"), [
-    (b"\x03", CLOSE_PROTOCOL_ERROR), (struct.pack("!H", 999), CLOSE_PROTOCOL_ERROR),
-    (struct.pack("!H", 1004), CLOSE_PROTOCOL_ERROR), (struct.pack("!H", 1005), CLOSE_PROTOCOL_ERROR),
-    (struct.pack("!H", 1006), CLOSE_PROTOCOL_ERROR), (struct.pack("!H", 1015), CLOSE_PROTOCOL_ERROR),
-    (struct.pack("!H", 2000), CLOSE_PROTOCOL_ERROR), (struct.pack("!H", 5000), CLOSE_PROTOCOL_ERROR),
-    (struct.pack("!H", 1000) + b"\xff\xfe", CLOSE_INVALID_TEXT),
-])
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        (b"\x03", CLOSE_PROTOCOL_ERROR), (struct.pack("!H", 999), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 1004), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 1005), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 1006), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 1015), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 2000), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 5000), CLOSE_PROTOCOL_ERROR),
+        (struct.pack("!H", 1000) + b"\xff\xfe", CLOSE_INVALID_TEXT)
+    ],
+)
 def test_a_client_close_payload_rfc_6455_forbids_is_a_violation(payload: bytes, code: int) -> None:
     with pytest.raises(ProtocolViolation) as raised:
         peer_close_code(payload)

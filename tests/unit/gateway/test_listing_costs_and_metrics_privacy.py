@@ -1,5 +1,6 @@
-"""Listings cost what the caller may see and are charged to its reads bucket; /metrics and topic descriptions keep
-message keys and group names to those allowed to see them; new groups are charged to their principal's cap."""
+"""Listings cost what the caller may see and are charged to its reads bucket; /metrics and topic
+descriptions keep message keys and group names to those allowed to see them; new groups are charged
+to their principal's cap."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def key_of(name: str) -> dict[str, str]:
 
 
 class CountingGroupStore:
-    """The group calls the listings make, counted per topic, with the most seen in flight at once."""
+    """The group calls the listings make, counted per topic, with the most seen in flight at
+    once."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
@@ -103,10 +105,16 @@ async def gateway(aiohttp_client: Any, tmp_path: Path, groups: CountingGroupStor
         await registry.create(TopicSettings(name, partitions), owner="ops")
     publisher = Publisher(store, store, metrics, config.dedup_ttl_ms, 4, config.retry_after_s)
     await publisher.__aenter__()
-    throttle = Throttle(FakeLimiter(), RateLimits(principal_reads_per_s=reads_per_s)) if reads_per_s else None
-    services = Services(settings=config, store=store, registry=registry, cache=TopicCache(), publisher=publisher,
-                        metrics=metrics, throttle=throttle,
-                        puller=Puller(groups, no_dead_letters, metrics))  # type: ignore[arg-type]
+    throttle = (
+        Throttle(FakeLimiter(), RateLimits(principal_reads_per_s=reads_per_s))
+        if reads_per_s
+        else None
+    )
+    services = Services(
+        settings=config, store=store, registry=registry, cache=TopicCache(), publisher=publisher,
+        metrics=metrics, throttle=throttle,
+        puller=Puller(groups, no_dead_letters, metrics),  # type: ignore[arg-type]
+    )
     app = app_with_services(services)
 
     async def close_publisher(_: web.Application) -> None:
@@ -155,14 +163,17 @@ async def test_per_partition_calls_of_one_listing_are_bounded(aiohttp_client: An
 
 
 async def test_bounded_gather_keeps_the_order_and_refuses_no_slots() -> None:
-    assert await gather_bounded(lambda n: asyncio.sleep(0, n * 2), range(20), limit=3) == [n * 2 for n in range(20)]
+    assert await gather_bounded(lambda n: asyncio.sleep(0, n * 2), range(20), limit=3) == [
+        n * 2 for n in range(20)
+    ]
     with pytest.raises(ValueError, match="at least 1"):
         await gather_bounded(lambda n: asyncio.sleep(0, n), [1], limit=0)
 
 
 @pytest.mark.parametrize("path", LISTINGS)
-async def test_listings_are_charged_to_the_reads_rate_limit(aiohttp_client: Any, tmp_path: Path,
-                                                            groups: CountingGroupStore, path: str) -> None:
+async def test_listings_are_charged_to_the_reads_rate_limit(
+    aiohttp_client: Any, tmp_path: Path, groups: CountingGroupStore, path: str
+) -> None:
     client = await gateway(aiohttp_client, tmp_path, groups, reads_per_s=2)
     statuses = [(await client.get(path, headers=key_of("alice"))).status for _ in range(3)]
     assert statuses[:2] in ([200, 200], [404, 404]), statuses
@@ -170,10 +181,14 @@ async def test_listings_are_charged_to_the_reads_rate_limit(aiohttp_client: Any,
     refused = await client.get(path, headers=key_of("alice"))
     assert refused.headers["Content-Type"].startswith("application/problem+json")
     assert "Retry-After" in refused.headers
-    assert (await client.get(path, headers=key_of("mallory"))).status != 429, "another principal's bucket"
+    assert (await client.get(path, headers=key_of("mallory"))).status != 429, (
+        "another principal's bucket"
+    )
 
 
-async def test_heavy_keys_are_shown_only_to_unfiltered_subscribers_of_the_topic(client: Client) -> None:
+async def test_heavy_keys_are_shown_only_to_unfiltered_subscribers_of_the_topic(
+    client: Client,
+) -> None:
     published = await client.post("/v1/topics/orders/messages", headers=key_of("alice"),
                                   json={"messages": [{"value": 1, "key": "whale"}] * 5})
     assert published.status == 200, await published.text()
@@ -186,8 +201,10 @@ async def test_heavy_keys_are_shown_only_to_unfiltered_subscribers_of_the_topic(
 
 async def test_metrics_show_no_keys_and_no_group_names_by_default(client: Client) -> None:
     services = client.app[SERVICES]
-    await client.post("/v1/topics/orders/messages", headers=key_of("alice"), json={"messages": [{"value": 1,
-                                                                                                "key": "whale"}]})
+    await client.post(
+        "/v1/topics/orders/messages", headers=key_of("alice"),
+        json={"messages": [{"value": 1, "key": "whale"}]}
+    )
     services.metrics.count_deliveries("orders", "billing", "pull", [1])
     text = await (await client.get("/metrics")).text()
     assert "whale" not in text
@@ -197,10 +214,14 @@ async def test_metrics_show_no_keys_and_no_group_names_by_default(client: Client
 
 async def test_metrics_show_keys_and_group_names_when_the_settings_say_so(
         aiohttp_client: Any, tmp_path: Path, groups: CountingGroupStore) -> None:
-    client = await gateway(aiohttp_client, tmp_path, groups, metrics_expose_keys=True, metrics_expose_groups=True)
+    client = await gateway(
+        aiohttp_client, tmp_path, groups, metrics_expose_keys=True, metrics_expose_groups=True
+    )
     services = client.app[SERVICES]
-    await client.post("/v1/topics/orders/messages", headers=key_of("alice"), json={"messages": [{"value": 1,
-                                                                                                "key": "whale"}]})
+    await client.post(
+        "/v1/topics/orders/messages", headers=key_of("alice"),
+        json={"messages": [{"value": 1, "key": "whale"}]}
+    )
     services.metrics.count_deliveries("orders", "billing", "pull", [1])
     text = await (await client.get("/metrics")).text()
     assert 'key="whale"' in text
@@ -221,7 +242,9 @@ class FakeLedger:
         self.held: dict[str, list[tuple[str, str]]] = {}
         self.claims = 0
 
-    async def claim(self, principal: str, topic: str, group: str, cap: int, still_exists: Any) -> bool:
+    async def claim(
+        self, principal: str, topic: str, group: str, cap: int, still_exists: Any
+    ) -> bool:
         self.claims += 1
         held = self.held.setdefault(principal, [])
         if (topic, group) not in held:
@@ -244,11 +267,14 @@ async def test_new_groups_past_the_cap_are_refused_and_existing_ones_are_joined_
     with pytest.raises(GroupsLimitReached, match="max_groups_per_principal") as refused:
         await limited.admit("mallory", "orders", "c")
     assert refused.value.limit == 2
-    await limited.admit("mallory", "orders", "billing")  # exists already (the store lists it): not created
+    # exists already (the store lists it): not created
+    await limited.admit("mallory", "orders", "billing")
     assert ledger.held == {"mallory": [("orders", "a"), ("orders", "b")]}
 
 
-async def test_a_group_is_checked_once_per_process_and_cap_zero_checks_nothing(groups: CountingGroupStore) -> None:
+async def test_a_group_is_checked_once_per_process_and_cap_zero_checks_nothing(
+    groups: CountingGroupStore,
+) -> None:
     limited, ledger = quota(5, groups)
     for _ in range(3):
         await limited.admit("alice", "orders", "a")

@@ -1,4 +1,5 @@
-"""The gateway's metrics: names, what each recording helper counts, and the observers storage and etcd call."""
+"""The gateway's metrics: names, what each recording helper counts, and the observers storage and
+etcd call."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def sample(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
     return value
 
 
-def test_every_metric_is_named_streamgate_area_noun_unit_and_lives_on_the_injected_registry() -> None:
+def test_every_metric_is_named_streamgate_area_noun_unit_and_lives_on_the_injected_registry() -> (
+    None
+):
     registry = CollectorRegistry()
     metrics = GatewayMetrics.create(registry)
     families = list(registry.collect())
@@ -44,8 +47,12 @@ def test_a_failed_redis_attempt_is_timed_and_counted_by_operation_and_error() ->
     metrics.observe_redis("append_wait", 0.2, "NotEnoughReplicas")
     assert sample(metrics, "streamgate_redis_latency_seconds_count", operation="read") == 1
     assert sample(metrics, "streamgate_redis_latency_seconds_count", operation="append_wait") == 1
-    assert sample(metrics, "streamgate_redis_errors_total", operation="append_wait", error="NotEnoughReplicas") == 1
-    assert sample(metrics, "streamgate_redis_errors_total", operation="read", error="NotEnoughReplicas") is None
+    assert sample(
+        metrics, "streamgate_redis_errors_total", operation="append_wait", error="NotEnoughReplicas"
+    ) == 1
+    assert sample(
+        metrics, "streamgate_redis_errors_total", operation="read", error="NotEnoughReplicas"
+    ) is None
 
 
 def test_etcd_calls_are_timed_and_failures_counted() -> None:
@@ -53,21 +60,30 @@ def test_etcd_calls_are_timed_and_failures_counted() -> None:
     metrics.observe_etcd("lease_keepalive", 0.01, "AioRpcError")
     metrics.observe_etcd("get", 0.001, None)
     assert sample(metrics, "streamgate_etcd_latency_seconds_count", operation="get") == 1
-    assert sample(metrics, "streamgate_etcd_errors_total", operation="lease_keepalive", error="AioRpcError") == 1
+    assert sample(
+        metrics, "streamgate_etcd_errors_total", operation="lease_keepalive", error="AioRpcError"
+    ) == 1
 
 
 def test_deliveries_count_every_message_and_redeliveries_only_those_delivered_before() -> None:
     metrics = GatewayMetrics.create()
     metrics.count_deliveries("orders", "billing", "shared", [1, 1, 2, 5])
     metrics.count_deliveries("orders", "billing", "shared", [])
-    assert sample(metrics, "streamgate_delivery_messages_total", topic="orders", group="billing", mode="shared") == 4
-    assert sample(metrics, "streamgate_delivery_redeliveries_total", topic="orders", group="billing",
-                  mode="shared") == 2
+    assert sample(
+        metrics, "streamgate_delivery_messages_total", topic="orders", group="billing",
+        mode="shared"
+    ) == 4
+    assert sample(
+        metrics, "streamgate_delivery_redeliveries_total", topic="orders", group="billing",
+        mode="shared"
+    ) == 2
 
 
-def test_ownership_exports_zero_for_topics_this_node_owns_nothing_of_and_forgets_deleted_topics() -> None:
+def test_ownership_exports_zero_for_topics_this_node_owns_nothing_of_and_forgets_deleted_topics() -> None:  # noqa: E501, RUF100
     metrics = GatewayMetrics.create()
-    metrics.set_ownership({"orders": 4, "audit": 2, "gone": 1}, [("orders", 0), ("orders", 3), ("gone", 0)])
+    metrics.set_ownership(
+        {"orders": 4, "audit": 2, "gone": 1}, [("orders", 0), ("orders", 3), ("gone", 0)]
+    )
     metrics.set_ownership({"orders": 4, "audit": 2}, [("orders", 0), ("orders", 3)])
     assert sample(metrics, "streamgate_topic_partitions", topic="orders") == 4
     assert sample(metrics, "streamgate_topic_owned_partitions", topic="orders") == 2
@@ -79,17 +95,23 @@ def test_ownership_exports_zero_for_topics_this_node_owns_nothing_of_and_forgets
 async def test_a_closed_etcd_connection_reports_the_failed_call_to_its_observer() -> None:
     calls: list[tuple[str, float, str | None]] = []
     connection = EtcdConnection(["127.0.0.1:1"], timeout_s=0.5)
-    connection.observer = lambda operation, seconds, error: calls.append((operation, seconds, error))
+    connection.observer = lambda operation, seconds, error: calls.append(
+        (operation, seconds, error)
+    )
     with pytest.raises(CoordinationUnavailable):
         await connection.get(b"/key")
-    assert [(operation, error) for operation, _, error in calls] == [("get", "CoordinationUnavailable")]
+    assert [(operation, error) for operation, _, error in calls] == [
+        ("get", "CoordinationUnavailable")
+    ]
     assert calls[0][1] >= 0
 
 
 async def test_a_publish_the_store_refuses_is_counted_as_a_failure_with_its_acks_and_error(
         client: Client, orders: str, store: Any, services: Services) -> None:
     store.unavailable = True
-    response = await client.post(f"/v1/topics/{orders}/messages", json={"acks": "all", "messages": [{"value": 1}]})
+    response = await client.post(
+        f"/v1/topics/{orders}/messages", json={"acks": "all", "messages": [{"value": 1}]}
+    )
     assert response.status == 503
     assert sample(services.metrics, "streamgate_publish_failures_total", topic=orders, acks="all",
                   error="StorageUnavailable") == 1

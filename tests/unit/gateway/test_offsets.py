@@ -19,7 +19,9 @@ def test_predecessor_steps_back_and_stops_at_zero() -> None:
     assert predecessor("0-0") is None
 
 
-@pytest.mark.parametrize("text", ["", "1", "1-", "-1", "a-b", "1-2-3", " 1-2", "1-99999999999999999999999"])
+@pytest.mark.parametrize(
+    "text", ["", "1", "1-", "-1", "a-b", "1-2-3", " 1-2", "1-99999999999999999999999"]
+)
 def test_parse_offset_rejects_non_stream_ids(text: str) -> None:
     with pytest.raises(Problem) as caught:
         parse_offset(text, "/from")

@@ -21,7 +21,9 @@ async def test_healthz_answers_ok(client: Client) -> None:
     assert await response.json() == {"status": "ok"}
 
 
-async def test_readyz_is_503_with_retry_after_when_redis_is_down(client: Client, store: Any) -> None:
+async def test_readyz_is_503_with_retry_after_when_redis_is_down(
+    client: Client, store: Any
+) -> None:
     assert (await client.get("/readyz")).status == 200
     store.unavailable = True
     response = await client.get("/readyz")
@@ -54,7 +56,9 @@ def app_operations() -> set[tuple[str, str]]:
 
 def documented_operations() -> set[tuple[str, str]]:
     paths = json.loads(openapi_document())["paths"]
-    return {(path, method) for path, item in paths.items() for method in item if method != "parameters"}
+    return {
+        (path, method) for path, item in paths.items() for method in item if method != "parameters"
+    }
 
 
 def test_openapi_documents_exactly_the_routes_the_app_serves() -> None:

@@ -1,5 +1,5 @@
-"""A subscription's outbox is bounded in encoded bytes: past the bound it takes no delivery, and it keeps nothing
-once closed."""
+"""A subscription's outbox is bounded in encoded bytes: past the bound it takes no delivery, and it
+keeps nothing once closed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ GROUP_PARAMS = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "mo
 
 
 async def never_drains(frames: Sequence[bytes]) -> None:
-    await asyncio.sleep(3600)  # a client that never reads: the transport stays above its high-water mark
+    # a client that never reads: the transport stays above its high-water mark
+    await asyncio.sleep(3600)
 
 
 def delivery(offset: int, value_bytes: int) -> Delivery:
@@ -30,7 +31,9 @@ def delivery(offset: int, value_bytes: int) -> Delivery:
 
 
 async def test_a_broadcast_page_is_taken_only_up_to_the_outbox_byte_bound() -> None:
-    async with Session("s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000) as session:
+    async with Session(
+        "s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000
+    ) as session:
         frames = [b"f" * 300] * 10
         taken = session.offer_frames(0, frames, [f"{n}-0" for n in range(10)])
         assert taken == 3, "300, 600, 900 bytes fit; the fourth frame would pass the bound"
@@ -60,7 +63,9 @@ async def test_readers_held_back_by_the_byte_bound_are_woken_once_the_writer_tak
     async def send(frames: Sequence[bytes]) -> None:
         await release.wait()
 
-    async with Session("s", "t", PARAMS, send, slow_client_timeout_s=60, max_outbox_bytes=1000) as session:
+    async with Session(
+        "s", "t", PARAMS, send, slow_client_timeout_s=60, max_outbox_bytes=1000
+    ) as session:
         woken = asyncio.Event()
         session.offer_frames(0, [b"a" * 600, b"b" * 600], ["1-0", "2-0"])
         session.offer_frames(0, [b"c" * 600], ["3-0"])
@@ -73,12 +78,16 @@ async def test_readers_held_back_by_the_byte_bound_are_woken_once_the_writer_tak
         release.set()
 
 
-async def test_a_client_sending_frames_while_reading_none_of_the_answers_is_closed_slow_at_twice_the_bound() -> None:
-    async with Session("s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000) as session:
+async def test_a_client_sending_frames_while_reading_none_of_the_answers_is_closed_slow_at_twice_the_bound() -> None:  # noqa: E501, RUF100
+    async with Session(
+        "s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000
+    ) as session:
         session.offer_frames(0, [b"f" * 900], ["7-0"])
         await asyncio.sleep(0.01)  # the writer takes the frame; the client never reads it
         while not session.closing.done():
-            session.send_control({"type": "error", "code": "bad-frame", "detail": "frames must be JSON text"})
+            session.send_control(
+                {"type": "error", "code": "bad-frame", "detail": "frames must be JSON text"}
+            )
         assert session.outbox_bytes <= 2000
         close = session.closing.result()
         assert close.code == 4008

@@ -1,5 +1,6 @@
-"""A session that stops being served by one reader (its partition moved to another member of an exclusive group)
-gets that reader's un-acked deliveries' credit back, so its other partitions keep flowing."""
+"""A session that stops being served by one reader (its partition moved to another member of an
+exclusive group) gets that reader's un-acked deliveries' credit back, so its other partitions keep
+flowing."""
 
 from __future__ import annotations
 
@@ -27,18 +28,26 @@ class EndlessPartition:
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         return None
 
-    async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int) -> list[str]:
+    async def expired(
+        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int
+    ) -> list[str]:
         return []
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
                        block_ms: int) -> list[StoredEntry]:
         first, self.next = self.next, self.next + count
-        return [StoredEntry(partition=self.partition, offset=f"{1000 + n}-0", value=orjson.dumps(n),
-                            value_format=ValueFormat.JSON, key=None, headers={}, timestamp_ms=1000 + n)
-                for n in range(first, self.next)]
+        return [
+            StoredEntry(
+                partition=self.partition, offset=f"{1000 + n}-0", value=orjson.dumps(n),
+                value_format=ValueFormat.JSON, key=None, headers={}, timestamp_ms=1000 + n
+            )
+            for n in range(first, self.next)
+        ]
 
-    async def set_idle(self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
-                       idle_ms: int) -> None:
+    async def set_idle(
+        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
+        idle_ms: int
+    ) -> None:
         self.released.extend(offsets)
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
@@ -57,11 +66,15 @@ async def wait_until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(what)
 
 
-async def test_a_detached_readers_unacked_deliveries_give_their_credit_back_to_the_session() -> None:
+async def test_a_detached_readers_unacked_deliveries_give_their_credit_back_to_the_session() -> (
+    None
+):
     config = GroupConfig(30_000, 5, HeaderFilter(), "earliest", auto_ack=False, exclusive=True)
     stores = [EndlessPartition(0), EndlessPartition(1)]
-    readers = [GroupReader("t", p, "g", config, stores[p], "c", no_dead_letters)  # type: ignore[arg-type]
-               for p in (0, 1)]
+    readers = [
+        GroupReader("t", p, "g", config, stores[p], "c", no_dead_letters)  # type: ignore[arg-type]
+        for p in (0, 1)
+    ]
     received: dict[int, int] = {0: 0, 1: 0}
 
     async def send(frames: Sequence[bytes]) -> None:  # a client that acks nothing

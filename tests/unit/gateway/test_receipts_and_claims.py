@@ -1,7 +1,8 @@
-"""Hostile receipts, time claims, deeply nested values and query-string credentials: each a 4xx problem (or a
-masked log line), never a 500, and nothing reaches the store.
+"""Hostile receipts, time claims, deeply nested values and query-string credentials: each a 4xx
+problem (or a masked log line), never a 500, and nothing reaches the store.
 
-Each hostile test prints one summary line with the number of cases tried and their outcomes (``-s`` shows them).
+Each hostile test prints one summary line with the number of cases tried and their outcomes (``-s``
+shows them).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ actions = ["publish", "subscribe", "admin"]
 
 
 class RecordingGroupStore:
-    """A group store holding one pending entry per partition of "orders"; records every settling call."""
+    """A group store holding one pending entry per partition of "orders"; records every settling
+    call."""
 
     def __init__(self) -> None:
         self.settled: list[tuple[str, ...]] = []
@@ -79,22 +81,28 @@ class RecordingGroupStore:
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
                        block_ms: int) -> list[StoredEntry]:
-        return [StoredEntry(partition, f"{1000 + partition}-0", b"1", ValueFormat.JSON, None, {}, 1000)]
+        return [
+            StoredEntry(partition, f"{1000 + partition}-0", b"1", ValueFormat.JSON, None, {}, 1000)
+        ]
 
     async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
                       after: str | None = None, consumer: str | None = None) -> list[PendingEntry]:
         return []
 
-    async def claim(self, topic: str, partition: int, group: str, consumer: str, pending: Sequence[PendingEntry],
-                    *, min_idle_ms: int) -> list[Delivery]:
+    async def claim(
+        self, topic: str, partition: int, group: str, consumer: str,
+        pending: Sequence[PendingEntry], *, min_idle_ms: int
+    ) -> list[Delivery]:
         return []
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
         self.settled.append(("ack", topic, str(partition), group, *offsets))
         return len(offsets)
 
-    async def set_idle(self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
-                       idle_ms: int) -> None:
+    async def set_idle(
+        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
+        idle_ms: int
+    ) -> None:
         self.settled.append(("set_idle", topic, str(partition), group, str(idle_ms), *offsets))
 
 
@@ -127,8 +135,11 @@ async def secured_app(tmp_path: Path, groups: RecordingGroupStore, signer: Recei
     await registry.create(TopicSettings("orders", 2), owner="app")
     publisher = Publisher(store, store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s)
     await publisher.__aenter__()
-    services = Services(settings=settings, store=store, registry=registry, cache=TopicCache(), publisher=publisher,
-                        metrics=metrics, puller=Puller(groups, no_dead_letters, metrics, signer))  # type: ignore[arg-type]
+    services = Services(
+        settings=settings, store=store, registry=registry, cache=TopicCache(), publisher=publisher,
+        metrics=metrics,
+        puller=Puller(groups, no_dead_letters, metrics, signer),  # type: ignore[arg-type]
+    )
     app = app_with_services(services, {"TEST_JWT_SECRET": SECRET})
 
     async def close_publisher(_: web.Application) -> None:
@@ -139,15 +150,20 @@ async def secured_app(tmp_path: Path, groups: RecordingGroupStore, signer: Recei
 
 
 @pytest.fixture
-async def secured(aiohttp_client: Any, tmp_path: Path, groups: RecordingGroupStore, signer: ReceiptSigner,
-                  store: InMemoryStreamStore) -> Client:
+async def secured(
+    aiohttp_client: Any, tmp_path: Path, groups: RecordingGroupStore, signer: ReceiptSigner,
+    store: InMemoryStreamStore
+) -> Client:
     client: Client = await aiohttp_client(await secured_app(tmp_path, groups, signer, store))
     return client
 
 
-async def pulled_receipts(client: Client, group: str = "g1", headers: dict[str, str] = APP) -> list[str]:
-    response = await client.post(f"/v1/groups/{group}/pull", json={"topic": "orders", "max_messages": 2},
-                                 headers=headers)
+async def pulled_receipts(
+    client: Client, group: str = "g1", headers: dict[str, str] = APP
+) -> list[str]:
+    response = await client.post(
+        f"/v1/groups/{group}/pull", json={"topic": "orders", "max_messages": 2}, headers=headers
+    )
     assert response.status == 200, await response.text()
     return [m["receipt"] for m in (await response.json())["messages"]]
 
@@ -161,16 +177,20 @@ def problem_of(response_status: int, doc: dict[str, Any]) -> tuple[int, str]:
     return response_status, doc["type"].rsplit("/", 1)[-1]
 
 
-# ---------------------------------------------------------------------------------------------- receipts
+# ----------------------------------------------------------------------------------------- receipts
 
-def test_a_signed_receipt_opens_only_for_its_principal_and_group_before_it_expires(signer: ReceiptSigner) -> None:
+def test_a_signed_receipt_opens_only_for_its_principal_and_group_before_it_expires(
+    signer: ReceiptSigner,
+) -> None:
     receipt = Receipt("orders", 1, "5-0", 1000, issued_ms=1_000_000)
     token = signer.issue(receipt, "app", "g1")
     sealed = signer.read(token, "/receipts/0")
     assert signer.verify(sealed, "app", "g1", now_ms=1_000_000) == receipt
     assert signer.verify(sealed, "app", "g1", now_ms=receipt.expires_ms) == receipt
-    for principal, group, now_ms, status in (("peer", "g1", 1_000_000, 422), ("app", "g2", 1_000_000, 422),
-                                             ("app", "g1", 1_000_000 + 1000 + RECEIPT_SLACK_MS + 1, 410)):
+    for principal, group, now_ms, status in (
+        ("peer", "g1", 1_000_000, 422), ("app", "g2", 1_000_000, 422),
+        ("app", "g1", 1_000_000 + 1000 + RECEIPT_SLACK_MS + 1, 410)
+    ):
         with pytest.raises(Problem) as refused:
             signer.verify(sealed, principal, group, now_ms)
         assert (refused.value.status, refused.value.pointer) == (status, "/receipts/0")
@@ -179,11 +199,14 @@ def test_a_signed_receipt_opens_only_for_its_principal_and_group_before_it_expir
 
 
 def test_a_receipt_out_of_range_is_refused_even_when_signed(signer: ReceiptSigner) -> None:
-    cases = [Receipt("orders", 0, "1" * 21 + "-0", 1000, 1), Receipt("orders", 0, "1-" + "9" * 20, 1000, 1),
-             Receipt("orders", 0, "18446744073709551616-0", 1000, 1), Receipt("orders", 0, "a-0", 1000, 1),
-             Receipt("orders", -1, "1-0", 1000, 1), Receipt("orders", 4096, "1-0", 1000, 1),
-             Receipt("orders", 0, "1-0", 99, 1), Receipt("orders", 0, "1-0", 3_600_001, 1),
-             Receipt("orders", 0, "1-0", 1000, -1)]
+    cases = [
+        Receipt("orders", 0, "1" * 21 + "-0", 1000, 1),
+        Receipt("orders", 0, "1-" + "9" * 20, 1000, 1),
+        Receipt("orders", 0, "18446744073709551616-0", 1000, 1),
+        Receipt("orders", 0, "a-0", 1000, 1), Receipt("orders", -1, "1-0", 1000, 1),
+        Receipt("orders", 4096, "1-0", 1000, 1), Receipt("orders", 0, "1-0", 99, 1),
+        Receipt("orders", 0, "1-0", 3_600_001, 1), Receipt("orders", 0, "1-0", 1000, -1)
+    ]
     for receipt in cases:
         with pytest.raises(Problem) as refused:
             signer.read(signer.issue(receipt, "app", "g1"), "/receipts/3")
@@ -195,7 +218,9 @@ def test_receipt_secret_setting_is_read_from_the_environment_and_must_be_long_en
     assert settings_from_env({}).receipt_secret is None
     assert settings_from_env({"STREAMGATE_RECEIPT_SECRET": "r" * 32}).receipt_secret == "r" * 32
     token = signer_for("r" * 32).issue(Receipt("t", 0, "1-0", 1000, 1), "p", "g")
-    assert signer_for("r" * 32).verify(signer_for("r" * 32).read(token, "/r"), "p", "g", 1) is not None
+    assert (
+        signer_for("r" * 32).verify(signer_for("r" * 32).read(token, "/r"), "p", "g", 1) is not None
+    )
     with pytest.raises(ValueError, match="at least 32 bytes"):
         signer_for("short")
     with caplog.at_level(logging.WARNING):
@@ -207,29 +232,37 @@ def test_workers_of_one_serve_share_a_receipt_secret() -> None:
     drawn = with_receipt_secret({"PATH": "/bin"})
     assert len(drawn["STREAMGATE_RECEIPT_SECRET"].encode()) >= 32
     assert drawn["PATH"] == "/bin"
-    assert with_receipt_secret({"STREAMGATE_RECEIPT_SECRET": "r" * 32})["STREAMGATE_RECEIPT_SECRET"] == "r" * 32
+    assert (
+        with_receipt_secret({"STREAMGATE_RECEIPT_SECRET": "r" * 32})["STREAMGATE_RECEIPT_SECRET"]
+        == "r" * 32
+    )
 
 
 def hostile_receipts(good: str, signer: ReceiptSigner) -> dict[str, object]:
     """Receipt handles a caller could make up, each of which must be refused with a 4xx."""
     payload, tag = good.split(".")
     data = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    unsigned = b64(orjson.dumps(data[:4]))  # the old unsigned format: [topic, partition, offset, ack_timeout_ms]
+    # the old unsigned format: [topic, partition, offset, ack_timeout_ms]
+    unsigned = b64(orjson.dumps(data[:4]))
     cases: dict[str, object] = {
         "unsigned (old format)": unsigned,
         "unsigned with 21-digit offset": b64(orjson.dumps(["orders", 0, "1" * 21 + "-0", 30_000])),
-        "no tag": payload, "empty tag": payload + ".", "tag of another key": payload + "." + b64(b"x" * 32),
-        "two dots": good + ".x", "empty": "", "number": 5, "null": None, "list": [good], "object": {"r": good},
-        "huge": "A" * 10_000, "not base64": "!!!.???", "unicode": "ré.çu",
+        "no tag": payload, "empty tag": payload + ".",
+        "tag of another key": payload + "." + b64(b"x" * 32), "two dots": good + ".x", "empty": "",
+        "number": 5, "null": None, "list": [good], "object": {"r": good}, "huge": "A" * 10_000,
+        "not base64": "!!!.???", "unicode": "ré.çu",
     }
-    for name, index, value in (("offset 21 digits", 2, "1" * 21 + "-0"), ("offset ms > u64", 2, f"{2**64}-0"),
-                               ("offset seq > u64", 2, f"1-{2**64}"), ("ack timeout forged", 3, 3_600_000),
-                               ("ack timeout tiny", 3, 1), ("issued in the future", 4, 2**62),
-                               ("partition forged", 1, 1), ("partition huge", 1, 10**30), ("topic forged", 0, "x"),
-                               ("offset 10^400", 2, "1" * 400 + "-0")):
+    for name, index, value in (
+        ("offset 21 digits", 2, "1" * 21 + "-0"), ("offset ms > u64", 2, f"{2**64}-0"),
+        ("offset seq > u64", 2, f"1-{2**64}"), ("ack timeout forged", 3, 3_600_000),
+        ("ack timeout tiny", 3, 1), ("issued in the future", 4, 2**62), ("partition forged", 1, 1),
+        ("partition huge", 1, 10**30), ("topic forged", 0, "x"),
+        ("offset 10^400", 2, "1" * 400 + "-0")
+    ):
         forged = list(data)
         forged[index] = value
-        cases[f"tampered: {name}"] = b64(json.dumps(forged).encode()) + "." + tag  # json: big ints too
+        # json: big ints too
+        cases[f"tampered: {name}"] = b64(json.dumps(forged).encode()) + "." + tag
     cases["tampered: expired"] = signer.issue(Receipt("orders", 0, "1000-0", 100, 1), "app", "g1")
     cases["tampered: extra field"] = b64(orjson.dumps([*data, 1])) + "." + tag
     return cases
@@ -245,16 +278,23 @@ async def test_hostile_receipts_on_ack_nack_extend_are_4xx_problems_and_settle_n
     for name, token in cases.items():
         for action in ("ack", "nack", "extend"):
             for receipts in ([token], [good, token]):  # alone, and after a good one: all or nothing
-                response = await secured.post(f"/v1/groups/g1/{action}", json={"receipts": receipts}, headers=APP)
-                assert 400 <= response.status < 500, (name, action, response.status, await response.text())
+                response = await secured.post(
+                    f"/v1/groups/g1/{action}", json={"receipts": receipts}, headers=APP
+                )
+                assert 400 <= response.status < 500, (
+                    name, action, response.status, await response.text()
+                )
                 assert response.content_type == "application/problem+json", (name, action)
                 doc = await response.json()
                 assert doc.get("pointer") == f"/receipts/{len(receipts) - 1}", (name, action, doc)
                 outcomes[problem_of(response.status, doc)] += 1
     assert groups.settled == [], f"a refused receipt reached the store: {groups.settled[:3]}"
     assert outcomes[(410, "receipt-expired")] == 6
-    print(f"\nhostile receipts: {len(cases)} handles x 3 actions x 2 batches = {sum(outcomes.values())} tried -> "
-          f"{dict(sorted(outcomes.items()))}; 0 settled")
+    print(
+        f"\nhostile receipts: {len(cases)} handles x 3 actions x 2 batches = "
+        f"{sum(outcomes.values())} tried -> "
+        f"{dict(sorted(outcomes.items()))}; 0 settled"
+    )
 
 
 async def test_a_pulled_receipt_settles_for_its_holder_and_extend_hands_out_fresh_ones(
@@ -265,9 +305,13 @@ async def test_a_pulled_receipt_settles_for_its_holder_and_extend_hands_out_fres
     body = await response.json()
     assert body["extended"] == 1
     assert len(body["receipts"]) == 1
-    response = await secured.post("/v1/groups/g1/nack", json={"receipts": [second], "delay_ms": 10}, headers=APP)
+    response = await secured.post(
+        "/v1/groups/g1/nack", json={"receipts": [second], "delay_ms": 10}, headers=APP
+    )
     assert (response.status, await response.json()) == (200, {"nacked": 1})
-    response = await secured.post("/v1/groups/g1/ack", json={"receipts": body["receipts"]}, headers=APP)
+    response = await secured.post(
+        "/v1/groups/g1/ack", json={"receipts": body["receipts"]}, headers=APP
+    )
     assert (response.status, await response.json()) == (200, {"acked": 1})
     actions = [call[0] for call in groups.settled]
     assert actions == ["set_idle", "set_idle", "ack"]
@@ -275,10 +319,11 @@ async def test_a_pulled_receipt_settles_for_its_holder_and_extend_hands_out_fres
     assert nack[4] == str(30_000 - 10), "the nack delay comes from the signed ack timeout"
 
 
-# ---------------------------------------------------------------------------------------------- time claims
+# -------------------------------------------------------------------------------------- time claims
 
 def raw_token(claims_json: str, secret: str = SECRET) -> str:
-    """An HS256 token whose claims are the given JSON text, as written (numbers JSON libraries refuse)."""
+    """An HS256 token whose claims are the given JSON text, as written (numbers JSON libraries
+    refuse)."""
     signing_input = b64(b'{"alg":"HS256","typ":"JWT"}') + "." + b64(claims_json.encode())
     tag = hmac.new(secret.encode(), signing_input.encode(), hashlib.sha256).digest()
     return signing_input + "." + b64(tag)
@@ -287,30 +332,40 @@ def raw_token(claims_json: str, secret: str = SECRET) -> str:
 def hostile_time_claims() -> dict[str, str]:
     """Tokens, validly signed, whose exp / nbf / iat is not a usable time."""
     now = int(time.time())
-    bad_values = {"10^400": "1" + "0" * 400, "1e400": "1e400", "NaN": "NaN", "-Infinity": "-Infinity",
-                  "1e308": "1e308", "2^64": str(2**64), "year 10000": "253402300800", "negative": "-1",
-                  "string of digits": '"9999999999"', "string": '"soon"', "true": "true", "null": "null",
-                  "list": "[1]", "object": '{"a": 1}', "empty string": '""'}
+    bad_values = {
+        "10^400": "1" + "0" * 400, "1e400": "1e400", "NaN": "NaN", "-Infinity": "-Infinity",
+        "1e308": "1e308", "2^64": str(2**64), "year 10000": "253402300800", "negative": "-1",
+        "string of digits": '"9999999999"', "string": '"soon"', "true": "true", "null": "null",
+        "list": "[1]", "object": '{"a": 1}', "empty string": '""'
+    }
     cases: dict[str, str] = {}
     for claim in ("exp", "nbf", "iat"):
         for name, value in bad_values.items():
             others = {"sub": '"jwt-user"', "exp": str(now + 300)}
             others[claim] = value
-            cases[f"{claim} {name}"] = raw_token("{" + ", ".join(f'"{k}": {v}' for k, v in others.items()) + "}")
+            cases[f"{claim} {name}"] = raw_token(
+                "{" + ", ".join(f'"{k}": {v}' for k, v in others.items()) + "}"
+            )
     return cases
 
 
 def test_time_claims_must_be_numbers_in_a_real_range() -> None:
-    verifier = JwtVerifier(JwtSettings(algorithms=("HS256",), hmac_secret=SECRET.encode(), leeway_s=0))
+    verifier = JwtVerifier(
+        JwtSettings(algorithms=("HS256",), hmac_secret=SECRET.encode(), leeway_s=0)
+    )
     for name, token in hostile_time_claims().items():
         with pytest.raises(Unauthenticated) as refused:
             verifier.verify(token)
         assert refused.value.credentials_given, name
-    fine = verifier.verify(raw_token(f'{{"sub": "jwt-user", "exp": {time.time() + 300.5}, "iat": 1, "nbf": 0}}'))
+    fine = verifier.verify(
+        raw_token(f'{{"sub": "jwt-user", "exp": {time.time() + 300.5}, "iat": 1, "nbf": 0}}')
+    )
     assert fine.expires_at_s is not None
 
 
-async def test_hostile_time_claims_are_401_over_http_and_4401_on_the_websocket(secured: Client) -> None:
+async def test_hostile_time_claims_are_401_over_http_and_4401_on_the_websocket(
+    secured: Client,
+) -> None:
     cases = hostile_time_claims()
     outcomes: collections.Counter[str] = collections.Counter()
     for name, token in cases.items():
@@ -326,23 +381,27 @@ async def test_hostile_time_claims_are_401_over_http_and_4401_on_the_websocket(s
         async with secured.ws_connect("/v1/subscribe?topic=orders") as ws:
             await ws.send_str(json.dumps({"type": "auth", "token": token}))
             message = await ws.receive(timeout=5)
-            while message.type is aiohttp.WSMsgType.TEXT:  # nothing but a close may follow a bad auth frame
+            # nothing but a close may follow a bad auth frame
+            while message.type is aiohttp.WSMsgType.TEXT:
                 raise AssertionError(f"{name}: {message.data}")
             assert ws.close_code == WS_CLOSE_UNAUTHENTICATED, (name, message)
         outcomes["auth frame 4401"] += 1
     good = raw_token(f'{{"sub": "jwt-user", "exp": {int(time.time()) + 300}}}')
-    assert (await secured.get("/v1/topics", headers={"Authorization": f"Bearer {good}"})).status == 200
+    assert (
+        await secured.get("/v1/topics", headers={"Authorization": f"Bearer {good}"})
+    ).status == 200
     print(f"\nhostile time claims: {len(cases)} tokens x 3 paths -> {dict(outcomes)}")
 
 
-# ---------------------------------------------------------------------------------------------- nesting depth
+# ------------------------------------------------------------------------------------ nesting depth
 
 def nested(depth: int, shape: str) -> str:
     if shape == "arrays":
         return "[" * depth + "]" * depth
     if shape == "objects":
         return '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
-    return "[" * (depth - 1) + '{"k":"v\\n","n":1.5e3}' + "]" * (depth - 1)  # not plain: escapes, exponent
+    # not plain: escapes, exponent
+    return "[" * (depth - 1) + '{"k":"v\\n","n":1.5e3}' + "]" * (depth - 1)
 
 
 async def test_values_nested_deeper_than_orjson_writes_are_422_naming_the_message_and_write_nothing(
@@ -351,13 +410,21 @@ async def test_values_nested_deeper_than_orjson_writes_are_422_naming_the_messag
     tried = 0
     for depth in (255, 256, 300, 512, 1000, 1023):
         for shape in ("arrays", "objects", "mixed"):
-            for extra, headers in (("", {}), (', "headers": {"h": "v"}', {}), ("", {"Idempotency-Key": "k1"}),
-                                   (', "key": "k\\u0041"', {})):
-                body = f'{{"messages": [{{"value": 1}}, {{"value": {nested(depth, shape)}{extra}}}]}}'
-                response = await secured.post("/v1/topics/orders/messages", data=body,
-                                              headers={**APP, **headers, "Content-Type": "application/json"})
+            for extra, headers in (
+                ("", {}), (', "headers": {"h": "v"}', {}), ("", {"Idempotency-Key": "k1"}),
+                (', "key": "k\\u0041"', {})
+            ):
+                body = (
+                    f'{{"messages": [{{"value": 1}}, {{"value": {nested(depth, shape)}{extra}}}]}}'
+                )
+                response = await secured.post(
+                    "/v1/topics/orders/messages", data=body,
+                    headers={**APP, **headers, "Content-Type": "application/json"}
+                )
                 text = await response.text()
-                assert response.status in (400, 422), (depth, shape, extra, response.status, text[:300])
+                assert response.status in (400, 422), (
+                    depth, shape, extra, response.status, text[:300]
+                )
                 assert response.content_type == "application/problem+json"
                 if response.status == 422:
                     assert (await response.json())["pointer"] == "/messages/1/value", text
@@ -371,26 +438,37 @@ async def test_values_nested_deeper_than_orjson_writes_are_422_naming_the_messag
     print(f"\ndeeply nested values: {tried} tried -> {dict(sorted(outcomes.items()))}; 0 written")
 
 
-# ---------------------------------------------------------------------------------------------- access log
+# --------------------------------------------------------------------------------------- access log
 
 def test_scrub_query_masks_credential_parameters_only() -> None:
     assert scrub_query("GET /v1/subscribe?topic=t&token=abc&api_key=k1 HTTP/1.1") == \
         f"GET /v1/subscribe?topic=t&token={MASK}&api_key={MASK} HTTP/1.1"
-    assert scrub_query("/x?Access_Token=a&APIKEY=b&api%5Fkey=c&X-Api-Key=d&password=e&from=earliest#frag") == \
-        f"/x?Access_Token={MASK}&APIKEY={MASK}&api%5Fkey={MASK}&X-Api-Key={MASK}&password={MASK}&from=earliest#frag"
+    assert (
+        scrub_query(
+            "/x?Access_Token=a&APIKEY=b&api%5Fkey=c&X-Api-Key=d&password=e&from=earliest#frag"
+        )
+        == f"/x?Access_Token={MASK}&APIKEY={MASK}&api%5Fkey={MASK}&X-Api-Key={MASK}"
+        f"&password={MASK}&from=earliest#frag"
+    )
     assert scrub_query("GET /v1/topics HTTP/1.1") == "GET /v1/topics HTTP/1.1"
     assert scrub_query("/x?token&topic=a") == "/x?token&topic=a"
 
 
-def test_the_access_logger_masks_the_request_line_and_referer(caplog: pytest.LogCaptureFixture) -> None:
-    logger = ScrubbingAccessLogger(logging.getLogger("test.access"), ScrubbingAccessLogger.LOG_FORMAT)
+def test_the_access_logger_masks_the_request_line_and_referer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = ScrubbingAccessLogger(
+        logging.getLogger("test.access"), ScrubbingAccessLogger.LOG_FORMAT
+    )
     request = make_mocked_request("GET", "/v1/subscribe?topic=t&access_token=tok123&apikey=key456",
                                   headers={"Referer": "https://app.example/?token=ref789"})
     with caplog.at_level(logging.INFO, logger="test.access"):
         logger.log(request, web.Response(), 0.01)
     assert "/v1/subscribe?topic=t&access_token=***&apikey=***" in caplog.text
     assert "token=***" in caplog.text
-    assert not {"tok123", "key456", "ref789"} & set(caplog.text.replace("=", " ").replace("&", " ").split())
+    assert not {"tok123", "key456", "ref789"} & set(
+        caplog.text.replace("=", " ").replace("&", " ").split()
+    )
 
 
 async def test_query_string_credentials_never_reach_the_access_log(
@@ -398,7 +476,8 @@ async def test_query_string_credentials_never_reach_the_access_log(
         store: InMemoryStreamStore, caplog: pytest.LogCaptureFixture) -> None:
     options = access_log_options(GatewaySettings(access_log=True))
     server = TestServer(await secured_app(tmp_path, groups, signer, store))
-    await server.start_server(**options)  # the runner takes the access-log options the CLI gives run_app
+    # the runner takes the access-log options the CLI gives run_app
+    await server.start_server(**options)
     client: Client = await aiohttp_client(server)
     secrets_sent = [f"secret-{i}-value" for i in range(6)]
     names = ("token", "api_key", "access_token", "apikey", "X-API-Key", "jwt")
@@ -411,4 +490,7 @@ async def test_query_string_credentials_never_reach_the_access_log(
     assert all(MASK in line for line in lines), lines
     leaked = [line for line in lines if any(secret in line for secret in secrets_sent)]
     assert not leaked, leaked
-    print(f"\naccess log: {len(lines)} requests with query-string credentials logged, {len(leaked)} leaked")
+    print(
+        f"\naccess log: {len(lines)} requests with query-string credentials logged, "
+        f"{len(leaked)} leaked"
+    )

@@ -1,4 +1,5 @@
-"""Replaying a partition over HTTP: from earliest, an offset, a time, latest; paging with next_offset."""
+"""Replaying a partition over HTTP: from earliest, an offset, a time, latest; paging with
+next_offset."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ Client = TestClient[Any, Any]
 async def fill(client: Client, topic: str, count: int) -> list[str]:
     body = {"messages": [{"value": {"n": i}, "partition": 0, "key": "k", "headers": {"h": str(i)}}
                          for i in range(count)]}
-    results = (await (await client.post(f"/v1/topics/{topic}/messages", json=body)).json())["results"]
+    results = (
+        await (await client.post(f"/v1/topics/{topic}/messages", json=body)).json()
+    )["results"]
     return [r["offset"] for r in results]
 
 
@@ -21,7 +24,9 @@ async def replay(client: Client, topic: str, query: str) -> Any:
     return await client.get(f"/v1/topics/{topic}/partitions/0/messages?{query}")
 
 
-async def test_replay_from_earliest_returns_messages_as_published(client: Client, orders: str) -> None:
+async def test_replay_from_earliest_returns_messages_as_published(
+    client: Client, orders: str
+) -> None:
     offsets = await fill(client, orders, 3)
     body = await (await replay(client, orders, "from=earliest")).json()
     assert [m["offset"] for m in body["messages"]] == offsets
@@ -33,7 +38,9 @@ async def test_replay_from_earliest_returns_messages_as_published(client: Client
     assert first["timestamp_ms"] == int(offsets[0].split("-")[0])
 
 
-async def test_paging_with_next_offset_visits_every_message_once(client: Client, orders: str) -> None:
+async def test_paging_with_next_offset_visits_every_message_once(
+    client: Client, orders: str
+) -> None:
     offsets = await fill(client, orders, 25)
     seen: list[str] = []
     cursor = "earliest"
@@ -63,8 +70,10 @@ async def test_latest_returns_a_cursor_for_new_messages_only(client: Client, ord
 
 async def test_binary_values_come_back_base64(client: Client, orders: str) -> None:
     raw = b"\x00\xffbinary"
-    await client.post(f"/v1/topics/{orders}/messages",
-                      json={"messages": [{"value_b64": base64.b64encode(raw).decode(), "partition": 0}]})
+    await client.post(
+        f"/v1/topics/{orders}/messages",
+        json={"messages": [{"value_b64": base64.b64encode(raw).decode(), "partition": 0}]},
+    )
     message = (await (await replay(client, orders, "")).json())["messages"][0]
     assert "value" not in message
     assert base64.b64decode(message["value_b64"]) == raw
@@ -81,8 +90,10 @@ async def test_from_time_ms_skips_older_messages(client: Client, orders: str) ->
 
 
 async def test_bad_replay_parameters_are_422(client: Client, orders: str) -> None:
-    for query, pointer in (("from=yesterday", "/from"), ("limit=0", "/limit"), ("limit=501", "/limit"),
-                           ("limit=ten", "/limit"), ("from=1-1&from_time_ms=5", "/from_time_ms")):
+    for query, pointer in (
+        ("from=yesterday", "/from"), ("limit=0", "/limit"), ("limit=501", "/limit"),
+        ("limit=ten", "/limit"), ("from=1-1&from_time_ms=5", "/from_time_ms")
+    ):
         response = await replay(client, orders, query)
         assert response.status == 422, query
         assert (await response.json())["pointer"] == pointer, query

@@ -1,5 +1,5 @@
-"""A request body, and a request head, must arrive within ``body_read_timeout_s``: a trickling client gets 408 and
-its connection closed, and nothing holds it open for long."""
+"""A request body, and a request head, must arrive within ``body_read_timeout_s``: a trickling
+client gets 408 and its connection closed, and nothing holds it open for long."""
 
 from __future__ import annotations
 
@@ -33,8 +33,13 @@ async def read_until_closed(reader: asyncio.StreamReader, limit_s: float) -> byt
 async def test_a_publish_body_trickling_past_the_deadline_is_a_408_and_the_connection_is_closed(
         client: Client, orders: str) -> None:
     reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write((f"POST /v1/topics/{orders}/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  "Content-Length: 1000\r\n\r\n{").encode())
+    writer.write(
+        (
+            f"POST /v1/topics/{orders}/messages HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{"
+        ).encode()
+    )
     started = time.monotonic()
 
     async def trickle() -> None:
@@ -53,17 +58,24 @@ async def test_a_publish_body_trickling_past_the_deadline_is_a_408_and_the_conne
     assert head.startswith(b"HTTP/1.1 408"), head
     assert b"application/problem+json" in head
     assert orjson.loads(body)["type"].endswith("/request-timeout")
-    assert DEADLINE_S <= elapsed < DEADLINE_S + 4, "closed by the deadline (plus the short lingering read)"
+    assert DEADLINE_S <= elapsed < DEADLINE_S + 4, (
+        "closed by the deadline (plus the short lingering read)"
+    )
 
 
-async def test_a_complete_body_is_read_without_a_deadline_and_the_connection_is_kept(client: Client,
-                                                                                     orders: str) -> None:
+async def test_a_complete_body_is_read_without_a_deadline_and_the_connection_is_kept(
+    client: Client, orders: str
+) -> None:
     for _ in range(2):  # the second request goes over the same kept-alive connection
-        response = await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1}]})
+        response = await client.post(
+            f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1}]}
+        )
         assert response.status == 200
 
 
-async def test_a_request_head_that_never_completes_is_closed_at_the_deadline(client: Client) -> None:
+async def test_a_request_head_that_never_completes_is_closed_at_the_deadline(
+    client: Client,
+) -> None:
     reader, writer = await asyncio.open_connection(client.host, client.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     started = time.monotonic()

@@ -1,4 +1,5 @@
-"""A served subscription's client frames: settled in order through a bounded inbox, before the cleanup ends it."""
+"""A served subscription's client frames: settled in order through a bounded inbox, before the
+cleanup ends it."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ class GatedHub:
         self.gate = asyncio.Event()
         self.settled: list[tuple[str, list[MessageRef]]] = []
 
-    async def settle(self, session: Session, refs: list[MessageRef], action: str, delay_ms: int) -> None:
+    async def settle(
+        self, session: Session, refs: list[MessageRef], action: str, delay_ms: int
+    ) -> None:
         await self.gate.wait()
         self.settled.append((action, refs))
 
@@ -66,7 +69,9 @@ def served(services: Services, socket: FakeSocket, hub: GatedHub) -> ServedSubsc
 
 
 def ack(n: int) -> str:
-    return orjson.dumps({"type": "ack", "messages": [{"partition": 0, "offset": f"{n}-0"}]}).decode()
+    return orjson.dumps(
+        {"type": "ack", "messages": [{"partition": 0, "offset": f"{n}-0"}]}
+    ).decode()
 
 
 async def until(predicate: Any) -> None:
@@ -84,7 +89,9 @@ async def test_settle_frames_are_settled_in_order_and_a_full_inbox_stops_the_soc
     for n in range(INBOX_FRAMES + 6):
         subscription.on_text(ack(n))
     await asyncio.sleep(0.01)
-    assert "pause" in socket.reading_changes, "past INBOX_FRAMES waiting frames the socket stops reading"
+    assert "pause" in socket.reading_changes, (
+        "past INBOX_FRAMES waiting frames the socket stops reading"
+    )
     assert hub.settled == []
     hub.gate.set()
     await until(lambda: len(hub.settled) == INBOX_FRAMES + 6)
@@ -122,24 +129,34 @@ async def test_a_frame_that_is_not_a_settle_frame_gets_an_error_frame_and_nothin
     assert hub.settled == []
     subscription.session.request_close(4008, "slow")
     await asyncio.sleep(0)  # the closing future's callbacks run on the next loop step
-    assert socket.closed_with == (4008, "slow"), "a session's close request becomes the socket's close frame"
+    assert socket.closed_with == (4008, "slow"), (
+        "a session's close request becomes the socket's close frame"
+    )
     subscription.on_closed()
     await until(lambda: not services.subscriptions)
 
 
 def test_a_settle_frame_gives_its_action_refs_and_delay() -> None:
-    frame = {"type": "nack", "messages": [{"partition": 3, "offset": "5-1"}, {"partition": 0, "offset": "7-0"}],
-             "delay_ms": 250}
+    frame = {
+        "type": "nack",
+        "messages": [{"partition": 3, "offset": "5-1"}, {"partition": 0, "offset": "7-0"}],
+        "delay_ms": 250,
+    }
     assert parse_settle(frame) == ("nack", [(3, "5-1"), (0, "7-0")], 250)
-    assert parse_settle({"type": "ack", "messages": [{"partition": 1, "offset": "1-0", "extra": True}]}) == \
-        ("ack", [(1, "1-0")], 0)
+    assert parse_settle(
+        {"type": "ack", "messages": [{"partition": 1, "offset": "1-0", "extra": True}]}
+    ) == ("ack", [(1, "1-0")], 0)
 
 
-@pytest.mark.parametrize("item", [
-    [1, "1-0"], "1-0", None, {"offset": "1-0"}, {"partition": 1}, {"partition": "1", "offset": "1-0"},
-    {"partition": True, "offset": "1-0"}, {"partition": 1.0, "offset": "1-0"}, {"partition": 1, "offset": 10},
-    {"partition": 1, "offset": None},
-])
+@pytest.mark.parametrize(
+    "item",
+    [
+        [1, "1-0"], "1-0", None, {"offset": "1-0"}, {"partition": 1},
+        {"partition": "1", "offset": "1-0"}, {"partition": True, "offset": "1-0"},
+        {"partition": 1.0, "offset": "1-0"}, {"partition": 1, "offset": 10},
+        {"partition": 1, "offset": None}
+    ],
+)
 def test_a_settle_frame_with_a_malformed_message_anywhere_is_refused_whole(item: object) -> None:
     good = {"partition": 0, "offset": "1-0"}
     for messages in ([item], [good, item], [good, good, item, good]):

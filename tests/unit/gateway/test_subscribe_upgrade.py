@@ -1,4 +1,5 @@
-"""The subscribe route's upgrade: a bad handshake is a 400 problem, a good one a served lean socket."""
+"""The subscribe route's upgrade: a bad handshake is a 400 problem, a good one a served lean
+socket."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from gateway.services import Services
 Client = TestClient[Any, Any]
 
 
-async def test_a_subscribe_request_that_is_not_a_websocket_handshake_is_a_400_problem(client: Client,
-                                                                                         orders: str) -> None:
+async def test_a_subscribe_request_that_is_not_a_websocket_handshake_is_a_400_problem(
+    client: Client, orders: str
+) -> None:
     response = await client.get(f"/v1/subscribe?topic={orders}")
     assert response.status == 400
     assert response.content_type == PROBLEM_CONTENT_TYPE
@@ -34,8 +36,10 @@ async def test_a_broadcast_socket_gets_its_assignment_and_messages_then_closes_c
         assignment = orjson.loads((await ws.receive(timeout=5)).data)
         assert assignment == {"type": "assignment", "generation": 0, "partitions": [0, 1, 2]}
         assert len(services.subscriptions) == 1
-        response = await client.post(f"/v1/topics/{orders}/messages",
-                                     json={"messages": [{"key": f"k{i}", "value": i} for i in range(20)]})
+        response = await client.post(
+            f"/v1/topics/{orders}/messages",
+            json={"messages": [{"key": f"k{i}", "value": i} for i in range(20)]},
+        )
         assert response.status == 200
         values: list[int] = []
         while len(values) < 20:
@@ -56,7 +60,9 @@ async def test_a_broadcast_socket_gets_its_assignment_and_messages_then_closes_c
     assert services.connections.open_count("anonymous") == 0
 
 
-async def test_shutdown_closes_subscriptions_with_1001(client: Client, orders: str, services: Services) -> None:
+async def test_shutdown_closes_subscriptions_with_1001(
+    client: Client, orders: str, services: Services
+) -> None:
     async with client.ws_connect(f"/v1/subscribe?topic={orders}") as ws:
         await ws.receive(timeout=5)  # assignment
         shutdown = asyncio.create_task(client.app.shutdown())

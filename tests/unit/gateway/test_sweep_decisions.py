@@ -1,4 +1,5 @@
-"""GroupSweep decisions with fake stores: what is dead-lettered, whose deliveries are released, what is left."""
+"""GroupSweep decisions with fake stores: what is dead-lettered, whose deliveries are released, what
+is left."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def entry(offset: str) -> StoredEntry:
 class FakeGroups:
     """Pending entries of one partition: offset -> (consumer, idle_ms, delivery_count)."""
 
-    def __init__(self, pending: dict[str, tuple[str, int, int]], groups: Sequence[str] = ("g",)) -> None:
+    def __init__(
+        self, pending: dict[str, tuple[str, int, int]], groups: Sequence[str] = ("g",)
+    ) -> None:
         self.pending = pending
         self._groups = list(groups)
         self.acked: list[str] = []
@@ -32,14 +35,21 @@ class FakeGroups:
 
     async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
                       after: str | None = None, consumer: str | None = None) -> list[PendingEntry]:
-        rows = [PendingEntry(partition, offset, owner, idle, delivered)
-                for offset, (owner, idle, delivered) in sorted(self.pending.items(), key=lambda kv: int(kv[0]))
-                if idle >= min_idle_ms and (consumer is None or owner == consumer)
-                and (after is None or int(offset) > int(after))]
+        rows = [
+            PendingEntry(partition, offset, owner, idle, delivered)
+            for offset, (owner, idle, delivered) in sorted(
+                self.pending.items(), key=lambda kv: int(kv[0])
+            )
+            if idle >= min_idle_ms
+            and (consumer is None or owner == consumer)
+            and (after is None or int(offset) > int(after))
+        ]
         return rows[:count]
 
-    async def claim(self, topic: str, partition: int, group: str, consumer: str, pending: Sequence[PendingEntry],
-                    *, min_idle_ms: int) -> list[Delivery]:
+    async def claim(
+        self, topic: str, partition: int, group: str, consumer: str,
+        pending: Sequence[PendingEntry], *, min_idle_ms: int
+    ) -> list[Delivery]:
         out = []
         for p in pending:
             _, idle, delivered = self.pending[p.offset]
@@ -54,8 +64,10 @@ class FakeGroups:
             self.pending.pop(offset, None)
         return len(offsets)
 
-    async def set_idle(self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
-                       idle_ms: int) -> None:
+    async def set_idle(
+        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
+        idle_ms: int
+    ) -> None:
         for offset in offsets:
             _, _, delivered = self.pending[offset]
             self.pending[offset] = (consumer, idle_ms, delivered)
@@ -68,8 +80,12 @@ class FakeConsumers:
         self.removed: list[str] = []
 
     async def consumers(self, topic: str, partition: int, group: str) -> list[ConsumerInfo]:
-        return [ConsumerInfo(name, sum(1 for c, _, _ in self._groups.pending.values() if c == name), idle)
-                for name, idle in self.idle.items()]
+        return [
+            ConsumerInfo(
+                name, sum(1 for c, _, _ in self._groups.pending.values() if c == name), idle
+            )
+            for name, idle in self.idle.items()
+        ]
 
     async def remove_if_empty(self, topic: str, partition: int, group: str, consumer: str) -> bool:
         if any(c == consumer for c, _, _ in self._groups.pending.values()):
@@ -97,9 +113,11 @@ class Letters:
 
 def sweep_of(groups: FakeGroups, consumers: FakeConsumers, policies: Mapping[str, GroupPolicy],
              letters: Letters) -> GroupSweep:
-    return GroupSweep(groups, consumers, FakePolicies(policies), letters,  # type: ignore[arg-type]
-                      GatewayMetrics.create(), SweepSettings(ME, dead_consumer_idle_ms=4_000,
-                                                             service_consumers=frozenset({"http-pull"})))
+    return GroupSweep(
+        groups, consumers, FakePolicies(policies), letters,  # type: ignore[arg-type]
+        GatewayMetrics.create(),
+        SweepSettings(ME, dead_consumer_idle_ms=4_000, service_consumers=frozenset({"http-pull"})),
+    )
 
 
 @pytest.fixture
@@ -107,10 +125,15 @@ def letters() -> Letters:
     return Letters()
 
 
-async def test_only_expired_entries_that_used_every_delivery_are_dead_lettered(letters: Letters) -> None:
-    groups = FakeGroups({"1": (ME, 5_000, 3), "2": (ME, 5_000, 2), "3": (ME, 10, 3), "4": (ME, 9_000, 4)})
-    await sweep_of(groups, FakeConsumers(groups, {ME: 0}), {"g": GroupPolicy(1_000, 3)}, letters).sweep(
-        "t", 0, [ME])
+async def test_only_expired_entries_that_used_every_delivery_are_dead_lettered(
+    letters: Letters,
+) -> None:
+    groups = FakeGroups(
+        {"1": (ME, 5_000, 3), "2": (ME, 5_000, 2), "3": (ME, 10, 3), "4": (ME, 9_000, 4)}
+    )
+    await sweep_of(
+        groups, FakeConsumers(groups, {ME: 0}), {"g": GroupPolicy(1_000, 3)}, letters
+    ).sweep("t", 0, [ME])
     assert letters.sent == [("1", 4), ("4", 5)]
     assert groups.acked == ["1", "4"]
     assert set(groups.pending) == {"2", "3"}
@@ -120,16 +143,21 @@ async def test_dead_lettering_pages_past_entries_with_deliveries_left(letters: L
     pending = {str(i): (ME, 5_000, 1) for i in range(1, PAGE + 1)}
     pending[str(PAGE + 5)] = (ME, 5_000, 2)
     groups = FakeGroups(pending)
-    await sweep_of(groups, FakeConsumers(groups, {ME: 0}), {"g": GroupPolicy(1_000, 2)}, letters).sweep(
-        "t", 0, [ME])
+    await sweep_of(
+        groups, FakeConsumers(groups, {ME: 0}), {"g": GroupPolicy(1_000, 2)}, letters
+    ).sweep("t", 0, [ME])
     assert letters.sent == [(str(PAGE + 5), 3)]
 
 
 async def test_a_dead_nodes_deliveries_are_released_without_counting_and_its_consumer_removed(
         letters: Letters) -> None:
-    groups = FakeGroups({"1": ("node-dead", 100, 1), "2": ("node-dead", 100, 2), "3": ("node-live", 100, 1)})
+    groups = FakeGroups(
+        {"1": ("node-dead", 100, 1), "2": ("node-dead", 100, 2), "3": ("node-live", 100, 1)}
+    )
     consumers = FakeConsumers(groups, {"node-dead": 10_000, "node-live": 10_000, ME: 0})
-    await sweep_of(groups, consumers, {"g": GroupPolicy(60_000, 5)}, letters).sweep("t", 0, [ME, "node-live"])
+    await sweep_of(groups, consumers, {"g": GroupPolicy(60_000, 5)}, letters).sweep(
+        "t", 0, [ME, "node-live"]
+    )
     assert groups.pending["1"] == (SWEEP_CONSUMER, RELEASE_IDLE_MS, 1)
     assert groups.pending["2"] == (SWEEP_CONSUMER, RELEASE_IDLE_MS, 2)
     assert groups.pending["3"] == ("node-live", 100, 1)
@@ -137,8 +165,12 @@ async def test_a_dead_nodes_deliveries_are_released_without_counting_and_its_con
     assert letters.sent == []
 
 
-@pytest.mark.parametrize(("name", "idle_ms"), [("node-new", 1_000), ("http-pull", 10_000), (SWEEP_CONSUMER, 10_000)])
-async def test_young_and_service_consumers_are_never_released(letters: Letters, name: str, idle_ms: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "idle_ms"), [("node-new", 1_000), ("http-pull", 10_000), (SWEEP_CONSUMER, 10_000)]
+)
+async def test_young_and_service_consumers_are_never_released(
+    letters: Letters, name: str, idle_ms: int
+) -> None:
     groups = FakeGroups({"1": (name, 100, 1)})
     consumers = FakeConsumers(groups, {name: idle_ms})
     await sweep_of(groups, consumers, {"g": GroupPolicy(60_000, 5)}, letters).sweep("t", 0, [ME])
@@ -146,10 +178,14 @@ async def test_young_and_service_consumers_are_never_released(letters: Letters, 
     assert consumers.removed == []
 
 
-async def test_nothing_is_released_while_this_node_is_missing_from_its_own_view(letters: Letters) -> None:
+async def test_nothing_is_released_while_this_node_is_missing_from_its_own_view(
+    letters: Letters,
+) -> None:
     groups = FakeGroups({"1": ("node-dead", 100, 1)})
     consumers = FakeConsumers(groups, {"node-dead": 10_000})
-    await sweep_of(groups, consumers, {"g": GroupPolicy(60_000, 5)}, letters).sweep("t", 0, ["node-other"])
+    await sweep_of(groups, consumers, {"g": GroupPolicy(60_000, 5)}, letters).sweep(
+        "t", 0, ["node-other"]
+    )
     assert groups.pending["1"] == ("node-dead", 100, 1)
 
 

@@ -1,5 +1,5 @@
-"""Throttle: principal then topic buckets, refunds on refusal, RateLimit headers, impossible requests, read and
-subscribe buckets, per-principal overrides."""
+"""Throttle: principal then topic buckets, refunds on refusal, RateLimit headers, impossible
+requests, read and subscribe buckets, per-principal overrides."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ async def test_no_configured_limit_admits_everything_without_headers() -> None:
 
 
 async def test_admitted_requests_report_the_tightest_bucket() -> None:
-    throttle = Throttle(FakeLimiter(), RateLimits(principal_messages_per_s=100, topic_bytes_per_s=1000))
+    throttle = Throttle(
+        FakeLimiter(), RateLimits(principal_messages_per_s=100, topic_bytes_per_s=1000)
+    )
     decision = await throttle.admit_publish(ALICE, "orders", 10, 900)
     assert decision.allowed
     assert decision.headers["RateLimit"] == "remaining=90, reset=2"
@@ -99,14 +101,18 @@ async def test_reads_and_subscribes_have_their_own_buckets_per_principal() -> No
     throttle = Throttle(limiter, RateLimits(principal_reads_per_s=2, principal_subscribes_per_s=1))
     assert throttle.enabled
     assert [(await throttle.admit_read(ALICE)).allowed for _ in range(3)] == [True, True, False]
-    assert (await throttle.admit_subscribe(ALICE)).allowed, "subscribes are not charged to the reads bucket"
+    assert (await throttle.admit_subscribe(ALICE)).allowed, (
+        "subscribes are not charged to the reads bucket"
+    )
     refused = await throttle.admit_subscribe(ALICE)
     assert (refused.allowed, refused.limit, refused.retry_after_s) == (False, "principal", 1)
     assert refused.reason == "principal subscribes rate limit exceeded"
     assert refused.headers["RateLimit-Policy"] == '"subscribes";q=1;w=1'
     assert refused.headers["RateLimit"] == "remaining=0, reset=1"
     assert (await throttle.admit_read(BOB)).allowed
-    assert set(limiter.left) == {"principal:alice/reads", "principal:alice/subscribes", "principal:bob/reads"}
+    assert set(limiter.left) == {
+        "principal:alice/reads", "principal:alice/subscribes", "principal:bob/reads"
+    }
 
 
 async def test_unlimited_reads_charge_nothing() -> None:
@@ -126,15 +132,22 @@ OVERRIDES = LimitOverrides([
 
 
 def test_the_first_matching_override_replaces_only_the_rates_it_gives() -> None:
-    throttle = Throttle(FakeLimiter(), RateLimits(principal_messages_per_s=10, principal_reads_per_s=5,
-                                                  topic_messages_per_s=50), OVERRIDES)
+    throttle = Throttle(
+        FakeLimiter(),
+        RateLimits(principal_messages_per_s=10, principal_reads_per_s=5, topic_messages_per_s=50),
+        OVERRIDES,
+    )
     gold_alice = Principal("alice", "jwt", {"tier": "gold"})
-    assert throttle.limits_for(gold_alice) == RateLimits(principal_messages_per_s=100, principal_reads_per_s=None,
-                                                         topic_messages_per_s=50)
-    assert throttle.limits_for(ALICE) == RateLimits(principal_messages_per_s=1, principal_reads_per_s=5,
-                                                    topic_messages_per_s=50)
-    assert throttle.limits_for(BOB) == RateLimits(principal_messages_per_s=10, principal_reads_per_s=5,
-                                                  topic_messages_per_s=50, principal_subscribes_per_s=3)
+    assert throttle.limits_for(gold_alice) == RateLimits(
+        principal_messages_per_s=100, principal_reads_per_s=None, topic_messages_per_s=50
+    )
+    assert throttle.limits_for(ALICE) == RateLimits(
+        principal_messages_per_s=1, principal_reads_per_s=5, topic_messages_per_s=50
+    )
+    assert throttle.limits_for(BOB) == RateLimits(
+        principal_messages_per_s=10, principal_reads_per_s=5, topic_messages_per_s=50,
+        principal_subscribes_per_s=3
+    )
 
 
 async def test_an_overridden_principal_is_charged_at_its_own_rate() -> None:

@@ -11,7 +11,9 @@ Client = TestClient[Any, Any]
 
 
 async def test_create_topic_returns_201_with_metadata(client: Client) -> None:
-    response = await client.post("/v1/topics", json={"name": "orders", "partitions": 4, "retention_ms": 60000})
+    response = await client.post(
+        "/v1/topics", json={"name": "orders", "partitions": 4, "retention_ms": 60000}
+    )
     assert response.status == 201
     assert response.headers["Location"] == "/v1/topics/orders"
     body = await response.json()
@@ -44,7 +46,9 @@ async def test_zero_partitions_is_422(client: Client) -> None:
 
 
 async def test_malformed_create_body_is_400(client: Client) -> None:
-    response = await client.post("/v1/topics", data=b"{not json", headers={"content-type": "application/json"})
+    response = await client.post(
+        "/v1/topics", data=b"{not json", headers={"content-type": "application/json"}
+    )
     assert response.status == 400
     assert response.content_type == "application/problem+json"
 
@@ -57,7 +61,9 @@ async def test_list_topics_is_sorted_by_name(client: Client) -> None:
 
 
 async def test_describe_topic_has_partition_details(client: Client, orders: str) -> None:
-    await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "partition": 2}]})
+    await client.post(
+        f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "partition": 2}]}
+    )
     body = await (await client.get(f"/v1/topics/{orders}")).json()
     details = body["partition_details"]
     assert [d["partition"] for d in details] == [0, 1, 2]
@@ -67,17 +73,22 @@ async def test_describe_topic_has_partition_details(client: Client, orders: str)
     assert details[0]["first_offset"] is details[0]["last_offset"] is None
     assert details[2]["publish_rate_per_s"] > 0
     assert details[0]["publish_rate_per_s"] == 0
-    # With 3 partitions no partition can exceed 3x the mean (the hot rule is tested with 4 in test_hotspots).
+    # With 3 partitions no partition can exceed 3x the mean (the hot rule is tested with 4 in
+    # test_hotspots).
     assert [d["hot"] for d in details] == [False, False, False]
 
 
 async def test_describe_topic_lists_heavy_keys(client: Client, orders: str) -> None:
-    await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "key": "whale"}] * 20})
+    await client.post(
+        f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1, "key": "whale"}] * 20}
+    )
     body = await (await client.get(f"/v1/topics/{orders}")).json()
     [whale_partition] = [d for d in body["partition_details"] if d["top_keys"]]
     assert whale_partition["top_keys"] == [{"key": "whale", "messages": 20}]
     metrics = await (await client.get("/metrics")).text()
-    assert 'key="whale"' not in metrics, "keys are message data: /metrics shows them only when metrics_expose_keys"
+    assert 'key="whale"' not in metrics, (
+        "keys are message data: /metrics shows them only when metrics_expose_keys"
+    )
 
 
 async def test_describe_unknown_topic_is_404(client: Client) -> None:
@@ -103,7 +114,9 @@ async def test_patch_changes_retention_and_clears_max_length(client: Client, ord
     assert body["max_length"] is None
 
 
-async def test_delete_topic_is_204_and_removes_data(client: Client, orders: str, store: Any) -> None:
+async def test_delete_topic_is_204_and_removes_data(
+    client: Client, orders: str, store: Any
+) -> None:
     await client.post(f"/v1/topics/{orders}/messages", json={"messages": [{"value": 1}]})
     assert (await client.delete(f"/v1/topics/{orders}")).status == 204
     assert (await client.get(f"/v1/topics/{orders}")).status == 404
@@ -123,7 +136,9 @@ async def test_chunked_create_body_is_read_whole(client: Client) -> None:
         yield b'{"name": "chunked", '
         yield b'"partitions": 2}'
 
-    response = await client.post("/v1/topics", data=chunks(), headers={"content-type": "application/json"})
+    response = await client.post(
+        "/v1/topics", data=chunks(), headers={"content-type": "application/json"}
+    )
     assert response.status == 201
 
 
@@ -134,19 +149,29 @@ async def test_admin_body_over_64_kib_is_413_even_when_chunked(client: Client) -
             yield b"x" * 1024
         yield b'"}'
 
-    response = await client.post("/v1/topics", data=chunks(), headers={"content-type": "application/json"})
+    response = await client.post(
+        "/v1/topics", data=chunks(), headers={"content-type": "application/json"}
+    )
     assert response.status == 413
     assert (await client.get("/v1/topics/big")).status == 404
 
 
-@pytest.mark.parametrize("body", [{"messages": [{"key": "whale", "value": 1}]},  # the plain path
-                                  {"messages": [{"key": "whale", "value": 1, "headers": {"h": "1"}}]}],
-                         ids=["plain", "general"])
-async def test_a_publish_refused_by_the_backend_is_not_counted_as_traffic(client: Client, orders: str, store: Any,
-                                                                          body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"key": "whale", "value": 1}]},  # the plain path
+        {"messages": [{"key": "whale", "value": 1, "headers": {"h": "1"}}]},
+    ],
+    ids=["plain", "general"],
+)
+async def test_a_publish_refused_by_the_backend_is_not_counted_as_traffic(
+    client: Client, orders: str, store: Any, body: dict[str, Any]
+) -> None:
     store.unavailable = True
     for acks in ("1", "all"):
-        assert (await client.post(f"/v1/topics/{orders}/messages", json={**body, "acks": acks})).status == 503
+        assert (
+            await client.post(f"/v1/topics/{orders}/messages", json={**body, "acks": acks})
+        ).status == 503
     details = (await (await client.get(f"/v1/topics/{orders}")).json())["partition_details"]
     assert all(d["publish_rate_per_s"] == 0 and d["top_keys"] == [] for d in details)
     store.unavailable = False

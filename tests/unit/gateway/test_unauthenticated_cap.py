@@ -1,5 +1,6 @@
-"""At most ``max_unauthenticated_connections`` WebSockets per process await their auth frame; past it the upgrade
-is refused with 503 + Retry-After, and a slot frees as soon as a socket authenticates, fails or times out."""
+"""At most ``max_unauthenticated_connections`` WebSockets per process await their auth frame; past
+it the upgrade is refused with 503 + Retry-After, and a slot frees as soon as a socket
+authenticates, fails or times out."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ CAP = 2
 @pytest.fixture
 def settings(tmp_path: Path) -> GatewaySettings:
     config = tmp_path / "auth.toml"
-    config.write_text(f'[[api_keys]]\nprincipal = "app"\nsha256 = "{hash_api_key(KEY)}"\n\n'
-                      '[[rules]]\nprincipals = ["app"]\ntopics = ["*"]\nactions = ["publish", "subscribe", "admin"]\n')
+    config.write_text(
+        f'[[api_keys]]\nprincipal = "app"\nsha256 = "{hash_api_key(KEY)}"\n\n'
+        '[[rules]]\nprincipals = ["app"]\ntopics = ["*"]\n'
+        'actions = ["publish", "subscribe", "admin"]\n'
+    )
     return GatewaySettings(auth_config_path=str(config), max_unauthenticated_connections=CAP,
                            auth_frame_timeout_s=30)
 
@@ -34,7 +38,9 @@ def settings(tmp_path: Path) -> GatewaySettings:
 @pytest.fixture
 async def client(aiohttp_client: Any, services: Services) -> Client:
     client: Client = await aiohttp_client(app_with_services(services))
-    response = await client.post("/v1/topics", json={"name": "orders", "partitions": 1}, headers={"X-API-Key": KEY})
+    response = await client.post(
+        "/v1/topics", json={"name": "orders", "partitions": 1}, headers={"X-API-Key": KEY}
+    )
     assert response.status == 201, await response.text()
     return client
 
@@ -66,7 +72,9 @@ async def test_upgrades_past_the_unauthenticated_cap_are_refused_with_503_until_
         if services.connections.unauthenticated == 0:
             break
         await asyncio.sleep(0.01)
-    assert services.connections.unauthenticated == 0, "a socket gone before authenticating frees its slot"
+    assert services.connections.unauthenticated == 0, (
+        "a socket gone before authenticating frees its slot"
+    )
 
 
 async def test_upgrades_with_credentials_are_not_counted_against_the_unauthenticated_cap(

@@ -1,4 +1,5 @@
-"""Message frames are assembled from pieces: byte-for-byte what orjson gives for the same document."""
+"""Message frames are assembled from pieces: byte-for-byte what orjson gives for the same
+document."""
 
 from __future__ import annotations
 
@@ -15,13 +16,26 @@ from storage.models import Delivery, StoredEntry, ValueFormat
 
 
 def reference(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
-    return orjson.dumps({"type": "message", "topic": topic, **entry_document(entry), "delivery_count": delivery_count})
+    return orjson.dumps(
+        {
+            "type": "message", "topic": topic, **entry_document(entry),
+            "delivery_count": delivery_count
+        }
+    )
 
 
 ENTRIES = [
-    StoredEntry(0, "1795418703164-0", b'{"total":42}', ValueFormat.JSON, b"alice", {}, 1795418703164),
-    StoredEntry(7, "1-12", b"[1,2,3]", ValueFormat.JSON, None, {"tenant": "a", 'quote"d': "back\\slash\n"}, 1),
-    StoredEntry(3, "1795418703164-99", b"\x00\xff binary", ValueFormat.BINARY, "ключ-é-🙂".encode(), {}, 1795418703164),
+    StoredEntry(
+        0, "1795418703164-0", b'{"total":42}', ValueFormat.JSON, b"alice", {}, 1795418703164
+    ),
+    StoredEntry(
+        7, "1-12", b"[1,2,3]", ValueFormat.JSON, None, {"tenant": "a", 'quote"d': "back\\slash\n"},
+        1
+    ),
+    StoredEntry(
+        3, "1795418703164-99", b"\x00\xff binary", ValueFormat.BINARY, "ключ-é-🙂".encode(), {},
+        1795418703164
+    ),
     StoredEntry(2, "5-0", b'"text"', ValueFormat.JSON, b"\xff\xfe not utf-8", {"ü": "🙂"}, 5),
     StoredEntry(1, "6-0", b"", ValueFormat.BINARY, b"", {}, 6),
 ]
@@ -29,36 +43,49 @@ ENTRIES = [
 
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("topic", ["orders", 'we"ird\\topic-é'])
-def test_message_frames_match_the_orjson_encoding_of_the_document(topic: str, entry: StoredEntry) -> None:
+def test_message_frames_match_the_orjson_encoding_of_the_document(
+    topic: str, entry: StoredEntry
+) -> None:
     for delivery_count in (1, 17):
         frame = message_frame(topic, entry, delivery_count)
         assert frame == reference(topic, entry, delivery_count)
         assert orjson.loads(frame)["type"] == "message"
 
 
-# --- the compiled page framing (gateway.delivery._frames) -----------------------------------------------
+# --- the compiled page framing (gateway.delivery._frames) -----------------------------------------
 compiled = pytest.importorskip("gateway.delivery._frames")
 
 
 def test_the_compiled_framing_is_installed_unless_switched_off() -> None:
-    assert wire.FRAMES_NATIVE is not gateway_native.OFF, "gateway.delivery._frames is not built: pip install -e ."
+    assert wire.FRAMES_NATIVE is not gateway_native.OFF, (
+        "gateway.delivery._frames is not built: pip install -e ."
+    )
 
 
 KEYS = st.one_of(st.none(), st.binary(max_size=12), st.text(max_size=8).map(str.encode),
                  st.sampled_from([b'"', b"\\", b"\x7f", b"\x1f", b"plain-key_1/~", b""]))
 HEADERS = st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3)
 OFFSETS = st.from_regex(r"\A[0-9]{1,20}-[0-9]{1,3}\Z")
-STORED = st.builds(StoredEntry, partition=st.integers(0, 2**63 - 1), offset=OFFSETS,
-                   value=st.one_of(st.sampled_from([b"{}", b"[1]", b'"s"']), st.binary(max_size=16)),
-                   value_format=st.sampled_from(ValueFormat), key=KEYS, headers=HEADERS,
-                   timestamp_ms=st.integers(0, 2**63 - 1))
-DELIVERIES = st.lists(st.builds(Delivery, entry=STORED, delivery_count=st.integers(1, 2**31)), max_size=12)
+STORED = st.builds(
+    StoredEntry, partition=st.integers(0, 2**63 - 1), offset=OFFSETS,
+    value=st.one_of(st.sampled_from([b"{}", b"[1]", b'"s"']), st.binary(max_size=16)),
+    value_format=st.sampled_from(ValueFormat), key=KEYS, headers=HEADERS,
+    timestamp_ms=st.integers(0, 2**63 - 1)
+)
+DELIVERIES = st.lists(
+    st.builds(Delivery, entry=STORED, delivery_count=st.integers(1, 2**31)), max_size=12
+)
 
 
 @given(deliveries=DELIVERIES, topic=st.text(max_size=10))
-def test_compiled_page_frames_are_the_references_bytes(deliveries: list[Delivery], topic: str) -> None:
+def test_compiled_page_frames_are_the_references_bytes(
+    deliveries: list[Delivery], topic: str
+) -> None:
     expected = [reference(topic, d.entry, d.delivery_count) for d in deliveries]
-    assert compiled.message_frames(wire._frame_prefix(topic), deliveries, wire._FRAME_LAYOUT) == expected
+    assert (
+        compiled.message_frames(wire._frame_prefix(topic), deliveries, wire._FRAME_LAYOUT)
+        == expected
+    )
     assert message_frames(topic, deliveries) == expected
 
 
@@ -83,7 +110,12 @@ def test_fields_of_unexpected_types_are_framed_by_the_reference(odd: StoredEntry
     assert got == expected
 
 
-@given(st.lists(st.sampled_from([0, 1, 125, 126, 127, 65_535, 65_536, 70_000]).map(lambda n: b"x" * n), max_size=6))
+@given(
+    st.lists(
+        st.sampled_from([0, 1, 125, 126, 127, 65_535, 65_536, 70_000]).map(lambda n: b"x" * n),
+        max_size=6,
+    )
+)
 def test_compiled_text_frames_match_the_reference_byte_for_byte(payloads: list[bytes]) -> None:
     assert wire.text_frames(payloads) == wire.text_frames_python(payloads)
     assert compiled.text_frames(payloads) == wire.text_frames_python(payloads)

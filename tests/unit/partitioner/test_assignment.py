@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from partitioner.assignment import assign, moved_partitions
 
-member_names = st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=8, unique=True)
+member_names = st.lists(
+    st.text("abcdefgh", min_size=1, max_size=4), min_size=1, max_size=8, unique=True
+)
 partition_counts = st.integers(min_value=0, max_value=64)
 
 
@@ -51,7 +53,9 @@ def test_partitions_beyond_count_in_previous_are_ignored() -> None:
 
 
 @given(previous_assignments())
-def test_every_partition_is_owned_exactly_once_and_balanced(case: tuple[list[str], int, dict[str, list[int]]]) -> None:
+def test_every_partition_is_owned_exactly_once_and_balanced(
+    case: tuple[list[str], int, dict[str, list[int]]],
+) -> None:
     members, partitions, previous = case
     _check_valid(assign(members, partitions, previous), members, partitions)
 
@@ -64,7 +68,9 @@ def test_result_does_not_depend_on_input_order(case: tuple[list[str], int, dict[
     rnd.shuffle(shuffled_members)
     shuffled_previous = {name: rnd.sample(parts, len(parts)) for name, parts in
                          rnd.sample(list(previous.items()), len(previous))}
-    assert assign(shuffled_members, partitions, shuffled_previous) == assign(members, partitions, previous)
+    assert assign(shuffled_members, partitions, shuffled_previous) == assign(
+        members, partitions, previous
+    )
 
 
 @given(member_names, partition_counts)
@@ -74,7 +80,9 @@ def test_reassigning_a_balanced_result_moves_nothing(members: list[str], partiti
 
 
 @given(member_names, st.integers(min_value=1, max_value=64), st.text("ijk", min_size=1, max_size=3))
-def test_adding_a_member_moves_at_most_one_fair_share(members: list[str], partitions: int, newcomer: str) -> None:
+def test_adding_a_member_moves_at_most_one_fair_share(
+    members: list[str], partitions: int, newcomer: str
+) -> None:
     before = assign(members, partitions, {})
     if newcomer in members:
         return
@@ -105,7 +113,9 @@ def test_a_partition_stays_with_its_owner_unless_the_owner_is_over_its_share(
     ceiling = math.ceil(partitions / len(members))
     for name in members:
         valid = {p for p in previous.get(name, ()) if p < partitions}
-        claimed_elsewhere = {p for other in members if other < name for p in previous.get(other, ())}
+        claimed_elsewhere = {
+            p for other in members if other < name for p in previous.get(other, ())
+        }
         mine = valid - claimed_elsewhere
         if len(mine) <= partitions // len(members):
             assert mine <= set(after[name])

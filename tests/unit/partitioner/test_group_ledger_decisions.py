@@ -1,4 +1,5 @@
-"""The group ledger's claim decision: a held pair is free, a new one counts against the cap, gone pairs make room."""
+"""The group ledger's claim decision: a held pair is free, a new one counts against the cap, gone
+pairs make room."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def test_groups_that_no_longer_exist_make_room_at_the_cap_only() -> None:
         return pair[0] == "t"
 
     assert admit([("gone", "a"), ("t", "b")], ("t", "c"), 2, only_t) == [("t", "b"), ("t", "c")]
-    assert admit([("gone", "a")], ("t", "c"), 2, only_t) == [("gone", "a"), ("t", "c")], "below the cap: kept"
+    assert admit([("gone", "a")], ("t", "c"), 2, only_t) == [("gone", "a"), ("t", "c")], (
+        "below the cap: kept"
+    )
 
 
 def test_cap_zero_means_no_cap() -> None:

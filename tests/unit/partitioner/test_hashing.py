@@ -58,8 +58,11 @@ IMPLEMENTATIONS = [pytest.param((murmur2, partition_for), id="installed"),
 
 
 def test_the_compiled_hash_is_installed_unless_switched_off() -> None:
-    # setup.py builds it (optional, for machines without a compiler); a silent fallback would be slow.
-    assert hashing.NATIVE is not partitioner_native.OFF, "partitioner._murmur2 is not built: pip install -e ."
+    # setup.py builds it (optional, for machines without a compiler); a silent fallback would be
+    # slow.
+    assert hashing.NATIVE is not partitioner_native.OFF, (
+        "partitioner._murmur2 is not built: pip install -e ."
+    )
     assert (murmur2 is murmur2_python) is partitioner_native.OFF
 
 
@@ -73,20 +76,25 @@ def test_murmur2_matches_kafka_utils_test_vectors(
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize(("text", "expected"), PINNED_PARTITIONS)
 def test_partition_for_matches_pinned_table(
-        text: str, expected: tuple[int, ...], implementation: tuple[Any, Callable[[bytes, int], int]]) -> None:
+    text: str, expected: tuple[int, ...], implementation: tuple[Any, Callable[[bytes, int], int]]
+) -> None:
     actual = tuple(implementation[1](text.encode("utf-8"), n) for n in PARTITION_COUNTS)
     assert actual == expected
 
 
 @settings(max_examples=2000, deadline=None)
 @given(key=st.binary(max_size=300), partitions=st.integers(1, 100_000))
-def test_compiled_hash_and_placement_equal_the_python_reference(key: bytes, partitions: int) -> None:
+def test_compiled_hash_and_placement_equal_the_python_reference(
+    key: bytes, partitions: int
+) -> None:
     assert murmur2(key) == murmur2_python(key)
     assert partition_for(key, partitions) == partition_for_python(key, partitions)
 
 
-@given(keys=st.lists(st.none() | st.binary(max_size=40), max_size=30), partitions=st.integers(1, 1000),
-       keyless=st.integers(0, 999))
+@given(
+    keys=st.lists(st.none() | st.binary(max_size=40), max_size=30), partitions=st.integers(1, 1000),
+    keyless=st.integers(0, 999)
+)
 def test_partitions_of_a_key_list_are_each_keys_placement(keys: list[bytes | None], partitions: int,
                                                          keyless: int) -> None:
     expected = [keyless if key is None else partition_for_python(key, partitions) for key in keys]
@@ -137,7 +145,9 @@ def test_partition_for_is_stable_across_processes_with_other_hash_seeds() -> Non
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                             check=True).stdout.strip()
-    assert output == str([partition_for(k.encode(), 12) for k in ("user-1", "order:1001", "streamgate")])
+    assert output == str(
+        [partition_for(k.encode(), 12) for k in ("user-1", "order:1001", "streamgate")]
+    )
 
 
 def test_keyless_batches_spread_evenly_within_five_percent() -> None:

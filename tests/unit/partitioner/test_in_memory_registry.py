@@ -41,7 +41,9 @@ async def test_create_validates_settings(registry: InMemoryTopicRegistry) -> Non
 
 async def test_update_bumps_version(registry: InMemoryTopicRegistry) -> None:
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
-    updated = await registry.update(created.with_changes(partitions=4, retention_ms=None, max_length=None))
+    updated = await registry.update(
+        created.with_changes(partitions=4, retention_ms=None, max_length=None)
+    )
     assert updated.version > created.version
     assert await registry.get("orders") == updated
 
@@ -51,7 +53,9 @@ async def test_update_with_stale_version_raises_concurrent_modification(
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
     await registry.update(created.with_changes(partitions=4, retention_ms=None, max_length=None))
     with pytest.raises(ConcurrentModification) as excinfo:
-        await registry.update(created.with_changes(partitions=5, retention_ms=None, max_length=None))
+        await registry.update(
+            created.with_changes(partitions=5, retention_ms=None, max_length=None)
+        )
     assert excinfo.value.retriable
 
 

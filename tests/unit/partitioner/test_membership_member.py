@@ -1,4 +1,5 @@
-"""GroupMember's own side (liveness on its own clock, confirmations) against an in-memory fake of etcd."""
+"""GroupMember's own side (liveness on its own clock, confirmations) against an in-memory fake of
+etcd."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ class _FakeWatch:
 
 
 class FakeEtcd:
-    """Just enough of EtcdConnection: keys with leases, guarded puts, prefix watches, scriptable keepalive."""
+    """Just enough of EtcdConnection: keys with leases, guarded puts, prefix watches, scriptable
+    keepalive."""
 
     def __init__(self) -> None:
         self.kv: dict[bytes, tuple[StoredValue, int]] = {}  # key -> (value, lease id)
@@ -83,7 +85,9 @@ class FakeEtcd:
                 return None
         return await self.put(key, value, lease_id)
 
-    async def put_if_absent(self, key: bytes, value: bytes, lease_id: int | None = None) -> int | None:
+    async def put_if_absent(
+        self, key: bytes, value: bytes, lease_id: int | None = None
+    ) -> int | None:
         return await self.put_if(key, value, guards=[Guard(key, 0)], lease_id=lease_id)
 
     async def get(self, key: bytes) -> StoredValue | None:
@@ -105,8 +109,10 @@ class FakeEtcd:
 
 
 def _member(fake: FakeEtcd, ttl_s: float = 0.3, partitions: int = 4) -> GroupMember:
-    return GroupMember(cast(EtcdConnection, fake), topic="orders", group="g", member_id="m1", node="n1",
-                       partition_count=lambda: partitions, prefix=PREFIX, lease_ttl_s=ttl_s)
+    return GroupMember(
+        cast(EtcdConnection, fake), topic="orders", group="g", member_id="m1", node="n1",
+        partition_count=lambda: partitions, prefix=PREFIX, lease_ttl_s=ttl_s
+    )
 
 
 async def _eventually(condition: Callable[[], bool], timeout_s: float = 1.0) -> None:
@@ -119,7 +125,9 @@ async def _eventually(condition: Callable[[], bool], timeout_s: float = 1.0) -> 
 
 async def _occupy_coordinator(fake: FakeEtcd) -> None:
     """Someone else coordinates, so the test writes the assignments itself."""
-    await fake.put(KEYS.coordinator, orjson.dumps({"member_id": "other", "lease_id": 1}), lease_id=1)
+    await fake.put(
+        KEYS.coordinator, orjson.dumps({"member_id": "other", "lease_id": 1}), lease_id=1
+    )
 
 
 async def _write_assignment(fake: FakeEtcd, generation: int, partitions: tuple[int, ...]) -> None:
@@ -164,7 +172,8 @@ async def test_gains_are_confirmed_at_once_but_revocations_wait_for_the_caller()
         await _write_assignment(fake, 1, (0, 1))
         first = await asyncio.wait_for(member.next_assignment(), 1.0)
         assert first.partitions == {0, 1}
-        await _eventually(lambda: fake.confirmed("m1") == 1)  # it served nothing before: nothing to wait for
+        # it served nothing before: nothing to wait for
+        await _eventually(lambda: fake.confirmed("m1") == 1)
 
         await _write_assignment(fake, 2, (0, 1, 2))
         await _eventually(lambda: fake.confirmed("m1") == 2)  # only gains: still truthful at once
@@ -206,8 +215,10 @@ async def test_a_crashing_background_task_marks_the_member_lost() -> None:
         raise RuntimeError("unexpected")
 
     fake.get_prefix = crashing_get_prefix  # type: ignore[method-assign]
-    member = GroupMember(cast(EtcdConnection, fake), topic="orders", group="g", member_id="m1", node="n1",
-                         partition_count=broken, prefix=PREFIX, lease_ttl_s=5.0)
+    member = GroupMember(
+        cast(EtcdConnection, fake), topic="orders", group="g", member_id="m1", node="n1",
+        partition_count=broken, prefix=PREFIX, lease_ttl_s=5.0
+    )
     async with member:
         await asyncio.wait_for(member.wait_lost(), 1.0)
     assert not fake.leases  # revoked so the partitions move at once

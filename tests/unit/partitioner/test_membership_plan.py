@@ -1,4 +1,5 @@
-"""The coordinator's decision (``plan_step``): two phases, never a grant before the revocations are confirmed."""
+"""The coordinator's decision (``plan_step``): two phases, never a grant before the revocations are
+confirmed."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from partitioner.membership import plan_step
 
 def _state(members: list[str], generation: int, owners: dict[str, tuple[int, ...]],
            confirmed: dict[str, int] | None = None, released: Released | None = None) -> GroupState:
-    return GroupState(revision=1, members={m: MemberInfo(m, "n", 0) for m in members}, generation=generation,
-                      owners=owners, confirmed=confirmed or {}, released=released)
+    return GroupState(
+        revision=1, members={m: MemberInfo(m, "n", 0) for m in members}, generation=generation,
+        owners=owners, confirmed=confirmed or {}, released=released
+    )
 
 
 def plan(state: GroupState, partitions: int) -> dict[str, tuple[int, ...]] | None:
@@ -33,7 +36,9 @@ def test_newcomer_first_makes_the_old_owner_give_up_its_share() -> None:
 def test_target_waits_until_every_live_member_confirmed_the_revocation() -> None:
     after_phase_one = {"a": (0, 1), "b": ()}
     assert plan(_state(["a", "b"], 2, after_phase_one, {"a": 1, "b": 2}), 4) is None
-    assert plan(_state(["a", "b"], 2, after_phase_one, {"a": 2, "b": 2}), 4) == {"a": (0, 1), "b": (2, 3)}
+    assert plan(_state(["a", "b"], 2, after_phase_one, {"a": 2, "b": 2}), 4) == {
+        "a": (0, 1), "b": (2, 3)
+    }
 
 
 def test_dead_members_partitions_go_to_survivors_without_a_revocation_phase() -> None:
@@ -47,7 +52,8 @@ def test_a_member_that_never_confirmed_blocks_grants() -> None:
 
 
 def test_membership_change_during_phase_one_restarts_from_the_written_state() -> None:
-    # Phase 1 for a+b was written (gen 2); c joined before anyone confirmed: a must give up more first.
+    # Phase 1 for a+b was written (gen 2); c joined before anyone confirmed: a must give up more
+    # first.
     state = _state(["a", "b", "c"], 2, {"a": (0, 1, 2), "b": ()}, {"b": 2})
     assert plan(state, 6) == {"a": (0, 1), "b": (), "c": ()}
 
@@ -58,21 +64,31 @@ def test_new_partitions_are_granted_after_confirmation() -> None:
 
 
 def test_phase_one_records_what_each_member_releases_and_in_which_generation() -> None:
-    step = plan_step(_state(["a", "b", "c"], 4, {"a": (0, 1, 2), "b": (3, 4, 5)}, {"a": 4, "b": 4}, {}), 6)
+    step = plan_step(
+        _state(["a", "b", "c"], 4, {"a": (0, 1, 2), "b": (3, 4, 5)}, {"a": 4, "b": 4}, {}), 6
+    )
     assert step is not None
     assert step.owners == {"a": (0, 1), "b": (3, 4), "c": ()}
     assert step.released == {2: ("a", 5), 5: ("b", 5)}
 
 
-def test_a_partition_released_by_a_confirmed_member_moves_while_another_member_never_confirms() -> None:
-    # a's gateway died (its lease still lives, it confirms nothing); b confirmed giving up 5; c rejoined.
+def test_a_partition_released_by_a_confirmed_member_moves_while_another_member_never_confirms() -> (
+    None
+):
+    # a's gateway died (its lease still lives, it confirms nothing); b confirmed giving up 5; c
+    # rejoined.
     after_phase_one = {"a": (0, 1), "b": (3, 4), "c": ()}
-    state = _state(["a", "b", "c"], 5, after_phase_one, {"a": 4, "b": 5, "c": 5}, {2: ("a", 5), 5: ("b", 5)})
+    state = _state(
+        ["a", "b", "c"], 5, after_phase_one, {"a": 4, "b": 5, "c": 5}, {2: ("a", 5), 5: ("b", 5)}
+    )
     step = plan_step(state, 6)
     assert step is not None
     assert step.owners == {"a": (0, 1), "b": (3, 4), "c": (5,)}
     assert step.released == {2: ("a", 5)}  # waits for a's confirmation or a's lease to end
-    assert plan(_state(["a", "b", "c"], 6, step.owners, {"a": 4, "b": 6, "c": 6}, step.released), 6) is None
+    assert (
+        plan(_state(["a", "b", "c"], 6, step.owners, {"a": 4, "b": 6, "c": 6}, step.released), 6)
+        is None
+    )
 
 
 def test_a_partition_released_by_a_member_that_is_gone_moves_at_once() -> None:

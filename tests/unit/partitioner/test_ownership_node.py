@@ -1,4 +1,5 @@
-"""PartitionOwnership against an in-memory fake of etcd: acquisition, hand-over, own-clock liveness, recovery."""
+"""PartitionOwnership against an in-memory fake of etcd: acquisition, hand-over, own-clock liveness,
+recovery."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class FakeEtcd:
                 queue.put_nowait(event)
 
     def expire_lease(self, lease_id: int) -> None:
-        """What etcd does when a lease runs out: every key attached to it is deleted in one revision."""
+        """What etcd does when a lease runs out: every key attached to it is deleted in one
+        revision."""
         self.leases.discard(lease_id)
         doomed = [key for key, stored in self.kv.items() if stored.lease_id == lease_id]
         if doomed:
@@ -112,7 +114,9 @@ class FakeEtcd:
         return self.kv.get(key)
 
     async def get_prefix(self, prefix: bytes) -> Snapshot:
-        return Snapshot([self.kv[k] for k in sorted(self.kv) if k.startswith(prefix)], self.revision)
+        return Snapshot(
+            [self.kv[k] for k in sorted(self.kv) if k.startswith(prefix)], self.revision
+        )
 
     async def watch_prefix(self, prefix: bytes, start_revision: int) -> _FakeWatch:
         queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
@@ -120,14 +124,20 @@ class FakeEtcd:
         return _FakeWatch(queue)
 
     def owners(self) -> dict[tuple[str, int], str]:
-        found = {KEYS.parse_owner(k): v.value.decode() for k, v in self.kv.items() if k.startswith(KEYS.owners)}
+        found = {
+            KEYS.parse_owner(k): v.value.decode()
+            for k, v in self.kv.items()
+            if k.startswith(KEYS.owners)
+        }
         return {p: node for p, node in found.items() if p is not None}
 
 
 def _node(fake: FakeEtcd, node_id: str, partitions: Callable[[], Mapping[str, int]],
           ttl_s: float = TTL_S) -> PartitionOwnership:
-    return PartitionOwnership(cast(EtcdConnection, fake), node_id=node_id, partitions=partitions, prefix=PREFIX,
-                              lease_ttl_s=ttl_s)
+    return PartitionOwnership(
+        cast(EtcdConnection, fake), node_id=node_id, partitions=partitions, prefix=PREFIX,
+        lease_ttl_s=ttl_s
+    )
 
 
 def _all(topics: Mapping[str, int]) -> frozenset[tuple[str, int]]:
@@ -144,7 +154,8 @@ async def _eventually(condition: Callable[[], bool], timeout_s: float = 1.0) -> 
 
 
 class Sampler:
-    """Samples every node's ``owned`` every few ms; records overlaps and partitions owned without the key."""
+    """Samples every node's ``owned`` every few ms; records overlaps and partitions owned without
+    the key."""
 
     def __init__(self, fake: FakeEtcd, nodes: dict[str, PartitionOwnership]) -> None:
         self.fake, self.nodes = fake, nodes
@@ -160,7 +171,9 @@ class Sampler:
                     if p in seen:
                         self.violations.append(f"{p} owned by {seen[p]} and {name}")
                     if holders.get(p) != name:
-                        self.violations.append(f"{name} acts on {p} but the key names {holders.get(p)}")
+                        self.violations.append(
+                            f"{name} acts on {p} but the key names {holders.get(p)}"
+                        )
                     seen[p] = name
             await asyncio.sleep(0.002)
 
@@ -187,7 +200,9 @@ async def test_single_node_registers_and_owns_every_partition() -> None:
         epoch = node.epoch("orders", 3)
         assert epoch == fake.kv[KEYS.owner(("orders", 3))].create_revision
         assert node.epoch("orders", 99) is None
-        assert await partition_owners(cast(EtcdConnection, fake), prefix=PREFIX) == dict.fromkeys(_all(TOPICS), "a")
+        assert await partition_owners(cast(EtcdConnection, fake), prefix=PREFIX) == dict.fromkeys(
+            _all(TOPICS), "a"
+        )
     assert fake.kv == {}  # closing revoked the lease: every key vanished at once
     assert node.owned == frozenset()
     await node.aclose()  # idempotent
@@ -202,8 +217,13 @@ async def test_second_node_takes_its_rendezvous_share_without_overlap() -> None:
         await _eventually(lambda: a.owned == _all(TOPICS))
         async with _node(fake, "b", lambda: TOPICS) as b:
             nodes["b"] = b
-            await _eventually(lambda: b.owned == desired_partitions(["a", "b"], TOPICS, "b") and bool(b.owned)
-                              and a.owned == desired_partitions(["a", "b"], TOPICS, "a"))
+            await _eventually(
+                lambda: (
+                    b.owned == desired_partitions(["a", "b"], TOPICS, "b")
+                    and bool(b.owned)
+                    and a.owned == desired_partitions(["a", "b"], TOPICS, "a")
+                )
+            )
             assert a.live_nodes == b.live_nodes == ["a", "b"]
         await _eventually(lambda: a.owned == _all(TOPICS))
     await sampler.stop()
@@ -219,8 +239,12 @@ async def test_churn_of_three_nodes_never_owns_a_partition_twice() -> None:
         for name in ("a", "b", "c"):
             nodes[name] = await stack.enter_async_context(_node(fake, name, lambda: topics))
             await asyncio.sleep(0.01)
-        await _eventually(lambda: all(node.owned == desired_partitions(["a", "b", "c"], topics, name)
-                                      for name, node in nodes.items()))
+        await _eventually(
+            lambda: all(
+                node.owned == desired_partitions(["a", "b", "c"], topics, name)
+                for name, node in nodes.items()
+            )
+        )
         await nodes["b"].aclose()
         await _eventually(lambda: nodes["a"].owned | nodes["c"].owned == _all(topics))
         assert nodes["a"].live_nodes == ["a", "c"]
@@ -238,9 +262,11 @@ async def test_keepalive_failure_empties_owned_on_the_nodes_own_clock() -> None:
         assert await asyncio.wait_for(node.wait_changed(), TTL_S) == frozenset()
         assert loop.time() - started <= TTL_S - node.safety_margin_s + 0.02
         assert not node.healthy
-        assert fake.owners() == dict.fromkeys(_all(TOPICS), "a")  # the keys outlive our right to act
+        # the keys outlive our right to act
+        assert fake.owners() == dict.fromkeys(_all(TOPICS), "a")
 
-        node.simulate_keepalive_failure(False)  # etcd still knows the lease: ownership resumes as it was
+        # etcd still knows the lease: ownership resumes as it was
+        node.simulate_keepalive_failure(False)
         assert await asyncio.wait_for(node.wait_changed(frozenset()), TTL_S) == _all(TOPICS)
 
 
@@ -290,7 +316,8 @@ async def test_partition_growth_and_topic_removal_follow_partitions() -> None:
         await _eventually(lambda: node.owned == _all(topics))
         topics["orders"] = 4
         del topics["clicks"]
-        await _eventually(lambda: node.owned == _all(topics), 2.0)  # no etcd event: the 1 s poll finds it
+        # no etcd event: the 1 s poll finds it
+        await _eventually(lambda: node.owned == _all(topics), 2.0)
         await _eventually(lambda: set(fake.owners()) == _all(topics))
 
 

@@ -1,4 +1,5 @@
-"""PrefixMirror: snapshot, then a watch that resumes from the last applied revision + 1 or reloads."""
+"""PrefixMirror: snapshot, then a watch that resumes from the last applied revision + 1 or
+reloads."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ class _ScriptedWatch:
 class ScriptedEtcd:
     """Snapshots and watches handed out in order; records the revision every watch started from."""
 
-    def __init__(self, snapshots: list[Snapshot], watches: list[_ScriptedWatch | Exception]) -> None:
+    def __init__(
+        self, snapshots: list[Snapshot], watches: list[_ScriptedWatch | Exception]
+    ) -> None:
         self.snapshots, self.watches = snapshots, watches
         self.watch_starts: list[int] = []
 

@@ -92,7 +92,8 @@ def test_growth_watchers_hear_only_added_partitions_of_their_topic_until_they_un
     cache.remember(_topic("orders", 3, partitions=2))  # retention change: same partition count
     cache.remember(_topic("audit", 4, partitions=5))  # another topic
     cache.remember(_topic("orders", 5, partitions=4))
-    cache.replace_all([_topic("orders", 7, partitions=6), _topic("audit", 4, partitions=5)], 7)  # after a lost watch
+    # after a lost watch
+    cache.replace_all([_topic("orders", 7, partitions=6), _topic("audit", 4, partitions=5)], 7)
     cache.remember(_topic("orders", 6, partitions=9))  # stale event: ignored
     unwatch()
     cache.remember(_topic("orders", 8, partitions=10))

@@ -77,8 +77,10 @@ async def test_watcher_resumes_from_last_applied_revision_after_the_watch_dies()
     put = WatchEvent("put", TOPICS + b"orders", _stored("orders", 8).value, 8)
     fake = _FakeConnection(
         snapshots=[Snapshot([], 5)],
-        watches=[_FakeWatch([put], CoordinationUnavailable("gone")), CoordinationUnavailable("down"),
-                 _FakeWatch([WatchEvent("delete", TOPICS + b"orders", b"", 9)], None)],
+        watches=[
+            _FakeWatch([put], CoordinationUnavailable("gone")), CoordinationUnavailable("down"),
+            _FakeWatch([WatchEvent("delete", TOPICS + b"orders", b"", 9)], None)
+        ],
     )
     cache = TopicCache()
     async with _watcher(fake, cache) as watcher:
@@ -91,8 +93,15 @@ async def test_watcher_resumes_from_last_applied_revision_after_the_watch_dies()
 async def test_watcher_skips_unreadable_values_without_dying() -> None:
     fake = _FakeConnection(
         snapshots=[Snapshot([], 5)],
-        watches=[_FakeWatch([WatchEvent("put", TOPICS + b"bad", b"not json", 6),
-                             WatchEvent("put", TOPICS + b"good", _stored("good", 7).value, 7)], None)],
+        watches=[
+            _FakeWatch(
+                [
+                    WatchEvent("put", TOPICS + b"bad", b"not json", 6),
+                    WatchEvent("put", TOPICS + b"good", _stored("good", 7).value, 7),
+                ],
+                None,
+            )
+        ],
     )
     cache = TopicCache()
     async with _watcher(fake, cache) as watcher:

@@ -16,8 +16,10 @@ from partitioner.topics import (
 
 
 def _metadata(**changes: object) -> TopicMetadata:
-    fields: dict[str, object] = {"name": "orders", "partitions": 3, "retention_ms": 1000, "max_length": None,
-                                 "created_at_ms": 1_700_000_000_000, "owner": "alice", "version": 7}
+    fields: dict[str, object] = {
+        "name": "orders", "partitions": 3, "retention_ms": 1000, "max_length": None,
+        "created_at_ms": 1_700_000_000_000, "owner": "alice", "version": 7
+    }
     fields.update(changes)
     return TopicMetadata(**fields)  # type: ignore[arg-type]
 
@@ -27,7 +29,9 @@ def test_valid_topic_names_are_accepted(name: str) -> None:
     validate_topic_name(name)
 
 
-@pytest.mark.parametrize("name", ["", "x" * 201, "has space", "slash/name", "uni-é", "star*", "{tag}"])
+@pytest.mark.parametrize(
+    "name", ["", "x" * 201, "has space", "slash/name", "uni-é", "star*", "{tag}"]
+)
 def test_invalid_topic_names_raise_invalid_topic_on_name(name: str) -> None:
     with pytest.raises(InvalidTopic) as excinfo:
         validate_topic_name(name)
@@ -44,7 +48,9 @@ def test_invalid_topic_names_raise_invalid_topic_on_name(name: str) -> None:
         (TopicSettings("bad name", 0), "name"),
     ],
 )
-def test_invalid_settings_name_the_first_offending_field(settings: TopicSettings, field: str) -> None:
+def test_invalid_settings_name_the_first_offending_field(
+    settings: TopicSettings, field: str
+) -> None:
     with pytest.raises(InvalidTopic) as excinfo:
         validate_settings(settings)
     assert excinfo.value.field == field
