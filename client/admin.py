@@ -1,4 +1,5 @@
-"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the JSON document."""
+"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the JSON
+document."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from client.errors import ConnectionFailed, problem_of
 class Admin:
     """The gateway's HTTP admin API. ``async with Admin("http://127.0.0.1:8080") as admin: ...``.
 
-    Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing is retried.
+    Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing
+    is retried.
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 10, api_key: str | None = None,
@@ -40,7 +42,7 @@ class Admin:
         if self._owns_session and session is not None:
             await session.close()
 
-    # --- topics ---------------------------------------------------------------------------------------------
+    # --- topics -----------------------------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int | None = None,
                            max_length: int | None = None) -> dict[str, Any]:
         """POST /v1/topics -> the topic."""
@@ -66,10 +68,13 @@ class Admin:
 
     async def replay(self, topic: str, partition: int, *, from_: str | None = None,
                      from_time_ms: int | None = None, limit: int | None = None) -> dict[str, Any]:
-        """GET one page of a partition -> ``{"messages": [...], "next_offset": ...}`` (``from_`` inclusive)."""
+        """GET one page of a partition -> ``{"messages": [...], "next_offset": ...}`` (``from_``
+        inclusive)."""
         params = {name: str(value) for name, value in
-                  (("from", from_), ("from_time_ms", from_time_ms), ("limit", limit)) if value is not None}
-        return await self._call("GET", f"/v1/topics/{topic}/partitions/{partition}/messages", params=params)
+                  (("from", from_), ("from_time_ms", from_time_ms), ("limit", limit))
+                  if value is not None}
+        return await self._call("GET", f"/v1/topics/{topic}/partitions/{partition}/messages",
+                                params=params)
 
     async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
                          page_size: int = 1000) -> list[dict[str, Any]]:
@@ -83,40 +88,47 @@ class Admin:
                 return messages
             start = page["next_offset"]
 
-    # --- consumer groups and dead letters --------------------------------------------------------------------
+    # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[dict[str, Any]]:
         """GET /v1/groups -> ``[{topic, group}, ...]``."""
         document = await self._call("GET", "/v1/groups")
         return list(document["groups"])
 
     async def describe_group(self, group: str, topic: str | None = None) -> dict[str, Any]:
-        """GET /v1/groups/{group}[?topic=] -> per topic: members, generation, assignment, partitions' lag."""
-        return await self._call("GET", f"/v1/groups/{group}", params={"topic": topic} if topic else None)
+        """GET /v1/groups/{group}[?topic=] -> per topic: members, generation, assignment,
+        partitions' lag."""
+        return await self._call("GET", f"/v1/groups/{group}",
+                                params={"topic": topic} if topic else None)
 
     async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> dict[str, Any]:
         """POST /v1/groups/{group}/seek ``{topic, to}``.
 
-        ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly after) or
-        ``{"timestamp_ms": t}``. Pending messages stay pending.
+        ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly
+        after) or ``{"timestamp_ms": t}``. Pending messages stay pending.
         """
         target = to if isinstance(to, str) else dict(to)
-        return await self._call("POST", f"/v1/groups/{group}/seek", body={"topic": topic, "to": target})
+        return await self._call("POST", f"/v1/groups/{group}/seek",
+                                body={"topic": topic, "to": target})
 
     async def redrive(self, topic: str, max_messages: int | None = None, *,
                       rate_per_s: int | None = None) -> dict[str, Any]:
-        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic -> ``{"redriven": n}``."""
-        body = {name: value for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
+        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic ->
+        ``{"redriven": n}``."""
+        body = {name: value
+                for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
                 if value is not None}
         return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
 
-    # --- transport ------------------------------------------------------------------------------------------
+    # --- transport --------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
                     params: dict[str, str] | None = None) -> dict[str, Any]:
         if self._session is None:
             raise RuntimeError("the admin client is not open (use 'async with Admin(...)')")
         url = self._base_url + path
         data = orjson.dumps(body) if body is not None else None
-        headers = {**self._auth, "Content-Type": "application/json"} if data is not None else self._auth
+        headers = (
+            {**self._auth, "Content-Type": "application/json"} if data is not None else self._auth
+        )
         try:
             async with self._session.request(method, url, data=data, params=params, headers=headers,
                                              timeout=self._timeout) as response:

@@ -1,6 +1,6 @@
-"""Client commands of ``streamgate`` (and of ``streamgate-client``, the client's own distribution): ``produce``,
-``consume``, ``topics`` and ``groups``. Output is JSON lines on stdout; an error prints the problem's detail to
-stderr and exits 1.
+"""Client commands of ``streamgate`` (and of ``streamgate-client``, the client's own distribution):
+``produce``, ``consume``, ``topics`` and ``groups``. Output is JSON lines on stdout; an error prints
+the problem's detail to stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
 DEFAULT_URL = "http://127.0.0.1:8080"
 API_KEY_ENV = "STREAMGATE_API_KEY"
 TOKEN_ENV = "STREAMGATE_TOKEN"
-MAX_UNPRINTED = 10_000  # stdin produce: how many sends may be outstanding before waiting for the oldest
+# stdin produce: how many sends may be outstanding before waiting for the oldest
+MAX_UNPRINTED = 10_000
 
 
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the client commands on the ``streamgate`` sub-command parser."""
     url = argparse.ArgumentParser(add_help=False)
     url.add_argument("--url", default=DEFAULT_URL, help=f"gateway base URL (default {DEFAULT_URL})")
-    url.add_argument("--api-key", default=None, help=f"API key (default: ${API_KEY_ENV}; prefer the variable)")
+    url.add_argument("--api-key", default=None,
+                     help=f"API key (default: ${API_KEY_ENV}; prefer the variable)")
     url.add_argument("--token", default=None, help=f"JWT bearer token (default: ${TOKEN_ENV})")
     _add_produce(commands, url)
     _add_consume(commands, url)
@@ -38,10 +40,12 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
 def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                  url: argparse.ArgumentParser) -> None:
-    produce = commands.add_parser("produce", parents=[url], help="publish messages (arguments or stdin lines)")
+    produce = commands.add_parser("produce", parents=[url],
+                                  help="publish messages (arguments or stdin lines)")
     produce.add_argument("topic")
     produce.add_argument("values", nargs="*", metavar="VALUE",
-                         help="one message each (JSON if it parses, else a string); none: read stdin lines")
+                         help="one message each (JSON if it parses, else a string); none: read "
+                              "stdin lines")
     produce.add_argument("--key", default=None, help="message key (partitioning)")
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
     produce.add_argument("--header", action="append", default=[], metavar="K=V", help="repeatable")
@@ -49,7 +53,8 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                  url: argparse.ArgumentParser) -> None:
-    consume = commands.add_parser("consume", parents=[url], help="print messages as JSON lines, acking each")
+    consume = commands.add_parser("consume", parents=[url],
+                                  help="print messages as JSON lines, acking each")
     consume.add_argument("topic")
     consume.add_argument("--group", default=None)
     consume.add_argument("--mode", default=None, choices=["exclusive", "shared", "broadcast"])
@@ -58,8 +63,10 @@ def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     consume.add_argument("--filter", action="append", default=[], metavar="HEADER:V1,V2",
                          help="repeatable; all must match")
     consume.add_argument("--max-in-flight", type=int, default=100)
-    consume.add_argument("--max-messages", type=int, default=None, help="exit after this many messages")
-    consume.add_argument("--timeout-s", type=float, default=None, help="exit after this long without a message")
+    consume.add_argument("--max-messages", type=int, default=None,
+                         help="exit after this many messages")
+    consume.add_argument("--timeout-s", type=float, default=None,
+                         help="exit after this long without a message")
 
 
 def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -92,7 +99,8 @@ def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streamgate-client``: the client commands alone, without the server."""
-    parser = argparse.ArgumentParser(prog="streamgate-client", description="streamgate's client commands")
+    parser = argparse.ArgumentParser(prog="streamgate-client",
+                                     description="streamgate's client commands")
     add_client_commands(parser.add_subparsers(dest="command", required=True))
     return run_client_command(parser.parse_args(argv), os.environ)
 
@@ -100,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Run one client command; 0 on success, 1 on a gateway or connection error.
 
-    Credentials: ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from ``env``.
+    Credentials: ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from
+    ``env``.
     """
     env = env or {}
     args.token = args.token or env.get(TOKEN_ENV) or None
@@ -148,13 +157,15 @@ def _result_document(result: SendResult) -> dict[str, Any]:
     return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate}
 
 
-# --- produce -------------------------------------------------------------------------------------------------
+# --- produce --------------------------------------------------------------------------------------
 async def _produce(args: argparse.Namespace) -> int:
     headers = parse_headers(args.header) or None
-    async with Producer(args.url, args.topic, acks=args.acks, api_key=args.api_key, token=args.token) as producer:
+    async with Producer(args.url, args.topic, acks=args.acks, api_key=args.api_key,
+                        token=args.token) as producer:
         if args.values:
             results = await producer.send_many(
-                [{"value": parse_value(v), "key": args.key, "headers": headers} for v in args.values])
+                [{"value": parse_value(v), "key": args.key, "headers": headers}
+                 for v in args.values])
             for result in results:
                 emit(_result_document(result))
             return 0
@@ -168,7 +179,8 @@ async def _produce_lines(producer: Producer, lines: AsyncIterator[str], key: str
     pending: deque[asyncio.Task[SendResult]] = deque()
     try:
         async for line in lines:
-            pending.append(asyncio.ensure_future(producer.send(parse_value(line), key=key, headers=headers)))
+            pending.append(asyncio.ensure_future(producer.send(parse_value(line), key=key,
+                                                               headers=headers)))
             while pending and (pending[0].done() or len(pending) >= MAX_UNPRINTED):
                 emit(_result_document(await pending.popleft()))
         while pending:
@@ -189,7 +201,7 @@ async def _stdin_lines() -> AsyncIterator[str]:
             yield line
 
 
-# --- consume -------------------------------------------------------------------------------------------------
+# --- consume --------------------------------------------------------------------------------------
 async def _consume(args: argparse.Namespace) -> int:
     consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
                         filters=args.filter, max_in_flight=args.max_in_flight, api_key=args.api_key,
@@ -207,14 +219,15 @@ async def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- topics and groups ---------------------------------------------------------------------------------------
+# --- topics and groups ----------------------------------------------------------------------------
 async def _topics(args: argparse.Namespace) -> int:
     async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
         if args.action == "list":
             for topic in await admin.list_topics():
                 emit(topic)
         elif args.action == "create":
-            emit(await admin.create_topic(args.name, args.partitions, retention_ms=args.retention_ms,
+            emit(await admin.create_topic(args.name, args.partitions,
+                                          retention_ms=args.retention_ms,
                                           max_length=args.max_length))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))

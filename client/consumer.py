@@ -1,9 +1,10 @@
-"""The consumer: a WebSocket subscription as an async iterator, with batched acks and reconnect-and-resume.
+"""The consumer: a WebSocket subscription as an async iterator, with batched acks and
+reconnect-and-resume.
 
-Group subscriptions (exclusive, shared) simply rejoin after a dropped connection: the group keeps its
-position and un-acked messages are redelivered. Broadcast subscriptions resume with ``from=<cursor>`` built
-from the last offset per partition this consumer yielded (or the cursor the gateway puts in a 4008 close),
-so a reconnect neither skips nor repeats a message.
+Group subscriptions (exclusive, shared) simply rejoin after a dropped connection: the group keeps
+its position and un-acked messages are redelivered. Broadcast subscriptions resume with
+``from=<cursor>`` built from the last offset per partition this consumer yielded (or the cursor the
+gateway puts in a 4008 close), so a reconnect neither skips nor repeats a message.
 """
 
 from __future__ import annotations
@@ -21,16 +22,24 @@ import aiohttp
 import orjson
 
 from client.credentials import auth_headers
-from client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed, problem_of
+from client.errors import (
+    ClientError,
+    ConnectionFailed,
+    ProblemError,
+    SubscriptionClosed,
+    problem_of,
+)
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["exclusive", "shared", "broadcast"]
 RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4503})
 FATAL_CODES = frozenset({4401, 4403, 4404, 4409})
-CLOSE_REASON_MAX_BYTES = 123  # a WebSocket close reason is at most 123 bytes: a long cursor is cut short
+# a WebSocket close reason is at most 123 bytes: a long cursor is cut short
+CLOSE_REASON_MAX_BYTES = 123
 MAX_REFS_PER_FRAME = 10_000
-WS_DEFLATE_WINDOW_BITS = 15  # what ``compress=True`` offers: permessage-deflate with the full 32 KiB window
+# what ``compress=True`` offers: permessage-deflate with the full 32 KiB window
+WS_DEFLATE_WINDOW_BITS = 15
 
 
 def offset_key(offset: str) -> tuple[int, int]:
@@ -45,7 +54,8 @@ def format_cursor(cursor: Mapping[int, str]) -> str:
 
 
 def parse_cursor(text: str, *, truncated: bool = False) -> dict[int, str]:
-    """The inverse of ``format_cursor``; with ``truncated`` the last (possibly cut) entry is dropped."""
+    """The inverse of ``format_cursor``; with ``truncated`` the last (possibly cut) entry is
+    dropped."""
     parts = [part for part in text.strip().split(",") if part]
     if truncated and parts:
         parts = parts[:-1]
@@ -76,7 +86,8 @@ def merge_cursors(mine: Mapping[int, str], theirs: Mapping[int, str]) -> dict[in
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """The partitions this consumer is served; ``generation`` grows on every exclusive-group rebalance."""
+    """The partitions this consumer is served; ``generation`` grows on every exclusive-group
+    rebalance."""
 
     generation: int
     partitions: tuple[int, ...]
@@ -104,13 +115,14 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         """The message as the gateway sent it (without the frame type)."""
-        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "offset": self.offset,
-                               "key": self.key}
+        doc: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                               "offset": self.offset, "key": self.key}
         if self.value_b64 is not None:
             doc["value_b64"] = self.value_b64
         else:
             doc["value"] = self.value
-        doc.update(headers=self.headers, timestamp_ms=self.timestamp_ms, delivery_count=self.delivery_count)
+        doc.update(headers=self.headers, timestamp_ms=self.timestamp_ms,
+                   delivery_count=self.delivery_count)
         return doc
 
     async def ack(self) -> None:
@@ -130,7 +142,8 @@ class Message:
 
 
 class _Settler:
-    """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds later."""
+    """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds
+    later."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, linger_s: float) -> None:
         self._ws = ws
@@ -140,8 +153,10 @@ class _Settler:
 
     def add(self, action: str, partition: int, offset: str, delay_ms: int = 0) -> None:
         if self._ws.closed:
-            return  # the gateway redelivers what this connection held; a late ack would be ignored anyway
-        self._pending.setdefault((action, delay_ms), []).append({"partition": partition, "offset": offset})
+            # the gateway redelivers what this connection held; a late ack would be ignored anyway
+            return
+        self._pending.setdefault((action, delay_ms), []).append({"partition": partition,
+                                                                 "offset": offset})
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_later())
 
@@ -155,7 +170,8 @@ class _Settler:
         pending, self._pending = self._pending, {}
         for (action, delay_ms), refs in pending.items():
             for start in range(0, len(refs), MAX_REFS_PER_FRAME):
-                frame: dict[str, Any] = {"type": action, "messages": refs[start:start + MAX_REFS_PER_FRAME]}
+                frame: dict[str, Any] = {"type": action,
+                                         "messages": refs[start:start + MAX_REFS_PER_FRAME]}
                 if action == "nack":
                     frame["delay_ms"] = delay_ms
                 try:
@@ -176,30 +192,37 @@ class _Settler:
 
 
 class Consumer:
-    """Subscribes to a topic. ``async with Consumer(url, topic, group="g") as c: async for m in c: ...``.
+    """Subscribes to a topic.
+    ``async with Consumer(url, topic, group="g") as c: async for m in c: ...``.
 
-    ``mode`` defaults to ``exclusive`` with a group and ``broadcast`` without. ``from_`` is ``earliest``,
-    ``latest`` or a cursor ``<partition>:<offset>,...``; for a group it only matters when the group is
-    created. ``filters`` are ``"<header>:<v1>,<v2>"`` strings (all must match). With ``auto_ack`` the gateway
-    acks as it sends (at-most-once) and ``ack()`` does nothing. After ``max_reconnects`` failed attempts in a
-    row the iterator raises ``ConnectionFailed``; 4404 (topic deleted) and 4409 (group conflict) raise
-    ``SubscriptionClosed`` at once. ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU
-    on both ends); the gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
+    ``mode`` defaults to ``exclusive`` with a group and ``broadcast`` without. ``from_`` is
+    ``earliest``, ``latest`` or a cursor ``<partition>:<offset>,...``; for a group it only matters
+    when the group is created. ``filters`` are ``"<header>:<v1>,<v2>"`` strings (all must match).
+    With ``auto_ack`` the gateway acks as it sends (at-most-once) and ``ack()`` does nothing. After
+    ``max_reconnects`` failed attempts in a row the iterator raises ``ConnectionFailed``; 4404
+    (topic deleted) and 4409 (group conflict) raise ``SubscriptionClosed`` at once.
+    ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
+    gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
     """
 
-    def __init__(self, base_url: str, topic: str, *, group: str | None = None, mode: Mode | None = None,
-                 from_: str | None = None, from_time_ms: int | None = None, max_in_flight: int = 100,
-                 ack_timeout_ms: int | None = None, max_deliveries: int | None = None, auto_ack: bool = False,
-                 filters: Sequence[str] = (), ack_linger_ms: float = 5, max_reconnects: int = 10,
-                 backoff_base_s: float = 0.1, backoff_max_s: float = 5.0, heartbeat_s: float | None = 20.0,
-                 api_key: str | None = None, token: str | None = None,
-                 session: aiohttp.ClientSession | None = None, compress: bool = False) -> None:
+    def __init__(self, base_url: str, topic: str, *, group: str | None = None,
+                 mode: Mode | None = None, from_: str | None = None,
+                 from_time_ms: int | None = None, max_in_flight: int = 100,
+                 ack_timeout_ms: int | None = None, max_deliveries: int | None = None,
+                 auto_ack: bool = False, filters: Sequence[str] = (), ack_linger_ms: float = 5,
+                 max_reconnects: int = 10, backoff_base_s: float = 0.1, backoff_max_s: float = 5.0,
+                 heartbeat_s: float | None = 20.0, api_key: str | None = None,
+                 token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 compress: bool = False) -> None:
         self.topic = topic
         self.group = group
         self.mode: Mode = mode or ("exclusive" if group else "broadcast")
         self.assignment: Assignment | None = None
-        # Broadcast: the last offset yielded per partition (seeded by a cursor ``from_``); what a resume sends.
-        self.cursor: dict[int, str] = parse_cursor(from_) if from_ not in (None, "earliest", "latest") else {}
+        # Broadcast: the last offset yielded per partition (seeded by a cursor ``from_``); what a
+        # resume sends.
+        self.cursor: dict[int, str] = (
+            parse_cursor(from_) if from_ not in (None, "earliest", "latest") else {}
+        )
         self.last_error: dict[str, Any] | None = None
         self.connections = 0  # successful connects: more than 1 means it reconnected
         self._base_url = base_url.rstrip("/")
@@ -228,7 +251,8 @@ class Consumer:
 
     @property
     def compressed(self) -> bool:
-        """Whether the current connection negotiated permessage-deflate (asked with ``compress=True``)."""
+        """Whether the current connection negotiated permessage-deflate (asked with
+        ``compress=True``)."""
         return self._ws is not None and bool(self._ws.compress)
 
     @property
@@ -247,7 +271,8 @@ class Consumer:
         return self
 
     async def start(self) -> None:
-        """Open the session (unless one was given) and connect; a bad request raises ``ProblemError``."""
+        """Open the session (unless one was given) and connect; a bad request raises
+        ``ProblemError``."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
         if self.is_broadcast and self._start in (None, "latest") and self._from_time_ms is None:
@@ -273,12 +298,12 @@ class Consumer:
                 message = self._handle(orjson.loads(frame.data))
                 if message is not None:
                     return message
-            elif frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
-                                aiohttp.WSMsgType.ERROR):
+            elif frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 await self._on_close(frame)
         raise StopAsyncIteration
 
-    # --- frames ---------------------------------------------------------------------------------------------
+    # --- frames -----------------------------------------------------------------------------------
     def _handle(self, doc: dict[str, Any]) -> Message | None:
         kind = doc.get("type")
         if kind == "message":
@@ -296,9 +321,9 @@ class Consumer:
         if self.is_broadcast:
             self.cursor[partition] = offset
         settler = None if self.is_broadcast or self._auto_ack else self._settler
-        return Message(doc.get("topic", self.topic), partition, offset, doc.get("key"), doc.get("value"),
-                       doc.get("value_b64"), doc.get("headers") or {}, int(doc.get("timestamp_ms", 0)),
-                       int(doc.get("delivery_count", 1)), settler)
+        return Message(doc.get("topic", self.topic), partition, offset, doc.get("key"),
+                       doc.get("value"), doc.get("value_b64"), doc.get("headers") or {},
+                       int(doc.get("timestamp_ms", 0)), int(doc.get("delivery_count", 1)), settler)
 
     async def _on_close(self, frame: aiohttp.WSMessage) -> None:
         explicit = frame.type is aiohttp.WSMsgType.CLOSE
@@ -319,11 +344,13 @@ class Consumer:
         self._failures += 1
         log.info("subscription to %s closed (%s %s); reconnecting", self.topic, code, reason)
 
-    # --- connecting -----------------------------------------------------------------------------------------
+    # --- connecting -------------------------------------------------------------------------------
     async def _pin_latest(self) -> None:
-        """Turn broadcast ``latest`` into an explicit cursor so a resume never skips what came meanwhile."""
+        """Turn broadcast ``latest`` into an explicit cursor so a resume never skips what came
+        meanwhile."""
         assert self._session is not None
-        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}", headers=self._auth) as response:
+        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}",
+                                     headers=self._auth) as response:
             body = await response.read()
             if response.status >= 400:
                 raise problem_of(response.status, body, response.headers)
@@ -345,11 +372,13 @@ class Consumer:
         return query
 
     async def _connect_with_retries(self) -> None:
-        """Connect, backing off after drops and failures; give up after ``max_reconnects`` failures in a row."""
+        """Connect, backing off after drops and failures; give up after ``max_reconnects`` failures
+        in a row."""
         while True:
             if self._failures:
                 base_s, max_s = self._backoff
-                await asyncio.sleep(random.uniform(base_s, min(max_s, base_s * 2 ** self._failures)))
+                await asyncio.sleep(random.uniform(base_s,
+                                                   min(max_s, base_s * 2 ** self._failures)))
             try:
                 await self._connect()
                 return
@@ -364,8 +393,9 @@ class Consumer:
         url = f"{self._base_url}/v1/subscribe"
         query = self._query()
         try:
-            ws = await self._session.ws_connect(url, params=query, heartbeat=self._heartbeat_s, headers=self._auth,
-                                                compress=WS_DEFLATE_WINDOW_BITS if self._compress else 0)
+            ws = await self._session.ws_connect(
+                url, params=query, heartbeat=self._heartbeat_s, headers=self._auth,
+                compress=WS_DEFLATE_WINDOW_BITS if self._compress else 0)
         except aiohttp.WSServerHandshakeError as exc:
             raise await self._handshake_problem(url, query, exc) from exc
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
@@ -376,7 +406,8 @@ class Consumer:
 
     async def _handshake_problem(self, url: str, query: list[tuple[str, str]],
                                  exc: aiohttp.WSServerHandshakeError) -> ProblemError:
-        """The problem document behind a refused upgrade (parameters are checked before the upgrade)."""
+        """The problem document behind a refused upgrade (parameters are checked before the
+        upgrade)."""
         assert self._session is not None
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self._session.get(url, params=query, headers=self._auth) as response:

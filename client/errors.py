@@ -1,4 +1,5 @@
-"""Errors raised by the Python client: one base, a few leaves with typed fields and a ``retriable`` flag."""
+"""Errors raised by the Python client: one base, a few leaves with typed fields and a ``retriable``
+flag."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ class ClientError(Exception):
 class ProblemError(ClientError):
     """The gateway answered with an RFC 9457 problem document (or a bare HTTP error status)."""
 
-    def __init__(self, status: int, document: dict[str, Any], retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, status: int, document: dict[str, Any], retry_after_s: float | None = None
+    ) -> None:
         self.status = status
         self.document = document
         self.type: str = str(document.get("type", "about:blank"))
@@ -44,7 +47,8 @@ class ConnectionFailed(ClientError):
 
 
 class SubscriptionClosed(ClientError):
-    """The gateway ended a subscription for a reason a reconnect cannot fix (topic deleted, group conflict)."""
+    """The gateway ended a subscription for a reason a reconnect cannot fix (topic deleted, group
+    conflict)."""
 
     def __init__(self, code: int, reason: str) -> None:
         self.code = code
@@ -64,7 +68,8 @@ def retry_after_of(headers: Any) -> float | None:
 
 
 def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
-    """Build the typed error for an error response; a body that is not a problem document still works."""
+    """Build the typed error for an error response; a body that is not a problem document still
+    works."""
     try:
         document = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError:
@@ -72,7 +77,10 @@ def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
     if not isinstance(document, dict):
         document = {}
     if not document:
-        document = {"status": status, "detail": body.decode(errors="replace")[:500] or f"HTTP {status}"}
+        document = {
+            "status": status,
+            "detail": body.decode(errors="replace")[:500] or f"HTTP {status}",
+        }
     return ProblemError(status, document, retry_after_of(headers))
 
 

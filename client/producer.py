@@ -1,9 +1,11 @@
-"""The producer: batches messages into one POST per batch, with client-side idempotency keys and retries.
+"""The producer: batches messages into one POST per batch, with client-side idempotency keys and
+retries.
 
-Every message gets an idempotency key ``<producer id>-<sequence>`` when it is handed to ``send``; a batch is
-retried with exactly the same keys, so a retry after a timeout, a dropped connection or a 503 can never write
-a message twice (the gateway answers the retry with the first offset and ``duplicate: true``). Batches are
-sent one at a time, in order, which keeps per-key order across retries.
+Every message gets an idempotency key ``<producer id>-<sequence>`` when it is handed to ``send``; a
+batch is retried with exactly the same keys, so a retry after a timeout, a dropped connection or a
+503 can never write a message twice (the gateway answers the retry with the first offset and
+``duplicate: true``). Batches are sent one at a time, in order, which keeps per-key order across
+retries.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _MISSING: Any = object()
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """Where a message was written. With ``acks="0"`` the gateway only queues it: partition and offset are None."""
+    """Where a message was written. With ``acks="0"`` the gateway only queues it: partition and
+    offset are None."""
 
     partition: int | None
     offset: str | None
@@ -70,9 +73,9 @@ class _Batch:
     size_bytes: int = 0
 
 
-def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None, key: str | None = None,
-                   headers: Mapping[str, str] | None = None, partition: int | None = None,
-                   idempotency_key: str | None = None) -> bytes:
+def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None,
+                   key: str | None = None, headers: Mapping[str, str] | None = None,
+                   partition: int | None = None, idempotency_key: str | None = None) -> bytes:
     """One message of a publish body as JSON; ``bytes`` values go as ``value_b64``."""
     doc: dict[str, Any] = {}
     if isinstance(value, bytes | bytearray):
@@ -80,7 +83,9 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
     if (value is _MISSING) == (value_b64 is None):
         raise ValueError("give exactly one of value and value_b64")
     if value_b64 is not None:
-        doc["value_b64"] = value_b64 if isinstance(value_b64, str) else base64.b64encode(value_b64).decode()
+        doc["value_b64"] = (
+            value_b64 if isinstance(value_b64, str) else base64.b64encode(value_b64).decode()
+        )
     else:
         doc["value"] = value
     for name, item in (("key", key), ("headers", dict(headers) if headers else None),
@@ -91,19 +96,22 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
 
 
 class Producer:
-    """Publishes to one topic. Use as ``async with Producer(url, topic) as p: await p.send(value=...)``.
+    """Publishes to one topic. Use as
+    ``async with Producer(url, topic) as p: await p.send(value=...)``.
 
-    ``send`` waits for the batch its message went out in (up to ``batch_size`` messages or ``linger_ms``);
-    call it from many tasks (or use ``send_many``) to fill batches. ``acks``: ``"0"`` (queued in the gateway,
-    no offsets returned), ``"1"`` (written on the primary) or ``"all"`` (confirmed by the replicas).
-    ``compression`` (``"gzip"`` or ``"zstd"``) sends each batch body compressed (``Content-Encoding``): fewer
-    bytes on the wire for some client CPU; ``max_batch_bytes`` still counts the uncompressed body.
+    ``send`` waits for the batch its message went out in (up to ``batch_size`` messages or
+    ``linger_ms``); call it from many tasks (or use ``send_many``) to fill batches. ``acks``:
+    ``"0"`` (queued in the gateway, no offsets returned), ``"1"`` (written on the primary) or
+    ``"all"`` (confirmed by the replicas). ``compression`` (``"gzip"`` or ``"zstd"``) sends each
+    batch body compressed (``Content-Encoding``): fewer bytes on the wire for some client CPU;
+    ``max_batch_bytes`` still counts the uncompressed body.
     """
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 500,
                  max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 5, max_retries: int = 5,
-                 timeout_s: float = 10, retry: RetryPolicy | None = None, api_key: str | None = None,
-                 token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 timeout_s: float = 10, retry: RetryPolicy | None = None,
+                 api_key: str | None = None, token: str | None = None,
+                 session: aiohttp.ClientSession | None = None,
                  compression: Compression | None = None) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
@@ -143,7 +151,8 @@ class Producer:
             return
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        self._sender = asyncio.create_task(self._send_batches(), name=f"producer-{self.producer_id[:8]}")
+        self._sender = asyncio.create_task(self._send_batches(),
+                                           name=f"producer-{self.producer_id[:8]}")
 
     async def aclose(self) -> None:
         """Send what is buffered, stop the sender and close the session it opened; idempotent."""
@@ -161,23 +170,29 @@ class Producer:
             await self._session.close()
 
     def next_idempotency_key(self) -> str:
-        """The key of the next message: ``<producer id>-<sequence>``, unique per producer instance."""
+        """The key of the next message: ``<producer id>-<sequence>``, unique per producer
+        instance."""
         self._sequence += 1
         return f"{self.producer_id}-{self._sequence}"
 
-    async def send(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None, key: str | None = None,
-                   headers: Mapping[str, str] | None = None, partition: int | None = None) -> SendResult:
-        """Publish one message and wait for its result; raises ``ProblemError`` or ``ConnectionFailed``."""
-        return await self._enqueue(value, value_b64=value_b64, key=key, headers=headers, partition=partition)
+    async def send(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
+                   key: str | None = None, headers: Mapping[str, str] | None = None,
+                   partition: int | None = None) -> SendResult:
+        """Publish one message and wait for its result; raises ``ProblemError`` or
+        ``ConnectionFailed``."""
+        return await self._enqueue(value, value_b64=value_b64, key=key, headers=headers,
+                                   partition=partition)
 
     async def send_many(self, messages: Iterable[Mapping[str, Any]]) -> list[SendResult]:
         """Publish messages given as dicts of ``send`` arguments; results in input order."""
-        futures = [self._enqueue(m.get("value", _MISSING), value_b64=m.get("value_b64"), key=m.get("key"),
-                                 headers=m.get("headers"), partition=m.get("partition")) for m in messages]
+        futures = [self._enqueue(m.get("value", _MISSING), value_b64=m.get("value_b64"),
+                                 key=m.get("key"), headers=m.get("headers"),
+                                 partition=m.get("partition")) for m in messages]
         return list(await asyncio.gather(*futures))
 
     async def flush(self) -> None:
-        """Send the open batch now and wait until every batch handed over so far has been answered."""
+        """Send the open batch now and wait until every batch handed over so far has been
+        answered."""
         self._cut()
         await self._ready.join()
 
@@ -240,7 +255,8 @@ class Producer:
                     raise
                 retry_after = exc.retry_after_s if isinstance(exc, ProblemError) else None
                 delay = self._retry.delay_s(attempt, retry_after)
-                log.warning("publish to %s failed (%s); retry %d in %.2fs", self.topic, exc, attempt, delay)
+                log.warning("publish to %s failed (%s); retry %d in %.2fs", self.topic, exc,
+                            attempt, delay)
                 await asyncio.sleep(delay)
 
     async def _post(self, body: bytes, count: int) -> list[SendResult]:
@@ -256,4 +272,5 @@ class Producer:
         document = orjson.loads(payload)
         if self.acks == "0":
             return [SendResult(None, None)] * count
-        return [SendResult(r["partition"], r["offset"], r["duplicate"]) for r in document["results"]]
+        return [SendResult(r["partition"], r["offset"], r["duplicate"])
+                for r in document["results"]]

@@ -1,8 +1,8 @@
 """Child server processes held by Popen, free loopback ports, binary lookup and readiness polling.
 
-Shared plumbing of the Redis Cluster and etcd launchers. Every process is started in its own session (so a
-Ctrl-C on the terminal reaches only us, and our orderly shutdown is not raced) and is stopped by PID.
-An atexit hook kills whatever is still running when the interpreter exits.
+Shared plumbing of the Redis Cluster and etcd launchers. Every process is started in its own session
+(so a Ctrl-C on the terminal reaches only us, and our orderly shutdown is not raced) and is stopped
+by PID. An atexit hook kills whatever is still running when the interpreter exits.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ LOG_TAIL_LINES = 30
 RESERVED_PORTS = frozenset({2379, 2380, 6379, 8080, *range(7000, 7011), *range(17000, 17011)})
 
 _PACKAGES = {"redis-server": "redis-server", "redis-cli": "redis-tools", "etcd": "etcd-server"}
-# redis-cli ships in redis-tools, which apt pulls in with redis-server: name the package people expect.
+# redis-cli ships in redis-tools, which apt pulls in with redis-server: name the package people
+# expect.
 _INSTALL_HINT = {"redis-cli": "redis-server"}
 
 _live: set[ServerProcess] = set()
@@ -39,7 +40,8 @@ _handed_out_ports: set[int] = set()
 
 
 def require_binary(name: str) -> str:
-    """Return the absolute path of `name` on PATH or raise MissingBinary naming its Debian package."""
+    """Return the absolute path of `name` on PATH or raise MissingBinary naming its Debian
+    package."""
     path = shutil.which(name)
     if path is None:
         raise MissingBinary(name, _INSTALL_HINT.get(name, _PACKAGES.get(name, name)))
@@ -78,20 +80,25 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def _die_with_parent_argv() -> list[str]:
-    """`setpriv --pdeathsig KILL --`: a safety net for a parent killed by SIGKILL (atexit cannot run then).
+    """`setpriv --pdeathsig KILL --`: a safety net for a parent killed by SIGKILL (atexit cannot run
+    then).
 
     setpriv sets PR_SET_PDEATHSIG and execs the server, so no Python runs between fork and exec: a
-    `preexec_fn` doing the same crashed the forked child (SIGSEGV) once gRPC threads (the etcd client) were
-    running in the test process. Without setpriv there is no net; the atexit hook still kills on exit.
+    `preexec_fn` doing the same crashed the forked child (SIGSEGV) once gRPC threads (the etcd
+    client) were running in the test process. Without setpriv there is no net; the atexit hook still
+    kills on exit.
     """
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 class ServerProcess:
-    """One server process started with Popen and controlled by PID; output appended to `output_path`."""
+    """One server process started with Popen and controlled by PID; output appended to
+    `output_path`."""
 
-    def __init__(self, name: str, argv: Sequence[str], output_path: Path, log_path: Path | None = None) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], output_path: Path, log_path: Path | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.output_path = output_path
@@ -112,7 +119,8 @@ class ServerProcess:
         if self.is_running():
             return
         self.output_path.parent.mkdir(parents=True, exist_ok=True)
-        # PDEATHSIG fires when the forking *thread* exits, so it is only armed for the main thread's children.
+        # PDEATHSIG fires when the forking *thread* exits, so it is only armed for the main thread's
+        # children.
         arm = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
         with self.output_path.open("ab") as out:
             self._popen = subprocess.Popen(
@@ -196,8 +204,8 @@ def wait_until(
 ) -> None:
     """Poll `probe` (None = ready, else the reason it is not) until ready or the deadline passes.
 
-    Raises ProcessExitedError as soon as one of `processes` dies, StartupTimeoutError (with the log tail
-    of the first process) at the deadline.
+    Raises ProcessExitedError as soon as one of `processes` dies, StartupTimeoutError (with the log
+    tail of the first process) at the deadline.
     """
     deadline = time.monotonic() + timeout_s
     reason = "not probed yet"

@@ -1,4 +1,5 @@
-"""Readiness and topology checks of a Redis Cluster node: parsing CLUSTER INFO / NODES / SHARDS replies."""
+"""Readiness and topology checks of a Redis Cluster node: parsing CLUSTER INFO / NODES / SHARDS
+replies."""
 
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ def node_problem(node: RedisNode, node_count: int, primaries: int) -> tuple[str 
 
 
 def _view_problem(cluster_nodes: str, primaries: int) -> str | None:
-    """What is off in one node's CLUSTER NODES view: failure flags or a stale role (gossip still spreading).
+    """What is off in one node's CLUSTER NODES view: failure flags or a stale role (gossip still
+    spreading).
 
-    Replica votes in a failover are refused by primaries that still see the replica as a primary, so a
-    ready cluster must agree on roles everywhere, not only on slots.
+    Replica votes in a failover are refused by primaries that still see the replica as a primary, so
+    a ready cluster must agree on roles everywhere, not only on slots.
     """
     masters = 0
     for line in cluster_nodes.splitlines():

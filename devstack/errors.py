@@ -18,7 +18,8 @@ class MissingBinary(DevStackError):
         self.binary = binary
         self.package = package
         super().__init__(
-            f"'{binary}' was not found on PATH; install it with: apt-get install {package} (or run `make deps`)"
+            f"'{binary}' was not found on PATH; install it with: apt-get install {package} (or run "
+            "`make deps`)"
         )
 
 
@@ -27,7 +28,9 @@ class StartupTimeoutError(DevStackError):
 
     retriable = True
 
-    def __init__(self, what: str, timeout_s: float, reason: str, log_path: Path | None, log_tail: str) -> None:
+    def __init__(
+        self, what: str, timeout_s: float, reason: str, log_path: Path | None, log_tail: str
+    ) -> None:
         self.what = what
         self.timeout_s = timeout_s
         self.reason = reason

@@ -1,7 +1,7 @@
 """A single-member local etcd as a child process, for development and integration tests.
 
-The member's ports are recorded in `<data_dir>/ports.json` on first start so a restart (same data dir) comes
-back on the same addresses: the peer URL is part of the member's stored identity.
+The member's ports are recorded in `<data_dir>/ports.json` on first start so a restart (same data
+dir) comes back on the same addresses: the peer URL is part of the member's stored identity.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ HEALTH_TIMEOUT_S = 1.0
 
 @dataclass(frozen=True)
 class EtcdConfig:
-    """Location and ports of a local single-member etcd; None (or 0) ports pick free loopback ports."""
+    """Location and ports of a local single-member etcd; None (or 0) ports pick free loopback
+    ports."""
 
     data_dir: Path
     client_port: int | None = None
@@ -39,8 +40,8 @@ class EtcdConfig:
     name: str = "streamgate-dev"
     startup_timeout_s: float = 30.0
     host: str = LOOPBACK
-    # https:// client URL with client certificates required (--client-cert-auth); the peer URL stays plain
-    # http on loopback (a single member has no peers to talk to).
+    # https:// client URL with client certificates required (--client-cert-auth); the peer URL stays
+    # plain http on loopback (a single member has no peers to talk to).
     tls: TlsFiles | None = None
 
 
@@ -58,7 +59,10 @@ class EtcdProcess:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
@@ -102,7 +106,8 @@ class EtcdProcess:
             raise
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until GET /health answers {"health": "true"}; else StartupTimeoutError with the log tail."""
+        """Wait until GET /health answers {"health": "true"}; else StartupTimeoutError with the log
+        tail."""
         timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
         procs = [self._process] if self._process is not None else []
         wait_until(f"etcd {self.endpoint}", self._health_problem, timeout, procs)
@@ -178,8 +183,10 @@ class EtcdProcess:
         return None
 
     def _resolve_ports(self) -> tuple[int, int]:
-        # Explicit ports win; otherwise reuse the ports of an earlier run on this data dir, else free ones.
-        client, peer = self.config.client_port or None, self.config.peer_port or None  # 0 = free port
+        # Explicit ports win; otherwise reuse the ports of an earlier run on this data dir, else
+        # free ones.
+        # 0 = free port
+        client, peer = self.config.client_port or None, self.config.peer_port or None
         stored = self.config.data_dir / PORTS_FILE
         if stored.exists():
             data = json.loads(stored.read_text())

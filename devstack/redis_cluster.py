@@ -1,10 +1,11 @@
 """A local Redis Cluster of `redis-server` child processes for development and integration tests.
 
 The first start creates the cluster with `redis-cli --cluster create` and records its port layout in
-`<data_dir>/cluster.json`; later starts reuse that layout (nodes know each other by address) and only start
-the nodes again, so a restarted dev stack keeps its data (AOF). Every node has an explicit cluster bus port.
-`add_shard()` scales out a running cluster (a new primary with replicas, then a rebalance that migrates slots
-under load) and records the new nodes in the layout, so a restart keeps them.
+`<data_dir>/cluster.json`; later starts reuse that layout (nodes know each other by address) and
+only start the nodes again, so a restarted dev stack keeps its data (AOF). Every node has an
+explicit cluster bus port. `add_shard()` scales out a running cluster (a new primary with replicas,
+then a rebalance that migrates slots under load) and records the new nodes in the layout, so a
+restart keeps them.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ _PROBE_ERRORS = (redis.RedisError, OSError)
 class RedisClusterConfig:
     """Shape and location of a local Redis Cluster.
 
-    `base_port` None (or 0) picks free loopback ports; otherwise node i listens on base_port + i and its cluster
-    bus on base_port + 10000 + i.
+    `base_port` None (or 0) picks free loopback ports; otherwise node i listens on base_port + i and
+    its cluster bus on base_port + 10000 + i.
     """
 
     data_dir: Path
@@ -62,7 +63,8 @@ class RedisClusterConfig:
     cluster_node_timeout_ms: int = 3000
     startup_timeout_s: float = 30.0
     host: str = LOOPBACK
-    # TLS only: client port, cluster bus and replication over TLS, client certificates required (mutual TLS).
+    # TLS only: client port, cluster bus and replication over TLS, client certificates required
+    # (mutual TLS).
     tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
@@ -77,18 +79,19 @@ class RedisClusterConfig:
         return self.primaries * (1 + self.replicas_per_primary)
 
     def client_tls_options(self) -> dict[str, Any]:
-        """redis-py keyword arguments of a client of this cluster: TLS with the client certificate, or none."""
+        """redis-py keyword arguments of a client of this cluster: TLS with the client certificate,
+        or none."""
         if self.tls is None:
             return {}
-        return {"ssl": True, "ssl_ca_certs": str(self.tls.ca_cert), "ssl_certfile": str(self.tls.client_cert),
-                "ssl_keyfile": str(self.tls.client_key)}
+        return {"ssl": True, "ssl_ca_certs": str(self.tls.ca_cert),
+                "ssl_certfile": str(self.tls.client_cert), "ssl_keyfile": str(self.tls.client_key)}
 
     def cli_argv(self, cli: str) -> list[str]:
         """`redis-cli` with the TLS flags this cluster needs."""
         if self.tls is None:
             return [cli]
-        return [cli, "--tls", "--cacert", str(self.tls.ca_cert), "--cert", str(self.tls.client_cert),
-                "--key", str(self.tls.client_key)]
+        return [cli, "--tls", "--cacert", str(self.tls.ca_cert), "--cert",
+                str(self.tls.client_cert), "--key", str(self.tls.client_key)]
 
     def server_tls_argv(self, port: int) -> list[str]:
         """The listening flags of a node: `--port` in plaintext, or a TLS-only node on `port`."""
@@ -109,7 +112,8 @@ class RedisClusterConfig:
 class RedisNode:
     """One `redis-server` process of the cluster, controlled by PID."""
 
-    def __init__(self, config: RedisClusterConfig, port: int, bus_port: int, role: Role, server: str) -> None:
+    def __init__(self, config: RedisClusterConfig, port: int, bus_port: int, role: Role,
+                 server: str) -> None:
         self.host = config.host
         self.port = port
         self.bus_port = bus_port
@@ -122,7 +126,8 @@ class RedisNode:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(config.cluster_node_timeout_ms),
-            "--cluster-require-full-coverage", "no",  # a failed shard must not take the healthy ones down
+            # a failed shard must not take the healthy ones down
+            "--cluster-require-full-coverage", "no",
             "--appendonly", "yes",
             "--appendfsync", "everysec",
             "--repl-diskless-sync-delay", "0",
@@ -142,7 +147,10 @@ class RedisNode:
         )
 
     def __repr__(self) -> str:
-        return f"RedisNode({self.host}:{self.port}, bus={self.bus_port}, role={self.role}, pid={self.pid})"
+        return (
+            f"RedisNode({self.host}:{self.port}, bus={self.bus_port}, role={self.role}, "
+            f"pid={self.pid})"
+        )
 
     @property
     def address(self) -> tuple[str, int]:
@@ -161,8 +169,8 @@ class RedisNode:
     def client(self, **kwargs: Any) -> redis.Redis:
         """A new plain (non-cluster) client for this node; the caller closes it.
 
-        Defaults: decoded replies, 2 s timeouts and no retries (redis-py retries timeouts with backoff by
-        default, which turns a probe of a paused node into seconds of waiting).
+        Defaults: decoded replies, 2 s timeouts and no retries (redis-py retries timeouts with
+        backoff by default, which turns a probe of a paused node into seconds of waiting).
         """
         options: dict[str, Any] = {
             "socket_timeout": 2.0,
@@ -195,14 +203,17 @@ class RedisNode:
         self.process.terminate(timeout_s)
 
     def restart(self, timeout_s: float = 30.0) -> None:
-        """Stop (if running) and start again with the same ports and data; wait until it answers PING.
+        """Stop (if running) and start again with the same ports and data; wait until it answers
+        PING.
 
-        A primary that was failed over rejoins as a replica of its successor (its nodes.conf is outdated);
-        call the cluster's wait_ready() afterwards to wait for that and refresh every node's `role`.
+        A primary that was failed over rejoins as a replica of its successor (its nodes.conf is
+        outdated); call the cluster's wait_ready() afterwards to wait for that and refresh every
+        node's `role`.
         """
         self.terminate()
         self.start()
-        wait_until(f"redis-server {self.host}:{self.port}", self._ping_probe, timeout_s, [self.process])
+        wait_until(f"redis-server {self.host}:{self.port}", self._ping_probe, timeout_s,
+                   [self.process])
 
     def node_id(self) -> str:
         """The node's cluster id (CLUSTER MYID)."""
@@ -225,15 +236,18 @@ class RedisNode:
 
 
 class RedisClusterProcess:
-    """A local Redis Cluster (`primaries` x (1 + `replicas_per_primary`) nodes) held as child processes.
+    """A local Redis Cluster (`primaries` x (1 + `replicas_per_primary`) nodes) held as child
+    processes.
 
-    Use as a context manager or call start()/stop(). stop() is idempotent and leaves no process behind.
+    Use as a context manager or call start()/stop(). stop() is idempotent and leaves no process
+    behind.
     """
 
     def __init__(self, config: RedisClusterConfig) -> None:
         self.config = config
         self._nodes: list[RedisNode] = []
-        # Shards now and at creation; they differ after add_shard() (also across restarts, via the layout).
+        # Shards now and at creation; they differ after add_shard() (also across restarts, via the
+        # layout).
         self._primary_count = config.primaries
         self._initial_primaries = config.primaries
 
@@ -242,7 +256,10 @@ class RedisClusterProcess:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
@@ -263,7 +280,8 @@ class RedisClusterProcess:
 
     @property
     def shard_count(self) -> int:
-        """Number of primaries the cluster has now (config.primaries plus shards added since creation)."""
+        """Number of primaries the cluster has now (config.primaries plus shards added since
+        creation)."""
         return self._primary_count
 
     @property
@@ -284,10 +302,12 @@ class RedisClusterProcess:
         raise KeyError(port)
 
     def client(self, **kwargs: Any) -> RedisCluster:
-        """A new sync cluster client (decode_responses=True unless overridden); the caller closes it."""
+        """A new sync cluster client (decode_responses=True unless overridden); the caller closes
+        it."""
         options: dict[str, Any] = {"decode_responses": True, **self.config.client_tls_options()}
         options.update(kwargs)
-        nodes = [ClusterNode(host, port) for host, port in self.startup_nodes]  # type: ignore[no-untyped-call]
+        nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                 for host, port in self.startup_nodes]
         return RedisCluster(startup_nodes=nodes, **options)
 
     def primary_for_key(self, key: str | bytes) -> RedisNode:
@@ -334,9 +354,11 @@ class RedisClusterProcess:
         self.start()
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until all nodes report cluster_state:ok with all slots and every replica's link is up.
+        """Wait until all nodes report cluster_state:ok with all slots and every replica's link is
+        up.
 
-        Refreshes each node's `role` from what it reports. Raises StartupTimeoutError with the log tail.
+        Refreshes each node's `role` from what it reports. Raises StartupTimeoutError with the log
+        tail.
         """
         timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
         what = f"Redis Cluster {self.startup_nodes}"
@@ -348,7 +370,8 @@ class RedisClusterProcess:
                        [node.process for node in self._nodes])
 
     def _replication_problem(self) -> str | None:
-        """Linked replicas may still answer WAIT with 0 for ~1 s after a full sync; probe with a real write."""
+        """Linked replicas may still answer WAIT with 0 for ~1 s after a full sync; probe with a
+        real write."""
         with self.client() as cluster:
             for index, node in enumerate(self.primaries):
                 key = _key_served_by(cluster, node.port, index)
@@ -378,7 +401,8 @@ class RedisClusterProcess:
     def _build_nodes(self, layout: list[dict[str, Any]] | None, server: str) -> list[RedisNode]:
         if layout is None:
             layout = self._new_layout()
-        return [RedisNode(self.config, int(n["port"]), int(n["bus_port"]), n["role"], server) for n in layout]
+        return [RedisNode(self.config, int(n["port"]), int(n["bus_port"]), n["role"], server)
+                for n in layout]
 
     def _new_layout(self) -> list[dict[str, Any]]:
         count = self.config.node_count
@@ -389,7 +413,11 @@ class RedisClusterProcess:
         else:
             pairs = [(base + i, base + BUS_PORT_OFFSET + i) for i in range(count)]
         return [
-            {"port": port, "bus_port": bus, "role": "primary" if i < self.config.primaries else "replica"}
+            {
+                "port": port,
+                "bus_port": bus,
+                "role": "primary" if i < self.config.primaries else "replica",
+            }
             for i, (port, bus) in enumerate(pairs)
         ]
 
@@ -401,11 +429,15 @@ class RedisClusterProcess:
             return None
         primaries, replicas = data.get("primaries"), data.get("replicas_per_primary")
         initial = data.get("initial_primaries", primaries)
-        # A scaled-out cluster still matches the shape it was created with: the added shards are kept.
-        if replicas != self.config.replicas_per_primary or self.config.primaries not in (primaries, initial):
+        # A scaled-out cluster still matches the shape it was created with: the added shards are
+        # kept.
+        if replicas != self.config.replicas_per_primary or self.config.primaries not in (
+            primaries,
+            initial,
+        ):
             raise LayoutMismatchError(
-                f"{self.config.data_dir} holds a cluster of {primaries} primaries x {replicas} replicas;"
-                f" requested {self.config.primaries} x {self.config.replicas_per_primary}."
+                f"{self.config.data_dir} holds a cluster of {primaries} primaries x {replicas} "
+                f"replicas; requested {self.config.primaries} x {self.config.replicas_per_primary}."
                 " Use another data dir or delete this one."
             )
         self._primary_count, self._initial_primaries = int(primaries), int(initial)
@@ -418,7 +450,9 @@ class RedisClusterProcess:
             "primaries": self._primary_count,
             "initial_primaries": self._initial_primaries,
             "replicas_per_primary": self.config.replicas_per_primary,
-            "nodes": [{"port": n.port, "bus_port": n.bus_port, "role": n.role} for n in self._nodes],
+            "nodes": [
+                {"port": n.port, "bus_port": n.bus_port, "role": n.role} for n in self._nodes
+            ],
         }
         tmp = self.layout_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -433,7 +467,8 @@ class RedisClusterProcess:
 
     def _create(self, cli: list[str]) -> None:
         for node in self._nodes:
-            wait_until(node.process.name, node._ping_probe, self.config.startup_timeout_s, [node.process])
+            wait_until(node.process.name, node._ping_probe, self.config.startup_timeout_s,
+                       [node.process])
         args = ["create", *(f"{n.host}:{n.port}" for n in self._nodes)]
         args += ["--cluster-replicas", str(self.config.replicas_per_primary), "--cluster-yes"]
         run_cluster_command(cli, args, self.config.data_dir / "cluster-create.log")
@@ -441,15 +476,20 @@ class RedisClusterProcess:
         self._save_layout()
 
     def add_shard(self, replicas: int | None = None, timeout_s: float | None = None) -> RedisNode:
-        """Scale out: start a new primary with `replicas` replicas, join them, rebalance slots onto it.
+        """Scale out: start a new primary with `replicas` replicas, join them, rebalance slots onto
+        it.
 
-        The rebalance migrates keys slot by slot with MIGRATE while the cluster serves, so clients see ASK
-        and MOVED redirects. The new nodes are recorded in the layout file (a restart keeps them) before the
-        rebalance starts. Returns the new primary once the whole cluster is ready again.
+        The rebalance migrates keys slot by slot with MIGRATE while the cluster serves, so clients
+        see ASK and MOVED redirects. The new nodes are recorded in the layout file (a restart keeps
+        them) before the rebalance starts. Returns the new primary once the whole cluster is ready
+        again.
         """
         timeout = self.config.startup_timeout_s if timeout_s is None else timeout_s
         count = self.config.replicas_per_primary if replicas is None else replicas
-        server, cli = require_binary("redis-server"), self.config.cli_argv(require_binary("redis-cli"))
+        server, cli = (
+            require_binary("redis-server"),
+            self.config.cli_argv(require_binary("redis-cli")),
+        )
         new = self._new_nodes(1 + count, server)
         for node in new:
             node.start()
@@ -473,11 +513,12 @@ class RedisClusterProcess:
         self.wait_ready(timeout)
         return primary
 
-    def _join_as_replica(self, node: RedisNode, primary: RedisNode, primary_id: str, timeout_s: float) -> None:
+    def _join_as_replica(self, node: RedisNode, primary: RedisNode, primary_id: str,
+                         timeout_s: float) -> None:
         """MEET the new primary, then REPLICATE it once this node has heard of it.
 
-        (`redis-cli --cluster add-node --cluster-slave` sends REPLICATE before gossip has told the new node
-        about its primary, and fails with "Unknown node" about half the time.)
+        (`redis-cli --cluster add-node --cluster-slave` sends REPLICATE before gossip has told the
+        new node about its primary, and fails with "Unknown node" about half the time.)
         """
         with node.client() as client:
             client.execute_command("CLUSTER", "MEET", primary.host, primary.port, primary.bus_port)
@@ -504,7 +545,8 @@ class RedisClusterProcess:
         nodes = [RedisNode(self.config, port, bus, role, server)
                  for (port, bus), role in zip(pairs, roles, strict=True)]
         for node in nodes:
-            if node.data_dir.exists():  # a leftover of an earlier, failed scale-out: add-node wants empty nodes
+            # a leftover of an earlier, failed scale-out: add-node wants empty nodes
+            if node.data_dir.exists():
                 shutil.rmtree(node.data_dir)
         return nodes
 
@@ -514,8 +556,10 @@ class RedisClusterProcess:
                 return _address(node)
         raise DevStackError("no running primary to join new nodes through")
 
-    def _wait_agreement(self, existing: str, cli: list[str], log: Path, timeout_s: float, knows: str = "") -> None:
-        """Wait until `existing` knows node id `knows` (if given) and `redis-cli --cluster check` passes."""
+    def _wait_agreement(self, existing: str, cli: list[str], log: Path, timeout_s: float,
+                        knows: str = "") -> None:
+        """Wait until `existing` knows node id `knows` (if given) and `redis-cli --cluster check`
+        passes."""
         node = self.node_at(int(existing.rpartition(":")[2]))
 
         def disagreement() -> str | None:
@@ -523,9 +567,14 @@ class RedisClusterProcess:
                 with node.client(socket_timeout=1.0) as conn:
                     if knows not in str(conn.execute_command("CLUSTER", "NODES")):
                         return f"{existing} does not know node {knows} yet"
-            return None if is_consistent(cli, existing, log) else f"redis-cli --cluster check {existing} failed"
+            return (
+                None
+                if is_consistent(cli, existing, log)
+                else f"redis-cli --cluster check {existing} failed"
+            )
 
-        wait_until(f"slot map agreement of {existing}", disagreement, timeout_s, [n.process for n in self._nodes])
+        wait_until(f"slot map agreement of {existing}", disagreement, timeout_s,
+                   [n.process for n in self._nodes])
 
 
 def _address(node: RedisNode) -> str:

@@ -62,7 +62,10 @@ class DevStack:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
@@ -77,7 +80,8 @@ class DevStack:
         return self.etcd.endpoint
 
     def start(self) -> None:
-        """Start etcd, then the Redis Cluster; on any failure stop whatever was started and re-raise."""
+        """Start etcd, then the Redis Cluster; on any failure stop whatever was started and
+        re-raise."""
         try:
             self.etcd.start()
             self.redis.start()

@@ -35,17 +35,18 @@ from storage.redis_store import RedisStoreSettings, RedisStreamStore
 SETTINGS = web.AppKey("settings", GatewaySettings)
 RECEIPT_SIGNER = web.AppKey("receipt_signer", ReceiptSigner)
 BODY_SLACK_BYTES = 1024
-LINGERING_S = 2.0  # reading the rest of a refused body so the client sees the answer: long enough, not a hold
+# reading the rest of a refused body so the client sees the answer: long enough, not a hold
+LINGERING_S = 2.0
 
 
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every request: authenticate it, run the handler with its errors rendered as problem+json, count the
-    response by route template, method and status.
+    """Every request: authenticate it, run the handler with its errors rendered as problem+json,
+    count the response by route template, method and status.
 
-    One middleware rather than three: a WebSocket request holds its middlewares' coroutine frames for its whole
-    life, and each frame is also crossed on every resume of the handler, so every extra layer costs CPU on every
-    request, a measurable share of a small publish's.
+    One middleware rather than three: a WebSocket request holds its middlewares' coroutine frames
+    for its whole life, and each frame is also crossed on every resume of the handler, so every
+    extra layer costs CPU on every request, a measurable share of a small publish's.
     """
     try:
         authenticate(request)
@@ -60,17 +61,21 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -> web.Application:
-    """The application with its routes and middlewares; services are attached by the caller or wiring.
+    """The application with its routes and middlewares; services are attached by the caller or
+    wiring.
 
-    ``env`` supplies secrets the auth config names by environment variable (the CLI passes ``os.environ``).
-    Raises ``AuthConfigError`` when the auth settings or the auth config file are unusable.
+    ``env`` supplies secrets the auth config names by environment variable (the CLI passes
+    ``os.environ``). Raises ``AuthConfigError`` when the auth settings or the auth config file are
+    unusable.
     """
     app = web.Application(
         client_max_size=settings.max_batch_bytes + BODY_SLACK_BYTES,
         middlewares=[gateway_middleware],
-        handler_args={"auto_decompress": False,  # gateway.routes.bodies decodes bodies itself, with a bound
-                      # aiohttp's keep-alive timer also closes a connection whose request head is not complete:
-                      # the head gets the body's deadline (and an idle keep-alive connection is closed after it).
+        # gateway.routes.bodies decodes bodies itself, with a bound
+        handler_args={"auto_decompress": False,
+                      # aiohttp's keep-alive timer also closes a connection whose request head is
+                      # not complete: the head gets the body's deadline (and an idle keep-alive
+                      # connection is closed after it).
                       "keepalive_timeout": settings.body_read_timeout_s,
                       "lingering_time": LINGERING_S},
     )
@@ -91,7 +96,8 @@ def app_with_services(services: Services, env: Mapping[str, str] | None = None) 
 def create_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -> web.Application:
     """The production application: opens Redis and etcd on startup and closes them on shutdown.
 
-    Raises ValueError when ``receipt_secret`` is too short (besides ``build_app``'s AuthConfigError)."""
+    Raises ValueError when ``receipt_secret`` is too short (besides ``build_app``'s
+    AuthConfigError)."""
     app = build_app(settings, env)
     app[RECEIPT_SIGNER] = signer_for(settings.receipt_secret)
     app.cleanup_ctx.append(_backends)
@@ -104,35 +110,44 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
             RedisStreamStore(redis_store_settings(settings), observer=metrics.observe_redis))
-        etcd = EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s, tls=etcd_tls(settings))
+        etcd = EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s,
+                              tls=etcd_tls(settings))
         etcd.observer = metrics.observe_etcd
         await stack.enter_async_context(etcd)
         cache = TopicCache()
-        watcher = await stack.enter_async_context(TopicWatcher(etcd, cache, prefix=settings.etcd_prefix))
+        watcher = await stack.enter_async_context(TopicWatcher(etcd, cache,
+                                                               prefix=settings.etcd_prefix))
         registry = EtcdTopicRegistry(etcd, prefix=settings.etcd_prefix)
         group_store = store.groups
         dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms, metrics)
         policies = await stack.enter_async_context(GroupPolicies(etcd, prefix=settings.etcd_prefix))
-        hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id, dead_letters, metrics))
+        hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id,
+                                                          dead_letters, metrics))
         ownership = await stack.enter_async_context(PartitionOwnership(
-            etcd, node_id=settings.node_id, prefix=settings.etcd_prefix, lease_ttl_s=settings.owner_lease_ttl_s,
+            etcd, node_id=settings.node_id, prefix=settings.etcd_prefix,
+            lease_ttl_s=settings.owner_lease_ttl_s,
             partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
-        sweep = GroupSweep(group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
-                           SweepSettings(settings.node_id, dead_consumer_idle_ms=int(settings.owner_lease_ttl_s * 2000),
-                                         service_consumers=frozenset({PULL_CONSUMER})))
+        sweep = GroupSweep(
+            group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
+            SweepSettings(settings.node_id,
+                          dead_consumer_idle_ms=int(settings.owner_lease_ttl_s * 2000),
+                          service_consumers=frozenset({PULL_CONSUMER})))
         duties = await stack.enter_async_context(DutyRunner(
-            ownership, cache, delayed=store.delayed, retention=store.retention, streams=store, groups=group_store,
-            metrics=metrics, settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
-                                                   settings.lag_interval_s, settings.sweep_interval_s),
+            ownership, cache, delayed=store.delayed, retention=store.retention, streams=store,
+            groups=group_store, metrics=metrics,
+            settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
+                                  settings.lag_interval_s, settings.sweep_interval_s),
             sweep=sweep))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
-                raise RuntimeError(f"partition duties unhealthy: {duties.crashed or 'ownership lease not held'}")
+                raise RuntimeError("partition duties unhealthy: "
+                                   f"{duties.crashed or 'ownership lease not held'}")
 
         publisher = await stack.enter_async_context(
-            Publisher(store, store.delayed, metrics, settings.dedup_ttl_ms, settings.acks0_queue_batches,
-                      settings.retry_after_s, settings.acks0_queue_bytes, settings.acks0_queue_wait_ms))
+            Publisher(store, store.delayed, metrics, settings.dedup_ttl_ms,
+                      settings.acks0_queue_batches, settings.retry_after_s,
+                      settings.acks0_queue_bytes, settings.acks0_queue_wait_ms))
 
         async def watch_is_live() -> None:
             if not watcher.healthy:
@@ -145,11 +160,12 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             cache=cache,
             publisher=publisher,
             metrics=metrics,
-            readiness_checks=[("redis", store.ping), ("etcd", etcd.ping), ("topic_watch", watch_is_live),
-                              ("duties", duties_are_healthy)],
+            readiness_checks=[("redis", store.ping), ("etcd", etcd.ping),
+                              ("topic_watch", watch_is_live), ("duties", duties_are_healthy)],
             delivery=hub,
             etcd=etcd,
-            puller=Puller(group_store, dead_letters.acting_as("pull"), metrics, app[RECEIPT_SIGNER]),
+            puller=Puller(group_store, dead_letters.acting_as("pull"), metrics,
+                          app[RECEIPT_SIGNER]),
             policies=policies,
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
             group_quota=_group_quota(settings, etcd, group_store, cache),
@@ -159,14 +175,17 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
 
 def _group_quota(settings: GatewaySettings, etcd: EtcdConnection, groups: GroupNames,
                  cache: TopicCache) -> GroupQuota | None:
-    # Without authentication every caller is the same principal: a cap would be one global cap on groups.
+    # Without authentication every caller is the same principal: a cap would be one global cap on
+    # groups.
     if settings.max_groups_per_principal == 0 or settings.auth_mode == "none":
         return None
-    return GroupQuota(GroupLedger(etcd, prefix=settings.etcd_prefix), settings.max_groups_per_principal, groups,
+    return GroupQuota(GroupLedger(etcd, prefix=settings.etcd_prefix),
+                      settings.max_groups_per_principal, groups,
                       lambda name: cache.get(name) is not None)
 
 
-def _throttle(store: RedisStreamStore, settings: GatewaySettings, overrides: LimitOverrides) -> Throttle | None:
+def _throttle(store: RedisStreamStore, settings: GatewaySettings,
+              overrides: LimitOverrides) -> Throttle | None:
     throttle = Throttle(store.rate_limiter, RateLimits.from_settings(settings), overrides)
     return throttle if throttle.enabled else None
 

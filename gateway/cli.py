@@ -1,4 +1,5 @@
-"""The ``streamgate`` command: ``serve`` runs a gateway; ``dev`` runs the whole local stack on loopback."""
+"""The ``streamgate`` command: ``serve`` runs a gateway; ``dev`` runs the whole local stack on
+loopback."""
 
 from __future__ import annotations
 
@@ -37,15 +38,16 @@ DEV_ETCD_PEER_PORT = 23800
 
 
 def access_logger(settings: GatewaySettings) -> logging.Logger | None:
-    """aiohttp's access logger when ``access_log`` is on, else None: a line per request at INFO costs a large
-    share of a single-message publish's gateway CPU (docs/performance.md has the figures), and
-    ``streamgate_http_requests_total`` already counts every request by route, method and status."""
+    """aiohttp's access logger when ``access_log`` is on, else None: a line per request at INFO
+    costs a large share of a single-message publish's gateway CPU (docs/performance.md has the
+    figures), and ``streamgate_http_requests_total`` already counts every request by route, method
+    and status."""
     return logging.getLogger("aiohttp.access") if settings.access_log else None
 
 
 def access_log_options(settings: GatewaySettings) -> dict[str, Any]:
-    """The access-log arguments of ``web.run_app``: the logger, and a line format that masks query-string
-    credentials."""
+    """The access-log arguments of ``web.run_app``: the logger, and a line format that masks
+    query-string credentials."""
     return {"access_log": access_logger(settings), "access_log_class": ScrubbingAccessLogger}
 
 
@@ -61,12 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dev-add-shard":
         return run_add_shard(args)
     try:
-        settings = settings_from_env(os.environ).with_overrides(host=args.host, port=args.port,
-                                                                workers=getattr(args, "workers", None))
+        settings = settings_from_env(os.environ).with_overrides(
+            host=args.host, port=args.port, workers=getattr(args, "workers", None))
         check_workers(settings)
         check_event_loop(settings)
         if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
-            settings = settings.with_overrides(auth_mode="none")  # dev is local: auth off, loudly (logged)
+            # dev is local: auth off, loudly (logged)
+            settings = settings.with_overrides(auth_mode="none")
         ssl_context = server_ssl_context(settings)
         check_backend_tls(settings)
         if args.command == "serve":
@@ -87,14 +90,16 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 def check_event_loop(settings: GatewaySettings) -> None:
     """An event loop this build cannot run: ValueError (exit 2)."""
     if settings.event_loop not in EVENT_LOOPS:
-        raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {settings.event_loop!r}")
+        raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got "
+                         f"{settings.event_loop!r}")
     if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise ValueError("event_loop=uvloop needs the uvloop package (pip install uvloop), or set event_loop=asyncio")
+        raise ValueError("event_loop=uvloop needs the uvloop package (pip install uvloop), or set "
+                         "event_loop=asyncio")
 
 
 def new_event_loop(settings: GatewaySettings) -> asyncio.AbstractEventLoop:
-    """The loop a gateway process runs on: libuv's (uvloop: less gateway CPU per published or delivered message
-    than asyncio's, docs/performance.md has the figures) or the standard one."""
+    """The loop a gateway process runs on: libuv's (uvloop: less gateway CPU per published or
+    delivered message than asyncio's, docs/performance.md has the figures) or the standard one."""
     if settings.event_loop == "uvloop":
         import uvloop
 
@@ -108,23 +113,29 @@ def check_workers(settings: GatewaySettings) -> None:
         raise ValueError(f"workers must be >= 1, got {settings.workers}")
     if settings.workers > 1 and settings.port == 0:
         raise ValueError("workers > 1 needs a fixed port (each worker binds it with SO_REUSEPORT)")
-    if settings.worker_metrics_port and not 0 < settings.worker_metrics_port + settings.workers - 1 < 65536:
-        raise ValueError(f"worker_metrics_port {settings.worker_metrics_port} + {settings.workers} workers "
-                         "is past port 65535")
+    if (settings.worker_metrics_port
+            and not 0 < settings.worker_metrics_port + settings.workers - 1 < 65536):
+        raise ValueError(f"worker_metrics_port {settings.worker_metrics_port} + {settings.workers} "
+                         "workers is past port 65535")
 
 
 def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLContext | None,
           worker_index: int | None) -> int:
-    """Run one gateway process until SIGTERM/SIGINT; a worker shares the port and may listen on its own one."""
+    """Run one gateway process until SIGTERM/SIGINT; a worker shares the port and may listen on its
+    own one."""
     extra_sockets: list[socket.socket] = []
-    app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))  # after the backends opened
+    # after the backends opened
+    app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))
     try:
         if worker_index is not None and settings.worker_metrics_port:
-            extra_sockets.append(socket.create_server((settings.host, settings.worker_metrics_port + worker_index)))
-        web.run_app(app, host=settings.host, port=settings.port, print=None, ssl_context=ssl_context,
-                    reuse_port=worker_index is not None or None, sock=extra_sockets or None,
-                    loop=new_event_loop(settings), **access_log_options(settings))
-    except (StorageError, PartitionerError) as exc:  # Redis or etcd unreachable or untrusted at startup
+            extra_sockets.append(socket.create_server(
+                (settings.host, settings.worker_metrics_port + worker_index)))
+        web.run_app(app, host=settings.host, port=settings.port, print=None,
+                    ssl_context=ssl_context, reuse_port=worker_index is not None or None,
+                    sock=extra_sockets or None, loop=new_event_loop(settings),
+                    **access_log_options(settings))
+    # Redis or etcd unreachable or untrusted at startup
+    except (StorageError, PartitionerError) as exc:
         print(f"streamgate: cannot start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # the port is taken
@@ -134,7 +145,8 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
 
 
 def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
-    """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on Ctrl-C/SIGTERM."""
+    """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on
+    Ctrl-C/SIGTERM."""
     from devstack import DevStack, DevStackConfig, MissingBinary
     from gateway.dev_scale import add_shard_hook, write_pid
 
@@ -150,7 +162,8 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     try:
         with DevStack(config) as stack:
             nodes = tuple(f"{host}:{port}" for host, port in stack.redis_startup_nodes)
-            settings = settings.with_overrides(redis_nodes=nodes, etcd_endpoints=(stack.etcd_endpoint,),
+            settings = settings.with_overrides(redis_nodes=nodes,
+                                               etcd_endpoints=(stack.etcd_endpoint,),
                                                min_insync_replicas=min(args.replicas, 1))
             print(dev_banner(settings, config.data_dir), flush=True)
             app = create_app(settings, os.environ)
@@ -190,11 +203,13 @@ def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
         f"  redis     {', '.join(settings.redis_nodes)}",
         f"  etcd      {', '.join(settings.etcd_endpoints)}",
         f"  data dir  {data_dir}",
-        f"  auth      {'OFF (auth_mode=none)' if settings.auth_mode == 'none' else settings.auth_mode}",
+        "  auth      "
+        f"{'OFF (auth_mode=none)' if settings.auth_mode == 'none' else settings.auth_mode}",
         "try:",
         f"  curl -s -XPOST {base}/v1/topics -H 'content-type: application/json' "
         "-d '{\"name\":\"orders\",\"partitions\":3}'",
-        f"  curl -s -XPOST {base}/v1/topics/orders/messages -H 'content-type: application/json' "
+        f"  curl -s -XPOST {base}/v1/topics/orders/messages "
+        "-H 'content-type: application/json' "
         "-d '{\"acks\":\"all\",\"messages\":[{\"key\":\"alice\",\"value\":{\"total\":42}}]}'",
         f"  curl -s '{base}/v1/topics/orders/partitions/0/messages?from=earliest'",
         "Ctrl-C stops everything; data stays in the data dir.",
@@ -203,7 +218,8 @@ def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamgate", description=__doc__)
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("serve", "run a gateway against existing Redis Cluster and etcd"),
                             ("dev", "run Redis Cluster, etcd and a gateway on loopback")):
@@ -212,14 +228,19 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
     serve_command = commands.choices["serve"]
     serve_command.add_argument("--workers", type=int, default=None,
-                               help="worker processes sharing the port (default: the workers setting, 1)")
-    serve_command.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the parent
+                               help="worker processes sharing the port (default: the workers "
+                                    "setting, 1)")
+    # set by the parent
+    serve_command.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     add_client_commands(commands)
     add_auth_commands(commands)
-    add_shard = commands.add_parser("dev-add-shard", help="add a Redis shard to a running `streamgate dev`")
-    add_shard.add_argument("--data-dir", default=".streamgate-dev", help="the data dir of the running stack")
+    add_shard = commands.add_parser("dev-add-shard",
+                                    help="add a Redis shard to a running `streamgate dev`")
+    add_shard.add_argument("--data-dir", default=".streamgate-dev",
+                           help="the data dir of the running stack")
     dev = commands.choices["dev"]
-    dev.add_argument("--data-dir", default=".streamgate-dev", help="where Redis and etcd keep their data")
+    dev.add_argument("--data-dir", default=".streamgate-dev",
+                     help="where Redis and etcd keep their data")
     dev.add_argument("--shards", "--primaries", dest="primaries", type=int, default=3,
                      help="Redis Cluster shards (primaries, each with --replicas replicas)")
     dev.add_argument("--replicas", type=int, default=1, help="replicas per primary")
@@ -227,7 +248,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="first Redis port (0: free ports, remembered in the data dir)")
     dev.add_argument("--cluster-node-timeout-ms", type=int, default=3000)
     dev.add_argument("--etcd-port", type=int, default=DEV_ETCD_CLIENT_PORT, help="0: a free port")
-    dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT, help="0: a free port")
+    dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT,
+                     help="0: a free port")
     return parser
 
 

@@ -1,5 +1,5 @@
-"""Open WebSocket connections per principal on this gateway process, with a cap; and upgraded connections not
-authenticated yet, with a cap of their own (nobody's quota holds them)."""
+"""Open WebSocket connections per principal on this gateway process, with a cap; and upgraded
+connections not authenticated yet, with a cap of their own (nobody's quota holds them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections import Counter
 
 
 class ConnectionLimits:
-    """Counts each principal's open subscriptions, and the sockets awaiting their auth frame; a cap of 0: none."""
+    """Counts each principal's open subscriptions, and the sockets awaiting their auth frame; a cap
+    of 0: none."""
 
     def __init__(self, max_per_principal: int, max_unauthenticated: int = 0) -> None:
         self.max_per_principal = max_per_principal
@@ -16,14 +17,16 @@ class ConnectionLimits:
         self._open: Counter[str] = Counter()
 
     def acquire_unauthenticated(self) -> bool:
-        """Count one more socket awaiting its auth frame; False (nothing counted) when the cap is reached."""
+        """Count one more socket awaiting its auth frame; False (nothing counted) when the cap is
+        reached."""
         if 0 < self.max_unauthenticated <= self.unauthenticated:
             return False
         self.unauthenticated += 1
         return True
 
     def release_unauthenticated(self) -> None:
-        """Forget one socket counted by ``acquire_unauthenticated`` (authenticated, refused or gone)."""
+        """Forget one socket counted by ``acquire_unauthenticated`` (authenticated, refused or
+        gone)."""
         self.unauthenticated -= 1
 
     def full(self, principal: str) -> bool:
@@ -35,7 +38,8 @@ class ConnectionLimits:
         return self._open[principal]
 
     def acquire(self, principal: str) -> bool:
-        """Count one more connection of ``principal``; False (and nothing counted) when the cap is reached."""
+        """Count one more connection of ``principal``; False (and nothing counted) when the cap is
+        reached."""
         if self.full(principal):
             return False
         self._open[principal] += 1

@@ -1,8 +1,9 @@
-"""Scaling a running `streamgate dev` out: `streamgate dev-add-shard` asks it (SIGUSR1) to add a Redis shard.
+"""Scaling a running `streamgate dev` out: `streamgate dev-add-shard` asks it (SIGUSR1) to add a
+Redis shard.
 
-The running stack owns its server processes, so it is the one that starts the new primary and replica, joins
-them and rebalances slots (`RedisClusterProcess.add_shard`) while it keeps serving. It reports the outcome in
-a small JSON file in the data dir, which the command waits for.
+The running stack owns its server processes, so it is the one that starts the new primary and
+replica, joins them and rebalances slots (`RedisClusterProcess.add_shard`) while it keeps serving.
+It reports the outcome in a small JSON file in the data dir, which the command waits for.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def write_pid(data_dir: Path) -> Path:
 
 
 def add_shard_hook(stack: DevStack, data_dir: Path) -> Callable[[web.Application], Awaitable[None]]:
-    """An on_startup hook: SIGUSR1 adds one shard (one at a time) without blocking the event loop."""
+    """An on_startup hook: SIGUSR1 adds one shard (one at a time) without blocking the event
+    loop."""
     lock = asyncio.Lock()
     running: set[asyncio.Task[None]] = set()
 
@@ -44,8 +46,15 @@ def add_shard_hook(stack: DevStack, data_dir: Path) -> Callable[[web.Application
             result: dict[str, object]
             try:
                 primary = await asyncio.to_thread(stack.redis.add_shard)
-                result = {"ok": True, "primaries": len(stack.redis.primaries), "new_primary_port": primary.port}
-                print(f"streamgate dev: added a shard, new primary at 127.0.0.1:{primary.port}", flush=True)
+                result = {
+                    "ok": True,
+                    "primaries": len(stack.redis.primaries),
+                    "new_primary_port": primary.port,
+                }
+                print(
+                    f"streamgate dev: added a shard, new primary at 127.0.0.1:{primary.port}",
+                    flush=True,
+                )
             except Exception as exc:  # reported; the stack keeps serving
                 log.error("adding a shard failed: %s", exc)
                 result = {"ok": False, "error": str(exc)}
@@ -63,7 +72,8 @@ def add_shard_hook(stack: DevStack, data_dir: Path) -> Callable[[web.Application
 
 
 def request_add_shard(data_dir: Path, timeout_s: float = ADD_SHARD_TIMEOUT_S) -> dict[str, object]:
-    """Signal the dev stack of ``data_dir`` and wait for its report; raises on failure or timeout."""
+    """Signal the dev stack of ``data_dir`` and wait for its report; raises on failure or
+    timeout."""
     pid = int((data_dir / PID_FILE).read_text())
     result_path = data_dir / RESULT_FILE
     result_path.unlink(missing_ok=True)
@@ -76,4 +86,6 @@ def request_add_shard(data_dir: Path, timeout_s: float = ADD_SHARD_TIMEOUT_S) ->
                 raise RuntimeError(f"adding a shard failed: {result.get('error')}")
             return result
         time.sleep(0.2)
-    raise TimeoutError(f"streamgate dev (pid {pid}) did not add a shard in {timeout_s:.0f}s; see its output")
+    raise TimeoutError(
+        f"streamgate dev (pid {pid}) did not add a shard in {timeout_s:.0f}s; see its output"
+    )

@@ -1,7 +1,7 @@
 """The one place where errors become HTTP: RFC 9457 problem+json with the right status.
 
-Handlers raise ``Problem`` (or let storage/partitioner errors through); ``problem_for`` renders them (called by
-the gateway's one middleware, ``gateway.app.gateway_middleware``).
+Handlers raise ``Problem`` (or let storage/partitioner errors through); ``problem_for`` renders them
+(called by the gateway's one middleware, ``gateway.app.gateway_middleware``).
 A request that fails validation never reaches storage, so nothing partial is written.
 """
 
@@ -82,7 +82,8 @@ def invalid_field(pointer: str, detail: str) -> Problem:
 
 
 def receipt_expired(pointer: str, detail: str) -> Problem:
-    """410: a pull receipt is older than its ack timeout (plus slack); the message must be pulled again."""
+    """410: a pull receipt is older than its ack timeout (plus slack); the message must be pulled
+    again."""
     return Problem(410, "receipt-expired", "Receipt expired", detail, pointer=pointer)
 
 
@@ -92,30 +93,35 @@ def too_large(detail: str, pointer: str | None = None) -> Problem:
 
 
 def body_timeout(detail: str) -> Problem:
-    """408: the request body did not arrive in time; the connection is closed (``problem_response``)."""
-    return Problem(408, "request-timeout", "Request timeout", detail, headers={"Connection": "close"})
+    """408: the request body did not arrive in time; the connection is closed
+    (``problem_response``)."""
+    return Problem(408, "request-timeout", "Request timeout", detail,
+                   headers={"Connection": "close"})
 
 
 def undecodable_body(detail: str) -> Problem:
-    """400: the body's Content-Encoding says gzip or zstd but the bytes do not decode (corrupt or truncated)."""
+    """400: the body's Content-Encoding says gzip or zstd but the bytes do not decode (corrupt or
+    truncated)."""
     return Problem(400, "undecodable-body", "Body does not decode", detail)
 
 
 def unsupported_encoding(coding: str, accepted: str) -> Problem:
     """415 + Accept-Encoding: the body uses a content coding the gateway does not decode."""
     return Problem(415, "unsupported-encoding", "Unsupported content encoding",
-                   f"Content-Encoding {coding!r} is not supported; use one of: {accepted} (or none)",
-                   headers={"Accept-Encoding": accepted})
+                   f"Content-Encoding {coding!r} is not supported; use one of: {accepted} "
+                   "(or none)", headers={"Accept-Encoding": accepted})
 
 
 def rate_limited(detail: str, retry_after_s: float, headers: dict[str, str]) -> Problem:
     """429 + Retry-After and RateLimit headers: a rate limit refused the request; retry later."""
-    return Problem(429, "rate-limited", "Too many requests", detail, retry_after_s=retry_after_s, headers=headers)
+    return Problem(429, "rate-limited", "Too many requests", detail, retry_after_s=retry_after_s,
+                   headers=headers)
 
 
 def too_many_connections(detail: str, retry_after_s: float) -> Problem:
     """429: the principal already holds as many subscriptions as it may on this gateway."""
-    return Problem(429, "too-many-connections", "Too many connections", detail, retry_after_s=retry_after_s)
+    return Problem(429, "too-many-connections", "Too many connections", detail,
+                   retry_after_s=retry_after_s)
 
 
 def unavailable(detail: str, retry_after_s: float) -> Problem:
@@ -127,7 +133,8 @@ AUTH_REALM = 'realm="streamgate"'
 
 
 def unauthorized(exc: Unauthenticated) -> Problem:
-    """401 + WWW-Authenticate (RFC 6750 ``invalid_token`` when credentials were given but rejected)."""
+    """401 + WWW-Authenticate (RFC 6750 ``invalid_token`` when credentials were given but
+    rejected)."""
     challenge = f"Bearer {AUTH_REALM}"
     if exc.credentials_given:
         description = exc.message.replace('"', "'")
@@ -143,7 +150,8 @@ def problem_from(exc: Exception) -> Problem:
     if isinstance(exc, Unauthenticated):
         return unauthorized(exc)
     if isinstance(exc, GroupsLimitReached):
-        return Problem(403, "groups-limit", "Too many consumer groups", exc.message, extra={"limit": exc.limit})
+        return Problem(403, "groups-limit", "Too many consumer groups", exc.message,
+                       extra={"limit": exc.limit})
     if isinstance(exc, Forbidden):
         return Problem(403, "forbidden", "Forbidden", exc.message)
     if isinstance(exc, NotEnoughReplicas):
@@ -179,7 +187,8 @@ def problem_response(problem: Problem, instance: str) -> web.Response:
         headers=headers,
     )
     if headers.get("Connection") == "close":
-        response.force_close()  # the rest of a late body is never read: the connection cannot carry another request
+        # the rest of a late body is never read: the connection cannot carry another request
+        response.force_close()
     return response
 
 
@@ -194,9 +203,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
-    """The problem+json response for an error a handler raised (called in the ``except`` that caught it).
+    """The problem+json response for an error a handler raised (called in the ``except`` that caught
+    it).
 
-    An ``HTTPException`` under 400 (a redirect, say) is not an error: it is raised again for aiohttp.
+    An ``HTTPException`` under 400 (a redirect, say) is not an error: it is raised again for
+    aiohttp.
     """
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
@@ -213,13 +224,18 @@ def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
 
 # WebSocket close codes (4000-4999 are the application's own; docs/api.md lists them).
 WS_CLOSE_GOING_AWAY = 1001  # the gateway is shutting down: reconnect (to any gateway) and resume
-WS_CLOSE_SLOW_CONSUMER = 4008  # the client did not drain its buffer in time; reason carries the resume cursor
-WS_CLOSE_UNAUTHENTICATED = 4401  # no/invalid credentials (no auth frame in time), or the token expired
+# the client did not drain its buffer in time; reason carries the resume cursor
+WS_CLOSE_SLOW_CONSUMER = 4008
+# no/invalid credentials (no auth frame in time), or the token expired
+WS_CLOSE_UNAUTHENTICATED = 4401
 WS_CLOSE_FORBIDDEN = 4403  # authenticated, but not allowed to subscribe to this topic/group
 WS_CLOSE_TOPIC_GONE = 4404  # the topic was deleted
-WS_CLOSE_GROUP_CONFLICT = 4409  # the group is already served with another mode or filter on this gateway
-WS_CLOSE_TOO_MANY_CONNECTIONS = 4429  # max_connections_per_principal reached, or the subscribe rate limit refused
-WS_CLOSE_UNAVAILABLE = 4503  # a backend failed or group membership was lost: reconnect after a pause
+# the group is already served with another mode or filter on this gateway
+WS_CLOSE_GROUP_CONFLICT = 4409
+# max_connections_per_principal reached, or the subscribe rate limit refused
+WS_CLOSE_TOO_MANY_CONNECTIONS = 4429
+# a backend failed or group membership was lost: reconnect after a pause
+WS_CLOSE_UNAVAILABLE = 4503
 
 
 def close_code_for(exc: BaseException) -> int:

@@ -1,15 +1,16 @@
 """Garbage-collector settings for a serving process (they cut publish CPU and tail latency).
 
-A publish batch keeps hundreds of container objects alive at once (the parsed body, validated messages,
-records, results), so with Python's default young-generation threshold (700) the cyclic collector ran about once
-per request and traversed all of them, costing a noticeable share of the gateway's CPU on large batches and
-the worst p99 spikes (bench/profile_publish.py shows the difference). Almost everything is
-freed by reference counting anyway; the cyclic collector only matters for cycles.
+A publish batch keeps hundreds of container objects alive at once (the parsed body, validated
+messages, records, results), so with Python's default young-generation threshold (700) the cyclic
+collector ran about once per request and traversed all of them, costing a noticeable share of the
+gateway's CPU on large batches and the worst p99 spikes (bench/profile_publish.py shows the
+difference). Almost everything is freed by reference counting anyway; the cyclic collector only
+matters for cycles.
 
-So: after startup the long-lived objects (modules, the app, its services) are frozen out of the collector's
-view (``gc.freeze``), the young-generation threshold is raised, and the young generations are collected once
-a second as well, so the cycles an idle process made (a connection's setup leaves some) do not linger until
-thousands more allocations happen.
+So: after startup the long-lived objects (modules, the app, its services) are frozen out of the
+collector's view (``gc.freeze``), the young-generation threshold is raised, and the young
+generations are collected once a second as well, so the cycles an idle process made (a connection's
+setup leaves some) do not linger until thousands more allocations happen.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ async def collect_young_forever(every_s: float = YOUNG_COLLECT_EVERY_S) -> None:
         gc.collect(1)
 
 
-def tuned_collector(young_threshold: int,
-                    every_s: float = YOUNG_COLLECT_EVERY_S) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A ``cleanup_ctx`` entry: tune once the backends are open (append it after the app's own), collect the
-    young generations every ``every_s`` while serving. ``young_threshold`` 0 changes nothing."""
+def tuned_collector(
+    young_threshold: int, every_s: float = YOUNG_COLLECT_EVERY_S
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` entry: tune once the backends are open (append it after the app's own),
+    collect the young generations every ``every_s`` while serving. ``young_threshold`` 0 changes
+    nothing."""
 
     async def tuned(_app: web.Application) -> AsyncIterator[None]:
         if young_threshold <= 0:

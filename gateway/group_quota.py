@@ -1,6 +1,6 @@
-"""The cap on consumer groups per principal: a principal asking for a group that does not exist yet is charged
-one group in the etcd ledger (``partitioner.group_ledger``), shared by every replica; joining an existing group
-is free. Each (principal, topic, group) is checked once per process."""
+"""The cap on consumer groups per principal: a principal asking for a group that does not exist yet
+is charged one group in the etcd ledger (``partitioner.group_ledger``), shared by every replica;
+joining an existing group is free. Each (principal, topic, group) is checked once per process."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ class GroupQuota:
         self._admitted: set[tuple[str, str, str]] = set()
 
     async def admit(self, principal: str, topic: str, group: str) -> None:
-        """Return when ``principal`` may use ``group`` on ``topic``; GroupsLimitReached when it would create one
-        past the cap."""
+        """Return when ``principal`` may use ``group`` on ``topic``; GroupsLimitReached when it
+        would create one past the cap."""
         seen = (principal, topic, group)
         if self.cap == 0 or seen in self._admitted:
             return

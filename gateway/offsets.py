@@ -1,4 +1,5 @@
-"""Offsets as the HTTP API sees them: Redis stream IDs, with ``from`` inclusive and ``next_offset`` exclusive."""
+"""Offsets as the HTTP API sees them: Redis stream IDs, with ``from`` inclusive and ``next_offset``
+exclusive."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ def parse_offset(text: str, pointer: str) -> tuple[int, int]:
     """Split ``<ms>-<seq>`` into integers; 422 naming ``pointer`` otherwise."""
     match = STREAM_ID.fullmatch(text)
     if match is None:
-        raise invalid_field(pointer, f"{text!r} is not an offset: expected '<ms>-<seq>', 'earliest' or 'latest'")
+        raise invalid_field(
+            pointer, f"{text!r} is not an offset: expected '<ms>-<seq>', 'earliest' or 'latest'"
+        )
     ms, seq = int(match.group(1)), int(match.group(2))
     if ms > MAX_SEQ or seq > MAX_SEQ:
         raise invalid_field(pointer, f"{text!r} is out of range")

@@ -8,7 +8,8 @@ import orjson
 from aiohttp import web
 
 
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(data: Any, status: int = 200,
+                  headers: dict[str, str] | None = None) -> web.Response:
     """Serialise ``data`` with orjson as application/json."""
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json",
                         headers=headers)

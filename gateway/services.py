@@ -49,14 +49,18 @@ class Services:
     publisher: Publisher
     metrics: GatewayMetrics
     readiness_checks: Sequence[tuple[str, ReadinessCheck]] = ()
-    delivery: DeliveryHub | None = None  # consumer groups; None where no group store is wired (unit tests)
+    # consumer groups; None where no group store is wired (unit tests)
+    delivery: DeliveryHub | None = None
     etcd: EtcdConnection | None = None  # exclusive-group membership; None without etcd
     puller: Puller | None = None  # HTTP pull for groups
-    policies: GroupPolicies | None = None  # group ack timeout / max deliveries in etcd, for the owners' sweep
-    throttle: Throttle | None = None  # publish, read and subscribe rate limits; None when none is configured
+    # group ack timeout / max deliveries in etcd, for the owners' sweep
+    policies: GroupPolicies | None = None
+    # publish, read and subscribe rate limits; None when none is configured
+    throttle: Throttle | None = None
     group_quota: GroupQuota | None = None  # groups per principal (etcd ledger); None without etcd
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
-    subscriptions: set[OpenSubscription] = field(default_factory=set)  # closed with 1001 on shutdown
+    # closed with 1001 on shutdown
+    subscriptions: set[OpenSubscription] = field(default_factory=set)
     stats: PublishStats = field(default_factory=PublishStats)  # per-partition rates and heavy keys
     spreader: KeylessSpreader = field(default_factory=KeylessSpreader)
     limits: PublishLimits = field(init=False)
@@ -67,7 +71,8 @@ class Services:
                                             self.settings.max_unauthenticated_connections)
 
     async def topic(self, name: str) -> TopicMetadata:
-        """A topic's metadata from the watch-fed cache; etcd is read only on a miss (e.g. watch lag)."""
+        """A topic's metadata from the watch-fed cache; etcd is read only on a miss (e.g. watch
+        lag)."""
         cached = self.cache.get(name)
         if cached is not None:
             return cached
@@ -79,8 +84,10 @@ class Services:
         self.cache.remember(metadata)
         return metadata
 
-    def note_group_policy(self, topic: str, group: str, ack_timeout_ms: int, max_deliveries: int) -> None:
-        """Remember how ``group`` is served, for the partition owners' sweep (written to etcd in the background)."""
+    def note_group_policy(self, topic: str, group: str, ack_timeout_ms: int,
+                          max_deliveries: int) -> None:
+        """Remember how ``group`` is served, for the partition owners' sweep (written to etcd in the
+        background)."""
         if self.policies is not None:
             self.policies.note(topic, group, GroupPolicy(ack_timeout_ms, max_deliveries))
 

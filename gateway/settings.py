@@ -1,7 +1,8 @@
-"""The gateway's one settings object, built once in ``__main__`` from flags and environment, then frozen.
+"""The gateway's one settings object, built once in ``__main__`` from flags and environment, then
+frozen.
 
-Every setting has a ``STREAMGATE_<NAME>`` environment variable (upper-cased field name); the Helm chart's
-values mirror the same names. No other module reads ``os.environ``.
+Every setting has a ``STREAMGATE_<NAME>`` environment variable (upper-cased field name); the Helm
+chart's values mirror the same names. No other module reads ``os.environ``.
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ class GatewaySettings:
     max_header_bytes: int = 16 * 1024
     max_batch_messages: int = 10_000
     max_batch_bytes: int = 16 * MIB
-    body_read_timeout_s: float = 30.0  # a request body not fully received by then: 408 and the connection closed
+    # a request body not fully received by then: 408 and the connection closed
+    body_read_timeout_s: float = 30.0
     max_replay_limit: int = 1000
     dedup_ttl_ms: int = 24 * 3600 * 1000
     acks0_queue_batches: int = 1024
-    acks0_queue_bytes: int = 64 * MIB  # values + keys waiting in the acks=0 queue; past it acks=0 waits, then 503
-    acks0_queue_wait_ms: int = 200  # how long an acks=0 publish waits for room in a full queue before its 503
+    # values + keys waiting in the acks=0 queue; past it acks=0 waits, then 503
+    acks0_queue_bytes: int = 64 * MIB
+    # how long an acks=0 publish waits for room in a full queue before its 503
+    acks0_queue_wait_ms: int = 200
     member_lease_ttl_s: float = 10.0
     owner_lease_ttl_s: float = 10.0
     promote_interval_s: float = 0.1
@@ -59,50 +63,78 @@ class GatewaySettings:
     slow_client_timeout_s: float = 10.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
-    ws_compression: bool = True  # accept permessage-deflate when a WebSocket client offers it (false: never)
-    ws_max_outbox_bytes: int = 4 * MIB  # encoded frames queued per subscription; past it no delivery is taken
-    workers: int = 1  # `serve` worker processes sharing the port (SO_REUSEPORT), node ids <node_id>-w<i>
-    worker_metrics_port: int = 0  # with workers > 1, worker i also listens on this port + i (its own /metrics)
+    # accept permessage-deflate when a WebSocket client offers it (false: never)
+    ws_compression: bool = True
+    # encoded frames queued per subscription; past it no delivery is taken
+    ws_max_outbox_bytes: int = 4 * MIB
+    # `serve` worker processes sharing the port (SO_REUSEPORT), node ids <node_id>-w<i>
+    workers: int = 1
+    # with workers > 1, worker i also listens on this port + i (its own /metrics)
+    worker_metrics_port: int = 0
     retry_after_s: int = 1
-    gc_young_threshold: int = 20_000  # `serve`: allocations between young GCs (Python: 700); 0 = Python's defaults
-    access_log: bool = False  # one aiohttp access-log line per request at INFO (costly per request; metrics count all)
-    event_loop: str = "uvloop"  # `serve`/`dev`: "uvloop" (libuv, less gateway CPU per message) or "asyncio"
-    auth_mode: str = "required"  # "required" or "none" (no authentication at all: local development only)
-    auth_config_path: str | None = None  # the auth TOML: API key hashes, JWT checking, ACL rules, filters
-    auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")  # served without credentials
-    receipt_secret: str | None = None  # HMAC key of pull receipts, the same on every replica (unset: per process)
-    auth_frame_timeout_s: float = 5.0  # a WebSocket without credentials must send its auth frame by then
-    max_unauthenticated_connections: int = 256  # upgraded WebSockets awaiting their auth frame, per process; 0 = no cap
-    max_connections_per_principal: int = 1000  # open WebSocket subscriptions per principal and process; 0 = no cap
-    max_groups_per_principal: int = 100  # consumer groups a principal may create, across replicas; 0 = no cap
-    metrics_expose_keys: bool = False  # /metrics exports the heaviest message keys (message data) per partition
-    metrics_expose_groups: bool = False  # /metrics labels carry group names (false: a stable pseudonym g-<hash>)
-    tls_cert_path: str | None = None  # PEM certificate chain of the listener (with tls_key_path: HTTPS/WSS)
+    # `serve`: allocations between young GCs (Python: 700); 0 = Python's defaults
+    gc_young_threshold: int = 20_000
+    # one aiohttp access-log line per request at INFO (costly per request; metrics count all)
+    access_log: bool = False
+    # `serve`/`dev`: "uvloop" (libuv, less gateway CPU per message) or "asyncio"
+    event_loop: str = "uvloop"
+    # "required" or "none" (no authentication at all: local development only)
+    auth_mode: str = "required"
+    # the auth TOML: API key hashes, JWT checking, ACL rules, filters
+    auth_config_path: str | None = None
+    # served without credentials
+    auth_public_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")
+    # HMAC key of pull receipts, the same on every replica (unset: per process)
+    receipt_secret: str | None = None
+    # a WebSocket without credentials must send its auth frame by then
+    auth_frame_timeout_s: float = 5.0
+    # upgraded WebSockets awaiting their auth frame, per process; 0 = no cap
+    max_unauthenticated_connections: int = 256
+    # open WebSocket subscriptions per principal and process; 0 = no cap
+    max_connections_per_principal: int = 1000
+    # consumer groups a principal may create, across replicas; 0 = no cap
+    max_groups_per_principal: int = 100
+    # /metrics exports the heaviest message keys (message data) per partition
+    metrics_expose_keys: bool = False
+    # /metrics labels carry group names (false: a stable pseudonym g-<hash>)
+    metrics_expose_groups: bool = False
+    # PEM certificate chain of the listener (with tls_key_path: HTTPS/WSS)
+    tls_cert_path: str | None = None
     tls_key_path: str | None = None
-    tls_client_ca_path: str | None = None  # when set, clients must present a certificate signed by this CA
+    # when set, clients must present a certificate signed by this CA
+    tls_client_ca_path: str | None = None
     redis_tls: bool = False  # TLS to every Redis node ("true"/"false"); the cluster must serve TLS
-    redis_tls_ca_path: str | None = None  # PEM CA that signed the Redis nodes' certificates (unset: system CAs)
-    redis_tls_cert_path: str | None = None  # client certificate for mutual TLS (with redis_tls_key_path)
+    # PEM CA that signed the Redis nodes' certificates (unset: system CAs)
+    redis_tls_ca_path: str | None = None
+    # client certificate for mutual TLS (with redis_tls_key_path)
+    redis_tls_cert_path: str | None = None
     redis_tls_key_path: str | None = None  # the client certificate's private key (PEM, unencrypted)
-    redis_tls_check_hostname: bool = True  # node certificates must name the host/IP each node announces
+    # node certificates must name the host/IP each node announces
+    redis_tls_check_hostname: bool = True
     etcd_tls: bool = False  # TLS to etcd; https:// etcd endpoints turn it on as well
     etcd_tls_ca_path: str | None = None  # PEM CA that signed etcd's certificate (unset: system CAs)
-    etcd_tls_cert_path: str | None = None  # client certificate for etcd's --client-cert-auth (with _key_path)
+    # client certificate for etcd's --client-cert-auth (with _key_path)
+    etcd_tls_cert_path: str | None = None
     etcd_tls_key_path: str | None = None  # the client certificate's private key (PEM, unencrypted)
-    etcd_tls_server_name: str | None = None  # the name to check in etcd's certificate if not the endpoint host
+    # the name to check in etcd's certificate if not the endpoint host
+    etcd_tls_server_name: str | None = None
     # Publish rate limits, global across replicas (token buckets in Redis); unset = unlimited.
     rate_limit_principal_messages_per_s: float | None = None
     rate_limit_principal_bytes_per_s: float | None = None
     rate_limit_topic_messages_per_s: float | None = None
     rate_limit_topic_bytes_per_s: float | None = None
-    rate_limit_principal_reads_per_s: float | None = None  # replay and pull requests per second per principal
-    rate_limit_principal_subscribes_per_s: float | None = None  # new WebSocket subscriptions per second per principal
+    # replay and pull requests per second per principal
+    rate_limit_principal_reads_per_s: float | None = None
+    # new WebSocket subscriptions per second per principal
+    rate_limit_principal_subscribes_per_s: float | None = None
     rate_limit_burst_s: float = 1.0  # a bucket holds this many seconds' worth of its rate
 
     @property
     def etcd_uses_tls(self) -> bool:
         """TLS to etcd: ``etcd_tls`` set or an ``https://`` endpoint."""
-        return self.etcd_tls or any(endpoint.startswith("https://") for endpoint in self.etcd_endpoints)
+        return self.etcd_tls or any(
+            endpoint.startswith("https://") for endpoint in self.etcd_endpoints
+        )
 
     @property
     def redis_startup_nodes(self) -> list[tuple[str, int]]:
@@ -127,7 +159,8 @@ FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
 
 def parse_bool(raw: str) -> bool:
-    """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case); anything else raises ValueError."""
+    """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case); anything else raises
+    ValueError."""
     word = raw.strip().lower()
     if word in TRUE_WORDS:
         return True
@@ -137,7 +170,8 @@ def parse_bool(raw: str) -> bool:
 
 
 def settings_from_env(env: Mapping[str, str]) -> GatewaySettings:
-    """Build settings from ``STREAMGATE_*`` variables; unknown variables are ignored, bad values raise."""
+    """Build settings from ``STREAMGATE_*`` variables; unknown variables are ignored, bad values
+    raise."""
     values: dict[str, Any] = {}
     for spec in fields(GatewaySettings):
         raw = env.get(ENV_PREFIX + spec.name.upper())

@@ -1,11 +1,12 @@
-"""Rate limits, global across gateway replicas: publish per principal and per topic (messages/s and bytes/s),
-reads (replay and pull requests/s) and new WebSocket subscriptions (/s) per principal.
+"""Rate limits, global across gateway replicas: publish per principal and per topic (messages/s and
+bytes/s), reads (replay and pull requests/s) and new WebSocket subscriptions (/s) per principal.
 
-The buckets live in Redis (``storage.rate_limit``): a principal's two publish buckets are charged together,
-then the topic's two; when the topic refuses, the principal's charge is refunded, so a refused request costs
-nothing. A refusal becomes 429 with ``Retry-After``; every limited response carries the IETF RateLimit headers
-(``RateLimit-Policy`` and ``RateLimit``: the tightest bucket's remaining units and seconds to full).
-Per-principal overrides come from the auth config (``gateway.auth.limits``).
+The buckets live in Redis (``storage.rate_limit``): a principal's two publish buckets are charged
+together, then the topic's two; when the topic refuses, the principal's charge is refunded, so a
+refused request costs nothing. A refusal becomes 429 with ``Retry-After``; every limited response
+carries the IETF RateLimit headers (``RateLimit-Policy`` and ``RateLimit``: the tightest bucket's
+remaining units and seconds to full). Per-principal overrides come from the auth config
+(``gateway.auth.limits``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class RateLimiter(Protocol):
 
 
 class RateAction(enum.Enum):
-    """What a rate limit is charged for (the ``action`` label of ``streamgate_ratelimit_refused_total``)."""
+    """What a rate limit is charged for (the ``action`` label of
+    ``streamgate_ratelimit_refused_total``)."""
 
     PUBLISH = "publish"
     READ = "read"  # a replay or pull request
@@ -45,7 +47,8 @@ class RateAction(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class RateLimits:
-    """The configured limits; None = unlimited. Bursts are ``burst_s`` seconds' worth of the rate."""
+    """The configured limits; None = unlimited. Bursts are ``burst_s`` seconds' worth of the
+    rate."""
 
     principal_messages_per_s: float | None = None
     principal_bytes_per_s: float | None = None
@@ -58,20 +61,23 @@ class RateLimits:
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> RateLimits:
         """The rate_limit_* settings."""
-        return cls(settings.rate_limit_principal_messages_per_s, settings.rate_limit_principal_bytes_per_s,
+        return cls(settings.rate_limit_principal_messages_per_s,
+                   settings.rate_limit_principal_bytes_per_s,
                    settings.rate_limit_topic_messages_per_s, settings.rate_limit_topic_bytes_per_s,
-                   settings.rate_limit_principal_reads_per_s, settings.rate_limit_principal_subscribes_per_s,
-                   settings.rate_limit_burst_s)
+                   settings.rate_limit_principal_reads_per_s,
+                   settings.rate_limit_principal_subscribes_per_s, settings.rate_limit_burst_s)
 
     @property
     def enabled(self) -> bool:
         """True when any limit is set."""
-        return any(rate is not None for rate in (self.principal_messages_per_s, self.principal_bytes_per_s,
-                                                 self.topic_messages_per_s, self.topic_bytes_per_s,
-                                                 self.principal_reads_per_s, self.principal_subscribes_per_s))
+        return any(rate is not None
+                   for rate in (self.principal_messages_per_s, self.principal_bytes_per_s,
+                                self.topic_messages_per_s, self.topic_bytes_per_s,
+                                self.principal_reads_per_s, self.principal_subscribes_per_s))
 
     def overridden(self, rates: Mapping[str, float | None]) -> RateLimits:
-        """These limits with a principal's overrides (``messages_per_s`` replaces ``principal_messages_per_s``...)."""
+        """These limits with a principal's overrides (``messages_per_s`` replaces
+        ``principal_messages_per_s``...)."""
         if not rates:
             return self
         return dataclasses.replace(
@@ -79,11 +85,13 @@ class RateLimits:
             principal_messages_per_s=rates.get("messages_per_s", self.principal_messages_per_s),
             principal_bytes_per_s=rates.get("bytes_per_s", self.principal_bytes_per_s),
             principal_reads_per_s=rates.get("reads_per_s", self.principal_reads_per_s),
-            principal_subscribes_per_s=rates.get("subscribes_per_s", self.principal_subscribes_per_s))
+            principal_subscribes_per_s=rates.get("subscribes_per_s",
+                                                 self.principal_subscribes_per_s))
 
     def limit(self, rate_per_s: float | None) -> Limit | None:
         """The bucket for a configured rate."""
-        return None if rate_per_s is None else Limit(rate_per_s, max(1.0, rate_per_s * self.burst_s))
+        return (None if rate_per_s is None
+                else Limit(rate_per_s, max(1.0, rate_per_s * self.burst_s)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +108,14 @@ class ThrottleDecision:
 class Throttle:
     """Charges requests against their principal's (and, for publish, their topic's) buckets.
 
-    The global limits come from the settings; a principal selected by a ``[[limits]]`` entry of the auth config
-    gets that entry's rates instead. Buckets are keyed by principal name and bucket, not by rate: the GCRA
-    script takes the rate with every charge, so a changed limit applies to the same bucket at once.
+    The global limits come from the settings; a principal selected by a ``[[limits]]`` entry of the
+    auth config gets that entry's rates instead. Buckets are keyed by principal name and bucket, not
+    by rate: the GCRA script takes the rate with every charge, so a changed limit applies to the
+    same bucket at once.
     """
 
-    def __init__(self, limiter: RateLimiter, limits: RateLimits, overrides: LimitOverrides | None = None) -> None:
+    def __init__(self, limiter: RateLimiter, limits: RateLimits,
+                 overrides: LimitOverrides | None = None) -> None:
         self._limiter = limiter
         self._limits = limits
         self._overrides = overrides or LimitOverrides()
@@ -124,10 +134,11 @@ class Throttle:
         """Charge ``messages`` and ``size_bytes``; refused requests take nothing from any bucket."""
         limits = self.limits_for(principal)
         scopes = [(f"principal:{principal.name}", "principal",
-                   self._charges(limits, limits.principal_messages_per_s, limits.principal_bytes_per_s,
-                                 messages, size_bytes)),
+                   self._charges(limits, limits.principal_messages_per_s,
+                                 limits.principal_bytes_per_s, messages, size_bytes)),
                   (f"topic:{topic}", "topic", self._charges(limits, limits.topic_messages_per_s,
-                                                             limits.topic_bytes_per_s, messages, size_bytes))]
+                                                             limits.topic_bytes_per_s, messages,
+                                                             size_bytes))]
         taken: list[tuple[str, list[Charge]]] = []
         verdicts: list[tuple[Verdict, list[Charge]]] = []
         for scope, what, charges in scopes:
@@ -144,14 +155,16 @@ class Throttle:
 
     async def admit_read(self, principal: Principal) -> ThrottleDecision:
         """Charge one replay or pull request to the principal's ``reads`` bucket."""
-        return await self._admit_one(principal, "reads", self.limits_for(principal).principal_reads_per_s)
+        return await self._admit_one(principal, "reads",
+                                     self.limits_for(principal).principal_reads_per_s)
 
     async def admit_subscribe(self, principal: Principal) -> ThrottleDecision:
         """Charge one new WebSocket subscription to the principal's ``subscribes`` bucket."""
         return await self._admit_one(principal, "subscribes",
                                      self.limits_for(principal).principal_subscribes_per_s)
 
-    async def _admit_one(self, principal: Principal, bucket: str, rate_per_s: float | None) -> ThrottleDecision:
+    async def _admit_one(self, principal: Principal, bucket: str,
+                         rate_per_s: float | None) -> ThrottleDecision:
         limit = self._limits.limit(rate_per_s)
         if limit is None:
             return ThrottleDecision(True, 0, {})
@@ -162,8 +175,8 @@ class Throttle:
         return _admitted([(verdict, charges)])
 
     @staticmethod
-    def _charges(limits: RateLimits, messages_per_s: float | None, bytes_per_s: float | None, messages: int,
-                 size_bytes: int) -> list[Charge]:
+    def _charges(limits: RateLimits, messages_per_s: float | None, bytes_per_s: float | None,
+                 messages: int, size_bytes: int) -> list[Charge]:
         out = []
         if (limit := limits.limit(messages_per_s)) is not None:
             out.append(Charge("messages", limit, messages))
@@ -173,8 +186,10 @@ class Throttle:
 
 
 def _policy(charges: Sequence[Charge]) -> str:
-    return ", ".join(f'"{c.bucket}";q={int(c.limit.burst)};w={max(1, round(c.limit.burst / c.limit.rate_per_s))}'
-                     for c in charges)
+    return ", ".join(
+        f'"{c.bucket}";q={int(c.limit.burst)};w={max(1, round(c.limit.burst / c.limit.rate_per_s))}'
+        for c in charges
+    )
 
 
 def _admitted(verdicts: Sequence[tuple[Verdict, list[Charge]]]) -> ThrottleDecision:
@@ -186,11 +201,12 @@ def _admitted(verdicts: Sequence[tuple[Verdict, list[Charge]]]) -> ThrottleDecis
     return ThrottleDecision(True, 0, headers)
 
 
-def _refused(verdict: Verdict, charges: Sequence[Charge], what: str, exceeded: str) -> ThrottleDecision:
+def _refused(verdict: Verdict, charges: Sequence[Charge], what: str,
+             exceeded: str) -> ThrottleDecision:
     headers = {"RateLimit-Policy": _policy(charges)}
     if verdict.never:
-        return ThrottleDecision(False, 0, headers, f"the request is larger than the {what} burst allows at all",
-                                what)
+        return ThrottleDecision(False, 0, headers,
+                                f"the request is larger than the {what} burst allows at all", what)
     retry_after_s = max(1, math.ceil(verdict.retry_after_s))
     headers["RateLimit"] = f"remaining=0, reset={retry_after_s}"
     return ThrottleDecision(False, retry_after_s, headers, f"{what} {exceeded}", what)

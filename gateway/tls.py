@@ -1,5 +1,5 @@
-"""TLS of the gateway: the listener's server context (tls_* settings, None = plain HTTP), and the checks and
-client options for TLS to Redis (redis_tls_*) and etcd (etcd_tls_*)."""
+"""TLS of the gateway: the listener's server context (tls_* settings, None = plain HTTP), and the
+checks and client options for TLS to Redis (redis_tls_*) and etcd (etcd_tls_*)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,27 @@ from partitioner.etcd import EtcdTls
 
 
 def server_ssl_context(settings: GatewaySettings) -> ssl.SSLContext | None:
-    """The listener's TLS context (TLS 1.2+), with client certificates required when a client CA is set.
+    """The listener's TLS context (TLS 1.2+), with client certificates required when a client CA is
+    set.
 
-    Raises ValueError with the setting's name when the files are missing, unreadable or do not match.
+    Raises ValueError with the setting's name when the files are missing, unreadable or do not
+    match.
     """
     if not settings.tls_cert_path and not settings.tls_key_path:
         if settings.tls_client_ca_path:
-            raise ValueError("STREAMGATE_TLS_CLIENT_CA_PATH needs STREAMGATE_TLS_CERT_PATH and _KEY_PATH")
+            raise ValueError("STREAMGATE_TLS_CLIENT_CA_PATH needs STREAMGATE_TLS_CERT_PATH and "
+                             "_KEY_PATH")
         return None
     if not settings.tls_cert_path or not settings.tls_key_path:
-        raise ValueError("STREAMGATE_TLS_CERT_PATH and STREAMGATE_TLS_KEY_PATH must be set together")
+        raise ValueError("STREAMGATE_TLS_CERT_PATH and STREAMGATE_TLS_KEY_PATH must be set "
+                         "together")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(settings.tls_cert_path, settings.tls_key_path)
     except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"STREAMGATE_TLS_CERT_PATH/_KEY_PATH: cannot load the certificate and key: {exc}") from exc
+        raise ValueError("STREAMGATE_TLS_CERT_PATH/_KEY_PATH: cannot load the certificate and "
+                         f"key: {exc}") from exc
     if settings.tls_client_ca_path:
         try:
             context.load_verify_locations(settings.tls_client_ca_path)
@@ -38,13 +43,13 @@ def server_ssl_context(settings: GatewaySettings) -> ssl.SSLContext | None:
 def check_backend_tls(settings: GatewaySettings) -> None:
     """Refuse half-configured or unreadable client TLS to Redis and etcd before anything connects.
 
-    Raises ValueError naming the ``STREAMGATE_*`` variable: a certificate without its key (or the reverse),
-    TLS files set while TLS is off, or a CA, certificate or key that cannot be loaded.
+    Raises ValueError naming the ``STREAMGATE_*`` variable: a certificate without its key (or the
+    reverse), TLS files set while TLS is off, or a CA, certificate or key that cannot be loaded.
     """
-    _check_client_files("REDIS_TLS", settings.redis_tls, settings.redis_tls_ca_path, settings.redis_tls_cert_path,
-                        settings.redis_tls_key_path)
-    _check_client_files("ETCD_TLS", settings.etcd_uses_tls, settings.etcd_tls_ca_path, settings.etcd_tls_cert_path,
-                        settings.etcd_tls_key_path)
+    _check_client_files("REDIS_TLS", settings.redis_tls, settings.redis_tls_ca_path,
+                        settings.redis_tls_cert_path, settings.redis_tls_key_path)
+    _check_client_files("ETCD_TLS", settings.etcd_uses_tls, settings.etcd_tls_ca_path,
+                        settings.etcd_tls_cert_path, settings.etcd_tls_key_path)
 
 
 def etcd_tls(settings: GatewaySettings) -> EtcdTls | None:
@@ -60,7 +65,8 @@ def _check_client_files(group: str, enabled: bool, ca_path: str | None, cert_pat
     name = ENV_PREFIX + group
     if not enabled:
         if ca_path or cert_path or key_path:
-            raise ValueError(f"{name}_CA_PATH/_CERT_PATH/_KEY_PATH are set but {name} is off: set {name}=true")
+            raise ValueError(f"{name}_CA_PATH/_CERT_PATH/_KEY_PATH are set but {name} is off: set "
+                             f"{name}=true")
         return
     if bool(cert_path) != bool(key_path):
         raise ValueError(f"{name}_CERT_PATH and {name}_KEY_PATH must be set together (mutual TLS)")
@@ -74,4 +80,5 @@ def _check_client_files(group: str, enabled: bool, ca_path: str | None, cert_pat
         try:
             context.load_cert_chain(cert_path, key_path)
         except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"{name}_CERT_PATH/_KEY_PATH: cannot load the certificate and key: {exc}") from exc
+            raise ValueError(f"{name}_CERT_PATH/_KEY_PATH: cannot load the certificate and key: "
+                             f"{exc}") from exc

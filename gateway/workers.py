@@ -1,11 +1,13 @@
-"""``streamgate serve --workers N``: N gateway processes sharing one port, and the parent that watches them.
+"""``streamgate serve --workers N``: N gateway processes sharing one port, and the parent that
+watches them.
 
-Each worker is a plain ``streamgate serve`` child (a fresh interpreter, so no event loop or connection is
-shared across a fork) that binds the port with SO_REUSEPORT: the kernel spreads new connections over the
-workers. Worker ``i`` is its own gateway node, ``<node_id>-w<i>`` (own Redis consumer name, own etcd node
-registration and partition duties, own /metrics). The parent serves nothing: it forwards SIGTERM/SIGINT to
-the workers and waits for them; it restarts none. If a worker exits on its own, the parent stops the others
-and exits non-zero, so a supervisor (systemd, Kubernetes) restarts the whole group.
+Each worker is a plain ``streamgate serve`` child (a fresh interpreter, so no event loop or
+connection is shared across a fork) that binds the port with SO_REUSEPORT: the kernel spreads new
+connections over the workers. Worker ``i`` is its own gateway node, ``<node_id>-w<i>`` (own Redis
+consumer name, own etcd node registration and partition duties, own /metrics). The parent serves
+nothing: it forwards SIGTERM/SIGINT to the workers and waits for them; it restarts none. If a worker
+exits on its own, the parent stops the others and exits non-zero, so a supervisor (systemd,
+Kubernetes) restarts the whole group.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from gateway.settings import ENV_PREFIX, GatewaySettings
 
 log = logging.getLogger(__name__)
 
-WORKER_STOP_TIMEOUT_S = 75.0  # past aiohttp's 60 s shutdown timeout for open connections, then SIGKILL
+# past aiohttp's 60 s shutdown timeout for open connections, then SIGKILL
+WORKER_STOP_TIMEOUT_S = 75.0
 POLL_INTERVAL_S = 0.1
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -40,8 +43,8 @@ def worker_node_id(node_id: str, index: int) -> str:
 
 def worker_command(log_level: str, settings: GatewaySettings, index: int) -> list[str]:
     """The command line of worker ``index``: ``serve`` on the shared port, marked as a worker."""
-    return [sys.executable, "-m", "gateway.cli", "--log-level", log_level, "serve", "--host", settings.host,
-            "--port", str(settings.port), "--worker-index", str(index)]
+    return [sys.executable, "-m", "gateway.cli", "--log-level", log_level, "serve", "--host",
+            settings.host, "--port", str(settings.port), "--worker-index", str(index)]
 
 
 def worker_env(env: Mapping[str, str], settings: GatewaySettings, index: int) -> dict[str, str]:
@@ -50,7 +53,8 @@ def worker_env(env: Mapping[str, str], settings: GatewaySettings, index: int) ->
 
 
 def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A pre-exec hook: the worker gets SIGTERM if the parent dies, even by SIGKILL (Linux; elsewhere a no-op)."""
+    """A pre-exec hook: the worker gets SIGTERM if the parent dies, even by SIGKILL (Linux;
+    elsewhere a no-op)."""
 
     def hook() -> None:
         if sys.platform.startswith("linux"):
@@ -92,21 +96,25 @@ class WorkerGroup:
         for process in self.processes:
             code = process.poll()
             if code is not None:
-                log.error("worker pid %d exited with %d; stopping the other workers", process.pid, code)
+                log.error("worker pid %d exited with %d; stopping the other workers", process.pid,
+                          code)
                 self.failed = code if code > 0 else 1
                 self.stop()
                 return
 
 
 def with_receipt_secret(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with a receipt secret: the configured one, else one drawn here for the whole worker group, so a
-    pull receipt issued by one worker is accepted by the others (the kernel spreads requests over them)."""
+    """``env`` with a receipt secret: the configured one, else one drawn here for the whole worker
+    group, so a pull receipt issued by one worker is accepted by the others (the kernel spreads
+    requests over them)."""
     name = ENV_PREFIX + "RECEIPT_SECRET"
     return {**env, name: env.get(name) or secrets.token_urlsafe(32)}
 
 
-def run_workers(count: int, settings: GatewaySettings, log_level: str, env: Mapping[str, str]) -> int:
-    """Start ``count`` workers, forward SIGTERM/SIGINT, wait for all; 0 after a requested stop, else non-zero."""
+def run_workers(count: int, settings: GatewaySettings, log_level: str,
+                env: Mapping[str, str]) -> int:
+    """Start ``count`` workers, forward SIGTERM/SIGINT, wait for all; 0 after a requested stop, else
+    non-zero."""
     group, env = WorkerGroup(), with_receipt_secret(env)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -117,7 +125,8 @@ def run_workers(count: int, settings: GatewaySettings, log_level: str, env: Mapp
         for index in range(count):
             group.processes.append(subprocess.Popen(
                 worker_command(log_level, settings, index), env=worker_env(env, settings, index),
-                preexec_fn=_die_with_parent(os.getpid()), process_group=0))  # Ctrl-C reaches workers via us only
+                # Ctrl-C reaches workers via us only
+                preexec_fn=_die_with_parent(os.getpid()), process_group=0))
         log.info("started %d workers on %s:%d: %s", count, settings.host, settings.port,
                  ", ".join(str(p.pid) for p in group.processes))
         _wait(group)
@@ -130,7 +139,8 @@ def run_workers(count: int, settings: GatewaySettings, log_level: str, env: Mapp
 
 
 def _wait(group: WorkerGroup) -> None:
-    """Until every worker has exited; stragglers get SIGKILL ``WORKER_STOP_TIMEOUT_S`` after the stop."""
+    """Until every worker has exited; stragglers get SIGKILL ``WORKER_STOP_TIMEOUT_S`` after the
+    stop."""
     stop_deadline: float | None = None
     while group.running():
         group.note_exits()
@@ -153,6 +163,7 @@ def _reap(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def _exit_code(processes: Sequence[subprocess.Popen[bytes]]) -> int:
-    """0 when every worker stopped cleanly after the requested stop, else the first non-zero code."""
+    """0 when every worker stopped cleanly after the requested stop, else the first non-zero
+    code."""
     code = next((p.returncode for p in processes if p.returncode not in (0, None)), 0)
     return 128 - code if code < 0 else code  # killed by signal n: 128 + n, as a shell reports it

@@ -1,1 +1,2 @@
-"""Placement and coordination: key hashing, topic metadata in etcd (the only package importing etcd)."""
+"""Placement and coordination: key hashing, topic metadata in etcd (the only package importing
+etcd)."""

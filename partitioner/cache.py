@@ -1,4 +1,5 @@
-"""A process-local copy of topic metadata, fed by an etcd watch so publish never reads etcd per request."""
+"""A process-local copy of topic metadata, fed by an etcd watch so publish never reads etcd per
+request."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from partitioner.topics import TopicMetadata
 
 
 class TopicCache:
-    """Topic metadata by name. Newer versions win, so a late watch event never rolls back a local write."""
+    """Topic metadata by name. Newer versions win, so a late watch event never rolls back a local
+    write."""
 
     def __init__(self) -> None:
         self._topics: dict[str, TopicMetadata] = {}
@@ -26,9 +28,11 @@ class TopicCache:
         return [self._topics[name] for name in sorted(self._topics)]
 
     def watch_growth(self, name: str, callback: Callable[[int], None]) -> Callable[[], None]:
-        """Call ``callback(partitions)`` whenever topic ``name`` gains partitions; returns the unwatch function.
+        """Call ``callback(partitions)`` whenever topic ``name`` gains partitions; returns the
+        unwatch function.
 
-        Callbacks run synchronously inside the cache update: they must only note the change (e.g. set an event).
+        Callbacks run synchronously inside the cache update: they must only note the change (e.g.
+        set an event).
         """
         watcher_id, self._next_watcher = self._next_watcher, self._next_watcher + 1
         self._growth_watchers.setdefault(name, {})[watcher_id] = callback

@@ -82,7 +82,8 @@ class MembershipLost(PartitionerError):
     retriable = True
 
     def __init__(self, topic: str, group: str, member_id: str) -> None:
-        super().__init__(f"member {member_id!r} of group {group!r} on topic {topic!r} lost its membership")
+        super().__init__(f"member {member_id!r} of group {group!r} on topic {topic!r} lost its "
+                         "membership")
         self.topic = topic
         self.group = group
         self.member_id = member_id

@@ -1,14 +1,16 @@
-"""etcd access: the connection, the topic registry stored in etcd, and the watch that feeds ``TopicCache``.
+"""etcd access: the connection, the topic registry stored in etcd, and the watch that feeds
+``TopicCache``.
 
 This is the only module that imports ``aetcd``. Every aetcd/gRPC failure is translated here into
-``CoordinationUnavailable`` (``HistoryCompacted`` for a watch behind etcd's compaction), so nothing above
-sees etcd types. aetcd has no type hints: its objects are ``Any`` inside this module only and are turned
-into the typed values below (``StoredValue``, ``Snapshot``, ``WatchEvent``) before leaving it.
+``CoordinationUnavailable`` (``HistoryCompacted`` for a watch behind etcd's compaction), so nothing
+above sees etcd types. aetcd has no type hints: its objects are ``Any`` inside this module only and
+are turned into the typed values below (``StoredValue``, ``Snapshot``, ``WatchEvent``) before
+leaving it.
 
-Layout under the prefix (default ``/streamgate/``): ``topics/<name>`` -> ``TopicMetadata.to_json()``; a
-topic's ``version`` is the key's ``mod_revision``, which makes every update a compare-and-swap. Consumer
-groups live under ``groups/`` (see ``partitioner.membership``); this module only offers the lease, guarded
-put and watch primitives they need.
+Layout under the prefix (default ``/streamgate/``): ``topics/<name>`` ->
+``TopicMetadata.to_json()``; a topic's ``version`` is the key's ``mod_revision``, which makes every
+update a compare-and-swap. Consumer groups live under ``groups/`` (see ``partitioner.membership``);
+this module only offers the lease, guarded put and watch primitives they need.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ class Snapshot:
 class WatchEvent:
     """A put or delete of one key; ``mod_revision`` is the revision of the change.
 
-    For a put, ``create_revision`` and ``lease_id`` describe the key as stored; for a delete they are 0.
+    For a put, ``create_revision`` and ``lease_id`` describe the key as stored; for a delete they
+    are 0.
     """
 
     kind: Literal["put", "delete"]
@@ -124,9 +127,11 @@ def _stored(raw_kv: Any) -> StoredValue:
 
 
 async def _finished_within(operation: Coroutine[Any, Any, Any], timeout_s: float) -> bool:
-    """Run ``operation`` for at most ``timeout_s``; False (and cancelled, not awaited) if it did not finish.
+    """Run ``operation`` for at most ``timeout_s``; False (and cancelled, not awaited) if it did not
+    finish.
 
-    Unlike ``asyncio.wait_for`` this never waits for a cancellation that aetcd swallows. Failures are logged.
+    Unlike ``asyncio.wait_for`` this never waits for a cancellation that aetcd swallows. Failures
+    are logged.
     """
     task = asyncio.ensure_future(operation)
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -163,9 +168,9 @@ class EtcdWatch:
     async def events(self) -> AsyncIterator[WatchEvent]:
         """Events in revision order; raises ``CoordinationUnavailable`` when the watch dies.
 
-        An event outside the watched prefix or older than the start revision means aetcd bound this watch to
-        another create request (see ``EtcdConnection._reset_watch_stream``); that also raises, so the caller
-        re-watches instead of following the wrong keys.
+        An event outside the watched prefix or older than the start revision means aetcd bound this
+        watch to another create request (see ``EtcdConnection._reset_watch_stream``); that also
+        raises, so the caller re-watches instead of following the wrong keys.
         """
         with _etcd_errors("watch"):
             async for event in self._handle:
@@ -173,8 +178,10 @@ class EtcdWatch:
 
     def _checked(self, event: WatchEvent) -> WatchEvent:
         if not event.key.startswith(self._prefix) or event.mod_revision < self._start_revision:
-            raise CoordinationUnavailable(f"watch on {self._prefix!r} from revision {self._start_revision} "
-                                          f"received {event.key!r} at revision {event.mod_revision}")
+            raise CoordinationUnavailable(
+                f"watch on {self._prefix!r} from revision {self._start_revision} "
+                f"received {event.key!r} at revision {event.mod_revision}"
+            )
         return event
 
     @staticmethod
@@ -193,8 +200,9 @@ class EtcdWatch:
 
 @dataclass(frozen=True, slots=True)
 class EtcdTls:
-    """TLS to etcd (https:// client URLs): the CA that signed etcd's certificate, a client certificate for
-    mutual TLS (``--client-cert-auth``), and the name to check in etcd's certificate when it is not the host."""
+    """TLS to etcd (https:// client URLs): the CA that signed etcd's certificate, a client
+    certificate for mutual TLS (``--client-cert-auth``), and the name to check in etcd's certificate
+    when it is not the host."""
 
     ca_path: str | None = None  # None: the system's CAs
     cert_path: str | None = None
@@ -222,11 +230,12 @@ def _read(path: str | None) -> bytes | None:
 class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped
     """aetcd 1.0.0 only opens plaintext channels; this is its ``connect`` over a TLS channel.
 
-    Same stubs and watcher as aetcd's own connect; etcd user/password auth is not supported here (the
-    gateway authenticates to etcd with its client certificate).
+    Same stubs and watcher as aetcd's own connect; etcd user/password auth is not supported here
+    (the gateway authenticates to etcd with its client certificate).
     """
 
-    def __init__(self, host: str, port: int, timeout: float, tls: EtcdTls, credentials: grpc.ChannelCredentials,
+    def __init__(self, host: str, port: int, timeout: float, tls: EtcdTls,
+                 credentials: grpc.ChannelCredentials,
                  ) -> None:
         options = {"grpc.ssl_target_name_override": tls.server_name} if tls.server_name else {}
         super().__init__(host=host, port=port, timeout=timeout, options=options)
@@ -242,8 +251,8 @@ class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped
         self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
         self.leasestub = aetcd.rpc.LeaseStub(self.channel)
         self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
-        self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel), timeout=self._timeout,
-                                              metadata=self.metadata)
+        self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel),
+                                              timeout=self._timeout, metadata=self.metadata)
         self._connected.set()
 
 
@@ -254,14 +263,16 @@ class EtcdConnection:
     load balancer or DNS name in front of a cluster for failover after open).
     """
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float, tls: EtcdTls | None = None) -> None:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float,
+                 tls: EtcdTls | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self._endpoints = [_split_endpoint(endpoint) for endpoint in endpoints]
         self._timeout_s = timeout_s
         self._tls = tls
         self._client: Any = None
-        self.observer: CallObserver = ignore_call  # told about every call (metrics), set by the owner
+        # told about every call (metrics), set by the owner
+        self.observer: CallObserver = ignore_call
         self.endpoint = ""
         self._revocations: set[asyncio.Task[None]] = set()
 
@@ -299,7 +310,9 @@ class EtcdConnection:
         try:
             return self._tls.credentials()
         except OSError as exc:
-            raise CoordinationUnavailable(f"etcd TLS: cannot read a certificate or key file: {exc}") from exc
+            raise CoordinationUnavailable(
+                f"etcd TLS: cannot read a certificate or key file: {exc}"
+            ) from exc
 
     async def aclose(self) -> None:
         """Close the client (and its watches). Safe to call more than once."""
@@ -310,7 +323,8 @@ class EtcdConnection:
 
     @contextlib.contextmanager
     def _observed(self, operation: str) -> Iterator[None]:
-        """Translate failures like ``_etcd_errors`` and report the call's time and outcome to the observer."""
+        """Translate failures like ``_etcd_errors`` and report the call's time and outcome to the
+        observer."""
         name, started = operation.replace(" ", "_"), time.perf_counter()
         try:
             with _etcd_errors(operation):
@@ -343,8 +357,10 @@ class EtcdConnection:
             result = await self._live.get_prefix(prefix, sort_order="ascend", sort_target="key")
         return Snapshot([_stored(kv) for kv in result.kvs], int(result.header.revision))
 
-    async def put_if_absent(self, key: bytes, value: bytes, lease_id: int | None = None) -> int | None:
-        """Create ``key`` (attached to ``lease_id`` if given); its revision, or None when it already exists."""
+    async def put_if_absent(self, key: bytes, value: bytes,
+                            lease_id: int | None = None) -> int | None:
+        """Create ``key`` (attached to ``lease_id`` if given); its revision, or None when it already
+        exists."""
         return await self.put_if(key, value, guards=[Guard(key, 0)], lease_id=lease_id)
 
     async def put(self, key: bytes, value: bytes, lease_id: int | None = None) -> int:
@@ -358,7 +374,8 @@ class EtcdConnection:
 
     async def put_if(self, key: bytes, value: bytes, *, guards: Sequence[Guard],
                      lease_id: int | None = None) -> int | None:
-        """Store ``key`` only if every guard holds (one transaction); the new revision, or None if not."""
+        """Store ``key`` only if every guard holds (one transaction); the new revision, or None if
+        not."""
         client = self._live
         compare = _compares(client, guards)
         with self._observed("transaction"):
@@ -370,13 +387,15 @@ class EtcdConnection:
         return int(responses[0].response_put.header.revision) if succeeded else None
 
     async def grant_lease(self, ttl_s: float) -> tuple[int, int]:
-        """A new lease of at least ``ttl_s`` (rounded up to whole seconds): (lease id, granted TTL in s)."""
+        """A new lease of at least ``ttl_s`` (rounded up to whole seconds): (lease id, granted TTL
+        in s)."""
         with self._observed("lease grant"):
             lease = await self._live.lease(max(1, math.ceil(ttl_s)))
         return int(lease.id), int(lease.ttl)
 
     async def keep_alive(self, lease_id: int) -> int:
-        """Refresh a lease once; its remaining TTL in seconds, 0 when etcd no longer knows the lease."""
+        """Refresh a lease once; its remaining TTL in seconds, 0 when etcd no longer knows the
+        lease."""
         with self._observed("lease keepalive"):
             reply = await self._live.refresh_lease(lease_id)
         return 0 if reply is None else int(reply.TTL)
@@ -388,8 +407,9 @@ class EtcdConnection:
 
     def revoke_when_reachable(self, lease_id: int) -> None:
         """Revoke ``lease_id`` in the background, retrying while etcd is unreachable, for at most
-        ``REVOKE_RETRY_S``. A lease outlives an etcd restart by its TTL, and its keys (a member that is gone, a
-        coordinator, a partition owner) would hold the others back that long after etcd is back."""
+        ``REVOKE_RETRY_S``. A lease outlives an etcd restart by its TTL, and its keys (a member that
+        is gone, a coordinator, a partition owner) would hold the others back that long after etcd
+        is back."""
         task = asyncio.ensure_future(self._revoke_until_done(lease_id))
         self._revocations.add(task)
         task.add_done_callback(self._revocations.discard)
@@ -444,12 +464,14 @@ class EtcdConnection:
         client = self._live
         compare = _compares(client, guards)
         with self._observed("transaction"):
-            succeeded, _ = await client.transaction(compare=compare, success=[client.transactions.delete(key)],
+            succeeded, _ = await client.transaction(compare=compare,
+                                                    success=[client.transactions.delete(key)],
                                                     failure=[])
         return bool(succeeded)
 
     async def watch_prefix(self, prefix: bytes, start_revision: int) -> EtcdWatch:
-        """Start watching ``prefix`` from ``start_revision`` (inclusive); returns once etcd accepted it.
+        """Start watching ``prefix`` from ``start_revision`` (inclusive); returns once etcd accepted
+        it.
 
         Raises ``HistoryCompacted`` when ``start_revision`` is older than etcd's history.
         """
@@ -467,10 +489,11 @@ class EtcdConnection:
         """Drop aetcd's shared watch stream after a failed watch create.
 
         aetcd matches watch-create replies to requests by order: a create that timed out while etcd
-        was unreachable stays queued on the stream, and when etcd answers, its reply is handed to the *next*
-        watch created on this client, which then silently follows the wrong prefix from the wrong revision.
-        Shutting the stream down discards the stale request; every other watch of this connection ends too
-        (its iterator stops) and its owner re-watches from its last revision + 1.
+        was unreachable stays queued on the stream, and when etcd answers, its reply is handed to
+        the *next* watch created on this client, which then silently follows the wrong prefix from
+        the wrong revision. Shutting the stream down discards the stale request; every other watch
+        of this connection ends too (its iterator stops) and its owner re-watches from its last
+        revision + 1.
         """
         client = self._client
         watcher = getattr(client, "_watcher", None)
@@ -478,13 +501,17 @@ class EtcdConnection:
             return
         if not await _finished_within(watcher.shutdown(), self._timeout_s):
             # A wedged stream must not wedge its caller: start a fresh watcher instead.
-            log.warning("etcd watch stream did not shut down within %.1fs; replacing it", self._timeout_s)
-            client._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(client.channel), timeout=self._timeout_s,
+            log.warning("etcd watch stream did not shut down within %.1fs; replacing it",
+                        self._timeout_s)
+            client._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(client.channel),
+                                                    timeout=self._timeout_s,
                                                     metadata=client.metadata)
 
 
-def open_etcd(endpoints: Sequence[str], timeout_s: float, tls: EtcdTls | None = None) -> EtcdConnection:
-    """An unopened ``EtcdConnection``; use as ``async with open_etcd(...) as conn`` (``tls``: https to etcd)."""
+def open_etcd(endpoints: Sequence[str], timeout_s: float,
+              tls: EtcdTls | None = None) -> EtcdConnection:
+    """An unopened ``EtcdConnection``; use as ``async with open_etcd(...) as conn`` (``tls``: https
+    to etcd)."""
     return EtcdConnection(endpoints, timeout_s, tls)
 
 
@@ -507,7 +534,8 @@ class EtcdTopicRegistry:
         return f"{self._topics_prefix}{name}".encode()
 
     async def create(self, settings: TopicSettings, owner: str) -> TopicMetadata:
-        """Record a new topic; ``TopicExists`` if the name is taken (atomic: create_revision == 0)."""
+        """Record a new topic; ``TopicExists`` if the name is taken (atomic: create_revision ==
+        0)."""
         validate_settings(settings)
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
                                  settings.max_length, _now_ms(), owner)
@@ -536,7 +564,8 @@ class EtcdTopicRegistry:
         validate_settings(TopicSettings(metadata.name, metadata.partitions, metadata.retention_ms,
                                         metadata.max_length))
         key = self._key(metadata.name)
-        revision, current = await self._conn.put_if_unchanged(key, metadata.to_json(), metadata.version)
+        revision, current = await self._conn.put_if_unchanged(key, metadata.to_json(),
+                                                              metadata.version)
         if revision is not None:
             return _with_version(metadata, revision)
         if current is None:
@@ -556,12 +585,13 @@ def _with_version(metadata: TopicMetadata, version: int) -> TopicMetadata:
 
 
 class TopicWatcher:
-    """Keeps a ``TopicCache`` in step with etcd: a snapshot on enter, then a watch in a background task.
+    """Keeps a ``TopicCache`` in step with etcd: a snapshot on enter, then a watch in a background
+    task.
 
-    When the watch dies (etcd restarted or unreachable) ``healthy`` turns False and the watch is retried
-    with capped exponential backoff from ``cache.revision + 1``; if etcd compacted that history, a full
-    snapshot is reloaded first. Entering raises ``CoordinationUnavailable`` if the first snapshot cannot
-    be read.
+    When the watch dies (etcd restarted or unreachable) ``healthy`` turns False and the watch is
+    retried with capped exponential backoff from ``cache.revision + 1``; if etcd compacted that
+    history, a full snapshot is reloaded first. Entering raises ``CoordinationUnavailable`` if the
+    first snapshot cannot be read.
     """
 
     def __init__(self, conn: EtcdConnection, cache: TopicCache, prefix: str = DEFAULT_PREFIX,
@@ -594,7 +624,8 @@ class TopicWatcher:
         """Cancel and await the background watch. Safe to call more than once."""
         task, self._task = self._task, None
         if task is not None:
-            await cancel_until_done([task])  # a cancel inside the watch's gRPC call surfaces as a retried error
+            # a cancel inside the watch's gRPC call surfaces as a retried error
+            await cancel_until_done([task])
         self._synced.clear()
 
     async def wait_synced(self, timeout_s: float | None = None) -> bool:

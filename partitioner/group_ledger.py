@@ -1,9 +1,10 @@
-"""Which consumer groups each principal created, in etcd, so a cap on groups per principal holds across every
-gateway replica.
+"""Which consumer groups each principal created, in etcd, so a cap on groups per principal holds
+across every gateway replica.
 
-Key ``<prefix>groupledger/<principal, percent-encoded>`` holds ``{"groups": [[topic, group], ...]}``. A claim is
-one compare-and-swap on the principal's key, so concurrent claims of one principal on several replicas cannot
-pass the cap together; claims of different principals never contend.
+Key ``<prefix>groupledger/<principal, percent-encoded>`` holds
+``{"groups": [[topic, group], ...]}``. A claim is one compare-and-swap on the principal's key, so
+concurrent claims of one principal on several replicas cannot pass the cap together; claims of
+different principals never contend.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ Pair = tuple[str, str]
 CLAIM_ATTEMPTS = 8
 
 
-def admit(held: Sequence[Pair], wanted: Pair, cap: int, still_exists: Callable[[Pair], bool]) -> list[Pair] | None:
-    """The principal's pairs after claiming ``wanted`` (unchanged when already held), or None when that would pass
-    ``cap`` (0: no cap). Pairs that no longer exist are dropped only at the cap, so a claim rarely checks them."""
+def admit(held: Sequence[Pair], wanted: Pair, cap: int,
+          still_exists: Callable[[Pair], bool]) -> list[Pair] | None:
+    """The principal's pairs after claiming ``wanted`` (unchanged when already held), or None when
+    that would pass ``cap`` (0: no cap). Pairs that no longer exist are dropped only at the cap, so
+    a claim rarely checks them."""
     pairs = list(dict.fromkeys(held))
     if wanted in pairs:
         return pairs
@@ -63,9 +66,11 @@ class GroupLedger:
 
     async def claim(self, principal: str, topic: str, group: str, cap: int,
                     still_exists: Callable[[Pair], bool] = lambda _: True) -> bool:
-        """Record that ``principal`` created ``group`` on ``topic``; False when it already holds ``cap`` others.
+        """Record that ``principal`` created ``group`` on ``topic``; False when it already holds
+        ``cap`` others.
 
-        Raises ConcurrentModification when the key kept changing under us, CoordinationUnavailable without etcd.
+        Raises ConcurrentModification when the key kept changing under us, CoordinationUnavailable
+        without etcd.
         """
         key = self.key(principal)
         for _ in range(CLAIM_ATTEMPTS):
@@ -84,7 +89,8 @@ class GroupLedger:
         for _ in range(CLAIM_ATTEMPTS):
             stored = await self._conn.get(key)
             held = _decode(stored)
-            if (topic, group) not in held or await self._swap(key, stored, [p for p in held if p != (topic, group)]):
+            if (topic, group) not in held or await self._swap(
+                    key, stored, [p for p in held if p != (topic, group)]):
                 return
         raise ConcurrentModification(f"group ledger of {principal}")
 

@@ -1,10 +1,11 @@
-"""Each group's delivery policy (ack timeout, max deliveries) in etcd, so partition owners can act for groups
-whose members are all gone.
+"""Each group's delivery policy (ack timeout, max deliveries) in etcd, so partition owners can act
+for groups whose members are all gone.
 
-Key ``<prefix>grouppolicies/<topic>/<group>`` holds ``{"ack_timeout_ms", "max_deliveries", "updated_at_ms"}``.
-The latest subscriber or puller of a group writes it (last writer wins). Writing is off the request path:
-``note`` is synchronous and a background task flushes changed policies with backoff, so an etcd outage never
-slows or fails a subscribe or a pull; what was noted is written once etcd answers again. Owners read a topic's
+Key ``<prefix>grouppolicies/<topic>/<group>`` holds
+``{"ack_timeout_ms", "max_deliveries", "updated_at_ms"}``. The latest subscriber or puller of a
+group writes it (last writer wins). Writing is off the request path: ``note`` is synchronous and a
+background task flushes changed policies with backoff, so an etcd outage never slows or fails a
+subscribe or a pull; what was noted is written once etcd answers again. Owners read a topic's
 policies with ``for_topic`` (one prefix read, cached for ``cache_ttl_s``).
 """
 
@@ -31,14 +32,16 @@ MAX_REMEMBERED = 100_000
 
 @dataclass(frozen=True, slots=True)
 class GroupPolicy:
-    """How long a delivery may stay un-acked, and how many deliveries an entry gets before the DLQ."""
+    """How long a delivery may stay un-acked, and how many deliveries an entry gets before the
+    DLQ."""
 
     ack_timeout_ms: int
     max_deliveries: int
 
     def encode(self) -> bytes:
         """The stored JSON document."""
-        return orjson.dumps({"ack_timeout_ms": self.ack_timeout_ms, "max_deliveries": self.max_deliveries,
+        return orjson.dumps({"ack_timeout_ms": self.ack_timeout_ms,
+                             "max_deliveries": self.max_deliveries,
                              "updated_at_ms": int(time.time() * 1000)})
 
     @classmethod
@@ -71,7 +74,8 @@ class GroupPolicyKeys:
 class GroupPolicies:
     """Writes noted policies in the background and reads them per topic (async context manager)."""
 
-    def __init__(self, conn: EtcdConnection, prefix: str = DEFAULT_PREFIX, cache_ttl_s: float = 2.0) -> None:
+    def __init__(self, conn: EtcdConnection, prefix: str = DEFAULT_PREFIX,
+                 cache_ttl_s: float = 2.0) -> None:
         self._conn = conn
         self._keys = GroupPolicyKeys(prefix)
         self._cache_ttl_s = cache_ttl_s
@@ -90,7 +94,8 @@ class GroupPolicies:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the writer; policies not yet written are dropped (the next subscriber notes them again)."""
+        """Stop the writer; policies not yet written are dropped (the next subscriber notes them
+        again)."""
         task, self._task = self._task, None
         if task is not None:
             await cancel_until_done([task])
@@ -101,7 +106,8 @@ class GroupPolicies:
         return len(self._unwritten)
 
     def note(self, topic: str, group: str, policy: GroupPolicy) -> None:
-        """Record that ``group`` on ``topic`` is served with ``policy``; written soon unless already stored."""
+        """Record that ``group`` on ``topic`` is served with ``policy``; written soon unless already
+        stored."""
         key = (topic, group)
         if self._written.get(key) == policy and key not in self._unwritten:
             return
@@ -109,14 +115,16 @@ class GroupPolicies:
         self._wake.set()
 
     async def for_topic(self, topic: str) -> Mapping[str, GroupPolicy]:
-        """Every group's policy on ``topic``; raises CoordinationUnavailable when etcd does not answer."""
+        """Every group's policy on ``topic``; raises CoordinationUnavailable when etcd does not
+        answer."""
         now = time.monotonic()
         cached = self._cache.get(topic)
         if cached is not None and cached[0] > now:
             return cached[1]
         prefix = self._keys.topic(topic)
         snapshot = await self._conn.get_prefix(prefix)
-        policies = {stored.key[len(prefix):].decode(errors="replace"): policy for stored in snapshot.values
+        policies = {stored.key[len(prefix):].decode(errors="replace"): policy
+                    for stored in snapshot.values
                     if (policy := GroupPolicy.decode(stored.value)) is not None}
         self._cache[topic] = (now + self._cache_ttl_s, policies)
         return policies
@@ -131,7 +139,8 @@ class GroupPolicies:
             del self._unwritten[key]
 
     async def flush(self) -> None:
-        """Write every noted policy now; CoordinationUnavailable leaves the rest for the next attempt."""
+        """Write every noted policy now; CoordinationUnavailable leaves the rest for the next
+        attempt."""
         while self._unwritten:
             key, policy = next(iter(self._unwritten.items()))
             await self._conn.put(self._keys.group(*key), policy.encode())
@@ -151,7 +160,8 @@ class GroupPolicies:
                 await self.flush()
                 backoff.reset()
             except CoordinationUnavailable as exc:
-                log.warning("group policies not written yet (%d waiting): %s", len(self._unwritten), exc)
+                log.warning("group policies not written yet (%d waiting): %s", len(self._unwritten),
+                            exc)
                 self._wake.set()
                 await backoff.sleep()
 

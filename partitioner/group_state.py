@@ -2,15 +2,16 @@
 
 Layout under the prefix (default ``/streamgate/``), one directory per (topic, group):
 
-- ``groups/<topic>/<group>/members/<member_id>``: leased by the member; ``{member_id, node, joined_at_ms}``.
-- ``groups/<topic>/<group>/coordinator``: leased election key, created with ``create_revision == 0``;
-  ``{member_id, lease_id}``.
+- ``groups/<topic>/<group>/members/<member_id>``: leased by the member;
+  ``{member_id, node, joined_at_ms}``.
+- ``groups/<topic>/<group>/coordinator``: leased election key, created with
+  ``create_revision == 0``; ``{member_id, lease_id}``.
 - ``groups/<topic>/<group>/assignment``: ``{generation, owners: {member_id: [partitions]}, released:
-  {partition: [member_id, generation]}}``; written only by the coordinator, in a transaction guarded on the
-  coordinator key's create_revision. ``released`` names, for each partition taken from a live member and not
-  handed on yet, that member and the generation that took it away.
-- ``groups/<topic>/<group>/confirmed/<member_id>``: leased by the member; ``{generation}``, the newest
-  generation whose assignment bounds what the member serves.
+  {partition: [member_id, generation]}}``; written only by the coordinator, in a transaction guarded
+  on the coordinator key's create_revision. ``released`` names, for each partition taken from a live
+  member and not handed on yet, that member and the generation that took it away.
+- ``groups/<topic>/<group>/confirmed/<member_id>``: leased by the member; ``{generation}``, the
+  newest generation whose assignment bounds what the member serves.
 """
 
 from __future__ import annotations
@@ -25,19 +26,22 @@ import orjson
 from partitioner.errors import InvalidGroup
 from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Snapshot
 
-__all__ = ["GroupKeys", "GroupState", "GroupView", "MemberInfo", "group_view", "list_groups", "validate_name"]
+__all__ = ["GroupKeys", "GroupState", "GroupView", "MemberInfo", "group_view", "list_groups",
+           "validate_name"]
 
 log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 200
-Released = dict[int, tuple[str, int]]  # partition -> (the member it was taken from, the generation that did)
+# partition -> (the member it was taken from, the generation that did)
+Released = dict[int, tuple[str, int]]
 
 
 def validate_name(value: str, field_name: str) -> None:
-    """Topic, group and member names become key segments: non-empty, no ``/``, at most 200 characters."""
+    """Topic, group and member names become key segments: non-empty, no ``/``, at most 200
+    characters."""
     if not value or "/" in value or len(value) > MAX_NAME_LENGTH or not value.isprintable():
-        raise InvalidGroup(f"{field_name} must be 1-{MAX_NAME_LENGTH} printable characters without '/'",
-                           field_name)
+        raise InvalidGroup(f"{field_name} must be 1-{MAX_NAME_LENGTH} printable characters without "
+                           "'/'", field_name)
 
 
 def _groups_root(prefix: str) -> str:
@@ -75,7 +79,8 @@ class MemberInfo:
 
     def to_json(self) -> bytes:
         """The value of the member key."""
-        return orjson.dumps({"member_id": self.member_id, "node": self.node, "joined_at_ms": self.joined_at_ms})
+        return orjson.dumps({"member_id": self.member_id, "node": self.node,
+                             "joined_at_ms": self.joined_at_ms})
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +112,11 @@ class GroupView:
     confirmed: Mapping[str, int]
 
 
-def assignment_json(generation: int, owners: Mapping[str, tuple[int, ...]], released: Released | None = None) -> bytes:
+def assignment_json(generation: int, owners: Mapping[str, tuple[int, ...]],
+                    released: Released | None = None) -> bytes:
     """The value of the assignment key."""
-    return orjson.dumps({"generation": generation, "owners": {m: list(p) for m, p in owners.items()},
+    return orjson.dumps({"generation": generation,
+                         "owners": {m: list(p) for m, p in owners.items()},
                          "released": {str(p): [m, g] for p, (m, g) in (released or {}).items()}},
                         option=orjson.OPT_SORT_KEYS)
 
@@ -123,9 +130,11 @@ def parse_released(raw: bytes) -> Released | None:
 
 
 def parse_assignment(raw: bytes) -> tuple[int, dict[str, tuple[int, ...]]]:
-    """(generation, owners) from an assignment value; ValueError/KeyError/TypeError when malformed."""
+    """(generation, owners) from an assignment value; ValueError/KeyError/TypeError when
+    malformed."""
     data = orjson.loads(raw)
-    owners = {str(member): tuple(sorted(int(p) for p in parts)) for member, parts in data["owners"].items()}
+    owners = {str(member): tuple(sorted(int(p) for p in parts))
+              for member, parts in data["owners"].items()}
     return int(data["generation"]), owners
 
 
@@ -134,7 +143,8 @@ def parse_state(keys: GroupKeys, snapshot: Snapshot) -> GroupState:
     fields: dict[str, Any] = {"members": {}, "confirmed": {}, "owners": {}}
     for stored in snapshot.values:
         try:
-            _parse_one(keys, stored.key, stored.value, stored.mod_revision, stored.create_revision, fields)
+            _parse_one(keys, stored.key, stored.value, stored.mod_revision, stored.create_revision,
+                       fields)
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring unreadable group value at %r", stored.key)
     return GroupState(revision=snapshot.revision, **fields)
@@ -145,9 +155,11 @@ def _parse_one(keys: GroupKeys, key: bytes, value: bytes, mod_revision: int, cre
     if key.startswith(keys.members):
         data = orjson.loads(value)
         member_id = key[len(keys.members):].decode()
-        fields["members"][member_id] = MemberInfo(member_id, str(data["node"]), int(data["joined_at_ms"]))
+        fields["members"][member_id] = MemberInfo(member_id, str(data["node"]),
+                                                  int(data["joined_at_ms"]))
     elif key.startswith(keys.confirmed_dir):
-        fields["confirmed"][key[len(keys.confirmed_dir):].decode()] = int(orjson.loads(value)["generation"])
+        fields["confirmed"][key[len(keys.confirmed_dir):].decode()] = int(
+            orjson.loads(value)["generation"])
     elif key == keys.assignment:
         fields["generation"], fields["owners"] = parse_assignment(value)
         fields["released"] = parse_released(value)
@@ -164,14 +176,18 @@ async def read_state(conn: EtcdConnection, keys: GroupKeys) -> GroupState:
     return parse_state(keys, await conn.get_prefix(keys.root))
 
 
-async def group_view(conn: EtcdConnection, *, topic: str, group: str, prefix: str = DEFAULT_PREFIX) -> GroupView:
-    """Members, current assignment, confirmations and coordinator of one group (empty if it never existed)."""
+async def group_view(conn: EtcdConnection, *, topic: str, group: str,
+                     prefix: str = DEFAULT_PREFIX) -> GroupView:
+    """Members, current assignment, confirmations and coordinator of one group (empty if it never
+    existed)."""
     state = await read_state(conn, GroupKeys(prefix, topic, group))
     members = tuple(state.members[name] for name in sorted(state.members))
-    return GroupView(topic, group, members, state.generation, state.owners, state.coordinator, state.confirmed)
+    return GroupView(topic, group, members, state.generation, state.owners, state.coordinator,
+                     state.confirmed)
 
 
-async def list_groups(conn: EtcdConnection, *, prefix: str = DEFAULT_PREFIX) -> list[tuple[str, str]]:
+async def list_groups(conn: EtcdConnection, *,
+                      prefix: str = DEFAULT_PREFIX) -> list[tuple[str, str]]:
     """Every (topic, group) with anything stored, sorted."""
     root = _groups_root(prefix).encode()
     snapshot = await conn.get_prefix(root)

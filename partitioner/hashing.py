@@ -5,18 +5,20 @@ A keyed message goes to ``partition_for(key, partitions)``::
     to_positive(murmur2(key)) % partitions
 
 where ``murmur2`` is exactly ``org.apache.kafka.common.utils.Utils.murmur2``: MurmurHash2 with seed
-``0x9747b28c``, ``m = 0x5bd1e995``, ``r = 24``, the key read as little-endian 4-byte words, the 1-3 byte
-tail mixed in with switch fallthrough, and Java's wrapping 32-bit ``int`` arithmetic (``>>>`` is an
-unsigned shift). The result is returned as a signed 32-bit int, as Java returns it, and ``to_positive``
-clears the sign bit (``n & 0x7fffffff``), as Kafka does.
+``0x9747b28c``, ``m = 0x5bd1e995``, ``r = 24``, the key read as little-endian 4-byte words, the 1-3
+byte tail mixed in with switch fallthrough, and Java's wrapping 32-bit ``int`` arithmetic (``>>>``
+is an unsigned shift). The result is returned as a signed 32-bit int, as Java returns it, and
+``to_positive`` clears the sign bit (``n & 0x7fffffff``), as Kafka does.
 
-Compatibility guarantee: for the same key bytes and partition count, streamgate picks the same partition
-as a Kafka producer does. Placement is part of the data format: changing it would move keys to other
-partitions and break per-key ordering for data already written. This module must therefore never change
-behaviour; golden vectors from Kafka's own ``UtilsTest`` pin it (tests/unit/partitioner/test_hashing.py).
+Compatibility guarantee: for the same key bytes and partition count, streamgate picks the same
+partition as a Kafka producer does. Placement is part of the data format: changing it would move
+keys to other partitions and break per-key ordering for data already written. This module must
+therefore never change behaviour; golden vectors from Kafka's own ``UtilsTest`` pin it
+(tests/unit/partitioner/test_hashing.py).
 
-``murmur2`` and ``partition_for`` are the C implementation in ``partitioner._murmur2`` (built by setup.py;
-an order of magnitude cheaper per key) when it is installed, and ``murmur2_python``, the reference, otherwise.
+``murmur2`` and ``partition_for`` are the C implementation in ``partitioner._murmur2`` (built by
+setup.py; an order of magnitude cheaper per key) when it is installed, and ``murmur2_python``, the
+reference, otherwise.
 
 Keyless messages are spread by ``KeylessSpreader``: round-robin, sticky for a whole request batch.
 """
@@ -28,14 +30,15 @@ from collections.abc import Callable
 
 from partitioner.native import refuse_if_off
 
-__all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for", "partition_for_python",
-           "partitions_of", "partitions_of_python", "to_positive"]
+__all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for",
+           "partition_for_python", "partitions_of", "partitions_of_python", "to_positive"]
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _R = 24
 _MASK_32 = 0xFFFFFFFF
-# Precompiled unpackers of n little-endian 32-bit words (keys up to 256 bytes skip the format string).
+# Precompiled unpackers of n little-endian 32-bit words (keys up to 256 bytes skip the format
+# string).
 _UNPACK_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(65)]
 
 

@@ -1,18 +1,21 @@
-"""Membership of an exclusive consumer group in etcd: each partition is served by at most one live member.
+"""Membership of an exclusive consumer group in etcd: each partition is served by at most one live
+member.
 
-A ``GroupMember`` holds a lease, announces itself under ``members/``, follows the group's keys with one
-watch, and campaigns for the ``coordinator`` key. The coordinator turns membership into assignments with a
-two-phase cooperative rebalance (layout and JSON shapes: ``partitioner.group_state``).
+A ``GroupMember`` holds a lease, announces itself under ``members/``, follows the group's keys with
+one watch, and campaigns for the ``coordinator`` key. The coordinator turns membership into
+assignments with a two-phase cooperative rebalance (layout and JSON shapes:
+``partitioner.group_state``).
 
-The safety rule: a member confirms generation ``g`` only while everything it may still serve is inside its
-share of ``g``. The coordinator writes a generation that hands any partition to a new owner only after every
-live member has confirmed the latest generation (a member whose key vanished counts as confirmed: it stopped
-on its own clock before its lease expired). So a rebalance first writes "current owners minus the moving
-partitions", waits for those confirmations, then writes the target. A member whose set only grows, or who
-never served anything, confirms by itself at once, so only members that give something up are waited for.
+The safety rule: a member confirms generation ``g`` only while everything it may still serve is
+inside its share of ``g``. The coordinator writes a generation that hands any partition to a new
+owner only after every live member has confirmed the latest generation (a member whose key vanished
+counts as confirmed: it stopped on its own clock before its lease expired). So a rebalance first
+writes "current owners minus the moving partitions", waits for those confirmations, then writes the
+target. A member whose set only grows, or who never served anything, confirms by itself at once, so
+only members that give something up are waited for.
 
-Liveness: a member stuck without confirming a revocation stalls the rebalance until its lease expires.
-Member ids must be unique per incarnation (e.g. include a random suffix).
+Liveness: a member stuck without confirming a revocation stalls the rebalance until its lease
+expires. Member ids must be unique per incarnation (e.g. include a random suffix).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ COORDINATOR_POLL_S = 1.0  # the coordinator re-reads partition_count() at least 
 
 @dataclass(frozen=True, slots=True)
 class AssignmentStep:
-    """What the coordinator writes next: the owners, and the partitions released but not handed on yet."""
+    """What the coordinator writes next: the owners, and the partitions released but not handed on
+    yet."""
 
     owners: dict[str, tuple[int, ...]]
     released: Released
@@ -68,10 +72,12 @@ class MemberAssignment:
 
 
 class GroupMember:
-    """One member's participation in an exclusive group. An async context manager; ``aclose`` is idempotent.
+    """One member's participation in an exclusive group. An async context manager; ``aclose`` is
+    idempotent.
 
-    Use: ``a = await member.next_assignment()``, stop serving what is not in ``a.partitions``, start serving
-    what is, then ``await member.confirm(a.generation)``; stop everything when ``lost`` turns True.
+    Use: ``a = await member.next_assignment()``, stop serving what is not in ``a.partitions``, start
+    serving what is, then ``await member.confirm(a.generation)``; stop everything when ``lost``
+    turns True.
     """
 
     def __init__(self, conn: EtcdConnection, *, topic: str, group: str, member_id: str, node: str,
@@ -95,13 +101,15 @@ class GroupMember:
         self._coordinator_revision = 0  # create_revision of the coordinator key while we hold it
         self._latest: MemberAssignment | None = None
         self._returned: MemberAssignment | None = None
-        self._unconfirmed: list[MemberAssignment] = []  # returned by next_assignment, not confirmed yet
-        self._confirmed_base: frozenset[int] = frozenset()  # partitions of the last caller-confirmed one
+        # returned by next_assignment, not confirmed yet
+        self._unconfirmed: list[MemberAssignment] = []
+        # partitions of the last caller-confirmed one
+        self._confirmed_base: frozenset[int] = frozenset()
         self._confirm_wanted = 0
         self._confirm_written = 0
         self._confirm_kick = asyncio.Event()
 
-    # -- lifetime ---------------------------------------------------------------------------------------
+    # -- lifetime ----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> GroupMember:
         loop = asyncio.get_running_loop()
@@ -110,14 +118,15 @@ class GroupMember:
         self._last_keepalive = sent
         info = MemberInfo(self.member_id, self.node, time.time_ns() // 1_000_000)
         try:
-            await self._conn.put(self._keys.member(self.member_id), info.to_json(), lease_id=self._lease_id)
+            await self._conn.put(self._keys.member(self.member_id), info.to_json(),
+                                 lease_id=self._lease_id)
         except CoordinationUnavailable:
             await self._revoke()
             raise
         for name, duty in (("keepalive", self._keep_alive), ("watch", self._follow_group),
                            ("confirm", self._write_confirmations), ("coordinator", self._campaign)):
-            self._tasks.append(asyncio.create_task(self._supervise(name, duty),
-                                                   name=f"streamgate-group-{name}-{self.member_id}"))
+            self._tasks.append(asyncio.create_task(
+                self._supervise(name, duty), name=f"streamgate-group-{name}-{self.member_id}"))
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -125,7 +134,8 @@ class GroupMember:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Leave the group: stop the background tasks and revoke the lease (every key of ours vanishes)."""
+        """Leave the group: stop the background tasks and revoke the lease (every key of ours
+        vanishes)."""
         if self._closed:
             return
         self._closed = True
@@ -139,13 +149,15 @@ class GroupMember:
         try:
             await self._conn.revoke_lease(self._lease_id)
         except CoordinationUnavailable as exc:
-            log.warning("could not revoke lease of member %s (retried until etcd answers): %s", self.member_id, exc)
+            log.warning("could not revoke lease of member %s (retried until etcd answers): %s",
+                        self.member_id, exc)
             self._conn.revoke_when_reachable(self._lease_id)
 
     @staticmethod
     async def _cancel_tasks(tasks: list[asyncio.Task[None]]) -> None:
-        """Cancel and await every task but the caller. Cancellation is repeated because a cancel that lands
-        inside a gRPC call can surface as an RPC error, which a retry loop would otherwise survive."""
+        """Cancel and await every task but the caller. Cancellation is repeated because a cancel
+        that lands inside a gRPC call can surface as an RPC error, which a retry loop would
+        otherwise survive."""
         await cancel_until_done(tasks)
 
     async def _supervise(self, name: str, duty: Callable[[], Awaitable[None]]) -> None:
@@ -155,14 +167,16 @@ class GroupMember:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("group member %s: background %s crashed; membership is lost", self.member_id, name)
+            log.exception("group member %s: background %s crashed; membership is lost",
+                          self.member_id, name)
             await self._lose(revoke=True)
 
-    # -- liveness ---------------------------------------------------------------------------------------
+    # -- liveness ----------------------------------------------------------------------------------
 
     @property
     def lost(self) -> bool:
-        """True once the member must stop serving everything (lease not kept alive for a TTL, or closed)."""
+        """True once the member must stop serving everything (lease not kept alive for a TTL, or
+        closed)."""
         return self._lost.is_set()
 
     @property
@@ -175,7 +189,8 @@ class GroupMember:
         await self._lost.wait()
 
     def simulate_keepalive_failure(self) -> None:
-        """Test hook: stop refreshing the lease as if etcd were unreachable (``lost`` follows after a TTL)."""
+        """Test hook: stop refreshing the lease as if etcd were unreachable (``lost`` follows after
+        a TTL)."""
         self._keepalive_suspended = True
 
     def _set_lost(self) -> None:
@@ -183,10 +198,12 @@ class GroupMember:
         self._news.set()
 
     async def _lose(self, *, revoke: bool) -> None:
-        """Stop everything; ``revoke`` hands our partitions over at once instead of after lease expiry."""
+        """Stop everything; ``revoke`` hands our partitions over at once instead of after lease
+        expiry."""
         if self._lost.is_set():
             return
-        log.warning("group member %s of %s/%s lost its membership", self.member_id, self.topic, self.group)
+        log.warning("group member %s of %s/%s lost its membership", self.member_id, self.topic,
+                    self.group)
         self._set_lost()
         self._coordinator_revision = 0
         await self._cancel_tasks(self._tasks)
@@ -194,21 +211,25 @@ class GroupMember:
             await self._revoke()
 
     async def _keep_alive(self) -> None:
-        """Refresh the lease every TTL/3; lost when no refresh succeeded for a TTL on our own clock."""
+        """Refresh the lease every TTL/3; lost when no refresh succeeded for a TTL on our own
+        clock."""
         loop = asyncio.get_running_loop()
         backoff = Backoff()
         while not self._lost.is_set():
             deadline = self._last_keepalive + self._ttl_s
             if loop.time() >= deadline:
-                log.warning("member %s: no successful keepalive for %.1fs", self.member_id, self._ttl_s)
-                await self._lose(revoke=False)  # etcd is unreachable or our lease is gone: nothing to revoke
+                log.warning("member %s: no successful keepalive for %.1fs", self.member_id,
+                            self._ttl_s)
+                # etcd is unreachable or our lease is gone: nothing to revoke
+                await self._lose(revoke=False)
                 return
             if self._keepalive_suspended:
                 await asyncio.sleep(min(self._ttl_s / 3, deadline - loop.time()))
                 continue
             sent = loop.time()
             try:
-                remaining_s = await asyncio.wait_for(self._conn.keep_alive(self._lease_id), deadline - sent)
+                remaining_s = await asyncio.wait_for(self._conn.keep_alive(self._lease_id),
+                                                     deadline - sent)
             except (TimeoutError, CoordinationUnavailable) as exc:
                 log.warning("member %s: keepalive failed: %s", self.member_id, exc)
                 await asyncio.sleep(max(0.0, min(backoff.delay_s, deadline - loop.time())))
@@ -222,17 +243,19 @@ class GroupMember:
             backoff.reset()
             await asyncio.sleep(self._ttl_s / 3)
 
-    # -- the member's side of assignments ---------------------------------------------------------------
+    # -- the member's side of assignments ----------------------------------------------------------
 
     async def next_assignment(self) -> MemberAssignment:
-        """Wait for an assignment whose partition set differs from the last one returned (the first call
-        returns the first one seen, even empty). Raises ``MembershipLost`` once the member is lost."""
+        """Wait for an assignment whose partition set differs from the last one returned (the first
+        call returns the first one seen, even empty). Raises ``MembershipLost`` once the member is
+        lost."""
         while True:
             if self._lost.is_set():
                 raise MembershipLost(self.topic, self.group, self.member_id)
             latest, returned = self._latest, self._returned
-            if latest is not None and (returned is None or (latest.generation > returned.generation
-                                                            and latest.partitions != returned.partitions)):
+            if latest is not None and (returned is None or (
+                    latest.generation > returned.generation
+                    and latest.partitions != returned.partitions)):
                 self._returned = latest
                 self._unconfirmed.append(latest)
                 return latest
@@ -240,11 +263,14 @@ class GroupMember:
             await self._news.wait()
 
     async def confirm(self, generation: int) -> None:
-        """Declare that only the partitions of ``generation`` (returned by ``next_assignment``) are served.
+        """Declare that only the partitions of ``generation`` (returned by ``next_assignment``) are
+        served.
 
-        The confirmation is written in the background (retried while etcd is away); this does not block.
+        The confirmation is written in the background (retried while etcd is away); this does not
+        block.
         """
-        index = next((i for i, a in enumerate(self._unconfirmed) if a.generation == generation), None)
+        index = next((i for i, a in enumerate(self._unconfirmed) if a.generation == generation),
+                     None)
         if index is None:
             if generation <= self._confirm_wanted:
                 return
@@ -282,9 +308,11 @@ class GroupMember:
             while self._confirm_written < self._confirm_wanted and not self._lost.is_set():
                 generation = self._confirm_wanted
                 try:
-                    await self._conn.put(key, orjson.dumps({"generation": generation}), lease_id=self._lease_id)
+                    await self._conn.put(key, orjson.dumps({"generation": generation}),
+                                         lease_id=self._lease_id)
                 except CoordinationUnavailable as exc:
-                    log.warning("member %s: writing confirmation %d failed: %s", self.member_id, generation, exc)
+                    log.warning("member %s: writing confirmation %d failed: %s", self.member_id,
+                                generation, exc)
                     await backoff.sleep()
                     continue
                 self._confirm_written = max(self._confirm_written, generation)
@@ -297,10 +325,11 @@ class GroupMember:
         self._confirm_latest_if_covered()
         self._news.set()
 
-    # -- following the group's keys ---------------------------------------------------------------------
+    # -- following the group's keys ----------------------------------------------------------------
 
     async def _follow_group(self) -> None:
-        """Snapshot the group, then watch it from the snapshot's revision + 1; start over when the watch dies."""
+        """Snapshot the group, then watch it from the snapshot's revision + 1; start over when the
+        watch dies."""
         backoff = Backoff()
         while not self._lost.is_set():
             try:
@@ -338,10 +367,11 @@ class GroupMember:
             self._coordinator_vacant.set()
         self._group_changed.set()
 
-    # -- coordination -----------------------------------------------------------------------------------
+    # -- coordination ------------------------------------------------------------------------------
 
     async def _campaign(self) -> None:
-        """Try to become coordinator whenever the coordinator key is vacant; coordinate while we hold it."""
+        """Try to become coordinator whenever the coordinator key is vacant; coordinate while we
+        hold it."""
         backoff = Backoff()
         value = orjson.dumps({"member_id": self.member_id, "lease_id": self._lease_id})
         while not self._lost.is_set():
@@ -357,11 +387,13 @@ class GroupMember:
                 await self._coordinate(revision)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._coordinator_vacant.wait(), max(COORDINATOR_POLL_S, self._ttl_s / 2))
+                await asyncio.wait_for(self._coordinator_vacant.wait(),
+                                       max(COORDINATOR_POLL_S, self._ttl_s / 2))
 
     async def _claim_coordinator(self, value: bytes) -> int:
         """The coordinator key's create_revision if it is (now) ours, else 0."""
-        revision = await self._conn.put_if_absent(self._keys.coordinator, value, lease_id=self._lease_id)
+        revision = await self._conn.put_if_absent(self._keys.coordinator, value,
+                                                  lease_id=self._lease_id)
         if revision is not None:
             return revision
         # A campaign whose reply was lost may have won: the key then carries our lease.
@@ -371,7 +403,8 @@ class GroupMember:
         return 0
 
     async def _coordinate(self, revision: int) -> None:
-        """Rebalance on every group change (and every second) until the coordinator key is no longer ours."""
+        """Rebalance on every group change (and every second) until the coordinator key is no longer
+        ours."""
         log.info("member %s coordinates group %s/%s", self.member_id, self.topic, self.group)
         self._coordinator_revision = revision
         backoff = Backoff()
@@ -395,7 +428,8 @@ class GroupMember:
             self._coordinator_revision = 0
 
     async def _rebalance_step(self, state: GroupState, revision: int) -> None:
-        """Write at most one generation towards the target; the resulting watch event brings the next step."""
+        """Write at most one generation towards the target; the resulting watch event brings the
+        next step."""
         partitions = self._read_partition_count()
         if partitions is None:
             return
@@ -406,27 +440,31 @@ class GroupMember:
                   Guard(self._keys.assignment, state.assignment_mod_revision, "mod")]
         generation = state.generation + 1
         written = await self._conn.put_if(self._keys.assignment,
-                                          assignment_json(generation, step.owners, step.released), guards=guards)
+                                          assignment_json(generation, step.owners, step.released),
+                                          guards=guards)
         if written is not None:
-            log.info("group %s/%s generation %d: %s", self.topic, self.group, generation, step.owners)
+            log.info("group %s/%s generation %d: %s", self.topic, self.group, generation,
+                     step.owners)
 
     def _read_partition_count(self) -> int | None:
         try:
             return max(0, int(self._partition_count()))
         except Exception:
-            log.exception("coordinator %s: partition_count() failed; rebalance postponed", self.member_id)
+            log.exception("coordinator %s: partition_count() failed; rebalance postponed",
+                          self.member_id)
             return None
 
 
 def plan_step(state: GroupState, partitions: int) -> AssignmentStep | None:
     """The next assignment the coordinator should write, or None when there is nothing to write yet.
 
-    Phase 1 (some live member gives partitions up): current owners minus the moving partitions, each moving
-    partition recorded as released by its member in the new generation. Phase 2: the target's new grants of
-    every partition that is free to move: not released, released by a member that is gone, or by one that
-    has confirmed a generation at least as new as the release. So a member that stops confirming (its gateway
-    died) holds back only what it gave up, never a partition a healthy member released. An assignment that
-    records no releases (an earlier version wrote it) grants only once every live member has confirmed it.
+    Phase 1 (some live member gives partitions up): current owners minus the moving partitions, each
+    moving partition recorded as released by its member in the new generation. Phase 2: the target's
+    new grants of every partition that is free to move: not released, released by a member that is
+    gone, or by one that has confirmed a generation at least as new as the release. So a member that
+    stops confirming (its gateway died) holds back only what it gave up, never a partition a healthy
+    member released. An assignment that records no releases (an earlier version wrote it) grants
+    only once every live member has confirmed it.
     """
     live = sorted(state.members)
     current = {m: tuple(p for p in state.owners.get(m, ()) if p < partitions) for m in live}
@@ -434,15 +472,18 @@ def plan_step(state: GroupState, partitions: int) -> AssignmentStep | None:
     if target == state.owners:
         return None
     kept = {m: tuple(p for p in current[m] if p in set(target[m])) for m in live}
-    released = {p: r for p, r in (state.released or {}).items() if p < partitions and r[0] in state.members}
+    released = {p: r for p, r in (state.released or {}).items()
+                if p < partitions and r[0] in state.members}
     if kept != current:
         for member in live:
-            released.update((p, (member, state.generation + 1)) for p in current[member] if p not in kept[member])
+            released.update((p, (member, state.generation + 1)) for p in current[member]
+                            if p not in kept[member])
         return AssignmentStep(kept, released)
     if state.released is None:
         confirmed = all(state.confirmed.get(m, 0) >= state.generation for m in live)
         return AssignmentStep(target, {}) if confirmed or state.generation == 0 else None
-    step = {m: tuple(sorted({*current[m], *(p for p in target[m] if _free_to_move(state, released, p, m))}))
+    step = {m: tuple(sorted({*current[m],
+                             *(p for p in target[m] if _free_to_move(state, released, p, m))}))
             for m in live}
     if step == current:
         return None

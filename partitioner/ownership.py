@@ -3,23 +3,24 @@
 Layout under the prefix (default ``/streamgate/``):
 
 - ``nodes/<node_id>``: leased by the node; ``{node_id, started_at_ms}``. The live node set.
-- ``owners/<topic>/<partition>``: leased by the owner; the owner's node id. Created only in a transaction
-  guarded on ``create_revision == 0``, so at most one node holds it; its create_revision is the owner's
-  ``epoch`` (a fencing token: it grows with every change of owner).
+- ``owners/<topic>/<partition>``: leased by the owner; the owner's node id. Created only in a
+  transaction guarded on ``create_revision == 0``, so at most one node holds it; its create_revision
+  is the owner's ``epoch`` (a fencing token: it grows with every change of owner).
 
 Every node computes the same target from the live node set with rendezvous hashing
-(``partitioner.rendezvous``). A node deletes the owner keys it no longer wins (a node joined, a topic
-vanished) and creates the keys it wins once they are free; it never takes a key someone else holds, it waits
-for the holder to release it or for the holder's lease to expire.
+(``partitioner.rendezvous``). A node deletes the owner keys it no longer wins (a node joined, a
+topic vanished) and creates the keys it wins once they are free; it never takes a key someone else
+holds, it waits for the holder to release it or for the holder's lease to expire.
 
-Safety on the node's own clock: ``owned`` is empty unless the last successful keepalive was *sent* less than
-``lease_ttl_s - lease_ttl_s / 4`` ago. etcd refreshed the lease no earlier than that send, to at least
-``lease_ttl_s``, so every owner key of ours outlives our right to act by at least a quarter TTL (the margin
-absorbs clock-rate differences and an action already under way). Keepalives go out every TTL/3, so one
-failed or slow keepalive does not interrupt ownership. When keepalives recover and etcd still knows the lease,
-ownership resumes; when the lease expired, the node takes a new lease, registers again and re-acquires.
-A released partition leaves ``owned`` before its key is deleted; an acquired one enters ``owned`` after its key
-was created. So no partition is ever in two nodes' ``owned`` at once (given clocks that agree on a second).
+Safety on the node's own clock: ``owned`` is empty unless the last successful keepalive was *sent*
+less than ``lease_ttl_s - lease_ttl_s / 4`` ago. etcd refreshed the lease no earlier than that send,
+to at least ``lease_ttl_s``, so every owner key of ours outlives our right to act by at least a
+quarter TTL (the margin absorbs clock-rate differences and an action already under way). Keepalives
+go out every TTL/3, so one failed or slow keepalive does not interrupt ownership. When keepalives
+recover and etcd still knows the lease, ownership resumes; when the lease expired, the node takes a
+new lease, registers again and re-acquires. A released partition leaves ``owned`` before its key is
+deleted; an acquired one enters ``owned`` after its key was created. So no partition is ever in two
+nodes' ``owned`` at once (given clocks that agree on a second).
 """
 
 from __future__ import annotations
@@ -77,14 +78,17 @@ class OwnershipKeys:
 
 
 class PartitionOwnership:
-    """This node's registration and the partitions it owns. An async context manager; ``aclose`` is idempotent.
+    """This node's registration and the partitions it owns. An async context manager; ``aclose`` is
+    idempotent.
 
-    ``partitions()`` returns ``{topic: partition count}`` (the gateway passes its topic cache); it is read on
-    every reconcile. Use ``owned`` before every duty action and ``wait_changed`` to start/stop duty tasks.
+    ``partitions()`` returns ``{topic: partition count}`` (the gateway passes its topic cache); it
+    is read on every reconcile. Use ``owned`` before every duty action and ``wait_changed`` to
+    start/stop duty tasks.
     """
 
-    def __init__(self, conn: EtcdConnection, *, node_id: str, partitions: Callable[[], Mapping[str, int]],
-                 prefix: str = DEFAULT_PREFIX, lease_ttl_s: float = 10.0) -> None:
+    def __init__(self, conn: EtcdConnection, *, node_id: str,
+                 partitions: Callable[[], Mapping[str, int]], prefix: str = DEFAULT_PREFIX,
+                 lease_ttl_s: float = 10.0) -> None:
         if not node_id or "/" in node_id or not node_id.isprintable():
             raise ValueError(f"node_id must be printable and without '/', got {node_id!r}")
         if lease_ttl_s <= 0:
@@ -113,7 +117,7 @@ class PartitionOwnership:
         self._failed = False
         self._closed = False
 
-    # -- lifetime ---------------------------------------------------------------------------------------
+    # -- lifetime ----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> PartitionOwnership:
         await self._start_lease()
@@ -124,9 +128,10 @@ class PartitionOwnership:
             await self._revoke(self._lease_id)
             raise
         for name, duty in (("keepalive", self._keep_alive), ("nodes-watch", self._nodes.follow),
-                           ("owners-watch", self._owners.follow), ("reconcile", self._reconcile_loop)):
-            self._tasks.append(asyncio.create_task(self._supervise(name, duty),
-                                                   name=f"streamgate-ownership-{name}-{self.node_id}"))
+                           ("owners-watch", self._owners.follow),
+                           ("reconcile", self._reconcile_loop)):
+            self._tasks.append(asyncio.create_task(
+                self._supervise(name, duty), name=f"streamgate-ownership-{name}-{self.node_id}"))
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -134,8 +139,8 @@ class PartitionOwnership:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop acting at once, stop the background tasks and revoke the lease (our keys vanish, so the
-        survivors take over without waiting for a TTL). Safe to call more than once."""
+        """Stop acting at once, stop the background tasks and revoke the lease (our keys vanish, so
+        the survivors take over without waiting for a TTL). Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
@@ -152,22 +157,25 @@ class PartitionOwnership:
         try:
             await self._conn.revoke_lease(lease_id)
         except CoordinationUnavailable as exc:
-            log.warning("node %s: could not revoke its lease (retried until etcd answers): %s", self.node_id, exc)
+            log.warning("node %s: could not revoke its lease (retried until etcd answers): %s",
+                        self.node_id, exc)
             self._conn.revoke_when_reachable(lease_id)
 
     async def _cancel_tasks(self) -> None:
-        """Cancel and await every task but the caller; repeated because a cancel landing inside a gRPC call
-        can surface as an RPC error that a retry loop would otherwise survive."""
+        """Cancel and await every task but the caller; repeated because a cancel landing inside a
+        gRPC call can surface as an RPC error that a retry loop would otherwise survive."""
         await cancel_until_done(self._tasks)
 
     async def _supervise(self, name: str, duty: Callable[[], Awaitable[None]]) -> None:
-        """Run a duty; a crash stops all ownership (and flips ``healthy``) instead of dying silently."""
+        """Run a duty; a crash stops all ownership (and flips ``healthy``) instead of dying
+        silently."""
         try:
             await duty()
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("node %s: ownership %s crashed; giving up every partition", self.node_id, name)
+            log.exception("node %s: ownership %s crashed; giving up every partition", self.node_id,
+                          name)
             self._failed = True
             self._release_all_locally()
             self._notify(force=True)
@@ -175,11 +183,12 @@ class PartitionOwnership:
             lease_id, self._lease_id = self._lease_id, 0
             await self._revoke(lease_id)
 
-    # -- what the gateway reads -------------------------------------------------------------------------
+    # -- what the gateway reads --------------------------------------------------------------------
 
     @property
     def owned(self) -> frozenset[Partition]:
-        """The (topic, partition) pairs this node may act on now; empty while its lease is not fresh."""
+        """The (topic, partition) pairs this node may act on now; empty while its lease is not
+        fresh."""
         if self._closed or self._failed or not self._fresh():
             return frozenset()
         return self._held_view
@@ -191,7 +200,8 @@ class PartitionOwnership:
         return self._held.get((topic, partition))
 
     async def wait_changed(self, known: frozenset[Partition] | None = None) -> frozenset[Partition]:
-        """Wait until ``owned`` differs from ``known`` (default: its current value) and return the new value.
+        """Wait until ``owned`` differs from ``known`` (default: its current value) and return the
+        new value.
 
         Returns at once when ``owned`` already differs, or when the ownership is closed.
         """
@@ -203,7 +213,8 @@ class PartitionOwnership:
     @property
     def live_nodes(self) -> list[str]:
         """The registered node ids as this node sees them, sorted."""
-        return sorted(key[len(self._keys.nodes):].decode(errors="replace") for key in self._nodes.values)
+        return sorted(key[len(self._keys.nodes):].decode(errors="replace")
+                      for key in self._nodes.values)
 
     @property
     def healthy(self) -> bool:
@@ -215,13 +226,14 @@ class PartitionOwnership:
         """Test hook: stop (or resume) refreshing the lease as if etcd were unreachable."""
         self._keepalive_suspended = failing
 
-    # -- the lease --------------------------------------------------------------------------------------
+    # -- the lease ---------------------------------------------------------------------------------
 
     def _fresh(self) -> bool:
         return self._lease_id != 0 and asyncio.get_running_loop().time() < self._fresh_until
 
     def _mark_fresh(self, sent: float) -> None:
-        """A keepalive sent at ``sent`` (loop clock) succeeded: we may act until sent + TTL - margin."""
+        """A keepalive sent at ``sent`` (loop clock) succeeded: we may act until sent + TTL -
+        margin."""
         loop = asyncio.get_running_loop()
         self._fresh_until = max(self._fresh_until, sent + self.lease_ttl_s - self.safety_margin_s)
         if self._expiry_timer is not None:
@@ -267,7 +279,8 @@ class PartitionOwnership:
                 remaining_s = await asyncio.wait_for(self._conn.keep_alive(self._lease_id),
                                                      self._keepalive_interval_s)
             except (TimeoutError, CoordinationUnavailable) as exc:
-                log.warning("node %s: keepalive failed: %s", self.node_id, exc or type(exc).__name__)
+                log.warning("node %s: keepalive failed: %s", self.node_id,
+                            exc or type(exc).__name__)
                 await backoff.sleep()
                 continue
             if remaining_s <= 0:
@@ -277,7 +290,7 @@ class PartitionOwnership:
             self._mark_fresh(sent)
             await asyncio.sleep(self._keepalive_interval_s)
 
-    # -- held keys and change notification --------------------------------------------------------------
+    # -- held keys and change notification ---------------------------------------------------------
 
     def _hold(self, partition: Partition, epoch: int) -> None:
         self._held[partition] = epoch
@@ -295,7 +308,8 @@ class PartitionOwnership:
         self._notify()
 
     def _notify(self, *, force: bool = False) -> None:
-        """Wake ``wait_changed`` callers when ``owned`` changed since the last notification (or ``force``)."""
+        """Wake ``wait_changed`` callers when ``owned`` changed since the last notification (or
+        ``force``)."""
         current = self.owned
         if force or current != self._published:
             self._published = current
@@ -309,11 +323,13 @@ class PartitionOwnership:
         self._dirty.set()
 
     def _on_owners_change(self, event: WatchEvent | None) -> None:
-        """Forget a held key that was deleted or taken over behind our back (e.g. our lease expired)."""
+        """Forget a held key that was deleted or taken over behind our back (e.g. our lease
+        expired)."""
         if event is None:
             for partition, epoch in list(self._held.items()):
                 stored = self._owners.values.get(self._keys.owner(partition))
-                if self._owners.revision > epoch and (stored is None or stored.create_revision != epoch):
+                if self._owners.revision > epoch and (stored is None
+                                                      or stored.create_revision != epoch):
                     self._unhold(partition)
         else:
             self._check_held(event)
@@ -328,7 +344,7 @@ class PartitionOwnership:
         if stored is None or stored.create_revision != epoch or not self._is_ours(stored):
             self._unhold(partition)
 
-    # -- reconcile --------------------------------------------------------------------------------------
+    # -- reconcile ---------------------------------------------------------------------------------
 
     async def _reconcile_loop(self) -> None:
         backoff = Backoff()
@@ -375,11 +391,13 @@ class PartitionOwnership:
         """Put our node key back if the registry, newer than our registration, lacks it."""
         key = self._keys.node(self.node_id)
         if self._nodes.revision > self._registered_revision and key not in self._nodes.values:
-            info = orjson.dumps({"node_id": self.node_id, "started_at_ms": time.time_ns() // 1_000_000})
+            info = orjson.dumps({"node_id": self.node_id,
+                                 "started_at_ms": time.time_ns() // 1_000_000})
             self._registered_revision = await self._conn.put(key, info, lease_id=lease_id)
 
     async def _release(self, desired: frozenset[Partition]) -> None:
-        """Stop acting on partitions we no longer win, then delete their keys (guarded on being ours)."""
+        """Stop acting on partitions we no longer win, then delete their keys (guarded on being
+        ours)."""
         doomed = {p: epoch for p, epoch in self._held.items() if p not in desired}
         for partition in doomed:
             self._unhold(partition)  # owned shrinks before the key is deleted
@@ -409,10 +427,13 @@ class PartitionOwnership:
 
     async def _try_acquire(self, partition: Partition, lease_id: int) -> None:
         key = self._keys.owner(partition)
-        epoch = await self._conn.put_if(key, self.node_id.encode(), guards=[Guard(key, 0)], lease_id=lease_id)
-        if epoch is None:  # taken, or ours already (a create whose reply was lost): only etcd can tell
+        epoch = await self._conn.put_if(key, self.node_id.encode(), guards=[Guard(key, 0)],
+                                        lease_id=lease_id)
+        # taken, or ours already (a create whose reply was lost): only etcd can tell
+        if epoch is None:
             stored = await self._conn.get(key)
-            if stored is None or stored.value != self.node_id.encode() or stored.lease_id != lease_id:
+            if (stored is None or stored.value != self.node_id.encode()
+                    or stored.lease_id != lease_id):
                 return
             epoch = stored.create_revision
         if lease_id != self._lease_id:  # the lease was lost meanwhile: the key went with it
@@ -421,7 +442,8 @@ class PartitionOwnership:
         log.info("node %s owns %s/%d (epoch %d)", self.node_id, *partition, epoch)
 
 
-async def partition_owners(conn: EtcdConnection, *, prefix: str = DEFAULT_PREFIX) -> dict[Partition, str]:
+async def partition_owners(conn: EtcdConnection, *,
+                           prefix: str = DEFAULT_PREFIX) -> dict[Partition, str]:
     """Who holds each partition's owner key right now (for admin and metrics); read-only."""
     keys = OwnershipKeys(prefix)
     snapshot = await conn.get_prefix(keys.owners)

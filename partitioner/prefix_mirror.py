@@ -1,10 +1,12 @@
-"""A local copy of every key under one etcd prefix, kept in step by a watch that survives etcd restarts.
+"""A local copy of every key under one etcd prefix, kept in step by a watch that survives etcd
+restarts.
 
-``load`` reads a snapshot; ``follow`` (run it as a background task) watches from the mirror's revision + 1
-and applies every event. When the watch dies (etcd restarted, paused, or unreachable) it is re-established
-from the last applied revision + 1 with capped backoff, so no change is missed; when etcd compacted that
-history, a fresh snapshot replaces the mirror first. The owner learns about changes through ``on_change``
-(called with the event, or with None after a snapshot replaced everything).
+``load`` reads a snapshot; ``follow`` (run it as a background task) watches from the mirror's
+revision + 1 and applies every event. When the watch dies (etcd restarted, paused, or unreachable)
+it is re-established from the last applied revision + 1 with capped backoff, so no change is missed;
+when etcd compacted that history, a fresh snapshot replaces the mirror first. The owner learns about
+changes through ``on_change`` (called with the event, or with None after a snapshot replaced
+everything).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class PrefixMirror:
         self._backoff_s = INITIAL_BACKOFF_S
 
     async def load(self) -> None:
-        """Replace the mirror with a snapshot; ``CoordinationUnavailable`` if etcd does not answer."""
+        """Replace the mirror with a snapshot; ``CoordinationUnavailable`` if etcd does not
+        answer."""
         snapshot = await self._conn.get_prefix(self.prefix)
         self.values = {stored.key: stored for stored in snapshot.values}
         self.revision = self._snapshot_revision = snapshot.revision
@@ -55,7 +58,8 @@ class PrefixMirror:
                 await self._reload()
                 continue
             except CoordinationUnavailable as exc:
-                log.warning("watch on %r lost: %s; retrying in %.2fs", self.prefix, exc, self._backoff_s)
+                log.warning("watch on %r lost: %s; retrying in %.2fs", self.prefix, exc,
+                            self._backoff_s)
             await self._sleep_backoff()
 
     async def _follow_once(self) -> None:
@@ -83,7 +87,8 @@ class PrefixMirror:
     def apply(self, event: WatchEvent) -> None:
         """Apply one event (events the snapshot already holds are ignored) and tell the owner.
 
-        Several events may share a revision (a transaction, or a lease revoking all its keys at once).
+        Several events may share a revision (a transaction, or a lease revoking all its keys at
+        once).
         """
         if event.mod_revision <= self._snapshot_revision:
             return

@@ -27,7 +27,8 @@ class TopicRegistry(Protocol):
         ...
 
     async def update(self, metadata: TopicMetadata) -> TopicMetadata:
-        """Store a changed topic only if its version is still current (``ConcurrentModification`` if not)."""
+        """Store a changed topic only if its version is still current (``ConcurrentModification`` if
+        not)."""
         ...
 
     async def delete(self, name: str) -> TopicMetadata:
@@ -48,7 +49,8 @@ class InMemoryTopicRegistry:
             raise TopicExists(settings.name)
         self._revision += 1
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
-                                 settings.max_length, int(time.time() * 1000), owner, self._revision)
+                                 settings.max_length, int(time.time() * 1000), owner,
+                                 self._revision)
         self._topics[settings.name] = metadata
         return metadata
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 async def cancel_until_done(tasks: Iterable[asyncio.Task[None]]) -> None:
     """Cancel and await every task but the caller's own.
 
-    Cancelling is repeated: a cancel that lands inside a gRPC call can surface as an RPC error, which a retry
-    loop would otherwise survive.
+    Cancelling is repeated: a cancel that lands inside a gRPC call can surface as an RPC error,
+    which a retry loop would otherwise survive.
     """
     current = asyncio.current_task()
     pending = {task for task in tasks if task is not current and not task.done()}

@@ -76,7 +76,8 @@ class TopicMetadata:
             self,
             partitions=self.partitions if partitions is None else partitions,
             retention_ms=self.retention_ms if retention_ms is None else retention_ms,
-            max_length=None if clear_max_length else (self.max_length if max_length is None else max_length),
+            max_length=(None if clear_max_length
+                        else (self.max_length if max_length is None else max_length)),
         )
         validate_settings(TopicSettings(updated.name, updated.partitions, updated.retention_ms,
                                         updated.max_length))

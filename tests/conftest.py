@@ -1,11 +1,12 @@
-"""Session fixtures: a real Redis Cluster and etcd on free loopback ports, started once per test run.
+"""Session fixtures: a real Redis Cluster and etcd on free loopback ports, started once per test
+run.
 
-Tests under tests/integration are marked `integration` automatically. When a server binary is missing the
-fixtures skip locally and fail when CI=true, so CI never passes by skipping.
+Tests under tests/integration are marked `integration` automatically. When a server binary is
+missing the fixtures skip locally and fail when CI=true, so CI never passes by skipping.
 
-Async tests run on the event loop a gateway process runs on: ``STREAMGATE_EVENT_LOOP`` (the gateway's own
-setting, which gateways started by tests inherit too), uvloop unless it says ``asyncio``. `make test` runs the
-suite on uvloop and the gateway tests once more on asyncio's loop.
+Async tests run on the event loop a gateway process runs on: ``STREAMGATE_EVENT_LOOP`` (the
+gateway's own setting, which gateways started by tests inherit too), uvloop unless it says
+``asyncio``. `make test` runs the suite on uvloop and the gateway tests once more on asyncio's loop.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from devstack import (
 from devstack._process import require_binary
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
-# Shorter than the dev default (3000) so failover tests finish sooner; still far above scheduling jitter.
+# Shorter than the dev default (3000) so failover tests finish sooner; still far
+# above scheduling jitter.
 TEST_CLUSTER_NODE_TIMEOUT_MS = 2000
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Turn SIGTERM (e.g. from `timeout`) into KeyboardInterrupt, so fixtures stop their servers by PID."""
+    """Turn SIGTERM (e.g. from `timeout`) into KeyboardInterrupt, so fixtures stop their servers by
+    PID."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -42,8 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config,
-                                  item: pytest.Item) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     """The loop async tests run on: the gateway's (``STREAMGATE_EVENT_LOOP``, uvloop by default)."""
     if os.environ.get("STREAMGATE_EVENT_LOOP", "uvloop") == "asyncio":
         return {"asyncio": asyncio.new_event_loop}
@@ -63,7 +67,8 @@ MissingReport = Callable[[str], NoReturn]
 
 
 def missing(message: str) -> NoReturn:
-    """Skip locally, fail when CI=true: a missing binary or package must never turn CI green by skipping."""
+    """Skip locally, fail when CI=true: a missing binary or package must never turn CI green by
+    skipping."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and {message}")
     pytest.skip(message)
@@ -76,13 +81,15 @@ def unavailable(exc: MissingBinary) -> NoReturn:
 
 @pytest.fixture(scope="session")
 def report_missing() -> MissingReport:
-    """For tests that need a binary or package of their own: call it with what is missing (skip, or fail in CI)."""
+    """For tests that need a binary or package of their own: call it with what is missing (skip, or
+    fail in CI)."""
     return missing
 
 
 @pytest.fixture(scope="session")
 def devstack_binaries() -> None:
-    """Request this in tests that start their own servers: skips (or fails in CI) if a binary is missing."""
+    """Request this in tests that start their own servers: skips (or fails in CI) if a binary is
+    missing."""
     try:
         for binary in ("redis-server", "redis-cli", "etcd"):
             require_binary(binary)
@@ -92,7 +99,8 @@ def devstack_binaries() -> None:
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcess]:
-    """3 primaries + 3 replicas, AOF on, replicas linked. Tests that pause/kill nodes must restore them."""
+    """3 primaries + 3 replicas, AOF on, replicas linked. Tests that pause/kill nodes must restore
+    them."""
     config = RedisClusterConfig(
         data_dir=tmp_path_factory.mktemp("redis-cluster"),
         primaries=3,

@@ -1,1 +1,2 @@
-"""Authentication (API keys, JWT) and authorization (ACL rules, forced header filters) for the gateway."""
+"""Authentication (API keys, JWT) and authorization (ACL rules, forced header filters) for the
+gateway."""

@@ -1,10 +1,12 @@
-"""Authorization: ACL rules mapping principals to topic patterns, group patterns and actions. Deny by default.
+"""Authorization: ACL rules mapping principals to topic patterns, group patterns and actions. Deny
+by default.
 
-A rule's ``principals`` are exact names, ``*`` (anyone authenticated) or claim matches ``claim:<name>=<value>``
-(a JWT claim equal to the value, or a list claim containing it). ``topics`` and ``groups`` are fnmatch globs.
-Actions: ``publish`` (on a dead-letter topic ``<topic>.dlq`` only through a pattern that ends in ``.dlq``);
-``subscribe`` (replay, WebSocket subscribe, HTTP pull/ack/nack/extend, group list and describe); ``admin``
-(topic create/change/delete, group seek, DLQ redrive; also sees groups).
+A rule's ``principals`` are exact names, ``*`` (anyone authenticated) or claim matches
+``claim:<name>=<value>`` (a JWT claim equal to the value, or a list claim containing it). ``topics``
+and ``groups`` are fnmatch globs. Actions: ``publish`` (on a dead-letter topic ``<topic>.dlq`` only
+through a pattern that ends in ``.dlq``); ``subscribe`` (replay, WebSocket subscribe, HTTP
+pull/ack/nack/extend, group list and describe); ``admin`` (topic create/change/delete, group seek,
+DLQ redrive; also sees groups).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class Action(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """Principals matching ``principals`` may do ``actions`` on topics (and groups) matching the patterns."""
+    """Principals matching ``principals`` may do ``actions`` on topics (and groups) matching the
+    patterns."""
 
     principals: tuple[str, ...]
     topics: tuple[str, ...]
@@ -41,7 +44,8 @@ class Rule:
 
     def grants(self, action: Action, topic: str, group: str | None) -> bool:
         """Whether the rule grants ``action`` on ``topic`` (and ``group`` when one is involved)."""
-        patterns = _dlq_patterns(self.topics) if action is Action.PUBLISH and is_dlq(topic) else self.topics
+        patterns = (_dlq_patterns(self.topics) if action is Action.PUBLISH and is_dlq(topic)
+                    else self.topics)
         return (action in self.actions and _any_glob(patterns, topic)
                 and (group is None or _any_glob(self.groups, group)))
 
@@ -52,21 +56,24 @@ def is_dlq(topic: str) -> bool:
 
 
 def _dlq_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
-    """The patterns that name dead-letter topics explicitly (``orders.dlq``, ``*.dlq``): a forged dead letter
-    would be redriven into its source topic, so ``orders.*`` or ``*`` must not grant publishing one."""
+    """The patterns that name dead-letter topics explicitly (``orders.dlq``, ``*.dlq``): a forged
+    dead letter would be redriven into its source topic, so ``orders.*`` or ``*`` must not grant
+    publishing one."""
     return tuple(pattern for pattern in patterns if pattern.endswith(DLQ_SUFFIX))
 
 
 @dataclass(frozen=True, slots=True)
 class ForcedFilter:
-    """Headers every message read or written by the selected principals must carry (e.g. tenant=a)."""
+    """Headers every message read or written by the selected principals must carry (e.g.
+    tenant=a)."""
 
     principals: tuple[str, ...]
     headers: Mapping[str, str]
 
 
 def selects(selector: str, principal: Principal) -> bool:
-    """Whether a principal selector (name, ``*`` or ``claim:<name>=<value>``) names ``principal``."""
+    """Whether a principal selector (name, ``*`` or ``claim:<name>=<value>``) names
+    ``principal``."""
     if selector == "*":
         return True
     if selector.startswith("claim:"):
@@ -85,7 +92,8 @@ def _any_glob(patterns: Iterable[str], name: str) -> bool:
 class Acl:
     """The rule set; every question is answered for one principal."""
 
-    def __init__(self, rules: Sequence[Rule], filters: Sequence[ForcedFilter] = (), *, allow_all: bool = False):
+    def __init__(self, rules: Sequence[Rule], filters: Sequence[ForcedFilter] = (), *,
+                 allow_all: bool = False):
         self._rules = tuple(rules)
         self._filters = tuple(filters)
         self._allow_all = allow_all  # auth_mode=none: everything is allowed, nothing is filtered
@@ -95,12 +103,15 @@ class Acl:
         """Everything allowed (``auth_mode=none``)."""
         return cls((), allow_all=True)
 
-    def allows(self, principal: Principal, action: Action, topic: str, group: str | None = None) -> bool:
-        """Whether ``principal`` may do ``action`` on ``topic`` (through ``group``, for group actions)."""
-        return self._allow_all or any(rule.grants(action, topic, group) for rule in self._rules_for(principal))
+    def allows(self, principal: Principal, action: Action, topic: str,
+               group: str | None = None) -> bool:
+        """Whether ``principal`` may do ``action`` on ``topic`` (through ``group``, for group
+        actions)."""
+        return self._allow_all or any(rule.grants(action, topic, group)
+                                      for rule in self._rules_for(principal))
 
-    def allows_any(self, principal: Principal, topic: str, actions: Iterable[Action] = tuple(Action),
-                   group: str | None = None) -> bool:
+    def allows_any(self, principal: Principal, topic: str,
+                   actions: Iterable[Action] = tuple(Action), group: str | None = None) -> bool:
         """Whether ``principal`` may do at least one of ``actions`` on ``topic``."""
         return any(self.allows(principal, action, topic, group) for action in actions)
 
@@ -112,7 +123,8 @@ class Acl:
                    for rule in self._rules_for(principal))
 
     def forced_headers(self, principal: Principal) -> dict[str, str]:
-        """Headers forced on everything ``principal`` reads or writes; a conflict between filters is an error."""
+        """Headers forced on everything ``principal`` reads or writes; a conflict between filters is
+        an error."""
         if self._allow_all:
             return {}
         headers: dict[str, str] = {}
@@ -120,7 +132,8 @@ class Acl:
             if any(selects(selector, principal) for selector in forced.principals):
                 for name, value in forced.headers.items():
                     if headers.setdefault(name, value) != value:
-                        raise ValueError(f"forced filters disagree on header {name!r} for {principal.name!r}")
+                        raise ValueError(f"forced filters disagree on header {name!r} for "
+                                         f"{principal.name!r}")
         return headers
 
     def _rules_for(self, principal: Principal) -> Iterable[Rule]:

@@ -1,4 +1,5 @@
-"""``streamgate auth hash-key``: make a new API key (or hash an existing one) for the auth config."""
+"""``streamgate auth hash-key``: make a new API key (or hash an existing one) for the auth
+config."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ def add_auth_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     """Register ``auth`` and its sub-commands on the ``streamgate`` sub-command parser."""
     auth = commands.add_parser("auth", help="authentication helpers")
     actions = auth.add_subparsers(dest="auth_action", required=True)
-    hash_key = actions.add_parser("hash-key", help="print a new random API key and the [[api_keys]] entry "
+    hash_key = actions.add_parser("hash-key",
+                                  help="print a new random API key and the [[api_keys]] entry "
                                                    "(its SHA-256) for the auth config")
-    hash_key.add_argument("--principal", default="PRINCIPAL", help="the principal the key authenticates")
-    hash_key.add_argument("--stdin", action="store_true", help="hash the key read from stdin instead")
+    hash_key.add_argument("--principal", default="PRINCIPAL",
+                          help="the principal the key authenticates")
+    hash_key.add_argument("--stdin", action="store_true",
+                          help="hash the key read from stdin instead")
 
 
 def run_auth_command(args: argparse.Namespace, stdin: TextIO) -> int:
@@ -25,7 +29,8 @@ def run_auth_command(args: argparse.Namespace, stdin: TextIO) -> int:
     if not key:
         print("streamgate auth hash-key: no key on stdin", file=sys.stderr)
         return 2
-    if not args.stdin:  # not as a TOML comment: pasted into the config, the key would sit there in clear
+    # not as a TOML comment: pasted into the config, the key would sit there in clear
+    if not args.stdin:
         print(f"API key for {args.principal} (give it to the client; it is stored nowhere): {key}")
         print()
     print("[[api_keys]]")

@@ -1,8 +1,10 @@
-"""The auth config file (TOML): JWT checking, hashed API keys, ACL rules, forced header filters, rate limits.
+"""The auth config file (TOML): JWT checking, hashed API keys, ACL rules, forced header filters,
+rate limits.
 
-Secrets are never required inline: the HMAC secret comes from a file (``hmac_secret_file``) or from an
-environment variable named in the file (``hmac_secret_env``). Relative paths are relative to the config file.
-Unknown tables or keys are errors, so a typo cannot silently widen access. docs/security.md has a sample.
+Secrets are never required inline: the HMAC secret comes from a file (``hmac_secret_file``) or from
+an environment variable named in the file (``hmac_secret_env``). Relative paths are relative to the
+config file. Unknown tables or keys are errors, so a typo cannot silently widen access.
+docs/security.md has a sample.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from gateway.auth.limits import RATE_KEYS, UNLIMITED, LimitOverride, LimitOverri
 from gateway.auth.tokens import JwtSettings, JwtVerifier, read_jwks
 
 TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters", "limits"})
-JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "audience", "issuer",
-                      "leeway_s", "principal_claim", "required_claims"})
+JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "audience",
+                      "issuer", "leeway_s", "principal_claim", "required_claims"})
 HEX = re.compile(f"[0-9a-f]{{{SHA256_HEX_LENGTH}}}")
 HEADER_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -34,7 +36,8 @@ class AuthConfig:
     api_keys: ApiKeyTable
     jwt: JwtVerifier | None
     acl: Acl
-    limits: LimitOverrides = field(default_factory=LimitOverrides)  # per-principal rate-limit overrides
+    # per-principal rate-limit overrides
+    limits: LimitOverrides = field(default_factory=LimitOverrides)
 
 
 def load_auth_config(path: Path, env: Mapping[str, str]) -> AuthConfig:
@@ -53,7 +56,9 @@ def parse_auth_config(doc: Mapping[str, Any], base_dir: Path, env: Mapping[str, 
     """Build the config from a parsed TOML document."""
     _no_unknown(doc, TOP_LEVEL, "top level")
     jwt_table = doc.get("jwt")
-    verifier = JwtVerifier(_jwt_settings(_table(jwt_table, "jwt"), base_dir, env)) if jwt_table else None
+    verifier = (
+        JwtVerifier(_jwt_settings(_table(jwt_table, "jwt"), base_dir, env)) if jwt_table else None
+    )
     keys = ApiKeyTable(_api_key(item, i) for i, item in enumerate(_tables(doc, "api_keys")))
     rules = [_rule(item, i) for i, item in enumerate(_tables(doc, "rules"))]
     filters = [_filter(item, i) for i, item in enumerate(_tables(doc, "filters"))]
@@ -66,7 +71,8 @@ def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, st
     jwks_file = table.get("jwks_file")
     defaults = JwtSettings()
     return JwtSettings(
-        algorithms=tuple(_strings(table.get("algorithms", list(defaults.algorithms)), "jwt.algorithms")),
+        algorithms=tuple(_strings(table.get("algorithms", list(defaults.algorithms)),
+                                  "jwt.algorithms")),
         hmac_secret=_hmac_secret(table, base_dir, env),
         jwks=read_jwks(base_dir / str(jwks_file)) if jwks_file else None,
         audience=_optional_str(table, "audience"),
@@ -103,7 +109,8 @@ def _api_key(item: Mapping[str, Any], index: int) -> StoredKey:
     if not isinstance(principal, str) or not principal:
         raise AuthConfigError(f"{where}: 'principal' must be a non-empty string")
     if not isinstance(digest, str) or not HEX.fullmatch(digest):
-        raise AuthConfigError(f"{where}: 'sha256' must be 64 lower-case hex digits (streamgate auth hash-key)")
+        raise AuthConfigError(f"{where}: 'sha256' must be 64 lower-case hex digits (streamgate "
+                              "auth hash-key)")
     return StoredKey(principal, digest)
 
 
@@ -127,7 +134,8 @@ def _filter(item: Mapping[str, Any], index: int) -> ForcedFilter:
     if not isinstance(headers, dict) or not headers or not all(
             isinstance(v, str) and v and HEADER_NAME.fullmatch(k) for k, v in headers.items()):
         raise AuthConfigError(f"{where}.headers: a non-empty table of header = \"value\"")
-    return ForcedFilter(tuple(_selectors(item.get("principals"), f"{where}.principals")), dict(headers))
+    return ForcedFilter(tuple(_selectors(item.get("principals"), f"{where}.principals")),
+                        dict(headers))
 
 
 def _limit(item: Mapping[str, Any], index: int) -> LimitOverride:
@@ -143,7 +151,8 @@ def _rate(raw: Any, where: str) -> float | None:
     if raw == UNLIMITED:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw < float("inf"):
-        raise AuthConfigError(f"{where}: expected a positive number (per second) or \"{UNLIMITED}\", got {raw!r}")
+        raise AuthConfigError(f"{where}: expected a positive number (per second) or "
+                              f"\"{UNLIMITED}\", got {raw!r}")
     return float(raw)
 
 

@@ -1,4 +1,5 @@
-"""Authentication and authorization errors; ``gateway.errors`` maps them to 401/403 and WebSocket close codes."""
+"""Authentication and authorization errors; ``gateway.errors`` maps them to 401/403 and WebSocket
+close codes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ class AuthError(Exception):
 class Unauthenticated(AuthError):
     """No credentials, or credentials that do not prove who the caller is (401 / close 4401)."""
 
-    def __init__(self, message: str, *, credentials_given: bool = False, expired: bool = False) -> None:
+    def __init__(
+        self, message: str, *, credentials_given: bool = False, expired: bool = False
+    ) -> None:
         super().__init__(message)
         self.credentials_given = credentials_given
         self.expired = expired
@@ -27,7 +30,8 @@ class Forbidden(AuthError):
 
 
 class GroupsLimitReached(Forbidden):
-    """The principal already created ``limit`` consumer groups and asked for a new one (403 groups-limit / 4403)."""
+    """The principal already created ``limit`` consumer groups and asked for a new one (403
+    groups-limit / 4403)."""
 
     def __init__(self, message: str, limit: int) -> None:
         super().__init__(message)
@@ -35,4 +39,5 @@ class GroupsLimitReached(Forbidden):
 
 
 class AuthConfigError(AuthError):
-    """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not start."""
+    """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not
+    start."""

@@ -1,4 +1,5 @@
-"""API keys: random, high-entropy strings given to a client once; only their SHA-256 is kept in the config.
+"""API keys: random, high-entropy strings given to a client once; only their SHA-256 is kept in the
+config.
 
 A plain SHA-256 (no salt, no stretching) is enough because the keys are 256-bit random values, not
 passwords: nothing to brute-force from the hash.
@@ -48,7 +49,8 @@ class ApiKeyTable:
         """The principal whose stored hash matches ``key``, or None."""
         presented = hash_api_key(key).encode()
         found = None
-        for stored in self._keys:  # every entry is compared, so timing does not tell which one matched
+        # every entry is compared, so timing does not tell which one matched
+        for stored in self._keys:
             if hmac.compare_digest(presented, stored.sha256.encode()):
                 found = stored.principal
         return found

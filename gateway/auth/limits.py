@@ -1,9 +1,11 @@
-"""Per-principal rate-limit overrides from the auth config (``[[limits]]``): the first matching entry wins.
+"""Per-principal rate-limit overrides from the auth config (``[[limits]]``): the first matching
+entry wins.
 
-An entry selects principals like an ACL rule (exact names, ``*``, ``claim:<name>=<value>``) and gives some of
-``messages_per_s``, ``bytes_per_s`` (publish), ``reads_per_s`` (replay and pull requests) and
-``subscribes_per_s`` (new WebSocket subscriptions). A rate it gives replaces the global setting for that
-principal (``"unlimited"`` lifts it); a rate it leaves out keeps the global setting.
+An entry selects principals like an ACL rule (exact names, ``*``, ``claim:<name>=<value>``) and
+gives some of ``messages_per_s``, ``bytes_per_s`` (publish), ``reads_per_s`` (replay and pull
+requests) and ``subscribes_per_s`` (new WebSocket subscriptions). A rate it gives replaces the
+global setting for that principal (``"unlimited"`` lifts it); a rate it leaves out keeps the global
+setting.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ UNLIMITED = "unlimited"
 
 @dataclass(frozen=True, slots=True)
 class LimitOverride:
-    """The rates that replace the global ones for the selected principals; a None rate means unlimited."""
+    """The rates that replace the global ones for the selected principals; a None rate means
+    unlimited."""
 
     principals: tuple[str, ...]
     rates: Mapping[str, float | None] = field(default_factory=dict)
@@ -48,5 +51,8 @@ class LimitOverrides:
 
     @property
     def sets_any_rate(self) -> bool:
-        """Whether some entry sets a finite rate (then a throttle is needed even with no global limit)."""
-        return any(rate is not None for override in self._overrides for rate in override.rates.values())
+        """Whether some entry sets a finite rate (then a throttle is needed even with no global
+        limit)."""
+        return any(
+            rate is not None for override in self._overrides for rate in override.rates.values()
+        )

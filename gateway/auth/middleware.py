@@ -1,5 +1,5 @@
-"""The aiohttp side of auth: authenticating every request (``authenticate``, called by the gateway's middleware)
-and keeping its principal."""
+"""The aiohttp side of auth: authenticating every request (``authenticate``, called by the gateway's
+middleware) and keeping its principal."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from gateway.auth.principal import Principal
 
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 PRINCIPAL = web.RequestKey("principal", Principal)
-FRAME_AUTH_PATHS = frozenset({"/v1/subscribe"})  # WebSocket routes that accept an ``auth`` first frame
+# WebSocket routes that accept an ``auth`` first frame
+FRAME_AUTH_PATHS = frozenset({"/v1/subscribe"})
 
 
 def gatekeeper_of(request: web.Request) -> Gatekeeper:
@@ -28,7 +29,8 @@ def principal_of(request: web.Request) -> Principal:
 
 
 def awaits_auth_frame(request: web.Request) -> bool:
-    """True for a WebSocket upgrade without credentials: the client must send an ``auth`` frame first."""
+    """True for a WebSocket upgrade without credentials: the client must send an ``auth`` frame
+    first."""
     return PRINCIPAL not in request
 
 
@@ -37,9 +39,11 @@ def _is_websocket_upgrade(request: web.Request) -> bool:
 
 
 def authenticate(request: web.Request) -> None:
-    """Authenticate a request to a non-public route and keep its principal; 401 (raised) without credentials.
+    """Authenticate a request to a non-public route and keep its principal; 401 (raised) without
+    credentials.
 
-    A WebSocket upgrade to a frame-auth route may come without credentials: its first frame carries them.
+    A WebSocket upgrade to a frame-auth route may come without credentials: its first frame carries
+    them.
     """
     gatekeeper = gatekeeper_of(request)
     if request.match_info.http_exception is not None or request.path in gatekeeper.public_paths:
@@ -48,5 +52,7 @@ def authenticate(request: web.Request) -> None:
     if principal is not None:
         request[PRINCIPAL] = principal
     elif not (request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request)):
-        raise Unauthenticated("credentials required: 'Authorization: Bearer <jwt>', 'Authorization: ApiKey "
-                              "<key>' or 'X-API-Key: <key>'")
+        raise Unauthenticated(
+            "credentials required: 'Authorization: Bearer <jwt>', 'Authorization: ApiKey "
+            "<key>' or 'X-API-Key: <key>'"
+        )

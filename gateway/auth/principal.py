@@ -1,4 +1,5 @@
-"""Who is calling: a principal name, the claims that authenticated it and when its credential expires."""
+"""Who is calling: a principal name, the claims that authenticated it and when its credential
+expires."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ ANONYMOUS_NAME = "anonymous"
 class Principal:
     """An authenticated caller.
 
-    ``claims`` are the JWT's claims (empty for API keys); ACL rules may match them. ``expires_at_s`` is the
-    token's ``exp`` (epoch seconds) or None when the credential does not expire (API keys).
+    ``claims`` are the JWT's claims (empty for API keys); ACL rules may match them. ``expires_at_s``
+    is the token's ``exp`` (epoch seconds) or None when the credential does not expire (API keys).
     """
 
     name: str

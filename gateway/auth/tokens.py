@@ -1,8 +1,10 @@
-"""JWT bearer tokens: HS256 with a shared secret, RS256/ES256 (and friends) with keys from a JWKS file.
+"""JWT bearer tokens: HS256 with a shared secret, RS256/ES256 (and friends) with keys from a JWKS
+file.
 
-The algorithm comes from an allow-list and decides the key: HMAC algorithms use only the shared secret,
-public-key algorithms use only the JWKS key named by the token's ``kid`` (a JWKS with one key may omit it).
-So a token can never choose ``none``, nor trick an RSA public key into serving as an HMAC secret.
+The algorithm comes from an allow-list and decides the key: HMAC algorithms use only the shared
+secret, public-key algorithms use only the JWKS key named by the token's ``kid`` (a JWKS with one
+key may omit it). So a token can never choose ``none``, nor trick an RSA public key into serving as
+an HMAC secret.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", 
                                    "ES256", "ES384", "ES512", "EdDSA"})
 MIN_HMAC_SECRET_BYTES = 32
 TIME_CLAIMS = ("exp", "nbf", "iat")
-MAX_CLAIM_TIME_S = 253_402_300_799  # the last second of year 9999: any later time is not a real deadline
+# the last second of year 9999: any later time is not a real deadline
+MAX_CLAIM_TIME_S = 253_402_300_799
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +44,8 @@ class JwtSettings:
 
 
 class JwtVerifier:
-    """Checks a token's signature, ``exp``/``nbf`` (with leeway), ``aud`` and ``iss``; returns its principal."""
+    """Checks a token's signature, ``exp``/``nbf`` (with leeway), ``aud`` and ``iss``; returns its
+    principal."""
 
     def __init__(self, settings: JwtSettings) -> None:
         self._settings = settings
@@ -59,9 +63,10 @@ class JwtVerifier:
         algorithm, key = self._key_for(token)
         try:
             claims: dict[str, Any] = jwt.decode(
-                token, key, algorithms=[algorithm], audience=settings.audience, issuer=settings.issuer,
-                leeway=settings.leeway_s,
-                options={"require": list(settings.required_claims), "verify_aud": settings.audience is not None})
+                token, key, algorithms=[algorithm], audience=settings.audience,
+                issuer=settings.issuer, leeway=settings.leeway_s,
+                options={"require": list(settings.required_claims),
+                         "verify_aud": settings.audience is not None})
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("token expired", credentials_given=True, expired=True) from None
         except jwt.ImmatureSignatureError:
@@ -75,8 +80,8 @@ class JwtVerifier:
         _check_time_claims(claims)
         name = claims.get(settings.principal_claim)
         if not isinstance(name, str) or not name:
-            raise Unauthenticated(f"token has no {settings.principal_claim!r} claim naming the principal",
-                                  credentials_given=True)
+            raise Unauthenticated(f"token has no {settings.principal_claim!r} claim naming the "
+                                  "principal", credentials_given=True)
         exp = claims.get("exp")
         return Principal(name, "jwt", claims, None if exp is None else float(exp))
 
@@ -87,7 +92,8 @@ class JwtVerifier:
             raise Unauthenticated("malformed token", credentials_given=True) from None
         algorithm = header.get("alg")
         if not isinstance(algorithm, str) or algorithm not in self._algorithms:
-            raise Unauthenticated(f"token algorithm {algorithm!r} is not accepted", credentials_given=True)
+            raise Unauthenticated(f"token algorithm {algorithm!r} is not accepted",
+                                  credentials_given=True)
         if algorithm in HMAC_ALGORITHMS:
             return algorithm, self._settings.hmac_secret
         kid = header.get("kid")
@@ -95,21 +101,23 @@ class JwtVerifier:
             kid = next(iter(self._keys))
         found = self._keys.get(kid) if isinstance(kid, str) else None
         if found is None or found.algorithm_name != algorithm:
-            raise Unauthenticated(f"no key {kid!r} for {algorithm} in the JWKS", credentials_given=True)
+            raise Unauthenticated(f"no key {kid!r} for {algorithm} in the JWKS",
+                                  credentials_given=True)
         return algorithm, found.key
 
 
 def _check_time_claims(claims: dict[str, Any]) -> None:
-    """``exp``, ``nbf`` and ``iat`` must be numbers of epoch seconds in a real range: the library also takes
-    strings of digits and numbers too large for a float, which would leave a subscription with no deadline or
-    fail later, so they are refused here as bad credentials."""
+    """``exp``, ``nbf`` and ``iat`` must be numbers of epoch seconds in a real range: the library
+    also takes strings of digits and numbers too large for a float, which would leave a subscription
+    with no deadline or fail later, so they are refused here as bad credentials."""
     for name in TIME_CLAIMS:
         if name not in claims:
             continue
         value = claims[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_CLAIM_TIME_S:
-            raise Unauthenticated(f"invalid token: {name!r} must be a number of epoch seconds from 0 to "
-                                  f"{MAX_CLAIM_TIME_S}", credentials_given=True)
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not 0 <= value <= MAX_CLAIM_TIME_S):
+            raise Unauthenticated(f"invalid token: {name!r} must be a number of epoch seconds "
+                                  f"from 0 to {MAX_CLAIM_TIME_S}", credentials_given=True)
 
 
 def _checked_algorithms(settings: JwtSettings) -> frozenset[str]:
@@ -119,9 +127,11 @@ def _checked_algorithms(settings: JwtSettings) -> frozenset[str]:
         raise AuthConfigError(f"jwt.algorithms: {sorted(unknown)} not accepted "
                               f"(choose from {sorted(HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS)})")
     if algorithms & HMAC_ALGORITHMS and settings.hmac_secret is None:
-        algorithms -= HMAC_ALGORITHMS  # no secret configured: HMAC tokens cannot be verified, so refuse them
+        # no secret configured: HMAC tokens cannot be verified, so refuse them
+        algorithms -= HMAC_ALGORITHMS
     elif settings.hmac_secret is not None and len(settings.hmac_secret) < MIN_HMAC_SECRET_BYTES:
-        raise AuthConfigError(f"jwt: the HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} bytes")
+        raise AuthConfigError(f"jwt: the HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} "
+                              "bytes")
     if algorithms & PUBLIC_KEY_ALGORITHMS and settings.jwks is None:
         algorithms -= PUBLIC_KEY_ALGORITHMS
     return algorithms
@@ -138,7 +148,8 @@ def _jwks_keys(document: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
         except (jwt.PyJWKError, jwt.InvalidKeyError, TypeError, ValueError) as exc:
             raise AuthConfigError(f"jwks key {index}: {exc}") from exc
         if key.key_type == "oct":
-            raise AuthConfigError(f"jwks key {index}: symmetric keys do not belong in a JWKS (use the HMAC secret)")
+            raise AuthConfigError(f"jwks key {index}: symmetric keys do not belong in a JWKS (use "
+                                  "the HMAC secret)")
         keys[key.key_id or f"#{index}"] = key
     return keys
 

@@ -1,1 +1,2 @@
-"""Background duties of the partitions this gateway owns: delayed-message promotion, retention, lag."""
+"""Background duties of the partitions this gateway owns: delayed-message promotion, retention,
+lag."""

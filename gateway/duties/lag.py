@@ -1,7 +1,8 @@
-"""Lag of every group on a partition: entries not yet delivered, oldest un-acked and oldest unread age.
+"""Lag of every group on a partition: entries not yet delivered, oldest un-acked and oldest unread
+age.
 
-The node's ``LagExporter`` measures every owned partition of a topic from one overview round (``storage.overview``)
-and asks Redis more only for groups that are behind or hold pending entries.
+The node's ``LagExporter`` measures every owned partition of a topic from one overview round
+(``storage.overview``) and asks Redis more only for groups that are behind or hold pending entries.
 
 Unknown values are exported as NaN and returned as None, never as 0.
 """
@@ -37,16 +38,19 @@ def age_ms(offset: str | None, now_ms: int) -> int | None:
 
 async def lag_from_overview(streams: StreamReader, groups: GroupStore, topic: str,
                             overview: PartitionOverview) -> list[GroupLag]:
-    """The lag of every group in a partition overview; asks Redis more only where the overview cannot tell:
-    the oldest pending entry of a group with pending entries, the first unread entry of a group behind."""
+    """The lag of every group in a partition overview; asks Redis more only where the overview
+    cannot tell: the oldest pending entry of a group with pending entries, the first unread entry of
+    a group behind."""
     now_ms = int(time.time() * 1000)
     partition = overview.partition
     result = []
     for group, state in overview.groups.items():
         if state.pending and state.oldest_pending_offset is None:
             state = await groups.state(topic, partition, group)
-        behind = state.last_delivered_offset is not None and state.lag != 0  # lag 0: nothing is unread
-        unread = await streams.read(topic, partition, after=state.last_delivered_offset, limit=1) if behind else []
+        # lag 0: nothing is unread
+        behind = state.last_delivered_offset is not None and state.lag != 0
+        unread = (await streams.read(topic, partition, after=state.last_delivered_offset, limit=1)
+                  if behind else [])
         unread_age = age_ms(unread[0].offset, now_ms) if unread else (0 if state.lag == 0 else None)
         unacked_age = 0 if state.pending == 0 else age_ms(state.oldest_pending_offset, now_ms)
         result.append(GroupLag(group, state.lag, unacked_age, unread_age))
@@ -58,15 +62,18 @@ def export_lag(metrics: GatewayMetrics, topic: str, partition: int, lags: list[G
     for lag in lags:
         labels = (topic, lag.group, str(partition))
         metrics.group_lag_entries.labels(*labels).set(_or_nan(lag.lag_entries))
-        metrics.group_oldest_unacked_age.labels(*labels).set(_seconds_or_nan(lag.oldest_unacked_age_ms))
-        metrics.group_oldest_unread_age.labels(*labels).set(_seconds_or_nan(lag.oldest_unread_age_ms))
+        metrics.group_oldest_unacked_age.labels(*labels).set(
+            _seconds_or_nan(lag.oldest_unacked_age_ms))
+        metrics.group_oldest_unread_age.labels(*labels).set(
+            _seconds_or_nan(lag.oldest_unread_age_ms))
 
 
 def forget_lag(metrics: GatewayMetrics, topic: str, partition: int, groups: list[str]) -> None:
     """Drop a partition's lag gauges (another node owns it now)."""
     for group in groups:
         labels = (topic, group, str(partition))
-        for gauge in (metrics.group_lag_entries, metrics.group_oldest_unacked_age, metrics.group_oldest_unread_age):
+        for gauge in (metrics.group_lag_entries, metrics.group_oldest_unacked_age,
+                      metrics.group_oldest_unread_age):
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
 
@@ -90,10 +97,13 @@ class LagExporter:
 
     def __init__(self, streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics) -> None:
         self.streams, self.groups, self.metrics = streams, groups, metrics
-        self._seen: dict[tuple[str, int], set[str]] = {}  # groups with gauges, per exported partition
+        # groups with gauges, per exported partition
+        self._seen: dict[tuple[str, int], set[str]] = {}
 
-    async def export_topic(self, topic: str, partitions: list[int], still_owned: Callable[[str, int], bool]) -> None:
-        """Measure the partitions (one overview round) and set their gauges, unless ownership moved meanwhile."""
+    async def export_topic(self, topic: str, partitions: list[int],
+                           still_owned: Callable[[str, int], bool]) -> None:
+        """Measure the partitions (one overview round) and set their gauges, unless ownership moved
+        meanwhile."""
         overviews = await self.streams.partition_overviews(topic, partitions)
         for partition in partitions:
             overview = overviews[partition]
@@ -101,14 +111,16 @@ class LagExporter:
             if not still_owned(topic, partition):
                 continue
             groups = {lag.group for lag in lags}
-            forget_lag(self.metrics, topic, partition, sorted(self._seen.get((topic, partition), set()) - groups))
+            forget_lag(self.metrics, topic, partition,
+                       sorted(self._seen.get((topic, partition), set()) - groups))
             self._seen[(topic, partition)] = groups
             export_lag(self.metrics, topic, partition, lags)
             self.metrics.partition_length.labels(topic, str(partition)).set(overview.length)
 
     def forget(self, topic: str, partition: int) -> None:
         """Drop a partition's gauges (another node owns it now)."""
-        forget_lag(self.metrics, topic, partition, sorted(self._seen.pop((topic, partition), set())))
+        forget_lag(self.metrics, topic, partition,
+                   sorted(self._seen.pop((topic, partition), set())))
         forget_length(self.metrics, topic, partition)
 
     def exported(self) -> list[tuple[str, int]]:

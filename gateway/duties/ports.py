@@ -1,4 +1,5 @@
-"""What the duties need from partition ownership and storage (structural types, so tests can fake them)."""
+"""What the duties need from partition ownership and storage (structural types, so tests can fake
+them)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ class Ownership(Protocol):
 class DelayedStore(Protocol):
     """Delayed-message promotion."""
 
-    async def promote_due_partitions(self, topic: str, partitions: Sequence[int], *, limit: int,
-                                     max_length: int | None) -> Mapping[int, Sequence[AppendResult]]:
-        """Move due delayed messages of each partition into its stream, atomically per partition, in due order."""
+    async def promote_due_partitions(
+        self, topic: str, partitions: Sequence[int], *, limit: int, max_length: int | None
+    ) -> Mapping[int, Sequence[AppendResult]]:
+        """Move due delayed messages of each partition into its stream, atomically per partition, in
+        due order."""
         ...
 
 
@@ -53,11 +56,12 @@ class RetentionStore(Protocol):
 class StreamReader(Protocol):
     """What the lag duty reads of the streams."""
 
-    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> Mapping[int, PartitionOverview]:
+    async def partition_overviews(self, topic: str,
+                                  partitions: Sequence[int]) -> Mapping[int, PartitionOverview]:
         """Length and every group's position of each partition."""
         ...
 
-    async def read(self, topic: str, partition: int, *, after: str | None = None, from_time_ms: int | None = None,
-                   limit: int = 100) -> list[StoredEntry]:
+    async def read(self, topic: str, partition: int, *, after: str | None = None,
+                   from_time_ms: int | None = None, limit: int = 100) -> list[StoredEntry]:
         """Up to ``limit`` entries strictly after ``after``."""
         ...

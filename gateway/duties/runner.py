@@ -1,16 +1,17 @@
 """Runs the duties of every partition this gateway owns, and stops them when ownership moves.
 
-Two node-level duties cover every owned partition in rounds, each topic's partitions in one pipelined round
-per Redis node on the lean connections: the promoter moves due delayed messages every ``promote_interval_s``
-(p99 promotion latency stays under a second), the lag exporter sets the group lag and partition length gauges
-every ``lag_interval_s``. (A task per partition polling on a short timer made an idle node's CPU grow with
-the partitions it owns.) Per owned partition, one task sleeps until its next slower duty: apply retention
-every ``retention_interval_s`` (counting, never hiding, entries dropped before a group acked them) and sweep
-the groups every ``sweep_interval_s`` (dead letters past max deliveries, a dead node's deliveries;
-``duties.sweep``). Duties stop when the partition leaves ``ownership.owned`` (which empties on the node's own
-clock when its lease cannot be renewed): the node-level duties read it every round, and the supervisor
-cancels the partition's task and drops its gauges. A storage or coordination error is counted and retried;
-a crash flips readiness.
+Two node-level duties cover every owned partition in rounds, each topic's partitions in one
+pipelined round per Redis node on the lean connections: the promoter moves due delayed messages
+every ``promote_interval_s`` (p99 promotion latency stays under a second), the lag exporter sets the
+group lag and partition length gauges every ``lag_interval_s``. (A task per partition polling on a
+short timer made an idle node's CPU grow with the partitions it owns.) Per owned partition, one task
+sleeps until its next slower duty: apply retention every ``retention_interval_s`` (counting, never
+hiding, entries dropped before a group acked them) and sweep the groups every ``sweep_interval_s``
+(dead letters past max deliveries, a dead node's deliveries; ``duties.sweep``). Duties stop when the
+partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease cannot be
+renewed): the node-level duties read it every round, and the supervisor cancels the partition's task
+and drops its gauges. A storage or coordination error is counted and retried; a crash flips
+readiness.
 """
 
 from __future__ import annotations
@@ -91,14 +92,17 @@ class PartitionDuties:
         try:
             await work
         except (StorageError, PartitionerError) as exc:
-            if _being_cancelled():  # a cancel that landed inside a gRPC call surfaces as an RPC error
+            # a cancel that landed inside a gRPC call surfaces as an RPC error
+            if _being_cancelled():
                 raise asyncio.CancelledError from exc
             self.runner.metrics.duty_errors.labels(duty).inc()
-            log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition, exc)
+            log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition,
+                        exc)
 
     async def _trim(self, metadata: TopicMetadata) -> None:
         cutoff_ms = int(time.time() * 1000) - metadata.retention_ms
-        report = await self.runner.retention.trim(self.topic, self.partition, min_offset=f"{max(cutoff_ms, 0)}-0",
+        report = await self.runner.retention.trim(self.topic, self.partition,
+                                                  min_offset=f"{max(cutoff_ms, 0)}-0",
                                               max_length=metadata.max_length)
         metrics = self.runner.metrics
         if report.removed:
@@ -106,15 +110,17 @@ class PartitionDuties:
         for group, dropped in report.unacked_removed.items():
             if dropped:
                 metrics.retention_unacked_dropped.labels(self.topic, group).inc(dropped)
-                log.warning("retention event: trimming %s/%s dropped %d entries group %r had not acked",
-                            self.topic, self.partition, dropped, group)
+                log.warning("retention event: trimming %s/%s dropped %d entries group %r had not "
+                            "acked", self.topic, self.partition, dropped, group)
 
 
 class DutyRunner:
-    """Keeps the node's promoter and lag exporter, and one duty task per owned partition (async context manager)."""
+    """Keeps the node's promoter and lag exporter, and one duty task per owned partition (async
+    context manager)."""
 
-    def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore, retention: RetentionStore,
-                 streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics, settings: DutySettings,
+    def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore,
+                 retention: RetentionStore, streams: StreamReader, groups: GroupStore,
+                 metrics: GatewayMetrics, settings: DutySettings,
                  sweep: GroupSweep | None = None) -> None:
         self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
         self.sweep = sweep
@@ -141,7 +147,8 @@ class DutyRunner:
 
     async def aclose(self) -> None:
         """Stop every duty; idempotent."""
-        tasks = [t for t in [self._supervisor, self._promoter, self._lag_exporter, *self._tasks.values()]
+        tasks = [t for t in [self._supervisor, self._promoter, self._lag_exporter,
+                             *self._tasks.values()]
                  if t is not None]
         self._supervisor, self._promoter, self._lag_exporter, self._tasks = None, None, None, {}
         await cancel_until_done(tasks)
@@ -164,12 +171,14 @@ class DutyRunner:
             self._reconcile()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ownership.wait_changed(), RECONCILE_EVERY_S)
-            await asyncio.sleep(CHANGE_DEBOUNCE_S)  # coalesce bursts; never spin if ownership keeps returning
+            # coalesce bursts; never spin if ownership keeps returning
+            await asyncio.sleep(CHANGE_DEBOUNCE_S)
 
     def _reconcile(self) -> None:
         owned = self.ownership.owned
         for key in self._tasks.keys() - owned:
-            self._tasks[key].cancel()  # it may be asleep until its next duty; a finished one ignores this
+            # it may be asleep until its next duty; a finished one ignores this
+            self._tasks[key].cancel()
         for key in set(self.lag.exported()) - owned:
             self.lag.forget(*key)  # at once, not at the next lag round
         for key in [k for k, task in self._tasks.items() if task.done()]:
@@ -177,31 +186,37 @@ class DutyRunner:
         for key in owned - self._tasks.keys():
             duties = PartitionDuties(self, *key)
             self._tasks[key] = asyncio.create_task(duties.run(), name=f"duties-{key[0]}/{key[1]}")
-        self.metrics.set_ownership({topic.name: topic.partitions for topic in self.cache.all()}, owned)
+        self.metrics.set_ownership({topic.name: topic.partitions for topic in self.cache.all()},
+                                   owned)
 
     async def _promote_forever(self) -> None:
         while True:
-            await asyncio.gather(*(self._promote_topic(topic, partitions)
-                                   for topic, partitions in _by_topic(self.ownership.owned).items()))
+            await asyncio.gather(*(
+                self._promote_topic(topic, partitions)
+                for topic, partitions in _by_topic(self.ownership.owned).items()))
             await asyncio.sleep(self.settings.promote_interval_s)
 
     async def _promote_topic(self, topic: str, partitions: list[int]) -> None:
-        """Promote what is due in the topic's owned partitions; partitions with a full batch go again at once."""
+        """Promote what is due in the topic's owned partitions; partitions with a full batch go
+        again at once."""
         while partitions and (metadata := self.cache.get(topic)) is not None:
             try:
-                promoted = await self.delayed.promote_due_partitions(topic, partitions, limit=PROMOTE_BATCH,
+                promoted = await self.delayed.promote_due_partitions(topic, partitions,
+                                                                     limit=PROMOTE_BATCH,
                                                                      max_length=metadata.max_length)
             except (StorageError, PartitionerError) as exc:
                 if _being_cancelled():
                     raise asyncio.CancelledError from exc
                 self.metrics.duty_errors.labels("promote").inc()
-                log.warning("promote duty of %s (%d partitions) failed, will retry: %s", topic, len(partitions), exc)
+                log.warning("promote duty of %s (%d partitions) failed, will retry: %s", topic,
+                            len(partitions), exc)
                 return
             count = sum(len(results) for results in promoted.values())
             if count:
                 self.metrics.delayed_promoted.labels(topic).inc(count)
             owned = self.ownership.owned
-            partitions = [p for p, results in promoted.items() if len(results) >= PROMOTE_BATCH and (topic, p) in owned]
+            partitions = [p for p, results in promoted.items()
+                          if len(results) >= PROMOTE_BATCH and (topic, p) in owned]
 
     async def _export_lag_forever(self) -> None:
         while True:
@@ -214,12 +229,14 @@ class DutyRunner:
 
     async def _export_topic_lag(self, topic: str, partitions: list[int]) -> None:
         try:
-            await self.lag.export_topic(topic, partitions, lambda t, p: (t, p) in self.ownership.owned)
+            await self.lag.export_topic(topic, partitions,
+                                        lambda t, p: (t, p) in self.ownership.owned)
         except (StorageError, PartitionerError) as exc:
             if _being_cancelled():
                 raise asyncio.CancelledError from exc
             self.metrics.duty_errors.labels("lag").inc()
-            log.warning("lag duty of %s (%d partitions) failed, will retry: %s", topic, len(partitions), exc)
+            log.warning("lag duty of %s (%d partitions) failed, will retry: %s", topic,
+                        len(partitions), exc)
 
     def _node_duty_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

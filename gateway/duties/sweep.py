@@ -2,16 +2,17 @@
 
 For each group on the partition that has a stored policy (``partitioner.group_policy``):
 
-1. **Dead-lettering.** Pending entries idle past the group's ack timeout that have already been delivered
-   ``max_deliveries`` times are claimed, appended to ``<topic>.dlq`` and acked: what a live reader does on its
-   next reclaim, done without waiting for a member to come back. XCLAIM's min-idle lets only one of a live
-   reader and the sweep win an entry; the DLQ append is idempotent.
-2. **Releasing a dead node's deliveries.** A consumer named after a gateway node that is no longer registered
-   (its lease expired) holds deliveries nobody will ack. Its pending entries move to the sweep's consumer with
-   a ten-year idle and no delivery counted (XCLAIM ... IDLE JUSTID), so the group's next reader redelivers them
-   at once instead of after the ack timeout; then the empty consumer is removed (only if it holds nothing,
-   atomically). A consumer idle for less than ``dead_consumer_idle_ms`` is never touched, which covers a node
-   that registered a moment ago and is not in this node's view yet; nor is one of ``service_consumers``.
+1. **Dead-lettering.** Pending entries idle past the group's ack timeout that have already been
+   delivered ``max_deliveries`` times are claimed, appended to ``<topic>.dlq`` and acked: what a
+   live reader does on its next reclaim, done without waiting for a member to come back. XCLAIM's
+   min-idle lets only one of a live reader and the sweep win an entry; the DLQ append is idempotent.
+2. **Releasing a dead node's deliveries.** A consumer named after a gateway node that is no longer
+   registered (its lease expired) holds deliveries nobody will ack. Its pending entries move to the
+   sweep's consumer with a ten-year idle and no delivery counted (XCLAIM ... IDLE JUSTID), so the
+   group's next reader redelivers them at once instead of after the ack timeout; then the empty
+   consumer is removed (only if it holds nothing, atomically). A consumer idle for less than
+   ``dead_consumer_idle_ms`` is never touched, which covers a node that registered a moment ago and
+   is not in this node's view yet; nor is one of ``service_consumers``.
 
 Groups without a stored policy (made by hand, or by the Spark pipeline) are left alone.
 """
@@ -69,7 +70,8 @@ class GroupSweep:
     """Sweeps the groups of one partition at a time."""
 
     def __init__(self, groups: GroupStore, consumers: ConsumerStore, policies: PolicySource,
-                 dead_letters: DeadLetterSink, metrics: GatewayMetrics, settings: SweepSettings) -> None:
+                 dead_letters: DeadLetterSink, metrics: GatewayMetrics,
+                 settings: SweepSettings) -> None:
         self._groups, self._consumers, self._policies = groups, consumers, policies
         self._dead_letters = dead_letters
         self._metrics = metrics
@@ -85,18 +87,21 @@ class GroupSweep:
             if policy is None:
                 continue
             await self._dead_letter_exhausted(topic, partition, group, policy)
-            if self._settings.node_id in live_nodes:  # else this node's view of the live set is not to be trusted
+            # else this node's view of the live set is not to be trusted
+            if self._settings.node_id in live_nodes:
                 await self._release_dead_consumers(topic, partition, group, live_nodes)
 
-    async def _dead_letter_exhausted(self, topic: str, partition: int, group: str, policy: GroupPolicy) -> None:
+    async def _dead_letter_exhausted(self, topic: str, partition: int, group: str,
+                                     policy: GroupPolicy) -> None:
         after: str | None = None
         for _ in range(MAX_PAGES):
-            page = await self._groups.expired(topic, partition, group, min_idle_ms=policy.ack_timeout_ms,
-                                              count=PAGE, after=after)
+            page = await self._groups.expired(topic, partition, group,
+                                              min_idle_ms=policy.ack_timeout_ms, count=PAGE,
+                                              after=after)
             exhausted = [p for p in page if p.delivery_count >= policy.max_deliveries]
             if exhausted:
-                claimed = await self._groups.claim(topic, partition, group, SWEEP_CONSUMER, exhausted,
-                                                   min_idle_ms=policy.ack_timeout_ms)
+                claimed = await self._groups.claim(topic, partition, group, SWEEP_CONSUMER,
+                                                   exhausted, min_idle_ms=policy.ack_timeout_ms)
                 for delivery in claimed:
                     await self._dead_letters(topic, group, delivery, "max_deliveries exceeded")
                 await self._groups.ack(topic, partition, group, [d.entry.offset for d in claimed])
@@ -124,11 +129,13 @@ class GroupSweep:
     async def _release(self, topic: str, partition: int, group: str, consumer: str) -> int:
         released = 0
         for _ in range(MAX_PAGES):
-            held = await self._groups.expired(topic, partition, group, min_idle_ms=0, count=PAGE, consumer=consumer)
+            held = await self._groups.expired(topic, partition, group, min_idle_ms=0, count=PAGE,
+                                              consumer=consumer)
             offsets: Sequence[str] = [p.offset for p in held]
             if not offsets:
                 break
-            await self._groups.set_idle(topic, partition, group, SWEEP_CONSUMER, offsets, RELEASE_IDLE_MS)
+            await self._groups.set_idle(topic, partition, group, SWEEP_CONSUMER, offsets,
+                                        RELEASE_IDLE_MS)
             released += len(offsets)
         return released
 

@@ -1,7 +1,8 @@
-"""The access log line, with credentials a client put in a query string (``?token=``, ``?api_key=``) as ``***``.
+"""The access log line, with credentials a client put in a query string (``?token=``, ``?api_key=``)
+as ``***``.
 
-The gateway reads credentials only from headers, but a client that cannot set headers (a browser WebSocket)
-may still send them in the URL, and an access log must not keep them.
+The gateway reads credentials only from headers, but a client that cannot set headers (a browser
+WebSocket) may still send them in the URL, and an access log must not keep them.
 """
 
 from __future__ import annotations
@@ -14,20 +15,22 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 MASK = "***"
-SECRET_NAMES = frozenset({"key", "auth", "authorization", "bearer", "jwt", "sig", "signature", "credential",
-                          "credentials", "pass", "pwd"})
+SECRET_NAMES = frozenset({"key", "auth", "authorization", "bearer", "jwt", "sig", "signature",
+                          "credential", "credentials", "pass", "pwd"})
 SECRET_WORDS = ("token", "secret", "password", "passwd", "api_key", "apikey", "session")
 SCRUBBED_FIELDS = frozenset({"first_request_line", ("request_header", "Referer")})
 
 
 def is_secret_name(name: str) -> bool:
-    """True for a query parameter name that usually carries a credential (any case, ``-`` or ``_``)."""
+    """True for a query parameter name that usually carries a credential (any case, ``-`` or
+    ``_``)."""
     normal = unquote_plus(name).strip().lower().replace("-", "_")
     return normal in SECRET_NAMES or any(word in normal for word in SECRET_WORDS)
 
 
 def scrub_query(text: str) -> str:
-    """``text`` (a request line, a path or a URL) with the value of every credential-like parameter masked."""
+    """``text`` (a request line, a path or a URL) with the value of every credential-like parameter
+    masked."""
     head, sep, query = text.partition("?")
     if not sep:
         return text
@@ -43,10 +46,11 @@ def _scrub_pair(pair: str) -> str:
 
 
 class ScrubbingAccessLogger(AccessLogger):
-    """aiohttp's access logger (same format) with query-string credentials masked in the request line and
-    the Referer."""
+    """aiohttp's access logger (same format) with query-string credentials masked in the request
+    line and the Referer."""
 
     def _format_line(self, request: BaseRequest, response: StreamResponse,
                      time: float) -> Iterable[tuple[str | tuple[str, str], str]]:
-        return [(key, scrub_query(value) if key in SCRUBBED_FIELDS and isinstance(value, str) else value)
+        return [(key, scrub_query(value) if key in SCRUBBED_FIELDS and isinstance(value, str)
+                 else value)
                 for key, value in super()._format_line(request, response, time)]

@@ -1,9 +1,10 @@
-"""Hot partitions: per-partition publish rates and the heaviest keys, as seen by this gateway process.
+"""Hot partitions: per-partition publish rates and the heaviest keys, as seen by this gateway
+process.
 
-Rates are counted in one-second buckets over a sliding window; keys go through a Space-Saving sketch (k
-counters per partition: any key with more than 1/k of the partition's traffic is guaranteed to be listed, and
-the counts over-estimate by at most the smallest counter). A partition whose rate is over 3x the topic's mean
-partition rate is flagged hot.
+Rates are counted in one-second buckets over a sliding window; keys go through a Space-Saving sketch
+(k counters per partition: any key with more than 1/k of the partition's traffic is guaranteed to be
+listed, and the counts over-estimate by at most the smallest counter). A partition whose rate is
+over 3x the topic's mean partition rate is flagged hot.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MAX_COUNT = 2**63 - 1  # a sketch's counts stop here (machine integers in the co
 
 
 class Sketch(Protocol):
-    """A heavy-hitters sketch over bytes keys: ``SpaceSaving`` (compiled) or ``SpaceSavingPython``."""
+    """A heavy-hitters sketch over bytes keys: ``SpaceSaving`` (compiled) or
+    ``SpaceSavingPython``."""
 
     @property
     def size(self) -> int: ...
@@ -35,13 +37,14 @@ class Sketch(Protocol):
 
 
 class SpaceSavingPython:
-    """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters: the reference of the
-    compiled ``gateway.observe._sketch.SpaceSaving``, which ``SpaceSaving`` is when built.
+    """The Space-Saving heavy-hitters sketch (Metwally et al.) with ``size`` counters: the reference
+    of the compiled ``gateway.observe._sketch.SpaceSaving``, which ``SpaceSaving`` is when built.
 
-    Counting a key already counted adds to its counter; a new key in a full sketch takes over the smallest
-    counter (the smallest (count, key), so the choice is deterministic) and starts from its count. When keys
-    churn through the counters (a new key on nearly every add, as in the bench's workload) the compiled sketch,
-    which keeps its counters in arrays, is much cheaper per key than the same steps on a dict, in C or here.
+    Counting a key already counted adds to its counter; a new key in a full sketch takes over the
+    smallest counter (the smallest (count, key), so the choice is deterministic) and starts from its
+    count. When keys churn through the counters (a new key on nearly every add, as in the bench's
+    workload) the compiled sketch, which keeps its counters in arrays, is much cheaper per key than
+    the same steps on a dict, in C or here.
     """
 
     def __init__(self, size: int = SKETCH_SIZE) -> None:
@@ -76,8 +79,9 @@ def _count_then_key(item: tuple[bytes, int]) -> tuple[int, bytes]:
 
 def count_batch_python(sketches: list[Sketch], partitions: list[int],
                        keys: list[bytes | None]) -> list[int]:
-    """Count ``keys[i]`` (unless None) in ``sketches[partitions[i]]``; the batch's rows per partition. IndexError,
-    before anything is counted, when a partition has no sketch. The reference of the compiled ``count_batch``."""
+    """Count ``keys[i]`` (unless None) in ``sketches[partitions[i]]``; the batch's rows per
+    partition. IndexError, before anything is counted, when a partition has no sketch. The reference
+    of the compiled ``count_batch``."""
     if len(partitions) != len(keys):
         raise ValueError("partitions and keys differ in length")
     if any(not 0 <= partition < len(sketches) for partition in partitions):
@@ -91,7 +95,8 @@ def count_batch_python(sketches: list[Sketch], partitions: list[int],
 
 
 def top_keys(sketch: Sketch, n: int) -> list[tuple[bytes, int]]:
-    """A sketch's ``n`` heaviest keys with their (over-)estimated counts, heaviest first (ties: smaller key)."""
+    """A sketch's ``n`` heaviest keys with their (over-)estimated counts, heaviest first (ties:
+    smaller key)."""
     return sorted(sketch.counts().items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
@@ -102,11 +107,13 @@ try:
 except ImportError:  # built without a C compiler: the references, same sketches
     SKETCH_NATIVE = False
     SpaceSaving = SpaceSavingPython
-    count_batch: Callable[[list[Sketch], list[int], list[bytes | None]], list[int]] = count_batch_python
+    count_batch: Callable[[list[Sketch], list[int], list[bytes | None]],
+                          list[int]] = count_batch_python
 else:
     SKETCH_NATIVE = True
     SpaceSaving = _sketch.SpaceSaving
-    count_batch = cast(Callable[[list[Sketch], list[int], list[bytes | None]], list[int]], _sketch.count_batch)
+    count_batch = cast(Callable[[list[Sketch], list[int], list[bytes | None]], list[int]],
+                       _sketch.count_batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +128,15 @@ class PartitionHeat:
 
 @dataclass(slots=True)
 class _TopicStats:
-    """One topic's sketches and rate buckets, indexed by partition (grown to the highest partition seen).
+    """One topic's sketches and rate buckets, indexed by partition (grown to the highest partition
+    seen).
 
-    The rates are one bucket per second, each the messages per partition in that second: a batch adds its
-    tallies to the current bucket in one step (``map``), not one partition at a time."""
+    The rates are one bucket per second, each the messages per partition in that second: a batch
+    adds its tallies to the current bucket in one step (``map``), not one partition at a time."""
 
     sketches: list[Sketch] = field(default_factory=list)
-    buckets: deque[tuple[int, list[int]]] = field(default_factory=deque)  # (second, messages per partition)
+    # (second, messages per partition)
+    buckets: deque[tuple[int, list[int]]] = field(default_factory=deque)
 
     def grow(self, partitions: int) -> None:
         while len(self.sketches) < partitions:
@@ -181,14 +190,15 @@ class PublishStats:
         stats.add(tallies, time.monotonic())
 
     def heat(self, topic: str, partitions: int, top: int = 5) -> list[PartitionHeat]:
-        """Every partition of a topic, flagged hot when over ``HOT_FACTOR`` x the topic's mean rate."""
+        """Every partition of a topic, flagged hot when over ``HOT_FACTOR`` x the topic's mean
+        rate."""
         stats = self._topics.get(topic, _TopicStats())
         seen = len(stats.sketches)
         rates = stats.rates(partitions, time.monotonic())
         mean = sum(rates) / partitions if partitions else 0.0
         return [PartitionHeat(p, rates[p], mean > 0 and rates[p] > HOT_FACTOR * mean,
-                              [(key.decode(errors="replace"), count)
-                               for key, count in (top_keys(stats.sketches[p], top) if p < seen else [])])
+                              [(key.decode(errors="replace"), count) for key, count
+                               in (top_keys(stats.sketches[p], top) if p < seen else [])])
                 for p in range(partitions)]
 
     def forget(self, topic: str) -> None:

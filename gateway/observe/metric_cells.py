@@ -1,11 +1,12 @@
 """Counters and histograms for the request path, kept as plain cells and exported at scrape time.
 
-prometheus_client guards every child with a lock and validates on each call (every increment, observation and
-``labels`` lookup), which the request path pays many times over. A gateway process changes its metrics on
-one thread, its event loop's (scrapes included), so the hot metrics here are plain Python cells: an increment is
-an attribute add, a labelled child one dict lookup. Each is a registry collector that yields the same families,
-names, help texts, labels and buckets as the prometheus_client metric it replaces; only the ``_created``
-samples are not exported (nothing reads them). Children are made on first use and never removed.
+prometheus_client guards every child with a lock and validates on each call (every increment,
+observation and ``labels`` lookup), which the request path pays many times over. A gateway process
+changes its metrics on one thread, its event loop's (scrapes included), so the hot metrics here are
+plain Python cells: an increment is an attribute add, a labelled child one dict lookup. Each is a
+registry collector that yields the same families, names, help texts, labels and buckets as the
+prometheus_client metric it replaces; only the ``_created`` samples are not exported (nothing reads
+them). Children are made on first use and never removed.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class HistogramCell:
         self.sum = 0.0
 
     def observe(self, amount: float) -> None:
-        self.counts[bisect_left(self.bounds, amount)] += 1  # the first bucket whose upper bound (le) holds it
+        # the first bucket whose upper bound (le) holds it
+        self.counts[bisect_left(self.bounds, amount)] += 1
         self.sum += amount
 
 
@@ -75,7 +77,8 @@ class _Cells(Generic[Child]):
 class CellCounter(_Cells[CounterCell], Collector):
     """A counter (``name`` ends in ``_total``) whose children are CounterCells."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 registry: CollectorRegistry) -> None:
         super().__init__(name, documentation, labelnames, CounterCell)
         registry.register(self)
 
@@ -92,8 +95,8 @@ class CellCounter(_Cells[CounterCell], Collector):
 class CellHistogram(_Cells[HistogramCell], Collector):
     """A histogram with fixed upper bounds whose children are HistogramCells."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float],
-                 registry: CollectorRegistry) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 buckets: Sequence[float], registry: CollectorRegistry) -> None:
         bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
         super().__init__(name, documentation, labelnames, lambda: HistogramCell(bounds))
         self.bounds = bounds

@@ -15,13 +15,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway.observe.metric_cells import CellCounter, CellHistogram
 
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                     10.0)
 
 
 @dataclass(frozen=True)
 class GatewayMetrics:
     """Every metric the gateway exports. Those changed on every request or delivery are plain cells
-    (``gateway.observe.metric_cells``: the same families, a fraction of the cost); the rest are prometheus_client's."""
+    (``gateway.observe.metric_cells``: the same families, a fraction of the cost); the rest are
+    prometheus_client's."""
 
     registry: CollectorRegistry
     publish_requests: CellCounter
@@ -63,73 +65,87 @@ class GatewayMetrics:
     build: Info
 
     @classmethod
-    def create(cls, registry: CollectorRegistry | None = None, version: str = "0.1.0") -> GatewayMetrics:
+    def create(cls, registry: CollectorRegistry | None = None,
+               version: str = "0.1.0") -> GatewayMetrics:
         """Register the gateway's metrics on ``registry`` (a fresh one by default)."""
         registry = registry or CollectorRegistry()
         metrics = cls(
             registry=registry,
             publish_requests=CellCounter("streamgate_publish_requests_total",
-                                         "Publish requests by topic and outcome", ["topic", "outcome"],
-                                         registry=registry),
+                                         "Publish requests by topic and outcome",
+                                         ["topic", "outcome"], registry=registry),
             publish_messages=CellCounter("streamgate_publish_messages_total",
-                                         "Messages published by topic and outcome", ["topic", "outcome"],
-                                         registry=registry),
-            publish_bytes=CellCounter("streamgate_publish_bytes_total", "Value bytes accepted by topic",
-                                      ["topic"], registry=registry),
+                                         "Messages published by topic and outcome",
+                                         ["topic", "outcome"], registry=registry),
+            publish_bytes=CellCounter("streamgate_publish_bytes_total",
+                                      "Value bytes accepted by topic", ["topic"],
+                                      registry=registry),
             publish_latency=CellHistogram("streamgate_publish_latency_seconds",
-                                          "Time to write a publish batch to storage, by acks", ["acks"],
-                                          LATENCY_BUCKETS_S, registry=registry),
-            http_requests=CellCounter("streamgate_http_requests_total", "HTTP requests by route and status",
+                                          "Time to write a publish batch to storage, by acks",
+                                          ["acks"], LATENCY_BUCKETS_S, registry=registry),
+            http_requests=CellCounter("streamgate_http_requests_total",
+                                      "HTTP requests by route and status",
                                       ["route", "method", "status"], registry=registry),
-            topics_cached=Gauge("streamgate_topics_cached", "Topics in this gateway's metadata cache",
-                                registry=registry),
+            topics_cached=Gauge("streamgate_topics_cached",
+                                "Topics in this gateway's metadata cache", registry=registry),
             partition_publish_rate=Gauge("streamgate_partition_publish_rate_messages_per_second",
-                                         "Messages per second published to a partition through this gateway "
-                                         "(60 s window)", ["topic", "partition"], registry=registry),
-            partition_hot=Gauge("streamgate_partition_hot", "1 when a partition's publish rate is over 3x its "
+                                         "Messages per second published to a partition through "
+                                         "this gateway (60 s window)", ["topic", "partition"],
+                                         registry=registry),
+            partition_hot=Gauge("streamgate_partition_hot",
+                                "1 when a partition's publish rate is over 3x its "
                                 "topic's mean", ["topic", "partition"], registry=registry),
             partition_top_key_messages=Gauge("streamgate_partition_top_key_messages",
-                                             "Estimated messages of the heaviest keys of each partition (top 3)",
-                                             ["topic", "partition", "key"], registry=registry),
-            duty_errors=Counter("streamgate_duty_errors_total", "Partition duty runs that failed and will retry",
-                                ["duty"], registry=registry),
+                                             "Estimated messages of the heaviest keys of each "
+                                             "partition (top 3)", ["topic", "partition", "key"],
+                                             registry=registry),
+            duty_errors=Counter("streamgate_duty_errors_total",
+                                "Partition duty runs that failed and will retry", ["duty"],
+                                registry=registry),
             delayed_promoted=Counter("streamgate_delayed_promoted_messages_total",
                                      "Delayed messages moved into their stream when due", ["topic"],
                                      registry=registry),
             retention_trimmed=Counter("streamgate_retention_trimmed_entries_total",
                                       "Entries removed by retention", ["topic"], registry=registry),
             retention_unacked_dropped=Counter("streamgate_retention_unacked_dropped_total",
-                                              "Entries removed by retention before a group acked them",
-                                              ["topic", "group"], registry=registry),
-            partitions_owned=Gauge("streamgate_partitions_owned", "Partitions whose duties this node runs",
-                                   registry=registry),
-            group_lag_entries=Gauge("streamgate_group_lag_entries", "Entries not yet delivered to the group "
-                                    "(NaN when unknown)", ["topic", "group", "partition"], registry=registry),
+                                              "Entries removed by retention before a group acked "
+                                              "them", ["topic", "group"], registry=registry),
+            partitions_owned=Gauge("streamgate_partitions_owned",
+                                   "Partitions whose duties this node runs", registry=registry),
+            group_lag_entries=Gauge("streamgate_group_lag_entries",
+                                    "Entries not yet delivered to the group "
+                                    "(NaN when unknown)", ["topic", "group", "partition"],
+                                    registry=registry),
             group_oldest_unacked_age=Gauge("streamgate_group_oldest_unacked_age_seconds",
-                                           "Age of the oldest delivered but un-acked entry (NaN when unknown)",
-                                           ["topic", "group", "partition"], registry=registry),
+                                           "Age of the oldest delivered but un-acked entry (NaN "
+                                           "when unknown)", ["topic", "group", "partition"],
+                                           registry=registry),
             group_oldest_unread_age=Gauge("streamgate_group_oldest_unread_age_seconds",
-                                          "Age of the oldest entry not yet delivered (NaN when unknown)",
-                                          ["topic", "group", "partition"], registry=registry),
+                                          "Age of the oldest entry not yet delivered (NaN when "
+                                          "unknown)", ["topic", "group", "partition"],
+                                          registry=registry),
             group_dead_lettered=Counter("streamgate_group_dead_lettered_total",
-                                        "Entries moved to the dead-letter topic after max deliveries, by who moved "
-                                        "them (reader, pull or sweep)", ["topic", "group", "by"], registry=registry),
+                                        "Entries moved to the dead-letter topic after max "
+                                        "deliveries, by who moved them (reader, pull or sweep)",
+                                        ["topic", "group", "by"], registry=registry),
             group_orphans_released=Counter("streamgate_group_orphans_released_total",
-                                           "Un-acked entries of consumers on dead gateway nodes made redeliverable",
-                                           ["topic", "group"], registry=registry),
+                                           "Un-acked entries of consumers on dead gateway nodes "
+                                           "made redeliverable", ["topic", "group"],
+                                           registry=registry),
             group_consumers_removed=Counter("streamgate_group_consumers_removed_total",
-                                            "Empty consumers of dead gateway nodes removed from groups",
-                                            ["topic", "group"], registry=registry),
+                                            "Empty consumers of dead gateway nodes removed from "
+                                            "groups", ["topic", "group"], registry=registry),
             rate_limited=Counter("streamgate_publish_rate_limited_total",
-                                 "Publish requests refused by a rate limit, by topic and the limit that refused",
-                                 ["topic", "limit"], registry=registry),
+                                 "Publish requests refused by a rate limit, by topic and the limit "
+                                 "that refused", ["topic", "limit"], registry=registry),
             ratelimit_refused=Counter("streamgate_ratelimit_refused_total",
-                                      "Requests refused by a rate limit, by action (publish, read, subscribe) and "
-                                      "the limit that refused (principal, topic)", ["action", "limit"],
-                                      registry=registry),
+                                      "Requests refused by a rate limit, by action (publish, read, "
+                                      "subscribe) and the limit that refused (principal, topic)",
+                                      ["action", "limit"], registry=registry),
             publish_failures=Counter("streamgate_publish_failures_total",
-                                     "Publish batches the store did not take, by topic, acks and error (e.g. "
-                                     "NotEnoughReplicas for acks=all)", ["topic", "acks", "error"], registry=registry),
+                                     "Publish batches the store did not take, by topic, acks and "
+                                     "error (e.g. NotEnoughReplicas for acks=all)",
+                                     ["topic", "acks", "error"], registry=registry),
             **_delivery_metrics(registry),
             **_backend_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
@@ -138,19 +154,23 @@ class GatewayMetrics:
         return metrics
 
     def observe_redis(self, operation: str, seconds: float, error: str | None) -> None:
-        """The storage layer's call observer: one Redis attempt took ``seconds`` and failed with ``error``."""
+        """The storage layer's call observer: one Redis attempt took ``seconds`` and failed with
+        ``error``."""
         self.redis_latency.labels(operation).observe(seconds)
         if error is not None:
             self.redis_errors.labels(operation, error).inc()
 
     def observe_etcd(self, operation: str, seconds: float, error: str | None) -> None:
-        """The etcd connection's call observer: one call took ``seconds`` and failed with ``error``."""
+        """The etcd connection's call observer: one call took ``seconds`` and failed with
+        ``error``."""
         self.etcd_latency.labels(operation).observe(seconds)
         if error is not None:
             self.etcd_errors.labels(operation, error).inc()
 
-    def count_deliveries(self, topic: str, group: str, mode: str, delivery_counts: Iterable[int]) -> None:
-        """Messages handed to subscribers or pullers (``delivery_counts``: each one's delivery count)."""
+    def count_deliveries(self, topic: str, group: str, mode: str,
+                         delivery_counts: Iterable[int]) -> None:
+        """Messages handed to subscribers or pullers (``delivery_counts``: each one's delivery
+        count)."""
         counts = list(delivery_counts)
         if counts:
             self.deliveries.labels(topic, group, mode).inc(len(counts))
@@ -158,8 +178,10 @@ class GatewayMetrics:
             if redelivered:
                 self.redeliveries.labels(topic, group, mode).inc(redelivered)
 
-    def set_ownership(self, partitions_by_topic: Mapping[str, int], owned: Iterable[tuple[str, int]]) -> None:
-        """Export each known topic's partition count and how many of them this node owns (0 included).
+    def set_ownership(self, partitions_by_topic: Mapping[str, int],
+                      owned: Iterable[tuple[str, int]]) -> None:
+        """Export each known topic's partition count and how many of them this node owns (0
+        included).
 
         Summed over nodes, owned < partitions means some partition has no owner.
         """
@@ -176,42 +198,49 @@ def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
     labels = ["topic", "group", "mode"]
     return {
         "deliveries": CellCounter("streamgate_delivery_messages_total",
-                                  "Messages handed to subscribers (WebSocket) or pullers (HTTP), by topic, group "
-                                  "(empty for broadcast) and mode (exclusive, shared, broadcast, pull)", labels,
-                                  registry=registry),
+                                  "Messages handed to subscribers (WebSocket) or pullers (HTTP), "
+                                  "by topic, group (empty for broadcast) and mode (exclusive, "
+                                  "shared, broadcast, pull)", labels, registry=registry),
         "redeliveries": CellCounter("streamgate_delivery_redeliveries_total",
-                                    "Deliveries of messages delivered before (delivery count > 1)", labels,
-                                    registry=registry),
+                                    "Deliveries of messages delivered before (delivery count > 1)",
+                                    labels, registry=registry),
         "acks": CellCounter("streamgate_delivery_acks_total",
-                            "Deliveries acknowledged by clients (auto_ack included)", labels, registry=registry),
-        "nacks": CellCounter("streamgate_delivery_nacks_total", "Deliveries negatively acknowledged by clients",
-                             labels, registry=registry),
+                            "Deliveries acknowledged by clients (auto_ack included)", labels,
+                            registry=registry),
+        "nacks": CellCounter("streamgate_delivery_nacks_total",
+                             "Deliveries negatively acknowledged by clients", labels,
+                             registry=registry),
         "websocket_connections": Gauge("streamgate_websocket_connections",
-                                       "Open WebSocket subscriptions by mode", ["mode"], registry=registry),
+                                       "Open WebSocket subscriptions by mode", ["mode"],
+                                       registry=registry),
         "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
-                                         "Subscriptions closed with 4008 because the client did not drain in time",
-                                         ["mode"], registry=registry),
+                                         "Subscriptions closed with 4008 because the client did "
+                                         "not drain in time", ["mode"], registry=registry),
     }
 
 
 def _backend_metrics(registry: CollectorRegistry) -> dict[str, Any]:
     return {
-        "topic_partitions": Gauge("streamgate_topic_partitions", "Partitions of each topic in this gateway's cache",
-                                  ["topic"], registry=registry),
+        "topic_partitions": Gauge("streamgate_topic_partitions",
+                                  "Partitions of each topic in this gateway's cache", ["topic"],
+                                  registry=registry),
         "topic_owned_partitions": Gauge("streamgate_topic_owned_partitions",
-                                        "Partitions of each topic whose duties this node owns", ["topic"],
-                                        registry=registry),
+                                        "Partitions of each topic whose duties this node owns",
+                                        ["topic"], registry=registry),
         "partition_length": Gauge("streamgate_partition_length_entries",
-                                  "Entries retained in a partition's stream, exported by its owner with the lag",
-                                  ["topic", "partition"], registry=registry),
+                                  "Entries retained in a partition's stream, exported by its owner "
+                                  "with the lag", ["topic", "partition"], registry=registry),
         "redis_latency": CellHistogram("streamgate_redis_latency_seconds",
-                                       "Time of one Redis attempt (command, script or pipeline) by operation; "
-                                       "blocking reads include their block time", ["operation"], LATENCY_BUCKETS_S,
-                                       registry=registry),
-        "redis_errors": Counter("streamgate_redis_errors_total", "Failed Redis attempts by operation and error class",
+                                       "Time of one Redis attempt (command, script or pipeline) by "
+                                       "operation; blocking reads include their block time",
+                                       ["operation"], LATENCY_BUCKETS_S, registry=registry),
+        "redis_errors": Counter("streamgate_redis_errors_total",
+                                "Failed Redis attempts by operation and error class",
                                 ["operation", "error"], registry=registry),
-        "etcd_latency": Histogram("streamgate_etcd_latency_seconds", "Time of one etcd call by operation",
-                                  ["operation"], buckets=LATENCY_BUCKETS_S, registry=registry),
-        "etcd_errors": Counter("streamgate_etcd_errors_total", "Failed etcd calls by operation and error class",
+        "etcd_latency": Histogram("streamgate_etcd_latency_seconds",
+                                  "Time of one etcd call by operation", ["operation"],
+                                  buckets=LATENCY_BUCKETS_S, registry=registry),
+        "etcd_errors": Counter("streamgate_etcd_errors_total",
+                               "Failed etcd calls by operation and error class",
                                ["operation", "error"], registry=registry),
     }

@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests: a real gateway (create_app) over the session's servers."""
+"""Fixtures shared by the integration tests: a real gateway (create_app) over the session's
+servers."""
 
 from __future__ import annotations
 

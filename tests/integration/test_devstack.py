@@ -28,7 +28,9 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-def test_cluster_has_three_primaries_each_with_one_linked_replica(redis_cluster: RedisClusterProcess) -> None:
+def test_cluster_has_three_primaries_each_with_one_linked_replica(
+    redis_cluster: RedisClusterProcess,
+) -> None:
     primary_ports = {node.port for node in redis_cluster.primaries}
     assert len(primary_ports) == 3
     assert len(redis_cluster.replicas) == 3
@@ -42,14 +44,18 @@ def test_cluster_has_three_primaries_each_with_one_linked_replica(redis_cluster:
     assert sorted(masters_of_replicas) == sorted(primary_ports)
 
 
-def test_every_node_has_aof_enabled_and_the_explicit_bus_port(redis_cluster: RedisClusterProcess) -> None:
+def test_every_node_has_aof_enabled_and_the_explicit_bus_port(
+    redis_cluster: RedisClusterProcess,
+) -> None:
     for node in redis_cluster.nodes:
         with node.client() as conn:
             assert conn.config_get("appendonly") == {"appendonly": "yes"}
             assert conn.config_get("cluster-port") == {"cluster-port": str(node.bus_port)}
 
 
-def test_cluster_client_routes_keys_to_the_owning_primary(redis_cluster: RedisClusterProcess) -> None:
+def test_cluster_client_routes_keys_to_the_owning_primary(
+    redis_cluster: RedisClusterProcess,
+) -> None:
     with redis_cluster.client() as client:
         client.set("devstack:{route}", "v")
     owner = redis_cluster.primary_for_key("devstack:{route}")
@@ -89,7 +95,9 @@ async def test_etcd_server_answers_put_and_get(etcd_server: EtcdProcess) -> None
 
 @pytest.mark.usefixtures("devstack_binaries")
 async def test_restarted_stack_keeps_redis_keys_and_etcd_keys(tmp_path: Path) -> None:
-    config = DevStackConfig(data_dir=tmp_path / "stack", redis_replicas=0, cluster_node_timeout_ms=2000)
+    config = DevStackConfig(
+        data_dir=tmp_path / "stack", redis_replicas=0, cluster_node_timeout_ms=2000
+    )
     stack = DevStack(config)
     stack.start()
     try:
@@ -117,14 +125,18 @@ async def test_restarted_stack_keeps_redis_keys_and_etcd_keys(tmp_path: Path) ->
         stack.stop()
 
 
-def test_missing_redis_server_names_the_debian_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_redis_server_names_the_debian_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     cluster = RedisClusterProcess(RedisClusterConfig(data_dir=tmp_path / "redis"))
     with pytest.raises(MissingBinary, match="apt-get install redis-server"):
         cluster.start()
 
 
-def test_missing_etcd_names_the_debian_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_etcd_names_the_debian_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MissingBinary, match="apt-get install etcd-server"):
         EtcdProcess(EtcdConfig(data_dir=tmp_path / "etcd")).start()

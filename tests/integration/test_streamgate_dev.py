@@ -1,4 +1,5 @@
-"""`streamgate dev` as a user runs it: it comes up, serves, stops cleanly, and keeps data across restarts."""
+"""`streamgate dev` as a user runs it: it comes up, serves, stops cleanly, and keeps data across
+restarts."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def free_port() -> int:
 
 def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"content-type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()
@@ -40,10 +43,17 @@ class DevProcess:
     def __init__(self, data_dir: Path, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.log = open(data_dir.parent / f"dev-{port}-{time.monotonic_ns()}.log", "w+")  # noqa: SIM115
-        args = [sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--data-dir", str(data_dir),
-                "--redis-base-port", "0", "--etcd-port", "0", "--etcd-peer-port", "0"]
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        args = [
+            sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--data-dir",
+            str(data_dir), "--redis-base-port", "0", "--etcd-port", "0", "--etcd-peer-port", "0",
+        ]
+        self.process = subprocess.Popen(
+            args,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
     def output(self) -> str:
         self.log.seek(0)
@@ -79,19 +89,30 @@ def dev_dir(tmp_path: Path) -> Path:
 
 
 def children_alive(data_dir: Path) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if str(data_dir) in line and "gateway.cli" not in line]
+    out = subprocess.run(
+        ["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line for line in out.splitlines() if str(data_dir) in line and "gateway.cli" not in line
+    ]
 
 
-def test_dev_stack_serves_and_keeps_messages_across_a_restart(dev_dir: Path, tmp_path: Path) -> None:
+def test_dev_stack_serves_and_keeps_messages_across_a_restart(
+    dev_dir: Path, tmp_path: Path
+) -> None:
     port = free_port()
     first = DevProcess(dev_dir, port)
     try:
         first.wait_ready()
         assert "curl" in first.output()
-        assert call("POST", first.base + "/v1/topics", {"name": "orders", "partitions": 3})[0] == 201
-        status, body = call("POST", first.base + "/v1/topics/orders/messages",
-                            {"acks": "all", "messages": [{"value": i, "partition": 1} for i in range(50)]})
+        assert (
+            call("POST", first.base + "/v1/topics", {"name": "orders", "partitions": 3})[0] == 201
+        )
+        status, body = call(
+            "POST",
+            first.base + "/v1/topics/orders/messages",
+            {"acks": "all", "messages": [{"value": i, "partition": 1} for i in range(50)]},
+        )
         assert status == 200, body
     finally:
         assert first.stop() == 0
@@ -100,7 +121,9 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(dev_dir: Path, tmp
     second = DevProcess(dev_dir, port)
     try:
         second.wait_ready()
-        status, page = call("GET", second.base + "/v1/topics/orders/partitions/1/messages?limit=100")
+        status, page = call(
+            "GET", second.base + "/v1/topics/orders/partitions/1/messages?limit=100"
+        )
         assert status == 200
         assert [m["value"] for m in page["messages"]] == list(range(50))
     finally:
@@ -114,21 +137,34 @@ def test_a_running_dev_stack_adds_a_shard_on_request_and_keeps_serving(dev_dir: 
     try:
         dev.wait_ready()
         assert call("POST", dev.base + "/v1/topics", {"name": "grow", "partitions": 6})[0] == 201
-        status, body = call("POST", dev.base + "/v1/topics/grow/messages",
-                            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(300)]})
+        status, body = call(
+            "POST",
+            dev.base + "/v1/topics/grow/messages",
+            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(300)]},
+        )
         assert status == 200, body
-        added = subprocess.run([sys.executable, "-m", "gateway.cli", "dev-add-shard", "--data-dir", str(dev_dir)],
-                               capture_output=True, text=True, timeout=240, check=False)
+        added = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "dev-add-shard", "--data-dir", str(dev_dir)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
         assert added.returncode == 0, added.stderr + dev.output()
         assert json.loads(added.stdout)["primaries"] == 4
         values = []
         for partition in range(6):
-            status, page = call("GET", dev.base + f"/v1/topics/grow/partitions/{partition}/messages?limit=1000")
+            status, page = call(
+                "GET", dev.base + f"/v1/topics/grow/partitions/{partition}/messages?limit=1000"
+            )
             assert status == 200
             values += [m["value"] for m in page["messages"]]
         assert sorted(values) == list(range(300))
-        status, body = call("POST", dev.base + "/v1/topics/grow/messages",
-                            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(100)]})
+        status, body = call(
+            "POST",
+            dev.base + "/v1/topics/grow/messages",
+            {"acks": "all", "messages": [{"key": f"k{i}", "value": i} for i in range(100)]},
+        )
         assert status == 200, body
     finally:
         assert dev.stop() == 0

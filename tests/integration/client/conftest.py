@@ -1,4 +1,5 @@
-"""A real gateway (create_app) over the session's Redis Cluster and etcd, for the client's integration tests."""
+"""A real gateway (create_app) over the session's Redis Cluster and etcd, for the client's
+integration tests."""
 
 from __future__ import annotations
 

@@ -39,19 +39,30 @@ async def test_producer_writes_1000_messages_exactly_once_even_when_a_response_i
     drop = DropFirstResponse()
     async with Admin(base_url) as admin, aiohttp.ClientSession(middlewares=(drop,)) as session:
         await admin.create_topic(topic_name, 3)
-        async with Producer(base_url, topic_name, acks="all", batch_size=200, session=session) as producer:
-            results = await producer.send_many([{"key": f"k{i % 10}", "value": {"n": i}} for i in range(1000)])
+        async with Producer(
+            base_url, topic_name, acks="all", batch_size=200, session=session
+        ) as producer:
+            results = await producer.send_many(
+                [{"key": f"k{i % 10}", "value": {"n": i}} for i in range(1000)]
+            )
         stored = await replay_everything(admin, topic_name, 3)
     assert drop.dropped == 1
-    assert sum(r.duplicate for r in results) == 200  # the retried batch was answered from the dedup window
+    # the retried batch was answered from the dedup window
+    assert sum(r.duplicate for r in results) == 200
     assert sorted(m["value"]["n"] for m in stored) == list(range(1000))
-    assert {(r.partition, r.offset) for r in results} == {(m["partition"], m["offset"]) for m in stored}
+    assert {(r.partition, r.offset) for r in results} == {
+        (m["partition"], m["offset"]) for m in stored
+    }
 
 
-async def test_admin_creates_lists_describes_and_deletes_a_topic(base_url: str, topic_name: str) -> None:
+async def test_admin_creates_lists_describes_and_deletes_a_topic(
+    base_url: str, topic_name: str
+) -> None:
     async with Admin(base_url) as admin:
         created = await admin.create_topic(topic_name, 2, max_length=1000)
-        assert (created["name"], created["partitions"], created["max_length"]) == (topic_name, 2, 1000)
+        assert (created["name"], created["partitions"], created["max_length"]) == (
+            topic_name, 2, 1000
+        )
         with pytest.raises(ProblemError) as exists:
             await admin.create_topic(topic_name, 2)
         assert exists.value.status == 409
@@ -65,7 +76,9 @@ async def test_admin_creates_lists_describes_and_deletes_a_topic(base_url: str, 
         assert gone.value.status == 404
 
 
-async def test_replay_pages_through_a_partition_with_next_offset(base_url: str, topic_name: str) -> None:
+async def test_replay_pages_through_a_partition_with_next_offset(
+    base_url: str, topic_name: str
+) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 1)
         await producer.send_many([{"value": i} for i in range(25)])
@@ -74,7 +87,9 @@ async def test_replay_pages_through_a_partition_with_next_offset(base_url: str, 
     assert [m["value"] for m in first["messages"] + rest] == list(range(25))
 
 
-async def test_an_exclusive_group_consumer_receives_and_acks_everything(base_url: str, topic_name: str) -> None:
+async def test_an_exclusive_group_consumer_receives_and_acks_everything(
+    base_url: str, topic_name: str
+) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 3)
         sent = await producer.send_many([{"key": f"k{i % 7}", "value": i} for i in range(300)])
@@ -100,7 +115,8 @@ async def test_an_exclusive_group_consumer_receives_and_acks_everything(base_url
 
 
 def drop_connection(consumer: Consumer) -> None:
-    """Close the consumer's TCP connection under it (no close handshake), as a network failure would."""
+    """Close the consumer's TCP connection under it (no close handshake), as a network failure
+    would."""
     ws = consumer._ws
     assert ws is not None
     ws._writer.transport.abort()
@@ -118,7 +134,9 @@ async def test_a_broadcast_consumer_resumes_after_a_dropped_connection_without_g
                 received.append(message)
                 if len(received) == 50:
                     drop_connection(consumer)
-                    await producer.send_many([{"key": f"k{i}", "value": i} for i in range(200, 300)])
+                    await producer.send_many(
+                        [{"key": f"k{i}", "value": i} for i in range(200, 300)]
+                    )
                 if len(received) == 300:
                     break
             assert consumer.connections == 2
@@ -129,7 +147,9 @@ async def test_a_broadcast_consumer_resumes_after_a_dropped_connection_without_g
     assert sorted(m.value for m in received) == list(range(300))
 
 
-async def test_a_broadcast_consumer_from_latest_sees_only_new_messages(base_url: str, topic_name: str) -> None:
+async def test_a_broadcast_consumer_from_latest_sees_only_new_messages(
+    base_url: str, topic_name: str
+) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 2)
         await producer.send_many([{"value": "old"} for _ in range(10)])

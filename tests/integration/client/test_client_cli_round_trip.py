@@ -1,4 +1,5 @@
-"""The client CLI as a user runs it: subprocesses against a gateway started with ``python -m gateway.cli serve``."""
+"""The client CLI as a user runs it: subprocesses against a gateway started with
+``python -m gateway.cli serve``."""
 
 from __future__ import annotations
 
@@ -42,13 +43,19 @@ def served_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
     """``python -m gateway.cli serve`` on a free port; stopped by PID afterwards."""
     port = free_port()
     env = os.environ | {
-        "STREAMGATE_REDIS_NODES": ",".join(f"{host}:{p}" for host, p in redis_cluster.startup_nodes),
+        "STREAMGATE_REDIS_NODES": ",".join(
+            f"{host}:{p}" for host, p in redis_cluster.startup_nodes
+        ),
         "STREAMGATE_ETCD_ENDPOINTS": etcd_server.endpoint,
         "STREAMGATE_ETCD_PREFIX": f"/streamgate-cli-{uuid.uuid4().hex[:8]}/",
         "STREAMGATE_AUTH_MODE": "none",
     }
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process)
@@ -63,8 +70,14 @@ def served_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
 
 
 def streamgate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "--log-level", "warning", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "--log-level", "warning", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def json_lines(text: str) -> list[Any]:
@@ -84,26 +97,39 @@ def test_produce_then_consume_round_trips_through_the_cli(served_gateway: str) -
     assert len(results) == 4
     assert all(isinstance(r["offset"], str) and not r["duplicate"] for r in results)
 
-    consumed = streamgate("consume", topic, "--group", "cli", "--from", "earliest", "--max-messages", "4",
-                          "--timeout-s", "20", "--url", url)
+    consumed = streamgate(
+        "consume", topic, "--group", "cli", "--from", "earliest", "--max-messages", "4",
+        "--timeout-s", "20", "--url", url,
+    )
     assert consumed.returncode == 0, consumed.stderr
     messages = json_lines(consumed.stdout)
-    assert sorted(map(repr, (m["value"] for m in messages))) == sorted(map(repr, [{"total": 42}, "hello", 7, [1, 2]]))
+    assert sorted(map(repr, (m["value"] for m in messages))) == sorted(
+        map(repr, [{"total": 42}, "hello", 7, [1, 2]])
+    )
     assert all(m["headers"] == {"source": "cli"} for m in messages)
-    assert {(m["partition"], m["offset"]) for m in messages} == {(r["partition"], r["offset"]) for r in results}
+    assert {(m["partition"], m["offset"]) for m in messages} == {
+        (r["partition"], r["offset"]) for r in results
+    }
 
     # Every message was acked after printing: the group has nothing left for the next run.
-    again = streamgate("consume", topic, "--group", "cli", "--max-messages", "1", "--timeout-s", "2", "--url", url)
+    again = streamgate(
+        "consume", topic, "--group", "cli", "--max-messages", "1", "--timeout-s", "2", "--url", url
+    )
     assert (again.returncode, again.stdout) == (0, "")
 
     described = streamgate("groups", "describe", "cli", "--topic", topic, "--url", url)
     assert described.returncode == 0, described.stderr
-    assert sum(p["pending"] for p in json_lines(described.stdout)[0]["topics"][0]["partitions"]) == 0
-    assert {"topic": topic, "group": "cli"} in json_lines(streamgate("groups", "list", "--url", url).stdout)
+    assert (
+        sum(p["pending"] for p in json_lines(described.stdout)[0]["topics"][0]["partitions"]) == 0
+    )
+    assert {"topic": topic, "group": "cli"} in json_lines(
+        streamgate("groups", "list", "--url", url).stdout
+    )
     sought = streamgate("groups", "seek", "cli", "--topic", topic, "--to", "earliest", "--url", url)
     assert sought.returncode == 0, sought.stderr
-    replayed = streamgate("consume", topic, "--group", "cli", "--max-messages", "4", "--timeout-s", "20",
-                          "--url", url)
+    replayed = streamgate(
+        "consume", topic, "--group", "cli", "--max-messages", "4", "--timeout-s", "20", "--url", url
+    )
     assert len(json_lines(replayed.stdout)) == 4
 
     listed = streamgate("topics", "list", "--url", url)

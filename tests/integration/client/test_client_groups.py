@@ -10,7 +10,9 @@ import pytest
 from client import Admin, Consumer, Message, ProblemError, Producer
 
 
-async def consume(base_url: str, topic: str, group: str, count: int, **options: Any) -> list[Message]:
+async def consume(
+    base_url: str, topic: str, group: str, count: int, **options: Any
+) -> list[Message]:
     received: list[Message] = []
     async with Consumer(base_url, topic, group=group, **options) as consumer:
         while len(received) < count:
@@ -32,7 +34,9 @@ async def wait_for_dead_letters(admin: Admin, dlq: str, count: int) -> None:
     raise AssertionError(f"{dlq} never got {count} dead letters")
 
 
-async def test_groups_are_listed_described_and_seek_replays_them(base_url: str, topic_name: str) -> None:
+async def test_groups_are_listed_described_and_seek_replays_them(
+    base_url: str, topic_name: str
+) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 2)
         await producer.send_many([{"key": f"k{i}", "value": i} for i in range(10)])
@@ -55,7 +59,9 @@ async def test_dead_letters_are_redriven_to_their_topic(base_url: str, topic_nam
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 1)
         await producer.send_many([{"value": i} for i in range(3)])
-        async with Consumer(base_url, topic_name, group="fails", from_="earliest", max_deliveries=1) as consumer:
+        async with Consumer(
+            base_url, topic_name, group="fails", from_="earliest", max_deliveries=1
+        ) as consumer:
             for _ in range(3):
                 await (await asyncio.wait_for(anext(consumer), 20)).nack()
             await wait_for_dead_letters(admin, f"{topic_name}.dlq", 3)

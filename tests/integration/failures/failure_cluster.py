@@ -1,5 +1,6 @@
-"""What the failure tests share besides fixtures (a module of its own: ``conftest`` is not a unique module name
-when several test directories are collected in one run, so tests import these from here)."""
+"""What the failure tests share besides fixtures (a module of its own: ``conftest`` is not a unique
+module name when several test directories are collected in one run, so tests import these from
+here)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from aiohttp.test_utils import TestClient
 
 from devstack import RedisClusterProcess
 
-# Short enough that a killed primary is failed over in ~2-3 s, long enough not to fire on a busy 2-core box.
+# Short enough that a killed primary is failed over in ~2-3 s, long enough not to
+# fire on a busy 2-core box.
 FAILOVER_NODE_TIMEOUT_MS = 1000
 # A request to a dead primary answers 503 after this instead of hanging until the failover is over.
 WRITE_DEADLINE_S = 2.0

@@ -1,8 +1,8 @@
-"""Load for the failure tests: HTTP producers that keep every outcome, a replay of a whole topic, and an
-exclusive-group WebSocket consumer that acks what it gets.
+"""Load for the failure tests: HTTP producers that keep every outcome, a replay of a whole topic,
+and an exclusive-group WebSocket consumer that acks what it gets.
 
-Every message has a unique value that is also its idempotency key, so a producer can retry a 503 safely
-and the final check can compare sets of values.
+Every message has a unique value that is also its idempotency key, so a producer can retry a 503
+safely and the final check can compare sets of values.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ HANG_MARGIN_S = 5.0
 
 @dataclass
 class Outcome:
-    """One publish request: when it started and answered, its status and the partition it wrote to."""
+    """One publish request: when it started and answered, its status and the partition it wrote
+    to."""
 
     started: float
     answered: float
@@ -35,7 +36,8 @@ class Outcome:
 
 @dataclass
 class Producers:
-    """`per_partition` producer tasks for every partition, each publishing batches of `batch` messages."""
+    """`per_partition` producer tasks for every partition, each publishing batches of `batch`
+    messages."""
 
     client: Client
     topic: str
@@ -52,7 +54,9 @@ class Producers:
     def start(self) -> None:
         for partition in range(self.partitions):
             for index in range(self.per_partition):
-                self._tasks.append(asyncio.create_task(self._produce(partition, f"{partition}.{index}")))
+                self._tasks.append(
+                    asyncio.create_task(self._produce(partition, f"{partition}.{index}"))
+                )
 
     async def finish(self) -> None:
         self.stop.set()
@@ -85,7 +89,9 @@ class Producers:
             for value, result in zip(values, (await response.json())["results"], strict=True):
                 self.acked[value] = (result["partition"], result["offset"])
         elif response.status == 503:
-            outcome.detail = f"{response.content_type} Retry-After={response.headers.get('Retry-After')} {text}"
+            outcome.detail = (
+                f"{response.content_type} Retry-After={response.headers.get('Retry-After')} {text}"
+            )
         return response.status
 
     def statuses(self) -> Counter[int]:
@@ -93,8 +99,15 @@ class Producers:
 
     def bad_503s(self) -> list[Outcome]:
         """503s without problem+json or a Retry-After of at least 1 s."""
-        return [o for o in self.outcomes if o.status == 503
-                and not (o.detail.startswith("application/problem+json Retry-After=") and _retry_after(o) >= 1)]
+        return [
+            o
+            for o in self.outcomes
+            if o.status == 503
+            and not (
+                o.detail.startswith("application/problem+json Retry-After=")
+                and _retry_after(o) >= 1
+            )
+        ]
 
     def others(self) -> list[Outcome]:
         """Anything but 200 and 503: a 500, a hang past the deadline, a client error."""
@@ -106,7 +119,9 @@ def _retry_after(outcome: Outcome) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
-async def replay_topic(client: Client, topic: str, partitions: int) -> dict[int, list[tuple[str, Any]]]:
+async def replay_topic(
+    client: Client, topic: str, partitions: int
+) -> dict[int, list[tuple[str, Any]]]:
     """Every (offset, value) of every partition, read through the replay API page by page."""
     stored: dict[int, list[tuple[str, Any]]] = {}
     for partition in range(partitions):
@@ -125,9 +140,15 @@ async def replay_topic(client: Client, topic: str, partitions: int) -> dict[int,
     return stored
 
 
-def missing_acked(acked: dict[str, tuple[int, str]], stored: dict[int, list[tuple[str, Any]]]) -> list[str]:
+def missing_acked(
+    acked: dict[str, tuple[int, str]], stored: dict[int, list[tuple[str, Any]]]
+) -> list[str]:
     """Acknowledged values not found at the (partition, offset) they were acknowledged with."""
-    where = {(partition, offset): value for partition, entries in stored.items() for offset, value in entries}
+    where = {
+        (partition, offset): value
+        for partition, entries in stored.items()
+        for offset, value in entries
+    }
     return sorted(v for v, at in acked.items() if where.get(at) != v)
 
 

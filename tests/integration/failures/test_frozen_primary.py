@@ -1,4 +1,5 @@
-"""A frozen (SIGSTOP) Redis primary: its own partitions fail over, every other partition keeps being served.
+"""A frozen (SIGSTOP) Redis primary: its own partitions fail over, every other partition keeps being
+served.
 
 The gateway runs with its default deadlines; the cluster with the devstack's default node timeout.
 """
@@ -22,7 +23,8 @@ PARTITIONS = 6
 FREEZE_S = 12.0
 NODE_TIMEOUT_MS = 3000  # the devstack's default
 HEALTHY_STALL_LIMIT_S = 1.5  # a request to a healthy shard never waits on the frozen one
-FAILOVER_FOLLOW_LIMIT_S = 2.0  # the frozen shard's partitions are served again soon after the promotion
+# the frozen shard's partitions are served again soon after the promotion
+FAILOVER_FOLLOW_LIMIT_S = 2.0
 
 
 def log_key(topic: str, partition: int) -> str:
@@ -64,8 +66,9 @@ class Readers:
     async def _read(self, partition: int) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            response = await self._client.get(f"/v1/topics/{self._topic}/partitions/{partition}/messages",
-                                              params={"limit": "10"})
+            response = await self._client.get(
+                f"/v1/topics/{self._topic}/partitions/{partition}/messages", params={"limit": "10"}
+            )
             await response.read()
             self.outcomes.append(Outcome(started, time.monotonic(), response.status, partition))
             await asyncio.sleep(0.02)
@@ -89,15 +92,26 @@ async def promoted_at(replica: RedisNode, since: float) -> float:
     raise AssertionError("the replica was never promoted")
 
 
-def worst_latency(outcomes: list[Outcome], partitions: list[int], start: float, end: float) -> float:
+def worst_latency(
+    outcomes: list[Outcome], partitions: list[int], start: float, end: float
+) -> float:
     return max((o.answered - o.started for o in outcomes
                 if o.partition in partitions and start <= o.started <= end), default=0.0)
 
 
 def first_success(outcomes: list[Outcome], partitions: list[int], after: float) -> float:
     """When every one of ``partitions`` had a 200 for a request started after ``after``."""
-    firsts = [min((o.answered for o in outcomes if o.partition == p and o.status == 200 and o.started > after),
-                  default=float("inf")) for p in partitions]
+    firsts = [
+        min(
+            (
+                o.answered
+                for o in outcomes
+                if o.partition == p and o.status == 200 and o.started > after
+            ),
+            default=float("inf"),
+        )
+        for p in partitions
+    ]
     return max(firsts)
 
 
@@ -106,10 +120,16 @@ async def test_a_frozen_primary_stalls_only_its_own_partitions_which_follow_the_
     response = await gateway.post("/v1/topics", json={"name": topic_name, "partitions": PARTITIONS})
     assert response.status == 201
     victim = cluster.primary_for_key(log_key(topic_name, 0))
-    [replica] = [n for n in cluster.replicas if n.current_role() == "replica" and _follows(n, victim)]
-    frozen = [p for p in range(PARTITIONS) if cluster.primary_for_key(log_key(topic_name, p)) is victim]
+    [replica] = [
+        n for n in cluster.replicas if n.current_role() == "replica" and _follows(n, victim)
+    ]
+    frozen = [
+        p for p in range(PARTITIONS) if cluster.primary_for_key(log_key(topic_name, p)) is victim
+    ]
     healthy = [p for p in range(PARTITIONS) if p not in frozen]
-    producers = Producers(gateway, topic_name, PARTITIONS, acks="1", deadline_s=10.0, per_partition=1)
+    producers = Producers(
+        gateway, topic_name, PARTITIONS, acks="1", deadline_s=10.0, per_partition=1
+    )
     producers.start()
     readers = Readers(gateway, topic_name, healthy)
     try:
@@ -126,10 +146,13 @@ async def test_a_frozen_primary_stalls_only_its_own_partitions_which_follow_the_
     end = frozen_at + FREEZE_S
     write_stall = worst_latency(producers.outcomes, healthy, frozen_at, end)
     read_stall = worst_latency(readers.outcomes, healthy, frozen_at, end)
-    print(f"\n[primary SIGSTOP {FREEZE_S:.0f}s] frozen partitions {frozen}, healthy {healthy}; promoted after "
-          f"{promoted - frozen_at:.2f}s; frozen partitions served {served_again - promoted:.2f}s after it; "
-          f"healthy worst latency: writes {write_stall:.3f}s, reads {read_stall:.3f}s; "
-          f"writes {dict(producers.statuses())}, reads {dict(_statuses(readers.outcomes))}")
+    print(
+        f"\n[primary SIGSTOP {FREEZE_S:.0f}s] frozen partitions {frozen}, healthy {healthy}; "
+        f"promoted after {promoted - frozen_at:.2f}s; frozen partitions served "
+        f"{served_again - promoted:.2f}s after it; healthy worst latency: writes "
+        f"{write_stall:.3f}s, reads {read_stall:.3f}s; writes {dict(producers.statuses())}, reads "
+        f"{dict(_statuses(readers.outcomes))}"
+    )
     assert write_stall < HEALTHY_STALL_LIMIT_S
     assert read_stall < HEALTHY_STALL_LIMIT_S
     assert [o for o in readers.outcomes if o.status != 200 and o.partition in healthy] == []

@@ -1,4 +1,5 @@
-"""kill -9 of a Redis primary while producers publish with acks=all: no acknowledged message is lost."""
+"""kill -9 of a Redis primary while producers publish with acks=all: no acknowledged message is
+lost."""
 
 from __future__ import annotations
 
@@ -26,16 +27,20 @@ async def create(client: Client, topic: str, partitions: int) -> None:
     assert response.status == 201, await response.text()
 
 
-def first_answer(producers: Producers, partitions: list[int], status: int, after: float) -> float | None:
-    """When the first request to `partitions` started after `after` answered `status` (None: never)."""
+def first_answer(
+    producers: Producers, partitions: list[int], status: int, after: float
+) -> float | None:
+    """When the first request to `partitions` started after `after` answered `status` (None:
+    never)."""
     times = [o.answered for o in producers.outcomes
              if o.status == status and o.partition in partitions and o.started > after]
     return min(times) if times else None
 
 
 async def settled_owner(cluster: RedisClusterProcess, key: str) -> RedisNode:
-    """The primary of ``key``'s slot once some live node's CLUSTER SHARDS names an online one: right after a
-    failover, under load, every node's view may still lack it for a moment (gossip), though writes resumed."""
+    """The primary of ``key``'s slot once some live node's CLUSTER SHARDS names an online one: right
+    after a failover, under load, every node's view may still lack it for a moment (gossip), though
+    writes resumed."""
     deadline = time.monotonic() + OWNER_VIEW_TIMEOUT_S
     while True:
         try:
@@ -64,7 +69,9 @@ async def test_acknowledged_messages_survive_kill_9_of_a_primary_and_writes_resu
     gateway = await gateway_on(cluster)
     await create(gateway, topic_name, PARTITIONS)
     victim = cluster.primary_for_key(log_key(topic_name, 0))
-    affected = [p for p in range(PARTITIONS) if cluster.primary_for_key(log_key(topic_name, p)) is victim]
+    affected = [
+        p for p in range(PARTITIONS) if cluster.primary_for_key(log_key(topic_name, p)) is victim
+    ]
     producers = Producers(gateway, topic_name, PARTITIONS, acks="all", deadline_s=WRITE_DEADLINE_S)
     producers.start()
     try:
@@ -79,10 +86,12 @@ async def test_acknowledged_messages_survive_kill_9_of_a_primary_and_writes_resu
     statuses = producers.statuses()
     healthy_worst = max(o.answered - o.started for o in producers.outcomes
                         if o.partition not in affected and o.started >= killed_at)
-    print(f"\n[primary kill -9] affected partitions {affected} of {PARTITIONS}; "
-          f"first 503 after {_since(first_503, killed_at)}; writes resumed after {resumed_at - killed_at:.2f}s; "
-          f"other partitions' worst latency {healthy_worst:.2f}s; "
-          f"acked messages {len(producers.acked)}; requests {dict(statuses)}")
+    print(
+        f"\n[primary kill -9] affected partitions {affected} of {PARTITIONS}; first 503 after "
+        f"{_since(first_503, killed_at)}; writes resumed after {resumed_at - killed_at:.2f}s; "
+        f"other partitions' worst latency {healthy_worst:.2f}s; acked messages "
+        f"{len(producers.acked)}; requests {dict(statuses)}"
+    )
 
     assert producers.others() == [], "every request must answer 200 or 503 within its deadline"
     assert producers.bad_503s() == [], "a 503 must be problem+json with Retry-After"

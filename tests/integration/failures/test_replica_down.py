@@ -1,4 +1,5 @@
-"""A partition's only replica dies: acks=1 keeps working, acks=all answers 503 until the replica is back."""
+"""A partition's only replica dies: acks=1 keeps working, acks=all answers 503 until the replica is
+back."""
 
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ async def test_acks_all_is_503_with_retry_after_while_the_replica_is_down_and_ac
         assert int(refused.headers["Retry-After"]) >= 1
         assert elapsed < WRITE_DEADLINE_S + 1.0
         await accepted(f"during-one-{i}", "1")
-    print(f"\n[replica kill -9] acks=all refused in {elapsed:.2f}s (WAIT timeout {WAIT_TIMEOUT_MS} ms)")
+    print(
+        f"\n[replica kill -9] acks=all refused in {elapsed:.2f}s "
+        f"(WAIT timeout {WAIT_TIMEOUT_MS} ms)"
+    )
 
     restarted_at = time.monotonic()
     await asyncio.to_thread(replica.restart)
@@ -69,7 +73,9 @@ async def test_acks_all_is_503_with_retry_after_while_the_replica_is_down_and_ac
     await accepted("during-all-0", "all")  # the refused message retried with its idempotency key
     back_after = time.monotonic() - restarted_at
     await accepted("after", "all")
-    print(f"[replica kill -9] acks=all answered 200 again {back_after:.2f}s after the replica restart")
+    print(
+        f"[replica kill -9] acks=all answered 200 again {back_after:.2f}s after the replica restart"
+    )
 
     stored = await replay_topic(gateway, topic_name, 1)
     assert missing_acked(acked, stored) == []

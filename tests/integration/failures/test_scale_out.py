@@ -1,4 +1,5 @@
-"""Adding a shard under load: slots migrate (MIGRATE, ASK/MOVED) while producers publish and a group consumes."""
+"""Adding a shard under load: slots migrate (MIGRATE, ASK/MOVED) while producers publish and a group
+consumes."""
 
 from __future__ import annotations
 
@@ -18,16 +19,17 @@ from devstack import RedisClusterProcess
 PARTITIONS = 6
 DELIVERY_TIMEOUT_S = 20.0
 GROUP = "scale-out"
-# `redis-cli --cluster rebalance` moves each source primary's lowest slots first; with 3 primaries created as
-# 0-5460 / 5461-10922 / 10923-16383 the new primary receives about 0-1364, 5461-6826 and 10923-12287.
+# `redis-cli --cluster rebalance` moves each source primary's lowest slots first;
+# with 3 primaries created as 0-5460 / 5461-10922 / 10923-16383 the new primary
+# receives about 0-1364, 5461-6826 and 10923-12287.
 MOVING_SLOTS = (range(0, 1200), range(5461, 6700), range(10923, 12100))
 
 
 def topic_with_moving_partitions() -> tuple[str, list[int]]:
     """A topic name with two partitions in slots the rebalance moves to the new primary.
 
-    (Slots of one topic's partitions are related: CRC16 is linear, so the tags `<t>/0`..`<t>/5` differ by
-    fixed XOR masks and cannot land in every moving range at once.)
+    (Slots of one topic's partitions are related: CRC16 is linear, so the tags `<t>/0`..`<t>/5`
+    differ by fixed XOR masks and cannot land in every moving range at once.)
     """
     for _ in range(100_000):
         name = f"scale-{uuid.uuid4().hex[:10]}"
@@ -38,7 +40,9 @@ def topic_with_moving_partitions() -> tuple[str, list[int]]:
     raise AssertionError("no topic name found")
 
 
-async def wait_delivered(gateway: Client, consumer: GroupConsumer, acked: dict[str, tuple[int, str]]) -> None:
+async def wait_delivered(
+    gateway: Client, consumer: GroupConsumer, acked: dict[str, tuple[int, str]]
+) -> None:
     deadline = time.monotonic() + DELIVERY_TIMEOUT_S
     while time.monotonic() < deadline:
         if set(acked) <= set(consumer.received):
@@ -47,11 +51,16 @@ async def wait_delivered(gateway: Client, consumer: GroupConsumer, acked: dict[s
     missing = set(acked) - set(consumer.received)
     if missing:
         per_partition = Counter(acked[v][0] for v in missing)
-        first = {p: min((acked[v][1] for v in missing if acked[v][0] == p), key=_offset_key) for p in per_partition}
+        first = {
+            p: min((acked[v][1] for v in missing if acked[v][0] == p), key=_offset_key)
+            for p in per_partition
+        }
         group = await (await gateway.get(f"/v1/groups/{GROUP}")).text()
-        raise AssertionError(f"{len(missing)} acknowledged messages never delivered: per partition "
-                             f"{dict(per_partition)}, first missing offsets {first}; consumer errors "
-                             f"{consumer.errors}, close code {consumer.close_code}; group {group}")
+        raise AssertionError(
+            f"{len(missing)} acknowledged messages never delivered: per partition "
+            f"{dict(per_partition)}, first missing offsets {first}; consumer errors "
+            f"{consumer.errors}, close code {consumer.close_code}; group {group}"
+        )
 
 
 def _offset_key(offset: str) -> tuple[int, int]:
@@ -87,9 +96,12 @@ async def test_shard_added_under_load_keeps_and_delivers_every_acknowledged_mess
     assert set(moving) <= set(moved)
     assert all(owners_after[p] == new_primary.port for p in moved)
     with new_primary.client() as conn:
-        assert int(conn.execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot(log_key(topic, moving[0]).encode()))) > 0
+        assert int(conn.execute_command(
+            "CLUSTER", "COUNTKEYSINSLOT", key_slot(log_key(topic, moving[0]).encode()))) > 0
     layout = json.loads(cluster.layout_path.read_text())
-    assert (layout["primaries"], len(layout["nodes"])) == (4, 8), "a restart must keep the new shard"
+    assert (layout["primaries"], len(layout["nodes"])) == (4, 8), (
+        "a restart must keep the new shard"
+    )
     assert producers.others() == [], "every request must answer 200 or 503 within its deadline"
     assert producers.bad_503s() == []
 
@@ -99,7 +111,9 @@ async def test_shard_added_under_load_keeps_and_delivers_every_acknowledged_mess
     try:
         waited = time.monotonic()
         await wait_delivered(gateway, consumer, producers.acked)
-        print(f"[scale-out] consumer had every acked message {time.monotonic() - waited:.2f}s after the replay; "
-              f"{sum(consumer.received.values()) - len(consumer.received)} redeliveries")
+        print(
+            f"[scale-out] consumer had every acked message {time.monotonic() - waited:.2f}s after "
+            f"the replay; {sum(consumer.received.values()) - len(consumer.received)} redeliveries"
+        )
     finally:
         await consumer.close()

@@ -1,5 +1,6 @@
-"""Auth configs for the suites that run the gateway with authentication on: the TOML an operator would write,
-built from API keys, rules and tenant filters, and a test client of a gateway that reads it."""
+"""Auth configs for the suites that run the gateway with authentication on: the TOML an operator
+would write, built from API keys, rules and tenant filters, and a test client of a gateway that
+reads it."""
 
 from __future__ import annotations
 
@@ -35,21 +36,31 @@ def rule(principals: Iterable[str], topics: Iterable[str], actions: Iterable[str
 
 
 def tenant_filters(*tenants: str) -> str:
-    """A forced ``tenant`` header filter for the JWT principals of each tenant (claim ``tenant``)."""
-    return "".join(f'[[filters]]\nprincipals = ["claim:tenant={t}"]\nheaders = {{ tenant = "{t}" }}\n\n'
-                   for t in tenants)
+    """A forced ``tenant`` header filter for the JWT principals of each tenant (claim
+    ``tenant``)."""
+    return "".join(
+        f'[[filters]]\nprincipals = ["claim:tenant={t}"]\nheaders = {{ tenant = "{t}" }}\n\n'
+        for t in tenants
+    )
 
 
 def hs256_jwt(audience: str = "streamgate") -> str:
     """``[jwt]`` checking HS256 tokens signed with the secret in ``$TEST_JWT_SECRET``."""
-    return f'[jwt]\nalgorithms = ["HS256"]\nhmac_secret_env = "{JWT_SECRET_ENV}"\naudience = "{audience}"\n\n'
+    return (
+        f'[jwt]\nalgorithms = ["HS256"]\nhmac_secret_env = "{JWT_SECRET_ENV}"\n'
+        f'audience = "{audience}"\n\n'
+    )
 
 
-async def secured_client(aiohttp_client: Any, settings: GatewaySettings, tmp_path: Path, config: str,
-                         env: Mapping[str, str] | None = None, **changes: Any) -> Client:
+async def secured_client(
+    aiohttp_client: Any, settings: GatewaySettings, tmp_path: Path, config: str,
+    env: Mapping[str, str] | None = None, **changes: Any,
+) -> Client:
     """A test client of a gateway with auth required by ``config`` (written under ``tmp_path``)."""
     path = tmp_path / f"auth-{settings.node_id}.toml"
     path.write_text(config)
-    secured = dataclasses.replace(settings, auth_mode="required", auth_config_path=str(path), **changes)
+    secured = dataclasses.replace(
+        settings, auth_mode="required", auth_config_path=str(path), **changes
+    )
     client: Client = await aiohttp_client(create_app(secured, dict(env or {})))
     return client

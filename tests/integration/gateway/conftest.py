@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
-from processes import GatewayProcess, free_port, wait_ready
+from processes import GatewayProcess, free_port, start_gateway, wait_ready
 
 from gateway.settings import GatewaySettings
 
@@ -25,15 +24,14 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[Gatewa
            "STREAMGATE_OWNER_LEASE_TTL_S": "2",
            "STREAMGATE_SWEEP_INTERVAL_S": "0.5",
            "STREAMGATE_AUTH_MODE": "none",
-           "STREAMGATE_RECEIPT_SECRET": "integration-receipt-secret-shared-by-both"}  # ack on the other one
+           # ack on the other one
+           "STREAMGATE_RECEIPT_SECRET": "integration-receipt-secret-shared-by-both"}
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:
         for _ in range(2):
             port = free_port()
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve", "--port", str(port)],
-                env=env))
+            processes.append(start_gateway(port, env))
             urls.append(f"http://127.0.0.1:{port}")
         for url, process in zip(urls, processes, strict=True):
             wait_ready(url, process)

@@ -1,10 +1,12 @@
-"""Gateway child processes (`streamgate serve`) for tests that need more than one gateway, and readiness waits."""
+"""Gateway child processes (`streamgate serve`) for tests that need more than one gateway, and
+readiness waits."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -17,6 +19,12 @@ class GatewayProcess:
 
     url: str
     process: subprocess.Popen[bytes]
+
+
+def start_gateway(port: int, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """`streamgate serve` on ``port`` with ``env`` (and more ``args``), logging warnings only."""
+    command = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve"]
+    return subprocess.Popen([*command, "--port", str(port), *args], env=env)
 
 
 def free_port() -> int:
@@ -40,7 +48,8 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30
 
 
 async def until_ready(client: Any, timeout_s: float = 30) -> None:
-    """Poll an in-process gateway's /readyz until 200 (partition duties are healthy once their lease is held)."""
+    """Poll an in-process gateway's /readyz until 200 (partition duties are healthy once their lease
+    is held)."""
     deadline = time.monotonic() + timeout_s
     while (response := await client.get("/readyz")).status != 200:
         assert time.monotonic() < deadline, await response.text()

@@ -67,11 +67,16 @@ class Subscriber:
         elif kind == "error":
             self.errors.append(doc)
         elif kind == "message":
-            assert doc["partition"] in self.partitions, f"{self.name} got partition {doc['partition']} " \
-                                                        f"outside its assignment {self.partitions}"
-            self.messages.append(Received(doc["partition"], doc["offset"], doc["key"], doc.get("value"),
-                                          doc["headers"], doc["delivery_count"], time.monotonic(),
-                                          self.generation, self.auto))
+            assert doc["partition"] in self.partitions, (
+                f"{self.name} got partition {doc['partition']} "
+                f"outside its assignment {self.partitions}"
+            )
+            self.messages.append(
+                Received(
+                    doc["partition"], doc["offset"], doc["key"], doc.get("value"), doc["headers"],
+                    doc["delivery_count"], time.monotonic(), self.generation, self.auto,
+                )
+            )
             if self.auto:
                 await self.ack([(doc["partition"], doc["offset"])])
 
@@ -85,8 +90,9 @@ class Subscriber:
         await self._settle("extend", refs)
 
     async def _settle(self, kind: str, refs: list[tuple[int, str]], **extra: Any) -> None:
-        await self.ws.send_json({"type": kind, "messages": [{"partition": p, "offset": o} for p, o in refs],
-                                 **extra})
+        await self.ws.send_json(
+            {"type": kind, "messages": [{"partition": p, "offset": o} for p, o in refs], **extra}
+        )
 
     async def close(self) -> None:
         await self.ws.close()
@@ -97,7 +103,9 @@ class Subscriber:
 def query_pairs(params: dict[str, Any]) -> list[tuple[str, str]]:
     query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()
              if not isinstance(v, list)}
-    return list(query.items()) + [(k, item) for k, v in params.items() if isinstance(v, list) for item in v]
+    return list(query.items()) + [
+        (k, item) for k, v in params.items() if isinstance(v, list) for item in v
+    ]
 
 
 async def subscribe_at(http: aiohttp.ClientSession, base_url: str, name: str, auto: bool = True,
@@ -109,7 +117,9 @@ async def subscribe_at(http: aiohttp.ClientSession, base_url: str, name: str, au
     return subscriber
 
 
-async def subscribe(client: TestClient[Any, Any], name: str, auto: bool = True, **params: Any) -> Subscriber:
+async def subscribe(
+    client: TestClient[Any, Any], name: str, auto: bool = True, **params: Any
+) -> Subscriber:
     ws = await client.ws_connect("/v1/subscribe", params=query_pairs(params))
     subscriber = Subscriber(name, ws, auto=auto)
     subscriber.start()

@@ -1,5 +1,6 @@
-"""Authentication and authorization on the real gateway: every route 401 without credentials, 403 for a
-principal without a grant, tenants isolated on replay and subscribe, WebSocket auth and token expiry."""
+"""Authentication and authorization on the real gateway: every route 401 without credentials, 403
+for a principal without a grant, tenants isolated on replay and subscribe, WebSocket auth and token
+expiry."""
 
 from __future__ import annotations
 
@@ -65,8 +66,10 @@ headers = {{ tenant = "b" }}
 
 
 def token(tenant: str, ttl_s: float = 300, **claims: Any) -> str:
-    body = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate", "exp": int(time.time() + ttl_s),
-            **claims}
+    body = {
+        "sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate",
+        "exp": int(time.time() + ttl_s), **claims,
+    }
     return jwt.encode(body, SECRET, algorithm="HS256")
 
 
@@ -92,14 +95,18 @@ async def secured(aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_pa
 
 @pytest.fixture
 async def topic(secured: Client, topic_name: str) -> str:
-    response = await secured.post("/v1/topics", json={"name": topic_name, "partitions": 2}, headers=ADMIN)
+    response = await secured.post(
+        "/v1/topics", json={"name": topic_name, "partitions": 2}, headers=ADMIN
+    )
     assert response.status == 201, await response.text()
     assert (await response.json())["owner"] == "admin"
     return topic_name
 
 
 def every_route(topic: str) -> list[tuple[str, str, dict[str, Any] | None]]:
-    receipt = ReceiptSigner.random().issue(Receipt(topic, 0, "1-0", 30_000, int(time.time() * 1000)), "admin", "g1")
+    receipt = ReceiptSigner.random().issue(
+        Receipt(topic, 0, "1-0", 30_000, int(time.time() * 1000)), "admin", "g1"
+    )
     return [
         ("POST", "/v1/topics", {"name": topic + "-new", "partitions": 1}),
         ("GET", "/v1/topics", None),
@@ -120,7 +127,9 @@ def every_route(topic: str) -> list[tuple[str, str, dict[str, Any] | None]]:
     ]
 
 
-async def test_every_route_without_credentials_is_401_with_a_challenge(secured: Client, topic: str) -> None:
+async def test_every_route_without_credentials_is_401_with_a_challenge(
+    secured: Client, topic: str
+) -> None:
     tried = 0
     for method, path, body in every_route(topic):
         response = await secured.request(method, path, json=body)
@@ -128,14 +137,20 @@ async def test_every_route_without_credentials_is_401_with_a_challenge(secured: 
         assert response.content_type == "application/problem+json"
         assert "Bearer" in response.headers["WWW-Authenticate"]
         tried += 1
-    for bad in ({"Authorization": "ApiKey wrong"}, {"Authorization": "Bearer not.a.jwt"}, {"Authorization": "Basic x"},
-                {"Authorization": f"Bearer {token('a', -60)}"}, {"X-API-Key": ADMIN_KEY + "x"}):
+    for bad in (
+        {"Authorization": "ApiKey wrong"},
+        {"Authorization": "Bearer not.a.jwt"},
+        {"Authorization": "Basic x"},
+        {"Authorization": f"Bearer {token('a', -60)}"},
+        {"X-API-Key": ADMIN_KEY + "x"},
+    ):
         response = await secured.get("/v1/topics", headers=bad)
         assert response.status == 401, bad
         assert 'error="invalid_token"' in response.headers["WWW-Authenticate"]
         tried += 1
     print(f"unauthenticated attempts: {tried}, all 401")
-    assert (await secured.get(f"/v1/topics/{topic}", headers=ADMIN)).status == 200  # nothing was changed
+    # nothing was changed
+    assert (await secured.get(f"/v1/topics/{topic}", headers=ADMIN)).status == 200
 
 
 async def test_every_route_for_a_principal_without_a_grant_is_403_even_for_unknown_topics(
@@ -163,9 +178,18 @@ async def test_operational_routes_are_public(secured: Client) -> None:
 
 
 async def publish_mixed(secured: Client, topic: str) -> None:
-    messages = [{"key": f"k{i}", "value": {"i": i, "tenant": t}, "headers": {"tenant": t}, "partition": i % 2}
-                for i, t in enumerate(["a", "b", "a", "b", "b", "a"])]
-    response = await secured.post(f"/v1/topics/{topic}/messages", json={"messages": messages}, headers=ADMIN)
+    messages = [
+        {
+            "key": f"k{i}",
+            "value": {"i": i, "tenant": t},
+            "headers": {"tenant": t},
+            "partition": i % 2,
+        }
+        for i, t in enumerate(["a", "b", "a", "b", "b", "a"])
+    ]
+    response = await secured.post(
+        f"/v1/topics/{topic}/messages", json={"messages": messages}, headers=ADMIN
+    )
     assert response.status == 200, await response.text()
 
 
@@ -187,17 +211,24 @@ async def test_a_tenant_replays_only_its_own_messages(secured: Client, topic: st
 async def test_a_tenants_publish_is_stamped_with_its_header_and_refused_with_another(
         secured: Client, topic: str) -> None:
     url = f"/v1/topics/{topic}/messages"
-    ok = await secured.post(url, json={"messages": [{"value": 1, "partition": 0}]}, headers=as_tenant("a"))
+    ok = await secured.post(
+        url, json={"messages": [{"value": 1, "partition": 0}]}, headers=as_tenant("a")
+    )
     assert ok.status == 200, await ok.text()
     refused = await secured.post(url, json={"messages": [{"value": 2, "headers": {"tenant": "b"}}]},
                                  headers=as_tenant("a"))
     assert refused.status == 403
     replay = await secured.get(f"/v1/topics/{topic}/partitions/0/messages", headers=ADMIN)
     assert [m["headers"] for m in (await replay.json())["messages"]] == [{"tenant": "a"}]
-    plain = await secured.post(url, json={"messages": [{"key": "k", "value": 3}]}, headers=as_tenant("b"))
-    assert plain.status == 200, await plain.text()  # a plain message too (the columnar path) gets the header
+    plain = await secured.post(
+        url, json={"messages": [{"key": "k", "value": 3}]}, headers=as_tenant("b")
+    )
+    # a plain message too (the columnar path) gets the header
+    assert plain.status == 200, await plain.text()
     (result,) = (await plain.json())["results"]
-    replay = await secured.get(f"/v1/topics/{topic}/partitions/{result['partition']}/messages", headers=ADMIN)
+    replay = await secured.get(
+        f"/v1/topics/{topic}/partitions/{result['partition']}/messages", headers=ADMIN
+    )
     assert [(m["value"], m["headers"]) for m in (await replay.json())["messages"]
             if m["offset"] == result["offset"]] == [(3, {"tenant": "b"})]
 
@@ -207,7 +238,9 @@ async def receive_messages(ws: aiohttp.ClientWebSocketResponse, count: int, time
     messages: list[dict[str, Any]] = []
     deadline = asyncio.get_running_loop().time() + timeout_s
     while len(messages) < count:
-        frame = await ws.receive_json(timeout=max(0.1, deadline - asyncio.get_running_loop().time()))
+        frame = await ws.receive_json(
+            timeout=max(0.1, deadline - asyncio.get_running_loop().time())
+        )
         if frame["type"] == "message":
             messages.append(frame)
     return messages
@@ -236,20 +269,30 @@ async def test_a_tenant_subscription_delivers_only_its_own_messages(
             messages = await receive_messages(ws, 3)
             assert {m["headers"]["tenant"] for m in messages} == {tenant}
             if group:
-                await ws.send_json({"type": "ack", "messages": [{"partition": m["partition"], "offset": m["offset"]}
-                                                                for m in messages]})
+                await ws.send_json(
+                    {
+                        "type": "ack",
+                        "messages": [
+                            {"partition": m["partition"], "offset": m["offset"]} for m in messages
+                        ],
+                    }
+                )
             assert await no_more_messages(ws)
 
 
 async def test_a_tenant_cannot_pull_over_http(secured: Client, topic: str) -> None:
-    response = await secured.post("/v1/groups/g1/pull", json={"topic": topic}, headers=as_tenant("a"))
+    response = await secured.post(
+        "/v1/groups/g1/pull", json={"topic": topic}, headers=as_tenant("a")
+    )
     assert response.status == 403
     assert "forced header filter" in (await response.json())["detail"]
 
 
 async def test_websocket_authenticates_by_header(secured: Client, topic: str) -> None:
     await publish_mixed(secured, topic)
-    async with secured.ws_connect(f"/v1/subscribe?topic={topic}&from=earliest", headers=ADMIN) as ws:
+    async with secured.ws_connect(
+        f"/v1/subscribe?topic={topic}&from=earliest", headers=ADMIN
+    ) as ws:
         assert len(await receive_messages(ws, 6)) == 6
 
 
@@ -285,9 +328,13 @@ async def test_websocket_forbidden_by_header_is_403_before_the_upgrade(secured: 
     assert response.status == 403
 
 
-async def test_websocket_is_closed_with_4401_when_its_token_expires(secured: Client, topic: str) -> None:
+async def test_websocket_is_closed_with_4401_when_its_token_expires(
+    secured: Client, topic: str
+) -> None:
     started = time.monotonic()
-    async with secured.ws_connect(f"/v1/subscribe?topic={topic}", headers=as_tenant("a", ttl_s=2)) as ws:
+    async with secured.ws_connect(
+        f"/v1/subscribe?topic={topic}", headers=as_tenant("a", ttl_s=2)
+    ) as ws:
         while True:
             frame = await ws.receive(timeout=10)
             if frame.type is not aiohttp.WSMsgType.TEXT:

@@ -1,4 +1,5 @@
-"""Broadcast fan-out on the real cluster: one shared tail per partition, coalesced writes, a slow socket alone."""
+"""Broadcast fan-out on the real cluster: one shared tail per partition, coalesced writes, a slow
+socket alone."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ async def create(client: Client, name: str, partitions: int) -> None:
 
 async def publish(client: Client, topic: str, values: list[Any]) -> None:
     for start in range(0, len(values), 500):
-        batch = [{"key": f"k{v}" if isinstance(v, int) else None, "value": v} for v in values[start:start + 500]]
+        batch = [
+            {"key": f"k{v}" if isinstance(v, int) else None, "value": v}
+            for v in values[start : start + 500]
+        ]
         response = await client.post(f"/v1/topics/{topic}/messages", json={"messages": batch})
         assert response.status == 200, await response.text()
 
@@ -50,22 +54,31 @@ async def test_broadcast_sessions_share_one_tail_per_partition_and_get_everythin
         return tail
 
     monkeypatch.setattr(BroadcastTails, "start", counting_start)
-    subscribers = [await subscribe(gateway, f"s{i}", auto=False, topic=topic_name, max_in_flight=2000)
-                   for i in range(12)]
+    subscribers = [
+        await subscribe(gateway, f"s{i}", auto=False, topic=topic_name, max_in_flight=2000)
+        for i in range(12)
+    ]
     await wait_until(lambda: all(s.partitions == [0, 1] for s in subscribers), what="assignments")
     tails = services.delivery.tails
-    await wait_until(lambda: all(tails.get(topic_name, p) is not None for p in (0, 1)), what="both tails")
+    await wait_until(
+        lambda: all(tails.get(topic_name, p) is not None for p in (0, 1)), what="both tails"
+    )
     reads = {p: tails.get(topic_name, p).reads for p in (0, 1)}
     values = list(range(600))
     await publish(gateway, topic_name, values)
-    await wait_until(lambda: all(len(s.messages) >= len(values) for s in subscribers), what="every delivery")
+    await wait_until(
+        lambda: all(len(s.messages) >= len(values) for s in subscribers), what="every delivery"
+    )
     await asyncio.sleep(0.2)
     for subscriber in subscribers:
-        assert sorted(m.value for m in subscriber.messages) == values, f"{subscriber.name}: gap or duplicate"
+        assert sorted(m.value for m in subscriber.messages) == values, (
+            f"{subscriber.name}: gap or duplicate"
+        )
         assert in_partition_order(subscriber), f"{subscriber.name}: out of order within a partition"
     assert {(t.topic, t.partition) for t in started} == {(topic_name, 0), (topic_name, 1)}
     assert len(started) == 2, "one tail per partition for all twelve sessions"
-    # Twelve sessions, yet each partition was read by one blocking reader: far fewer reads than deliveries.
+    # Twelve sessions, yet each partition was read by one blocking reader: far fewer
+    # reads than deliveries.
     tail_reads = sum(tails.get(topic_name, p).reads - reads[p] for p in (0, 1))
     assert tail_reads < len(values) * len(subscribers) / 10
     for subscriber in subscribers:
@@ -78,12 +91,18 @@ async def test_late_broadcast_subscriber_catches_up_then_joins_the_tail_without_
     early = await subscribe(gateway, "early", auto=False, topic=topic_name, max_in_flight=2000)
     await wait_until(lambda: early.partitions == [0], what="assignment")
     await publish(gateway, topic_name, list(range(300)))
-    late = await subscribe(gateway, "late", auto=False, topic=topic_name, max_in_flight=50, **{"from": "earliest"})
+    late = await subscribe(
+        gateway, "late", auto=False, topic=topic_name, max_in_flight=50, **{"from": "earliest"}
+    )
     await publish(gateway, topic_name, list(range(300, 900)))
-    await wait_until(lambda: len(early.messages) >= 900 and len(late.messages) >= 900, what="both have all")
+    await wait_until(
+        lambda: len(early.messages) >= 900 and len(late.messages) >= 900, what="both have all"
+    )
     await asyncio.sleep(0.2)
     for subscriber in (early, late):
-        assert [m.value for m in subscriber.messages] == list(range(900)), f"{subscriber.name}: gap, dup or order"
+        assert [m.value for m in subscriber.messages] == list(range(900)), (
+            f"{subscriber.name}: gap, dup or order"
+        )
     await early.close()
     await late.close()
 
@@ -101,7 +120,9 @@ async def test_slow_broadcast_socket_is_closed_4008_while_others_get_everything(
         await asyncio.sleep(0.3)  # the slow socket has its assignment too
         values = [{"n": n, "pad": "v" * 100_000} for n in range(120)]
         await publish(client, topic_name, values)
-        await wait_until(lambda: len(fast.messages) >= len(values), what="the fast subscriber's messages")
+        await wait_until(
+            lambda: len(fast.messages) >= len(values), what="the fast subscriber's messages"
+        )
         await asyncio.sleep(2.5)  # still never read: past the 1 s slow-client timeout
         frames, code, reason = await asyncio.to_thread(read_frames, slow)
     finally:
@@ -117,20 +138,32 @@ async def test_slow_broadcast_socket_is_closed_4008_while_others_get_everything(
 
 
 def catch_up_tasks() -> list[asyncio.Task[Any]]:
-    """Tasks that serve a broadcast subscription beyond aiohttp's own: catch-ups and per-subscription runners."""
-    return [t for t in asyncio.all_tasks() if "BroadcastFollow._catch_up" in t.get_coro().__qualname__
-            or t.get_name().startswith("subscription-")]
+    """Tasks that serve a broadcast subscription beyond aiohttp's own: catch-ups and
+    per-subscription runners."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if "BroadcastFollow._catch_up" in t.get_coro().__qualname__
+        or t.get_name().startswith("subscription-")
+    ]
 
 
 async def test_idle_broadcast_subscriptions_hold_no_task_of_their_own_and_still_get_new_messages(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, 3)
-    subscribers = [await subscribe(gateway, f"idle{i}", auto=False, topic=topic_name, max_in_flight=100)
-                   for i in range(5)]
-    await wait_until(lambda: all(s.partitions == [0, 1, 2] for s in subscribers), what="assignments")
+    subscribers = [
+        await subscribe(gateway, f"idle{i}", auto=False, topic=topic_name, max_in_flight=100)
+        for i in range(5)
+    ]
+    await wait_until(
+        lambda: all(s.partitions == [0, 1, 2] for s in subscribers), what="assignments"
+    )
     await wait_until(lambda: not catch_up_tasks(), what="every follower joined its tail")
-    await publish(gateway, topic_name, list(range(250)))  # more than max_in_flight: followers detach, catch up
-    await wait_until(lambda: all(len(s.messages) >= 250 for s in subscribers), what="every delivery")
+    # more than max_in_flight: followers detach, catch up
+    await publish(gateway, topic_name, list(range(250)))
+    await wait_until(
+        lambda: all(len(s.messages) >= 250 for s in subscribers), what="every delivery"
+    )
     for subscriber in subscribers:
         assert sorted(m.value for m in subscriber.messages) == list(range(250)), subscriber.name
     await wait_until(lambda: not catch_up_tasks(), what="idle again")
@@ -144,7 +177,9 @@ async def test_subscribers_of_an_empty_partition_join_its_running_tail_without_r
     services = gateway.server.app[SERVICES]
     first = await subscribe(gateway, "first", auto=False, topic=topic_name)
     tails = services.delivery.tails
-    await wait_until(lambda: all(tails.get(topic_name, p) is not None for p in (0, 1)), what="both tails")
+    await wait_until(
+        lambda: all(tails.get(topic_name, p) is not None for p in (0, 1)), what="both tails"
+    )
     reads: list[int] = []
     real_read = services.store.read
 
@@ -156,9 +191,13 @@ async def test_subscribers_of_an_empty_partition_join_its_running_tail_without_r
     later = [await subscribe(gateway, f"later{i}", auto=False, topic=topic_name) for i in range(5)]
     await wait_until(lambda: all(s.partitions == [0, 1] for s in later), what="assignments")
     await wait_until(lambda: not catch_up_tasks(), what="every follower joined its tail")
-    assert reads == [], "an empty partition's running tail is joined at its position: nothing to read first"
+    assert reads == [], (
+        "an empty partition's running tail is joined at its position: nothing to read first"
+    )
     await publish(gateway, topic_name, list(range(40)))
-    await wait_until(lambda: all(len(s.messages) >= 40 for s in [first, *later]), what="every delivery")
+    await wait_until(
+        lambda: all(len(s.messages) >= 40 for s in [first, *later]), what="every delivery"
+    )
     for subscriber in [first, *later]:
         assert sorted(m.value for m in subscriber.messages) == list(range(40)), subscriber.name
         await subscriber.close()

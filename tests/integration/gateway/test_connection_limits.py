@@ -20,7 +20,9 @@ async def test_a_subscription_over_the_cap_is_refused_with_429_until_one_closes(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     client: Client = await aiohttp_client(create_app(dataclasses.replace(gateway_settings,
                                                                          max_connections_per_principal=2)))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     params = {"topic": topic_name, "mode": "broadcast"}
     first = await client.ws_connect("/v1/subscribe", params=params)
     second = await client.ws_connect("/v1/subscribe", params=params)

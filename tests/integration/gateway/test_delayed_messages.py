@@ -1,4 +1,5 @@
-"""Delayed messages end to end: they appear when due, once, in due order, also when their owner dies."""
+"""Delayed messages end to end: they appear when due, once, in due order, also when their owner
+dies."""
 
 from __future__ import annotations
 
@@ -24,13 +25,19 @@ async def all_values(http: Any, base: str, topic: str, partitions: int) -> list[
     return values
 
 
-async def test_delayed_messages_join_the_stream_when_due_in_due_order(gateway: Client, topic_name: str) -> None:
-    assert (await gateway.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+async def test_delayed_messages_join_the_stream_when_due_in_due_order(
+    gateway: Client, topic_name: str
+) -> None:
+    assert (
+        await gateway.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     now_ms = int(time.time() * 1000)
     body = {"messages": [{"value": "third", "deliver_at_ms": now_ms + 1500},
                          {"value": "first", "delay_ms": 700},
                          {"value": "second", "deliver_at_ms": now_ms + 1100}]}
-    results = (await (await gateway.post(f"/v1/topics/{topic_name}/messages", json=body)).json())["results"]
+    results = (
+        await (await gateway.post(f"/v1/topics/{topic_name}/messages", json=body)).json()
+    )["results"]
     assert [r["offset"] for r in results] == [None, None, None]
     page = await (await gateway.get(f"/v1/topics/{topic_name}/partitions/0/messages")).json()
     assert page["messages"] == []
@@ -43,7 +50,10 @@ async def test_delayed_messages_join_the_stream_when_due_in_due_order(gateway: C
         await asyncio.sleep(0.02)
     page = await (await gateway.get(f"/v1/topics/{topic_name}/partitions/0/messages")).json()
     assert [m["value"] for m in page["messages"]] == ["first", "second", "third"]
-    lateness = {"first": seen_at["first"] - (now_ms + 700), "third": seen_at["third"] - (now_ms + 1500)}
+    lateness = {
+        "first": seen_at["first"] - (now_ms + 700),
+        "third": seen_at["third"] - (now_ms + 1500),
+    }
     assert all(-50 <= late < 1000 for late in lateness.values()), lateness
     assert page["messages"][0]["timestamp_ms"] >= now_ms + 700
 
@@ -53,11 +63,19 @@ async def test_delayed_messages_fire_once_when_their_owner_gateway_dies(
     survivor, doomed = gateway_processes
     partitions = 8
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{survivor.url}/v1/topics", json={"name": topic_name, "partitions": partitions}) as r:
+        async with http.post(
+            f"{survivor.url}/v1/topics", json={"name": topic_name, "partitions": partitions}
+        ) as r:
             assert r.status == 201
-        body = {"messages": [{"value": i, "partition": i % partitions, "delay_ms": 2500 + (i % 7) * 100}
-                             for i in range(200)]}
-        async with http.post(f"{doomed.url}/v1/topics/{topic_name}/messages", json=body) as response:
+        body = {
+            "messages": [
+                {"value": i, "partition": i % partitions, "delay_ms": 2500 + (i % 7) * 100}
+                for i in range(200)
+            ]
+        }
+        async with http.post(
+            f"{doomed.url}/v1/topics/{topic_name}/messages", json=body
+        ) as response:
             assert response.status == 200
         await asyncio.sleep(0.5)
         doomed.process.send_signal(signal.SIGKILL)

@@ -35,14 +35,24 @@ async def eventually_status(call: Any, status: int, attempts: int = 100) -> Any:
         if response.status == status:
             return response
         await asyncio.sleep(0.1)
-    raise AssertionError(f"never answered {status}; last {response.status}: {await response.text()}")
+    raise AssertionError(
+        f"never answered {status}; last {response.status}: {await response.text()}"
+    )
 
 
 async def test_etcd_down_gives_503_for_admin_while_cached_topics_keep_publishing(
-        aiohttp_client: Any, gateway_settings: GatewaySettings, private_etcd: EtcdProcess, topic_name: str) -> None:
-    settings = dataclasses.replace(gateway_settings, etcd_endpoints=(private_etcd.endpoint,), etcd_timeout_s=1.0)
+    aiohttp_client: Any,
+    gateway_settings: GatewaySettings,
+    private_etcd: EtcdProcess,
+    topic_name: str,
+) -> None:
+    settings = dataclasses.replace(
+        gateway_settings, etcd_endpoints=(private_etcd.endpoint,), etcd_timeout_s=1.0
+    )
     client: Client = await aiohttp_client(create_app(settings))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})
+    ).status == 201
     await asyncio.to_thread(private_etcd.stop)
     try:
         created = await client.post("/v1/topics", json={"name": f"{topic_name}-2", "partitions": 1})
@@ -51,7 +61,9 @@ async def test_etcd_down_gives_503_for_admin_while_cached_topics_keep_publishing
         assert created.content_type == "application/problem+json"
         not_ready = await eventually_status(lambda: client.get("/readyz"), 503)
         assert (await not_ready.json())["checks"]["etcd"].startswith("failed")
-        published = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]})
+        published = await client.post(
+            f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]}
+        )
         assert published.status == 200, "publish must not depend on etcd for a cached topic"
     finally:
         await asyncio.to_thread(private_etcd.start)
@@ -61,15 +73,20 @@ async def test_etcd_down_gives_503_for_admin_while_cached_topics_keep_publishing
 
 
 async def test_unreachable_primary_gives_503_with_retry_after_then_recovers(
-        aiohttp_client: Any, gateway_settings: GatewaySettings, redis_cluster: Any, topic_name: str) -> None:
+    aiohttp_client: Any, gateway_settings: GatewaySettings, redis_cluster: Any, topic_name: str
+) -> None:
     # Short deadline: the pause must end well before cluster-node-timeout, or a failover starts.
     settings = dataclasses.replace(gateway_settings, redis_write_deadline_s=0.4)
     client: Client = await aiohttp_client(create_app(settings))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     primary = redis_cluster.primary_for_key(f"sg:{{{topic_name}/0}}:log")
     primary.pause()
     try:
-        response = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]})
+        response = await client.post(
+            f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]}
+        )
     finally:
         primary.resume()
     assert response.status == 503
@@ -81,12 +98,23 @@ async def test_unreachable_primary_gives_503_with_retry_after_then_recovers(
 
 
 async def test_group_delivery_resumes_soon_after_an_etcd_outage_longer_than_the_member_lease(
-        aiohttp_client: Any, gateway_settings: GatewaySettings, private_etcd: EtcdProcess, topic_name: str) -> None:
-    lease_ttl_s, outage_s = 6.0, 8.0  # the members count themselves lost during the outage (close 4503)
-    settings = dataclasses.replace(gateway_settings, etcd_endpoints=(private_etcd.endpoint,), etcd_timeout_s=1.0,
-                                   member_lease_ttl_s=lease_ttl_s)
+    aiohttp_client: Any,
+    gateway_settings: GatewaySettings,
+    private_etcd: EtcdProcess,
+    topic_name: str,
+) -> None:
+    # the members count themselves lost during the outage (close 4503)
+    lease_ttl_s, outage_s = 6.0, 8.0
+    settings = dataclasses.replace(
+        gateway_settings,
+        etcd_endpoints=(private_etcd.endpoint,),
+        etcd_timeout_s=1.0,
+        member_lease_ttl_s=lease_ttl_s,
+    )
     client: Client = await aiohttp_client(create_app(settings))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})
+    ).status == 201
     received: list[tuple[float, Any]] = []
     closes: list[int | None] = []
     consumer = asyncio.create_task(_resubscribing(client, topic_name, received, closes))
@@ -101,15 +129,18 @@ async def test_group_delivery_resumes_soon_after_an_etcd_outage_longer_than_the_
         consumer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await consumer
-    print(f"\n[etcd outage {outage_s:.0f}s, member lease {lease_ttl_s:.0f}s] subscription closes {closes}; "
-          f"group delivery resumed {took_s:.2f}s after etcd was serving again")
+    print(
+        f"\n[etcd outage {outage_s:.0f}s, member lease {lease_ttl_s:.0f}s] subscription closes "
+        f"{closes}; group delivery resumed {took_s:.2f}s after etcd was serving again"
+    )
     assert 4503 in closes
     assert took_s < 3.0
 
 
 async def _resubscribing(client: Client, topic: str, received: list[tuple[float, Any]],
                          closes: list[int | None]) -> None:
-    """An exclusive-group member that acks everything and subscribes again 0.2 s after every close."""
+    """An exclusive-group member that acks everything and subscribes again 0.2 s after every
+    close."""
     loop = asyncio.get_running_loop()
     while True:
         try:
@@ -127,15 +158,20 @@ async def _resubscribing(client: Client, topic: str, received: list[tuple[float,
         await asyncio.sleep(0.2)
 
 
-async def _publish_until_received(client: Client, topic: str, received: list[tuple[float, Any]], tag: str,
-                                  timeout_s: float) -> float:
+async def _publish_until_received(
+    client: Client, topic: str, received: list[tuple[float, Any]], tag: str, timeout_s: float
+) -> float:
     """Publish a message every 0.1 s until one of them is received; when the first one arrived."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     for seq in itertools.count():
         assert loop.time() < deadline, f"nothing delivered within {timeout_s}s ({tag})"
-        await client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"value": f"{tag}-{seq}"}]})
-        arrived = [at for at, value in received if isinstance(value, str) and value.startswith(f"{tag}-")]
+        await client.post(
+            f"/v1/topics/{topic}/messages", json={"messages": [{"value": f"{tag}-{seq}"}]}
+        )
+        arrived = [
+            at for at, value in received if isinstance(value, str) and value.startswith(f"{tag}-")
+        ]
         if arrived:
             return min(arrived)
         await asyncio.sleep(0.1)

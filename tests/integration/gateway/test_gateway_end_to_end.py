@@ -20,17 +20,25 @@ async def create(client: Client, name: str, partitions: int = 6) -> None:
     assert response.status == 201, await response.text()
 
 
-async def publish(client: Client, topic: str, messages: list[dict[str, Any]], acks: str = "1") -> Any:
-    return await client.post(f"/v1/topics/{topic}/messages", json={"messages": messages, "acks": acks})
+async def publish(
+    client: Client, topic: str, messages: list[dict[str, Any]], acks: str = "1"
+) -> Any:
+    return await client.post(
+        f"/v1/topics/{topic}/messages", json={"messages": messages, "acks": acks}
+    )
 
 
-async def test_published_messages_replay_in_order_from_every_partition(gateway: Client, topic_name: str) -> None:
+async def test_published_messages_replay_in_order_from_every_partition(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name)
     messages = [{"key": f"user-{i % 20}", "value": {"seq": i}} for i in range(300)]
     response = await publish(gateway, topic_name, messages, acks="all")
     assert response.status == 200, await response.text()
     results = (await response.json())["results"]
-    assert [r["partition"] for r in results] == [partition_for(f"user-{i % 20}".encode(), 6) for i in range(300)]
+    assert [r["partition"] for r in results] == [
+        partition_for(f"user-{i % 20}".encode(), 6) for i in range(300)
+    ]
     replayed: dict[int, list[int]] = {}
     for partition in range(6):
         page = await (await gateway.get(
@@ -40,10 +48,15 @@ async def test_published_messages_replay_in_order_from_every_partition(gateway: 
     assert replayed == expected
 
 
-async def test_describe_reports_lengths_and_bounds_from_redis(gateway: Client, topic_name: str) -> None:
+async def test_describe_reports_lengths_and_bounds_from_redis(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, partitions=2)
-    results = (await (await publish(gateway, topic_name, [{"value": i, "partition": 1} for i in range(5)])
-                      ).json())["results"]
+    results = (
+        await (
+            await publish(gateway, topic_name, [{"value": i, "partition": 1} for i in range(5)])
+        ).json()
+    )["results"]
     body = await (await gateway.get(f"/v1/topics/{topic_name}")).json()
     assert body["partition_details"][0]["length"] == 0
     expected = {"partition": 1, "length": 5, "first_offset": results[0]["offset"],
@@ -51,12 +64,16 @@ async def test_describe_reports_lengths_and_bounds_from_redis(gateway: Client, t
     assert {k: body["partition_details"][1][k] for k in expected} == expected
 
 
-async def test_idempotent_retry_on_the_cluster_is_a_duplicate(gateway: Client, topic_name: str) -> None:
+async def test_idempotent_retry_on_the_cluster_is_a_duplicate(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name)
     batch = [{"value": "a", "idempotency_key": "k1"}, {"value": "b", "idempotency_key": "k2"}]
     first = (await (await publish(gateway, topic_name, batch, acks="all")).json())["results"]
     retry = (await (await publish(gateway, topic_name, batch, acks="all")).json())["results"]
-    assert [(r["partition"], r["offset"]) for r in retry] == [(r["partition"], r["offset"]) for r in first]
+    assert [(r["partition"], r["offset"]) for r in retry] == [
+        (r["partition"], r["offset"]) for r in first
+    ]
     assert [r["duplicate"] for r in retry] == [True, True]
     details = (await (await gateway.get(f"/v1/topics/{topic_name}")).json())["partition_details"]
     assert sum(d["length"] for d in details) == 2
@@ -90,7 +107,8 @@ async def test_acks_all_with_the_replica_stopped_is_503_never_success(
 
 
 async def test_topic_created_on_one_gateway_is_published_on_another(
-        aiohttp_client: Any, gateway: Client, gateway_settings: GatewaySettings, topic_name: str) -> None:
+    aiohttp_client: Any, gateway: Client, gateway_settings: GatewaySettings, topic_name: str
+) -> None:
     other: Client = await aiohttp_client(create_app(gateway_settings))
     await create(gateway, topic_name)
     response = await publish(other, topic_name, [{"value": "hello"}])

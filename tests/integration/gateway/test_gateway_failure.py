@@ -1,4 +1,5 @@
-"""Gateway processes dying or stopping: members move, un-acked messages come back, clients are told."""
+"""Gateway processes dying or stopping: members move, un-acked messages come back, clients are
+told."""
 
 from __future__ import annotations
 
@@ -15,26 +16,39 @@ async def test_killed_gateway_loses_its_members_after_the_lease_and_nothing_is_l
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor_gw, doomed_gw = gateway_processes
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{survivor_gw.url}/v1/topics", json={"name": topic_name, "partitions": 6}) as r:
+        async with http.post(
+            f"{survivor_gw.url}/v1/topics", json={"name": topic_name, "partitions": 6}
+        ) as r:
             assert r.status == 201
-        survivor = await subscribe_at(http, survivor_gw.url, "survivor", topic=topic_name, group="g")
-        doomed = await subscribe_at(http, doomed_gw.url, "doomed", auto=False, topic=topic_name, group="g")
+        survivor = await subscribe_at(
+            http, survivor_gw.url, "survivor", topic=topic_name, group="g"
+        )
+        doomed = await subscribe_at(
+            http, doomed_gw.url, "doomed", auto=False, topic=topic_name, group="g"
+        )
         await wait_until(lambda: len(survivor.partitions) == 3 and len(doomed.partitions) == 3,
                          what="a 3/3 split over the two gateways")
         body = {"messages": [{"key": f"k{i}", "value": i} for i in range(600)]}
         async with http.post(f"{survivor_gw.url}/v1/topics/{topic_name}/messages", json=body) as r:
             assert r.status == 200
-        await wait_until(lambda: len(doomed.messages) >= 50, what="the doomed member to hold messages")
+        await wait_until(
+            lambda: len(doomed.messages) >= 50, what="the doomed member to hold messages"
+        )
         held = {m.value for m in doomed.messages}
         doomed_gw.process.send_signal(signal.SIGKILL)
         doomed_gw.process.wait()
         await wait_until(lambda: len(survivor.partitions) == 6, timeout_s=15,
                          what="the survivor to take every partition after the lease TTL")
-        await wait_until(lambda: {m.value for m in survivor.messages} >= set(range(600)), timeout_s=20,
-                         what="every message, including the dead gateway's un-acked ones")
+        await wait_until(
+            lambda: {m.value for m in survivor.messages} >= set(range(600)),
+            timeout_s=20,
+            what="every message, including the dead gateway's un-acked ones",
+        )
         assert held <= {m.value for m in survivor.messages}
         redelivered = [m for m in survivor.messages if m.value in held]
-        assert all(m.delivery_count >= 2 for m in redelivered), "takeover must count the earlier delivery"
+        assert all(m.delivery_count >= 2 for m in redelivered), (
+            "takeover must count the earlier delivery"
+        )
         await survivor.close()
 
 
@@ -42,12 +56,16 @@ async def test_graceful_shutdown_closes_subscriptions_with_1001(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     gateway = gateway_processes[0]
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{gateway.url}/v1/topics", json={"name": topic_name, "partitions": 1}) as r:
+        async with http.post(
+            f"{gateway.url}/v1/topics", json={"name": topic_name, "partitions": 1}
+        ) as r:
             assert r.status == 201
         member: Any = await subscribe_at(http, gateway.url, "m", topic=topic_name, group="g")
         await wait_until(lambda: member.partitions == [0], what="assignment")
         gateway.process.send_signal(signal.SIGTERM)
-        await wait_until(lambda: member.close_code is not None, timeout_s=15, what="the socket to close")
+        await wait_until(
+            lambda: member.close_code is not None, timeout_s=15, what="the socket to close"
+        )
         assert member.close_code == 1001
         await asyncio.to_thread(gateway.process.wait, 15)
         assert gateway.process.returncode == 0

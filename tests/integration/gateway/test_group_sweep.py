@@ -1,4 +1,5 @@
-"""The partition owner's sweep acts for groups whose members are gone: dead letters and a dead node's deliveries."""
+"""The partition owner's sweep acts for groups whose members are gone: dead letters and a dead
+node's deliveries."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ async def group_partitions(client: Client, group: str, topic: str) -> list[dict[
 
 
 async def dead_letters(client: Client, topic: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/v1/topics/{topic}.dlq/partitions/0/messages", params={"limit": "1000"})
+    response = await client.get(
+        f"/v1/topics/{topic}.dlq/partitions/0/messages", params={"limit": "1000"}
+    )
     if response.status == 404:
         return []
     return list((await response.json())["messages"])
@@ -43,8 +46,11 @@ async def dead_letters(client: Client, topic: str) -> list[dict[str, Any]]:
 
 def metric(text: str, name: str, labels: str = "") -> float:
     """The sum of a counter's samples whose labels contain ``labels``."""
-    return sum(float(m.group(2)) for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, re.MULTILINE)
-               if labels in m.group(1))
+    return sum(
+        float(m.group(2))
+        for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, re.MULTILINE)
+        if labels in m.group(1)
+    )
 
 
 async def eventually(check: Any, timeout_s: float, what: str) -> None:
@@ -57,7 +63,9 @@ async def eventually(check: Any, timeout_s: float, what: str) -> None:
 async def test_exhausted_deliveries_of_a_shared_group_with_no_members_left_are_dead_lettered(
         sweeping_gateway: Client, topic_name: str) -> None:
     client = sweeping_gateway
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     member = await subscribe(client, "only", auto=False, topic=topic_name, group="g", mode="shared",
                              ack_timeout_ms=5000, max_deliveries=1)
     await wait_until(lambda: member.partitions == [0], what="the assignment")
@@ -82,7 +90,9 @@ async def test_exhausted_deliveries_of_a_shared_group_with_no_members_left_are_d
 async def test_entries_with_deliveries_left_stay_pending_for_the_next_member(
         sweeping_gateway: Client, topic_name: str) -> None:
     client = sweeping_gateway
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     first = await subscribe(client, "first", auto=False, topic=topic_name, group="g", mode="shared",
                             ack_timeout_ms=300, max_deliveries=3)
     await wait_until(lambda: first.partitions == [0], what="the assignment")
@@ -104,7 +114,9 @@ async def test_a_dead_gateways_deliveries_are_redelivered_before_their_ack_timeo
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor_gw, doomed_gw = gateway_processes
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{survivor_gw.url}/v1/topics", json={"name": topic_name, "partitions": 2}) as r:
+        async with http.post(
+            f"{survivor_gw.url}/v1/topics", json={"name": topic_name, "partitions": 2}
+        ) as r:
             assert r.status == 201
         params = {"topic": topic_name, "group": "g", "mode": "shared", "ack_timeout_ms": 120_000}
         doomed = await subscribe_at(http, doomed_gw.url, "doomed", auto=False, **params)
@@ -112,14 +124,22 @@ async def test_a_dead_gateways_deliveries_are_redelivered_before_their_ack_timeo
         body = {"messages": [{"key": f"k{i}", "value": i} for i in range(100)]}
         async with http.post(f"{survivor_gw.url}/v1/topics/{topic_name}/messages", json=body) as r:
             assert r.status == 200
-        await wait_until(lambda: len(doomed.messages) == 100, what="the doomed member to hold every message")
+        await wait_until(
+            lambda: len(doomed.messages) == 100, what="the doomed member to hold every message"
+        )
         doomed_gw.process.send_signal(signal.SIGKILL)
         doomed_gw.process.wait()
         killed_at = time.monotonic()
         late = await subscribe_at(http, survivor_gw.url, "late", **params)
-        await wait_until(lambda: len({m.value for m in late.messages}) == 100, timeout_s=30,
-                         what="the dead gateway's un-acked messages, long before their 120 s ack timeout")
-        print(f"a dead gateway's 100 un-acked messages redelivered {time.monotonic() - killed_at:.1f}s after kill -9")
+        await wait_until(
+            lambda: len({m.value for m in late.messages}) == 100,
+            timeout_s=30,
+            what="the dead gateway's un-acked messages, long before their 120 s ack timeout",
+        )
+        print(
+            "a dead gateway's 100 un-acked messages redelivered "
+            f"{time.monotonic() - killed_at:.1f}s after kill -9"
+        )
         assert {m.delivery_count for m in late.messages} == {2}
 
         async def consumers_removed() -> bool:
@@ -128,5 +148,7 @@ async def test_a_dead_gateways_deliveries_are_redelivered_before_their_ack_timeo
             assert metric(metrics, "streamgate_group_orphans_released_total") == 100
             return metric(metrics, "streamgate_group_consumers_removed_total") == 2
 
-        await eventually(consumers_removed, 10, "the dead node's consumer to leave both partitions' group")
+        await eventually(
+            consumers_removed, 10, "the dead node's consumer to leave both partitions' group"
+        )
         await late.close()

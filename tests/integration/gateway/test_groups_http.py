@@ -19,7 +19,9 @@ async def create(client: Client, name: str, partitions: int) -> None:
     assert response.status == 201, await response.text()
 
 
-async def publish(client: Client, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def publish(
+    client: Client, topic: str, messages: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     response = await client.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
     assert response.status == 200, await response.text()
     return list((await response.json())["results"])
@@ -30,7 +32,9 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
     urls = [g.url for g in gateway_processes]
     first, second = urls
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{first}/v1/topics", json={"name": topic_name, "partitions": 4}) as response:
+        async with http.post(
+            f"{first}/v1/topics", json={"name": topic_name, "partitions": 4}
+        ) as response:
             assert response.status == 201
         body = {"messages": [{"key": f"k{i}", "value": i} for i in range(400)]}
         async with http.post(f"{second}/v1/topics/{topic_name}/messages", json=body) as response:
@@ -39,8 +43,10 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
         served_by: Counter[str] = Counter()
         for turn in range(200):
             url = urls[turn % 2]
-            async with http.post(f"{url}/v1/groups/workers/pull",
-                                 json={"topic": topic_name, "max_messages": 25, "wait_ms": 200}) as response:
+            async with http.post(
+                f"{url}/v1/groups/workers/pull",
+                json={"topic": topic_name, "max_messages": 25, "wait_ms": 200},
+            ) as response:
                 assert response.status == 200, await response.text()
                 messages = (await response.json())["messages"]
             if not messages:
@@ -62,13 +68,17 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
         assert all(p["lag"] == 0 for p in state)
 
 
-async def test_unacked_pull_is_redelivered_nack_delays_and_extend_postpones(gateway: Client, topic_name: str) -> None:
+async def test_unacked_pull_is_redelivered_nack_delays_and_extend_postpones(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, 1)
     await publish(gateway, topic_name, [{"value": "job"}])
 
     async def pull_once(wait_ms: int = 0) -> list[dict[str, Any]]:
-        response = await gateway.post("/v1/groups/g/pull", json={"topic": topic_name, "ack_timeout_ms": 400,
-                                                                 "wait_ms": wait_ms})
+        response = await gateway.post(
+            "/v1/groups/g/pull",
+            json={"topic": topic_name, "ack_timeout_ms": 400, "wait_ms": wait_ms},
+        )
         assert response.status == 200, await response.text()
         return list((await response.json())["messages"])
 
@@ -86,7 +96,9 @@ async def test_unacked_pull_is_redelivered_nack_delays_and_extend_postpones(gate
     extended = await gateway.post("/v1/groups/g/extend", json={"receipts": [again["receipt"]]})
     await asyncio.sleep(0.25)
     assert await pull_once() == [], "an extended message must not be redelivered yet"
-    nacked = await gateway.post("/v1/groups/g/nack", json={"receipts": [again["receipt"]], "delay_ms": 0})
+    nacked = await gateway.post(
+        "/v1/groups/g/nack", json={"receipts": [again["receipt"]], "delay_ms": 0}
+    )
     assert (await nacked.json()) == {"nacked": 1}
     [third] = await pull_once(wait_ms=1000)
     assert third["delivery_count"] == 3
@@ -108,16 +120,22 @@ async def test_bad_receipts_and_pull_bodies_are_422(gateway: Client, topic_name:
     assert missing.status == 404
 
 
-async def test_group_describe_shows_members_lag_and_pending(gateway: Client, topic_name: str) -> None:
+async def test_group_describe_shows_members_lag_and_pending(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, 2)
-    member = await subscribe(gateway, "m", auto=False, topic=topic_name, group="billing", max_in_flight=3)
+    member = await subscribe(
+        gateway, "m", auto=False, topic=topic_name, group="billing", max_in_flight=3
+    )
     await wait_until(lambda: member.partitions == [0, 1], what="assignment")
     await publish(gateway, topic_name, [{"value": i, "partition": 0} for i in range(10)])
     await wait_until(lambda: len(member.messages) == 3, what="three in flight")
     await asyncio.sleep(0.3)
     body = await (await gateway.get("/v1/groups/billing", params={"topic": topic_name})).json()
     [topic] = body["topics"]
-    assert [m["member_id"] for m in topic["members"]] == [member_id for member_id in topic["assignment"]]
+    assert [m["member_id"] for m in topic["members"]] == [
+        member_id for member_id in topic["assignment"]
+    ]
     assert topic["generation"] >= 1
     p0 = topic["partitions"][0]
     assert p0["pending"] == 3
@@ -136,10 +154,14 @@ async def test_seek_to_earliest_replays_and_latest_skips(gateway: Client, topic_
     await publish(gateway, topic_name, [{"value": i} for i in range(5)])
 
     async def drain() -> list[Any]:
-        response = await gateway.post("/v1/groups/g/pull", json={"topic": topic_name, "max_messages": 100})
+        response = await gateway.post(
+            "/v1/groups/g/pull", json={"topic": topic_name, "max_messages": 100}
+        )
         messages = (await response.json())["messages"]
         if messages:
-            await gateway.post("/v1/groups/g/ack", json={"receipts": [m["receipt"] for m in messages]})
+            await gateway.post(
+                "/v1/groups/g/ack", json={"receipts": [m["receipt"] for m in messages]}
+            )
         return [m["value"] for m in messages]
 
     assert await drain() == [0, 1, 2, 3, 4]
@@ -147,7 +169,9 @@ async def test_seek_to_earliest_replays_and_latest_skips(gateway: Client, topic_
     assert seek.status == 200
     assert await drain() == [0, 1, 2, 3, 4]
     results = await publish(gateway, topic_name, [{"value": 5}, {"value": 6}])
-    seek = await gateway.post("/v1/groups/g/seek", json={"topic": topic_name, "to": f"0:{results[0]['offset']}"})
+    seek = await gateway.post(
+        "/v1/groups/g/seek", json={"topic": topic_name, "to": f"0:{results[0]['offset']}"}
+    )
     assert seek.status == 200
     assert await drain() == [6]
     await gateway.post("/v1/groups/g/seek", json={"topic": topic_name, "to": {"timestamp_ms": 0}})
@@ -159,13 +183,22 @@ async def test_seek_to_earliest_replays_and_latest_skips(gateway: Client, topic_
     assert bad.status == 422
 
 
-async def test_dead_letters_can_be_redriven_to_the_source_topic(gateway: Client, topic_name: str) -> None:
+async def test_dead_letters_can_be_redriven_to_the_source_topic(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, 2)
     await publish(gateway, topic_name, [{"value": "poison", "key": "k", "headers": {"tag": "t"}}])
 
     async def pull(wait_ms: int) -> list[dict[str, Any]]:
-        response = await gateway.post("/v1/groups/g/pull", json={"topic": topic_name, "ack_timeout_ms": 200,
-                                                                 "max_deliveries": 2, "wait_ms": wait_ms})
+        response = await gateway.post(
+            "/v1/groups/g/pull",
+            json={
+                "topic": topic_name,
+                "ack_timeout_ms": 200,
+                "max_deliveries": 2,
+                "wait_ms": wait_ms,
+            },
+        )
         return list((await response.json())["messages"])
 
     delivered = []

@@ -1,9 +1,11 @@
-"""Hostile connections against a real `streamgate serve` with auth on: the gateway's memory stays bounded.
+"""Hostile connections against a real `streamgate serve` with auth on: the gateway's memory stays
+bounded.
 
-64 clients at once: subscribers that never read their socket (broadcast and a shared group, the widest window, a
-backlog of large messages), publishers trickling their body a byte a second, and WebSocket upgrades without
-credentials in a loop. Meanwhile an ordinary subscriber and publisher are served. The gateway's RSS, read from
-/proc/<pid>/status, must stay under the bound docs/security.md states; one summary line is printed (``-s``).
+64 clients at once: subscribers that never read their socket (broadcast and a shared group, the
+widest window, a backlog of large messages), publishers trickling their body a byte a second, and
+WebSocket upgrades without credentials in a loop. Meanwhile an ordinary subscriber and publisher are
+served. The gateway's RSS, read from /proc/<pid>/status, must stay under the bound docs/security.md
+states; one summary line is printed (``-s``).
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ KEY = "sgk_hostile-connections-key"
 HEADERS = {"X-API-Key": KEY}
 MIB = 1024 * 1024
 RSS_BOUND_MIB = 512  # docs/security.md: the gateway's RSS under this hostile mix stays below this
-RSS_KEPT_MIB = 48  # what the RSS may stay above its level before the hostile clients came, once they left
+# what the RSS may stay above its level before the hostile clients came, once they left
+RSS_KEPT_MIB = 48
 VALUE_BYTES = 100_000
 BACKLOG = 400
 BROADCAST_READERS, GROUP_READERS, SLOW_BODIES, FLOODERS = 20, 4, 20, 20
 UNAUTHENTICATED_CAP = 16
-DEADLINE_S = 3.0  # slow_client_timeout_s, body_read_timeout_s and auth_frame_timeout_s of the gateway under test
+# slow_client_timeout_s, body_read_timeout_s and auth_frame_timeout_s of the gateway under test
+DEADLINE_S = 3.0
 PHASE_S = 14.0
 ORDINARY_MESSAGES = 20
 CONFIG = api_keys({"app": KEY}) + rule(["app"], ["it-*"], ["publish", "subscribe", "admin"])
@@ -78,8 +82,10 @@ def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gatew
            "STREAMGATE_BODY_READ_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_AUTH_FRAME_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_MAX_UNAUTHENTICATED_CONNECTIONS": str(UNAUTHENTICATED_CAP)}
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port",
-                                str(port)], env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port", str(port)],
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process)
@@ -93,7 +99,7 @@ def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gatew
             process.wait()
 
 
-# --- hostile clients ----------------------------------------------------------------------------------------------
+# --- hostile clients ------------------------------------------------------------------------------
 def upgrade_request(path: str, headers: dict[str, str]) -> bytes:
     key = base64.b64encode(os.urandom(16)).decode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
@@ -101,7 +107,9 @@ def upgrade_request(path: str, headers: dict[str, str]) -> bytes:
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n").encode()
 
 
-async def connect(port: int, tiny_buffer: bool = False) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(
+    port: int, tiny_buffer: bool = False
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     sock = socket.socket()
     if tiny_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -111,7 +119,8 @@ async def connect(port: int, tiny_buffer: bool = False) -> tuple[asyncio.StreamR
 
 
 async def never_reading_subscriber(port: int, path: str, tally: Tally, stop: asyncio.Event) -> None:
-    """Upgrades with credentials and never reads a byte: its window is wide open, its socket full."""
+    """Upgrades with credentials and never reads a byte: its window is wide open, its socket
+    full."""
     _, writer = await connect(port, tiny_buffer=True)
     writer.transport.pause_reading()  # type: ignore[attr-defined]  # past the 101 the client reads nothing
     writer.write(upgrade_request(path, HEADERS))
@@ -123,8 +132,12 @@ async def never_reading_subscriber(port: int, path: str, tally: Tally, stop: asy
 async def slow_body_publisher(port: int, topic: str, tally: Tally, stop: asyncio.Event) -> None:
     """An authenticated publish whose body comes a byte a second: answered 408 and closed."""
     reader, writer = await connect(port)
-    writer.write((f"POST /v1/topics/{topic}/messages HTTP/1.1\r\nHost: gateway\r\nX-API-Key: {KEY}\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{").encode())
+    writer.write(
+        (
+            f"POST /v1/topics/{topic}/messages HTTP/1.1\r\nHost: gateway\r\nX-API-Key: {KEY}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+        ).encode()
+    )
 
     async def trickle() -> None:
         while not stop.is_set():
@@ -151,7 +164,8 @@ async def upgrade_flooder(port: int, topic: str, tally: Tally, stop: asyncio.Eve
             head = await reader.readuntil(b"\r\n\r\n")
             tally.outcomes["flood " + head[9:12].decode()] += 1
             if head.startswith(b"HTTP/1.1 101"):
-                await asyncio.wait_for(reader.read(), DEADLINE_S + 10)  # the auth-frame timeout closes it
+                # the auth-frame timeout closes it
+                await asyncio.wait_for(reader.read(), DEADLINE_S + 10)
             else:
                 await asyncio.sleep(0.2)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -166,16 +180,20 @@ async def sample_rss(gateway: Gateway, tally: Tally, stop: asyncio.Event) -> Non
         await asyncio.sleep(0.1)
 
 
-# --- the ordinary clients -----------------------------------------------------------------------------------------
+# --- the ordinary clients -------------------------------------------------------------------------
 async def ordinary_traffic(http: aiohttp.ClientSession, url: str, topic: str) -> tuple[int, int]:
-    """Publishes small messages one by one to a subscriber that reads; returns (published, received)."""
+    """Publishes small messages one by one to a subscriber that reads; returns (published,
+    received)."""
     async with http.ws_connect(f"{url}/v1/subscribe", params={"topic": topic, "mode": "broadcast"},
                                headers=HEADERS) as ws:
         assert orjson.loads((await ws.receive(timeout=10)).data)["type"] == "assignment"
         published = 0
         for n in range(ORDINARY_MESSAGES):
-            async with http.post(f"{url}/v1/topics/{topic}/messages", json={"messages": [{"value": n}]},
-                                 headers=HEADERS) as response:
+            async with http.post(
+                f"{url}/v1/topics/{topic}/messages",
+                json={"messages": [{"value": n}]},
+                headers=HEADERS,
+            ) as response:
                 published += response.status == 200
             await asyncio.sleep(0.3)
         received: set[int] = set()
@@ -186,9 +204,13 @@ async def ordinary_traffic(http: aiohttp.ClientSession, url: str, topic: str) ->
     return published, len(received)
 
 
-async def setup_topics(http: aiohttp.ClientSession, url: str, backlog_topic: str, plain_topic: str) -> None:
+async def setup_topics(
+    http: aiohttp.ClientSession, url: str, backlog_topic: str, plain_topic: str
+) -> None:
     for name in (backlog_topic, plain_topic):
-        async with http.post(f"{url}/v1/topics", json={"name": name, "partitions": 2}, headers=HEADERS) as response:
+        async with http.post(
+            f"{url}/v1/topics", json={"name": name, "partitions": 2}, headers=HEADERS
+        ) as response:
             assert response.status == 201, await response.text()
     pad = "v" * VALUE_BYTES
     for start in range(0, BACKLOG, 25):
@@ -205,8 +227,9 @@ async def slow_closes(http: aiohttp.ClientSession, url: str) -> float:
                if line.startswith("streamgate_websocket_slow_closes_total{"))
 
 
-async def test_gateway_memory_stays_bounded_under_never_reading_subscribers_slow_bodies_and_upgrade_floods(
-        gateway: Gateway, topic_name: str) -> None:
+async def test_gateway_memory_stays_bounded_under_never_reading_subscribers_slow_bodies_and_upgrade_floods(  # noqa: E501, RUF100
+    gateway: Gateway, topic_name: str
+) -> None:
     backlog_topic, plain_topic = topic_name, topic_name + "-plain"
     async with aiohttp.ClientSession() as http:
         await setup_topics(http, gateway.url, backlog_topic, plain_topic)
@@ -216,12 +239,20 @@ async def test_gateway_memory_stays_bounded_under_never_reading_subscribers_slow
         wide = f"/v1/subscribe?topic={backlog_topic}&from=earliest&max_in_flight=10000"
         hostile = [never_reading_subscriber(gateway.port, wide + "&mode=broadcast", tally, stop)
                    for _ in range(BROADCAST_READERS)]
-        hostile += [never_reading_subscriber(gateway.port, wide + "&mode=shared&group=hostile", tally, stop)
-                    for _ in range(GROUP_READERS)]
-        hostile += [slow_body_publisher(gateway.port, plain_topic, tally, stop) for _ in range(SLOW_BODIES)]
-        hostile += [upgrade_flooder(gateway.port, backlog_topic, tally, stop) for _ in range(FLOODERS)]
+        hostile += [
+            never_reading_subscriber(gateway.port, wide + "&mode=shared&group=hostile", tally, stop)
+            for _ in range(GROUP_READERS)
+        ]
+        hostile += [
+            slow_body_publisher(gateway.port, plain_topic, tally, stop) for _ in range(SLOW_BODIES)
+        ]
+        hostile += [
+            upgrade_flooder(gateway.port, backlog_topic, tally, stop) for _ in range(FLOODERS)
+        ]
         assert len(hostile) == 64
-        tasks = [asyncio.create_task(client) for client in (*hostile, sample_rss(gateway, tally, stop))]
+        tasks = [
+            asyncio.create_task(client) for client in (*hostile, sample_rss(gateway, tally, stop))
+        ]
         started = time.monotonic()
         published, received = await ordinary_traffic(http, gateway.url, plain_topic)
         await asyncio.sleep(max(0.0, PHASE_S - (time.monotonic() - started)))
@@ -231,16 +262,22 @@ async def test_gateway_memory_stays_bounded_under_never_reading_subscribers_slow
         await asyncio.sleep(3)  # the gateway notices the aborted sockets and cleans up
         rss_after = gateway.rss_mib()
     flood_ok, flood_refused = tally.outcomes["flood 101"], tally.outcomes["flood 503"]
-    print(f"\nhostile connections: {len(hostile)} clients ({BROADCAST_READERS}+{GROUP_READERS} never-reading "
-          f"subscribers, {SLOW_BODIES} slow bodies, {FLOODERS} upgrade flooders); outcomes {dict(tally.outcomes)}; "
-          f"slow closes {closed_slow:g}; ordinary {published} published / {received} received; "
-          f"gateway RSS before {rss_before:.0f} MiB, peak {tally.peak_rss_mib:.0f} MiB, after {rss_after:.0f} MiB "
-          f"(bound {RSS_BOUND_MIB} MiB)")
+    print(
+        f"\nhostile connections: {len(hostile)} clients ({BROADCAST_READERS}+{GROUP_READERS} "
+        f"never-reading subscribers, {SLOW_BODIES} slow bodies, {FLOODERS} upgrade flooders); "
+        f"outcomes {dict(tally.outcomes)}; slow closes {closed_slow:g}; ordinary {published} "
+        f"published / {received} received; gateway RSS before {rss_before:.0f} MiB, peak "
+        f"{tally.peak_rss_mib:.0f} MiB, after {rss_after:.0f} MiB (bound {RSS_BOUND_MIB} MiB)"
+    )
     assert tally.peak_rss_mib < RSS_BOUND_MIB
-    assert rss_after < rss_before + RSS_KEPT_MIB, "the memory the hostile clients pinned was given back"
+    assert rss_after < rss_before + RSS_KEPT_MIB, (
+        "the memory the hostile clients pinned was given back"
+    )
     assert published == ORDINARY_MESSAGES
     assert received == ORDINARY_MESSAGES
     assert tally.outcomes["slow-body 408"] == SLOW_BODIES
     assert flood_refused > 0, "past the cap, upgrades without credentials are refused"
     assert flood_ok >= UNAUTHENTICATED_CAP
-    assert closed_slow >= BROADCAST_READERS + GROUP_READERS, "every never-reading subscriber was closed as slow"
+    assert closed_slow >= BROADCAST_READERS + GROUP_READERS, (
+        "every never-reading subscriber was closed as slow"
+    )

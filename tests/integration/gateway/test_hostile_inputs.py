@@ -1,9 +1,10 @@
 """Hostile inputs against the real gateway: malformed publish bodies, WebSocket abuse, bad params.
 
-Hypothesis drives the generated cases, but ``@given`` cannot wrap an async test with function-scoped fixtures:
-each test draws its cases with a ``@given``-decorated inner sync function (derandomized, no database), then
-awaits every case against the gateway. Each test prints one summary line with the number of cases tried.
-The strategies live in ``hostile.py``; ``test_hostile_inputs_with_auth.py`` runs the same cases with auth on.
+Hypothesis drives the generated cases, but ``@given`` cannot wrap an async test with function-scoped
+fixtures: each test draws its cases with a ``@given``-decorated inner sync function (derandomized,
+no database), then awaits every case against the gateway. Each test prints one summary line with the
+number of cases tried. The strategies live in ``hostile.py``; ``test_hostile_inputs_with_auth.py``
+runs the same cases with auth on.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from hypothesis import strategies as st
 Client = TestClient[Any, Any]
 
 
-# ---------------------------------------------------------------------------------------------- helpers
+# ---------------------------------------------------------------------------- helpers
 
 async def create_topic(client: Client, name: str, partitions: int = PARTITIONS) -> None:
     response = await client.post("/v1/topics", json={"name": name, "partitions": partitions})
@@ -55,7 +56,9 @@ async def prove_alive(client: Client, topic: str) -> None:
     try:
         assert (await next_frame_of(ws, "assignment"))["partitions"] == list(range(PARTITIONS))
         marker = uuid.uuid4().hex
-        response = await client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"value": marker}]})
+        response = await client.post(
+            f"/v1/topics/{topic}/messages", json={"messages": [{"value": marker}]}
+        )
         assert response.status == 200, await response.text()
         assert (await next_frame_of(ws, "message"))["value"] == marker
     finally:
@@ -63,13 +66,15 @@ async def prove_alive(client: Client, topic: str) -> None:
     assert (await client.get("/healthz")).status == 200
 
 
-# ---------------------------------------------------------------------------------------------- 1. publish bodies
+# ---------------------------------------------------------------------------- 1. publish bodies
 
 async def test_hostile_publish_bodies_are_rejected_and_write_nothing(
         gateway: Client, topic_name: str, redis_cluster: Any) -> None:
     await create_topic(gateway, topic_name)
-    seed = await gateway.post(f"/v1/topics/{topic_name}/messages",
-                              json={"messages": [{"value": i, "partition": i % PARTITIONS} for i in range(8)]})
+    seed = await gateway.post(
+        f"/v1/topics/{topic_name}/messages",
+        json={"messages": [{"value": i, "partition": i % PARTITIONS} for i in range(8)]},
+    )
     assert seed.status == 200
     cases = draw_cases(hostile_bodies(), 300)
     before_redis = stored_counts(redis_cluster, topic_name)
@@ -81,28 +86,40 @@ async def test_hostile_publish_bodies_are_rejected_and_write_nothing(
                                       headers={"Content-Type": "application/json"})
         statuses[await assert_problem(response, f"{kind} {body[:200]!r}")] += 1
         kinds[kind.split(":")[0]] += 1
-        assert await lengths(gateway, topic_name) == before, f"{kind} wrote something: {body[:300]!r}"
-    await asyncio.sleep(0.3)  # an acks=0 batch would be written from the gateway's queue, after the response
+        assert await lengths(gateway, topic_name) == before, (
+            f"{kind} wrote something: {body[:300]!r}"
+        )
+    # an acks=0 batch would be written from the gateway's queue, after the response
+    await asyncio.sleep(0.3)
     after_redis = stored_counts(redis_cluster, topic_name)
     assert await lengths(gateway, topic_name) == before
     assert after_redis == before_redis
     written = after_redis[0] + after_redis[1] - before_redis[0] - before_redis[1]
-    print(f"\nhostile publish bodies: {len(cases)} tried, {sum(statuses.values())} rejected with 4xx "
-          f"({dict(sorted(statuses.items()))}), {written} written; kinds {dict(kinds)}")
+    print(
+        f"\nhostile publish bodies: {len(cases)} tried, {sum(statuses.values())} rejected with 4xx "
+        f"({dict(sorted(statuses.items()))}), {written} written; kinds {dict(kinds)}"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- 2. valid batches
+# ---------------------------------------------------------------------------- 2. valid batches
 
 def _canonical(message: dict[str, Any]) -> bytes:
     value = message.get("value") if "value" in message else {"b64": message["value_b64"]}
-    return orjson.dumps([message.get("key"), value, message.get("headers") or {}], option=orjson.OPT_SORT_KEYS)
+    return orjson.dumps(
+        [message.get("key"), value, message.get("headers") or {}], option=orjson.OPT_SORT_KEYS
+    )
 
 
 async def test_valid_random_batches_are_written_exactly(
         gateway: Client, topic_name: str, redis_cluster: Any) -> None:
     await create_topic(gateway, topic_name)
-    batches = draw_cases(st.tuples(st.lists(valid_messages(with_idempotency=False), min_size=1, max_size=25),
-                                   st.sampled_from(["1", "all"])), 60)
+    batches = draw_cases(
+        st.tuples(
+            st.lists(valid_messages(with_idempotency=False), min_size=1, max_size=25),
+            st.sampled_from(["1", "all"]),
+        ),
+        60,
+    )
     sent: collections.Counter[bytes] = collections.Counter()
     total = 0
     for messages, acks in batches:
@@ -123,28 +140,37 @@ async def test_valid_random_batches_are_written_exactly(
     for partition in range(PARTITIONS):
         start = "earliest"
         while True:
-            page = await (await gateway.get(f"/v1/topics/{topic_name}/partitions/{partition}/messages"
-                                            f"?limit=1000&from={start}")).json()
+            page = await (
+                await gateway.get(
+                    f"/v1/topics/{topic_name}/partitions/{partition}/messages"
+                    f"?limit=1000&from={start}"
+                )
+            ).json()
             replayed.update(_canonical(m) for m in page["messages"])
             if not page["messages"]:
                 break
             start = page["next_offset"]
     assert replayed == sent
-    print(f"\nvalid random batches: {len(batches)} batches, {total} messages sent, {total} written and replayed "
-          f"identically")
+    print(
+        f"\nvalid random batches: {len(batches)} batches, {total} messages sent, {total} written "
+        "and replayed identically"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- 3. WebSocket frames
+# ---------------------------------------------------------------------------- 3. WebSocket frames
 
 WS_JUNK = st.one_of(
     st.text(max_size=60).map(lambda t: ("text", t)),
     st.binary(min_size=1, max_size=60).map(lambda b: ("binary", b)),
     GARBAGE.map(lambda g: ("text", json.dumps(g))),
-    st.fixed_dictionaries({"type": st.text(max_size=10).filter(lambda t: t not in ("ack", "nack", "extend"))},
-                          optional={"messages": GARBAGE}).map(lambda d: ("text", json.dumps(d))),
-    st.fixed_dictionaries({"type": st.sampled_from(["ack", "nack", "extend"]),
-                           "messages": GARBAGE}, optional={"delay_ms": GARBAGE}).map(
-        lambda d: ("text", json.dumps(d))),
+    st.fixed_dictionaries(
+        {"type": st.text(max_size=10).filter(lambda t: t not in ("ack", "nack", "extend"))},
+        optional={"messages": GARBAGE},
+    ).map(lambda d: ("text", json.dumps(d))),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["ack", "nack", "extend"]), "messages": GARBAGE},
+        optional={"delay_ms": GARBAGE},
+    ).map(lambda d: ("text", json.dumps(d))),
 )
 
 
@@ -157,25 +183,34 @@ async def _send(ws: aiohttp.ClientWebSocketResponse, frame: tuple[str, Any]) -> 
 
 
 async def _expect_error_or_documented_close(ws: aiohttp.ClientWebSocketResponse, what: str) -> str:
-    """'error' if the frame got an error frame, 'closed:<code>' if the socket was closed with a known code."""
+    """'error' if the frame got an error frame, 'closed:<code>' if the socket was closed with a
+    known code."""
     message = await ws.receive(timeout=5)
     if message.type is aiohttp.WSMsgType.TEXT:
         frame = orjson.loads(message.data)
         assert frame["type"] == "error", f"{what}: {frame}"
         assert frame["code"] == "bad-frame", f"{what}: {frame}"
         return "error"
-    assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING), \
-        f"{what}: {message}"
-    assert ws.close_code in WS_CLOSE_CODES | {WS_MESSAGE_TOO_BIG}, f"{what}: close code {ws.close_code}"
+    assert message.type in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+    ), f"{what}: {message}"
+    assert ws.close_code in WS_CLOSE_CODES | {WS_MESSAGE_TOO_BIG}, (
+        f"{what}: close code {ws.close_code}"
+    )
     return f"closed:{ws.close_code}"
 
 
-async def test_malformed_websocket_frames_never_crash_the_gateway(gateway: Client, topic_name: str) -> None:
+async def test_malformed_websocket_frames_never_crash_the_gateway(
+    gateway: Client, topic_name: str
+) -> None:
     await create_topic(gateway, topic_name)
     junk = draw_cases(WS_JUNK, 150)
     outcomes: collections.Counter[str] = collections.Counter()
 
-    # Broadcast: every client frame is malformed (settling is for groups), so each gets an error frame.
+    # Broadcast: every client frame is malformed (settling is for groups), so each
+    # gets an error frame.
     ws = await gateway.ws_connect(f"/v1/subscribe?topic={topic_name}&mode=broadcast")
     await next_frame_of(ws, "assignment")
     for frame in junk:
@@ -186,20 +221,29 @@ async def test_malformed_websocket_frames_never_crash_the_gateway(gateway: Clien
         outcomes[await _expect_error_or_documented_close(ws, repr(frame)[:200])] += 1
     await ws.close()
 
-    # Shared group: junk and acks/nacks/extends of offsets never delivered, then real delivery still works.
+    # Shared group: junk and acks/nacks/extends of offsets never delivered, then real
+    # delivery still works.
     group = f"g-{uuid.uuid4().hex[:6]}"
     ws = await gateway.ws_connect(f"/v1/subscribe?topic={topic_name}&group={group}&mode=shared")
     await next_frame_of(ws, "assignment")
-    never = [{"partition": p, "offset": f"{1000 + i}-{i}"} for i, p in enumerate([0, 1, 2, 3, 99, -1, 2**40])]
-    ghost_frames = [{"type": "ack", "messages": never}, {"type": "nack", "messages": never, "delay_ms": 0},
-                    {"type": "extend", "messages": never},
-                    {"type": "ack", "messages": [{"partition": 0, "offset": "not-an-offset"}]},
-                    {"type": "ack", "messages": [{"partition": True, "offset": ""}]}]
+    never = [
+        {"partition": p, "offset": f"{1000 + i}-{i}"}
+        for i, p in enumerate([0, 1, 2, 3, 99, -1, 2**40])
+    ]
+    ghost_frames = [
+        {"type": "ack", "messages": never},
+        {"type": "nack", "messages": never, "delay_ms": 0},
+        {"type": "extend", "messages": never},
+        {"type": "ack", "messages": [{"partition": 0, "offset": "not-an-offset"}]},
+        {"type": "ack", "messages": [{"partition": True, "offset": ""}]},
+    ]
     for ghost in ghost_frames:
         await ws.send_str(orjson.dumps(ghost).decode())
     for frame in junk[:40]:
         await _send(ws, frame)
-    response = await gateway.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "real"}]})
+    response = await gateway.post(
+        f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "real"}]}
+    )
     assert response.status == 200
     delivered = await next_frame_of(ws, "message")
     assert delivered["value"] == "real"
@@ -220,9 +264,12 @@ async def test_malformed_websocket_frames_never_crash_the_gateway(gateway: Clien
     await ws.close()
     await prove_alive(gateway, topic_name)
     tried = len(junk) + len(ghost_frames) + 40 + 2
-    print(f"\nhostile websocket frames: {tried} tried ({len(junk)} junk on broadcast -> {dict(outcomes)}; "
-          f"{len(ghost_frames)} ghost settles + 40 junk on a shared group, delivery still fine; "
-          f"huge text -> {huge}, huge binary -> {huge_binary}); gateway alive after")
+    print(
+        f"\nhostile websocket frames: {tried} tried ({len(junk)} junk on broadcast -> "
+        f"{dict(outcomes)}; {len(ghost_frames)} ghost settles + 40 junk on a shared group, "
+        f"delivery still fine; huge text -> {huge}, huge binary -> {huge_binary}); "
+        "gateway alive after"
+    )
 
 
 async def test_websocket_flood_of_small_frames(gateway: Client, topic_name: str) -> None:
@@ -248,16 +295,21 @@ async def test_websocket_flood_of_small_frames(gateway: Client, topic_name: str)
     ghost = orjson.dumps({"type": "ack", "messages": [{"partition": 0, "offset": "1-0"}]}).decode()
     for _ in range(1000):
         await shared.send_str(ghost)
-    response = await gateway.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "after"}]})
+    response = await gateway.post(
+        f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "after"}]}
+    )
     assert response.status == 200
     assert (await next_frame_of(shared, "message"))["value"] == "after"
     await shared.close()
     await prove_alive(gateway, topic_name)
-    print(f"\nwebsocket floods: 2000 small frames tried (1000 junk on broadcast -> {errors_seen} error frames, "
-          f"closed={closed}; 1000 ghost acks on a shared group -> delivery still fine); gateway alive after")
+    print(
+        f"\nwebsocket floods: 2000 small frames tried (1000 junk on broadcast -> {errors_seen} "
+        f"error frames, closed={closed}; 1000 ghost acks on a shared group -> delivery still "
+        "fine); gateway alive after"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- 4. params
+# ---------------------------------------------------------------------------- 4. params
 
 LONG = "t" * 5000
 
@@ -265,19 +317,24 @@ LONG = "t" * 5000
 def _param_cases(topic: str) -> list[tuple[str, str, Any]]:
     replay = f"/v1/topics/{topic}/partitions"
     cases: list[tuple[str, str, Any]] = []
-    for p in ["-1", "abc", "4", "99999999999999999999999", "1.5", "0x1", "%20", "%F0%9F%98%80", "\u0669", "1e3",
-              "00000000000000000000000000000000004", "%00"]:
+    for p in [
+        "-1", "abc", "4", "99999999999999999999999", "1.5", "0x1", "%20", "%F0%9F%98%80", "\u0669",
+        "1e3", "00000000000000000000000000000000004", "%00",
+    ]:
         cases.append(("GET", f"{replay}/{p}/messages", None))
-    for start in ["abc", "1-", "-1-0", "1--1", "99999999999999999999999-0", "1-99999999999999999999", "0x1-0",
-                  "latest,earliest", "%00", "1-0-0", "\U0001f600", "1e3-0", ""]:
+    for start in [
+        "abc", "1-", "-1-0", "1--1", "99999999999999999999999-0", "1-99999999999999999999", "0x1-0",
+        "latest,earliest", "%00", "1-0-0", "\U0001f600", "1e3-0", "",
+    ]:
         cases.append(("GET", f"{replay}/0/messages?from={start}", None))
     for limit in ["0", "-1", "1001", "10" * 20, "abc", "1e3", "1.5", "", "%00", " 5"]:
         cases.append(("GET", f"{replay}/0/messages?limit={limit}", None))
     for ms in ["-5", "abc", "9" * 30, "1.5"]:
         cases.append(("GET", f"{replay}/0/messages?from_time_ms={ms}", None))
     cases.append(("GET", f"{replay}/0/messages?from_time_ms=5&from=1-0", None))
-    for bad_topic in ["\u0442\u0435\u043c\u0430", "\U0001f600", "a" * 201, LONG, "a%2Fb", "a b", "%00",
-                      "a*b"]:
+    for bad_topic in [
+        "\u0442\u0435\u043c\u0430", "\U0001f600", "a" * 201, LONG, "a%2Fb", "a b", "%00", "a*b",
+    ]:
         cases.append(("GET", f"/v1/topics/{bad_topic}", None))
         cases.append(("POST", f"/v1/topics/{bad_topic}/messages", {"messages": [{"value": 1}]}))
         cases.append(("GET", f"/v1/topics/{bad_topic}/partitions/0/messages", None))
@@ -286,15 +343,19 @@ def _param_cases(topic: str) -> list[tuple[str, str, Any]]:
     for bad in [0, -1, 5000, "3", 1.5, True, None, 10**30, [1]]:
         cases.append(("POST", "/v1/topics", {"name": f"{topic}-x", "partitions": bad}))
     sub = f"/v1/subscribe?topic={topic}"
-    for query in ["&mode=bogus", "&group=a%20b", "&group=" + "g" * 201, "&mode=shared", "&group=g&mode=broadcast",
-                  "&max_in_flight=-1", "&max_in_flight=0", "&max_in_flight=" + "9" * 30, "&ack_timeout_ms=abc",
-                  "&max_deliveries=0", "&from=garbage", "&from=0:abc", "&from=x:1-0", "&from=-1:1-0",
-                  "&from_time_ms=-1", "&group=g&from_time_ms=5", "&auto_ack=maybe", "&filter=nocolon",
-                  "&from=0:1-0,,", "&filter=%00"]:
+    for query in [
+        "&mode=bogus", "&group=a%20b", "&group=" + "g" * 201, "&mode=shared",
+        "&group=g&mode=broadcast", "&max_in_flight=-1", "&max_in_flight=0",
+        "&max_in_flight=" + "9" * 30, "&ack_timeout_ms=abc", "&max_deliveries=0", "&from=garbage",
+        "&from=0:abc", "&from=x:1-0", "&from=-1:1-0", "&from_time_ms=-1", "&group=g&from_time_ms=5",
+        "&auto_ack=maybe", "&filter=nocolon", "&from=0:1-0,,", "&filter=%00",
+    ]:
         cases.append(("GET", sub + query, None))
     cases.append(("GET", "/v1/subscribe", None))
-    for to in ["nowhere", "9:1-0", "0:abc", "x:1-0", "-1:1-0", {"timestamp_ms": -1}, {"timestamp_ms": "1"}, 5, None,
-               ["earliest"], "0:1-0,", "\u0669:1-0"]:
+    for to in [
+        "nowhere", "9:1-0", "0:abc", "x:1-0", "-1:1-0", {"timestamp_ms": -1}, {"timestamp_ms": "1"},
+        5, None, ["earliest"], "0:1-0,", "\u0669:1-0",
+    ]:
         cases.append(("POST", "/v1/groups/g1/seek", {"topic": topic, "to": to}))
     for group in ["a b", "g" * 201, "\U0001f600"]:
         cases.append(("POST", f"/v1/groups/{group}/seek", {"topic": topic, "to": "earliest"}))
@@ -303,7 +364,8 @@ def _param_cases(topic: str) -> list[tuple[str, str, Any]]:
     return cases
 
 
-# Python's str.isdigit() is true for superscripts and other "digits" that int() refuses: see the report.
+# Python's str.isdigit() is true for superscripts and other "digits" that int()
+# refuses: see the report.
 UNICODE_DIGIT_CASES = [
     ("replay partition", "/v1/topics/{t}/partitions/%C2%B2/messages"),
     ("replay limit", "/v1/topics/{t}/partitions/0/messages?limit=%C2%B2"),
@@ -327,12 +389,16 @@ async def test_malformed_params_are_4xx_never_5xx(gateway: Client, topic_name: s
           f"({dict(sorted(statuses.items()))}), 0 5xx")
 
 
-@pytest.mark.parametrize(("what", "path"), UNICODE_DIGIT_CASES, ids=[c[0] for c in UNICODE_DIGIT_CASES])
+@pytest.mark.parametrize(
+    ("what", "path"), UNICODE_DIGIT_CASES, ids=[c[0] for c in UNICODE_DIGIT_CASES]
+)
 async def test_unicode_superscript_digits_in_params_are_4xx(
         gateway: Client, topic_name: str, what: str, path: str) -> None:
     await create_topic(gateway, topic_name)
     if path.startswith("POST "):
-        response = await gateway.post(path.removeprefix("POST "), json={"topic": topic_name, "to": "\u00b2:1-0"})
+        response = await gateway.post(
+            path.removeprefix("POST "), json={"topic": topic_name, "to": "\u00b2:1-0"}
+        )
     else:
         response = await gateway.get(path.format(t=topic_name))
     await assert_problem(response, what)

@@ -1,14 +1,17 @@
 """Hostile inputs with auth on: auth_mode=required, API keys, HS256 JWTs, ACL rules, tenants.
 
-- hostile publish bodies under valid principals (an API key and a tenant's JWT), under a principal without a
-  grant and without credentials: every one refused, nothing written (counted in Redis);
-- every operation of /openapi.json without credentials, with five kinds of bad credentials and as a principal
-  without a grant (on an existing and on a missing topic): 401 / 403, listings filtered, nothing changed;
-- WebSocket subscriptions in every mode with bad credentials in the upgrade request or in the auth frame;
-- a tenant on every read path of a topic holding another tenant's messages: refused (403) or filtered, and
-  not one of the other tenant's messages delivered.
+- hostile publish bodies under valid principals (an API key and a tenant's JWT), under a principal
+  without a grant and without credentials: every one refused, nothing written (counted in Redis);
+- every operation of /openapi.json without credentials, with five kinds of bad credentials and as a
+  principal without a grant (on an existing and on a missing topic): 401 / 403, listings filtered,
+  nothing changed;
+- WebSocket subscriptions in every mode with bad credentials in the upgrade request or in the auth
+  frame;
+- a tenant on every read path of a topic holding another tenant's messages: refused (403) or
+  filtered, and not one of the other tenant's messages delivered.
 
-Each test prints one summary line with the number of cases tried and their outcomes (``-s`` shows them).
+Each test prints one summary line with the number of cases tried and their outcomes (``-s`` shows
+them).
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ import jwt
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
-from hostile import PARTITIONS, assert_problem, draw_cases, hostile_bodies, stored_counts, valid_messages
+from hostile import (
+    PARTITIONS,
+    assert_problem,
+    draw_cases,
+    hostile_bodies,
+    stored_counts,
+    valid_messages,
+)
 from hypothesis import strategies as st
 
 from gateway.app import create_app
@@ -90,7 +100,12 @@ headers = {{ tenant = "b" }}
 
 
 def token(tenant: str, ttl_s: float = 300, secret: str = SECRET) -> str:
-    claims = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate", "exp": int(time.time() + ttl_s)}
+    claims = {
+        "sub": f"app-{tenant}",
+        "tenant": tenant,
+        "aud": "streamgate",
+        "exp": int(time.time() + ttl_s),
+    }
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
@@ -123,7 +138,8 @@ def bad_credentials() -> dict[str, dict[str, str]]:
 
 
 def bad_auth_frames() -> dict[str, dict[str, Any] | None]:
-    """First frames that must close the socket with 4401 (None: send nothing and wait for the timeout)."""
+    """First frames that must close the socket with 4401 (None: send nothing and wait for the
+    timeout)."""
     return {
         "no frame": None,
         "unknown API key": {"type": "auth", "api_key": "sgk_" + "x" * 43},
@@ -144,20 +160,27 @@ async def secured(aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_pa
 
 
 async def create_topic(client: Client, name: str) -> None:
-    response = await client.post("/v1/topics", json={"name": name, "partitions": PARTITIONS}, headers=WRITER)
+    response = await client.post(
+        "/v1/topics", json={"name": name, "partitions": PARTITIONS}, headers=WRITER
+    )
     assert response.status == 201, await response.text()
 
 
-async def publish(client: Client, topic: str, messages: list[dict[str, Any]], headers: dict[str, str]) -> None:
-    response = await client.post(f"/v1/topics/{topic}/messages", json={"messages": messages}, headers=headers)
+async def publish(
+    client: Client, topic: str, messages: list[dict[str, Any]], headers: dict[str, str]
+) -> None:
+    response = await client.post(
+        f"/v1/topics/{topic}/messages", json={"messages": messages}, headers=headers
+    )
     assert response.status == 200, await response.text()
 
 
-# ---------------------------------------------------------------------------------------------- 1. publish bodies
+# ---------------------------------------------------------------------------- 1. publish bodies
 
 PUBLISHERS: dict[str, tuple[dict[str, str], set[int]]] = {
     "writer (API key)": (WRITER, set(range(400, 429)) - {401, 403}),
-    "tenant a (JWT)": ({}, set(range(400, 429)) - {401, 403}),  # headers set per case: tokens are short-lived
+    # headers set per case: tokens are short-lived
+    "tenant a (JWT)": ({}, set(range(400, 429)) - {401, 403}),
     "outsider (no grant)": (OUTSIDER, {403}),
     "no credentials": ({}, {401}),
 }
@@ -176,11 +199,15 @@ def wrong_tenant_batches(draw: st.DrawFn) -> bytes:
 async def test_hostile_publish_bodies_with_auth_on_are_refused_and_write_nothing(
         secured: Client, topic_name: str, redis_cluster: Any) -> None:
     await create_topic(secured, topic_name)
-    await publish(secured, topic_name, [{"value": i, "partition": i % PARTITIONS} for i in range(8)], WRITER)
+    await publish(
+        secured, topic_name, [{"value": i, "partition": i % PARTITIONS} for i in range(8)], WRITER
+    )
     cases = draw_cases(hostile_bodies(), 300)
     intruders = draw_cases(wrong_tenant_batches(), 60)
     before = stored_counts(redis_cluster, topic_name)
-    outcomes: dict[str, collections.Counter[int]] = {who: collections.Counter() for who in PUBLISHERS}
+    outcomes: dict[str, collections.Counter[int]] = {
+        who: collections.Counter() for who in PUBLISHERS
+    }
     publishers = list(PUBLISHERS.items())
     for index, (kind, body) in enumerate(cases):
         who, (headers, expected) = publishers[index % len(publishers)]
@@ -193,11 +220,15 @@ async def test_hostile_publish_bodies_with_auth_on_are_refused_and_write_nothing
         outcomes[who][status] += 1
     tenant_outcomes: collections.Counter[int] = collections.Counter()
     for body in intruders:
-        response = await secured.post(f"/v1/topics/{topic_name}/messages", data=body,
-                                      headers={**as_tenant("a"), "Content-Type": "application/json"})
+        response = await secured.post(
+            f"/v1/topics/{topic_name}/messages",
+            data=body,
+            headers={**as_tenant("a"), "Content-Type": "application/json"},
+        )
         tenant_outcomes[await assert_problem(response, f"tenant a claiming b {body[:200]!r}")] += 1
     assert set(tenant_outcomes) == {403}, tenant_outcomes
-    await asyncio.sleep(0.3)  # an acks=0 batch would be written from the gateway's queue, after the response
+    # an acks=0 batch would be written from the gateway's queue, after the response
+    await asyncio.sleep(0.3)
     after = stored_counts(redis_cluster, topic_name)
     assert after == before, f"refused publishes wrote something: {before} -> {after}"
     summary = "; ".join(f"{who}: {dict(sorted(c.items()))}" for who, c in outcomes.items())
@@ -206,7 +237,7 @@ async def test_hostile_publish_bodies_with_auth_on_are_refused_and_write_nothing
           f"{after[0] - before[0]} written")
 
 
-# ---------------------------------------------------------------------------------------------- 2. every route
+# ---------------------------------------------------------------------------- 2. every route
 
 PUBLIC = {"healthz", "readyz", "metrics", "openapi"}
 LISTINGS = {"listTopics", "listGroups"}
@@ -219,8 +250,11 @@ def documented_operations() -> list[tuple[str, str, str]]:
             for method, op in item.items() if method != "parameters"]
 
 
-def request_for(operation: str, path: str, topic: str, receipt: str) -> tuple[str, dict[str, Any] | None]:
-    """A well-formed request (URL, JSON body) for an operation; a new operation must get a case here."""
+def request_for(
+    operation: str, path: str, topic: str, receipt: str
+) -> tuple[str, dict[str, Any] | None]:
+    """A well-formed request (URL, JSON body) for an operation; a new operation must get a case
+    here."""
     url = path.format(topic=topic, partition="0", group=GROUP)
     cases: dict[str, tuple[str, dict[str, Any] | None]] = {
         "createTopic": ("", {"name": f"{topic}-new", "partitions": 1}),
@@ -242,24 +276,36 @@ def request_for(operation: str, path: str, topic: str, receipt: str) -> tuple[st
 
 
 async def state_of(client: Client, redis_cluster: Any, topic: str) -> dict[str, Any]:
-    """What an attacker could change: stored entries (from Redis), topics, the topic, groups and positions."""
+    """What an attacker could change: stored entries (from Redis), topics, the topic, groups and
+    positions."""
     described = await (await client.get(f"/v1/topics/{topic}", headers=WRITER)).json()
     group = await (await client.get(f"/v1/groups/{GROUP}?topic={topic}", headers=WRITER)).json()
     return {
         "redis": stored_counts(redis_cluster, topic),
         "topics": await (await client.get("/v1/topics", headers=WRITER)).json(),
         "topic": {k: v for k, v in described.items() if k != "partition_details"},
-        "partitions": [(p["length"], p["first_offset"], p["last_offset"]) for p in described["partition_details"]],
+        "partitions": [
+            (p["length"], p["first_offset"], p["last_offset"])
+            for p in described["partition_details"]
+        ],
         "groups": await (await client.get("/v1/groups", headers=WRITER)).json(),
-        "positions": [(p["last_delivered_offset"], p["pending"]) for t in group["topics"] for p in t["partitions"]],
+        "positions": [
+            (p["last_delivered_offset"], p["pending"])
+            for t in group["topics"]
+            for p in t["partitions"]
+        ],
     }
 
 
 async def seed_topic_with_a_group(client: Client, topic: str) -> str:
     """Messages in every partition and a group holding one pending delivery; its receipt."""
     await create_topic(client, topic)
-    await publish(client, topic, [{"value": i, "partition": i % PARTITIONS, "headers": {"tenant": "a"}}
-                                  for i in range(12)], WRITER)
+    await publish(
+        client,
+        topic,
+        [{"value": i, "partition": i % PARTITIONS, "headers": {"tenant": "a"}} for i in range(12)],
+        WRITER,
+    )
     pulled = await client.post(f"/v1/groups/{GROUP}/pull", json={"topic": topic, "max_messages": 1},
                                headers=WRITER)
     assert pulled.status == 200, await pulled.text()
@@ -267,8 +313,9 @@ async def seed_topic_with_a_group(client: Client, topic: str) -> str:
     return receipt
 
 
-async def test_every_documented_route_refuses_bad_credentials_and_ungranted_principals_and_changes_nothing(
-        secured: Client, topic_name: str, redis_cluster: Any) -> None:
+async def test_every_documented_route_refuses_bad_credentials_and_ungranted_principals_and_changes_nothing(  # noqa: E501, RUF100
+    secured: Client, topic_name: str, redis_cluster: Any
+) -> None:
     receipt = await seed_topic_with_a_group(secured, topic_name)
     before = await state_of(secured, redis_cluster, topic_name)
     missing = f"it-missing-{uuid.uuid4().hex[:8]}"
@@ -296,26 +343,36 @@ async def test_every_documented_route_refuses_bad_credentials_and_ungranted_prin
                 assert response.status == 403, (method, url, await response.text())
                 assert (await response.json())["type"].endswith("/forbidden")
                 outcomes["403"] += 1
-    assert await state_of(secured, redis_cluster, topic_name) == before, "a refused request changed something"
+    assert await state_of(secured, redis_cluster, topic_name) == before, (
+        "a refused request changed something"
+    )
     assert (await secured.get(f"/v1/topics/{missing}", headers=WRITER)).status == 404
-    print(f"\nevery route with auth on: {len(operations)} operations, {sum(outcomes.values())} requests "
-          f"({dict(outcomes)}); 0 changes (Redis entries, topics, group positions)")
+    print(
+        f"\nevery route with auth on: {len(operations)} operations, {sum(outcomes.values())} "
+        f"requests ({dict(outcomes)}); 0 changes (Redis entries, topics, group positions)"
+    )
 
 
 ModeQuery = Callable[[str], str]
 MODES: dict[str, ModeQuery] = {
     "broadcast from earliest": lambda tag: "mode=broadcast&from=earliest",
     "broadcast from time 0": lambda tag: "mode=broadcast&from_time_ms=0",
-    "broadcast from a cursor": lambda tag: "mode=broadcast&from=" + ",".join(f"{p}:0-0" for p in range(PARTITIONS)),
+    "broadcast from a cursor": lambda tag: (
+        "mode=broadcast&from=" + ",".join(f"{p}:0-0" for p in range(PARTITIONS))
+    ),
     "shared group": lambda tag: f"group=b-shared-{tag}&mode=shared&from=earliest",
     "exclusive group": lambda tag: f"group=b-excl-{tag}&mode=exclusive&from=earliest",
-    "shared, at-most-once": lambda tag: f"group=b-auto-{tag}&mode=shared&auto_ack=true&from=earliest",
+    "shared, at-most-once": lambda tag: (
+        f"group=b-auto-{tag}&mode=shared&auto_ack=true&from=earliest"
+    ),
 }
 
 
 async def closed_with(ws: aiohttp.ClientWebSocketResponse) -> int | None:
     message = await ws.receive(timeout=5)
-    assert message.type is aiohttp.WSMsgType.CLOSE, f"expected a close, got {message.type} {message.data!r}"
+    assert message.type is aiohttp.WSMsgType.CLOSE, (
+        f"expected a close, got {message.type} {message.data!r}"
+    )
     return ws.close_code
 
 
@@ -327,13 +384,17 @@ async def test_websocket_subscriptions_in_every_mode_refuse_bad_credentials(
         url = f"/v1/subscribe?topic={topic_name}&{query(uuid.uuid4().hex[:6])}"
         for what, headers in [*bad_credentials().items(), ("outsider", OUTSIDER)]:
             if not headers:
-                continue  # without credentials the socket is upgraded and waits for the auth frame (below)
+                # without credentials the socket is upgraded and waits for the auth frame (below)
+                continue
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
                 await secured.ws_connect(url, headers=headers)
             expected = 403 if what == "outsider" else 401
             assert refused.value.status == expected, (mode, what, refused.value.status)
             outcomes[f"upgrade refused {expected}"] += 1
-        for what, frame in [*bad_auth_frames().items(), ("outsider", {"type": "auth", "api_key": OUTSIDER_KEY})]:
+        for what, frame in [
+            *bad_auth_frames().items(),
+            ("outsider", {"type": "auth", "api_key": OUTSIDER_KEY}),
+        ]:
             async with secured.ws_connect(url) as ws:
                 if frame is not None:
                     await ws.send_json(frame)
@@ -341,16 +402,18 @@ async def test_websocket_subscriptions_in_every_mode_refuse_bad_credentials(
             expected_code = WS_CLOSE_FORBIDDEN if what == "outsider" else WS_CLOSE_UNAUTHENTICATED
             assert code == expected_code, (mode, what, code)
             outcomes[f"closed {code}"] += 1
-    print(f"\nwebsocket auth with auth on: {len(MODES)} modes, {sum(outcomes.values())} attempts ({dict(outcomes)}); "
-          "no message frame delivered")
+    print(
+        f"\nwebsocket auth with auth on: {len(MODES)} modes, {sum(outcomes.values())} attempts "
+        f"({dict(outcomes)}); no message frame delivered"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- 3. tenants
+# ---------------------------------------------------------------------------- 3. tenants
 
 async def messages_until_markers(ws: aiohttp.ClientWebSocketResponse, markers: set[str],
                                  wait_s: float = 10) -> list[dict[str, Any]]:
-    """Message frames until every marker arrived (each partition is read in order, so anything of another
-    tenant stored before a partition's marker would come first)."""
+    """Message frames until every marker arrived (each partition is read in order, so anything of
+    another tenant stored before a partition's marker would come first)."""
     seen: list[dict[str, Any]] = []
     waiting = set(markers)
     deadline = time.monotonic() + wait_s
@@ -362,7 +425,9 @@ async def messages_until_markers(ws: aiohttp.ClientWebSocketResponse, markers: s
     return seen
 
 
-async def subscribe_as_b(secured: Client, url: str, by_frame: bool) -> aiohttp.ClientWebSocketResponse:
+async def subscribe_as_b(
+    secured: Client, url: str, by_frame: bool
+) -> aiohttp.ClientWebSocketResponse:
     if not by_frame:
         return await secured.ws_connect(url, headers=as_tenant("b"))
     ws = await secured.ws_connect(url)
@@ -380,24 +445,34 @@ async def test_a_tenant_gets_nothing_of_another_tenant_on_any_read_path(
     leaked = 0
 
     # Replay, every partition, every way to say where to start: filtered to nothing.
-    first = await (await secured.get(f"/v1/topics/{topic_name}/partitions/0/messages", headers=WRITER)).json()
+    first = await (
+        await secured.get(f"/v1/topics/{topic_name}/partitions/0/messages", headers=WRITER)
+    ).json()
     for partition in range(PARTITIONS):
         for query in ("", "from=earliest&limit=1000", "from_time_ms=0&limit=1000",
                       f"from={first['messages'][0]['offset']}", "from=latest"):
-            response = await secured.get(f"/v1/topics/{topic_name}/partitions/{partition}/messages?{query}",
-                                         headers=as_tenant("b"))
+            response = await secured.get(
+                f"/v1/topics/{topic_name}/partitions/{partition}/messages?{query}",
+                headers=as_tenant("b"),
+            )
             assert response.status == 200, await response.text()
             leaked += len((await response.json())["messages"])
             outcomes["replay filtered"] += 1
 
-    # HTTP pull and settling: refused for a filtered principal, and for another tenant's group names.
+    # HTTP pull and settling: refused for a filtered principal, and for another
+    # tenant's group names.
     refused: list[tuple[str, str, dict[str, Any] | None]] = [
         ("POST", f"/v1/groups/b-pull-{uuid.uuid4().hex[:6]}/pull", {"topic": topic_name}),
         ("POST", "/v1/groups/a-pull/pull", {"topic": topic_name}),
         ("POST", f"/v1/groups/{GROUP}/pull", {"topic": topic_name}),
-        *(("POST", f"/v1/groups/{GROUP}/{action}", {"receipts": [writer_receipt]})
-          for action in ("ack", "nack", "extend")),
-        *(("POST", f"/v1/groups/b-g/{action}", {"receipts": [writer_receipt]}) for action in ("ack", "nack", "extend")),
+        *(
+            ("POST", f"/v1/groups/{GROUP}/{action}", {"receipts": [writer_receipt]})
+            for action in ("ack", "nack", "extend")
+        ),
+        *(
+            ("POST", f"/v1/groups/b-g/{action}", {"receipts": [writer_receipt]})
+            for action in ("ack", "nack", "extend")
+        ),
         ("POST", "/v1/groups/b-g/seek", {"topic": topic_name, "to": "earliest"}),
         ("POST", f"/v1/topics/{topic_name}/dlq/redrive", {}),
         ("GET", f"/v1/groups/{GROUP}?topic={topic_name}", None),
@@ -407,23 +482,30 @@ async def test_a_tenant_gets_nothing_of_another_tenant_on_any_read_path(
         assert response.status == 403, (method, url, await response.text())
         outcomes["pull/settle/admin/describe 403"] += 1
     described = await (await secured.get(f"/v1/topics/{topic_name}", headers=as_tenant("b"))).json()
-    assert all(p["top_keys"] == [] for p in described["partition_details"]), "heavy keys are another tenant's"
+    assert all(p["top_keys"] == [] for p in described["partition_details"]), (
+        "heavy keys are another tenant's"
+    )
 
     # Another tenant's group name is refused before the upgrade and after the auth frame.
     with pytest.raises(aiohttp.WSServerHandshakeError) as foreign:
-        await secured.ws_connect(f"/v1/subscribe?topic={topic_name}&group=a-g&mode=shared", headers=as_tenant("b"))
+        await secured.ws_connect(
+            f"/v1/subscribe?topic={topic_name}&group=a-g&mode=shared", headers=as_tenant("b")
+        )
     assert foreign.value.status == 403
     async with secured.ws_connect(f"/v1/subscribe?topic={topic_name}&group=a-g&mode=shared") as ws:
         await ws.send_json({"type": "auth", "token": token("b")})
         assert await closed_with(ws) == WS_CLOSE_FORBIDDEN
     outcomes["foreign group refused"] += 2
 
-    # Every subscription mode, authenticated by header and by frame: only tenant b's own markers arrive.
+    # Every subscription mode, authenticated by header and by frame: only tenant b's
+    # own markers arrive.
     delivered = 0
     for mode, query in MODES.items():
         for by_frame in (False, True):
             tag = uuid.uuid4().hex[:6]
-            ws = await subscribe_as_b(secured, f"/v1/subscribe?topic={topic_name}&{query(tag)}", by_frame)
+            ws = await subscribe_as_b(
+                secured, f"/v1/subscribe?topic={topic_name}&{query(tag)}", by_frame
+            )
             try:
                 markers = {f"marker-{tag}-{p}" for p in range(PARTITIONS)}
                 await publish(secured, topic_name, [{"value": f"marker-{tag}-{p}", "partition": p}
@@ -433,9 +515,14 @@ async def test_a_tenant_gets_nothing_of_another_tenant_on_any_read_path(
                 await ws.close()
             foreign_frames = [m for m in seen if m["headers"].get("tenant") != "b"]
             leaked += len(foreign_frames)
-            assert not foreign_frames, f"{mode} (by {'frame' if by_frame else 'header'}) leaked {foreign_frames[:3]}"
+            assert not foreign_frames, (
+                f"{mode} (by {'frame' if by_frame else 'header'}) leaked {foreign_frames[:3]}"
+            )
             delivered += len(seen)
             outcomes["subscription filtered"] += 1
     assert leaked == 0
-    print(f"\ntenant isolation with auth on: {sum(outcomes.values())} read attempts by tenant b on a topic holding "
-          f"32 messages of others ({dict(outcomes)}); {delivered} own messages delivered, {leaked} of tenant a's")
+    print(
+        f"\ntenant isolation with auth on: {sum(outcomes.values())} read attempts by tenant b on a "
+        f"topic holding 32 messages of others ({dict(outcomes)}); {delivered} own messages "
+        f"delivered, {leaked} of tenant a's"
+    )

@@ -1,5 +1,5 @@
-"""Rate limits through real gateways: publish (429 + Retry-After + RateLimit headers, shared across replicas),
-per-principal overrides from the auth config, read (replay/pull) and subscribe limits."""
+"""Rate limits through real gateways: publish (429 + Retry-After + RateLimit headers, shared across
+replicas), per-principal overrides from the auth config, read (replay/pull) and subscribe limits."""
 
 from __future__ import annotations
 
@@ -20,22 +20,32 @@ from gateway.settings import GatewaySettings
 Client = TestClient[Any, Any]
 
 
-async def limited_gateway(aiohttp_client: Any, settings: GatewaySettings, **limits: float) -> Client:
+async def limited_gateway(
+    aiohttp_client: Any, settings: GatewaySettings, **limits: float
+) -> Client:
     client: Client = await aiohttp_client(create_app(dataclasses.replace(settings, **limits)))
     return client
 
 
 async def stored(client: Client, topic: str) -> int:
-    page = await (await client.get(f"/v1/topics/{topic}/partitions/0/messages", params={"limit": "1000"})).json()
+    page = await (
+        await client.get(f"/v1/topics/{topic}/partitions/0/messages", params={"limit": "1000"})
+    ).json()
     return len(page["messages"])
 
 
 async def test_a_principal_over_its_rate_gets_429_and_nothing_is_written(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     # A very slow refill: the burst of 10 is all there is during the test.
-    client = await limited_gateway(aiohttp_client, gateway_settings, rate_limit_principal_messages_per_s=0.5,
-                                   rate_limit_burst_s=20)
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    client = await limited_gateway(
+        aiohttp_client,
+        gateway_settings,
+        rate_limit_principal_messages_per_s=0.5,
+        rate_limit_burst_s=20,
+    )
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     admitted = await client.post(f"/v1/topics/{topic_name}/messages",
                                  json={"messages": [{"value": i} for i in range(8)]})
     assert admitted.status == 200
@@ -49,10 +59,15 @@ async def test_a_principal_over_its_rate_gets_429_and_nothing_is_written(
     assert refused.headers["RateLimit"].startswith("remaining=0,")
     assert (await refused.json())["detail"] == "principal rate limit exceeded"
     assert await stored(client, topic_name) == 8, "a refused batch must write nothing"
-    fits = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 8}, {"value": 9}]})
+    fits = await client.post(
+        f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 8}, {"value": 9}]}
+    )
     assert fits.status == 200, "the refused request must not have used up the remaining tokens"
     metrics = await (await client.get("/metrics")).text()
-    assert f'streamgate_publish_rate_limited_total{{limit="principal",topic="{topic_name}"}} 1.0' in metrics
+    assert (
+        f'streamgate_publish_rate_limited_total{{limit="principal",topic="{topic_name}"}} 1.0'
+        in metrics
+    )
 
 
 async def test_a_topic_limit_is_shared_by_every_gateway_replica(
@@ -60,7 +75,9 @@ async def test_a_topic_limit_is_shared_by_every_gateway_replica(
     limits = {"rate_limit_topic_messages_per_s": 0.5, "rate_limit_burst_s": 20}
     first = await limited_gateway(aiohttp_client, gateway_settings, **limits)
     second = await limited_gateway(aiohttp_client, gateway_settings, **limits)
-    assert (await first.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
+    assert (
+        await first.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
     batch = {"messages": [{"value": i} for i in range(6)]}
     assert (await first.post(f"/v1/topics/{topic_name}/messages", json=batch)).status == 200
     refused = await second.post(f"/v1/topics/{topic_name}/messages", json=batch)
@@ -70,26 +87,39 @@ async def test_a_topic_limit_is_shared_by_every_gateway_replica(
 
 async def test_a_request_larger_than_the_byte_burst_is_413_not_429(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
-    client = await limited_gateway(aiohttp_client, gateway_settings, rate_limit_topic_bytes_per_s=100)
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})).status == 201
-    response = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "x" * 500}]})
+    client = await limited_gateway(
+        aiohttp_client, gateway_settings, rate_limit_topic_bytes_per_s=100
+    )
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
+    ).status == 201
+    response = await client.post(
+        f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": "x" * 500}]}
+    )
     assert response.status == 413
     assert "Retry-After" not in response.headers
     assert await stored(client, topic_name) == 0
 
 
-# ------------------------------------------------------------------ per-principal overrides, reads, subscribes
+# ------------------------------------------------------- per-principal overrides, reads, subscribes
 
 def key_for(name: str) -> str:
     return f"sgk_{name}-key-for-rate-limit-tests"
 
 
 def limits_config(names: dict[str, str], limits: str) -> str:
-    """An auth config granting every named principal everything, with ``limits`` ([[limits]] tables) appended."""
-    keys = "".join(f'[[api_keys]]\nprincipal = "{name}"\nsha256 = "{hash_api_key(key_for(name))}"\n\n'
-                   for name in names.values())
-    return keys + '[[rules]]\nprincipals = ["*"]\ntopics = ["*"]\nactions = ["publish", "subscribe", "admin"]\n' \
+    """An auth config granting every named principal everything, with ``limits`` ([[limits]] tables)
+    appended."""
+    keys = "".join(
+        f'[[api_keys]]\nprincipal = "{name}"\nsha256 = "{hash_api_key(key_for(name))}"\n\n'
+        for name in names.values()
+    )
+    return (
+        keys
+        + '[[rules]]\nprincipals = ["*"]\ntopics = ["*"]\n'
+          'actions = ["publish", "subscribe", "admin"]\n'
         + limits.format(**names)
+    )
 
 
 @pytest.fixture
@@ -99,11 +129,18 @@ def principals() -> dict[str, str]:
     return {role: f"{role}-{suffix}" for role in ("gold", "basic", "slow", "other")}
 
 
-async def secured_gateway(aiohttp_client: Any, settings: GatewaySettings, tmp_path: Path, names: dict[str, str],
-                          limits: str, **rates: float) -> Client:
+async def secured_gateway(
+    aiohttp_client: Any, settings: GatewaySettings, tmp_path: Path, names: dict[str, str],
+    limits: str, **rates: float,
+) -> Client:
     (tmp_path / "auth.toml").write_text(limits_config(names, limits))
-    secured = dataclasses.replace(settings, auth_mode="required", auth_config_path=str(tmp_path / "auth.toml"),
-                                  auth_frame_timeout_s=2.0, **rates)
+    secured = dataclasses.replace(
+        settings,
+        auth_mode="required",
+        auth_config_path=str(tmp_path / "auth.toml"),
+        auth_frame_timeout_s=2.0,
+        **rates,
+    )
     client: Client = await aiohttp_client(create_app(secured))
     return client
 
@@ -114,10 +151,14 @@ def as_principal(name: str) -> dict[str, str]:
 
 def refused_metric(metrics: str, action: str, limit: str = "principal") -> float:
     line = f'streamgate_ratelimit_refused_total{{action="{action}",limit="{limit}"}} '
-    return sum(float(row.removeprefix(line)) for row in metrics.splitlines() if row.startswith(line))
+    return sum(
+        float(row.removeprefix(line)) for row in metrics.splitlines() if row.startswith(line)
+    )
 
 
-async def assert_429_with_headers(response: aiohttp.ClientResponse, bucket: str, burst: int, window_s: int) -> None:
+async def assert_429_with_headers(
+    response: aiohttp.ClientResponse, bucket: str, burst: int, window_s: int
+) -> None:
     assert response.status == 429, await response.text()
     assert response.content_type == "application/problem+json"
     assert int(response.headers["Retry-After"]) >= 1
@@ -139,11 +180,15 @@ messages_per_s = 0.1    # burst 2: below the default
 async def test_an_overridden_principal_gets_its_own_publish_limit_and_others_the_default(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
-    client = await secured_gateway(aiohttp_client, gateway_settings, tmp_path, principals, OVERRIDES,
-                                   rate_limit_principal_messages_per_s=0.25, rate_limit_burst_s=20)  # burst 5
+    client = await secured_gateway(
+        aiohttp_client, gateway_settings, tmp_path, principals, OVERRIDES,
+        rate_limit_principal_messages_per_s=0.25, rate_limit_burst_s=20,  # burst 5
+    )
     gold, basic, slow = (as_principal(principals[r]) for r in ("gold", "basic", "slow"))
     url = f"/v1/topics/{topic_name}/messages"
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)
+    ).status == 201
 
     def batch(n: int) -> dict[str, Any]:
         return {"messages": [{"value": i} for i in range(n)]}
@@ -152,7 +197,9 @@ async def test_an_overridden_principal_gets_its_own_publish_limit_and_others_the
     assert golden.status == 200, "8 messages are over the default burst of 5 but within gold's 10"
     assert golden.headers["RateLimit-Policy"] == '"messages";q=10;w=20'
     assert golden.headers["RateLimit"].startswith("remaining=2,")
-    await assert_429_with_headers(await client.post(url, json=batch(3), headers=gold), "messages", 10, 20)
+    await assert_429_with_headers(
+        await client.post(url, json=batch(3), headers=gold), "messages", 10, 20
+    )
 
     assert (await client.post(url, json=batch(5), headers=basic)).status == 200
     refused = await client.post(url, json=batch(1), headers=basic)
@@ -160,19 +207,29 @@ async def test_an_overridden_principal_gets_its_own_publish_limit_and_others_the
     assert (await refused.json())["detail"] == "principal rate limit exceeded"
 
     assert (await client.post(url, json=batch(2), headers=slow)).status == 200
-    await assert_429_with_headers(await client.post(url, json=batch(1), headers=slow), "messages", 2, 20)
+    await assert_429_with_headers(
+        await client.post(url, json=batch(1), headers=slow), "messages", 2, 20
+    )
     too_big = await client.post(url, json=batch(3), headers=slow)
     assert too_big.status == 413, "more than slow's whole burst can never be admitted"
 
-    assert await stored_as(client, topic_name, gold) == 8 + 5 + 2, "refused batches must write nothing"
+    assert await stored_as(client, topic_name, gold) == 8 + 5 + 2, (
+        "refused batches must write nothing"
+    )
     metrics = await (await client.get("/metrics")).text()
-    assert refused_metric(metrics, "publish") == 4, "three 429s and the 413 were refused by a rate limit"
-    assert f'streamgate_publish_rate_limited_total{{limit="principal",topic="{topic_name}"}} 4.0' in metrics
+    assert refused_metric(metrics, "publish") == 4, (
+        "three 429s and the 413 were refused by a rate limit"
+    )
+    assert (
+        f'streamgate_publish_rate_limited_total{{limit="principal",topic="{topic_name}"}} 4.0'
+        in metrics
+    )
 
 
 async def stored_as(client: Client, topic: str, headers: dict[str, str]) -> int:
-    response = await client.get(f"/v1/topics/{topic}/partitions/0/messages", params={"limit": "1000"},
-                                headers=headers)
+    response = await client.get(
+        f"/v1/topics/{topic}/partitions/0/messages", params={"limit": "1000"}, headers=headers
+    )
     assert response.status == 200, await response.text()
     return len((await response.json())["messages"])
 
@@ -191,12 +248,19 @@ reads_per_s = 0.2    # burst 6 at burst_s 30
 async def test_replay_and_pull_share_a_read_limit_per_principal_refused_with_429_before_any_read(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
-    client = await secured_gateway(aiohttp_client, gateway_settings, tmp_path, principals, READ_OVERRIDES,
-                                   rate_limit_principal_reads_per_s=0.1, rate_limit_burst_s=30)  # burst 3
+    client = await secured_gateway(
+        aiohttp_client, gateway_settings, tmp_path, principals, READ_OVERRIDES,
+        rate_limit_principal_reads_per_s=0.1, rate_limit_burst_s=30,  # burst 3
+    )
     gold, basic, other = (as_principal(principals[r]) for r in ("gold", "basic", "other"))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)).status == 201
-    assert (await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]},
-                              headers=gold)).status == 200
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)
+    ).status == 201
+    assert (
+        await client.post(
+            f"/v1/topics/{topic_name}/messages", json={"messages": [{"value": 1}]}, headers=gold
+        )
+    ).status == 200
     replay = f"/v1/topics/{topic_name}/partitions/0/messages"
     pull = ("/v1/groups/readers/pull", {"topic": topic_name, "max_messages": 1})
 
@@ -213,8 +277,12 @@ async def test_replay_and_pull_share_a_read_limit_per_principal_refused_with_429
     await assert_429_with_headers(refused_pull, "reads", 3, 30)
 
     # Nothing was read for the refused pull: the message is still undelivered to the group.
-    described = await (await client.get(f"/v1/groups/readers?topic={topic_name}", headers=gold)).json()
-    assert described["topics"][0]["partitions"][0]["pending"] == 1, "only the admitted pull delivered it"
+    described = await (
+        await client.get(f"/v1/groups/readers?topic={topic_name}", headers=gold)
+    ).json()
+    assert described["topics"][0]["partitions"][0]["pending"] == 1, (
+        "only the admitted pull delivered it"
+    )
 
     for _ in range(6):
         assert (await client.get(replay, headers=other)).status == 200, "other's override allows 6"
@@ -237,10 +305,14 @@ subscribes_per_s = 1    # burst 30
 async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_4429_after_frame_auth(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
-    client = await secured_gateway(aiohttp_client, gateway_settings, tmp_path, principals, SUBSCRIBE_OVERRIDES,
-                                   rate_limit_principal_subscribes_per_s=0.1, rate_limit_burst_s=30)  # burst 3
+    client = await secured_gateway(
+        aiohttp_client, gateway_settings, tmp_path, principals, SUBSCRIBE_OVERRIDES,
+        rate_limit_principal_subscribes_per_s=0.1, rate_limit_burst_s=30,  # burst 3
+    )
     gold, basic = as_principal(principals["gold"]), as_principal(principals["basic"])
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 1}, headers=gold)
+    ).status == 201
     url = f"/v1/subscribe?topic={topic_name}&mode=broadcast"
 
     for _ in range(2):  # a reconnect storm: connect, drop, connect again
@@ -250,7 +322,9 @@ async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_442
     by_frame = await client.ws_connect(url)
     await by_frame.send_json({"type": "auth", "api_key": key_for(principals["basic"])})
     assert (await by_frame.receive_json(timeout=5))["type"] == "authenticated"
-    assert (await by_frame.receive_json(timeout=5))["type"] == "assignment", "the third fits the burst of 3"
+    assert (await by_frame.receive_json(timeout=5))["type"] == "assignment", (
+        "the third fits the burst of 3"
+    )
     await by_frame.close()
 
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -265,12 +339,17 @@ async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_442
         await late.send_json({"type": "auth", "api_key": key_for(principals["basic"])})
         assert (await late.receive_json(timeout=5))["type"] == "authenticated"
         closed = await late.receive(timeout=5)
-        assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, WS_CLOSE_TOO_MANY_CONNECTIONS)
+        assert (closed.type, closed.data) == (
+            aiohttp.WSMsgType.CLOSE,
+            WS_CLOSE_TOO_MANY_CONNECTIONS,
+        )
         assert closed.extra.startswith("principal subscribes rate limit exceeded; retry in ")
 
     for _ in range(5):
         async with client.ws_connect(url, headers=gold) as ws:
-            assert (await ws.receive_json(timeout=5))["type"] == "assignment", "gold's override allows 30"
+            assert (await ws.receive_json(timeout=5))["type"] == "assignment", (
+                "gold's override allows 30"
+            )
     metrics = await (await client.get("/metrics")).text()
     assert refused_metric(metrics, "subscribe") == 2
 
@@ -278,8 +357,10 @@ async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_442
 async def test_plain_gets_of_the_subscribe_endpoint_get_400_and_use_no_subscribe_token(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
-    client = await secured_gateway(aiohttp_client, gateway_settings, tmp_path, principals, "",
-                                   rate_limit_principal_subscribes_per_s=0.1, rate_limit_burst_s=20)  # burst 2
+    client = await secured_gateway(
+        aiohttp_client, gateway_settings, tmp_path, principals, "",
+        rate_limit_principal_subscribes_per_s=0.1, rate_limit_burst_s=20,  # burst 2
+    )
     basic = as_principal(principals["basic"])
     assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 1},
                               headers=as_principal(principals["gold"]))).status == 201
@@ -291,7 +372,9 @@ async def test_plain_gets_of_the_subscribe_endpoint_get_400_and_use_no_subscribe
         assert "RateLimit" not in plain.headers
     for _ in range(2):
         async with client.ws_connect(url, headers=basic) as ws:
-            assert (await ws.receive_json(timeout=5))["type"] == "assignment", "the burst of 2 is still whole"
+            assert (await ws.receive_json(timeout=5))["type"] == "assignment", (
+                "the burst of 2 is still whole"
+            )
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await client.ws_connect(url, headers=basic)
     assert refused.value.status == 429, "the third subscription is over the burst"

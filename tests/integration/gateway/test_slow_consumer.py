@@ -1,4 +1,5 @@
-"""A subscriber that stops reading is closed with 4008 and its cursor, and resumes without gap or duplicate."""
+"""A subscriber that stops reading is closed with 4008 and its cursor, and resumes without gap or
+duplicate."""
 
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ def upgrade(host: str, port: int, path: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, port))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: "
+            f"Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
@@ -70,7 +75,9 @@ async def test_slow_broadcast_client_is_closed_with_cursor_and_resumes_exactly(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     settings = dataclasses.replace(gateway_settings, slow_client_timeout_s=1.0)
     client: Client = await aiohttp_client(create_app(settings))
-    assert (await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})).status == 201
+    assert (
+        await client.post("/v1/topics", json={"name": topic_name, "partitions": 2})
+    ).status == 201
     for start in range(0, MESSAGES, 20):
         batch = [{"value": {"n": n, "pad": VALUE}} for n in range(start, start + 20)]
         response = await client.post(f"/v1/topics/{topic_name}/messages", json={"messages": batch})
@@ -94,5 +101,7 @@ async def test_slow_broadcast_client_is_closed_with_cursor_and_resumes_exactly(
     await wait_until(lambda: len(got_before) + len(resumed.messages) >= MESSAGES, what="the rest")
     await asyncio.sleep(0.3)
     got_after = [m.value["n"] for m in resumed.messages]
-    assert sorted(got_before + got_after) == list(range(MESSAGES)), "gap or duplicate across the resume"
+    assert sorted(got_before + got_after) == list(range(MESSAGES)), (
+        "gap or duplicate across the resume"
+    )
     await resumed.close()

@@ -1,4 +1,5 @@
-"""WebSocket subscriptions on the real cluster and etcd: every message delivered, in order where promised."""
+"""WebSocket subscriptions on the real cluster and etcd: every message delivered, in order where
+promised."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ async def create(client: Client, name: str, partitions: int) -> None:
     assert response.status == 201, await response.text()
 
 
-async def publish(client: Client, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def publish(
+    client: Client, topic: str, messages: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for start in range(0, len(messages), 500):
         response = await client.post(f"/v1/topics/{topic}/messages",
@@ -81,7 +84,9 @@ async def test_exclusive_group_delivers_everything_in_key_order_across_a_member_
     await wait_until(lambda: published <= acked_by_someone(members), timeout_s=60,
                      what="every message delivered and acked")
     redelivered = {(m.partition, m.offset) for s in survivors for m in s.messages}
-    assert unacked_by_victim <= redelivered, "the dead member's un-acked messages were not redelivered"
+    assert unacked_by_victim <= redelivered, (
+        "the dead member's un-acked messages were not redelivered"
+    )
     per_key: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for message in first_deliveries(members):
         per_key[message.key or ""].append(offset_key(message.offset))
@@ -97,15 +102,22 @@ def acked_by_someone(members: list[Subscriber]) -> set[tuple[int, str]]:
     return {(m.partition, m.offset) for s in members for m in s.messages if m.acked}
 
 
-async def test_shared_group_spreads_two_partitions_over_eight_members(gateway: Client, topic_name: str) -> None:
+async def test_shared_group_spreads_two_partitions_over_eight_members(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, partitions=2)
     members = [await subscribe(gateway, f"s{i}", topic=topic_name, group="workers", mode="shared",
                                max_in_flight=5) for i in range(8)]
-    await wait_until(lambda: all(m.partitions == [0, 1] for m in members), what="shared assignments")
+    await wait_until(
+        lambda: all(m.partitions == [0, 1] for m in members), what="shared assignments"
+    )
     results = await publish(gateway, topic_name, [{"value": i} for i in range(2000)])
     published = {(r["partition"], r["offset"]) for r in results}
-    await wait_until(lambda: published <= {(m.partition, m.offset) for s in members for m in s.messages},
-                     timeout_s=30, what="all messages delivered")
+    await wait_until(
+        lambda: published <= {(m.partition, m.offset) for s in members for m in s.messages},
+        timeout_s=30,
+        what="all messages delivered",
+    )
     counts = [len(m.messages) for m in members]
     assert all(count > 0 for count in counts), f"load not spread: {counts}"
     for member in members:
@@ -121,8 +133,9 @@ async def test_unacked_message_is_redelivered_then_dead_lettered_with_headers(
     [result] = await publish(gateway, topic_name, [{"value": "poison", "headers": {"tag": "x"}}])
     await wait_until(lambda: len(member.messages) >= 2, what="a redelivery")
     assert [m.delivery_count for m in member.messages[:2]] == [1, 2]
-    # Not before the ack timeout; Redis counts idle time in whole milliseconds (XPENDING IDLE on truncated
-    # clock readings), so 300 may be up to ~1 ms less of real time between the two arrivals.
+    # Not before the ack timeout; Redis counts idle time in whole milliseconds
+    # (XPENDING IDLE on truncated clock readings), so 300 may be up to ~1 ms less of
+    # real time between the two arrivals.
     assert member.messages[1].at - member.messages[0].at >= 0.3 - IDLE_CLOCK_SLACK_S
     dlq_page: dict[str, Any] = {}
 
@@ -149,7 +162,9 @@ async def test_unacked_message_is_redelivered_then_dead_lettered_with_headers(
     await member.close()
 
 
-async def test_filter_delivers_matching_headers_and_acks_the_rest(gateway: Client, topic_name: str) -> None:
+async def test_filter_delivers_matching_headers_and_acks_the_rest(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, partitions=1)
     member = await subscribe(gateway, "filtered", topic=topic_name, group="g", filter=["tag:a,b"])
     await wait_until(lambda: member.partitions == [0], what="assignment")
@@ -165,7 +180,9 @@ async def test_filter_delivers_matching_headers_and_acks_the_rest(gateway: Clien
 
 async def test_never_more_than_max_in_flight_unacked(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=2)
-    member = await subscribe(gateway, "slow", auto=False, topic=topic_name, group="g", max_in_flight=5)
+    member = await subscribe(
+        gateway, "slow", auto=False, topic=topic_name, group="g", max_in_flight=5
+    )
     await wait_until(lambda: member.partitions == [0, 1], what="assignment")
     await publish(gateway, topic_name, [{"value": i} for i in range(50)])
     await wait_until(lambda: len(member.messages) == 5, what="five deliveries")
@@ -182,18 +199,28 @@ async def test_a_member_that_gives_up_a_partition_keeps_its_whole_window_for_the
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=2)
     key_of = {partition_for(f"user-{i}".encode(), 2): f"user-{i}" for i in range(20)}
-    first = await subscribe(gateway, "first", auto=False, topic=topic_name, group="g", mode="exclusive",
-                            max_in_flight=10)
-    await wait_until(lambda: first.partitions == [0, 1], what="both partitions for the first member")
-    for expected, partition in ((5, 0), (10, 1)):  # five un-acked deliveries from each partition fill its window
-        await publish(gateway, topic_name, [{"key": key_of[partition], "value": i} for i in range(5)])
+    first = await subscribe(
+        gateway, "first", auto=False, topic=topic_name, group="g", mode="exclusive",
+        max_in_flight=10,
+    )
+    await wait_until(
+        lambda: first.partitions == [0, 1], what="both partitions for the first member"
+    )
+    # five un-acked deliveries from each partition fill its window
+    for expected, partition in ((5, 0), (10, 1)):
+        await publish(
+            gateway, topic_name, [{"key": key_of[partition], "value": i} for i in range(5)]
+        )
         await wait_until(lambda n=expected: len(first.messages) == n, what="five more deliveries")
     await publish(gateway, topic_name, [{"key": key_of[i % 2], "value": i} for i in range(100)])
     second = await subscribe(gateway, "second", topic=topic_name, group="g", mode="exclusive")
-    await wait_until(lambda: len(first.partitions) == 1 and len(second.partitions) == 1, what="a rebalance")
+    await wait_until(
+        lambda: len(first.partitions) == 1 and len(second.partitions) == 1, what="a rebalance"
+    )
     kept = first.partitions[0]
-    # The five deliveries of the partition it gave up went back to the group with their credit, so its window
-    # is all for the partition it kept (before, it stayed five short for the life of the socket).
+    # The five deliveries of the partition it gave up went back to the group with
+    # their credit, so its window is all for the partition it kept (before, it stayed
+    # five short for the life of the socket).
     await wait_until(lambda: sum(m.partition == kept for m in first.messages) == 10,
                      what="ten un-acked deliveries of the kept partition")
     await asyncio.sleep(0.3)
@@ -204,7 +231,9 @@ async def test_a_member_that_gives_up_a_partition_keeps_its_whole_window_for_the
 
 async def test_nack_with_delay_redelivers_after_the_delay(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1)
-    member = await subscribe(gateway, "nacker", auto=False, topic=topic_name, group="g", ack_timeout_ms=30_000)
+    member = await subscribe(
+        gateway, "nacker", auto=False, topic=topic_name, group="g", ack_timeout_ms=30_000
+    )
     await wait_until(lambda: member.partitions == [0], what="assignment")
     await publish(gateway, topic_name, [{"value": "retry-me"}])
     await wait_until(lambda: len(member.messages) == 1, what="first delivery")
@@ -218,7 +247,9 @@ async def test_nack_with_delay_redelivers_after_the_delay(gateway: Client, topic
     await member.close()
 
 
-async def test_broadcast_resumes_from_cursor_without_gap_or_duplicate(gateway: Client, topic_name: str) -> None:
+async def test_broadcast_resumes_from_cursor_without_gap_or_duplicate(
+    gateway: Client, topic_name: str
+) -> None:
     await create(gateway, topic_name, partitions=3)
     results = await publish(gateway, topic_name, [{"key": f"k{i}", "value": i} for i in range(300)])
     first = await subscribe(gateway, "b1", topic=topic_name, **{"from": "earliest"})
@@ -227,13 +258,17 @@ async def test_broadcast_resumes_from_cursor_without_gap_or_duplicate(gateway: C
     cursor = {}
     for message in first.messages:
         cursor[message.partition] = message.offset
-    more = await publish(gateway, topic_name, [{"key": f"k{i}", "value": 300 + i} for i in range(150)])
+    more = await publish(
+        gateway, topic_name, [{"key": f"k{i}", "value": 300 + i} for i in range(150)]
+    )
     resume = ",".join(f"{p}:{o}" for p, o in sorted(cursor.items()))
     second = await subscribe(gateway, "b2", topic=topic_name, **{"from": resume})
     await wait_until(lambda: len(second.messages) == 150, what="the 150 newer messages")
     await asyncio.sleep(0.3)
     assert sorted(m.value for m in second.messages) == list(range(300, 450))
-    assert {(m.partition, m.offset) for m in second.messages} == {(r["partition"], r["offset"]) for r in more}
+    assert {(m.partition, m.offset) for m in second.messages} == {
+        (r["partition"], r["offset"]) for r in more
+    }
     assert len(results) == 300
     await second.close()
 
@@ -243,14 +278,22 @@ async def test_broadcast_and_shared_subscriptions_follow_partitions_added_to_the
     await create(gateway, topic_name, partitions=1)
     watcher = await subscribe(gateway, "broadcast", topic=topic_name, mode="broadcast")
     worker = await subscribe(gateway, "shared", topic=topic_name, group="growers", mode="shared")
-    await wait_until(lambda: watcher.partitions == [0] and worker.partitions == [0], what="first assignments")
+    await wait_until(
+        lambda: watcher.partitions == [0] and worker.partitions == [0], what="first assignments"
+    )
     response = await gateway.patch(f"/v1/topics/{topic_name}", json={"partitions": 3})
     assert response.status == 200, await response.text()
-    await wait_until(lambda: watcher.partitions == [0, 1, 2] and worker.partitions == [0, 1, 2], timeout_s=10,
-                     what="assignments with the added partitions")
+    await wait_until(
+        lambda: watcher.partitions == [0, 1, 2] and worker.partitions == [0, 1, 2],
+        timeout_s=10,
+        what="assignments with the added partitions",
+    )
     results = await publish(gateway, topic_name, [{"value": p, "partition": p} for p in (0, 1, 2)])
     published = {(r["partition"], r["offset"]) for r in results}
     for subscriber in (watcher, worker):
-        await wait_until(lambda s=subscriber: published <= {(m.partition, m.offset) for m in s.messages},
-                         timeout_s=10, what=f"{subscriber.name} receiving every partition")
+        await wait_until(
+            lambda s=subscriber: published <= {(m.partition, m.offset) for m in s.messages},
+            timeout_s=10,
+            what=f"{subscriber.name} receiving every partition",
+        )
         await subscriber.close()

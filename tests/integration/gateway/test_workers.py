@@ -1,4 +1,5 @@
-"""`streamgate serve --workers N`: worker processes share the port, each its own node; SIGTERM stops them all."""
+"""`streamgate serve --workers N`: worker processes share the port, each its own node; SIGTERM stops
+them all."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import free_port, wait_ready
+from processes import free_port, start_gateway, wait_ready
 
 from devstack.certs import self_signed
 from gateway.settings import GatewaySettings
@@ -68,9 +69,14 @@ def alive(pid: int) -> bool:
 def get(url: str, context: ssl.SSLContext | None = None, data: bytes | None = None) -> Any:
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
                                      method="POST" if data is not None else "GET")
-    with urllib.request.urlopen(request, timeout=10, context=context) as response:  # a new connection each time
+    # a new connection each time
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
         body = response.read()
-        return json.loads(body) if response.headers.get_content_type() == "application/json" else body.decode()
+        return (
+            json.loads(body)
+            if response.headers.get_content_type() == "application/json"
+            else body.decode()
+        )
 
 
 def start_workers(settings: GatewaySettings, tmp_path: Path, tls: bool) -> Workers:
@@ -86,17 +92,23 @@ def start_workers(settings: GatewaySettings, tmp_path: Path, tls: bool) -> Worke
         cert, key = self_signed(tmp_path)
         env |= {"STREAMGATE_TLS_CERT_PATH": str(cert), "STREAMGATE_TLS_KEY_PATH": str(key)}
         context = ssl.create_default_context(cafile=str(cert))
-    process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve",
-                                "--port", str(port), "--workers", "2"], env=env)
+    process = start_gateway(port, env, "--workers", "2")
     scheme = "https" if tls else "http"
-    workers = Workers(process, f"{scheme}://127.0.0.1:{port}",
-                      [f"{scheme}://127.0.0.1:{metrics_port + i}" for i in range(2)], node_id, context)
+    workers = Workers(
+        process,
+        f"{scheme}://127.0.0.1:{port}",
+        [f"{scheme}://127.0.0.1:{metrics_port + i}" for i in range(2)],
+        node_id,
+        context,
+    )
     for url in workers.worker_urls:
         wait_until_ready(url, process, context)
     return workers
 
 
-def wait_until_ready(url: str, process: subprocess.Popen[bytes], context: ssl.SSLContext | None) -> None:
+def wait_until_ready(
+    url: str, process: subprocess.Popen[bytes], context: ssl.SSLContext | None
+) -> None:
     if context is None:
         wait_ready(url, process)
         return
@@ -142,18 +154,33 @@ def published_requests(metrics_text: str, topic: str) -> int:
 
 
 def etcd_node_ids(settings: GatewaySettings) -> set[str]:
-    listing = subprocess.run(["etcdctl", "--endpoints", settings.etcd_endpoints[0], "get", "--prefix", "--keys-only",
-                              f"{settings.etcd_prefix}nodes/"], capture_output=True, check=True, text=True)
+    listing = subprocess.run(
+        [
+            "etcdctl", "--endpoints", settings.etcd_endpoints[0], "get", "--prefix", "--keys-only",
+            f"{settings.etcd_prefix}nodes/",
+        ],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
     return {line.rsplit("/", 1)[1] for line in listing.stdout.split() if line}
 
 
-def test_both_workers_serve_publishes_on_one_port_as_their_own_nodes(any_workers: Workers, topic_name: str,
-                                                                     gateway_settings: GatewaySettings) -> None:
+def test_both_workers_serve_publishes_on_one_port_as_their_own_nodes(
+    any_workers: Workers, topic_name: str, gateway_settings: GatewaySettings
+) -> None:
     workers = any_workers
-    get(workers.url + "/v1/topics", workers.context, json.dumps({"name": topic_name, "partitions": 4}).encode())
-    for i in range(40):  # a new connection per request: SO_REUSEPORT spreads connections, not requests
+    get(
+        workers.url + "/v1/topics",
+        workers.context,
+        json.dumps({"name": topic_name, "partitions": 4}).encode(),
+    )
+    # a new connection per request: SO_REUSEPORT spreads connections, not requests
+    for i in range(40):
         body = json.dumps({"messages": [{"key": f"k{i}", "value": i}]}).encode()
-        assert len(get(f"{workers.url}/v1/topics/{topic_name}/messages", workers.context, body)["results"]) == 1
+        assert len(
+            get(f"{workers.url}/v1/topics/{topic_name}/messages", workers.context, body)["results"]
+        ) == 1
     per_worker = [published_requests(get(url + "/metrics", workers.context), topic_name)
                   for url in workers.worker_urls]
     assert sum(per_worker) == 40
@@ -190,7 +217,11 @@ def test_killing_the_parent_takes_the_workers_down(workers: Workers) -> None:
 
 
 def test_workers_with_port_0_is_a_bad_setting() -> None:
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--workers", "2"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "fixed port" in done.stderr

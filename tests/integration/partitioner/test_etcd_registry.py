@@ -46,7 +46,9 @@ async def test_create_get_list_update_delete_round_trip(registry: EtcdTopicRegis
     assert await registry.get("orders") == created
     assert [t.name for t in await registry.list()] == ["audit", "orders"]
 
-    updated = await registry.update(created.with_changes(partitions=6, retention_ms=None, max_length=100))
+    updated = await registry.update(
+        created.with_changes(partitions=6, retention_ms=None, max_length=100)
+    )
     assert updated.version > created.version
     assert (updated.partitions, updated.max_length) == (6, 100)
     assert await registry.get("orders") == updated
@@ -75,11 +77,15 @@ async def test_concurrent_creates_have_exactly_one_winner(registry: EtcdTopicReg
     assert await registry.get("contested") == winners[0]
 
 
-async def test_update_with_stale_version_raises_concurrent_modification(registry: EtcdTopicRegistry) -> None:
+async def test_update_with_stale_version_raises_concurrent_modification(
+    registry: EtcdTopicRegistry,
+) -> None:
     original = await registry.create(TopicSettings("orders", 3), owner="alice")
     await registry.update(original.with_changes(partitions=4, retention_ms=None, max_length=None))
     with pytest.raises(ConcurrentModification):
-        await registry.update(original.with_changes(partitions=8, retention_ms=None, max_length=None))
+        await registry.update(
+            original.with_changes(partitions=8, retention_ms=None, max_length=None)
+        )
     assert (await registry.get("orders")).partitions == 4
 
 
@@ -87,7 +93,9 @@ async def test_update_of_deleted_topic_raises_topic_not_found(registry: EtcdTopi
     original = await registry.create(TopicSettings("orders", 3), owner="alice")
     await registry.delete("orders")
     with pytest.raises(TopicNotFound):
-        await registry.update(original.with_changes(partitions=4, retention_ms=None, max_length=None))
+        await registry.update(
+            original.with_changes(partitions=4, retention_ms=None, max_length=None)
+        )
 
 
 async def test_update_never_creates_a_missing_topic(registry: EtcdTopicRegistry) -> None:
@@ -148,8 +156,9 @@ async def test_watch_from_compacted_revision_raises_history_compacted(
         await watch.cancel()
 
 
-async def test_watcher_loads_existing_topics_on_enter(conn: EtcdConnection, registry: EtcdTopicRegistry,
-                                                      prefix: str) -> None:
+async def test_watcher_loads_existing_topics_on_enter(
+    conn: EtcdConnection, registry: EtcdTopicRegistry, prefix: str
+) -> None:
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
     cache = TopicCache()
     async with TopicWatcher(conn, cache, prefix) as watcher:
@@ -165,13 +174,16 @@ async def test_watcher_sees_topic_created_by_another_registry_within_two_seconds
     async with TopicWatcher(conn, cache, prefix) as watcher, \
             open_etcd([etcd_server.endpoint], timeout_s=2.0) as other_conn:
         assert await watcher.wait_synced(timeout_s=2)
-        created = await EtcdTopicRegistry(other_conn, prefix).create(TopicSettings("orders", 3), "bob")
+        created = await EtcdTopicRegistry(other_conn, prefix).create(
+            TopicSettings("orders", 3), "bob"
+        )
         assert await watcher.wait_for_revision(created.version, timeout_s=2)
         assert cache.get("orders") == created
 
 
-async def test_watcher_applies_updates_and_deletes(conn: EtcdConnection, registry: EtcdTopicRegistry,
-                                                   prefix: str) -> None:
+async def test_watcher_applies_updates_and_deletes(
+    conn: EtcdConnection, registry: EtcdTopicRegistry, prefix: str
+) -> None:
     cache = TopicCache()
     async with TopicWatcher(conn, cache, prefix) as watcher:
         created = await registry.create(TopicSettings("orders", 3), owner="alice")
@@ -183,8 +195,9 @@ async def test_watcher_applies_updates_and_deletes(conn: EtcdConnection, registr
         await _eventually(lambda: cache.get("orders") is None)
 
 
-async def test_watcher_ignores_topics_under_other_prefixes(etcd_server: Any, conn: EtcdConnection,
-                                                           registry: EtcdTopicRegistry, prefix: str) -> None:
+async def test_watcher_ignores_topics_under_other_prefixes(
+    etcd_server: Any, conn: EtcdConnection, registry: EtcdTopicRegistry, prefix: str
+) -> None:
     cache = TopicCache()
     async with TopicWatcher(conn, cache, prefix) as watcher:
         await EtcdTopicRegistry(conn, prefix + "other/").create(TopicSettings("elsewhere", 1), "x")

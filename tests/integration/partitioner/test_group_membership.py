@@ -1,8 +1,9 @@
 """Exclusive consumer-group membership against a real etcd (the session fixture ``etcd_server``).
 
-Every member here is driven by a ``Consumer`` that behaves like the gateway: it starts serving a partition
-the moment ``next_assignment`` returns it, stops serving revoked partitions after a small random delay, and
-only then confirms. A shared ``Recorder`` fails the test if a partition is ever served by two members at once.
+Every member here is driven by a ``Consumer`` that behaves like the gateway: it starts serving a
+partition the moment ``next_assignment`` returns it, stops serving revoked partitions after a small
+random delay, and only then confirms. A shared ``Recorder`` fails the test if a partition is ever
+served by two members at once.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class Recorder:
         for p in sorted(partitions):
             holder = self.serving.get(p)
             if holder is not None and holder != member:
-                self.violations.append(f"gen {generation}: {member} took partition {p} still served by {holder}")
+                self.violations.append(
+                    f"gen {generation}: {member} took partition {p} still served by {holder}"
+                )
             self.serving[p] = member
 
     def stop(self, member: str, partitions: set[int]) -> None:
@@ -63,7 +66,9 @@ class Consumer:
             while True:
                 assignment = await self.member.next_assignment()
                 self.history.append(assignment)
-                self.recorder.start(name, assignment.generation, set(assignment.partitions) - self.serving)
+                self.recorder.start(
+                    name, assignment.generation, set(assignment.partitions) - self.serving
+                )
                 self.serving |= assignment.partitions
                 await asyncio.sleep(random.uniform(0, self.max_delay_s))
                 revoked = self.serving - assignment.partitions
@@ -83,7 +88,8 @@ class Consumer:
 
 
 class Group:
-    """Members of one fresh (topic, group), each with its own etcd connection like separate gateways."""
+    """Members of one fresh (topic, group), each with its own etcd connection like separate
+    gateways."""
 
     def __init__(self, endpoint: str, partitions: Callable[[], int]) -> None:
         self.endpoint = endpoint
@@ -97,8 +103,10 @@ class Group:
 
     async def join(self, name: str, max_delay_s: float = 0.2, ttl_s: float = TTL_S) -> Consumer:
         conn = await self._stack.enter_async_context(open_etcd([self.endpoint], timeout_s=2.0))
-        member = GroupMember(conn, topic=self.topic, group=self.group, member_id=name, node=f"node-{name}",
-                             partition_count=self.partitions, prefix=self.prefix, lease_ttl_s=ttl_s)
+        member = GroupMember(
+            conn, topic=self.topic, group=self.group, member_id=name, node=f"node-{name}",
+            partition_count=self.partitions, prefix=self.prefix, lease_ttl_s=ttl_s,
+        )
         await self._stack.enter_async_context(member)
         consumer = Consumer(member, self.recorder, max_delay_s)
         self.consumers[name] = consumer
@@ -186,7 +194,9 @@ async def test_closed_member_partitions_move_to_survivors_quickly(
     group = make_group(lambda: 6)
     for name in ("a", "b", "c"):
         await group.join(name, max_delay_s=0.05)
-    await _eventually(lambda: group.balanced(6) and len(group.consumers["c"].serving) == 2, 4.0, "2/2/2")
+    await _eventually(
+        lambda: group.balanced(6) and len(group.consumers["c"].serving) == 2, 4.0, "2/2/2"
+    )
 
     await group.leave("c")
     took_s = await _eventually(lambda: group.balanced(6), 2.0, "survivors own everything")
@@ -211,7 +221,9 @@ async def test_member_whose_keepalives_stop_is_lost_within_ttl_and_replaced(
     with pytest.raises(MembershipLost):
         await b.member.next_assignment()
 
-    await _eventually(lambda: a.serving == set(range(6)), TTL_S + 3.0, "survivor takes over after expiry")
+    await _eventually(
+        lambda: a.serving == set(range(6)), TTL_S + 3.0, "survivor takes over after expiry"
+    )
     assert group.recorder.violations == []
 
 
@@ -226,11 +238,14 @@ async def test_a_dead_members_lease_never_holds_back_a_partition_a_healthy_membe
     a.member.simulate_keepalive_failure()
     loop = asyncio.get_running_loop()
     rejoined = loop.time()
-    c = await group.join("c", max_delay_s=0.05, ttl_s=ttl_s)  # a's client rejoins through b's gateway
+    # a's client rejoins through b's gateway
+    c = await group.join("c", max_delay_s=0.05, ttl_s=ttl_s)
     took_s = await _eventually(lambda: len(c.serving) == 1 and len(b.serving) == 2, ttl_s / 2,
                                "b's released partition served by c")
-    print(f"\n[dead member] b's released partition served by the rejoined member {took_s:.2f}s after it "
-          f"joined; a's lease ends {ttl_s:.0f}s after its last keepalive")
+    print(
+        f"\n[dead member] b's released partition served by the rejoined member {took_s:.2f}s after "
+        f"it joined; a's lease ends {ttl_s:.0f}s after its last keepalive"
+    )
     assert loop.time() - rejoined < ttl_s / 2
     del group.consumers["a"]  # stopped above; its member is closed with the group
 
@@ -240,11 +255,15 @@ async def test_coordinator_leaving_hands_coordination_to_another_member(
     group = make_group(lambda: 6)
     for name in ("a", "b", "c"):
         await group.join(name, max_delay_s=0.05)
-    await _eventually(lambda: group.balanced(6) and len(group.consumers["c"].serving) == 2, 4.0, "2/2/2")
+    await _eventually(
+        lambda: group.balanced(6) and len(group.consumers["c"].serving) == 2, 4.0, "2/2/2"
+    )
     [leader] = [name for name, c in group.consumers.items() if c.member.is_coordinator]
 
     await group.leave(leader)
-    await _eventually(lambda: any(c.member.is_coordinator for c in group.consumers.values()), 2.0, "new leader")
+    await _eventually(
+        lambda: any(c.member.is_coordinator for c in group.consumers.values()), 2.0, "new leader"
+    )
     await _eventually(lambda: group.balanced(6), 2.0, "survivors own everything")
     await group.join("d", max_delay_s=0.05)
     await _eventually(lambda: group.balanced(6) and len(group.consumers["d"].serving) == 2, 3.0,
@@ -257,7 +276,9 @@ async def test_growing_partition_count_assigns_the_new_partitions(
     group = make_group(lambda: count[0])
     await group.join("a", max_delay_s=0.05)
     await group.join("b", max_delay_s=0.05)
-    await _eventually(lambda: group.balanced(4) and len(group.consumers["b"].serving) == 2, 4.0, "2/2")
+    await _eventually(
+        lambda: group.balanced(4) and len(group.consumers["b"].serving) == 2, 4.0, "2/2"
+    )
 
     count[0] = 6
     await _eventually(lambda: group.balanced(6), 3.0, "3/3 after growth")
@@ -269,7 +290,9 @@ async def test_group_view_and_list_groups_describe_the_group(
     group = make_group(lambda: 2)
     await group.join("a")
     await group.join("b")
-    await _eventually(lambda: group.balanced(2) and len(group.consumers["b"].serving) == 1, 4.0, "1/1")
+    await _eventually(
+        lambda: group.balanced(2) and len(group.consumers["b"].serving) == 1, 4.0, "1/1"
+    )
 
     async with open_etcd([etcd_server.endpoint], timeout_s=2.0) as conn:
         view = await group_view(conn, topic=group.topic, group=group.group, prefix=group.prefix)
@@ -291,7 +314,10 @@ async def test_lease_primitives_and_guarded_put(etcd_server: Any) -> None:
         created = await conn.put_if_absent(key, b"1", lease_id=lease_id)
         assert created is not None
         assert await conn.put_if_absent(key, b"2") is None
-        assert await conn.put_if(key, b"3", guards=[Guard(key, created + 100)], lease_id=lease_id) is None
+        assert (
+            await conn.put_if(key, b"3", guards=[Guard(key, created + 100)], lease_id=lease_id)
+            is None
+        )
         guards = [Guard(key, created), Guard(key, created, "mod")]
         assert await conn.put_if(key, b"3", guards=guards, lease_id=lease_id) is not None
         assert await conn.keep_alive(lease_id) > 0

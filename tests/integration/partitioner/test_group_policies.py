@@ -1,4 +1,5 @@
-"""Group policies in a real etcd: noted policies are written in the background, read per topic, forgotten."""
+"""Group policies in a real etcd: noted policies are written in the background, read per topic,
+forgotten."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ async def written(policies: GroupPolicies) -> None:
     raise AssertionError("policies were never written")
 
 
-async def test_noted_policies_are_written_and_read_per_topic(conn: EtcdConnection, prefix: str) -> None:
+async def test_noted_policies_are_written_and_read_per_topic(
+    conn: EtcdConnection, prefix: str
+) -> None:
     async with GroupPolicies(conn, prefix=prefix, cache_ttl_s=0) as policies:
         policies.note("orders", "billing", GroupPolicy(30_000, 5))
         policies.note("orders", "audit", GroupPolicy(1_000, 1))
@@ -53,12 +56,16 @@ async def test_an_unchanged_policy_is_not_written_again(conn: EtcdConnection, pr
 
 async def test_a_malformed_stored_policy_is_ignored(conn: EtcdConnection, prefix: str) -> None:
     await conn.put(GroupPolicyKeys(prefix).group("t", "broken"), b"{not json")
-    await conn.put(GroupPolicyKeys(prefix).group("t", "zero"), b'{"ack_timeout_ms": 0, "max_deliveries": 1}')
+    await conn.put(
+        GroupPolicyKeys(prefix).group("t", "zero"), b'{"ack_timeout_ms": 0, "max_deliveries": 1}'
+    )
     async with GroupPolicies(conn, prefix=prefix) as policies:
         assert await policies.for_topic("t") == {}
 
 
-async def test_policies_noted_while_etcd_is_unreachable_are_written_later(etcd_server: Any, prefix: str) -> None:
+async def test_policies_noted_while_etcd_is_unreachable_are_written_later(
+    etcd_server: Any, prefix: str
+) -> None:
     async with open_etcd([etcd_server.endpoint], timeout_s=0.5) as conn, \
             GroupPolicies(conn, prefix=prefix, cache_ttl_s=0) as policies:
         etcd_server.pause()

@@ -1,8 +1,9 @@
-"""Partition ownership against a real etcd (the session fixture ``etcd_server``), including etcd restarts.
+"""Partition ownership against a real etcd (the session fixture ``etcd_server``), including etcd
+restarts.
 
-A ``Recorder`` samples every node's ``owned`` every 20 ms and fails the test if a partition is ever in two
-nodes' ``owned`` in the same sample, or if a node keeps a partition in ``owned`` across an etcd read that shows
-the owner key naming someone else (or nobody).
+A ``Recorder`` samples every node's ``owned`` every 20 ms and fails the test if a partition is ever
+in two nodes' ``owned`` in the same sample, or if a node keeps a partition in ``owned`` across an
+etcd read that shows the owner key naming someone else (or nobody).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class Recorder:
         for name, partitions in owned.items():
             for p in partitions:
                 if p in seen:
-                    self.violations.append(f"{time.monotonic():.3f}: {p} owned by {seen[p]} and {name}")
+                    self.violations.append(
+                        f"{time.monotonic():.3f}: {p} owned by {seen[p]} and {name}"
+                    )
                 seen[p] = name
         self.samples += 1
         return owned
@@ -61,7 +64,9 @@ class Recorder:
         while not self._stopped:
             before = self._sample()
             try:
-                holders = await asyncio.wait_for(partition_owners(self.cluster.admin, prefix=self.cluster.prefix), 1.0)
+                holders = await asyncio.wait_for(
+                    partition_owners(self.cluster.admin, prefix=self.cluster.prefix), 1.0
+                )
             except (CoordinationUnavailable, TimeoutError):
                 holders = None
             after = self._sample()
@@ -70,12 +75,14 @@ class Recorder:
                 for name in before.keys() & after.keys():
                     for p in before[name] & after[name]:
                         if holders.get(p) != name:
-                            self.violations.append(f"{name} acted on {p} while its key named {holders.get(p)}")
+                            self.violations.append(
+                                f"{name} acted on {p} while its key named {holders.get(p)}"
+                            )
             await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
-        # A cancel landing inside a gRPC call can surface as CoordinationUnavailable, which the loop survives:
-        # the flag ends it regardless.
+        # A cancel landing inside a gRPC call can surface as CoordinationUnavailable,
+        # which the loop survives: the flag ends it regardless.
         self._stopped = True
         if self._task is not None:
             self._task.cancel()
@@ -98,15 +105,18 @@ class Cluster:
     async def join(self, name: str) -> PartitionOwnership:
         stack = contextlib.AsyncExitStack()
         conn = await stack.enter_async_context(open_etcd([self.endpoint], timeout_s=1.0))
-        node = PartitionOwnership(conn, node_id=name, partitions=lambda: self.topics, prefix=self.prefix,
-                                  lease_ttl_s=TTL_S)
+        node = PartitionOwnership(
+            conn, node_id=name, partitions=lambda: self.topics, prefix=self.prefix,
+            lease_ttl_s=TTL_S,
+        )
         await stack.enter_async_context(node)
         self._stacks[name] = stack
         self.nodes[name] = node
         return node
 
     async def leave(self, name: str) -> None:
-        await self.nodes[name].aclose()  # owned empties at once, before the node leaves the recorder's view
+        # owned empties at once, before the node leaves the recorder's view
+        await self.nodes[name].aclose()
         del self.nodes[name]
         await self._stacks.pop(name).aclose()
 
@@ -165,7 +175,9 @@ async def test_second_node_joining_converges_to_the_rendezvous_split_without_dou
     assert cluster.recorder.violations == []
 
 
-async def test_closed_node_partitions_move_to_the_survivor_within_a_second(cluster: Cluster) -> None:
+async def test_closed_node_partitions_move_to_the_survivor_within_a_second(
+    cluster: Cluster,
+) -> None:
     a = await cluster.join("a")
     await cluster.join("b")
     await _eventually(cluster.converged, 3.0, "rendezvous split")
@@ -176,8 +188,9 @@ async def test_closed_node_partitions_move_to_the_survivor_within_a_second(clust
     assert took_s < 1.0
 
 
-async def test_node_whose_keepalives_stop_stops_acting_within_ttl_and_survivor_takes_over_after_expiry(
-        cluster: Cluster) -> None:
+async def test_node_whose_keepalives_stop_stops_acting_within_ttl_and_survivor_takes_over_after_expiry(  # noqa: E501, RUF100
+    cluster: Cluster,
+) -> None:
     a = await cluster.join("a")
     b = await cluster.join("b")
     await _eventually(cluster.converged, 3.0, "rendezvous split")
@@ -187,9 +200,14 @@ async def test_node_whose_keepalives_stop_stops_acting_within_ttl_and_survivor_t
     b.simulate_keepalive_failure()
     await _eventually(lambda: not b.owned, TTL_S, "stalled node stops acting")
     stopped_s = loop.time() - started
-    took_s = await _eventually(lambda: a.owned == _all(TOPICS), TTL_S + 1.5, "survivor owns everything")
+    took_s = await _eventually(
+        lambda: a.owned == _all(TOPICS), TTL_S + 1.5, "survivor owns everything"
+    )
     total_s = loop.time() - started
-    print(f"stalled node stopped acting after {stopped_s:.3f}s; survivor took over after {total_s:.3f}s")
+    print(
+        f"stalled node stopped acting after {stopped_s:.3f}s; "
+        f"survivor took over after {total_s:.3f}s"
+    )
     assert stopped_s < TTL_S
     assert took_s > 0
     assert total_s < TTL_S + 1.0
@@ -206,7 +224,9 @@ async def test_etcd_restart_never_causes_double_ownership_and_ownership_converge
         await asyncio.to_thread(etcd_server.restart)
     finally:
         etcd_server.start()  # no-op when running: never leave the session's etcd down
-    took_s = await _eventually(lambda: cluster.converged() and a.healthy and b.healthy, 2 * TTL_S, "recovered")
+    took_s = await _eventually(
+        lambda: cluster.converged() and a.healthy and b.healthy, 2 * TTL_S, "recovered"
+    )
     print(f"recovered {took_s:.3f}s after etcd came back")
 
     await cluster.join("c")  # the resumed watches must see the newcomer and hand over its share
@@ -227,7 +247,9 @@ async def test_etcd_pause_for_half_a_ttl_never_causes_double_ownership(
         await asyncio.sleep(TTL_S / 2)
     finally:
         etcd_server.resume()
-    await _eventually(lambda: cluster.converged() and a.healthy and b.healthy, 2 * TTL_S, "recovered")
+    await _eventually(
+        lambda: cluster.converged() and a.healthy and b.healthy, 2 * TTL_S, "recovered"
+    )
     assert (a.owned, b.owned) == before
 
 
@@ -243,8 +265,11 @@ async def test_grown_partitions_get_owners(cluster: Cluster) -> None:
     assert set(owners) == _all(cluster.topics)
 
 
-async def test_watch_created_after_a_timed_out_create_follows_its_own_prefix(etcd_server: Any) -> None:
-    """aetcd hands a timed-out create's late reply to the next watch; the connection must prevent that."""
+async def test_watch_created_after_a_timed_out_create_follows_its_own_prefix(
+    etcd_server: Any,
+) -> None:
+    """aetcd hands a timed-out create's late reply to the next watch; the connection must prevent
+    that."""
     root = f"/streamgate-test-{uuid.uuid4().hex}/"
     async with open_etcd([etcd_server.endpoint], timeout_s=1.0) as conn:
         start = await conn.put(f"{root}start".encode(), b"") + 1

@@ -1,5 +1,6 @@
-"""A TLS-only Redis Cluster (3 primaries + 3 replicas: acks=all over TLS replication) and a TLS etcd, both
-requiring client certificates, started once for this directory's module and stopped by PID."""
+"""A TLS-only Redis Cluster (3 primaries + 3 replicas: acks=all over TLS replication) and a TLS
+etcd, both requiring client certificates, started once for this directory's module and stopped by
+PID."""
 
 from __future__ import annotations
 
@@ -21,16 +22,24 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 @pytest.fixture(scope="module")
 def wrong_pki(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    """Another CA (same names): nothing it signed is trusted by the servers, and it trusts none of them."""
+    """Another CA (same names): nothing it signed is trusted by the servers, and it trusts none of
+    them."""
     return make_pki(tmp_path_factory.mktemp("wrong-pki"), prefix="wrong-")
 
 
 @pytest.fixture(scope="module")
 def tls_redis_cluster(devstack_binaries: None, tmp_path_factory: pytest.TempPathFactory,
                       pki: TlsFiles) -> Iterator[RedisClusterProcess]:
-    """TLS on the client port (plaintext port off), the cluster bus and replication; client certs required."""
-    cluster = RedisClusterProcess(RedisClusterConfig(data_dir=tmp_path_factory.mktemp("tls-redis"), primaries=3,
-                                                     replicas_per_primary=1, tls=pki))
+    """TLS on the client port (plaintext port off), the cluster bus and replication; client certs
+    required."""
+    cluster = RedisClusterProcess(
+        RedisClusterConfig(
+            data_dir=tmp_path_factory.mktemp("tls-redis"),
+            primaries=3,
+            replicas_per_primary=1,
+            tls=pki,
+        )
+    )
     cluster.start()  # stops whatever it started if it fails
     try:
         yield cluster
@@ -39,7 +48,9 @@ def tls_redis_cluster(devstack_binaries: None, tmp_path_factory: pytest.TempPath
 
 
 @pytest.fixture(scope="module")
-def tls_etcd(devstack_binaries: None, tmp_path_factory: pytest.TempPathFactory, pki: TlsFiles) -> Iterator[EtcdProcess]:
+def tls_etcd(
+    devstack_binaries: None, tmp_path_factory: pytest.TempPathFactory, pki: TlsFiles
+) -> Iterator[EtcdProcess]:
     """etcd on an https:// client URL with --client-cert-auth."""
     server = EtcdProcess(EtcdConfig(data_dir=tmp_path_factory.mktemp("tls-etcd"), tls=pki))
     server.start()
@@ -50,7 +61,9 @@ def tls_etcd(devstack_binaries: None, tmp_path_factory: pytest.TempPathFactory, 
 
 
 @pytest.fixture
-def tls_settings(tls_redis_cluster: RedisClusterProcess, tls_etcd: EtcdProcess, pki: TlsFiles) -> GatewaySettings:
+def tls_settings(
+    tls_redis_cluster: RedisClusterProcess, tls_etcd: EtcdProcess, pki: TlsFiles
+) -> GatewaySettings:
     """Gateway settings for the TLS servers, with the client certificate for both (mutual TLS)."""
     return GatewaySettings(
         auth_mode="none",
