@@ -1,4 +1,5 @@
-"""Side-by-side anchors measured in the same run as the gateway: raw pipelined XADD and NATS JetStream (nats-py)."""
+"""Side-by-side anchors measured in the same run as the gateway: raw pipelined XADD and NATS
+JetStream (nats-py)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,19 @@ def key_on(cluster: RedisClusterProcess, port: int) -> str:
     raise RuntimeError(f"no key for the primary on port {port}")
 
 
-def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int = 64, clients: int = 16) -> float:
-    """XADD msg/s of the whole cluster: redis-benchmark -P ``pipeline`` against every primary at once (AOF on),
-    entries as the gateway writes a keyed JSON message (the value under ``K`` + one of 100 keys)."""
+def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int = 64,
+                  clients: int = 16) -> float:
+    """XADD msg/s of the whole cluster: redis-benchmark -P ``pipeline`` against every primary at
+    once (AOF on), entries as the gateway writes a keyed JSON message (the value under ``K`` + one
+    of 100 keys)."""
     binary = shutil.which("redis-benchmark")
     if binary is None:
         raise FileNotFoundError("redis-benchmark not found (Debian package redis-tools)")
     started = time.perf_counter()
-    runs = [subprocess.Popen([binary, "-h", host, "-p", str(port), "-c", str(clients), "-n", str(per_primary),
-                              "-P", str(pipeline), "-r", "100", "--csv", "XADD", key_on(cluster, port), "*",
-                              "Kk__rand_int__", VALUE.decode()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    runs = [subprocess.Popen([binary, "-h", host, "-p", str(port), "-c", str(clients), "-n",
+                              str(per_primary), "-P", str(pipeline), "-r", "100", "--csv", "XADD",
+                              key_on(cluster, port), "*", "Kk__rand_int__", VALUE.decode()],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for host, port in (node.address for node in cluster.primaries)]
     try:
         for run in runs:
@@ -42,15 +46,18 @@ def raw_xadd_rate(cluster: RedisClusterProcess, per_primary: int, pipeline: int 
                 raise RuntimeError(f"redis-benchmark failed: {out.decode()[-300:]}")
         return per_primary * len(runs) / (time.perf_counter() - started)
     finally:
-        drop_and_wait_for_rewrites(cluster, [key_on(cluster, node.address[1]) for node in cluster.primaries])
+        drop_and_wait_for_rewrites(cluster,
+                                   [key_on(cluster, node.address[1]) for node in cluster.primaries])
 
 
-def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: list[str], longest_s: float = 120.0) -> None:
+def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: list[str],
+                               longest_s: float = 120.0) -> None:
     """Unlink ``keys``, then wait until no node rewrites its AOF any more.
 
-    What one measurement wrote must not weigh on the next: the raw anchor leaves ~250 MB per primary, a
-    10 s gateway run ~300 MB, and the AOF rewrites they trigger (a fork and a full rewrite on every primary and
-    replica) would otherwise run into the next measurement's clock on a 2-core machine.
+    What one measurement wrote must not weigh on the next: the raw anchor leaves ~250 MB per
+    primary, a 10 s gateway run ~300 MB, and the AOF rewrites they trigger (a fork and a full
+    rewrite on every primary and replica) would otherwise run into the next measurement's clock on a
+    2-core machine.
     """
     for key in keys:
         host, port = cluster.primary_for_key(key).address
@@ -62,17 +69,20 @@ def drop_and_wait_for_rewrites(cluster: RedisClusterProcess, keys: list[str], lo
         with redis.Redis(host=host, port=port) as client:
             while time.monotonic() < deadline:
                 persistence = client.info("persistence")
-                if not persistence.get("aof_rewrite_in_progress") and not persistence.get("aof_rewrite_scheduled"):
+                if (not persistence.get("aof_rewrite_in_progress")
+                        and not persistence.get("aof_rewrite_scheduled")):
                     break
                 time.sleep(0.2)
 
 
 def compact_aofs(cluster: RedisClusterProcess) -> None:
-    """BGREWRITEAOF on every node, then wait until none rewrites: a short measurement starts from compact AOFs.
+    """BGREWRITEAOF on every node, then wait until none rewrites: a short measurement starts from
+    compact AOFs.
 
-    Redis rewrites an AOF by itself once it has doubled since the last rewrite (and passed 64 MB). Left to
-    chance, that fork and rewrite of every node fell into a short drain in some runs (and those drains came out
-    markedly slower): a fresh base puts the drain's ~15 MB per node far from it.
+    Redis rewrites an AOF by itself once it has doubled since the last rewrite (and passed 64 MB).
+    Left to chance, that fork and rewrite of every node fell into a short drain in some runs (and
+    those drains came out markedly slower): a fresh base puts the drain's ~15 MB per node far from
+    it.
     """
     for node in cluster.nodes:
         host, port = node.address
@@ -91,10 +101,11 @@ def aof_rewrites(cluster: RedisClusterProcess) -> int:
     return total
 
 
-async def _jetstream(url: str, stream: str, replicas: int = 1, ready_s: float = 60.0,  # type: ignore[no-untyped-def]
-                     max_pending: int = 4000):
-    """A connection (``url``: one server or a comma-separated cluster) and a fresh file-store stream. A new
-    cluster answers "JetStream not available" until it has elected its meta leader: retried up to ``ready_s``."""
+async def _jetstream(url: str, stream: str, replicas: int = 1,  # type: ignore[no-untyped-def]
+                     ready_s: float = 60.0, max_pending: int = 4000):
+    """A connection (``url``: one server or a comma-separated cluster) and a fresh file-store
+    stream. A new cluster answers "JetStream not available" until it has elected its meta leader:
+    retried up to ``ready_s``."""
     import nats
     from nats.js.api import StorageType
     from nats.js.errors import Error as JetStreamError
@@ -133,22 +144,27 @@ async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCH
         await connection.close()
 
 
-PUBLISH_PENDING_SWEEP = (1000, 4000)  # nats-py's unacknowledged publishes; 1,000 was its best (250-16,000 tried)
+PUBLISH_PENDING_SWEEP = (1000, 4000)  # nats-py's unacknowledged publishes; 1,000 was its best
+                                      # (250-16,000 tried)
 
 
-async def nats_best_publish_async_rate(url: str, seconds: float, replicas: int = 1) -> tuple[float, str]:
+async def nats_best_publish_async_rate(url: str, seconds: float,
+                                       replicas: int = 1) -> tuple[float, str]:
     """JetStream at its best, as the gateway's rows are at theirs: the best publish_async rate over
     ``PUBLISH_PENDING_SWEEP``, and a note with every figure."""
-    rates = [(pending, (await nats_publish_async_rate(url, seconds, replicas=replicas, max_pending=pending))[0])
+    rates = [(pending,
+              (await nats_publish_async_rate(url, seconds, replicas=replicas,
+                                             max_pending=pending))[0])
              for pending in PUBLISH_PENDING_SWEEP]
     best = max(rate for _, rate in rates)
     figures = ", ".join(f"{pending:,} pending {rate:,.0f} msg/s" for pending, rate in rates)
     return best, f"JetStream the best of {figures}"
 
 
-async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL", replicas: int = 1) -> float:
-    """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages`` prefilled
-    (``replicas`` copies of the stream and of its consumer's state)."""
+async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL",
+                             replicas: int = 1) -> float:
+    """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages``
+    prefilled (``replicas`` copies of the stream and of its consumer's state)."""
     connection, js = await _jetstream(url, stream, replicas)
     try:
         for start in range(0, messages, 1000):

@@ -1,8 +1,9 @@
-"""Delivery: consumer-group throughput with acks over WebSocket, end-to-end latency and redelivery timing.
+"""Delivery: consumer-group throughput with acks over WebSocket, end-to-end latency and redelivery
+timing.
 
 Starts its own Redis Cluster + etcd (loopback, free ports) and one gateway process, then measures:
-  1. throughput: N pre-published messages drained by C exclusive-group WebSocket consumers that ack in
-     batches (msg/s delivered and acked, one gateway process);
+  1. throughput: N pre-published messages drained by C exclusive-group WebSocket consumers that ack
+     in batches (msg/s delivered and acked, one gateway process);
   2. latency: publish -> WebSocket delivery at a fixed publish rate (p50/p99);
   3. redelivery: how long after the ack timeout an un-acked message comes back, and after a nack.
 Nothing here is a test assertion.
@@ -33,8 +34,10 @@ PARTITIONS = 8
 GROUP_DRAIN = Path(__file__).resolve().parent / "group_drain.py"
 
 
-async def create_topic(http: aiohttp.ClientSession, base: str, name: str, partitions: int = PARTITIONS) -> None:
-    async with http.post(f"{base}/v1/topics", json={"name": name, "partitions": partitions}) as response:
+async def create_topic(http: aiohttp.ClientSession, base: str, name: str,
+                       partitions: int = PARTITIONS) -> None:
+    async with http.post(f"{base}/v1/topics",
+                         json={"name": name, "partitions": partitions}) as response:
         assert response.status == 201, await response.text()
 
 
@@ -46,15 +49,17 @@ async def publish(http: aiohttp.ClientSession, base: str, topic: str, count: int
             assert response.status == 200, await response.text()
 
 
-async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str, done: asyncio.Event,
-                  counter: list[int], total: int, latencies: list[float] | None = None,
+async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str,
+                  done: asyncio.Event, counter: list[int], total: int,
+                  latencies: list[float] | None = None,
                   assigned: asyncio.Event | None = None) -> None:
     params = {"topic": topic, "group": group, "max_in_flight": "1000"}
     async with http.ws_connect(f"{base}/v1/subscribe", params=params) as ws:
         pending: list[dict[str, Any]] = []
         while not done.is_set():
             try:
-                frame = await asyncio.wait_for(ws.receive_json(loads=orjson.loads), 0.01 if pending else 1.0)
+                frame = await asyncio.wait_for(ws.receive_json(loads=orjson.loads),
+                                               0.01 if pending else 1.0)
             except TimeoutError:
                 frame = None
             if frame and frame["type"] == "assignment" and assigned is not None \
@@ -74,23 +79,27 @@ async def consume(http: aiohttp.ClientSession, base: str, topic: str, group: str
 
 async def lean_group_drain(base: str, topic: str, group: str, messages: int, processes: int,
                            members: int = 2) -> tuple[int, float]:
-    """Drain a prefilled topic with ``processes`` x ``members`` exclusive-group consumers in their own processes
-    (bench/group_drain.py: lean, so the client is not the limit); (messages acked, seconds from the first
-    delivery to the last ack)."""
-    acked, first_ts, last_ts = await lean_group_drain_window(base, topic, group, messages, processes, members)
+    """Drain a prefilled topic with ``processes`` x ``members`` exclusive-group consumers in their
+    own processes (bench/group_drain.py: lean, so the client is not the limit); (messages acked,
+    seconds from the first delivery to the last ack)."""
+    acked, first_ts, last_ts = await lean_group_drain_window(base, topic, group, messages,
+                                                             processes, members)
     return acked, max(last_ts - first_ts, 1e-9)
 
 
 async def lean_group_drain_window(base: str, topic: str, group: str, messages: int, processes: int,
-                                  members: int = 2, client_args: Sequence[str] = ()) -> tuple[int, float, float]:
-    """``lean_group_drain``'s drain: (messages acked, wall-clock time of the first delivery, of the last ack).
-    ``client_args``: more options for bench/group_drain.py (``--ack-each-read``)."""
+                                  members: int = 2,
+                                  client_args: Sequence[str] = ()) -> tuple[int, float, float]:
+    """``lean_group_drain``'s drain: (messages acked, wall-clock time of the first delivery, of the
+    last ack). ``client_args``: more options for bench/group_drain.py (``--ack-each-read``)."""
     argv = [sys.executable, str(GROUP_DRAIN), "--port",
             str(urlsplit(base).port), "--topic", topic, "--group", group, "--members", str(members),
             "--total", str(messages), *client_args]
-    workers = [await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE) for _ in range(processes)]
+    workers = [await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+               for _ in range(processes)]
     try:
-        outputs = await asyncio.wait_for(asyncio.gather(*(worker.communicate() for worker in workers)), 600)
+        outputs = await asyncio.wait_for(asyncio.gather(*(worker.communicate()
+                                                          for worker in workers)), 600)
     finally:
         for worker in workers:
             if worker.returncode is None:
@@ -102,9 +111,10 @@ async def lean_group_drain_window(base: str, topic: str, group: str, messages: i
     return sum(r["acked"] for r in results), started, last
 
 
-async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, messages: int, consumers: int,
-                     timeout_s: float = 600) -> tuple[float, int]:
-    """Prefill ``messages``, drain them with ``consumers`` exclusive-group sockets acking by 200: (msg/s, acked)."""
+async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, messages: int,
+                     consumers: int, timeout_s: float = 600) -> tuple[float, int]:
+    """Prefill ``messages``, drain them with ``consumers`` exclusive-group sockets acking by 200:
+    (msg/s, acked)."""
     await create_topic(http, base, topic)
     await publish(http, base, topic, messages)
     done, counter = asyncio.Event(), [0]
@@ -123,14 +133,14 @@ async def group_rate(http: aiohttp.ClientSession, base: str, topic: str, message
 
 async def paced_latencies(http: aiohttp.ClientSession, base: str, topic: str, rate_per_s: int,
                           seconds: float) -> tuple[list[float], float]:
-    """Publish at ``rate_per_s`` (batches every 10 ms, paced on the clock) to one group consumer; return the
-    publish -> delivery latencies (s) and the publish rate achieved."""
+    """Publish at ``rate_per_s`` (batches every 10 ms, paced on the clock) to one group consumer;
+    return the publish -> delivery latencies (s) and the publish rate achieved."""
     await create_topic(http, base, topic)
     done, counter, latencies, assigned = asyncio.Event(), [0], [], asyncio.Event()
     per_tick = max(1, rate_per_s // 100)
     ticks = max(1, int(seconds * 100))
-    consumer = asyncio.create_task(consume(http, base, topic, "lat", done, counter, per_tick * ticks, latencies,
-                                           assigned))
+    consumer = asyncio.create_task(consume(http, base, topic, "lat", done, counter,
+                                           per_tick * ticks, latencies, assigned))
     await asyncio.wait_for(assigned.wait(), 30)
     started = time.perf_counter()
     for tick in range(ticks):
@@ -151,15 +161,16 @@ async def throughput(http: aiohttp.ClientSession, base: str, messages: int, cons
     rate, acked = await group_rate(http, base, "deliver-bench", messages, consumers)
     counter = [acked]
     print(f"group delivery + ack over WebSocket: {rate:>10,.0f} msg/s "
-          f"({counter[0]} messages, {consumers} consumers, {PARTITIONS} partitions, one gateway process)")
+          f"({counter[0]} messages, {consumers} consumers, {PARTITIONS} partitions, one "
+          "gateway process)")
 
 
 async def latency(http: aiohttp.ClientSession, base: str, rate_per_s: int, seconds: float) -> None:
     await create_topic(http, base, "latency-bench")
     done, counter, latencies, assigned = asyncio.Event(), [0], [], asyncio.Event()
     total = int(rate_per_s * seconds)
-    consumer = asyncio.create_task(consume(http, base, "latency-bench", "lat", done, counter, total, latencies,
-                                           assigned))
+    consumer = asyncio.create_task(consume(http, base, "latency-bench", "lat", done, counter, total,
+                                           latencies, assigned))
     await asyncio.wait_for(assigned.wait(), 30)
     per_tick = max(1, rate_per_s // 100)
     for tick in range(total // per_tick):
@@ -170,8 +181,9 @@ async def latency(http: aiohttp.ClientSession, base: str, rate_per_s: int, secon
     await asyncio.wait_for(done.wait(), 60)
     consumer.cancel()
     ordered = sorted(latencies)
-    print(f"publish -> delivery latency at ~{rate_per_s} msg/s: p50 {statistics.median(ordered) * 1000:.1f} ms, "
-          f"p99 {ordered[int(len(ordered) * 0.99)] * 1000:.1f} ms ({len(ordered)} messages)")
+    print(f"publish -> delivery latency at ~{rate_per_s} msg/s: p50 "
+          f"{statistics.median(ordered) * 1000:.1f} ms, p99 "
+          f"{ordered[int(len(ordered) * 0.99)] * 1000:.1f} ms ({len(ordered)} messages)")
 
 
 async def redelivery(http: aiohttp.ClientSession, base: str, ack_timeout_ms: int) -> None:
@@ -196,7 +208,8 @@ async def redelivery(http: aiohttp.ClientSession, base: str, ack_timeout_ms: int
 
 
 async def promotion(http: aiohttp.ClientSession, base: str, count: int) -> None:
-    """Delayed-message promotion latency: the promoted entry's stream timestamp minus its due time."""
+    """Delayed-message promotion latency: the promoted entry's stream timestamp minus its due
+    time."""
     await create_topic(http, base, "delayed-bench")
     now_ms = int(time.time() * 1000)
     due = {i: now_ms + 1000 + (i * 2000) // count for i in range(count)}
@@ -208,7 +221,8 @@ async def promotion(http: aiohttp.ClientSession, base: str, count: int) -> None:
     for partition in range(PARTITIONS):
         async with http.get(f"{base}/v1/topics/delayed-bench/partitions/{partition}/messages",
                             params={"limit": "1000"}) as response:
-            late_ms += [m["timestamp_ms"] - due[m["value"]] for m in (await response.json())["messages"]]
+            late_ms += [m["timestamp_ms"] - due[m["value"]]
+                        for m in (await response.json())["messages"]]
     ordered = sorted(late_ms)
     print(f"delayed-message promotion after due time: p50 {statistics.median(ordered):.0f} ms, "
           f"p99 {ordered[int(len(ordered) * 0.99)]:.0f} ms, max {ordered[-1]:.0f} ms "
@@ -232,13 +246,15 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--rate", type=int, default=1000, help="publish rate for the latency run")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--ack-timeout-ms", type=int, default=1000)
-    parser.add_argument("--delayed", type=int, default=500, help="delayed messages for the promotion run")
+    parser.add_argument("--delayed", type=int, default=500,
+                        help="delayed messages for the promotion run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp))) as stack:

@@ -1,10 +1,11 @@
-"""A lean WebSocket load client for fan-out, run as its own process so it does not starve the gateway.
+"""A lean WebSocket load client for fan-out, run as its own process so it does not starve the
+gateway.
 
-It opens ``--sockets`` broadcast subscriptions of one topic with a bare HTTP upgrade (no permessage-deflate,
-no per-frame parsing: it counts '"type":"message"' in the byte stream, which is C-speed), prints READY once
-every socket got its assignment frame, then counts deliveries until every socket has ``--expect`` messages or
-``--seconds`` pass, and prints one JSON line. With ``--idle`` it only holds the sockets until stdin closes
-(memory per idle connection).
+It opens ``--sockets`` broadcast subscriptions of one topic with a bare HTTP upgrade (no
+permessage-deflate, no per-frame parsing: it counts '"type":"message"' in the byte stream, which is
+C-speed), prints READY once every socket got its assignment frame, then counts deliveries until
+every socket has ``--expect`` messages or ``--seconds`` pass, and prints one JSON line. With
+``--idle`` it only holds the sockets until stdin closes (memory per idle connection).
 
     python bench/fanout.py --port 8080 --topic fan --sockets 500 --expect 1000 --seconds 30
 """
@@ -27,7 +28,8 @@ async def open_socket(port: int, topic: str) -> tuple[asyncio.StreamReader, asyn
     """Upgrade a broadcast subscription and wait for its assignment frame."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     key = base64.b64encode(os.urandom(16)).decode()
-    writer.write((f"GET /v1/subscribe?topic={topic}&mode=broadcast&from=latest&max_in_flight=1000 HTTP/1.1\r\n"
+    writer.write((f"GET /v1/subscribe?topic={topic}&mode=broadcast&from=latest"
+                  "&max_in_flight=1000 HTTP/1.1\r\n"
                   f"Host: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
     head = await reader.readuntil(b"\r\n\r\n")
@@ -39,12 +41,14 @@ async def open_socket(port: int, topic: str) -> tuple[asyncio.StreamReader, asyn
     return reader, writer
 
 
-async def count(reader: asyncio.StreamReader, expect: int, deadline: float, last: list[float]) -> int:
+async def count(reader: asyncio.StreamReader, expect: int, deadline: float,
+                last: list[float]) -> int:
     """Count message frames on one socket until ``expect`` arrived or the deadline passes."""
     got, tail = 0, b""
     while got < expect:
         try:
-            chunk = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
+            chunk = await asyncio.wait_for(reader.read(65536),
+                                           max(0.01, deadline - time.monotonic()))
         except TimeoutError:
             break
         if not chunk:
@@ -57,7 +61,8 @@ async def count(reader: asyncio.StreamReader, expect: int, deadline: float, last
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    sockets = await asyncio.gather(*(open_socket(args.port, args.topic) for _ in range(args.sockets)))
+    sockets = await asyncio.gather(*(open_socket(args.port, args.topic)
+                                     for _ in range(args.sockets)))
     print("READY", flush=True)
     if args.idle:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -71,13 +76,15 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--sockets", type=int, default=500)
     parser.add_argument("--expect", type=int, default=1000, help="messages each socket should get")
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--idle", action="store_true", help="only hold the sockets open until stdin closes")
+    parser.add_argument("--idle", action="store_true",
+                        help="only hold the sockets open until stdin closes")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -1,4 +1,5 @@
-"""Spark source throughput: the streamgate source into Parquet vs a bare XRANGE read of the same data.
+"""Spark source throughput: the streamgate source into Parquet vs a bare XRANGE read of the same
+data.
 
 Starts its own Redis Cluster (and etcd) with devstack, writes N entries of 200 bytes over 4
 partitions in the gateway's field format, then measures in one run:
@@ -19,8 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-# Run as a script, this file's directory comes first on sys.path and its name would shadow the pipeline package.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+# Run as a script, this file's directory comes first on sys.path and its name would shadow the
+# pipeline package.
+sys.path[:] = [entry for entry in sys.path
+               if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
@@ -59,22 +62,26 @@ def spark_read(nodes: str, topic: str, out: Path, label: str) -> tuple[int, floa
     from pipeline.jobs import common, to_parquet
 
     spark = common.session("bench-pipeline", "local[2]")
-    options = {"topic": topic, "redisNodes": nodes, "partitions": ",".join(map(str, range(PARTITIONS)))}
+    options = {"topic": topic, "redisNodes": nodes,
+               "partitions": ",".join(map(str, range(PARTITIONS)))}
     started = time.perf_counter()
-    query = to_parquet.start(spark, options, str(out / label / "data"), str(out / label / "checkpoint"))
+    query = to_parquet.start(spark, options, str(out / label / "data"),
+                             str(out / label / "checkpoint"))
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     return sum(int(p["numInputRows"]) for p in query.recentProgress), elapsed
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=1_000_000)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp) / "stack")) as stack:
-        client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in stack.redis_startup_nodes])  # type: ignore[no-untyped-call]
+        client = RedisCluster(startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                                             for h, p in stack.redis_startup_nodes])
         nodes = ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes)
         fill(client, "bench", args.entries)
         fill(client, "warmup", 4000)
@@ -85,8 +92,10 @@ def main() -> None:
         spark_rows, spark_s = spark_read(nodes, "bench", Path(tmp), "bench")
         client.close()
         print(f"# {args.entries} entries of {len(VALUE)} B over {PARTITIONS} partitions, local[2]")
-        print(f"{'bare XRANGE (hiredis)':<28} {bare_rows:>9} rows {bare_s:7.2f} s {bare_rows / bare_s:>11,.0f} rows/s")
-        print(f"{'spark -> parquet':<28} {spark_rows:>9} rows {spark_s:7.2f} s {spark_rows / spark_s:>11,.0f} rows/s")
+        print(f"{'bare XRANGE (hiredis)':<28} {bare_rows:>9} rows {bare_s:7.2f} s "
+              f"{bare_rows / bare_s:>11,.0f} rows/s")
+        print(f"{'spark -> parquet':<28} {spark_rows:>9} rows {spark_s:7.2f} s "
+              f"{spark_rows / spark_s:>11,.0f} rows/s")
         print(f"{'ratio spark/bare':<28} {(spark_rows / spark_s) / (bare_rows / bare_s):>11.2f}")
 
 

@@ -1,10 +1,13 @@
-"""Delivery profiling and figures: group delivery with acks, broadcast fan-out, latency, with anchors.
+"""Delivery profiling and figures: group delivery with acks, broadcast fan-out, latency, with
+anchors.
 
 Starts its own Redis Cluster + etcd (loopback, free ports) and one gateway process, then prints:
-  1. anchor: bare redis-py XREADGROUP COUNT 500 + XACK of the same messages on the same cluster (msg/s);
+  1. anchor: bare redis-py XREADGROUP COUNT 500 + XACK of the same messages on the same cluster
+     (msg/s);
   2. group delivery + ack over WebSocket through the gateway (bench/deliver.py's consumers);
-  3. broadcast fan-out: S subscribers of one topic, M messages published while they follow; deliveries/s
-     (subscriber processes count frames without parsing them, so the client is not the limit);
+  3. broadcast fan-out: S subscribers of one topic, M messages published while they follow;
+     deliveries/s (subscriber processes count frames without parsing them, so the client is not the
+     limit);
   4. publish -> delivery latency at a fixed rate (p50/p99).
 ``--py-spy FILE`` records the gateway process with py-spy (speedscope JSON) while it runs.
 Nothing here is a test assertion; figures on a shared 2-core machine are noisy: read the ratios.
@@ -56,14 +59,17 @@ async def redis_group_anchor(stack: DevStack, topic: str, messages: int) -> None
                 break
             done += got
         elapsed = time.perf_counter() - started
-        print(f"anchor: bare redis-py XREADGROUP COUNT 500 + XACK:      {done / elapsed:>10,.0f} msg/s ({done})")
+        print("anchor: bare redis-py XREADGROUP COUNT 500 + XACK:      "
+              f"{done / elapsed:>10,.0f} msg/s ({done})")
     finally:
         await cluster.aclose()
 
 
-def fanout_subscriber(base: str, topic: str, sockets: int, expected: int, ready: multiprocessing.Queue[int],
+def fanout_subscriber(base: str, topic: str, sockets: int, expected: int,
+                      ready: multiprocessing.Queue[int],
                       results: multiprocessing.Queue[tuple[int, float]]) -> None:
-    """A process holding ``sockets`` broadcast subscriptions; reports frames received and when the last came."""
+    """A process holding ``sockets`` broadcast subscriptions; reports frames received and when the
+    last came."""
 
     async def one(http: aiohttp.ClientSession, counts: list[int], last: list[float]) -> None:
         params = {"topic": topic, "from": "latest", "max_in_flight": "2000"}
@@ -83,26 +89,31 @@ def fanout_subscriber(base: str, topic: str, sockets: int, expected: int, ready:
         counts, last = [0], [0.0]
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
-            await asyncio.gather(*(one(http, counts, last) for _ in range(sockets)), return_exceptions=True)
+            await asyncio.gather(*(one(http, counts, last) for _ in range(sockets)),
+                                 return_exceptions=True)
         results.put((counts[0], last[0]))
 
     asyncio.run(main())
 
 
-async def lean_group_throughput(http: aiohttp.ClientSession, base: str, messages: int, processes: int,
-                                gateway_pid: int, stack: DevStack) -> None:
-    """Group delivery + ack with consumers in their own processes (orjson, acks of up to 500 per frame)."""
+async def lean_group_throughput(http: aiohttp.ClientSession, base: str, messages: int,
+                                processes: int, gateway_pid: int, stack: DevStack) -> None:
+    """Group delivery + ack with consumers in their own processes (orjson, acks of up to 500 per
+    frame)."""
     await create_topic(http, base, "group-lean-bench")
     await publish(http, base, "group-lean-bench", messages)
     cpu_before, redis_before = process_cpu_seconds(gateway_pid), redis_cpu_seconds(stack)
     total, elapsed = await lean_group_drain(base, "group-lean-bench", "lean", messages, processes)
     cpu = process_cpu_seconds(gateway_pid) - cpu_before
-    redis_used = {role: seconds - redis_before[role] for role, seconds in redis_cpu_seconds(stack).items()}
+    redis_used = {role: seconds - redis_before[role]
+                  for role, seconds in redis_cpu_seconds(stack).items()}
     print("group delivery + ack, Redis CPU per message:           " + ", ".join(
         f"{role} {1e6 * seconds / max(total, 1):.2f} us" for role, seconds in redis_used.items()))
-    print(f"group delivery + ack, lean consumers, per gateway CPU s: {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
+    print(f"group delivery + ack, lean consumers, per gateway CPU s: {total / cpu:>10,.0f} "
+          f"msg/CPU-s ({cpu:.2f} s)")
     print(f"group delivery + ack, lean consumer processes:         {total / elapsed:>10,.0f} msg/s "
-          f"({total} of {messages} acked in {elapsed:.2f} s from the first delivery, {processes}x2 members)")
+          f"({total} of {messages} acked in {elapsed:.2f} s from the first delivery, "
+          f"{processes}x2 members)")
 
 
 def idle_holder(base: str, topic: str, sockets: int, ready: multiprocessing.Queue[int],
@@ -130,16 +141,20 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def idle_memory(http: aiohttp.ClientSession, base: str, gateway_pid: int, connections: int) -> None:
-    """Gateway RSS growth per idle broadcast subscription (after a warm-up batch of the same size)."""
+async def idle_memory(http: aiohttp.ClientSession, base: str, gateway_pid: int,
+                      connections: int) -> None:
+    """Gateway RSS growth per idle broadcast subscription (after a warm-up batch of the same
+    size)."""
     await create_topic(http, base, "idle-bench")
     context = multiprocessing.get_context("spawn")
     holders, figures = [], []
-    for _ in range(2):  # the first round reuses memory freed by earlier runs; the second (both held) is the figure
+    for _ in range(2):  # the first round reuses memory freed by earlier runs; the second (both
+                        # held) is the figure
         ready: multiprocessing.Queue[int] = context.Queue()
         release: multiprocessing.Queue[int] = context.Queue()
         before = rss_kib(gateway_pid)
-        holder = context.Process(target=idle_holder, args=(base, "idle-bench", connections, ready, release))
+        holder = context.Process(target=idle_holder,
+                                 args=(base, "idle-bench", connections, ready, release))
         holder.start()
         held = await asyncio.to_thread(ready.get, True, 300)
         await asyncio.sleep(1.0)
@@ -151,20 +166,22 @@ async def idle_memory(http: aiohttp.ClientSession, base: str, gateway_pid: int, 
     for holder, release in holders:
         release.put(1)
         holder.join(60)
-    print(f"gateway CPU with {2 * connections} idle broadcast subscribers:       {idle_cpu * 100:>10.1f} % of a core")
+    print(f"gateway CPU with {2 * connections} idle broadcast subscribers:       "
+          f"{idle_cpu * 100:>10.1f} % of a core")
     print(f"gateway memory per idle broadcast connection:           {figures[-1]:>10.1f} KiB "
           f"(another {connections} connections on top of {connections}, 8 partitions)")
 
 
-async def fanout(http: aiohttp.ClientSession, base: str, subscribers: int, messages: int, processes: int,
-                 gateway_pid: int) -> None:
+async def fanout(http: aiohttp.ClientSession, base: str, subscribers: int, messages: int,
+                 processes: int, gateway_pid: int) -> None:
     await create_topic(http, base, "fanout-bench")
     context = multiprocessing.get_context("spawn")
     ready: multiprocessing.Queue[int] = context.Queue()
     results: multiprocessing.Queue[tuple[int, float]] = context.Queue()
     per = subscribers // processes
     workers = [context.Process(target=fanout_subscriber,
-                               args=(base, "fanout-bench", per, messages, ready, results)) for _ in range(processes)]
+                               args=(base, "fanout-bench", per, messages, ready, results))
+               for _ in range(processes)]
     for worker in workers:
         worker.start()
     for _ in range(per * processes):
@@ -181,9 +198,11 @@ async def fanout(http: aiohttp.ClientSession, base: str, subscribers: int, messa
         worker.join(10)
     elapsed = last - started
     cpu = process_cpu_seconds(gateway_pid) - cpu_before
-    print(f"broadcast fan-out, per gateway CPU second:              {total / cpu:>10,.0f} msg/CPU-s ({cpu:.2f} s)")
-    print(f"broadcast fan-out to {per * processes} subscribers:            {total / elapsed:>10,.0f} msg/s "
-          f"({total} deliveries of {messages} messages in {elapsed:.2f} s, {processes} client processes)")
+    print(f"broadcast fan-out, per gateway CPU second:              {total / cpu:>10,.0f} "
+          f"msg/CPU-s ({cpu:.2f} s)")
+    print(f"broadcast fan-out to {per * processes} subscribers:            "
+          f"{total / elapsed:>10,.0f} msg/s ({total} deliveries of {messages} messages in "
+          f"{elapsed:.2f} s, {processes} client processes)")
 
 
 def start_py_spy(pid: int, output: str) -> subprocess.Popen[bytes]:
@@ -206,10 +225,11 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
             await publish(http, base, "anchor-bench", args.messages)
             await redis_group_anchor(stack, "anchor-bench", args.messages)
             await throughput(http, base, args.messages, args.consumers)
-            await lean_group_throughput(http, base, args.messages, args.client_processes, gateway.pid, stack)
+            await lean_group_throughput(http, base, args.messages, args.client_processes,
+                                        gateway.pid, stack)
             if args.subscribers:
-                await fanout(http, base, args.subscribers, args.fanout_messages, args.client_processes,
-                             gateway.pid)
+                await fanout(http, base, args.subscribers, args.fanout_messages,
+                             args.client_processes, gateway.pid)
             await latency(http, base, args.rate, args.seconds)
             if args.idle_connections:
                 await idle_memory(http, base, gateway.pid, args.idle_connections)
@@ -222,7 +242,8 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=30_000)
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--subscribers", type=int, default=200)
@@ -231,7 +252,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000, help="publish rate for the latency run")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--idle-connections", type=int, default=900)
-    parser.add_argument("--py-spy", default="", help="record the gateway with py-spy into this file")
+    parser.add_argument("--py-spy", default="",
+                        help="record the gateway with py-spy into this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp))) as stack:

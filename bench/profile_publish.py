@@ -1,14 +1,17 @@
 """Profile HTTP publish and measure it beside its anchors, in one run (a tool, not a test).
 
-Starts its own Redis Cluster (3 primaries, AOF everysec) and etcd, a gateway process, then for each batch size:
+Starts its own Redis Cluster (3 primaries, AOF everysec) and etcd, a gateway process, then for each
+batch size:
   - gateway: concurrent HTTP clients posting batches (acks=1, or --acks), 200-byte values;
   - bare redis-py: the same batches as redis-py cluster pipelines of XADD;
-  - raw XADD: the same batches pipelined as raw RESP over one connection per primary (``storage.lean``),
-    the "Redis limit" anchor from Python (no Lua, no dedup, no HTTP).
-With ``--profile`` the gateway's run is sampled by py-spy (``py-spy record --pid``) and the hottest functions
-by own time and by total time are printed; ``--flamegraph DIR`` keeps an SVG per batch size.
+  - raw XADD: the same batches pipelined as raw RESP over one connection per primary
+    (``storage.lean``), the "Redis limit" anchor from Python (no Lua, no dedup, no HTTP).
+With ``--profile`` the gateway's run is sampled by py-spy (``py-spy record --pid``) and the hottest
+functions by own time and by total time are printed; ``--flamegraph DIR`` keeps an SVG per batch
+size.
 
-    python bench/profile_publish.py --batches 1,100 --messages 30000 --single-messages 5000 --profile
+    python bench/profile_publish.py --batches 1,100 --messages 30000 \\
+        --single-messages 5000 --profile
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings
 
 
-async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int, acks: str) -> Result:
-    """The gateway under load: from wrk for about as long as ``messages`` take at ~10k req/s when wrk is
-    installed (the load generator then costs little of the shared CPU), else ``messages`` from aiohttp."""
-    body = orjson.dumps({"acks": acks, "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
+async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int,
+                        acks: str) -> Result:
+    """The gateway under load: from wrk for about as long as ``messages`` take at ~10k req/s when
+    wrk is installed (the load generator then costs little of the shared CPU), else ``messages``
+    from aiohttp."""
+    body = orjson.dumps({"acks": acks,
+                         "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
     if wrk_binary() is not None:
         seconds = max(2.0, min(10.0, messages / batch / 10_000 * (10 if batch > 1 else 1)))
         return await http_publish_for(base, topic, body, batch, seconds, concurrency)
@@ -61,17 +67,21 @@ async def bench_gateway(base: str, topic: str, batch: int, messages: int, concur
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
 
         async def send(_: int) -> None:
-            async with session.post(url, data=body, headers={"content-type": "application/json"}) as response:
+            async with session.post(url, data=body,
+                                    headers={"content-type": "application/json"}) as response:
                 if response.status != 200:
                     raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
                 await response.read()
 
         elapsed, latencies = await drive(messages // batch, concurrency, send)
-    return Result(f"gateway batch={batch} acks={acks}", (messages // batch) * batch, elapsed, latencies)
+    return Result(f"gateway batch={batch} acks={acks}", (messages // batch) * batch, elapsed,
+                  latencies)
 
 
-async def bench_raw(stack: DevStack, topic: str, batch: int, messages: int, concurrency: int) -> Result:
-    """Pipelined XADD as raw RESP, each batch split by owning primary: the ceiling a Python client can reach."""
+async def bench_raw(stack: DevStack, topic: str, batch: int, messages: int,
+                    concurrency: int) -> Result:
+    """Pipelined XADD as raw RESP, each batch split by owning primary: the ceiling a Python client
+    can reach."""
     settings = RedisStoreSettings(startup_nodes=list(stack.redis_startup_nodes))
     probe = await _owners(stack, topic)
     async with NodeLanes(settings) as lanes:
@@ -115,8 +125,9 @@ def start_profiler(pid: int, out: Path, fmt: str) -> subprocess.Popen[bytes] | N
     if not Path(spy).exists():
         print("# py-spy not found: pip install py-spy (dev extra)")
         return None
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", fmt, "--output",
-                             str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", fmt,
+                             "--output", str(out), "--nonblocking"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
@@ -125,7 +136,8 @@ def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
 
 
 def summarize(collapsed: Path, top: int) -> None:
-    """Print the functions with the most own samples and the most total samples (collapsed stack format)."""
+    """Print the functions with the most own samples and the most total samples (collapsed stack
+    format)."""
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     samples = 0
@@ -164,12 +176,15 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
     try:
         await wait_ready(base)
         async with aiohttp.ClientSession() as session:
-            await session.post(base + "/v1/topics", json={"name": "bench", "partitions": PARTITIONS})
-        print(f"# {len(VALUE)} B values, concurrency {args.concurrency}, {PARTITIONS} partitions, 3 primaries x "
-              f"{args.replicas} replicas, AOF everysec; figures are noisy on a shared 2-core machine")
+            await session.post(base + "/v1/topics",
+                               json={"name": "bench", "partitions": PARTITIONS})
+        print(f"# {len(VALUE)} B values, concurrency {args.concurrency}, {PARTITIONS} "
+              f"partitions, 3 primaries x {args.replicas} replicas, AOF everysec; figures are "
+              "noisy on a shared 2-core machine")
         for batch in args.batches:
             count = args.messages if batch > 1 else args.single_messages
-            await bench_gateway(base, "bench", batch, max(batch, count // 10), args.concurrency, args.acks)  # warm
+            await bench_gateway(base, "bench", batch, max(batch, count // 10), args.concurrency,
+                                args.acks)  # warm
             profiler = None
             if args.profile:
                 fmt = "raw"
@@ -179,18 +194,23 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
             redis_before = redis_cpu_seconds(stack)
             cpu_before, own_before = process_cpu_seconds(gateway.pid), _load_generator_cpu()
             gw = await bench_gateway(base, "bench", batch, count, args.concurrency, args.acks)
-            gw_cpu, own_cpu = process_cpu_seconds(gateway.pid) - cpu_before, _load_generator_cpu() - own_before
-            redis_cpu = {role: redis_cpu_seconds(stack)[role] - redis_before[role] for role in redis_before}
+            gw_cpu, own_cpu = (process_cpu_seconds(gateway.pid) - cpu_before,
+                               _load_generator_cpu() - own_before)
+            redis_cpu = {role: redis_cpu_seconds(stack)[role] - redis_before[role]
+                         for role in redis_before}
             if profiler is not None:
                 stop_profiler(profiler)
-            bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
+            bare = await bench_bare(stack.redis_startup_nodes, "bench", batch, count,
+                                    args.concurrency)
             raw_before = redis_cpu_seconds(stack)
             raw = await bench_raw(stack, "bench", batch, count, args.concurrency)
-            raw_cpu = {role: redis_cpu_seconds(stack)[role] - raw_before[role] for role in raw_before}
+            raw_cpu = {role: redis_cpu_seconds(stack)[role] - raw_before[role]
+                       for role in raw_before}
             for result in (gw, bare, raw):
                 print(result.line())
             print(f"{'gateway CPU per message':<28} {1e6 * gw_cpu / gw.messages:>8.2f} us "
-                  f"({100 * gw_cpu / gw.seconds:.0f}% of a core; load generator {100 * own_cpu / gw.seconds:.0f}%)")
+                  f"({100 * gw_cpu / gw.seconds:.0f}% of a core; load generator "
+                  f"{100 * own_cpu / gw.seconds:.0f}%)")
             print(f"{'Redis CPU per message':<28} " + ", ".join(
                 f"{role} {1e6 * cpu / gw.messages:.2f} us" for role, cpu in redis_cpu.items())
                 + " (raw XADD: " + ", ".join(
@@ -208,16 +228,20 @@ async def run(args: argparse.Namespace, stack: DevStack, workdir: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=30_000, help="messages per batched run")
-    parser.add_argument("--single-messages", type=int, default=5_000, help="messages for batch=1 runs")
+    parser.add_argument("--single-messages", type=int, default=5_000,
+                        help="messages for batch=1 runs")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 100])
+    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1, 100])
     parser.add_argument("--acks", choices=["1", "all"], default="1")
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="sample the gateway with py-spy")
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--flamegraph", type=Path, help="keep the collapsed stacks in this directory")
+    parser.add_argument("--flamegraph", type=Path,
+                        help="keep the collapsed stacks in this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-prof-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp), redis_replicas=args.replicas)) as stack:

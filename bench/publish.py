@@ -1,10 +1,12 @@
-"""Publish throughput and latency: the gateway over HTTP vs bare redis-py pipelined XADD, in one run.
+"""Publish throughput and latency: the gateway over HTTP vs bare redis-py pipelined XADD, in one
+run.
 
-Starts its own Redis Cluster (3 primaries + replicas, AOF everysec) and etcd on free loopback ports, runs the
-gateway in a separate process (`streamgate serve`), then measures for each batch size:
+Starts its own Redis Cluster (3 primaries + replicas, AOF everysec) and etcd on free loopback ports,
+runs the gateway in a separate process (`streamgate serve`), then measures for each batch size:
   - gateway: N concurrent HTTP clients posting batches of B messages (acks=1), 200-byte values;
   - bare:    N concurrent tasks sending the same batches as redis-py cluster pipelines of XADD.
-Prints messages/s, p50/p99 request latency and the ratio gateway/bare. Nothing here is a test assertion.
+Prints messages/s, p50/p99 request latency and the ratio gateway/bare. Nothing here is a test
+assertion.
 
     python bench/publish.py --messages 20000 --concurrency 16 --batches 1,100
 """
@@ -41,14 +43,17 @@ PARTITIONS = 6
 
 @dataclass(frozen=True)
 class Result:
-    """One measured run: every request's latency, or (from wrk) its p50 and p99 as wrk computed them."""
+    """One measured run: every request's latency, or (from wrk) its p50 and p99 as wrk computed
+    them."""
 
     name: str
     messages: int
     seconds: float
     latencies_s: list[float]
-    measured_ms: dict[float, float] | None = None  # fraction -> latency (ms), when latencies_s is not kept
-    refused_requests: int = 0  # answered other than 2xx, not in ``messages`` (``http_publish_for(refused_ok=True)``)
+    measured_ms: dict[float, float] | None = None  # fraction -> latency (ms), when latencies_s is
+                                                   # not kept
+    refused_requests: int = 0  # answered other than 2xx, not in ``messages``
+                               # (``http_publish_for(refused_ok=True)``)
 
     @property
     def rate(self) -> float:
@@ -61,12 +66,14 @@ class Result:
         return percentile_ms(self.latencies_s, fraction)
 
     def line(self) -> str:
-        return (f"{self.name:<28} {self.rate:>11,.0f} msg/s   p50 {self.percentile_ms(0.5):7.2f} ms   "
-                f"p99 {self.percentile_ms(0.99):7.2f} ms")
+        return (f"{self.name:<28} {self.rate:>11,.0f} msg/s   p50 "
+                f"{self.percentile_ms(0.5):7.2f} ms   p99 {self.percentile_ms(0.99):7.2f} ms")
 
 
-async def drive(requests: int, concurrency: int, send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
-    """Run ``requests`` calls of ``send`` over ``concurrency`` workers; return elapsed and per-call latency."""
+async def drive(requests: int, concurrency: int,
+                send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
+    """Run ``requests`` calls of ``send`` over ``concurrency`` workers; return elapsed and per-call
+    latency."""
     latencies: list[float] = []
     counter = iter(range(requests))
 
@@ -83,7 +90,8 @@ async def drive(requests: int, concurrency: int, send: Callable[[int], Awaitable
 
 async def drive_for(seconds: float, concurrency: int,
                     send: Callable[[int], Awaitable[None]]) -> tuple[float, list[float]]:
-    """Call ``send`` from ``concurrency`` workers until ``seconds`` have passed; return elapsed and latencies."""
+    """Call ``send`` from ``concurrency`` workers until ``seconds`` have passed; return elapsed and
+    latencies."""
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
 
@@ -99,14 +107,18 @@ async def drive_for(seconds: float, concurrency: int,
 
 
 def publish_body(batch: int, acks: str = "1", value: object = VALUE) -> bytes:
-    """One prebuilt publish request of ``batch`` messages (so the client spends no time encoding)."""
-    return orjson.dumps({"acks": acks, "messages": [{"key": f"k{i}", "value": value} for i in range(batch)]})
+    """One prebuilt publish request of ``batch`` messages (so the client spends no time
+    encoding)."""
+    return orjson.dumps({"acks": acks,
+                         "messages": [{"key": f"k{i}", "value": value} for i in range(batch)]})
 
 
-async def http_publish_for(base: str, topic: str, body: bytes, batch: int, seconds: float, concurrency: int,
-                           headers: dict[str, str] | None = None, refused_ok: bool = False) -> Result:
-    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202 expected, or,
-    with ``refused_ok``, refusals counted (``refused_requests``, their messages not in ``messages``).
+async def http_publish_for(base: str, topic: str, body: bytes, batch: int, seconds: float,
+                           concurrency: int, headers: dict[str, str] | None = None,
+                           refused_ok: bool = False) -> Result:
+    """POST ``body`` (``batch`` messages) from ``concurrency`` connections for ``seconds``; 200/202
+    expected, or, with ``refused_ok``, refusals counted (``refused_requests``, their messages not in
+    ``messages``).
 
     The load comes from wrk (C) when it is installed, else from an aiohttp client in this process
     (STREAMGATE_BENCH_LOADGEN=aiohttp forces that); the result's name says which.
@@ -115,8 +127,8 @@ async def http_publish_for(base: str, topic: str, body: bytes, batch: int, secon
     sent_headers = {"content-type": "application/json", **(headers or {})}
     if wrk_binary() is not None and os.environ.get("STREAMGATE_BENCH_LOADGEN", "wrk") == "wrk":
         run = await wrk_post_for(url, body, sent_headers, seconds, concurrency, refused_ok)
-        return Result(f"gateway batch={batch} (wrk)", (run.requests - run.refused) * batch, run.seconds, [],
-                      {0.5: run.p50_ms, 0.99: run.p99_ms}, run.refused)
+        return Result(f"gateway batch={batch} (wrk)", (run.requests - run.refused) * batch,
+                      run.seconds, [], {0.5: run.p50_ms, 0.99: run.p99_ms}, run.refused)
     connector = aiohttp.TCPConnector(limit=concurrency)
     refused = 0
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -126,7 +138,8 @@ async def http_publish_for(base: str, topic: str, body: bytes, batch: int, secon
             async with session.post(url, data=body, headers=sent_headers) as response:
                 if response.status not in (200, 202):
                     if not refused_ok:
-                        raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
+                        raise RuntimeError(f"publish failed: {response.status} "
+                                           f"{await response.text()}")
                     refused += 1
                 await response.read()
 
@@ -141,14 +154,17 @@ def percentile_ms(latencies_s: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000
 
 
-async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int) -> Result:
-    body = orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
+async def bench_gateway(base: str, topic: str, batch: int, messages: int,
+                        concurrency: int) -> Result:
+    body = orjson.dumps({"acks": "1",
+                         "messages": [{"key": f"k{i}", "value": VALUE} for i in range(batch)]})
     url = f"{base}/v1/topics/{topic}/messages"
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def send(_: int) -> None:
-            async with session.post(url, data=body, headers={"content-type": "application/json"}) as response:
+            async with session.post(url, data=body,
+                                    headers={"content-type": "application/json"}) as response:
                 if response.status != 200:
                     raise RuntimeError(f"publish failed: {response.status} {await response.text()}")
                 await response.read()
@@ -167,7 +183,8 @@ async def bench_bare(nodes: list[tuple[str, int]], topic: str, batch: int, messa
         async def send(index: int) -> None:
             pipe = client.pipeline(transaction=False)
             for i in range(batch):
-                pipe.xadd(f"bare:{{{topic}/{(index + i) % PARTITIONS}}}:log", {"v": VALUE, "k": f"k{i}"})
+                pipe.xadd(f"bare:{{{topic}/{(index + i) % PARTITIONS}}}:log",
+                          {"v": VALUE, "k": f"k{i}"})
             await pipe.execute()
 
         elapsed, latencies = await drive(messages // batch, concurrency, send)
@@ -198,7 +215,8 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def redis_cpu_by_role(cluster: RedisClusterProcess) -> dict[str, float]:
-    """CPU seconds used so far by the cluster's primaries and by its replicas (no "replicas" key without any)."""
+    """CPU seconds used so far by the cluster's primaries and by its replicas (no "replicas" key
+    without any)."""
     used = {"primaries": 0.0}
     for node in cluster.nodes:
         if node.pid is not None:
@@ -208,7 +226,8 @@ def redis_cpu_by_role(cluster: RedisClusterProcess) -> dict[str, float]:
 
 
 def redis_cpu_seconds(stack: DevStack) -> dict[str, float]:
-    """CPU seconds used so far by the cluster's primaries and by its replicas (0.0 for a cluster without)."""
+    """CPU seconds used so far by the cluster's primaries and by its replicas (0.0 for a cluster
+    without)."""
     return {"replicas": 0.0, **redis_cpu_by_role(stack.redis)}
 
 
@@ -246,13 +265,16 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
     try:
         await wait_ready(base)
         async with aiohttp.ClientSession() as session:
-            await session.post(base + "/v1/topics", json={"name": "bench", "partitions": PARTITIONS})
-        print(f"# {args.messages} messages of {len(VALUE)} B, concurrency {args.concurrency}, acks=1, "
-              f"{PARTITIONS} partitions, 3 primaries x {args.replicas} replicas, AOF everysec")
+            await session.post(base + "/v1/topics",
+                               json={"name": "bench", "partitions": PARTITIONS})
+        print(f"# {args.messages} messages of {len(VALUE)} B, concurrency "
+              f"{args.concurrency}, acks=1, {PARTITIONS} partitions, 3 primaries x {args.replicas} "
+              "replicas, AOF everysec")
         for batch in args.batches:
             count = args.messages if batch > 1 else args.single_messages
             gateway_result = await bench_gateway(base, "bench", batch, count, args.concurrency)
-            bare_result = await bench_bare(stack.redis_startup_nodes, "bench", batch, count, args.concurrency)
+            bare_result = await bench_bare(stack.redis_startup_nodes, "bench", batch, count,
+                                           args.concurrency)
             print(gateway_result.line())
             print(bare_result.line())
             print(f"{'ratio gateway/bare':<28} {gateway_result.rate / bare_result.rate:>11.2f}")
@@ -262,11 +284,14 @@ async def run(args: argparse.Namespace, stack: DevStack) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=50_000, help="messages per batched run")
-    parser.add_argument("--single-messages", type=int, default=5_000, help="messages for batch=1 runs")
+    parser.add_argument("--single-messages", type=int, default=5_000,
+                        help="messages for batch=1 runs")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 100])
+    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1, 100])
     parser.add_argument("--replicas", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \

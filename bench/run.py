@@ -1,13 +1,14 @@
 """The bench harness: every goal measured next to its anchors in one run, printed as ONE table.
 
-Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1 replica, AOF
-everysec, devstack; for goal 1's like-for-like rows a second one without replicas), etcd,
-`streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and Debian's nats-server with
-JetStream (file store in a temp dir; for the two-copies rows a cluster of three with R2 streams). Anchors in
-the same run: raw pipelined XADD (redis-benchmark -P 64 against every primary at once, a key of its own slot
-each) and NATS JetStream through nats-py (publish_async with acks; pull + ack). Prints figure, value, anchor,
-ratio, goal, pass/fail and writes the table as JSON and Markdown. Nothing here is a test assertion; on a shared
-2-core machine absolute figures are noisy (+-30%), the ratios less so.
+Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1
+replica, AOF everysec, devstack; for goal 1's like-for-like rows a second one without replicas),
+etcd, `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and Debian's
+nats-server with JetStream (file store in a temp dir; for the two-copies rows a cluster of three
+with R2 streams). Anchors in the same run: raw pipelined XADD (redis-benchmark -P 64 against every
+primary at once, a key of its own slot each) and NATS JetStream through nats-py (publish_async with
+acks; pull + ack). Prints figure, value, anchor, ratio, goal, pass/fail and writes the table as JSON
+and Markdown. Nothing here is a test assertion; on a shared 2-core machine absolute figures are
+noisy (+-30%), the ratios less so.
 
     python bench/run.py                      # every goal, 10 s per measurement
     python bench/run.py --quick --only publish
@@ -45,7 +46,14 @@ from anchors import (
     raw_xadd_rate,
 )
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
-from publish import Result, http_publish_for, percentile_ms, publish_body, redis_cpu_by_role, wait_ready
+from publish import (
+    Result,
+    http_publish_for,
+    percentile_ms,
+    publish_body,
+    redis_cpu_by_role,
+    wait_ready,
+)
 from services import GatewayProcess, NatsCluster, NatsServer, serve_supports
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
@@ -57,17 +65,20 @@ GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "worker
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
-WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call", "before",
-         "monday", "morning", "office", "reception", "please", "thanks")
+WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call",
+         "before", "monday", "morning", "office", "reception", "please", "thanks")
 
 
 def realistic_value(index: int) -> dict[str, Any]:
-    """A ~200-byte JSON order that differs per message (identical values would flatter every codec)."""
+    """A ~200-byte JSON order that differs per message (identical values would flatter every
+    codec)."""
     rng = random.Random(index)
     return {"order": 100_000 + index, "customer": f"cust-{rng.randrange(10_000):04d}",
             "currency": rng.choice(("EUR", "USD", "GBP")), "total": round(rng.uniform(1, 5000), 2),
-            "items": [{"sku": f"sku-{rng.randrange(10_000)}", "qty": rng.randrange(1, 9)} for _ in range(2)],
-            "note": " ".join(rng.choice(WORDS) for _ in range(6)), "ts": 1795418703164 + rng.randrange(10**6)}
+            "items": [{"sku": f"sku-{rng.randrange(10_000)}", "qty": rng.randrange(1, 9)}
+                      for _ in range(2)],
+            "note": " ".join(rng.choice(WORDS) for _ in range(6)),
+            "ts": 1795418703164 + rng.randrange(10**6)}
 
 
 def realistic_body(batch: int) -> bytes:
@@ -98,7 +109,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class BestRun:
-    """The best rate of a sweep of loads, which client made it, and a note listing every load's figures."""
+    """The best rate of a sweep of loads, which client made it, and a note listing every load's
+    figures."""
 
     rate: float
     load: str
@@ -107,8 +119,8 @@ class BestRun:
 
 @dataclass(frozen=True)
 class CpuReading:
-    """CPU seconds used so far by the gateway, the Redis primaries and replicas (``/proc``; no "replicas" for a
-    cluster without), the machine's idle and total ticks, and when (wall clock)."""
+    """CPU seconds used so far by the gateway, the Redis primaries and replicas (``/proc``; no
+    "replicas" for a cluster without), the machine's idle and total ticks, and when (wall clock)."""
 
     at: float
     seconds: dict[str, float]
@@ -122,17 +134,20 @@ def cpu_reading(gateway: GatewayProcess, cluster: RedisClusterProcess) -> CpuRea
 
 def cpu_per_message(before: CpuReading, after: CpuReading, messages: int) -> str:
     """Where the CPU between two readings went, per message, and how busy the whole machine was."""
-    us = {name: (after.seconds[name] - before.seconds[name]) / max(messages, 1) * 1e6 for name in before.seconds}
+    us = {name: (after.seconds[name] - before.seconds[name]) / max(messages, 1) * 1e6
+          for name in before.seconds}
     idle, total = after.machine[0] - before.machine[0], after.machine[1] - before.machine[1]
     busy = 1 - idle / total if total else 0.0
-    replicas = f", replicas {us['replicas']:.1f}" if "replicas" in us else ""  # a cluster without: no figure
-    return (f"CPU per message: gateway {us['gateway']:.1f} us, Redis primaries {us['primaries']:.1f}{replicas}; "
-            f"machine {busy:.0%} busy")
+    # a cluster without: no figure
+    replicas = f", replicas {us['replicas']:.1f}" if "replicas" in us else ""
+    return (f"CPU per message: gateway {us['gateway']:.1f} us, Redis primaries "
+            f"{us['primaries']:.1f}{replicas}; machine {busy:.0%} busy")
 
 
-async def cpu_readings_every(interval_s: float, gateway: GatewayProcess, cluster: RedisClusterProcess,
-                             readings: list[CpuReading]) -> None:
-    """Append a reading every ``interval_s`` until cancelled (the drain's own window is known only after it)."""
+async def cpu_readings_every(interval_s: float, gateway: GatewayProcess,
+                             cluster: RedisClusterProcess, readings: list[CpuReading]) -> None:
+    """Append a reading every ``interval_s`` until cancelled (the drain's own window is known only
+    after it)."""
     while True:
         readings.append(cpu_reading(gateway, cluster))
         await asyncio.sleep(interval_s)
@@ -140,8 +155,9 @@ async def cpu_readings_every(interval_s: float, gateway: GatewayProcess, cluster
 
 @contextlib.asynccontextmanager
 async def nats_two_copies() -> AsyncIterator[str]:
-    """A 3-server JetStream cluster for the two-copies anchors (streams of 2 replicas); its URL list. Started
-    only for those rows: three idle servers' Raft heartbeats would weigh on every other measurement."""
+    """A 3-server JetStream cluster for the two-copies anchors (streams of 2 replicas); its URL
+    list. Started only for those rows: three idle servers' Raft heartbeats would weigh on every
+    other measurement."""
     with NatsCluster() as cluster:
         await asyncio.to_thread(cluster.wait_ready)
         yield cluster.url
@@ -149,8 +165,8 @@ async def nats_two_copies() -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def one_copy_stack() -> AsyncIterator[tuple[DevStack, GatewayProcess]]:
-    """A second stack whose cluster keeps one copy of each message (3 primaries, no replicas, AOF everysec), as
-    JetStream does here (one server, R1), and a gateway on it; stopped on exit."""
+    """A second stack whose cluster keeps one copy of each message (3 primaries, no replicas, AOF
+    everysec), as JetStream does here (one server, R1), and a gateway on it; stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="sg-bench-one-copy-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp), redis_replicas=0)) as stack, \
             GatewayProcess(stack) as gateway:
@@ -160,7 +176,8 @@ async def one_copy_stack() -> AsyncIterator[tuple[DevStack, GatewayProcess]]:
 
 def settled_length(cluster: RedisClusterProcess, keys: list[str], quiet_s: float = 1.0,
                    longest_s: float = 30.0) -> int:
-    """The streams' total length once it has not changed for ``quiet_s`` (an acks=0 writer catching up)."""
+    """The streams' total length once it has not changed for ``quiet_s`` (an acks=0 writer catching
+    up)."""
     clients = [redis.Redis(*cluster.primary_for_key(key).address) for key in keys]
     try:
         total, since, deadline = -1, time.monotonic(), time.monotonic() + longest_s
@@ -185,13 +202,14 @@ def load_generator(result: Result) -> str:
 class Harness:
     """Owns the stack, one gateway and NATS; each goal adds rows."""
 
-    def __init__(self, stack: DevStack, gateway: GatewayProcess, nats: NatsServer, plan: Plan) -> None:
+    def __init__(self, stack: DevStack, gateway: GatewayProcess, nats: NatsServer,
+                 plan: Plan) -> None:
         self.stack, self.gateway, self.nats, self.plan = stack, gateway, nats, plan
         self.rows: list[Row] = []
 
     async def fresh_publish_topic(self) -> None:
-        """Empty the publish topic's streams and wait for quiet: a measurement starts as the anchors do, on a
-        cluster that is not still rewriting AOFs for what the previous one wrote."""
+        """Empty the publish topic's streams and wait for quiet: a measurement starts as the anchors
+        do, on a cluster that is not still rewriting AOFs for what the previous one wrote."""
         await asyncio.to_thread(drop_and_wait_for_rewrites, self.stack.redis,
                                 [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
         await settle()
@@ -202,153 +220,182 @@ class Harness:
     async def batch_run(self, acks: str, concurrency: int = 16, base: str | None = None) -> Result:
         await self.fresh_publish_topic()
         body = publish_body(100, acks)
-        return await http_publish_for(base or self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds,
-                                      concurrency)
+        return await http_publish_for(base or self.gateway.base, PUBLISH_TOPIC, body, 100,
+                                      self.plan.seconds, concurrency)
 
     async def best_of_sweep(self, cluster: RedisClusterProcess, gateway: GatewayProcess) -> BestRun:
-        """Batch-100 acks=1 throughput as goal 2 takes it: the best rate over the loads of ``plan.acks_connections``
-        (the raw anchor has 3 x 16 redis-benchmark clients with 64 commands in flight each; a gateway loaded with
-        16 requests of 100 at a time left the machine partly idle). Each load on emptied streams."""
+        """Batch-100 acks=1 throughput as goal 2 takes it: the best rate over the loads of
+        ``plan.acks_connections`` (the raw anchor has 3 x 16 redis-benchmark clients with 64
+        commands in flight each; a gateway loaded with 16 requests of 100 at a time left the machine
+        partly idle). Each load on emptied streams."""
         runs: list[tuple[int, Result, str]] = []
         for connections in self.plan.acks_connections:
             await asyncio.to_thread(drop_and_wait_for_rewrites, cluster,
                                     [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
             await settle()
             before = cpu_reading(gateway, cluster)
-            result = await http_publish_for(gateway.base, PUBLISH_TOPIC, publish_body(100, "1"), 100,
-                                            self.plan.seconds, connections)
+            result = await http_publish_for(gateway.base, PUBLISH_TOPIC, publish_body(100, "1"),
+                                            100, self.plan.seconds, connections)
             runs.append((connections, result, cpu_per_message(before, cpu_reading(gateway, cluster),
                                                               result.messages)))
         connections, result, cpu = max(runs, key=lambda run: run[1].rate)
-        sweep = ", ".join(f"{count} conn. {run.rate:,.0f} msg/s p99 {run.percentile_ms(0.99):.1f} ms"
+        sweep = ", ".join(f"{count} conn. {run.rate:,.0f} msg/s p99 "
+                          f"{run.percentile_ms(0.99):.1f} ms"
                           for count, run, _ in runs)
-        return BestRun(result.rate, load_generator(result), f"the best of {sweep}; at {connections}: {cpu}")
+        return BestRun(result.rate, load_generator(result),
+                       f"the best of {sweep}; at {connections}: {cpu}")
 
-    # --- goal 1 -------------------------------------------------------------------------------------------
+    # --- goal 1 -----------------------------------------------------------------------------------
     async def publish(self) -> None:
         raw = await asyncio.to_thread(raw_xadd_rate, self.stack.redis, self.plan.raw_per_primary)
         nats_rate, nats_note = await nats_best_publish_async_rate(self.nats.url, self.plan.seconds)
         best = await self.best_of_sweep(self.stack.redis, self.gateway)
-        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s", raw,
-                                      "raw XADD -P 64, 3 primaries", ">= 0.5x raw",
-                                      note=f"one gateway process; {best.note}; load from {best.load}"),
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s",
+                                      raw, "raw XADD -P 64, 3 primaries", ">= 0.5x raw",
+                                      note=f"one gateway process; {best.note}; load "
+                                           f"from {best.load}"),
                                   0.5, on_ratio=True))
-        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s", nats_rate,
-                                      "JetStream publish_async", ">= 4x JetStream",
-                                      note="Redis keeps two copies (3 primaries x 1 replica), JetStream one (R1); "
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=1", best.rate, "msg/s",
+                                      nats_rate, "JetStream publish_async", ">= 4x JetStream",
+                                      note="Redis keeps two copies (3 primaries x 1 replica), "
+                                           "JetStream one (R1); "
                                            + nats_note), 4.0, on_ratio=True))
         await self.fresh_publish_topic()
-        single = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(1), 1, self.plan.seconds, 64)
-        self.rows.append(at_least(Row("1", "single-message requests, 64 concurrent", single.rate, "req/s",
-                                      goal_text=">= 8,000 req/s", note=f"load from {load_generator(single)}"), 8000))
+        single = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(1), 1,
+                                        self.plan.seconds, 64)
+        self.rows.append(at_least(Row("1", "single-message requests, 64 concurrent", single.rate,
+                                      "req/s", goal_text=">= 8,000 req/s",
+                                      note=f"load from {load_generator(single)}"), 8000))
         self.rows.append(below(Row("1", "single-message requests, p99", single.percentile_ms(0.99),
                                    "ms", goal_text="< 15 ms"), 15))
         await settle()
         await self.publish_two_copies()
         await settle()
-        await self.publish_one_copy(nats_rate, nats_note)  # last: its cluster's start and stop weigh on nothing else
+        await self.publish_one_copy(nats_rate, nats_note)  # last: its cluster's start and stop
+                                                           # weigh on nothing else
 
     async def publish_two_copies(self) -> None:
-        """Goal 1 like for like with replication: acks=all answers once the partition's replica has the batch
-        (WAIT), JetStream R2 once both copies of the stream have the message (Raft). acks=all at 64 connections,
-        its best load in goal 2's sweep (each request also waits for the replication round trip)."""
+        """Goal 1 like for like with replication: acks=all answers once the partition's replica has
+        the batch (WAIT), JetStream R2 once both copies of the stream have the message (Raft).
+        acks=all at 64 connections, its best load in goal 2's sweep (each request also waits for the
+        replication round trip)."""
         async with nats_two_copies() as url:
-            nats_rate, nats_note = await nats_best_publish_async_rate(url, self.plan.seconds, replicas=2)
+            nats_rate, nats_note = await nats_best_publish_async_rate(url, self.plan.seconds,
+                                                                      replicas=2)
         await settle()
         result = await self.batch_run("all", 64)
-        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=all, 64 connections", result.rate, "msg/s",
-                                      nats_rate, "JetStream publish_async (R2, 3 servers)", ">= 4x JetStream",
+        self.rows.append(at_least(Row("1", "HTTP publish, batch 100, acks=all, 64 connections",
+                                      result.rate, "msg/s", nats_rate,
+                                      "JetStream publish_async (R2, 3 servers)", ">= 4x JetStream",
                                       note="like for like: two copies before the ack on each side; "
                                            f"p99 {result.percentile_ms(0.99):.1f} ms; {nats_note}"),
                                   4.0, on_ratio=True))
 
     async def publish_one_copy(self, nats_rate: float, nats_note: str) -> None:
-        """Goal 1 like for like: JetStream here keeps one copy of each message (one server, R1, file store), the
-        cluster above two (every primary has a replica, which costs Redis markedly more CPU per message on the same
-        cores). The same publish on 3 primaries without replicas (AOF everysec), with its own raw anchor."""
+        """Goal 1 like for like: JetStream here keeps one copy of each message (one server, R1, file
+        store), the cluster above two (every primary has a replica, which costs Redis markedly more
+        CPU per message on the same cores). The same publish on 3 primaries without replicas (AOF
+        everysec), with its own raw anchor."""
         async with one_copy_stack() as (stack, gateway):
             async with aiohttp.ClientSession() as http:
                 await create_topic(http, gateway.base, PUBLISH_TOPIC, PUBLISH_PARTITIONS)
             raw = await asyncio.to_thread(raw_xadd_rate, stack.redis, self.plan.raw_per_primary)
             best = await self.best_of_sweep(stack.redis, gateway)
         figure = "HTTP publish, batch 100, acks=1, one copy (3 primaries, no replicas)"
-        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", raw, "raw XADD -P 64, same cluster",
-                                      ">= 0.5x raw", note=best.note), 0.5, on_ratio=True))
-        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", nats_rate, "JetStream publish_async (R1)",
-                                      ">= 4x JetStream",
-                                      note=f"like for like: one copy of each message on each side; {nats_note}"),
+        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", raw,
+                                      "raw XADD -P 64, same cluster", ">= 0.5x raw",
+                                      note=best.note), 0.5, on_ratio=True))
+        self.rows.append(at_least(Row("1", figure, best.rate, "msg/s", nats_rate,
+                                      "JetStream publish_async (R1)", ">= 4x JetStream",
+                                      note="like for like: one copy of each message on each "
+                                           f"side; {nats_note}"),
                                   4.0, on_ratio=True))
 
-    # --- goal 2 -------------------------------------------------------------------------------------------
+    # --- goal 2 -----------------------------------------------------------------------------------
     async def acks(self) -> None:
-        """Throughput is what each mode sustains once enough requests are in flight: the best rate of a sweep
-        over ``plan.acks_connections`` (the same sweep for both, interleaved). At a fixed 16 connections (goal 1's load)
-        a closed loop is latency-bound with acks=all (each request also waits for the replication round trip),
-        so that figure is printed too, as information."""
+        """Throughput is what each mode sustains once enough requests are in flight: the best rate
+        of a sweep over ``plan.acks_connections`` (the same sweep for both, interleaved). At a fixed
+        16 connections (goal 1's load) a closed loop is latency-bound with acks=all (each request
+        also waits for the replication round trip), so that figure is printed too, as
+        information."""
         runs: dict[str, dict[int, Result]] = {"1": {}, "all": {}}
         for connections in self.plan.acks_connections:
             for acks in ("1", "all"):
                 runs[acks][connections] = await self.batch_run(acks, connections)
-        best = {acks: max(by_count.items(), key=lambda item: item[1].rate) for acks, by_count in runs.items()}
+        best = {acks: max(by_count.items(), key=lambda item: item[1].rate)
+                for acks, by_count in runs.items()}
         sweep = "; ".join(f"acks={acks}: " + ", ".join(f"{count} conn. {run.rate:,.0f} msg/s p99 "
                                                     f"{run.percentile_ms(0.99):.1f} ms"
                                                     for count, run in by_count.items())
                           for acks, by_count in runs.items())
-        self.rows.append(at_least(Row("2", "HTTP publish, batch 100, acks=all, throughput", best["all"][1].rate,
-                                      "msg/s", best["1"][1].rate, "acks=1 throughput, same run", ">= 0.8x acks=1",
-                                      note=f"the best rate of each mode over the same loads; {sweep}"),
+        self.rows.append(at_least(Row("2", "HTTP publish, batch 100, acks=all, throughput",
+                                      best["all"][1].rate, "msg/s", best["1"][1].rate,
+                                      "acks=1 throughput, same run", ">= 0.8x acks=1",
+                                      note="the best rate of each mode over the "
+                                           f"same loads; {sweep}"),
                                   0.8, on_ratio=True))
         fixed = min(self.plan.acks_connections)
         one, every = runs["1"][fixed], runs["all"][fixed]
-        self.rows.append(Row("2", f"HTTP publish, batch 100, acks=all, {fixed} connections", every.rate, "msg/s",
-                             one.rate, f"acks=1, {fixed} connections", "information (latency-bound)",
-                             note=f"p50 {every.percentile_ms(0.5):.1f} ms vs {one.percentile_ms(0.5):.1f} ms "
-                                  "with acks=1: each request also waits for WAIT's replication round trip"))
+        self.rows.append(Row("2", f"HTTP publish, batch 100, acks=all, {fixed} connections",
+                             every.rate, "msg/s", one.rate, f"acks=1, {fixed} connections",
+                             "information (latency-bound)",
+                             note=f"p50 {every.percentile_ms(0.5):.1f} ms vs "
+                                  f"{one.percentile_ms(0.5):.1f} ms with acks=1: each request also "
+                                  "waits for WAIT's replication round trip"))
         await self.fire_and_forget(one)
 
     async def fire_and_forget(self, one: Result) -> None:
-        """acks=0 (202 once the batch is queued in the gateway, written in the background) next to acks=1 at the
-        same load, and whether every accepted message was written: the streams' lengths once they stop growing."""
+        """acks=0 (202 once the batch is queued in the gateway, written in the background) next to
+        acks=1 at the same load, and whether every accepted message was written: the streams'
+        lengths once they stop growing."""
         await self.fresh_publish_topic()
         connections = min(self.plan.acks_connections)
         zero = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(100, "0"), 100,
                                       self.plan.seconds, connections, refused_ok=True)
         written = await asyncio.to_thread(settled_length, self.stack.redis,
-                                          [log_key(PUBLISH_TOPIC, p) for p in range(PUBLISH_PARTITIONS)])
-        # wrk counts the answers received within its run; the requests still in flight at its end were accepted
-        # too, so the streams may hold up to one batch per connection more than it counted, never fewer
+                                          [log_key(PUBLISH_TOPIC, p)
+                                           for p in range(PUBLISH_PARTITIONS)])
+        # wrk counts the answers received within its run; the requests still in flight at its end
+        # were accepted too, so the streams may hold up to one batch per connection more than it
+        # counted, never fewer
         lost = max(0, zero.messages - written)
-        self.rows.append(Row("2", f"HTTP publish, batch 100, acks=0, {connections} connections", zero.rate, "msg/s",
-                             one.rate, "acks=1, same load", "information (no goal)",
-                             note=f"accepted (202) messages per second; {zero.refused_requests:,} requests refused "
-                                  f"with 503 (write queue full: backpressure); {written:,} messages in the streams "
-                                  f"once the background writer was done for {zero.messages:,} counted as accepted "
-                                  f"({lost:,} lost); p99 {zero.percentile_ms(0.99):.1f} ms vs "
+        self.rows.append(Row("2", f"HTTP publish, batch 100, acks=0, {connections} connections",
+                             zero.rate, "msg/s", one.rate, "acks=1, same load",
+                             "information (no goal)",
+                             note=f"accepted (202) messages per second; {zero.refused_requests:,} "
+                                  "requests refused with 503 (write queue full: backpressure); "
+                                  f"{written:,} messages in the streams once the background writer "
+                                  f"was done for {zero.messages:,} counted as accepted ({lost:,} "
+                                  f"lost); p99 {zero.percentile_ms(0.99):.1f} ms vs "
                                   f"{one.percentile_ms(0.99):.1f} ms"))
 
-    # --- goal 3 -------------------------------------------------------------------------------------------
+    # --- goal 3 -----------------------------------------------------------------------------------
     async def latency(self) -> None:
         async with aiohttp.ClientSession() as http:
-            latencies, achieved = await paced_latencies(http, self.gateway.base, "bench-latency", 5000,
-                                                        self.plan.seconds)
-        note = f"{len(latencies)} messages, publish rate achieved {achieved:,.0f} msg/s, one exclusive-group consumer"
-        self.rows.append(below(Row("3", "publish -> WebSocket p50 at 5,000 msg/s", percentile_ms(latencies, 0.5),
-                                   "ms", goal_text="< 5 ms", note=note), 5))
-        self.rows.append(below(Row("3", "publish -> WebSocket p99 at 5,000 msg/s", percentile_ms(latencies, 0.99),
-                                   "ms", goal_text="< 25 ms"), 25))
+            latencies, achieved = await paced_latencies(http, self.gateway.base, "bench-latency",
+                                                        5000, self.plan.seconds)
+        note = (f"{len(latencies)} messages, publish rate achieved {achieved:,.0f} msg/s, one "
+                "exclusive-group consumer")
+        self.rows.append(below(Row("3", "publish -> WebSocket p50 at 5,000 msg/s",
+                                   percentile_ms(latencies, 0.5), "ms", goal_text="< 5 ms",
+                                   note=note), 5))
+        self.rows.append(below(Row("3", "publish -> WebSocket p99 at 5,000 msg/s",
+                                   percentile_ms(latencies, 0.99), "ms", goal_text="< 25 ms"), 25))
 
-    # --- goal 4 -------------------------------------------------------------------------------------------
+    # --- goal 4 -----------------------------------------------------------------------------------
     def fan_client(self, gateway: GatewayProcess, topic: str, sockets: int, expect: int,
                    idle: bool) -> subprocess.Popen[str]:
-        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(gateway.port), "--topic", topic,
-                "--sockets", str(sockets), "--expect", str(expect), "--seconds", str(self.plan.seconds * 3)]
-        return subprocess.Popen(argv + (["--idle"] if idle else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
+        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(gateway.port),
+                "--topic", topic, "--sockets", str(sockets), "--expect", str(expect), "--seconds",
+                str(self.plan.seconds * 3)]
+        return subprocess.Popen(argv + (["--idle"] if idle else []), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
 
     async def start_fan_clients(self, gateway: GatewayProcess, topic: str, total: int, expect: int,
                                 idle: bool) -> list[subprocess.Popen[str]]:
         count = self.plan.fan_clients
-        clients = [self.fan_client(gateway, topic, total // count, expect, idle) for _ in range(count)]
+        clients = [self.fan_client(gateway, topic, total // count, expect, idle)
+                   for _ in range(count)]
         for client in clients:
             assert client.stdout is not None
             line = await asyncio.wait_for(asyncio.to_thread(client.stdout.readline), 120)
@@ -360,88 +407,103 @@ class Harness:
         plan = self.plan
         async with aiohttp.ClientSession() as http:
             await create_topic(http, self.gateway.base, "bench-fanout", 1)
-            clients = await self.start_fan_clients(self.gateway, "bench-fanout", plan.fan_sockets, plan.fan_messages,
-                                                   idle=False)
+            clients = await self.start_fan_clients(self.gateway, "bench-fanout", plan.fan_sockets,
+                                                   plan.fan_messages, idle=False)
             try:
                 started = time.time()
                 body = publish_body(100, "1", "x" * 200)
                 for _ in range(plan.fan_messages // 100):
-                    async with http.post(f"{self.gateway.base}/v1/topics/bench-fanout/messages", data=body,
+                    async with http.post(f"{self.gateway.base}/v1/topics/bench-fanout/messages",
+                                         data=body,
                                          headers={"content-type": "application/json"}) as response:
                         assert response.status == 200, await response.text()
-                outputs = [orjson.loads((await asyncio.to_thread(c.communicate, None, plan.seconds * 3 + 60))[0])
+                outputs = [orjson.loads((await asyncio.to_thread(c.communicate, None,
+                                                                 plan.seconds * 3 + 60))[0])
                            for c in clients]
             finally:
                 stop_all(clients)
         delivered = sum(o["delivered"] for o in outputs)
         elapsed = max(o["last_ts"] for o in outputs) - started
-        note = (f"{delivered:,} of {plan.fan_sockets * plan.fan_messages:,} delivered to {plan.fan_sockets} sockets "
-                f"in {elapsed:.2f} s; gateway: 1 process; clients: {plan.fan_clients} processes "
-                f"(lean counters); all share {os.cpu_count()} cores")
-        self.rows.append(at_least(Row("4", f"WebSocket fan-out, {plan.fan_sockets} broadcast subscribers",
-                                      delivered / elapsed if elapsed > 0 else 0.0, "msg/s", goal_text=">= 500,000",
-                                      note=note), 500_000))
+        note = (f"{delivered:,} of {plan.fan_sockets * plan.fan_messages:,} delivered to "
+                f"{plan.fan_sockets} sockets in {elapsed:.2f} s; gateway: 1 process; clients: "
+                f"{plan.fan_clients} processes (lean counters); all share {os.cpu_count()} cores")
+        self.rows.append(at_least(Row("4",
+                                      f"WebSocket fan-out, {plan.fan_sockets} "
+                                      "broadcast subscribers",
+                                      delivered / elapsed if elapsed > 0 else 0.0, "msg/s",
+                                      goal_text=">= 500,000", note=note), 500_000))
         await self.idle_memory()
 
     async def idle_memory(self) -> None:
-        """RSS delta of a fresh gateway (warmed by a few sockets) over N idle broadcast sockets, per socket."""
+        """RSS delta of a fresh gateway (warmed by a few sockets) over N idle broadcast sockets, per
+        socket."""
         with GatewayProcess(self.stack) as gateway:
             await wait_ready(gateway.base)
-            warm = await self.start_fan_clients(gateway, "bench-fanout", 2 * self.plan.fan_clients, 0, idle=True)
+            warm = await self.start_fan_clients(gateway, "bench-fanout", 2 * self.plan.fan_clients,
+                                                0, idle=True)
             stop_all(warm)
             await asyncio.sleep(0.5)
             before = gateway.rss_bytes()
-            clients = await self.start_fan_clients(gateway, "bench-fanout", self.plan.idle_sockets, 0, idle=True)
+            clients = await self.start_fan_clients(gateway, "bench-fanout", self.plan.idle_sockets,
+                                                   0, idle=True)
             try:
                 await asyncio.sleep(1.0)
                 after = gateway.rss_bytes()
             finally:
                 stop_all(clients)
         per = (after - before) / self.plan.idle_sockets / 1024
-        self.rows.append(below(Row("4", "memory per idle WebSocket", per, "KiB", goal_text="< 16 KiB",
-                                   note=f"RSS delta of a fresh gateway over {self.plan.idle_sockets} idle broadcast "
-                                        "sockets"), 16))
+        self.rows.append(below(Row("4", "memory per idle WebSocket", per, "KiB",
+                                   goal_text="< 16 KiB",
+                                   note="RSS delta of a fresh gateway over "
+                                        f"{self.plan.idle_sockets} idle broadcast sockets"), 16))
 
-    # --- goal 5 -------------------------------------------------------------------------------------------
+    # --- goal 5 -----------------------------------------------------------------------------------
     async def group(self) -> None:
         rate, note = await self.group_drain(self.stack, self.gateway)
         nats_rate = await nats_pull_ack_rate(self.nats.url, self.plan.group_messages)
         note += "; JetStream: fetch 500 + ack each, timed from the first fetch"
         self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s",
                                       goal_text=">= 100,000", note=note), 100_000))
-        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s", nats_rate,
-                                      "JetStream pull+ack", ">= 5x JetStream",
-                                      note="Redis keeps two copies (3 primaries x 1 replica), JetStream one (R1)"),
+        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s",
+                                      nats_rate, "JetStream pull+ack", ">= 5x JetStream",
+                                      note="Redis keeps two copies (3 primaries x 1 replica), "
+                                           "JetStream one (R1)"),
                                   5.0, on_ratio=True))
         await settle()
         async with nats_two_copies() as url:
             replicated = await nats_pull_ack_rate(url, self.plan.group_messages, replicas=2)
-        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s", replicated,
-                                      "JetStream pull+ack (R2, 3 servers)", ">= 5x JetStream",
-                                      note="like for like: stream and delivery state kept in two copies on each "
-                                           "side"), 5.0, on_ratio=True))
+        self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s",
+                                      replicated, "JetStream pull+ack (R2, 3 servers)",
+                                      ">= 5x JetStream",
+                                      note="like for like: stream and delivery state kept in two "
+                                           "copies on each side"), 5.0, on_ratio=True))
         await settle()
         each, each_note = await self.group_drain(self.stack, self.gateway, ack_each_read=True)
-        self.rows.append(Row("5", "group delivery + ack, acking what each read brought", each, "msg/s", rate,
-                             "acks of up to 500 per frame", "information (no goal)",
-                             note=each_note.replace("acking up to 500 per frame", "acking what each read of the "
+        self.rows.append(Row("5", "group delivery + ack, acking what each read brought", each,
+                             "msg/s", rate, "acks of up to 500 per frame", "information (no goal)",
+                             note=each_note.replace("acking up to 500 per frame",
+                                                    "acking what each read of the "
                                                     "socket brought at once")))
         await settle()
         async with one_copy_stack() as (stack, gateway):  # like for like, as goal 1's one-copy rows
             rate, note = await self.group_drain(stack, gateway)
         figure = "group delivery + ack over WebSocket, one copy (3 primaries, no replicas)"
-        self.rows.append(at_least(Row("5", figure, rate, "msg/s", goal_text=">= 100,000", note=note), 100_000))
-        self.rows.append(at_least(Row("5", figure, rate, "msg/s", nats_rate, "JetStream pull+ack (R1)",
-                                      ">= 5x JetStream", note="like for like: one copy of each message on each side"),
+        self.rows.append(at_least(Row("5", figure, rate, "msg/s", goal_text=">= 100,000",
+                                      note=note), 100_000))
+        self.rows.append(at_least(Row("5", figure, rate, "msg/s", nats_rate,
+                                      "JetStream pull+ack (R1)", ">= 5x JetStream",
+                                      note="like for like: one copy of each message on each side"),
                                   5.0, on_ratio=True))
 
     async def group_drain(self, stack: DevStack, gateway: GatewayProcess,
                           ack_each_read: bool = False) -> tuple[float, str]:
-        """Prefill the group topic through ``gateway`` and drain it with the lean consumer processes: the rate of
-        distinct messages delivered and acked, and the row's note. The drain starts once every node has rewritten
-        its AOF (``compact_aofs``) and the machine is quiet. ``ack_each_read``: the clients ack what each read
-        brought at once instead of up to 500 at a time."""
-        messages, topic = self.plan.group_messages, "bench-group-each-read" if ack_each_read else "bench-group"
+        """Prefill the group topic through ``gateway`` and drain it with the lean consumer
+        processes: the rate of distinct messages delivered and acked, and the row's note. The drain
+        starts once every node has rewritten its AOF (``compact_aofs``) and the machine is quiet.
+        ``ack_each_read``: the clients ack what each read brought at once instead of up to 500 at a
+        time."""
+        messages, topic = (self.plan.group_messages,
+                           "bench-group-each-read" if ack_each_read else "bench-group")
         async with aiohttp.ClientSession() as http:
             await create_topic(http, gateway.base, topic)
             await publish(http, gateway.base, topic, messages)
@@ -457,27 +519,32 @@ class Harness:
         finally:
             sampler.cancel()
         elapsed = max(last_ts - first_ts, 1e-9)
-        # The readings just around the drain's own window (0.1 s apart): not the consumers' idle wait after it.
+        # The readings just around the drain's own window (0.1 s apart): not the consumers' idle
+        # wait after it.
         start = max((reading for reading in readings if reading.at <= first_ts), key=lambda r: r.at,
                     default=readings[0])
         end = min((reading for reading in readings if reading.at >= last_ts), key=lambda r: r.at,
                   default=readings[-1])
         cpu = cpu_per_message(start, end, acked)
         rewrites = await asyncio.to_thread(aof_rewrites, stack.redis) - rewrites0
-        rate = min(acked, messages) / elapsed  # distinct messages: acks of redeliveries do not count twice
-        note = (f"{messages:,} messages ({max(0, acked - messages):,} acked twice: redelivered while members joined), "
-                f"8 partitions, 4 exclusive-group consumers in 2 processes (bench/group_drain.py) acking up to 500 "
-                f"per frame, timed from the first delivery to the last ack; over that window, {cpu}; AOF rewrites "
-                f"started during the drain: {rewrites}")
+        rate = min(acked, messages) / elapsed  # distinct messages: acks of redeliveries do not
+                                               # count twice
+        note = (f"{messages:,} messages ({max(0, acked - messages):,} acked twice: redelivered "
+                "while members joined), 8 partitions, 4 exclusive-group consumers in 2 processes "
+                "(bench/group_drain.py) acking up to 500 per frame, timed from the first delivery "
+                f"to the last ack; over that window, {cpu}; AOF rewrites started during the "
+                f"drain: {rewrites}")
         return rate, note
 
-    # --- goal 6 -------------------------------------------------------------------------------------------
+    # --- goal 6 -----------------------------------------------------------------------------------
     async def compression(self) -> None:
         plain = realistic_body(100)
-        codecs: dict[str, Callable[[bytes], bytes] | None] = {"gzip": gzip.compress, "zstd": zstd_compressor()}
+        codecs: dict[str, Callable[[bytes], bytes] | None] = {"gzip": gzip.compress,
+                                                              "zstd": zstd_compressor()}
         await self.fresh_publish_topic()
         cpu0 = self.gateway.cpu_seconds()
-        base_rate = (await http_publish_for(self.gateway.base, PUBLISH_TOPIC, plain, 100, self.plan.seconds, 16))
+        base_rate = (await http_publish_for(self.gateway.base, PUBLISH_TOPIC, plain, 100,
+                                            self.plan.seconds, 16))
         base_cpu = (self.gateway.cpu_seconds() - cpu0) / base_rate.messages * 1e6
         for name, compress in codecs.items():
             figure = f"publish, Content-Encoding {name}, batch 100"
@@ -489,43 +556,51 @@ class Harness:
             body = compress(plain)
             await self.fresh_publish_topic()
             cpu0 = self.gateway.cpu_seconds()
-            result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, body, 100, self.plan.seconds, 16,
-                                            {"content-encoding": name})
+            result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, body, 100,
+                                            self.plan.seconds, 16, {"content-encoding": name})
             cpu = (self.gateway.cpu_seconds() - cpu0) / result.messages * 1e6
-            self.rows.append(Row("6", figure, result.rate, "msg/s", base_rate.rate, "identity", "shows when it helps",
-                                 note=f"wire {len(body) / 100:.0f} B/msg vs {len(plain) / 100:.0f} B/msg identity; "
-                                      f"gateway CPU {cpu:.1f} us/msg vs {base_cpu:.1f} us/msg"))
+            self.rows.append(Row("6", figure, result.rate, "msg/s", base_rate.rate, "identity",
+                                 "shows when it helps",
+                                 note=f"wire {len(body) / 100:.0f} B/msg vs {len(plain) / 100:.0f} "
+                                      f"B/msg identity; gateway CPU {cpu:.1f} us/msg vs "
+                                      f"{base_cpu:.1f} us/msg"))
         await self.websocket_deflate()
 
     async def encoding_refusal(self, name: str, body: bytes) -> str:
-        """Feature detection: '' when the gateway takes a body in this Content-Encoding, else its answer."""
+        """Feature detection: '' when the gateway takes a body in this Content-Encoding, else its
+        answer."""
         async with aiohttp.ClientSession() as http, http.post(
                 f"{self.gateway.base}/v1/topics/{PUBLISH_TOPIC}/messages", data=body,
                 headers={"content-type": "application/json", "content-encoding": name}) as response:
-            return "" if response.status == 200 else f"refused: {response.status} {(await response.text())[:160]}"
+            return "" if response.status == 200 else (f"refused: {response.status} "
+                                                      f"{(await response.text())[:160]}")
 
     async def websocket_deflate(self) -> None:
         figure = "WebSocket permessage-deflate"
         async with aiohttp.ClientSession() as http, http.ws_connect(
-                f"{self.gateway.base}/v1/subscribe", params={"topic": PUBLISH_TOPIC}, compress=15) as ws:
+                f"{self.gateway.base}/v1/subscribe", params={"topic": PUBLISH_TOPIC},
+                compress=15) as ws:
             negotiated = ws.compress
         if not negotiated:
             self.rows.append(Row("6", figure, None, "", status=UNSUPPORTED, note="not negotiated"))
             return
         frames = [orjson.dumps({"type": "message", "topic": PUBLISH_TOPIC, "partition": i % 6,
-                                "offset": f"{1795418703164 + i}-0", "key": f"k{i}", "value": realistic_value(i),
-                                "headers": {}, "timestamp_ms": 1795418703164 + i, "delivery_count": 1})
+                                "offset": f"{1795418703164 + i}-0", "key": f"k{i}",
+                                "value": realistic_value(i), "headers": {},
+                                "timestamp_ms": 1795418703164 + i, "delivery_count": 1})
                   for i in range(1000)]
         deflater = zlib.compressobj(wbits=-15)
-        sizes = [len(deflater.compress(frame) + deflater.flush(zlib.Z_SYNC_FLUSH)) - 4 for frame in frames]
+        sizes = [len(deflater.compress(frame) + deflater.flush(zlib.Z_SYNC_FLUSH)) - 4
+                 for frame in frames]
         per_frame = sum(sizes) / len(sizes)
         plain = sum(len(frame) for frame in frames) / len(frames)
         self.rows.append(Row("6", figure + " (wire bytes per message frame)", per_frame, "B", plain,
                              "uncompressed frame", "shows when it helps",
-                             note=f"negotiated (window bits {negotiated}); size computed with the same raw deflate "
-                                  "and context takeover over 1,000 distinct frames, not captured on the wire"))
+                             note=f"negotiated (window bits {negotiated}); size computed with the "
+                                  "same raw deflate and context takeover over 1,000 distinct "
+                                  "frames, not captured on the wire"))
 
-    # --- goal 7 -------------------------------------------------------------------------------------------
+    # --- goal 7 -----------------------------------------------------------------------------------
     async def workers(self) -> None:
         if not serve_supports("--workers"):
             self.rows.append(Row("7", "gateway workers", None, "msg/s", status=UNSUPPORTED,
@@ -536,17 +611,19 @@ class Harness:
             with GatewayProcess(self.stack, workers=count) as gateway:
                 await wait_ready(gateway.base)
                 rates[count] = await self.batch_rate("1", concurrency=32, base=gateway.base)
-            self.rows.append(Row("7", f"publish batch 100, --workers {count}", rates[count], "msg/s",
-                                 rates[1] if count > 1 else None, "--workers 1" if count > 1 else "",
-                                 "report the knee"))
+            self.rows.append(Row("7", f"publish batch 100, --workers {count}", rates[count],
+                                 "msg/s", rates[1] if count > 1 else None,
+                                 "--workers 1" if count > 1 else "", "report the knee"))
         gain = rates[2] / rates[1]
-        self.rows[-1].note = (f"2 workers give {gain:.2f}x one worker on {os.cpu_count()} cores shared with Redis and "
-                              "the load generator; " + ("the knee is at 1 worker here" if gain < 1.1 else
-                                                        "still scaling at 2 workers"))
+        self.rows[-1].note = (f"2 workers give {gain:.2f}x one worker on {os.cpu_count()} cores "
+                              "shared with Redis and the load generator; "
+                              + ("the knee is at 1 worker here" if gain < 1.1 else
+                                 "still scaling at 2 workers"))
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:
-    """zstd from the standard library (3.14+) or its backport (the gateway's own dependency), else zstandard."""
+    """zstd from the standard library (3.14+) or its backport (the gateway's own dependency), else
+    zstandard."""
     for module in ("compression.zstd", "backports.zstd"):
         try:
             return importlib.import_module(module).compress  # type: ignore[no-any-return]
@@ -573,7 +650,8 @@ def stop_all(processes: list[subprocess.Popen[str]]) -> None:
 
 
 def busy_fraction_since(before: tuple[int, int]) -> tuple[float, tuple[int, int]]:
-    """The machine's busy share of all CPU time since ``before`` (/proc/stat), and the new reading."""
+    """The machine's busy share of all CPU time since ``before`` (/proc/stat), and the new
+    reading."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle, total = fields[3] + fields[4], sum(fields[:8])
     spent = total - before[1]
@@ -581,8 +659,9 @@ def busy_fraction_since(before: tuple[int, int]) -> tuple[float, tuple[int, int]
 
 
 async def settle(quiet: float = 0.15, longest_s: float = 15.0) -> None:
-    """Wait (at most ``longest_s``) until the whole machine is under ``quiet`` busy over half a second: the
-    previous goal's teardown (1,000 sockets closing, say) must not run into the next goal's clock."""
+    """Wait (at most ``longest_s``) until the whole machine is under ``quiet`` busy over half a
+    second: the previous goal's teardown (1,000 sockets closing, say) must not run into the next
+    goal's clock."""
     _, reading = busy_fraction_since((0, 0))
     deadline = time.monotonic() + longest_s
     while time.monotonic() < deadline:
@@ -603,25 +682,30 @@ async def run_goals(harness: Harness, goals: list[str]) -> None:
         try:
             await step()
         except Exception as exc:  # one goal failing must not hide the others' figures
-            harness.rows.append(Row(str(GOALS.index(goal) + 1), f"{goal}: error", None, "", status=ERROR,
-                                    note=f"{type(exc).__name__}: {exc}"[:300]))
+            harness.rows.append(Row(str(GOALS.index(goal) + 1), f"{goal}: error", None, "",
+                                    status=ERROR, note=f"{type(exc).__name__}: {exc}"[:300]))
 
 
 def context(args: argparse.Namespace, plan: Plan, nats: NatsServer) -> dict[str, Any]:
-    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
+                           check=False).stdout
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": os.cpu_count(),
             "load_average_at_start": os.getloadavg(), "python": platform.python_version(),
-            "redis": redis.split()[2].removeprefix("v=") if redis else "?", "nats": nats.version(), "quick": args.quick,
-            "seconds_per_measurement": plan.seconds,
-            "note": "taken on a shared machine under load from other work: absolute figures are noisy, "
-                    "ratios (same run) less so"}
+            "redis": redis.split()[2].removeprefix("v=") if redis else "?", "nats": nats.version(),
+            "quick": args.quick, "seconds_per_measurement": plan.seconds,
+            "note": "taken on a shared machine under load from other work: absolute "
+                    "figures are noisy, ratios (same run) less so"}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short durations and small counts (smoke test)")
-    parser.add_argument("--only", default=",".join(GOALS), help=f"comma-separated goals of {', '.join(GOALS)}")
-    parser.add_argument("--duration", type=float, default=None, help="seconds per timed measurement")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="short durations and small counts (smoke test)")
+    parser.add_argument("--only", default=",".join(GOALS),
+                        help=f"comma-separated goals of {', '.join(GOALS)}")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds per timed measurement")
     parser.add_argument("--json", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--markdown", type=Path, default=BENCH_DIR / "results" / "latest.md")
     args = parser.parse_args()
@@ -640,7 +724,8 @@ def main() -> int:
     print(render_text(harness.rows))
     write_json(args.json, harness.rows, run_context)
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(f"{run_context['date']}, {run_context['cores']} cores, {run_context['note']}\n\n"
+    args.markdown.write_text(f"{run_context['date']}, {run_context['cores']} cores, "
+                             f"{run_context['note']}\n\n"
                              + render_markdown(harness.rows) + "\n")
     return 1 if any(row.status == ERROR for row in harness.rows) else 0
 

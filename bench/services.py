@@ -1,4 +1,5 @@
-"""Processes the bench harness starts on free loopback ports and stops by PID: gateways and a NATS server."""
+"""Processes the bench harness starts on free loopback ports and stops by PID: gateways and a NATS
+server."""
 
 from __future__ import annotations
 
@@ -20,20 +21,22 @@ from devstack import DevStack
 
 BENCH_GATEWAY_ENV = {
     "STREAMGATE_AUTH_MODE": "none",
-    "STREAMGATE_MAX_CONNECTIONS_PER_PRINCIPAL": "0",  # 1,000 fan-out sockets share the anonymous principal
+    "STREAMGATE_MAX_CONNECTIONS_PER_PRINCIPAL": "0",  # 1,000 fan-out sockets share the anonymous
+                                                      # principal
     "STREAMGATE_WS_HEARTBEAT_S": "3600",  # the lean fan-out client does not answer pings
 }
 
 
 def serve_supports(flag: str) -> bool:
     """Feature detection: does `streamgate serve --help` list ``flag``?"""
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--help"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--help"],
+                         capture_output=True, text=True, timeout=60, check=False)
     return flag in out.stdout
 
 
 class StoppedOnExit(ABC):
-    """A context manager whose exit calls ``stop()`` (every process here is stopped by PID that way)."""
+    """A context manager whose exit calls ``stop()`` (every process here is stopped by PID that
+    way)."""
 
     def __enter__(self) -> Self:
         return self
@@ -48,7 +51,8 @@ class StoppedOnExit(ABC):
 
 
 class GatewayProcess(StoppedOnExit):
-    """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI supports it."""
+    """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI
+    supports it."""
 
     def __init__(self, stack: DevStack, workers: int | None = None) -> None:
         self.port = free_port()
@@ -56,7 +60,8 @@ class GatewayProcess(StoppedOnExit):
         env = {**os.environ, **BENCH_GATEWAY_ENV,
                "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
                "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
-        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve", "--port", str(self.port)]
+        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve", "--port",
+                str(self.port)]
         if workers is not None:
             argv += ["--workers", str(workers)]
         self.process = subprocess.Popen(argv, env=env)
@@ -89,8 +94,8 @@ class GatewayProcess(StoppedOnExit):
 
 
 class NatsServer(StoppedOnExit):
-    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port; ``cluster_args``
-    make it one server of a cluster (``NatsCluster``)."""
+    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port;
+    ``cluster_args`` make it one server of a cluster (``NatsCluster``)."""
 
     def __init__(self, cluster_args: tuple[str, ...] = ()) -> None:
         binary = shutil.which("nats-server")
@@ -100,12 +105,13 @@ class NatsServer(StoppedOnExit):
         self.url = f"nats://127.0.0.1:{self.port}"
         self._dir = tempfile.TemporaryDirectory(prefix="sg-bench-nats-")
         self.process = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                                         "-sd", self._dir.name, *cluster_args], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                         "-sd", self._dir.name, *cluster_args],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def version(self) -> str:
         binary = shutil.which("nats-server") or "nats-server"
-        return subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+        return subprocess.run([binary, "--version"], capture_output=True, text=True,
+                              check=False).stdout.strip()
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:
         import socket
@@ -130,11 +136,12 @@ class NatsServer(StoppedOnExit):
 
 
 class NatsCluster(StoppedOnExit):
-    """Three nats-servers with JetStream routed to each other on loopback (cluster ``bench``): the like-for-like
-    anchor of a replicated Redis Cluster, with streams of ``num_replicas`` 2 (two copies before the ack).
+    """Three nats-servers with JetStream routed to each other on loopback (cluster ``bench``): the
+    like-for-like anchor of a replicated Redis Cluster, with streams of ``num_replicas`` 2 (two
+    copies before the ack).
 
-    ``url`` lists every server, so nats-py connects to any and the stream leader may sit on another one, as
-    in a real deployment."""
+    ``url`` lists every server, so nats-py connects to any and the stream leader may sit on another
+    one, as in a real deployment."""
 
     SERVERS = 3
 
@@ -153,8 +160,8 @@ class NatsCluster(StoppedOnExit):
         self.url = ",".join(server.url for server in self.servers)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Every server listens; JetStream's meta leader is elected later (``anchors._jetstream`` retries the
-        stream's creation until it is)."""
+        """Every server listens; JetStream's meta leader is elected later (``anchors._jetstream``
+        retries the stream's creation until it is)."""
         for server in self.servers:
             server.wait_ready(timeout_s)
 

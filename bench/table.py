@@ -1,4 +1,5 @@
-"""The harness's one table: figure, value, anchor, ratio, goal, status; printed, and written as JSON and Markdown."""
+"""The harness's one table: figure, value, anchor, ratio, goal, status; printed, and written as JSON
+and Markdown."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ PASS, FAIL, INFO, UNSUPPORTED, ERROR = "pass", "FAIL", "info", "not supported", 
 
 @dataclass
 class Row:
-    """One figure. ``ratio`` is value/anchor when there is an anchor; ``status`` is decided by the goal check."""
+    """One figure. ``ratio`` is value/anchor when there is an anchor; ``status`` is decided by the
+    goal check."""
 
     goal: str
     figure: str
@@ -54,8 +56,8 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def _cells(row: Row) -> list[str]:
     anchor = f"{_num(row.anchor)} ({row.anchor_name})" if row.anchor is not None else "-"
-    return [row.goal, row.figure, f"{_num(row.value)} {row.unit}".strip(), anchor, _num(row.ratio), row.goal_text,
-            row.status]
+    return [row.goal, row.figure, f"{_num(row.value)} {row.unit}".strip(), anchor, _num(row.ratio),
+            row.goal_text, row.status]
 
 
 HEADERS = ["goal", "figure", "value", "anchor", "ratio", "goal", "pass/fail"]
@@ -65,13 +67,15 @@ def render_text(rows: list[Row]) -> str:
     """A plain fixed-width table for the terminal."""
     table = [HEADERS, *(_cells(row) for row in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in table)
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+                     for line in table)
 
 
 def render_markdown(rows: list[Row]) -> str:
     """The same table as Markdown (docs/performance.md); notes go under it."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + " --- |" * len(HEADERS)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in _cells(row)) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in _cells(row)) + " |"
+              for row in rows]
     notes = [f"- {row.goal} {row.figure}: {row.note}" for row in rows if row.note]
     return "\n".join(lines + (["", *notes] if notes else []))
 

@@ -1,8 +1,10 @@
-"""The PySpark side of streamgate: the ``streamgate`` data source and sample jobs. The only package importing pyspark.
+"""The PySpark side of streamgate: the ``streamgate`` data source and sample jobs. The only package
+importing pyspark.
 
     from pipeline import register
     register(spark)
-    spark.readStream.format("streamgate").option("topic", "orders").option("redisNodes", "127.0.0.1:7000") ...
+    (spark.readStream.format("streamgate")
+        .option("topic", "orders").option("redisNodes", "127.0.0.1:7000") ...)
 """
 
 from pipeline.errors import InvalidSourceOption, PipelineError, StreamgateDataLoss, TopicNotFound

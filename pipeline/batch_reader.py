@@ -23,7 +23,8 @@ class StreamgateBatchReader(DataSourceReader):
         """One task per partition with entries between the starting and ending offsets."""
         options = self.planner.options
         try:
-            start = {p: self.planner.resolve(p, options.start_for(p)) for p in self.planner.partitions}
+            start = {p: self.planner.resolve(p, options.start_for(p))
+                     for p in self.planner.partitions}
             end = {p: self._end(p, start[p]) for p in self.planner.partitions}
             return self.planner.ranges(start, end)
         finally:

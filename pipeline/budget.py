@@ -6,10 +6,12 @@ from collections.abc import Mapping
 
 
 def allocate(budget: int, available: Mapping[int, int]) -> dict[int, int]:
-    """Max-min fair shares of ``budget``: no partition gets more than it has, the rest goes to the others.
+    """Max-min fair shares of ``budget``: no partition gets more than it has, the rest goes to the
+    others.
 
-    The shares sum to ``min(budget, sum(available))``; a partition with a backlog is never starved by a
-    busier one, and leftover budget of small partitions flows to large ones. Ties go to lower partitions.
+    The shares sum to ``min(budget, sum(available))``; a partition with a backlog is never starved
+    by a busier one, and leftover budget of small partitions flows to large ones. Ties go to lower
+    partitions.
     """
     shares = dict.fromkeys(available, 0)
     remaining = budget

@@ -1,4 +1,5 @@
-"""Whether retention trimmed entries after a checkpointed offset, and how many (the Kafka-source contract)."""
+"""Whether retention trimmed entries after a checkpointed offset, and how many (the Kafka-source
+contract)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GroupPosition:
-    """The pipeline consumer group's recorded position on a partition (entries_read None = unknown)."""
+    """The pipeline consumer group's recorded position on a partition (entries_read None =
+    unknown)."""
 
     last_id: str
     entries_read: int | None
@@ -22,7 +24,8 @@ class GroupPosition:
 
 @dataclass(frozen=True)
 class Loss:
-    """Entries trimmed before the source read them; ``lost`` None when Redis cannot tell the count."""
+    """Entries trimmed before the source read them; ``lost`` None when Redis cannot tell the
+    count."""
 
     checkpointed: str
     oldest_retained: str
@@ -32,9 +35,9 @@ class Loss:
 def find_loss(checkpointed: str, state: StreamState, group: GroupPosition | None) -> Loss | None:
     """The loss past ``checkpointed``, or None when every entry after it is still in the stream.
 
-    The count is exact when the checkpoint's place in the entry sequence is known: at the start of the
-    stream (``0-0``), or when the pipeline's consumer group sits at the checkpoint with a valid read counter
-    (trimmed entries = entries added - length - entries read). Otherwise it is unknown.
+    The count is exact when the checkpoint's place in the entry sequence is known: at the start of
+    the stream (``0-0``), or when the pipeline's consumer group sits at the checkpoint with a valid
+    read counter (trimmed entries = entries added - length - entries read). Otherwise it is unknown.
     """
     if state.removed <= 0 or not stream_ids.before(checkpointed, state.floor):
         return None
@@ -52,5 +55,6 @@ def handle_loss(topic: str, partition: int, loss: Loss, fail: bool) -> int:
     error = StreamgateDataLoss(topic, partition, loss.checkpointed, loss.oldest_retained, loss.lost)
     if fail:
         raise error
-    log.warning("%s; continuing from the oldest retained entry (failOnDataLoss=false)", error.message)
+    log.warning("%s; continuing from the oldest retained entry (failOnDataLoss=false)",
+                error.message)
     return loss.lost or 0

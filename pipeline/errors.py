@@ -32,18 +32,21 @@ class TopicNotFound(PipelineError):
 
 
 class StreamgateDataLoss(PipelineError):
-    """A checkpointed offset is older than the oldest retained entry: retention trimmed unread entries.
+    """A checkpointed offset is older than the oldest retained entry: retention trimmed unread
+    entries.
 
     ``lost`` is the number of trimmed entries after the checkpoint, or None when Redis cannot tell.
     Set ``failOnDataLoss=false`` to log and continue from the oldest retained entry instead.
     """
 
-    def __init__(self, topic: str, partition: int, checkpointed: str, oldest_retained: str, lost: int | None) -> None:
+    def __init__(self, topic: str, partition: int, checkpointed: str, oldest_retained: str,
+                 lost: int | None) -> None:
         count = "an unknown number of" if lost is None else str(lost)
         super().__init__(
-            f"topic {topic!r} partition {partition}: checkpointed offset {checkpointed} is older than the oldest "
-            f"retained entry {oldest_retained}; {count} entries after the checkpoint were trimmed by retention "
-            "before they were read (set failOnDataLoss=false to skip them)"
+            f"topic {topic!r} partition {partition}: checkpointed offset {checkpointed} is older "
+            f"than the oldest retained entry {oldest_retained}; {count} entries after the "
+            "checkpoint were trimmed by retention before they were read (set "
+            "failOnDataLoss=false to skip them)"
         )
         self.topic = topic
         self.partition = partition

@@ -26,7 +26,8 @@ Position = str
 
 @dataclass(frozen=True)
 class RedisTls:
-    """TLS to the Redis Cluster: the CA of the nodes' certificates, a client certificate for mutual TLS."""
+    """TLS to the Redis Cluster: the CA of the nodes' certificates, a client certificate for mutual
+    TLS."""
 
     ca_path: str | None = None  # None: the system's CAs
     cert_path: str | None = None
@@ -37,7 +38,8 @@ class RedisTls:
         """redis-py keyword arguments (TLS 1.2+, certificates verified)."""
         return {"ssl": True, "ssl_ca_certs": self.ca_path, "ssl_certfile": self.cert_path,
                 "ssl_keyfile": self.key_path, "ssl_cert_reqs": "required",
-                "ssl_check_hostname": self.check_hostname, "ssl_min_version": ssl.TLSVersion.TLSv1_2}
+                "ssl_check_hostname": self.check_hostname,
+                "ssl_min_version": ssl.TLSVersion.TLSv1_2}
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class SourceOptions:
     redis_tls: RedisTls | None = None  # None: plaintext
 
     def start_for(self, partition: int) -> Position:
-        """The start position of one partition (JSON maps default a missing partition to earliest)."""
+        """The start position of one partition (JSON maps default a missing partition to
+        earliest)."""
         if isinstance(self.starting, dict):
             return self.starting.get(partition, EARLIEST)
         return self.starting
@@ -76,7 +79,8 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     partitions = _partitions(options.get("partitions"))
     gateway = options.get("gateway")
     if partitions is None and not gateway:
-        raise InvalidSourceOption("partitions", "give 'partitions' (e.g. '0,1,2,3') or 'gateway' (a base URL)")
+        raise InvalidSourceOption("partitions",
+                                  "give 'partitions' (e.g. '0,1,2,3') or 'gateway' (a base URL)")
     return SourceOptions(
         topic=topic,
         redis_nodes=parse_nodes(_required(options, "redisNodes")),
@@ -102,7 +106,8 @@ def _redis_tls(options: Mapping[str, Any]) -> RedisTls | None:
             raise InvalidSourceOption(given[0], "needs redisTls=true")
         return None
     if bool(paths["redisTlsCertPath"]) != bool(paths["redisTlsKeyPath"]):
-        raise InvalidSourceOption("redisTlsCertPath", "redisTlsCertPath and redisTlsKeyPath go together")
+        raise InvalidSourceOption("redisTlsCertPath",
+                                  "redisTlsCertPath and redisTlsKeyPath go together")
     return RedisTls(paths["redisTlsCaPath"], paths["redisTlsCertPath"], paths["redisTlsKeyPath"],
                     _bool(options, "redisTlsCheckHostname", True))
 
@@ -133,9 +138,11 @@ def _partitions(text: str | None) -> tuple[int, ...] | None:
     try:
         chosen = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise InvalidSourceOption("partitions", f"expected comma-separated integers, got {text!r}") from None
+        raise InvalidSourceOption("partitions",
+                                  f"expected comma-separated integers, got {text!r}") from None
     if not chosen or chosen[0] < 0:
-        raise InvalidSourceOption("partitions", f"expected non-negative partition numbers, got {text!r}")
+        raise InvalidSourceOption("partitions",
+                                  f"expected non-negative partition numbers, got {text!r}")
     return tuple(chosen)
 
 
@@ -143,7 +150,8 @@ def _starting(options: Mapping[str, Any]) -> Position | dict[int, Position]:
     timestamp = options.get("startingTimestampMs")
     if timestamp:
         if not (str(timestamp).isascii() and str(timestamp).isdigit()):
-            raise InvalidSourceOption("startingTimestampMs", f"expected epoch milliseconds, got {timestamp!r}")
+            raise InvalidSourceOption("startingTimestampMs",
+                                      f"expected epoch milliseconds, got {timestamp!r}")
         return stream_ids.before_time(int(timestamp))
     return _positions("startingOffsets", options.get("startingOffsets") or EARLIEST)
 
@@ -154,7 +162,9 @@ def _positions(name: str, text: str) -> Position | dict[int, Position]:
     try:
         doc = json.loads(text)
     except ValueError:
-        raise InvalidSourceOption(name, f"expected earliest, latest or a JSON object, got {text!r}") from None
+        raise InvalidSourceOption(name,
+                                  "expected earliest, latest or a JSON "
+                                  f"object, got {text!r}") from None
     if not isinstance(doc, dict):
         raise InvalidSourceOption(name, "the JSON form must be an object {partition: stream ID}")
     return {_partition_key(name, key): _position(name, value) for key, value in doc.items()}
@@ -169,7 +179,8 @@ def _partition_key(name: str, key: str) -> int:
 def _position(name: str, value: Any) -> Position:
     if value in (EARLIEST, LATEST) or (isinstance(value, str) and stream_ids.is_valid(value)):
         return str(value)
-    raise InvalidSourceOption(name, f"{value!r} is neither earliest, latest nor a stream ID '<ms>-<seq>'")
+    raise InvalidSourceOption(name,
+                              f"{value!r} is neither earliest, latest nor a stream ID '<ms>-<seq>'")
 
 
 def _positive_int(options: Mapping[str, Any], name: str, default: int | None) -> int | None:

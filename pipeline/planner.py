@@ -1,8 +1,8 @@
 """Driver-side offset planning shared by the batch and streaming readers.
 
-Positions are exclusive stream IDs per partition. ``earliest`` resolves to just before the oldest retained
-entry, ``latest`` to the last generated ID; a planned end is always an existing entry's ID (or the start),
-so a range can never grow after planning: Redis only accepts IDs above the last one.
+Positions are exclusive stream IDs per partition. ``earliest`` resolves to just before the oldest
+retained entry, ``latest`` to the last generated ID; a planned end is always an existing entry's ID
+(or the start), so a range can never grow after planning: Redis only accepts IDs above the last one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ Offsets = dict[int, str]
 
 
 class Planner:
-    """Resolves positions, bounds micro-batches, checks retention and publishes progress for one topic."""
+    """Resolves positions, bounds micro-batches, checks retention and publishes progress for one
+    topic."""
 
     def __init__(self, options: SourceOptions, partitions: tuple[int, ...]) -> None:
         self.options = options
@@ -54,7 +55,8 @@ class Planner:
         return log_key(self.options.topic, partition)
 
     def resolve(self, partition: int, position: Position) -> str:
-        """An exclusive start ID for earliest/latest/an ID; earliest and timestamps never precede retention."""
+        """An exclusive start ID for earliest/latest/an ID; earliest and timestamps never precede
+        retention."""
         if position == LATEST:
             return stream_state(self.client, self.key(partition)).last_generated_id
         floor = stream_state(self.client, self.key(partition)).floor
@@ -82,12 +84,14 @@ class Planner:
             if share == counts[partition] and share > 0:
                 bounded[partition] = lasts[partition] or start[partition]
             elif share > 0:
-                _, nth = count_after(self.client, self.key(partition), start[partition], ends[partition], share)
+                _, nth = count_after(self.client, self.key(partition), start[partition],
+                                     ends[partition], share)
                 bounded[partition] = nth or start[partition]
         return bounded
 
     def check_retention(self, start: Offsets) -> None:
-        """Fail (or log and count) when retention trimmed entries after a start position; once per position."""
+        """Fail (or log and count) when retention trimmed entries after a start position; once per
+        position."""
         for partition, position in start.items():
             if self._checked.get(partition) == position:
                 continue
@@ -95,18 +99,21 @@ class Planner:
             loss = find_loss(position, stream_state(self.client, key),
                              group_position(self.client, key, self.options.consumer_name))
             if loss is not None:
-                self.lost_entries += handle_loss(self.options.topic, partition, loss, self.options.fail_on_data_loss)
+                self.lost_entries += handle_loss(self.options.topic, partition, loss,
+                                                 self.options.fail_on_data_loss)
             self._checked[partition] = position
 
     def publish(self, positions: Offsets) -> None:
-        """Record committed positions in the pipeline's consumer group (advisory; failures are logged)."""
+        """Record committed positions in the pipeline's consumer group (advisory; failures are
+        logged)."""
         if not self.options.commit_progress:
             return
         for partition, position in positions.items():
             if self._published.get(partition) == position:
                 continue
             try:
-                publish_position(self.client, self.key(partition), self.options.consumer_name, position)
+                publish_position(self.client, self.key(partition), self.options.consumer_name,
+                                 position)
             except Exception:  # progress is advisory: never fail a batch for it
                 log.warning("could not publish progress of partition %d", partition, exc_info=True)
                 continue
@@ -121,14 +128,16 @@ class Planner:
                 continue
             _, first = count_after(self.client, self.key(partition), begin, end[partition], 1)
             planned.append(StreamRange(
-                topic=self.options.topic, partition=partition, start=begin, end=end[partition], first_id=first,
-                redis_nodes=self.options.redis_nodes, page_size=self.options.page_size,
-                fail_on_data_loss=self.options.fail_on_data_loss, redis_tls=self.options.redis_tls))
+                topic=self.options.topic, partition=partition, start=begin, end=end[partition],
+                first_id=first, redis_nodes=self.options.redis_nodes,
+                page_size=self.options.page_size, fail_on_data_loss=self.options.fail_on_data_loss,
+                redis_tls=self.options.redis_tls))
         return planned
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
-        state["_client"] = None  # a cluster client does not pickle; workers open their own in read()
+        state["_client"] = None  # a cluster client does not pickle; workers open their own in
+                                 # read()
         return state
 
 

@@ -1,8 +1,10 @@
-"""Publish the pipeline's committed position as a Redis consumer group, so its lag shows like any group's.
+"""Publish the pipeline's committed position as a Redis consumer group, so its lag shows like any
+group's.
 
-Spark's checkpoint stays the only source of truth; the group is advisory. It is created with MKSTREAM and
-moved with ``XGROUP SETID``. ENTRIESREAD is added when it can be computed exactly (no deletions after the
-position and at most ``ENTRIES_READ_PROBE`` entries after it), so Redis can report the group's lag.
+Spark's checkpoint stays the only source of truth; the group is advisory. It is created with
+MKSTREAM and moved with ``XGROUP SETID``. ENTRIESREAD is added when it can be computed exactly (no
+deletions after the position and at most ``ENTRIES_READ_PROBE`` entries after it), so Redis can
+report the group's lag.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ def publish_position(client: RedisCluster, key: str, group: str, position: str) 
     client.xgroup_setid(key, group, position, entries_read=entries_read)
 
 
-def entries_read_at(client: RedisCluster, key: str, position: str, state: StreamState) -> int | None:
-    """The stream's logical read counter at ``position``, or None when it cannot be computed exactly."""
+def entries_read_at(client: RedisCluster, key: str, position: str,
+                    state: StreamState) -> int | None:
+    """The stream's logical read counter at ``position``, or None when it cannot be computed
+    exactly."""
     if state.removed > 0 and stream_ids.before(position, state.floor):
         return None  # trimmed entries after the position: their number is not known
     if stream_ids.before(position, state.max_deleted_id):
@@ -43,7 +47,8 @@ def entries_read_at(client: RedisCluster, key: str, position: str, state: Stream
 
 
 def group_position(client: RedisCluster, key: str, group: str) -> GroupPosition | None:
-    """The group's XINFO GROUPS position on ``key``, or None when the group or stream does not exist."""
+    """The group's XINFO GROUPS position on ``key``, or None when the group or stream does not
+    exist."""
     try:
         infos: list[dict[Any, Any]] = client.xinfo_groups(key)
     except ResponseError:
@@ -51,5 +56,6 @@ def group_position(client: RedisCluster, key: str, group: str) -> GroupPosition 
     for info in infos:
         if stream_ids.text(info["name"]) == group:
             read = info.get("entries-read")
-            return GroupPosition(stream_ids.text(info["last-delivered-id"]), None if read is None else int(read))
+            return GroupPosition(stream_ids.text(info["last-delivered-id"]),
+                                 None if read is None else int(read))
     return None

@@ -1,4 +1,5 @@
-"""A planned read of one partition, (start, end], and its execution on an executor with paged XRANGE."""
+"""A planned read of one partition, (start, end], and its execution on an executor with paged
+XRANGE."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StreamRange(InputPartition):
-    """The half-open ID range (start, end] of one partition; ``first_id`` is the first entry planned in it."""
+    """The half-open ID range (start, end] of one partition; ``first_id`` is the first entry planned
+    in it."""
 
     topic: str
     partition: int
@@ -52,10 +54,12 @@ def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
 
 
 def _check_first(planned: StreamRange, first_read: str | None) -> None:
-    # IDs only grow, so a different first entry means retention trimmed entries of this range after planning.
+    # IDs only grow, so a different first entry means retention trimmed entries of this range after
+    # planning.
     if planned.first_id is None or first_read == planned.first_id:
         return
-    error = StreamgateDataLoss(planned.topic, planned.partition, planned.start, first_read or "(none)", None)
+    error = StreamgateDataLoss(planned.topic, planned.partition, planned.start,
+                               first_read or "(none)", None)
     if planned.fail_on_data_loss:
         raise error
     log.warning("%s; continuing (failOnDataLoss=false)", error.message)

@@ -1,8 +1,9 @@
 """The source's row schema and the conversion of XRANGE pages into Arrow record batches.
 
-Entry fields follow storage.codec (``value_and_key``): the value under ``K`` + the key, or ``v`` without a key
-(earlier versions: ``v`` and ``k``), ``f`` format, ``h`` headers as a JSON object of strings (absent = none). The
-timestamp is the ms part of the ID; Spark reads Arrow timestamps in microseconds, so it is converted.
+Entry fields follow storage.codec (``value_and_key``): the value under ``K`` + the key, or ``v``
+without a key (earlier versions: ``v`` and ``k``), ``f`` format, ``h`` headers as a JSON object of
+strings (absent = none). The timestamp is the ms part of the ID; Spark reads Arrow timestamps in
+microseconds, so it is converted.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def to_record_batch(topic: str, partition: int, page: Sequence[Entry]) -> pa.Rec
         pa.array([key for _, key in pairs], pa.binary()),
         pa.array(values, pa.binary()),
         pa.array([_utf8(value) for value in values], pa.string()),
-        pa.array([_headers(fields.get(b"h")) for _, fields in page], ARROW_SCHEMA.field("headers").type),
-        pa.array([int(offset.partition("-")[0]) * 1000 for offset in offsets], ARROW_SCHEMA.field("timestamp").type),
+        pa.array([_headers(fields.get(b"h")) for _, fields in page],
+                 ARROW_SCHEMA.field("headers").type),
+        pa.array([int(offset.partition("-")[0]) * 1000 for offset in offsets],
+                 ARROW_SCHEMA.field("timestamp").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 

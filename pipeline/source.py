@@ -1,4 +1,5 @@
-"""The ``streamgate`` Python Data Source: batch and streaming reads of one topic's partition streams."""
+"""The ``streamgate`` Python Data Source: batch and streaming reads of one topic's partition
+streams."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class StreamgateDataSource(DataSource):
         """The batch reader."""
         return StreamgateBatchReader(self._planner())
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's method name
+    # Spark's method name
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         """The micro-batch reader."""
         return StreamgateStreamReader(self._planner())
 
@@ -49,5 +51,7 @@ def register(spark: SparkSession) -> None:
 
 
 def reader_options(**options: Any) -> dict[str, str]:
-    """Options as Spark wants them (strings): ``reader_options(topic="t", maxEntriesPerTrigger=1000)``."""
-    return {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in options.items()}
+    """Options as Spark wants them (strings): ``reader_options(topic="t",
+    maxEntriesPerTrigger=1000)``."""
+    return {name: str(value).lower() if isinstance(value, bool) else str(value)
+            for name, value in options.items()}

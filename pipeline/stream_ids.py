@@ -1,6 +1,7 @@
 """Pure helpers over Redis stream IDs (``<ms>-<seq>``), the offsets of every partition.
 
-IDs compare as (ms, seq) pairs, never as strings. ``0-0`` is the position before any entry can exist.
+IDs compare as (ms, seq) pairs, never as strings. ``0-0`` is the position before any entry can
+exist.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def predecessor(stream_id: str) -> str:
 
 
 def before_time(timestamp_ms: int) -> str:
-    """The greatest ID before every entry written at or after ``timestamp_ms``: an exclusive start."""
+    """The greatest ID before every entry written at or after ``timestamp_ms``: an exclusive
+    start."""
     return ZERO if timestamp_ms <= 0 else f"{timestamp_ms - 1}-{MAX_SEQ}"
 
 

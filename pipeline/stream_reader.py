@@ -1,4 +1,5 @@
-"""The streaming reader: Spark checkpoints {partition: stream ID}; each micro-batch reads (start, end]."""
+"""The streaming reader: Spark checkpoints {partition: stream ID}; each micro-batch reads (start,
+end]."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pipeline.ranges import StreamRange, read_range
 
 
 class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Admission control maps maxEntriesPerTrigger to ReadMaxRows; availableNow stops at the prepared target."""
+    """Admission control maps maxEntriesPerTrigger to ReadMaxRows; availableNow stops at the
+    prepared target."""
 
     def __init__(self, planner: Planner) -> None:
         self.planner = planner
@@ -28,7 +30,8 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict[str, str]:  # noqa: N802 - Spark's method name
         """Where a new query starts (a restarted one starts from its checkpoint instead)."""
         options = self.planner.options
-        return to_json({p: self.planner.resolve(p, options.start_for(p)) for p in self.planner.partitions})
+        return to_json({p: self.planner.resolve(p, options.start_for(p))
+                        for p in self.planner.partitions})
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         """ReadMaxRows(maxEntriesPerTrigger) when set, else everything available."""
@@ -40,11 +43,13 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._target = self.planner.latest({p: "0-0" for p in self.planner.partitions})
 
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:  # noqa: N802
-        """The end of the next micro-batch: newest entries (or the availableNow target), within ``limit``."""
+        """The end of the next micro-batch: newest entries (or the availableNow target), within
+        ``limit``."""
         positions = self._with_new_partitions(from_json(start))
         self.planner.check_retention(positions)
         self.planner.publish(positions)  # ``start`` is the end of a committed batch
-        ends = self.planner.latest(positions) if self._target is None else self._capped_by_target(positions)
+        ends = (self.planner.latest(positions) if self._target is None
+                else self._capped_by_target(positions))
         if isinstance(limit, ReadMaxRows):
             ends = self.planner.bounded(positions, ends, limit.max_rows)
         return to_json(ends)
@@ -67,10 +72,13 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.planner.close()
 
     def _with_new_partitions(self, positions: Offsets) -> Offsets:
-        # A partition missing from the checkpoint (the source was given more partitions) starts at earliest.
-        missing = {p: self.planner.resolve(p, "earliest") for p in self.planner.partitions if p not in positions}
+        # A partition missing from the checkpoint (the source was given more partitions) starts at
+        # earliest.
+        missing = {p: self.planner.resolve(p, "earliest") for p in self.planner.partitions
+                   if p not in positions}
         return {**positions, **missing}
 
     def _capped_by_target(self, positions: Offsets) -> Offsets:
         assert self._target is not None
-        return {p: stream_ids.later(position, self._target.get(p, position)) for p, position in positions.items()}
+        return {p: stream_ids.later(position, self._target.get(p, position))
+                for p, position in positions.items()}

@@ -1,7 +1,8 @@
 """Synchronous reads of one partition stream for the Spark side (driver and executors).
 
-Spark runs the offset methods in a long-lived driver-side Python process and ``read()`` in reused workers, so
-each side opens its own ``RedisCluster`` (a client does not pickle). hiredis makes XRANGE parsing much faster.
+Spark runs the offset methods in a long-lived driver-side Python process and ``read()`` in reused
+workers, so each side opens its own ``RedisCluster`` (a client does not pickle). hiredis makes
+XRANGE parsing much faster.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pipeline.options import RedisTls
 
 Entry = tuple[bytes, dict[bytes, bytes]]
 
-# Count the entries of a range (up to a limit) and return the last one's ID, without shipping the entries.
+# Count the entries of a range (up to a limit) and return the last one's ID, without shipping the
+# entries.
 _COUNT_RANGE = """
 local r = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
 if #r == 0 then return {0, ''} end
@@ -27,14 +29,17 @@ return {#r, r[#r][1]}
 
 
 def open_cluster(nodes: Sequence[tuple[str, int]], tls: RedisTls | None = None) -> RedisCluster:
-    """A cluster client over the given startup nodes (bytes replies), over TLS when ``tls`` is given."""
-    return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+    """A cluster client over the given startup nodes (bytes replies), over TLS when ``tls`` is
+    given."""
+    return RedisCluster(startup_nodes=[ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                                       for host, port in nodes],
                         **(tls.client_options() if tls else {}))
 
 
 @dataclass(frozen=True)
 class StreamState:
-    """What retention left of a stream: enough to tell whether a position's successors still exist."""
+    """What retention left of a stream: enough to tell whether a position's successors still
+    exist."""
 
     length: int
     entries_added: int
@@ -49,7 +54,8 @@ class StreamState:
 
     @property
     def floor(self) -> str:
-        """The greatest ID before the oldest retained entry (or the last ID when none is retained)."""
+        """The greatest ID before the oldest retained entry (or the last ID when none is
+        retained)."""
         if self.first_id is None:
             return self.last_generated_id
         return stream_ids.predecessor(self.first_id)
@@ -82,13 +88,16 @@ def last_id(client: RedisCluster, key: str) -> str | None:
     return stream_ids.text(newest[0][0]) if newest else None
 
 
-def count_after(client: RedisCluster, key: str, start: str, end: str, limit: int) -> tuple[int, str | None]:
-    """How many entries lie in (start, end] (at most ``limit``) and the ID of the last one counted."""
+def count_after(client: RedisCluster, key: str, start: str, end: str,
+                limit: int) -> tuple[int, str | None]:
+    """How many entries lie in (start, end] (at most ``limit``) and the ID of the last one
+    counted."""
     count, last = client.eval(_COUNT_RANGE, 1, key, f"({start}", end, str(limit))
     return int(count), (stream_ids.text(last) if count else None)
 
 
-def entries_in_range(client: RedisCluster, key: str, start: str, end: str, page_size: int) -> Iterator[list[Entry]]:
+def entries_in_range(client: RedisCluster, key: str, start: str, end: str,
+                     page_size: int) -> Iterator[list[Entry]]:
     """Pages of the half-open range (start, end] in ID order, each at most ``page_size`` entries."""
     cursor = start
     while stream_ids.before(cursor, end):

@@ -1,4 +1,5 @@
-"""Which partitions the source reads: the ``partitions`` option, or all of them as the gateway reports."""
+"""Which partitions the source reads: the ``partitions`` option, or all of them as the gateway
+reports."""
 
 from __future__ import annotations
 

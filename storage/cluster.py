@@ -1,10 +1,12 @@
-"""Connections to the Redis Cluster: slot routing, per-node pinned clients, topology refresh, retries.
+"""Connections to the Redis Cluster: slot routing, per-node pinned clients, topology refresh,
+retries.
 
 Why per-node clients: WAIT counts the replicas that acknowledged the writes *of its own connection*.
-``RedisCluster.pipeline()`` and ``RedisCluster.execute_command("WAIT")`` send WAIT over another connection
-(or to another node, WAIT has no key), where it returns at once and proves nothing.
-A plain ``redis.asyncio.Redis`` pipeline with ``transaction=False`` takes one connection from its pool and
-sends every queued command on it, so ``[EVALSHA ..., WAIT n t]`` to the node owning the slot is correct.
+``RedisCluster.pipeline()`` and ``RedisCluster.execute_command("WAIT")`` send WAIT over another
+connection (or to another node, WAIT has no key), where it returns at once and proves nothing. A
+plain ``redis.asyncio.Redis`` pipeline with ``transaction=False`` takes one connection from its pool
+and sends every queued command on it, so ``[EVALSHA ..., WAIT n t]`` to the node owning the slot is
+correct.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def needs_refresh(exc: BaseException) -> bool:
-    """True when the slot map should be reloaded before the retry (MOVED/ASK/READONLY, lost node)."""
+    """True when the slot map should be reloaded before the retry (MOVED/ASK/READONLY, lost
+    node)."""
     return isinstance(exc, (*REROUTE_ERRORS, rexc.ConnectionError, rexc.ClusterDownError))
 
 
@@ -80,9 +83,11 @@ class Deadline:
         return max(0.0, self._end - time.monotonic())
 
     async def sleep(self, *, quick: bool = False) -> bool:
-        """Back off before the next attempt; False (without sleeping) when the budget cannot cover it.
+        """Back off before the next attempt; False (without sleeping) when the budget cannot cover
+        it.
 
-        ``quick`` retries at once (a redirect or a loaded script needs no settling time), a few times only.
+        ``quick`` retries at once (a redirect or a loaded script needs no settling time), a few
+        times only.
         """
         if quick and self._quick_left > 0 and self.remaining() > 0:
             self._quick_left -= 1
@@ -98,10 +103,10 @@ class Deadline:
 class RoutedCluster(RedisCluster):
     """A cluster client whose slot map, once loaded, only its router reloads.
 
-    redis-py reloads the slot map inside the first command after a connection error, under a lock every other
-    command then waits on; when it asks a frozen node, all of them wait out its socket timeout, whichever shard
-    they need. Here such a command only tells the router (``on_stale``), which reloads in the background while
-    commands to healthy nodes go on with the map they have.
+    redis-py reloads the slot map inside the first command after a connection error, under a lock
+    every other command then waits on; when it asks a frozen node, all of them wait out its socket
+    timeout, whichever shard they need. Here such a command only tells the router (``on_stale``),
+    which reloads in the background while commands to healthy nodes go on with the map they have.
     """
 
     on_stale: Callable[[], None] = staticmethod(lambda: None)
@@ -113,7 +118,8 @@ class RoutedCluster(RedisCluster):
             await super().initialize(additional_startup_nodes_info, last_failed_node_name)
             return self
         self._initialize = False
-        if manager.default_node is None:  # cleared by aclose() after CLUSTERDOWN: any primary will do
+        if manager.default_node is None:  # cleared by aclose() after CLUSTERDOWN: any primary will
+                                          # do
             manager.default_node = manager.get_nodes_by_server_type(PRIMARY)[0]
         self.on_stale()
         return self
@@ -122,17 +128,20 @@ class RoutedCluster(RedisCluster):
 class ClusterRouter:
     """Owns the cluster client (topology, slot map) and one plain client per node address."""
 
-    def __init__(self, cluster: RedisCluster, settings: RedisStoreSettings, *, owns_cluster: bool) -> None:
+    def __init__(self, cluster: RedisCluster, settings: RedisStoreSettings, *,
+                 owns_cluster: bool) -> None:
         self.cluster = cluster
         self.settings = settings
         self._owns_cluster = owns_cluster
         self._node_clients: dict[NodeAddress, Redis] = {}
         self._closed = False
-        self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the store's owner
+        self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the
+                                                   # store's owner
         self._refresh_listeners: list[Callable[[set[NodeAddress]], None]] = []
         self._refreshing: asyncio.Future[None] | None = None
         self._watches: dict[NodeAddress, asyncio.Task[None]] = {}
-        self.suspect: NodeAddress | None = None  # the node that failed last: asked last for the slot map
+        self.suspect: NodeAddress | None = None  # the node that failed last: asked last for the
+                                                 # slot map
         if isinstance(cluster, RoutedCluster):
             cluster.on_stale = self.refresh_soon
 
@@ -191,19 +200,21 @@ class ClusterRouter:
             socket_connect_timeout=s.socket_connect_timeout_s,
             max_connections=s.max_connections_per_node,
             decode_responses=False,
-            # No hidden re-sends: a silently retried pipeline could duplicate XADDs. The store retries
-            # itself, inside its deadline and after refreshing the slot map.
+            # No hidden re-sends: a silently retried pipeline could duplicate XADDs. The store
+            # retries itself, inside its deadline and after refreshing the slot map.
             retry=Retry(NoBackoff(), 0),
             **s.tls_options(),
         )
 
     async def refresh(self) -> None:
-        """Reload the slot map from the cluster and drop clients of nodes that left it; concurrent callers share
-        one reload, which asks the node that failed last only when no other answers."""
+        """Reload the slot map from the cluster and drop clients of nodes that left it; concurrent
+        callers share one reload, which asks the node that failed last only when no other
+        answers."""
         await asyncio.shield(self._reloading())
 
     def refresh_soon(self) -> None:
-        """Start a reload in the background (a command met a stale map); its failure waits for the next one."""
+        """Start a reload in the background (a command met a stale map); its failure waits for the
+        next one."""
         if not self._closed:
             self._reloading()
 
@@ -220,9 +231,10 @@ class ClusterRouter:
             done.exception()  # retrieved: a failed background reload is not an unhandled error
 
     def watch_failover(self, address: NodeAddress, stalled: Callable[[NodeAddress], bool]) -> None:
-        """A request to ``address`` stalls (a frozen node?): re-read the slot map until the node answers again or
-        is no longer a primary; the refresh listeners then close its connections, and its requests, failed as
-        in doubt, are retried on its successor as soon as the cluster has promoted one."""
+        """A request to ``address`` stalls (a frozen node?): re-read the slot map until the node
+        answers again or is no longer a primary; the refresh listeners then close its connections,
+        and its requests, failed as in doubt, are retried on its successor as soon as the cluster
+        has promoted one."""
         self.suspect = address
         if address in self._watches or self._closed:
             return
@@ -251,8 +263,10 @@ class ClusterRouter:
             listener(primaries)
 
     async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads, admin)."""
-        deadline = Deadline(budget_s, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s)
+        """Run ``op`` until it succeeds, retrying transient errors inside ``budget_s`` (reads,
+        admin)."""
+        deadline = Deadline(budget_s, self.settings.retry_backoff_s,
+                            self.settings.retry_backoff_max_s)
         while True:
             started = time.perf_counter()
             try:
@@ -270,13 +284,16 @@ class ClusterRouter:
                 return result
 
     async def recover(self, exc: BaseException) -> None:
-        """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next try."""
-        failed = getattr(exc, "last_failed_node_name", None)  # redis-py names the node a command failed on
+        """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next
+        try."""
+        failed = getattr(exc, "last_failed_node_name", None)  # redis-py names the node a command
+                                                              # failed on
         if isinstance(failed, str) and ":" in failed:
             host, _, port = failed.rpartition(":")
             self.suspect = (host, int(port))
         if needs_refresh(exc):
-            # A failed refresh (the cluster may still be electing) is left to the caller's next attempt.
+            # A failed refresh (the cluster may still be electing) is left to the caller's next
+            # attempt.
             with contextlib.suppress(Exception):
                 await self.refresh()
 

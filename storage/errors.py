@@ -1,7 +1,8 @@
 """Errors raised by the storage package.
 
-Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see redis types.
-``retriable`` tells a caller whether the same request may succeed later (the gateway maps those to 503).
+Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see
+redis types. ``retriable`` tells a caller whether the same request may succeed later (the gateway
+maps those to 503).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class NotEnoughReplicas(StorageUnavailable):
 
     def __init__(self, required: int, acknowledged: int, partition: int) -> None:
         super().__init__(
-            f"partition {partition}: {acknowledged} of {required} required replicas acknowledged the write",
+            f"partition {partition}: {acknowledged} of {required} required replicas "
+            "acknowledged the write",
             retry_after_s=1.0,
         )
         self.required = required
@@ -44,5 +46,6 @@ class InvalidOffset(StorageError):
     """An offset given by a client is not a valid stream ID."""
 
     def __init__(self, offset: str) -> None:
-        super().__init__(f"invalid offset {offset!r}: expected '<ms>-<seq>', 'earliest' or 'latest'")
+        super().__init__(f"invalid offset {offset!r}: expected '<ms>-<seq>', "
+                         "'earliest' or 'latest'")
         self.offset = offset

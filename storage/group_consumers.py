@@ -1,9 +1,10 @@
-"""The consumers inside a group on one partition: list them, and remove one only while it holds nothing.
+"""The consumers inside a group on one partition: list them, and remove one only while it holds
+nothing.
 
-Redis keeps a consumer (and its pending entries) until someone deletes it; ``XGROUP DELCONSUMER`` drops the
-consumer's pending entries with it, which would silently ack them. So removal is one Lua script that deletes
-the consumer only if ``XPENDING`` shows it holds no entry, atomically: a reader that takes entries under
-that name a moment later simply recreates the consumer.
+Redis keeps a consumer (and its pending entries) until someone deletes it; ``XGROUP DELCONSUMER``
+drops the consumer's pending entries with it, which would silently ack them. So removal is one Lua
+script that deletes the consumer only if ``XPENDING`` shows it holds no entry, atomically: a reader
+that takes entries under that name a moment later simply recreates the consumer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) + 1
 
 
 class RedisGroupConsumers:
-    """Consumer bookkeeping on the ClusterRouter of a RedisStreamStore (``RedisStreamStore.consumers``)."""
+    """Consumer bookkeeping on the ClusterRouter of a RedisStreamStore
+    (``RedisStreamStore.consumers``)."""
 
     def __init__(self, router: ClusterRouter) -> None:
         self._router = router
@@ -45,10 +47,12 @@ class RedisGroupConsumers:
                 raise
 
         rows = await self._router.call("consumers", self._settings.read_deadline_s, op)
-        return [ConsumerInfo(text(row["name"]), int(row["pending"]), int(row["idle"])) for row in rows]
+        return [ConsumerInfo(text(row["name"]), int(row["pending"]), int(row["idle"]))
+                for row in rows]
 
     async def remove_if_empty(self, topic: str, partition: int, group: str, consumer: str) -> bool:
-        """Delete the consumer if it holds no pending entry; True when it was deleted (or already absent)."""
+        """Delete the consumer if it holds no pending entry; True when it was deleted (or already
+        absent)."""
         key = log_key(topic, partition)
 
         async def op() -> Any:

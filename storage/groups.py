@@ -1,17 +1,19 @@
-"""RedisGroupStore: the GroupStore port on Redis Stream consumer groups (one group per partition stream).
+"""RedisGroupStore: the GroupStore port on Redis Stream consumer groups (one group per partition
+stream).
 
 The Redis group name is the group name as given, on the partition's stream ``sg:{<topic>/<p>}:log``.
 
-Blocking reads: ``XREADGROUP ... BLOCK ms`` holds its connection for up to ``block_ms``. The cluster client's
-sockets time out after ``socket_timeout_s`` and a timeout there also triggers a topology reload, so blocking
-reads go to the node owning the slot through a separate per-node client without a socket timeout; each attempt
-is bounded instead by ``asyncio.timeout(block_ms + socket_timeout_s)``. Keeping those connections in their own
-pool means blocked readers can never starve the append path of connections. A cancelled or timed-out read
-closes its connection (redis-py disconnects on cancellation), so no late reply is read by the next command;
-entries Redis handed to such a read stay pending and come back through ``expired``/``claim``.
+Blocking reads: ``XREADGROUP ... BLOCK ms`` holds its connection for up to ``block_ms``. The cluster
+client's sockets time out after ``socket_timeout_s`` and a timeout there also triggers a topology
+reload, so blocking reads go to the node owning the slot through a separate per-node client without
+a socket timeout; each attempt is bounded instead by ``asyncio.timeout(block_ms +
+socket_timeout_s)``. Keeping those connections in their own pool means blocked readers can never
+starve the append path of connections. A cancelled or timed-out read closes its connection (redis-py
+disconnects on cancellation), so no late reply is read by the next command; entries Redis handed to
+such a read stay pending and come back through ``expired``/``claim``.
 
-Every other command goes through the cluster client, retried on transient errors inside the store's deadline
-(``ClusterRouter.call``); nothing above this module sees a redis exception.
+Every other command goes through the cluster client, retried on transient errors inside the store's
+deadline (``ClusterRouter.call``); nothing above this module sees a redis exception.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from storage.cluster import ClusterRouter, NodeAddress, needs_refresh
-from storage.codec import decode_entries, decode_offset, decode_raw_entries, validate_offset, validate_offsets
+from storage.codec import (
+    decode_entries,
+    decode_offset,
+    decode_raw_entries,
+    validate_offset,
+    validate_offsets,
+)
 from storage.errors import StorageError
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
@@ -38,14 +46,15 @@ T = TypeVar("T")
 
 EARLIEST = "earliest"
 LATEST = "latest"
-# XCLAIM IDLE n sets the delivery time to now - n and Redis resets a negative time to *now* (idle 0), so an
-# idle beyond the server's epoch time would silently mean "just delivered". Ten years is far past any ack
-# timeout and far below the epoch.
+# XCLAIM IDLE n sets the delivery time to now - n and Redis resets a negative time to *now* (idle
+# 0), so an idle beyond the server's epoch time would silently mean "just delivered". Ten years is
+# far past any ack timeout and far below the epoch.
 MAX_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 def start_id(start: str) -> str:
-    """The XGROUP id for a start position: earliest -> "0", latest -> "$", else a validated offset."""
+    """The XGROUP id for a start position: earliest -> "0", latest -> "$", else a validated
+    offset."""
     if start == EARLIEST:
         return "0"
     if start == LATEST:
@@ -65,7 +74,8 @@ def is_missing_group(exc: BaseException) -> bool:
     if not isinstance(exc, rexc.ResponseError):
         return False
     text = str(exc)
-    return text.startswith("NOGROUP") or "requires the key to exist" in text or text == "no such key"
+    return (text.startswith("NOGROUP") or "requires the key to exist" in text
+            or text == "no such key")
 
 
 def is_busy_group(exc: BaseException) -> bool:
@@ -93,14 +103,17 @@ def parse_pending(partition: int, rows: Sequence[Mapping[str, Any]]) -> list[Pen
 
 
 def present(items: Sequence[Any]) -> list[Any]:
-    """The ``(id, fields)`` items of a stream reply whose entry still exists (nil items are deleted ones)."""
-    return [item for item in items if item is not None and item[0] is not None and item[1] is not None]
+    """The ``(id, fields)`` items of a stream reply whose entry still exists (nil items are deleted
+    ones)."""
+    return [item for item in items if item is not None and item[0] is not None
+            and item[1] is not None]
 
 
 def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
     """Entries of a raw XREADGROUP/XREAD reply for one stream (empty on a BLOCK timeout).
 
-    RESP3 (redis-py's default protocol) answers with a map {stream: items}, RESP2 with [[stream, items]].
+    RESP3 (redis-py's default protocol) answers with a map {stream: items}, RESP2 with [[stream,
+    items]].
     """
     if not reply:
         return []
@@ -113,10 +126,11 @@ def _raw_reply(response: Any, **options: Any) -> Any:
 
 
 def with_raw_stream_reads(client: Redis) -> Redis:
-    """``client`` answering XREADGROUP and XREAD with the reply as parsed off the wire (parse_read_reply's input).
+    """``client`` answering XREADGROUP and XREAD with the reply as parsed off the wire
+    (parse_read_reply's input).
 
-    The read hot path decodes the flat entry lists itself (codec.decode_raw_entries): redis-py's pairs-to-dict
-    stream callbacks cost more than the decoding they feed.
+    The read hot path decodes the flat entry lists itself (codec.decode_raw_entries): redis-py's
+    pairs-to-dict stream callbacks cost more than the decoding they feed.
     """
     for command in ("XREADGROUP", "XREAD"):
         client.set_response_callback(command, _raw_reply)
@@ -131,8 +145,10 @@ def find_group(infos: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, A
     return None
 
 
-def state_from(partition: int, info: Mapping[str, Any] | None, oldest: str | None) -> GroupPartitionState:
-    """A GroupPartitionState from a group's XINFO GROUPS row (None = no such group) and its oldest pending."""
+def state_from(partition: int, info: Mapping[str, Any] | None,
+               oldest: str | None) -> GroupPartitionState:
+    """A GroupPartitionState from a group's XINFO GROUPS row (None = no such group) and its oldest
+    pending."""
     if info is None:
         return GroupPartitionState(partition, False, None, 0, None, None)
     lag = info.get("lag")
@@ -147,7 +163,8 @@ def state_from(partition: int, info: Mapping[str, Any] | None, oldest: str | Non
 
 
 class BlockingReaders:
-    """One plain client per node for blocking reads: no socket timeout, a pool separate from writes."""
+    """One plain client per node for blocking reads: no socket timeout, a pool separate from
+    writes."""
 
     def __init__(self, router: ClusterRouter) -> None:
         self._router = router
@@ -201,8 +218,8 @@ class BlockingReaders:
 class RedisGroupStore:
     """Consumer groups on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
 
-    Build it with ``RedisGroupStore(router)`` or take ``RedisStreamStore.groups``. It owns only its blocking
-    reader clients (``aclose``); the router belongs to whoever created it.
+    Build it with ``RedisGroupStore(router)`` or take ``RedisStreamStore.groups``. It owns only its
+    blocking reader clients (``aclose``); the router belongs to whoever created it.
     """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes | None = None) -> None:
@@ -219,7 +236,8 @@ class RedisGroupStore:
             await self._readers.aclose()
 
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
-        """Create the group at ``start`` (earliest/latest/offset) with MKSTREAM; an existing group stays put."""
+        """Create the group at ``start`` (earliest/latest/offset) with MKSTREAM; an existing group
+        stays put."""
         first_id = start_id(start)
         key = log_key(topic, partition)
         await self._write("ensure_group", lambda: self._create(key, group, first_id))
@@ -239,9 +257,10 @@ class RedisGroupStore:
     ) -> list[StoredEntry]:
         """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block).
 
-        A missing group (or stream) is created from "earliest" and the read retried once. A read that does not
-        block goes on the lean connection of the slot's primary (pipelined with the acks, far less client
-        CPU than through redis-py); a blocking one holds a pooled redis-py connection of its own.
+        A missing group (or stream) is created from "earliest" and the read retried once. A read
+        that does not block goes on the lean connection of the slot's primary (pipelined with the
+        acks, far less client CPU than through redis-py); a blocking one holds a pooled redis-py
+        connection of its own.
         """
         if count <= 0 or block_ms < 0:
             raise ValueError("count must be > 0 and block_ms >= 0")
@@ -256,10 +275,12 @@ class RedisGroupStore:
             raise StorageError(f"read_new: group {group!r} vanished again on {key}") from exc
 
     async def _read_once(
-        self, key: str, slot: int, partition: int, group: str, consumer: str, count: int, block_ms: int
+        self, key: str, slot: int, partition: int, group: str, consumer: str, count: int,
+        block_ms: int
     ) -> list[StoredEntry]:
         if not block_ms and self._lanes is not None:
-            reply = await self._read("read_new", lambda: self._read_lean(slot, key, group, consumer, count))
+            reply = await self._read("read_new",
+                                     lambda: self._read_lean(slot, key, group, consumer, count))
             return parse_read_reply(partition, reply)
         attempt_s = block_ms / 1000 + self._settings.socket_timeout_s
 
@@ -267,23 +288,29 @@ class RedisGroupStore:
             client = await self._readers.client_for(key)
             try:
                 async with asyncio.timeout(attempt_s):
-                    return await client.xreadgroup(group, consumer, {key: ">"}, count=count, block=block_ms or None)
+                    return await client.xreadgroup(group, consumer, {key: ">"}, count=count,
+                                                   block=block_ms or None)
             except Exception as exc:
                 if is_missing_group(exc):
                     raise _MissingGroup(str(exc)) from exc
-                if needs_refresh(exc):  # MOVED, lost node: the router refreshes the slot map before retrying
+                if needs_refresh(exc):  # MOVED, lost node: the router refreshes the slot map before
+                                        # retrying
                     self._readers.mark_stale()
                 raise
 
-        reply = await self._router.call("read_new", self._settings.read_deadline_s + block_ms / 1000, op)
+        reply = await self._router.call("read_new",
+                                        self._settings.read_deadline_s + block_ms / 1000, op)
         return parse_read_reply(partition, reply)
 
     async def _read_lean(self, slot: int, key: str, group: str, consumer: str, count: int) -> Any:
-        """XREADGROUP without BLOCK on the lean connection of the slot's primary: its raw RESP2 reply (nil when
-        nothing is new). An error reply is raised for the router to retry (MOVED refreshes the slot map)."""
+        """XREADGROUP without BLOCK on the lean connection of the slot's primary: its raw RESP2
+        reply (nil when nothing is new). An error reply is raised for the router to retry (MOVED
+        refreshes the slot map)."""
         assert self._lanes is not None
-        command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", key, ">"))
-        (reply,) = await self._lanes.execute(self._router.node_for_slot(slot), [command], exclusive=False)
+        command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS",
+                                  key, ">"))
+        (reply,) = await self._lanes.execute(self._router.node_for_slot(slot), [command],
+                                             exclusive=False)
         if isinstance(reply, BaseException):
             if is_missing_group(reply):
                 raise _MissingGroup(str(reply)) from reply
@@ -293,10 +320,11 @@ class RedisGroupStore:
     async def read_after(
         self, topic: str, partition: int, *, after: str | None, count: int, block_ms: int
     ) -> list[StoredEntry]:
-        """Entries strictly after ``after`` (None: from the first), blocking up to ``block_ms`` (XREAD BLOCK).
+        """Entries strictly after ``after`` (None: from the first), blocking up to ``block_ms``
+        (XREAD BLOCK).
 
-        No group is involved: this is the shared tail of broadcast subscriptions. A missing stream blocks and
-        returns [] like an empty one.
+        No group is involved: this is the shared tail of broadcast subscriptions. A missing stream
+        blocks and returns [] like an empty one.
         """
         if count <= 0 or block_ms < 0:
             raise ValueError("count must be > 0 and block_ms >= 0")
@@ -314,7 +342,8 @@ class RedisGroupStore:
                     self._readers.mark_stale()
                 raise
 
-        reply = await self._router.call("read_after", self._settings.read_deadline_s + block_ms / 1000, op)
+        reply = await self._router.call("read_after",
+                                        self._settings.read_deadline_s + block_ms / 1000, op)
         return parse_read_reply(partition, reply)
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
@@ -339,10 +368,12 @@ class RedisGroupStore:
 
     async def _ack_lean(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
         """XACK on the lean connection of the slot's primary (far less client CPU than through
-        redis-py); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map first)."""
+        redis-py); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map
+        first)."""
         assert self._lanes is not None
         (reply,) = await self._lanes.execute(self._router.node_for_slot(slot),
-                                             [encode_command_with_ids(("XACK", key, group), ids)], exclusive=False)
+                                             [encode_command_with_ids(("XACK", key, group), ids)],
+                                             exclusive=False)
         if isinstance(reply, BaseException):
             if is_missing_group(reply):
                 return 0
@@ -350,12 +381,14 @@ class RedisGroupStore:
         return int(reply)
 
     async def expired(
-        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int, after: str | None = None,
-        consumer: str | None = None,
+        self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
+        after: str | None = None, consumer: str | None = None,
     ) -> list[PendingEntry]:
-        """Pending entries idle >= ``min_idle_ms``, in offset order (XPENDING key group IDLE n - + count).
+        """Pending entries idle >= ``min_idle_ms``, in offset order (XPENDING key group IDLE n - +
+        count).
 
-        ``after`` pages on (offsets strictly after it); ``consumer`` keeps only that consumer's entries.
+        ``after`` pages on (offsets strictly after it); ``consumer`` keeps only that consumer's
+        entries.
         """
         if count <= 0:
             return []
@@ -389,24 +422,30 @@ class RedisGroupStore:
     ) -> list[Delivery]:
         """XCLAIM the pending entries for ``consumer``; returns them with delivery_count + 1.
 
-        Entries claimed by someone else meanwhile (idle below ``min_idle_ms``) are skipped. Entries trimmed
-        away are skipped too and leave the pending list: Redis 7 drops them from the PEL inside XCLAIM; an
-        older server replies nil for them, and then every requested id missing from the stream is acked.
+        Entries claimed by someone else meanwhile (idle below ``min_idle_ms``) are skipped. Entries
+        trimmed away are skipped too and leave the pending list: Redis 7 drops them from the PEL
+        inside XCLAIM; an older server replies nil for them, and then every requested id missing
+        from the stream is acked.
         """
         if not pending:
             return []
         counts = {validate_offset(p.offset): p.delivery_count for p in pending}
         key = log_key(topic, partition)
-        reply = await self._write("claim", lambda: self._xclaim(key, group, consumer, list(counts), min_idle_ms))
+        reply = await self._write("claim",
+                                  lambda: self._xclaim(key, group, consumer, list(counts),
+                                                       min_idle_ms))
         claimed = present(reply)
         if len(claimed) < len(reply):
             await self._ack_trimmed(key, group, list(counts))
         entries = decode_entries(partition, claimed)
-        return [Delivery(entry, counts[entry.offset] + 1) for entry in entries if entry.offset in counts]
+        return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
+                if entry.offset in counts]
 
-    async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str], min_idle_ms: int) -> list[Any]:
+    async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str],
+                      min_idle_ms: int) -> list[Any]:
         try:
-            return list(await self._router.cluster.xclaim(key, group, consumer, max(0, min_idle_ms), _id_list(ids)))
+            return list(await self._router.cluster.xclaim(key, group, consumer, max(0, min_idle_ms),
+                                                          _id_list(ids)))
         except rexc.ResponseError as exc:
             if is_missing_group(exc):
                 return []
@@ -426,9 +465,11 @@ class RedisGroupStore:
         await self._write("claim", op)
 
     async def set_idle(
-        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str], idle_ms: int
+        self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
+        idle_ms: int
     ) -> None:
-        """Set the idle time of pending entries without counting a delivery (XCLAIM 0 ... IDLE n JUSTID).
+        """Set the idle time of pending entries without counting a delivery (XCLAIM 0 ... IDLE n
+        JUSTID).
 
         Idle times beyond MAX_IDLE_MS are clamped (Redis would otherwise treat them as 0).
         """
@@ -440,7 +481,8 @@ class RedisGroupStore:
 
         async def op() -> None:
             try:
-                await self._router.cluster.xclaim(key, group, consumer, 0, _id_list(ids), idle=idle, justid=True)
+                await self._router.cluster.xclaim(key, group, consumer, 0, _id_list(ids), idle=idle,
+                                                  justid=True)
             except rexc.ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
@@ -448,7 +490,8 @@ class RedisGroupStore:
         await self._write("set_idle", op)
 
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
-        """Last delivered offset, pending count, oldest pending offset and lag (None when Redis cannot tell)."""
+        """Last delivered offset, pending count, oldest pending offset and lag (None when Redis
+        cannot tell)."""
         key = log_key(topic, partition)
         return await self._read("state", lambda: self._state(key, partition, group))
 
@@ -473,7 +516,8 @@ class RedisGroupStore:
             raise
 
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:
-        """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending stays."""
+        """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending
+        stays."""
         new_id = start_id(start)
         key = log_key(topic, partition)
 
@@ -510,12 +554,14 @@ class RedisGroupStore:
 
 
 def _id_list(ids: Sequence[str]) -> list[Any]:
-    # redis-py's XCLAIM annotation is a one-element tuple type; any list of ids is what it accepts at runtime.
+    # redis-py's XCLAIM annotation is a one-element tuple type; any list of ids is what it accepts
+    # at runtime.
     return list(ids)
 
 
 class _MissingGroup(StorageError):
-    """Internal: XREADGROUP found no group (or no stream); read_new re-creates it and retries once."""
+    """Internal: XREADGROUP found no group (or no stream); read_new re-creates it and retries
+    once."""
 
 
 __all__ = ["MAX_IDLE_MS", "RedisGroupStore", "clamp_idle_ms", "start_id"]

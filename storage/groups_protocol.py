@@ -14,53 +14,60 @@ class GroupStore(Protocol):
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         """Create the group on the partition if absent (stream created if missing).
 
-        ``start``: "earliest" (from the first entry), "latest" (only entries appended from now on) or an
-        offset (deliver entries strictly after it). An existing group is left where it is.
+        ``start``: "earliest" (from the first entry), "latest" (only entries appended from now on)
+        or an offset (deliver entries strictly after it). An existing group is left where it is.
         """
         ...
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
                        block_ms: int) -> list[StoredEntry]:
-        """Entries never delivered to the group (XREADGROUP ... >), blocking up to ``block_ms`` (0 = no block).
+        """Entries never delivered to the group (XREADGROUP ... >), blocking up to ``block_ms`` (0 =
+        no block).
 
-        The entries enter the group's pending list under ``consumer`` with delivery count 1. A group that
-        vanished (e.g. the stream was deleted) is re-created from "earliest" before reading.
+        The entries enter the group's pending list under ``consumer`` with delivery count 1. A group
+        that vanished (e.g. the stream was deleted) is re-created from "earliest" before reading.
         """
         ...
 
     async def read_after(
         self, topic: str, partition: int, *, after: str | None, count: int, block_ms: int
     ) -> list[StoredEntry]:
-        """Up to ``count`` entries strictly after ``after`` (None: from the first), blocking up to ``block_ms``."""
+        """Up to ``count`` entries strictly after ``after`` (None: from the first), blocking up to
+        ``block_ms``."""
         ...
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
-        """Acknowledge entries (XACK); returns how many were pending. Works from any consumer or gateway."""
+        """Acknowledge entries (XACK); returns how many were pending. Works from any consumer or
+        gateway."""
         ...
 
     async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
                       after: str | None = None, consumer: str | None = None) -> list[PendingEntry]:
         """Pending entries idle for at least ``min_idle_ms``, oldest first (XPENDING ... IDLE).
 
-        ``after``: only offsets strictly after it (paging); ``consumer``: only entries pending for that consumer.
+        ``after``: only offsets strictly after it (paging); ``consumer``: only entries pending for
+        that consumer.
         """
         ...
 
     async def claim(self, topic: str, partition: int, group: str, consumer: str,
                     pending: Sequence[PendingEntry], *, min_idle_ms: int) -> list[Delivery]:
-        """Take over pending entries for ``consumer`` (XCLAIM) and return them with delivery_count + 1.
+        """Take over pending entries for ``consumer`` (XCLAIM) and return them with delivery_count +
+        1.
 
-        Entries someone else claimed meanwhile (idle below ``min_idle_ms``) are skipped. Entries that were
-        trimmed away are acked (they cannot be delivered) and skipped.
+        Entries someone else claimed meanwhile (idle below ``min_idle_ms``) are skipped. Entries
+        that were trimmed away are acked (they cannot be delivered) and skipped.
         """
         ...
 
-    async def set_idle(self, topic: str, partition: int, group: str, consumer: str, offsets: Sequence[str],
-                       idle_ms: int) -> None:
-        """Reset the idle time of pending entries without counting a delivery (XCLAIM ... IDLE n JUSTID).
+    async def set_idle(self, topic: str, partition: int, group: str, consumer: str,
+                       offsets: Sequence[str], idle_ms: int) -> None:
+        """Reset the idle time of pending entries without counting a delivery (XCLAIM ... IDLE n
+        JUSTID).
 
         ``extend`` uses idle 0 (the ack timeout starts again); ``nack`` with a delay d uses
-        ack_timeout - d, so the entry becomes reclaimable after d; releasing at once uses a huge idle.
+        ack_timeout - d, so the entry becomes reclaimable after d; releasing at once uses a huge
+        idle.
         """
         ...
 
@@ -69,7 +76,8 @@ class GroupStore(Protocol):
         ...
 
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:
-        """Move the group's position: "earliest", "latest" or an offset (XGROUP SETID). Pending stays."""
+        """Move the group's position: "earliest", "latest" or an offset (XGROUP SETID). Pending
+        stays."""
         ...
 
     async def groups(self, topic: str, partition: int) -> list[str]:

@@ -1,7 +1,8 @@
 """Redis key layout of a partition (docs/architecture.md, Storage layout).
 
-Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in one cluster
-slot: the append script can then touch the stream and its idempotency keys atomically in one call.
+Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in
+one cluster slot: the append script can then touch the stream and its idempotency keys atomically
+in one call.
 """
 
 from __future__ import annotations
@@ -49,13 +50,15 @@ def delayed_seq_key(topic: str, partition: int) -> str:
 
 
 def partition_keys_pattern(topic: str, partition: int) -> str:
-    """A SCAN MATCH pattern for every key of a partition (glob metacharacters in the topic escaped)."""
+    """A SCAN MATCH pattern for every key of a partition (glob metacharacters in the topic
+    escaped)."""
     return f"{PREFIX}:{_glob_escape(partition_tag(topic, partition))}:*"
 
 
 @functools.lru_cache(maxsize=16_384)
 def slot_of(topic: str, partition: int) -> int:
-    """The cluster slot that owns every key of a partition (memoized: every write and promote tick asks)."""
+    """The cluster slot that owns every key of a partition (memoized: every write and promote tick
+    asks)."""
     return key_slot(log_key(topic, partition).encode())
 
 

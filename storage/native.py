@@ -1,6 +1,8 @@
-"""The one switch for storage's compiled parts: ``STREAMGATE_NO_EXTENSIONS=1`` keeps it on its Python references.
+"""The one switch for storage's compiled parts: ``STREAMGATE_NO_EXTENSIONS=1`` keeps it on its
+Python references.
 
-Read once, at import (as aiohttp reads AIOHTTP_NO_EXTENSIONS): a compiled part is chosen before settings exist.
+Read once, at import (as aiohttp reads AIOHTTP_NO_EXTENSIONS): a compiled part is chosen before
+settings exist.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ def ignore_call(operation: str, seconds: float, error: str | None) -> None:
     """The default observer: reports go nowhere."""
 
 
-def report(observer: CallObserver, operation: str, started: float, error: BaseException | None) -> None:
-    """Tell ``observer`` how an attempt that began at ``started`` (``time.perf_counter()``) ended."""
-    observer(operation, time.perf_counter() - started, None if error is None else type(error).__name__)
+def report(observer: CallObserver, operation: str, started: float,
+           error: BaseException | None) -> None:
+    """Tell ``observer`` how an attempt that began at ``started`` (``time.perf_counter()``)
+    ended."""
+    observer(operation, time.perf_counter() - started,
+             None if error is None else type(error).__name__)

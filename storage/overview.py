@@ -1,11 +1,12 @@
-"""Partition overviews for the lag duty (a partition's length and every group's position on it) and newest
-offsets for subscriptions starting at ``latest``, many partitions per round trip.
+"""Partition overviews for the lag duty (a partition's length and every group's position on it) and
+newest offsets for subscriptions starting at ``latest``, many partitions per round trip.
 
-``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on the lean
-connections (``storage.lean``), far less client CPU per command than through redis-py. A
-partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out of the
-result; the caller reads it the slow, retrying way. ``oldest_pending_offset`` is not known from XINFO GROUPS:
-it is None in an overview, also for groups with pending entries (``RedisGroupStore.state`` has it).
+``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on the
+lean connections (``storage.lean``), far less client CPU per command than through redis-py. A
+partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out
+of the result; the caller reads it the slow, retrying way. ``oldest_pending_offset`` is not known
+from XINFO GROUPS: it is None in an overview, also for groups with pending entries
+(``RedisGroupStore.state`` has it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from storage.models import GroupPartitionState
 
 @dataclass(frozen=True, slots=True)
 class PartitionOverview:
-    """A partition's length and its groups' positions by name (``oldest_pending_offset`` left None)."""
+    """A partition's length and its groups' positions by name (``oldest_pending_offset`` left
+    None)."""
 
     partition: int
     length: int
@@ -45,37 +47,44 @@ async def read_overviews(router: ClusterRouter, lanes: NodeLanes, topic: str,
     return found
 
 
-def partitions_by_node(router: ClusterRouter, topic: str, partitions: Sequence[int]) -> dict[NodeAddress, list[int]]:
-    """The partitions (each once) grouped by the node owning their slot; empty while a slot has no owner."""
+def partitions_by_node(router: ClusterRouter, topic: str,
+                       partitions: Sequence[int]) -> dict[NodeAddress, list[int]]:
+    """The partitions (each once) grouped by the node owning their slot; empty while a slot has no
+    owner."""
     by_node: dict[NodeAddress, list[int]] = {}
     try:
         for partition in dict.fromkeys(partitions):
-            by_node.setdefault(router.node_for_slot(slot_of(topic, partition)), []).append(partition)
-    except Exception:  # the slot map lost a slot (failover in progress): every partition the slow way
+            by_node.setdefault(router.node_for_slot(slot_of(topic, partition)),
+                               []).append(partition)
+    except Exception:  # the slot map lost a slot (failover in progress): every partition the slow
+                       # way
         return {}
     return by_node
 
 
 async def read_last_offsets(router: ClusterRouter, lanes: NodeLanes, topic: str,
                             partitions: Sequence[int]) -> dict[int, str | None]:
-    """The newest offset (None: empty) of the partitions that answered plainly, one pipeline per node on the
-    lean connections; the others are missing from the result."""
+    """The newest offset (None: empty) of the partitions that answered plainly, one pipeline per
+    node on the lean connections; the others are missing from the result."""
     found: dict[int, str | None] = {}
-    for answered in await asyncio.gather(*(_last_offsets_on_node(lanes, addr, topic, group)
-                                           for addr, group in partitions_by_node(router, topic, partitions).items())):
+    for answered in await asyncio.gather(
+            *(_last_offsets_on_node(lanes, addr, topic, group)
+              for addr, group in partitions_by_node(router, topic, partitions).items())):
         found.update(answered)
     return found
 
 
 async def _last_offsets_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
                                 partitions: list[int]) -> dict[int, str | None]:
-    commands = [("XREVRANGE", log_key(topic, partition), "+", "-", "COUNT", 1) for partition in partitions]
+    commands = [("XREVRANGE", log_key(topic, partition), "+", "-", "COUNT", 1)
+                for partition in partitions]
     try:
         replies = await lanes.execute(addr, commands, exclusive=False)
     except Exception:  # connection lost or timed out: these partitions go the slow way
         return {}
     return {partition: decode_offset(reply[0][0]) if reply else None
-            for partition, reply in zip(partitions, replies, strict=True) if isinstance(reply, list)}
+            for partition, reply in zip(partitions, replies, strict=True)
+            if isinstance(reply, list)}
 
 
 async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
@@ -104,10 +113,12 @@ def _overview(partition: int, length: Any, groups: Any) -> PartitionOverview | N
     elif isinstance(groups, BaseException) or not isinstance(groups, list):
         return None
     rows = [_row(flat) for flat in groups]
-    return PartitionOverview(partition, int(length), {text(row["name"]): state_from(partition, row, None)
-                                                      for row in rows})
+    return PartitionOverview(partition, int(length),
+                             {text(row["name"]): state_from(partition, row, None)
+                              for row in rows})
 
 
 def _row(flat: Sequence[Any]) -> dict[str, Any]:
-    """One XINFO GROUPS entry (RESP2: a flat name/value list) as the map redis-py would make of it."""
+    """One XINFO GROUPS entry (RESP2: a flat name/value list) as the map redis-py would make of
+    it."""
     return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}

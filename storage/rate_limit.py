@@ -1,14 +1,15 @@
 """Token buckets shared by every gateway replica, kept in Redis (GCRA: one timestamp per bucket).
 
-A bucket with ``rate_per_s`` r and ``burst`` b admits a cost c when c more units fit: its "theoretical arrival
-time" (TAT) moves forward by c/r per admitted cost, and a cost is refused while TAT + c/r would be more than
-b/r ahead of now. One Lua script charges every bucket of one scope (a principal, a topic) at once, all or
-nothing, reading the server's clock (``TIME``), so replicas with skewed clocks agree. The buckets of a scope
-share a hash tag, hence one slot; buckets of different scopes are charged one scope after another and a later
-refusal refunds the earlier scopes (``refund``), so a refused request costs nothing.
+A bucket with ``rate_per_s`` r and ``burst`` b admits a cost c when c more units fit: its
+"theoretical arrival time" (TAT) moves forward by c/r per admitted cost, and a cost is refused while
+TAT + c/r would be more than b/r ahead of now. One Lua script charges every bucket of one scope (a
+principal, a topic) at once, all or nothing, reading the server's clock (``TIME``), so replicas with
+skewed clocks agree. The buckets of a scope share a hash tag, hence one slot; buckets of different
+scopes are charged one scope after another and a later refusal refunds the earlier scopes
+(``refund``), so a refused request costs nothing.
 
-A cost larger than a bucket's burst can never be admitted: the verdict says so (``never``) instead of
-naming a retry time.
+A cost larger than a bucket's burst can never be admitted: the verdict says so (``never``) instead
+of naming a retry time.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """``cost`` units against the bucket ``bucket`` (e.g. "messages", "bytes") limited by ``limit``."""
+    """``cost`` units against the bucket ``bucket`` (e.g. "messages", "bytes") limited by
+    ``limit``."""
 
     bucket: str
     limit: Limit
@@ -94,10 +96,11 @@ class Charge:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Whether the charges were admitted; when not, how long until they would be (``never`` if they never fit).
+    """Whether the charges were admitted; when not, how long until they would be (``never`` if they
+    never fit).
 
-    ``remaining`` is the fewest units left in any charged bucket, ``reset_s`` the time until every bucket is
-    full again (both after this charge, for RateLimit headers).
+    ``remaining`` is the fewest units left in any charged bucket, ``reset_s`` the time until every
+    bucket is full again (both after this charge, for RateLimit headers).
     """
 
     allowed: bool
@@ -113,7 +116,8 @@ def bucket_key(scope: str, bucket: str) -> str:
 
 
 class RedisRateLimiter:
-    """Charges token buckets on the ClusterRouter of a RedisStreamStore (``RedisStreamStore.rate_limiter``)."""
+    """Charges token buckets on the ClusterRouter of a RedisStreamStore
+    (``RedisStreamStore.rate_limiter``)."""
 
     def __init__(self, router: ClusterRouter) -> None:
         self._router = router
@@ -136,12 +140,14 @@ class RedisRateLimiter:
         if charges:
             await self._run("rate_limit_refund", scope, charges, refund=True)
 
-    async def _run(self, what: str, scope: str, charges: Sequence[Charge], *, refund: bool) -> list[Any]:
+    async def _run(self, what: str, scope: str, charges: Sequence[Charge], *,
+                   refund: bool) -> list[Any]:
         keys = [bucket_key(scope, charge.bucket) for charge in charges]
         args: list[Any] = []
         for charge in charges:
             interval_us = US_PER_S / charge.limit.rate_per_s
-            args += [_number(interval_us), _number(interval_us * charge.limit.burst), _number(charge.cost)]
+            args += [_number(interval_us), _number(interval_us * charge.limit.burst),
+                     _number(charge.cost)]
         args.append("1" if refund else "0")
 
         async def op() -> list[Any]:

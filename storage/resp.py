@@ -2,9 +2,10 @@
 
 Used by the lean append path (``storage.lean``): redis-py spends far more CPU per command than the
 encoding below and hiredis' reader do. ``new_reply_reader`` returns hiredis' C reader when it is
-installed and ``PythonReplyReader`` (same interface) otherwise. Error replies come back as ``ReplyError``
-values, not raised, so a pipeline's other replies survive; ``as_redis_error`` maps one to the redis-py
-exception class (MovedError, AskError, NoScriptError, ClusterDownError, ...) the retry logic knows.
+installed and ``PythonReplyReader`` (same interface) otherwise. Error replies come back as
+``ReplyError`` values, not raised, so a pipeline's other replies survive; ``as_redis_error`` maps
+one to the redis-py exception class (MovedError, AskError, NoScriptError, ClusterDownError, ...) the
+retry logic knows.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ TransactionsRead = tuple[list[list[Any]], int] | Literal[False] | None
 
 
 def read_transactions_python(data: bytes, offset: int, sizes: list[int], /) -> TransactionsRead:
-    """Clean plain transactions' replies read from ``data`` at ``offset``: per transaction of ``n`` XADDs,
-    ``+OK``, ``n`` x ``+QUEUED``, ``*n`` and ``n`` stream IDs. Their flat replies ``[offset, 0, ...]`` (offsets as
-    str, as ``fold_transaction`` gives them) and where they end; False when the bytes are clean so far but end
-    before the last transaction does (the rest comes in a later read); None for anything else (an error reply, a
-    nil or shorter EXEC...): hiredis then reads the same bytes. The reference of the compiled
-    ``storage._wire.read_transactions``."""
+    """Clean plain transactions' replies read from ``data`` at ``offset``: per transaction of ``n``
+    XADDs, ``+OK``, ``n`` x ``+QUEUED``, ``*n`` and ``n`` stream IDs. Their flat replies ``[offset,
+    0, ...]`` (offsets as str, as ``fold_transaction`` gives them) and where they end; False when
+    the bytes are clean so far but end before the last transaction does (the rest comes in a later
+    read); None for anything else (an error reply, a nil or shorter EXEC...): hiredis then reads the
+    same bytes. The reference of the compiled ``storage._wire.read_transactions``."""
     if not 0 <= offset <= len(data):
         raise ValueError("offset outside data")
     folded: list[list[Any]] = []
@@ -86,7 +87,8 @@ def _literal_at(data: bytes, at: int, literal: bytes) -> int | None:
 
 
 def _header_at(data: bytes, at: int, kind: bytes) -> tuple[int, int] | None:
-    """``<kind><digits>\r\n`` (at most 9 digits) at ``at``: (where it ends, the number), (_SHORT, 0) or None."""
+    """``<kind><digits>\r\n`` (at most 9 digits) at ``at``: (where it ends, the number), (_SHORT, 0)
+    or None."""
     if at >= len(data):
         return _SHORT, 0
     if data[at:at + 1] != kind:
@@ -119,7 +121,8 @@ def _id_at(data: bytes, at: int) -> tuple[int, str] | None:
     if not digits_and_inner_dashes or seen.count(b"-") > 1:
         return None
     left = len(data) - q
-    if (left > n and data[q + n:q + n + 1] != b"\r") or (left > n + 1 and data[q + n + 1:q + n + 2] != b"\n"):
+    if ((left > n and data[q + n:q + n + 1] != b"\r")
+            or (left > n + 1 and data[q + n + 1:q + n + 2] != b"\n")):
         return None
     if left < n + 2:
         return _SHORT, ""
@@ -147,8 +150,8 @@ class ProtocolError(Exception):
 
 
 class ReplyReader(Protocol):
-    """Incremental reader: ``feed`` bytes as they arrive, ``gets`` one reply or NOT_READY; ``has_data`` whether
-    fed bytes wait unread (a partial reply)."""
+    """Incremental reader: ``feed`` bytes as they arrive, ``gets`` one reply or NOT_READY;
+    ``has_data`` whether fed bytes wait unread (a partial reply)."""
 
     def feed(self, data: bytes, /) -> None: ...
 
@@ -157,7 +160,8 @@ class ReplyReader(Protocol):
     def has_data(self) -> bool: ...
 
 
-_SHORT_ARGS: dict[bytes | str | int, bytes] = {}  # encodings of short arguments (field names, counts, flags)
+_SHORT_ARGS: dict[bytes | str | int, bytes] = {}  # encodings of short arguments (field names,
+                                                  # counts, flags)
 _SHORT_ARGS_MAX = 4096
 
 
@@ -172,7 +176,8 @@ def encode_command(args: Sequence[bytes | str | int | float]) -> bytes:
     for arg in args:
         if arg is True or arg is False:
             raise TypeError("cannot encode bool as a Redis argument")
-        if (hit := cache.get(arg)) is not None:  # type: ignore[arg-type]  # floats and others just miss
+        # floats and others just miss
+        if (hit := cache.get(arg)) is not None:  # type: ignore[arg-type]
             append(hit)
             continue
         kind = type(arg)
@@ -192,9 +197,10 @@ def encode_command(args: Sequence[bytes | str | int | float]) -> bytes:
 
 
 def encode_command_with_ids(head: Sequence[bytes | str | int | float], ids: Sequence[str]) -> bytes:
-    """``encode_command([*head, *ids])`` for stream IDs (ASCII digits and a dash, as ``validate_offset`` checks):
-    each run of IDs of one length is written by one join instead of one %-format per ID (an XACK carries
-    hundreds). UnicodeEncodeError when an ID is not ASCII (its length in bytes would not be its length)."""
+    """``encode_command([*head, *ids])`` for stream IDs (ASCII digits and a dash, as
+    ``validate_offset`` checks): each run of IDs of one length is written by one join instead of one
+    %-format per ID (an XACK carries hundreds). UnicodeEncodeError when an ID is not ASCII (its
+    length in bytes would not be its length)."""
     head_wire = encode_command(head)
     chunks = []
     for size, run in groupby(ids, key=len):
@@ -229,7 +235,8 @@ class PythonReplyReader:
         return self._pos < len(self._buffer)
 
     def gets(self) -> Any:
-        """The next complete reply, or NOT_READY (the partial bytes are kept for the next ``feed``)."""
+        """The next complete reply, or NOT_READY (the partial bytes are kept for the next
+        ``feed``)."""
         start = self._pos
         try:
             reply = self._parse()
@@ -286,22 +293,25 @@ def new_reply_reader() -> ReplyReader:
     return PythonReplyReader()
 
 
-# The error codes whose replies the store tells apart, as the exceptions redis-py raises for them (its own
-# table is private); any other reply is a ResponseError with the whole text.
+# The error codes whose replies the store tells apart, as the exceptions redis-py raises for them
+# (its own table is private); any other reply is a ResponseError with the whole text.
 ERROR_CLASSES: dict[str, type[rexc.RedisError]] = {
     "MOVED": rexc.MovedError, "ASK": rexc.AskError, "TRYAGAIN": rexc.TryAgainError,
     "CLUSTERDOWN": rexc.ClusterDownError, "CROSSSLOT": rexc.ClusterCrossSlotError,
-    "MASTERDOWN": rexc.MasterDownError, "READONLY": rexc.ReadOnlyError, "LOADING": rexc.BusyLoadingError,
-    "NOSCRIPT": rexc.NoScriptError, "EXECABORT": rexc.ExecAbortError, "OOM": rexc.OutOfMemoryError,
-    "NOAUTH": rexc.AuthenticationError, "WRONGPASS": rexc.AuthenticationError, "NOPERM": rexc.NoPermissionError,
-    "ERR": rexc.ResponseError,
+    "MASTERDOWN": rexc.MasterDownError, "READONLY": rexc.ReadOnlyError,
+    "LOADING": rexc.BusyLoadingError, "NOSCRIPT": rexc.NoScriptError,
+    "EXECABORT": rexc.ExecAbortError, "OOM": rexc.OutOfMemoryError,
+    "NOAUTH": rexc.AuthenticationError, "WRONGPASS": rexc.AuthenticationError,
+    "NOPERM": rexc.NoPermissionError, "ERR": rexc.ResponseError,
 }
-ERR_CLASSES: dict[str, type[rexc.RedisError]] = {"max number of clients reached": rexc.ConnectionError}
+ERR_CLASSES: dict[str, type[rexc.RedisError]] = {
+    "max number of clients reached": rexc.ConnectionError,
+}
 
 
 def as_redis_error(reply: ReplyError) -> rexc.RedisError:
-    """The redis-py exception an error reply stands for (MOVED -> MovedError, NOSCRIPT -> NoScriptError...),
-    holding the text after the code as redis-py's own parser does."""
+    """The redis-py exception an error reply stands for (MOVED -> MovedError, NOSCRIPT ->
+    NoScriptError...), holding the text after the code as redis-py's own parser does."""
     text = str(reply)
     code, _, rest = text.partition(" ")
     error_class = ERROR_CLASSES.get(code)
@@ -311,7 +321,8 @@ def as_redis_error(reply: ReplyError) -> rexc.RedisError:
 
 
 def with_redis_errors(replies: list[Any]) -> list[Any]:
-    """Top-level error replies replaced by redis-py exception instances (what a redis-py pipeline returns)."""
+    """Top-level error replies replaced by redis-py exception instances (what a redis-py pipeline
+    returns)."""
     if not has_instance(replies, ReplyError):  # the common case: the same list, no copy
         return replies
     return [as_redis_error(r) if isinstance(r, ReplyError) else r for r in replies]

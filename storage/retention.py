@@ -1,19 +1,20 @@
 """Retention trimming of a partition's stream, never silent about entries a group had not acked.
 
-A trim removes every entry older than a *cut* id: ``min_offset`` (time retention: ``offset_for_time``) and/or
-the id of the entry at position ``len - max_length`` (length retention), whichever is later. Before trimming,
-each consumer group's unacked entries below the cut are counted: pending entries (delivered, not acked) and
-entries after the group's last-delivered id (never delivered). Retention wins, but the caller gets the counts
-to record as a metric and an event.
+A trim removes every entry older than a *cut* id: ``min_offset`` (time retention:
+``offset_for_time``) and/or the id of the entry at position ``len - max_length`` (length retention),
+whichever is later. Before trimming, each consumer group's unacked entries below the cut are
+counted: pending entries (delivered, not acked) and entries after the group's last-delivered id
+(never delivered). Retention wins, but the caller gets the counts to record as a metric and an
+event.
 
-The trim is exact (``XTRIM MINID = cut``), not ``~``: an approximate trim stops at a macro-node boundary, so
-the counted entries would not be the removed ones and the rest would be counted again on the next run. The
-exact trim costs one partial node rewrite on top of what ``~`` removes.
+The trim is exact (``XTRIM MINID = cut``), not ``~``: an approximate trim stops at a macro-node
+boundary, so the counted entries would not be the removed ones and the rest would be counted again
+on the next run. The exact trim costs one partial node rewrite on top of what ``~`` removes.
 
-Only entries still in the stream are counted (pending ids of entries trimmed earlier are skipped), so repeated
-trims never count an entry twice. Counting and trimming are separate commands: an entry acked in between is
-still counted (an over-count, never an under-count). A trim retried after a lost reply reports what the retry
-removed.
+Only entries still in the stream are counted (pending ids of entries trimmed earlier are skipped),
+so repeated trims never count an entry twice. Counting and trimming are separate commands: an entry
+acked in between is still counted (an over-count, never an under-count). A trim retried after a lost
+reply reports what the retry removed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ _PAGE = 1000
 
 
 def offset_for_time(ms: int) -> str:
-    """The smallest offset at or after a time (epoch ms): entries older than ``ms`` sort below it."""
+    """The smallest offset at or after a time (epoch ms): entries older than ``ms`` sort below
+    it."""
     return f"{max(0, ms)}-0"
 
 
@@ -60,11 +62,14 @@ class RedisRetention:
         self._settings = router.settings
 
     async def trim(
-        self, topic: str, partition: int, *, min_offset: str | None = None, max_length: int | None = None
+        self, topic: str, partition: int, *, min_offset: str | None = None,
+        max_length: int | None = None
     ) -> TrimReport:
-        """Remove entries below ``min_offset`` and/or beyond the newest ``max_length``; report what went.
+        """Remove entries below ``min_offset`` and/or beyond the newest ``max_length``; report what
+        went.
 
-        ``TrimReport.unacked_removed`` names every group that lost entries it had not acked, with how many.
+        ``TrimReport.unacked_removed`` names every group that lost entries it had not acked, with
+        how many.
         """
         if min_offset is not None:
             validate_offset(min_offset)
@@ -72,7 +77,8 @@ class RedisRetention:
             raise ValueError(f"max_length must be >= 0, got {max_length}")
         key = log_key(topic, partition)
         read_s, write_s = self._settings.read_deadline_s, self._settings.write_deadline_s
-        cut = await self._router.call("trim", read_s, lambda: self._cut(key, min_offset, max_length))
+        cut = await self._router.call("trim", read_s,
+                                      lambda: self._cut(key, min_offset, max_length))
         if cut is None:
             return TrimReport(partition, 0)
         unacked = await self._router.call("trim", read_s, lambda: self._count_unacked(key, cut))
@@ -142,7 +148,8 @@ class RedisRetention:
         total = 0
         while True:
             try:
-                rows = await self._router.cluster.xpending_range(key, group, min=start, max="(" + cut, count=_PAGE)
+                rows = await self._router.cluster.xpending_range(key, group, min=start,
+                                                                 max="(" + cut, count=_PAGE)
             except rexc.ResponseError as exc:
                 if is_missing_group(exc):  # destroyed meanwhile: it has nothing left to lose
                     return total
@@ -153,10 +160,12 @@ class RedisRetention:
             start = "(" + text(rows[-1]["message_id"])
 
     async def _count_entries(self, key: str, start: str, cut: str) -> int:
-        """Stream entries with ids from ``start`` (inclusive, or exclusive with a leading '(') to ``cut``."""
+        """Stream entries with ids from ``start`` (inclusive, or exclusive with a leading '(') to
+        ``cut``."""
         total = 0
         while True:
-            items = list(await self._router.cluster.xrange(key, min=start, max="(" + cut, count=_PAGE) or [])
+            items = list(await self._router.cluster.xrange(key, min=start, max="(" + cut,
+                                                           count=_PAGE) or [])
             total += len(items)
             if len(items) < _PAGE:
                 return total

@@ -1,4 +1,5 @@
-"""Connection and durability settings of the Redis store (one frozen object, built once by the caller)."""
+"""Connection and durability settings of the Redis store (one frozen object, built once by the
+caller)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 class RedisStoreSettings:
     """How the store reaches the Redis Cluster and how long it keeps trying.
 
-    ``min_insync_replicas`` and ``wait_timeout_ms`` drive WAIT for ``Acks.ALL``; ``write_deadline_s`` and
-    ``read_deadline_s`` bound a whole call including its retries across failovers.
+    ``min_insync_replicas`` and ``wait_timeout_ms`` drive WAIT for ``Acks.ALL``;
+    ``write_deadline_s`` and ``read_deadline_s`` bound a whole call including its retries across
+    failovers.
     """
 
     startup_nodes: list[tuple[str, int]] = field(default_factory=lambda: [("127.0.0.1", 6379)])
@@ -22,9 +24,11 @@ class RedisStoreSettings:
     read_deadline_s: float = 5.0
     socket_timeout_s: float = 5.0
     socket_connect_timeout_s: float = 2.0
-    topology_timeout_s: float = 1.0  # one slot-map reload; a node that does not answer in time is skipped
-    node_stall_s: float = 1.0  # a request unanswered this long (WAIT's timeout aside) starts a failover
-    # watch: the slot map is re-read until the node answers or is replaced, then its requests move on
+    topology_timeout_s: float = 1.0  # one slot-map reload; a node that does not answer in time is
+                                     # skipped
+    node_stall_s: float = 1.0  # a request unanswered this long (WAIT's timeout aside) starts a
+    # failover watch: the slot map is re-read until the node answers or is replaced, then its
+    # requests move on
     max_connections_per_node: int = 100
     retry_backoff_s: float = 0.05
     retry_backoff_max_s: float = 0.5
@@ -32,7 +36,8 @@ class RedisStoreSettings:
     password: str | None = None
     client_name: str | None = "streamgate"
     tls: bool = False  # TLS to every node (the cluster client and the per-node write clients)
-    tls_ca_path: str | None = None  # PEM CA bundle that signed the nodes' certificates (None: system CAs)
+    tls_ca_path: str | None = None  # PEM CA bundle that signed the nodes' certificates (None:
+                                    # system CAs)
     tls_cert_path: str | None = None  # client certificate for mutual TLS (with tls_key_path)
     tls_key_path: str | None = None
     tls_check_hostname: bool = True  # node certificates must name the address the node announces
@@ -50,7 +55,8 @@ class RedisStoreSettings:
             raise ValueError("tls_ca_path, tls_cert_path and tls_key_path need tls=True")
 
     def tls_options(self) -> dict[str, Any]:
-        """redis-py keyword arguments for TLS (empty when TLS is off): TLS 1.2+, certificates verified."""
+        """redis-py keyword arguments for TLS (empty when TLS is off): TLS 1.2+, certificates
+        verified."""
         if not self.tls:
             return {}
         return {
@@ -65,5 +71,6 @@ class RedisStoreSettings:
 
     @property
     def node_socket_timeout_s(self) -> float:
-        """Socket timeout of the per-node write clients: WAIT may block for wait_timeout_ms by design."""
+        """Socket timeout of the per-node write clients: WAIT may block for wait_timeout_ms by
+        design."""
         return max(self.socket_timeout_s, self.wait_timeout_ms / 1000 + 1.0)

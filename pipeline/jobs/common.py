@@ -16,18 +16,24 @@ from pipeline.source import FORMAT, register
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags mapped one to one onto the source options (see docs/pipeline.md)."""
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--redis-nodes", required=True, help="host:port[,host:port...] of the Redis Cluster")
-    parser.add_argument("--redis-tls", action="store_true", help="connect to the Redis Cluster over TLS")
+    parser.add_argument("--redis-nodes", required=True,
+                        help="host:port[,host:port...] of the Redis Cluster")
+    parser.add_argument("--redis-tls", action="store_true",
+                        help="connect to the Redis Cluster over TLS")
     parser.add_argument("--redis-tls-ca-path", help="PEM CA of the Redis nodes' certificates")
-    parser.add_argument("--redis-tls-cert-path", help="client certificate for mutual TLS (with --redis-tls-key-path)")
+    parser.add_argument("--redis-tls-cert-path",
+                        help="client certificate for mutual TLS (with --redis-tls-key-path)")
     parser.add_argument("--redis-tls-key-path", help="the client certificate's key")
     parser.add_argument("--gateway", help="gateway base URL, to learn the topic's partition count")
     parser.add_argument("--partitions", help="comma-separated partitions (instead of --gateway)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest | latest | JSON")
     parser.add_argument("--max-entries-per-trigger", type=int)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (the source of truth)")
-    parser.add_argument("--master", default="local[2]", help="Spark master when not run by spark-submit")
-    parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint directory (the source of truth)")
+    parser.add_argument("--master", default="local[2]",
+                        help="Spark master when not run by spark-submit")
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what is there, then stop")
     parser.add_argument("--trigger-interval", default="10 seconds")
 
 
@@ -49,7 +55,8 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def session(app_name: str, master: str) -> SparkSession:
-    """A session with the source registered; workers run this interpreter (so they can import pipeline)."""
+    """A session with the source registered; workers run this interpreter (so they can import
+    pipeline)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = SparkSession.builder.appName(app_name).master(master).getOrCreate()
     register(spark)
@@ -63,4 +70,5 @@ def read_topic(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
 
 def with_trigger(writer: DataStreamWriter, available_now: bool, interval: str) -> DataStreamWriter:
     """availableNow (bounded by maxEntriesPerTrigger per batch) or a processing-time trigger."""
-    return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
+    return (writer.trigger(availableNow=True) if available_now
+            else writer.trigger(processingTime=interval))

@@ -1,11 +1,13 @@
 """Counts per key per minute with a watermark, written by foreachBatch idempotently on batch_id.
 
 Each micro-batch emits the updated (window, key, count) rows (update mode) and writes them with
-``mode("overwrite")`` to ``<output>/batch_id=<n>``: a batch replayed after a crash overwrites its own
-directory, never duplicates it. The current count of a (window, key) is the row of the highest batch_id.
-Windows older than the watermark (event time minus ``--watermark``) are final and dropped from state.
+``mode("overwrite")`` to ``<output>/batch_id=<n>``: a batch replayed after a crash overwrites its
+own directory, never duplicates it. The current count of a (window, key) is the row of the highest
+batch_id. Windows older than the watermark (event time minus ``--watermark``) are final and dropped
+from state.
 
-    python -m pipeline.jobs.key_counts --topic orders --redis-nodes 127.0.0.1:7000 --partitions 0,1 \\
+    python -m pipeline.jobs.key_counts --topic orders --redis-nodes 127.0.0.1:7000 \\
+        --partitions 0,1 \\
         --output /data/order-counts --checkpoint /data/order-counts-checkpoint
 """
 
@@ -17,7 +19,13 @@ from collections.abc import Callable, Mapping
 from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipeline.jobs.common import add_source_arguments, read_topic, session, source_options, with_trigger
+from pipeline.jobs.common import (
+    add_source_arguments,
+    read_topic,
+    session,
+    source_options,
+    with_trigger,
+)
 
 
 def counts_per_key_per_minute(rows: DataFrame, watermark: str) -> DataFrame:
@@ -31,7 +39,8 @@ def counts_per_key_per_minute(rows: DataFrame, watermark: str) -> DataFrame:
 
 
 def batch_writer(output: str) -> Callable[[DataFrame, int], None]:
-    """A foreachBatch function that (over)writes ``<output>/batch_id=<n>``: replays are idempotent."""
+    """A foreachBatch function that (over)writes ``<output>/batch_id=<n>``: replays are
+    idempotent."""
     def write(batch: DataFrame, batch_id: int) -> None:
         batch.write.mode("overwrite").parquet(f"{output}/batch_id={batch_id}")
 
@@ -39,7 +48,8 @@ def batch_writer(output: str) -> Callable[[DataFrame, int], None]:
 
 
 def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoint: str, *,
-          watermark: str = "1 minute", available_now: bool = True, interval: str = "10 seconds") -> StreamingQuery:
+          watermark: str = "1 minute", available_now: bool = True,
+          interval: str = "10 seconds") -> StreamingQuery:
     """Start the aggregation of ``options``' topic into ``output``."""
     counts = counts_per_key_per_minute(read_topic(spark, options), watermark)
     writer = (counts.writeStream.outputMode("update").foreachBatch(batch_writer(output))
@@ -49,10 +59,13 @@ def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoi
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_source_arguments(parser)
-    parser.add_argument("--output", required=True, help="output directory (one sub-directory per batch)")
-    parser.add_argument("--watermark", default="1 minute", help="how late an entry may be and still count")
+    parser.add_argument("--output", required=True,
+                        help="output directory (one sub-directory per batch)")
+    parser.add_argument("--watermark", default="1 minute",
+                        help="how late an entry may be and still count")
     args = parser.parse_args(argv)
     spark = session("streamgate-key-counts", args.master)
     try:

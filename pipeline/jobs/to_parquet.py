@@ -1,11 +1,13 @@
 """Land a topic in Parquet partitioned by date, exactly once.
 
-Exactly-once comes from two logs: Spark's checkpoint (which stream IDs each batch covers) and the file sink's
-``_spark_metadata`` log (which files each batch committed). A batch replayed after a crash reads the same
-(start, end] ranges and its files replace the uncommitted ones; readers of the output see only committed
-files. Read the output with Spark (``spark.read.parquet``), which honours ``_spark_metadata``.
+Exactly-once comes from two logs: Spark's checkpoint (which stream IDs each batch covers) and the
+file sink's ``_spark_metadata`` log (which files each batch committed). A batch replayed after a
+crash reads the same (start, end] ranges and its files replace the uncommitted ones; readers of the
+output see only committed files. Read the output with Spark (``spark.read.parquet``), which honours
+``_spark_metadata``.
 
-    python -m pipeline.jobs.to_parquet --topic orders --redis-nodes 127.0.0.1:7000 --partitions 0,1,2,3 \\
+    python -m pipeline.jobs.to_parquet --topic orders --redis-nodes 127.0.0.1:7000 \\
+        --partitions 0,1,2,3 \\
         --output /data/orders --checkpoint /data/orders-checkpoint --available-now
 """
 
@@ -17,12 +19,19 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipeline.jobs.common import add_source_arguments, read_topic, session, source_options, with_trigger
+from pipeline.jobs.common import (
+    add_source_arguments,
+    read_topic,
+    session,
+    source_options,
+    with_trigger,
+)
 
 
 def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoint: str, *,
           available_now: bool = True, interval: str = "10 seconds") -> StreamingQuery:
-    """Start the query writing ``options``' topic to ``output`` (Parquet, partitioned by ``date``)."""
+    """Start the query writing ``options``' topic to ``output`` (Parquet, partitioned by
+    ``date``)."""
     rows = read_topic(spark, options).withColumn("date", functions.to_date("timestamp"))
     writer = (rows.writeStream.format("parquet").partitionBy("date")
               .option("path", output).option("checkpointLocation", checkpoint))
@@ -31,7 +40,8 @@ def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoi
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_source_arguments(parser)
     parser.add_argument("--output", required=True, help="Parquet output directory")
     args = parser.parse_args(argv)

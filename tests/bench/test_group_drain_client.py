@@ -1,5 +1,6 @@
-"""The lean goal-5 consumer (bench/group_drain.py): it must find every message the gateway frames, whatever the
-chunking of the byte stream, and send ack frames the gateway's own parser reads back."""
+"""The lean goal-5 consumer (bench/group_drain.py): it must find every message the gateway frames,
+whatever the chunking of the byte stream, and send ack frames the gateway's own parser reads
+back."""
 
 from __future__ import annotations
 
@@ -33,18 +34,22 @@ group_drain = _group_drain()
 
 
 def _entry(partition: int, offset: str, value: bytes, key: bytes | None) -> StoredEntry:
-    return StoredEntry(partition=partition, offset=offset, value=value, value_format=ValueFormat.JSON, key=key,
-                       headers={"h": "1"}, timestamp_ms=int(offset.split("-")[0]))
+    return StoredEntry(partition=partition, offset=offset, value=value,
+                       value_format=ValueFormat.JSON, key=key, headers={"h": "1"},
+                       timestamp_ms=int(offset.split("-")[0]))
 
 
 ENTRIES = st.lists(st.tuples(st.integers(0, 63), st.integers(1, 2**41), st.integers(0, 99),
-                             st.sampled_from([b'{"a":1}', b'"x\\"partition\\":1"', b"[" + b"7," * 300 + b"7]"]),
+                             st.sampled_from([b'{"a":1}', b'"x\\"partition\\":1"',
+                                              b"[" + b"7," * 300 + b"7]"]),
                              st.one_of(st.none(), st.binary(max_size=20))), min_size=1, max_size=30)
 
 
-@given(entries=ENTRIES, topic=st.text(min_size=1, max_size=40), cuts=st.lists(st.integers(1, 400), max_size=20))
+@given(entries=ENTRIES, topic=st.text(min_size=1, max_size=40),
+       cuts=st.lists(st.integers(1, 400), max_size=20))
 def test_scanner_finds_every_message_frame_once_however_the_stream_is_cut(
-        entries: list[tuple[int, int, int, bytes, bytes | None]], topic: str, cuts: list[int]) -> None:
+        entries: list[tuple[int, int, int, bytes, bytes | None]], topic: str,
+        cuts: list[int]) -> None:
     stored = [_entry(p, f"{ms}-{seq}", value, key) for p, ms, seq, value, key in entries]
     stream = text_frames([orjson.dumps({"type": "assignment", "partitions": [0]})]
                          + [message_frame(topic, entry, 1) for entry in stored])
@@ -53,11 +58,13 @@ def test_scanner_finds_every_message_frame_once_however_the_stream_is_cut(
         found += scanner.feed(stream[at:at + cut])
         at += cut
     found += scanner.feed(stream[at:])
-    assert [orjson.loads(item) for item in found] == [{"partition": e.partition, "offset": e.offset} for e in stored]
+    assert [orjson.loads(item) for item in found] == [{"partition": e.partition, "offset": e.offset}
+                                                      for e in stored]
 
 
 @given(count=st.integers(1, 1200), batch=st.integers(1, 500))
-def test_ack_frames_are_masked_frames_the_gateway_reads_back_in_batches(count: int, batch: int) -> None:
+def test_ack_frames_are_masked_frames_the_gateway_reads_back_in_batches(count: int,
+                                                                        batch: int) -> None:
     items = [b'{"partition":%d,"offset":"%d-0"}' % (i % 8, i) for i in range(count)]
     wire, at, acked = b"".join(group_drain.ack_frames(items, batch)), 0, []
     while at < len(wire):

@@ -1,6 +1,7 @@
 """Smoke test of the bench harness: `bench/run.py --quick --only publish` end to end.
 
-It asserts the table's shape and that every figure is a number, never the figures' size (no timed assertions).
+It asserts the table's shape and that every figure is a number, never the figures' size (no timed
+assertions).
 """
 
 from __future__ import annotations
@@ -29,26 +30,29 @@ def require_binaries(report_missing: Callable[[str], NoReturn]) -> None:
         report_missing(f"binaries or packages are missing: {missing}")
 
 
-def quick_run(tmp_path: Path, goals: str, timeout_s: float) -> tuple[subprocess.CompletedProcess[str],
-                                                                   list[dict[str, Any]], str]:
-    """``bench/run.py --quick --only goals``, which must succeed: the process, its JSON rows, its Markdown."""
+def quick_run(tmp_path: Path, goals: str,
+              timeout_s: float) -> tuple[subprocess.CompletedProcess[str],
+                                       list[dict[str, Any]], str]:
+    """``bench/run.py --quick --only goals``, which must succeed: the process, its JSON rows, its
+    Markdown."""
     json_path, markdown_path = tmp_path / "latest.json", tmp_path / "latest.md"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only", goals,
-                           "--json", str(json_path), "--markdown", str(markdown_path)],
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only",
+                           goals, "--json", str(json_path), "--markdown", str(markdown_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return done, orjson.loads(json_path.read_bytes())["rows"], markdown_path.read_text()
 
 
 @pytest.mark.timeout(180)
-def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_two_copies_and_one_copy(
+def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_two_copies_and_one_copy(  # noqa: E501, RUF100
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=170)
     anchors = {row["anchor_name"] for row in rows}
     assert [row["goal"] for row in rows] == ["1"] * 7
-    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async", "JetStream publish_async (R2, 3 servers)",
-            "raw XADD -P 64, same cluster", "JetStream publish_async (R1)"} <= anchors
+    assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async",
+            "JetStream publish_async (R2, 3 servers)", "raw XADD -P 64, same cluster",
+            "JetStream publish_async (R1)"} <= anchors
     for row in rows:
         assert isinstance(row["value"], float), row
         assert row["value"] > 0, row
@@ -62,8 +66,10 @@ def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_repl
     assert "one copy (3 primaries, no replicas)" in done.stdout
     assert markdown.count("\n| 1 |") == 7
     throughput = [row for row in rows if row["anchor_name"].startswith("raw XADD")]
-    for row in throughput:  # the best of the same sweep of loads as goal 2's, every load's figure in the note
-        for part in ("the best of 16 conn. ", ", 64 conn. ", "CPU per message: gateway ", "Redis primaries "):
+    for row in throughput:  # the best of the same sweep of loads as goal 2's, every load's figure
+                            # in the note
+        for part in ("the best of 16 conn. ", ", 64 conn. ", "CPU per message: gateway ",
+                     "Redis primaries "):
             assert part in row["note"], (part, row)
     assert "replicas " in throughput[0]["note"]
     assert "replicas " not in throughput[1]["note"]  # the one-copy cluster has none
@@ -75,14 +81,17 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     require_binaries(report_missing)
     _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=290)
     assert [(row["goal"], row["anchor_name"]) for row in rows] == [
-        ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"), ("2", "acks=1, same load"),
-        ("5", ""), ("5", "JetStream pull+ack"), ("5", "JetStream pull+ack (R2, 3 servers)"),
-        ("5", "acks of up to 500 per frame"), ("5", ""), ("5", "JetStream pull+ack (R1)")]
+        ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
+        ("2", "acks=1, same load"), ("5", ""), ("5", "JetStream pull+ack"),
+        ("5", "JetStream pull+ack (R2, 3 servers)"), ("5", "acks of up to 500 per frame"),
+        ("5", ""), ("5", "JetStream pull+ack (R1)")]
     assert [row["status"] for row in rows][1:3] == ["info", "info"]
-    assert "(0 lost)" in rows[2]["note"]  # every acks=0 message counted as accepted reached its stream
+    assert "(0 lost)" in rows[2]["note"]  # every acks=0 message counted as accepted reached its
+                                          # stream
     assert rows[6]["status"] == "info"
     assert "acking what each read of the socket brought at once" in rows[6]["note"]
-    for drain in (rows[3], rows[6], rows[7]):  # where the drain's CPU went, over the drain's own window
+    for drain in (rows[3], rows[6], rows[7]):  # where the drain's CPU went, over the drain's own
+                                               # window
         assert "over that window, CPU per message: gateway " in drain["note"], drain
     assert "replicas " in rows[3]["note"]
     assert "replicas " not in rows[7]["note"]

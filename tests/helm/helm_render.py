@@ -1,5 +1,6 @@
-"""Render and check the Helm chart offline: helm-python-sdk (Helm's Go SDK through ctypes, no helm binary, no
-cluster) renders and lints; kubernetes-validate checks each manifest against the Kubernetes OpenAPI schemas."""
+"""Render and check the Helm chart offline: helm-python-sdk (Helm's Go SDK through ctypes, no helm
+binary, no cluster) renders and lints; kubernetes-validate checks each manifest against the
+Kubernetes OpenAPI schemas."""
 
 from __future__ import annotations
 
@@ -18,17 +19,20 @@ RELEASE = "sg"
 NAMESPACE = "streaming"
 KUBE_VERSION = "1.30.0"
 
-# Prometheus Operator kinds: kubernetes-validate ships only the core API schemas, so these are checked
-# structurally by check_custom_resource.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+# Prometheus Operator kinds: kubernetes-validate ships only the core API schemas, so these are
+# checked structurally by check_custom_resource.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
+                ("monitoring.coreos.com/v1", "PrometheusRule")}
 
-# Each optional toggle of the chart, as the values that switch it on (the default is the empty override).
+# Each optional toggle of the chart, as the values that switch it on (the default is the empty
+# override).
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "ingress": {"ingress": {"enabled": True, "tls": [{"hosts": ["streamgate.example.com"],
                                                        "secretName": "streamgate-tls"}]}},
     "hpa": {"gateway": {"hpa": {"enabled": True}}},
-    "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}},
+    "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True,
+                                                       "labels": {"release": "prom"}}}},
     "prometheus-rule": {"metrics": {"prometheusRule": {"enabled": True}}},
     "no-dashboards": {"metrics": {"dashboards": {"enabled": False}}},
     "external-redis": {"redis": {"enabled": False},
@@ -36,14 +40,19 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "external-etcd": {"etcd": {"enabled": False},
                       "externalEtcd": {"endpoints": ["etcd-0.coord:2379", "etcd-1.coord:2379"]}},
     "existing-secret": {"auth": {"existingSecret": "my-streamgate-secrets"}},
-    "created-secret": {"auth": {"config": "[[api_keys]]\nprincipal = \"ops\"\nsha256 = \"" + "a" * 64 + "\"\n",
+    "created-secret": {"auth": {"config": ("[[api_keys]]\nprincipal = \"ops\"\nsha256 = \""
+                                           + "a" * 64 + "\"\n"),
                                 "jwtSecret": "x" * 32, "redisPassword": "hunter2-hunter2",
                                 "files": {"jwks.json": "{\"keys\": []}"}}},
-    "required-anti-affinity": {"gateway": {"antiAffinity": "required"}, "redis": {"antiAffinity": "required"},
+    "required-anti-affinity": {"gateway": {"antiAffinity": "required"},
+                               "redis": {"antiAffinity": "required"},
                                "etcd": {"antiAffinity": "required"}},
-    "tls-listener": {"gateway": {"settings": {"tls_cert_path": "/tls/tls.crt", "tls_key_path": "/tls/tls.key"},
-                                 "extraVolumes": [{"name": "tls", "secret": {"secretName": "gw-tls"}}],
-                                 "extraVolumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}]},
+    "tls-listener": {"gateway": {"settings": {"tls_cert_path": "/tls/tls.crt",
+                                              "tls_key_path": "/tls/tls.key"},
+                                 "extraVolumes": [{"name": "tls",
+                                                   "secret": {"secretName": "gw-tls"}}],
+                                 "extraVolumeMounts": [{"name": "tls", "mountPath": "/tls",
+                                                        "readOnly": True}]},
                      "metrics": {"serviceMonitor": {"enabled": True}}},
 }
 
@@ -66,7 +75,8 @@ def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:
 
 def lint(values: dict[str, Any]) -> dict[str, Any]:
     """`helm lint --strict` of the chart directory with these values."""
-    return helm.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
+    return helm.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE,
+                     kube_version=f"v{KUBE_VERSION}")
 
 
 def render_files(values: dict[str, Any]) -> dict[str, str]:
@@ -86,8 +96,10 @@ def manifests(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 def one(objects: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
     """The single object of `kind` whose name ends with `name_suffix`."""
-    matches = [obj for obj in objects if obj["kind"] == kind and obj["metadata"]["name"].endswith(name_suffix)]
-    assert len(matches) == 1, f"expected one {kind} *{name_suffix}, got {[m['metadata']['name'] for m in matches]}"
+    matches = [obj for obj in objects if obj["kind"] == kind
+               and obj["metadata"]["name"].endswith(name_suffix)]
+    assert len(matches) == 1, (f"expected one {kind} *{name_suffix}, got "
+                               f"{[m['metadata']['name'] for m in matches]}")
     return matches[0]
 
 
@@ -97,7 +109,8 @@ def kinds(objects: list[dict[str, Any]]) -> set[str]:
 
 
 def validate(obj: dict[str, Any]) -> None:
-    """Strict schema validation (unknown fields are errors); custom resources are checked structurally."""
+    """Strict schema validation (unknown fields are errors); custom resources are checked
+    structurally."""
     if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
         check_custom_resource(obj)
         return
@@ -105,7 +118,8 @@ def validate(obj: dict[str, Any]) -> None:
 
 
 def check_custom_resource(obj: dict[str, Any]) -> None:
-    """The fields the Prometheus Operator requires of a ServiceMonitor / PrometheusRule, with their types."""
+    """The fields the Prometheus Operator requires of a ServiceMonitor / PrometheusRule, with their
+    types."""
     assert set(obj) <= {"apiVersion", "kind", "metadata", "spec"}, sorted(obj)
     assert isinstance(obj["metadata"]["name"], str)
     spec = obj["spec"]
@@ -113,7 +127,8 @@ def check_custom_resource(obj: dict[str, Any]) -> None:
         assert set(spec) <= {"selector", "namespaceSelector", "endpoints", "jobLabel"}, sorted(spec)
         assert spec["selector"]["matchLabels"], "a ServiceMonitor must select the gateway Service"
         for endpoint in spec["endpoints"]:
-            assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout"}, sorted(endpoint)
+            assert set(endpoint) <= {"port", "path", "scheme", "interval",
+                                     "scrapeTimeout"}, sorted(endpoint)
             assert isinstance(endpoint["port"], str)
             assert endpoint.get("scheme", "http") in {"http", "https"}
         return
@@ -124,7 +139,8 @@ def check_custom_resource(obj: dict[str, Any]) -> None:
         for rule in group["rules"]:
             assert isinstance(rule["expr"], str | int)
             assert ("alert" in rule) != ("record" in rule), rule
-            assert set(rule) <= {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+            assert set(rule) <= {"alert", "record", "expr", "for", "keep_firing_for", "labels",
+                                 "annotations"}
 
 
 def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

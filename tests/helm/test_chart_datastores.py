@@ -1,7 +1,8 @@
-"""The in-chart Redis Cluster (AOF, replicas, the cluster-create Job) and etcd (3 members from pod DNS names).
+"""The in-chart Redis Cluster (AOF, replicas, the cluster-create Job) and etcd (3 members from pod
+DNS names).
 
-The rendered Redis config and scripts are also run for real: redis-server accepts the config, and the Job's
-script forms a 3+3 cluster from scratch and leaves a formed cluster alone.
+The rendered Redis config and scripts are also run for real: redis-server accepts the config, and
+the Job's script forms a 3+3 cluster from scratch and leaves a formed cluster alone.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def test_redis_runs_in_cluster_mode_with_aof_every_second() -> None:
     assert {"cluster-enabled yes", "appendonly yes", "appendfsync everysec",
             "cluster-config-file /data/nodes.conf"} <= lines
     assert 'echo "dir /data" >> "$conf"' in files["start.sh"]  # AOF and nodes.conf on the volume
-    assert "appendfsync always" in config_lines(redis_files({"redis": {"appendfsync": "always"}})["redis.conf"])
+    assert "appendfsync always" in config_lines(
+        redis_files({"redis": {"appendfsync": "always"}})["redis.conf"])
 
 
 def test_redis_statefulset_has_primaries_times_one_plus_replicas_pods_with_volumes() -> None:
@@ -53,7 +55,8 @@ def test_redis_statefulset_has_primaries_times_one_plus_replicas_pods_with_volum
     claim = statefulset["spec"]["volumeClaimTemplates"][0]
     assert claim["metadata"]["name"] == "data"
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
-    bigger = one(manifests({"redis": {"primaries": 5, "replicasPerPrimary": 2}}), "StatefulSet", "-redis")
+    bigger = one(manifests({"redis": {"primaries": 5, "replicasPerPrimary": 2}}), "StatefulSet",
+                 "-redis")
     assert bigger["spec"]["replicas"] == 15
 
 
@@ -66,14 +69,17 @@ def job_env(values: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def test_cluster_create_job_names_every_pod_and_the_replica_count() -> None:
     env = job_env()
-    assert env["NODES"].split() == [f"sg-streamgate-redis-{i}.{REDIS_HEADLESS}:6379" for i in range(6)]
+    assert env["NODES"].split() == [f"sg-streamgate-redis-{i}.{REDIS_HEADLESS}:6379"
+                                    for i in range(6)]
     assert env["REPLICAS"] == "1"
     assert job_env({"redis": {"replicasPerPrimary": 2}})["REPLICAS"] == "2"
     script = redis_files()["cluster-create.sh"]
-    assert 'redis-cli --cluster create $addresses --cluster-replicas "$REPLICAS" --cluster-yes' in script
+    assert ('redis-cli --cluster create $addresses --cluster-replicas '
+            '"$REPLICAS" --cluster-yes') in script
 
 
-def test_cluster_create_job_is_named_per_revision_so_upgrades_never_patch_an_immutable_job() -> None:
+def test_cluster_create_job_is_named_per_revision_so_upgrades_never_patch_an_immutable_job(
+) -> None:
     assert one(manifests({}), "Job")["metadata"]["name"] == "sg-streamgate-redis-cluster-create-1"
 
 
@@ -82,8 +88,8 @@ def test_redis_password_is_required_by_the_servers_when_set() -> None:
     assert "requirepass" in start
     assert "masterauth" in start
     pod = one(manifests({}), "StatefulSet", "-redis")["spec"]["template"]["spec"]
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"] if "valueFrom" in e
-           and "secretKeyRef" in e["valueFrom"]}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"]
+           if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]}
     assert env["REDIS_PASSWORD"]["key"] == "redis-password"
     assert env["REDISCLI_AUTH"]["key"] == "redis-password"
 
@@ -107,8 +113,8 @@ def etcd_args() -> dict[str, str]:
 def test_etcd_initial_cluster_names_each_member_by_its_pod_dns_name() -> None:
     args = etcd_args()
     members = dict(member.split("=", 1) for member in args["initial-cluster"].split(","))
-    assert members == {f"sg-streamgate-etcd-{i}": f"http://sg-streamgate-etcd-{i}.{ETCD_HEADLESS}:2380"
-                       for i in range(3)}
+    assert members == {f"sg-streamgate-etcd-{i}":
+                       f"http://sg-streamgate-etcd-{i}.{ETCD_HEADLESS}:2380" for i in range(3)}
     assert args["name"] == "$(POD_NAME)"
     assert args["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{ETCD_HEADLESS}:2380"
     assert args["advertise-client-urls"] == f"http://$(POD_NAME).{ETCD_HEADLESS}:2379"
@@ -116,13 +122,15 @@ def test_etcd_initial_cluster_names_each_member_by_its_pod_dns_name() -> None:
     assert args["data-dir"].startswith("/var/lib/etcd/")
 
 
-def run_script(script: Path, env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", str(script)], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
-                          text=True, timeout=timeout_s, check=False)
+def run_script(script: Path, env: dict[str, str],
+               timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(script)], env={"PATH": os.environ["PATH"], **env},
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def test_refresh_nodes_rewrites_peer_ips_from_their_hostnames(tmp_path: Path) -> None:
-    """After a restart pods have new IPs; nodes.conf keeps each node's hostname, so peers are found again."""
+    """After a restart pods have new IPs; nodes.conf keeps each node's hostname, so peers are found
+    again."""
     script = tmp_path / "refresh-nodes.sh"
     script.write_text(redis_files()["refresh-nodes.sh"])
     fake_bin = tmp_path / "bin"
@@ -134,38 +142,42 @@ def test_refresh_nodes_rewrites_peer_ips_from_their_hostnames(tmp_path: Path) ->
     nodes = tmp_path / "nodes.conf"
     nodes.write_text(
         "aaa 10.0.0.10:6379@16379,redis-0.h myself,master - 0 0 1 connected 0-5460\n"
-        "bbb 10.0.0.11:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 connected 5461-10922 "
-        "[93->-ccc]\n"
+        "bbb 10.0.0.11:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 "
+        "connected 5461-10922 [93->-ccc]\n"
         "ccc 10.0.0.12:6379@16379,redis-2.h slave aaa 0 1700000000000 1 connected\n"
         "ddd 10.0.0.13:6379@16379 slave bbb 0 1700000000000 2 connected\n"
         "vars currentEpoch 6 lastVoteEpoch 0\n")
-    result = subprocess.run(["sh", str(script), str(nodes), "10.0.0.20"], capture_output=True, text=True,
-                            env={"PATH": f"{fake_bin}:{os.environ['PATH']}"}, timeout=30, check=False)
+    result = subprocess.run(["sh", str(script), str(nodes), "10.0.0.20"], capture_output=True,
+                            text=True, env={"PATH": f"{fake_bin}:{os.environ['PATH']}"}, timeout=30,
+                            check=False)
     assert result.returncode == 0, result.stderr
     assert nodes.read_text() == (
         "aaa 10.0.0.20:6379@16379,redis-0.h myself,master - 0 0 1 connected 0-5460\n"
-        "bbb 10.0.0.21:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 connected 5461-10922 "
-        "[93->-ccc]\n"
-        "ccc 10.0.0.12:6379@16379,redis-2.h slave aaa 0 1700000000000 1 connected\n"  # not resolvable: kept
+        "bbb 10.0.0.21:6379@16379,redis-1.h,shard-id=s1 master - 0 1700000000000 2 "
+        "connected 5461-10922 [93->-ccc]\n"
+        # not resolvable: kept
+        "ccc 10.0.0.12:6379@16379,redis-2.h slave aaa 0 1700000000000 1 connected\n"
         "ddd 10.0.0.13:6379@16379 slave bbb 0 1700000000000 2 connected\n"  # no hostname: kept
         "vars currentEpoch 6 lastVoteEpoch 0\n")
 
 
 @pytest.fixture
 def six_redis_servers(devstack_binaries: None, tmp_path: Path) -> Iterator[list[int]]:
-    """Six empty cluster-mode redis-servers on loopback, configured by the chart's rendered redis.conf (announcing
-    a hostname, as start.sh makes each pod announce its DNS name)."""
+    """Six empty cluster-mode redis-servers on loopback, configured by the chart's rendered
+    redis.conf (announcing a hostname, as start.sh makes each pod announce its DNS name)."""
     conf = tmp_path / "redis.conf"
     extra = "cluster-announce-hostname localhost"
-    conf.write_text(redis_files({"redis": {"clusterNodeTimeoutMs": 2000, "extraConfig": extra}})["redis.conf"])
+    conf.write_text(redis_files({"redis": {"clusterNodeTimeoutMs": 2000,
+                                           "extraConfig": extra}})["redis.conf"])
     ports = free_ports(12)
     servers = []
     for port, bus_port in zip(ports[:6], ports[6:], strict=True):
         data = tmp_path / str(port)
         data.mkdir()
         servers.append(ServerProcess(f"redis-{port}", [
-            "redis-server", str(conf), "--port", str(port), "--cluster-port", str(bus_port), "--bind", "127.0.0.1",
-            "--dir", str(data), "--cluster-config-file", str(data / "nodes.conf"), "--save", ""], data / "out.log"))
+            "redis-server", str(conf), "--port", str(port), "--cluster-port", str(bus_port),
+            "--bind", "127.0.0.1", "--dir", str(data), "--cluster-config-file",
+            str(data / "nodes.conf"), "--save", ""], data / "out.log"))
     try:
         for server in servers:
             server.start()
@@ -184,8 +196,8 @@ def _first_unanswered(ports: list[int]) -> str | None:
     return None
 
 
-def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(six_redis_servers: list[int],
-                                                                              tmp_path: Path) -> None:
+def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(
+        six_redis_servers: list[int], tmp_path: Path) -> None:
     script = tmp_path / "cluster-create.sh"
     script.write_text(redis_files()["cluster-create.sh"])
     env = {"NODES": " ".join(f"localhost:{port}" for port in six_redis_servers), "REPLICAS": "1"}
@@ -206,13 +218,15 @@ def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(s
     assert "creating" not in second.stdout
 
 
-def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(six_redis_servers: list[int],
-                                                                                 tmp_path: Path) -> None:
-    """The chart makes clients see the nodes' DNS names (cluster-preferred-endpoint-type hostname)."""
+def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(
+        six_redis_servers: list[int], tmp_path: Path) -> None:
+    """The chart makes clients see the nodes' DNS names (cluster-preferred-endpoint-type
+    hostname)."""
     script = tmp_path / "cluster-create.sh"
     script.write_text(redis_files()["cluster-create.sh"])
-    formed = run_script(script, {"NODES": " ".join(f"localhost:{port}" for port in six_redis_servers),
-                                 "REPLICAS": "1"})
+    formed = run_script(script,
+                        {"NODES": " ".join(f"localhost:{port}" for port in six_redis_servers),
+                         "REPLICAS": "1"})
     assert formed.returncode == 0, formed.stdout + formed.stderr
     wait_until("replicas linked", lambda: _unlinked_replica(six_redis_servers), 20, [])
     first_slot_range = redis.Redis(port=six_redis_servers[0]).execute_command("CLUSTER SLOTS")[0]
@@ -244,18 +258,20 @@ def chart_redis_pod(tmp_path: Path, port: int, bus_port: int) -> ServerProcess:
     """The chart's start.sh as the container runs it, with the pod's paths moved under tmp_path."""
     extra = f"port {port}\ncluster-port {bus_port}\nbind 127.0.0.1\nsave \"\"\n"
     files = redis_files({"redis": {"extraConfig": extra}})
-    paths = {"/run/redis": tmp_path / "run", "/etc/redis": tmp_path / "etc", "/data": tmp_path / "data",
-             "/scripts": tmp_path / "scripts"}
+    paths = {"/run/redis": tmp_path / "run", "/etc/redis": tmp_path / "etc",
+             "/data": tmp_path / "data", "/scripts": tmp_path / "scripts"}
     for directory in paths.values():
         directory.mkdir(exist_ok=True)
-    for name, directory in (("redis.conf", "/etc/redis"), ("start.sh", "/scripts"), ("refresh-nodes.sh", "/scripts")):
+    for name, directory in (("redis.conf", "/etc/redis"), ("start.sh", "/scripts"),
+                            ("refresh-nodes.sh", "/scripts")):
         text = files[name]
         for pod_path, local in paths.items():
             text = text.replace(pod_path, str(local))
         (paths[directory] / name).write_text(text)
     env = {"POD_IP": "127.0.0.1", "POD_NAME": "sg-streamgate-redis-0", "HEADLESS": REDIS_HEADLESS,
            "REDIS_PASSWORD": "s3cret pass"}
-    argv = ["env", *(f"{key}={value}" for key, value in env.items()), "sh", str(paths["/scripts"] / "start.sh")]
+    argv = ["env", *(f"{key}={value}" for key, value in env.items()), "sh",
+            str(paths["/scripts"] / "start.sh")]
     return ServerProcess("chart-redis", argv, tmp_path / "out.log")
 
 

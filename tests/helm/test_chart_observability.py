@@ -1,5 +1,5 @@
-"""The chart ships the repo's Grafana dashboards and alert rules unchanged (copies: Helm reads only files inside
-the chart; `helm/sync-grafana.sh` refreshes them)."""
+"""The chart ships the repo's Grafana dashboards and alert rules unchanged (copies: Helm reads only
+files inside the chart; `helm/sync-grafana.sh` refreshes them)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def test_dashboards_configmap_carries_every_dashboard_with_the_grafana_sidecar_l
 
 
 def test_dashboards_configmap_is_left_out_when_switched_off() -> None:
-    assert not [o for o in manifests(SCENARIOS["no-dashboards"]) if o["metadata"]["name"].endswith("-dashboards")]
+    assert not [o for o in manifests(SCENARIOS["no-dashboards"])
+                if o["metadata"]["name"].endswith("-dashboards")]
 
 
 def test_prometheus_rule_holds_the_alert_rule_groups() -> None:
@@ -59,7 +60,8 @@ def test_packaged_chart_still_carries_the_dashboards_and_rules(tmp_path: Path) -
     archive = helm.package(str(CHART_DIR), destination=str(tmp_path))
     with helm.Chart.load(archive) as chart:
         rendered = chart.render(SCENARIOS["prometheus-rule"], name="sg", namespace="streaming")
-    objects = [doc for path, text in rendered.items() if path.endswith(".yaml") for doc in yaml.safe_load_all(text)
-               if doc]
-    assert set(one(objects, "ConfigMap", "-dashboards")["data"]) == set(files(GRAFANA / "dashboards", "*.json"))
+    objects = [doc for path, text in rendered.items() if path.endswith(".yaml")
+               for doc in yaml.safe_load_all(text) if doc]
+    assert (set(one(objects, "ConfigMap", "-dashboards")["data"])
+            == set(files(GRAFANA / "dashboards", "*.json")))
     assert one(objects, "PrometheusRule")["spec"]["groups"]

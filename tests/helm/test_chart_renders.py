@@ -1,4 +1,5 @@
-"""The chart lints and renders valid Kubernetes objects for the default values and every optional toggle."""
+"""The chart lints and renders valid Kubernetes objects for the default values and every optional
+toggle."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def test_default_install_runs_gateway_redis_cluster_and_etcd_without_optional_ex
 
 
 def test_each_toggle_adds_its_object() -> None:
-    expected = {"ingress": "Ingress", "hpa": "HorizontalPodAutoscaler", "service-monitor": "ServiceMonitor",
-                "prometheus-rule": "PrometheusRule"}
+    expected = {"ingress": "Ingress", "hpa": "HorizontalPodAutoscaler",
+                "service-monitor": "ServiceMonitor", "prometheus-rule": "PrometheusRule"}
     for scenario, kind in expected.items():
         assert kind in kinds(manifests(SCENARIOS[scenario])), scenario
 
@@ -66,7 +67,8 @@ def test_every_container_runs_non_root_read_only_without_capabilities() -> None:
             assert context["readOnlyRootFilesystem"] is True, (name, container["name"])
             assert context["allowPrivilegeEscalation"] is False, (name, container["name"])
             assert context["capabilities"] == {"drop": ["ALL"]}, (name, container["name"])
-            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, (name, container["name"])
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, (
+                name, container["name"])
 
 
 def gateway_container(values: dict[str, Any]) -> dict[str, Any]:
@@ -77,10 +79,12 @@ def gateway_container(values: dict[str, Any]) -> dict[str, Any]:
 
 def test_gateway_runs_streamgate_serve_with_liveness_on_healthz_and_readiness_on_readyz() -> None:
     container = gateway_container({})
-    assert [*container["command"], *container["args"]] == ["streamgate", "serve", "--host", "0.0.0.0", "--port",
-                                                           "8080"]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert [*container["command"], *container["args"]] == ["streamgate", "serve", "--host",
+                                                           "0.0.0.0", "--port", "8080"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http",
+                                                     "scheme": "HTTP"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http",
+                                                      "scheme": "HTTP"}
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
 
@@ -98,7 +102,8 @@ def test_gateway_probes_and_scrapes_switch_to_https_with_a_tls_listener() -> Non
 def test_gateway_node_id_is_the_pod_name_and_secrets_come_from_the_secret() -> None:
     env = {item["name"]: item for item in gateway_container({})["env"]}
     assert env["STREAMGATE_NODE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    for name, key in (("STREAMGATE_JWT_SECRET", "jwt-secret"), ("STREAMGATE_REDIS_PASSWORD", "redis-password"),
+    for name, key in (("STREAMGATE_JWT_SECRET", "jwt-secret"),
+                      ("STREAMGATE_REDIS_PASSWORD", "redis-password"),
                       ("STREAMGATE_RECEIPT_SECRET", "receipt-secret")):
         ref = env[name]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"], ref["optional"]) == ("sg-streamgate", key, True)
@@ -113,9 +118,10 @@ def anti_affinity(values: dict[str, Any], kind: str, suffix: str) -> dict[str, A
 @pytest.mark.parametrize(("kind", "suffix", "component"),
                          [("Deployment", "", "gateway"), ("StatefulSet", "-redis", "redis"),
                           ("StatefulSet", "-etcd", "etcd")])
-def test_pods_spread_over_nodes_preferred_by_default_and_required_on_request(kind: str, suffix: str,
-                                                                               component: str) -> None:
-    preferred = anti_affinity({}, kind, suffix)["preferredDuringSchedulingIgnoredDuringExecution"][0]
+def test_pods_spread_over_nodes_preferred_by_default_and_required_on_request(
+        kind: str, suffix: str, component: str) -> None:
+    preferred = anti_affinity({}, kind, suffix)[
+        "preferredDuringSchedulingIgnoredDuringExecution"][0]
     term = preferred["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
@@ -126,7 +132,8 @@ def test_pods_spread_over_nodes_preferred_by_default_and_required_on_request(kin
 
 def test_pod_disruption_budgets_select_their_own_pods() -> None:
     objects = manifests({})
-    workloads = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] in {"Deployment", "StatefulSet"}}
+    workloads = {obj["metadata"]["name"]: obj for obj in objects
+                 if obj["kind"] in {"Deployment", "StatefulSet"}}
     budgets = [obj for obj in objects if obj["kind"] == "PodDisruptionBudget"]
     assert {b["metadata"]["name"] for b in budgets} == set(workloads)
     for budget in budgets:
@@ -138,7 +145,8 @@ def test_pod_disruption_budgets_select_their_own_pods() -> None:
 def test_hpa_scales_the_gateway_deployment_and_takes_over_its_replica_count() -> None:
     objects = manifests(SCENARIOS["hpa"])
     hpa = one(objects, "HorizontalPodAutoscaler")
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sg-streamgate"}
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": "sg-streamgate"}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 10)
     assert "replicas" not in one(objects, "Deployment")["spec"]
     assert one(manifests({}), "Deployment")["spec"]["replicas"] == 2
@@ -151,7 +159,8 @@ def test_ingress_keeps_websockets_open_and_unbuffered_for_ingress_nginx() -> Non
     assert int(annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"]) >= 3600
     assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
     assert annotations["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "off"
-    body_limit_mib = int(annotations["nginx.ingress.kubernetes.io/proxy-body-size"].removesuffix("m"))
+    body_limit_mib = int(
+        annotations["nginx.ingress.kubernetes.io/proxy-body-size"].removesuffix("m"))
     assert body_limit_mib * 1024 * 1024 > 16 * 1024 * 1024  # above the default max_batch_bytes
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend == {"name": "sg-streamgate", "port": {"name": "http"}}

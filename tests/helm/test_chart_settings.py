@@ -1,5 +1,5 @@
-"""values.yaml mirrors GatewaySettings (names and defaults), and the rendered ConfigMap/Secret build the same
-settings and auth config the gateway would load."""
+"""values.yaml mirrors GatewaySettings (names and defaults), and the rendered ConfigMap/Secret build
+the same settings and auth config the gateway would load."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from helm_render import CHART_DIR, SCENARIOS, manifests, one
 from gateway.auth.config import parse_auth_config
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 
-# Settings the chart computes, so they are not in values.yaml's gateway.settings (values.yaml documents this list).
-CHART_COMPUTED = frozenset({"host", "port", "node_id", "redis_nodes", "etcd_endpoints", "redis_password",
-                            "receipt_secret", "auth_config_path"})
+# Settings the chart computes, so they are not in values.yaml's gateway.settings (values.yaml
+# documents this list).
+CHART_COMPUTED = frozenset({"host", "port", "node_id", "redis_nodes", "etcd_endpoints",
+                            "redis_password", "receipt_secret", "auth_config_path"})
 SCHEMA_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
@@ -37,7 +38,8 @@ def schema_file() -> dict[str, Any]:
 
 def test_values_settings_are_exactly_the_gateway_settings_minus_the_computed_ones() -> None:
     fields = settings_fields()
-    assert fields.keys() >= CHART_COMPUTED, "a computed setting no longer exists: update CHART_COMPUTED and values"
+    assert fields.keys() >= CHART_COMPUTED, ("a computed setting no longer exists: update "
+                                             "CHART_COMPUTED and values")
     assert set(values_file()["gateway"]["settings"]) == set(fields) - CHART_COMPUTED
 
 
@@ -88,19 +90,23 @@ def test_configmap_builds_the_default_settings_with_the_computed_endpoints() -> 
     etcd = "sg-streamgate-etcd-headless.streaming.svc.cluster.local"
     assert built.etcd_endpoints == tuple(f"sg-streamgate-etcd-{i}.{etcd}:2379" for i in range(3))
     assert built.auth_config_path == "/etc/streamgate/auth/auth.toml"
-    assert not {ENV_PREFIX + name.upper() for name in ("host", "port", "node_id", "redis_password")} & set(env)
+    assert not {ENV_PREFIX + name.upper()
+                for name in ("host", "port", "node_id", "redis_password")} & set(env)
 
 
 def test_configmap_renders_overrides_as_the_gateway_parses_them_and_omits_nulls() -> None:
-    overrides = {"dedup_ttl_ms": 172_800_000, "max_batch_bytes": 33_554_432, "rate_limit_topic_bytes_per_s": 2.5,
-                 "rate_limit_principal_messages_per_s": 1_000_000.0, "auth_public_paths": ["/healthz"],
-                 "redis_tls": True, "redis_tls_check_hostname": False, "etcd_prefix": "/sg-prod/",
+    overrides = {"dedup_ttl_ms": 172_800_000, "max_batch_bytes": 33_554_432,
+                 "rate_limit_topic_bytes_per_s": 2.5,
+                 "rate_limit_principal_messages_per_s": 1_000_000.0,
+                 "auth_public_paths": ["/healthz"], "redis_tls": True,
+                 "redis_tls_check_hostname": False, "etcd_prefix": "/sg-prod/",
                  "tls_client_ca_path": None}
     env = configmap_env({"gateway": {"settings": overrides}})
     built = settings_from_env(env)
     for name, value in overrides.items():
         assert getattr(built, name) == (tuple(value) if isinstance(value, list) else value), name
-    assert env["STREAMGATE_DEDUP_TTL_MS"] == "172800000"  # no float exponent for large whole numbers
+    assert env["STREAMGATE_DEDUP_TTL_MS"] == "172800000"  # no float exponent for large whole
+                                                          # numbers
     assert "STREAMGATE_TLS_CLIENT_CA_PATH" not in env
     assert "STREAMGATE_RATE_LIMIT_PRINCIPAL_READS_PER_S" not in env
 
@@ -122,7 +128,8 @@ def merged_external() -> dict[str, Any]:
 
 def test_default_auth_config_loads_in_the_gateway_with_no_keys() -> None:
     secret = one(manifests({}), "Secret")
-    config = parse_auth_config(tomllib.loads(secret["stringData"]["auth.toml"]), Path("/etc/streamgate/auth"), {})
+    config = parse_auth_config(tomllib.loads(secret["stringData"]["auth.toml"]),
+                               Path("/etc/streamgate/auth"), {})
     assert len(config.api_keys) == 0
     assert config.jwt is None
     assert set(secret["stringData"]) == {"auth.toml", "redis-password", "receipt-secret"}
@@ -132,7 +139,8 @@ def test_in_chart_redis_gets_a_generated_password_and_external_redis_none_unless
     generated = one(manifests({}), "Secret")["stringData"]["redis-password"]
     assert len(generated) == 32
     assert generated.isalnum()
-    assert "redis-password" not in one(manifests(SCENARIOS["external-redis"]), "Secret")["stringData"]
+    assert "redis-password" not in one(manifests(SCENARIOS["external-redis"]), "Secret")[
+        "stringData"]
     given = {**SCENARIOS["external-redis"], "auth": {"redisPassword": "their-password"}}
     assert one(manifests(given), "Secret")["stringData"]["redis-password"] == "their-password"
 
@@ -149,9 +157,11 @@ def test_existing_secret_replaces_the_created_one_everywhere() -> None:
     objects = manifests(SCENARIOS["existing-secret"])
     assert not [o for o in objects if o["kind"] == "Secret"]
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
-    assert {"name": "auth", "secret": {"secretName": "my-streamgate-secrets", "defaultMode": 0o440}} \
+    assert {"name": "auth",
+            "secret": {"secretName": "my-streamgate-secrets", "defaultMode": 0o440}} \
         in pod["volumes"]
-    refs = [e["valueFrom"]["secretKeyRef"]["name"] for c in pod["containers"] + pod["initContainers"]
+    refs = [e["valueFrom"]["secretKeyRef"]["name"]
+            for c in pod["containers"] + pod["initContainers"]
             for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
     assert refs
     assert set(refs) == {"my-streamgate-secrets"}
@@ -159,8 +169,8 @@ def test_existing_secret_replaces_the_created_one_everywhere() -> None:
 
 def test_pods_roll_when_settings_or_secrets_change() -> None:
     def checksums(values: dict[str, Any]) -> dict[str, str]:
-        annotations: dict[str, str] = one(manifests(values), "Deployment")["spec"]["template"]["metadata"][
-            "annotations"]
+        annotations: dict[str, str] = one(manifests(values), "Deployment")["spec"]["template"][
+            "metadata"]["annotations"]
         return annotations
 
     base = checksums({})

@@ -1,4 +1,5 @@
-"""Reading the committed dashboards and alert rules: every panel query and every metric name they use."""
+"""Reading the committed dashboards and alert rules: every panel query and every metric name they
+use."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class PanelQuery:
 
 def dashboards() -> dict[str, dict[str, Any]]:
     """Every committed dashboard by file name."""
-    return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS_DIR.glob("*.json"))}
+    return {path.name: json.loads(path.read_text())
+            for path in sorted(DASHBOARDS_DIR.glob("*.json"))}
 
 
 def panel_queries() -> Iterator[PanelQuery]:
@@ -49,7 +51,8 @@ def alert_expressions() -> dict[str, str]:
 
 
 def family_name(sample_name: str) -> str:
-    """A metric family's name from a name used in PromQL (histogram and counter sample suffixes stripped)."""
+    """A metric family's name from a name used in PromQL (histogram and counter sample suffixes
+    stripped)."""
     for suffix in HISTOGRAM_SUFFIXES:
         if sample_name.endswith(suffix):
             return sample_name[: -len(suffix)]

@@ -1,4 +1,5 @@
-"""Child processes for the live dashboard proof: gateways (`streamgate serve`) and a Prometheus scraping them."""
+"""Child processes for the live dashboard proof: gateways (`streamgate serve`) and a Prometheus
+scraping them."""
 
 from __future__ import annotations
 
@@ -56,14 +57,16 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 @contextmanager
 def gateways(envs: list[Mapping[str, str]]) -> Iterator[list[str]]:
-    """One `streamgate serve` per environment (auth off); yields their base URLs once all are ready."""
+    """One `streamgate serve` per environment (auth off); yields their base URLs once all are
+    ready."""
     processes: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
     try:
         for env in envs:
             port = free_port()
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port", str(port)],
+                [sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port",
+                 str(port)],
                 env={**os.environ, "STREAMGATE_AUTH_MODE": "none", **env}))
             urls.append(f"http://{LOOPBACK}:{port}")
         for url, process in zip(urls, processes, strict=True):
@@ -74,8 +77,10 @@ def gateways(envs: list[Mapping[str, str]]) -> Iterator[list[str]]:
 
 
 @contextmanager
-def prometheus(binary: str, targets: list[str], work_dir: Path, scrape_interval_s: int = 1) -> Iterator[str]:
-    """A Prometheus scraping ``targets`` (host:port) every ``scrape_interval_s``; yields its base URL."""
+def prometheus(binary: str, targets: list[str], work_dir: Path,
+               scrape_interval_s: int = 1) -> Iterator[str]:
+    """A Prometheus scraping ``targets`` (host:port) every ``scrape_interval_s``; yields its base
+    URL."""
     port = free_port()
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "prometheus.yml"
@@ -102,8 +107,10 @@ def prometheus(binary: str, targets: list[str], work_dir: Path, scrape_interval_
         log.close()
 
 
-def wait_scraped(url: str, targets: int, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    """Wait until Prometheus has scraped every target once (its discovery hands targets over after ~5 s)."""
+def wait_scraped(url: str, targets: int, process: subprocess.Popen[bytes],
+                 timeout_s: float = 30) -> None:
+    """Wait until Prometheus has scraped every target once (its discovery hands targets over after
+    ~5 s)."""
     deadline = time.monotonic() + timeout_s
     query = url + "/api/v1/query?query=" + urllib.parse.quote("count(up == 1)")
     while time.monotonic() < deadline:
@@ -117,12 +124,14 @@ def wait_scraped(url: str, targets: int, process: subprocess.Popen[bytes], timeo
 
 
 def raw_websocket(host: str, port: int, path: str) -> socket.socket:
-    """A WebSocket client socket with a tiny receive buffer, past the handshake, that the caller never reads."""
+    """A WebSocket client socket with a tiny receive buffer, past the handshake, that the caller
+    never reads."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, port))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                  "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
     head = b""
     while b"\r\n\r\n" not in head:

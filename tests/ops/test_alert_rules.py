@@ -10,8 +10,9 @@ from typing import NoReturn
 import pytest
 from grafana_queries import GRAFANA_DIR, RULES_FILE, alert_expressions
 
-EXPECTED_ALERTS = {"StreamgateGroupLagGrowing", "StreamgateOldestUnackedTooOld", "StreamgateDeadLettersGrowing",
-                   "StreamgateAcksAllFailures", "StreamgatePartitionWithoutOwner"}
+EXPECTED_ALERTS = {"StreamgateGroupLagGrowing", "StreamgateOldestUnackedTooOld",
+                   "StreamgateDeadLettersGrowing", "StreamgateAcksAllFailures",
+                   "StreamgatePartitionWithoutOwner"}
 
 
 @pytest.fixture
@@ -27,8 +28,8 @@ def test_the_rules_file_defines_every_documented_alert() -> None:
 
 
 def test_promtool_accepts_the_rules_file(promtool: str) -> None:
-    result = subprocess.run([promtool, "check", "rules", str(RULES_FILE)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run([promtool, "check", "rules", str(RULES_FILE)], capture_output=True,
+                            text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in result.stdout
 

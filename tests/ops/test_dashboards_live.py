@@ -1,14 +1,16 @@
-"""Live proof: every panel query of every dashboard returns data from a real Prometheus scraping real gateways.
+"""Live proof: every panel query of every dashboard returns data from a real Prometheus scraping
+real gateways.
 
-Two `streamgate serve` processes run on the session's Redis Cluster and a private etcd: gateway A as usual,
-gateway B with ``min_insync_replicas=2`` (the test cluster has one replica per primary, so its acks=all
-publishes fail with NotEnoughReplicas) and a topic rate limit. Traffic covers publish with acks 0/1/all, a
-delayed message, a WebSocket group subscriber that acks and nacks until a message is dead-lettered, HTTP pull,
-a group with lag, retention trimming un-acked entries, a broadcast subscriber too slow to drain (closed with
-4008), a rate-limited publish, and finally etcd going away (etcd errors). Prometheus 2.x (Debian) scrapes both
-gateways every second; then each panel target is evaluated over the test's time range with the dashboard
-variables set to ``.*``. A result only counts if it has at least one finite sample; no query may carry an
-``or vector(...)`` fallback.
+Two `streamgate serve` processes run on the session's Redis Cluster and a private etcd: gateway A as
+usual, gateway B with ``min_insync_replicas=2`` (the test cluster has one replica per primary, so
+its acks=all publishes fail with NotEnoughReplicas) and a topic rate limit. Traffic covers publish
+with acks 0/1/all, a delayed message, a WebSocket group subscriber that acks and nacks until a
+message is dead-lettered, HTTP pull, a group with lag, retention trimming un-acked entries, a
+broadcast subscriber too slow to drain (closed with 4008), a rate-limited publish, and finally etcd
+going away (etcd errors). Prometheus 2.x (Debian) scrapes both gateways every second; then each
+panel target is evaluated over the test's time range with the dashboard variables set to ``.*``. A
+result only counts if it has at least one finite sample; no query may carry an ``or vector(...)``
+fallback.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def _binary(name: str, report_missing: Callable[[str], NoReturn]) -> str:
     return path
 
 
-def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess, prefix: str) -> dict[str, str]:
+def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
+                 prefix: str) -> dict[str, str]:
     return {
         "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in redis_cluster.startup_nodes),
         "STREAMGATE_ETCD_ENDPOINTS": etcd.endpoint,
@@ -56,8 +59,9 @@ def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess, prefix: 
         "STREAMGATE_SLOW_CLIENT_TIMEOUT_S": "1",
         "STREAMGATE_WAIT_TIMEOUT_MS": "200",
         "STREAMGATE_ETCD_TIMEOUT_S": "1",
-        # The heaviest-keys panel reads keys, exported only where /metrics is for operators; group names stay
-        # pseudonyms, so the groups dashboard and alerts are checked as they run by default.
+        # The heaviest-keys panel reads keys, exported only where /metrics is for operators; group
+        # names stay pseudonyms, so the groups dashboard and alerts are checked as they run by
+        # default.
         "STREAMGATE_METRICS_EXPOSE_KEYS": "true",
     }
 
@@ -75,35 +79,42 @@ async def _json(response: aiohttp.ClientResponse) -> Any:
     return await response.json(content_type=None)
 
 
-async def _publish(http: aiohttp.ClientSession, url: str, topic: str, messages: list[dict[str, Any]],
-                   acks: str = "1") -> int:
-    async with http.post(f"{url}/v1/topics/{topic}/messages", json={"acks": acks, "messages": messages}) as r:
+async def _publish(http: aiohttp.ClientSession, url: str, topic: str,
+                   messages: list[dict[str, Any]], acks: str = "1") -> int:
+    async with http.post(f"{url}/v1/topics/{topic}/messages",
+                         json={"acks": acks, "messages": messages}) as r:
         await r.read()
         return r.status
 
 
-async def _create_topics(http: aiohttp.ClientSession, url: str, topics: dict[str, dict[str, int]]) -> None:
+async def _create_topics(http: aiohttp.ClientSession, url: str,
+                         topics: dict[str, dict[str, int]]) -> None:
     for name, fields in topics.items():
         async with http.post(f"{url}/v1/topics", json={"name": name, **fields}) as response:
             assert response.status == 201, await response.text()
 
 
 async def _drive_publishes(http: aiohttp.ClientSession, a: str, b: str, orders: str) -> None:
-    """acks 0/1/all with a skewed key on A (a hot partition), a delayed message, failures and a 429 on B."""
+    """acks 0/1/all with a skewed key on A (a hot partition), a delayed message, failures and a 429
+    on B."""
     for acks in ("0", "1", "all"):
         batch = [{"key": "hot", "value": {"n": n}} for n in range(30)] + \
                 [{"key": f"k{n}", "value": {"n": n}} for n in range(6)]
         assert await _publish(http, a, orders, batch, acks) in (200, 202)
     assert await _publish(http, a, orders, [{"key": "later", "value": 1, "delay_ms": 200}]) == 200
-    assert await _publish(http, b, orders, [{"value": "needs 2 replicas"}], "all") == 503  # NotEnoughReplicas
+    # NotEnoughReplicas
+    assert await _publish(http, b, orders, [{"value": "needs 2 replicas"}], "all") == 503
     assert await _publish(http, b, orders, [{"value": n} for n in range(4)]) == 200
-    assert await _publish(http, b, orders, [{"value": n} for n in range(4)]) == 429  # topic limit 5/s
+    # topic limit 5/s
+    assert await _publish(http, b, orders, [{"value": n} for n in range(4)]) == 429
     async with http.get(f"{a}/v1/topics/no-such-topic") as response:
         assert response.status == 404
 
 
-async def _group_subscriber_until_dead_letter(http: aiohttp.ClientSession, a: str, orders: str) -> None:
-    """Shared group: ack everything but one message, nack that one until it exceeds max_deliveries (DLQ)."""
+async def _group_subscriber_until_dead_letter(http: aiohttp.ClientSession, a: str,
+                                              orders: str) -> None:
+    """Shared group: ack everything but one message, nack that one until it exceeds max_deliveries
+    (DLQ)."""
     query = f"topic={orders}&group=billing&mode=shared&max_deliveries=2&ack_timeout_ms=1000"
     async with http.ws_connect(f"{a}/v1/subscribe?{query}") as ws:
         victim: tuple[int, str] | None = None
@@ -118,26 +129,32 @@ async def _group_subscriber_until_dead_letter(http: aiohttp.ClientSession, a: st
             if (frame["partition"], frame["offset"]) == victim:
                 await ws.send_json({"type": "nack", "messages": [ref]})
                 if frame["delivery_count"] == 2:  # the next reclaim exceeds max_deliveries=2
-                    return await _wait_for_metric(http, a, "streamgate_group_dead_lettered_total{", 10)
+                    return await _wait_for_metric(http, a,
+                                                  "streamgate_group_dead_lettered_total{", 10)
             else:
                 await ws.send_json({"type": "ack", "messages": [ref]})
         raise AssertionError("the nacked message was not redelivered")
 
 
 async def _pull_and_leave_lag(http: aiohttp.ClientSession, a: str, orders: str, short: str) -> None:
-    """HTTP pull: ack two, nack one, leave the rest as lag; un-acked pulls on a short-retention topic."""
-    async with http.post(f"{a}/v1/groups/pullers/pull", json={"topic": orders, "max_messages": 5}) as response:
+    """HTTP pull: ack two, nack one, leave the rest as lag; un-acked pulls on a short-retention
+    topic."""
+    async with http.post(f"{a}/v1/groups/pullers/pull",
+                         json={"topic": orders, "max_messages": 5}) as response:
         messages = (await _json(response))["messages"]
     assert len(messages) == 5
     receipts = [m["receipt"] for m in messages]
     async with http.post(f"{a}/v1/groups/pullers/ack", json={"receipts": receipts[:2]}) as response:
         assert response.status == 200
-    async with http.post(f"{a}/v1/groups/pullers/nack", json={"receipts": receipts[2:3]}) as response:
+    async with http.post(f"{a}/v1/groups/pullers/nack",
+                         json={"receipts": receipts[2:3]}) as response:
         assert response.status == 200
     assert await _publish(http, a, short, [{"value": n} for n in range(10)]) == 200
-    async with http.post(f"{a}/v1/groups/slowpoke/pull", json={"topic": short, "max_messages": 2}) as response:
+    async with http.post(f"{a}/v1/groups/slowpoke/pull",
+                         json={"topic": short, "max_messages": 2}) as response:
         assert response.status == 200
-    assert await _publish(http, a, short, [{"value": n} for n in range(10)]) == 200  # trimmed un-acked later
+    # trimmed un-acked later
+    assert await _publish(http, a, short, [{"value": n} for n in range(10)]) == 200
 
 
 async def _slow_broadcast_subscriber(http: aiohttp.ClientSession, a: str, bulk: str) -> None:
@@ -156,7 +173,8 @@ async def _slow_broadcast_subscriber(http: aiohttp.ClientSession, a: str, bulk: 
 
 async def _wait_for_metric(http: aiohttp.ClientSession, urls: str | tuple[str, ...], prefix: str,
                            timeout_s: float) -> None:
-    """Wait until a sample named ``prefix...`` with a non-zero value shows on one of the gateways' /metrics."""
+    """Wait until a sample named ``prefix...`` with a non-zero value shows on one of the gateways'
+    /metrics."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for url in (urls,) if isinstance(urls, str) else urls:
@@ -169,7 +187,8 @@ async def _wait_for_metric(http: aiohttp.ClientSession, urls: str | tuple[str, .
 
 
 async def _trickle(http: aiohttp.ClientSession, a: str, orders: str, seconds: float) -> None:
-    """Publish with acks 1 and all every 200 ms, so rates and latency quantiles span several scrapes."""
+    """Publish with acks 1 and all every 200 ms, so rates and latency quantiles span several
+    scrapes."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for acks in ("1", "all"):
@@ -177,7 +196,8 @@ async def _trickle(http: aiohttp.ClientSession, a: str, orders: str, seconds: fl
         await asyncio.sleep(0.2)
 
 
-async def _range_query(http: aiohttp.ClientSession, prom: str, expr: str, start: float, end: float) -> list[Any]:
+async def _range_query(http: aiohttp.ClientSession, prom: str, expr: str, start: float,
+                       end: float) -> list[Any]:
     params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1"}
     async with http.get(f"{prom}/api/v1/query_range", params=params) as response:
         body = await _json(response)
@@ -191,7 +211,8 @@ def _has_finite_sample(result: list[Any]) -> bool:
 
 
 async def test_every_dashboard_panel_query_returns_data_from_a_live_prometheus(
-        redis_cluster: RedisClusterProcess, tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
+        redis_cluster: RedisClusterProcess, tmp_path: Path,
+        report_missing: Callable[[str], NoReturn]) -> None:
     prometheus_binary = _binary("prometheus", report_missing)
     etcd = EtcdProcess(EtcdConfig(data_dir=tmp_path / "etcd"))
     try:
@@ -200,7 +221,8 @@ async def test_every_dashboard_panel_query_returns_data_from_a_live_prometheus(
         report_missing(str(exc))
     try:
         base = _gateway_env(redis_cluster, etcd, f"/streamgate-live-{uuid.uuid4().hex[:8]}/")
-        limited = {**base, "STREAMGATE_MIN_INSYNC_REPLICAS": "2", "STREAMGATE_RATE_LIMIT_TOPIC_MESSAGES_PER_S": "5"}
+        limited = {**base, "STREAMGATE_MIN_INSYNC_REPLICAS": "2",
+                   "STREAMGATE_RATE_LIMIT_TOPIC_MESSAGES_PER_S": "5"}
         with gateways([base, limited]) as (a, b):
             targets = [a.removeprefix("http://"), b.removeprefix("http://")]
             with prometheus(prometheus_binary, targets, tmp_path / "prometheus") as prom:
@@ -214,8 +236,10 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
     suffix = uuid.uuid4().hex[:6]
     orders, short, bulk = f"orders-{suffix}", f"short-{suffix}", f"bulk-{suffix}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        await _create_topics(http, a, {orders: {"partitions": 4}, short: {"partitions": 2, "retention_ms": 1000},
-                                       bulk: {"partitions": 1}})
+        await _create_topics(http, a,
+                             {orders: {"partitions": 4},
+                              short: {"partitions": 2, "retention_ms": 1000},
+                              bulk: {"partitions": 1}})
         slow = asyncio.create_task(_slow_broadcast_subscriber(http, a, bulk))
         await _drive_publishes(http, a, b, orders)
         await _group_subscriber_until_dead_letter(http, a, orders)
@@ -223,7 +247,8 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
         await slow
         # Retention runs on the partitions' owners, which may be either gateway.
         await _wait_for_metric(http, (a, b), "streamgate_retention_unacked_dropped_total{", 15)
-        await _trickle(http, a, orders, 3.0)  # lag duties, a few scrapes, and publishes spread across them
+        await _trickle(http, a, orders, 3.0)  # lag duties, a few scrapes, and publishes spread
+                                              # across them
         etcd.stop()  # from here on etcd calls fail: keepalives, and the readiness probe below
         for url in (a, b):
             async with http.get(f"{url}/readyz") as response:
@@ -232,15 +257,18 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
         await _assert_every_panel_has_data(http, prom, started)
 
 
-async def _assert_every_panel_has_data(http: aiohttp.ClientSession, prom: str, started: float) -> None:
+async def _assert_every_panel_has_data(http: aiohttp.ClientSession, prom: str,
+                                       started: float) -> None:
     queries = list(panel_queries())
     empty = []
     for query in queries:
-        assert "orvector(" not in query.expr.replace(" ", ""), f"{query}: a vector fallback hides missing data"
+        assert "orvector(" not in query.expr.replace(" ", ""), (
+            f"{query}: a vector fallback hides missing data")
         result = await _range_query(http, prom, expression_for(query), started, time.time())
         if not _has_finite_sample(result):
             empty.append(f"{query.dashboard} / {query.panel} [{query.ref_id}]: {query.expr}")
     boards = dashboards()
     panels = sum(len(board["panels"]) for board in boards.values())
-    print(f"checked {len(boards)} dashboards, {panels} panels, {len(queries)} queries against a live Prometheus")
+    print(f"checked {len(boards)} dashboards, {panels} panels, {len(queries)} queries against a "
+          "live Prometheus")
     assert not empty, "panel queries without data:\n" + "\n".join(empty)

@@ -1,5 +1,5 @@
-"""The committed dashboards are what grafana/build.py builds, use $datasource everywhere and only read metrics
-the gateway registers; the alert rules read only registered metrics too."""
+"""The committed dashboards are what grafana/build.py builds, use $datasource everywhere and only
+read metrics the gateway registers; the alert rules read only registered metrics too."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def _build_module() -> ModuleType:
 
 
 def registered_metric_names() -> set[str]:
-    """Every name a PromQL query may use for the gateway's metrics (counters with _total, info with _info)."""
+    """Every name a PromQL query may use for the gateway's metrics (counters with _total, info with
+    _info)."""
     names = set()
     for family in GatewayMetrics.create().registry.collect():
         suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
@@ -52,7 +53,8 @@ def test_committed_dashboards_are_what_the_generator_builds() -> None:
     assert build.main(["--check"]) == 0
 
 
-def test_every_dashboard_has_a_prometheus_datasource_variable_used_by_every_panel_and_target() -> None:
+def test_every_dashboard_has_a_prometheus_datasource_variable_used_by_every_panel_and_target(
+) -> None:
     boards = dashboards()
     assert set(boards) == EXPECTED_FILES
     for name, board in boards.items():
@@ -62,7 +64,8 @@ def test_every_dashboard_has_a_prometheus_datasource_variable_used_by_every_pane
         assert board["schemaVersion"] >= 41, name  # Grafana 12 models
         assert board["panels"], name
         for panel in board["panels"]:
-            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (name, panel["title"])
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (
+                name, panel["title"])
             assert panel["targets"], (name, panel["title"])
             for target in panel["targets"]:
                 assert target["datasource"]["uid"] == "${datasource}", (name, panel["title"])
@@ -82,11 +85,13 @@ def test_every_metric_a_panel_or_alert_reads_is_registered_by_the_gateway() -> N
             used.setdefault(family_name(metric), f"alert {alert}")
     assert len(used) >= 20
     missing = {name: where for name, where in used.items() if name not in registered}
-    assert not missing, f"dashboards or alerts read metrics the gateway does not register: {missing}"
+    assert not missing, ("dashboards or alerts read metrics the gateway does not "
+                         f"register: {missing}")
 
 
 def test_a_query_may_not_hide_missing_data_behind_a_vector_fallback() -> None:
-    offending = [f"{q.dashboard}: {q.panel}" for q in panel_queries() if "orvector(" in q.expr.replace(" ", "")]
+    offending = [f"{q.dashboard}: {q.panel}" for q in panel_queries()
+                 if "orvector(" in q.expr.replace(" ", "")]
     assert not offending
 
 

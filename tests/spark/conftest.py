@@ -1,6 +1,8 @@
-"""One SparkSession (local[2], UI off, 2 shuffle partitions) for every spark test, plus publish helpers.
+"""One SparkSession (local[2], UI off, 2 shuffle partitions) for every spark test, plus publish
+helpers.
 
-Without pyspark the tests skip locally and fail when CI=true, like the server fixtures in tests/conftest.py.
+Without pyspark the tests skip locally and fail when CI=true, like the server fixtures in
+tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ def spark() -> Iterator[SparkSession]:
 
 
 def _started_session(attempts: int = 3) -> SparkSession:
-    """A local SparkSession. Its JVM is forked from a process whose gRPC threads (etcd) may be busy, and has
-    been seen to exit before it answered once in a while: the launch is retried, the test is not."""
+    """A local SparkSession. Its JVM is forked from a process whose gRPC threads (etcd) may be busy,
+    and has been seen to exit before it answered once in a while: the launch is retried, the test is
+    not."""
     for attempt in range(1, attempts + 1):
         try:
             return (SparkSession.builder.master("local[2]").appName("streamgate-tests")
@@ -79,7 +82,8 @@ def redis_nodes(redis_cluster: Any) -> str:
 @pytest.fixture(scope="session")
 def cluster(redis_cluster: Any) -> Iterator[RedisCluster]:
     """A sync cluster client for publishing and inspecting streams."""
-    client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in redis_cluster.startup_nodes])  # type: ignore[no-untyped-call]
+    client = RedisCluster(startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                                         for h, p in redis_cluster.startup_nodes])
     try:
         yield client
     finally:
@@ -101,7 +105,8 @@ def publish(cluster: RedisCluster) -> Publish:
     return functools.partial(_publish, cluster)
 
 
-def _publish(client: RedisCluster, topic: str, partition: int, count: int, *, first: int = 0) -> list[str]:
+def _publish(client: RedisCluster, topic: str, partition: int, count: int, *,
+             first: int = 0) -> list[str]:
     # Values are JSON text {"n": <i>}, keys k0..k2, odd entries carry headers.
     pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
     for n in range(first, first + count):

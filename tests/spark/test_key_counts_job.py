@@ -1,4 +1,5 @@
-"""The key-count job: counts per key per minute, the latest batch's row wins, a restart continues the counts."""
+"""The key-count job: counts per key per minute, the latest batch's row wins, a restart continues
+the counts."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def run_once(spark: SparkSession, opts: dict[str, str], tmp_path: Path) -> None:
 
 def test_counts_per_key_per_minute_survive_bounded_batches_and_a_restart(
         spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path) -> None:
-    opts = {"topic": topic, "redisNodes": redis_nodes, "partitions": "0,1", "maxEntriesPerTrigger": "7"}
+    opts = {"topic": topic, "redisNodes": redis_nodes, "partitions": "0,1",
+            "maxEntriesPerTrigger": "7"}
     published = [(o, f"k{n % 3}") for n, o in enumerate(publish(topic, 0, 20))]
     published += [(o, f"k{n % 3}") for n, o in enumerate(publish(topic, 1, 10))]
     run_once(spark, opts, tmp_path)

@@ -20,7 +20,8 @@ def test_budget_goes_to_partitions_with_entries_and_never_exceeds_the_cap() -> N
 
 
 def test_loss_is_counted_from_the_group_read_counter_at_the_checkpoint() -> None:
-    state = StreamState(length=4, entries_added=20, last_generated_id="9-19", first_id="9-16", max_deleted_id="0-0")
+    state = StreamState(length=4, entries_added=20, last_generated_id="9-19", first_id="9-16",
+                        max_deleted_id="0-0")
     assert find_loss("9-9", state, GroupPosition("9-9", 10)) == Loss("9-9", "9-16", 6)
     assert find_loss("9-9", state, None) == Loss("9-9", "9-16", None)
     assert find_loss("9-15", state, None) is None

@@ -1,4 +1,5 @@
-"""The streamgate source against a real Redis Cluster: exactly-once output, bounded batches, offsets, progress."""
+"""The streamgate source against a real Redis Cluster: exactly-once output, bounded batches,
+offsets, progress."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def options(topic: str, redis_nodes: str, **extra: Any) -> dict[str, str]:
     return {**base, **{name: str(value) for name, value in extra.items()}}
 
 
-def run_to_parquet(spark: SparkSession, opts: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
+def run_to_parquet(spark: SparkSession, opts: dict[str, str],
+                   tmp_path: Path) -> list[dict[str, Any]]:
     """One availableNow run of the Parquet job; returns its progress reports."""
     query = to_parquet.start(spark, opts, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
     query.awaitTermination(120)
@@ -43,7 +45,8 @@ def test_restart_from_checkpoint_lands_every_message_exactly_once(
     published = [(0, o) for o in publish(topic, 0, 25)] + [(1, o) for o in publish(topic, 1, 15)]
     run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
     assert landed(spark, tmp_path) == sorted(published)
-    published += [(0, o) for o in publish(topic, 0, 10, first=25)] + [(1, o) for o in publish(topic, 1, 5, first=15)]
+    published += ([(0, o) for o in publish(topic, 0, 10, first=25)]
+                  + [(1, o) for o in publish(topic, 1, 5, first=15)])
     run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
     assert landed(spark, tmp_path) == sorted(published)
 
@@ -56,7 +59,8 @@ def test_rows_carry_key_value_headers_and_timestamp(
             .orderBy("offset").collect())
     assert [row.offset for row in rows] == offsets
     first, second = rows
-    assert (first.topic, first.partition, bytes(first.key), first.value_str) == (topic, 1, b"k0", '{"n":0}')
+    assert (first.topic, first.partition, bytes(first.key), first.value_str) == (
+        topic, 1, b"k0", '{"n":0}')
     assert bytes(first.value) == b'{"n":0}'
     assert first.headers is None
     assert second.headers == {"source": "test", "n": "1"}
@@ -71,10 +75,12 @@ def test_entries_of_earlier_versions_read_as_the_same_rows(
         {"v": b'{"n":0}', "f": b"j", "k": b"k0"},  # the key as a value, f j on JSON
         {"v": b'{"n":0}', "k": b"k0"},  # the key as a value
     )]
-    rows = (spark.read.format("streamgate").options(**options(topic, redis_nodes, partitions="0")).load()
+    rows = (spark.read.format("streamgate")
+            .options(**options(topic, redis_nodes, partitions="0")).load()
             .orderBy("offset").collect())
     assert [row.offset for row in rows] == [today, *earlier]
-    assert {(bytes(row.key), bytes(row.value), row.value_str) for row in rows} == {(b"k0", b'{"n":0}', '{"n":0}')}
+    assert {(bytes(row.key), bytes(row.value), row.value_str)
+            for row in rows} == {(b"k0", b'{"n":0}', '{"n":0}')}
 
 
 def checkpointed_offsets(tmp_path: Path) -> dict[str, str]:
@@ -85,14 +91,16 @@ def checkpointed_offsets(tmp_path: Path) -> dict[str, str]:
 
 
 def test_checkpoint_holds_stream_ids_and_the_consumer_group_shows_them(
-    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any,
+    tmp_path: Path
 ) -> None:
     last0, last1 = publish(topic, 0, 5)[-1], publish(topic, 1, 3)[-1]
     run_to_parquet(spark, options(topic, redis_nodes), tmp_path)
     assert checkpointed_offsets(tmp_path) == {"0": last0, "1": last1}
     for partition, last in ((0, last0), (1, last1)):
         (group,) = cluster.xinfo_groups(log_key(topic, partition))
-        assert (group["name"].decode(), group["last-delivered-id"].decode()) == (f"spark-{topic}", last)
+        assert (group["name"].decode(), group["last-delivered-id"].decode()) == (
+            f"spark-{topic}", last)
         assert group["lag"] == 0
 
 
@@ -121,14 +129,15 @@ def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
         assert time.monotonic() < deadline, "no batch was committed within 60 s"
         query.awaitTermination(0.2)
     query.stop()
-    while any(active.id == query.id for active in spark.streams.active):  # stop() may return before it is gone
+    # stop() may return before it is gone
+    while any(active.id == query.id for active in spark.streams.active):
         assert time.monotonic() < deadline + 60, "the stopped query never left spark.streams.active"
         time.sleep(0.1)
     spark.streams.resetTerminated()
-    # The last planned batch loses its commit, as if the driver died after writing the batch's files (if stop()
-    # interrupted that batch, it is uncommitted already). Its checksum file goes too: a crash before the commit
-    # leaves none, and a stale .crc makes Spark's rename of the rewritten commit fail ("multiple streaming
-    # queries are concurrently using .../commits").
+    # The last planned batch loses its commit, as if the driver died after writing the batch's files
+    # (if stop() interrupted that batch, it is uncommitted already). Its checksum file goes too: a
+    # crash before the commit leaves none, and a stale .crc makes Spark's rename of the rewritten
+    # commit fail ("multiple streaming queries are concurrently using .../commits").
     last_batch = max(int(p.name) for p in (tmp_path / "checkpoint" / "offsets").glob("[0-9]*"))
     for lost in (commit_dir / str(last_batch), commit_dir / f".{last_batch}.crc"):
         lost.unlink(missing_ok=True)
@@ -137,14 +146,17 @@ def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
 
 
 def test_trimmed_checkpoint_raises_data_loss_unless_fail_on_data_loss_is_false(
-    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
+    spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any,
+    tmp_path: Path
 ) -> None:
     publish(topic, 0, 10)
     opts = options(topic, redis_nodes, partitions="0")
     run_to_parquet(spark, opts, tmp_path)
     kept = publish(topic, 0, 10, first=10)[-4:]
-    cluster.xtrim(log_key(topic, 0), maxlen=4, approximate=False)  # 6 entries after the checkpoint are gone unread
-    with pytest.raises(StreamingQueryException, match=r"(?s)StreamgateDataLoss.*6 entries after the checkpoint"):
+    # 6 entries after the checkpoint are gone unread
+    cluster.xtrim(log_key(topic, 0), maxlen=4, approximate=False)
+    with pytest.raises(StreamingQueryException,
+                       match=r"(?s)StreamgateDataLoss.*6 entries after the checkpoint"):
         run_to_parquet(spark, opts, tmp_path)
     run_to_parquet(spark, {**opts, "failOnDataLoss": "false"}, tmp_path)
     assert [offset for _, offset in landed(spark, tmp_path)][-4:] == kept
