@@ -52,7 +52,7 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
             for entry in entries:
                 # Other partitions share the credit, so it may run out mid-page: re-read from here later.
                 if header_filter.matches(entry.headers):
-                    if not session.offer(Delivery(entry, 1), None):
+                    if not session.offer(Delivery(entry, 1)):
                         break
                     delivered.inc()
                 after, from_time_ms = entry.offset, None

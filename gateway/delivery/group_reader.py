@@ -95,7 +95,7 @@ class GroupReader:
         if session in self._sessions:
             self._sessions.remove(session)
         session.unwatch_credit(self._credit)
-        await self.release([offset for _, offset in session.take_back(self)])
+        await self.release([offset for _, offset in session.take_back(self.partition)])
 
     @property
     def idle(self) -> bool:
@@ -295,7 +295,7 @@ class GroupReader:
                 break
             share = -(-len(backlog) // len(self._sessions))
             page = _take_front(backlog, min(share, session.credit))
-            taken = session.offer_page(page, self)
+            taken = session.offer_page(page)
             if taken < len(page):
                 backlog.extendleft(reversed(page[taken:]))  # not taken (the session started closing): back in front
                 page = page[:taken]

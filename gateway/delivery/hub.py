@@ -75,13 +75,17 @@ class DeliveryHub:
     async def settle(self, session: Session, refs: list[MessageRef], action: str, delay_ms: int = 0) -> int:
         """Apply ack / nack / extend from a session; returns how many deliveries it concerned."""
         grouped = session.extend(refs) if action == "extend" else session.settle(refs)
-        for reader, reader_refs in grouped.items():
+        group = session.params.group
+        for partition, partition_refs in grouped.items():
+            reader = self._readers.get((session.topic, partition, group or ""))
+            if reader is None:  # detached meanwhile: its deliveries went back to the group then
+                continue
             if action == "ack":
-                await reader.ack(reader_refs)
+                await reader.ack(partition_refs)
             elif action == "nack":
-                await reader.nack(reader_refs, delay_ms)
+                await reader.nack(partition_refs, delay_ms)
             else:
-                await reader.extend(reader_refs)
+                await reader.extend(partition_refs)
         return sum(len(v) for v in grouped.values())
 
 

@@ -25,9 +25,9 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate, groupby, repeat
+from itertools import accumulate, compress, groupby, repeat
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -37,9 +37,6 @@ from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
 from gateway.delivery.wire import Send, message_frame, message_frames
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
-
-if TYPE_CHECKING:
-    from gateway.delivery.group_reader import GroupReader
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +49,13 @@ DEFAULT_OUTBOX_BYTES = 4 * 1024 * 1024
 # offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
 _ENTRY_OFFSET = attrgetter("entry.offset")
-_HOLDER, _REF = itemgetter(0), itemgetter(1)
+_PARTITION = itemgetter(0)
 
 
 class Waker(Protocol):
     """What credit watchers are: an ``asyncio.Event``, or anything else that wakes up on ``set``."""
 
     def set(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A delivery waiting for its ack."""
-
-    reader: GroupReader | None
-    deadline: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +75,7 @@ class Session:
         self.topic = topic
         self.params = params
         self.credit = params.max_in_flight
-        self.in_flight: dict[MessageRef, InFlight] = {}
+        self.in_flight: dict[MessageRef, float] = {}  # un-acked group deliveries: their ack deadlines
         self.cursor: dict[int, str] = dict(params.cursor)
         self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
         self._send = send
@@ -170,25 +159,23 @@ class Session:
             event.set()
 
     # --- deliveries -----------------------------------------------------------------------------------------
-    def offer(self, delivery: Delivery, reader: GroupReader | None) -> bool:
-        """Take a delivery if there is credit; False leaves it with the caller."""
+    def offer(self, delivery: Delivery) -> bool:
+        """Take a delivery that needs no ack (its credit comes back once written) if there is credit; False
+        leaves it with the caller."""
         if not self.has_credit:
             return False
         self.credit -= 1
         entry = delivery.entry
-        tracked = reader is not None and not self.params.auto_ack
-        if tracked:
-            deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
-            self.in_flight[(entry.partition, entry.offset)] = InFlight(reader, deadline)
         frame = message_frame(self.topic, entry, delivery.delivery_count)
-        self._enqueue((frame, 0 if tracked else 1, entry.partition, entry.offset), len(frame))
+        self._enqueue((frame, 1, entry.partition, entry.offset), len(frame))
         return True
 
-    def offer_page(self, deliveries: list[Delivery], reader: GroupReader) -> int:
+    def offer_page(self, deliveries: list[Delivery]) -> int:
         """Take deliveries of one partition, in order, as far as the credit and the outbox's byte bound go;
         returns how many were taken.
 
         The group readers' path: one deadline, one outbox item and one writer wake-up for the whole page.
+        Unless the session acks automatically, each stays in flight until settled or taken back.
         """
         if not self.has_credit or not deliveries:
             return 0
@@ -204,8 +191,7 @@ class Session:
         offsets = list(map(_ENTRY_OFFSET, taken))
         if tracked:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
-            held = InFlight(reader, deadline)  # shared by the page: extend replaces, never mutates, an InFlight
-            self.in_flight.update(zip(zip(repeat(partition), offsets), repeat(held)))
+            self.in_flight.update(zip(zip(repeat(partition), offsets), repeat(deadline)))
         self._enqueue((frames, 0 if tracked else len(frames), partition, offsets), size)
         return len(taken)
 
@@ -247,41 +233,33 @@ class Session:
         if self._writer is None and self._open:
             self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
 
-    def settle(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
-        """Forget acked/nacked deliveries, give their credit back, and group them by reader."""
+    def settle(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
+        """Forget acked/nacked deliveries, give their credit back, and group them by partition."""
         refs = refs if isinstance(refs, list) else list(refs)
-        holders = map(self.in_flight.pop, refs, repeat(None))
-        by_reader: dict[GroupReader, list[MessageRef]] = {}
-        # Deliveries handed out in one page share their InFlight, so an ack frame is a few runs of one holder.
-        for held, run in groupby(zip(holders, refs, strict=True), key=_HOLDER):
-            if held is not None and held.reader is not None:
-                by_reader.setdefault(held.reader, []).extend(map(_REF, run))
-        self._give_credit(sum(len(v) for v in by_reader.values()))
-        return by_reader
+        held = list(compress(refs, map(self.in_flight.pop, refs, repeat(0.0))))  # deadlines are > 0
+        self._give_credit(len(held))
+        return _by_partition(held)
 
     def forget(self, ref: MessageRef) -> None:
         """A reader took a delivery back (ack timeout passed): free its credit."""
         if self.in_flight.pop(ref, None) is not None:
             self._give_credit(1)
 
-    def extend(self, refs: Iterable[MessageRef]) -> dict[GroupReader, list[MessageRef]]:
-        """Restart the ack timeout of held deliveries; grouped by reader for the store update."""
+    def extend(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
+        """Restart the ack timeout of held deliveries; grouped by partition for the store update."""
         deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
-        by_reader: dict[GroupReader, list[MessageRef]] = {}
-        for ref in refs:
-            held = self.in_flight.get(ref)
-            if held is not None and held.reader is not None:
-                self.in_flight[ref] = InFlight(held.reader, deadline)  # may be shared by a page: replace
-                by_reader.setdefault(held.reader, []).append(ref)
-        return by_reader
+        in_flight = self.in_flight
+        held = [ref for ref in refs if ref in in_flight]
+        in_flight.update(zip(held, repeat(deadline)))
+        return _by_partition(held)
 
-    def take_back(self, reader: GroupReader) -> list[MessageRef]:
-        """Forget the un-acked deliveries that came from ``reader`` and give their credit back; returns them.
+    def take_back(self, partition: int) -> list[MessageRef]:
+        """Forget the un-acked deliveries of ``partition`` and give their credit back; returns them.
 
-        For a reader that stops serving this session (its partition moved to another member, or the session
-        ends): the entries go back to the group, and the session's window must not stay smaller by them (an ack
-        arriving later for one of them concerns nothing here)."""
-        held = [ref for ref, holder in self.in_flight.items() if holder.reader is reader]
+        For a partition's reader that stops serving this session (the partition moved to another member, or the
+        session ends): the entries go back to the group, and the session's window must not stay smaller by them
+        (an ack arriving later for one of them concerns nothing here)."""
+        held = [ref for ref in self.in_flight if ref[0] == partition]
         for ref in held:
             del self.in_flight[ref]
         self._give_credit(len(held))
@@ -378,6 +356,14 @@ class Session:
             credit += credit_back
         if give_credit:
             self._give_credit(credit)
+
+
+def _by_partition(refs: list[MessageRef]) -> dict[int, list[MessageRef]]:
+    """Refs grouped by partition (an ack frame is a few runs of one partition)."""
+    grouped: dict[int, list[MessageRef]] = {}
+    for partition, run in groupby(refs, key=_PARTITION):
+        grouped.setdefault(partition, []).extend(run)
+    return grouped
 
 
 def _slow_reason(cursor: str, instead: str = "resume after the last message received") -> str:

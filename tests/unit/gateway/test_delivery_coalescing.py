@@ -58,7 +58,7 @@ async def test_queued_messages_go_out_in_few_writes_in_order_with_the_same_bytes
     params = parse_subscribe_params(MultiDict({"topic": "t", "max_in_flight": "500"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
         for n in range(300):
-            assert session.offer(Delivery(entry(n), 1), None)
+            assert session.offer(Delivery(entry(n), 1))
         page = [entry(n) for n in range(300, 400)]
         session.offer_frames(0, [message_frame("t", e, 1) for e in page], [e.offset for e in page])
         for _ in range(50):

@@ -122,15 +122,14 @@ async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_writt
     async def send(frames: Sequence[bytes]) -> None:
         writes.append(list(frames))
 
-    reader = object()  # stands in for the GroupReader the deliveries came from
     page = [
         Delivery(StoredEntry(4, f"{n}-0", b"%d" % n, ValueFormat.JSON, None, {}, n), 1)
         for n in range(1, 13)
     ]
     params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "10"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
-        assert session.offer_page(page, reader) == 10  # type: ignore[arg-type]
-        assert session.offer_page(page[10:], reader) == 0  # type: ignore[arg-type]
+        assert session.offer_page(page) == 10
+        assert session.offer_page(page[10:]) == 0
         await settle()
         assert [orjson.loads(frame)["value"] for frame in writes[0]] == list(range(1, 11))
         assert len(writes) == 1
@@ -145,7 +144,6 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
     async def send(frames: Sequence[bytes]) -> None:
         pass
 
-    reader = object()
     page = [
         Delivery(StoredEntry(0, f"{n}-0", b"1", ValueFormat.JSON, None, {}, n), 1) for n in (1, 2)
     ]
@@ -153,19 +151,17 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
         MultiDict({"topic": "t", "group": "g", "ack_timeout_ms": "1000"})
     )
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
-        session.offer_page(page, reader)  # type: ignore[arg-type]
-        first = session.in_flight[(0, "2-0")].deadline
+        session.offer_page(page)
+        first = session.in_flight[(0, "2-0")]
         await asyncio.sleep(0.01)
-        assert session.extend([(0, "1-0")]) == {reader: [(0, "1-0")]}
-        assert session.in_flight[(0, "1-0")].deadline > first
-        assert session.in_flight[(0, "2-0")].deadline == first
+        assert session.extend([(0, "1-0"), (0, "9-0")]) == {0: [(0, "1-0")]}
+        assert session.in_flight[(0, "1-0")] > first
+        assert session.in_flight[(0, "2-0")] == first
 
 
-async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_and_ignores_unknown_ones() -> None:  # noqa: E501, RUF100
+async def test_settled_refs_of_several_pages_group_by_partition_without_unknown_ones() -> None:
     async def send(frames: Sequence[bytes]) -> None:
         pass
-
-    first, second = object(), object()  # two GroupReaders (two partitions of one group)
 
     def page(partition: int, numbers: range) -> list[Delivery]:
         return [
@@ -175,9 +171,9 @@ async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_
 
     params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
-        session.offer_page(page(0, range(1, 4)), first)  # type: ignore[arg-type]
-        session.offer_page(page(1, range(1, 3)), second)  # type: ignore[arg-type]
-        session.offer_page(page(0, range(4, 6)), first)  # type: ignore[arg-type]  # a second page, same reader
+        session.offer_page(page(0, range(1, 4)))
+        session.offer_page(page(1, range(1, 3)))
+        session.offer_page(page(0, range(4, 6)))  # a second page of the same partition
         assert session.credit == 93
         grouped = session.settle(
             [
@@ -186,10 +182,10 @@ async def test_settling_refs_of_several_pages_and_readers_groups_them_by_reader_
             ]
         )
         assert grouped == {
-            first: [(0, "1-0"), (0, "5-0"), (0, "4-0"), (0, "3-0")],
-            second: [(1, "2-0"), (1, "1-0")],
+            0: [(0, "1-0"), (0, "5-0"), (0, "4-0"), (0, "3-0")],
+            1: [(1, "2-0"), (1, "1-0")],
         }, "in frame order; unknown and repeated refs left out"
         assert session.credit == 99
         assert set(session.in_flight) == {(0, "2-0")}
-        assert session.settle(iter([(0, "2-0")])) == {first: [(0, "2-0")]}, "any iterable of refs"
+        assert session.settle(iter([(0, "2-0")])) == {0: [(0, "2-0")]}, "any iterable of refs"
         assert session.credit == 100

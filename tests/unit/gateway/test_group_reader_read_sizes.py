@@ -31,9 +31,9 @@ def window_params() -> object:
     )
 
 
-async def ack_one(session: Session, ref: MessageRef) -> None:
-    for holder, held in session.settle([ref]).items():
-        await holder.ack(held)
+async def ack_one(session: Session, reader: GroupReader, ref: MessageRef) -> None:
+    for held in session.settle([ref]).values():
+        await reader.ack(held)
 
 
 async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_window_not_of_one(
@@ -52,7 +52,7 @@ async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_wind
         # one ack per message, each awaited (an XACK per event-loop tick at most)
         async def client() -> None:
             while True:
-                await ack_one(session, await received.get())
+                await ack_one(session, reader, await received.get())
 
         reader.attach(session)
         acking = asyncio.create_task(client())
@@ -90,7 +90,7 @@ async def test_a_read_waits_no_longer_than_the_coalescing_time_when_the_credit_d
         try:
             await asyncio.wait_for(window_full.wait(), 5)
             for ref in received[:10]:  # 10 acked, 90 held: a sliver of the window, and never more
-                await ack_one(session, ref)
+                await ack_one(session, reader, ref)
             # the read comes once the coalescing time is over
             await asyncio.wait_for(more.wait(), 5)
         finally:

@@ -64,8 +64,8 @@ async def test_reads_do_not_block_while_they_come_back_full_and_block_after_a_sh
     async def send(frames: Sequence[bytes]) -> None:  # the client: acks everything it gets at once
         refs = [(0, orjson.loads(frame)["offset"]) for frame in frames]
         delivered.extend(orjson.loads(frame)["value"]["n"] for frame in frames)
-        for holder, held in session_ref[0].settle(refs).items():
-            await holder.ack(held)
+        for held in session_ref[0].settle(refs).values():
+            await reader.ack(held)
 
     params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
     async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:

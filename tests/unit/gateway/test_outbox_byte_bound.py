@@ -48,12 +48,11 @@ async def test_a_group_page_is_cut_at_the_byte_bound_and_the_rest_stays_with_the
     async with Session("s", "t", GROUP_PARAMS, never_drains, slow_client_timeout_s=60,
                        max_outbox_bytes=10_000) as session:
         page = [delivery(n, 3000) for n in range(1, 11)]
-        reader = object()
-        taken = session.offer_page(page, reader)  # type: ignore[arg-type]
+        taken = session.offer_page(page)
         assert taken == 3, "frames of ~3.1 KB: three fit under 10,000 bytes"
         assert len(session.in_flight) == taken, "only what was queued is in flight"
-        assert session.offer_page(page[taken:], reader) == 1, "room left: one more frame"  # type: ignore[arg-type]
-        assert session.offer_page(page[taken + 1:], reader) == 0  # type: ignore[arg-type]
+        assert session.offer_page(page[taken:]) == 1, "room left: one more frame"
+        assert session.offer_page(page[taken + 1:]) == 0
         assert session.outbox_bytes < 10_000 + 3200
 
 

@@ -1,0 +1,145 @@
+"""How a subscription is served in each mode: broadcast through the shared tails (or a reader per partition
+without a delivery hub), shared and exclusive groups through the hub's group readers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
+
+from gateway.delivery.broadcast import follow_partition, resolve_start
+from gateway.delivery.group_reader import GroupConfig
+from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.params import Mode, SubscribeParams
+from gateway.delivery.session import Session
+from gateway.delivery.tail import BroadcastFollow
+from gateway.services import Services
+from partitioner.errors import MembershipLost, PartitionerError
+from partitioner.membership import GroupMember
+from partitioner.topics import TopicMetadata
+from storage.errors import StorageError
+
+
+def serve(session: Session, services: Services, topic: TopicMetadata) -> Coroutine[Any, Any, None]:
+    """The coroutine serving a group session, or a broadcast one where there is no delivery hub."""
+    if session.params.mode is Mode.BROADCAST:
+        return _run_broadcast(session, services, topic)
+    return _run_group(session, services, topic)
+
+
+async def _run_group(session: Session, services: Services, topic: TopicMetadata) -> None:
+    params = session.params
+    if services.delivery is None or params.group is None:
+        raise PartitionerError("group subscriptions need a group and a delivery hub")
+    config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
+                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
+    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms, params.max_deliveries)
+    if params.mode is Mode.SHARED:
+        await _run_shared(session, services, services.delivery, params.group, config, topic)
+    else:
+        await _run_exclusive(session, services, params.group, config, topic)
+
+
+def _group_start(params: SubscribeParams) -> str:
+    if params.start == "cursor":
+        # A group has one position per partition; a cursor names them, the lowest is used where absent.
+        return min(params.cursor.values())
+    return params.start
+
+
+async def start_broadcast(session: Session, services: Services, hub: DeliveryHub, topic: TopicMetadata,
+                          on_error: Callable[[Session, BaseException], None]) -> BroadcastFollow:
+    """Pin the start positions, send the assignment, and follow every partition through the shared tails."""
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    _send_assignment(session, range(topic.partitions))
+    delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
+    return BroadcastFollow(hub.tails, services.store, session, positions, delivered, services.cache,
+                           on_growth=lambda count: _send_assignment(session, range(count)),
+                           on_error=lambda exc: on_error(session, exc))
+
+
+async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+    """Broadcast without a delivery hub (no shared tails): one reader per partition."""
+    positions = await resolve_start(services.store, session, topic.partitions)
+    session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    _send_assignment(session, range(topic.partitions))
+    await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
+                           for p, after in positions.items()))
+
+
+def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:
+    session.send_control({"type": "assignment", "generation": generation, "partitions": list(partitions)})
+
+
+async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str, config: GroupConfig,
+                      topic: TopicMetadata) -> None:
+    """Serve every partition of the topic, also those added while the subscription lasts (until cancelled)."""
+    partitions: list[int] = []
+    grown = asyncio.Event()
+    unwatch = services.cache.watch_growth(topic.name, lambda _count: grown.set())
+    try:
+        while True:
+            current = services.cache.get(topic.name)  # read after the watch is set: no growth slips between
+            count = max(topic.partitions, current.partitions if current is not None else 0)
+            if count > len(partitions):
+                for partition in range(len(partitions), count):
+                    await hub.attach(session, partition, group, config)
+                    partitions.append(partition)
+                _send_assignment(session, partitions)
+            await grown.wait()
+            grown.clear()
+    finally:
+        unwatch()
+        await _detach_all(hub, session, partitions, group)
+
+
+async def _run_exclusive(session: Session, services: Services, group: str, config: GroupConfig,
+                         topic: TopicMetadata) -> None:
+    hub, settings = services.delivery, services.settings
+    if hub is None or services.etcd is None:
+        raise PartitionerError("exclusive groups need etcd and a delivery hub")
+
+    def partition_count() -> int:
+        current = services.cache.get(topic.name)
+        return current.partitions if current is not None else topic.partitions
+
+    serving: set[int] = set()
+    async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
+                           node=settings.node_id, partition_count=partition_count, prefix=settings.etcd_prefix,
+                           lease_ttl_s=settings.member_lease_ttl_s) as member:
+        lost = asyncio.ensure_future(member.wait_lost())
+        try:
+            while True:
+                assignment = await _first(member.next_assignment(), lost, member)
+                wanted = set(assignment.partitions)
+                for partition in sorted(serving - wanted):
+                    await hub.detach(session, partition, group)
+                for partition in sorted(wanted - serving):
+                    await hub.attach(session, partition, group, config)
+                serving = wanted
+                _send_assignment(session, sorted(serving), assignment.generation)
+                await member.confirm(assignment.generation)
+        finally:
+            lost.cancel()
+            await _detach_all(hub, session, sorted(serving), group)
+
+
+async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any], member: GroupMember) -> Any:
+    """The result of ``awaitable`` unless the membership is lost first."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise MembershipLost(member.topic, member.group, member.member_id)
+    return task.result()
+
+
+async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int], group: str) -> None:
+    for partition in partitions:
+        with contextlib.suppress(StorageError):
+            await hub.detach(session, partition, group)
