@@ -1,1 +1,2 @@
-"""Delivering messages to subscribers: group readers shared per process, sessions with credit, filters."""
+"""Delivering messages to subscribers: group readers shared per process, sessions with credit,
+filters."""

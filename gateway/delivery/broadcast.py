@@ -1,9 +1,9 @@
 """Broadcast subscriptions: no group, every subscriber reads every partition from its own cursor.
 
-Each partition is followed by reading pages after the session's cursor (XRANGE), as fast as the session's
-credit allows, and polling briefly when caught up. Entries the session's header filter rejects are skipped.
-Delivery is at-most-once per connection and resumable: the cursor (the last offset handed to the socket, per
-partition) is the ``from`` of the next subscription.
+Each partition is followed by reading pages after the session's cursor (XRANGE), as fast as the
+session's credit allows, and polling briefly when caught up. Entries the session's header filter
+rejects are skipped. Delivery is at-most-once per connection and resumable: the cursor (the last
+offset handed to the socket, per partition) is the ``from`` of the next subscription.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ PAGE_MAX = 500
 IDLE_POLL_S = 0.05
 
 
-async def resolve_start(store: StreamStore, session: Session, partitions: int) -> dict[int, str | None]:
+async def resolve_start(store: StreamStore, session: Session,
+                        partitions: int) -> dict[int, str | None]:
     """The offset each partition is read after: None reads from the first retained entry."""
     params = session.params
     if params.start == "cursor":
@@ -32,7 +33,8 @@ async def resolve_start(store: StreamStore, session: Session, partitions: int) -
 async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None,
                            metrics: GatewayMetrics | None = None) -> None:
     """Deliver a partition's entries to the session, forever (cancelled when the session ends)."""
-    delivered = (metrics or GatewayMetrics.create()).deliveries.labels(session.topic, "", "broadcast")
+    delivered = (metrics or GatewayMetrics.create()).deliveries.labels(session.topic, "",
+                                                                       "broadcast")
     credit = asyncio.Event()
     session.watch_credit(credit)
     from_time_ms = session.params.from_time_ms if after is None else None
@@ -44,13 +46,15 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
                     return
                 credit.clear()
                 await credit.wait()  # also set when the session starts closing
-            entries = await store.read(session.topic, partition, after=after, from_time_ms=from_time_ms,
+            entries = await store.read(session.topic, partition, after=after,
+                                       from_time_ms=from_time_ms,
                                        limit=min(session.credit, PAGE_MAX))
             if not entries:
                 await asyncio.sleep(IDLE_POLL_S)
                 continue
             for entry in entries:
-                # Other partitions share the credit, so it may run out mid-page: re-read from here later.
+                # Other partitions share the credit, so it may run out mid-page: re-read from here
+                # later.
                 if header_filter.matches(entry.headers):
                     if not session.offer(Delivery(entry, 1)):
                         break

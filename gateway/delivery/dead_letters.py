@@ -1,9 +1,10 @@
 """Moving an entry that exhausted its deliveries to the dead-letter topic ``<topic>.dlq``.
 
-The DLQ topic is created on first use with the source's partition count; the entry keeps its partition index
-(modulo the DLQ's count), key, value and headers, plus ``sg-dlq-*`` headers naming where it came from and why.
-The append is idempotent (keyed by group, partition and offset, in the gateway's own name space), so a crash
-between the append and the ack in the source never yields two dead letters.
+The DLQ topic is created on first use with the source's partition count; the entry keeps its
+partition index (modulo the DLQ's count), key, value and headers, plus ``sg-dlq-*`` headers naming
+where it came from and why. The append is idempotent (keyed by group, partition and offset, in the
+gateway's own name space), so a crash between the append and the ack in the source never yields two
+dead letters.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def dlq_name(topic: str) -> str:
 class DeadLetterWriter:
     """The gateway's DeadLetterSink: append to ``<topic>.dlq``, idempotently, counted under ``by``.
 
-    The append uses acks=all: the caller acks the source entry afterwards, so the dead letter must survive a
-    failover first.
+    The append uses acks=all: the caller acks the source entry afterwards, so the dead letter must
+    survive a failover first.
     """
 
     def __init__(self, registry: TopicRegistry, store: StreamStore, dedup_ttl_ms: int,
@@ -60,18 +61,22 @@ class DeadLetterWriter:
             "sg-dlq-reason": reason,
             "sg-dlq-delivery-count": str(delivery.delivery_count - 1),
         }
-        record = Record(entry.partition % dlq.partitions, entry.value, entry.value_format, entry.key, headers,
-                        idempotency_key=internal_key("dlq", group, topic, entry.partition, entry.offset))
+        record = Record(entry.partition % dlq.partitions, entry.value, entry.value_format,
+                        entry.key, headers,
+                        idempotency_key=internal_key("dlq", group, topic, entry.partition,
+                                                     entry.offset))
         await self._store.append(dlq.name, [record], AppendOptions(acks=Acks.ALL,
                                                                   dedup_ttl_ms=self._dedup_ttl_ms))
         if self._metrics is not None:
             self._metrics.group_dead_lettered.labels(topic, group, self._by).inc()
-        log.info("dead-lettered %s/%s@%s for group %s: %s", topic, entry.partition, entry.offset, group, reason)
+        log.info("dead-lettered %s/%s@%s for group %s: %s", topic, entry.partition, entry.offset,
+                 group, reason)
 
     async def _dlq_topic(self, topic: str) -> TopicMetadata:
         source = await self._registry.get(topic)
         try:
             return await self._registry.create(
-                TopicSettings(dlq_name(topic), source.partitions, source.retention_ms), owner=DLQ_OWNER)
+                TopicSettings(dlq_name(topic), source.partitions, source.retention_ms),
+                owner=DLQ_OWNER)
         except TopicExists:
             return await self._registry.get(dlq_name(topic))

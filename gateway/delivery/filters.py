@@ -1,7 +1,8 @@
-"""Server-side header filters: ``filter=<header>:<v1>,<v2>`` keeps messages whose header is one of the values.
+"""Server-side header filters: ``filter=<header>:<v1>,<v2>`` keeps messages whose header is one of
+the values.
 
-Several ``filter`` parameters must all match. A group's filtered-out messages are acked for that group and
-never delivered.
+Several ``filter`` parameters must all match. A group's filtered-out messages are acked for that
+group and never delivered.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ MAX_VALUES = 64
 
 @dataclass(frozen=True, slots=True)
 class HeaderFilter:
-    """Messages pass when, for every clause, the header is present and its value is among the allowed ones."""
+    """Messages pass when, for every clause, the header is present and its value is among the
+    allowed ones."""
 
     clauses: tuple[tuple[str, frozenset[str]], ...] = ()
 
@@ -33,7 +35,8 @@ class HeaderFilter:
         return not self.clauses
 
     def and_headers(self, forced: Mapping[str, str]) -> HeaderFilter:
-        """This filter ANDed with ``header == value`` for each forced header (a principal's tenant filter)."""
+        """This filter ANDed with ``header == value`` for each forced header (a principal's tenant
+        filter)."""
         clauses = dict(self.clauses)
         for name, value in forced.items():
             clauses[name] = clauses.get(name, frozenset({value})) & frozenset({value})
@@ -41,7 +44,8 @@ class HeaderFilter:
 
     def describe(self) -> str:
         """A canonical text form (equal filters give equal text)."""
-        return ";".join(f"{name}:{','.join(sorted(values))}" for name, values in sorted(self.clauses))
+        return ";".join(f"{name}:{','.join(sorted(values))}"
+                        for name, values in sorted(self.clauses))
 
 
 def parse_filters(raw: Iterable[str]) -> HeaderFilter:
@@ -51,7 +55,8 @@ def parse_filters(raw: Iterable[str]) -> HeaderFilter:
         name, sep, values = text.partition(":")
         allowed = frozenset(v for v in values.split(",") if v)
         if not sep or not HEADER_NAME.fullmatch(name) or not allowed or len(allowed) > MAX_VALUES:
-            raise invalid_field("/filter", f"filter {text!r} must look like <header>:<value>[,<value>...]")
+            raise invalid_field("/filter",
+                                f"filter {text!r} must look like <header>:<value>[,<value>...]")
         clauses[name] = clauses.get(name, allowed) & allowed
     if len(clauses) > MAX_FILTERS:
         raise invalid_field("/filter", f"at most {MAX_FILTERS} filters")

@@ -1,14 +1,17 @@
-"""One reader per (topic, partition, group) per gateway process, fanning deliveries out to local sessions.
+"""One reader per (topic, partition, group) per gateway process, fanning deliveries out to local
+sessions.
 
-Each turn of the loop: wait until some session has credit; hand out the local backlog; reclaim entries whose
-ack timeout passed (redelivery with delivery_count + 1, or the dead-letter topic past max_deliveries); else
-read new entries (XREADGROUP, blocking briefly). A read waits, at most ``READ_COALESCE_S``, until some session
-has half its window free or nothing in flight (TCP's silly-window avoidance): a client acking a few messages at
-a time would otherwise make every read, page and XACK a few messages long. Filtered-out entries are acked for
-the group and never delivered; with auto_ack (at-most-once) entries are acked as they are handed out.
+Each turn of the loop: wait until some session has credit; hand out the local backlog; reclaim
+entries whose ack timeout passed (redelivery with delivery_count + 1, or the dead-letter topic past
+max_deliveries); else read new entries (XREADGROUP, blocking briefly). A read waits, at most
+``READ_COALESCE_S``, until some session has half its window free or nothing in flight (TCP's
+silly-window avoidance): a client acking a few messages at a time would otherwise make every read,
+page and XACK a few messages long. Filtered-out entries are acked for the group and never delivered;
+with auto_ack (at-most-once) entries are acked as they are handed out.
 
-Acks from every session of a reader that arrive in the same event-loop tick go out as one XACK of all their
-offsets; each caller still waits for (and sees the failure of) the XACK that carried its offsets.
+Acks from every session of a reader that arrive in the same event-loop tick go out as one XACK of
+all their offsets; each caller still waits for (and sees the failure of) the XACK that carried its
+offsets.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ log = logging.getLogger(__name__)
 DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
 READ_BLOCK_MS = 250
 READ_BATCH_MAX = 1000
-READ_COALESCE_S = 0.002  # the longest a read waits for more credit than a sliver of a session's window
+# the longest a read waits for more credit than a sliver of a session's window
+READ_COALESCE_S = 0.002
 TAKEOVER_PAGE = 10_000
-RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000  # "idle forever": reclaimable by the next reclaim pass
+# "idle forever": reclaimable by the next reclaim pass
+RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 ERROR_BACKOFF_S = 0.5
 _OFFSET_OF_REF = itemgetter(1)
 _DELIVERY_COUNT = attrgetter("delivery_count")
@@ -58,8 +63,9 @@ class GroupConfig:
 class GroupReader:
     """Reads one partition for one group and hands entries to the sessions attached to it."""
 
-    def __init__(self, topic: str, partition: int, group: str, config: GroupConfig, store: GroupStore,
-                 consumer: str, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None) -> None:
+    def __init__(self, topic: str, partition: int, group: str, config: GroupConfig,
+                 store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
+                 metrics: GatewayMetrics | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.group = group
@@ -82,13 +88,14 @@ class GroupReader:
         self._acks_done: asyncio.Future[None] | None = None
         self._ack_writes: set[asyncio.Future[int]] = set()  # strong references while an XACK runs
 
-    # --- sessions ---------------------------------------------------------------------------------------------
+    # --- sessions ---------------------------------------------------------------------------------
     def attach(self, session: Session) -> None:
         """Serve ``session`` from now on; starts the loop on first use."""
         self._sessions.append(session)
         session.watch_credit(self._credit)
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"reader-{self.topic}/{self.partition}/{self.group}")
+            self._task = asyncio.create_task(
+                self._run(), name=f"reader-{self.topic}/{self.partition}/{self.group}")
 
     async def detach(self, session: Session) -> None:
         """Stop serving ``session`` and make its un-acked deliveries redeliverable at once."""
@@ -108,7 +115,8 @@ class GroupReader:
         self._credit.set()
         task, self._task = self._task, None
         if task is not None:
-            # On timeout wait_for cancels it; entries read meanwhile are reclaimed after their ack timeout.
+            # On timeout wait_for cancels it; entries read meanwhile are reclaimed after their ack
+            # timeout.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(task, READ_BLOCK_MS / 1000 * 4)
         backlog = [d.entry.offset for d in self._backlog]
@@ -116,9 +124,10 @@ class GroupReader:
         with contextlib.suppress(StorageError):
             await self.release(backlog)
 
-    # --- acks from sessions --------------------------------------------------------------------------------------
+    # --- acks from sessions -----------------------------------------------------------------------
     async def ack(self, refs: Sequence[MessageRef]) -> None:
-        """Acknowledge deliveries (any session, any gateway may ack); batched with this tick's other acks."""
+        """Acknowledge deliveries (any session, any gateway may ack); batched with this tick's other
+        acks."""
         self._acks_due.extend(map(_OFFSET_OF_REF, refs))
         done = self._acks_done
         if done is None:
@@ -131,13 +140,15 @@ class GroupReader:
         offsets, self._acks_due = self._acks_due, []
         done, self._acks_done = self._acks_done, None
         if done is not None:
-            task = asyncio.ensure_future(self._store.ack(self.topic, self.partition, self.group, offsets))
+            task = asyncio.ensure_future(self._store.ack(self.topic, self.partition, self.group,
+                                                         offsets))
             self._ack_writes.add(task)
             task.add_done_callback(self._ack_writes.discard)
             task.add_done_callback(lambda t: _settle_future(done, t))
 
     async def nack(self, refs: Sequence[MessageRef], delay_ms: int) -> None:
-        """Redeliver after ``delay_ms`` (0: as soon as possible) without waiting for the ack timeout."""
+        """Redeliver after ``delay_ms`` (0: as soon as possible) without waiting for the ack
+        timeout."""
         idle_ms = max(0, self.config.ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS
         await self._set_idle([offset for _, offset in refs], idle_ms)
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
@@ -156,9 +167,10 @@ class GroupReader:
 
     async def _set_idle(self, offsets: Sequence[str], idle_ms: int) -> None:
         if offsets:
-            await self._store.set_idle(self.topic, self.partition, self.group, self._consumer, offsets, idle_ms)
+            await self._store.set_idle(self.topic, self.partition, self.group, self._consumer,
+                                       offsets, idle_ms)
 
-    # --- the loop -----------------------------------------------------------------------------------------------
+    # --- the loop ---------------------------------------------------------------------------------
     async def _run(self) -> None:
         started = False
         while not self._stopping:
@@ -168,7 +180,8 @@ class GroupReader:
                     started = True
                 await self._turn()
             except StorageError as exc:
-                log.warning("reader %s/%s/%s: %s; retrying", self.topic, self.partition, self.group, exc)
+                log.warning("reader %s/%s/%s: %s; retrying", self.topic, self.partition, self.group,
+                            exc)
                 await asyncio.sleep(ERROR_BACKOFF_S)
 
     async def _start(self) -> None:
@@ -179,13 +192,14 @@ class GroupReader:
     async def _take_over(self) -> None:
         """A new exclusive owner first takes the partition's pending entries, in offset order.
 
-        One page: entries beyond it (more than TAKEOVER_PAGE un-acked) follow through the ack-timeout reclaim.
+        One page: entries beyond it (more than TAKEOVER_PAGE un-acked) follow through the
+        ack-timeout reclaim.
         """
         pending = await self._store.expired(self.topic, self.partition, self.group, min_idle_ms=0,
                                             count=TAKEOVER_PAGE)
         if pending:
-            claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer, pending,
-                                              min_idle_ms=0)
+            claimed = await self._store.claim(self.topic, self.partition, self.group,
+                                              self._consumer, pending, min_idle_ms=0)
             await self._accept(claimed)
 
     async def _turn(self) -> None:
@@ -203,9 +217,10 @@ class GroupReader:
             if self._stopping or not self._any_credit():
                 return
         count = min(self._total_credit(), READ_BATCH_MAX)
-        # After a full read more is likely waiting: read without blocking (the store's pipelined connection);
-        # after a short one, block for what comes next.
-        entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer, count=count,
+        # After a full read more is likely waiting: read without blocking (the store's pipelined
+        # connection); after a short one, block for what comes next.
+        entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
+                                             count=count,
                                              block_ms=0 if self._more_waiting else READ_BLOCK_MS)
         self._more_waiting = len(entries) == count
         await self._accept_new(first_deliveries(entries))
@@ -222,7 +237,8 @@ class GroupReader:
         return any(session.worth_a_read for session in self._sessions)
 
     async def _wait_for_more_credit(self, longest_s: float) -> None:
-        """Until a session's credit is worth a read (``Session.worth_a_read``), at most ``longest_s``."""
+        """Until a session's credit is worth a read (``Session.worth_a_read``), at most
+        ``longest_s``."""
         deadline = asyncio.get_running_loop().time() + longest_s
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
@@ -241,11 +257,12 @@ class GroupReader:
         self._reclaim_now = False
         self._last_reclaim = time.monotonic()
         expired = await self._store.expired(self.topic, self.partition, self.group,
-                                            min_idle_ms=self.config.ack_timeout_ms, count=self._total_credit())
+                                            min_idle_ms=self.config.ack_timeout_ms,
+                                            count=self._total_credit())
         if not expired:
             return False
-        claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer, expired,
-                                          min_idle_ms=self.config.ack_timeout_ms)
+        claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer,
+                                          expired, min_idle_ms=self.config.ack_timeout_ms)
         for delivery in claimed:
             self._forget_everywhere((delivery.entry.partition, delivery.entry.offset))
         await self._accept(claimed)
@@ -256,8 +273,9 @@ class GroupReader:
             session.forget(ref)
 
     async def _accept_new(self, deliveries: list[Delivery]) -> None:
-        """Route first deliveries: without a filter every one goes out (a delivery count of 1 is always within
-        max_deliveries, which is at least 1), so the whole read joins the backlog at once."""
+        """Route first deliveries: without a filter every one goes out (a delivery count of 1 is
+        always within max_deliveries, which is at least 1), so the whole read joins the backlog at
+        once."""
         if self.config.filter.is_empty:
             self._backlog.extend(deliveries)
             await self._dispatch()
@@ -265,12 +283,14 @@ class GroupReader:
             await self._accept(deliveries)
 
     async def _accept(self, deliveries: Sequence[Delivery]) -> None:
-        """Route fresh deliveries: dead letters, filtered-out acks, the rest to the backlog and out."""
+        """Route fresh deliveries: dead letters, filtered-out acks, the rest to the backlog and
+        out."""
         to_ack: list[str] = []
         for delivery in deliveries:
             entry = delivery.entry
             if delivery.delivery_count > self.config.max_deliveries:
-                await self._dead_letters(self.topic, self.group, delivery, "max_deliveries exceeded")
+                await self._dead_letters(self.topic, self.group, delivery,
+                                         "max_deliveries exceeded")
                 to_ack.append(entry.offset)
             elif not self.config.filter.matches(entry.headers):
                 to_ack.append(entry.offset)
@@ -283,8 +303,8 @@ class GroupReader:
     async def _dispatch(self) -> None:
         """Hand backlog entries to sessions with credit, round-robin, a page per session.
 
-        A page is at most the backlog's even share over the attached sessions (so a shared group still spreads
-        a small backlog over its members) and at most the session's credit.
+        A page is at most the backlog's even share over the attached sessions (so a shared group
+        still spreads a small backlog over its members) and at most the session's credit.
         """
         auto_acked: list[str] = []
         delivery_counts: list[int] = []
@@ -297,7 +317,8 @@ class GroupReader:
             page = _take_front(backlog, min(share, session.credit))
             taken = session.offer_page(page)
             if taken < len(page):
-                backlog.extendleft(reversed(page[taken:]))  # not taken (the session started closing): back in front
+                # not taken (the session started closing): back in front
+                backlog.extendleft(reversed(page[taken:]))
                 page = page[:taken]
             delivery_counts.extend(map(_DELIVERY_COUNT, page))
             if self.config.auto_ack:
@@ -319,7 +340,8 @@ class GroupReader:
 
 
 def _take_front(backlog: deque[Delivery], count: int) -> list[Delivery]:
-    """The first ``count`` deliveries of the backlog, removed from it (all of it in one step when it fits)."""
+    """The first ``count`` deliveries of the backlog, removed from it (all of it in one step when it
+    fits)."""
     if count >= len(backlog):
         page = list(backlog)
         backlog.clear()
@@ -335,6 +357,7 @@ def _settle_future(done: asyncio.Future[None], task: asyncio.Future[int]) -> Non
         done.set_exception(StorageError("ack cancelled"))
     elif task.exception() is not None:
         done.set_exception(task.exception() or StorageError("ack failed"))
-        done.exception()  # retrieved here: a waiter that was cancelled meanwhile must not leave a warning
+        # retrieved here: a waiter that was cancelled meanwhile must not leave a warning
+        done.exception()
     else:
         done.set_result(None)

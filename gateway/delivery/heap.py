@@ -1,5 +1,6 @@
-"""Handing freed heap back to the OS after a large release: glibc keeps freed pages mapped otherwise, so the RSS
-a client that never read once pinned would stay with the process after it left.
+"""Handing freed heap back to the OS after a large release: glibc keeps freed pages mapped
+otherwise, so the RSS a client that never read once pinned would stay with the process after it
+left.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _TRIM = _malloc_trim()
-_pending_on: asyncio.AbstractEventLoop | None = None  # the loop a trim is scheduled on (a loop per process)
+# the loop a trim is scheduled on (a loop per process)
+_pending_on: asyncio.AbstractEventLoop | None = None
 
 
 def trim_soon() -> None:

@@ -1,4 +1,5 @@
-"""The process-wide registry of group readers (one per (topic, partition, group)) and broadcast tails."""
+"""The process-wide registry of group readers (one per (topic, partition, group)) and broadcast
+tails."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ class GroupConflict(Exception):
 
 
 class DeliveryHub:
-    """Creates readers on first use, stops them when their last session leaves (async context manager)."""
+    """Creates readers on first use, stops them when their last session leaves (async context
+    manager)."""
 
     def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
                  metrics: GatewayMetrics | None = None) -> None:
@@ -30,7 +32,8 @@ class DeliveryHub:
         self._dead_letters = dead_letters
         self._readers: dict[ReaderKey, GroupReader] = {}
         self._lock = asyncio.Lock()
-        self.tails = BroadcastTails(store)  # broadcast subscriptions share one reader per partition too
+        # broadcast subscriptions share one reader per partition too
+        self.tails = BroadcastTails(store)
 
     async def __aenter__(self) -> DeliveryHub:
         return self
@@ -45,17 +48,19 @@ class DeliveryHub:
         await asyncio.gather(*(reader.aclose() for reader in readers), return_exceptions=True)
         await self.tails.aclose()
 
-    async def attach(self, session: Session, partition: int, group: str, config: GroupConfig) -> GroupReader:
+    async def attach(self, session: Session, partition: int, group: str,
+                     config: GroupConfig) -> GroupReader:
         """Serve ``session`` from the reader of (topic, partition, group), creating it if needed."""
         async with self._lock:
             key = (session.topic, partition, group)
             reader = self._readers.get(key)
             if reader is not None and _differs(reader.config, config):
                 raise GroupConflict(f"group {group!r} is served here with other settings "
-                                    "(mode, filter, ack timeout, max deliveries or auto_ack must match)")
+                                    "(mode, filter, ack timeout, max deliveries or auto_ack "
+                                    "must match)")
             if reader is None:
-                reader = GroupReader(session.topic, partition, group, config, self.store, self._consumer,
-                                     self._dead_letters, self._metrics)
+                reader = GroupReader(session.topic, partition, group, config, self.store,
+                                     self._consumer, self._dead_letters, self._metrics)
                 self._readers[key] = reader
             reader.attach(session)
             return reader
@@ -72,7 +77,8 @@ class DeliveryHub:
                 del self._readers[key]
                 await reader.aclose()
 
-    async def settle(self, session: Session, refs: list[MessageRef], action: str, delay_ms: int = 0) -> int:
+    async def settle(self, session: Session, refs: list[MessageRef], action: str,
+                     delay_ms: int = 0) -> int:
         """Apply ack / nack / extend from a session; returns how many deliveries it concerned."""
         grouped = session.extend(refs) if action == "extend" else session.settle(refs)
         group = session.params.group
@@ -90,5 +96,6 @@ class DeliveryHub:
 
 
 def _differs(current: GroupConfig, wanted: GroupConfig) -> bool:
-    """Everything but the start position (which only matters when the group is created) must match."""
+    """Everything but the start position (which only matters when the group is created) must
+    match."""
     return dataclasses.replace(current, start=wanted.start) != wanted

@@ -1,5 +1,5 @@
-"""How a subscription is served in each mode: broadcast through the shared tails (or a reader per partition
-without a delivery hub), shared and exclusive groups through the hub's group readers."""
+"""How a subscription is served in each mode: broadcast through the shared tails (or a reader per
+partition without a delivery hub), shared and exclusive groups through the hub's group readers."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ async def _run_group(session: Session, services: Services, topic: TopicMetadata)
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
                          _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
-    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms, params.max_deliveries)
+    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
+                               params.max_deliveries)
     if params.mode is Mode.SHARED:
         await _run_shared(session, services, services.delivery, params.group, config, topic)
     else:
@@ -43,14 +44,17 @@ async def _run_group(session: Session, services: Services, topic: TopicMetadata)
 
 def _group_start(params: SubscribeParams) -> str:
     if params.start == "cursor":
-        # A group has one position per partition; a cursor names them, the lowest is used where absent.
+        # A group has one position per partition; a cursor names them, the lowest is used where
+        # absent.
         return min(params.cursor.values())
     return params.start
 
 
-async def start_broadcast(session: Session, services: Services, hub: DeliveryHub, topic: TopicMetadata,
+async def start_broadcast(session: Session, services: Services, hub: DeliveryHub,
+                          topic: TopicMetadata,
                           on_error: Callable[[Session, BaseException], None]) -> BroadcastFollow:
-    """Pin the start positions, send the assignment, and follow every partition through the shared tails."""
+    """Pin the start positions, send the assignment, and follow every partition through the shared
+    tails."""
     positions = await resolve_start(services.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     _send_assignment(session, range(topic.partitions))
@@ -70,18 +74,21 @@ async def _run_broadcast(session: Session, services: Services, topic: TopicMetad
 
 
 def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:
-    session.send_control({"type": "assignment", "generation": generation, "partitions": list(partitions)})
+    session.send_control({"type": "assignment", "generation": generation,
+                          "partitions": list(partitions)})
 
 
-async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str, config: GroupConfig,
-                      topic: TopicMetadata) -> None:
-    """Serve every partition of the topic, also those added while the subscription lasts (until cancelled)."""
+async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str,
+                      config: GroupConfig, topic: TopicMetadata) -> None:
+    """Serve every partition of the topic, also those added while the subscription lasts (until
+    cancelled)."""
     partitions: list[int] = []
     grown = asyncio.Event()
     unwatch = services.cache.watch_growth(topic.name, lambda _count: grown.set())
     try:
         while True:
-            current = services.cache.get(topic.name)  # read after the watch is set: no growth slips between
+            # read after the watch is set: no growth slips between
+            current = services.cache.get(topic.name)
             count = max(topic.partitions, current.partitions if current is not None else 0)
             if count > len(partitions):
                 for partition in range(len(partitions), count):
@@ -107,7 +114,8 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
 
     serving: set[int] = set()
     async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
-                           node=settings.node_id, partition_count=partition_count, prefix=settings.etcd_prefix,
+                           node=settings.node_id, partition_count=partition_count,
+                           prefix=settings.etcd_prefix,
                            lease_ttl_s=settings.member_lease_ttl_s) as member:
         lost = asyncio.ensure_future(member.wait_lost())
         try:
@@ -139,7 +147,8 @@ async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any], member: G
     return task.result()
 
 
-async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int], group: str) -> None:
+async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int],
+                      group: str) -> None:
     for partition in partitions:
         with contextlib.suppress(StorageError):
             await hub.detach(session, partition, group)

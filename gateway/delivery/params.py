@@ -1,4 +1,5 @@
-"""Subscription parameters, validated before the WebSocket upgrade (bad ones get a problem+json 4xx)."""
+"""Subscription parameters, validated before the WebSocket upgrade (bad ones get a problem+json
+4xx)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ DEFAULT_MAX_DELIVERIES = 5
 class Mode(enum.Enum):
     """How a subscription shares a topic with others."""
 
-    EXCLUSIVE = "exclusive"  # one live member per partition per group (Kafka-like), order kept per partition
+    # one live member per partition per group (Kafka-like), order kept per partition
+    EXCLUSIVE = "exclusive"
     SHARED = "shared"  # any member gets any entry (SQS-like)
     BROADCAST = "broadcast"  # no group: every subscriber sees everything from its own cursor
 
@@ -60,7 +62,8 @@ def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
         raise invalid_field("/from_time_ms", "'from_time_ms' is for broadcast subscriptions")
     return SubscribeParams(
         topic=topic, group=group, mode=mode, start=start, cursor=cursor, from_time_ms=from_time_ms,
-        max_in_flight=_int(query, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1, MAX_MAX_IN_FLIGHT) or 1,
+        max_in_flight=_int(query, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1,
+                           MAX_MAX_IN_FLIGHT) or 1,
         ack_timeout_ms=_int(query, "ack_timeout_ms", DEFAULT_ACK_TIMEOUT_MS, 100, 3_600_000) or 1,
         max_deliveries=_int(query, "max_deliveries", DEFAULT_MAX_DELIVERIES, 1, 1000) or 1,
         auto_ack=_bool(query.get("auto_ack", "false")),
@@ -88,13 +91,15 @@ def _start(raw: str) -> tuple[str, dict[int, str]]:
     for part in raw.split(","):
         partition, sep, offset = part.partition(":")
         if not sep or not (partition.isascii() and partition.isdigit()):
-            raise invalid_field("/from", "'from' must be earliest, latest or <partition>:<offset>[,...]")
+            raise invalid_field("/from",
+                                "'from' must be earliest, latest or <partition>:<offset>[,...]")
         parse_offset(offset, "/from")
         cursor[int(partition)] = offset
     return "cursor", cursor
 
 
-def _int(query: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
+def _int(query: Mapping[str, str], name: str, default: int | None, low: int,
+         high: int) -> int | None:
     raw = query.get(name)
     if raw is None:
         return default

@@ -1,9 +1,10 @@
-"""HTTP pull for clients that cannot hold a socket: stateless, so any gateway replica serves any call.
+"""HTTP pull for clients that cannot hold a socket: stateless, so any gateway replica serves any
+call.
 
-A pull reclaims entries whose ack timeout passed (redelivery, or the dead-letter topic past max_deliveries),
-then reads new ones across the topic's partitions, long-polling up to ``wait_ms``. Each message carries a
-signed receipt (gateway.delivery.receipts); ack/nack/extend take receipts, so they work on any replica that
-shares the receipt key.
+A pull reclaims entries whose ack timeout passed (redelivery, or the dead-letter topic past
+max_deliveries), then reads new ones across the topic's partitions, long-polling up to ``wait_ms``.
+Each message carries a signed receipt (gateway.delivery.receipts); ack/nack/extend take receipts, so
+they work on any replica that shares the receipt key.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class PullRequest:
 class Puller:
     """Pulls for groups on behalf of HTTP clients."""
 
-    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink, metrics: GatewayMetrics | None = None,
+    def __init__(self, store: GroupStore, dead_letters: DeadLetterSink,
+                 metrics: GatewayMetrics | None = None,
                  signer: ReceiptSigner | None = None) -> None:
         self.store = store
         self.signer = signer or ReceiptSigner.random()
@@ -65,7 +67,8 @@ class Puller:
                 deliveries += first_deliveries(entries)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
-                self._metrics.count_deliveries(request.topic, group, "pull", (d.delivery_count for d in deliveries))
+                self._metrics.count_deliveries(request.topic, group, "pull",
+                                               (d.delivery_count for d in deliveries))
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
 
@@ -75,7 +78,8 @@ class Puller:
                 await self.store.ensure_group(topic, partition, group, "earliest")
                 self._ensured.add((topic, partition, group))
 
-    async def _reclaim(self, group: str, request: PullRequest, order: Sequence[int]) -> list[Delivery]:
+    async def _reclaim(self, group: str, request: PullRequest,
+                       order: Sequence[int]) -> list[Delivery]:
         out: list[Delivery] = []
         for partition in order:
             wanted = request.max_messages - len(out)
@@ -85,8 +89,8 @@ class Puller:
                                                 min_idle_ms=request.ack_timeout_ms, count=wanted)
             if not expired:
                 continue
-            claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER, expired,
-                                              min_idle_ms=request.ack_timeout_ms)
+            claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER,
+                                             expired, min_idle_ms=request.ack_timeout_ms)
             out += await self._drop_dead(group, request, partition, claimed)
         return out
 
@@ -99,11 +103,13 @@ class Puller:
             await self.store.ack(request.topic, partition, group, [d.entry.offset for d in dead])
         return [d for d in claimed if d.delivery_count <= request.max_deliveries]
 
-    async def settle(self, group: str, receipts: Sequence[Receipt], action: str, delay_ms: int = 0) -> int:
+    async def settle(self, group: str, receipts: Sequence[Receipt], action: str,
+                     delay_ms: int = 0) -> int:
         """ack / nack / extend by receipt; returns how many receipts were applied."""
         by_partition: dict[tuple[str, int, int], list[str]] = defaultdict(list)
         for receipt in receipts:
-            by_partition[(receipt.topic, receipt.partition, receipt.ack_timeout_ms)].append(receipt.offset)
+            by_partition[(receipt.topic, receipt.partition,
+                          receipt.ack_timeout_ms)].append(receipt.offset)
         for (topic, partition, ack_timeout_ms), offsets in by_partition.items():
             if action == "ack":
                 await self.store.ack(topic, partition, group, offsets)

@@ -1,7 +1,8 @@
-"""Pull receipts: HMAC-signed handles for one delivery, bound to the principal and group that pulled it.
+"""Pull receipts: HMAC-signed handles for one delivery, bound to the principal and group that pulled
+it.
 
-A receipt carries its topic, partition, offset, ack timeout and issue time; it is refused once older than its
-ack timeout plus ``RECEIPT_SLACK_MS``, so a caller can neither mint, move nor stretch one.
+A receipt carries its topic, partition, offset, ack timeout and issue time; it is refused once older
+than its ack timeout plus ``RECEIPT_SLACK_MS``, so a caller can neither mint, move nor stretch one.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class SealedReceipt:
 
 
 class ReceiptSigner:
-    """Issues and checks receipts with one HMAC-SHA256 key (shared by every replica that serves pulls)."""
+    """Issues and checks receipts with one HMAC-SHA256 key (shared by every replica that serves
+    pulls)."""
 
     def __init__(self, key: bytes) -> None:
         self._key = key
@@ -69,13 +71,15 @@ class ReceiptSigner:
         return cls(secrets.token_bytes(KEY_BYTES))
 
     def issue(self, receipt: Receipt, principal: str, group: str) -> str:
-        """An opaque URL-safe token for ``receipt``, valid only for ``principal`` pulling as ``group``."""
-        payload = orjson.dumps([receipt.topic, receipt.partition, receipt.offset, receipt.ack_timeout_ms,
-                                receipt.issued_ms])
+        """An opaque URL-safe token for ``receipt``, valid only for ``principal`` pulling as
+        ``group``."""
+        payload = orjson.dumps([receipt.topic, receipt.partition, receipt.offset,
+                                receipt.ack_timeout_ms, receipt.issued_ms])
         return f"{_b64(payload)}.{_b64(self._tag(payload, principal, group))}"
 
     def read(self, token: object, pointer: str) -> SealedReceipt:
-        """The receipt a token claims to be (422 naming ``pointer`` when it is not shaped like one)."""
+        """The receipt a token claims to be (422 naming ``pointer`` when it is not shaped like
+        one)."""
         try:
             if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 1:
                 raise ValueError("not a token")
@@ -87,11 +91,13 @@ class ReceiptSigner:
         return SealedReceipt(receipt, payload, tag, pointer)
 
     def verify(self, sealed: SealedReceipt, principal: str, group: str, now_ms: int) -> Receipt:
-        """The receipt, once its signature binds it to ``principal`` and ``group``; 422 if not, 410 if expired."""
+        """The receipt, once its signature binds it to ``principal`` and ``group``; 422 if not, 410
+        if expired."""
         if not hmac.compare_digest(sealed.tag, self._tag(sealed.payload, principal, group)):
             raise invalid_field(sealed.pointer, f"{NOT_A_RECEIPT} to this principal for this group")
         if now_ms > sealed.receipt.expires_ms:
-            raise receipt_expired(sealed.pointer, "the receipt expired (its ack timeout passed); pull again")
+            raise receipt_expired(sealed.pointer,
+                                  "the receipt expired (its ack timeout passed); pull again")
         return sealed.receipt
 
     def _tag(self, payload: bytes, principal: str, group: str) -> bytes:
@@ -101,11 +107,13 @@ class ReceiptSigner:
 
 
 def signer_for(secret: str | None) -> ReceiptSigner:
-    """The signer of a configured secret; without one, a random key, announced once because receipts then
-    work only on the replica (and worker) that issued them. ValueError when the secret is too short."""
+    """The signer of a configured secret; without one, a random key, announced once because receipts
+    then work only on the replica (and worker) that issued them. ValueError when the secret is too
+    short."""
     if secret is None:
-        log.warning("receipt_secret is not set: pull receipts are signed with a random key and are accepted "
-                    "only by this gateway process; set STREAMGATE_RECEIPT_SECRET on every replica")
+        log.warning("receipt_secret is not set: pull receipts are signed with a random key and "
+                    "are accepted only by this gateway process; set STREAMGATE_RECEIPT_SECRET on "
+                    "every replica")
         return ReceiptSigner.random()
     key = secret.encode()
     if len(key) < KEY_BYTES:
@@ -118,9 +126,11 @@ def _receipt_from(data: Any, pointer: str) -> Receipt:
         raise ValueError("wrong shape")
     topic, partition, offset, ack_timeout_ms, issued_ms = data
     if not (isinstance(topic, str) and isinstance(offset, str) and all(
-            isinstance(n, int) and not isinstance(n, bool) for n in (partition, ack_timeout_ms, issued_ms))):
+            isinstance(n, int) and not isinstance(n, bool)
+            for n in (partition, ack_timeout_ms, issued_ms))):
         raise ValueError("wrong types")
-    if not (0 <= partition < MAX_PARTITIONS and MIN_ACK_TIMEOUT_MS <= ack_timeout_ms <= MAX_ACK_TIMEOUT_MS
+    if not (0 <= partition < MAX_PARTITIONS
+            and MIN_ACK_TIMEOUT_MS <= ack_timeout_ms <= MAX_ACK_TIMEOUT_MS
             and 0 <= issued_ms < 2**63):
         raise ValueError("out of range")
     parse_offset(offset, pointer)

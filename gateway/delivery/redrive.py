@@ -1,9 +1,9 @@
 """DLQ redrive: move dead letters of ``<topic>.dlq`` back to their source topic, at a bounded rate.
 
-Progress is a consumer group (``sg-redrive``) on the DLQ, so a redrive can stop and resume anywhere; each
-message goes back to its original partition (``sg-dlq-partition``) without the ``sg-dlq-*`` headers, with an
-idempotency key derived from its DLQ offset in the gateway's own name space, so a retried redrive never
-duplicates.
+Progress is a consumer group (``sg-redrive``) on the DLQ, so a redrive can stop and resume anywhere;
+each message goes back to its original partition (``sg-dlq-partition``) without the ``sg-dlq-*``
+headers, with an idempotency key derived from its DLQ offset in the gateway's own name space, so a
+retried redrive never duplicates.
 """
 
 from __future__ import annotations
@@ -29,15 +29,18 @@ def source_record(entry: StoredEntry, dlq_partition: int, source: TopicMetadata)
     original = entry.headers.get("sg-dlq-partition", "")
     known = original.isascii() and original.isdigit() and int(original) < source.partitions
     partition = int(original) if known else (
-        partition_for(entry.key, source.partitions) if entry.key is not None else dlq_partition % source.partitions)
+        partition_for(entry.key, source.partitions) if entry.key is not None
+        else dlq_partition % source.partitions)
     headers = {k: v for k, v in entry.headers.items() if not k.startswith(DLQ_HEADER_PREFIX)}
     return Record(partition, entry.value, entry.value_format, entry.key, headers,
-                  idempotency_key=internal_key("redrive", dlq_name(source.name), dlq_partition, entry.offset))
+                  idempotency_key=internal_key("redrive", dlq_name(source.name), dlq_partition,
+                                               entry.offset))
 
 
 async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata, dlq: TopicMetadata,
                   max_messages: int, rate_per_s: int, dedup_ttl_ms: int) -> int:
-    """Move up to ``max_messages`` dead letters back, no faster than ``rate_per_s``; returns how many."""
+    """Move up to ``max_messages`` dead letters back, no faster than ``rate_per_s``; returns how
+    many."""
     moved = 0
     started = time.monotonic()
     for partition in range(dlq.partitions):
@@ -48,8 +51,10 @@ async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata,
             if not entries:
                 break
             records = [source_record(entry, partition, source) for entry in entries]
-            await store.append(source.name, records, AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
-            await groups.ack(dlq.name, partition, REDRIVE_GROUP, [entry.offset for entry in entries])
+            await store.append(source.name, records,
+                               AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
+            await groups.ack(dlq.name, partition, REDRIVE_GROUP,
+                             [entry.offset for entry in entries])
             moved += len(entries)
             await _pace(moved, rate_per_s, started)
     return moved

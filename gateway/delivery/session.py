@@ -1,19 +1,20 @@
 """One subscriber connection: credit-based flow control, un-acked deliveries and a bounded outbox.
 
-Credit: a group session never holds more than ``max_in_flight`` un-acked deliveries; an ack, nack or expiry
-gives credit back. At-most-once and broadcast sessions get credit back once the frame is written, so the
-outbox is bounded by ``max_in_flight`` too. The outbox is also bounded in encoded bytes (``max_outbox_bytes``):
-past it the session takes no delivery, as if out of credit, so a client that does not read holds at most that
-much (plus one frame) whatever its window. A writer that cannot hand a frame to the socket within
-``slow_client_timeout_s`` closes the session with 4008 and its resume cursor: never a silent drop.
+Credit: a group session never holds more than ``max_in_flight`` un-acked deliveries; an ack, nack or
+expiry gives credit back. At-most-once and broadcast sessions get credit back once the frame is
+written, so the outbox is bounded by ``max_in_flight`` too. The outbox is also bounded in encoded
+bytes (``max_outbox_bytes``): past it the session takes no delivery, as if out of credit, so a
+client that does not read holds at most that much (plus one frame) whatever its window. A writer
+that cannot hand a frame to the socket within ``slow_client_timeout_s`` closes the session with 4008
+and its resume cursor: never a silent drop.
 
-The writer hands everything queued (up to WRITE_BATCH_FRAMES frames) to ``Send`` at once, which writes them as
-separate WebSocket frames in one transport write (gateway.delivery.wire). Broadcast tails offer pages of frames
-encoded once for every session (``offer_frames``).
+The writer hands everything queued (up to WRITE_BATCH_FRAMES frames) to ``Send`` at once, which
+writes them as separate WebSocket frames in one transport write (gateway.delivery.wire). Broadcast
+tails offer pages of frames encoded once for every session (``offer_frames``).
 
-The writer is a task only while there is something to write: the first frame queued starts it and it ends once
-the outbox is empty, so an idle subscription holds no writer task, no wake-up future and no last written batch
-(idle subscriptions must cost as little memory as they can).
+The writer is a task only while there is something to write: the first frame queued starts it and it
+ends once the outbox is empty, so an idle subscription holds no writer task, no wake-up future and
+no last written batch (idle subscriptions must cost as little memory as they can).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ SLOW_CLOSE_FRAME_WAIT_S = 0.05
 WRITE_BATCH_FRAMES = 1024
 WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in the transport
 DEFAULT_OUTBOX_BYTES = 4 * 1024 * 1024
-# An outbox item: one frame or a page of frames, the credit their write gives back, the partition and the
-# offset of the frame (of each frame of a page) the cursor moves to once written (partition -1: a control frame).
+# An outbox item: one frame or a page of frames, the credit their write gives back, the partition
+# and the offset of the frame (of each frame of a page) the cursor moves to once written
+# (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
 _ENTRY_OFFSET = attrgetter("entry.offset")
 _PARTITION = itemgetter(0)
@@ -70,12 +72,14 @@ class Session:
     """Credit, in-flight deliveries and the outbox of one subscriber."""
 
     def __init__(self, session_id: str, topic: str, params: SubscribeParams, send: Send,
-                 slow_client_timeout_s: float, max_outbox_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
+                 slow_client_timeout_s: float,
+                 max_outbox_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
         self.id = session_id
         self.topic = topic
         self.params = params
         self.credit = params.max_in_flight
-        self.in_flight: dict[MessageRef, float] = {}  # un-acked group deliveries: their ack deadlines
+        # un-acked group deliveries: their ack deadlines
+        self.in_flight: dict[MessageRef, float] = {}
         self.cursor: dict[int, str] = dict(params.cursor)
         self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
         self._send = send
@@ -83,15 +87,15 @@ class Session:
         self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
         self.outbox_bytes = 0  # encoded bytes of the frames in the outbox
         self._max_outbox_bytes = max_outbox_bytes
-        # The size of this session's last message frames; until one is seen, a read fetches at most a default
-        # window (a first read of large messages must not fetch a whole wide window only for the outbox to refuse
-        # most of it).
+        # The size of this session's last message frames; until one is seen, a read fetches at most
+        # a default window (a first read of large messages must not fetch a whole wide window only
+        # for the outbox to refuse most of it).
         self._frame_bytes = max(1, max_outbox_bytes // DEFAULT_MAX_IN_FLIGHT)
         self._credit_waiters: set[Waker] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
 
-    # --- lifetime -------------------------------------------------------------------------------------------
+    # --- lifetime ---------------------------------------------------------------------------------
     async def __aenter__(self) -> Session:
         return self
 
@@ -106,7 +110,8 @@ class Session:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
-        self._outbox = []  # a client that never read leaves a full outbox: nothing of it may outlive the session
+        # a client that never read leaves a full outbox: nothing of it may outlive the session
+        self._outbox = []
         if self.outbox_bytes >= WRITE_BATCH_BYTES:
             trim_soon()  # freed, but kept in the process's RSS by the allocator until trimmed
         self.outbox_bytes = 0
@@ -118,19 +123,23 @@ class Session:
             for event in self._credit_waiters:
                 event.set()  # wake waiters so they notice the close
 
-    # --- credit ---------------------------------------------------------------------------------------------
+    # --- credit -----------------------------------------------------------------------------------
     @property
     def has_credit(self) -> bool:
-        """Whether the session may take one more delivery (window open, outbox under its byte bound)."""
-        return self.credit > 0 and self.outbox_bytes < self._max_outbox_bytes and not self.closing.done()
+        """Whether the session may take one more delivery (window open, outbox under its byte
+        bound)."""
+        return (self.credit > 0 and self.outbox_bytes < self._max_outbox_bytes
+                and not self.closing.done())
 
     @property
     def read_allowance(self) -> int:
-        """How many deliveries a read for this session should fetch: its credit, or fewer where frames the size of
-        its last ones would not fit the outbox's room (what a read fetches beyond it waits in memory)."""
+        """How many deliveries a read for this session should fetch: its credit, or fewer where
+        frames the size of its last ones would not fit the outbox's room (what a read fetches beyond
+        it waits in memory)."""
         if not self.has_credit:
             return 0
-        return max(1, min(self.credit, (self._max_outbox_bytes - self.outbox_bytes) // self._frame_bytes))
+        return max(1, min(self.credit,
+                          (self._max_outbox_bytes - self.outbox_bytes) // self._frame_bytes))
 
     def _fitting_frames(self, frames: list[bytes]) -> tuple[int, int]:
         """How many leading frames the outbox's byte bound lets in (at least one) and their size."""
@@ -138,8 +147,10 @@ class Session:
 
     @property
     def worth_a_read(self) -> bool:
-        """Whether a read for this session would not be a sliver: half its window free, or nothing in flight."""
-        return self.has_credit and (2 * self.credit >= self.params.max_in_flight or not self.in_flight)
+        """Whether a read for this session would not be a sliver: half its window free, or nothing
+        in flight."""
+        return self.has_credit and (2 * self.credit >= self.params.max_in_flight
+                                    or not self.in_flight)
 
     def watch_credit(self, event: Waker) -> None:
         """Set ``event`` whenever this session gains credit (readers wait on it)."""
@@ -158,10 +169,10 @@ class Session:
         for event in self._credit_waiters:
             event.set()
 
-    # --- deliveries -----------------------------------------------------------------------------------------
+    # --- deliveries -------------------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> bool:
-        """Take a delivery that needs no ack (its credit comes back once written) if there is credit; False
-        leaves it with the caller."""
+        """Take a delivery that needs no ack (its credit comes back once written) if there is
+        credit; False leaves it with the caller."""
         if not self.has_credit:
             return False
         self.credit -= 1
@@ -171,11 +182,12 @@ class Session:
         return True
 
     def offer_page(self, deliveries: list[Delivery]) -> int:
-        """Take deliveries of one partition, in order, as far as the credit and the outbox's byte bound go;
-        returns how many were taken.
+        """Take deliveries of one partition, in order, as far as the credit and the outbox's byte
+        bound go; returns how many were taken.
 
-        The group readers' path: one deadline, one outbox item and one writer wake-up for the whole page.
-        Unless the session acks automatically, each stays in flight until settled or taken back.
+        The group readers' path: one deadline, one outbox item and one writer wake-up for the whole
+        page. Unless the session acks automatically, each stays in flight until settled or taken
+        back.
         """
         if not self.has_credit or not deliveries:
             return 0
@@ -195,12 +207,13 @@ class Session:
         self._enqueue((frames, 0 if tracked else len(frames), partition, offsets), size)
         return len(taken)
 
-    def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str], size: int | None = None) -> int:
-        """Take a page of broadcast frames already encoded, with their offsets (the caller checked the credit),
-        as far as the outbox's byte bound goes; returns how many were taken.
+    def offer_frames(self, partition: int, frames: list[bytes], offsets: list[str],
+                     size: int | None = None) -> int:
+        """Take a page of broadcast frames already encoded, with their offsets (the caller checked
+        the credit), as far as the outbox's byte bound goes; returns how many were taken.
 
-        ``size``, the page's bytes when the caller knows them (a tail page, sized once for all its followers),
-        spares measuring the page per session when it fits whole.
+        ``size``, the page's bytes when the caller knows them (a tail page, sized once for all its
+        followers), spares measuring the page per session when it fits whole.
         """
         if not frames:
             return 0
@@ -218,8 +231,8 @@ class Session:
     def send_control(self, frame: dict[str, Any]) -> None:
         """Queue a control frame (assignment, error, ack result); not counted against credit.
 
-        Control frames may take the outbox past its byte bound, up to twice it: past that the client keeps sending
-        frames while reading none of the answers, and is closed as a slow consumer.
+        Control frames may take the outbox past its byte bound, up to twice it: past that the client
+        keeps sending frames while reading none of the answers, and is closed as a slow consumer.
         """
         encoded = orjson.dumps(frame)
         if self.outbox_bytes + len(encoded) > 2 * self._max_outbox_bytes:
@@ -231,7 +244,8 @@ class Session:
         self.outbox_bytes += size
         self._outbox.append(item)
         if self._writer is None and self._open:
-            self._writer = asyncio.create_task(self._write_frames(), name=f"session-writer-{self.id}")
+            self._writer = asyncio.create_task(self._write_frames(),
+                                               name=f"session-writer-{self.id}")
 
     def settle(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by partition."""
@@ -256,9 +270,10 @@ class Session:
     def take_back(self, partition: int) -> list[MessageRef]:
         """Forget the un-acked deliveries of ``partition`` and give their credit back; returns them.
 
-        For a partition's reader that stops serving this session (the partition moved to another member, or the
-        session ends): the entries go back to the group, and the session's window must not stay smaller by them
-        (an ack arriving later for one of them concerns nothing here)."""
+        For a partition's reader that stops serving this session (the partition moved to another
+        member, or the session ends): the entries go back to the group, and the session's window
+        must not stay smaller by them (an ack arriving later for one of them concerns nothing
+        here)."""
         held = [ref for ref in self.in_flight if ref[0] == partition]
         for ref in held:
             del self.in_flight[ref]
@@ -269,24 +284,28 @@ class Session:
         """The ``from`` value that resumes after the last message handed to this session."""
         return format_cursor(self.cursor)
 
-    # --- writing --------------------------------------------------------------------------------------------
+    # --- writing ----------------------------------------------------------------------------------
     async def _close_slow(self) -> None:
-        """Close with 4008; the full cursor goes in a last error frame, the reason holds it when it fits."""
+        """Close with 4008; the full cursor goes in a last error frame, the reason holds it when it
+        fits."""
         cursor = self.resume_cursor()
         log.warning("session %s: client too slow, closing with cursor %s", self.id, cursor)
-        frame = orjson.dumps({"type": "error", "code": "slow-consumer", "detail": "closing: too slow to drain",
-                              "cursor": cursor})
-        # The frame lands in the transport ahead of the close frame even if the drain wait times out.
+        frame = orjson.dumps({"type": "error", "code": "slow-consumer",
+                              "detail": "closing: too slow to drain", "cursor": cursor})
+        # The frame lands in the transport ahead of the close frame even if the drain wait times
+        # out.
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):
             await asyncio.wait_for(self._send([frame]), SLOW_CLOSE_FRAME_WAIT_S)
-        self.request_close(WS_CLOSE_SLOW_CONSUMER, _slow_reason(cursor, "cursor in the last error frame"))
+        self.request_close(WS_CLOSE_SLOW_CONSUMER,
+                           _slow_reason(cursor, "cursor in the last error frame"))
 
     async def _write_frames(self) -> None:
         """Write until the outbox is empty, then end (the next ``_enqueue`` starts a new writer).
 
-        The empty check and the reset of ``_writer`` happen with no await between them, so a frame queued at any
-        point is either taken by this loop or starts the next writer. A writer that stops on a failed or too slow
-        send stays registered, so no new writer starts on a session that is closing.
+        The empty check and the reset of ``_writer`` happen with no await between them, so a frame
+        queued at any point is either taken by this loop or starts the next writer. A writer that
+        stops on a failed or too slow send stays registered, so no new writer starts on a session
+        that is closing.
         """
         while self._outbox:
             items, frames = self._take_batch()
@@ -294,22 +313,25 @@ class Session:
                 async with asyncio.timeout(self._slow_timeout_s):
                     await self._send(frames)
             except TimeoutError:
-                # The frames are in the transport before the drain wait, so the client gets them ahead of the
-                # close frame: count them as sent, or the resume would repeat them.
+                # The frames are in the transport before the drain wait, so the client gets them
+                # ahead of the close frame: count them as sent, or the resume would repeat them.
                 self._written(items, give_credit=False)
                 await self._close_slow()
                 return
             except (ConnectionError, RuntimeError) as exc:
                 self.request_close(1006, f"send failed: {exc}")
                 return
-            # The cursor moves only once the frames are handed to the socket, so a resume never skips.
+            # The cursor moves only once the frames are handed to the socket, so a resume never
+            # skips.
             self._written(items, give_credit=True)
         self._writer = None
 
     def _take_batch(self) -> tuple[list[Outgoing], list[bytes]]:
-        """Queued items up to WRITE_BATCH_FRAMES frames or WRITE_BATCH_BYTES (at least one frame), in order.
+        """Queued items up to WRITE_BATCH_FRAMES frames or WRITE_BATCH_BYTES (at least one frame),
+        in order.
 
-        A page of frames that does not fit is split: its first part is written now, the rest stays first.
+        A page of frames that does not fit is split: its first part is written now, the rest stays
+        first.
         """
         items: list[Outgoing] = []
         frames: list[bytes] = []
@@ -324,7 +346,8 @@ class Session:
                 frames.append(payload)
                 size += len(payload)
                 continue
-            fit, page_size = _fitting(payload, WRITE_BATCH_FRAMES - len(frames), WRITE_BATCH_BYTES - size)
+            fit, page_size = _fitting(payload, WRITE_BATCH_FRAMES - len(frames),
+                                      WRITE_BATCH_BYTES - size)
             if fit < len(payload):
                 offsets = item[3]
                 outbox[taken] = (payload[fit:], item[1] - fit, item[2], offsets[fit:])
@@ -340,7 +363,8 @@ class Session:
         return items, frames
 
     def _note_dequeued(self, size: int) -> None:
-        """Count bytes leaving the outbox; readers held back by the byte bound are woken once it has room."""
+        """Count bytes leaving the outbox; readers held back by the byte bound are woken once it has
+        room."""
         was_full = self.outbox_bytes >= self._max_outbox_bytes
         self.outbox_bytes -= size
         if was_full and self.outbox_bytes < self._max_outbox_bytes:

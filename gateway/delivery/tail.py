@@ -1,12 +1,14 @@
-"""Shared broadcast tails: one blocking reader per (topic, partition) per process, each page encoded once.
+"""Shared broadcast tails: one blocking reader per (topic, partition) per process, each page encoded
+once.
 
-A broadcast session follows each partition through a ``TailFollower``. A follower behind the end of the stream
-reads pages after its own position (XRANGE), as the session's credit allows. Once a read reaches the end and
-the partition's tail has not moved meanwhile, the follower joins the tail: from then on the tail's blocking
-read (XREAD BLOCK, no polling) feeds every joined follower the same pre-encoded frames, and a follower that runs
-out of credit mid-page is detached at the last entry it took and catches up on its own again. The first
-follower to reach the end starts the tail at its own position; a tail with no follower left stops after its
-current read. A slow socket therefore never slows the tail or the other sessions.
+A broadcast session follows each partition through a ``TailFollower``. A follower behind the end of
+the stream reads pages after its own position (XRANGE), as the session's credit allows. Once a read
+reaches the end and the partition's tail has not moved meanwhile, the follower joins the tail: from
+then on the tail's blocking read (XREAD BLOCK, no polling) feeds every joined follower the same
+pre-encoded frames, and a follower that runs out of credit mid-page is detached at the last entry it
+took and catches up on its own again. The first follower to reach the end starts the tail at its own
+position; a tail with no follower left stops after its current read. A slow socket therefore never
+slows the tail or the other sessions.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def offset_key(offset: str) -> tuple[int, int]:
 class TailFollower:
     """One session's position in one partition, either catching up on its own or fed by the tail."""
 
-    __slots__ = ("after", "delivered", "from_time_ms", "joined", "partition", "session", "skip_through", "wake")
+    __slots__ = ("after", "delivered", "from_time_ms", "joined", "partition", "session",
+                 "skip_through", "wake")
 
     def __init__(self, session: Session, partition: int, after: str | None, delivered: Any,
                  wake: Waker) -> None:
@@ -57,17 +60,18 @@ class TailFollower:
         self.after = after  # every entry up to here was offered (or filtered out)
         self.from_time_ms = session.params.from_time_ms if after is None else None
         self.joined = False
-        self.skip_through: tuple[int, int] | None = None  # joined ahead of the tail: skip what it re-reads
+        # joined ahead of the tail: skip what it re-reads
+        self.skip_through: tuple[int, int] | None = None
         self.delivered = delivered
         self.wake = wake
 
     def offer(self, entries: list[StoredEntry], frames: list[bytes] | None, offsets: list[str],
               frames_bytes: int | None = None) -> bool:
-        """Offer a page (frames pre-encoded by the tail, or None to encode here); False when credit, or room in the
-        session's outbox, ran short.
+        """Offer a page (frames pre-encoded by the tail, or None to encode here); False when credit,
+        or room in the session's outbox, ran short.
 
-        ``after`` ends at the last entry taken, or at the page's end when all was taken. ``frames_bytes`` is the
-        size of ``frames`` when the tail measured it.
+        ``after`` ends at the last entry taken, or at the page's end when all was taken.
+        ``frames_bytes`` is the size of ``frames`` when the tail measured it.
         """
         header_filter: HeaderFilter = self.session.params.filter
         if header_filter.is_empty:
@@ -84,7 +88,8 @@ class TailFollower:
                 page = [message_frame(session.topic, entry, 1) for entry in chosen[:taken]]
             else:
                 page = chosen_frames if taken == len(chosen_frames) else chosen_frames[:taken]
-            page_offsets = chosen_offsets if taken == len(chosen_offsets) else chosen_offsets[:taken]
+            page_offsets = (chosen_offsets if taken == len(chosen_offsets)
+                            else chosen_offsets[:taken])
             known_size = frames_bytes if page is frames else None
             taken = session.offer_frames(self.partition, page, page_offsets, known_size)
             self.delivered.inc(taken)
@@ -98,7 +103,8 @@ class TailFollower:
 
     def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str],
                        frames_bytes: int | None = None) -> bool:
-        """The tail's fan-out; False detaches this follower (out of credit or outbox room, or closing)."""
+        """The tail's fan-out; False detaches this follower (out of credit or outbox room, or
+        closing)."""
         if self.skip_through is not None:
             start = 0
             while start < len(entries) and offset_key(entries[start].offset) <= self.skip_through:
@@ -106,7 +112,8 @@ class TailFollower:
             if start == len(entries):
                 return True
             self.skip_through = None
-            entries, frames, offsets, frames_bytes = entries[start:], frames[start:], offsets[start:], None
+            entries, frames, offsets, frames_bytes = (entries[start:], frames[start:],
+                                                      offsets[start:], None)
         if self.offer(entries, frames, offsets, frames_bytes):
             return True
         self.joined = False
@@ -138,14 +145,17 @@ class PartitionTail:
         follower.joined = False
 
     async def run(self) -> None:
-        """Read and fan out while anyone follows; unregisters itself (synchronously with the last check)."""
+        """Read and fan out while anyone follows; unregisters itself (synchronously with the last
+        check)."""
         try:
             while self._followers and not self.stopping:
                 try:
-                    entries = await self._tails.groups.read_after(self.topic, self.partition, after=self.last,
-                                                                  count=TAIL_PAGE, block_ms=TAIL_BLOCK_MS)
+                    entries = await self._tails.groups.read_after(self.topic, self.partition,
+                                                                  after=self.last, count=TAIL_PAGE,
+                                                                  block_ms=TAIL_BLOCK_MS)
                 except StorageError as exc:
-                    log.warning("broadcast tail %s/%s: %s; retrying", self.topic, self.partition, exc)
+                    log.warning("broadcast tail %s/%s: %s; retrying", self.topic, self.partition,
+                                exc)
                     await asyncio.sleep(ERROR_BACKOFF_S)
                     continue
                 self.reads += 1
@@ -159,13 +169,15 @@ class PartitionTail:
         offsets = [entry.offset for entry in entries]
         size = sum(map(len, frames))  # once for every follower (the outboxes' byte bound)
         self.last = offsets[-1]
-        detached = [f for f in self._followers if not f.take_from_tail(entries, frames, offsets, size)]
+        detached = [f for f in self._followers
+                    if not f.take_from_tail(entries, frames, offsets, size)]
         for follower in detached:
             self._followers.pop(follower, None)
 
 
 class BroadcastTails:
-    """The process's tails, keyed by (topic, partition) (async context manager; closing stops every tail)."""
+    """The process's tails, keyed by (topic, partition) (async context manager; closing stops every
+    tail)."""
 
     def __init__(self, groups: GroupStore) -> None:
         self.groups = groups
@@ -186,7 +198,8 @@ class BroadcastTails:
         tasks = [t.task for t in tails if t.task is not None]
         for task in tasks:
             task.cancel()
-        if tasks:  # bounded, like the group readers: a read stuck in the client must not hold up shutdown
+        # bounded, like the group readers: a read stuck in the client must not hold up shutdown
+        if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
 
     def get(self, topic: str, partition: int) -> PartitionTail | None:
@@ -204,7 +217,8 @@ class BroadcastTails:
         tail = PartitionTail(self, topic, follower.partition, follower.after)
         tail.join(follower)
         self._tails[(topic, follower.partition)] = tail
-        tail.task = asyncio.create_task(tail.run(), name=f"broadcast-tail-{topic}/{follower.partition}")
+        tail.task = asyncio.create_task(tail.run(),
+                                        name=f"broadcast-tail-{topic}/{follower.partition}")
         return tail
 
     def leave(self, follower: TailFollower) -> None:
@@ -214,11 +228,13 @@ class BroadcastTails:
             tail.leave(follower)
 
     async def catch_up(self, store: StreamStore, follower: TailFollower) -> None:
-        """One step for a follower behind: join the tail when at its position, else read one page."""
+        """One step for a follower behind: join the tail when at its position, else read one
+        page."""
         session, partition = follower.session, follower.partition
         tail = self.get(session.topic, partition)
         if tail is not None and follower.after == tail.last and follower.from_time_ms is None:
-            tail.join(follower)  # at the tail's position (both None: an empty partition read from its start)
+            # at the tail's position (both None: an empty partition read from its start)
+            tail.join(follower)
             return
         seen = None if tail is None else tail.last
         limit = min(session.read_allowance, CATCH_UP_PAGE)
@@ -226,22 +242,27 @@ class BroadcastTails:
                                    from_time_ms=follower.from_time_ms, limit=limit)
         if entries:
             follower.from_time_ms = None
-            if not follower.offer(entries, None, [entry.offset for entry in entries]) or len(entries) == limit:
+            if (not follower.offer(entries, None, [entry.offset for entry in entries])
+                    or len(entries) == limit):
                 return
         if follower.after is None and follower.from_time_ms is not None:
-            await asyncio.sleep(IDLE_POLL_S)  # nothing at or after the start time yet: no position to join at
+            # nothing at or after the start time yet: no position to join at
+            await asyncio.sleep(IDLE_POLL_S)
             return
         self._join_at_end(follower, tail, seen)
 
-    def _join_at_end(self, follower: TailFollower, tail: PartitionTail | None, seen: str | None) -> None:
-        """The read reached the end of the stream: join, unless the tail moved while it ran (read again)."""
+    def _join_at_end(self, follower: TailFollower, tail: PartitionTail | None,
+                     seen: str | None) -> None:
+        """The read reached the end of the stream: join, unless the tail moved while it ran (read
+        again)."""
         now = self.get(follower.session.topic, follower.partition)
         if now is None:
             self.start(follower)
             return
         if now is not tail or now.last != seen:
             return
-        if follower.after is not None and (now.last is None or offset_key(follower.after) > offset_key(now.last)):
+        if follower.after is not None and (now.last is None
+                                           or offset_key(follower.after) > offset_key(now.last)):
             follower.skip_through = offset_key(follower.after)
         now.join(follower)
 
@@ -255,25 +276,29 @@ class GrowthWatch(Protocol):
 
 
 class BroadcastFollow:
-    """Every partition of a topic delivered to one broadcast session through the shared tails (``aclose`` ends it).
+    """Every partition of a topic delivered to one broadcast session through the shared tails
+    (``aclose`` ends it).
 
-    Task-free while idle (so an idle connection holds as little memory as it can): once every follower has joined
-    its tail, the tails feed the session and nothing of this object runs. A catch-up task exists only while some
-    follower is behind and the session has credit; it is started by ``set`` (the session's credit coming back, a
-    follower detached by its tail, partitions added to the topic) and ends when nothing is left to catch up. With
-    ``growth``, partitions added meanwhile are followed from their first entry and ``on_growth`` is told the new
+    Task-free while idle (so an idle connection holds as little memory as it can): once every
+    follower has joined its tail, the tails feed the session and nothing of this object runs. A
+    catch-up task exists only while some follower is behind and the session has credit; it is
+    started by ``set`` (the session's credit coming back, a follower detached by its tail,
+    partitions added to the topic) and ends when nothing is left to catch up. With ``growth``,
+    partitions added meanwhile are followed from their first entry and ``on_growth`` is told the new
     count. A catch-up failure goes to ``on_error`` (the caller closes the session).
     """
 
-    __slots__ = ("_delivered", "_followers", "_grown_to", "_on_error", "_on_growth", "_session", "_store",
-                 "_tails", "_task", "_unwatch", "closed")
+    __slots__ = ("_delivered", "_followers", "_grown_to", "_on_error", "_on_growth", "_session",
+                 "_store", "_tails", "_task", "_unwatch", "closed")
 
-    def __init__(self, tails: BroadcastTails, store: StreamStore, session: Session, positions: dict[int, str | None],
-                 delivered: Any, growth: GrowthWatch | None = None, on_growth: Callable[[int], None] | None = None,
+    def __init__(self, tails: BroadcastTails, store: StreamStore, session: Session,
+                 positions: dict[int, str | None], delivered: Any,
+                 growth: GrowthWatch | None = None, on_growth: Callable[[int], None] | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
         self._tails, self._store, self._session, self._delivered = tails, store, session, delivered
         self._on_growth, self._on_error = on_growth, on_error
-        self._followers = [TailFollower(session, p, after, delivered, self) for p, after in positions.items()]
+        self._followers = [TailFollower(session, p, after, delivered, self)
+                           for p, after in positions.items()]
         self._grown_to = len(self._followers)
         self._task: asyncio.Task[None] | None = None
         self._unwatch: Callable[[], None] | None = None
@@ -282,10 +307,12 @@ class BroadcastFollow:
             self._unwatch = growth.watch_growth(session.topic, self._note_growth)
             if (current := growth.get(session.topic)) is not None:  # grown before the watch was set
                 self._note_growth(current.partitions)
-        session.watch_credit(self)  # sets at once when the session has credit: the first catch-up starts
+        # sets at once when the session has credit: the first catch-up starts
+        session.watch_credit(self)
 
     def set(self) -> None:
-        """Wake up: catch up unless a catch-up runs already (it re-checks everything) or the follow ended."""
+        """Wake up: catch up unless a catch-up runs already (it re-checks everything) or the follow
+        ended."""
         if self._task is None and not self.closed and not self._session.closing.done():
             self._task = asyncio.get_running_loop().create_task(self._catch_up())
             self._task.add_done_callback(self._catch_up_ended)
@@ -309,7 +336,8 @@ class BroadcastFollow:
                 if not session.has_credit:
                     break
                 await self._tails.catch_up(self._store, follower)
-        self._task = None  # in the same step as the last check: any later wake-up starts a new catch-up
+        # in the same step as the last check: any later wake-up starts a new catch-up
+        self._task = None
 
     def _catch_up_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
@@ -320,7 +348,8 @@ class BroadcastFollow:
             self._on_error(task.exception())  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
-        """Stop following: no more wake-ups, the catch-up stopped (bounded wait), every tail left."""
+        """Stop following: no more wake-ups, the catch-up stopped (bounded wait), every tail
+        left."""
         self.closed = True
         if self._unwatch is not None:
             self._unwatch()

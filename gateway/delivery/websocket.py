@@ -1,18 +1,20 @@
-"""A lean server side of RFC 6455 for subscriptions: no task, no queue and no parser object while a socket idles.
+"""A lean server side of RFC 6455 for subscriptions: no task, no queue and no parser object while a
+socket idles.
 
-aiohttp keeps a lot per WebSocket connection (its request handler and HTTP parser, the upgrade request and
-its headers, a reader with a data queue, two tasks and the handler's coroutine frames for as long as the socket
-lives). A subscription socket needs far less: the route validates the upgrade through aiohttp, then ``upgrade``
-writes the 101 itself, puts a ``LeanWebSocket`` in place as the transport's protocol and lets aiohttp forget the
-connection, so an idle connection costs little memory. From then on the transport calls this protocol:
-client frames are parsed as they arrive and handed to the ``SocketEvents`` of the subscription, sends go straight
-to the transport, and the only timer is the heartbeat.
+aiohttp keeps a lot per WebSocket connection (its request handler and HTTP parser, the upgrade
+request and its headers, a reader with a data queue, two tasks and the handler's coroutine frames
+for as long as the socket lives). A subscription socket needs far less: the route validates the
+upgrade through aiohttp, then ``upgrade`` writes the 101 itself, puts a ``LeanWebSocket`` in place
+as the transport's protocol and lets aiohttp forget the connection, so an idle connection costs
+little memory. From then on the transport calls this protocol: client frames are parsed as they
+arrive and handed to the ``SocketEvents`` of the subscription, sends go straight to the transport,
+and the only timer is the heartbeat.
 
-What is implemented of RFC 6455 and RFC 7692: masked client frames (an unmasked one is a protocol error),
-fragmented messages with control frames between fragments, ping/pong, the close handshake (a close frame not
-answered within ``CLOSE_TIMEOUT_S`` drops the connection), UTF-8 checked text (1007), messages over the size
-limit (1009), and permessage-deflate when the client offers it and the gateway allows it (negotiated as aiohttp
-does, through its ``ws_ext_parse``/``ws_ext_gen``).
+What is implemented of RFC 6455 and RFC 7692: masked client frames (an unmasked one is a protocol
+error), fragmented messages with control frames between fragments, ping/pong, the close handshake (a
+close frame not answered within ``CLOSE_TIMEOUT_S`` drops the connection), UTF-8 checked text
+(1007), messages over the size limit (1009), and permessage-deflate when the client offers it and
+the gateway allows it (negotiated as aiohttp does, through its ``ws_ext_parse``/``ws_ext_gen``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ _MEDIUM, _LONG = struct.Struct("!H"), struct.Struct("!Q")
 
 
 class SocketEvents(Protocol):
-    """What a served socket reports to its subscription (called from the event loop, never concurrently)."""
+    """What a served socket reports to its subscription (called from the event loop, never
+    concurrently)."""
 
     def on_text(self, text: str) -> None: ...
 
@@ -55,7 +58,8 @@ class SocketEvents(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Handshake:
-    """A valid upgrade request's answer: the accept value and the negotiated permessage-deflate, if any."""
+    """A valid upgrade request's answer: the accept value and the negotiated permessage-deflate, if
+    any."""
 
     accept: str
     deflate_bits: int  # 0: no compression; else the server's window bits (9..15)
@@ -66,16 +70,19 @@ class Handshake:
         lines = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade",
                  f"Sec-WebSocket-Accept: {self.accept}"]
         if self.deflate_bits:
-            lines.append("Sec-WebSocket-Extensions: " + ws_ext_gen(compress=self.deflate_bits, isserver=True,
-                                                                   server_notakeover=self.deflate_no_takeover))
+            lines.append("Sec-WebSocket-Extensions: "
+                         + ws_ext_gen(compress=self.deflate_bits, isserver=True,
+                                      server_notakeover=self.deflate_no_takeover))
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 def handshake(headers: Mapping[str, str], compression_allowed: bool) -> Handshake:
-    """Validate a WebSocket upgrade request's headers (400 problem when it is not one) and negotiate deflate."""
+    """Validate a WebSocket upgrade request's headers (400 problem when it is not one) and negotiate
+    deflate."""
     if headers.get("Upgrade", "").strip().lower() != "websocket":
         raise _not_websocket("the request must carry 'Upgrade: websocket'")
-    if "upgrade" not in (token.strip().lower() for token in headers.get("Connection", "").split(",")):
+    if "upgrade" not in (token.strip().lower()
+                         for token in headers.get("Connection", "").split(",")):
         raise _not_websocket("the request must carry 'Connection: Upgrade'")
     if headers.get("Sec-WebSocket-Version", "").strip() != "13":
         raise _not_websocket("only WebSocket version 13 is supported (Sec-WebSocket-Version: 13)")
@@ -96,16 +103,20 @@ def _not_websocket(detail: str) -> Problem:
     return bad_request(f"not a WebSocket upgrade: {detail}")
 
 
-def upgrade(request: web.Request, answer: Handshake, max_message_bytes: int, heartbeat_s: float) -> LeanWebSocket:
-    """Write the 101 and make a ``LeanWebSocket`` the connection's protocol (the transport's callbacks go to it).
+def upgrade(request: web.Request, answer: Handshake, max_message_bytes: int,
+            heartbeat_s: float) -> LeanWebSocket:
+    """Write the 101 and make a ``LeanWebSocket`` the connection's protocol (the transport's
+    callbacks go to it).
 
-    The route goes on (first-frame authentication, start positions) and then returns an ``UpgradedResponse``,
-    which detaches aiohttp's handler from the connection once the handler is done.
+    The route goes on (first-frame authentication, start positions) and then returns an
+    ``UpgradedResponse``, which detaches aiohttp's handler from the connection once the handler is
+    done.
     """
     transport = request.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("the client went away before the upgrade")
-    socket = LeanWebSocket(transport, max_message_bytes, heartbeat_s, answer.deflate_bits, answer.deflate_no_takeover)
+    socket = LeanWebSocket(transport, max_message_bytes, heartbeat_s, answer.deflate_bits,
+                           answer.deflate_no_takeover)
     transport.set_protocol(socket)
     transport.write(answer.response_head())
     socket.start_heartbeat()
@@ -113,12 +124,14 @@ def upgrade(request: web.Request, answer: Handshake, max_message_bytes: int, hea
 
 
 class UpgradedResponse(web.StreamResponse):
-    """What the subscribe route returns once the socket is a ``LeanWebSocket``'s: aiohttp must write nothing.
+    """What the subscribe route returns once the socket is a ``LeanWebSocket``'s: aiohttp must write
+    nothing.
 
-    Its ``prepare`` (aiohttp calls it after the handler returned) takes the transport away from aiohttp's request
-    handler and tells it the connection is gone (``connection_lost``), so the handler stops, keeps no reference to
-    the connection and never closes the transport. Done here, not at the upgrade: a server with
-    ``handler_cancellation`` cancels the handler on ``connection_lost``.
+    Its ``prepare`` (aiohttp calls it after the handler returned) takes the transport away from
+    aiohttp's request handler and tells it the connection is gone (``connection_lost``), so the
+    handler stops, keeps no reference to the connection and never closes the transport. Done here,
+    not at the upgrade: a server with ``handler_cancellation`` cancels the handler on
+    ``connection_lost``.
     """
 
     def __init__(self) -> None:
@@ -133,19 +146,22 @@ class UpgradedResponse(web.StreamResponse):
 
 
 def detach_handler(request: web.BaseRequest) -> None:
-    """Make aiohttp's request handler forget an upgraded connection (see ``UpgradedResponse``); idempotent."""
+    """Make aiohttp's request handler forget an upgraded connection (see ``UpgradedResponse``);
+    idempotent."""
     handler = request.protocol
     if handler.transport is not None:
-        handler.transport = None  # first: the handler's force_close would close the transport it still knew
+        # first: the handler's force_close would close the transport it still knew
+        handler.transport = None
         handler.connection_lost(None)
 
 
 class LeanWebSocket(asyncio.Protocol):
     """The server side of one WebSocket connection, driven by the transport's callbacks."""
 
-    __slots__ = ("_buffer", "_close_sent", "_closed_waiters", "_compressor", "_decompressor", "_deflate_bits",
-                 "_drain", "_events", "_fragment_deflated", "_fragment_op", "_fragment_size", "_fragments", "_heard",
-                 "_heartbeat_s", "_max_bytes", "_no_takeover", "_reading", "_timer", "_waiter", "closed", "transport")
+    __slots__ = ("_buffer", "_close_sent", "_closed_waiters", "_compressor", "_decompressor",
+                 "_deflate_bits", "_drain", "_events", "_fragment_deflated", "_fragment_op",
+                 "_fragment_size", "_fragments", "_heard", "_heartbeat_s", "_max_bytes",
+                 "_no_takeover", "_reading", "_timer", "_waiter", "closed", "transport")
 
     def __init__(self, transport: asyncio.Transport, max_message_bytes: int, heartbeat_s: float,
                  deflate_bits: int = 0, deflate_no_takeover: bool = False) -> None:
@@ -163,7 +179,8 @@ class LeanWebSocket(asyncio.Protocol):
         self._heard = True  # anything received since the last ping
         self._timer: asyncio.TimerHandle | None = None
         self._close_sent = False
-        self._drain: asyncio.Future[None] | None = None  # set while the transport has writing paused
+        # set while the transport has writing paused
+        self._drain: asyncio.Future[None] | None = None
         self._reading = True
         self._deflate_bits = deflate_bits
         self._no_takeover = deflate_no_takeover
@@ -176,9 +193,10 @@ class LeanWebSocket(asyncio.Protocol):
         """Whether permessage-deflate was negotiated."""
         return self._deflate_bits > 0
 
-    # --- serving ----------------------------------------------------------------------------------------------
+    # --- serving ----------------------------------------------------------------------------------
     def serve(self, events: SocketEvents) -> None:
-        """Hand every further client message to ``events`` (and ``on_closed`` once, also if already closed)."""
+        """Hand every further client message to ``events`` (and ``on_closed`` once, also if already
+        closed)."""
         self._events = events
         loop = asyncio.get_running_loop()
         if self.closed:
@@ -187,7 +205,8 @@ class LeanWebSocket(asyncio.Protocol):
         self._take_buffered()
 
     def _take_buffered(self) -> None:
-        """Read again (a transport paused while nobody took messages) and parse what is already held."""
+        """Read again (a transport paused while nobody took messages) and parse what is already
+        held."""
         if self._reading and not self.closed:
             self.transport.resume_reading()
             if self._buffer:
@@ -229,23 +248,25 @@ class LeanWebSocket(asyncio.Protocol):
         self._closed_waiters.append(waiter)
         await waiter
 
-    # --- sending ----------------------------------------------------------------------------------------------
+    # --- sending ----------------------------------------------------------------------------------
     async def send_texts(self, payloads: Sequence[bytes]) -> None:
-        """Each payload as its own text frame, all in one transport write; waits while the transport is full.
+        """Each payload as its own text frame, all in one transport write; waits while the transport
+        is full.
 
         Raises ConnectionResetError once the socket is closing.
         """
         if self._close_sent or self.closed:
             raise ConnectionResetError("the WebSocket is closed")
-        self.transport.write(self._deflated_frames(payloads) if self._deflate_bits else text_frames(payloads))
+        self.transport.write(self._deflated_frames(payloads) if self._deflate_bits
+                             else text_frames(payloads))
         if self._drain is not None:
             await asyncio.shield(self._drain)
 
     def _deflated_frames(self, payloads: Sequence[bytes]) -> bytes:
         compressor = self._compressor
         if compressor is None:
-            compressor = self._compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED,
-                                                             -self._deflate_bits)
+            compressor = self._compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION,
+                                                             zlib.DEFLATED, -self._deflate_bits)
         flush = zlib.Z_FULL_FLUSH if self._no_takeover else zlib.Z_SYNC_FLUSH
         parts: list[bytes] = []
         for payload in payloads:
@@ -257,13 +278,15 @@ class LeanWebSocket(asyncio.Protocol):
         return b"".join(parts)
 
     def close(self, code: int, reason: str = "") -> None:
-        """Send a close frame (once); the connection drops when the peer answers or after CLOSE_TIMEOUT_S."""
+        """Send a close frame (once); the connection drops when the peer answers or after
+        CLOSE_TIMEOUT_S."""
         if self._close_sent or self.closed:
             return
         self._close_sent = True
         self._write_control(OP_CLOSE, close_payload(code, reason))
         self._restart_timer(CLOSE_TIMEOUT_S, self.abort)
-        self._take_buffered()  # the peer's close may come behind messages nobody takes (a socket never served)
+        # the peer's close may come behind messages nobody takes (a socket never served)
+        self._take_buffered()
 
     def abort(self) -> None:
         """Drop the connection now (no close handshake)."""
@@ -274,7 +297,7 @@ class LeanWebSocket(asyncio.Protocol):
         if not self.transport.is_closing():
             self.transport.write(bytes((0x80 | opcode, len(payload))) + payload)
 
-    # --- heartbeat --------------------------------------------------------------------------------------------
+    # --- heartbeat --------------------------------------------------------------------------------
     def start_heartbeat(self) -> None:
         """Ping every ``heartbeat_s``; a peer that sent nothing between two pings is dropped."""
         if self._heartbeat_s > 0:
@@ -291,9 +314,10 @@ class LeanWebSocket(asyncio.Protocol):
     def _restart_timer(self, delay_s: float, callback: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(delay_s, callback)  # type: ignore[arg-type]
+        self._timer = asyncio.get_running_loop().call_later(
+            delay_s, callback)  # type: ignore[arg-type]
 
-    # --- asyncio.Protocol -------------------------------------------------------------------------------------
+    # --- asyncio.Protocol -------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         self._heard = True
         self._buffer = self._buffer + data if self._buffer else data
@@ -333,12 +357,13 @@ class LeanWebSocket(asyncio.Protocol):
         if self._events is not None:
             self._events.on_closed()
 
-    # --- parsing ----------------------------------------------------------------------------------------------
+    # --- parsing ----------------------------------------------------------------------------------
     def _consumer_ready(self) -> bool:
         if not self._reading or self.closed or self.transport.is_closing():
             return False
         if self._events is not None or self._close_sent:
-            return True  # once closing, frames are read for the peer's close (messages nobody takes are dropped)
+            # once closing, frames are read for the peer's close (messages nobody takes are dropped)
+            return True
         return self._waiter is not None and not self._waiter.done()
 
     def _process(self) -> None:
@@ -362,7 +387,8 @@ class LeanWebSocket(asyncio.Protocol):
             self.transport.pause_reading()  # nobody takes messages yet: hold at most one frame
 
     def _fail(self, violation: ProtocolViolation) -> None:
-        """Close with the violation's code and stop reading: nothing more is taken from this peer."""
+        """Close with the violation's code and stop reading: nothing more is taken from this
+        peer."""
         self._buffer = b""
         self._fragments = None
         if not self._close_sent:
@@ -372,7 +398,8 @@ class LeanWebSocket(asyncio.Protocol):
 
     def _on_frame(self, header: int, payload: bytes) -> None:
         opcode, final, deflated = header & 0x0F, bool(header & 0x80), bool(header & 0x40)
-        if deflated and (not self._deflate_bits or opcode not in DATA_OPCODES):  # RFC 7692 6.1: first frames only
+        # RFC 7692 6.1: first frames only
+        if deflated and (not self._deflate_bits or opcode not in DATA_OPCODES):
             raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "unexpected RSV1 bit")
         if opcode >= OP_CLOSE:
             self._on_control(opcode, payload)
@@ -451,7 +478,8 @@ class ProtocolViolation(Exception):
 
 
 def parse_frame(buffer: bytes, at: int, max_bytes: int) -> tuple[int, bytes, int] | None:
-    """The client frame starting at ``at``: (first header byte, unmasked payload, end), or None if incomplete.
+    """The client frame starting at ``at``: (first header byte, unmasked payload, end), or None if
+    incomplete.
 
     A frame announcing more than ``max_bytes`` is refused (1009) before its payload is buffered.
     """
@@ -468,7 +496,8 @@ def parse_frame(buffer: bytes, at: int, max_bytes: int) -> tuple[int, bytes, int
         raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "client frames must be masked")
     length, start = second & 0x7F, at + 2
     if opcode >= OP_CLOSE and (length > SHORT_MAX or not first & 0x80):
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "control frames must be final and at most 125 bytes")
+        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR,
+                                "control frames must be final and at most 125 bytes")
     if length == 126:
         if available < 4:
             return None
@@ -486,7 +515,8 @@ def parse_frame(buffer: bytes, at: int, max_bytes: int) -> tuple[int, bytes, int
 
 
 def unmask(mask: bytes, data: bytes) -> bytes:
-    """``data`` XOR the repeated 4-byte ``mask`` (as one big-integer XOR: C speed without a C module)."""
+    """``data`` XOR the repeated 4-byte ``mask`` (as one big-integer XOR: C speed without a C
+    module)."""
     size = len(data)
     if not size:
         return data
@@ -495,7 +525,8 @@ def unmask(mask: bytes, data: bytes) -> bytes:
 
 
 def peer_close_code(payload: bytes) -> int:
-    """The code of a client's close frame (1000 for none); an invalid frame is a violation (RFC 6455 7.4)."""
+    """The code of a client's close frame (1000 for none); an invalid frame is a violation (RFC 6455
+    7.4)."""
     if not payload:
         return CLOSE_NORMAL
     if len(payload) == 1:
@@ -511,6 +542,7 @@ def peer_close_code(payload: bytes) -> int:
 
 
 def close_payload(code: int, reason: str = "") -> bytes:
-    """A close frame's payload: the code, then the reason cut to what fits a control frame (whole characters)."""
+    """A close frame's payload: the code, then the reason cut to what fits a control frame (whole
+    characters)."""
     encoded = reason.encode()[:CLOSE_REASON_MAX_BYTES].decode(errors="ignore").encode()
     return _MEDIUM.pack(code) + encoded

@@ -1,8 +1,10 @@
-"""Bytes on the wire: message frames encoded once, several WebSocket text frames coalesced into one write.
+"""Bytes on the wire: message frames encoded once, several WebSocket text frames coalesced into one
+write.
 
-The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md). What
-changes is how they reach the socket: ``text_frames`` frames everything a session has queued for one transport
-``write`` (one syscall instead of one per message; gateway.delivery.websocket sends them).
+The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md).
+What changes is how they reach the socket: ``text_frames`` frames everything a session has queued
+for one transport ``write`` (one syscall instead of one per message; gateway.delivery.websocket
+sends them).
 """
 
 from __future__ import annotations
@@ -27,41 +29,47 @@ MEDIUM_MAX = 0xFFFF
 def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document).
 
-    Assembled from pieces in one ``join``: the JSON value is embedded as stored, strings that may need escaping
-    (topic, key, headers) go through orjson, offsets are stream IDs (digits and a dash) and base64 needs no
-    escaping. Byte-for-byte what ``orjson.dumps`` of the document gives (tests/unit/gateway/test_wire_frames.py),
-    faster, and sized exactly: orjson's own result keeps its growth buffer (several times a small frame's size
-    in RSS), and frames wait in outboxes and shared tail pages.
+    Assembled from pieces in one ``join``: the JSON value is embedded as stored, strings that may
+    need escaping (topic, key, headers) go through orjson, offsets are stream IDs (digits and a
+    dash) and base64 needs no escaping. Byte-for-byte what ``orjson.dumps`` of the document gives
+    (tests/unit/gateway/test_wire_frames.py), faster, and sized exactly: orjson's own result keeps
+    its growth buffer (several times a small frame's size in RSS), and frames wait in outboxes and
+    shared tail pages.
     """
     key = b"null" if entry.key is None else _key_json(entry.key)
     if entry.value_format is ValueFormat.JSON:
         value_field, value = b',"value":', entry.value
     else:
         value_field, value = b',"value_b64":"', base64.b64encode(entry.value) + b'"'
-    return b"".join((_frame_prefix(topic), b"%d" % entry.partition, b',"offset":"', entry.offset.encode(),
-                     b'","key":', key, b',"headers":', _dumps(entry.headers) if entry.headers else b"{}",
-                     b',"timestamp_ms":', b"%d" % entry.timestamp_ms, value_field, value,
-                     b',"delivery_count":', b"%d" % delivery_count, b"}"))
+    return b"".join((_frame_prefix(topic), b"%d" % entry.partition, b',"offset":"',
+                     entry.offset.encode(), b'","key":', key, b',"headers":',
+                     _dumps(entry.headers) if entry.headers else b"{}", b',"timestamp_ms":',
+                     b"%d" % entry.timestamp_ms, value_field, value, b',"delivery_count":',
+                     b"%d" % delivery_count, b"}"))
 
 
 _dumps = orjson.dumps
 
 
 def message_frames(topic: str, deliveries: list[Delivery]) -> list[bytes]:
-    """The ``message`` frames of a page of deliveries: the compiled ``gateway.delivery._frames`` writes them (faster,
-    the same bytes) unless it is unsure, then ``message_frame`` does, one by one."""
+    """The ``message`` frames of a page of deliveries: the compiled ``gateway.delivery._frames``
+    writes them (faster, the same bytes) unless it is unsure, then ``message_frame`` does, one by
+    one."""
     if FRAMES_NATIVE:
         frames = _frames_compiled(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
         if frames is not None:
             return frames
-    return [message_frame(topic, delivery.entry, delivery.delivery_count) for delivery in deliveries]
+    return [message_frame(topic, delivery.entry, delivery.delivery_count)
+            for delivery in deliveries]
 
 
 def _key_json(key: bytes) -> bytes:
     return _dumps(key.decode(errors="replace"))
 
 
-try:  # the compiled framing (gateway.delivery._frames, built by setup.py); message_frame gives the same bytes
+# the compiled framing (gateway.delivery._frames, built by setup.py); message_frame gives the same
+# bytes
+try:
     refuse_if_off()
     from gateway.delivery._frames import message_frames as _frames_compiled
     from gateway.delivery._frames import text_frames as _text_frames_compiled
@@ -71,7 +79,8 @@ except ImportError:  # pragma: no cover - a build without a C compiler
 # What the compiled framing reads and calls, in its order (gateway/delivery/_frames.c).
 _FRAME_LAYOUT = (Delivery, StoredEntry,
                  tuple(vars(Delivery)[name] for name in ("entry", "delivery_count"))
-                 + tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "key", "headers", "timestamp_ms",
+                 + tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "key",
+                                                              "headers", "timestamp_ms",
                                                               "value_format", "value")),
                  ValueFormat.JSON, _key_json, _dumps, base64.b64encode)
 
@@ -82,7 +91,8 @@ def _frame_prefix(topic: str) -> bytes:
 
 
 def frame_header(first: int, length: int) -> bytes:
-    """An unmasked (server to client) frame header with first byte ``first`` for ``length`` payload bytes."""
+    """An unmasked (server to client) frame header with first byte ``first`` for ``length`` payload
+    bytes."""
     if length <= SHORT_MAX:
         return bytes((first, length))
     if length <= MEDIUM_MAX:
@@ -91,8 +101,9 @@ def frame_header(first: int, length: int) -> bytes:
 
 
 def text_frames(payloads: Sequence[bytes]) -> bytes:
-    """Several payloads as consecutive WebSocket text frames, ready for one transport write (the compiled
-    ``gateway.delivery._frames`` writes a list of bytes in one step; ``text_frames_python`` gives the same bytes)."""
+    """Several payloads as consecutive WebSocket text frames, ready for one transport write (the
+    compiled ``gateway.delivery._frames`` writes a list of bytes in one step; ``text_frames_python``
+    gives the same bytes)."""
     if FRAMES_NATIVE and type(payloads) is list:
         framed = _text_frames_compiled(payloads)
         if framed is not None:

@@ -1,7 +1,7 @@
 """Charging a read or a new subscription to its principal's rate limit, before anything is read.
 
-Publish charges messages and bytes in ``routes.messages``; this is the one-request-one-unit side: replay and
-pull (``read``) and WebSocket subscriptions (``subscribe``). Every refusal is counted in
+Publish charges messages and bytes in ``routes.messages``; this is the one-request-one-unit side:
+replay and pull (``read``) and WebSocket subscriptions (``subscribe``). Every refusal is counted in
 ``streamgate_ratelimit_refused_total{action,limit}``.
 """
 
@@ -37,14 +37,17 @@ def refusal(decision: ThrottleDecision) -> Problem:
 
 
 async def admit_group(services: Services, principal: Principal, topic: str, group: str) -> None:
-    """Charge a group ``principal`` would create to its ``max_groups_per_principal`` (403 groups-limit past it);
-    joining an existing group is free. Call before the group is created (subscribe, pull)."""
+    """Charge a group ``principal`` would create to its ``max_groups_per_principal`` (403
+    groups-limit past it); joining an existing group is free. Call before the group is created
+    (subscribe, pull)."""
     if services.group_quota is not None:
         await services.group_quota.admit(principal.name, topic, group)
 
 
-async def admit_or_refuse(services: Services, principal: Principal, action: RateAction) -> dict[str, str]:
-    """Charge one request; 429 when refused, else the RateLimit headers to send with the response."""
+async def admit_or_refuse(services: Services, principal: Principal,
+                          action: RateAction) -> dict[str, str]:
+    """Charge one request; 429 when refused, else the RateLimit headers to send with the
+    response."""
     decision = await admit(services, principal, action)
     if not decision.allowed:
         raise refusal(decision)

@@ -1,11 +1,12 @@
-"""Reading request bodies: a size limit and a deadline, ``Content-Encoding`` (gzip, zstd) inflated with a bound,
-typed fields.
+"""Reading request bodies: a size limit and a deadline, ``Content-Encoding`` (gzip, zstd) inflated
+with a bound, typed fields.
 
-aiohttp's own request decompression is switched off (``gateway.app.build_app``) so that every body goes through
-here: the limit applies to the *decompressed* size, and inflating stops one byte past it, so a zip bomb costs at
-most ``max_bytes`` of output before it is refused with 413. A body that does not decode is 400; an encoding we
-do not speak is 415 with an ``Accept-Encoding`` hint (RFC 9110 section 15.5.16). A body still arriving after
-``body_read_timeout_s`` is 408 and its connection is closed: a client trickling bytes holds nothing for long.
+aiohttp's own request decompression is switched off (``gateway.app.build_app``) so that every body
+goes through here: the limit applies to the *decompressed* size, and inflating stops one byte past
+it, so a zip bomb costs at most ``max_bytes`` of output before it is refused with 413. A body that
+does not decode is 400; an encoding we do not speak is 415 with an ``Accept-Encoding`` hint (RFC
+9110 section 15.5.16). A body still arriving after ``body_read_timeout_s`` is 408 and its connection
+is closed: a client trickling bytes holds nothing for long.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ if sys.version_info >= (3, 14):
 else:  # the standard library's zstd module (PEP 784), backported
     from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError
 
-from gateway.errors import body_timeout, invalid_field, too_large, undecodable_body, unsupported_encoding
+from gateway.errors import (
+    body_timeout,
+    invalid_field,
+    too_large,
+    undecodable_body,
+    unsupported_encoding,
+)
 from gateway.publish.validation import decode_json_object
 from gateway.services import services_of
 
@@ -30,7 +37,8 @@ ADMIN_BODY_MAX_BYTES = 64 * 1024
 CONTENT_CODINGS = ("gzip", "zstd")
 ACCEPT_ENCODING = ", ".join(CONTENT_CODINGS)
 IDENTITY_CODINGS = frozenset({"", "identity"})
-ZSTD_WINDOW_LOG_MAX = 24  # 16 MiB: every level up to 19 fits; --long/--ultra frames are refused (memory bound)
+# 16 MiB: every level up to 19 fits; --long/--ultra frames are refused (memory bound)
+ZSTD_WINDOW_LOG_MAX = 24
 INFLATE_IN_THREAD_BYTES = 64 * 1024  # larger compressed bodies are inflated off the event loop
 
 
@@ -47,7 +55,8 @@ class _Inflater(Protocol):
 
 
 def content_coding(request: web.Request) -> str | None:
-    """The body's content coding (``gzip`` or ``zstd``), None for identity; 415 for anything else."""
+    """The body's content coding (``gzip`` or ``zstd``), None for identity; 415 for anything
+    else."""
     raw = request.headers.get("Content-Encoding", "")
     coding = raw.strip().lower()
     if coding in IDENTITY_CODINGS:
@@ -58,8 +67,8 @@ def content_coding(request: web.Request) -> str | None:
 
 
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
-    """The request body, decoded, at most ``max_bytes`` after decoding (413 past it, 400 undecodable, 415), received
-    within ``body_read_timeout_s`` (408)."""
+    """The request body, decoded, at most ``max_bytes`` after decoding (413 past it, 400
+    undecodable, 415), received within ``body_read_timeout_s`` (408)."""
     coding = content_coding(request)
     if coding is None:
         return await _read_in_time(request, max_bytes)
@@ -70,7 +79,8 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
 
 
 async def _read_in_time(request: web.Request, max_bytes: int) -> bytes:
-    """The raw body within the deadline; no timer for a body already received whole (a publish, usually)."""
+    """The raw body within the deadline; no timer for a body already received whole (a publish,
+    usually)."""
     if request.content.is_eof():
         return await _read_limited(request, max_bytes)
     timeout_s = services_of(request).settings.body_read_timeout_s
@@ -98,7 +108,8 @@ async def _read_limited(request: web.Request, max_bytes: int) -> bytes:
 
 
 def inflate(data: bytes, coding: str, max_bytes: int) -> bytes:
-    """Decode a gzip or zstd body (concatenated members/frames allowed); never produces more than max_bytes + 1."""
+    """Decode a gzip or zstd body (concatenated members/frames allowed); never produces more than
+    max_bytes + 1."""
     out: list[bytes] = []
     size = 0
     rest = data
@@ -125,8 +136,10 @@ def _inflater(coding: str) -> _Inflater:
     return ZstdDecompressor(options={DecompressionParameter.window_log_max: ZSTD_WINDOW_LOG_MAX})
 
 
-async def read_json_object(request: web.Request, max_bytes: int = ADMIN_BODY_MAX_BYTES) -> dict[str, Any]:
-    """The request body as a JSON object, read (and decoded) with a limit before parsing (413 past ``max_bytes``)."""
+async def read_json_object(request: web.Request,
+                           max_bytes: int = ADMIN_BODY_MAX_BYTES) -> dict[str, Any]:
+    """The request body as a JSON object, read (and decoded) with a limit before parsing (413 past
+    ``max_bytes``)."""
     return decode_json_object(await read_body(request, max_bytes), max_bytes)
 
 

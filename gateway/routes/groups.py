@@ -49,11 +49,13 @@ def _group(request: web.Request) -> str:
 
 def _puller(services: Services) -> Puller:
     if services.puller is None:
-        raise unavailable("consumer groups are not available on this gateway", services.settings.retry_after_s)
+        raise unavailable("consumer groups are not available on this gateway",
+                          services.settings.retry_after_s)
     return services.puller
 
 
-async def _topic_field(request: web.Request, doc: dict[str, Any], action: Action, group: str) -> TopicMetadata:
+async def _topic_field(request: web.Request, doc: dict[str, Any], action: Action,
+                       group: str) -> TopicMetadata:
     """The body's topic, looked up only once the caller may do ``action`` on it (403 before 404)."""
     name = doc.get("topic")
     if not isinstance(name, str):
@@ -63,15 +65,18 @@ async def _topic_field(request: web.Request, doc: dict[str, Any], action: Action
 
 
 def _refuse_filtered(request: web.Request) -> None:
-    """HTTP pull cannot apply a forced filter without acking other tenants' messages for the group: refuse."""
+    """HTTP pull cannot apply a forced filter without acking other tenants' messages for the group:
+    refuse."""
     principal = principal_of(request)
     if gatekeeper_of(request).forced_headers(principal):
-        raise Forbidden(f"{principal.name!r} reads through a forced header filter; HTTP pull/ack/nack/extend "
-                        "are not available to it: subscribe over the WebSocket (its filter applies there)")
+        raise Forbidden(f"{principal.name!r} reads through a forced header filter; HTTP "
+                        "pull/ack/nack/extend are not available to it: subscribe over the "
+                        "WebSocket (its filter applies there)")
 
 
 async def pull(request: web.Request) -> web.Response:
-    """POST /v1/groups/{group}/pull {topic, max_messages?, wait_ms?, ack_timeout_ms?, max_deliveries?}."""
+    """POST /v1/groups/{group}/pull {topic, max_messages?, wait_ms?, ack_timeout_ms?,
+    max_deliveries?}."""
     services, group = services_of(request), _group(request)
     _refuse_filtered(request)
     doc = await read_json_object(request)
@@ -83,16 +88,19 @@ async def pull(request: web.Request) -> web.Response:
         topic=topic.name,
         max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
         wait_ms=_bounded(doc, "wait_ms", 0, 0, MAX_WAIT_MS),
-        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS, MAX_ACK_TIMEOUT_MS),
+        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS,
+                                MAX_ACK_TIMEOUT_MS),
         max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
     )
-    services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms, pull_request.max_deliveries)
+    services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms,
+                               pull_request.max_deliveries)
     puller = _puller(services)
     deliveries = await puller.pull(group, pull_request, topic.partitions)
     issued_ms, holder = _now_ms(), principal_of(request).name
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
-                 "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition, d.entry.offset,
-                                                        pull_request.ack_timeout_ms, issued_ms), holder, group)}
+                 "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition,
+                                                        d.entry.offset, pull_request.ack_timeout_ms,
+                                                        issued_ms), holder, group)}
                 for d in deliveries]
     return json_response({"messages": messages}, headers=limited)
 
@@ -117,20 +125,24 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     reject_unknown_fields(doc, SETTLE_FIELDS if action == "nack" else frozenset({"receipts"}))
     raw = doc.get("receipts")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
-        raise invalid_field("/receipts", f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
+        raise invalid_field("/receipts",
+                            f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
     puller = _puller(services)
     receipts = _verified_receipts(request, puller, group, raw)
     delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
     count = await puller.settle(group, receipts, action, delay_ms)
     body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count}
-    if action == "extend":  # the ack timeout starts again, so does the receipt's validity: hand out new ones
+    # the ack timeout starts again, so does the receipt's validity: hand out new ones
+    if action == "extend":
         body["receipts"] = _reissued(puller, receipts, principal_of(request).name, group)
     return json_response(body)
 
 
-def _verified_receipts(request: web.Request, puller: Puller, group: str, raw: list[Any]) -> list[Receipt]:
-    """Every receipt of the body, checked before anything is settled: the caller's grants on the topics they
-    name first (403 before 422), then their signatures (bound to the caller and ``group``) and expiry."""
+def _verified_receipts(request: web.Request, puller: Puller, group: str,
+                       raw: list[Any]) -> list[Receipt]:
+    """Every receipt of the body, checked before anything is settled: the caller's grants on the
+    topics they name first (403 before 422), then their signatures (bound to the caller and
+    ``group``) and expiry."""
     sealed = [puller.signer.read(token, f"/receipts/{i}") for i, token in enumerate(raw)]
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     for topic in sorted({s.receipt.topic for s in sealed}):
@@ -141,7 +153,8 @@ def _verified_receipts(request: web.Request, puller: Puller, group: str, raw: li
 
 def _reissued(puller: Puller, receipts: list[Receipt], principal: str, group: str) -> list[str]:
     issued_ms = _now_ms()
-    return [puller.signer.issue(dataclasses.replace(r, issued_ms=issued_ms), principal, group) for r in receipts]
+    return [puller.signer.issue(dataclasses.replace(r, issued_ms=issued_ms), principal, group)
+            for r in receipts]
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -150,7 +163,8 @@ async def ack(request: web.Request) -> web.Response:
 
 
 async def nack(request: web.Request) -> web.Response:
-    """POST /v1/groups/{group}/nack {receipts, delay_ms?}: redeliver after the delay (0: at once)."""
+    """POST /v1/groups/{group}/nack {receipts, delay_ms?}: redeliver after the delay (0: at
+    once)."""
     return await _settle(request, "nack")
 
 
@@ -159,9 +173,11 @@ async def extend(request: web.Request) -> web.Response:
     return await _settle(request, "extend")
 
 
-async def _readable_topics(services: Services, request: web.Request, group: str | None) -> list[TopicMetadata]:
-    """The topics on which the caller may see ``group`` (any group when None): decided from the ACL alone,
-    before any Redis call, so a listing costs what the caller may see and not what the cluster holds."""
+async def _readable_topics(services: Services, request: web.Request,
+                           group: str | None) -> list[TopicMetadata]:
+    """The topics on which the caller may see ``group`` (any group when None): decided from the ACL
+    alone, before any Redis call, so a listing costs what the caller may see and not what the
+    cluster holds."""
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     return [topic for topic in await services.registry.list()
             if gatekeeper.may_see(principal, topic.name, READ_ACTIONS, group)]
@@ -171,36 +187,42 @@ async def _groups_in_redis(services: Services, topics: list[TopicMetadata]) -> s
     store = _puller(services).store
     pairs: set[tuple[str, str]] = set()
     for topic in topics:  # one topic at a time, its partitions through the bounded fan-out
-        names = await gather_bounded(functools.partial(store.groups, topic.name), range(topic.partitions))
+        names = await gather_bounded(functools.partial(store.groups, topic.name),
+                                     range(topic.partitions))
         pairs |= {(topic.name, group) for partition_groups in names for group in partition_groups}
     return pairs
 
 
 async def _visible_pairs(services: Services, request: web.Request, group: str | None,
                          topics: list[TopicMetadata]) -> list[tuple[str, str]]:
-    """(topic, group) pairs in Redis or etcd on ``topics`` that the caller may see (only ``group`` when given)."""
+    """(topic, group) pairs in Redis or etcd on ``topics`` that the caller may see (only ``group``
+    when given)."""
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     pairs = await _groups_in_redis(services, topics) if topics else set()
     if services.etcd is not None and topics:
         names = {topic.name for topic in topics}
-        pairs |= {pair for pair in await list_groups(services.etcd, prefix=services.settings.etcd_prefix)
+        pairs |= {pair for pair in await list_groups(services.etcd,
+                                                     prefix=services.settings.etcd_prefix)
                   if pair[0] in names}
     return sorted((t, g) for t, g in pairs if (group is None or g == group)
                   and gatekeeper.may_see(principal, t, READ_ACTIONS, g))
 
 
 async def list_all_groups(request: web.Request) -> web.Response:
-    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd that the caller may see.
+    """GET /v1/groups -> every (topic, group) known to Redis or holding members in etcd that the
+    caller may see.
 
     Charged to the caller's reads bucket; only topics the caller may read are looked at."""
     services = services_of(request)
     limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
-    pairs = await _visible_pairs(services, request, None, await _readable_topics(services, request, None))
+    pairs = await _visible_pairs(services, request, None,
+                                 await _readable_topics(services, request, None))
     return json_response({"groups": [{"topic": t, "group": g} for t, g in pairs]}, headers=limited)
 
 
 async def describe_group(request: web.Request) -> web.Response:
-    """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag and pending."""
+    """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag and
+    pending."""
     services, group = services_of(request), _group(request)
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     wanted = request.query.get("topic")
@@ -209,12 +231,14 @@ async def describe_group(request: web.Request) -> web.Response:
     elif not gatekeeper.acl.may_know_group(principal, group):
         raise Forbidden(f"{principal.name!r} has no access to group {group!r}")
     limited = await admit_or_refuse(services, principal, RateAction.READ)
-    readable = [t for t in await _readable_topics(services, request, group) if wanted is None or t.name == wanted]
+    readable = [t for t in await _readable_topics(services, request, group)
+                if wanted is None or t.name == wanted]
     topics = [t for t, _ in await _visible_pairs(services, request, group, readable)]
     if not topics:
         raise Problem(404, "group-not-found", "Group not found", f"group {group!r} has no state"
                       + (f" on topic {wanted!r}" if wanted else ""))
-    return json_response({"group": group, "topics": [await _describe_on(services, group, t) for t in topics]},
+    return json_response({"group": group,
+                          "topics": [await _describe_on(services, group, t) for t in topics]},
                          headers=limited)
 
 
@@ -222,12 +246,14 @@ async def _describe_on(services: Services, group: str, name: str) -> dict[str, A
     topic = await services.topic(name)
     store = _puller(services).store
     states = await gather_bounded(lambda p: store.state(name, p, group), range(topic.partitions))
-    unread = await gather_bounded(lambda state: _oldest_unread_age_ms(services, name, state), states)
+    unread = await gather_bounded(lambda state: _oldest_unread_age_ms(services, name, state),
+                                  states)
     doc: dict[str, Any] = {"topic": name, "members": [], "generation": None, "assignment": {},
                            "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age}
                                           for state, age in zip(states, unread, strict=True)]}
     if services.etcd is not None:
-        view = await group_view(services.etcd, topic=name, group=group, prefix=services.settings.etcd_prefix)
+        view = await group_view(services.etcd, topic=name, group=group,
+                                prefix=services.settings.etcd_prefix)
         doc["members"] = [{"member_id": m.member_id, "node": m.node, "joined_at_ms": m.joined_at_ms}
                           for m in view.members]
         doc["generation"] = view.generation or None
@@ -235,28 +261,33 @@ async def _describe_on(services: Services, group: str, name: str) -> dict[str, A
     return doc
 
 
-async def _oldest_unread_age_ms(services: Services, topic: str, state: GroupPartitionState) -> int | None:
-    """Age of the first entry not yet delivered to the group; 0 when none waits, None when unknown."""
+async def _oldest_unread_age_ms(services: Services, topic: str,
+                                state: GroupPartitionState) -> int | None:
+    """Age of the first entry not yet delivered to the group; 0 when none waits, None when
+    unknown."""
     if state.lag == 0:
         return 0
     if state.last_delivered_offset is None:
         return None
-    entries = await services.store.read(topic, state.partition, after=state.last_delivered_offset, limit=1)
+    entries = await services.store.read(topic, state.partition, after=state.last_delivered_offset,
+                                        limit=1)
     return max(0, int(time.time() * 1000) - entries[0].timestamp_ms) if entries else None
 
 
 def _partition_state(state: GroupPartitionState) -> dict[str, Any]:
     oldest_age_ms = None
     if state.oldest_pending_offset is not None:
-        oldest_age_ms = max(0, int(time.time() * 1000) - int(state.oldest_pending_offset.split("-")[0]))
+        oldest_age_ms = max(0, int(time.time() * 1000)
+                            - int(state.oldest_pending_offset.split("-")[0]))
     return {"partition": state.partition, "exists": state.exists,
             "last_delivered_offset": state.last_delivered_offset, "pending": state.pending,
-            "oldest_pending_offset": state.oldest_pending_offset, "oldest_pending_age_ms": oldest_age_ms,
-            "lag": state.lag}
+            "oldest_pending_offset": state.oldest_pending_offset,
+            "oldest_pending_age_ms": oldest_age_ms, "lag": state.lag}
 
 
 async def seek(request: web.Request) -> web.Response:
-    """POST /v1/groups/{group}/seek {topic, to: earliest|latest|<partition>:<offset>,...|{"timestamp_ms": t}}."""
+    """POST /v1/groups/{group}/seek
+    {topic, to: earliest|latest|<partition>:<offset>,...|{"timestamp_ms": t}}."""
     services, group = services_of(request), _group(request)
     doc = await read_json_object(request)
     reject_unknown_fields(doc, SEEK_FIELDS)
@@ -273,8 +304,8 @@ def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
     everywhere = range(topic.partitions)
     if to in ("earliest", "latest"):
         return dict.fromkeys(everywhere, str(to))
-    if isinstance(to, dict) and set(to) == {"timestamp_ms"} and isinstance(to["timestamp_ms"], int) \
-            and to["timestamp_ms"] >= 0:
+    if (isinstance(to, dict) and set(to) == {"timestamp_ms"} and isinstance(to["timestamp_ms"], int)
+            and to["timestamp_ms"] >= 0):
         # Deliver from the first entry at or after the time: the position is the ID just before it.
         position = predecessor(f"{to['timestamp_ms']}-0") or "earliest"
         return dict.fromkeys(everywhere, position)
@@ -282,12 +313,14 @@ def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
         positions: dict[int, str] = {}
         for part in to.split(","):
             partition, sep, offset = part.partition(":")
-            if not sep or not (partition.isascii() and partition.isdigit()) or int(partition) >= topic.partitions:
+            if (not sep or not (partition.isascii() and partition.isdigit())
+                    or int(partition) >= topic.partitions):
                 raise invalid_field("/to", f"{part!r} is not <partition>:<offset> of this topic")
             parse_offset(offset, "/to")
             positions[int(partition)] = offset
         return positions
-    raise invalid_field("/to", "'to' must be earliest, latest, '<partition>:<offset>,...' or {\"timestamp_ms\": t}")
+    raise invalid_field("/to", "'to' must be earliest, latest, '<partition>:<offset>,...' or "
+                               "{\"timestamp_ms\": t}")
 
 
 REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s"})

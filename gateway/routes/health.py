@@ -50,7 +50,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def export_heat(services: Services) -> None:
-    """Refresh the per-partition rate, hot flag and (when exposed) heavy-key gauges from this gateway's statistics."""
+    """Refresh the per-partition rate, hot flag and (when exposed) heavy-key gauges from this
+    gateway's statistics."""
     metrics = services.metrics
     metrics.partition_top_key_messages.clear()
     for topic in services.cache.all():

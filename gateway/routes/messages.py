@@ -28,16 +28,19 @@ from partitioner.topics import TopicMetadata
 from storage.models import Acks, Appended, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-ACKS = {acks.value: acks for acks in Acks}  # a validated body's acks; Acks(value) is a Python-level enum lookup
+# a validated body's acks; Acks(value) is a Python-level enum lookup
+ACKS = {acks.value: acks for acks in Acks}
 DEFAULT_REPLAY_LIMIT = 100
 
 
 async def publish(request: web.Request) -> web.Response:
     """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0."""
-    services, gatekeeper, principal = services_of(request), gatekeeper_of(request), principal_of(request)
+    services, gatekeeper, principal = (services_of(request), gatekeeper_of(request),
+                                       principal_of(request))
     name = request.match_info["topic"]
     gatekeeper.require(principal, Action.PUBLISH, name)
-    topic = services.cache.get(name) or await services.topic(name)  # the cache first: no coroutine on a hit
+    # the cache first: no coroutine on a hit
+    topic = services.cache.get(name) or await services.topic(name)
     try:
         response = await _publish_to(request, services, topic, gatekeeper, principal)
     except Exception:
@@ -47,15 +50,16 @@ async def publish(request: web.Request) -> web.Response:
     return response
 
 
-async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata, gatekeeper: Gatekeeper,
-                      principal: Principal) -> web.Response:
-    body = await read_body(request, services.settings.max_batch_bytes)  # Content-Encoding gzip/zstd decoded
+async def _publish_to(request: web.Request, services: Services, topic: TopicMetadata,
+                      gatekeeper: Gatekeeper, principal: Principal) -> web.Response:
+    # Content-Encoding gzip/zstd decoded
+    body = await read_body(request, services.settings.max_batch_bytes)
     batch = parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
     if gatekeeper.forced_headers(principal):
         batch = batch.with_headers()
         gatekeeper.stamp(principal, batch.headers or ())
-    throttled = {} if services.throttle is None else await _admit(request, services, topic, len(batch),
-                                                                  batch.value_bytes)
+    throttled = ({} if services.throttle is None
+                 else await _admit(request, services, topic, len(batch), batch.value_bytes))
     records = place(batch, topic, services.spreader, principal_scope(principal.name))
     metrics = services.metrics
     if batch.acks == "0":
@@ -68,28 +72,33 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     _count_heat(services, topic, records.partitions, records.keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
-    return web.Response(body=results_json(results), content_type="application/json", headers=throttled)
+    return web.Response(body=results_json(results), content_type="application/json",
+                        headers=throttled)
 
 
 def results_json(results: Published) -> bytes:
-    """The publish response: one result per message, in the columns' one encoding call when it can."""
+    """The publish response: one result per message, in the columns' one encoding call when it
+    can."""
     if isinstance(results, Appended) and results.duplicates is None:
         return plain_results_json(results.partitions, results.offsets)
     return orjson.dumps({"results": [result_document(r) for r in results]})
 
 
-def _count_heat(services: Services, topic: TopicMetadata, partitions: list[int], keys: list[bytes | None]) -> None:
-    """The hot-partition statistics count a batch once it is written (acks 1/all) or queued (acks 0): a refused
-    or failed publish (429, 503...) is no traffic."""
+def _count_heat(services: Services, topic: TopicMetadata, partitions: list[int],
+                keys: list[bytes | None]) -> None:
+    """The hot-partition statistics count a batch once it is written (acks 1/all) or queued (acks
+    0): a refused or failed publish (429, 503...) is no traffic."""
     services.stats.record(topic.name, partitions, keys)
 
 
 async def _admit(request: web.Request, services: Services, topic: TopicMetadata, messages: int,
                  size_bytes: int) -> dict[str, str]:
-    """Charge the rate limits (429 when refused, 413 when the request can never fit); the headers to send."""
+    """Charge the rate limits (429 when refused, 413 when the request can never fit); the headers to
+    send."""
     if services.throttle is None:
         return {}
-    decision = await services.throttle.admit_publish(principal_of(request), topic.name, messages, size_bytes)
+    decision = await services.throttle.admit_publish(principal_of(request), topic.name, messages,
+                                                     size_bytes)
     if decision.allowed:
         return dict(decision.headers)
     services.metrics.rate_limited.labels(topic.name, decision.limit).inc()
@@ -99,44 +108,55 @@ async def _admit(request: web.Request, services: Services, topic: TopicMetadata,
     raise rate_limited(decision.reason, decision.retry_after_s, dict(decision.headers))
 
 
-SCHEDULED_MARK = "s:"  # what the dedup key holds while an idempotent message still waits in the schedule
+# what the dedup key holds while an idempotent message still waits in the schedule
+SCHEDULED_MARK = "s:"
 
 
 def result_document(result: PublishResult) -> dict[str, Any]:
-    """One publish result: where it landed, or where it waits (``scheduled_id``, ``deliver_at_ms``)."""
+    """One publish result: where it landed, or where it waits (``scheduled_id``,
+    ``deliver_at_ms``)."""
     if isinstance(result, ScheduledResult):
-        return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate,
-                "scheduled_id": result.schedule_id or None, "deliver_at_ms": result.due_ms}
-    if result.offset.startswith(SCHEDULED_MARK):  # an idempotent retry of a message that is still scheduled
+        return {"partition": result.partition, "offset": result.offset,
+                "duplicate": result.duplicate, "scheduled_id": result.schedule_id or None,
+                "deliver_at_ms": result.due_ms}
+    # an idempotent retry of a message that is still scheduled
+    if result.offset.startswith(SCHEDULED_MARK):
         return {"partition": result.partition, "offset": None, "duplicate": result.duplicate,
                 "scheduled_id": result.offset.removeprefix(SCHEDULED_MARK)}
     return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate}
 
 
 async def replay(request: web.Request) -> web.Response:
-    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages, next_offset."""
-    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages,
+    next_offset."""
+    services, principal, gatekeeper = (services_of(request), principal_of(request),
+                                       gatekeeper_of(request))
     gatekeeper.require(principal, Action.SUBSCRIBE, request.match_info["topic"])
     limited = await admit_or_refuse(services, principal, RateAction.READ)
     visible = HeaderFilter().and_headers(gatekeeper.forced_headers(principal))
     topic = await services.topic(request.match_info["topic"])
     partition = _partition_param(request.match_info["partition"], topic)
-    limit = _int_param(request, "limit", 1, services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
+    limit = _int_param(request, "limit", 1,
+                       services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
     start = request.query.get("from", "earliest")
     from_time_ms = _int_param(request, "from_time_ms", 0, 2**63 - 1)
     if from_time_ms is not None and start != "earliest":
         raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
     if start == "latest":
         last = await services.store.last_offset(topic.name, partition)
-        return json_response({"messages": [], "next_offset": "0-0" if last is None else successor(last)},
+        return json_response({"messages": [],
+                              "next_offset": "0-0" if last is None else successor(last)},
                              headers=limited)
     after = None if start == "earliest" else _after(start)
     entries = await _read(services, topic, partition, after, from_time_ms, limit)
-    next_offset = successor(entries[-1].offset) if entries else ("0-0" if start == "earliest" else start)
+    next_offset = (successor(entries[-1].offset) if entries
+                   else ("0-0" if start == "earliest" else start))
     if not entries and from_time_ms is not None:
         next_offset = f"{from_time_ms}-0"
-    # A forced filter hides other tenants' messages; next_offset still moves past them, so pages may be short.
-    return json_response({"messages": [entry_document(e) for e in entries if visible.matches(e.headers)],
+    # A forced filter hides other tenants' messages; next_offset still moves past them, so pages may
+    # be short.
+    return json_response({"messages": [entry_document(e) for e in entries
+                                       if visible.matches(e.headers)],
                           "next_offset": next_offset}, headers=limited)
 
 

@@ -1,9 +1,10 @@
 """``GET /v1/subscribe``: WebSocket subscriptions in exclusive, shared or broadcast mode.
 
-Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends ``message``,
-``assignment`` and ``error`` frames; the client sends ``ack``, ``nack`` and ``extend`` frames. See docs/api.md.
-The upgrade hands the connection to a lean WebSocket (gateway.delivery.websocket) and the handler returns once the
-subscription is served (gateway.routes.subscription): nothing of aiohttp's stays per connection.
+Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends
+``message``, ``assignment`` and ``error`` frames; the client sends ``ack``, ``nack`` and ``extend``
+frames. See docs/api.md. The upgrade hands the connection to a lean WebSocket
+(gateway.delivery.websocket) and the handler returns once the subscription is served
+(gateway.routes.subscription): nothing of aiohttp's stays per connection.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from gateway.auth.middleware import awaits_auth_frame, gatekeeper_of, principal_
 from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import Session
-from gateway.delivery.websocket import LeanWebSocket, UpgradedResponse, detach_handler, handshake, upgrade
+from gateway.delivery.websocket import (
+    LeanWebSocket,
+    UpgradedResponse,
+    detach_handler,
+    handshake,
+    upgrade,
+)
 from gateway.errors import (
     WS_CLOSE_TOO_MANY_CONNECTIONS,
     WS_CLOSE_UNAVAILABLE,
@@ -46,14 +53,16 @@ Authorized = tuple[Principal, SubscribeParams, TopicMetadata]
 async def subscribe(request: web.Request) -> web.StreamResponse:
     """Upgrade to a WebSocket and start serving the subscription; returns once it is served.
 
-    With credentials in the upgrade request, authorization (403) comes before the topic lookup (404) and both
-    before the upgrade. Without, the socket is upgraded first, if fewer than ``max_unauthenticated_connections``
-    sockets await their auth frame (else 503), and the first frame must be ``auth``.
+    With credentials in the upgrade request, authorization (403) comes before the topic lookup (404)
+    and both before the upgrade. Without, the socket is upgraded first, if fewer than
+    ``max_unauthenticated_connections`` sockets await their auth frame (else 503), and the first
+    frame must be ``auth``.
     """
     services = services_of(request)
     params = parse_subscribe_params(request.query)
     if params.mode is not Mode.BROADCAST and services.delivery is None:
-        raise unavailable("consumer groups are not available on this gateway", services.settings.retry_after_s)
+        raise unavailable("consumer groups are not available on this gateway",
+                          services.settings.retry_after_s)
     settings = services.settings
     gatekeeper = gatekeeper_of(request)
     authorized: Authorized | None = None
@@ -63,12 +72,14 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         if services.connections.full(principal.name):
             raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
     # A request that is not a WebSocket handshake is refused before the rate limit charges anything.
-    answer = handshake(request.headers, settings.ws_compression)  # permessage-deflate only if the client asks
+    # permessage-deflate only if the client asks
+    answer = handshake(request.headers, settings.ws_compression)
     if authorized is not None:
         await admit_or_refuse(services, authorized[0], RateAction.SUBSCRIBE)
     elif not services.connections.acquire_unauthenticated():
-        raise unavailable(f"{services.connections.unauthenticated} connections already await their auth frame on "
-                          "this gateway (max_unauthenticated_connections)", settings.retry_after_s)
+        raise unavailable(f"{services.connections.unauthenticated} connections already await "
+                          "their auth frame on this gateway (max_unauthenticated_connections)",
+                          settings.retry_after_s)
     try:
         socket = upgrade(request, answer, settings.ws_max_frame_bytes, settings.ws_heartbeat_s)
     except BaseException:
@@ -89,8 +100,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
 
 async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper: Gatekeeper,
                           params: SubscribeParams, authorized: Authorized | None) -> None:
-    """Authenticate by frame if needed (the socket's unauthenticated slot is released whatever the outcome), take a
-    connection slot, charge the rate limit, and start serving."""
+    """Authenticate by frame if needed (the socket's unauthenticated slot is released whatever the
+    outcome), take a connection slot, charge the rate limit, and start serving."""
     by_frame = authorized is None
     if authorized is None:
         try:
@@ -113,36 +124,43 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
         services.connections.release(principal.name)
         return
     settings = services.settings
-    session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params, socket.send_texts,
-                      settings.slow_client_timeout_s, settings.ws_max_outbox_bytes)
-    served = ServedSubscription(socket, session, services, principal.name, gatekeeper.session_deadline_s(principal))
+    session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params,
+                      socket.send_texts, settings.slow_client_timeout_s,
+                      settings.ws_max_outbox_bytes)
+    served = ServedSubscription(socket, session, services, principal.name,
+                                gatekeeper.session_deadline_s(principal))
     await served.start(topic)
 
 
-async def _admitted_after_upgrade(socket: LeanWebSocket, services: Services, principal: Principal) -> bool:
-    """Charge the subscribe rate limit of a principal known only after the upgrade; refused -> close 4429."""
+async def _admitted_after_upgrade(socket: LeanWebSocket, services: Services,
+                                  principal: Principal) -> bool:
+    """Charge the subscribe rate limit of a principal known only after the upgrade; refused -> close
+    4429."""
     try:
         decision = await admit(services, principal, RateAction.SUBSCRIBE)
     except StorageError as exc:
         socket.close(close_code_for(exc), exc.message)
         return False
     if not decision.allowed:
-        socket.close(WS_CLOSE_TOO_MANY_CONNECTIONS, f"{decision.reason}; retry in {decision.retry_after_s} s")
+        socket.close(WS_CLOSE_TOO_MANY_CONNECTIONS,
+                     f"{decision.reason}; retry in {decision.retry_after_s} s")
     return decision.allowed
 
 
 def _too_many(services: Services, principal: Principal) -> str:
-    return (f"{principal.name!r} already holds {services.connections.open_count(principal.name)} subscriptions on "
+    return (f"{principal.name!r} already holds "
+            f"{services.connections.open_count(principal.name)} subscriptions on "
             f"this gateway (max_connections_per_principal)")
 
 
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
                      params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
-    """Check the ACL (403), then find the topic (404), then the principal's groups cap (403 groups-limit); the
-    principal's forced filter is ANDed in."""
+    """Check the ACL (403), then find the topic (404), then the principal's groups cap (403
+    groups-limit); the principal's forced filter is ANDed in."""
     gatekeeper.require(principal, Action.SUBSCRIBE, params.topic, params.group)
     forced = gatekeeper.forced_headers(principal)
-    params = dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced else params
+    params = (dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced
+              else params)
     topic = await services.topic(params.topic)
     if params.group is not None:
         await admit_group(services, principal, topic.name, params.group)
@@ -153,7 +171,8 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
                               params: SubscribeParams) -> Authorized | None:
     """Authenticate with the first frame; on failure close with 4401/4403/4404 and return None."""
     try:
-        principal = await _principal_from_first_frame(socket, gatekeeper, services.settings.auth_frame_timeout_s)
+        principal = await _principal_from_first_frame(socket, gatekeeper,
+                                                      services.settings.auth_frame_timeout_s)
         params, topic = await _authorize(services, gatekeeper, principal, params)
     except (AuthError, StorageError, PartitionerError) as exc:
         socket.close(close_code_for(exc), exc.message)  # close_payload cuts it to fit
@@ -166,7 +185,8 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
 
 async def _principal_from_first_frame(socket: LeanWebSocket, gatekeeper: Gatekeeper,
                                       timeout_s: float) -> Principal:
-    """The principal of a ``{"type": "auth", "token": <jwt>}`` or ``{"type": "auth", "api_key": <key>}`` frame."""
+    """The principal of a ``{"type": "auth", "token": <jwt>}`` or ``{"type": "auth", "api_key":
+    <key>}`` frame."""
     try:
         message = await socket.receive(timeout_s)
     except TimeoutError:
@@ -176,7 +196,8 @@ async def _principal_from_first_frame(socket: LeanWebSocket, gatekeeper: Gatekee
     except orjson.JSONDecodeError:
         frame = None
     if not isinstance(frame, dict) or frame.get("type") != "auth":
-        raise Unauthenticated("the first frame must be {\"type\": \"auth\", \"token\" | \"api_key\": ...}")
+        raise Unauthenticated("the first frame must be "
+                              "{\"type\": \"auth\", \"token\" | \"api_key\": ...}")
     token, api_key = frame.get("token"), frame.get("api_key")
     if isinstance(token, str) and token:
         return gatekeeper.authenticate_token(token)

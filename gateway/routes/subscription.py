@@ -1,11 +1,13 @@
-"""An upgraded subscription once its handler returned: client frames in, modes served, one close and one cleanup.
+"""An upgraded subscription once its handler returned: client frames in, modes served, one close and
+one cleanup.
 
-The subscribe route authorizes, upgrades (gateway.delivery.websocket) and starts a ``ServedSubscription``, then
-returns: no task of aiohttp's or ours stays behind for an idle socket (idle sockets must cost little memory).
-What runs afterwards is driven by callbacks: client frames arrive as ``on_text``, settle frames of a group
-session go through a bounded inbox drained by a task that exists only while frames wait, a close requested by
-the session (slow consumer, token expiry, shutdown, a failed runner) becomes the socket's close frame, and the
-socket closing starts the cleanup (runner and tails detached, writer stopped, counters released) exactly once.
+The subscribe route authorizes, upgrades (gateway.delivery.websocket) and starts a
+``ServedSubscription``, then returns: no task of aiohttp's or ours stays behind for an idle socket
+(idle sockets must cost little memory). What runs afterwards is driven by callbacks: client frames
+arrive as ``on_text``, settle frames of a group session go through a bounded inbox drained by a task
+that exists only while frames wait, a close requested by the session (slow consumer, token expiry,
+shutdown, a failed runner) becomes the socket's close frame, and the socket closing starts the
+cleanup (runner and tails detached, writer stopped, counters released) exactly once.
 """
 
 from __future__ import annotations
@@ -45,19 +47,22 @@ SETTLE_ACTIONS = ("ack", "nack", "extend")
 TASK_STOP_TIMEOUT_S = 5.0
 MAX_REFS_PER_FRAME = 10_000
 _PARTITION, _OFFSET = itemgetter("partition"), itemgetter("offset")
-INBOX_FRAMES = 64  # settle frames waiting for the store; past this the socket stops reading (TCP pushes back)
+# settle frames waiting for the store; past this the socket stops reading (TCP pushes back)
+INBOX_FRAMES = 64
 SettleFrame = tuple[str, list[MessageRef], int]  # action, messages, delay_ms
 
 
 class ServedSubscription:
-    """One subscription's socket, session and mode (a broadcast follow or a runner task), until it closes."""
+    """One subscription's socket, session and mode (a broadcast follow or a runner task), until it
+    closes."""
 
-    __slots__ = ("_cleanup", "_expiry", "_follow", "_inbox", "_principal", "_runner", "_settler", "services",
-                 "session", "socket")
+    __slots__ = ("_cleanup", "_expiry", "_follow", "_inbox", "_principal", "_runner", "_settler",
+                 "services", "session", "socket")
 
     def __init__(self, socket: LeanWebSocket, session: Session, services: Services, principal: str,
                  deadline_s: float | None) -> None:
-        """Takes over the principal's connection slot (already acquired): released by the cleanup."""
+        """Takes over the principal's connection slot (already acquired): released by the
+        cleanup."""
         self.socket = socket
         self.session = session
         self.services = services
@@ -77,10 +82,12 @@ class ServedSubscription:
         services, session = self.services, self.session
         try:
             hub = services.delivery
-            if session.params.mode is Mode.BROADCAST and hub is not None:  # no task of its own while idle
+            # no task of its own while idle
+            if session.params.mode is Mode.BROADCAST and hub is not None:
                 self._follow = await start_broadcast(session, services, hub, topic, close_for)
             else:
-                runner = asyncio.create_task(serve(session, services, topic), name=f"subscription-{session.id}")
+                runner = asyncio.create_task(serve(session, services, topic),
+                                             name=f"subscription-{session.id}")
                 runner.add_done_callback(self._runner_ended)
                 self._runner = runner
         except Exception as exc:
@@ -88,7 +95,7 @@ class ServedSubscription:
         finally:
             self.socket.serve(self)
 
-    # --- SocketEvents -----------------------------------------------------------------------------------------
+    # --- SocketEvents -----------------------------------------------------------------------------
     def on_text(self, text: str) -> None:
         session = self.session
         try:
@@ -97,7 +104,8 @@ class ServedSubscription:
             session.send_control(_error("bad-frame", str(exc)))
             return
         if self.services.delivery is None or session.params.mode is Mode.BROADCAST:
-            session.send_control(_error("bad-frame", f"{frame[0]} is only meaningful in a group subscription"))
+            session.send_control(_error("bad-frame",
+                                        f"{frame[0]} is only meaningful in a group subscription"))
             return
         if self._inbox is None:
             self._inbox = []
@@ -112,15 +120,17 @@ class ServedSubscription:
 
     def on_closed(self) -> None:
         if self._cleanup is None:
-            self._cleanup = asyncio.create_task(self._clean_up(), name=f"subscription-end-{self.session.id}")
+            self._cleanup = asyncio.create_task(self._clean_up(),
+                                                name=f"subscription-end-{self.session.id}")
 
-    # --- shutdown ---------------------------------------------------------------------------------------------
+    # --- shutdown ---------------------------------------------------------------------------------
     def request_shutdown(self) -> None:
         """Close with 1001 so the client reconnects elsewhere and resumes."""
         self.session.request_close(WS_CLOSE_GOING_AWAY, "gateway shutting down")
 
     async def finished(self, timeout_s: float) -> None:
-        """Until the socket closed and the cleanup ran; a socket still open after ``timeout_s`` is dropped."""
+        """Until the socket closed and the cleanup ran; a socket still open after ``timeout_s`` is
+        dropped."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.socket.wait_closed(), timeout_s)
         self.socket.abort()
@@ -129,9 +139,10 @@ class ServedSubscription:
         if self._cleanup is not None:
             await self._cleanup
 
-    # --- internals --------------------------------------------------------------------------------------------
+    # --- internals --------------------------------------------------------------------------------
     async def _settle_inbox(self) -> None:
-        """Settle queued frames in order; ends when the inbox is empty (the next frame starts another)."""
+        """Settle queued frames in order; ends when the inbox is empty (the next frame starts
+        another)."""
         inbox, session, hub = self._inbox, self.session, self.services.delivery
         assert inbox is not None
         assert hub is not None
@@ -143,7 +154,8 @@ class ServedSubscription:
                 try:
                     await hub.settle(session, refs, action, delay_ms)
                 except StorageError as exc:
-                    session.send_control(_error("unavailable", f"{action} failed, retry: {exc.message}"))
+                    session.send_control(_error("unavailable",
+                                                f"{action} failed, retry: {exc.message}"))
         except Exception as exc:
             close_for(session, exc)
         finally:
@@ -167,11 +179,13 @@ class ServedSubscription:
         try:
             if self._expiry is not None:
                 self._expiry.cancel()
-            # Acks sent before the client's close frame are settled before the runner releases what is held.
+            # Acks sent before the client's close frame are settled before the runner releases what
+            # is held.
             await _finished_or_cancelled(self._settler)
             if self._runner is not None:
                 self._runner.cancel()
-                # Bounded: a task stuck in a backend call must not keep the cleanup (and shutdown) waiting.
+                # Bounded: a task stuck in a backend call must not keep the cleanup (and shutdown)
+                # waiting.
                 await asyncio.wait([self._runner], timeout=TASK_STOP_TIMEOUT_S)
             if self._follow is not None:
                 await self._follow.aclose()
@@ -196,7 +210,8 @@ async def _finished_or_cancelled(task: asyncio.Task[None] | None) -> None:
 
 
 async def close_subscriptions(services: Services) -> None:
-    """Ask every open subscription to close with 1001 and wait (bounded) until each has closed and cleaned up."""
+    """Ask every open subscription to close with 1001 and wait (bounded) until each has closed and
+    cleaned up."""
     open_now = list(services.subscriptions)
     for subscription in open_now:
         subscription.request_shutdown()
@@ -222,29 +237,33 @@ def _close_at_expiry(session: Session, deadline_s: float | None) -> asyncio.Time
     """Close the session with 4401 when its token expires."""
     if deadline_s is None:
         return None
-    return asyncio.get_running_loop().call_later(max(0.0, deadline_s - time.time()), session.request_close,
-                                                 WS_CLOSE_UNAUTHENTICATED, "token expired")
+    return asyncio.get_running_loop().call_later(max(0.0, deadline_s - time.time()),
+                                                 session.request_close, WS_CLOSE_UNAUTHENTICATED,
+                                                 "token expired")
 
 
-# --- client frames --------------------------------------------------------------------------------------------
+# --- client frames --------------------------------------------------------------------------------
 def parse_settle(frame: Any) -> SettleFrame:
-    """An ``ack``/``nack``/``extend`` frame's action, messages and delay; ValueError says what is wrong."""
+    """An ``ack``/``nack``/``extend`` frame's action, messages and delay; ValueError says what is
+    wrong."""
     if not isinstance(frame, dict) or frame.get("type") not in SETTLE_ACTIONS:
         raise ValueError("expected {\"type\": \"ack\"|\"nack\"|\"extend\", \"messages\": [...]}")
     raw = frame.get("messages")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_REFS_PER_FRAME:
-        raise ValueError(f"'messages' must be a list of 1 to {MAX_REFS_PER_FRAME} {{partition, offset}}")
+        raise ValueError(f"'messages' must be a list of 1 to {MAX_REFS_PER_FRAME} "
+                         "{partition, offset}")
     refs = _message_refs(raw)
     delay_ms = frame.get("delay_ms", 0)
-    if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or not 0 <= delay_ms <= 86_400_000:
+    if (not isinstance(delay_ms, int) or isinstance(delay_ms, bool)
+            or not 0 <= delay_ms <= 86_400_000):
         raise ValueError("'delay_ms' must be an integer between 0 and 86400000")
     return str(frame["type"]), refs, delay_ms
 
 
 def _message_refs(items: list[Any]) -> list[MessageRef]:
-    """``[(item["partition"], item["offset"]) ...]`` of a frame's messages, checked: every item an object with an
-    integer partition (not a boolean) and a string offset. Taken column by column (C-level loops: an ack frame
-    carries hundreds)."""
+    """``[(item["partition"], item["offset"]) ...]`` of a frame's messages, checked: every item an
+    object with an integer partition (not a boolean) and a string offset. Taken column by column
+    (C-level loops: an ack frame carries hundreds)."""
     try:
         if all(map(isinstance, items, repeat(dict))):
             partitions = list(map(_PARTITION, items))

@@ -40,15 +40,19 @@ def topic_document(topic: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def partition_document(info: PartitionInfo, heat: PartitionHeat, *, show_keys: bool = True) -> dict[str, Any]:
-    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's view).
+def partition_document(info: PartitionInfo, heat: PartitionHeat, *,
+                       show_keys: bool = True) -> dict[str, Any]:
+    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's
+    view).
 
-    ``show_keys=False`` leaves the heavy keys out (they may belong to other tenants of a filtered principal).
+    ``show_keys=False`` leaves the heavy keys out (they may belong to other tenants of a filtered
+    principal).
     """
     return {"partition": info.partition, "length": info.length,
             "first_offset": info.first_offset, "last_offset": info.last_offset,
             "publish_rate_per_s": round(heat.rate_per_s, 3), "hot": heat.hot,
-            "top_keys": [{"key": key, "messages": count} for key, count in heat.top_keys] if show_keys else []}
+            "top_keys": ([{"key": key, "messages": count} for key, count in heat.top_keys]
+                         if show_keys else [])}
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -64,25 +68,31 @@ async def create_topic(request: web.Request) -> web.Response:
     partitions = optional_int(doc, "partitions")
     if partitions is None:
         raise invalid_field("/partitions", "'partitions' is required")
-    settings = TopicSettings(name, partitions, optional_int(doc, "retention_ms") or DEFAULT_RETENTION_MS,
+    settings = TopicSettings(name, partitions,
+                             optional_int(doc, "retention_ms") or DEFAULT_RETENTION_MS,
                              optional_int(doc, "max_length"))
     topic = await services.registry.create(settings, owner=principal.name)
     services.cache.remember(topic)
-    return json_response(topic_document(topic), status=201, headers={"Location": f"/v1/topics/{name}"})
+    return json_response(topic_document(topic), status=201,
+                         headers={"Location": f"/v1/topics/{name}"})
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    """GET /v1/topics -> every topic the caller has some access to (charged to the caller's reads bucket)."""
-    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    """GET /v1/topics -> every topic the caller has some access to (charged to the caller's reads
+    bucket)."""
+    services, principal, gatekeeper = (services_of(request), principal_of(request),
+                                       gatekeeper_of(request))
     limited = await admit_or_refuse(services, principal, RateAction.READ)
     topics = await services.registry.list()
     return json_response({"topics": [topic_document(topic) for topic in topics
-                                     if gatekeeper.may_see(principal, topic.name)]}, headers=limited)
+                                     if gatekeeper.may_see(principal, topic.name)]},
+                         headers=limited)
 
 
 async def describe_topic(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic} -> the topic with each partition's length and first/last offset."""
-    services, principal, gatekeeper = services_of(request), principal_of(request), gatekeeper_of(request)
+    services, principal, gatekeeper = (services_of(request), principal_of(request),
+                                       gatekeeper_of(request))
     gatekeeper.require_any(principal, request.match_info["topic"])
     limited = await admit_or_refuse(services, principal, RateAction.READ)
     topic = await services.registry.get(request.match_info["topic"])
@@ -90,18 +100,21 @@ async def describe_topic(request: web.Request) -> web.Response:
     heat = services.stats.heat(topic.name, topic.partitions)
     show_keys = _may_see_keys(request, topic.name)
     return json_response({**topic_document(topic), "partition_details": [
-        partition_document(i, h, show_keys=show_keys) for i, h in zip(infos, heat, strict=True)]}, headers=limited)
+        partition_document(i, h, show_keys=show_keys)
+        for i, h in zip(infos, heat, strict=True)]}, headers=limited)
 
 
 def _may_see_keys(request: web.Request, topic: str) -> bool:
-    """Message keys are message data: only for a reader of the topic whose reads are not filtered (the heavy
-    keys may belong to other tenants)."""
+    """Message keys are message data: only for a reader of the topic whose reads are not filtered
+    (the heavy keys may belong to other tenants)."""
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
-    return gatekeeper.acl.allows(principal, Action.SUBSCRIBE, topic) and not gatekeeper.forced_headers(principal)
+    return (gatekeeper.acl.allows(principal, Action.SUBSCRIBE, topic)
+            and not gatekeeper.forced_headers(principal))
 
 
 async def update_topic(request: web.Request) -> web.Response:
-    """PATCH /v1/topics/{topic}: partitions may only grow; retention_ms and max_length (null clears)."""
+    """PATCH /v1/topics/{topic}: partitions may only grow; retention_ms and max_length (null
+    clears)."""
     services = services_of(request)
     gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     doc = await read_json_object(request)
@@ -139,7 +152,8 @@ async def _forget_group_policies(services: Services, topic: str) -> None:
         return
     try:
         await services.policies.forget_topic(topic)
-    except PartitionerError as exc:  # the topic is gone; stale policies only matter if the name is reused
+    except PartitionerError as exc:
+        # the topic is gone; stale policies only matter if the name is reused
         log.warning("group policies of deleted topic %s not removed: %s", topic, exc)
 
 
