@@ -1,24 +1,27 @@
-"""The append write path: partitions grouped by owning node, one pinned pipeline per node, WAIT for acks=all.
+"""The append write path: partitions grouped by owning node, one pinned pipeline per node, WAIT for
+acks=all.
 
-Retry semantics (documented on purpose): a connection error or timeout after the pipeline was sent leaves it
-unknown whether the script ran, and the batch is sent again. Records without an idempotency key may then be
-stored twice (at-least-once); records with one are safe, because the script returns the first offset.
-MOVED/ASK/READONLY (the slot moved after a failover or resharding) refresh the slot map and retry at once;
-NOSCRIPT (a fresh or promoted node lacks the script) loads it and retries. WAIT acknowledging fewer than
-``min_insync_replicas`` replicas fails the call with NotEnoughReplicas; it is not retried because the
-entries are already on the primary and a blind re-send would duplicate them.
+Retry semantics (documented on purpose): a connection error or timeout after the pipeline was sent
+leaves it unknown whether the script ran, and the batch is sent again. Records without an
+idempotency key may then be stored twice (at-least-once); records with one are safe, because the
+script returns the first offset. MOVED/ASK/READONLY (the slot moved after a failover or resharding)
+refresh the slot map and retry at once; NOSCRIPT (a fresh or promoted node lacks the script) loads
+it and retries. WAIT acknowledging fewer than ``min_insync_replicas`` replicas fails the call with
+NotEnoughReplicas; it is not retried because the entries are already on the primary and a blind
+re-send would duplicate them.
 
-Two transports give the same replies: the lean pipelined connections of ``storage.lean`` (``lanes``, what the
-store uses: concurrent requests to one node share one socket write) send each call's ``wire()`` (an append
-without idempotency keys as a MULTI/XADD/EXEC transaction, folded back into the script's reply), and a redis-py
-pipeline on the router's pinned node client (no ``lanes``; kept for callers built on a bare router) sends the
-script. acks=all writes take a connection of their own so WAIT follows their writes; on the lean connections
-the acks=all writes to one node in one event-loop turn share it and one WAIT (a group commit). A transaction a
-node refuses (MOVED, ASK, READONLY...) is aborted whole (EXECABORT) and retried like a refused script.
+Two transports give the same replies: the lean pipelined connections of ``storage.lean`` (``lanes``,
+what the store uses: concurrent requests to one node share one socket write) send each call's
+``wire()`` (an append without idempotency keys as a MULTI/XADD/EXEC transaction, folded back into
+the script's reply), and a redis-py pipeline on the router's pinned node client (no ``lanes``; kept
+for callers built on a bare router) sends the script. acks=all writes take a connection of their own
+so WAIT follows their writes; on the lean connections the acks=all writes to one node in one
+event-loop turn share it and one WAIT (a group commit). A transaction a node refuses (MOVED, ASK,
+READONLY...) is aborted whole (EXECABORT) and retried like a refused script.
 
-The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns one call's
-reply into that partition's results (``parse_append_reply`` for appends; the delayed-message schedule script
-reuses the same path with its own parser).
+The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns
+one call's reply into that partition's results (``parse_append_reply`` for appends; the
+delayed-message schedule script reuses the same path with its own parser).
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from typing import Any, Generic, TypeVar
 
 from redis import exceptions as rexc
 
-from storage.cluster import ClusterRouter, Deadline, NodeAddress, is_transient, needs_refresh, translate
+from storage.cluster import (
+    ClusterRouter,
+    Deadline,
+    NodeAddress,
+    is_transient,
+    needs_refresh,
+    translate,
+)
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import FoldedReplies, NodeLanes
@@ -45,7 +55,8 @@ ReplyParser = Callable[[int, list[Any]], list[R]]
 
 @dataclass(slots=True)
 class _NodeOutcome(Generic[R]):
-    """What one node's pipeline achieved: finished partitions, partitions to retry and why, a hard error."""
+    """What one node's pipeline achieved: finished partitions, partitions to retry and why, a hard
+    error."""
 
     results: dict[int, list[R]] = field(default_factory=dict)
     retry: dict[int, BaseException] = field(default_factory=dict)
@@ -54,17 +65,21 @@ class _NodeOutcome(Generic[R]):
 
 
 class Appender(Generic[R]):
-    """Writes script calls (one per partition) to the nodes owning their slots; ``parse`` reads one reply."""
+    """Writes script calls (one per partition) to the nodes owning their slots; ``parse`` reads one
+    reply."""
 
-    def __init__(self, router: ClusterRouter, parse: ReplyParser[R], lanes: NodeLanes | None = None) -> None:
+    def __init__(self, router: ClusterRouter, parse: ReplyParser[R],
+                 lanes: NodeLanes | None = None) -> None:
         self._router = router
         self._settings = router.settings
         self._parse = parse
         self._lanes = lanes
         self._loading: dict[tuple[NodeAddress, str], asyncio.Future[Any]] = {}
 
-    async def write(self, topic: str, calls: Sequence[PartitionCall], *, wait: bool) -> dict[int, list[R]]:
-        """Run every call (concurrently per node) and return each partition's results in record order."""
+    async def write(self, topic: str, calls: Sequence[PartitionCall], *,
+                    wait: bool) -> dict[int, list[R]]:
+        """Run every call (concurrently per node) and return each partition's results in record
+        order."""
         s = self._settings
         deadline = Deadline(s.write_deadline_s, s.retry_backoff_s, s.retry_backoff_max_s)
         pending = {call.partition: call for call in calls}
@@ -91,14 +106,16 @@ class Appender(Generic[R]):
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
         try:
             async with asyncio.timeout(deadline.remaining()):
-                if self._lanes is not None:  # queued on the nodes' lean connections: no task, whatever the count
+                if self._lanes is not None:
+                    # queued on the nodes' lean connections: no task, whatever the count
                     return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
                 if len(groups) == 1:  # one node (every single-message publish): no task to gather
                     ((addr, group),) = groups.items()
                     return [await self._write_node(addr, group, asking, wait)]
                 return list(
                     await asyncio.gather(
-                        *(self._write_node(addr, group, asking, wait) for addr, group in groups.items())
+                        *(self._write_node(addr, group, asking, wait)
+                          for addr, group in groups.items())
                     )
                 )
         except TimeoutError as exc:
@@ -114,8 +131,8 @@ class Appender(Generic[R]):
         return groups
 
     async def _write_node(
-        self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress], wait: bool,
-        encoded: tuple[bytes, int] | None = None,
+        self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
+        wait: bool, encoded: tuple[bytes, int] | None = None,
     ) -> _NodeOutcome[R]:
         operation, started = ("append_wait" if wait else "append"), time.perf_counter()
         try:
@@ -125,13 +142,16 @@ class Appender(Generic[R]):
             return _NodeOutcome(retry={call.partition: exc for call in calls})
         return await self._outcome(addr, calls, replies, wait, operation, started)
 
-    async def _write_nodes_at_once(self, lanes: NodeLanes, groups: dict[NodeAddress, list[PartitionCall]],
-                                   asking: dict[int, NodeAddress], wait: bool) -> list[_NodeOutcome[R]]:
-        """Writes to several nodes without a task per node: each node's calls queued in this turn, on its shared
-        lean connection (they leave together) or, with ``wait``, in its next group commit (WAIT), then the
-        replies awaited node by node. A node whose shared connection is not open yet or is full goes the way of
-        ``_write_node`` (a task, as ``gather`` makes). Cancelled, the group-commit shares not sent yet are
-        dropped, as a cancelled task's would be."""
+    async def _write_nodes_at_once(self, lanes: NodeLanes,
+                                   groups: dict[NodeAddress, list[PartitionCall]],
+                                   asking: dict[int, NodeAddress],
+                                   wait: bool) -> list[_NodeOutcome[R]]:
+        """Writes to several nodes without a task per node: each node's calls queued in this turn,
+        on its shared lean connection (they leave together) or, with ``wait``, in its next group
+        commit (WAIT), then the replies awaited node by node. A node whose shared connection is not
+        open yet or is full goes the way of ``_write_node`` (a task, as ``gather`` makes).
+        Cancelled, the group-commit shares not sent yet are dropped, as a cancelled task's would
+        be."""
         started = time.perf_counter()
         queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
         later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, int]]] = []
@@ -159,38 +179,44 @@ class Appender(Generic[R]):
             raise
         return outcomes if rest is None else outcomes + list(await rest)
 
-    def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, int], transactions: list[int] | None,
-                wait: bool) -> asyncio.Future[list[Any]] | None:
+    def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, int],
+                transactions: list[int] | None, wait: bool) -> asyncio.Future[list[Any]] | None:
         if wait:
-            return lanes.submit_replicated(addr, *encoded, replicas=self._settings.min_insync_replicas,
-                                           timeout_ms=self._settings.wait_timeout_ms, transactions=transactions)
+            return lanes.submit_replicated(addr, *encoded,
+                                           replicas=self._settings.min_insync_replicas,
+                                           timeout_ms=self._settings.wait_timeout_ms,
+                                           transactions=transactions)
         return lanes.submit(addr, *encoded, transactions)
 
-    async def _collect(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-                       future: asyncio.Future[list[Any]], started: float, wait: bool) -> _NodeOutcome[R]:
-        """``_write_node`` for calls already queued (``_write_nodes_at_once``): their replies' outcome."""
+    async def _collect(self, addr: NodeAddress, calls: list[PartitionCall],
+                       asking: dict[int, NodeAddress], future: asyncio.Future[list[Any]],
+                       started: float, wait: bool) -> _NodeOutcome[R]:
+        """``_write_node`` for calls already queued (``_write_nodes_at_once``): their replies'
+        outcome."""
         operation = "append_wait" if wait else "append"
         try:
             replies = await future
-            if type(replies) is not FoldedReplies:  # read one by one: an error, a redirect, a partial read...
+            if type(replies) is not FoldedReplies:
+                # read one by one: an error, a redirect, a partial read...
                 replies = self._fold(calls, asking, with_redis_errors(replies))
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
-        outcome = self._reported_outcome(calls, replies, wait, operation, started)  # no coroutine step when clean
-        if outcome.retry:
-            await self._load_missing_scripts(addr, calls, outcome)
-        return outcome
-
-    async def _outcome(self, addr: NodeAddress, calls: list[PartitionCall], replies: list[Any], wait: bool,
-                       operation: str, started: float) -> _NodeOutcome[R]:
+        # no coroutine step when clean
         outcome = self._reported_outcome(calls, replies, wait, operation, started)
         if outcome.retry:
             await self._load_missing_scripts(addr, calls, outcome)
         return outcome
 
-    def _reported_outcome(self, calls: list[PartitionCall], replies: list[Any], wait: bool, operation: str,
-                          started: float) -> _NodeOutcome[R]:
+    async def _outcome(self, addr: NodeAddress, calls: list[PartitionCall], replies: list[Any],
+                       wait: bool, operation: str, started: float) -> _NodeOutcome[R]:
+        outcome = self._reported_outcome(calls, replies, wait, operation, started)
+        if outcome.retry:
+            await self._load_missing_scripts(addr, calls, outcome)
+        return outcome
+
+    def _reported_outcome(self, calls: list[PartitionCall], replies: list[Any], wait: bool,
+                          operation: str, started: float) -> _NodeOutcome[R]:
         """The replies' outcome, told to the observer."""
         outcome = self._parse_replies(calls, replies, wait)
         report(self._router.observer, operation, started,
@@ -202,13 +228,14 @@ class Appender(Generic[R]):
         if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
 
-    async def _send(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-                    wait: bool, encoded: tuple[bytes, int] | None = None) -> list[Any]:
-        """Every call on one connection in order, each call's reply folded into one; WAIT's reply last.
-        ``encoded`` is the calls' payload when the caller has it already (``_encode``).
+    async def _send(self, addr: NodeAddress, calls: list[PartitionCall],
+                    asking: dict[int, NodeAddress], wait: bool,
+                    encoded: tuple[bytes, int] | None = None) -> list[Any]:
+        """Every call on one connection in order, each call's reply folded into one; WAIT's reply
+        last. ``encoded`` is the calls' payload when the caller has it already (``_encode``).
 
-        An ASK-redirected call is preceded by ASKING, whose reply is dropped here. Error replies come back as
-        exception values.
+        An ASK-redirected call is preceded by ASKING, whose reply is dropped here. Error replies
+        come back as exception values.
         """
         lanes = self._lanes
         if lanes is None:
@@ -227,20 +254,24 @@ class Appender(Generic[R]):
 
     @staticmethod
     def _encode(calls: list[PartitionCall], asking: dict[int, NodeAddress]) -> tuple[bytes, int]:
-        """One node's calls as one RESP payload (ASKING before a redirected call) and how many replies it gets."""
+        """One node's calls as one RESP payload (ASKING before a redirected call) and how many
+        replies it gets."""
         chunks: list[bytes] = []
         count = 0
         for call in calls:
             if call.partition in asking:
-                chunks.append(_ASKING_WIRE)  # valid for the next command (the whole transaction) only
+                # valid for the next command (the whole transaction) only
+                chunks.append(_ASKING_WIRE)
                 count += 1
             chunks.append(call.wire())
             count += call.wire_replies
         return b"".join(chunks), count
 
     @staticmethod
-    def _transactions(calls: list[PartitionCall], asking: dict[int, NodeAddress]) -> list[int] | None:
-        """The calls' XADD counts when their wire is plain transactions only (no ASKING before any), else None."""
+    def _transactions(calls: list[PartitionCall],
+                      asking: dict[int, NodeAddress]) -> list[int] | None:
+        """The calls' XADD counts when their wire is plain transactions only (no ASKING before any),
+        else None."""
         sizes: list[int] = []
         for call in calls:
             size = call.transaction_size
@@ -250,8 +281,10 @@ class Appender(Generic[R]):
         return sizes
 
     @staticmethod
-    def _fold(calls: list[PartitionCall], asking: dict[int, NodeAddress], replies: list[Any]) -> list[Any]:
-        """Each call's replies folded into one (ASKING's dropped), anything after them (WAIT's) kept last."""
+    def _fold(calls: list[PartitionCall], asking: dict[int, NodeAddress],
+              replies: list[Any]) -> list[Any]:
+        """Each call's replies folded into one (ASKING's dropped), anything after them (WAIT's) kept
+        last."""
         folded: list[Any] = []
         pos = 0
         for call in calls:
@@ -262,8 +295,8 @@ class Appender(Generic[R]):
         folded += replies[pos:]
         return folded
 
-    async def _send_redis_py(self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-                             wait: bool) -> list[Any]:
+    async def _send_redis_py(self, addr: NodeAddress, calls: list[PartitionCall],
+                             asking: dict[int, NodeAddress], wait: bool) -> list[Any]:
         pipe = self._router.node_client(addr).pipeline(transaction=False)
         kept: list[int] = []  # positions of the replies to return (not ASKING's)
         for call in calls:
@@ -273,11 +306,13 @@ class Appender(Generic[R]):
             pipe.execute_command(*call.evalsha_command())
         if wait:
             kept.append(len(pipe))
-            pipe.execute_command("WAIT", self._settings.min_insync_replicas, self._settings.wait_timeout_ms)
+            pipe.execute_command("WAIT", self._settings.min_insync_replicas,
+                                 self._settings.wait_timeout_ms)
         replies = await pipe.execute(raise_on_error=False)
         return [replies[pos] for pos in kept]
 
-    def _parse_replies(self, calls: list[PartitionCall], replies: list[Any], wait: bool) -> _NodeOutcome[R]:
+    def _parse_replies(self, calls: list[PartitionCall], replies: list[Any],
+                       wait: bool) -> _NodeOutcome[R]:
         outcome: _NodeOutcome[R] = _NodeOutcome()
         for call, reply in zip(calls, replies, strict=False):
             self._take_reply(call.partition, reply, outcome)
@@ -302,23 +337,27 @@ class Appender(Generic[R]):
         if acknowledged < required and outcome.fatal is None:
             outcome.fatal = NotEnoughReplicas(required, acknowledged, min(outcome.results))
 
-    async def _load_scripts(self, addr: NodeAddress, scripts: set[LuaScript], outcome: _NodeOutcome[R]) -> None:
+    async def _load_scripts(self, addr: NodeAddress, scripts: set[LuaScript],
+                            outcome: _NodeOutcome[R]) -> None:
         try:
             for script in scripts:
                 await self._load_once(addr, script)
-        except Exception as exc:  # retried with the partitions; the next attempt sees the same error
+        except Exception as exc:
+            # retried with the partitions; the next attempt sees the same error
             for partition in outcome.retry:
                 outcome.retry[partition] = exc
 
     async def _load_once(self, addr: NodeAddress, script: LuaScript) -> None:
-        """SCRIPT LOAD, one at a time per node and script: concurrent writers that all saw NOSCRIPT share it."""
+        """SCRIPT LOAD, one at a time per node and script: concurrent writers that all saw NOSCRIPT
+        share it."""
         key = (addr, script.sha)
         loading = self._loading.get(key)
         if loading is None:
             loading = asyncio.ensure_future(self._router.node_client(addr).script_load(script.lua))
             self._loading[key] = loading
             loading.add_done_callback(lambda done: self._loading.pop(key, None) and None)
-            loading.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: no warning
+            # retrieved: no warning
+            loading.add_done_callback(lambda done: done.cancelled() or done.exception())
         await asyncio.shield(loading)
 
     @staticmethod
@@ -336,7 +375,8 @@ class Appender(Generic[R]):
             retry.update(outcome.retry)
         for partition in done:
             pending.pop(partition, None)
-        asking.clear()  # an ASK redirect is good for one attempt; afterwards the slot map decides again
+        # an ASK redirect is good for one attempt; afterwards the slot map decides again
+        asking.clear()
         for outcome in outcomes:
             asking.update(outcome.redirects)
         return retry
@@ -346,10 +386,12 @@ class Appender(Generic[R]):
         last = errors[-1]
         if any(needs_refresh(exc) and not _is_ask(exc) for exc in errors):
             await self._router.recover(last)
-        # Redirects and a freshly loaded script are retried at once; everything else backs off first.
+        # Redirects and a freshly loaded script are retried at once; everything else backs off
+        # first.
         quick = all(isinstance(exc, rexc.AskError | rexc.NoScriptError) for exc in errors)
         if not await deadline.sleep(quick=quick):
-            raise StorageUnavailable(f"append: cluster did not accept the write in time: {last}") from last
+            raise StorageUnavailable(f"append: cluster did not accept the write in time: "
+                                     f"{last}") from last
 
 
 _ASKING_WIRE = encode_command(("ASKING",))

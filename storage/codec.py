@@ -1,12 +1,13 @@
 """Stream entry fields <-> storage values.
 
-An entry holds the value (bytes) under ``K`` + the record's key, or under ``v`` when it has no key; ``f`` (``b``
-for a binary value; omitted for JSON text, the common case) and ``h`` (headers as an orjson map, omitted when
-empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
+An entry holds the value (bytes) under ``K`` + the record's key, or under ``v`` when it has no key;
+``f`` (``b`` for a binary value; omitted for JSON text, the common case) and ``h`` (headers as an
+orjson map, omitted when empty). Offsets are stream IDs ``<ms>-<seq>`` as str.
 
-Entries of earlier versions read the same: a keyed record was ``v`` and ``k`` (the key as a value), and JSON
-values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry to parse, store, replicate and
-answer, a measurable share of its CPU per XADD (docs/performance.md has the figures).
+Entries of earlier versions read the same: a keyed record was ``v`` and ``k`` (the key as a value),
+and JSON values carried ``f`` ``j`` too. Each step spares Redis two arguments per entry to parse,
+store, replicate and answer, a measurable share of its CPU per XADD (docs/performance.md has the
+figures).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ KEYED = b"K"  # a keyed record's value is stored under K + its key
 
 
 def encode_fields(record: Record) -> list[bytes]:
-    """The flat field/value list passed to XADD for one record: the value under ``K`` + the key (``v`` without a
-    key), then ``f`` and ``h`` where they apply."""
+    """The flat field/value list passed to XADD for one record: the value under ``K`` + the key
+    (``v`` without a key), then ``f`` and ``h`` where they apply."""
     fields = [b"v" if record.key is None else KEYED + record.key, record.value]
     if record.value_format is not ValueFormat.JSON:
         fields += (b"f", record.value_format.value.encode())
@@ -37,10 +38,11 @@ def encode_fields(record: Record) -> list[bytes]:
 
 
 def value_and_key(fields: Mapping[bytes, bytes]) -> tuple[bytes, bytes | None]:
-    """An entry's value and key from its field map: ``K<key>`` (the key in the field's name) or ``v`` without a key;
-    entries of earlier versions hold ``v`` and ``k``."""
+    """An entry's value and key from its field map: ``K<key>`` (the key in the field's name) or
+    ``v`` without a key; entries of earlier versions hold ``v`` and ``k``."""
     value, key = b"", None
-    for name, data in fields.items():  # in the entry's order, the last one wins, as in decode_raw_entries
+    for name, data in fields.items():
+        # in the entry's order, the last one wins, as in decode_raw_entries
         if name == b"v":
             value = data
         elif name == b"k":
@@ -50,7 +52,8 @@ def value_and_key(fields: Mapping[bytes, bytes]) -> tuple[bytes, bytes | None]:
     return value, key
 
 
-def decode_entry(partition: int, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> StoredEntry:
+def decode_entry(partition: int, entry_id: bytes | str,
+                 fields: Mapping[bytes, bytes]) -> StoredEntry:
     """Build a StoredEntry from one XRANGE/XREVRANGE item (field map with bytes keys)."""
     offset = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     raw_headers = fields.get(b"h")
@@ -71,11 +74,12 @@ _ENTRY_SETTERS = tuple(getattr(StoredEntry, name).__set__ for name in StoredEntr
 
 
 def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry]:
-    """Decode the entries of a raw RESP2 stream reply (``[id, [field, value, ...]]`` items, nil items skipped).
+    """Decode the entries of a raw RESP2 stream reply (``[id, [field, value, ...]]`` items, nil
+    items skipped).
 
     The read hot path (XREADGROUP, XREAD): the reply comes straight from hiredis without redis-py's
-    pair-to-dict callbacks. The compiled ``storage._entries`` decodes it (faster) unless it is unsure,
-    then ``decode_raw_entries_python`` does.
+    pair-to-dict callbacks. The compiled ``storage._entries`` decodes it (faster) unless it is
+    unsure, then ``decode_raw_entries_python`` does.
     """
     if ENTRIES_NATIVE and type(items) is list:
         decoded = _decode_compiled(partition, items, _LAYOUT)
@@ -85,9 +89,11 @@ def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry
 
 
 def decode_raw_entries_python(partition: int, items: Sequence[Any]) -> list[StoredEntry]:
-    """``decode_raw_entries`` in Python, the reference of the compiled one: each StoredEntry is filled through
-    its slots (the frozen dataclass __init__ costs twice as much; the instance is as immutable afterwards)."""
-    set_partition, set_offset, set_value, set_format, set_key, set_headers, set_timestamp = _ENTRY_SETTERS
+    """``decode_raw_entries`` in Python, the reference of the compiled one: each StoredEntry is
+    filled through its slots (the frozen dataclass __init__ costs twice as much; the instance is as
+    immutable afterwards)."""
+    (set_partition, set_offset, set_value, set_format, set_key, set_headers,
+     set_timestamp) = _ENTRY_SETTERS
     formats, binary, json, new = _FORMATS, ValueFormat.BINARY, ValueFormat.JSON, _new_entry
     entries: list[StoredEntry] = []
     for item in items:
@@ -120,7 +126,9 @@ def decode_raw_entries_python(partition: int, items: Sequence[Any]) -> list[Stor
     return entries
 
 
-try:  # the compiled decoder (storage._entries, built by setup.py); the Python one gives the same entries
+try:
+    # the compiled decoder (storage._entries, built by setup.py); the Python one gives the same
+    # entries
     refuse_if_off()
     from storage._entries import decode_raw_entries as _decode_compiled
     ENTRIES_NATIVE = True
@@ -134,15 +142,16 @@ def decode_entries(partition: int, items: list[Any]) -> list[StoredEntry]:
 
 
 def _format(raw: bytes | None) -> ValueFormat:
-    """The value format an entry's ``f`` field says: none is JSON; an unknown one is treated as binary (base64
-    renders any bytes, where embedding them as JSON could not)."""
+    """The value format an entry's ``f`` field says: none is JSON; an unknown one is treated as
+    binary (base64 renders any bytes, where embedding them as JSON could not)."""
     return ValueFormat.JSON if raw is None else _FORMATS.get(raw, ValueFormat.BINARY)
 
 
 def validate_offset(offset: str) -> str:
     """Return ``offset`` unchanged if it is a stream ID, else raise InvalidOffset."""
     ms, dash, seq = offset.partition("-")
-    # ASCII digits only: str.isdigit (and the regex \d) also accept other scripts' digits, which Redis refuses.
+    # ASCII digits only: str.isdigit (and the regex \d) also accept other scripts' digits, which
+    # Redis refuses.
     if not (dash and ms.isdigit() and seq.isdigit() and offset.isascii()):
         raise InvalidOffset(offset)
     return offset
@@ -152,9 +161,10 @@ _OFFSET_LINES = re.compile(r"[0-9]+-[0-9]+(?:\n[0-9]+-[0-9]+)*")
 
 
 def validate_offsets(offsets: Sequence[str]) -> list[str]:
-    """``[validate_offset(o) for o in offsets]``, checked in one regular-expression match over the offsets joined by
-    newlines (an ack carries hundreds); the line count catches an offset that holds a newline itself. When the
-    match fails, each is checked in turn, so InvalidOffset names the first bad one."""
+    """``[validate_offset(o) for o in offsets]``, checked in one regular-expression match over the
+    offsets joined by newlines (an ack carries hundreds); the line count catches an offset that
+    holds a newline itself. When the match fails, each is checked in turn, so InvalidOffset names
+    the first bad one."""
     try:
         joined = "\n".join(offsets)
     except TypeError:
@@ -183,9 +193,10 @@ def _decode_headers(raw: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in headers.items()}
 
 
-# What the compiled decoder needs, in its order (storage/_entries.c): the class, its slot descriptors, the f
-# values, JSON, binary, the headers decoder, the empty value.
+# What the compiled decoder needs, in its order (storage/_entries.c): the class, its slot
+# descriptors, the f values, JSON, binary, the headers decoder, the empty value.
 _LAYOUT = (StoredEntry,
-           tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "value", "value_format", "key",
-                                                      "headers", "timestamp_ms")),
+           tuple(vars(StoredEntry)[name]
+                 for name in ("partition", "offset", "value", "value_format", "key",
+                              "headers", "timestamp_ms")),
            _FORMATS, ValueFormat.JSON, ValueFormat.BINARY, _decode_headers, b"")

@@ -1,16 +1,18 @@
 """Delayed (scheduled) messages: park records per partition until their due time, then promote them.
 
-``schedule`` writes through the append path's writer (``storage.appender``): one script call per partition,
-partitions grouped by owning primary, one pinned pipeline per node, and for ``Acks.ALL`` a WAIT on that same
-connection (fewer replicas raise NotEnoughReplicas). Its retry semantics are the append's: a record with an
-idempotency key is scheduled once; a retry answers the first schedule id with ``duplicate=True``.
+``schedule`` writes through the append path's writer (``storage.appender``): one script call per
+partition, partitions grouped by owning primary, one pinned pipeline per node, and for ``Acks.ALL``
+a WAIT on that same connection (fewer replicas raise NotEnoughReplicas). Its retry semantics are the
+append's: a record with an idempotency key is scheduled once; a retry answers the first schedule id
+with ``duplicate=True``.
 
-``promote_due`` is one script per call (``promote_due_partitions`` sends many partitions' calls in one pipeline
-per node), so it is atomic on the primary: it reads the server clock (``TIME``;
-Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit`` due messages in
-(due time, schedule id) order into the stream and removes them from the schedule. Two owners running it at the
-same moment therefore promote every message exactly once, in due order. A call whose reply is lost (connection
-error) is retried; the retry promotes whatever is due then, and the lost call's offsets are not reported.
+``promote_due`` is one script per call (``promote_due_partitions`` sends many partitions' calls in
+one pipeline per node), so it is atomic on the primary: it reads the server clock (``TIME``;
+Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit`` due
+messages in (due time, schedule id) order into the stream and removes them from the schedule. Two
+owners running it at the same moment therefore promote every message exactly once, in due order. A
+call whose reply is lost (connection error) is retried; the retry promotes whatever is due then, and
+the lost call's offsets are not reported.
 
 Layout and encoding: ``storage.delayed_scripts``.
 """
@@ -57,8 +59,9 @@ class RedisDelayedStore:
     ) -> list[ScheduledResult]:
         """Schedule each record for its due time (epoch ms); one result per item, in input order.
 
-        ``options.acks`` (LEADER/ALL) and ``dedup_ttl_ms`` apply as for append; ``max_length`` applies at
-        promotion (pass it to ``promote_due``). Raises StorageUnavailable / NotEnoughReplicas like append.
+        ``options.acks`` (LEADER/ALL) and ``dedup_ttl_ms`` apply as for append; ``max_length``
+        applies at promotion (pass it to ``promote_due``). Raises StorageUnavailable /
+        NotEnoughReplicas like append.
         """
         if not items:
             return []
@@ -67,7 +70,8 @@ class RedisDelayedStore:
         positions: dict[int, list[int]] = {}
         for index, (record, _) in enumerate(items):
             positions.setdefault(record.partition, []).append(index)
-        calls = [build_schedule_call(topic, p, [items[i] for i in idx], options) for p, idx in positions.items()]
+        calls = [build_schedule_call(topic, p, [items[i] for i in idx], options)
+                 for p, idx in positions.items()]
         written = await self._writer.write(topic, calls, wait=options.acks is Acks.ALL)
         ordered: list[ScheduledResult | None] = [None] * len(items)
         for partition, indexes in positions.items():
@@ -78,32 +82,39 @@ class RedisDelayedStore:
     async def promote_due(
         self, topic: str, partition: int, *, limit: int = 100, max_length: int | None = None
     ) -> list[AppendResult]:
-        """Move up to ``limit`` messages due by the server's clock into the stream; their offsets in due order.
+        """Move up to ``limit`` messages due by the server's clock into the stream; their offsets in
+        due order.
 
-        ``max_length`` trims the stream like append (``MAXLEN ~``). An empty list means nothing was due.
+        ``max_length`` trims the stream like append (``MAXLEN ~``). An empty list means nothing was
+        due.
         """
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit}")
         keys, args = promote_keys_and_args(topic, partition, limit, max_length)
         slot = slot_of(topic, partition)
         reply = await self._router.call(
-            "promote_due", self._settings.write_deadline_s, lambda: self._evalsha(slot, PROMOTE_SCRIPT, keys, args)
+            "promote_due", self._settings.write_deadline_s,
+            lambda: self._evalsha(slot, PROMOTE_SCRIPT, keys, args)
         )
         return parse_promote_reply(partition, reply)
 
     async def promote_due_partitions(
-        self, topic: str, partitions: Sequence[int], *, limit: int = 100, max_length: int | None = None
+        self, topic: str, partitions: Sequence[int], *, limit: int = 100,
+        max_length: int | None = None
     ) -> dict[int, list[AppendResult]]:
-        """``promote_due`` for several partitions of a topic at once: their script calls go out together, one
-        pipeline per owning node (on the lean connections when the store has them). Each call is the same
-        atomic script, so the guarantees are ``promote_due``'s; the retries are the append path's.
+        """``promote_due`` for several partitions of a topic at once: their script calls go out
+        together, one pipeline per owning node (on the lean connections when the store has them).
+        Each call is the same atomic script, so the guarantees are ``promote_due``'s; the retries
+        are the append path's.
         """
         if limit <= 0:
             raise ValueError(f"limit must be > 0, got {limit}")
-        calls = [self._promote_call(topic, partition, limit, max_length) for partition in dict.fromkeys(partitions)]
+        calls = [self._promote_call(topic, partition, limit, max_length)
+                 for partition in dict.fromkeys(partitions)]
         return await self._promoter.write(topic, calls, wait=False) if calls else {}
 
-    def _promote_call(self, topic: str, partition: int, limit: int, max_length: int | None) -> PreparedCall:
+    def _promote_call(self, topic: str, partition: int, limit: int,
+                      max_length: int | None) -> PreparedCall:
         """The same command every tick for a partition: built and encoded once (a bounded cache)."""
         key = (topic, partition, limit, max_length)
         call = self._promote_calls.get(key)
@@ -111,11 +122,13 @@ class RedisDelayedStore:
             if len(self._promote_calls) >= PROMOTE_CALL_CACHE:
                 self._promote_calls.clear()
             keys, args = promote_keys_and_args(topic, partition, limit, max_length)
-            call = self._promote_calls[key] = PreparedCall.of(ScriptCall(partition, keys, args, PROMOTE_SCRIPT))
+            call = self._promote_calls[key] = PreparedCall.of(
+                ScriptCall(partition, keys, args, PROMOTE_SCRIPT))
         return call
 
     async def next_due_ms(self, topic: str, partition: int) -> int | None:
-        """The earliest due time (epoch ms) of the partition's waiting messages, or None when there are none."""
+        """The earliest due time (epoch ms) of the partition's waiting messages, or None when there
+        are none."""
         key = delayed_key(topic, partition)
         items = await self._router.call(
             "next_due_ms",
@@ -128,13 +141,15 @@ class RedisDelayedStore:
         """How many messages of the partition are waiting (due or not)."""
         key = delayed_key(topic, partition)
         count = await self._router.call(
-            "scheduled_count", self._settings.read_deadline_s, lambda: self._router.cluster.zcard(key)
+            "scheduled_count", self._settings.read_deadline_s,
+            lambda: self._router.cluster.zcard(key)
         )
         return int(count)
 
     async def _evalsha(self, slot: int, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
-        # The node client, not the cluster client: MOVED surfaces as an error, so the router refreshes the slot
-        # map and retries; NOSCRIPT (a fresh or promoted primary) loads the script on that node and runs it again.
+        # The node client, not the cluster client: MOVED surfaces as an error, so the router
+        # refreshes the slot map and retries; NOSCRIPT (a fresh or promoted primary) loads the
+        # script on that node and runs it again.
         client = self._router.node_client(self._router.node_for_slot(slot))
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)

@@ -1,16 +1,19 @@
 """The Lua scripts of delayed messages and the argument layouts they expect.
 
-A partition's delayed messages live in its hash tag, so one script can touch all of them and its stream:
-``sg:{<topic>/<p>}:delayed`` (sorted set: member = schedule id, score = due ms), ``:delayed:data`` (hash:
-schedule id -> encoded entry) and ``:delayed:seq`` (counter). Schedule ids are the counter zero-padded to 16
-digits, so the sorted set's (score, member) order is (due time, schedule order).
+A partition's delayed messages live in its hash tag, so one script can touch all of them and its
+stream: ``sg:{<topic>/<p>}:delayed`` (sorted set: member = schedule id, score = due ms),
+``:delayed:data`` (hash: schedule id -> encoded entry) and ``:delayed:seq`` (counter). Schedule ids
+are the counter zero-padded to 16 digits, so the sorted set's (score, member) order is (due time,
+schedule order).
 
-The encoded entry is a run of netstrings ``<len>:<bytes>``: the idempotency key ('' = none), then the XADD
-field/value list from ``codec.encode_fields``. Binary-safe and decodable in plain Lua (no cjson/cmsgpack).
+The encoded entry is a run of netstrings ``<len>:<bytes>``: the idempotency key ('' = none), then
+the XADD field/value list from ``codec.encode_fields``. Binary-safe and decodable in plain Lua (no
+cjson/cmsgpack).
 
-Idempotency shares the append path's dedup keys. While a message waits, its dedup key holds ``s:<schedule
-id>`` and lives until ``dedup_ttl_ms`` after the due time; promotion rewrites it to the stream offset
-(KEEPTTL), so a publish retry after promotion answers ``duplicate`` with the real offset.
+Idempotency shares the append path's dedup keys. While a message waits, its dedup key holds
+``s:<schedule id>`` and lives until ``dedup_ttl_ms`` after the due time; promotion rewrites it to
+the stream offset (KEEPTTL), so a publish retry after promotion answers ``duplicate`` with the real
+offset.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from storage.codec import encode_fields, timestamp_ms
-from storage.keys import dedup_key, dedup_prefix, delayed_data_key, delayed_key, delayed_seq_key, log_key
+from storage.keys import (
+    dedup_key,
+    dedup_prefix,
+    delayed_data_key,
+    delayed_key,
+    delayed_seq_key,
+    log_key,
+)
 from storage.models import AppendOptions, AppendResult, Record, ScheduledResult
 from storage.scripts import LuaScript, ScriptCall
 
@@ -31,8 +41,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 # KEYS[1] = delayed zset, KEYS[2] = data hash, KEYS[3] = id counter, KEYS[4..] = dedup keys.
-# ARGV[1] = dedup TTL ms; then per record: dedup index (0 = none, i means KEYS[i + 3]), due ms, encoded entry.
-# Reply: flat [schedule id, due ms, dupflag, offset ('' unless the duplicate was already promoted), ...].
+# ARGV[1] = dedup TTL ms; then per record: dedup index (0 = none, i means KEYS[i + 3]), due ms,
+# encoded entry. Reply: flat [schedule id, due ms, dupflag, offset ('' unless the duplicate was
+# already promoted), ...].
 SCHEDULE_LUA = (
     _NOW_MS
     + """
@@ -47,7 +58,8 @@ for i = 2, #ARGV, 3 do
     found = redis.call('GET', KEYS[d + 3])
   end
   if found then
-    redis.call('SET', KEYS[d + 3], found, 'KEEPTTL')  -- replicated, so WAIT covers the first write too
+    redis.call('SET', KEYS[d + 3], found,
+               'KEEPTTL')  -- replicated, so WAIT covers the first write too
   end
   if found and string.sub(found, 1, 2) == 's:' then
     local sid = string.sub(found, 3)
@@ -80,9 +92,9 @@ return out
 )
 
 # KEYS[1] = delayed zset, KEYS[2] = data hash, KEYS[3] = the stream.
-# ARGV[1] = limit, ARGV[2] = approximate max length (0 = unbounded), ARGV[3] = the partition's dedup key prefix.
-# Reply: the new offsets, in (due, schedule id) order. The dedup keys are built here from the prefix; they share
-# the hash tag, so they are in the script's slot.
+# ARGV[1] = limit, ARGV[2] = approximate max length (0 = unbounded), ARGV[3] = the partition's dedup
+# key prefix. Reply: the new offsets, in (due, schedule id) order. The dedup keys are built here
+# from the prefix; they share the hash tag, so they are in the script's slot.
 PROMOTE_LUA = (
     _NOW_MS
     + """
@@ -98,7 +110,8 @@ local function decode(blob)
   end
   return parts
 end
-local due = redis.call('ZRANGEBYSCORE', zset, '-inf', string.format('%.0f', now), 'LIMIT', 0, tonumber(ARGV[1]))
+local due = redis.call('ZRANGEBYSCORE', zset, '-inf', string.format('%.0f', now), 'LIMIT', 0,
+                      tonumber(ARGV[1]))
 local out = {}
 for _, sid in ipairs(due) do
   local blob = redis.call('HGET', data, sid)
@@ -130,7 +143,8 @@ PROMOTE_SCRIPT = LuaScript.of(PROMOTE_LUA)
 
 
 def encode_delayed(record: Record) -> bytes:
-    """The stored form of a delayed record: netstrings of the idempotency key then the XADD fields."""
+    """The stored form of a delayed record: netstrings of the idempotency key then the XADD
+    fields."""
     parts = [(record.idempotency_key or "").encode(), *encode_fields(record)]
     return b"".join(b"%d:%s" % (len(part), part) for part in parts)
 
@@ -139,7 +153,8 @@ def build_schedule_call(
     topic: str, partition: int, items: Sequence[tuple[Record, int]], options: AppendOptions
 ) -> ScriptCall:
     """Lay out one partition's (record, due ms) pairs as the schedule script's KEYS and ARGV."""
-    keys = [delayed_key(topic, partition), delayed_data_key(topic, partition), delayed_seq_key(topic, partition)]
+    keys = [delayed_key(topic, partition), delayed_data_key(topic, partition),
+            delayed_seq_key(topic, partition)]
     args: list[Any] = [options.dedup_ttl_ms]
     for record, due_ms in items:
         dedup_index = 0
@@ -153,10 +168,12 @@ def build_schedule_call(
 def parse_schedule_reply(partition: int, reply: Sequence[Any]) -> list[ScheduledResult]:
     """Turn the schedule script's flat reply into results in record order."""
     results = []
-    for sid, due, flag, offset in zip(reply[0::4], reply[1::4], reply[2::4], reply[3::4], strict=True):
+    for sid, due, flag, offset in zip(reply[0::4], reply[1::4], reply[2::4], reply[3::4],
+                                      strict=True):
         stream_offset = _text(offset) or None
         due_ms = timestamp_ms(stream_offset) if stream_offset else int(float(_text(due)))
-        results.append(ScheduledResult(partition, _text(sid), due_ms, bool(int(flag)), stream_offset))
+        results.append(ScheduledResult(partition, _text(sid), due_ms, bool(int(flag)),
+                                       stream_offset))
     return results
 
 
@@ -164,7 +181,8 @@ def promote_keys_and_args(
     topic: str, partition: int, limit: int, max_length: int | None
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of one promote script call."""
-    keys = [delayed_key(topic, partition), delayed_data_key(topic, partition), log_key(topic, partition)]
+    keys = [delayed_key(topic, partition), delayed_data_key(topic, partition),
+            log_key(topic, partition)]
     return keys, [limit, max_length or 0, dedup_prefix(topic, partition)]
 
 

@@ -1,24 +1,26 @@
-"""A lean pipelined connection per primary for the append path (redis-py keeps topology and everything else).
+"""A lean pipelined connection per primary for the append path (redis-py keeps topology and
+everything else).
 
-``RespConnection`` writes raw RESP (``storage.resp``) and matches replies to requests in order. Requests
-made in the same event-loop turn leave in one socket write (flushed as soon as the loop is idle), so
-concurrent single-message publishes to one node are coalesced into one pipeline write without a timer.
-While replies are outstanding, new requests are held and leave together when the last reply arrives
-(one write per round trip under load, without a timer). In-flight requests per connection are bounded (a
-request counts from when it is queued until its last reply is in): a producer waits for room instead of
-queueing without limit. ``submit`` queues a request without awaiting anything (None when there is no room),
-so a caller can put requests on several connections in one turn and await their replies without a task each.
-Failures keep the contract of ``storage.appender``: a broken or timed-out connection fails every request in
-flight on it with a redis ``ConnectionError``/``TimeoutError`` (the write is in doubt and the appender retries
-it; the reply timeout is one watchdog timer per connection, for its oldest request); an error reply is a value
-in the reply list, exactly as a redis-py pipeline gives it.
+``RespConnection`` writes raw RESP (``storage.resp``) and matches replies to requests in order.
+Requests made in the same event-loop turn leave in one socket write (flushed as soon as the loop is
+idle), so concurrent single-message publishes to one node are coalesced into one pipeline write
+without a timer. While replies are outstanding, new requests are held and leave together when the
+last reply arrives (one write per round trip under load, without a timer). In-flight requests per
+connection are bounded (a request counts from when it is queued until its last reply is in): a
+producer waits for room instead of queueing without limit. ``submit`` queues a request without
+awaiting anything (None when there is no room), so a caller can put requests on several connections
+in one turn and await their replies without a task each. Failures keep the contract of
+``storage.appender``: a broken or timed-out connection fails every request in flight on it with a
+redis ``ConnectionError``/``TimeoutError`` (the write is in doubt and the appender retries it; the
+reply timeout is one watchdog timer per connection, for its oldest request); an error reply is a
+value in the reply list, exactly as a redis-py pipeline gives it.
 
-``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small pool of
-connections taken exclusively by acks=all writes: WAIT blocks its connection until the replicas answer,
-and it must follow the caller's own writes on the same connection (WAIT counts only what its connection sent;
-docs/architecture.md, acks). acks=all writes to
-one node made in the same event-loop turn share one such connection and one WAIT (``execute_replicated``, a
-group commit).
+``NodeLanes`` holds, per node address, one shared connection for writes without WAIT, and a small
+pool of connections taken exclusively by acks=all writes: WAIT blocks its connection until the
+replicas answer, and it must follow the caller's own writes on the same connection (WAIT counts only
+what its connection sent; docs/architecture.md, acks). acks=all writes to
+one node made in the same event-loop turn share one such connection and one WAIT
+(``execute_replicated``, a group commit).
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ from typing import Any, cast
 
 from redis import exceptions as rexc
 
-from storage.resp import NOT_READY, ReplyReader, encode_command, new_reply_reader, read_transactions, with_redis_errors
+from storage.resp import (
+    NOT_READY,
+    ReplyReader,
+    encode_command,
+    new_reply_reader,
+    read_transactions,
+    with_redis_errors,
+)
 from storage.settings import RedisStoreSettings
 
 NodeAddress = tuple[str, int]
@@ -41,9 +50,11 @@ TIMER_SLACK_S = 0.01  # the loop may run a timer this much before its time
 
 
 class FoldedReplies(list[Any]):
-    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction (then, for a group
-    commit, WAIT's reply: its integer, or the error it got as a redis exception): what a request made with
-    ``transactions`` gets when its transactions' replies were clean (``storage.resp.read_transactions``)."""
+    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction
+    (then, for a group commit, WAIT's reply: its integer, or the error it got as a redis exception):
+    what a request made with
+    ``transactions`` gets when its transactions' replies were clean
+    (``storage.resp.read_transactions``)."""
 
 
 @dataclass(slots=True)
@@ -53,14 +64,18 @@ class _Request:
     future: asyncio.Future[list[Any]]
     remaining: int
     replies: list[Any] = field(default_factory=list)
-    queued_at: float = 0.0  # event-loop time the request was queued (the reply timeout counts from it)
-    transactions: list[int] | None = None  # plain transactions only: their XADD counts (``read_transactions``),
+    # event-loop time the request was queued (the reply timeout counts from it)
+    queued_at: float = 0.0
+    # plain transactions only: their XADD counts (``read_transactions``),
     # then at most one more reply, an integer (a group commit's WAIT), when ``remaining`` says so
-    folded: FoldedReplies | None = None  # the transactions, taken from the bytes while that WAIT reply is awaited
+    transactions: list[int] | None = None
+    # the transactions, taken from the bytes while that WAIT reply is awaited
+    folded: FoldedReplies | None = None
 
 
 class _RespProtocol(asyncio.Protocol):
-    """Feeds received bytes to the reply reader and hands complete replies to the waiting requests."""
+    """Feeds received bytes to the reply reader and hands complete replies to the waiting
+    requests."""
 
     def __init__(self) -> None:
         self.reader: ReplyReader = new_reply_reader()
@@ -68,19 +83,24 @@ class _RespProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost: BaseException | None = None
         self.sent = 0  # requests written to the socket whose replies are not all in
-        self.on_idle: Callable[[], None] | None = None  # called when every sent request has its replies
-        self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()  # callers of a full one
-        # Redis answers a long pipeline in pieces (one per 16 KiB of commands it reads), so a read often ends
-        # inside a transaction's replies: the clean start is kept here rather than handed to hiredis, which would
-        # then read that request and every one after it reply by reply, a Python object each.
+        # called when every sent request has its replies
+        self.on_idle: Callable[[], None] | None = None
+        # callers of a full one
+        self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Redis answers a long pipeline in pieces (one per 16 KiB of commands it reads), so a read
+        # often ends inside a transaction's replies: the clean start is kept here rather than handed
+        # to hiredis, which would then read that request and every one after it reply by reply, a
+        # Python object each.
         self.held = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        # uvloop's transports do not subclass asyncio's
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
-            if self.held:  # the start of a transaction's replies, clean so far, kept from the last read
+            if self.held:
+                # the start of a transaction's replies, clean so far, kept from the last read
                 data, self.held = self.held + data, b""
             waiting = self.waiting
             if waiting and waiting[0].transactions is not None and not self.reader.has_data():
@@ -91,15 +111,17 @@ class _RespProtocol(asyncio.Protocol):
                 self._read_replies(data)
             if self.sent == 0 and self.on_idle is not None:
                 self.on_idle()
-        except Exception as exc:  # unparseable bytes or a reply nobody asked for: the stream is unusable
+        except Exception as exc:
+            # unparseable bytes or a reply nobody asked for: the stream is unusable
             self.fail(rexc.ConnectionError(f"protocol error from redis: {exc!r}"))
             if self.transport is not None:
                 self.transport.abort()
 
     def _take_transactions(self, data: bytes) -> int:
-        """The first requests' replies, while they are clean plain transactions whole in ``data`` (the reader
-        holds nothing, so ``data`` starts at a reply): answered folded, without a Python object per reply.
-        How many bytes were taken; the rest (an error, a partial reply, another request's) goes to the reader."""
+        """The first requests' replies, while they are clean plain transactions whole in ``data``
+        (the reader holds nothing, so ``data`` starts at a reply): answered folded, without a Python
+        object per reply. How many bytes were taken; the rest (an error, a partial reply, another
+        request's) goes to the reader."""
         waiting, offset = self.waiting, 0
         while waiting:
             request = waiting[0]
@@ -107,10 +129,12 @@ class _RespProtocol(asyncio.Protocol):
                 break
             if request.folded is None:
                 expected = sum(request.transactions) + 2 * len(request.transactions)
-                if request.remaining not in (expected, expected + 1):  # only the transactions, or WAIT's too
+                if request.remaining not in (expected, expected + 1):
+                    # only the transactions, or WAIT's too
                     break
                 read = read_transactions(data, offset, request.transactions)
-                if read is False:  # clean so far, cut by the read: kept for the next one, not given to hiredis
+                if read is False:
+                    # clean so far, cut by the read: kept for the next one, not given to hiredis
                     self.held = data[offset:]
                     return len(data)
                 if read is None:
@@ -120,7 +144,8 @@ class _RespProtocol(asyncio.Protocol):
                     waiting.popleft()
                     self._answer(request, answer)
                     continue
-                # A group commit's WAIT answers once the replicas did, usually in a later read: only it is left.
+                # A group commit's WAIT answers once the replicas did, usually in a later read: only
+                # it is left.
                 request.folded, request.remaining = answer, 1
             number = _integer_reply(data, offset)
             if number is None:  # not here yet, or not an integer: the reader reads it
@@ -140,7 +165,8 @@ class _RespProtocol(asyncio.Protocol):
             replies = request.replies
             replies.append(reply)
             remaining = request.remaining - 1
-            # The rest of this request's replies (a transaction's QUEUED...) without the per-reply lookups.
+            # The rest of this request's replies (a transaction's QUEUED...) without the per-reply
+            # lookups.
             append = replies.append
             while remaining and (reply := gets()) is not not_ready:
                 append(reply)
@@ -148,9 +174,10 @@ class _RespProtocol(asyncio.Protocol):
             request.remaining = remaining
             if remaining == 0:
                 waiting.popleft()
-                folded = request.folded  # the transactions already taken from the bytes: WAIT's reply joins them
-                self._answer(request, replies if folded is None else FoldedReplies([*folded,
-                                                                                     *with_redis_errors(replies)]))
+                # the transactions already taken from the bytes: WAIT's reply joins them
+                folded = request.folded
+                self._answer(request, replies if folded is None
+                             else FoldedReplies([*folded, *with_redis_errors(replies)]))
 
     def _answer(self, request: _Request, replies: list[Any]) -> None:
         """A request whose replies are all in (already taken off ``waiting``)."""
@@ -183,7 +210,8 @@ class _RespProtocol(asyncio.Protocol):
 
 
 class RespConnection:
-    """One pipelined connection to one node; ``execute`` sends commands and returns their replies."""
+    """One pipelined connection to one node; ``execute`` sends commands and returns their
+    replies."""
 
     def __init__(self, protocol: _RespProtocol, reply_timeout_s: float, max_in_flight: int,
                  stall: Stall | None = None) -> None:
@@ -191,7 +219,8 @@ class RespConnection:
         self._reply_timeout_s = reply_timeout_s
         self._max_in_flight = max_in_flight
         self._stall = stall
-        self._stall_reported: _Request | None = None  # the oldest request already reported as stalled
+        # the oldest request already reported as stalled
+        self._stall_reported: _Request | None = None
         self._out: list[bytes] = []
         self._out_requests = 0
         self._flush_scheduled = False
@@ -199,17 +228,20 @@ class RespConnection:
         protocol.on_idle = self._flush_held
 
     @classmethod
-    async def open(cls, address: NodeAddress, settings: RedisStoreSettings, max_in_flight: int = MAX_IN_FLIGHT,
-                   stall: Stall | None = None, handshaking: set[RespConnection] | None = None) -> RespConnection:
-        """Connect, authenticate and name the connection (redis ``ConnectionError`` when it cannot). While it
-        waits for the handshake's replies the connection is in ``handshaking``, where its owner can close it."""
+    async def open(cls, address: NodeAddress, settings: RedisStoreSettings,
+                   max_in_flight: int = MAX_IN_FLIGHT, stall: Stall | None = None,
+                   handshaking: set[RespConnection] | None = None) -> RespConnection:
+        """Connect, authenticate and name the connection (redis ``ConnectionError`` when it cannot).
+        While it waits for the handshake's replies the connection is in ``handshaking``, where its
+        owner can close it."""
         loop = asyncio.get_running_loop()
         host, port = address
         context = tls_context(settings)
         try:
             async with asyncio.timeout(settings.socket_connect_timeout_s):
                 _, protocol = await loop.create_connection(
-                    _RespProtocol, host, port, ssl=context, server_hostname=host if context else None)
+                    _RespProtocol, host, port, ssl=context,
+                    server_hostname=host if context else None)
         except (OSError, TimeoutError) as exc:
             raise rexc.ConnectionError(f"cannot connect to redis {host}:{port}: {exc!r}") from exc
         connection = cls(protocol, settings.node_socket_timeout_s, max_in_flight, stall)
@@ -233,7 +265,8 @@ class RespConnection:
         if settings.client_name:
             commands.append(("CLIENT", "SETNAME", settings.client_name))
         if commands:
-            for reply in await self.execute(b"".join(encode_command(c) for c in commands), len(commands)):
+            for reply in await self.execute(b"".join(encode_command(c) for c in commands),
+                                            len(commands)):
                 if isinstance(reply, BaseException):
                     raise reply
 
@@ -242,14 +275,16 @@ class RespConnection:
         """True once the connection failed or was closed; a closed connection is never reused."""
         return self._protocol.lost is not None
 
-    async def execute(self, payload: bytes, replies: int, transactions: list[int] | None = None) -> list[Any]:
-        """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as exceptions.
+    async def execute(self, payload: bytes, replies: int,
+                      transactions: list[int] | None = None) -> list[Any]:
+        """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as
+        exceptions.
 
-        Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no reply came
-        within the reply timeout (the connection is then closed: its later replies could not be trusted).
-        The timeout is one watchdog timer per connection, armed for the oldest request waiting (requests are
-        answered in order), not a timer per request, whose arming and cancelling is event-loop work on every
-        request.
+        Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no
+        reply came within the reply timeout (the connection is then closed: its later replies could
+        not be trusted). The timeout is one watchdog timer per connection, armed for the oldest
+        request waiting (requests are answered in order), not a timer per request, whose arming and
+        cancelling is event-loop work on every request.
         """
         future = self.submit(payload, replies, transactions)
         while future is None:
@@ -260,12 +295,14 @@ class RespConnection:
 
     def submit(self, payload: bytes, replies: int,
                transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
-        """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its raw replies
-        (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them), or None when the
-        connection has ``max_in_flight`` requests already. Raises the failure of a lost connection.
+        """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its
+        raw replies (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them),
+        or None when the connection has ``max_in_flight`` requests already. Raises the failure of a
+        lost connection.
 
-        ``transactions``: the payload is plain transactions only (``AppendCall.wire``, no ASKING, no WAIT)
-        of these XADD counts; when their replies are clean the future gets them folded (``FoldedReplies``).
+        ``transactions``: the payload is plain transactions only (``AppendCall.wire``, no ASKING, no
+        WAIT) of these XADD counts; when their replies are clean the future gets them folded
+        (``FoldedReplies``).
         """
         protocol = self._protocol
         if protocol.lost is not None:
@@ -275,14 +312,16 @@ class RespConnection:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         now = loop.time()
-        protocol.waiting.append(_Request(future, replies, [], now, transactions))  # no await between the two
+        # no await between the two
+        protocol.waiting.append(_Request(future, replies, [], now, transactions))
         self._out.append(payload)
         self._out_requests += 1
         if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         # Otherwise the request waits for the replies in flight (at most one round trip) and leaves
-        # with everything queued meanwhile: one write per round trip under load, like Nagle without a timer.
+        # with everything queued meanwhile: one write per round trip under load, like Nagle without
+        # a timer.
         if self._watchdog is None:
             self._watchdog = loop.call_at(now + self._first_check_s(), self._check_replies)
         return future
@@ -292,10 +331,12 @@ class RespConnection:
         """Whether the oldest request waits longer than the stall threshold."""
         waiting, stall = self._protocol.waiting, self._stall
         return (stall is not None and bool(waiting) and self._protocol.lost is None
-                and asyncio.get_running_loop().time() - waiting[0].queued_at >= stall.after_s - TIMER_SLACK_S)
+                and asyncio.get_running_loop().time() - waiting[0].queued_at
+                >= stall.after_s - TIMER_SLACK_S)
 
     def _first_check_s(self) -> float:
-        return self._reply_timeout_s if self._stall is None else min(self._stall.after_s, self._reply_timeout_s)
+        return (self._reply_timeout_s if self._stall is None
+                else min(self._stall.after_s, self._reply_timeout_s))
 
     async def _room(self) -> None:
         """Wait until a request in flight has all its replies (or the connection is lost)."""
@@ -305,13 +346,15 @@ class RespConnection:
         try:
             await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():  # woken, then cancelled: the room goes to the next
+            if waiter.done() and not waiter.cancelled():
+                # woken, then cancelled: the room goes to the next
                 protocol.wake_one()
             raise
 
     def _check_replies(self) -> None:
-        """The watchdog: close the connection if its oldest request waited the reply timeout, else re-arm; tell
-        the stall listener once per oldest request that waits past the stall threshold."""
+        """The watchdog: close the connection if its oldest request waited the reply timeout, else
+        re-arm; tell the stall listener once per oldest request that waits past the stall
+        threshold."""
         self._watchdog = None
         protocol = self._protocol
         if not protocol.waiting or protocol.lost is not None:
@@ -332,7 +375,8 @@ class RespConnection:
         if self._stall is not None:
             self._stall.timed_out()
         protocol.fail(rexc.TimeoutError(f"no reply from redis within {self._reply_timeout_s} s"))
-        protocol.lost = rexc.ConnectionError("connection closed after a reply timeout")  # for later callers
+        # for later callers
+        protocol.lost = rexc.ConnectionError("connection closed after a reply timeout")
         if protocol.transport is not None:
             protocol.transport.abort()
 
@@ -343,8 +387,9 @@ class RespConnection:
         protocol.sent += self._out_requests
         self._out_requests = 0
         if protocol.transport is not None and protocol.lost is None and out:
-            # writelines, not write(b"".join(out)): uvloop hands the buffers to one writev, so the turn's
-            # requests (tens of KiB under load) are not copied once more into a joined bytes first
+            # writelines, not write(b"".join(out)): uvloop hands the buffers to one writev, so the
+            # turn's requests (tens of KiB under load) are not copied once more into a joined bytes
+            # first
             protocol.transport.writelines(out)
 
     def _flush_held(self) -> None:
@@ -362,7 +407,8 @@ class RespConnection:
 
 
 def tls_context(settings: RedisStoreSettings) -> ssl.SSLContext | None:
-    """The client TLS context the settings ask for (None without TLS): TLS 1.2+, certificates verified."""
+    """The client TLS context the settings ask for (None without TLS): TLS 1.2+, certificates
+    verified."""
     if not settings.tls:
         return None
     context = ssl.create_default_context(cafile=settings.tls_ca_path)
@@ -376,7 +422,8 @@ def tls_context(settings: RedisStoreSettings) -> ssl.SSLContext | None:
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    """Who to tell when a connection's oldest request waits longer than ``after_s`` (a frozen node?)."""
+    """Who to tell when a connection's oldest request waits longer than ``after_s`` (a frozen
+    node?)."""
 
     after_s: float
     report: Callable[[], None]
@@ -394,17 +441,22 @@ class _Replicated:
 
 
 class _Lane:
-    """The connections of one node: one shared (no WAIT), idle exclusive ones (WAIT), bounded in number."""
+    """The connections of one node: one shared (no WAIT), idle exclusive ones (WAIT), bounded in
+    number."""
 
     def __init__(self, max_exclusive: int) -> None:
         self.shared: RespConnection | None = None
         self.opening: asyncio.Future[RespConnection] | None = None
         self.idle: list[RespConnection] = []
-        self.busy: set[RespConnection] = set()  # exclusive connections in use (closed too when the node goes)
-        self.handshaking: set[RespConnection] = set()  # connections still waiting for their handshake
-        self.closed = False  # the node left or failed over: connections opened for it are closed at once
+        # exclusive connections in use (closed too when the node goes)
+        self.busy: set[RespConnection] = set()
+        # connections still waiting for their handshake
+        self.handshaking: set[RespConnection] = set()
+        # the node left or failed over: connections opened for it are closed at once
+        self.closed = False
         self.exclusive_slots = asyncio.Semaphore(max_exclusive)
-        self.forming: dict[tuple[int, int], list[_Replicated]] = {}  # (replicas, timeout) -> this turn's callers
+        # (replicas, timeout) -> this turn's callers
+        self.forming: dict[tuple[int, int], list[_Replicated]] = {}
 
 
 class NodeLanes:
@@ -415,8 +467,10 @@ class NodeLanes:
         self._lanes: dict[NodeAddress, _Lane] = {}
         self._closed = False
         self._commits: set[asyncio.Task[None]] = set()
-        self.on_stall: Callable[[NodeAddress], None] | None = None  # a node's request waits past node_stall_s
-        self._timed_out_at: dict[NodeAddress, float] = {}  # when a reply timeout last closed a connection
+        # a node's request waits past node_stall_s
+        self.on_stall: Callable[[NodeAddress], None] | None = None
+        # when a reply timeout last closed a connection
+        self._timed_out_at: dict[NodeAddress, float] = {}
 
     def _stall(self, address: NodeAddress, extra_s: float = 0.0) -> Stall | None:
         on_stall = self.on_stall
@@ -429,8 +483,9 @@ class NodeLanes:
         return Stall(self._settings.node_stall_s + extra_s, lambda: on_stall(address), timed_out)
 
     def stalled(self, address: NodeAddress) -> bool:
-        """Whether some connection to ``address`` has a request waiting past its stall threshold, or a reply
-        timeout closed one lately (its callers' retries may be on a fresh connection to the same node)."""
+        """Whether some connection to ``address`` has a request waiting past its stall threshold, or
+        a reply timeout closed one lately (its callers' retries may be on a fresh connection to the
+        same node)."""
         lane = self._lanes.get(address)
         if lane is None:
             return False
@@ -454,7 +509,8 @@ class NodeLanes:
 
     async def execute(self, address: NodeAddress, commands: Sequence[tuple[Any, ...] | bytes], *,
                       exclusive: bool) -> list[Any]:
-        """Send commands to one node in one write and return their replies (error replies as exceptions).
+        """Send commands to one node in one write and return their replies (error replies as
+        exceptions).
 
         A command is a tuple of arguments or, already encoded, its RESP bytes. ``exclusive`` takes a
         connection nobody else writes to until the replies are in (for WAIT).
@@ -474,33 +530,37 @@ class NodeLanes:
 
     def submit(self, address: NodeAddress, payload: bytes, replies: int,
                transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
-        """``execute_encoded`` on the node's shared connection without awaiting: the future of the raw replies
-        (``RespConnection.submit``, folded when ``transactions`` are given and clean), or None when that
-        connection is not open yet or has no room (the caller then uses ``execute_encoded``, which waits).
-        Raises ConnectionError once closed."""
+        """``execute_encoded`` on the node's shared connection without awaiting: the future of the
+        raw replies (``RespConnection.submit``, folded when ``transactions`` are given and clean),
+        or None when that connection is not open yet or has no room (the caller then uses
+        ``execute_encoded``, which waits). Raises ConnectionError once closed."""
         connection = self._lane(address).shared
         if connection is None or connection.closed:
             return None
         return connection.submit(payload, replies, transactions)
 
-    async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
-                                 timeout_ms: int, transactions: list[int] | None = None) -> list[Any]:
-        """``payload`` (``replies`` commands), then ``WAIT replicas timeout_ms``; their replies, WAIT's last.
+    async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *,
+                                 replicas: int, timeout_ms: int,
+                                 transactions: list[int] | None = None) -> list[Any]:
+        """``payload`` (``replies`` commands), then ``WAIT replicas timeout_ms``; their replies,
+        WAIT's last.
 
-        A group commit: the callers for one node in one event-loop turn leave together on an exclusive
-        connection, followed by one WAIT. WAIT counts the replicas that acknowledged everything sent before it on
-        its connection, so it covers each caller's writes, and every caller gets its own replies and that WAIT
-        reply (folded, ``FoldedReplies``, when every caller gave its ``transactions`` and the replies are clean).
-        A caller cancelled before its batch leaves is dropped from it; once sent, its writes are in doubt like
-        any cancelled write. A failed batch fails every caller in it (the appender retries each).
+        A group commit: the callers for one node in one event-loop turn leave together on an
+        exclusive connection, followed by one WAIT. WAIT counts the replicas that acknowledged
+        everything sent before it on its connection, so it covers each caller's writes, and every
+        caller gets its own replies and that WAIT reply (folded, ``FoldedReplies``, when every
+        caller gave its ``transactions`` and the replies are clean). A caller cancelled before its
+        batch leaves is dropped from it; once sent, its writes are in doubt like any cancelled
+        write. A failed batch fails every caller in it (the appender retries each).
         """
-        return await self.submit_replicated(address, payload, replies, replicas=replicas, timeout_ms=timeout_ms,
-                                            transactions=transactions)
+        return await self.submit_replicated(address, payload, replies, replicas=replicas,
+                                            timeout_ms=timeout_ms, transactions=transactions)
 
-    def submit_replicated(self, address: NodeAddress, payload: bytes, replies: int, *, replicas: int,
-                          timeout_ms: int, transactions: list[int] | None = None) -> asyncio.Future[list[Any]]:
-        """``execute_replicated`` without awaiting: the future of this caller's share of the node's next group
-        commit (cancel it before the commit leaves and the caller is dropped from it)."""
+    def submit_replicated(self, address: NodeAddress, payload: bytes, replies: int, *,
+                          replicas: int, timeout_ms: int,
+                          transactions: list[int] | None = None) -> asyncio.Future[list[Any]]:
+        """``execute_replicated`` without awaiting: the future of this caller's share of the node's
+        next group commit (cancel it before the commit leaves and the caller is dropped from it)."""
         lane = self._lane(address)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
@@ -526,11 +586,14 @@ class NodeLanes:
             if self._closed:
                 raise rexc.ConnectionError("the lean connections are closed")
             sizes = [m.transactions for m in members]
-            transactions = None if None in sizes else [n for member in sizes if member for n in member]
-            replies = await self._execute_exclusive(address, lane, payload, sum(m.replies for m in members) + 1,
+            transactions = None if None in sizes else [n for member in sizes if member
+                                                       for n in member]
+            replies = await self._execute_exclusive(address, lane, payload,
+                                                    sum(m.replies for m in members) + 1,
                                                     transactions)
         except BaseException as exc:
-            error = exc if isinstance(exc, Exception) else rexc.ConnectionError("the lean connections are closed")
+            error = (exc if isinstance(exc, Exception)
+                     else rexc.ConnectionError("the lean connections are closed"))
             for member in members:
                 if not member.future.done():
                     member.future.set_exception(error)
@@ -549,8 +612,10 @@ class NodeLanes:
         connection = lane.shared
         if connection is not None and not connection.closed:
             return connection
-        if lane.opening is None:  # one connect for every concurrent caller, kept even if they are cancelled
-            opening = asyncio.ensure_future(RespConnection.open(address, self._settings, stall=self._stall(address),
+        if lane.opening is None:
+            # one connect for every concurrent caller, kept even if they are cancelled
+            opening = asyncio.ensure_future(RespConnection.open(address, self._settings,
+                                                                stall=self._stall(address),
                                                                 handshaking=lane.handshaking))
             lane.opening = opening
 
@@ -568,8 +633,8 @@ class NodeLanes:
             raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
         return connection
 
-    async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes, count: int,
-                                 transactions: list[int] | None = None) -> list[Any]:
+    async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes,
+                                 count: int, transactions: list[int] | None = None) -> list[Any]:
         async with lane.exclusive_slots:
             while lane.idle and lane.idle[-1].closed:
                 lane.idle.pop()
@@ -590,16 +655,17 @@ class NodeLanes:
 
     async def _open_exclusive(self, address: NodeAddress, lane: _Lane) -> RespConnection:
         # WAIT may hold the reply for the WAIT timeout by design: a stall starts after it.
-        connection = await RespConnection.open(address, self._settings, 1,
-                                               self._stall(address, self._settings.wait_timeout_ms / 1000),
-                                               lane.handshaking)
+        connection = await RespConnection.open(
+            address, self._settings, 1, self._stall(address, self._settings.wait_timeout_ms / 1000),
+            lane.handshaking)
         if lane.closed:  # forgotten during the handshake
             connection.close()
             raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
         return connection
 
     def forget(self, known: set[NodeAddress]) -> None:
-        """Close the connections of nodes that are no longer primaries (left the cluster or failed over)."""
+        """Close the connections of nodes that are no longer primaries (left the cluster or failed
+        over)."""
         for address in [a for a in self._lanes if a not in known]:
             self._close_lane(self._lanes.pop(address))
             self._timed_out_at.pop(address, None)
@@ -625,7 +691,8 @@ class NodeLanes:
 
 
 def _integer_reply(data: bytes, offset: int) -> tuple[int, int] | None:
-    """An integer reply (``:<n>``) at ``offset`` and where it ends; None if something else is there or it is cut."""
+    """An integer reply (``:<n>``) at ``offset`` and where it ends; None if something else is there
+    or it is cut."""
     if not data.startswith(b":", offset):
         return None
     end = data.find(b"\r\n", offset)

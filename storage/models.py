@@ -15,7 +15,8 @@ class Acks(enum.Enum):
     LEADER = "1"  # written on the primary owning the partition's slot
     ALL = "all"  # written and acknowledged by min_insync_replicas replicas through WAIT
 
-    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is a Python call
+    # members are singletons compared by identity; Enum's own hash is a Python call
+    __hash__ = object.__hash__
 
 
 class ValueFormat(enum.Enum):
@@ -24,7 +25,8 @@ class ValueFormat(enum.Enum):
     JSON = "j"
     BINARY = "b"
 
-    __hash__ = object.__hash__  # as Acks: the publish path hashes it several times per partition written
+    # as Acks: the publish path hashes it several times per partition written
+    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +45,9 @@ class Record:
 class Records:
     """A batch of records as columns: what every append takes, from the publish route down to Redis.
 
-    Record ``i`` is ``partitions[i]``, ``values[i]`` and ``keys[i]``; ``formats`` is one format for every
-    record or one per record; ``headers`` and ``idempotency_keys`` are None when no record has any (the
-    common publish, which then costs no object per record).
+    Record ``i`` is ``partitions[i]``, ``values[i]`` and ``keys[i]``; ``formats`` is one format for
+    every record or one per record; ``headers`` and ``idempotency_keys`` are None when no record has
+    any (the common publish, which then costs no object per record).
     """
 
     partitions: list[int]
@@ -63,8 +65,9 @@ class Records:
         """Records given one object each, as columns."""
         headers = [row.headers for row in rows]
         idempotency_keys = [row.idempotency_key for row in rows]
-        return cls([row.partition for row in rows], [row.value for row in rows], [row.key for row in rows],
-                   [row.value_format for row in rows], headers if any(headers) else None,
+        return cls([row.partition for row in rows], [row.value for row in rows],
+                   [row.key for row in rows], [row.value_format for row in rows],
+                   headers if any(headers) else None,
                    None if all(k is None for k in idempotency_keys) else idempotency_keys)
 
     @classmethod
@@ -72,10 +75,12 @@ class Records:
         """Several batches as one, in order."""
         if len(batches) == 1:
             return batches[0]
-        return cls([p for b in batches for p in b.partitions], [v for b in batches for v in b.values],
-                   [k for b in batches for k in b.keys], [f for b in batches for f in b.format_column()],
+        return cls([p for b in batches for p in b.partitions],
+                   [v for b in batches for v in b.values], [k for b in batches for k in b.keys],
+                   [f for b in batches for f in b.format_column()],
                    _joined_column([b.headers for b in batches], [len(b) for b in batches], {}),
-                   _joined_column([b.idempotency_keys for b in batches], [len(b) for b in batches], None))
+                   _joined_column([b.idempotency_keys for b in batches], [len(b) for b in batches],
+                                  None))
 
     def format_column(self) -> list[ValueFormat]:
         """Each record's value format."""
@@ -86,8 +91,10 @@ class Records:
         """The records at ``indexes``, in that order."""
         values, keys, partitions = self.values, self.keys, self.partitions
         formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys
-        return Records([partitions[i] for i in indexes], [values[i] for i in indexes], [keys[i] for i in indexes],
-                       formats if isinstance(formats, ValueFormat) else [formats[i] for i in indexes],
+        return Records([partitions[i] for i in indexes], [values[i] for i in indexes],
+                       [keys[i] for i in indexes],
+                       formats if isinstance(formats, ValueFormat)
+                       else [formats[i] for i in indexes],
                        None if headers is None else [headers[i] for i in indexes],
                        None if idempotency_keys is None else [idempotency_keys[i] for i in indexes])
 
@@ -95,22 +102,26 @@ class Records:
         """The same records as one object each."""
         headers = self.headers or [{}] * len(self.values)
         idempotency_keys = self.idempotency_keys or [None] * len(self.values)
-        return [Record(*row) for row in zip(self.partitions, self.values, self.format_column(), self.keys,
-                                            headers, idempotency_keys, strict=True)]
+        return [Record(*row)
+                for row in zip(self.partitions, self.values, self.format_column(), self.keys,
+                               headers, idempotency_keys, strict=True)]
 
 
 T = TypeVar("T")
 
 
-def _joined_column(columns: list[Sequence[T] | None], sizes: list[int], default: T) -> list[T] | None:
+def _joined_column(columns: list[Sequence[T] | None], sizes: list[int],
+                   default: T) -> list[T] | None:
     if all(column is None for column in columns):
         return None
-    return [item for column, size in zip(columns, sizes, strict=True) for item in (column or [default] * size)]
+    return [item for column, size in zip(columns, sizes, strict=True)
+            for item in (column or [default] * size)]
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where a record landed; ``duplicate`` is true when an idempotent retry found the first write."""
+    """Where a record landed; ``duplicate`` is true when an idempotent retry found the first
+    write."""
 
     partition: int
     offset: str
@@ -118,13 +129,15 @@ class AppendResult:
 
 
 class Appended(Sequence[AppendResult]):
-    """What an append wrote, as columns: record ``i`` landed on ``partitions[i]`` at ``offsets[i]``, and was a
-    duplicate (an idempotent retry that found the first write) where ``duplicates[i]`` says so; ``duplicates``
-    is None when no record carried an idempotency key. Read as a sequence, it is one ``AppendResult`` each."""
+    """What an append wrote, as columns: record ``i`` landed on ``partitions[i]`` at ``offsets[i]``,
+    and was a duplicate (an idempotent retry that found the first write) where ``duplicates[i]``
+    says so; ``duplicates`` is None when no record carried an idempotency key. Read as a sequence,
+    it is one ``AppendResult`` each."""
 
     __slots__ = ("duplicates", "offsets", "partitions")
 
-    def __init__(self, partitions: list[int], offsets: list[str], duplicates: list[bool] | None) -> None:
+    def __init__(self, partitions: list[int], offsets: list[str],
+                 duplicates: list[bool] | None) -> None:
         self.partitions = partitions
         self.offsets = offsets
         self.duplicates = duplicates
@@ -190,7 +203,8 @@ class AppendOptions:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """An entry handed to a consumer of a group, with how many times it has been delivered (1 = first)."""
+    """An entry handed to a consumer of a group, with how many times it has been delivered (1 =
+    first)."""
 
     entry: StoredEntry
     delivery_count: int
@@ -200,8 +214,8 @@ _DELIVERY_SETTERS = tuple(getattr(Delivery, name).__set__ for name in ("entry", 
 
 
 def first_deliveries(entries: list[StoredEntry]) -> list[Delivery]:
-    """``[Delivery(entry, 1) for entry in entries]`` for the group read path, filled through the slots (the
-    frozen dataclass ``__init__`` costs about twice as much); as immutable afterwards."""
+    """``[Delivery(entry, 1) for entry in entries]`` for the group read path, filled through the
+    slots (the frozen dataclass ``__init__`` costs about twice as much); as immutable afterwards."""
     new, (set_entry, set_count) = object.__new__, _DELIVERY_SETTERS
     deliveries: list[Delivery] = []
     for entry in entries:
@@ -225,7 +239,8 @@ class PendingEntry:
 
 @dataclass(frozen=True, slots=True)
 class GroupPartitionState:
-    """A group's position on one partition; ``lag`` is None when Redis cannot tell (never guessed as 0)."""
+    """A group's position on one partition; ``lag`` is None when Redis cannot tell (never guessed as
+    0)."""
 
     partition: int
     exists: bool
@@ -239,9 +254,9 @@ class GroupPartitionState:
 class ScheduledResult:
     """Where a delayed message waits until ``due_ms`` (epoch ms).
 
-    ``duplicate`` is true when an idempotent retry found the first schedule; then ``schedule_id`` and
-    ``due_ms`` are the first schedule's. When that message was already promoted, ``offset`` is its stream
-    offset, ``schedule_id`` is empty and ``due_ms`` is the offset's timestamp.
+    ``duplicate`` is true when an idempotent retry found the first schedule; then ``schedule_id``
+    and ``due_ms`` are the first schedule's. When that message was already promoted, ``offset`` is
+    its stream offset, ``schedule_id`` is empty and ``due_ms`` is the offset's timestamp.
     """
 
     partition: int
@@ -255,8 +270,8 @@ class ScheduledResult:
 class TrimReport:
     """What a retention trim removed from one partition.
 
-    ``unacked_removed`` maps each group that lost entries it had not acked (pending, or never delivered) to
-    how many; groups that lost nothing unacked are absent.
+    ``unacked_removed`` maps each group that lost entries it had not acked (pending, or never
+    delivered) to how many; groups that lost nothing unacked are absent.
     """
 
     partition: int

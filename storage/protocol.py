@@ -15,10 +15,10 @@ class StreamStore(Protocol):
                      options: AppendOptions) -> Appended:
         """Append records (any partitions) and return what each got, in input order.
 
-        Records are grouped by partition and by node; each partition's group is written atomically. With
-        ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas than required raise
-        ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot be reached within the
-        store's deadline.
+        Records are grouped by partition and by node; each partition's group is written atomically.
+        With ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas than
+        required raise ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot
+        be reached within the store's deadline.
         """
         ...
 
@@ -33,8 +33,8 @@ class StreamStore(Protocol):
     ) -> list[StoredEntry]:
         """Read up to ``limit`` entries in offset order.
 
-        ``after`` is exclusive (entries strictly after that offset); None means from the first entry.
-        ``from_time_ms`` starts at the first entry whose timestamp is >= that time.
+        ``after`` is exclusive (entries strictly after that offset); None means from the first
+        entry. ``from_time_ms`` starts at the first entry whose timestamp is >= that time.
         """
         ...
 

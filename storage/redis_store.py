@@ -19,7 +19,15 @@ from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.keys import PREFIX, log_key, slot_of
 from storage.lean import NodeLanes
-from storage.models import Acks, Appended, AppendOptions, PartitionInfo, Record, Records, StoredEntry
+from storage.models import (
+    Acks,
+    Appended,
+    AppendOptions,
+    PartitionInfo,
+    Record,
+    Records,
+    StoredEntry,
+)
 from storage.observer import CallObserver, ignore_call
 from storage.overview import PartitionOverview, read_last_offsets, read_overviews
 from storage.rate_limit import RedisRateLimiter
@@ -40,18 +48,22 @@ _SCAN_COUNT = 1000
 
 
 class RedisStreamStore:
-    """A partitioned log on a Redis Cluster; use as ``async with RedisStreamStore(settings) as store``.
+    """A partitioned log on a Redis Cluster; use as ``async with RedisStreamStore(settings) as
+    store``.
 
     Every redis exception is translated to a storage error here; nothing above sees redis types.
     """
 
     def __init__(
-        self, settings: RedisStoreSettings, observer: CallObserver = ignore_call, *, lean_append: bool = True
+        self, settings: RedisStoreSettings, observer: CallObserver = ignore_call, *,
+        lean_append: bool = True
     ) -> None:
         self.settings = settings
-        # Appends over lean pipelined connections (storage.lean); False keeps them on redis-py pipelines.
+        # Appends over lean pipelined connections (storage.lean); False keeps them on redis-py
+        # pipelines.
         self._lanes: NodeLanes | None = NodeLanes(settings) if lean_append else None
-        self._observer = observer  # told about every Redis attempt: (operation, seconds, error class or None)
+        # told about every Redis attempt: (operation, seconds, error class or None)
+        self._observer = observer
         self._router: ClusterRouter | None = None
         self._appender: Appender[Any] | None = None  # each partition's flat reply
         self._groups: RedisGroupStore | None = None
@@ -81,7 +93,8 @@ class RedisStreamStore:
         self._appender = Appender(router, flat_reply, self._lanes)
 
     async def open(self) -> None:
-        """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when open."""
+        """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when
+        open."""
         if self._router is None:
             self._attach(await ClusterRouter.connect(self.settings))
 
@@ -90,7 +103,8 @@ class RedisStreamStore:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None
     ) -> None:
         await self.aclose()
 
@@ -115,21 +129,24 @@ class RedisStreamStore:
 
     @property
     def groups(self) -> RedisGroupStore:
-        """Consumer groups on the same connections (created on first use, closed with this store)."""
+        """Consumer groups on the same connections (created on first use, closed with this
+        store)."""
         if self._groups is None:
             self._groups = RedisGroupStore(self.router, self._lanes)
         return self._groups
 
     @property
     def delayed(self) -> RedisDelayedStore:
-        """Delayed messages (schedule, promote_due, ...) on the same connections; nothing extra to close."""
+        """Delayed messages (schedule, promote_due, ...) on the same connections; nothing extra to
+        close."""
         if self._delayed is None:
             self._delayed = RedisDelayedStore(self.router, self._lanes)
         return self._delayed
 
     @property
     def retention(self) -> RedisRetention:
-        """Retention trimming with unacked-entry reporting, on the same connections; nothing extra to close."""
+        """Retention trimming with unacked-entry reporting, on the same connections; nothing extra
+        to close."""
         if self._retention is None:
             self._retention = RedisRetention(self.router)
         return self._retention
@@ -152,8 +169,8 @@ class RedisStreamStore:
                      options: AppendOptions) -> Appended:
         """Append records (any partitions); what each got, in input order.
 
-        One ``AppendCall`` per partition; see ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the
-        retry semantics.
+        One ``AppendCall`` per partition; see ``storage.appender`` for batching, WAIT (``Acks.ALL``)
+        and the retry semantics.
         """
         if self._appender is None or self._closed:
             raise StorageUnavailable("storage is not open")
@@ -161,12 +178,15 @@ class RedisStreamStore:
         if not batch.values:
             return Appended([], [], None)
         groups = split_by_partition(batch.partitions, batch.values, batch.keys)
-        one = len(groups) == 1  # one partition (a keyless or one-message batch): the batch is its columns
+        # one partition (a keyless or one-message batch): the batch is its columns
+        one = len(groups) == 1
         calls = [AppendCall(topic, partition, batch if one else batch.taken(indexes), options)
                  for partition, (indexes, _, _) in groups.items()]
         written = await self._appender.write(topic, calls, wait=options.acks is Acks.ALL)
-        offsets = {partition: reply_offsets(partition, reply) for partition, reply in written.items()}
-        ordered = offsets[calls[0].partition] if one else in_input_order(len(batch), groups, offsets)
+        offsets = {partition: reply_offsets(partition, reply)
+                   for partition, reply in written.items()}
+        ordered = (offsets[calls[0].partition] if one
+                   else in_input_order(len(batch), groups, offsets))
         if batch.idempotency_keys is None:
             return Appended(batch.partitions, ordered, None)
         flags = {partition: reply_duplicates(reply) for partition, reply in written.items()}
@@ -185,11 +205,13 @@ class RedisStreamStore:
         from_time_ms: int | None = None,
         limit: int = 100,
     ) -> list[StoredEntry]:
-        """Up to ``limit`` entries in offset order, strictly after ``after`` or from ``from_time_ms``.
+        """Up to ``limit`` entries in offset order, strictly after ``after`` or from
+        ``from_time_ms``.
 
-        When both are given, ``after`` wins (a resumed cursor is more precise than a time). The XRANGE goes on
-        the lean connection of the slot's primary when there is one (replays and broadcast catch-up read page
-        after page: far less client CPU per call than through redis-py, and the compiled decoder).
+        When both are given, ``after`` wins (a resumed cursor is more precise than a time). The
+        XRANGE goes on the lean connection of the slot's primary when there is one (replays and
+        broadcast catch-up read page after page: far less client CPU per call than through redis-py,
+        and the compiled decoder).
         """
         if after is not None:
             start = "(" + validate_offset(after)
@@ -213,11 +235,13 @@ class RedisStreamStore:
         return decode_entries(partition, items or [])
 
     async def _xrange_lean(self, slot: int, key: str, start: str, limit: int) -> Any:
-        """XRANGE on the lean connection of the slot's primary: its raw RESP2 reply (``[id, [field, value...]]``
-        items). An error reply is raised for the router to retry (MOVED refreshes the slot map first)."""
+        """XRANGE on the lean connection of the slot's primary: its raw RESP2 reply (``[id, [field,
+        value...]]`` items). An error reply is raised for the router to retry (MOVED refreshes the
+        slot map first)."""
         assert self._lanes is not None
         command = encode_command(("XRANGE", key, start, "+", "COUNT", limit))
-        (reply,) = await self._lanes.execute(self.router.node_for_slot(slot), [command], exclusive=False)
+        (reply,) = await self._lanes.execute(self.router.node_for_slot(slot), [command],
+                                             exclusive=False)
         if isinstance(reply, BaseException):
             raise reply
         return reply
@@ -233,25 +257,30 @@ class RedisStreamStore:
         return decode_offset(items[0][0]) if items else None
 
     async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
-        """``last_offset`` of several partitions: one pipelined round per node on the lean connections (a
-        subscription storm costs Redis round trips, not a redis-py connection per lookup); a partition that
-        did not answer plainly there (or every one, without lean connections) is read the usual way."""
-        found = await read_last_offsets(self.router, self._lanes, topic, partitions) if self._lanes is not None \
-            else {}
-        return {partition: found[partition] if partition in found else await self.last_offset(topic, partition)
+        """``last_offset`` of several partitions: one pipelined round per node on the lean
+        connections (a subscription storm costs Redis round trips, not a redis-py connection per
+        lookup); a partition that did not answer plainly there (or every one, without lean
+        connections) is read the usual way."""
+        found = (await read_last_offsets(self.router, self._lanes, topic, partitions)
+                 if self._lanes is not None else {})
+        return {partition: found[partition] if partition in found
+                else await self.last_offset(topic, partition)
                 for partition in partitions}
 
     async def length(self, topic: str, partition: int) -> int:
         """Entries in a partition now (XLEN; 0 when it is empty or missing)."""
         key = log_key(topic, partition)
-        return int(await self._call("length", self.settings.read_deadline_s, lambda: self.router.cluster.xlen(key)))
+        return int(await self._call("length", self.settings.read_deadline_s,
+                                    lambda: self.router.cluster.xlen(key)))
 
-    async def partition_overviews(self, topic: str, partitions: Sequence[int]) -> dict[int, PartitionOverview]:
-        """Length and every group's position of several partitions (``storage.overview``): one pipelined round
-        per node on the lean connections; a partition that did not answer plainly there (or every partition,
-        without lean connections) is read one call at a time with the usual retries, its oldest pending
-        offsets included."""
-        found = await read_overviews(self.router, self._lanes, topic, partitions) if self._lanes is not None else {}
+    async def partition_overviews(self, topic: str,
+                                  partitions: Sequence[int]) -> dict[int, PartitionOverview]:
+        """Length and every group's position of several partitions (``storage.overview``): one
+        pipelined round per node on the lean connections; a partition that did not answer plainly
+        there (or every partition, without lean connections) is read one call at a time with the
+        usual retries, its oldest pending offsets included."""
+        found = (await read_overviews(self.router, self._lanes, topic, partitions)
+                 if self._lanes is not None else {})
         for partition in partitions:
             if partition not in found:
                 found[partition] = await self._overview_one(topic, partition)
@@ -264,7 +293,8 @@ class RedisStreamStore:
         return PartitionOverview(partition, length, states)
 
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
-        """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per node)."""
+        """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per
+        node)."""
         replies = await self._call(
             "partition_info",
             self.settings.read_deadline_s,
@@ -274,14 +304,16 @@ class RedisStreamStore:
             PartitionInfo(
                 partition=p,
                 length=int(replies[3 * p]),
-                first_offset=decode_offset(replies[3 * p + 1][0][0]) if replies[3 * p + 1] else None,
+                first_offset=(decode_offset(replies[3 * p + 1][0][0]) if replies[3 * p + 1]
+                              else None),
                 last_offset=decode_offset(replies[3 * p + 2][0][0]) if replies[3 * p + 2] else None,
             )
             for p in range(partitions)
         ]
 
     async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
-        # The cluster pipeline splits these by owning node and follows MOVED itself; no WAIT is involved.
+        # The cluster pipeline splits these by owning node and follows MOVED itself; no WAIT is
+        # involved.
         pipe = self.router.cluster.pipeline()
         for p in range(partitions):
             key = log_key(topic, p)
@@ -291,22 +323,25 @@ class RedisStreamStore:
         return list(await pipe.execute())
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
-        """Remove every key of the topic's partitions: streams, delayed messages and idempotency keys.
+        """Remove every key of the topic's partitions: streams, delayed messages and idempotency
+        keys.
 
-        One SCAN per primary (MATCH on the topic's hash-tag prefix), filtered exactly, then UNLINK per
-        partition (a multi-key UNLINK must stay within one slot).
+        One SCAN per primary (MATCH on the topic's hash-tag prefix), filtered exactly, then UNLINK
+        per partition (a multi-key UNLINK must stay within one slot).
         """
         wanted = re.compile(re.escape(f"{PREFIX}:{{{topic}/") + r"(\d+)\}:")
         pattern = f"{PREFIX}:{_glob_escape('{' + topic + '/')}*"
 
         async def run() -> None:
             await asyncio.gather(
-                *(self._delete_on_node(a, pattern, wanted, partitions) for a in self.router.primaries())
+                *(self._delete_on_node(a, pattern, wanted, partitions)
+                  for a in self.router.primaries())
             )
 
         await self._call("delete_topic", self.settings.write_deadline_s, run)
 
-    async def _delete_on_node(self, addr: NodeAddress, pattern: str, wanted: re.Pattern[str], partitions: int) -> None:
+    async def _delete_on_node(self, addr: NodeAddress, pattern: str, wanted: re.Pattern[str],
+                              partitions: int) -> None:
         client = self.router.node_client(addr)
         by_partition: dict[int, list[bytes]] = {}
         async for raw in client.scan_iter(match=pattern, count=_SCAN_COUNT):
@@ -321,7 +356,8 @@ class RedisStreamStore:
 
     async def ping(self) -> None:
         """Raise StorageUnavailable unless a node answers CLUSTER INFO with ``cluster_state:ok``."""
-        info = await self._call("ping", self.settings.read_deadline_s, lambda: self.router.cluster.cluster_info())
+        info = await self._call("ping", self.settings.read_deadline_s,
+                                lambda: self.router.cluster.cluster_info())
         fields: dict[Any, Any] = dict(info)
         state = _text(fields.get("cluster_state") or fields.get(b"cluster_state"))
         if state != "ok":

@@ -1,15 +1,18 @@
-"""The Lua append script and the argument layout it expects; the transaction sent instead where it can be.
+"""The Lua append script and the argument layout it expects; the transaction sent instead where it
+can be.
 
-One call appends a whole batch to one partition, so a partition's batch is atomic and the idempotency check
-(GET of the dedup key) and the XADD cannot interleave with another writer.
+One call appends a whole batch to one partition, so a partition's batch is atomic and the
+idempotency check (GET of the dedup key) and the XADD cannot interleave with another writer.
 
-KEYS[1]  = the partition's stream; KEYS[2..] = dedup keys of the records that carry an idempotency key.
+KEYS[1]  = the partition's stream; KEYS[2..] = dedup keys of the records that carry an idempotency
+  key.
 ARGV[1]  = approximate max length (0 = unbounded); ARGV[2] = dedup TTL in ms;
 then per record: dedup index (0 = none, i means KEYS[i + 1]), field count, fields...
 Reply: a flat array ``[offset, dupflag, offset, dupflag, ...]`` in record order.
 
 On the lean connections a partition's records without any idempotency key go as MULTI, XADD..., EXEC
-instead (``AppendCall.wire``): the same entries, as atomic, and cheaper for Redis than the script's Lua.
+instead (``AppendCall.wire``): the same entries, as atomic, and cheaper for Redis than the script's
+Lua.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ while i <= n do
     found = redis.call('GET', KEYS[d + 1])
   end
   if found then
-    -- A replicated write on the duplicate path, so a following WAIT on this connection also covers the
-    -- original entry (replication is in order); a bare GET would let acks=all confirm an unreplicated write.
+    -- A replicated write on the duplicate path, so a following WAIT on this connection also covers
+    -- the original entry (replication is in order); a bare GET would let acks=all confirm an
+    -- unreplicated write.
     redis.call('SET', KEYS[d + 1], found, 'KEEPTTL')
     out[#out + 1] = found
     out[#out + 1] = 1
@@ -88,10 +92,10 @@ APPEND_SHA = APPEND_SCRIPT.sha
 class PartitionCall(Protocol):
     """One partition's write, as the appender sends it.
 
-    A redis-py pipeline sends ``evalsha_command`` (one script call, one reply). The lean connections send
-    ``wire()``: RESP bytes of ``wire_replies`` commands (the same script call, or for appends without
-    idempotency keys a MULTI/XADD.../EXEC transaction), which ``fold_replies`` turns into the one reply the
-    script would have given, or the error that stopped the call.
+    A redis-py pipeline sends ``evalsha_command`` (one script call, one reply). The lean connections
+    send ``wire()``: RESP bytes of ``wire_replies`` commands (the same script call, or for appends
+    without idempotency keys a MULTI/XADD.../EXEC transaction), which ``fold_replies`` turns into
+    the one reply the script would have given, or the error that stopped the call.
     """
 
     @property
@@ -105,8 +109,8 @@ class PartitionCall(Protocol):
 
     @property
     def transaction_size(self) -> int | None:
-        """The XADD count when ``wire()`` is one MULTI/XADD.../EXEC transaction (its clean replies can be read
-        folded, ``storage.resp.read_transactions``), else None."""
+        """The XADD count when ``wire()`` is one MULTI/XADD.../EXEC transaction (its clean replies
+        can be read folded, ``storage.resp.read_transactions``), else None."""
         ...
 
     def evalsha_command(self) -> tuple[Any, ...]:
@@ -127,7 +131,8 @@ class _EncodesEvalsha(Protocol):
 
 
 class _OneCommand:
-    """A call whose wire is its one EVALSHA command (``evalsha_wire``, the subclass's): one reply, as it is."""
+    """A call whose wire is its one EVALSHA command (``evalsha_wire``, the subclass's): one reply,
+    as it is."""
 
     __slots__ = ()
     wire_replies = 1
@@ -144,7 +149,8 @@ class _OneCommand:
 
 @dataclass(frozen=True, slots=True)
 class ScriptCall(_OneCommand):
-    """Keys and arguments of one script call on one partition (the append script unless told otherwise)."""
+    """Keys and arguments of one script call on one partition (the append script unless told
+    otherwise)."""
 
     partition: int
     keys: list[str]
@@ -162,7 +168,8 @@ class ScriptCall(_OneCommand):
 
 @dataclass(frozen=True, slots=True)
 class PreparedCall(_OneCommand):
-    """A script call encoded once, for a command sent again and again (the promoter's, every tick)."""
+    """A script call encoded once, for a command sent again and again (the promoter's, every
+    tick)."""
 
     partition: int
     script: LuaScript
@@ -185,22 +192,24 @@ class PreparedCall(_OneCommand):
 
 
 class AppendCall:
-    """One partition's records (``Records``, the batch's columns for that partition), encoded straight to RESP
-    for the lean connections.
+    """One partition's records (``Records``, the batch's columns for that partition), encoded
+    straight to RESP for the lean connections.
 
-    Records with idempotency keys need the script (the dedup check and the XADD must not interleave with
-    another writer); a call without any is sent as MULTI, one XADD per record, EXEC instead: as atomic for the
-    partition, and Redis spends less CPU per message on it (no per-record Lua work;
-    ``bench/profile_publish.py`` prints Redis CPU per message). Records of one format without headers (the
-    common publish) are encoded from the columns in one call (``xadd_transaction``). Every wire is byte for
-    byte what ``encode_command`` makes of the same commands (tests pin it); ``evalsha_command`` lays out the
-    script call as values for redis-py and tests.
+    Records with idempotency keys need the script (the dedup check and the XADD must not interleave
+    with another writer); a call without any is sent as MULTI, one XADD per record, EXEC instead: as
+    atomic for the partition, and Redis spends less CPU per message on it (no per-record Lua work;
+    ``bench/profile_publish.py`` prints Redis CPU per message). Records of one format without
+    headers (the common publish) are encoded from the columns in one call (``xadd_transaction``).
+    Every wire is byte for byte what ``encode_command`` makes of the same commands (tests pin it);
+    ``evalsha_command`` lays out the script call as values for redis-py and tests.
     """
 
-    __slots__ = ("_dedup", "options", "partition", "records", "topic", "transaction_size", "wire_replies")
+    __slots__ = ("_dedup", "options", "partition", "records", "topic", "transaction_size",
+                 "wire_replies")
     script = APPEND_SCRIPT
 
-    def __init__(self, topic: str, partition: int, records: Records, options: AppendOptions) -> None:
+    def __init__(self, topic: str, partition: int, records: Records,
+                 options: AppendOptions) -> None:
         self.topic = topic
         self.partition = partition
         self.records = records
@@ -212,15 +221,18 @@ class AppendCall:
 
     @property
     def uses_script(self) -> bool:
-        """Whether the lean wire is the script (some record has an idempotency key) or a transaction."""
+        """Whether the lean wire is the script (some record has an idempotency key) or a
+        transaction."""
         return self._dedup is not None
 
     @property
     def keys(self) -> list[str]:
-        """KEYS: the partition's stream, then the dedup keys of the records that carry an idempotency key."""
+        """KEYS: the partition's stream, then the dedup keys of the records that carry an
+        idempotency key."""
         topic, partition = self.topic, self.partition
-        return [log_key(topic, partition), *(dedup_key(topic, partition, key) for key in self._dedup or ()
-                                             if key is not None)]
+        return [log_key(topic, partition),
+                *(dedup_key(topic, partition, key) for key in self._dedup or ()
+                  if key is not None)]
 
     def _dedup_indexes(self) -> list[int]:
         """Per record, its dedup key's index in KEYS (0 = none)."""
@@ -233,7 +245,8 @@ class AppendCall:
 
     @property
     def args(self) -> list[Any]:
-        """ARGV as values: max length, dedup TTL, then per record its dedup index, field count and fields."""
+        """ARGV as values: max length, dedup TTL, then per record its dedup index, field count and
+        fields."""
         args: list[Any] = [self.options.max_length or 0, self.options.dedup_ttl_ms]
         for record, dedup_index in zip(self.records.rows(), self._dedup_indexes(), strict=True):
             fields = encode_fields(record)
@@ -246,7 +259,8 @@ class AppendCall:
         return ("EVALSHA", self.script.sha, len(keys), *keys, *self.args)
 
     def wire(self) -> bytes:
-        """The script call, or for records without idempotency keys the transaction, as RESP bytes."""
+        """The script call, or for records without idempotency keys the transaction, as RESP
+        bytes."""
         return self.transaction_wire() if self._dedup is None else self.evalsha_wire()
 
     def fold_replies(self, replies: list[Any]) -> Any:
@@ -265,9 +279,11 @@ class AppendCall:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
         records, max_length = self.records, self.options.max_length
         fmt = records.formats
-        if records.headers is None and isinstance(fmt, ValueFormat):  # the common publish: from the columns
+        if records.headers is None and isinstance(fmt, ValueFormat):
+            # the common publish: from the columns
             keyed_head, keyless_head = _xadd_heads(self.topic, self.partition, max_length, fmt)
-            return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[fmt], records.values, records.keys)
+            return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[fmt], records.values,
+                                    records.keys)
         head, base = _xadd_head(log_key(self.topic, self.partition), max_length)
         chunks = [_MULTI_WIRE]
         for value, fmt_i, key, headers in _columns(records):
@@ -279,13 +295,14 @@ class AppendCall:
     def evalsha_wire(self) -> bytes:
         """The command as RESP bytes, identical to ``encode_command(self.evalsha_command())``."""
         options, keys = self.options, self.keys
-        head: tuple[str | int, ...] = ("EVALSHA", self.script.sha, len(keys), *keys, options.max_length or 0,
-                                       options.dedup_ttl_ms)
-        chunks = [b"", _without_array_header(encode_command(head), len(head))]  # chunks[0]: the header, below
+        head: tuple[str | int, ...] = ("EVALSHA", self.script.sha, len(keys), *keys,
+                                       options.max_length or 0, options.dedup_ttl_ms)
+        # chunks[0]: the header, below
+        chunks = [b"", _without_array_header(encode_command(head), len(head))]
         count = len(head)
         encode_record = _encode_record
-        for (value, fmt, key, headers), dedup_index in zip(_columns(self.records), self._dedup_indexes(),
-                                                           strict=True):
+        for (value, fmt, key, headers), dedup_index in zip(_columns(self.records),
+                                                           self._dedup_indexes(), strict=True):
             wire, fields = encode_record(value, fmt, key, headers, dedup_index)
             chunks.append(wire)
             count += 2 + fields
@@ -294,34 +311,37 @@ class AppendCall:
 
 
 def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
-    """An XADD's bulk strings before its fields (name, stream, trim, ``*``), without the array header, and how
-    many there are."""
+    """An XADD's bulk strings before its fields (name, stream, trim, ``*``), without the array
+    header, and how many there are."""
     if max_length:
-        return _without_array_header(encode_command(("XADD", stream, "MAXLEN", "~", max_length, "*")), 6), 6
+        return _without_array_header(
+            encode_command(("XADD", stream, "MAXLEN", "~", max_length, "*")), 6), 6
     return _without_array_header(encode_command(("XADD", stream, "*")), 3), 3
 
 
 @functools.lru_cache(maxsize=4096)
 def _xadd_heads(topic: str, partition: int, max_length: int | None,
                 value_format: ValueFormat) -> tuple[bytes, bytes]:
-    """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim, ``*`` (the
-    same bytes: either has one name and value, then the format's)."""
+    """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim,
+    ``*`` (the same bytes: either has one name and value, then the format's)."""
     bulk, base = _xadd_head(log_key(topic, partition), max_length)
-    fields = 2 + _FORMAT_FIELD_COUNT[value_format]  # K+key or v, the value; f and the format where there is one
+    # K+key or v, the value; f and the format where there is one
+    fields = 2 + _FORMAT_FIELD_COUNT[value_format]
     head = b"*%d\r\n%b" % (base + fields, bulk)
     return head, head
 
 
-def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format: bytes, values: list[bytes],
-                            keys: list[bytes | None]) -> bytes:
-    """MULTI, one XADD per value (``keyed_head`` then ``K`` + the key as the field name, or ``keyless_head`` then
-    ``v``; the value; ``value_format``'s ``f`` field, empty for JSON), EXEC, as RESP bytes. The reference of the
-    compiled ``storage._wire.xadd_transaction``."""
+def xadd_transaction_python(keyed_head: bytes, keyless_head: bytes, value_format: bytes,
+                            values: list[bytes], keys: list[bytes | None]) -> bytes:
+    """MULTI, one XADD per value (``keyed_head`` then ``K`` + the key as the field name, or
+    ``keyless_head`` then ``v``; the value; ``value_format``'s ``f`` field, empty for JSON), EXEC,
+    as RESP bytes. The reference of the compiled ``storage._wire.xadd_transaction``."""
     chunks = [_MULTI_WIRE]
     append = chunks.append
     for value, key in zip(values, keys, strict=True):
         if key is None:
-            append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b" % (keyless_head, len(value), value, value_format))
+            append(b"%b$1\r\nv\r\n$%d\r\n%b\r\n%b" % (keyless_head, len(value), value,
+                                                      value_format))
         else:
             append(_KEYED_XADD % (keyed_head, len(key) + 1, key, len(value), value, value_format))
     append(_EXEC_WIRE)
@@ -333,8 +353,9 @@ PartitionColumns = tuple[list[int], list[bytes], list[bytes | None]]  # indexes,
 
 def split_by_partition_python(partitions: list[int], values: list[bytes],
                               keys: list[bytes | None]) -> dict[int, PartitionColumns]:
-    """Plain records' columns grouped by partition, in order of first appearance: each partition's record
-    indexes, values and keys. The reference of the compiled ``storage._wire.split_by_partition``."""
+    """Plain records' columns grouped by partition, in order of first appearance: each partition's
+    record indexes, values and keys. The reference of the compiled
+    ``storage._wire.split_by_partition``."""
     groups: dict[int, PartitionColumns] = {}
     for index, (partition, value, key) in enumerate(zip(partitions, values, keys, strict=True)):
         group = groups.get(partition)
@@ -347,15 +368,16 @@ def split_by_partition_python(partitions: list[int], values: list[bytes],
 
 
 def reply_offsets_python(partition: int, reply: list[Any]) -> list[str]:
-    """The offsets of the script's flat ``[offset, dupflag, ...]`` reply (or a folded transaction's). The
-    reference of the compiled ``reply_offsets``."""
+    """The offsets of the script's flat ``[offset, dupflag, ...]`` reply (or a folded
+    transaction's). The reference of the compiled ``reply_offsets``."""
     return [offset.decode() if isinstance(offset, bytes) else offset for offset in reply[0::2]]
 
 
 def in_input_order_python(count: int, groups: dict[int, PartitionColumns],
                           written: dict[int, list[str]]) -> list[str]:
-    """A split batch's offsets back in input order: ``groups`` (``split_by_partition``) says where each
-    partition's records were, ``written`` what they got. The reference of the compiled ``in_input_order``."""
+    """A split batch's offsets back in input order: ``groups`` (``split_by_partition``) says where
+    each partition's records were, ``written`` what they got. The reference of the compiled
+    ``in_input_order``."""
     ordered = [""] * count
     for partition, (indexes, _, _) in groups.items():
         for index, offset in zip(indexes, written[partition], strict=True):
@@ -364,25 +386,28 @@ def in_input_order_python(count: int, groups: dict[int, PartitionColumns],
 
 
 def _fold_transaction(replies: list[Any]) -> Any:
-    """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that stopped it.
+    """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that
+    stopped it.
 
-    A refused command (MOVED, ASK, READONLY, CLUSTERDOWN, OOM...) aborts the whole transaction (EXECABORT):
-    nothing was written and the refusal says why, so the appender redirects or retries as for the script.
-    The compiled ``fold_transaction`` answers when every reply is fine (offsets as str); the rest is here.
+    A refused command (MOVED, ASK, READONLY, CLUSTERDOWN, OOM...) aborts the whole transaction
+    (EXECABORT): nothing was written and the refusal says why, so the appender redirects or retries
+    as for the script. The compiled ``fold_transaction`` answers when every reply is fine (offsets
+    as str); the rest is here.
     """
     folded = fold_transaction(replies)
     return _fold_transaction_python(replies) if folded is None else folded
 
 
 def _fold_transaction_python(replies: list[Any]) -> Any:
-    """``_fold_transaction`` in Python; the reference of the compiled fold wherever that one answers (offsets
-    decoded to str, as it gives them)."""
+    """``_fold_transaction`` in Python; the reference of the compiled fold wherever that one answers
+    (offsets decoded to str, as it gives them)."""
     executed = replies[-1]
     if isinstance(executed, BaseException) or executed is None:
         return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
                     executed if executed is not None else rexc.ResponseError("transaction aborted"))
     for reply in executed:
-        if isinstance(reply, ReplyError):  # a command failed while executing (not expected for XADD)
+        if isinstance(reply, ReplyError):
+            # a command failed while executing (not expected for XADD)
             return as_redis_error(reply)
     flat: list[Any] = [0] * (2 * len(executed))
     flat[0::2] = [offset.decode() if type(offset) is bytes else offset for offset in executed]
@@ -400,15 +425,17 @@ _EXEC_WIRE = encode_command(("EXEC",))
 _FORMAT_WIRE = {ValueFormat.JSON: b"", ValueFormat.BINARY: b"$1\r\nf\r\n$1\r\nb\r\n"}
 _FORMAT_FIELD_COUNT = {ValueFormat.JSON: 0, ValueFormat.BINARY: 2}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
-_KEYED_FIELDS = b"$%d\r\nK%b\r\n$%d\r\n%b\r\n%b"  # K and the key, the value, f (formatted, maybe none)
+# K and the key, the value, f (formatted, maybe none)
+_KEYED_FIELDS = b"$%d\r\nK%b\r\n$%d\r\n%b\r\n%b"
 _KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
 
 
 def _encode_record(value: bytes, fmt: ValueFormat, key: bytes | None, headers: Mapping[str, str],
                    dedup_index: int) -> tuple[bytes, int]:
-    """One record's ARGV part for the script (dedup index, field count, fields) as RESP, and its field count."""
-    index = _INDEX_WIRE[dedup_index] if dedup_index < 1024 else b"$%d\r\n%d\r\n" % (len(str(dedup_index)),
-                                                                                     dedup_index)
+    """One record's ARGV part for the script (dedup index, field count, fields) as RESP, and its
+    field count."""
+    index = (_INDEX_WIRE[dedup_index] if dedup_index < 1024
+             else b"$%d\r\n%d\r\n" % (len(str(dedup_index)), dedup_index))
     fields, count = _encode_fields_wire(value, fmt, key, headers)
     return b"%b%b%b" % (index, _INDEX_WIRE[count], fields), count
 
@@ -425,15 +452,18 @@ def _encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
     return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
 
 
-def _columns(records: Records) -> Iterator[tuple[bytes, ValueFormat, bytes | None, Mapping[str, str]]]:
+def _columns(
+    records: Records,
+) -> Iterator[tuple[bytes, ValueFormat, bytes | None, Mapping[str, str]]]:
     """Each record's value, format, key and headers."""
     count = len(records.values)
-    return zip(records.values, records.format_column(), records.keys, records.headers or [{}] * count,
-               strict=True)
+    return zip(records.values, records.format_column(), records.keys,
+               records.headers or [{}] * count, strict=True)
 
 
 def flat_reply(partition: int, reply: list[Any]) -> list[Any]:
-    """An append call's reply as the appender keeps it: the script's flat ``[offset, dupflag, ...]``."""
+    """An append call's reply as the appender keeps it: the script's flat ``[offset, dupflag,
+    ...]``."""
     return reply
 
 
@@ -454,12 +484,12 @@ except ImportError:  # built without a C compiler: the reference, same bytes
     WIRE_NATIVE = False
     xadd_transaction: Callable[[bytes, bytes, bytes, list[bytes], list[bytes | None]], bytes] = \
         xadd_transaction_python
-    split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]], dict[int, PartitionColumns]] = \
-        split_by_partition_python
+    split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]],
+                                 dict[int, PartitionColumns]] = split_by_partition_python
     fold_transaction: Callable[[list[Any]], list[Any] | None] = _no_compiled_fold
     reply_offsets: Callable[[int, list[Any]], list[str]] = reply_offsets_python
-    in_input_order: Callable[[int, dict[int, PartitionColumns], dict[int, list[str]]], list[str]] = \
-        in_input_order_python
+    in_input_order: Callable[[int, dict[int, PartitionColumns], dict[int, list[str]]],
+                             list[str]] = in_input_order_python
 else:
     WIRE_NATIVE = True
     xadd_transaction = _wire.xadd_transaction

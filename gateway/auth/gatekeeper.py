@@ -1,4 +1,5 @@
-"""The gatekeeper: authenticates credentials and answers authorization questions for the route handlers."""
+"""The gatekeeper: authenticates credentials and answers authorization questions for the route
+handlers."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ READ_ACTIONS = (Action.SUBSCRIBE, Action.ADMIN)
 
 
 class Gatekeeper:
-    """Who is calling (authentication) and what they may do (authorization), for one gateway process."""
+    """Who is calling (authentication) and what they may do (authorization), for one gateway
+    process."""
 
     def __init__(self, config: AuthConfig | None, public_paths: Iterable[str] = ()) -> None:
         self.required = config is not None
@@ -34,9 +36,10 @@ class Gatekeeper:
         self.limit_overrides = config.limits if config is not None else LimitOverrides()
         self.public_paths = frozenset(public_paths) | ALWAYS_PUBLIC_PATHS
 
-    # --- authentication -------------------------------------------------------------------------------------
+    # --- authentication ---------------------------------------------------------------------------
     def authenticate_headers(self, headers: Mapping[str, str]) -> Principal | None:
-        """The principal proven by ``Authorization``/``X-API-Key``; None when no credentials were sent."""
+        """The principal proven by ``Authorization``/``X-API-Key``; None when no credentials were
+        sent."""
         if not self.required:
             return ANONYMOUS
         api_key = headers.get("X-API-Key")
@@ -48,7 +51,8 @@ class Gatekeeper:
                 return self.authenticate_token(credentials)
             if scheme.lower() == "apikey" and credentials:
                 return self.authenticate_api_key(credentials)
-            raise Unauthenticated("Authorization must be 'Bearer <jwt>' or 'ApiKey <key>'", credentials_given=True)
+            raise Unauthenticated("Authorization must be 'Bearer <jwt>' or 'ApiKey <key>'",
+                                  credentials_given=True)
         if api_key:
             return self.authenticate_api_key(api_key.strip())
         return None
@@ -71,20 +75,22 @@ class Gatekeeper:
         return Principal(name, "api_key")
 
     def session_deadline_s(self, principal: Principal) -> float | None:
-        """When a subscription of ``principal`` must end: its token's ``exp`` plus the leeway (epoch s)."""
+        """When a subscription of ``principal`` must end: its token's ``exp`` plus the leeway (epoch
+        s)."""
         if principal.expires_at_s is None:
             return None
         return principal.expires_at_s + (self._jwt.leeway_s if self._jwt is not None else 0.0)
 
-    # --- authorization --------------------------------------------------------------------------------------
-    def require(self, principal: Principal, action: Action, topic: str, group: str | None = None) -> None:
+    # --- authorization ----------------------------------------------------------------------------
+    def require(self, principal: Principal, action: Action, topic: str,
+                group: str | None = None) -> None:
         """Forbidden unless ``principal`` may do ``action`` on ``topic`` (through ``group``)."""
         if not self.acl.allows(principal, action, topic, group):
             where = f"topic {topic!r}" + (f" with group {group!r}" if group is not None else "")
             raise Forbidden(f"{principal.name!r} may not {action.value} on {where}")
 
-    def require_any(self, principal: Principal, topic: str, actions: Iterable[Action] = tuple(Action),
-                    group: str | None = None) -> None:
+    def require_any(self, principal: Principal, topic: str,
+                    actions: Iterable[Action] = tuple(Action), group: str | None = None) -> None:
         """Forbidden unless ``principal`` may do at least one of ``actions`` on ``topic``."""
         if not self.acl.allows_any(principal, topic, actions, group):
             raise Forbidden(f"{principal.name!r} has no access to topic {topic!r}")
@@ -102,33 +108,38 @@ class Gatekeeper:
             raise Forbidden(str(exc)) from None
 
     def stamp(self, principal: Principal, headers_of_messages: Iterable[dict[str, str]]) -> None:
-        """Set the forced headers on messages that lack them; Forbidden when a message carries another value."""
+        """Set the forced headers on messages that lack them; Forbidden when a message carries
+        another value."""
         forced = self.forced_headers(principal)
         if not forced:  # most principals: nothing to stamp, no pass over the messages
             return
         for index, headers in enumerate(headers_of_messages):
             for name, value in forced.items():
                 if headers.setdefault(name, value) != value:
-                    raise Forbidden(f"message {index}: header {name!r} must be {value!r} for {principal.name!r}")
+                    raise Forbidden(f"message {index}: header {name!r} must be {value!r} for "
+                                    f"{principal.name!r}")
 
 
 def gatekeeper_from_settings(settings: GatewaySettings, env: Mapping[str, str]) -> Gatekeeper:
     """Build the gatekeeper the settings ask for; AuthConfigError when they do not make sense."""
     if settings.auth_mode not in AUTH_MODES:
-        raise AuthConfigError(f"STREAMGATE_AUTH_MODE={settings.auth_mode!r}: expected one of {AUTH_MODES}")
+        raise AuthConfigError(f"STREAMGATE_AUTH_MODE={settings.auth_mode!r}: expected one of "
+                              f"{AUTH_MODES}")
     unknown = set(settings.auth_public_paths) - OPERATIONAL_PATHS
     if unknown:
-        raise AuthConfigError(f"STREAMGATE_AUTH_PUBLIC_PATHS: only {sorted(OPERATIONAL_PATHS)} may be public, "
-                              f"not {sorted(unknown)}")
+        raise AuthConfigError(f"STREAMGATE_AUTH_PUBLIC_PATHS: only {sorted(OPERATIONAL_PATHS)} may "
+                              f"be public, not {sorted(unknown)}")
     if settings.auth_mode == "none":
-        log.warning("AUTHENTICATION IS OFF: auth_mode=none (STREAMGATE_AUTH_MODE); every request is served as "
-                    "%r with full access. Never run like this where the gateway is reachable by others.",
+        log.warning("AUTHENTICATION IS OFF: auth_mode=none (STREAMGATE_AUTH_MODE); every request "
+                    "is served as %r with full access. Never run like this where the gateway is "
+                    "reachable by others.",
                     ANONYMOUS.name)
         return Gatekeeper(None, OPERATIONAL_PATHS)
     if not settings.auth_config_path:
-        raise AuthConfigError("auth_mode=required needs STREAMGATE_AUTH_CONFIG_PATH (the auth TOML file); "
-                              "set STREAMGATE_AUTH_MODE=none only for local development")
+        raise AuthConfigError("auth_mode=required needs STREAMGATE_AUTH_CONFIG_PATH (the auth TOML "
+                              "file); set STREAMGATE_AUTH_MODE=none only for local development")
     config = load_auth_config(Path(settings.auth_config_path), env)
-    log.info("auth required: %d API keys, JWT %s, %d rate-limit overrides, public paths %s", len(config.api_keys),
-             "on" if config.jwt is not None else "off", len(config.limits), sorted(settings.auth_public_paths))
+    log.info("auth required: %d API keys, JWT %s, %d rate-limit overrides, public paths %s",
+             len(config.api_keys), "on" if config.jwt is not None else "off", len(config.limits),
+             sorted(settings.auth_public_paths))
     return Gatekeeper(config, settings.auth_public_paths)

@@ -1,1 +1,2 @@
-"""Publishing: request bodies parsed and validated into batches, placed on partitions, handed to storage."""
+"""Publishing: request bodies parsed and validated into batches, placed on partitions, handed to
+storage."""

@@ -1,7 +1,8 @@
 from collections.abc import Callable
 from typing import Any
 
-def parse_plain(raw_messages: list[Any], max_key_bytes: int, max_value_bytes: int, dumps: Callable[[Any], bytes],
+def parse_plain(raw_messages: list[Any], max_key_bytes: int, max_value_bytes: int,
+                dumps: Callable[[Any], bytes],
                 /) -> tuple[list[bytes | None], list[bytes], int] | None: ...
 def plain_results_json(partitions: list[int], offsets: list[str], /) -> bytes: ...
 def scan_plain_body(body: bytes, max_batch_messages: int, max_key_bytes: int, max_value_bytes: int,

@@ -1,9 +1,10 @@
 """Publishing: placing validated messages on partitions and handing them to storage.
 
-acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as the
-batch is queued; a full queue (``acks0_queue_batches`` batches or ``acks0_queue_bytes`` of values and keys)
-makes the request wait for room, at most ``acks0_queue_wait_ms`` (as a NATS client stalls on too many pending
-async publishes), then answers 503 (never a silent drop); write failures are counted and logged.
+acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as
+the batch is queued; a full queue (``acks0_queue_batches`` batches or ``acks0_queue_bytes`` of
+values and keys) makes the request wait for room, at most ``acks0_queue_wait_ms`` (as a NATS client
+stalls on too many pending async publishes), then answers 503 (never a silent drop); write failures
+are counted and logged.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from gateway.publish.validation import PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for, partitions_of
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
-from storage.models import Acks, Appended, AppendOptions, AppendResult, Record, Records, ScheduledResult
+from storage.models import (
+    Acks,
+    Appended,
+    AppendOptions,
+    AppendResult,
+    Record,
+    Records,
+    ScheduledResult,
+)
 from storage.protocol import StreamStore
 
 PublishResult = AppendResult | ScheduledResult
@@ -41,20 +50,23 @@ class Scheduler(Protocol):
 log = logging.getLogger(__name__)
 
 ACKS0_QUEUE_BYTES = 64 * 1024 * 1024
-ACKS0_ROUND_MESSAGES = 5000  # messages the acks=0 writer takes from its queue for one round (a bigger batch alone)
+# messages the acks=0 writer takes from its queue for one round (a bigger batch alone)
+ACKS0_ROUND_MESSAGES = 5000
 
 # topic, records, due times (None: all due now), bytes queued
 _Acks0Item = tuple[TopicMetadata, Records, list[int | None] | None, int]
 
 
-def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader, scope: str) -> Records:
+def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader,
+          scope: str) -> Records:
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
     (``gateway.publish.idempotency``), so no other principal's key can match them.
     """
     idempotency_keys = batch.idempotency_keys
-    if batch.partitions is None and idempotency_keys is None:  # the common publish: keys and sticky only
+    if batch.partitions is None and idempotency_keys is None:
+        # the common publish: keys and sticky only
         keys = batch.keys
         keyless = spreader.for_batch(topic.partitions) if None in keys else 0
         partitions = partitions_of(keys, topic.partitions, keyless)
@@ -71,8 +83,8 @@ def _place_each(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpre
     placed: list[int] = []
     explicit = batch.partitions or [None] * len(batch)
     idempotency_keys = batch.idempotency_keys or [None] * len(batch)
-    for index, (partition, key, idempotency_key) in enumerate(zip(explicit, batch.keys, idempotency_keys,
-                                                                  strict=True)):
+    for index, (partition, key, idempotency_key) in enumerate(zip(explicit, batch.keys,
+                                                                  idempotency_keys, strict=True)):
         if partition is not None:
             if partition >= partitions:
                 raise invalid_field(f"/messages/{index}/partition",
@@ -99,9 +111,9 @@ def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> Appen
 class Publisher:
     """Writes placed records; owns the acks=0 background writer (an async context manager)."""
 
-    def __init__(self, store: StreamStore, scheduler: Scheduler, metrics: GatewayMetrics, dedup_ttl_ms: int,
-                 acks0_queue_batches: int, retry_after_s: int, acks0_queue_bytes: int = ACKS0_QUEUE_BYTES,
-                 acks0_queue_wait_ms: int = 0) -> None:
+    def __init__(self, store: StreamStore, scheduler: Scheduler, metrics: GatewayMetrics,
+                 dedup_ttl_ms: int, acks0_queue_batches: int, retry_after_s: int,
+                 acks0_queue_bytes: int = ACKS0_QUEUE_BYTES, acks0_queue_wait_ms: int = 0) -> None:
         self._store = store
         self._scheduler = scheduler
         self._metrics = metrics
@@ -123,7 +135,8 @@ class Publisher:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Flush what acks=0 producers were promised (bounded by the store's deadline), then stop."""
+        """Flush what acks=0 producers were promised (bounded by the store's deadline), then
+        stop."""
         if self._writer is None:
             return
         writer, self._writer = self._writer, None
@@ -152,13 +165,15 @@ class Publisher:
     def _count_failure(self, topic: TopicMetadata, acks: Acks, exc: StorageError) -> None:
         self._metrics.publish_failures.labels(topic.name, acks.value, type(exc).__name__).inc()
 
-    async def _append_and_schedule(self, topic: TopicMetadata, records: Records, options: AppendOptions,
+    async def _append_and_schedule(self, topic: TopicMetadata, records: Records,
+                                   options: AppendOptions,
                                    due_ms: list[int | None]) -> list[PublishResult]:
         rows = records.rows()
         delayed = [i for i, due in enumerate(due_ms) if due is not None]
         now = [i for i, due in enumerate(due_ms) if due is None]
         scheduled = await self._scheduler.schedule(
-            topic.name, [(rows[i], due) for i in delayed if (due := due_ms[i]) is not None], options)
+            topic.name, [(rows[i], due) for i in delayed if (due := due_ms[i]) is not None],
+            options)
         appended = await self._store.append(topic.name, records.taken(now), options) if now else []
         results: list[PublishResult | None] = [None] * len(records)
         for index, result in zip(delayed, scheduled, strict=True):
@@ -171,14 +186,16 @@ class Publisher:
                 value_bytes: int) -> None:
         """acks=0: queue the batch for the background writer, or 503 when the queue is full.
 
-        Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys queued already (a
-        batch on its own is always taken: one larger than the byte bound must not be refused forever).
+        Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys
+        queued already (a batch on its own is always taken: one larger than the byte bound must not
+        be refused forever).
         """
         self._put_acks0(_acks0_item(topic, records, due_ms, value_bytes))
 
-    async def enqueue_waiting(self, topic: TopicMetadata, records: Records, due_ms: list[int | None] | None,
-                              value_bytes: int) -> None:
-        """``enqueue``, waiting for room first when the queue is full (at most ``acks0_queue_wait_ms``)."""
+    async def enqueue_waiting(self, topic: TopicMetadata, records: Records,
+                              due_ms: list[int | None] | None, value_bytes: int) -> None:
+        """``enqueue``, waiting for room first when the queue is full (at most
+        ``acks0_queue_wait_ms``)."""
         await self._put_acks0_waiting(_acks0_item(topic, records, due_ms, value_bytes))
 
     async def _put_acks0_waiting(self, item: _Acks0Item) -> None:
@@ -187,11 +204,13 @@ class Publisher:
         self._put_acks0(item)
 
     def _fits(self, size: int) -> bool:
-        return not self._queue.full() and not (self.queued_bytes and self.queued_bytes + size > self._queue_bytes_max)
+        return not self._queue.full() and not (self.queued_bytes
+                                               and self.queued_bytes + size > self._queue_bytes_max)
 
     async def _wait_for_room(self, size: int) -> None:
-        """Until a batch of ``size`` bytes fits, woken after each round of the writer, for ``acks0_queue_wait_ms``
-        at most (then ``_put_acks0`` answers 503). Waiters are woken together and retry in the order they came."""
+        """Until a batch of ``size`` bytes fits, woken after each round of the writer, for
+        ``acks0_queue_wait_ms`` at most (then ``_put_acks0`` answers 503). Waiters are woken
+        together and retry in the order they came."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         while not self._fits(size) and (remaining := deadline - loop.time()) > 0:
@@ -224,9 +243,10 @@ class Publisher:
         self.queued_bytes += size
 
     async def _drain_acks0(self) -> None:
-        """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up to
-        ``ACKS0_ROUND_MESSAGES``), one write per topic, the topics' writes at once. One batch per round trip was
-        the limit before: under load acks=0 wrote slower than acks=1 and answered 503 (its queue full)."""
+        """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up
+        to ``ACKS0_ROUND_MESSAGES``), one write per topic, the topics' writes at once. One batch per
+        round trip was the limit before: under load acks=0 wrote slower than acks=1 and answered 503
+        (its queue full)."""
         while True:
             batches = await self._acks0_round()
             try:
@@ -249,22 +269,25 @@ class Publisher:
         return batches
 
     async def _write_acks0(self, batches: list[_Acks0Item]) -> None:
-        """One topic's queued batches as one write, in queue order (so each partition keeps it); a failure loses
-        them all, counted (``acks0_lost``) and logged, never silently."""
+        """One topic's queued batches as one write, in queue order (so each partition keeps it); a
+        failure loses them all, counted (``acks0_lost``) and logged, never silently."""
         topic = batches[0][0]
         count = sum(len(records) for _, records, _, _ in batches)
         try:
             records = Records.joined([records for _, records, _, _ in batches])
             due_ms = None
             if any(due is not None for _, _, due, _ in batches):
-                due_ms = [d for _, records, due, _ in batches for d in (due or [None] * len(records))]
+                due_ms = [d for _, records, due, _ in batches
+                          for d in (due or [None] * len(records))]
             await self.publish(topic, records, Acks.LEADER, due_ms)
-        except Exception as exc:  # StorageError, or a defect: the writer must go on with the next round
+        except Exception as exc:
+            # StorageError, or a defect: the writer must go on with the next round
             self._metrics.publish_messages.labels(topic.name, "acks0_lost").inc(count)
-            log.error("acks=0 write of %d messages (%d batches) to %s failed: %r", count, len(batches),
-                      topic.name, exc, exc_info=not isinstance(exc, StorageError))
+            log.error("acks=0 write of %d messages (%d batches) to %s failed: %r", count,
+                      len(batches), topic.name, exc, exc_info=not isinstance(exc, StorageError))
 
 
 def _acks0_item(topic: TopicMetadata, records: Records, due_ms: list[int | None] | None,
                 value_bytes: int) -> _Acks0Item:
-    return topic, records, due_ms, value_bytes + sum(len(key) for key in records.keys if key is not None)
+    return topic, records, due_ms, value_bytes + sum(len(key) for key in records.keys
+                                                     if key is not None)

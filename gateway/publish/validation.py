@@ -22,8 +22,8 @@ from storage.models import ValueFormat
 
 ACKS_VALUES = ("0", "1", "all")
 BODY_FIELDS = frozenset({"messages", "acks"})
-MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key", "delay_ms",
-                            "deliver_at_ms"})
+MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key",
+                            "delay_ms", "deliver_at_ms"})
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 T = TypeVar("T")
@@ -61,10 +61,10 @@ class IncomingMessage(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PublishBatch:
-    """A validated publish request, as columns: message ``i`` is ``keys[i]`` and ``values[i]`` (the value as
-    stored), in ``formats`` (one for all or one each). The optional columns are None when no message has one
-    (the common publish): ``headers``, explicit ``partitions``, ``idempotency_keys`` and ``due_ms`` (when a
-    delayed message joins the stream, epoch ms)."""
+    """A validated publish request, as columns: message ``i`` is ``keys[i]`` and ``values[i]`` (the
+    value as stored), in ``formats`` (one for all or one each). The optional columns are None when
+    no message has one (the common publish): ``headers``, explicit ``partitions``,
+    ``idempotency_keys`` and ``due_ms`` (when a delayed message joins the stream, epoch ms)."""
 
     acks: str
     keys: list[bytes | None]
@@ -88,9 +88,11 @@ class PublishBatch:
 
 def _columns(acks: str, messages: list[IncomingMessage]) -> PublishBatch:
     """Parsed messages as a batch's columns (an optional column only where some message has it)."""
-    values, formats, keys, headers, partitions, idempotency_keys, due_ms = map(list, zip(*messages, strict=True))
+    values, formats, keys, headers, partitions, idempotency_keys, due_ms = map(
+        list, zip(*messages, strict=True))
     return PublishBatch(acks, keys, values, sum(map(len, values)),
-                        ValueFormat.JSON if formats.count(ValueFormat.JSON) == len(formats) else formats,
+                        ValueFormat.JSON if formats.count(ValueFormat.JSON) == len(formats)
+                        else formats,
                         headers if any(headers) else None, _unless_none(partitions),
                         _unless_none(idempotency_keys), _unless_none(due_ms))
 
@@ -101,7 +103,8 @@ def _unless_none(column: list[T | None]) -> list[T | None] | None:
 
 def _plain_batch(acks: str, keys: list[bytes | None], values: list[bytes], value_bytes: int,
                  idempotency_header: str | None) -> PublishBatch:
-    """A batch of plain messages (a value and maybe a key), each under ``<header>:<i>`` when given one."""
+    """A batch of plain messages (a value and maybe a key), each under ``<header>:<i>`` when given
+    one."""
     if idempotency_header is None:
         return PublishBatch(acks, keys, values, value_bytes)
     return PublishBatch(acks, keys, values, value_bytes,
@@ -109,7 +112,8 @@ def _plain_batch(acks: str, keys: list[bytes | None], values: list[bytes], value
 
 
 def decode_json_object(body: bytes, max_bytes: int) -> dict[str, Any]:
-    """A request body as a JSON object: 413 over ``max_bytes``, 400 if not JSON, 422 if not an object."""
+    """A request body as a JSON object: 413 over ``max_bytes``, 400 if not JSON, 422 if not an
+    object."""
     if len(body) > max_bytes:
         raise too_large(f"body of {len(body)} bytes is over the limit of {max_bytes}")
     try:
@@ -133,13 +137,13 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
     """Parse and validate a publish body; raises ``Problem`` (400/413/422) on the first bad field.
 
     A plain body (each message a value and maybe a key) is read straight from its bytes by
-    ``scan_plain_body``, or else, once parsed, by ``parse_plain``; anything else, or any plain message over a
-    limit, message by message, which explains every rejection (the scanner answers None whenever it is not
-    sure). All three give the same columns.
+    ``scan_plain_body``, or else, once parsed, by ``parse_plain``; anything else, or any plain
+    message over a limit, message by message, which explains every rejection (the scanner answers
+    None whenever it is not sure). All three give the same columns.
     """
     if len(body) <= limits.max_batch_bytes:  # an oversized body is a 413 first
-        scanned = scan_plain_body(body, limits.max_batch_messages, limits.max_key_bytes, limits.max_value_bytes,
-                                  orjson.loads, orjson.dumps)
+        scanned = scan_plain_body(body, limits.max_batch_messages, limits.max_key_bytes,
+                                  limits.max_value_bytes, orjson.loads, orjson.dumps)
         if scanned is not None:
             return _plain_batch(*scanned, idempotency_header)
     doc = decode_json_object(body, limits.max_batch_bytes)
@@ -159,20 +163,22 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
                            for index, raw in enumerate(raw_messages)])
 
 
-def _parse_plain_or_none(raw_messages: list[Any],
-                         limits: PublishLimits) -> tuple[list[bytes | None], list[bytes], int] | None:
+def _parse_plain_or_none(
+    raw_messages: list[Any], limits: PublishLimits
+) -> tuple[list[bytes | None], list[bytes], int] | None:
     try:
         return parse_plain(raw_messages, limits.max_key_bytes, limits.max_value_bytes, orjson.dumps)
-    except orjson.JSONEncodeError:  # a value orjson parsed but cannot write back: the general path names it
+    except orjson.JSONEncodeError:
+        # a value orjson parsed but cannot write back: the general path names it
         return None
 
 
 def json_value_bytes(value: Any) -> bytes:
     """A message's JSON value as stored: ``orjson.dumps`` copied to an exact-size ``bytes``.
 
-    orjson's result keeps its growth buffer, so a small value holds several times its size in RSS, and values
-    wait in the acks=0 queue (bounded in batches, not bytes) and in scheduled writes. The join copies it to its
-    own size, far cheaper than the memory it frees.
+    orjson's result keeps its growth buffer, so a small value holds several times its size in RSS,
+    and values wait in the acks=0 queue (bounded in batches, not bytes) and in scheduled writes. The
+    join copies it to its own size, far cheaper than the memory it frees.
     """
     return b"".join((orjson.dumps(value), b""))
 
@@ -189,7 +195,8 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
     pointer = f"/messages/{index}"
     if not isinstance(raw, dict):
         raise invalid_field(pointer, "each message must be a JSON object")
-    if not raw.keys() <= MESSAGE_FIELDS:  # the subset test is the per-message hot path; the error needs more
+    if not raw.keys() <= MESSAGE_FIELDS:
+        # the subset test is the per-message hot path; the error needs more
         reject_unknown_fields(raw, MESSAGE_FIELDS, pointer)
     value, value_format = _parse_value(raw, pointer, limits)
     idempotency_key = _parse_idempotency_key(raw.get("idempotency_key"), pointer)
@@ -214,7 +221,8 @@ def _parse_due(raw: dict[str, Any], pointer: str, now_ms: int) -> int | None:
         raise invalid_field(pointer, "give at most one of 'delay_ms' and 'deliver_at_ms'")
     if delay is not None:
         if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY_MS:
-            raise invalid_field(f"{pointer}/delay_ms", f"'delay_ms' must be an integer from 0 to {MAX_DELAY_MS}")
+            raise invalid_field(f"{pointer}/delay_ms",
+                                f"'delay_ms' must be an integer from 0 to {MAX_DELAY_MS}")
         return now_ms + delay if delay > 0 else None
     if at is not None:
         if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= now_ms + MAX_DELAY_MS:
@@ -224,26 +232,30 @@ def _parse_due(raw: dict[str, Any], pointer: str, now_ms: int) -> int | None:
     return None
 
 
-def _parse_value(raw: dict[str, Any], pointer: str, limits: PublishLimits) -> tuple[bytes, ValueFormat]:
+def _parse_value(raw: dict[str, Any], pointer: str,
+                 limits: PublishLimits) -> tuple[bytes, ValueFormat]:
     has_value, has_b64 = "value" in raw, "value_b64" in raw
     if has_value == has_b64:
         raise invalid_field(pointer, "exactly one of 'value' and 'value_b64' is required")
     if has_value:
         value, value_format = _json_value(raw["value"], f"{pointer}/value"), ValueFormat.JSON
     else:
-        value, value_format = _decode_b64(raw["value_b64"], f"{pointer}/value_b64"), ValueFormat.BINARY
+        value, value_format = (_decode_b64(raw["value_b64"], f"{pointer}/value_b64"),
+                               ValueFormat.BINARY)
     if len(value) > limits.max_value_bytes:
         field = "value" if has_value else "value_b64"
-        raise too_large(f"value of {len(value)} bytes is over the limit of {limits.max_value_bytes}",
-                        pointer=f"{pointer}/{field}")
+        raise too_large(f"value of {len(value)} bytes is over the limit of "
+                        f"{limits.max_value_bytes}", pointer=f"{pointer}/{field}")
     return value, value_format
 
 
 def _json_value(value: Any, pointer: str) -> bytes:
     try:
         return json_value_bytes(value)
-    except orjson.JSONEncodeError as exc:  # orjson reads deeper nesting than it writes: refuse what it cannot store
-        raise invalid_field(pointer, f"'value' cannot be stored as JSON ({exc}): nest it less deeply") from None
+    except orjson.JSONEncodeError as exc:
+        # orjson reads deeper nesting than it writes: refuse what it cannot store
+        raise invalid_field(pointer, f"'value' cannot be stored as JSON ({exc}): nest it less "
+                                     "deeply") from None
 
 
 def _decode_b64(raw: Any, pointer: str) -> bytes:
@@ -278,8 +290,10 @@ def _parse_headers(raw: Any, pointer: str, limits: PublishLimits) -> dict[str, s
     size = 0
     for name, value in raw.items():
         if not isinstance(value, str):
-            raise invalid_field(f"{pointer}/headers/{_escape(name)}", "header values must be strings")
-        # UTF-8 bytes, as stored: "é" counts 2 and an emoji 4 (JSON strings never hold lone surrogates).
+            raise invalid_field(f"{pointer}/headers/{_escape(name)}",
+                                "header values must be strings")
+        # UTF-8 bytes, as stored: "é" counts 2 and an emoji 4 (JSON strings never hold lone
+        # surrogates).
         size += len(name.encode()) + len(value.encode())
     if size > limits.max_header_bytes:
         raise too_large(f"headers of {size} bytes are over the limit of {limits.max_header_bytes}",
@@ -300,7 +314,8 @@ def _parse_idempotency_key(raw: Any, pointer: str) -> str | None:
         return None
     if not isinstance(raw, str) or not 1 <= len(raw) <= MAX_IDEMPOTENCY_KEY_CHARS:
         raise invalid_field(f"{pointer}/idempotency_key",
-                            f"'idempotency_key' must be a string of 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")
+                            "'idempotency_key' must be a string of 1 to "
+                            f"{MAX_IDEMPOTENCY_KEY_CHARS} characters")
     return raw
 
 

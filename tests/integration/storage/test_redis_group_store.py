@@ -1,4 +1,5 @@
-"""RedisGroupStore against a real Redis Cluster: positions, blocking reads, pending, claims, lag, seek."""
+"""RedisGroupStore against a real Redis Cluster: positions, blocking reads, pending, claims, lag,
+seek."""
 
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ pytestmark = pytest.mark.integration
 
 P = 0
 G = "g1"
-# Below the blocking reads in these tests on purpose: a BLOCK longer than the socket timeout must still work.
+# Below the blocking reads in these tests on purpose: a BLOCK longer than the socket timeout must
+# still work.
 SOCKET_TIMEOUT_S = 1.0
 
 
 @pytest.fixture
 async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), socket_timeout_s=SOCKET_TIMEOUT_S)
+    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
+                                  socket_timeout_s=SOCKET_TIMEOUT_S)
     async with RedisStreamStore(settings) as opened:
         yield opened
 
@@ -42,16 +45,19 @@ def topic() -> str:
 
 
 async def _append(store: RedisStreamStore, topic: str, n: int, partition: int = P) -> list[str]:
-    results = await store.append(topic, [Record(partition, f"m{i}".encode()) for i in range(n)], AppendOptions())
+    results = await store.append(topic, [Record(partition, f"m{i}".encode()) for i in range(n)],
+                                 AppendOptions())
     return [r.offset for r in results]
 
 
-async def _read(groups: RedisGroupStore, topic: str, consumer: str = "c1", count: int = 100) -> list[str]:
+async def _read(groups: RedisGroupStore, topic: str, consumer: str = "c1",
+                count: int = 100) -> list[str]:
     return [e.offset for e in await groups.read_new(topic, P, G, consumer, count=count, block_ms=0)]
 
 
 async def _pending_rows(store: RedisStreamStore, topic: str) -> list[dict[str, Any]]:
-    rows = await store.router.cluster.xpending_range(log_key(topic, P), G, min="-", max="+", count=100)
+    rows = await store.router.cluster.xpending_range(log_key(topic, P), G, min="-", max="+",
+                                                     count=100)
     return list(rows)
 
 
@@ -112,10 +118,12 @@ async def test_read_new_entries_carry_partition_and_fields(
     await store.append(topic, [Record(3, b"v", key=b"k", headers={"a": "b"})], AppendOptions())
     await groups.ensure_group(topic, 3, G, "earliest")
     (entry,) = await groups.read_new(topic, 3, G, "c1", count=10, block_ms=0)
-    assert (entry.partition, entry.value, entry.key, dict(entry.headers)) == (3, b"v", b"k", {"a": "b"})
+    assert (entry.partition, entry.value, entry.key, dict(entry.headers)) == (3, b"v", b"k",
+                                                                              {"a": "b"})
 
 
-async def test_blocking_read_returns_empty_after_block_ms(groups: RedisGroupStore, topic: str) -> None:
+async def test_blocking_read_returns_empty_after_block_ms(groups: RedisGroupStore,
+                                                          topic: str) -> None:
     await groups.ensure_group(topic, P, G, "latest")
     started = time.monotonic()
     assert await groups.read_new(topic, P, G, "c1", count=10, block_ms=1000) == []
@@ -127,7 +135,8 @@ async def test_blocking_read_longer_than_the_socket_timeout_still_returns_empty(
 ) -> None:
     await groups.ensure_group(topic, P, G, "latest")
     started = time.monotonic()
-    assert await groups.read_new(topic, P, G, "c1", count=10, block_ms=int(SOCKET_TIMEOUT_S * 2500)) == []
+    assert await groups.read_new(topic, P, G, "c1", count=10,
+                                 block_ms=int(SOCKET_TIMEOUT_S * 2500)) == []
     assert time.monotonic() - started >= SOCKET_TIMEOUT_S * 2.4
 
 
@@ -180,7 +189,8 @@ async def test_two_consumers_of_one_group_never_get_the_same_entry(
     assert sorted(first + second) == sorted(offsets)
 
 
-async def test_ack_removes_entries_from_pending(store: RedisStreamStore, groups: RedisGroupStore, topic: str) -> None:
+async def test_ack_removes_entries_from_pending(store: RedisStreamStore, groups: RedisGroupStore,
+                                                topic: str) -> None:
     offsets = await _append(store, topic, 3)
     await groups.ensure_group(topic, P, G, "earliest")
     await _read(groups, topic)
@@ -204,7 +214,8 @@ async def test_expired_entries_are_claimed_with_rising_delivery_counts(
         assert [p.offset for p in pending] == offsets
         assert all(p.delivery_count == expected_count - 1 and p.idle_ms >= 100 for p in pending)
         claimed = await groups.claim(topic, P, G, f"c{expected_count}", pending, min_idle_ms=100)
-        assert [(d.entry.offset, d.delivery_count) for d in claimed] == [(o, expected_count) for o in offsets]
+        assert [(d.entry.offset, d.delivery_count) for d in claimed] == [(o, expected_count)
+                                                                         for o in offsets]
         assert [d.entry.value for d in claimed] == [b"m0", b"m1"]
     rows = await _pending_rows(store, topic)
     assert [(r["consumer"], r["times_delivered"]) for r in rows] == [(b"c3", 3), (b"c3", 3)]
@@ -223,7 +234,8 @@ async def test_claim_skips_an_entry_another_consumer_claimed_first(
     assert [r["consumer"] for r in await _pending_rows(store, topic)] == [b"fast"]
 
 
-async def test_set_idle_zero_postpones_expiry(store: RedisStreamStore, groups: RedisGroupStore, topic: str) -> None:
+async def test_set_idle_zero_postpones_expiry(store: RedisStreamStore, groups: RedisGroupStore,
+                                              topic: str) -> None:
     offsets = await _append(store, topic, 1)
     await groups.ensure_group(topic, P, G, "earliest")
     await _read(groups, topic, "c1")
@@ -287,7 +299,8 @@ async def test_state_of_a_missing_group_or_stream_does_not_guess(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     missing = await groups.state(topic, P, G)
-    assert (missing.exists, missing.pending, missing.lag, missing.last_delivered_offset) == (False, 0, None, None)
+    assert (missing.exists, missing.pending, missing.lag,
+            missing.last_delivered_offset) == (False, 0, None, None)
     await _append(store, topic, 3)
     assert (await groups.state(topic, P, G)).lag is None
 
@@ -296,7 +309,8 @@ async def test_state_lag_is_none_when_redis_cannot_tell(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 5)
-    await groups.ensure_group(topic, P, G, offsets[1])  # an arbitrary start id leaves entries-read unknown
+    # an arbitrary start id leaves entries-read unknown
+    await groups.ensure_group(topic, P, G, offsets[1])
     await store.router.cluster.xdel(log_key(topic, P), offsets[3])  # a hole after the position
     assert (await groups.state(topic, P, G)).lag is None
 
@@ -368,7 +382,8 @@ async def test_groups_lists_and_delete_group_removes(groups: RedisGroupStore, to
     assert await groups.groups(topic, P) == ["b"]
 
 
-async def test_operations_on_missing_groups_are_harmless(groups: RedisGroupStore, topic: str) -> None:
+async def test_operations_on_missing_groups_are_harmless(groups: RedisGroupStore,
+                                                         topic: str) -> None:
     assert await groups.ack(topic, P, G, ["1-0"]) == 0
     assert await groups.expired(topic, P, G, min_idle_ms=0, count=10) == []
     await groups.set_idle(topic, P, G, "c1", ["1-0"], 0)

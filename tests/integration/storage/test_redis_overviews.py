@@ -1,4 +1,5 @@
-"""Partition overviews (length + groups per partition, one pipelined round per node) on the real cluster."""
+"""Partition overviews (length + groups per partition, one pipelined round per node) on the real
+cluster."""
 
 from __future__ import annotations
 
@@ -20,16 +21,19 @@ PARTITIONS = 9
 
 @pytest.fixture
 async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    async with RedisStreamStore(RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
+    async with RedisStreamStore(
+            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
         yield opened
 
 
 @pytest.fixture
 async def topic(store: RedisStreamStore) -> str:
-    """Partitions 0-5 hold 10 entries each; 6-8 have no stream at all. On partition 1, group "a" read 4 entries
-    and acked 1; group "b" is caught up with everything acked; on partition 2, group "a" never read."""
+    """Partitions 0-5 hold 10 entries each; 6-8 have no stream at all. On partition 1, group "a"
+    read 4 entries and acked 1; group "b" is caught up with everything acked; on partition 2, group
+    "a" never read."""
     name = f"ov-{uuid.uuid4().hex[:10]}"
-    await store.append(name, [Record(p, b"v%d" % i) for p in range(6) for i in range(10)], AppendOptions())
+    await store.append(name, [Record(p, b"v%d" % i) for p in range(6) for i in range(10)],
+                       AppendOptions())
     groups = store.groups
     first = await groups.read_new(name, 1, "a", "c1", count=4, block_ms=0)
     await groups.ack(name, 1, "a", [first[0].offset])
@@ -54,11 +58,13 @@ async def test_overviews_of_partitions_on_every_primary_match_the_one_by_one_rea
                 (expected.last_delivered_offset, expected.pending, expected.lag), (partition, group)
     a1, b1, a2 = overviews[1].groups["a"], overviews[1].groups["b"], overviews[2].groups["a"]
     assert (a1.pending, a1.lag, b1.pending, b1.lag, a2.pending, a2.lag) == (3, 6, 0, 0, 0, 10)
-    assert a1.oldest_pending_offset is None  # XINFO GROUPS does not tell; the lag duty asks XPENDING for it
+    # XINFO GROUPS does not tell; the lag duty asks XPENDING for it
+    assert a1.oldest_pending_offset is None
     assert overviews[7].groups == {}
 
 
-async def test_overviews_without_lean_connections_take_the_slow_path(redis_cluster: Any, topic: str) -> None:
+async def test_overviews_without_lean_connections_take_the_slow_path(redis_cluster: Any,
+                                                                     topic: str) -> None:
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))
     async with RedisStreamStore(settings, lean_append=False) as plain:
         overviews = await plain.partition_overviews(topic, [1, 7])

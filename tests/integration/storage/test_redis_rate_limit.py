@@ -1,4 +1,5 @@
-"""Token buckets in the real Redis Cluster: bursts, refill, all-or-nothing charges, refunds, impossible costs."""
+"""Token buckets in the real Redis Cluster: bursts, refill, all-or-nothing charges, refunds,
+impossible costs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def limiter(redis_cluster: Any) -> AsyncIterator[RedisRateLimiter]:
-    async with RedisStreamStore(RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as store:
+    async with RedisStreamStore(
+            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as store:
         yield store.rate_limiter
 
 
@@ -38,11 +40,14 @@ async def test_a_burst_is_admitted_then_refused_with_the_time_until_one_more_fit
     assert (await limiter.acquire(scope, [messages])).allowed
 
 
-async def test_buckets_of_one_scope_are_charged_all_or_nothing(limiter: RedisRateLimiter, scope: str) -> None:
+async def test_buckets_of_one_scope_are_charged_all_or_nothing(limiter: RedisRateLimiter,
+                                                               scope: str) -> None:
     messages = Limit(rate_per_s=1, burst=1000)
     size = Limit(rate_per_s=1, burst=100)
-    assert (await limiter.acquire(scope, [Charge("messages", messages, 10), Charge("bytes", size, 80)])).allowed
-    refused = await limiter.acquire(scope, [Charge("messages", messages, 10), Charge("bytes", size, 80)])
+    assert (await limiter.acquire(scope, [Charge("messages", messages, 10),
+                                          Charge("bytes", size, 80)])).allowed
+    refused = await limiter.acquire(scope, [Charge("messages", messages, 10),
+                                            Charge("bytes", size, 80)])
     assert not refused.allowed
     left = await limiter.acquire(scope, [Charge("messages", messages, 990)])
     assert left.allowed, "the refused request must not have taken message tokens"
@@ -57,8 +62,10 @@ async def test_a_refund_gives_the_tokens_back(limiter: RedisRateLimiter, scope: 
     assert (await limiter.acquire(scope, [charge])).allowed
 
 
-async def test_a_cost_beyond_the_burst_is_never_admitted(limiter: RedisRateLimiter, scope: str) -> None:
-    verdict = await limiter.acquire(scope, [Charge("bytes", Limit(rate_per_s=1000, burst=100), cost=101)])
+async def test_a_cost_beyond_the_burst_is_never_admitted(limiter: RedisRateLimiter,
+                                                         scope: str) -> None:
+    verdict = await limiter.acquire(scope, [Charge("bytes", Limit(rate_per_s=1000, burst=100),
+                                                   cost=101)])
     assert not verdict.allowed
     assert verdict.never
 
@@ -70,7 +77,8 @@ async def test_scopes_do_not_share_buckets(limiter: RedisRateLimiter, scope: str
     assert not (await limiter.acquire(scope, [charge])).allowed
 
 
-async def test_concurrent_charges_never_admit_more_than_the_burst(limiter: RedisRateLimiter, scope: str) -> None:
+async def test_concurrent_charges_never_admit_more_than_the_burst(limiter: RedisRateLimiter,
+                                                                  scope: str) -> None:
     charge = Charge("messages", Limit(rate_per_s=0.001, burst=50), cost=1)
     verdicts = await asyncio.gather(*(limiter.acquire(scope, [charge]) for _ in range(200)))
     assert sum(v.allowed for v in verdicts) == 50

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    async with RedisStreamStore(RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
+    async with RedisStreamStore(
+            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
         yield opened
 
 
@@ -34,19 +35,23 @@ async def _append(store: RedisStreamStore, topic: str, n: int, partition: int = 
     return [r.offset for r in results]
 
 
-async def test_trim_by_time_removes_older_entries_and_reports_them(store: RedisStreamStore, topic: str) -> None:
+async def test_trim_by_time_removes_older_entries_and_reports_them(store: RedisStreamStore,
+                                                                   topic: str) -> None:
     await _append(store, topic, 5)
     await asyncio.sleep(0.01)
     cutoff_ms = int(time.time() * 1000)
     await asyncio.sleep(0.01)
     kept = await _append(store, topic, 3)
-    report = await store.retention.trim(topic, 0, min_offset=offset_for_time(cutoff_ms), max_length=None)
+    report = await store.retention.trim(topic, 0, min_offset=offset_for_time(cutoff_ms),
+                                        max_length=None)
     assert report == TrimReport(0, 5, {})
     assert [e.offset for e in await store.read(topic, 0)] == kept
-    assert (await store.retention.trim(topic, 0, min_offset=offset_for_time(cutoff_ms))).removed == 0
+    assert (await store.retention.trim(topic, 0,
+                                       min_offset=offset_for_time(cutoff_ms))).removed == 0
 
 
-async def test_unacked_pending_and_undelivered_entries_are_reported(store: RedisStreamStore, topic: str) -> None:
+async def test_unacked_pending_and_undelivered_entries_are_reported(store: RedisStreamStore,
+                                                                    topic: str) -> None:
     offsets = await _append(store, topic, 10, partition=1)
     groups = store.groups
     await groups.ensure_group(topic, 1, "slow", "earliest")
@@ -77,5 +82,7 @@ async def test_max_length_counts_a_lagging_group(store: RedisStreamStore, topic:
     assert report == TrimReport(3, 30, {"g": 30})
 
 
-async def test_trimming_a_missing_stream_is_a_zero_report(store: RedisStreamStore, topic: str) -> None:
-    assert await store.retention.trim(topic, 0, min_offset=offset_for_time(int(time.time() * 1000))) == TrimReport(0, 0)
+async def test_trimming_a_missing_stream_is_a_zero_report(store: RedisStreamStore,
+                                                          topic: str) -> None:
+    assert await store.retention.trim(
+        topic, 0, min_offset=offset_for_time(int(time.time() * 1000))) == TrimReport(0, 0)

@@ -52,7 +52,8 @@ def _id(offset: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-async def _replica_of(store: RedisStreamStore, redis_cluster: Any, topic: str, partition: int) -> Any:
+async def _replica_of(store: RedisStreamStore, redis_cluster: Any, topic: str,
+                      partition: int) -> Any:
     host, port = store.router.node_for_slot(slot_of(topic, partition))
     for replica in redis_cluster.replicas:
         client = Redis(host="127.0.0.1", port=replica.port, decode_responses=True)
@@ -65,7 +66,8 @@ async def _replica_of(store: RedisStreamStore, redis_cluster: Any, topic: str, p
     raise AssertionError(f"no replica found for primary {host}:{port}")
 
 
-async def test_append_then_read_back_across_all_primaries_in_input_order(store: RedisStreamStore, topic: str) -> None:
+async def test_append_then_read_back_across_all_primaries_in_input_order(store: RedisStreamStore,
+                                                                         topic: str) -> None:
     primaries = {store.router.node_for_slot(slot_of(topic, p)) for p in range(PARTITIONS)}
     assert len(primaries) == 3, "test topic should spread over every primary"
     records = _records(60)
@@ -89,10 +91,12 @@ async def test_offsets_strictly_increase_per_partition(store: RedisStreamStore, 
 
 
 async def test_entry_fields_round_trip(store: RedisStreamStore, topic: str) -> None:
-    record = Record(partition=0, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"\x00k", headers={"x": "y"})
+    record = Record(partition=0, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"\x00k",
+                    headers={"x": "y"})
     (result,) = await store.append(topic, [record], AppendOptions())
     (entry,) = await store.read(topic, 0)
-    assert (entry.offset, entry.value, entry.value_format) == (result.offset, b'{"a":1}', ValueFormat.JSON)
+    assert (entry.offset, entry.value, entry.value_format) == (result.offset, b'{"a":1}',
+                                                               ValueFormat.JSON)
     assert (entry.key, dict(entry.headers)) == (b"\x00k", {"x": "y"})
     assert abs(entry.timestamp_ms - time.time() * 1000) < 60_000
 
@@ -109,12 +113,14 @@ async def test_acks_all_with_paused_replica_raises_not_enough_replicas(
     replica.pause()
     try:
         with pytest.raises(NotEnoughReplicas) as caught:
-            await store.append(topic, [Record(partition=0, value=b"x")], AppendOptions(acks=Acks.ALL))
+            await store.append(topic, [Record(partition=0, value=b"x")],
+                               AppendOptions(acks=Acks.ALL))
         assert (caught.value.required, caught.value.acknowledged) == (1, 0)
         assert caught.value.retriable
     finally:
         replica.resume()
-    results = await store.append(topic, [Record(partition=0, value=b"y")], AppendOptions(acks=Acks.ALL))
+    results = await store.append(topic, [Record(partition=0, value=b"y")],
+                                 AppendOptions(acks=Acks.ALL))
     assert not results[0].duplicate
 
 
@@ -127,8 +133,8 @@ async def test_idempotent_acks_all_retry_is_not_confirmed_while_the_replica_is_s
     try:
         with pytest.raises(NotEnoughReplicas):
             await store.append(topic, [record], AppendOptions(acks=Acks.ALL))
-        # The retry (on fresh connections, as after a gateway restart) finds the dedup key; it must still wait
-        # for replication of the first write, not report a success.
+        # The retry (on fresh connections, as after a gateway restart) finds the dedup key; it must
+        # still wait for replication of the first write, not report a success.
         async with RedisStreamStore(store.settings) as fresh:
             with pytest.raises(NotEnoughReplicas):
                 await fresh.append(topic, [record], AppendOptions(acks=Acks.ALL))
@@ -138,7 +144,8 @@ async def test_idempotent_acks_all_retry_is_not_confirmed_while_the_replica_is_s
     assert result.duplicate
 
 
-async def test_acks_leader_ignores_paused_replica(store: RedisStreamStore, topic: str, redis_cluster: Any) -> None:
+async def test_acks_leader_ignores_paused_replica(store: RedisStreamStore, topic: str,
+                                                  redis_cluster: Any) -> None:
     replica = await _replica_of(store, redis_cluster, topic, 0)
     replica.pause()
     try:
@@ -148,8 +155,10 @@ async def test_acks_leader_ignores_paused_replica(store: RedisStreamStore, topic
     assert len(results) == 1
 
 
-async def test_idempotent_retry_returns_first_offset_without_growing(store: RedisStreamStore, topic: str) -> None:
-    records = [Record(partition=p, value=b"v", idempotency_key=f"id-{p}") for p in range(PARTITIONS)]
+async def test_idempotent_retry_returns_first_offset_without_growing(store: RedisStreamStore,
+                                                                     topic: str) -> None:
+    records = [Record(partition=p, value=b"v", idempotency_key=f"id-{p}")
+               for p in range(PARTITIONS)]
     first = await store.append(topic, records, AppendOptions(acks=Acks.ALL))
     again = await store.append(topic, records, AppendOptions(acks=Acks.ALL))
     assert [r.offset for r in again] == [r.offset for r in first]
@@ -159,7 +168,8 @@ async def test_idempotent_retry_returns_first_offset_without_growing(store: Redi
     assert [i.length for i in infos] == [1] * PARTITIONS
 
 
-async def test_same_idempotency_key_twice_in_one_batch_is_a_duplicate(store: RedisStreamStore, topic: str) -> None:
+async def test_same_idempotency_key_twice_in_one_batch_is_a_duplicate(store: RedisStreamStore,
+                                                                      topic: str) -> None:
     records = [
         Record(partition=1, value=b"a", idempotency_key="k"),
         Record(partition=1, value=b"b"),
@@ -180,7 +190,8 @@ async def test_maxlen_bounds_the_stream(store: RedisStreamStore, topic: str) -> 
     assert 100 <= info.length <= 300
 
 
-async def test_read_after_is_exclusive_and_limit_applies(store: RedisStreamStore, topic: str) -> None:
+async def test_read_after_is_exclusive_and_limit_applies(store: RedisStreamStore,
+                                                         topic: str) -> None:
     results = await store.append(topic, _records(10, 1), AppendOptions())
     offsets = [r.offset for r in results]
     page = await store.read(topic, 0, after=offsets[2], limit=3)
@@ -188,7 +199,8 @@ async def test_read_after_is_exclusive_and_limit_applies(store: RedisStreamStore
     assert await store.read(topic, 0, after=offsets[-1]) == []
 
 
-async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore, topic: str) -> None:
+async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore,
+                                                         topic: str) -> None:
     before = await store.append(topic, _records(3, 1), AppendOptions())
     await asyncio.sleep(0.01)
     after = await store.append(topic, _records(3, 1), AppendOptions())
@@ -200,11 +212,13 @@ async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
-async def test_last_offsets_of_many_partitions_across_nodes_match_one_by_one(redis_cluster: Any, topic: str,
-                                                                              lean: bool) -> None:
-    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=5.0)
+async def test_last_offsets_of_many_partitions_across_nodes_match_one_by_one(
+        redis_cluster: Any, topic: str, lean: bool) -> None:
+    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
+                                  write_deadline_s=5.0)
     async with RedisStreamStore(settings, lean_append=lean) as store:
-        results = await store.append(topic, _records(3 * PARTITIONS - 5), AppendOptions())  # two left empty
+        # two left empty
+        results = await store.append(topic, _records(3 * PARTITIONS - 5), AppendOptions())
         newest = {r.partition: r.offset for r in results}
         nodes = {store.router.node_for_slot(slot_of(topic, p)) for p in range(PARTITIONS + 2)}
         assert len(nodes) == 3, "the partitions spread over every primary"
@@ -229,7 +243,8 @@ async def test_last_offset_and_partition_info(store: RedisStreamStore, topic: st
     assert infos[1:] == [PartitionInfo(1, 0, None, None), PartitionInfo(2, 0, None, None)]
 
 
-async def test_delete_topic_removes_logs_and_dedup_keys(store: RedisStreamStore, topic: str) -> None:
+async def test_delete_topic_removes_logs_and_dedup_keys(store: RedisStreamStore,
+                                                        topic: str) -> None:
     other = topic + "x"
     records = [Record(partition=p, value=b"v", idempotency_key=f"i{p}") for p in range(PARTITIONS)]
     await store.append(topic, records, AppendOptions())

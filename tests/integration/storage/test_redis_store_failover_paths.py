@@ -38,8 +38,8 @@ Write = Callable[[RedisStreamStore, str, list[bytes]], Awaitable[list[str]]]
 
 
 async def _as_records(store: RedisStreamStore, topic: str, values: list[bytes]) -> list[str]:
-    return [r.offset for r in await store.append(topic, [Record(partition=0, value=v) for v in values],
-                                                 AppendOptions())]
+    return [r.offset for r in await store.append(topic, [Record(partition=0, value=v)
+                                                         for v in values], AppendOptions())]
 
 
 async def _as_plain_columns(store: RedisStreamStore, topic: str, values: list[bytes]) -> list[str]:
@@ -49,7 +49,8 @@ async def _as_plain_columns(store: RedisStreamStore, topic: str, values: list[by
 
 @pytest.fixture(params=[_as_records, _as_plain_columns], ids=["records", "columns"])
 def write(request: pytest.FixtureRequest) -> Write:
-    """Partition 0 appends of record objects (encoded one by one) or of columns (the publish hot path)."""
+    """Partition 0 appends of record objects (encoded one by one) or of columns (the publish hot
+    path)."""
     return request.param  # type: ignore[no-any-return]
 
 
@@ -57,7 +58,8 @@ async def _node_client(port: int) -> Any:  # Any: redis-py leaves execute_comman
     return Redis(host="127.0.0.1", port=port, decode_responses=True)
 
 
-async def test_stale_slot_map_follows_moved_and_refreshes(store: RedisStreamStore, topic: str, write: Write) -> None:
+async def test_stale_slot_map_follows_moved_and_refreshes(store: RedisStreamStore, topic: str,
+                                                          write: Write) -> None:
     manager = store.router.cluster.nodes_manager
     slot = slot_of(topic, 0)
     owner = manager.slots_cache[slot][0]
@@ -76,7 +78,8 @@ async def test_missing_script_is_loaded_and_the_write_retried(
         await client.script_flush()
         await client.aclose()
     # Idempotency keys: records without any go as MULTI/XADD/EXEC, which needs no script.
-    results = await store.append(topic, [Record(partition=p, value=b"x", idempotency_key=f"i{p}") for p in range(6)],
+    results = await store.append(topic, [Record(partition=p, value=b"x", idempotency_key=f"i{p}")
+                                         for p in range(6)],
                                  AppendOptions())
     assert [r.partition for r in results] == list(range(6))
     assert [info.length for info in await store.partition_info(topic, 6)] == [1] * 6
@@ -109,11 +112,13 @@ async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
     _, src_port = store.router.node_for_slot(slot)
     dst_port = next(n.port for n in redis_cluster.primaries if n.port != src_port)
     src, dst = await _node_client(src_port), await _node_client(dst_port)
-    src_id, dst_id = await src.execute_command("CLUSTER MYID"), await dst.execute_command("CLUSTER MYID")
+    src_id, dst_id = (await src.execute_command("CLUSTER MYID"),
+                      await dst.execute_command("CLUSTER MYID"))
     try:
         await dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
         await src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-        # Three records: the transaction's every XADD must be allowed by the one ASKING before MULTI.
+        # Three records: the transaction's every XADD must be allowed by the one ASKING before
+        # MULTI.
         offsets = await write(store, topic, [b"x%d" % i for i in range(3)])
         pipe = dst.pipeline(transaction=False)
         pipe.execute_command("ASKING")
@@ -143,7 +148,8 @@ async def test_a_group_read_that_does_not_block_follows_moved_and_refreshes(stor
     assert [e.offset for e in entries] == offsets
     assert manager.slots_cache[slot][0].name == owner.name
     pending = await store.groups.expired(topic, 0, "g", min_idle_ms=0, count=10)
-    assert [p.offset for p in pending] == offsets, "the entries are pending for the group exactly once"
+    assert [p.offset for p in pending] == offsets, ("the entries are pending for the group "
+                                                    "exactly once")
 
 
 async def test_a_group_read_that_does_not_block_creates_a_missing_group_from_the_start(
@@ -154,7 +160,8 @@ async def test_a_group_read_that_does_not_block_creates_a_missing_group_from_the
     assert await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0) == []
 
 
-async def test_a_replay_read_follows_moved_and_refreshes(store: RedisStreamStore, topic: str) -> None:
+async def test_a_replay_read_follows_moved_and_refreshes(store: RedisStreamStore,
+                                                         topic: str) -> None:
     offsets = await _as_records(store, topic, [b"a", b"b", b"c"])
     manager = store.router.cluster.nodes_manager
     slot = slot_of(topic, 0)

@@ -1,5 +1,6 @@
-"""An in-memory StreamStore for the gateway unit tests (its own module: ``conftest`` is not a unique module name
-when several test directories are collected in one run, so tests import it from here)."""
+"""An in-memory StreamStore for the gateway unit tests (its own module: ``conftest`` is not a unique
+module name when several test directories are collected in one run, so tests import it from
+here)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class InMemoryStreamStore:
                 return f"{ms}-{seq + 1}"
         return f"{now}-0"
 
-    async def append(self, topic: str, records: Records | Sequence[Record], options: AppendOptions) -> Appended:
+    async def append(self, topic: str, records: Records | Sequence[Record],
+                     options: AppendOptions) -> Appended:
         if self.unavailable:
             raise StorageUnavailable("redis is down (test)", retry_after_s=2)
         self.appends += 1
@@ -90,7 +92,8 @@ class InMemoryStreamStore:
         infos = []
         for p in range(partitions):
             s = self.streams.get((topic, p), [])
-            infos.append(PartitionInfo(p, len(s), s[0].offset if s else None, s[-1].offset if s else None))
+            infos.append(PartitionInfo(p, len(s), s[0].offset if s else None,
+                                       s[-1].offset if s else None))
         return infos
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
@@ -108,7 +111,8 @@ class InMemoryStreamStore:
         results = []
         for record, due_ms in items:
             self.scheduled.append((topic, record, due_ms))
-            results.append(ScheduledResult(record.partition, f"{len(self.scheduled):016d}", due_ms, False))
+            results.append(ScheduledResult(record.partition, f"{len(self.scheduled):016d}", due_ms,
+                                           False))
         return results
 
     def total_entries(self) -> int:

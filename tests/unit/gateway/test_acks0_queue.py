@@ -1,4 +1,5 @@
-"""The acks=0 queue is bounded in bytes as well as in batches: past either, 503 with Retry-After, never a drop."""
+"""The acks=0 queue is bounded in bytes as well as in batches: past either, 503 with Retry-After,
+never a drop."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ async def enqueue_waiting(publisher: Publisher, topic: TopicMetadata, records: R
 
 async def test_queued_bytes_past_the_bound_answer_503_and_nothing_queued_is_lost() -> None:
     store = HeldStore()
-    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 2, acks0_queue_bytes=12_000) as publisher:
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 2,
+                         acks0_queue_bytes=12_000) as publisher:
         enqueue(publisher, TOPIC, batch(10, 500))  # 5,010 bytes: the writer takes it and waits
         enqueue(publisher, TOPIC, batch(10, 500))  # 10,020 bytes queued (counted until written)
         with pytest.raises(Problem) as refused:
@@ -65,7 +67,8 @@ async def test_queued_bytes_past_the_bound_answer_503_and_nothing_queued_is_lost
 
 async def test_a_batch_larger_than_the_byte_bound_is_taken_when_the_queue_is_empty() -> None:
     store = InMemoryStreamStore()
-    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1, acks0_queue_bytes=100) as publisher:
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1,
+                         acks0_queue_bytes=100) as publisher:
         enqueue(publisher, TOPIC, batch(3, 200))
     assert store.total_entries() == 3
 
@@ -88,7 +91,8 @@ class RecordingStore(HeldStore):
 
 
 def numbered(start: int, count: int, partition: int = 0) -> Records:
-    return Records([partition] * count, [b"%d" % i for i in range(start, start + count)], [None] * count)
+    return Records([partition] * count, [b"%d" % i for i in range(start, start + count)],
+                   [None] * count)
 
 
 OTHER = TopicMetadata("other", 2, 60_000, None, 0, "me", 1)
@@ -102,7 +106,7 @@ async def _drained(publisher: Publisher) -> None:
     raise AssertionError("the acks=0 queue did not drain")
 
 
-async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_in_queue_order() -> None:
+async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_in_queue_order() -> None:  # noqa: E501, RUF100
     store = RecordingStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
         enqueue(publisher, TOPIC, numbered(0, 2))  # taken alone: the writer waits on it
@@ -112,13 +116,15 @@ async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_
         enqueue(publisher, TOPIC, numbered(5, 1))
         store.release.set()
         await _drained(publisher)
-    assert store.calls == [("t", [b"0", b"1"]), ("t", [b"2", b"3", b"4", b"5"]), ("other", [b"100", b"101"])]
+    assert store.calls == [("t", [b"0", b"1"]), ("t", [b"2", b"3", b"4", b"5"]),
+                           ("other", [b"100", b"101"])]
     assert [e.value for e in store.streams[("t", 0)]] == [b"%d" % i for i in range(6)]
 
 
 async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> None:
     store, metrics = RecordingStore(), GatewayMetrics.create()
-    store.failing = {"t": StorageUnavailable("redis is down (test)"), "other": RuntimeError("a defect (test)")}
+    store.failing = {"t": StorageUnavailable("redis is down (test)"),
+                     "other": RuntimeError("a defect (test)")}
     store.release.set()
     async with Publisher(store, store, metrics, 60_000, 100, 1) as publisher:
         enqueue(publisher, TOPIC, numbered(0, 3))
@@ -127,7 +133,8 @@ async def test_a_failed_acks0_write_is_counted_lost_and_the_writer_goes_on() -> 
         del store.failing["t"]
         enqueue(publisher, TOPIC, numbered(3, 1))
         await _drained(publisher)
-    lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost").value for topic in ("t", "other")}
+    lost = {topic: metrics.publish_messages.labels(topic, "acks0_lost").value
+            for topic in ("t", "other")}
     assert lost == {"t": 3, "other": 2}
     assert [e.value for e in store.streams[("t", 0)]] == [b"3"]
 
@@ -142,10 +149,11 @@ async def test_a_round_stops_taking_batches_past_its_message_bound() -> None:
         store.release.set()
         await _drained(publisher)
     assert [len(values) for _, values in store.calls] == [1] + [ACKS0_ROUND_MESSAGES] * 3
-    assert [e.value for e in store.streams[("t", 0)]] == [b"%d" % i for i in range(1 + 3 * ACKS0_ROUND_MESSAGES)]
+    assert [e.value for e in store.streams[("t", 0)]] == [
+        b"%d" % i for i in range(1 + 3 * ACKS0_ROUND_MESSAGES)]
 
 
-async def test_queued_batches_of_a_topic_are_one_publish_with_their_delayed_messages_scheduled() -> None:
+async def test_queued_batches_of_a_topic_are_one_publish_with_their_delayed_messages_scheduled() -> None:  # noqa: E501, RUF100
     store = RecordingStore()
     due = 4_000_000_000_000
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
@@ -159,16 +167,18 @@ async def test_queued_batches_of_a_topic_are_one_publish_with_their_delayed_mess
         await _drained(publisher)
     assert ("t", [b"0", b"1", b"3"]) in store.calls  # one write for the three batches' due messages
     assert [e.value for e in store.streams[("t", 0)]] == [b"0", b"1", b"3"]
-    assert [(topic, record.value, at) for topic, record, at in store.scheduled] == [("t", b"2", due)]
+    assert [(topic, record.value, at)
+            for topic, record, at in store.scheduled] == [("t", b"2", due)]
 
 
 def keyless(count: int, size: int) -> Records:
     return Records([0] * count, [b"x" * size] * count, [None] * count)
 
 
-async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_writer_frees_some() -> None:
+async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_writer_frees_some() -> None:  # noqa: E501, RUF100
     store = HeldStore()
-    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 1, acks0_queue_wait_ms=5_000) as publisher:
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 1,
+                         acks0_queue_wait_ms=5_000) as publisher:
         await enqueue_waiting(publisher, TOPIC, keyless(2, 10))  # taken by the writer, which waits
         await asyncio.sleep(0)
         await enqueue_waiting(publisher, TOPIC, keyless(3, 10))  # fills the queue of one batch
@@ -185,7 +195,8 @@ async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_write
 
 async def test_acks0_still_refused_with_503_when_no_room_frees_within_the_wait() -> None:
     store = HeldStore()
-    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 2, acks0_queue_wait_ms=50) as publisher:
+    async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 2,
+                         acks0_queue_wait_ms=50) as publisher:
         await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
         await asyncio.sleep(0)
         await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
@@ -193,7 +204,8 @@ async def test_acks0_still_refused_with_503_when_no_room_frees_within_the_wait()
         started = loop.time()
         with pytest.raises(Problem) as refused:
             await enqueue_waiting(publisher, TOPIC, keyless(1, 10))
-        assert loop.time() - started >= 0.045  # it waited (the loop's clock may be whole milliseconds)
+        # it waited (the loop's clock may be whole milliseconds)
+        assert loop.time() - started >= 0.045
         assert (refused.value.status, refused.value.retry_after_s) == (503, 2)
         store.release.set()
     assert store.total_entries() == 2  # the refused batch was never queued, so never written

@@ -1,5 +1,5 @@
-"""The plain publish path (``gateway.publish.plain_codec``) agrees with the general one wherever it answers, and the
-compiled codec with its Python reference."""
+"""The plain publish path (``gateway.publish.plain_codec``) agrees with the general one wherever it
+answers, and the compiled codec with its Python reference."""
 
 from __future__ import annotations
 
@@ -31,13 +31,16 @@ from storage.models import ValueFormat
 
 LIMITS = PublishLimits(max_value_bytes=64, max_key_bytes=8, max_headers=4, max_header_bytes=64,
                        max_batch_messages=50, max_batch_bytes=1 << 16)
-PARSERS = [pytest.param(parse_plain, id="installed"), pytest.param(parse_plain_python, id="python-reference")]
-Parser = Callable[[list[Any], int, int, Callable[[Any], bytes]], tuple[list[bytes | None], list[bytes], int] | None]
+PARSERS = [pytest.param(parse_plain, id="installed"),
+           pytest.param(parse_plain_python, id="python-reference")]
+Parser = Callable[[list[Any], int, int, Callable[[Any], bytes]],
+                  tuple[list[bytes | None], list[bytes], int] | None]
 
-_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=30)  # JSON never holds surrogates
+# JSON never holds surrogates
+_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=30)
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False,
-                                                                           allow_infinity=False) | _text,
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
     max_leaves=6)
 _fields = st.fixed_dictionaries({}, optional={
@@ -60,7 +63,8 @@ def _full(raw: Any) -> Any:
 
 
 def test_the_compiled_codec_is_installed_unless_switched_off() -> None:
-    assert plain_codec.NATIVE is not gateway_native.OFF, "gateway.publish._plain is not built: pip install -e ."
+    assert plain_codec.NATIVE is not gateway_native.OFF, ("gateway.publish._plain is not built: "
+                                                          "pip install -e .")
     assert (parse_plain is parse_plain_python) is gateway_native.OFF
 
 
@@ -72,19 +76,23 @@ def test_plain_path_answers_like_the_general_path_or_defers(parse: Parser, raw: 
     if plain is not None:
         full = _full(raw)
         assert (plain[0][0], plain[1][0], plain[2]) == (full.key, full.value, len(full.value))
-        assert (full.headers, full.partition, full.idempotency_key, full.due_ms) == ({}, None, None, None)
+        assert (full.headers, full.partition, full.idempotency_key,
+                full.due_ms) == ({}, None, None, None)
 
 
 @pytest.mark.parametrize("parse", PARSERS)
 @given(value=_json, key=st.none() | st.text(max_size=8).filter(lambda k: len(k.encode()) <= 8))
-def test_plain_path_takes_every_acceptable_key_value_message(parse: Parser, value: Any, key: str | None) -> None:
+def test_plain_path_takes_every_acceptable_key_value_message(parse: Parser, value: Any,
+                                                             key: str | None) -> None:
     raw = {"value": value} if key is None else {"key": key, "value": value}
     accepted = not isinstance(_full(raw), int)
-    assert (parse([raw], LIMITS.max_key_bytes, LIMITS.max_value_bytes, orjson.dumps) is not None) == accepted
+    assert (parse([raw], LIMITS.max_key_bytes, LIMITS.max_value_bytes,
+                  orjson.dumps) is not None) == accepted
 
 
 @settings(max_examples=300, deadline=None)
-@given(raws=st.lists(_messages, max_size=6), max_key=st.integers(0, 12), max_value=st.integers(0, 80))
+@given(raws=st.lists(_messages, max_size=6), max_key=st.integers(0, 12),
+       max_value=st.integers(0, 80))
 def test_compiled_parse_equals_the_reference(raws: list[Any], max_key: int, max_value: int) -> None:
     assert parse_plain(raws, max_key, max_value, orjson.dumps) == \
         parse_plain_python(raws, max_key, max_value, orjson.dumps)
@@ -115,22 +123,28 @@ def test_compiled_results_equal_the_reference(rows: list[tuple[int, str]]) -> No
 
 
 def test_every_body_parses_to_columns_with_only_the_columns_its_messages_use() -> None:
-    plain = parse_publish_body(orjson.dumps({"messages": [{"key": "a", "value": {"x": 1}}, {"value": "v"}]}),
+    plain = parse_publish_body(orjson.dumps({"messages": [{"key": "a", "value": {"x": 1}},
+                                                          {"value": "v"}]}),
                                LIMITS, None)
     assert plain == PublishBatch("1", [b"a", None], [b'{"x":1}', b'"v"'], 10)
-    mixed = orjson.dumps({"messages": [{"key": "a", "value": 1}, {"value_b64": "AA==", "headers": {"h": "1"},
-                                                                  "partition": 0, "delay_ms": 0}]})
+    mixed = orjson.dumps({"messages": [{"key": "a", "value": 1},
+                                       {"value_b64": "AA==", "headers": {"h": "1"},
+                                        "partition": 0, "delay_ms": 0}]})
     assert parse_publish_body(mixed, LIMITS, None) == PublishBatch(
-        "1", [b"a", None], [b"1", b"\0"], 2, [ValueFormat.JSON, ValueFormat.BINARY], [{}, {"h": "1"}], [None, 0])
-    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": 0}), LIMITS, None) == PublishBatch(
-        "0", [None], [b"1"], 1)
-    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}, {"value": 2}]}), LIMITS, "idem") == \
-        PublishBatch("1", [None, None], [b"1", b"2"], 2, idempotency_keys=["idem:0", "idem:1"])
+        "1", [b"a", None], [b"1", b"\0"], 2, [ValueFormat.JSON, ValueFormat.BINARY],
+        [{}, {"h": "1"}], [None, 0])
+    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}], "acks": 0}), LIMITS,
+                              None) == PublishBatch("0", [None], [b"1"], 1)
+    assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}, {"value": 2}]}), LIMITS,
+                              "idem") == PublishBatch(
+        "1", [None, None], [b"1", b"2"], 2, idempotency_keys=["idem:0", "idem:1"])
 
 
-@pytest.mark.parametrize(("raw", "pointer"), [({"key": "k" * 9, "value": 1}, "/messages/0/key"),
-                                               ({"key": "k", "value": "v" * 80}, "/messages/0/value")])
-def test_oversized_key_or_value_still_gets_the_general_paths_error(raw: dict[str, Any], pointer: str) -> None:
+@pytest.mark.parametrize(("raw", "pointer"),
+                         [({"key": "k" * 9, "value": 1}, "/messages/0/key"),
+                          ({"key": "k", "value": "v" * 80}, "/messages/0/value")])
+def test_oversized_key_or_value_still_gets_the_general_paths_error(raw: dict[str, Any],
+                                                                   pointer: str) -> None:
     with pytest.raises(Problem) as caught:
         parse_publish_body(orjson.dumps({"messages": [raw]}), LIMITS, None)
     assert (caught.value.status, caught.value.pointer) == (413, pointer)
@@ -141,9 +155,11 @@ def _rss_kib() -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
 
 
-@pytest.mark.parametrize("acks", ["1", "0"])  # the plain path, and the general one (acks=0 batches are queued)
+# the plain path, and the general one (acks=0 batches are queued)
+@pytest.mark.parametrize("acks", ["1", "0"])
 def test_validated_json_values_hold_their_size_not_orjsons_growth_buffer(acks: str) -> None:
-    """Parsed batches hold validated values: ~4 KiB each if orjson's buffer came along (20,000 here)."""
+    """Parsed batches hold validated values: ~4 KiB each if orjson's buffer came along (20,000
+    here)."""
     body = orjson.dumps({"acks": acks, "messages": [{"key": f"k{i}", "value": {"x": "x" * 200}}
                                                     for i in range(100)]})
     limits = dataclasses.replace(LIMITS, max_value_bytes=1024, max_batch_messages=100)

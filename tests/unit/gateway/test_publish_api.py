@@ -24,7 +24,8 @@ async def test_publish_returns_results_in_input_order(client: Client, orders: st
     response = await publish(client, orders, {"messages": messages, "acks": "1"})
     assert response.status == 200
     results = (await response.json())["results"]
-    assert [r["partition"] for r in results] == [partition_for(f"user-{i}".encode(), 3) for i in range(10)]
+    assert [r["partition"] for r in results] == [partition_for(f"user-{i}".encode(), 3)
+                                                 for i in range(10)]
     assert all(r["duplicate"] is False for r in results)
 
 
@@ -39,7 +40,8 @@ async def test_explicit_partition_wins_over_key(client: Client, orders: str) -> 
     assert (await (await publish(client, orders, body)).json())["results"][0]["partition"] == 2
 
 
-async def test_partition_out_of_range_is_422_and_writes_nothing(client: Client, orders: str, store: Any) -> None:
+async def test_partition_out_of_range_is_422_and_writes_nothing(client: Client, orders: str,
+                                                                store: Any) -> None:
     body = {"messages": [{"value": 1}, {"value": 2, "partition": 3}]}
     response = await publish(client, orders, body)
     assert response.status == 422
@@ -47,8 +49,10 @@ async def test_partition_out_of_range_is_422_and_writes_nothing(client: Client, 
     assert store.total_entries() == 0
 
 
-async def test_acks_zero_returns_202_and_writes_in_background(client: Client, orders: str, store: Any) -> None:
-    response = await publish(client, orders, {"messages": [{"value": i} for i in range(5)], "acks": "0"})
+async def test_acks_zero_returns_202_and_writes_in_background(client: Client, orders: str,
+                                                              store: Any) -> None:
+    response = await publish(client, orders,
+                             {"messages": [{"value": i} for i in range(5)], "acks": "0"})
     assert response.status == 202
     assert await response.json() == {"accepted": 5}
     for _ in range(100):
@@ -78,10 +82,12 @@ async def test_idempotency_key_header_dedups_a_whole_batch_retry(client: Client,
     assert store.total_entries() == 2
 
 
-async def test_keyless_messages_spread_over_partitions_across_batches(client: Client, orders: str) -> None:
+async def test_keyless_messages_spread_over_partitions_across_batches(client: Client,
+                                                                      orders: str) -> None:
     seen = set()
     for _ in range(6):
-        results = (await (await publish(client, orders, {"messages": [{"value": 1}]})).json())["results"]
+        results = (await (await publish(client, orders,
+                                        {"messages": [{"value": 1}]})).json())["results"]
         seen.add(results[0]["partition"])
     assert seen == {0, 1, 2}
 
@@ -153,7 +159,8 @@ async def test_body_over_byte_limit_is_413(client: Client, orders: str, store: A
     assert store.total_entries() == 0
 
 
-async def test_storage_unavailable_is_503_with_retry_after(client: Client, orders: str, store: Any) -> None:
+async def test_storage_unavailable_is_503_with_retry_after(client: Client, orders: str,
+                                                           store: Any) -> None:
     store.unavailable = True
     response = await publish(client, orders, {"messages": [{"value": 1}]})
     assert response.status == 503
@@ -168,9 +175,11 @@ async def test_publish_is_counted_in_metrics(client: Client, orders: str) -> Non
     assert 'streamgate_publish_requests_total{outcome="ok",topic="orders"} 1.0' in text
 
 
-async def test_delayed_messages_are_scheduled_not_written(client: Client, orders: str, store: Any) -> None:
+async def test_delayed_messages_are_scheduled_not_written(client: Client, orders: str,
+                                                          store: Any) -> None:
     tomorrow_ms = int(time.time() * 1000) + 86_400_000
-    body = {"messages": [{"value": "now", "partition": 0}, {"value": "later", "partition": 1, "delay_ms": 60_000},
+    body = {"messages": [{"value": "now", "partition": 0},
+                         {"value": "later", "partition": 1, "delay_ms": 60_000},
                          {"value": "at", "partition": 2, "deliver_at_ms": tomorrow_ms}]}
     response = await publish(client, orders, body)
     assert response.status == 200, await response.text()
@@ -185,7 +194,8 @@ async def test_delayed_messages_are_scheduled_not_written(client: Client, orders
     assert [(record.partition, due) for _, record, due in store.scheduled][1] == (2, tomorrow_ms)
 
 
-async def test_past_deliver_at_and_zero_delay_publish_at_once(client: Client, orders: str, store: Any) -> None:
+async def test_past_deliver_at_and_zero_delay_publish_at_once(client: Client, orders: str,
+                                                              store: Any) -> None:
     body = {"messages": [{"value": 1, "delay_ms": 0}, {"value": 2, "deliver_at_ms": 1}]}
     results = (await (await publish(client, orders, body)).json())["results"]
     assert all(r["offset"] is not None for r in results)
@@ -214,8 +224,10 @@ async def test_acks_zero_queues_plain_and_general_batches_alike_and_writes_them_
         await enqueue(topic, records, *args)
 
     monkeypatch.setattr(services.publisher, "enqueue_waiting", recorded)
-    first = await publish(client, orders, {"messages": [{"key": "k", "value": i} for i in range(3)], "acks": 0})
-    second = await publish(client, orders, {"messages": [{"value": 9, "headers": {"h": "1"}}], "acks": "0"})
+    first = await publish(client, orders,
+                          {"messages": [{"key": "k", "value": i} for i in range(3)], "acks": 0})
+    second = await publish(client, orders,
+                           {"messages": [{"value": 9, "headers": {"h": "1"}}], "acks": "0"})
     assert (first.status, second.status) == (202, 202)
     assert await first.json() == {"accepted": 3}
     assert queued == [3, 1]
@@ -223,5 +235,6 @@ async def test_acks_zero_queues_plain_and_general_batches_alike_and_writes_them_
         if store.total_entries() == 4:
             break
         await asyncio.sleep(0.01)
-    assert [dict(e.headers) for s in store.streams.values() for e in s if e.value == b"9"] == [{"h": "1"}]
+    assert [dict(e.headers) for s in store.streams.values() for e in s
+            if e.value == b"9"] == [{"h": "1"}]
     assert sorted(e.value for s in store.streams.values() for e in s) == [b"0", b"1", b"2", b"9"]

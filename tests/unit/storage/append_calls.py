@@ -9,7 +9,8 @@ from storage.models import Appended, AppendOptions, AppendResult, Record, Record
 from storage.scripts import AppendCall, reply_duplicates, reply_offsets
 
 
-def append_call(topic: str, partition: int, records: Sequence[Record], options: AppendOptions) -> AppendCall:
+def append_call(topic: str, partition: int, records: Sequence[Record],
+                options: AppendOptions) -> AppendCall:
     """One partition's call for ``records`` (objects, as a test writes them)."""
     return AppendCall(topic, partition, Records.of(records), options)
 

@@ -1,5 +1,6 @@
-"""An append call from the columns (``AppendCall``): the same transaction, script call and entries whichever
-way its records are encoded, and the compiled parts byte for byte their Python references."""
+"""An append call from the columns (``AppendCall``): the same transaction, script call and entries
+whichever way its records are encoded, and the compiled parts byte for byte their Python
+references."""
 
 from __future__ import annotations
 
@@ -34,11 +35,13 @@ from storage.scripts import (
     xadd_transaction_python,
 )
 
-_columns = st.lists(st.tuples(st.binary(max_size=300), st.none() | st.binary(max_size=40)), max_size=12)
+_columns = st.lists(st.tuples(st.binary(max_size=300), st.none() | st.binary(max_size=40)),
+                    max_size=12)
 
 
 def test_the_compiled_encoder_is_installed_unless_switched_off() -> None:
-    assert scripts.WIRE_NATIVE is not storage_native.OFF, "storage._wire is not built: pip install -e ."
+    assert scripts.WIRE_NATIVE is not storage_native.OFF, ("storage._wire is not built: "
+                                                           "pip install -e .")
     chosen = xadd_transaction_python if storage_native.OFF else xadd_transaction
     assert scripts.xadd_transaction is chosen
     assert in_input_order is not in_input_order_python
@@ -46,7 +49,8 @@ def test_the_compiled_encoder_is_installed_unless_switched_off() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=_columns, keyed=st.binary(max_size=60), keyless=st.binary(max_size=60), fmt=st.binary(max_size=20))
+@given(rows=_columns, keyed=st.binary(max_size=60), keyless=st.binary(max_size=60),
+       fmt=st.binary(max_size=20))
 def test_compiled_encoder_equals_the_reference(rows: list[tuple[bytes, bytes | None]], keyed: bytes,
                                                keyless: bytes, fmt: bytes) -> None:
     values, keys = [v for v, _ in rows], [k for _, k in rows]
@@ -54,11 +58,13 @@ def test_compiled_encoder_equals_the_reference(rows: list[tuple[bytes, bytes | N
         xadd_transaction_python(keyed, keyless, fmt, values, keys)
 
 
-@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 999, 1000, 9_999, 10_000, 99_999, 100_000, 1_048_576])
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 999, 1000, 9_999, 10_000, 99_999, 100_000,
+                                  1_048_576])
 def test_compiled_encoder_writes_every_length_prefix_as_the_reference(size: int) -> None:
-    """The compiled encoder writes its ``$<length>`` digits itself: lengths either side of each added digit, for
-    values, keys (whose field name is one byte longer) and keyless records."""
-    values, keys = [b"v" * size, b"w" * size, b"x" * size], [b"k" * size, b"K" * max(size - 1, 0), None]
+    """The compiled encoder writes its ``$<length>`` digits itself: lengths either side of each
+    added digit, for values, keys (whose field name is one byte longer) and keyless records."""
+    values, keys = ([b"v" * size, b"w" * size, b"x" * size],
+                    [b"k" * size, b"K" * max(size - 1, 0), None])
     wire = xadd_transaction(b"*5\r\n", b"*5\r\n", b"$1\r\nj\r\n", values, keys)
     assert wire == xadd_transaction_python(b"*5\r\n", b"*5\r\n", b"$1\r\nj\r\n", values, keys)
     assert f"${size}\r\n".encode() + b"v" * size in wire
@@ -75,15 +81,21 @@ def test_compiled_encoder_refuses_mismatched_or_mistyped_columns() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=_columns, fmt=st.sampled_from(list(ValueFormat)), max_length=st.none() | st.integers(1, 10**9))
+@given(rows=_columns, fmt=st.sampled_from(list(ValueFormat)),
+       max_length=st.none() | st.integers(1, 10**9))
 def test_columns_of_one_format_encode_as_record_by_record(rows: list[tuple[bytes, bytes | None]],
-                                                          fmt: ValueFormat, max_length: int | None) -> None:
-    values, keys, options = [v for v, _ in rows], [k for _, k in rows], AppendOptions(max_length=max_length)
+                                                          fmt: ValueFormat,
+                                                          max_length: int | None) -> None:
+    values, keys, options = ([v for v, _ in rows], [k for _, k in rows],
+                             AppendOptions(max_length=max_length))
     call = AppendCall("topic/é", 3, Records([3] * len(rows), values, keys, fmt), options)
-    one_by_one = AppendCall("topic/é", 3, Records([3] * len(rows), values, keys, [fmt] * len(rows), [{}] * len(rows)),
-                            options)  # a format per record and headers: encoded record by record
+    one_by_one = AppendCall("topic/é", 3,
+                            # a format per record and headers: encoded record by record
+                            Records([3] * len(rows), values, keys, [fmt] * len(rows),
+                                    [{}] * len(rows)), options)
     assert call.wire() == one_by_one.wire()
-    assert call.wire() == b"".join(encode_command(command) for command in call.transaction_commands())
+    assert call.wire() == b"".join(encode_command(command)
+                                   for command in call.transaction_commands())
     assert call.evalsha_command() == one_by_one.evalsha_command()
     assert call.wire_replies == len(rows) + 2
 
@@ -96,7 +108,8 @@ async def redis() -> AsyncIterator[Any]:
 
 
 async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) -> None:
-    call = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [b"k", None], ValueFormat.BINARY), AppendOptions())
+    call = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [b"k", None], ValueFormat.BINARY),
+                      AppendOptions())
     _, _sha, key_count, *rest = call.evalsha_command()
     reply = await redis.eval(APPEND_LUA, key_count, *rest)
     offsets = reply_offsets(0, reply)
@@ -107,21 +120,26 @@ async def test_the_script_form_appends_and_replies_offsets_in_order(redis: Any) 
 
 def test_an_executed_transaction_folds_into_offsets() -> None:
     call = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [None, None]), AppendOptions())
-    assert reply_offsets(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
+    assert reply_offsets(0, call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
+                                               [b"5-0", b"5-1"]])) == ["5-0", "5-1"]
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=8), st.none() | st.binary(max_size=4)),
+@given(rows=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=8),
+                               st.none() | st.binary(max_size=4)),
                      max_size=40))
 def test_compiled_split_equals_the_reference_and_keeps_input_order_per_partition(
         rows: list[tuple[int, bytes, bytes | None]]) -> None:
-    partitions, values, keys = [p for p, _, _ in rows], [v for _, v, _ in rows], [k for _, _, k in rows]
+    partitions, values, keys = ([p for p, _, _ in rows], [v for _, v, _ in rows],
+                                [k for _, _, k in rows])
     groups = split_by_partition(partitions, values, keys)
     assert groups == split_by_partition_python(partitions, values, keys)
-    assert list(groups) == list(dict.fromkeys(partitions))  # partitions in order of first appearance
+    # partitions in order of first appearance
+    assert list(groups) == list(dict.fromkeys(partitions))
     for partition, (indexes, group_values, group_keys) in groups.items():
         assert indexes == [i for i, p in enumerate(partitions) if p == partition]
-        assert (group_values, group_keys) == ([values[i] for i in indexes], [keys[i] for i in indexes])
+        assert (group_values, group_keys) == ([values[i] for i in indexes],
+                                              [keys[i] for i in indexes])
 
 
 def test_compiled_split_refuses_columns_of_different_lengths() -> None:
@@ -130,8 +148,10 @@ def test_compiled_split_refuses_columns_of_different_lengths() -> None:
 
 
 _ids = st.lists(st.from_regex(rb"\A[0-9]{1,13}-[0-9]{1,4}\Z"), max_size=20)
-_error = st.sampled_from([ReplyError("MOVED 3999 127.0.0.1:7001"), ReplyError("EXECABORT Transaction discarded"),
-                          as_redis_error(ReplyError("ASK 3999 127.0.0.1:7002")), as_redis_error(ReplyError("OOM"))])
+_error = st.sampled_from([ReplyError("MOVED 3999 127.0.0.1:7001"),
+                          ReplyError("EXECABORT Transaction discarded"),
+                          as_redis_error(ReplyError("ASK 3999 127.0.0.1:7002")),
+                          as_redis_error(ReplyError("OOM"))])
 
 
 @settings(max_examples=300, deadline=None)
@@ -142,7 +162,8 @@ def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_refer
     queued: list[Any] = [b"QUEUED"] * len(ids)
     if queued_error is not None and queued:
         queued[queued_error[0] % len(queued)] = queued_error[1]
-    last: Any = {"list": ids, "nil": None, "error": as_redis_error(ReplyError("EXECABORT Transaction discarded")),
+    last: Any = {"list": ids, "nil": None,
+                 "error": as_redis_error(ReplyError("EXECABORT Transaction discarded")),
                  "error inside": [*ids, ReplyError("WRONGTYPE Operation against a key")]}[executed]
     replies = [b"OK", *queued, last]
     clean = executed == "list" and (queued_error is None or not queued)
@@ -150,7 +171,8 @@ def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_refer
     reference = _fold_transaction_python(replies)
     if clean:
         assert folded == [part.decode() if isinstance(part, bytes) else part for part in reference]
-        assert reply_offsets(0, folded) == reply_offsets_python(0, reference) == [i.decode() for i in ids]
+        assert reply_offsets(0, folded) == reply_offsets_python(0, reference) == [i.decode()
+                                                                                  for i in ids]
     else:
         assert folded is None
         outcome = _fold_transaction(replies)

@@ -1,4 +1,5 @@
-"""The cluster router tells its observer about every attempt: operation, time taken and the error's class."""
+"""The cluster router tells its observer about every attempt: operation, time taken and the error's
+class."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ Report = tuple[str, float, "str | None"]
 
 
 def router(reports: list[Report]) -> ClusterRouter:
-    # The cluster client is only touched by the slot-map refresh after a connection error; a failed refresh
-    # is left to the next attempt, so a placeholder will do.
+    # The cluster client is only touched by the slot-map refresh after a connection error; a failed
+    # refresh is left to the next attempt, so a placeholder will do.
     settings = RedisStoreSettings(retry_backoff_s=0.001, retry_backoff_max_s=0.001)
     made = ClusterRouter(object(), settings, owns_cluster=False)  # type: ignore[arg-type]
     made.observer = lambda operation, seconds, error: reports.append((operation, seconds, error))
@@ -34,7 +35,8 @@ async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> N
         return "ok"
 
     assert await router(reports).call("read", 2.0, op) == "ok"
-    assert [(operation, error) for operation, _, error in reports] == [("read", "ConnectionError"), ("read", None)]
+    assert [(operation, error) for operation, _, error in reports] == [("read", "ConnectionError"),
+                                                                       ("read", None)]
     assert all(seconds >= 0 for _, seconds, _ in reports)
 
 

@@ -1,4 +1,5 @@
-"""The compiled entry decoder (storage._entries) against its Python reference, on anything a reply may hold."""
+"""The compiled entry decoder (storage._entries) against its Python reference, on anything a reply
+may hold."""
 
 from __future__ import annotations
 
@@ -18,17 +19,24 @@ compiled = pytest.importorskip("storage._entries")
 
 
 def test_the_compiled_decoder_is_installed_unless_switched_off() -> None:
-    assert codec.ENTRIES_NATIVE is not storage_native.OFF, "storage._entries is not built: pip install -e . with gcc"
+    assert codec.ENTRIES_NATIVE is not storage_native.OFF, ("storage._entries is not built: "
+                                                            "pip install -e . with gcc")
 
-IDS = st.one_of(st.builds(lambda ms, seq: b"%d-%d" % (ms, seq), st.integers(0, 2**64 - 1), st.integers(0, 99)),
-                st.sampled_from([b"-1", b"12", b"1-", b"01-2", b"99999999999999999999-0", b" 1-0", b"1_0-0"]),
+IDS = st.one_of(st.builds(lambda ms, seq: b"%d-%d" % (ms, seq), st.integers(0, 2**64 - 1),
+                          st.integers(0, 99)),
+                st.sampled_from([b"-1", b"12", b"1-", b"01-2", b"99999999999999999999-0", b" 1-0",
+                                 b"1_0-0"]),
                 st.binary(max_size=24), st.text(max_size=8), st.none())
-NAMES = st.sampled_from([b"v", b"f", b"k", b"h", b"x", b"vv", b"", "v", 1, None, bytearray(b"v"), bytearray(b"h"),
-                         b"K", b"Kkey", b"K\x00v", "Kkey", bytearray(b"Kb"), memoryview(b"Km")])
-HEADERS = st.one_of(st.builds(lambda d: orjson.dumps(d), st.dictionaries(st.text(max_size=5), st.text(max_size=5))),
+NAMES = st.sampled_from([b"v", b"f", b"k", b"h", b"x", b"vv", b"", "v", 1, None, bytearray(b"v"),
+                         bytearray(b"h"), b"K", b"Kkey", b"K\x00v", "Kkey", bytearray(b"Kb"),
+                         memoryview(b"Km")])
+HEADERS = st.one_of(st.builds(lambda d: orjson.dumps(d),
+                              st.dictionaries(st.text(max_size=5), st.text(max_size=5))),
                     st.sampled_from([b"", b"[1]", b"not json", b"{}", b"null"]))
-VALUES = st.one_of(st.binary(max_size=30), st.sampled_from([b"j", b"b", b"?"]), HEADERS, st.none(), st.integers())
-FIELDS = st.one_of(st.lists(st.one_of(NAMES, VALUES), max_size=10), st.none(), st.tuples(NAMES, VALUES))
+VALUES = st.one_of(st.binary(max_size=30), st.sampled_from([b"j", b"b", b"?"]), HEADERS, st.none(),
+                   st.integers())
+FIELDS = st.one_of(st.lists(st.one_of(NAMES, VALUES), max_size=10), st.none(),
+                   st.tuples(NAMES, VALUES))
 ITEMS = st.lists(st.one_of(st.lists(st.one_of(IDS, FIELDS), min_size=0, max_size=3),
                            st.tuples(IDS, FIELDS), st.none()), max_size=8)
 
@@ -42,15 +50,18 @@ def _outcome(decode: Any, items: Any) -> Any:
 
 @settings(max_examples=500)
 @given(items=ITEMS)
-def test_compiled_decoder_gives_the_references_entries_or_error_on_any_reply(items: list[Any]) -> None:
+def test_compiled_decoder_gives_the_references_entries_or_error_on_any_reply(
+        items: list[Any]) -> None:
     assert _outcome(decode_raw_entries, items) == _outcome(decode_raw_entries_python, items)
 
 
 WELL_FORMED = st.lists(st.one_of(
-    st.builds(lambda ms, seq, fields: [b"%d-%d" % (ms, seq), fields], st.integers(0, 2**63), st.integers(0, 9),
-              st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"vv", b"kk", b"x", b"", b"K", b"Kuser-1",
-                                        b"K\xff"]).flatmap(
-                  lambda name: st.tuples(st.just(name), HEADERS if name == b"h" else st.sampled_from(
+    st.builds(lambda ms, seq, fields: [b"%d-%d" % (ms, seq), fields], st.integers(0, 2**63),
+              st.integers(0, 9),
+              st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"vv", b"kk", b"x", b"", b"K",
+                                        b"Kuser-1", b"K\xff"]).flatmap(
+                  lambda name: st.tuples(st.just(name),
+                                         HEADERS if name == b"h" else st.sampled_from(
                       [b"j", b"b", b"{}", b"\x00\xff"]))), max_size=5).map(
                   lambda pairs: [part for pair in pairs for part in pair])),
     st.just(None), st.builds(lambda seq: [b"1-%d" % seq, None], st.integers(0, 9))), max_size=20)
@@ -72,8 +83,9 @@ def test_decoded_entries_are_distinct_objects_with_their_own_headers() -> None:
     first, second = compiled.decode_raw_entries(0, items, codec._LAYOUT)
     assert first.headers == {}
     assert first.headers is not second.headers
-    assert (second.offset, second.value_format, second.key, second.timestamp_ms) == ("6-1", ValueFormat.BINARY,
-                                                                                     b"key", 6)
+    assert (second.offset, second.value_format, second.key,
+            second.timestamp_ms) == ("6-1", ValueFormat.BINARY,
+                                     b"key", 6)
 
 
 def test_a_layout_that_is_not_the_codecs_is_refused() -> None:
@@ -88,21 +100,24 @@ def test_a_field_name_that_only_equals_bytes_is_left_to_the_reference() -> None:
     assert (entry.value, entry.key) == (b"[1]", b"key")
 
 
-@pytest.mark.parametrize("raw_id", [b"-1", b"12", b"1-", b"01-2", b"99999999999999999999-0", b" 1-0", b"1_0-0",
-                                    b"\xff-0", "1-0", b"18446744073709551615-1"])
+@pytest.mark.parametrize("raw_id",
+                         [b"-1", b"12", b"1-", b"01-2", b"99999999999999999999-0", b" 1-0",
+                          b"1_0-0", b"\xff-0", "1-0", b"18446744073709551615-1"])
 def test_odd_ids_get_the_references_outcome(raw_id: Any) -> None:
     items = [[b"1-0", [b"v", b"{}"]], [raw_id, [b"v", b"[]", b"k", b"a"]]]
     assert _outcome(decode_raw_entries, items) == _outcome(decode_raw_entries_python, items)
 
 
-UNIQUE_FIELDS = st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"K", b"Kuser-1", b"K\xff", b"x"]), unique=True,
+UNIQUE_FIELDS = st.lists(st.sampled_from([b"v", b"k", b"f", b"h", b"K", b"Kuser-1", b"K\xff",
+                                          b"x"]), unique=True,
                          max_size=6).flatmap(lambda names: st.tuples(*[
                              st.tuples(st.just(name), HEADERS if name == b"h" else st.sampled_from(
                                  [b"j", b"b", b"{}", b"\x00\xff"])) for name in names]))
 
 
 @given(pairs=UNIQUE_FIELDS)
-def test_a_field_map_reads_as_the_same_entry_as_the_flat_reply(pairs: tuple[tuple[bytes, bytes], ...]) -> None:
+def test_a_field_map_reads_as_the_same_entry_as_the_flat_reply(pairs: tuple[tuple[bytes, bytes],
+                                                                            ...]) -> None:
     flat = [part for pair in pairs for part in pair]
     try:
         (expected,) = decode_raw_entries_python(3, [[b"5-1", flat]])

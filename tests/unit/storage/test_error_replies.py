@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import pytest
 from redis import exceptions as rexc
-from redis._parsers.base import BaseParser  # the reference (private to redis-py): only the test reads it
+from redis._parsers.base import (
+    BaseParser,  # the reference (private to redis-py): only the test reads it
+)
 
 from storage.resp import ERROR_CLASSES, ReplyError, as_redis_error
 
-REPLIES = ["MOVED 3999 127.0.0.1:7001", "ASK 3999 127.0.0.1:7002", "TRYAGAIN Multiple keys request during rehashing",
-           "CLUSTERDOWN The cluster is down", "CROSSSLOT Keys in request don't hash to the same slot",
-           "MASTERDOWN Link with MASTER is down", "READONLY You can't write against a read only replica.",
+REPLIES = ["MOVED 3999 127.0.0.1:7001", "ASK 3999 127.0.0.1:7002",
+           "TRYAGAIN Multiple keys request during rehashing", "CLUSTERDOWN The cluster is down",
+           "CROSSSLOT Keys in request don't hash to the same slot",
+           "MASTERDOWN Link with MASTER is down",
+           "READONLY You can't write against a read only replica.",
            "LOADING Redis is loading the dataset in memory", "NOSCRIPT No matching script.",
            "EXECABORT Transaction discarded because of previous errors.", "OOM command not allowed",
-           "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair", "NOPERM no permission",
-           "ERR unknown command 'FOO'", "ERR max number of clients reached",
+           "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair",
+           "NOPERM no permission", "ERR unknown command 'FOO'", "ERR max number of clients reached",
            "WRONGTYPE Operation against a key holding the wrong kind of value",
            "BUSYGROUP Consumer Group name already exists", "OOM", "ERR"]
 

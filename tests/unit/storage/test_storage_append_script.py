@@ -26,7 +26,8 @@ async def redis() -> AsyncIterator[Any]:
     await client.aclose()
 
 
-async def _append(redis: Any, records: list[Record], options: AppendOptions | None = None) -> list[Any]:
+async def _append(redis: Any, records: list[Record],
+                  options: AppendOptions | None = None) -> list[Any]:
     call = append_call("t", records[0].partition, records, options or AppendOptions())
     reply = await redis.execute_command("EVAL", APPEND_LUA, len(call.keys), *call.keys, *call.args)
     return append_results(call.partition, reply)
@@ -39,7 +40,8 @@ def test_script_sha_matches_the_text() -> None:
 
 
 def test_args_layout_per_record() -> None:
-    records = [Record(partition=2, value=b"a"), Record(partition=2, value=b"b", idempotency_key="x")]
+    records = [Record(partition=2, value=b"a"),
+               Record(partition=2, value=b"b", idempotency_key="x")]
     call = append_call("t", 2, records, AppendOptions(max_length=50, dedup_ttl_ms=1000))
     assert call.keys == ["sg:{t/2}:log", "sg:{t/2}:dedup:x"]
     assert call.args == [50, 1000, 0, 4, b"v", b"a", b"f", b"b", 1, 4, b"v", b"b", b"f", b"b"]
@@ -47,7 +49,8 @@ def test_args_layout_per_record() -> None:
 
 
 async def test_appends_in_order_and_returns_offsets(redis: Any) -> None:
-    results = await _append(redis, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")])
+    results = await _append(redis, [Record(partition=0, value=b"a"),
+                                    Record(partition=0, value=b"b")])
     entries = await redis.xrange(log_key("t", 0))
     assert [r.offset for r in results] == [e[0].decode() for e in entries]
     assert [e[1][b"v"] for e in entries] == [b"a", b"b"]
@@ -76,7 +79,8 @@ async def test_same_key_twice_in_one_batch_is_a_duplicate(redis: Any) -> None:
 
 
 async def test_dedup_key_expires_after_ttl(redis: Any) -> None:
-    await _append(redis, [Record(partition=0, value=b"a", idempotency_key="k")], AppendOptions(dedup_ttl_ms=5000))
+    await _append(redis, [Record(partition=0, value=b"a", idempotency_key="k")],
+                  AppendOptions(dedup_ttl_ms=5000))
     ttl = await redis.pttl("sg:{t/0}:dedup:k")
     assert 0 < ttl <= 5000
 
@@ -105,12 +109,14 @@ _records = st.builds(
        max_length=st.none() | st.integers(1, 10**9), ttl=st.integers(1, 10**9))
 def test_wire_encoding_is_byte_for_byte_the_generic_resp_encoding(
         records: list[Record], max_length: int | None, ttl: int) -> None:
-    call = append_call("topic/é", 3, records, AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
+    call = append_call("topic/é", 3, records,
+                       AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
     assert call.evalsha_wire() == encode_command(call.evalsha_command())
 
 
 def test_wire_encoding_of_a_batch_with_over_a_thousand_dedup_keys() -> None:
-    records = [Record(partition=0, value=b"v%d" % i, key=b"k", idempotency_key=f"i{i}") for i in range(1100)]
+    records = [Record(partition=0, value=b"v%d" % i, key=b"k", idempotency_key=f"i{i}")
+               for i in range(1100)]
     call = append_call("t", 0, records, AppendOptions())
     assert call.evalsha_wire() == encode_command(call.evalsha_command())
 
@@ -135,19 +141,22 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(records=st.lists(_records.map(lambda r: Record(r.partition, r.value, r.value_format, r.key, r.headers)),
+@given(records=st.lists(_records.map(lambda r: Record(r.partition, r.value, r.value_format, r.key,
+                                                      r.headers)),
                         min_size=1, max_size=12),
        max_length=st.none() | st.integers(1, 10**9))
 def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
         records: list[Record], max_length: int | None) -> None:
     call = append_call("topic/é", 3, records, AppendOptions(max_length=max_length))
     assert not call.uses_script
-    assert call.wire() == b"".join(encode_command(command) for command in call.transaction_commands())
+    assert call.wire() == b"".join(encode_command(command)
+                                   for command in call.transaction_commands())
     assert call.wire_replies == len(records) + 2
 
 
 def test_records_with_an_idempotency_key_go_through_the_script() -> None:
-    records = [Record(partition=0, value=b"a"), Record(partition=0, value=b"b", idempotency_key="x")]
+    records = [Record(partition=0, value=b"a"),
+               Record(partition=0, value=b"b", idempotency_key="x")]
     call = append_call("t", 0, records, AppendOptions())
     assert call.uses_script
     assert call.wire() == call.evalsha_wire()
@@ -156,9 +165,11 @@ def test_records_with_an_idempotency_key_go_through_the_script() -> None:
 
 
 def test_transaction_commands_trim_like_the_script() -> None:
-    call = append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")], AppendOptions(max_length=50))
+    call = append_call("t", 1, [Record(partition=1, value=b"a", key=b"k")],
+                       AppendOptions(max_length=50))
     assert call.transaction_commands() == [
-        ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"Kk", b"a", b"f", b"b"), ("EXEC",)]
+        ("MULTI",), ("XADD", "sg:{t/1}:log", "MAXLEN", "~", 50, "*", b"Kk", b"a", b"f", b"b"),
+        ("EXEC",)]
 
 
 def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
@@ -166,14 +177,16 @@ def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED", [b"5-0", b"5-1"]])
     assert folded == ["5-0", 0, "5-1", 0]
-    assert [(r.offset, r.duplicate) for r in append_results(0, folded)] == [("5-0", False), ("5-1", False)]
+    assert [(r.offset, r.duplicate) for r in append_results(0, folded)] == [("5-0", False),
+                                                                            ("5-1", False)]
 
 
 def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
     call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
-    aborted = as_redis_error(ReplyError("EXECABORT Transaction discarded because of previous errors."))
+    aborted = as_redis_error(ReplyError("EXECABORT Transaction discarded because of previous "
+                                        "errors."))
     folded = call.fold_replies([b"OK", moved, moved, aborted])
     assert isinstance(folded, rexc.MovedError)
     assert (folded.host, folded.port) == ("127.0.0.1", 7001)
@@ -185,7 +198,8 @@ def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> No
     call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
-                                [b"5-0", ReplyError("WRONGTYPE Operation against a key holding the wrong kind")]])
+                                [b"5-0", ReplyError("WRONGTYPE Operation against a key holding the "
+                                                    "wrong kind")]])
     assert isinstance(folded, rexc.ResponseError)
 
 

@@ -33,7 +33,8 @@ def test_binary_value_without_key_or_headers_stores_only_value_and_format() -> N
 
 
 def test_json_value_key_and_headers_round_trip() -> None:
-    record = Record(partition=1, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"user-1", headers={"h": "ü"})
+    record = Record(partition=1, value=b'{"a":1}', value_format=ValueFormat.JSON, key=b"user-1",
+                    headers={"h": "ü"})
     fields, entry = _round_trip(record)
     assert fields[:2] == [b"Kuser-1", b'{"a":1}'], "the value under K + the key"
     assert b"h" in fields
@@ -62,11 +63,13 @@ def test_entries_written_with_the_key_as_a_value_still_read_the_same() -> None:
     assert raw == as_map
     assert (raw.value, raw.key, dict(raw.headers)) == (b'{"a":1}', b"user-1", {"h": "1"})
     now = Record(0, b'{"a":1}', ValueFormat.JSON, key=b"user-1", headers={"h": "1"})
-    assert raw == decode_raw_entries(0, [[b"5-0", encode_fields(now)]])[0], "as the same record written today"
+    assert raw == decode_raw_entries(0, [[b"5-0", encode_fields(now)]])[0], (
+        "as the same record written today")
 
 
 def test_json_value_is_stored_without_a_format_field() -> None:
-    fields, entry = _round_trip(Record(partition=0, value=b"[1]", value_format=ValueFormat.JSON, key=b"k"))
+    fields, entry = _round_trip(Record(partition=0, value=b"[1]", value_format=ValueFormat.JSON,
+                                       key=b"k"))
     assert fields == [b"Kk", b"[1]"]
     assert entry.value_format is ValueFormat.JSON
 
@@ -77,7 +80,8 @@ def test_json_value_is_stored_without_a_format_field() -> None:
     ({b"v": b"1", b"f": b"b"}, ValueFormat.BINARY),
     ({b"v": b"1", b"f": b"?"}, ValueFormat.BINARY),  # unknown: base64 renders any bytes
 ])
-def test_entries_of_every_layout_read_with_their_format(fields: dict[bytes, bytes], expected: ValueFormat) -> None:
+def test_entries_of_every_layout_read_with_their_format(fields: dict[bytes, bytes],
+                                                        expected: ValueFormat) -> None:
     assert decode_entry(0, b"1-0", fields).value_format is expected
     flat = [item for pair in fields.items() for item in pair]
     assert [e.value_format for e in decode_raw_entries(0, [[b"1-0", flat]])] == [expected]
@@ -95,14 +99,16 @@ def test_valid_offsets_pass(offset: str) -> None:
 
 
 @pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n",
-                                    "١٢-٣", "¹-1", "1-²"])  # digits of other scripts: Redis refuses them
+                                    # digits of other scripts: Redis refuses them
+                                    "١٢-٣", "¹-1", "1-²"])
 def test_invalid_offsets_raise(offset: str) -> None:
     with pytest.raises(InvalidOffset):
         validate_offset(offset)
 
 
-@pytest.mark.parametrize("offset", ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n", "1-2\n3-4",
-                                    "\n1-2", "١٢-٣", "¹-1", "1-²"])
+@pytest.mark.parametrize("offset",
+                         ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n",
+                          "1-2\n3-4", "\n1-2", "١٢-٣", "¹-1", "1-²"])
 def test_a_list_of_offsets_with_an_invalid_one_anywhere_raises_naming_it(offset: str) -> None:
     for offsets in ([offset], ["1-0", offset], ["1-0", offset, "2-0"], [offset, "3-0"]):
         with pytest.raises(InvalidOffset) as raised:

@@ -1,4 +1,5 @@
-"""The delayed-message Lua scripts, run on fakeredis (no cluster, no WAIT: those are integration tests)."""
+"""The delayed-message Lua scripts, run on fakeredis (no cluster, no WAIT: those are integration
+tests)."""
 
 from __future__ import annotations
 
@@ -38,15 +39,18 @@ async def redis() -> AsyncIterator[Any]:
     await client.aclose()
 
 
-async def _schedule(redis: Any, items: list[tuple[Record, int]], options: AppendOptions | None = None) -> list[Any]:
+async def _schedule(redis: Any, items: list[tuple[Record, int]],
+                    options: AppendOptions | None = None) -> list[Any]:
     call = build_schedule_call("t", items[0][0].partition, items, options or AppendOptions())
-    reply = await redis.execute_command("EVAL", SCHEDULE_LUA, len(call.keys), *call.keys, *call.args)
+    reply = await redis.execute_command("EVAL", SCHEDULE_LUA, len(call.keys), *call.keys,
+                                        *call.args)
     return parse_schedule_reply(call.partition, reply)
 
 
 async def _promote(redis: Any, limit: int = 100, max_length: int | None = None) -> list[Any]:
     keys, args = promote_keys_and_args("t", 0, limit, max_length)
-    return parse_promote_reply(0, await redis.execute_command("EVAL", PROMOTE_LUA, len(keys), *keys, *args))
+    return parse_promote_reply(0, await redis.execute_command("EVAL", PROMOTE_LUA, len(keys), *keys,
+                                                              *args))
 
 
 def test_script_shas_match_their_text() -> None:
@@ -55,9 +59,11 @@ def test_script_shas_match_their_text() -> None:
 
 
 def test_schedule_call_layout() -> None:
-    items = [(Record(partition=3, value=b"a"), 5), (Record(partition=3, value=b"b", idempotency_key="x"), 7)]
+    items = [(Record(partition=3, value=b"a"), 5),
+             (Record(partition=3, value=b"b", idempotency_key="x"), 7)]
     call = build_schedule_call("t", 3, items, AppendOptions(dedup_ttl_ms=1000))
-    assert call.keys == ["sg:{t/3}:delayed", "sg:{t/3}:delayed:data", "sg:{t/3}:delayed:seq", "sg:{t/3}:dedup:x"]
+    assert call.keys == ["sg:{t/3}:delayed", "sg:{t/3}:delayed:data", "sg:{t/3}:delayed:seq",
+                         "sg:{t/3}:dedup:x"]
     assert call.args[:4] == [1000, 0, 5, b"0:1:v1:a1:f1:b"]
     assert call.args[4:6] == [1, 7]
     assert call.evalsha_command()[:3] == ("EVALSHA", SCHEDULE_SCRIPT.sha, 4)
@@ -73,7 +79,8 @@ async def test_encoding_is_length_prefixed_and_binary_safe(redis: Any) -> None:
 
 
 async def test_scheduled_messages_wait_in_the_sorted_set(redis: Any) -> None:
-    results = await _schedule(redis, [(Record(partition=0, value=b"a"), FUTURE), (Record(partition=0, value=b"b"), 5)])
+    results = await _schedule(redis, [(Record(partition=0, value=b"a"), FUTURE),
+                                      (Record(partition=0, value=b"b"), 5)])
     assert [r.due_ms for r in results] == [FUTURE, 5]
     assert [r.schedule_id for r in results] == ["0000000000000001", "0000000000000002"]
     assert not any(r.duplicate for r in results)
@@ -86,7 +93,8 @@ async def test_scheduled_messages_wait_in_the_sorted_set(redis: Any) -> None:
 
 
 async def test_promote_moves_only_due_messages_in_due_then_schedule_order(redis: Any) -> None:
-    items = [(Record(partition=0, value=v), due) for v, due in [(b"c", 30), (b"late", FUTURE), (b"a", 10), (b"b", 30)]]
+    items = [(Record(partition=0, value=v), due)
+             for v, due in [(b"c", 30), (b"late", FUTURE), (b"a", 10), (b"b", 30)]]
     await _schedule(redis, items)
     promoted = await _promote(redis)
     entries = decode_entries(0, await redis.xrange(log_key("t", 0)))
@@ -98,7 +106,8 @@ async def test_promote_moves_only_due_messages_in_due_then_schedule_order(redis:
 
 
 async def test_promoted_entry_keeps_every_field(redis: Any) -> None:
-    record = Record(partition=0, value=b'{"x":1}', value_format=ValueFormat.JSON, key=b"k", headers={"h": "1"})
+    record = Record(partition=0, value=b'{"x":1}', value_format=ValueFormat.JSON, key=b"k",
+                    headers={"h": "1"})
     await _schedule(redis, [(record, PAST)])
     await _promote(redis)
     (entry,) = decode_entries(0, await redis.xrange(log_key("t", 0)))
@@ -146,7 +155,8 @@ async def test_promotion_points_the_dedup_key_at_the_offset(redis: Any) -> None:
     (appended,) = append_results(0, reply)
     assert (appended.offset, appended.duplicate) == (promoted.offset, True)
     (rescheduled,) = await _schedule(redis, [(record, PAST)])
-    assert (rescheduled.duplicate, rescheduled.offset, rescheduled.schedule_id) == (True, promoted.offset, "")
+    assert (rescheduled.duplicate, rescheduled.offset,
+            rescheduled.schedule_id) == (True, promoted.offset, "")
     assert rescheduled.due_ms == int(promoted.offset.split("-")[0])
     assert await redis.xlen(log_key("t", 0)) == 1
     assert await redis.zcard(delayed_key("t", 0)) == 0

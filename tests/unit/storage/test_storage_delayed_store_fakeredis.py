@@ -19,7 +19,8 @@ FUTURE = 10**13
 
 
 class _Router:
-    """One node that owns every slot: what the delayed store and its writer use of a ClusterRouter."""
+    """One node that owns every slot: what the delayed store and its writer use of a
+    ClusterRouter."""
 
     def __init__(self, client: Any) -> None:
         self.cluster = client
@@ -48,11 +49,13 @@ def delayed(redis: Any) -> RedisDelayedStore:
     return RedisDelayedStore(_Router(redis))  # type: ignore[arg-type]
 
 
-async def test_results_come_back_in_input_order_across_partitions(delayed: RedisDelayedStore) -> None:
+async def test_results_come_back_in_input_order_across_partitions(
+        delayed: RedisDelayedStore) -> None:
     items = [(Record(partition=p, value=b"x"), 100 + i) for i, p in enumerate([2, 0, 2, 1])]
     results = await delayed.schedule("t", items, AppendOptions())
     assert [(r.partition, r.due_ms) for r in results] == [(2, 100), (0, 101), (2, 102), (1, 103)]
-    assert [r.schedule_id for r in results if r.partition == 2] == ["0000000000000001", "0000000000000002"]
+    assert [r.schedule_id for r in results if r.partition == 2] == ["0000000000000001",
+                                                                    "0000000000000002"]
 
 
 async def test_scripts_are_loaded_on_noscript(redis: Any, delayed: RedisDelayedStore) -> None:
@@ -66,7 +69,8 @@ async def test_scripts_are_loaded_on_noscript(redis: Any, delayed: RedisDelayedS
 async def test_next_due_and_count(delayed: RedisDelayedStore) -> None:
     assert await delayed.next_due_ms("t", 0) is None
     assert await delayed.scheduled_count("t", 0) == 0
-    items = [(Record(partition=0, value=b"a"), FUTURE), (Record(partition=0, value=b"b"), FUTURE - 7)]
+    items = [(Record(partition=0, value=b"a"), FUTURE),
+             (Record(partition=0, value=b"b"), FUTURE - 7)]
     await delayed.schedule("t", items, AppendOptions())
     assert await delayed.next_due_ms("t", 0) == FUTURE - 7
     assert await delayed.scheduled_count("t", 0) == 2

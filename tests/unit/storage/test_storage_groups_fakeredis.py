@@ -1,7 +1,7 @@
 """RedisGroupStore on fakeredis, for what fakeredis models faithfully.
 
-Not here (fakeredis differs from Redis 7, so these live in the integration tests): XPENDING IDLE filtering,
-XCLAIM IDLE clamping, blocking XREADGROUP, cluster routing and failover.
+Not here (fakeredis differs from Redis 7, so these live in the integration tests): XPENDING IDLE
+filtering, XCLAIM IDLE clamping, blocking XREADGROUP, cluster routing and failover.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ async def redis() -> AsyncIterator[Any]:
 
 @pytest.fixture
 def store(redis: Any) -> RedisGroupStore:
-    router = ClusterRouter(redis, RedisStoreSettings(read_deadline_s=1.0, write_deadline_s=1.0), owns_cluster=False)
+    router = ClusterRouter(redis, RedisStoreSettings(read_deadline_s=1.0, write_deadline_s=1.0),
+                           owns_cluster=False)
     groups = RedisGroupStore(router)
     groups._readers = _SingleNodeReaders(with_raw_stream_reads(redis))  # type: ignore[assignment]
     return groups
@@ -92,11 +93,13 @@ async def test_empty_ack_makes_no_call(store: RedisGroupStore) -> None:
     assert await store.ack(T, P, G, []) == 0
 
 
-async def test_claim_returns_entries_with_the_next_delivery_count(store: RedisGroupStore, redis: Any) -> None:
+async def test_claim_returns_entries_with_the_next_delivery_count(store: RedisGroupStore,
+                                                                  redis: Any) -> None:
     offsets = await _append(redis, 2)
     await store.ensure_group(T, P, G, "earliest")
     await _read(store)
-    pending = [PendingEntry(P, o, "c1", 0, 1) for o in offsets]  # fakeredis' XPENDING IDLE filter is off by one
+    # fakeredis' XPENDING IDLE filter is off by one
+    pending = [PendingEntry(P, o, "c1", 0, 1) for o in offsets]
     claimed = await store.claim(T, P, G, "c2", pending, min_idle_ms=0)
     assert [(d.entry.offset, d.delivery_count, d.entry.value) for d in claimed] == [
         (offsets[0], 2, b"m0"),
@@ -104,8 +107,10 @@ async def test_claim_returns_entries_with_the_next_delivery_count(store: RedisGr
     ]
 
 
-async def test_nil_claim_replies_ack_the_entries_missing_from_the_stream(store: RedisGroupStore, redis: Any) -> None:
-    # Redis < 7 answers XCLAIM of a deleted entry with nil and keeps it pending; the store must ack it.
+async def test_nil_claim_replies_ack_the_entries_missing_from_the_stream(store: RedisGroupStore,
+                                                                         redis: Any) -> None:
+    # Redis < 7 answers XCLAIM of a deleted entry with nil and keeps it pending; the store must ack
+    # it.
     offsets = await _append(redis, 2)
     await store.ensure_group(T, P, G, "earliest")
     await _read(store)
@@ -127,7 +132,8 @@ async def test_state_reports_lag_and_oldest_pending(store: RedisGroupStore, redi
     await store.ensure_group(T, P, G, "earliest")
     await _read(store, count=2)
     state = await store.state(T, P, G)
-    assert (state.exists, state.lag, state.pending, state.oldest_pending_offset) == (True, 3, 2, offsets[0])
+    assert (state.exists, state.lag, state.pending, state.oldest_pending_offset) == (True, 3, 2,
+                                                                                     offsets[0])
     assert state.last_delivered_offset == offsets[1]
 
 
@@ -138,7 +144,8 @@ async def test_state_of_missing_group_and_stream(store: RedisGroupStore, redis: 
     assert (state.exists, state.lag, state.pending) == (False, None, 0)
 
 
-async def test_seek_moves_the_position_and_creates_missing_groups(store: RedisGroupStore, redis: Any) -> None:
+async def test_seek_moves_the_position_and_creates_missing_groups(store: RedisGroupStore,
+                                                                  redis: Any) -> None:
     offsets = await _append(redis, 3)
     await store.seek(T, P, G, "latest")
     assert await _read(store) == []
@@ -146,7 +153,8 @@ async def test_seek_moves_the_position_and_creates_missing_groups(store: RedisGr
     assert await _read(store) == offsets
 
 
-async def test_read_new_recreates_a_vanished_group_from_earliest(store: RedisGroupStore, redis: Any) -> None:
+async def test_read_new_recreates_a_vanished_group_from_earliest(store: RedisGroupStore,
+                                                                 redis: Any) -> None:
     await store.ensure_group(T, P, G, "latest")
     await redis.delete(KEY)
     offsets = await _append(redis, 2)

@@ -1,4 +1,5 @@
-"""Pure helpers of the group store: start positions, idle clamping, error classification, reply parsing."""
+"""Pure helpers of the group store: start positions, idle clamping, error classification, reply
+parsing."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from storage.groups import (
 )
 
 
-@pytest.mark.parametrize(("start", "expected"), [("earliest", "0"), ("latest", "$"), ("12-3", "12-3")])
+@pytest.mark.parametrize(("start", "expected"),
+                         [("earliest", "0"), ("latest", "$"), ("12-3", "12-3")])
 def test_start_positions_map_to_xgroup_ids(start: str, expected: str) -> None:
     assert start_id(start) == expected
 
@@ -50,7 +52,8 @@ def test_negative_idle_is_rejected() -> None:
     "message",
     [
         "NOGROUP No such key 'k' or consumer group 'g' in XREADGROUP with GROUP option",
-        "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use MKSTREAM",
+        "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use "
+        "MKSTREAM",
         "no such key",
     ],
 )
@@ -66,7 +69,8 @@ def test_other_errors_are_not_missing_groups() -> None:
 
 
 def test_pending_rows_become_pending_entries() -> None:
-    rows = [{"message_id": b"5-1", "consumer": b"c", "time_since_delivered": 70, "times_delivered": 2}]
+    rows = [{"message_id": b"5-1", "consumer": b"c", "time_since_delivered": 70,
+             "times_delivered": 2}]
     assert parse_pending(4, rows) == [PendingEntry(4, "5-1", "c", 70, 2)]
 
 
@@ -81,8 +85,10 @@ def test_raw_read_reply_decodes_like_the_field_map_decoder_and_skips_deleted_ent
     reply = [[b"sg:{t/1}:log", [[b"1700000000123-4", fields], [b"1700000000124-0", None], None]]]
     (entry,) = parse_read_reply(1, reply)
     assert parse_read_reply(1, {b"sg:{t/1}:log": reply[0][1]}) == [entry]  # RESP3: a map of streams
-    assert entry == decode_entry(1, b"1700000000123-4", dict(zip(fields[::2], fields[1::2], strict=True)))
-    assert (entry.value_format, entry.key, dict(entry.headers)) == (ValueFormat.JSON, b"user-1", {"tenant": "a"})
+    assert entry == decode_entry(1, b"1700000000123-4",
+                                 dict(zip(fields[::2], fields[1::2], strict=True)))
+    assert (entry.value_format, entry.key, dict(entry.headers)) == (ValueFormat.JSON, b"user-1",
+                                                                    {"tenant": "a"})
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.value = b"changed"  # type: ignore[misc]
 

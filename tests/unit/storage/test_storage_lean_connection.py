@@ -1,4 +1,5 @@
-"""The lean pipelined connection against a scripted loopback server: coalescing, ordering, failures."""
+"""The lean pipelined connection against a scripted loopback server: coalescing, ordering,
+failures."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ Responder = Callable[[bytes], bytes]
 
 @dataclass
 class ScriptedServer:
-    """Answers each received chunk with ``respond(chunk)``; records the chunks (one per socket read)."""
+    """Answers each received chunk with ``respond(chunk)``; records the chunks (one per socket
+    read)."""
 
     respond: Responder
     chunks: list[bytes] = field(default_factory=list)
@@ -33,7 +35,8 @@ class ScriptedServer:
         while chunk := await reader.read(65536):
             self.chunks.append(chunk)
             answer = self.respond(chunk)
-            for index in range(len(answer)):  # one byte per write: replies arrive split at every byte
+            for index in range(len(answer)):
+                # one byte per write: replies arrive split at every byte
                 writer.write(answer[index : index + 1])
                 await writer.drain()
         writer.close()
@@ -59,7 +62,8 @@ def _settings(**overrides: object) -> RedisStoreSettings:
     return RedisStoreSettings(client_name=None, **overrides)  # type: ignore[arg-type]
 
 
-async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(server: ScriptedServer) -> None:
+async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(
+        server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
     ping = encode_command(["PING"])
     replies = await asyncio.gather(*(connection.execute(ping * n, n) for n in (1, 2, 3)))
@@ -68,18 +72,23 @@ async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(
     connection.close()
 
 
-@pytest.mark.parametrize("server", [lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n+OK\r\n"], indirect=True)
-async def test_error_replies_come_back_as_redis_exceptions_among_the_others(server: ScriptedServer) -> None:
+@pytest.mark.parametrize("server", [lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n+OK\r\n"],
+                         indirect=True)
+async def test_error_replies_come_back_as_redis_exceptions_among_the_others(
+        server: ScriptedServer) -> None:
     async with NodeLanes(_settings()) as lanes:
-        replies = await lanes.execute(("127.0.0.1", server.port), [("EVALSHA", "x", 0), ("PING",)], exclusive=False)
+        replies = await lanes.execute(("127.0.0.1", server.port), [("EVALSHA", "x", 0), ("PING",)],
+                                      exclusive=False)
     assert isinstance(replies[0], rexc.MovedError)
     assert replies[0].port == 7001
     assert replies[1] == b"OK"
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_connection_that_never_answers_times_out_and_is_not_reused(server: ScriptedServer) -> None:
-    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(socket_timeout_s=0.2))
+async def test_a_connection_that_never_answers_times_out_and_is_not_reused(
+        server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port),
+                                           _settings(socket_timeout_s=0.2))
     connection._reply_timeout_s = 0.2  # node_socket_timeout_s has a floor of wait_timeout + 1 s
     with pytest.raises(rexc.TimeoutError):
         await connection.execute(encode_command(["PING"]), 1)
@@ -91,7 +100,8 @@ async def test_a_connection_that_never_answers_times_out_and_is_not_reused(serve
 async def test_a_dropped_connection_fails_every_request_in_flight(server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
-    pending = [asyncio.ensure_future(connection.execute(encode_command(["PING"]), 1)) for _ in range(3)]
+    pending = [asyncio.ensure_future(connection.execute(encode_command(["PING"]), 1))
+               for _ in range(3)]
     await server.connected.wait()
     await asyncio.sleep(0.05)  # the requests reach the server, which never answers
     server.writers[0].transport.abort()
@@ -99,9 +109,11 @@ async def test_a_dropped_connection_fails_every_request_in_flight(server: Script
     assert all(isinstance(outcome, rexc.ConnectionError) for outcome in outcomes)
 
 
-async def test_a_cancelled_request_does_not_shift_the_replies_of_the_next(server: ScriptedServer) -> None:
+async def test_a_cancelled_request_does_not_shift_the_replies_of_the_next(
+        server: ScriptedServer) -> None:
     counter = iter(range(1, 100))
-    server.respond = lambda chunk: b"".join(b":%d\r\n" % next(counter) for _ in range(chunk.count(b"*")))
+    server.respond = lambda chunk: b"".join(b":%d\r\n" % next(counter)
+                                            for _ in range(chunk.count(b"*")))
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
     first = asyncio.ensure_future(connection.execute(encode_command(["INCR", "a"]), 1))
     await asyncio.sleep(0)
@@ -123,7 +135,8 @@ async def test_nothing_listening_is_a_redis_connection_error() -> None:
             await lanes.execute(("127.0.0.1", port), [("PING",)], exclusive=True)
 
 
-async def test_exclusive_requests_use_separate_connections_that_are_reused(server: ScriptedServer) -> None:
+async def test_exclusive_requests_use_separate_connections_that_are_reused(
+        server: ScriptedServer) -> None:
     async with NodeLanes(_settings()) as lanes:
         address = ("127.0.0.1", server.port)
         together = await asyncio.gather(*(lanes.execute(address, [("WAIT", 1, 10)], exclusive=True)
@@ -134,7 +147,7 @@ async def test_exclusive_requests_use_separate_connections_that_are_reused(serve
         assert len(server.writers) == 3
 
 
-async def test_requests_made_while_replies_are_outstanding_leave_together_when_they_arrive() -> None:
+async def test_requests_made_while_replies_are_outstanding_leave_together_when_they_arrive() -> None:  # noqa: E501, RUF100
     release, arrived = asyncio.Event(), asyncio.Event()
     chunks: list[bytes] = []
 
@@ -148,7 +161,8 @@ async def test_requests_made_while_replies_are_outstanding_leave_together_when_t
         writer.close()
 
     listener = await asyncio.start_server(handle, "127.0.0.1", 0)
-    connection = await RespConnection.open(("127.0.0.1", listener.sockets[0].getsockname()[1]), _settings())
+    connection = await RespConnection.open(("127.0.0.1", listener.sockets[0].getsockname()[1]),
+                                           _settings())
     ping = encode_command(["PING"])
     first = asyncio.ensure_future(connection.execute(ping, 1))
     await arrived.wait()
@@ -185,7 +199,8 @@ class _Topology:
         return self.nodes
 
 
-async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_primaries(server: ScriptedServer) -> None:
+async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_primaries(
+        server: ScriptedServer) -> None:
     topology = _Topology([_Node(server.port)])
     router = ClusterRouter(topology, _settings(), owns_cluster=False)  # type: ignore[arg-type]
     async with NodeLanes(_settings()) as lanes:
@@ -199,13 +214,16 @@ async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_pri
         await router.refresh()
         await asyncio.sleep(0.05)
         assert server.writers[0].is_closing()  # the server saw the client hang up
-        assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]  # reconnects if asked again
+        # reconnects if asked again
+        assert await lanes.execute(address, [("PING",)], exclusive=False) == [1]
         assert len(server.writers) == 2
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(server: ScriptedServer) -> None:
-    connection = await RespConnection.open(("127.0.0.1", server.port), _settings(socket_timeout_s=0.2))
+async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(
+        server: ScriptedServer) -> None:
+    connection = await RespConnection.open(("127.0.0.1", server.port),
+                                           _settings(socket_timeout_s=0.2))
     connection._reply_timeout_s = 0.3
     started = asyncio.get_running_loop().time()
     pending = []
@@ -218,11 +236,13 @@ async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(server:
     assert connection.closed
 
 
-async def test_a_connection_answering_slowly_but_within_the_timeout_stays_open(server: ScriptedServer) -> None:
+async def test_a_connection_answering_slowly_but_within_the_timeout_stays_open(
+        server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
     connection._reply_timeout_s = 0.2
     ping = encode_command(["PING"])
-    for _ in range(6):  # 0.3 s in all: longer than the timeout, but every reply comes well within it
+    for _ in range(6):
+        # 0.3 s in all: longer than the timeout, but every reply comes well within it
         assert await connection.execute(ping, 1) == [1]
         await asyncio.sleep(0.05)
     assert not connection.closed
@@ -240,10 +260,12 @@ async def test_replicated_writes_of_one_loop_turn_share_one_wait(server: Scripte
     ping = encode_command(["PING"])
     address = ("127.0.0.1", server.port)
     async with NodeLanes(_settings()) as lanes:
-        replies = await asyncio.gather(*(lanes.execute_replicated(address, ping * n, n, replicas=1, timeout_ms=50)
+        replies = await asyncio.gather(*(lanes.execute_replicated(address, ping * n, n, replicas=1,
+                                                                  timeout_ms=50)
                                          for n in (1, 2, 3)))
         alone = await lanes.execute_replicated(address, ping, 1, replicas=1, timeout_ms=50)
-    assert replies == [[1, 7], [2, 3, 7], [4, 5, 6, 7]]  # each caller: its own replies, then the one WAIT's
+    # each caller: its own replies, then the one WAIT's
+    assert replies == [[1, 7], [2, 3, 7], [4, 5, 6, 7]]
     assert alone == [1, 7]
     sent = b"".join(server.chunks)
     assert sent.count(b"WAIT") == 2
@@ -255,8 +277,9 @@ async def test_a_failed_group_commit_fails_every_caller_in_it(server: ScriptedSe
     settings = _settings(socket_timeout_s=0.2)
     address = ("127.0.0.1", server.port)
     async with NodeLanes(settings) as lanes:
-        pending = [asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["PING"]), 1,
-                                                                  replicas=1, timeout_ms=50)) for _ in range(3)]
+        pending = [asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["PING"]),
+                                                                  1, replicas=1, timeout_ms=50))
+                   for _ in range(3)]
         await server.connected.wait()
         await asyncio.sleep(0.05)
         server.writers[0].transport.abort()
@@ -264,10 +287,12 @@ async def test_a_failed_group_commit_fails_every_caller_in_it(server: ScriptedSe
     assert all(isinstance(outcome, rexc.ConnectionError) for outcome in outcomes)
 
 
-async def test_a_caller_cancelled_before_its_commit_leaves_is_not_sent(server: ScriptedServer) -> None:
+async def test_a_caller_cancelled_before_its_commit_leaves_is_not_sent(
+        server: ScriptedServer) -> None:
     address = ("127.0.0.1", server.port)
     async with NodeLanes(_settings()) as lanes:
-        dropped = asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["DROPPED"]), 1,
+        dropped = asyncio.ensure_future(lanes.execute_replicated(address,
+                                                                 encode_command(["DROPPED"]), 1,
                                                                  replicas=1, timeout_ms=50))
         kept = asyncio.ensure_future(lanes.execute_replicated(address, encode_command(["PING"]), 1,
                                                               replicas=1, timeout_ms=50))
@@ -282,7 +307,8 @@ async def _answer(server: ScriptedServer, replies: bytes) -> None:
     await server.writers[0].drain()
 
 
-async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_replies(server: ScriptedServer) -> None:
+async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_replies(
+        server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""  # the test answers by hand
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=2)
     ping = encode_command(["PING"])
@@ -292,7 +318,8 @@ async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_repl
     assert connection.submit(ping, 1) is None
     await _answer(server, b":1\r\n")
     assert await pending[0] == [1]
-    assert connection.submit(ping, 1) is None  # the third took the room (held until the second's reply)
+    # the third took the room (held until the second's reply)
+    assert connection.submit(ping, 1) is None
     await _answer(server, b":2\r\n")
     assert await pending[1] == [2]
     await asyncio.sleep(0.05)
@@ -302,7 +329,8 @@ async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_repl
     connection.close()
 
 
-async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_on(server: ScriptedServer) -> None:
+async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_on(
+        server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
     ping = encode_command(["PING"])
@@ -324,7 +352,8 @@ async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_o
     connection.close()
 
 
-async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(server: ScriptedServer) -> None:
+async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(
+        server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
     ping = encode_command(["PING"])
@@ -337,13 +366,15 @@ async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(server:
         connection.submit(ping, 1)
 
 
-async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_replies(server: ScriptedServer) -> None:
+async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_replies(
+        server: ScriptedServer) -> None:
     server.respond = lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n:1\r\n"
     async with NodeLanes(_settings()) as lanes:
         address = ("127.0.0.1", server.port)
         assert lanes.submit(address, encode_command(["PING"]), 1) is None  # no connection open yet
         await lanes.execute(address, [("PING",), ("PING",)], exclusive=False)  # opens it
-        future = lanes.submit(address, encode_command(["EVALSHA", "x", 0]) + encode_command(["PING"]), 2)
+        future = lanes.submit(address, encode_command(["EVALSHA", "x", 0])
+                              + encode_command(["PING"]), 2)
         assert future is not None
         moved, pong = await future
     assert type(moved).__name__ == "ReplyError"  # as the reader gives it; execute converts it
@@ -351,7 +382,7 @@ async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_repli
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_request_unanswered_past_the_stall_threshold_is_reported_and_forget_fails_it_at_once(
+async def test_a_request_unanswered_past_the_stall_threshold_is_reported_and_forget_fails_it_at_once(  # noqa: E501, RUF100
         server: ScriptedServer) -> None:
     stalls: list[tuple[str, int]] = []
     async with NodeLanes(_settings(node_stall_s=0.1, socket_timeout_s=5.0)) as lanes:
@@ -378,7 +409,8 @@ async def test_a_connection_stuck_in_its_handshake_is_closed_when_its_node_is_fo
         lanes.on_stall = stalls.append
         address = ("127.0.0.1", server.port)
         request = asyncio.ensure_future(lanes.execute(address, [("PING",)], exclusive=False))
-        await asyncio.sleep(0.3)  # the node accepted the connection but never answers CLIENT SETNAME
+        # the node accepted the connection but never answers CLIENT SETNAME
+        await asyncio.sleep(0.3)
         assert stalls == [address]
         lanes.forget(set())
         with pytest.raises(rexc.ConnectionError):

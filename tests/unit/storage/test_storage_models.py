@@ -18,7 +18,8 @@ from storage.models import (
     first_deliveries,
 )
 
-ROWS = [Record(0, b"a", ValueFormat.JSON, b"k"), Record(1, b"b", ValueFormat.BINARY, None, {"h": "1"}),
+ROWS = [Record(0, b"a", ValueFormat.JSON, b"k"),
+        Record(1, b"b", ValueFormat.BINARY, None, {"h": "1"}),
         Record(0, b"c", ValueFormat.JSON, None, {}, "idem")]
 
 
@@ -30,7 +31,8 @@ def test_records_as_columns_give_back_the_same_rows() -> None:
 
 
 def test_columns_no_record_has_are_none_and_rows_fill_them_empty() -> None:
-    records = Records.of([Record(0, b"a", ValueFormat.JSON), Record(1, b"b", ValueFormat.JSON, b"k")])
+    records = Records.of([Record(0, b"a", ValueFormat.JSON),
+                          Record(1, b"b", ValueFormat.JSON, b"k")])
     assert (records.headers, records.idempotency_keys) == (None, None)
     assert Records([0, 1], [b"a", b"b"], [None, b"k"]).rows() == records.rows()
 
@@ -38,7 +40,8 @@ def test_columns_no_record_has_are_none_and_rows_fill_them_empty() -> None:
 def test_joined_batches_keep_their_order_and_every_column() -> None:
     plain = Records([2, 2], [b"x", b"y"], [None, None])
     joined = Records.joined([plain, Records.of(ROWS)])
-    assert joined.rows() == [Record(2, b"x", ValueFormat.JSON), Record(2, b"y", ValueFormat.JSON), *ROWS]
+    assert joined.rows() == [Record(2, b"x", ValueFormat.JSON), Record(2, b"y", ValueFormat.JSON),
+                             *ROWS]
     assert Records.joined([plain]) is plain
 
 

@@ -23,7 +23,8 @@ from storage.resp import (
     with_redis_errors,
 )
 
-READERS = [pytest.param(PythonReplyReader, id="python"), pytest.param(new_reply_reader, id="default")]
+READERS = [pytest.param(PythonReplyReader, id="python"),
+           pytest.param(new_reply_reader, id="default")]
 REPLIES = (
     b"+OK\r\n"
     b":42\r\n"
@@ -47,7 +48,8 @@ def _drain(reader: ReplyReader) -> list[Any]:
 
 def test_commands_are_encoded_as_arrays_of_bulk_strings() -> None:
     assert encode_command(["SET", b"k\r\n", 7]) == b"*3\r\n$3\r\nSET\r\n$3\r\nk\r\n\r\n$1\r\n7\r\n"
-    assert encode_command(["X", "é", -1, 0.5]) == b"*4\r\n$1\r\nX\r\n$2\r\n\xc3\xa9\r\n$2\r\n-1\r\n$3\r\n0.5\r\n"
+    assert encode_command(["X", "é", -1,
+                           0.5]) == b"*4\r\n$1\r\nX\r\n$2\r\n\xc3\xa9\r\n$2\r\n-1\r\n$3\r\n0.5\r\n"
     assert encode_commands([["PING"], ["WAIT", 1, 100]]) == (
         b"*1\r\n$4\r\nPING\r\n*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$3\r\n100\r\n"
     )
@@ -103,7 +105,8 @@ def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> No
     assert not isinstance(ask, rexc.MovedError)
     assert ask.port == 7002
     assert isinstance(as_redis_error(ReplyError("NOSCRIPT No matching script")), rexc.NoScriptError)
-    assert isinstance(as_redis_error(ReplyError("CLUSTERDOWN The cluster is down")), rexc.ClusterDownError)
+    assert isinstance(as_redis_error(ReplyError("CLUSTERDOWN The cluster is down")),
+                      rexc.ClusterDownError)
     assert isinstance(as_redis_error(ReplyError("TRYAGAIN Multiple keys")), rexc.TryAgainError)
     assert isinstance(as_redis_error(ReplyError("READONLY replica")), rexc.ReadOnlyError)
     assert isinstance(as_redis_error(ReplyError("LOADING dataset")), rexc.BusyLoadingError)
@@ -112,7 +115,8 @@ def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> No
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)).map(lambda p: f"{p[0]}-{p[1]}"),
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1),
+                          st.integers(0, 2**64 - 1)).map(lambda p: f"{p[0]}-{p[1]}"),
                 max_size=50))
 def test_a_command_with_stream_ids_encodes_as_the_general_encoder_does(ids: list[str]) -> None:
     head = ("XACK", "sg:{orders/3}:log", "grüppe")

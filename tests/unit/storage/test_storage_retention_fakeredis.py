@@ -41,7 +41,8 @@ def retention(redis: Any) -> RedisRetention:
 
 
 async def _fill(redis: Any, n: int) -> list[str]:
-    return [(await redis.xadd(KEY, {"v": b"%d" % i}, id=f"{1000 + i}-0")).decode() for i in range(n)]
+    return [(await redis.xadd(KEY, {"v": b"%d" % i}, id=f"{1000 + i}-0")).decode()
+            for i in range(n)]
 
 
 def test_offset_for_time_and_id_helpers() -> None:
@@ -51,7 +52,8 @@ def test_offset_for_time_and_id_helpers() -> None:
     assert after("12-3") == "12-4"
 
 
-async def test_trim_by_min_offset_removes_older_entries(redis: Any, retention: RedisRetention) -> None:
+async def test_trim_by_min_offset_removes_older_entries(redis: Any,
+                                                        retention: RedisRetention) -> None:
     ids = await _fill(redis, 10)
     report = await retention.trim("t", 0, min_offset=ids[4])
     assert report == TrimReport(0, 4, {})
@@ -80,7 +82,8 @@ async def test_the_later_of_both_cuts_wins(redis: Any, retention: RedisRetention
     assert (await retention.trim("t", 0, min_offset=ids[8], max_length=5)).removed == 3
 
 
-async def test_pending_and_undelivered_entries_below_the_cut_are_counted(redis: Any, retention: RedisRetention) -> None:
+async def test_pending_and_undelivered_entries_below_the_cut_are_counted(
+        redis: Any, retention: RedisRetention) -> None:
     ids = await _fill(redis, 10)
     await redis.xgroup_create(KEY, "lagging", id="0")
     await redis.xreadgroup("lagging", "c", {KEY: ">"}, count=3)  # 3 pending, 7 never delivered
@@ -94,10 +97,12 @@ async def test_pending_and_undelivered_entries_below_the_cut_are_counted(redis: 
     assert report == TrimReport(0, 5, {"lagging": 5, "mixed": 3})
 
 
-async def test_entries_trimmed_earlier_are_not_counted_again(redis: Any, retention: RedisRetention) -> None:
+async def test_entries_trimmed_earlier_are_not_counted_again(redis: Any,
+                                                             retention: RedisRetention) -> None:
     ids = await _fill(redis, 10)
     await redis.xgroup_create(KEY, "g", id="0")
     await redis.xreadgroup("g", "c", {KEY: ">"}, count=4)
     assert (await retention.trim("t", 0, min_offset=ids[2])).unacked_removed == {"g": 2}
-    # ids[0..1] stay in the PEL after the trim; only ids[2..3] (pending) and ids[4..5] (undelivered) count now.
+    # ids[0..1] stay in the PEL after the trim; only ids[2..3] (pending) and ids[4..5] (undelivered)
+    # count now.
     assert (await retention.trim("t", 0, min_offset=ids[6])).unacked_removed == {"g": 4}

@@ -1,6 +1,6 @@
-"""Clean plain transactions' replies read straight from the received bytes (``read_transactions``), and the lean
-protocol answering a transactions-only request with them folded, or, whenever they are not clean or not whole in
-one read, exactly as it answered before (hiredis, one reply at a time)."""
+"""Clean plain transactions' replies read straight from the received bytes (``read_transactions``),
+and the lean protocol answering a transactions-only request with them folded, or, whenever they are
+not clean or not whole in one read, exactly as it answered before (hiredis, one reply at a time)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from storage.resp import ReplyError, read_transactions_python
 from storage.scripts import _fold_transaction
 from storage.settings import RedisStoreSettings
 
-READERS = [pytest.param(read_transactions, id="installed"), pytest.param(read_transactions_python, id="reference")]
-_ids = st.builds(lambda ms, seq: f"{ms}-{seq}", st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+READERS = [pytest.param(read_transactions, id="installed"),
+           pytest.param(read_transactions_python, id="reference")]
+_ids = st.builds(lambda ms, seq: f"{ms}-{seq}", st.integers(0, 2**64 - 1),
+                 st.integers(0, 2**64 - 1))
 
 
 def _transaction(ids: list[str]) -> bytes:
@@ -35,15 +37,18 @@ def _flat(ids: list[str]) -> list[Any]:
 
 
 def test_the_compiled_reader_is_installed_unless_switched_off() -> None:
-    assert resp.read_transactions is (read_transactions_python if storage_native.OFF else read_transactions)
+    assert resp.read_transactions is (read_transactions_python if storage_native.OFF
+                                      else read_transactions)
 
 
 @pytest.mark.parametrize("read", READERS)
 @settings(max_examples=200, deadline=None)
 @given(transactions=st.lists(st.lists(_ids, max_size=6), max_size=4), lead=st.binary(max_size=6),
        tail=st.binary(max_size=6))
-def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any, transactions: list[list[str]],
-                                                                    lead: bytes, tail: bytes) -> None:
+def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any,
+                                                                   transactions: list[list[str]],
+                                                                   lead: bytes,
+                                                                   tail: bytes) -> None:
     body = b"".join(_transaction(ids) for ids in transactions)
     data = lead + body + tail
     assert read(data, len(lead), [len(ids) for ids in transactions]) == (
@@ -54,8 +59,10 @@ def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any, tr
 def test_a_read_cut_short_anywhere_is_told_apart_from_one_that_is_not_clean(read: Any) -> None:
     data = _transaction(["1-0", "1795418703164-12"]) + _transaction(["2-0"])
     for end in range(len(data)):
-        assert read(data[:end], 0, [2, 1]) is False, end  # clean so far: the rest comes in a later read
-        broken = data[:end] + b"-ERR x\r\n"  # the same start, then what no clean transaction holds there
+        # clean so far: the rest comes in a later read
+        assert read(data[:end], 0, [2, 1]) is False, end
+        # the same start, then what no clean transaction holds there
+        broken = data[:end] + b"-ERR x\r\n"
         assert read(broken, 0, [2, 1]) is None, end
     assert read(data, 0, [2, 1]) is not None
 
@@ -64,7 +71,8 @@ def test_a_read_cut_short_anywhere_is_told_apart_from_one_that_is_not_clean(read
 @pytest.mark.parametrize("data", [
     b"-MOVED 3999 127.0.0.1:7001\r\n",  # MULTI refused
     b"+OK\r\n-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n",
-    b"+OK\r\n+QUEUED\r\n*-1\r\n",  # EXEC nil (a WATCH'd key changed; never sent here, still not clean)
+    # EXEC nil (a WATCH'd key changed; never sent here, still not clean)
+    b"+OK\r\n+QUEUED\r\n*-1\r\n",
     b"+OK\r\n+QUEUED\r\n*2\r\n$3\r\n1-0\r\n$3\r\n2-0\r\n",  # more IDs than XADDs
     b"+OK\r\n+QUEUED\r\n*1\r\n-ERR wrong type\r\n",  # a command failed while executing
     b"+OK\r\n+QUEUED\r\n*1\r\n$-1\r\n",
@@ -74,7 +82,8 @@ def test_a_read_cut_short_anywhere_is_told_apart_from_one_that_is_not_clean(read
     b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n-10\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n10-\r\n",
     b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n1-0-\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n123\r\n",
     b"+OK\r\n+QUEUED\r\n*1\r\n$3\r\n1-a\r\n", b"+OK\r\n+QUEUED\r\n*1\r\n$2\r\n--\r\n",
-    b"+OK\r\n+QUEUED\r\n*01x\r\n", b"+ok\r\n+QUEUED\r\n*1\r\n$3\r\n1-0\r\n", b"+OK\r\n+QUEUED \r\n*1\r\n$3\r\n1-0\r\n",
+    b"+OK\r\n+QUEUED\r\n*01x\r\n", b"+ok\r\n+QUEUED\r\n*1\r\n$3\r\n1-0\r\n",
+    b"+OK\r\n+QUEUED \r\n*1\r\n$3\r\n1-0\r\n",
 ])
 def test_anything_but_a_clean_transaction_is_left_to_hiredis(read: Any, data: bytes) -> None:
     assert read(data, 0, [1]) is None
@@ -114,7 +123,8 @@ def _protocol_with(loop: asyncio.AbstractEventLoop, requests: list[tuple[int, li
 
 
 def _folded(result: list[Any], sizes: list[int]) -> list[Any]:
-    """A request's answer as the appender folds it: as it is when read folded, else each transaction's replies."""
+    """A request's answer as the appender folds it: as it is when read folded, else each
+    transaction's replies."""
     if type(result) is FoldedReplies:
         return list(result)
     folded, at = [], 0
@@ -135,7 +145,8 @@ async def test_a_transactions_request_read_in_one_piece_is_answered_folded() -> 
 
 
 async def test_replies_split_at_any_byte_give_every_request_the_same_answer() -> None:
-    transactions: list[list[list[str]]] = [[["1-0", "1-1"], ["2-0"]], [["3-0"]], [[]], [["4-0", "4-1", "4-2"]]]
+    transactions: list[list[list[str]]] = [[["1-0", "1-1"], ["2-0"]], [["3-0"]], [[]],
+                                           [["4-0", "4-1", "4-2"]]]
     data = b"".join(_transaction(ids) for request in transactions for ids in request)
     sizes = [[len(ids) for ids in request] for request in transactions]
     expected = [[_flat(ids) for ids in request] for request in transactions]
@@ -146,7 +157,8 @@ async def test_replies_split_at_any_byte_give_every_request_the_same_answer() ->
             for chunk in (data[:cut], data[cut:second_cut], data[second_cut:]):
                 if chunk:
                     protocol.data_received(chunk)
-            assert [_folded(f.result(), s) for f, s in zip(futures, sizes, strict=True)] == expected, cut
+            assert [_folded(f.result(), s)
+                    for f, s in zip(futures, sizes, strict=True)] == expected, cut
             assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
@@ -158,13 +170,16 @@ async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_r
     assert type(plain.result()) is list
     assert isinstance(plain.result()[1], ReplyError)
     assert other.result() == [7]
-    assert _folded(clean.result(), [1]) == [_flat(["5-0"])]  # after another request's reply: through hiredis
+    # after another request's reply: through hiredis
+    assert _folded(clean.result(), [1]) == [_flat(["5-0"])]
 
 
 async def test_a_request_cut_inside_its_replies_is_answered_folded_once_the_rest_arrives() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3, [1])])
-    protocol.data_received(b"+OK\r\n+QUE")  # Redis answered the first commands it read: kept, not for hiredis
-    assert (request.done(), protocol.reader.has_data(), protocol.waiting[0].replies) == (False, False, [])
+    # Redis answered the first commands it read: kept, not for hiredis
+    protocol.data_received(b"+OK\r\n+QUE")
+    assert (request.done(), protocol.reader.has_data(),
+            protocol.waiting[0].replies) == (False, False, [])
     protocol.data_received(b"UED\r\n*1\r\n$3\r\n6-0\r\n")
     assert type(request.result()) is FoldedReplies
     assert request.result() == [_flat(["6-0"])]
@@ -173,7 +188,8 @@ async def test_a_request_cut_inside_its_replies_is_answered_folded_once_the_rest
 async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the_rest() -> None:
     protocol, (refused, after) = _protocol_with(asyncio.get_running_loop(), [(3, [1]), (1, None)])
     protocol.data_received(b"+OK\r\n")
-    protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n:5\r\n")
+    protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction "
+                           b"discarded\r\n:5\r\n")
     assert refused.result()[0] == b"OK"
     assert [type(reply) for reply in refused.result()[1:]] == [ReplyError, ReplyError]
     assert after.result() == [5]
@@ -189,18 +205,21 @@ async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> 
     assert _folded(request.result(), [1]) == [_flat(["6-0"])]
 
 
-async def test_a_cancelled_callers_folded_replies_are_dropped_and_the_next_one_gets_its_own() -> None:
-    protocol, (cancelled, waiting) = _protocol_with(asyncio.get_running_loop(), [(3, [1]), (3, [1])])
+async def test_a_cancelled_callers_folded_replies_are_dropped_and_the_next_one_gets_its_own() -> None:  # noqa: E501, RUF100
+    protocol, (cancelled, waiting) = _protocol_with(asyncio.get_running_loop(),
+                                                    [(3, [1]), (3, [1])])
     cancelled.cancel()
     protocol.data_received(_transaction(["7-0"]) + _transaction(["8-0"]))
     assert waiting.result() == [_flat(["8-0"])]
     assert protocol.sent == 0
 
 
-async def test_a_request_cut_between_its_transactions_does_not_take_the_next_requests_replies() -> None:
+async def test_a_request_cut_between_its_transactions_does_not_take_the_next_requests_replies() -> None:  # noqa: E501, RUF100
     protocol, (two, one) = _protocol_with(asyncio.get_running_loop(), [(6, [1, 1]), (3, [1])])
-    protocol.data_received(_transaction(["1-0"]))  # the first request's first transaction only: kept
-    protocol.data_received(_transaction(["2-0"]) + _transaction(["3-0"]))  # its second, then the next request's
+    # the first request's first transaction only: kept
+    protocol.data_received(_transaction(["1-0"]))
+    # its second, then the next request's
+    protocol.data_received(_transaction(["2-0"]) + _transaction(["3-0"]))
     assert _folded(two.result(), [1, 1]) == [_flat(["1-0"]), _flat(["2-0"])]
     assert _folded(one.result(), [1]) == [_flat(["3-0"])]
 
@@ -214,7 +233,8 @@ async def test_a_group_commits_wait_reply_is_read_after_its_transactions() -> No
 
 async def test_a_wait_reply_in_a_later_read_joins_the_transactions_taken_before() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
-    protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]))  # WAIT answers later
+    # WAIT answers later
+    protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]))
     assert not request.done()
     assert protocol.waiting[0].remaining == 1
     protocol.data_received(b":1\r\n")
@@ -223,7 +243,8 @@ async def test_a_wait_reply_in_a_later_read_joins_the_transactions_taken_before(
 
 
 @pytest.mark.parametrize("wait_reply", [b"-NOREPLICAS not enough\r\n", b":x\r\n", b":1", b":1\r"])
-async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(wait_reply: bytes) -> None:
+async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(
+        wait_reply: bytes) -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 1, [1])])
     protocol.data_received(_transaction(["1-0"]) + wait_reply)
     if wait_reply.startswith(b"-"):  # the transactions as read, the error as a redis exception
@@ -258,15 +279,18 @@ class _OneWriteServer:
 @pytest.mark.parametrize("wait_reply", [b":1\r\n", b"-ERR no (test)\r\n"])
 async def test_each_caller_of_a_group_commit_gets_its_own_folded_transactions_and_the_wait(
         wait_reply: bytes) -> None:
-    answer = _transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + _transaction(["3-0"]) + wait_reply
+    answer = (_transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + _transaction(["3-0"])
+              + wait_reply)
     server = _OneWriteServer(answer)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
     address = ("127.0.0.1", listener.sockets[0].getsockname()[1])
     try:
         async with NodeLanes(RedisStoreSettings(client_name=None)) as lanes:
             first, second = await asyncio.gather(
-                lanes.execute_replicated(address, b"a", 4, replicas=1, timeout_ms=50, transactions=[2]),
-                lanes.execute_replicated(address, b"b", 6, replicas=1, timeout_ms=50, transactions=[1, 1]))
+                lanes.execute_replicated(address, b"a", 4, replicas=1, timeout_ms=50,
+                                         transactions=[2]),
+                lanes.execute_replicated(address, b"b", 6, replicas=1, timeout_ms=50,
+                                         transactions=[1, 1]))
     finally:
         listener.close()
         await listener.wait_closed()
@@ -289,12 +313,13 @@ async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() 
             if chunk:
                 protocol.data_received(chunk)
         result = request.result()
-        folded = list(result) if type(result) is FoldedReplies else [*_folded(result[:-1], [2, 1]), result[-1]]
+        folded = list(result) if type(result) is FoldedReplies else [*_folded(result[:-1], [2, 1]),
+                                                                     result[-1]]
         assert folded == [_flat(["1-0", "1-1"]), _flat(["2-0"]), 1], cut
         assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
-async def test_a_request_expecting_more_than_its_transactions_and_one_wait_is_read_reply_by_reply() -> None:
+async def test_a_request_expecting_more_than_its_transactions_and_one_wait_is_read_reply_by_reply() -> None:  # noqa: E501, RUF100
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 2, [1])])
     protocol.data_received(_transaction(["1-0"]) + b":1\r\n:2\r\n")
     assert type(request.result()) is list
