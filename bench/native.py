@@ -1,0 +1,130 @@
+"""Each compiled part against its Python reference, on the inputs the hot paths give it.
+
+Prints ns per call of both and the ratio; what docs/performance.md says about which C is kept.
+
+    python bench/native.py [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from gateway.delivery import _frames
+from gateway.delivery import wire as delivery_wire
+from gateway.observe import _sketch, hotspots
+from gateway.publish import _plain, plain_codec
+from partitioner import _murmur2, hashing
+from storage import _entries, _wire, codec, resp, scripts
+from storage.models import Delivery
+
+BATCH = 100  # messages in a publish (the bench's batch)
+PAGE = 500  # entries in a group read page
+VALUE = orjson.dumps({"order": 123456, "customer": "c-0001", "items": [1, 2, 3], "note": "x" * 120})
+
+
+def _publish_inputs() -> dict[str, Any]:
+    keys: list[bytes | None] = [b"key-%d" % (i % 1000) for i in range(BATCH)]
+    values = [VALUE] * BATCH
+    partitions = hashing.partitions_of(keys, 8, 0)
+    body = orjson.dumps({"messages": [{"key": k.decode(), "value": orjson.loads(VALUE)}
+                                      for k in keys if k is not None]})
+    head = b"*5\r\n$4\r\nXADD\r\n$12\r\nsg:{t.0}:log\r\n$1\r\n*\r\n"
+    groups = scripts.split_by_partition_python(partitions, values, keys)
+    offsets = {p: [f"1732000000000-{i}" for i in range(len(g[0]))] for p, g in groups.items()}
+    replies = [b"OK", *[b"QUEUED"] * BATCH, [b"1732000000000-%d" % i for i in range(BATCH)]]
+    return {"keys": keys, "values": values, "partitions": partitions, "body": body,
+            "head": head, "groups": groups, "offsets": offsets, "replies": replies,
+            "flat": [o for i in range(BATCH) for o in (b"1732000000000-%d" % i, 0)],
+            "messages": orjson.loads(body)["messages"],
+            "results": [f"1732000000000-{i}" for i in range(BATCH)]}
+
+
+def _read_inputs() -> dict[str, Any]:
+    items = [[b"1732000000000-%d" % i, [b"Kkey-%d" % i, VALUE]] for i in range(PAGE)]
+    entries = codec.decode_raw_entries_python(3, items)
+    deliveries = [Delivery(entry, 1) for entry in entries]
+    return {"items": items, "deliveries": deliveries,
+            "frames": [delivery_wire.message_frame("t", e, 1) for e in entries]}
+
+
+def _pairs() -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(what, compiled call, reference call) on the same input."""
+    p, r = _publish_inputs(), _read_inputs()
+    limits = (BATCH, 4096, 1 << 20)
+    prefix = b'{"type":"message","topic":"t","partition":'
+    layout = delivery_wire._FRAME_LAYOUT
+    sketches_c = [_sketch.SpaceSaving(16) for _ in range(8)]
+    sketches_py = [hotspots.SpaceSavingPython(16) for _ in range(8)]
+    entry_layout = codec._LAYOUT
+    return [
+        ("publish: scan_plain_body (100 messages)",
+         lambda: _plain.scan_plain_body(p["body"], *limits, orjson.loads, orjson.dumps),
+         lambda: plain_codec.scan_plain_body_python(p["body"], *limits, orjson.loads,
+                                                    orjson.dumps)),
+        ("publish: parse_plain (100 parsed messages)",
+         lambda: _plain.parse_plain(p["messages"], 4096, 1 << 20, orjson.dumps),
+         lambda: plain_codec.parse_plain_python(p["messages"], 4096, 1 << 20, orjson.dumps)),
+        ("publish: plain_results_json (100 offsets)",
+         lambda: _plain.plain_results_json(p["partitions"], p["results"]),
+         lambda: plain_codec.plain_results_json_python(p["partitions"], p["results"])),
+        ("publish: partitions_of (100 keys)",
+         lambda: _murmur2.partitions_of(p["keys"], 8, 0),
+         lambda: hashing.partitions_of_python(p["keys"], 8, 0)),
+        ("publish: count_batch (hot keys, 100 keys)",
+         lambda: _sketch.count_batch(sketches_c, p["partitions"], p["keys"]),
+         lambda: hotspots.count_batch_python(sketches_py, p["partitions"], p["keys"])),
+        ("append: split_by_partition (100 records)",
+         lambda: _wire.split_by_partition(p["partitions"], p["values"], p["keys"]),
+         lambda: scripts.split_by_partition_python(p["partitions"], p["values"], p["keys"])),
+        ("append: xadd_transaction (100 records)",
+         lambda: _wire.xadd_transaction(p["head"], p["head"], b"", p["values"], p["keys"]),
+         lambda: scripts.xadd_transaction_python(p["head"], p["head"], b"", p["values"],
+                                                 p["keys"])),
+        ("append: fold_transaction (100 replies)",
+         lambda: _wire.fold_transaction(p["replies"]),
+         lambda: scripts._fold_transaction_python(p["replies"])),
+        ("append: reply_offsets (100 offsets)",
+         lambda: _wire.reply_offsets(0, p["flat"]),
+         lambda: scripts.reply_offsets_python(0, p["flat"])),
+        ("append: in_input_order (100 offsets)",
+         lambda: _wire.in_input_order(BATCH, p["groups"], p["offsets"]),
+         lambda: scripts.in_input_order_python(BATCH, p["groups"], p["offsets"])),
+        ("append: has_instance (100 replies)",
+         lambda: _wire.has_instance(p["replies"], resp.ReplyError),
+         lambda: any(isinstance(reply, resp.ReplyError) for reply in p["replies"])),
+        ("read: decode_raw_entries (500 entries)",
+         lambda: _entries.decode_raw_entries(3, r["items"], entry_layout),
+         lambda: codec.decode_raw_entries_python(3, r["items"])),
+        ("deliver: message_frames (500 deliveries)",
+         lambda: _frames.message_frames(prefix, r["deliveries"], layout),
+         lambda: [delivery_wire.message_frame("t", d.entry, 1) for d in r["deliveries"]]),
+        ("deliver: text_frames (500 frames)",
+         lambda: _frames.text_frames(r["frames"]),
+         lambda: delivery_wire.text_frames_python(r["frames"])),
+    ]
+
+
+def _ns_per_call(call: Callable[[], Any], repeat: int) -> float:
+    timer = timeit.Timer(call)
+    number, _ = timer.autorange()
+    return min(timer.repeat(repeat, number)) / number * 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    print(f"{'part':46} {'compiled ns':>12} {'python ns':>12} {'ratio':>7}")
+    for what, compiled, reference in _pairs():
+        assert compiled() == reference(), what
+        fast, slow = _ns_per_call(compiled, args.repeat), _ns_per_call(reference, args.repeat)
+        print(f"{what:46} {fast:12,.0f} {slow:12,.0f} {slow / fast:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
