@@ -10,18 +10,16 @@ it and retries. WAIT acknowledging fewer than ``min_insync_replicas`` replicas f
 NotEnoughReplicas; it is not retried because the entries are already on the primary and a blind
 re-send would duplicate them.
 
-Two transports give the same replies: the lean pipelined connections of ``storage.lean`` (``lanes``,
-what the store uses: concurrent requests to one node share one socket write) send each call's
-``wire()`` (an append without idempotency keys as a MULTI/XADD/EXEC transaction, folded back into
-the script's reply), and a redis-py pipeline on the router's pinned node client (no ``lanes``; kept
-for callers built on a bare router) sends the script. acks=all writes take a connection of their own
-so WAIT follows their writes; on the lean connections the acks=all writes to one node in one
+The calls go on the lean pipelined connections of ``storage.lean`` (concurrent requests to one node
+share one socket write), each as its ``wire()`` (an append without idempotency keys as a
+MULTI/XADD/EXEC transaction, folded back into the script's reply). acks=all writes take a
+connection of their own so WAIT follows their writes; the acks=all writes to one node in one
 event-loop turn share it and one WAIT (a group commit). A transaction a node refuses (MOVED, ASK,
 READONLY...) is aborted whole (EXECABORT) and retried like a refused script.
 
 The writer is generic over the script: each ``PartitionCall`` names its script, and ``parse`` turns
-one call's reply into that partition's results (``parse_append_reply`` for appends; the
-delayed-message schedule script reuses the same path with its own parser).
+one call's reply into that partition's results (the flat reply as it is for appends; the
+delayed-message scripts reuse the same path with their own parsers).
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ class Appender(Generic[R]):
     reply."""
 
     def __init__(self, router: ClusterRouter, parse: ReplyParser[R],
-                 lanes: NodeLanes | None = None) -> None:
+                 lanes: NodeLanes) -> None:
         self._router = router
         self._settings = router.settings
         self._parse = parse
@@ -106,18 +104,8 @@ class Appender(Generic[R]):
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
         try:
             async with asyncio.timeout(deadline.remaining()):
-                if self._lanes is not None:
-                    # queued on the nodes' lean connections: no task, whatever the count
-                    return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
-                if len(groups) == 1:  # one node (every single-message publish): no task to gather
-                    ((addr, group),) = groups.items()
-                    return [await self._write_node(addr, group, asking, wait)]
-                return list(
-                    await asyncio.gather(
-                        *(self._write_node(addr, group, asking, wait)
-                          for addr, group in groups.items())
-                    )
-                )
+                # queued on the nodes' lean connections: no task, whatever the count
+                return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
         except TimeoutError as exc:
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
 
@@ -238,8 +226,6 @@ class Appender(Generic[R]):
         come back as exception values.
         """
         lanes = self._lanes
-        if lanes is None:
-            return await self._send_redis_py(addr, calls, asking, wait)
         payload, count = encoded or self._encode(calls, asking)
         if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
             replies = await lanes.execute_replicated(addr, payload, count,
@@ -295,22 +281,6 @@ class Appender(Generic[R]):
         folded += replies[pos:]
         return folded
 
-    async def _send_redis_py(self, addr: NodeAddress, calls: list[PartitionCall],
-                             asking: dict[int, NodeAddress], wait: bool) -> list[Any]:
-        pipe = self._router.node_client(addr).pipeline(transaction=False)
-        kept: list[int] = []  # positions of the replies to return (not ASKING's)
-        for call in calls:
-            if call.partition in asking:
-                pipe.execute_command("ASKING")
-            kept.append(len(pipe))
-            pipe.execute_command(*call.evalsha_command())
-        if wait:
-            kept.append(len(pipe))
-            pipe.execute_command("WAIT", self._settings.min_insync_replicas,
-                                 self._settings.wait_timeout_ms)
-        replies = await pipe.execute(raise_on_error=False)
-        return [replies[pos] for pos in kept]
-
     def _parse_replies(self, calls: list[PartitionCall], replies: list[Any],
                        wait: bool) -> _NodeOutcome[R]:
         outcome: _NodeOutcome[R] = _NodeOutcome()
@@ -353,12 +323,18 @@ class Appender(Generic[R]):
         key = (addr, script.sha)
         loading = self._loading.get(key)
         if loading is None:
-            loading = asyncio.ensure_future(self._router.node_client(addr).script_load(script.lua))
+            loading = asyncio.ensure_future(self._load_script(addr, script))
             self._loading[key] = loading
             loading.add_done_callback(lambda done: self._loading.pop(key, None) and None)
             # retrieved: no warning
             loading.add_done_callback(lambda done: done.cancelled() or done.exception())
         await asyncio.shield(loading)
+
+    async def _load_script(self, addr: NodeAddress, script: LuaScript) -> None:
+        (reply,) = await self._lanes.execute(addr, [("SCRIPT", "LOAD", script.lua)],
+                                             exclusive=False)
+        if isinstance(reply, BaseException):
+            raise reply
 
     @staticmethod
     def _merge(

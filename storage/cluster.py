@@ -1,13 +1,6 @@
-"""Connections to the Redis Cluster: slot routing, per-node pinned clients, topology refresh,
-retries.
-
-Why per-node clients: WAIT counts the replicas that acknowledged the writes *of its own connection*.
-``RedisCluster.pipeline()`` and ``RedisCluster.execute_command("WAIT")`` send WAIT over another
-connection (or to another node, WAIT has no key), where it returns at once and proves nothing. A
-plain ``redis.asyncio.Redis`` pipeline with ``transaction=False`` takes one connection from its pool
-and sends every queued command on it, so ``[EVALSHA ..., WAIT n t]`` to the node owning the slot is
-correct.
-"""
+"""The Redis Cluster's topology: the slot map (redis-py's cluster client, which also runs the admin
+commands), its refresh after a failover, and retries inside a deadline. The data path goes on the
+lean connections of ``storage.lean``, to the nodes this router names."""
 
 from __future__ import annotations
 
@@ -19,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -126,14 +119,13 @@ class RoutedCluster(RedisCluster):
 
 
 class ClusterRouter:
-    """Owns the cluster client (topology, slot map) and one plain client per node address."""
+    """Owns the cluster client (topology, slot map, admin commands)."""
 
     def __init__(self, cluster: RedisCluster, settings: RedisStoreSettings, *,
                  owns_cluster: bool) -> None:
         self.cluster = cluster
         self.settings = settings
         self._owns_cluster = owns_cluster
-        self._node_clients: dict[NodeAddress, Redis] = {}
         self._closed = False
         self.observer: CallObserver = ignore_call  # told about every attempt (metrics), set by the
                                                    # store's owner
@@ -180,35 +172,9 @@ class ClusterRouter:
         """Addresses of every known primary."""
         return [(node.host, int(node.port)) for node in self.cluster.get_primaries()]
 
-    def node_client(self, address: NodeAddress) -> Redis:
-        """The cached plain client of one node (created on first use)."""
-        client = self._node_clients.get(address)
-        if client is None:
-            client = self._make_node_client(address)
-            self._node_clients[address] = client
-        return client
-
-    def _make_node_client(self, address: NodeAddress) -> Redis:
-        s = self.settings
-        return Redis(
-            host=address[0],
-            port=address[1],
-            username=s.username,
-            password=s.password,
-            client_name=s.client_name,
-            socket_timeout=s.node_socket_timeout_s,
-            socket_connect_timeout=s.socket_connect_timeout_s,
-            max_connections=s.max_connections_per_node,
-            decode_responses=False,
-            # No hidden re-sends: a silently retried pipeline could duplicate XADDs. The store
-            # retries itself, inside its deadline and after refreshing the slot map.
-            retry=Retry(NoBackoff(), 0),
-            **s.tls_options(),
-        )
-
     async def refresh(self) -> None:
-        """Reload the slot map from the cluster and drop clients of nodes that left it; concurrent
-        callers share one reload, which asks the node that failed last only when no other
+        """Reload the slot map from the cluster and tell the listeners; concurrent callers share one
+        reload, which asks the node that failed last only when no other
         answers."""
         await asyncio.shield(self._reloading())
 
@@ -254,10 +220,6 @@ class ClusterRouter:
         suspect = None if self.suspect is None else f"{self.suspect[0]}:{self.suspect[1]}"
         async with asyncio.timeout(self.settings.topology_timeout_s):
             await self.cluster.nodes_manager.initialize(last_failed_node_name=suspect)
-        known = {(n.host, int(n.port)) for n in self.cluster.get_nodes()}
-        stale = [addr for addr in self._node_clients if addr not in known]
-        for addr in stale:
-            await self._node_clients.pop(addr).aclose()
         primaries = set(self.primaries())
         for listener in self._refresh_listeners:
             listener(primaries)
@@ -298,14 +260,11 @@ class ClusterRouter:
                 await self.refresh()
 
     async def aclose(self) -> None:
-        """Close every per-node client and, if owned, the cluster client (idempotent)."""
+        """Stop the failover watches and, if owned, close the cluster client (idempotent)."""
         if self._closed:
             return
         self._closed = True
         for task in [*self._watches.values(), *([self._refreshing] if self._refreshing else [])]:
             task.cancel()
-        clients, self._node_clients = list(self._node_clients.values()), {}
-        for client in clients:
-            await client.aclose()
         if self._owns_cluster:
             await self.cluster.aclose()

@@ -47,9 +47,10 @@ class RedisDelayedStore:
     Take it from ``RedisStreamStore.delayed``; it owns no connections of its own.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes | None = None) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router
         self._settings = router.settings
+        self._lanes = lanes
         self._writer: Appender[ScheduledResult] = Appender(router, parse_schedule_reply, lanes)
         self._promoter: Appender[AppendResult] = Appender(router, parse_promote_reply, lanes)
         self._promote_calls: dict[tuple[str, int, int, int | None], PreparedCall] = {}
@@ -147,15 +148,18 @@ class RedisDelayedStore:
         return int(count)
 
     async def _evalsha(self, slot: int, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
-        # The node client, not the cluster client: MOVED surfaces as an error, so the router
+        # On the lean connection of the slot's primary: MOVED surfaces as an error, so the router
         # refreshes the slot map and retries; NOSCRIPT (a fresh or promoted primary) loads the
         # script on that node and runs it again.
-        client = self._router.node_client(self._router.node_for_slot(slot))
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-        except rexc.NoScriptError:
-            await client.script_load(script.lua)
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        address = self._router.node_for_slot(slot)
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        (reply,) = await self._lanes.execute(address, [command], exclusive=False)
+        if isinstance(reply, rexc.NoScriptError):
+            _, reply = await self._lanes.execute(address, [("SCRIPT", "LOAD", script.lua), command],
+                                                 exclusive=False)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
 
 __all__ = ["RedisDelayedStore"]

@@ -3,32 +3,24 @@ stream).
 
 The Redis group name is the group name as given, on the partition's stream ``sg:{<topic>/<p>}:log``.
 
-Blocking reads: ``XREADGROUP ... BLOCK ms`` holds its connection for up to ``block_ms``. The cluster
-client's sockets time out after ``socket_timeout_s`` and a timeout there also triggers a topology
-reload, so blocking reads go to the node owning the slot through a separate per-node client without
-a socket timeout; each attempt is bounded instead by ``asyncio.timeout(block_ms +
-socket_timeout_s)``. Keeping those connections in their own pool means blocked readers can never
-starve the append path of connections. A cancelled or timed-out read closes its connection (redis-py
-disconnects on cancellation), so no late reply is read by the next command; entries Redis handed to
-such a read stay pending and come back through ``expired``/``claim``.
-
-Every other command goes through the cluster client, retried on transient errors inside the store's
-deadline (``ClusterRouter.call``); nothing above this module sees a redis exception.
+Reads and acks go on the lean connections of the slot's primary (``storage.lean``): a read without
+BLOCK and XACK on the shared connection, pipelined with the appends; ``XREADGROUP``/``XREAD ...
+BLOCK ms`` on a connection of its own, whose reply may take ``block_ms`` beyond the reply timeout,
+so blocked readers never hold up a write. A cancelled or timed-out read closes its connection, so no
+late reply answers the next command; entries Redis handed to such a read stay pending and come back
+through ``expired``/``claim``. Admin commands (XINFO, XPENDING, XCLAIM, XGROUP) still go through
+redis-py's cluster client. Everything is retried on transient errors inside the store's deadline
+(``ClusterRouter.call``); nothing above this module sees a redis exception.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.crc import key_slot
 
-from storage.cluster import ClusterRouter, NodeAddress, needs_refresh
+from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_entries,
     decode_offset,
@@ -121,22 +113,6 @@ def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
     return decode_raw_entries(partition, items)
 
 
-def _raw_reply(response: Any, **options: Any) -> Any:
-    return response
-
-
-def with_raw_stream_reads(client: Redis) -> Redis:
-    """``client`` answering XREADGROUP and XREAD with the reply as parsed off the wire
-    (parse_read_reply's input).
-
-    The read hot path decodes the flat entry lists itself (codec.decode_raw_entries): redis-py's
-    pairs-to-dict stream callbacks cost more than the decoding they feed.
-    """
-    for command in ("XREADGROUP", "XREAD"):
-        client.set_response_callback(command, _raw_reply)
-    return client
-
-
 def find_group(infos: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any] | None:
     """The XINFO GROUPS row of ``group``, or None."""
     for info in infos:
@@ -162,78 +138,17 @@ def state_from(partition: int, info: Mapping[str, Any] | None,
     )
 
 
-class BlockingReaders:
-    """One plain client per node for blocking reads: no socket timeout, a pool separate from
-    writes."""
-
-    def __init__(self, router: ClusterRouter) -> None:
-        self._router = router
-        self._clients: dict[NodeAddress, Redis] = {}
-        self._stale = False
-
-    def mark_stale(self) -> None:
-        """The slot map is being refreshed: drop clients of departed nodes before the next read."""
-        self._stale = True
-
-    async def client_for(self, key: str) -> Redis:
-        """The reader client of the primary that owns ``key``'s slot (per the cached slot map)."""
-        if self._stale:
-            self._stale = False
-            await self._prune()
-        address = self._router.node_for_slot(key_slot(key.encode()))
-        client = self._clients.get(address)
-        if client is None:
-            client = self._clients[address] = self._make(address)
-        return client
-
-    def _make(self, address: NodeAddress) -> Redis:
-        s = self._router.settings
-        client = Redis(
-            host=address[0],
-            port=address[1],
-            username=s.username,
-            password=s.password,
-            client_name=s.client_name,
-            socket_timeout=None,  # bounded per call by asyncio.timeout, since BLOCK varies per call
-            socket_connect_timeout=s.socket_connect_timeout_s,
-            max_connections=s.max_connections_per_node,
-            decode_responses=False,
-            retry=Retry(NoBackoff(), 0),  # the store retries itself, after refreshing the slot map
-            **s.tls_options(),
-        )
-        return with_raw_stream_reads(client)
-
-    async def _prune(self) -> None:
-        known = {(n.host, int(n.port)) for n in self._router.cluster.get_nodes()}
-        for address in [a for a in self._clients if a not in known]:
-            await self._clients.pop(address).aclose()
-
-    async def aclose(self) -> None:
-        """Close every reader client (idempotent)."""
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
-
-
 class RedisGroupStore:
     """Consumer groups on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
 
-    Build it with ``RedisGroupStore(router)`` or take ``RedisStreamStore.groups``. It owns only its
-    blocking reader clients (``aclose``); the router belongs to whoever created it.
+    Build it with ``RedisGroupStore(router, lanes)`` or take ``RedisStreamStore.groups``; the
+    router and the lean connections belong to whoever created them.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes | None = None) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router
         self._settings = router.settings
-        self._readers = BlockingReaders(router)
-        self._lanes = lanes  # the lean connections, for XACK (the ack path of every group delivery)
-        self._closed = False
-
-    async def aclose(self) -> None:
-        """Close the blocking reader clients; the shared router stays open (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            await self._readers.aclose()
+        self._lanes = lanes  # reads (blocking ones on connections of their own) and XACK
 
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         """Create the group at ``start`` (earliest/latest/offset) with MKSTREAM; an existing group
@@ -278,39 +193,24 @@ class RedisGroupStore:
         self, key: str, slot: int, partition: int, group: str, consumer: str, count: int,
         block_ms: int
     ) -> list[StoredEntry]:
-        if not block_ms and self._lanes is not None:
-            reply = await self._read("read_new",
-                                     lambda: self._read_lean(slot, key, group, consumer, count))
-            return parse_read_reply(partition, reply)
-        attempt_s = block_ms / 1000 + self._settings.socket_timeout_s
-
-        async def op() -> Any:
-            client = await self._readers.client_for(key)
-            try:
-                async with asyncio.timeout(attempt_s):
-                    return await client.xreadgroup(group, consumer, {key: ">"}, count=count,
-                                                   block=block_ms or None)
-            except Exception as exc:
-                if is_missing_group(exc):
-                    raise _MissingGroup(str(exc)) from exc
-                if needs_refresh(exc):  # MOVED, lost node: the router refreshes the slot map before
-                                        # retrying
-                    self._readers.mark_stale()
-                raise
-
+        block = ("BLOCK", block_ms) if block_ms else ()
+        command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block,
+                                  "STREAMS", key, ">"))
         reply = await self._router.call("read_new",
-                                        self._settings.read_deadline_s + block_ms / 1000, op)
+                                        self._settings.read_deadline_s + block_ms / 1000,
+                                        lambda: self._read_lean(slot, command, block_ms))
         return parse_read_reply(partition, reply)
 
-    async def _read_lean(self, slot: int, key: str, group: str, consumer: str, count: int) -> Any:
-        """XREADGROUP without BLOCK on the lean connection of the slot's primary: its raw RESP2
-        reply (nil when nothing is new). An error reply is raised for the router to retry (MOVED
+    async def _read_lean(self, slot: int, command: bytes, block_ms: int) -> Any:
+        """An XREADGROUP or XREAD on the lean connections of the slot's primary: the shared one
+        without BLOCK (pipelined with the acks), a connection of its own with it. Its raw RESP2
+        reply (nil when nothing is new); an error reply is raised for the router to retry (MOVED
         refreshes the slot map)."""
-        assert self._lanes is not None
-        command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS",
-                                  key, ">"))
-        (reply,) = await self._lanes.execute(self._router.node_for_slot(slot), [command],
-                                             exclusive=False)
+        address = self._router.node_for_slot(slot)
+        if block_ms:
+            reply = await self._lanes.execute_blocking(address, command, block_ms / 1000)
+        else:
+            (reply,) = await self._lanes.execute(address, [command], exclusive=False)
         if isinstance(reply, BaseException):
             if is_missing_group(reply):
                 raise _MissingGroup(str(reply)) from reply
@@ -328,22 +228,14 @@ class RedisGroupStore:
         """
         if count <= 0 or block_ms < 0:
             raise ValueError("count must be > 0 and block_ms >= 0")
-        key = log_key(topic, partition)
         position = "0-0" if after is None else validate_offset(after)
-        attempt_s = block_ms / 1000 + self._settings.socket_timeout_s
-
-        async def op() -> Any:
-            client = await self._readers.client_for(key)
-            try:
-                async with asyncio.timeout(attempt_s):
-                    return await client.xread({key: position}, count=count, block=block_ms or None)
-            except Exception as exc:
-                if needs_refresh(exc):
-                    self._readers.mark_stale()
-                raise
-
+        block = ("BLOCK", block_ms) if block_ms else ()
+        command = encode_command(("XREAD", "COUNT", count, *block, "STREAMS",
+                                  log_key(topic, partition), position))
+        slot = slot_of(topic, partition)
         reply = await self._router.call("read_after",
-                                        self._settings.read_deadline_s + block_ms / 1000, op)
+                                        self._settings.read_deadline_s + block_ms / 1000,
+                                        lambda: self._read_lean(slot, command, block_ms))
         return parse_read_reply(partition, reply)
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
@@ -351,26 +243,13 @@ class RedisGroupStore:
         if not offsets:
             return 0
         ids = validate_offsets(offsets)
-        key = log_key(topic, partition)
-        if self._lanes is not None:
-            slot = slot_of(topic, partition)
-            return await self._write("ack", lambda: self._ack_lean(slot, key, group, ids))
-        acked = await self._write("ack", lambda: self._ack_or_zero(key, group, ids))
-        return int(acked)
-
-    async def _ack_or_zero(self, key: str, group: str, ids: Sequence[str]) -> int:
-        try:
-            return int(await self._router.cluster.xack(key, group, *ids))
-        except rexc.ResponseError as exc:
-            if is_missing_group(exc):
-                return 0
-            raise
+        key, slot = log_key(topic, partition), slot_of(topic, partition)
+        return await self._write("ack", lambda: self._ack_lean(slot, key, group, ids))
 
     async def _ack_lean(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
         """XACK on the lean connection of the slot's primary (far less client CPU than through
         redis-py); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map
         first)."""
-        assert self._lanes is not None
         (reply,) = await self._lanes.execute(self._router.node_for_slot(slot),
                                              [encode_command_with_ids(("XACK", key, group), ids)],
                                              exclusive=False)
@@ -436,7 +315,7 @@ class RedisGroupStore:
                                                        min_idle_ms))
         claimed = present(reply)
         if len(claimed) < len(reply):
-            await self._ack_trimmed(key, group, list(counts))
+            await self._ack_trimmed(key, slot_of(topic, partition), group, list(counts))
         entries = decode_entries(partition, claimed)
         return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
                 if entry.offset in counts]
@@ -451,7 +330,7 @@ class RedisGroupStore:
                 return []
             raise
 
-    async def _ack_trimmed(self, key: str, group: str, ids: list[str]) -> None:
+    async def _ack_trimmed(self, key: str, slot: int, group: str, ids: list[str]) -> None:
         """Ack the ids that no longer exist in the stream (they can never be delivered)."""
 
         async def exists(entry_id: str) -> bool:
@@ -460,7 +339,7 @@ class RedisGroupStore:
         async def op() -> None:
             gone = [i for i in ids if not await exists(i)]
             if gone:
-                await self._ack_or_zero(key, group, gone)
+                await self._ack_lean(slot, key, group, gone)
 
         await self._write("claim", op)
 

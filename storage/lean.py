@@ -1,5 +1,5 @@
-"""A lean pipelined connection per primary for the append path (redis-py keeps topology and
-everything else).
+"""Lean pipelined connections per primary for appends, acks and reads (redis-py keeps the
+topology and the admin commands).
 
 ``RespConnection`` writes raw RESP (``storage.resp``) and matches replies to requests in order.
 Requests made in the same event-loop turn leave in one socket write (flushed as soon as the loop is
@@ -20,7 +20,8 @@ pool of connections taken exclusively by acks=all writes: WAIT blocks its connec
 replicas answer, and it must follow the caller's own writes on the same connection (WAIT counts only
 what its connection sent; docs/architecture.md, acks). acks=all writes to
 one node made in the same event-loop turn share one such connection and one WAIT
-(``execute_replicated``, a group commit).
+(``execute_replicated``, a group commit). Blocking reads take connections of a third pool, one
+read each at a time (``execute_blocking``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class _Request:
     transactions: list[int] | None = None
     # the transactions, taken from the bytes while that WAIT reply is awaited
     folded: FoldedReplies | None = None
+    # how much longer than the reply timeout its reply may take (a blocking read's BLOCK)
+    grace_s: float = 0.0
 
 
 class _RespProtocol(asyncio.Protocol):
@@ -276,7 +279,7 @@ class RespConnection:
         return self._protocol.lost is not None
 
     async def execute(self, payload: bytes, replies: int,
-                      transactions: list[int] | None = None) -> list[Any]:
+                      transactions: list[int] | None = None, grace_s: float = 0.0) -> list[Any]:
         """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as
         exceptions.
 
@@ -286,15 +289,15 @@ class RespConnection:
         request waiting (requests are answered in order), not a timer per request, whose arming and
         cancelling is event-loop work on every request.
         """
-        future = self.submit(payload, replies, transactions)
+        future = self.submit(payload, replies, transactions, grace_s)
         while future is None:
             await self._room()
-            future = self.submit(payload, replies, transactions)
+            future = self.submit(payload, replies, transactions, grace_s)
         answer = await future
         return answer if type(answer) is FoldedReplies else with_redis_errors(answer)
 
-    def submit(self, payload: bytes, replies: int,
-               transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
+    def submit(self, payload: bytes, replies: int, transactions: list[int] | None = None,
+               grace_s: float = 0.0) -> asyncio.Future[list[Any]] | None:
         """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its
         raw replies (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them),
         or None when the connection has ``max_in_flight`` requests already. Raises the failure of a
@@ -313,7 +316,7 @@ class RespConnection:
         future: asyncio.Future[list[Any]] = loop.create_future()
         now = loop.time()
         # no await between the two
-        protocol.waiting.append(_Request(future, replies, [], now, transactions))
+        protocol.waiting.append(_Request(future, replies, [], now, transactions, grace_s=grace_s))
         self._out.append(payload)
         self._out_requests += 1
         if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
@@ -361,7 +364,7 @@ class RespConnection:
             return  # re-armed by the next request
         loop = asyncio.get_running_loop()
         oldest = protocol.waiting[0]
-        due = oldest.queued_at + self._reply_timeout_s
+        due = oldest.queued_at + self._reply_timeout_s + oldest.grace_s
         if self._stall is not None and self._stall_reported is not oldest:
             stall_due = oldest.queued_at + self._stall.after_s
             if loop.time() < stall_due:
@@ -457,6 +460,9 @@ class _Lane:
         self.exclusive_slots = asyncio.Semaphore(max_exclusive)
         # (replicas, timeout) -> this turn's callers
         self.forming: dict[tuple[int, int], list[_Replicated]] = {}
+        # idle connections for blocking reads, one read each at a time, bounded in number
+        self.blocking: list[RespConnection] = []
+        self.blocking_slots = asyncio.Semaphore(max_exclusive)
 
 
 class NodeLanes:
@@ -653,6 +659,40 @@ class NodeLanes:
                 connection.close()
             return replies
 
+    async def execute_blocking(self, address: NodeAddress, command: bytes, block_s: float) -> Any:
+        """One command that may block in Redis for ``block_s`` (XREADGROUP or XREAD with BLOCK), on
+        a connection of its own: never queued behind or in front of other requests, its reply
+        allowed ``block_s`` beyond the reply timeout. Its reply, an error reply as an exception
+        value. Cancelled or failed, the connection is closed: a late reply must not answer the next
+        command."""
+        lane = self._lane(address)
+        async with lane.blocking_slots:
+            while lane.blocking and lane.blocking[-1].closed:
+                lane.blocking.pop()
+            connection = lane.blocking.pop() if lane.blocking else await self._open_blocking(
+                address, lane)
+            lane.busy.add(connection)
+            try:
+                (reply,) = await connection.execute(command, 1, grace_s=block_s)
+            except BaseException:
+                connection.close()
+                raise
+            finally:
+                lane.busy.discard(connection)
+            if not self._closed and not lane.closed and not connection.closed:
+                lane.blocking.append(connection)
+            else:
+                connection.close()
+            return reply
+
+    async def _open_blocking(self, address: NodeAddress, lane: _Lane) -> RespConnection:
+        # No stall watch: a blocked read waits by design, it says nothing about the node.
+        connection = await RespConnection.open(address, self._settings, 1, None, lane.handshaking)
+        if lane.closed:  # forgotten during the handshake
+            connection.close()
+            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+        return connection
+
     async def _open_exclusive(self, address: NodeAddress, lane: _Lane) -> RespConnection:
         # WAIT may hold the reply for the WAIT timeout by design: a stall starts after it.
         connection = await RespConnection.open(
@@ -685,9 +725,10 @@ class NodeLanes:
         lane.closed = True
         if lane.shared is not None:
             lane.shared.close()
-        for connection in (*lane.idle, *lane.busy, *lane.handshaking):
+        for connection in (*lane.idle, *lane.blocking, *lane.busy, *lane.handshaking):
             connection.close()
         lane.idle.clear()
+        lane.blocking.clear()
 
 
 def _integer_reply(data: bytes, offset: int) -> tuple[int, int] | None:

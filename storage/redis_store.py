@@ -12,7 +12,7 @@ from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
 from storage.cluster import ClusterRouter, NodeAddress
-from storage.codec import decode_entries, decode_offset, decode_raw_entries, validate_offset
+from storage.codec import decode_offset, decode_raw_entries, validate_offset
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
@@ -54,14 +54,10 @@ class RedisStreamStore:
     Every redis exception is translated to a storage error here; nothing above sees redis types.
     """
 
-    def __init__(
-        self, settings: RedisStoreSettings, observer: CallObserver = ignore_call, *,
-        lean_append: bool = True
-    ) -> None:
+    def __init__(self, settings: RedisStoreSettings, observer: CallObserver = ignore_call) -> None:
         self.settings = settings
-        # Appends over lean pipelined connections (storage.lean); False keeps them on redis-py
-        # pipelines.
-        self._lanes: NodeLanes | None = NodeLanes(settings) if lean_append else None
+        # appends, reads and acks over lean pipelined connections (storage.lean)
+        self._lanes = NodeLanes(settings)
         # told about every Redis attempt: (operation, seconds, error class or None)
         self._observer = observer
         self._router: ClusterRouter | None = None
@@ -87,10 +83,9 @@ class RedisStreamStore:
         router.observer = self._observer
         self._router = router
         lanes = self._lanes
-        if lanes is not None:  # lean connections to nodes that are no longer primaries are closed
-            router.on_refresh(lanes.forget)
-            lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
-        self._appender = Appender(router, flat_reply, self._lanes)
+        router.on_refresh(lanes.forget)  # connections to nodes no longer primaries are closed
+        lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
+        self._appender = Appender(router, flat_reply, lanes)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when
@@ -113,10 +108,7 @@ class RedisStreamStore:
         if self._closed:
             return
         self._closed = True
-        if self._groups is not None:
-            await self._groups.aclose()
-        if self._lanes is not None:
-            await self._lanes.aclose()
+        await self._lanes.aclose()
         if self._router is not None:
             await self._router.aclose()
 
@@ -221,24 +213,15 @@ class RedisStreamStore:
             start = "-"
         if limit <= 0:
             return []
-        key = log_key(topic, partition)
-        if self._lanes is not None:
-            slot = slot_of(topic, partition)
-            raw = await self._call("read", self.settings.read_deadline_s,
-                                   lambda: self._xrange_lean(slot, key, start, limit))
-            return decode_raw_entries(partition, raw or [])
-        items = await self._call(
-            "read",
-            self.settings.read_deadline_s,
-            lambda: self.router.cluster.xrange(key, min=start, max="+", count=limit),
-        )
-        return decode_entries(partition, items or [])
+        key, slot = log_key(topic, partition), slot_of(topic, partition)
+        raw = await self._call("read", self.settings.read_deadline_s,
+                               lambda: self._xrange_lean(slot, key, start, limit))
+        return decode_raw_entries(partition, raw or [])
 
     async def _xrange_lean(self, slot: int, key: str, start: str, limit: int) -> Any:
         """XRANGE on the lean connection of the slot's primary: its raw RESP2 reply (``[id, [field,
         value...]]`` items). An error reply is raised for the router to retry (MOVED refreshes the
         slot map first)."""
-        assert self._lanes is not None
         command = encode_command(("XRANGE", key, start, "+", "COUNT", limit))
         (reply,) = await self._lanes.execute(self.router.node_for_slot(slot), [command],
                                              exclusive=False)
@@ -259,10 +242,8 @@ class RedisStreamStore:
     async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
         """``last_offset`` of several partitions: one pipelined round per node on the lean
         connections (a subscription storm costs Redis round trips, not a redis-py connection per
-        lookup); a partition that did not answer plainly there (or every one, without lean
-        connections) is read the usual way."""
-        found = (await read_last_offsets(self.router, self._lanes, topic, partitions)
-                 if self._lanes is not None else {})
+        lookup); a partition that did not answer plainly there is read the usual way."""
+        found = await read_last_offsets(self.router, self._lanes, topic, partitions)
         return {partition: found[partition] if partition in found
                 else await self.last_offset(topic, partition)
                 for partition in partitions}
@@ -277,10 +258,9 @@ class RedisStreamStore:
                                   partitions: Sequence[int]) -> dict[int, PartitionOverview]:
         """Length and every group's position of several partitions (``storage.overview``): one
         pipelined round per node on the lean connections; a partition that did not answer plainly
-        there (or every partition, without lean connections) is read one call at a time with the
-        usual retries, its oldest pending offsets included."""
-        found = (await read_overviews(self.router, self._lanes, topic, partitions)
-                 if self._lanes is not None else {})
+        there is read one call at a time with the usual retries, its oldest pending offsets
+        included."""
+        found = await read_overviews(self.router, self._lanes, topic, partitions)
         for partition in partitions:
             if partition not in found:
                 found[partition] = await self._overview_one(topic, partition)
@@ -342,17 +322,30 @@ class RedisStreamStore:
 
     async def _delete_on_node(self, addr: NodeAddress, pattern: str, wanted: re.Pattern[str],
                               partitions: int) -> None:
-        client = self.router.node_client(addr)
         by_partition: dict[int, list[bytes]] = {}
-        async for raw in client.scan_iter(match=pattern, count=_SCAN_COUNT):
-            match = wanted.match(raw.decode(errors="replace"))
-            if match and int(match.group(1)) < partitions:
-                by_partition.setdefault(int(match.group(1)), []).append(raw)
-        pipe = client.pipeline(transaction=False)
-        for keys in by_partition.values():
-            for start in range(0, len(keys), 500):
-                pipe.unlink(*keys[start : start + 500])
-        await pipe.execute()
+        cursor: bytes = b"0"
+        while True:
+            scanned = await self._on_node(addr, [("SCAN", cursor, "MATCH", pattern,
+                                                  "COUNT", _SCAN_COUNT)])
+            cursor, keys = scanned[0]
+            for raw in keys:
+                match = wanted.match(raw.decode(errors="replace"))
+                if match and int(match.group(1)) < partitions:
+                    by_partition.setdefault(int(match.group(1)), []).append(raw)
+            if cursor == b"0":
+                break
+        unlinks = [("UNLINK", *keys[start:start + 500]) for keys in by_partition.values()
+                   for start in range(0, len(keys), 500)]
+        if unlinks:
+            await self._on_node(addr, unlinks)
+
+    async def _on_node(self, addr: NodeAddress, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Commands on one node's lean connection; the first error reply is raised."""
+        replies = await self._lanes.execute(addr, commands, exclusive=False)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
 
     async def ping(self) -> None:
         """Raise StorageUnavailable unless a node answers CLUSTER INFO with ``cluster_state:ok``."""

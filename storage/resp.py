@@ -1,27 +1,20 @@
-"""RESP2 on the wire, without a client library: command encoding and an incremental reply reader.
+"""RESP2 on the wire for the lean connections: hiredis' encoder and reply reader, and clean
+transactions' replies read straight from the bytes.
 
-Used by the lean append path (``storage.lean``): redis-py spends far more CPU per command than the
-encoding below and hiredis' reader do. ``new_reply_reader`` returns hiredis' C reader when it is
-installed and ``PythonReplyReader`` (same interface) otherwise. Error replies come back as
-``ReplyError`` values, not raised, so a pipeline's other replies survive; ``as_redis_error`` maps
-one to the redis-py exception class (MovedError, AskError, NoScriptError, ClusterDownError, ...) the
-retry logic knows.
+Error replies come back as ``ReplyError`` values, not raised, so a pipeline's other replies
+survive; ``as_redis_error`` maps one to the exception class the retry logic knows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import groupby
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
+import hiredis
 from redis import exceptions as rexc
 
 from storage.native import refuse_if_off
-
-try:  # hiredis is a dependency through redis[hiredis]; the pure-Python reader is the fallback
-    import hiredis
-except ImportError:  # pragma: no cover - exercised by tests through PythonReplyReader directly
-    hiredis = None  # type: ignore[assignment]
 
 try:  # the compiled check (storage._wire, built by setup.py); the Python one is the same answer
     refuse_if_off()
@@ -138,7 +131,6 @@ except ImportError:  # pragma: no cover - built without a C compiler
     read_transactions = read_transactions_python
 
 NOT_READY: Any = False  # what ``gets`` returns while a reply is incomplete (hiredis' convention)
-_CRLF = b"\r\n"
 
 
 class ReplyError(Exception):
@@ -160,40 +152,11 @@ class ReplyReader(Protocol):
     def has_data(self) -> bool: ...
 
 
-_SHORT_ARGS: dict[bytes | str | int, bytes] = {}  # encodings of short arguments (field names,
-                                                  # counts, flags)
-_SHORT_ARGS_MAX = 4096
-
-
 def encode_command(args: Sequence[bytes | str | int | float]) -> bytes:
-    """One command as a RESP array of bulk strings (str is UTF-8, numbers as their decimal text).
-
-    The hot path of every append: short arguments (field names, indexes, counts) come from a cache,
-    the rest take one %-format each.
-    """
-    out = [b"*%d\r\n" % len(args)]
-    append, cache = out.append, _SHORT_ARGS
-    for arg in args:
-        if arg is True or arg is False:
-            raise TypeError("cannot encode bool as a Redis argument")
-        # floats and others just miss
-        if (hit := cache.get(arg)) is not None:  # type: ignore[arg-type]
-            append(hit)
-            continue
-        kind = type(arg)
-        if kind is bytes:
-            raw: bytes = arg  # type: ignore[assignment]
-        elif kind is str:
-            raw = arg.encode()  # type: ignore[union-attr]
-        elif isinstance(arg, int | float):
-            raw = repr(arg).encode()
-        else:
-            raise TypeError(f"cannot encode {kind.__name__} as a Redis argument")
-        encoded = b"$%d\r\n%s\r\n" % (len(raw), raw)
-        if len(raw) <= 4 and kind is not float and len(cache) < _SHORT_ARGS_MAX:
-            cache[arg] = encoded  # type: ignore[index]
-        append(encoded)
-    return b"".join(out)
+    """One command as a RESP array of bulk strings (str is UTF-8, numbers as their decimal text):
+    hiredis' encoder. TypeError for anything else (bool and None included)."""
+    packed: bytes = hiredis.pack_command(cast(Any, args if type(args) is tuple else tuple(args)))
+    return packed
 
 
 def encode_command_with_ids(head: Sequence[bytes | str | int | float], ids: Sequence[str]) -> bytes:
@@ -215,82 +178,10 @@ def encode_commands(commands: Iterable[Sequence[bytes | str | int | float]]) -> 
     return b"".join(encode_command(command) for command in commands)
 
 
-class _Incomplete(Exception):
-    """Internal: the buffer ends inside a reply."""
-
-
-class PythonReplyReader:
-    """A pure-Python RESP2 reply reader with hiredis' interface (bulk strings stay bytes)."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._pos = 0
-
-    def feed(self, data: bytes, /) -> None:
-        """Append received bytes."""
-        self._buffer += data
-
-    def has_data(self) -> bool:
-        """Whether fed bytes are not read yet (a partial reply)."""
-        return self._pos < len(self._buffer)
-
-    def gets(self) -> Any:
-        """The next complete reply, or NOT_READY (the partial bytes are kept for the next
-        ``feed``)."""
-        start = self._pos
-        try:
-            reply = self._parse()
-        except _Incomplete:
-            self._pos = start
-            return NOT_READY
-        if self._pos > 65536 or self._pos == len(self._buffer):
-            del self._buffer[: self._pos]
-            self._pos = 0
-        return reply
-
-    def _line(self) -> bytes:
-        end = self._buffer.find(_CRLF, self._pos)
-        if end < 0:
-            raise _Incomplete
-        line = bytes(self._buffer[self._pos : end])
-        self._pos = end + 2
-        return line
-
-    def _parse(self) -> Any:
-        line = self._line()
-        if not line:
-            raise ProtocolError("empty reply line")
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest
-        if kind == b"-":
-            return ReplyError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            return self._bulk(int(rest))
-        if kind == b"*":
-            size = int(rest)
-            return None if size < 0 else [self._parse() for _ in range(size)]
-        raise ProtocolError(f"unexpected reply type byte {kind!r}")
-
-    def _bulk(self, size: int) -> bytes | None:
-        if size < 0:
-            return None
-        end = self._pos + size
-        if len(self._buffer) < end + 2:
-            raise _Incomplete
-        value = bytes(self._buffer[self._pos : end])
-        self._pos = end + 2
-        return value
-
-
 def new_reply_reader() -> ReplyReader:
-    """hiredis' reader when installed (errors as ReplyError values), else the pure-Python one."""
-    if hiredis is not None:
-        reader: ReplyReader = hiredis.Reader(protocolError=ProtocolError, replyError=ReplyError)
-        return reader
-    return PythonReplyReader()
+    """hiredis' reply reader, error replies as ReplyError values."""
+    reader: ReplyReader = hiredis.Reader(protocolError=ProtocolError, replyError=ReplyError)
+    return reader
 
 
 # The error codes whose replies the store tells apart, as the exceptions redis-py raises for them

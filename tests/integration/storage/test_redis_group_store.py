@@ -169,6 +169,24 @@ async def test_cancelled_blocking_read_does_not_hold_up_the_next_read(
     assert await _read(groups, topic) == offsets
 
 
+async def test_a_blocking_read_after_a_cancelled_one_reads_for_its_own_consumer(
+    store: RedisStreamStore, groups: RedisGroupStore, topic: str
+) -> None:
+    """The cancelled read's connection is closed, not reused: its late reply (the entries Redis
+    would hand to the old consumer) cannot answer the next read."""
+    await groups.ensure_group(topic, P, G, "latest")
+    old = asyncio.create_task(groups.read_new(topic, P, G, "old", count=10, block_ms=5000))
+    await asyncio.sleep(0.2)
+    old.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await old
+    new = asyncio.create_task(groups.read_new(topic, P, G, "new", count=10, block_ms=5000))
+    await asyncio.sleep(0.2)
+    offsets = await _append(store, topic, 2)
+    assert [e.offset for e in await asyncio.wait_for(new, timeout=3.0)] == offsets
+    assert [r["consumer"] for r in await _pending_rows(store, topic)] == [b"new", b"new"]
+
+
 async def test_two_consumers_of_one_group_never_get_the_same_entry(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:

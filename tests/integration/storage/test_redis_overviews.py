@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from storage import AppendOptions, Record
+from storage import AppendOptions, Record, redis_store
 from storage.keys import slot_of
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
@@ -63,10 +63,14 @@ async def test_overviews_of_partitions_on_every_primary_match_the_one_by_one_rea
     assert overviews[7].groups == {}
 
 
-async def test_overviews_without_lean_connections_take_the_slow_path(redis_cluster: Any,
-                                                                     topic: str) -> None:
+async def test_overviews_a_node_did_not_answer_plainly_take_the_slow_path(
+        redis_cluster: Any, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def nothing_plain(*args: Any) -> dict[int, Any]:
+        return {}
+
+    monkeypatch.setattr(redis_store, "read_overviews", nothing_plain)
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))
-    async with RedisStreamStore(settings, lean_append=False) as plain:
+    async with RedisStreamStore(settings) as plain:
         overviews = await plain.partition_overviews(topic, [1, 7])
     assert (overviews[1].length, overviews[1].groups["a"].pending) == (10, 3)
     assert overviews[1].groups["a"].oldest_pending_offset is not None

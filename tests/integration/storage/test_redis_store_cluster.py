@@ -19,6 +19,7 @@ from storage import (
     PartitionInfo,
     Record,
     ValueFormat,
+    redis_store,
 )
 from storage.keys import dedup_key, log_key, slot_of
 from storage.redis_store import RedisStreamStore
@@ -211,12 +212,17 @@ async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore
     assert len(await store.read(topic, 0, from_time_ms=0)) == len(before) + len(after)
 
 
-@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "one-by-one"])
 async def test_last_offsets_of_many_partitions_across_nodes_match_one_by_one(
-        redis_cluster: Any, topic: str, lean: bool) -> None:
+        redis_cluster: Any, topic: str, pipelined: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def nothing_plain(*args: Any) -> dict[int, Any]:
+        return {}
+
+    if not pipelined:  # as if no node answered plainly: every partition read on its own
+        monkeypatch.setattr(redis_store, "read_last_offsets", nothing_plain)
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
                                   write_deadline_s=5.0)
-    async with RedisStreamStore(settings, lean_append=lean) as store:
+    async with RedisStreamStore(settings) as store:
         # two left empty
         results = await store.append(topic, _records(3 * PARTITIONS - 5), AppendOptions())
         newest = {r.partition: r.offset for r in results}

@@ -128,10 +128,9 @@ async def test_concurrent_acks_all_appends_to_one_node_share_one_wait(store: Red
     assert stored == sorted([b"warm", *(b"%d" % i for i in range(20))])
 
 
-@pytest.mark.parametrize("lean_append", [True, False], ids=["lean", "redis-py"])
 @pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
 async def test_columns_land_as_the_same_entries_as_record_objects_with_offsets_in_input_order(
-    redis_cluster: Any, topic: str, lean_append: bool, acks: Acks
+    redis_cluster: Any, topic: str, acks: Acks
 ) -> None:
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
                                   write_deadline_s=3.0)
@@ -139,7 +138,7 @@ async def test_columns_land_as_the_same_entries_as_record_objects_with_offsets_i
     values = [b'{"n":%d}' % i for i in range(30)]
     keys: list[bytes | None] = [None if i % 4 == 0 else b"key-%d" % i for i in range(30)]
     options = AppendOptions(acks=acks, max_length=1000)
-    async with RedisStreamStore(settings, lean_append=lean_append) as store:
+    async with RedisStreamStore(settings) as store:
         offsets = (await store.append(topic, Records(partitions, values, keys), options)).offsets
         twin = f"{topic}-records"
         await store.append(twin, Records(partitions, values, keys).rows(), options)

@@ -1,52 +1,38 @@
-"""RedisDelayedStore end to end on fakeredis through a one-node router (no cluster, no WAIT)."""
+"""RedisDelayedStore end to end on a fakeredis node through the lean connections (no cluster, no
+WAIT)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import fakeredis
 import pytest
+from fake_node import OneNodeRouter, fake_node
 
 from storage import AppendOptions, Record
 from storage.delayed import RedisDelayedStore
 from storage.keys import log_key
-from storage.observer import ignore_call
+from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
 FUTURE = 10**13
 
 
-class _Router:
-    """One node that owns every slot: what the delayed store and its writer use of a
-    ClusterRouter."""
-
-    def __init__(self, client: Any) -> None:
-        self.cluster = client
-        self.settings = RedisStoreSettings()
-        self.observer = ignore_call
-
-    def node_for_slot(self, slot: int) -> tuple[str, int]:
-        return ("fake", 0)
-
-    def node_client(self, address: tuple[str, int]) -> Any:
-        return self.cluster
-
-    async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
-        return await op()
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
+    async with fake_node(RedisStoreSettings()) as (router, lanes):
+        yield router, lanes
 
 
 @pytest.fixture
-async def redis() -> AsyncIterator[Any]:
-    client = fakeredis.FakeAsyncRedis()
-    yield client
-    await client.aclose()
+def redis(node: tuple[OneNodeRouter, NodeLanes]) -> Any:
+    return node[0].cluster
 
 
 @pytest.fixture
-def delayed(redis: Any) -> RedisDelayedStore:
-    return RedisDelayedStore(_Router(redis))  # type: ignore[arg-type]
+def delayed(node: tuple[OneNodeRouter, NodeLanes]) -> RedisDelayedStore:
+    return RedisDelayedStore(*node)  # type: ignore[arg-type]
 
 
 async def test_results_come_back_in_input_order_across_partitions(

@@ -1,4 +1,5 @@
-"""RedisGroupStore on fakeredis, for what fakeredis models faithfully.
+"""RedisGroupStore on a fakeredis node through the lean connections, for what fakeredis models
+faithfully.
 
 Not here (fakeredis differs from Redis 7, so these live in the integration tests): XPENDING IDLE
 filtering, XCLAIM IDLE clamping, blocking XREADGROUP, cluster routing and failover.
@@ -9,48 +10,32 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import fakeredis
 import pytest
+from fake_node import OneNodeRouter, fake_node
 
 from storage import PendingEntry, RedisGroupStore, RedisStoreSettings
-from storage.cluster import ClusterRouter
-from storage.groups import with_raw_stream_reads
 from storage.keys import log_key
+from storage.lean import NodeLanes
 
 T, P, G = "t", 0, "g"
 KEY = log_key(T, P)
 
 
-class _SingleNodeReaders:
-    """Stands in for BlockingReaders: every key lives on the one fake server."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    async def client_for(self, key: str) -> Any:
-        return self._client
-
-    def mark_stale(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
+    settings = RedisStoreSettings(read_deadline_s=1.0, write_deadline_s=1.0)
+    async with fake_node(settings) as (router, lanes):
+        yield router, lanes
 
 
 @pytest.fixture
-async def redis() -> AsyncIterator[Any]:
-    client = fakeredis.FakeAsyncRedis()
-    yield client
-    await client.aclose()
+def redis(node: tuple[OneNodeRouter, NodeLanes]) -> Any:
+    return node[0].cluster
 
 
 @pytest.fixture
-def store(redis: Any) -> RedisGroupStore:
-    router = ClusterRouter(redis, RedisStoreSettings(read_deadline_s=1.0, write_deadline_s=1.0),
-                           owns_cluster=False)
-    groups = RedisGroupStore(router)
-    groups._readers = _SingleNodeReaders(with_raw_stream_reads(redis))  # type: ignore[assignment]
-    return groups
+def store(node: tuple[OneNodeRouter, NodeLanes]) -> RedisGroupStore:
+    return RedisGroupStore(*node)  # type: ignore[arg-type]
 
 
 async def _append(redis: Any, n: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""RESP2 encoding and reply reading (hiredis and the pure-Python reader behave the same)."""
+"""RESP2 encoding and reply reading through hiredis, error replies as values."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from redis import exceptions as rexc
 from storage.resp import (
     NOT_READY,
     ProtocolError,
-    PythonReplyReader,
     ReplyError,
     ReplyReader,
     as_redis_error,
@@ -23,8 +22,6 @@ from storage.resp import (
     with_redis_errors,
 )
 
-READERS = [pytest.param(PythonReplyReader, id="python"),
-           pytest.param(new_reply_reader, id="default")]
 REPLIES = (
     b"+OK\r\n"
     b":42\r\n"
@@ -62,9 +59,8 @@ def test_arguments_that_are_not_strings_or_numbers_are_refused() -> None:
         encode_command(["SET", True])
 
 
-@pytest.mark.parametrize("make", READERS)
-def test_every_reply_type_is_read_with_errors_as_values(make: Any) -> None:
-    reader = make()
+def test_every_reply_type_is_read_with_errors_as_values() -> None:
+    reader = new_reply_reader()
     reader.feed(REPLIES)
     replies = _drain(reader)
     assert replies[:7] == EXPECTED
@@ -77,9 +73,8 @@ def test_every_reply_type_is_read_with_errors_as_values(make: Any) -> None:
     assert reader.gets() is NOT_READY
 
 
-@pytest.mark.parametrize("make", READERS)
-def test_replies_split_at_every_byte_are_reassembled(make: Any) -> None:
-    reader = make()
+def test_replies_split_at_every_byte_are_reassembled() -> None:
+    reader = new_reply_reader()
     replies: list[Any] = []
     for index in range(len(REPLIES)):
         reader.feed(REPLIES[index : index + 1])
@@ -88,9 +83,8 @@ def test_replies_split_at_every_byte_are_reassembled(make: Any) -> None:
     assert len(replies) == 9
 
 
-@pytest.mark.parametrize("make", READERS)
-def test_bytes_that_are_not_resp_raise_a_protocol_error(make: Any) -> None:
-    reader = make()
+def test_bytes_that_are_not_resp_raise_a_protocol_error() -> None:
+    reader = new_reply_reader()
     reader.feed(b"?what\r\n")
     with pytest.raises(ProtocolError):
         reader.gets()

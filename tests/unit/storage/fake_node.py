@@ -1,0 +1,52 @@
+"""One fakeredis server on a loopback port, owning every slot: storage unit tests reach it through
+the lean connections (``storage.lean``) as the store reaches a node, and through a client of the
+same data to look."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import fakeredis
+
+from storage.lean import NodeLanes
+from storage.observer import ignore_call
+from storage.settings import RedisStoreSettings
+
+T = TypeVar("T")
+
+
+class OneNodeRouter:
+    """What the stores use of a ClusterRouter, for one node that owns every slot (no retries)."""
+
+    def __init__(self, address: tuple[str, int], client: Any, settings: RedisStoreSettings) -> None:
+        self.address = address
+        self.cluster = client
+        self.settings = settings
+        self.observer = ignore_call
+
+    def node_for_slot(self, slot: int) -> tuple[str, int]:
+        return self.address
+
+    async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
+        return await op()
+
+
+@asynccontextmanager
+async def fake_node(settings: RedisStoreSettings) -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
+    """A router to the fake node, and lean connections (closed before the server stops)."""
+    server = fakeredis.TcpFakeServer(("127.0.0.1", 0), server_type="redis")
+    thread = threading.Thread(target=server.serve_forever, name="fakeredis-tcp")
+    thread.start()
+    client = fakeredis.FakeAsyncRedis(server=server.fake_server)
+    host, port = server.server_address[:2]
+    try:
+        async with NodeLanes(settings) as lanes:
+            yield OneNodeRouter((str(host), int(port)), client, settings), lanes
+    finally:
+        await client.aclose()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
