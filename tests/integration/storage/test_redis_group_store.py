@@ -153,15 +153,20 @@ async def test_blocking_read_wakes_as_soon_as_an_entry_is_appended(
     assert time.monotonic() - started < 0.5
 
 
-async def test_cancelled_blocking_read_does_not_hold_up_the_next_read(
-    store: RedisStreamStore, groups: RedisGroupStore, topic: str
-) -> None:
+async def _cancel_a_blocking_read(groups: RedisGroupStore, topic: str, consumer: str) -> None:
+    """A new group's blocking read by ``consumer``, cancelled while Redis holds it."""
     await groups.ensure_group(topic, P, G, "latest")
-    reader = asyncio.create_task(groups.read_new(topic, P, G, "c1", count=10, block_ms=5000))
+    reader = asyncio.create_task(groups.read_new(topic, P, G, consumer, count=10, block_ms=5000))
     await asyncio.sleep(0.2)
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader
+
+
+async def test_cancelled_blocking_read_does_not_hold_up_the_next_read(
+    store: RedisStreamStore, groups: RedisGroupStore, topic: str
+) -> None:
+    await _cancel_a_blocking_read(groups, topic, "c1")
     started = time.monotonic()
     assert await _read(groups, topic) == []
     assert time.monotonic() - started < 1.0
@@ -174,12 +179,7 @@ async def test_a_blocking_read_after_a_cancelled_one_reads_for_its_own_consumer(
 ) -> None:
     """The cancelled read's connection is closed, not reused: its late reply (the entries Redis
     would hand to the old consumer) cannot answer the next read."""
-    await groups.ensure_group(topic, P, G, "latest")
-    old = asyncio.create_task(groups.read_new(topic, P, G, "old", count=10, block_ms=5000))
-    await asyncio.sleep(0.2)
-    old.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await old
+    await _cancel_a_blocking_read(groups, topic, "old")
     new = asyncio.create_task(groups.read_new(topic, P, G, "new", count=10, block_ms=5000))
     await asyncio.sleep(0.2)
     offsets = await _append(store, topic, 2)
