@@ -148,7 +148,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on
     Ctrl-C/SIGTERM."""
     from devstack import DevStack, DevStackConfig, MissingBinary
-    from gateway.dev_scale import add_shard_hook, write_pid
+    from devstack.scale import add_shard_hook, write_pid
 
     config = DevStackConfig(
         data_dir=Path(args.data_dir).resolve(),
@@ -183,7 +183,7 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
 
 def run_add_shard(args: argparse.Namespace) -> int:
     """Ask the running `streamgate dev` of a data dir to add a Redis shard, and wait for it."""
-    from gateway.dev_scale import request_add_shard
+    from devstack.scale import request_add_shard
 
     try:
         result = request_add_shard(Path(args.data_dir).resolve())

@@ -16,10 +16,12 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+from devstack.stack import DevStack
 
-from devstack import DevStack
+if TYPE_CHECKING:  # the hook runs inside the gateway's aiohttp app; the stack needs no aiohttp
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
