@@ -44,7 +44,7 @@ def quick_run(tmp_path: Path, goals: str,
 
 
 @pytest.mark.timeout(180)
-def test_quick_publish_run_prints_and_writes_every_publish_row_with_numbers_replicated_two_copies_and_one_copy(  # noqa: E501
+def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=170)

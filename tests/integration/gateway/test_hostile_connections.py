@@ -227,7 +227,7 @@ async def slow_closes(http: aiohttp.ClientSession, url: str) -> float:
                if line.startswith("streamgate_websocket_slow_closes_total{"))
 
 
-async def test_gateway_memory_stays_bounded_under_never_reading_subscribers_slow_bodies_and_upgrade_floods(  # noqa: E501
+async def test_memory_stays_bounded_under_idle_readers_slow_bodies_and_upgrade_floods(
     gateway: Gateway, topic_name: str
 ) -> None:
     backlog_topic, plain_topic = topic_name, topic_name + "-plain"

@@ -313,7 +313,7 @@ async def seed_topic_with_a_group(client: Client, topic: str) -> str:
     return receipt
 
 
-async def test_every_documented_route_refuses_bad_credentials_and_ungranted_principals_and_changes_nothing(  # noqa: E501
+async def test_every_route_refuses_bad_credentials_and_ungranted_principals_unchanged(
     secured: Client, topic_name: str, redis_cluster: Any
 ) -> None:
     receipt = await seed_topic_with_a_group(secured, topic_name)

@@ -188,7 +188,7 @@ async def test_closed_node_partitions_move_to_the_survivor_within_a_second(
     assert took_s < 1.0
 
 
-async def test_node_whose_keepalives_stop_stops_acting_within_ttl_and_survivor_takes_over_after_expiry(  # noqa: E501
+async def test_a_node_without_keepalives_stops_within_ttl_and_a_survivor_takes_over(
     cluster: Cluster,
 ) -> None:
     a = await cluster.join("a")

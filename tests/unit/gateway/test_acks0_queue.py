@@ -106,7 +106,7 @@ async def _drained(publisher: Publisher) -> None:
     raise AssertionError("the acks=0 queue did not drain")
 
 
-async def test_batches_queued_behind_a_write_leave_together_one_write_per_topic_in_queue_order() -> None:  # noqa: E501
+async def test_batches_queued_behind_a_write_leave_together_one_per_topic_in_order() -> None:
     store = RecordingStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
         enqueue(publisher, TOPIC, numbered(0, 2))  # taken alone: the writer waits on it
@@ -153,7 +153,7 @@ async def test_a_round_stops_taking_batches_past_its_message_bound() -> None:
         b"%d" % i for i in range(1 + 3 * ACKS0_ROUND_MESSAGES)]
 
 
-async def test_queued_batches_of_a_topic_are_one_publish_with_their_delayed_messages_scheduled() -> None:  # noqa: E501
+async def test_queued_batches_of_a_topic_are_one_publish_delayed_ones_scheduled() -> None:
     store = RecordingStore()
     due = 4_000_000_000_000
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 100, 1) as publisher:
@@ -175,7 +175,7 @@ def keyless(count: int, size: int) -> Records:
     return Records([0] * count, [b"x" * size] * count, [None] * count)
 
 
-async def test_a_full_queue_makes_acks0_wait_for_room_and_take_it_when_the_writer_frees_some() -> None:  # noqa: E501
+async def test_a_full_queue_makes_acks0_wait_for_the_room_the_writer_frees() -> None:
     store = HeldStore()
     async with Publisher(store, store, GatewayMetrics.create(), 60_000, 1, 1,
                          acks0_queue_wait_ms=5_000) as publisher:

@@ -479,7 +479,7 @@ async def test_a_binary_message_reaches_on_binary() -> None:
     assert events.received == [b"\x00\xff\xfe", b""]
 
 
-async def test_a_fragmented_message_with_a_ping_between_is_delivered_whole_and_the_ping_answered() -> None:  # noqa: E501
+async def test_a_fragmented_message_with_a_ping_between_arrives_whole_ping_answered() -> None:
     _, transport, events = served()
     transport.feed(
         client_frame(OP_TEXT, b"hel", fin=False) + client_frame(OP_PING, b"are you there")
@@ -681,7 +681,7 @@ async def test_receive_on_a_connection_that_closes_raises_connection_reset() -> 
         await socket.receive(1.0)
 
 
-async def test_pause_reading_stops_delivery_until_resume_reading_then_buffered_messages_arrive_in_order() -> None:  # noqa: E501
+async def test_pause_reading_holds_delivery_until_resumed_then_all_arrive_in_order() -> None:
     socket, transport = make_socket()
 
     def pause_on_request(message: str | bytes) -> None:
@@ -820,7 +820,7 @@ async def test_close_reason_is_cut_to_fit_a_control_frame() -> None:
 LOOP_CLOCK_SLACK_S = 0.002
 
 
-async def test_heartbeat_pings_every_interval_and_aborts_a_peer_that_sends_nothing_between_two_pings() -> None:  # noqa: E501
+async def test_heartbeat_pings_each_interval_and_aborts_a_peer_silent_for_two() -> None:
     loop = asyncio.get_running_loop()
     socket, transport = make_socket(heartbeat_s=0.05)
     started = loop.time()

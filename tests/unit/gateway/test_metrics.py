@@ -79,7 +79,7 @@ def test_deliveries_count_every_message_and_redeliveries_only_those_delivered_be
     ) == 2
 
 
-def test_ownership_exports_zero_for_topics_this_node_owns_nothing_of_and_forgets_deleted_topics() -> None:  # noqa: E501
+def test_ownership_is_zero_where_nothing_is_owned_and_deleted_topics_go() -> None:
     metrics = GatewayMetrics.create()
     metrics.set_ownership(
         {"orders": 4, "audit": 2, "gone": 1}, [("orders", 0), ("orders", 3), ("gone", 0)]

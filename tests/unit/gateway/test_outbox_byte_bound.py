@@ -77,7 +77,7 @@ async def test_readers_held_back_by_the_byte_bound_are_woken_once_the_writer_tak
         release.set()
 
 
-async def test_a_client_sending_frames_while_reading_none_of_the_answers_is_closed_slow_at_twice_the_bound() -> None:  # noqa: E501
+async def test_a_client_reading_no_answers_is_closed_slow_at_twice_the_bound() -> None:
     async with Session(
         "s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000
     ) as session:

@@ -147,7 +147,7 @@ async def test_exclusive_requests_use_separate_connections_that_are_reused(
         assert len(server.writers) == 3
 
 
-async def test_requests_made_while_replies_are_outstanding_leave_together_when_they_arrive() -> None:  # noqa: E501
+async def test_requests_made_while_replies_are_out_leave_together_when_they_arrive() -> None:
     release, arrived = asyncio.Event(), asyncio.Event()
     chunks: list[bytes] = []
 
@@ -382,7 +382,7 @@ async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_repli
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_request_unanswered_past_the_stall_threshold_is_reported_and_forget_fails_it_at_once(  # noqa: E501
+async def test_a_request_past_the_stall_threshold_is_reported_and_forget_fails_it(
         server: ScriptedServer) -> None:
     stalls: list[tuple[str, int]] = []
     async with NodeLanes(_settings(node_stall_s=0.1, socket_timeout_s=5.0)) as lanes:

@@ -205,7 +205,7 @@ async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> 
     assert _folded(request.result(), [1]) == [_flat(["6-0"])]
 
 
-async def test_a_cancelled_callers_folded_replies_are_dropped_and_the_next_one_gets_its_own() -> None:  # noqa: E501
+async def test_a_cancelled_callers_folded_replies_are_dropped_the_next_gets_its_own() -> None:
     protocol, (cancelled, waiting) = _protocol_with(asyncio.get_running_loop(),
                                                     [(3, [1]), (3, [1])])
     cancelled.cancel()
@@ -214,7 +214,7 @@ async def test_a_cancelled_callers_folded_replies_are_dropped_and_the_next_one_g
     assert protocol.sent == 0
 
 
-async def test_a_request_cut_between_its_transactions_does_not_take_the_next_requests_replies() -> None:  # noqa: E501
+async def test_a_request_cut_between_transactions_takes_no_reply_of_the_next() -> None:
     protocol, (two, one) = _protocol_with(asyncio.get_running_loop(), [(6, [1, 1]), (3, [1])])
     # the first request's first transaction only: kept
     protocol.data_received(_transaction(["1-0"]))
@@ -319,7 +319,7 @@ async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() 
         assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
-async def test_a_request_expecting_more_than_its_transactions_and_one_wait_is_read_reply_by_reply() -> None:  # noqa: E501
+async def test_a_request_expecting_more_than_transactions_and_wait_reads_one_by_one() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 2, [1])])
     protocol.data_received(_transaction(["1-0"]) + b":1\r\n:2\r\n")
     assert type(request.result()) is list
