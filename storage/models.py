@@ -41,7 +41,8 @@ class Record:
     idempotency_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: it is built on every publish, where a frozen __init__ costs several times more.
+@dataclass(slots=True)
 class Records:
     """A batch of records as columns: what every append takes, from the publish route down to Redis.
 

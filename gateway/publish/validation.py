@@ -59,7 +59,8 @@ class IncomingMessage(NamedTuple):
     due_ms: int | None = None  # delayed/scheduled: when the message joins the stream (epoch ms)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: it is built on every publish, where a frozen __init__ costs several times more.
+@dataclass(slots=True)
 class PublishBatch:
     """A validated publish request, as columns: message ``i`` is ``keys[i]`` and ``values[i]`` (the
     value as stored), in ``formats`` (one for all or one each). The optional columns are None when
