@@ -9,7 +9,7 @@ import builtins
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import RedisCluster
@@ -21,6 +21,9 @@ from redis.cluster import PRIMARY
 from storage.errors import StorageError, StorageUnavailable
 from storage.observer import CallObserver, ignore_call, report
 from storage.settings import RedisStoreSettings
+
+if TYPE_CHECKING:
+    from storage.lean import NodeLanes
 
 T = TypeVar("T")
 NodeAddress = tuple[str, int]
@@ -244,6 +247,13 @@ class ClusterRouter:
             else:
                 report(self.observer, what, started, None)
                 return result
+
+    async def call_on_slot(self, lanes: NodeLanes, what: str, budget_s: float, slot: int,
+                           command: tuple[Any, ...]) -> Any:
+        """One command on the lean connection of the slot's primary, as ``call`` retries it (the
+        slot's primary asked again after a refresh); an error reply is raised."""
+        return await self.call(what, budget_s,
+                               lambda: lanes.execute_one(self.node_for_slot(slot), command))
 
     async def recover(self, exc: BaseException) -> None:
         """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next

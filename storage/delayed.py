@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis import exceptions as rexc
-
 from storage.appender import Appender
 from storage.cluster import ClusterRouter
 from storage.delayed_scripts import (
@@ -36,7 +34,7 @@ from storage.delayed_scripts import (
 from storage.keys import delayed_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import LuaScript, PreparedCall, ScriptCall
+from storage.scripts import LuaScript, PreparedCall, ScriptCall, run_script
 
 PROMOTE_CALL_CACHE = 100_000  # prepared promote commands kept (one per owned partition in use)
 
@@ -131,35 +129,24 @@ class RedisDelayedStore:
         """The earliest due time (epoch ms) of the partition's waiting messages, or None when there
         are none."""
         key = delayed_key(topic, partition)
-        items = await self._router.call(
-            "next_due_ms",
-            self._settings.read_deadline_s,
-            lambda: self._router.cluster.zrange(key, 0, 0, withscores=True),
-        )
-        return int(items[0][1]) if items else None
+        items = await self._on_partition("next_due_ms", topic, partition,
+                                         ("ZRANGE", key, 0, 0, "WITHSCORES"))
+        return int(float(items[1])) if items else None
 
     async def scheduled_count(self, topic: str, partition: int) -> int:
         """How many messages of the partition are waiting (due or not)."""
         key = delayed_key(topic, partition)
-        count = await self._router.call(
-            "scheduled_count", self._settings.read_deadline_s,
-            lambda: self._router.cluster.zcard(key)
-        )
+        count = await self._on_partition("scheduled_count", topic, partition, ("ZCARD", key))
         return int(count)
 
+    async def _on_partition(self, what: str, topic: str, partition: int,
+                            command: tuple[Any, ...]) -> Any:
+        return await self._router.call_on_slot(self._lanes, what, self._settings.read_deadline_s,
+                                               slot_of(topic, partition), command)
+
     async def _evalsha(self, slot: int, script: LuaScript, keys: list[str], args: list[Any]) -> Any:
-        # On the lean connection of the slot's primary: MOVED surfaces as an error, so the router
-        # refreshes the slot map and retries; NOSCRIPT (a fresh or promoted primary) loads the
-        # script on that node and runs it again.
-        address = self._router.node_for_slot(slot)
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        (reply,) = await self._lanes.execute(address, [command], exclusive=False)
-        if isinstance(reply, rexc.NoScriptError):
-            _, reply = await self._lanes.execute(address, [("SCRIPT", "LOAD", script.lua), command],
-                                                 exclusive=False)
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
+        # MOVED surfaces as an error, so the router refreshes the slot map and retries.
+        return await run_script(self._lanes, self._router.node_for_slot(slot), script, keys, args)
 
 
 __all__ = ["RedisDelayedStore"]

@@ -62,6 +62,11 @@ def slot_of(topic: str, partition: int) -> int:
     return key_slot(log_key(topic, partition).encode())
 
 
+def slot_of_key(key: str) -> int:
+    """The cluster slot of any key (its hash tag decides, as Redis reads it)."""
+    return key_slot(key.encode())
+
+
 def _glob_escape(text: str) -> str:
     # SCAN MATCH uses glob syntax; a topic may legally contain these characters.
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)

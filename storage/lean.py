@@ -525,6 +525,13 @@ class NodeLanes:
                             for command in commands])
         return await self.execute_encoded(address, payload, len(commands), exclusive=exclusive)
 
+    async def execute_one(self, address: NodeAddress, command: tuple[Any, ...]) -> Any:
+        """One command on the node's shared connection: its reply; an error reply is raised."""
+        (reply,) = await self.execute(address, [command], exclusive=False)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
     async def execute_encoded(self, address: NodeAddress, payload: bytes, replies: int, *,
                               exclusive: bool) -> list[Any]:
         """``execute`` for commands encoded already: ``payload`` holds ``replies`` commands."""

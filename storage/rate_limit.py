@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage.cluster import ClusterRouter
-from storage.keys import PREFIX
-from storage.scripts import LuaScript
+from storage.keys import PREFIX, slot_of_key
+from storage.lean import NodeLanes
+from storage.scripts import LuaScript, run_script
 
 US_PER_S = 1_000_000
 
@@ -119,8 +120,9 @@ class RedisRateLimiter:
     """Charges token buckets on the ClusterRouter of a RedisStreamStore
     (``RedisStreamStore.rate_limiter``)."""
 
-    def __init__(self, router: ClusterRouter) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router
+        self._lanes = lanes
         self._settings = router.settings
 
     async def acquire(self, scope: str, charges: Sequence[Charge]) -> Verdict:
@@ -150,8 +152,11 @@ class RedisRateLimiter:
                      _number(charge.cost)]
         args.append("1" if refund else "0")
 
+        slot = slot_of_key(keys[0])  # one hash tag: every bucket of a scope in one slot
+
         async def op() -> list[Any]:
-            return list(await self._router.cluster.eval(GCRA.lua, len(keys), *keys, *args))
+            address = self._router.node_for_slot(slot)
+            return list(await run_script(self._lanes, address, GCRA, keys, args))
 
         return await self._router.call(what, self._settings.write_deadline_s, op)
 

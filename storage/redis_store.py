@@ -154,7 +154,7 @@ class RedisStreamStore:
     def rate_limiter(self) -> RedisRateLimiter:
         """Token buckets shared by every gateway replica, on the same connections."""
         if self._rate_limiter is None:
-            self._rate_limiter = RedisRateLimiter(self.router)
+            self._rate_limiter = RedisRateLimiter(self.router, self._lanes)
         return self._rate_limiter
 
     async def append(self, topic: str, records: Records | Sequence[Record],
@@ -232,11 +232,8 @@ class RedisStreamStore:
     async def last_offset(self, topic: str, partition: int) -> str | None:
         """The newest existing offset of a partition, or None when it is empty or missing."""
         key = log_key(topic, partition)
-        items = await self._call(
-            "last_offset",
-            self.settings.read_deadline_s,
-            lambda: self.router.cluster.xrevrange(key, max="+", min="-", count=1),
-        )
+        items = await self._on_partition("last_offset", topic, partition,
+                                          ("XREVRANGE", key, "+", "-", "COUNT", 1))
         return decode_offset(items[0][0]) if items else None
 
     async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
@@ -251,8 +248,7 @@ class RedisStreamStore:
     async def length(self, topic: str, partition: int) -> int:
         """Entries in a partition now (XLEN; 0 when it is empty or missing)."""
         key = log_key(topic, partition)
-        return int(await self._call("length", self.settings.read_deadline_s,
-                                    lambda: self.router.cluster.xlen(key)))
+        return int(await self._on_partition("length", topic, partition, ("XLEN", key)))
 
     async def partition_overviews(self, topic: str,
                                   partitions: Sequence[int]) -> dict[int, PartitionOverview]:
@@ -355,6 +351,11 @@ class RedisStreamStore:
         state = _text(fields.get("cluster_state") or fields.get(b"cluster_state"))
         if state != "ok":
             raise StorageUnavailable(f"redis cluster state is {state!r}")
+
+    async def _on_partition(self, what: str, topic: str, partition: int,
+                            command: tuple[Any, ...]) -> Any:
+        return await self.router.call_on_slot(self._lanes, what, self.settings.read_deadline_s,
+                                              slot_of(topic, partition), command)
 
     async def _call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         return await self.router.call(what, budget_s, op)

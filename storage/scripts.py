@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis import exceptions as rexc
 
@@ -30,6 +30,9 @@ from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, Record, Records, ValueFormat
 from storage.native import refuse_if_off
 from storage.resp import ReplyError, as_redis_error, encode_command
+
+if TYPE_CHECKING:
+    from storage.lean import NodeAddress, NodeLanes
 
 APPEND_LUA = """
 local log = KEYS[1]
@@ -83,6 +86,21 @@ class LuaScript:
     def of(cls, lua: str) -> LuaScript:
         """The script with its SHA computed from the text."""
         return cls(lua, hashlib.sha1(lua.encode()).hexdigest())
+
+
+async def run_script(lanes: NodeLanes, address: NodeAddress, script: LuaScript, keys: Sequence[str],
+                     args: Sequence[Any]) -> Any:
+    """EVALSHA on the node's lean connection, loading the script first when the node lacks it (a
+    fresh or promoted primary: NOSCRIPT); its reply, an error reply raised (MOVED included, for the
+    caller's router to refresh the slot map and retry)."""
+    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    (reply,) = await lanes.execute(address, [command], exclusive=False)
+    if isinstance(reply, rexc.NoScriptError):
+        _, reply = await lanes.execute(address, [("SCRIPT", "LOAD", script.lua), command],
+                                       exclusive=False)
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
 
 
 APPEND_SCRIPT = LuaScript.of(APPEND_LUA)

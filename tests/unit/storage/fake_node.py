@@ -33,6 +33,10 @@ class OneNodeRouter:
     async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
 
+    async def call_on_slot(self, lanes: NodeLanes, what: str, budget_s: float, slot: int,
+                           command: tuple[Any, ...]) -> Any:
+        return await lanes.execute_one(self.address, command)
+
 
 @asynccontextmanager
 async def fake_node(settings: RedisStoreSettings) -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
