@@ -1,6 +1,6 @@
-"""The Redis Cluster's topology: the slot map (redis-py's cluster client, which also runs the admin
-commands), its refresh after a failover, and retries inside a deadline. The data path goes on the
-lean connections of ``storage.lean``, to the nodes this router names."""
+"""The Redis Cluster's topology: the slot map (redis-py's cluster client) and its refresh after a
+failover, and retries inside a deadline. Commands go on the lean connections of ``storage.lean``,
+to the nodes this router names."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ class RoutedCluster(RedisCluster):
 
 
 class ClusterRouter:
-    """Owns the cluster client (topology, slot map, admin commands)."""
+    """Owns the cluster client (topology: the slot map and CLUSTER INFO)."""
 
     def __init__(self, cluster: RedisCluster, settings: RedisStoreSettings, *,
                  owns_cluster: bool) -> None:
@@ -252,8 +252,12 @@ class ClusterRouter:
                            command: tuple[Any, ...]) -> Any:
         """One command on the lean connection of the slot's primary, as ``call`` retries it (the
         slot's primary asked again after a refresh); an error reply is raised."""
-        return await self.call(what, budget_s,
-                               lambda: lanes.execute_one(self.node_for_slot(slot), command))
+        return await self.call(what, budget_s, lambda: self.execute_on(lanes, slot, command))
+
+    async def execute_on(self, lanes: NodeLanes, slot: int, command: tuple[Any, ...]) -> Any:
+        """One attempt of one command on the lean connection of the slot's primary (per the
+        cached slot map); an error reply is raised."""
+        return await lanes.execute_one(self.node_for_slot(slot), command)
 
     async def recover(self, exc: BaseException) -> None:
         """Refresh the slot map when ``exc`` says it is stale; a failed refresh is left to the next

@@ -14,10 +14,11 @@ from typing import Any
 from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter
-from storage.groups import is_missing_group, text
-from storage.keys import log_key
+from storage.groups import info_row, is_missing_group, text
+from storage.keys import log_key, slot_of
+from storage.lean import NodeLanes
 from storage.models import ConsumerInfo
-from storage.scripts import LuaScript
+from storage.scripts import LuaScript, run_script
 
 REMOVE_IF_EMPTY = LuaScript.of("""
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
@@ -30,17 +31,19 @@ class RedisGroupConsumers:
     """Consumer bookkeeping on the ClusterRouter of a RedisStreamStore
     (``RedisStreamStore.consumers``)."""
 
-    def __init__(self, router: ClusterRouter) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router
+        self._lanes = lanes
         self._settings = router.settings
 
     async def consumers(self, topic: str, partition: int, group: str) -> list[ConsumerInfo]:
         """Every consumer of the group on the partition; [] when the group or stream is absent."""
-        key = log_key(topic, partition)
+        key, slot = log_key(topic, partition), slot_of(topic, partition)
 
         async def op() -> list[Any]:
             try:
-                return list(await self._router.cluster.xinfo_consumers(key, group))
+                return [info_row(flat) for flat in await self._router.execute_on(
+                    self._lanes, slot, ("XINFO", "CONSUMERS", key, group))]
             except rexc.ResponseError as exc:
                 if is_missing_group(exc):
                     return []
@@ -53,11 +56,12 @@ class RedisGroupConsumers:
     async def remove_if_empty(self, topic: str, partition: int, group: str, consumer: str) -> bool:
         """Delete the consumer if it holds no pending entry; True when it was deleted (or already
         absent)."""
-        key = log_key(topic, partition)
+        key, slot = log_key(topic, partition), slot_of(topic, partition)
 
         async def op() -> Any:
             try:
-                return await self._router.cluster.eval(REMOVE_IF_EMPTY.lua, 1, key, group, consumer)
+                return await run_script(self._lanes, self._router.node_for_slot(slot),
+                                        REMOVE_IF_EMPTY, [key], [group, consumer])
             except rexc.ResponseError as exc:
                 if is_missing_group(exc):
                     return 1

@@ -8,8 +8,8 @@ BLOCK and XACK on the shared connection, pipelined with the appends; ``XREADGROU
 BLOCK ms`` on a connection of its own, whose reply may take ``block_ms`` beyond the reply timeout,
 so blocked readers never hold up a write. A cancelled or timed-out read closes its connection, so no
 late reply answers the next command; entries Redis handed to such a read stay pending and come back
-through ``expired``/``claim``. Admin commands (XINFO, XPENDING, XCLAIM, XGROUP) still go through
-redis-py's cluster client. Everything is retried on transient errors inside the store's deadline
+through ``expired``/``claim``. Admin commands (XINFO, XPENDING, XCLAIM, XGROUP) go on the shared
+connection too. Everything is retried on transient errors inside the store's deadline
 (``ClusterRouter.call``); nothing above this module sees a redis exception.
 """
 
@@ -22,14 +22,13 @@ from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter
 from storage.codec import (
-    decode_entries,
     decode_offset,
     decode_raw_entries,
     validate_offset,
     validate_offsets,
 )
 from storage.errors import StorageError
-from storage.keys import log_key, slot_of
+from storage.keys import log_key, slot_of, slot_of_key
 from storage.lean import NodeLanes
 from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
 from storage.resp import encode_command, encode_command_with_ids
@@ -80,18 +79,11 @@ def text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def parse_pending(partition: int, rows: Sequence[Mapping[str, Any]]) -> list[PendingEntry]:
-    """PendingEntry values from redis-py's parsed XPENDING range reply."""
-    return [
-        PendingEntry(
-            partition=partition,
-            offset=text(row["message_id"]),
-            consumer=text(row["consumer"]),
-            idle_ms=int(row["time_since_delivered"]),
-            delivery_count=int(row["times_delivered"]),
-        )
-        for row in rows
-    ]
+def parse_pending(partition: int, rows: Sequence[Sequence[Any]]) -> list[PendingEntry]:
+    """PendingEntry values of an XPENDING range reply's rows: id, consumer, idle ms,
+    deliveries."""
+    return [PendingEntry(partition, text(offset), text(consumer), int(idle), int(count))
+            for offset, consumer, idle, count in rows]
 
 
 def present(items: Sequence[Any]) -> list[Any]:
@@ -111,6 +103,11 @@ def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
         return []
     items = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
     return decode_raw_entries(partition, items)
+
+
+def info_row(flat: Sequence[Any]) -> dict[str, Any]:
+    """One XINFO GROUPS (or CONSUMERS) entry, a flat name/value list, as a map by name."""
+    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
 def find_group(infos: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any] | None:
@@ -157,10 +154,15 @@ class RedisGroupStore:
         key = log_key(topic, partition)
         await self._write("ensure_group", lambda: self._create(key, group, first_id))
 
+    async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
+        """One command on the lean connection of the primary of ``key``'s slot (asked at each
+        attempt); an error reply is raised."""
+        return await self._router.execute_on(self._lanes, slot_of_key(key), command)
+
     async def _create(self, key: str, group: str, first_id: str) -> bool:
         """XGROUP CREATE ... MKSTREAM; False when the group already existed."""
         try:
-            await self._router.cluster.xgroup_create(key, group, id=first_id, mkstream=True)
+            await self._on(key, ("XGROUP", "CREATE", key, group, first_id, "MKSTREAM"))
         except rexc.ResponseError as exc:
             if is_busy_group(exc):
                 return False
@@ -174,8 +176,7 @@ class RedisGroupStore:
 
         A missing group (or stream) is created from "earliest" and the read retried once. A read
         that does not block goes on the lean connection of the slot's primary (pipelined with the
-        acks, far less client CPU than through redis-py); a blocking one holds a pooled redis-py
-        connection of its own.
+        acks); a blocking one holds a lean connection of its own (``NodeLanes.execute_blocking``).
         """
         if count <= 0 or block_ms < 0:
             raise ValueError("count must be > 0 and block_ms >= 0")
@@ -276,12 +277,9 @@ class RedisGroupStore:
 
         async def op() -> list[Any]:
             try:
-                return list(
-                    await self._router.cluster.xpending_range(
-                        key, group, min=low, max="+", count=count, idle=max(0, min_idle_ms),
-                        consumername=consumer,
-                    )
-                )
+                return list(await self._on(key, (
+                    "XPENDING", key, group, "IDLE", max(0, min_idle_ms), low, "+", count,
+                    *(() if consumer is None else (consumer,)))))
             except rexc.ResponseError as exc:
                 if is_missing_group(exc):
                     return []
@@ -316,15 +314,15 @@ class RedisGroupStore:
         claimed = present(reply)
         if len(claimed) < len(reply):
             await self._ack_trimmed(key, slot_of(topic, partition), group, list(counts))
-        entries = decode_entries(partition, claimed)
+        entries = decode_raw_entries(partition, claimed)
         return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
                 if entry.offset in counts]
 
     async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str],
                       min_idle_ms: int) -> list[Any]:
         try:
-            return list(await self._router.cluster.xclaim(key, group, consumer, max(0, min_idle_ms),
-                                                          _id_list(ids)))
+            return list(await self._on(key, ("XCLAIM", key, group, consumer,
+                                             max(0, min_idle_ms), *ids)))
         except rexc.ResponseError as exc:
             if is_missing_group(exc):
                 return []
@@ -334,7 +332,7 @@ class RedisGroupStore:
         """Ack the ids that no longer exist in the stream (they can never be delivered)."""
 
         async def exists(entry_id: str) -> bool:
-            return bool(await self._router.cluster.xrange(key, min=entry_id, max=entry_id, count=1))
+            return bool(await self._on(key, ("XRANGE", key, entry_id, entry_id, "COUNT", 1)))
 
         async def op() -> None:
             gone = [i for i in ids if not await exists(i)]
@@ -360,8 +358,8 @@ class RedisGroupStore:
 
         async def op() -> None:
             try:
-                await self._router.cluster.xclaim(key, group, consumer, 0, _id_list(ids), idle=idle,
-                                                  justid=True)
+                await self._on(key, ("XCLAIM", key, group, consumer, 0, *ids, "IDLE", idle,
+                                     "JUSTID"))
             except rexc.ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
@@ -379,16 +377,16 @@ class RedisGroupStore:
         if info is None or not int(info.get("pending") or 0):
             return state_from(partition, info, None)
         try:
-            summary = await self._router.cluster.xpending(key, group)
+            summary = await self._on(key, ("XPENDING", key, group))
         except rexc.ResponseError as exc:
             if is_missing_group(exc):  # destroyed between the two calls
                 return state_from(partition, None, None)
             raise
-        return state_from(partition, info, decode_offset(summary.get("min")))
+        return state_from(partition, info, decode_offset(summary[1]))
 
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
         try:
-            return list(await self._router.cluster.xinfo_groups(key))
+            return [info_row(flat) for flat in await self._on(key, ("XINFO", "GROUPS", key))]
         except rexc.ResponseError as exc:
             if is_missing_group(exc):
                 return []
@@ -402,7 +400,7 @@ class RedisGroupStore:
 
         async def op() -> None:
             if not await self._create(key, group, new_id):
-                await self._router.cluster.xgroup_setid(key, group, new_id)
+                await self._on(key, ("XGROUP", "SETID", key, group, new_id))
 
         await self._write("seek", op)
 
@@ -418,7 +416,7 @@ class RedisGroupStore:
 
         async def op() -> None:
             try:
-                await self._router.cluster.xgroup_destroy(key, group)
+                await self._on(key, ("XGROUP", "DESTROY", key, group))
             except rexc.ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
@@ -430,12 +428,6 @@ class RedisGroupStore:
 
     async def _write(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.write_deadline_s, op)
-
-
-def _id_list(ids: Sequence[str]) -> list[Any]:
-    # redis-py's XCLAIM annotation is a one-element tuple type; any list of ids is what it accepts
-    # at runtime.
-    return list(ids)
 
 
 class _MissingGroup(StorageError):

@@ -1,5 +1,5 @@
-"""Lean pipelined connections per primary for appends, acks and reads (redis-py keeps the
-topology and the admin commands).
+"""Lean pipelined connections per primary: every command of the store but the topology's (which
+redis-py's cluster client keeps: the slot map and CLUSTER INFO).
 
 ``RespConnection`` writes raw RESP (``storage.resp``) and matches replies to requests in order.
 Requests made in the same event-loop turn leave in one socket write (flushed as soon as the loop is

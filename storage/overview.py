@@ -20,7 +20,7 @@ from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter, NodeAddress
 from storage.codec import decode_offset
-from storage.groups import state_from, text
+from storage.groups import info_row, state_from, text
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import GroupPartitionState
@@ -112,13 +112,7 @@ def _overview(partition: int, length: Any, groups: Any) -> PartitionOverview | N
         groups = []  # the stream does not exist (yet)
     elif isinstance(groups, BaseException) or not isinstance(groups, list):
         return None
-    rows = [_row(flat) for flat in groups]
+    rows = [info_row(flat) for flat in groups]
     return PartitionOverview(partition, int(length),
                              {text(row["name"]): state_from(partition, row, None)
                               for row in rows})
-
-
-def _row(flat: Sequence[Any]) -> dict[str, Any]:
-    """One XINFO GROUPS entry (RESP2: a flat name/value list) as the map redis-py would make of
-    it."""
-    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}

@@ -140,14 +140,14 @@ class RedisStreamStore:
         """Retention trimming with unacked-entry reporting, on the same connections; nothing extra
         to close."""
         if self._retention is None:
-            self._retention = RedisRetention(self.router)
+            self._retention = RedisRetention(self.router, self._lanes)
         return self._retention
 
     @property
     def consumers(self) -> RedisGroupConsumers:
         """The consumers inside groups (listing, removing empty ones) on the same connections."""
         if self._consumers is None:
-            self._consumers = RedisGroupConsumers(self.router)
+            self._consumers = RedisGroupConsumers(self.router, self._lanes)
         return self._consumers
 
     @property
@@ -288,15 +288,19 @@ class RedisStreamStore:
         ]
 
     async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
-        # The cluster pipeline splits these by owning node and follows MOVED itself; no WAIT is
-        # involved.
-        pipe = self.router.cluster.pipeline()
+        """XLEN, the first and the last entry of every partition: one pipeline per owning node on
+        the lean connections (an error reply, MOVED included, is raised for a retry)."""
+        by_node: dict[NodeAddress, list[int]] = {}
         for p in range(partitions):
-            key = log_key(topic, p)
-            pipe.xlen(key)
-            pipe.xrange(key, min="-", max="+", count=1)
-            pipe.xrevrange(key, max="+", min="-", count=1)
-        return list(await pipe.execute())
+            by_node.setdefault(self.router.node_for_slot(slot_of(topic, p)), []).append(p)
+        replies: list[Any] = [None] * (3 * partitions)
+        answers = await asyncio.gather(*(self._on_node(addr, [
+            command for p in group for command in _info_commands(log_key(topic, p))])
+            for addr, group in by_node.items()))
+        for group, answer in zip(by_node.values(), answers, strict=True):
+            for index, p in enumerate(group):
+                replies[3 * p:3 * p + 3] = answer[3 * index:3 * index + 3]
+        return replies
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
         """Remove every key of the topic's partitions: streams, delayed messages and idempotency
@@ -359,6 +363,11 @@ class RedisStreamStore:
 
     async def _call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         return await self.router.call(what, budget_s, op)
+
+
+def _info_commands(key: str) -> list[tuple[Any, ...]]:
+    return [("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1),
+            ("XREVRANGE", key, "+", "-", "COUNT", 1)]
 
 
 def _glob_escape(text: str) -> str:

@@ -26,8 +26,9 @@ from redis import exceptions as rexc
 
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, validate_offset
-from storage.groups import is_missing_group, text
-from storage.keys import log_key
+from storage.groups import info_row, is_missing_group, text
+from storage.keys import log_key, slot_of_key
+from storage.lean import NodeLanes
 from storage.models import TrimReport
 
 _PAGE = 1000
@@ -57,9 +58,15 @@ class RedisRetention:
     Take it from ``RedisStreamStore.retention``; it owns no connections of its own.
     """
 
-    def __init__(self, router: ClusterRouter) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router
+        self._lanes = lanes
         self._settings = router.settings
+
+    async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
+        """One command on the lean connection of the primary of ``key``'s slot (asked at each
+        attempt); an error reply is raised."""
+        return await self._router.execute_on(self._lanes, slot_of_key(key), command)
 
     async def trim(
         self, topic: str, partition: int, *, min_offset: str | None = None,
@@ -83,7 +90,7 @@ class RedisRetention:
             return TrimReport(partition, 0)
         unacked = await self._router.call("trim", read_s, lambda: self._count_unacked(key, cut))
         removed = await self._router.call(
-            "trim", write_s, lambda: self._router.cluster.xtrim(key, minid=cut, approximate=False)
+            "trim", write_s, lambda: self._on(key, ("XTRIM", key, "MINID", cut))
         )
         return TrimReport(partition, int(removed), unacked)
 
@@ -102,23 +109,22 @@ class RedisRetention:
 
     async def _length_cut(self, key: str, max_length: int) -> str | None:
         """The id of the entry at position ``len - max_length`` (the oldest one kept)."""
-        cluster = self._router.cluster
-        length = int(await cluster.xlen(key))
+        length = int(await self._on(key, ("XLEN", key)))
         drop = length - max_length
         if drop <= 0:
             return None
         if max_length == 0:
-            newest = await cluster.xrevrange(key, max="+", min="-", count=1)
+            newest = await self._on(key, ("XREVRANGE", key, "+", "-", "COUNT", 1))
             return after(_id_of(newest[0])) if newest else None
         # Read whichever end is shorter: the dropped prefix plus one, or the kept suffix.
         if drop < max_length:
-            items = await cluster.xrange(key, min="-", max="+", count=drop + 1)
+            items = await self._on(key, ("XRANGE", key, "-", "+", "COUNT", drop + 1))
         else:
-            items = await cluster.xrevrange(key, max="+", min="-", count=max_length)
+            items = await self._on(key, ("XREVRANGE", key, "+", "-", "COUNT", max_length))
         return _id_of(items[-1]) if items else None
 
     async def _first(self, key: str) -> str | None:
-        items = await self._router.cluster.xrange(key, min="-", max="+", count=1)
+        items = await self._on(key, ("XRANGE", key, "-", "+", "COUNT", 1))
         return _id_of(items[0]) if items else None
 
     async def _count_unacked(self, key: str, cut: str) -> dict[str, int]:
@@ -148,8 +154,7 @@ class RedisRetention:
         total = 0
         while True:
             try:
-                rows = await self._router.cluster.xpending_range(key, group, min=start,
-                                                                 max="(" + cut, count=_PAGE)
+                rows = await self._on(key, ("XPENDING", key, group, start, "(" + cut, _PAGE))
             except rexc.ResponseError as exc:
                 if is_missing_group(exc):  # destroyed meanwhile: it has nothing left to lose
                     return total
@@ -157,15 +162,15 @@ class RedisRetention:
             total += len(rows)
             if len(rows) < _PAGE:
                 return total
-            start = "(" + text(rows[-1]["message_id"])
+            start = "(" + text(rows[-1][0])
 
     async def _count_entries(self, key: str, start: str, cut: str) -> int:
         """Stream entries with ids from ``start`` (inclusive, or exclusive with a leading '(') to
         ``cut``."""
         total = 0
         while True:
-            items = list(await self._router.cluster.xrange(key, min=start, max="(" + cut,
-                                                           count=_PAGE) or [])
+            items = list(await self._on(key, ("XRANGE", key, start, "(" + cut, "COUNT", _PAGE))
+                         or [])
             total += len(items)
             if len(items) < _PAGE:
                 return total
@@ -173,7 +178,7 @@ class RedisRetention:
 
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
         try:
-            return list(await self._router.cluster.xinfo_groups(key))
+            return [info_row(flat) for flat in await self._on(key, ("XINFO", "GROUPS", key))]
         except rexc.ResponseError as exc:
             if is_missing_group(exc):
                 return []

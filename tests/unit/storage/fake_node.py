@@ -35,6 +35,9 @@ class OneNodeRouter:
 
     async def call_on_slot(self, lanes: NodeLanes, what: str, budget_s: float, slot: int,
                            command: tuple[Any, ...]) -> Any:
+        return await self.execute_on(lanes, slot, command)
+
+    async def execute_on(self, lanes: NodeLanes, slot: int, command: tuple[Any, ...]) -> Any:
         return await lanes.execute_one(self.address, command)
 
 

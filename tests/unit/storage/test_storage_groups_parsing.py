@@ -14,6 +14,7 @@ from storage.groups import (
     MAX_IDLE_MS,
     clamp_idle_ms,
     find_group,
+    info_row,
     is_busy_group,
     is_missing_group,
     parse_pending,
@@ -69,9 +70,13 @@ def test_other_errors_are_not_missing_groups() -> None:
 
 
 def test_pending_rows_become_pending_entries() -> None:
-    rows = [{"message_id": b"5-1", "consumer": b"c", "time_since_delivered": 70,
-             "times_delivered": 2}]
+    rows = [[b"5-1", b"c", 70, 2]]  # XPENDING's extended form: id, consumer, idle ms, deliveries
     assert parse_pending(4, rows) == [PendingEntry(4, "5-1", "c", 70, 2)]
+
+
+def test_an_xinfo_entry_becomes_a_map_by_name() -> None:
+    assert info_row([b"name", b"g", b"pending", 2, b"lag", None]) == {"name": b"g", "pending": 2,
+                                                                      "lag": None}
 
 
 def test_read_reply_decodes_entries_with_their_partition() -> None:

@@ -1,15 +1,17 @@
-"""Retention trimming and its unacked-entry counting, on fakeredis through a pass-through router."""
+"""Retention trimming and its unacked-entry counting, on a fakeredis node through the lean
+connections."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import fakeredis
 import pytest
+from fake_node import OneNodeRouter, fake_node
 
 from storage import TrimReport, offset_for_time
 from storage.keys import log_key
+from storage.lean import NodeLanes
 from storage.retention import RedisRetention, after, id_key
 from storage.settings import RedisStoreSettings
 
@@ -17,27 +19,20 @@ T = TypeVar("T")
 KEY = log_key("t", 0)
 
 
-class _Router:
-    """Just what RedisRetention uses of a ClusterRouter: ``cluster``, ``settings`` and ``call``."""
-
-    def __init__(self, client: Any) -> None:
-        self.cluster = client
-        self.settings = RedisStoreSettings()
-
-    async def call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
-        return await op()
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
+    async with fake_node(RedisStoreSettings()) as (router, lanes):
+        yield router, lanes
 
 
 @pytest.fixture
-async def redis() -> AsyncIterator[Any]:
-    client = fakeredis.FakeAsyncRedis()
-    yield client
-    await client.aclose()
+def redis(node: tuple[OneNodeRouter, NodeLanes]) -> Any:
+    return node[0].cluster
 
 
 @pytest.fixture
-def retention(redis: Any) -> RedisRetention:
-    return RedisRetention(_Router(redis))  # type: ignore[arg-type]
+def retention(node: tuple[OneNodeRouter, NodeLanes]) -> RedisRetention:
+    return RedisRetention(*node)  # type: ignore[arg-type]
 
 
 async def _fill(redis: Any, n: int) -> list[str]:
