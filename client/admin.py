@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 
 from client.credentials import auth_headers
-from client.errors import ConnectionFailed, problem_of
+from client.errors import request_body
 
 
 class Admin:
@@ -129,13 +129,7 @@ class Admin:
         headers = (
             {**self._auth, "Content-Type": "application/json"} if data is not None else self._auth
         )
-        try:
-            async with self._session.request(method, url, data=data, params=params, headers=headers,
-                                             timeout=self._timeout) as response:
-                payload = await response.read()
-                if response.status >= 400:
-                    raise problem_of(response.status, payload, response.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise ConnectionFailed(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        payload = await request_body(self._session, method, url, data=data, params=params,
+                                     headers=headers, timeout=self._timeout)
         document = orjson.loads(payload) if payload else {}
         return document if isinstance(document, dict) else {"result": document}

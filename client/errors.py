@@ -84,6 +84,20 @@ def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
     return ProblemError(status, document, retry_after_of(headers))
 
 
+async def request_body(session: aiohttp.ClientSession, method: str, url: str,
+                       **options: Any) -> bytes:
+    """One request's response body: ``ProblemError`` for a 4xx/5xx answer, ``ConnectionFailed``
+    when the server cannot be reached or the answer breaks off."""
+    try:
+        async with session.request(method, url, **options) as response:
+            payload = await response.read()
+            if response.status >= 400:
+                raise problem_of(response.status, payload, response.headers)
+            return payload
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        raise ConnectionFailed(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+
+
 async def raise_for_problem(response: aiohttp.ClientResponse) -> None:
     """Raise ``ProblemError`` for a 4xx/5xx response (reading its body); do nothing otherwise."""
     if response.status < 400:

@@ -25,7 +25,7 @@ import orjson
 
 from client.compression import Compression, compress_body
 from client.credentials import auth_headers
-from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
+from client.errors import ClientError, ProblemError, request_body
 
 log = logging.getLogger(__name__)
 
@@ -261,14 +261,8 @@ class Producer:
 
     async def _post(self, body: bytes, count: int) -> list[SendResult]:
         assert self._session is not None
-        try:
-            async with self._session.post(self._url, data=body, timeout=self._timeout,
-                                          headers=self._headers) as response:
-                payload = await response.read()
-                if response.status >= 400:
-                    raise problem_of(response.status, payload, response.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise ConnectionFailed(f"POST {self._url}: {type(exc).__name__}: {exc}") from exc
+        payload = await request_body(self._session, "POST", self._url, data=body,
+                                     timeout=self._timeout, headers=self._headers)
         document = orjson.loads(payload)
         if self.acks == "0":
             return [SendResult(None, None)] * count

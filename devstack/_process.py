@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from devstack.errors import MissingBinary, ProcessExitedError, StartupTimeoutError
 
@@ -90,6 +92,28 @@ def _die_with_parent_argv() -> list[str]:
     """
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+class StartedInWith:
+    """Servers that ``with`` starts and stops (``stop`` is idempotent)."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 class ServerProcess:

@@ -36,10 +36,8 @@ class StartupTimeoutError(DevStackError):
         self.reason = reason
         self.log_path = log_path
         self.log_tail = log_tail
-        message = f"{what} not ready after {timeout_s:.1f} s: {reason}"
-        if log_path is not None:
-            message += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(message)
+        super().__init__(_with_log_tail(f"{what} not ready after {timeout_s:.1f} s: {reason}",
+                                        log_path, log_tail))
 
 
 class ProcessExitedError(DevStackError):
@@ -50,10 +48,15 @@ class ProcessExitedError(DevStackError):
         self.returncode = returncode
         self.log_path = log_path
         self.log_tail = log_tail
-        message = f"{what} exited with code {returncode} during startup"
-        if log_path is not None:
-            message += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(message)
+        super().__init__(_with_log_tail(f"{what} exited with code {returncode} during startup",
+                                        log_path, log_tail))
+
+
+def _with_log_tail(message: str, log_path: Path | None, log_tail: str) -> str:
+    """``message`` followed by the last lines of the server's log, when there is one."""
+    if log_path is None:
+        return message
+    return f"{message}\n--- last lines of {log_path} ---\n{log_tail}"
 
 
 class LayoutMismatchError(DevStackError):

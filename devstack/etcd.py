@@ -12,13 +12,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from devstack._process import (
     LOOPBACK,
     STOP_TIMEOUT_S,
     ServerProcess,
+    StartedInWith,
     free_ports,
     require_binary,
     wait_until,
@@ -45,7 +44,7 @@ class EtcdConfig:
     tls: TlsFiles | None = None
 
 
-class EtcdProcess:
+class EtcdProcess(StartedInWith):
     """One `etcd` member held as a child process. Context manager; stop() is idempotent."""
 
     def __init__(self, config: EtcdConfig) -> None:
@@ -53,18 +52,6 @@ class EtcdProcess:
         self.host = config.host
         self.port, self.peer_port = self._resolve_ports()
         self._process: ServerProcess | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def endpoint(self) -> str:

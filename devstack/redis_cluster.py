@@ -14,8 +14,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import redis
 from redis.backoff import NoBackoff
@@ -27,6 +26,7 @@ from devstack._process import (
     LOOPBACK,
     STOP_TIMEOUT_S,
     ServerProcess,
+    StartedInWith,
     free_ports,
     require_binary,
     terminate_all,
@@ -235,7 +235,7 @@ class RedisNode:
         return None
 
 
-class RedisClusterProcess:
+class RedisClusterProcess(StartedInWith):
     """A local Redis Cluster (`primaries` x (1 + `replicas_per_primary`) nodes) held as child
     processes.
 
@@ -250,18 +250,6 @@ class RedisClusterProcess:
         # layout).
         self._primary_count = config.primaries
         self._initial_primaries = config.primaries
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def nodes(self) -> list[RedisNode]:

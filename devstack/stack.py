@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
+from devstack._process import StartedInWith
 from devstack.etcd import EtcdConfig, EtcdProcess
 from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
 
@@ -49,25 +48,13 @@ class DevStackConfig:
         )
 
 
-class DevStack:
+class DevStack(StartedInWith):
     """Starts etcd and the Redis Cluster; stop() (idempotent) stops both. Context manager."""
 
     def __init__(self, config: DevStackConfig) -> None:
         self.config = config
         self.redis = RedisClusterProcess(config.redis_config())
         self.etcd = EtcdProcess(config.etcd_config())
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def redis_startup_nodes(self) -> list[tuple[str, int]]:

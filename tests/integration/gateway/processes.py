@@ -21,9 +21,10 @@ class GatewayProcess:
     process: subprocess.Popen[bytes]
 
 
-def start_gateway(port: int, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    """`streamgate serve` on ``port`` with ``env`` (and more ``args``), logging warnings only."""
-    command = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve"]
+def start_gateway(port: int, env: dict[str, str], *args: str,
+                  log_level: str = "warning") -> subprocess.Popen[bytes]:
+    """`streamgate serve` on ``port`` with ``env`` (and more ``args``)."""
+    command = [sys.executable, "-m", "gateway.cli", "--log-level", log_level, "serve"]
     return subprocess.Popen([*command, "--port", str(port), *args], env=env)
 
 

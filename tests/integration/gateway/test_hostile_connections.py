@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import aiohttp
 import orjson
 import pytest
 from auth_config import api_keys, rule
-from processes import free_port, wait_ready
+from processes import free_port, start_gateway, wait_ready
 
 from gateway.settings import GatewaySettings
 
@@ -82,10 +81,7 @@ def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gatew
            "STREAMGATE_BODY_READ_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_AUTH_FRAME_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_MAX_UNAUTHENTICATED_CONNECTIONS": str(UNAUTHENTICATED_CAP)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port", str(port)],
-        env=env,
-    )
+    process = start_gateway(port, env, log_level="error")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process)

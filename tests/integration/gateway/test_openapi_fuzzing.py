@@ -10,8 +10,6 @@ read/subscribe rate limits, so the 429s and RateLimit headers are checked agains
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from processes import free_port, wait_ready
+from processes import free_port, start_gateway, wait_ready
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -77,10 +75,7 @@ def serving(redis_cluster: Any, etcd_server: Any, prefix: str, auth: dict[str, s
         "STREAMGATE_WAIT_TIMEOUT_MS": "500",
         **auth,
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "--log-level", "error", "serve", "--port", str(port)],
-        env=env,
-    )
+    process = start_gateway(port, env, log_level="error")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, process)
