@@ -91,13 +91,20 @@ class Records:
     def taken(self, indexes: Sequence[int]) -> Records:
         """The records at ``indexes``, in that order."""
         values, keys, partitions = self.values, self.keys, self.partitions
-        formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys
         return Records([partitions[i] for i in indexes], [values[i] for i in indexes],
-                       [keys[i] for i in indexes],
-                       formats if isinstance(formats, ValueFormat)
-                       else [formats[i] for i in indexes],
-                       None if headers is None else [headers[i] for i in indexes],
-                       None if idempotency_keys is None else [idempotency_keys[i] for i in indexes])
+                       [keys[i] for i in indexes], *self._other_columns(indexes))
+
+    def partition_of(self, partition: int, indexes: Sequence[int], values: list[bytes],
+                     keys: list[bytes | None]) -> Records:
+        """One partition's records, at ``indexes``, with their values and keys already taken (as
+        ``split_by_partition`` gives them)."""
+        return Records([partition] * len(values), values, keys, *self._other_columns(indexes))
+
+    def _other_columns(self, indexes: Sequence[int]) -> _OtherColumns:
+        formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys
+        return (formats if isinstance(formats, ValueFormat) else [formats[i] for i in indexes],
+                None if headers is None else [headers[i] for i in indexes],
+                None if idempotency_keys is None else [idempotency_keys[i] for i in indexes])
 
     def rows(self) -> list[Record]:
         """The same records as one object each."""
@@ -109,6 +116,8 @@ class Records:
 
 
 T = TypeVar("T")
+_OtherColumns = tuple[ValueFormat | list[ValueFormat], list[Mapping[str, str]] | None,
+                      list[str | None] | None]  # formats, headers and idempotency keys
 
 
 def _joined_column(columns: list[Sequence[T] | None], sizes: list[int],

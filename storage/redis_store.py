@@ -172,8 +172,10 @@ class RedisStreamStore:
         groups = split_by_partition(batch.partitions, batch.values, batch.keys)
         # one partition (a keyless or one-message batch): the batch is its columns
         one = len(groups) == 1
-        calls = [AppendCall(topic, partition, batch if one else batch.taken(indexes), options)
-                 for partition, (indexes, _, _) in groups.items()]
+        calls = [AppendCall(topic, partition,
+                            batch if one else batch.partition_of(partition, indexes, values, keys),
+                            options)
+                 for partition, (indexes, values, keys) in groups.items()]
         written = await self._appender.write(topic, calls, wait=options.acks is Acks.ALL)
         offsets = {partition: reply_offsets(partition, reply)
                    for partition, reply in written.items()}
