@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from redis import exceptions as rexc
 from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
@@ -29,7 +30,12 @@ from storage.models import (
     StoredEntry,
 )
 from storage.observer import CallObserver, ignore_call
-from storage.overview import PartitionOverview, read_last_offsets, read_overviews
+from storage.overview import (
+    PartitionOverview,
+    partitions_by_node,
+    read_last_offsets,
+    read_overviews,
+)
 from storage.rate_limit import RedisRateLimiter
 from storage.resp import encode_command
 from storage.retention import RedisRetention
@@ -292,9 +298,9 @@ class RedisStreamStore:
     async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
         """XLEN, the first and the last entry of every partition: one pipeline per owning node on
         the lean connections (an error reply, MOVED included, is raised for a retry)."""
-        by_node: dict[NodeAddress, list[int]] = {}
-        for p in range(partitions):
-            by_node.setdefault(self.router.node_for_slot(slot_of(topic, p)), []).append(p)
+        by_node = partitions_by_node(self.router, topic, range(partitions))
+        if partitions and not by_node:  # a slot has no owner now (failover): retried
+            raise rexc.ClusterDownError("a slot of the topic has no primary")
         replies: list[Any] = [None] * (3 * partitions)
         answers = await asyncio.gather(*(self._on_node(addr, [
             command for p in group for command in _info_commands(log_key(topic, p))])
