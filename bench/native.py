@@ -19,7 +19,7 @@ from gateway.delivery import wire as delivery_wire
 from gateway.observe import _sketch, hotspots
 from gateway.publish import _plain, plain_codec
 from partitioner import _murmur2, hashing
-from storage import _entries, _wire, codec, resp, scripts
+from storage import _entries, _wire, codec, resp, scripts, transactions
 from storage.models import Delivery
 
 BATCH = 100  # messages in a publish (the bench's batch)
@@ -87,7 +87,7 @@ def _pairs() -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
                                                  p["keys"])),
         ("append: fold_transaction (100 replies)",
          lambda: _wire.fold_transaction(p["replies"]),
-         lambda: scripts._fold_transaction_python(p["replies"])),
+         lambda: transactions.fold_transaction_python(p["replies"])),
         ("append: reply_offsets (100 offsets)",
          lambda: _wire.reply_offsets(0, p["flat"]),
          lambda: scripts.reply_offsets_python(0, p["flat"])),

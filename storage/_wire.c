@@ -213,7 +213,7 @@ new_flat_reply(Py_ssize_t n)
 
 /* The script's flat reply ``[offset, 0, ...]`` (offsets as str) of a transaction's replies (MULTI's,
  * QUEUED..., EXEC's list of IDs); None when any reply is an error or EXEC's reply is not a list of bytes, for
- * the Python fold (storage.scripts._fold_transaction_python) to explain. */
+ * the Python fold (storage.transactions.fold_transaction_python) to explain. */
 static PyObject *
 fold_transaction(PyObject *module, PyObject *replies)
 {

@@ -42,10 +42,11 @@ from storage.cluster import (
 )
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
-from storage.lean import FoldedReplies, NodeLanes
+from storage.lean import NodeLanes
 from storage.observer import report
-from storage.resp import encode_command, with_redis_errors
+from storage.resp import encode_command
 from storage.scripts import LuaScript, PartitionCall
+from storage.transactions import NodeReplies
 
 R = TypeVar("R")
 ReplyParser = Callable[[int, list[Any]], list[R]]
@@ -120,7 +121,7 @@ class Appender(Generic[R]):
 
     async def _write_node(
         self, addr: NodeAddress, calls: list[PartitionCall], asking: dict[int, NodeAddress],
-        wait: bool, encoded: tuple[bytes, int] | None = None,
+        wait: bool, encoded: tuple[bytes, NodeReplies] | None = None,
     ) -> _NodeOutcome[R]:
         operation, started = ("append_wait" if wait else "append"), time.perf_counter()
         try:
@@ -142,11 +143,11 @@ class Appender(Generic[R]):
         be."""
         started = time.perf_counter()
         queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
-        later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, int]]] = []
+        later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, NodeReplies]]] = []
         for addr, calls in groups.items():
             encoded = self._encode(calls, asking)
             try:
-                future = self._submit(lanes, addr, encoded, self._transactions(calls, asking), wait)
+                future = self._submit(lanes, addr, encoded, wait)
             except Exception:  # the lanes are closed: _write_node reports it like any failed send
                 future = None
             if future is None:
@@ -167,14 +168,14 @@ class Appender(Generic[R]):
             raise
         return outcomes if rest is None else outcomes + list(await rest)
 
-    def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, int],
-                transactions: list[int] | None, wait: bool) -> asyncio.Future[list[Any]] | None:
+    def _submit(self, lanes: NodeLanes, addr: NodeAddress, encoded: tuple[bytes, NodeReplies],
+                wait: bool) -> asyncio.Future[list[Any]] | None:
+        payload, shape = encoded
         if wait:
-            return lanes.submit_replicated(addr, *encoded,
+            return lanes.submit_replicated(addr, payload, shape.replies,
                                            replicas=self._settings.min_insync_replicas,
-                                           timeout_ms=self._settings.wait_timeout_ms,
-                                           transactions=transactions)
-        return lanes.submit(addr, *encoded, transactions)
+                                           timeout_ms=self._settings.wait_timeout_ms, shape=shape)
+        return lanes.submit(addr, payload, shape)
 
     async def _collect(self, addr: NodeAddress, calls: list[PartitionCall],
                        asking: dict[int, NodeAddress], future: asyncio.Future[list[Any]],
@@ -183,10 +184,8 @@ class Appender(Generic[R]):
         outcome."""
         operation = "append_wait" if wait else "append"
         try:
-            replies = await future
-            if type(replies) is not FoldedReplies:
-                # read one by one: an error, a redirect, a partial read...
-                replies = self._fold(calls, asking, with_redis_errors(replies))
+            answer, *rest = await future
+            replies = [*answer, *rest]  # a reply per call, then WAIT's
         except Exception as exc:  # the whole pipeline is in doubt: retry all its partitions
             report(self._router.observer, operation, started, exc)
             return _NodeOutcome(retry={call.partition: exc for call in calls})
@@ -218,68 +217,28 @@ class Appender(Generic[R]):
 
     async def _send(self, addr: NodeAddress, calls: list[PartitionCall],
                     asking: dict[int, NodeAddress], wait: bool,
-                    encoded: tuple[bytes, int] | None = None) -> list[Any]:
-        """Every call on one connection in order, each call's reply folded into one; WAIT's reply
+                    encoded: tuple[bytes, NodeReplies] | None = None) -> list[Any]:
+        """Every call on one connection in order: a reply per call (``NodeReplies``), WAIT's
         last. ``encoded`` is the calls' payload when the caller has it already (``_encode``).
-
-        An ASK-redirected call is preceded by ASKING, whose reply is dropped here. Error replies
-        come back as exception values.
-        """
+        Error replies come back as exception values."""
         lanes = self._lanes
-        payload, count = encoded or self._encode(calls, asking)
+        payload, shape = encoded or self._encode(calls, asking)
         if wait:  # WAIT last, shared with the other acks=all writes to this node in this loop turn
-            replies = await lanes.execute_replicated(addr, payload, count,
-                                                     replicas=self._settings.min_insync_replicas,
-                                                     timeout_ms=self._settings.wait_timeout_ms,
-                                                     transactions=self._transactions(calls, asking))
-            if type(replies) is FoldedReplies:  # clean: folded from the bytes, WAIT's integer last
-                return replies
-        else:
-            replies = await lanes.execute_encoded(addr, payload, count, exclusive=False)
-        return self._fold(calls, asking, replies)
+            answer, waited = await lanes.execute_replicated(
+                addr, payload, shape.replies, replicas=self._settings.min_insync_replicas,
+                timeout_ms=self._settings.wait_timeout_ms, shape=shape)
+            return [*answer, waited]
+        return list(await lanes.execute_shaped(addr, payload, shape))
 
     @staticmethod
-    def _encode(calls: list[PartitionCall], asking: dict[int, NodeAddress]) -> tuple[bytes, int]:
-        """One node's calls as one RESP payload (ASKING before a redirected call) and how many
-        replies it gets."""
-        chunks: list[bytes] = []
-        count = 0
-        for call in calls:
-            if call.partition in asking:
-                # valid for the next command (the whole transaction) only
-                chunks.append(_ASKING_WIRE)
-                count += 1
-            chunks.append(call.wire())
-            count += call.wire_replies
-        return b"".join(chunks), count
-
-    @staticmethod
-    def _transactions(calls: list[PartitionCall],
-                      asking: dict[int, NodeAddress]) -> list[int] | None:
-        """The calls' XADD counts when their wire is plain transactions only (no ASKING before any),
-        else None."""
-        sizes: list[int] = []
-        for call in calls:
-            size = call.transaction_size
-            if size is None or call.partition in asking:
-                return None
-            sizes.append(size)
-        return sizes
-
-    @staticmethod
-    def _fold(calls: list[PartitionCall], asking: dict[int, NodeAddress],
-              replies: list[Any]) -> list[Any]:
-        """Each call's replies folded into one (ASKING's dropped), anything after them (WAIT's) kept
-        last."""
-        folded: list[Any] = []
-        pos = 0
-        for call in calls:
-            pos += call.partition in asking
-            end = pos + call.wire_replies
-            folded.append(call.fold_replies(replies[pos:end]))
-            pos = end
-        folded += replies[pos:]
-        return folded
+    def _encode(calls: list[PartitionCall],
+                asking: dict[int, NodeAddress]) -> tuple[bytes, NodeReplies]:
+        """One node's calls as one RESP payload (ASKING before a redirected call, valid for the
+        next command, the whole transaction, only) and how its replies are read."""
+        asked = [call.partition in asking for call in calls]
+        chunks = [b"%b%b" % (_ASKING_WIRE, call.wire()) if ask else call.wire()
+                  for call, ask in zip(calls, asked, strict=True)]
+        return b"".join(chunks), NodeReplies(calls, asked)
 
     def _parse_replies(self, calls: list[PartitionCall], replies: list[Any],
                        wait: bool) -> _NodeOutcome[R]:

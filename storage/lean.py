@@ -31,7 +31,7 @@ import collections
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, Protocol, cast
 
 from redis import exceptions as rexc
 
@@ -40,7 +40,6 @@ from storage.resp import (
     ReplyReader,
     encode_command,
     new_reply_reader,
-    read_transactions,
     with_redis_errors,
 )
 from storage.settings import RedisStoreSettings
@@ -50,12 +49,20 @@ MAX_IN_FLIGHT = 512  # requests awaiting replies on one shared connection
 TIMER_SLACK_S = 0.01  # the loop may run a timer this much before its time
 
 
-class FoldedReplies(list[Any]):
-    """A request's replies already folded, one flat ``[offset, 0, ...]`` per plain transaction
-    (then, for a group commit, WAIT's reply: its integer, or the error it got as a redis exception):
-    what a request made with
-    ``transactions`` gets when its transactions' replies were clean
-    (``storage.resp.read_transactions``)."""
+class ReplyShape(Protocol):
+    """How a caller wants its ``replies`` replies back: as one answer, folded by the caller.
+
+    ``read`` may take them whole from the received bytes at ``offset``: (answer, where they end),
+    False when they are clean so far but cut by the read (kept for the next read), None to decline
+    (hiredis then reads them one by one and ``fold`` gets them, error replies as exceptions). The
+    connection knows nothing of what the answer means."""
+
+    @property
+    def replies(self) -> int: ...
+
+    def read(self, data: bytes, offset: int, /) -> tuple[Any, int] | Literal[False] | None: ...
+
+    def fold(self, replies: list[Any], /) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -67,11 +74,11 @@ class _Request:
     replies: list[Any] = field(default_factory=list)
     # event-loop time the request was queued (the reply timeout counts from it)
     queued_at: float = 0.0
-    # plain transactions only: their XADD counts (``read_transactions``),
-    # then at most one more reply, an integer (a group commit's WAIT), when ``remaining`` says so
-    transactions: list[int] | None = None
-    # the transactions, taken from the bytes while that WAIT reply is awaited
-    folded: FoldedReplies | None = None
+    # the callers' shapes, in order, covering all replies but at most one integer (a group
+    # commit's WAIT): answered one answer per shape, then that reply
+    shapes: list[ReplyShape] | None = None
+    # the shapes' answers, taken from the bytes while that WAIT reply is awaited
+    answers: list[Any] | None = None
     # how much longer than the reply timeout its reply may take (a blocking read's BLOCK)
     grace_s: float = 0.0
 
@@ -91,9 +98,9 @@ class _RespProtocol(asyncio.Protocol):
         # callers of a full one
         self.room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         # Redis answers a long pipeline in pieces (one per 16 KiB of commands it reads), so a read
-        # often ends inside a transaction's replies: the clean start is kept here rather than handed
-        # to hiredis, which would then read that request and every one after it reply by reply, a
-        # Python object each.
+        # often ends inside a shaped request's replies: the clean start is kept here rather than
+        # handed to hiredis, which would then read that request and every one after it reply by
+        # reply, a Python object each.
         self.held = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -103,11 +110,11 @@ class _RespProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self.held:
-                # the start of a transaction's replies, clean so far, kept from the last read
+                # the start of a shaped request's replies, clean so far, kept from the last read
                 data, self.held = self.held + data, b""
             waiting = self.waiting
-            if waiting and waiting[0].transactions is not None and not self.reader.has_data():
-                taken = self._take_transactions(data)
+            if waiting and waiting[0].shapes is not None and not self.reader.has_data():
+                taken = self._take_shaped(data)
                 if taken:
                     data = data[taken:]
             if data:
@@ -120,43 +127,44 @@ class _RespProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
 
-    def _take_transactions(self, data: bytes) -> int:
-        """The first requests' replies, while they are clean plain transactions whole in ``data``
-        (the reader holds nothing, so ``data`` starts at a reply): answered folded, without a Python
-        object per reply. How many bytes were taken; the rest (an error, a partial reply, another
-        request's) goes to the reader."""
+    def _take_shaped(self, data: bytes) -> int:
+        """The first requests' replies, while their shapes read them whole from ``data`` (the reader
+        holds nothing, so ``data`` starts at a reply): answered without a Python object per reply.
+        How many bytes were taken; the rest (an error, a partial reply, another request's) goes to
+        the reader."""
         waiting, offset = self.waiting, 0
         while waiting:
             request = waiting[0]
-            if request.transactions is None or request.replies:
+            shapes = request.shapes
+            if shapes is None or request.replies:
                 break
-            if request.folded is None:
-                expected = sum(request.transactions) + 2 * len(request.transactions)
-                if request.remaining not in (expected, expected + 1):
-                    # only the transactions, or WAIT's too
+            answers = request.answers
+            if answers is None:
+                tail = request.remaining - sum([shape.replies for shape in shapes])
+                if tail not in (0, 1):  # the shapes' replies, or WAIT's too
                     break
-                read = read_transactions(data, offset, request.transactions)
+                read = _read_shapes(shapes, data, offset)
                 if read is False:
                     # clean so far, cut by the read: kept for the next one, not given to hiredis
                     self.held = data[offset:]
                     return len(data)
                 if read is None:
                     break
-                answer, offset = FoldedReplies(read[0]), read[1]
-                if request.remaining == expected:
+                answers, offset = read
+                if tail == 0:
                     waiting.popleft()
-                    self._answer(request, answer)
+                    self._answer(request, answers)
                     continue
                 # A group commit's WAIT answers once the replicas did, usually in a later read: only
                 # it is left.
-                request.folded, request.remaining = answer, 1
+                request.answers, request.remaining = answers, 1
             number = _integer_reply(data, offset)
             if number is None:  # not here yet, or not an integer: the reader reads it
                 break
-            request.folded.append(number[0])
+            answers.append(number[0])
             offset = number[1]
             waiting.popleft()
-            self._answer(request, request.folded)
+            self._answer(request, answers)
         return offset
 
     def _read_replies(self, data: bytes) -> None:
@@ -177,10 +185,7 @@ class _RespProtocol(asyncio.Protocol):
             request.remaining = remaining
             if remaining == 0:
                 waiting.popleft()
-                # the transactions already taken from the bytes: WAIT's reply joins them
-                folded = request.folded
-                self._answer(request, replies if folded is None
-                             else FoldedReplies([*folded, *with_redis_errors(replies)]))
+                self._answer(request, _answer_of(request))
 
     def _answer(self, request: _Request, replies: list[Any]) -> None:
         """A request whose replies are all in (already taken off ``waiting``)."""
@@ -279,9 +284,9 @@ class RespConnection:
         return self._protocol.lost is not None
 
     async def execute(self, payload: bytes, replies: int,
-                      transactions: list[int] | None = None, grace_s: float = 0.0) -> list[Any]:
+                      shapes: list[ReplyShape] | None = None, grace_s: float = 0.0) -> list[Any]:
         """Send ``payload`` (``replies`` encoded commands) and return the replies, error replies as
-        exceptions.
+        exceptions (with ``shapes``, one answer per shape and then the rest, as ``submit``).
 
         Raises redis ``ConnectionError`` when the connection breaks and ``TimeoutError`` when no
         reply came within the reply timeout (the connection is then closed: its later replies could
@@ -289,23 +294,23 @@ class RespConnection:
         request waiting (requests are answered in order), not a timer per request, whose arming and
         cancelling is event-loop work on every request.
         """
-        future = self.submit(payload, replies, transactions, grace_s)
+        future = self.submit(payload, replies, shapes, grace_s)
         while future is None:
             await self._room()
-            future = self.submit(payload, replies, transactions, grace_s)
+            future = self.submit(payload, replies, shapes, grace_s)
         answer = await future
-        return answer if type(answer) is FoldedReplies else with_redis_errors(answer)
+        return answer if shapes is not None else with_redis_errors(answer)
 
-    def submit(self, payload: bytes, replies: int, transactions: list[int] | None = None,
+    def submit(self, payload: bytes, replies: int, shapes: list[ReplyShape] | None = None,
                grace_s: float = 0.0) -> asyncio.Future[list[Any]] | None:
         """Queue ``payload`` (``replies`` encoded commands) in this turn's write: the future of its
         raw replies (error replies as ``ReplyError`` values; ``with_redis_errors`` converts them),
         or None when the connection has ``max_in_flight`` requests already. Raises the failure of a
         lost connection.
 
-        ``transactions``: the payload is plain transactions only (``AppendCall.wire``, no ASKING, no
-        WAIT) of these XADD counts; when their replies are clean the future gets them folded
-        (``FoldedReplies``).
+        ``shapes``: the callers' shapes (``ReplyShape``) covering the replies in order, but at most
+        one integer reply after them (a group commit's WAIT): the future gets one answer per shape,
+        then that reply (error replies as exceptions).
         """
         protocol = self._protocol
         if protocol.lost is not None:
@@ -316,7 +321,7 @@ class RespConnection:
         future: asyncio.Future[list[Any]] = loop.create_future()
         now = loop.time()
         # no await between the two
-        protocol.waiting.append(_Request(future, replies, [], now, transactions, grace_s=grace_s))
+        protocol.waiting.append(_Request(future, replies, [], now, shapes, grace_s=grace_s))
         self._out.append(payload)
         self._out_requests += 1
         if protocol.sent == 0 and not self._flush_scheduled:  # idle: send in this loop turn's batch
@@ -440,7 +445,7 @@ class _Replicated:
     payload: bytes
     replies: int
     future: asyncio.Future[list[Any]]
-    transactions: list[int] | None = None  # plain transactions only (``RespConnection.submit``)
+    shape: ReplyShape | None = None
 
 
 class _Lane:
@@ -541,37 +546,44 @@ class NodeLanes:
         connection = await self._shared(address, lane)
         return await connection.execute(payload, replies)
 
-    def submit(self, address: NodeAddress, payload: bytes, replies: int,
-               transactions: list[int] | None = None) -> asyncio.Future[list[Any]] | None:
-        """``execute_encoded`` on the node's shared connection without awaiting: the future of the
-        raw replies (``RespConnection.submit``, folded when ``transactions`` are given and clean),
-        or None when that connection is not open yet or has no room (the caller then uses
-        ``execute_encoded``, which waits). Raises ConnectionError once closed."""
+    def submit(self, address: NodeAddress, payload: bytes,
+               shape: ReplyShape) -> asyncio.Future[list[Any]] | None:
+        """``execute_shaped`` without awaiting: the future of ``[answer]``
+        (``RespConnection.submit``), or None when the node's shared connection is not open yet or
+        has no room (the caller then uses ``execute_shaped``, which waits). Raises ConnectionError
+        once closed."""
         connection = self._lane(address).shared
         if connection is None or connection.closed:
             return None
-        return connection.submit(payload, replies, transactions)
+        return connection.submit(payload, shape.replies, [shape])
+
+    async def execute_shaped(self, address: NodeAddress, payload: bytes,
+                             shape: ReplyShape) -> Any:
+        """``payload`` on the node's shared connection: its replies as ``shape`` answers them."""
+        connection = await self._shared(address, self._lane(address))
+        (answer,) = await connection.execute(payload, shape.replies, [shape])
+        return answer
 
     async def execute_replicated(self, address: NodeAddress, payload: bytes, replies: int, *,
                                  replicas: int, timeout_ms: int,
-                                 transactions: list[int] | None = None) -> list[Any]:
+                                 shape: ReplyShape | None = None) -> list[Any]:
         """``payload`` (``replies`` commands), then ``WAIT replicas timeout_ms``; their replies,
         WAIT's last.
 
         A group commit: the callers for one node in one event-loop turn leave together on an
         exclusive connection, followed by one WAIT. WAIT counts the replicas that acknowledged
         everything sent before it on its connection, so it covers each caller's writes, and every
-        caller gets its own replies and that WAIT reply (folded, ``FoldedReplies``, when every
-        caller gave its ``transactions`` and the replies are clean). A caller cancelled before its
+        caller gets its own replies and that WAIT reply (with a ``shape``, its answer and that
+        reply). A caller cancelled before its
         batch leaves is dropped from it; once sent, its writes are in doubt like any cancelled
         write. A failed batch fails every caller in it (the appender retries each).
         """
         return await self.submit_replicated(address, payload, replies, replicas=replicas,
-                                            timeout_ms=timeout_ms, transactions=transactions)
+                                            timeout_ms=timeout_ms, shape=shape)
 
     def submit_replicated(self, address: NodeAddress, payload: bytes, replies: int, *,
                           replicas: int, timeout_ms: int,
-                          transactions: list[int] | None = None) -> asyncio.Future[list[Any]]:
+                          shape: ReplyShape | None = None) -> asyncio.Future[list[Any]]:
         """``execute_replicated`` without awaiting: the future of this caller's share of the node's
         next group commit (cancel it before the commit leaves and the caller is dropped from it)."""
         lane = self._lane(address)
@@ -582,7 +594,7 @@ class NodeLanes:
         if batch is None:
             batch = lane.forming[key] = []
             loop.call_soon(self._commit, address, lane, key)
-        batch.append(_Replicated(payload, replies, future, transactions))
+        batch.append(_Replicated(payload, replies, future, shape))
         return future
 
     def _commit(self, address: NodeAddress, lane: _Lane, key: tuple[int, int]) -> None:
@@ -598,12 +610,10 @@ class NodeLanes:
         try:
             if self._closed:
                 raise rexc.ConnectionError("the lean connections are closed")
-            sizes = [m.transactions for m in members]
-            transactions = None if None in sizes else [n for member in sizes if member
-                                                       for n in member]
-            replies = await self._execute_exclusive(address, lane, payload,
-                                                    sum(m.replies for m in members) + 1,
-                                                    transactions)
+            shapes = [m.shape for m in members]
+            replies = await self._execute_exclusive(
+                address, lane, payload, sum(m.replies for m in members) + 1,
+                None if None in shapes else cast(list[ReplyShape], shapes))
         except BaseException as exc:
             error = (exc if isinstance(exc, Exception)
                      else rexc.ConnectionError("the lean connections are closed"))
@@ -613,12 +623,14 @@ class NodeLanes:
             if not isinstance(exc, Exception):
                 raise
             return
-        waited, pos, folded = replies[-1], 0, type(replies) is FoldedReplies
+        waited, pos, shaped = replies[-1], 0, None not in shapes
         for member in members:
-            size = len(member.transactions or ()) if folded else member.replies
+            size = 1 if shaped else member.replies
             if not member.future.done():
-                mine = [*replies[pos:pos + size], waited]
-                member.future.set_result(FoldedReplies(mine) if folded else mine)
+                mine = replies[pos:pos + size]
+                if member.shape is not None and not shaped:
+                    mine = [member.shape.fold(mine)]
+                member.future.set_result([*mine, waited])
             pos += size
 
     async def _shared(self, address: NodeAddress, lane: _Lane) -> RespConnection:
@@ -647,14 +659,14 @@ class NodeLanes:
         return connection
 
     async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes,
-                                 count: int, transactions: list[int] | None = None) -> list[Any]:
+                                 count: int, shapes: list[ReplyShape] | None = None) -> list[Any]:
         async with lane.exclusive_slots:
             while lane.idle and lane.idle[-1].closed:
                 lane.idle.pop()
             connection = lane.idle.pop() if lane.idle else await self._open_exclusive(address, lane)
             lane.busy.add(connection)
             try:
-                replies = await connection.execute(payload, count, transactions)
+                replies = await connection.execute(payload, count, shapes)
             except BaseException:
                 connection.close()  # in doubt (or cancelled mid-reply): never reused
                 raise
@@ -748,3 +760,33 @@ def _integer_reply(data: bytes, offset: int) -> tuple[int, int] | None:
     if end < 0 or not digits.isdigit() or len(digits) > 18:
         return None
     return int(digits), end + 2
+
+
+def _read_shapes(shapes: list[ReplyShape], data: bytes,
+                 offset: int) -> tuple[list[Any], int] | Literal[False] | None:
+    """Every shape's answer read from ``data`` at ``offset`` and where they end
+    (``ReplyShape.read``); False or None as the first shape that does not read whole says."""
+    answers: list[Any] = []
+    for shape in shapes:
+        read = shape.read(data, offset)
+        if read is None or read is False:
+            return read
+        answers.append(read[0])
+        offset = read[1]
+    return answers, offset
+
+
+def _answer_of(request: _Request) -> list[Any]:
+    """A request's answer once hiredis has read its (remaining) replies: raw without shapes, else
+    one answer per shape (read from the bytes before, or folded now) and then the rest."""
+    replies, shapes = request.replies, request.shapes
+    if shapes is None:
+        return replies
+    replies = with_redis_errors(replies)
+    if request.answers is not None:  # the shapes were read from the bytes: only WAIT's is left
+        return [*request.answers, *replies]
+    answers, pos = [], 0
+    for shape in shapes:
+        answers.append(shape.fold(replies[pos:pos + shape.replies]))
+        pos += shape.replies
+    return [*answers, *replies[pos:]]

@@ -29,7 +29,8 @@ from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, Record, Records, ValueFormat
 from storage.native import refuse_if_off
-from storage.resp import ReplyError, as_redis_error, encode_command
+from storage.resp import encode_command
+from storage.transactions import fold_transaction_replies
 
 if TYPE_CHECKING:
     from storage.lean import NodeAddress, NodeLanes
@@ -128,7 +129,7 @@ class PartitionCall(Protocol):
     @property
     def transaction_size(self) -> int | None:
         """The XADD count when ``wire()`` is one MULTI/XADD.../EXEC transaction (its clean replies
-        can be read folded, ``storage.resp.read_transactions``), else None."""
+        can be read folded, ``storage.transactions.read_transactions``), else None."""
         ...
 
     def evalsha_command(self) -> tuple[Any, ...]:
@@ -283,7 +284,7 @@ class AppendCall:
 
     def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply, or the transaction's IDs laid out as the script's flat reply."""
-        return _fold_transaction(replies) if self._dedup is None else replies[0]
+        return fold_transaction_replies(replies) if self._dedup is None else replies[0]
 
     def transaction_commands(self) -> list[tuple[Any, ...]]:
         """The transaction as values: MULTI, one XADD per record (trimmed like the script), EXEC."""
@@ -403,35 +404,6 @@ def in_input_order_python(count: int, groups: dict[int, PartitionColumns],
     return ordered
 
 
-def _fold_transaction(replies: list[Any]) -> Any:
-    """MULTI, QUEUED..., EXEC replies as the script's flat ``[offset, 0, ...]``, or the error that
-    stopped it.
-
-    A refused command (MOVED, ASK, READONLY, CLUSTERDOWN, OOM...) aborts the whole transaction
-    (EXECABORT): nothing was written and the refusal says why, so the appender redirects or retries
-    as for the script. The compiled ``fold_transaction`` answers when every reply is fine (offsets
-    as str); the rest is here.
-    """
-    folded = fold_transaction(replies)
-    return _fold_transaction_python(replies) if folded is None else folded
-
-
-def _fold_transaction_python(replies: list[Any]) -> Any:
-    """``_fold_transaction`` in Python; the reference of the compiled fold wherever that one answers
-    (offsets decoded to str, as it gives them)."""
-    executed = replies[-1]
-    if isinstance(executed, BaseException) or executed is None:
-        return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
-                    executed if executed is not None else rexc.ResponseError("transaction aborted"))
-    for reply in executed:
-        if isinstance(reply, ReplyError):
-            # a command failed while executing (not expected for XADD)
-            return as_redis_error(reply)
-    flat: list[Any] = [0] * (2 * len(executed))
-    flat[0::2] = [offset.decode() if type(offset) is bytes else offset for offset in executed]
-    return flat
-
-
 def _without_array_header(command: bytes, count: int) -> bytes:
     """The bulk strings of an encoded command, without its ``*<count>`` array header."""
     return command[len(b"*%d\r\n" % count):]
@@ -490,11 +462,6 @@ def reply_duplicates(reply: list[Any]) -> list[bool]:
     return [bool(int(flag)) for flag in reply[1::2]]
 
 
-def _no_compiled_fold(replies: list[Any]) -> list[Any] | None:
-    """Without the compiled fold, the Python one decides every reply."""
-    return None
-
-
 try:
     refuse_if_off()
     from storage import _wire
@@ -504,7 +471,6 @@ except ImportError:  # built without a C compiler: the reference, same bytes
         xadd_transaction_python
     split_by_partition: Callable[[list[int], list[bytes], list[bytes | None]],
                                  dict[int, PartitionColumns]] = split_by_partition_python
-    fold_transaction: Callable[[list[Any]], list[Any] | None] = _no_compiled_fold
     reply_offsets: Callable[[int, list[Any]], list[str]] = reply_offsets_python
     in_input_order: Callable[[int, dict[int, PartitionColumns], dict[int, list[str]]],
                              list[str]] = in_input_order_python
@@ -512,6 +478,5 @@ else:
     WIRE_NATIVE = True
     xadd_transaction = _wire.xadd_transaction
     split_by_partition = _wire.split_by_partition
-    fold_transaction = _wire.fold_transaction
     reply_offsets = _wire.reply_offsets
     in_input_order = _wire.in_input_order

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from storage import AppendOptions, Record, lean, resp
-from storage.appender import Appender
+from storage import AppendOptions, Record, transactions
 from storage.keys import slot_of
 from storage.models import Acks, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from storage.transactions import NodeReplies
 
 pytestmark = pytest.mark.integration
 
@@ -194,21 +194,21 @@ async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_la
     # opens the lanes
     await store.append(topic, Records(partitions, values, keys), AppendOptions(acks=acks))
     answers: list[Any] = []
-    original = resp.read_transactions
+    original = transactions.read_transactions
 
     def recording(data: bytes, offset: int, sizes: list[int]) -> Any:
         answers.append(original(data, offset, sizes))
         return answers[-1]
 
     folded_one_by_one: list[int] = []
-    fold = Appender._fold
+    fold = NodeReplies.fold
 
-    def counting_fold(*args: Any) -> Any:
+    def counting_fold(shape: NodeReplies, replies: list[Any]) -> Any:
         folded_one_by_one.append(1)
-        return fold(*args)
+        return fold(shape, replies)
 
-    monkeypatch.setattr(lean, "read_transactions", recording)
-    monkeypatch.setattr(Appender, "_fold", staticmethod(counting_fold))
+    monkeypatch.setattr(transactions, "read_transactions", recording)
+    monkeypatch.setattr(NodeReplies, "fold", counting_fold)
     offsets = (await store.append(topic, Records(partitions, values, keys),
                                   AppendOptions(acks=acks))).offsets
     assert answers

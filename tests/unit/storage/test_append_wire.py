@@ -27,13 +27,12 @@ from storage.resp import ReplyError, as_redis_error, encode_command, with_redis_
 from storage.scripts import (
     APPEND_LUA,
     AppendCall,
-    _fold_transaction,
-    _fold_transaction_python,
     in_input_order_python,
     reply_offsets_python,
     split_by_partition_python,
     xadd_transaction_python,
 )
+from storage.transactions import fold_transaction_python, fold_transaction_replies
 
 _columns = st.lists(st.tuples(st.binary(max_size=300), st.none() | st.binary(max_size=40)),
                     max_size=12)
@@ -168,14 +167,14 @@ def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_refer
     replies = [b"OK", *queued, last]
     clean = executed == "list" and (queued_error is None or not queued)
     folded = fold_transaction(replies)
-    reference = _fold_transaction_python(replies)
+    reference = fold_transaction_python(replies)
     if clean:
         assert folded == [part.decode() if isinstance(part, bytes) else part for part in reference]
         assert reply_offsets(0, folded) == reply_offsets_python(0, reference) == [i.decode()
                                                                                   for i in ids]
     else:
         assert folded is None
-        outcome = _fold_transaction(replies)
+        outcome = fold_transaction_replies(replies)
         assert type(outcome) is type(reference)
         assert str(outcome) == str(reference)
 

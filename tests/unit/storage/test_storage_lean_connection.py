@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from redis import exceptions as rexc
@@ -366,18 +367,32 @@ async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(
         connection.submit(ping, 1)
 
 
-async def test_submit_queues_without_awaiting_and_its_future_holds_the_raw_replies(
+class _AsItIs:
+    """A shape that never reads from the bytes: its answer is the replies hiredis read."""
+
+    def __init__(self, replies: int) -> None:
+        self.replies = replies
+
+    def read(self, data: bytes, offset: int, /) -> None:
+        return None
+
+    def fold(self, replies: list[Any], /) -> list[Any]:
+        return replies
+
+
+async def test_submit_queues_without_awaiting_and_its_future_holds_the_shapes_answer(
         server: ScriptedServer) -> None:
     server.respond = lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n:1\r\n"
     async with NodeLanes(_settings()) as lanes:
         address = ("127.0.0.1", server.port)
-        assert lanes.submit(address, encode_command(["PING"]), 1) is None  # no connection open yet
+        # no connection open yet
+        assert lanes.submit(address, encode_command(["PING"]), _AsItIs(1)) is None
         await lanes.execute(address, [("PING",), ("PING",)], exclusive=False)  # opens it
         future = lanes.submit(address, encode_command(["EVALSHA", "x", 0])
-                              + encode_command(["PING"]), 2)
+                              + encode_command(["PING"]), _AsItIs(2))
         assert future is not None
-        moved, pong = await future
-    assert type(moved).__name__ == "ReplyError"  # as the reader gives it; execute converts it
+        ((moved, pong),) = await future
+    assert isinstance(moved, rexc.MovedError)  # a shape folds replies with their errors mapped
     assert pong == 1
 
 

@@ -1,11 +1,11 @@
 """Clean plain transactions' replies read straight from the received bytes (``read_transactions``),
-and the lean protocol answering a transactions-only request with them folded, or, whenever they are
-not clean or not whole in one read, exactly as it answered before (hiredis, one reply at a time)."""
+and the lean protocol answering a shaped request with its shape's reading, or, whenever the replies
+are not clean or not whole in one read, with its fold of what hiredis read: the same answer."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from redis import exceptions as rexc
 
 from storage import native as storage_native
-from storage import resp
+from storage import transactions
 from storage._wire import read_transactions  # the compiled reader itself, also when switched off
-from storage.lean import FoldedReplies, NodeLanes, _Request, _RespProtocol
-from storage.resp import ReplyError, read_transactions_python
-from storage.scripts import _fold_transaction
+from storage.lean import NodeLanes, ReplyShape, _Request, _RespProtocol
+from storage.models import AppendOptions, Records
+from storage.scripts import AppendCall
 from storage.settings import RedisStoreSettings
+from storage.transactions import NodeReplies, fold_transaction_replies, read_transactions_python
 
 READERS = [pytest.param(read_transactions, id="installed"),
            pytest.param(read_transactions_python, id="reference")]
@@ -37,8 +38,8 @@ def _flat(ids: list[str]) -> list[Any]:
 
 
 def test_the_compiled_reader_is_installed_unless_switched_off() -> None:
-    assert resp.read_transactions is (read_transactions_python if storage_native.OFF
-                                      else read_transactions)
+    assert transactions.read_transactions is (read_transactions_python if storage_native.OFF
+                                              else read_transactions)
 
 
 @pytest.mark.parametrize("read", READERS)
@@ -110,46 +111,61 @@ def test_compiled_reader_answers_any_bytes_as_the_reference(data: bytes, sizes: 
 
 # ---- the protocol ----
 
+class _Transactions:
+    """A request of plain transactions of these XADD counts, as the appender shapes it; it tells
+    whether its answer was folded from hiredis' replies or read from the bytes."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.replies = sum(n + 2 for n in sizes)
+        self.folded = False
+
+    def read(self, data: bytes, offset: int) -> Any:
+        return transactions.read_transactions(data, offset, self.sizes)
+
+    def fold(self, replies: list[Any]) -> list[Any]:
+        self.folded = True
+        answer, at = [], 0
+        for n in self.sizes:
+            answer.append(fold_transaction_replies(replies[at:at + n + 2]))
+            at += n + 2
+        return answer
+
+
 def _protocol_with(loop: asyncio.AbstractEventLoop, requests: list[tuple[int, list[int] | None]],
                    ) -> tuple[_RespProtocol, list[asyncio.Future[list[Any]]]]:
-    protocol = _RespProtocol()
-    futures: list[asyncio.Future[list[Any]]] = []
-    for replies, transactions in requests:
+    protocol, futures = _RespProtocol(), []
+    for replies, sizes in requests:
         future: asyncio.Future[list[Any]] = loop.create_future()
-        protocol.waiting.append(_Request(future, replies, [], 0.0, transactions))
+        shapes: list[ReplyShape] | None = None if sizes is None else [_Transactions(sizes)]
+        protocol.waiting.append(_Request(future, replies, [], 0.0, shapes))
         protocol.sent += 1
         futures.append(future)
     return protocol, futures
 
 
-def _folded(result: list[Any], sizes: list[int]) -> list[Any]:
-    """A request's answer as the appender folds it: as it is when read folded, else each
-    transaction's replies."""
-    if type(result) is FoldedReplies:
-        return list(result)
-    folded, at = [], 0
-    for n in sizes:
-        folded.append(_fold_transaction(result[at:at + n + 2]))
-        at += n + 2
-    return folded
+def _shapes(protocol: _RespProtocol) -> list[_Transactions]:
+    """The shapes of the requests still waiting."""
+    return [cast(_Transactions, r.shapes[0]) for r in protocol.waiting if r.shapes]
 
 
-async def test_a_transactions_request_read_in_one_piece_is_answered_folded() -> None:
+async def test_a_shaped_request_read_in_one_piece_is_answered_from_the_bytes() -> None:
     first, second = [["1-0", "1-1"], ["2-0"]], [["3-0"]]
     protocol, (one, two) = _protocol_with(asyncio.get_running_loop(), [(7, [2, 1]), (3, [1])])
+    shapes = _shapes(protocol)
     protocol.data_received(b"".join(_transaction(ids) for ids in first + second))
-    assert type(one.result()) is FoldedReplies
-    assert one.result() == [_flat(ids) for ids in first]
-    assert two.result() == [_flat(ids) for ids in second]
+    assert one.result() == [[_flat(ids) for ids in first]]
+    assert two.result() == [[_flat(ids) for ids in second]]
+    assert [shape.folded for shape in shapes] == [False, False]
     assert (protocol.sent, len(protocol.waiting), protocol.reader.has_data()) == (0, 0, False)
 
 
 async def test_replies_split_at_any_byte_give_every_request_the_same_answer() -> None:
-    transactions: list[list[list[str]]] = [[["1-0", "1-1"], ["2-0"]], [["3-0"]], [[]],
-                                           [["4-0", "4-1", "4-2"]]]
-    data = b"".join(_transaction(ids) for request in transactions for ids in request)
-    sizes = [[len(ids) for ids in request] for request in transactions]
-    expected = [[_flat(ids) for ids in request] for request in transactions]
+    requests: list[list[list[str]]] = [[["1-0", "1-1"], ["2-0"]], [["3-0"]], [[]],
+                                       [["4-0", "4-1", "4-2"]]]
+    data = b"".join(_transaction(ids) for request in requests for ids in request)
+    sizes = [[len(ids) for ids in request] for request in requests]
+    expected = [[[_flat(ids) for ids in request]] for request in requests]
     loop = asyncio.get_running_loop()
     for cut in range(len(data) + 1):
         for second_cut in (cut, min(cut + 7, len(data))):
@@ -157,8 +173,7 @@ async def test_replies_split_at_any_byte_give_every_request_the_same_answer() ->
             for chunk in (data[:cut], data[cut:second_cut], data[second_cut:]):
                 if chunk:
                     protocol.data_received(chunk)
-            assert [_folded(f.result(), s)
-                    for f, s in zip(futures, sizes, strict=True)] == expected, cut
+            assert [f.result() for f in futures] == expected, cut
             assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
@@ -166,23 +181,26 @@ async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_r
     aborted = b"+OK\r\n-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n"
     protocol, (plain, other, clean) = _protocol_with(asyncio.get_running_loop(),
                                                      [(3, [1]), (1, None), (3, [1])])
+    shapes = _shapes(protocol)
     protocol.data_received(aborted + b":7\r\n" + _transaction(["5-0"]))
-    assert type(plain.result()) is list
-    assert isinstance(plain.result()[1], ReplyError)
-    assert other.result() == [7]
-    # after another request's reply: through hiredis
-    assert _folded(clean.result(), [1]) == [_flat(["5-0"])]
+    ((refusal,),) = plain.result()
+    assert isinstance(refusal, rexc.MovedError)  # the error that stopped it, for the appender
+    assert other.result() == [7]  # raw, unshaped
+    # after another request's reply: through hiredis, folded to the same answer
+    assert clean.result() == [[_flat(["5-0"])]]
+    assert [shape.folded for shape in shapes] == [True, True]
 
 
-async def test_a_request_cut_inside_its_replies_is_answered_folded_once_the_rest_arrives() -> None:
+async def test_a_request_cut_inside_its_replies_is_read_from_the_bytes_once_all_arrive() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3, [1])])
+    (shape,) = _shapes(protocol)
     # Redis answered the first commands it read: kept, not for hiredis
     protocol.data_received(b"+OK\r\n+QUE")
     assert (request.done(), protocol.reader.has_data(),
             protocol.waiting[0].replies) == (False, False, [])
     protocol.data_received(b"UED\r\n*1\r\n$3\r\n6-0\r\n")
-    assert type(request.result()) is FoldedReplies
-    assert request.result() == [_flat(["6-0"])]
+    assert request.result() == [[_flat(["6-0"])]]
+    assert not shape.folded
 
 
 async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the_rest() -> None:
@@ -190,27 +208,28 @@ async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the
     protocol.data_received(b"+OK\r\n")
     protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction "
                            b"discarded\r\n:5\r\n")
-    assert refused.result()[0] == b"OK"
-    assert [type(reply) for reply in refused.result()[1:]] == [ReplyError, ReplyError]
+    ((refusal,),) = refused.result()
+    assert isinstance(refusal, rexc.MovedError)
     assert after.result() == [5]
     assert (protocol.held, protocol.sent, protocol.reader.has_data()) == (b"", 0, False)
 
 
 async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> None:
     protocol, (other, request) = _protocol_with(asyncio.get_running_loop(), [(1, None), (3, [1])])
+    (shape,) = _shapes(protocol)
     protocol.data_received(b"$5\r\nhel")  # another request's reply, cut: hiredis holds its start
     protocol.data_received(b"lo\r\n+OK\r\n+QUEUED\r\n*1\r\n$3\r\n6-0\r\n")
     assert other.result() == [b"hello"]
-    assert type(request.result()) is list
-    assert _folded(request.result(), [1]) == [_flat(["6-0"])]
+    assert request.result() == [[_flat(["6-0"])]]
+    assert shape.folded
 
 
-async def test_a_cancelled_callers_folded_replies_are_dropped_the_next_gets_its_own() -> None:
+async def test_a_cancelled_callers_replies_are_dropped_the_next_gets_its_own() -> None:
     protocol, (cancelled, waiting) = _protocol_with(asyncio.get_running_loop(),
                                                     [(3, [1]), (3, [1])])
     cancelled.cancel()
     protocol.data_received(_transaction(["7-0"]) + _transaction(["8-0"]))
-    assert waiting.result() == [_flat(["8-0"])]
+    assert waiting.result() == [[_flat(["8-0"])]]
     assert protocol.sent == 0
 
 
@@ -220,26 +239,28 @@ async def test_a_request_cut_between_transactions_takes_no_reply_of_the_next() -
     protocol.data_received(_transaction(["1-0"]))
     # its second, then the next request's
     protocol.data_received(_transaction(["2-0"]) + _transaction(["3-0"]))
-    assert _folded(two.result(), [1, 1]) == [_flat(["1-0"]), _flat(["2-0"])]
-    assert _folded(one.result(), [1]) == [_flat(["3-0"])]
+    assert two.result() == [[_flat(["1-0"]), _flat(["2-0"])]]
+    assert one.result() == [[_flat(["3-0"])]]
 
 
-async def test_a_group_commits_wait_reply_is_read_after_its_transactions() -> None:
+async def test_a_group_commits_wait_reply_is_read_after_its_shapes() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
+    (shape,) = _shapes(protocol)
     protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]) + b":1\r\n")
-    assert type(request.result()) is FoldedReplies
-    assert request.result() == [_flat(["1-0"]), _flat(["2-0", "2-1"]), 1]
+    assert request.result() == [[_flat(["1-0"]), _flat(["2-0", "2-1"])], 1]
+    assert not shape.folded
 
 
-async def test_a_wait_reply_in_a_later_read_joins_the_transactions_taken_before() -> None:
+async def test_a_wait_reply_in_a_later_read_joins_the_answers_taken_before() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
+    (shape,) = _shapes(protocol)
     # WAIT answers later
     protocol.data_received(_transaction(["1-0"]) + _transaction(["2-0", "2-1"]))
     assert not request.done()
     assert protocol.waiting[0].remaining == 1
     protocol.data_received(b":1\r\n")
-    assert type(request.result()) is FoldedReplies
-    assert request.result() == [_flat(["1-0"]), _flat(["2-0", "2-1"]), 1]
+    assert request.result() == [[_flat(["1-0"]), _flat(["2-0", "2-1"])], 1]
+    assert not shape.folded
 
 
 @pytest.mark.parametrize("wait_reply", [b"-NOREPLICAS not enough\r\n", b":x\r\n", b":1", b":1\r"])
@@ -247,17 +268,15 @@ async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(
         wait_reply: bytes) -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 1, [1])])
     protocol.data_received(_transaction(["1-0"]) + wait_reply)
-    if wait_reply.startswith(b"-"):  # the transactions as read, the error as a redis exception
-        assert type(request.result()) is FoldedReplies
-        assert request.result()[0] == _flat(["1-0"])
+    if wait_reply.startswith(b"-"):  # the answer as read, the error as a redis exception
+        assert request.result()[0] == [_flat(["1-0"])]
         assert isinstance(request.result()[1], rexc.ResponseError)
     elif wait_reply == b":x\r\n":  # not RESP: the connection fails, as it did before
         assert protocol.lost is not None
     else:  # cut: the rest comes later, through the reader
         assert not request.done()
         protocol.data_received(b"\r\n"[len(wait_reply) - 2:])
-        assert type(request.result()) is FoldedReplies
-        assert request.result() == [_flat(["1-0"]), 1]
+        assert request.result() == [[_flat(["1-0"])], 1]
 
 
 class _OneWriteServer:
@@ -277,8 +296,9 @@ class _OneWriteServer:
 
 
 @pytest.mark.parametrize("wait_reply", [b":1\r\n", b"-ERR no (test)\r\n"])
-async def test_each_caller_of_a_group_commit_gets_its_own_folded_transactions_and_the_wait(
-        wait_reply: bytes) -> None:
+@pytest.mark.parametrize("shaped", [True, False], ids=["all-shaped", "one-unshaped"])
+async def test_each_caller_of_a_group_commit_gets_its_own_answer_and_the_wait(
+        wait_reply: bytes, shaped: bool) -> None:
     answer = (_transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + _transaction(["3-0"])
               + wait_reply)
     server = _OneWriteServer(answer)
@@ -288,15 +308,17 @@ async def test_each_caller_of_a_group_commit_gets_its_own_folded_transactions_an
         async with NodeLanes(RedisStoreSettings(client_name=None)) as lanes:
             first, second = await asyncio.gather(
                 lanes.execute_replicated(address, b"a", 4, replicas=1, timeout_ms=50,
-                                         transactions=[2]),
+                                         shape=_Transactions([2])),
                 lanes.execute_replicated(address, b"b", 6, replicas=1, timeout_ms=50,
-                                         transactions=[1, 1]))
+                                         shape=_Transactions([1, 1]) if shaped else None))
     finally:
         listener.close()
         await listener.wait_closed()
-    assert (type(first), type(second)) == (FoldedReplies, FoldedReplies)
-    assert first[:-1] == [_flat(["1-0", "1-1"])]
-    assert second[:-1] == [_flat(["2-0"]), _flat(["3-0"])]
+    assert first[:-1] == [[_flat(["1-0", "1-1"])]]
+    if shaped:
+        assert second[:-1] == [[_flat(["2-0"]), _flat(["3-0"])]]
+    else:  # its raw replies, error replies as exceptions
+        assert second[:-1] == [b"OK", b"QUEUED", [b"2-0"], b"OK", b"QUEUED", [b"3-0"]]
     if wait_reply == b":1\r\n":
         assert first[-1] == second[-1] == 1
     else:  # WAIT's error, as a redis exception value, for each caller
@@ -312,15 +334,41 @@ async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() 
         for chunk in (data[:cut], data[cut:]):
             if chunk:
                 protocol.data_received(chunk)
-        result = request.result()
-        folded = list(result) if type(result) is FoldedReplies else [*_folded(result[:-1], [2, 1]),
-                                                                     result[-1]]
-        assert folded == [_flat(["1-0", "1-1"]), _flat(["2-0"]), 1], cut
+        assert request.result() == [[_flat(["1-0", "1-1"]), _flat(["2-0"])], 1], cut
         assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
-async def test_a_request_expecting_more_than_transactions_and_wait_reads_one_by_one() -> None:
+async def test_a_request_expecting_more_than_its_shapes_and_wait_reads_one_by_one() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 2, [1])])
+    (shape,) = _shapes(protocol)
     protocol.data_received(_transaction(["1-0"]) + b":1\r\n:2\r\n")
-    assert type(request.result()) is list
-    assert request.result()[-2:] == [1, 2]
+    assert request.result() == [[_flat(["1-0"])], 1, 2]
+    assert shape.folded
+
+
+def _node_calls() -> list[AppendCall]:
+    plain = AppendCall("t", 0, Records([0, 0], [b"a", b"b"], [None, None]), AppendOptions())
+    keyed = AppendCall("t", 1, Records([1], [b"c"], [None], idempotency_keys=["k"]),
+                       AppendOptions())
+    return [plain, keyed]
+
+
+def test_a_nodes_transactions_are_read_from_the_bytes_in_call_order() -> None:
+    plain = _node_calls()[0]
+    shape = NodeReplies([plain, plain], [False, False])
+    data = _transaction(["1-0", "1-1"]) + _transaction(["2-0", "2-1"])
+    assert shape.replies == 8
+    assert shape.read(data, 0) == ([_flat(["1-0", "1-1"]), _flat(["2-0", "2-1"])], len(data))
+
+
+def test_a_node_with_a_script_call_or_an_asking_is_folded_per_call_asking_dropped() -> None:
+    plain, keyed = _node_calls()
+    scripted = NodeReplies([plain, keyed], [False, False])
+    assert scripted.read(_transaction(["1-0", "1-1"]) + b"*2\r\n$3\r\n3-0\r\n:1\r\n", 0) is None
+    asked = NodeReplies([plain], [True])
+    assert asked.replies == 5
+    assert asked.read(b"+OK\r\n" + _transaction(["1-0", "1-1"]), 0) is None
+    assert asked.fold([b"OK", b"OK", b"QUEUED", b"QUEUED", [b"1-0", b"1-1"]]) == [
+        _flat(["1-0", "1-1"])]
+    assert scripted.fold([b"OK", b"QUEUED", b"QUEUED", [b"1-0", b"1-1"], [b"3-0", 1]]) == [
+        _flat(["1-0", "1-1"]), [b"3-0", 1]]
