@@ -7,9 +7,8 @@ from contextlib import AsyncExitStack
 
 from aiohttp import web
 
-from gateway.auth.gatekeeper import gatekeeper_from_settings
+from gateway.auth.gatekeeper import GATEKEEPER, authenticate, gatekeeper_from_settings
 from gateway.auth.limits import LimitOverrides
-from gateway.auth.middleware import GATEKEEPER, authenticate
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import PULL_CONSUMER, Puller

@@ -38,12 +38,12 @@ from storage.cluster import (
     NodeAddress,
     is_transient,
     needs_refresh,
+    report,
     translate,
 )
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import NodeLanes
-from storage.observer import report
 from storage.resp import encode_command
 from storage.scripts import LuaScript, PartitionCall
 from storage.transactions import NodeReplies

@@ -1,6 +1,6 @@
 """The Redis Cluster's topology: the slot map (redis-py's cluster client) and its refresh after a
-failover, and retries inside a deadline. Commands go on the lean connections of ``storage.lean``,
-to the nodes this router names."""
+failover, retries inside a deadline, and the hook that reports each Redis call. Commands go on the
+lean connections of ``storage.lean``, to the nodes this router names."""
 
 from __future__ import annotations
 
@@ -19,13 +19,29 @@ from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 
 from storage.errors import StorageError, StorageUnavailable
-from storage.observer import CallObserver, ignore_call, report
 from storage.settings import RedisStoreSettings
 
 if TYPE_CHECKING:
     from storage.lean import NodeLanes
 
 T = TypeVar("T")
+
+CallObserver = Callable[[str, float, "str | None"], None]
+"""Called once per attempt with (operation, seconds taken, error class name or None on success)."""
+
+
+def ignore_call(operation: str, seconds: float, error: str | None) -> None:
+    """The default observer: reports go nowhere."""
+
+
+def report(observer: CallObserver, operation: str, started: float,
+           error: BaseException | None) -> None:
+    """Tell ``observer`` how an attempt that began at ``started`` (``time.perf_counter()``)
+    ended."""
+    observer(operation, time.perf_counter() - started,
+             None if error is None else type(error).__name__)
+
+
 NodeAddress = tuple[str, int]
 FAILOVER_WATCH_INTERVAL_S = 0.2  # how often a stalled node's slot owners are re-read
 

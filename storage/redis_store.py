@@ -12,7 +12,7 @@ from redis import exceptions as rexc
 from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
-from storage.cluster import ClusterRouter, NodeAddress
+from storage.cluster import CallObserver, ClusterRouter, NodeAddress, ignore_call
 from storage.codec import decode_offset, decode_raw_entries, validate_offset
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
@@ -29,7 +29,6 @@ from storage.models import (
     Records,
     StoredEntry,
 )
-from storage.observer import CallObserver, ignore_call
 from storage.overview import (
     PartitionOverview,
     partitions_by_node,

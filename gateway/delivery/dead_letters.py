@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from gateway.observe.metrics import GatewayMetrics
-from gateway.publish.idempotency import internal_key
+from gateway.publish.publisher import internal_key
 from partitioner.errors import TopicExists
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, TopicSettings

@@ -12,7 +12,7 @@ import asyncio
 import time
 
 from gateway.delivery.dead_letters import dlq_name
-from gateway.publish.idempotency import internal_key
+from gateway.publish.publisher import internal_key
 from partitioner.hashing import partition_for
 from partitioner.topics import TopicMetadata
 from storage.groups_protocol import GroupStore

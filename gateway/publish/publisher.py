@@ -1,4 +1,5 @@
-"""Publishing: placing validated messages on partitions and handing them to storage.
+"""Publishing: placing validated messages on partitions, their idempotency keys in the
+publisher's name space, and handing them to storage.
 
 acks=0 batches go through a bounded queue to a background writer: the producer gets 202 as soon as
 the batch is queued; a full queue (``acks0_queue_batches`` batches or ``acks0_queue_bytes`` of
@@ -35,6 +36,23 @@ from storage.models import (
 )
 from storage.protocol import StreamStore
 
+# Idempotency keys are stored behind a name space, each principal's apart from every other's and
+# the gateway's own writes (dead letters, redrive) apart from all: no principal can see or suppress
+# another's writes. No principal's scope starts like this one.
+INTERNAL_SCOPE = "i:"
+
+
+def principal_scope(principal_name: str) -> str:
+    """The prefix of a principal's stored keys: the name with its length, so that no two names share
+    a prefix (``a`` + ``b:c`` and ``a:b`` + ``c`` stay apart)."""
+    return f"p{len(principal_name)}:{principal_name}:"
+
+
+def internal_key(*parts: object) -> str:
+    """A stored key for one of the gateway's own writes, out of every principal's reach."""
+    return INTERNAL_SCOPE + ":".join(str(part) for part in parts)
+
+
 PublishResult = AppendResult | ScheduledResult
 Published = Appended | list[PublishResult]  # columns unless some message was scheduled
 
@@ -62,7 +80,7 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader,
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
-    (``gateway.publish.idempotency``), so no other principal's key can match them.
+    (``principal_scope``), so no other principal's key can match them.
     """
     idempotency_keys = batch.idempotency_keys
     if batch.partitions is None and idempotency_keys is None:

@@ -11,8 +11,7 @@ from aiohttp import web
 
 from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
-from gateway.auth.gatekeeper import READ_ACTIONS
-from gateway.auth.middleware import gatekeeper_of, principal_of
+from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
 from gateway.delivery.params import GROUP_NAME
 from gateway.delivery.pull import Puller, PullRequest

@@ -8,16 +8,14 @@ import orjson
 from aiohttp import web
 
 from gateway.auth.acl import Action
-from gateway.auth.gatekeeper import Gatekeeper
-from gateway.auth.middleware import gatekeeper_of, principal_of
+from gateway.auth.gatekeeper import Gatekeeper, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large
 from gateway.offsets import parse_offset, predecessor, successor
-from gateway.publish.idempotency import principal_scope
 from gateway.publish.plain_codec import plain_results_json
-from gateway.publish.publisher import Published, PublishResult, place
+from gateway.publish.publisher import Published, PublishResult, place, principal_scope
 from gateway.publish.validation import parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse

@@ -18,8 +18,7 @@ from aiohttp import web
 
 from gateway.auth.acl import Action
 from gateway.auth.errors import AuthError, Unauthenticated
-from gateway.auth.gatekeeper import Gatekeeper
-from gateway.auth.middleware import awaits_auth_frame, gatekeeper_of, principal_of
+from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import Session

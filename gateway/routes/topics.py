@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.auth.acl import Action
-from gateway.auth.middleware import gatekeeper_of, principal_of
+from gateway.auth.gatekeeper import gatekeeper_of, principal_of
 from gateway.errors import invalid_field
 from gateway.observe.hotspots import PartitionHeat
 from gateway.publish.validation import reject_unknown_fields

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.publish.idempotency import INTERNAL_SCOPE, internal_key, principal_scope
+from gateway.publish.publisher import INTERNAL_SCOPE, internal_key, principal_scope
 
 names = st.text(min_size=1, max_size=12)
 keys = st.text(max_size=12)

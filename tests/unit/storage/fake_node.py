@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import fakeredis
 
+from storage.cluster import ignore_call
 from storage.lean import NodeLanes
-from storage.observer import ignore_call
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
