@@ -1,15 +1,24 @@
 """Each compiled part against its Python reference, on the inputs the hot paths give it.
 
 Prints ns per call of both and the ratio; what docs/performance.md says about which C is kept.
+``--cython`` also times the references compiled by Cython (the alternative to hand-written C:
+one source, compiled), which needs Cython installed and a C compiler.
 
-    python bench/native.py [--repeat 7]
+    python bench/native.py [--repeat 7] [--cython]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import shutil
+import subprocess
+import sys
+import tempfile
 import timeit
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -19,8 +28,13 @@ from gateway.delivery import wire as delivery_wire
 from gateway.observe import _sketch, hotspots
 from gateway.publish import _plain, plain_codec
 from partitioner import _murmur2, hashing
-from storage import _entries, _wire, codec, resp, scripts, transactions
+from storage import _entries, _wire, codec, scripts, transactions
 from storage.models import Delivery
+
+# the modules holding the Python references, by the name the pairs use
+REFERENCES: dict[str, ModuleType] = {
+    "plain_codec": plain_codec, "hashing": hashing, "hotspots": hotspots, "scripts": scripts,
+    "transactions": transactions, "codec": codec, "wire": delivery_wire}
 
 BATCH = 100  # messages in a publish (the bench's batch)
 PAGE = 500  # entries in a group read page
@@ -52,9 +66,13 @@ def _read_inputs() -> dict[str, Any]:
             "frames": [delivery_wire.message_frame("t", e, 1) for e in entries]}
 
 
-def _pairs() -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
-    """(what, compiled call, reference call) on the same input."""
+def _pairs(refs: dict[str, Any] = REFERENCES,
+           ) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(what, compiled call, reference call) on the same input; the references from ``refs``."""
     p, r = _publish_inputs(), _read_inputs()
+    plain_codec, hashing, hotspots, scripts, transactions, codec, delivery_wire = (
+        refs["plain_codec"], refs["hashing"], refs["hotspots"], refs["scripts"],
+        refs["transactions"], refs["codec"], refs["wire"])
     limits = (BATCH, 4096, 1 << 20)
     prefix = b'{"type":"message","topic":"t","partition":'
     layout = delivery_wire._FRAME_LAYOUT
@@ -94,9 +112,6 @@ def _pairs() -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
         ("append: in_input_order (100 offsets)",
          lambda: _wire.in_input_order(BATCH, p["groups"], p["offsets"]),
          lambda: scripts.in_input_order_python(BATCH, p["groups"], p["offsets"])),
-        ("append: has_instance (100 replies)",
-         lambda: _wire.has_instance(p["replies"], resp.ReplyError),
-         lambda: any(isinstance(reply, resp.ReplyError) for reply in p["replies"])),
         ("read: decode_raw_entries (500 entries)",
          lambda: _entries.decode_raw_entries(3, r["items"], entry_layout),
          lambda: codec.decode_raw_entries_python(3, r["items"])),
@@ -115,15 +130,38 @@ def _ns_per_call(call: Callable[[], Any], repeat: int) -> float:
     return min(timer.repeat(repeat, number)) / number * 1e9
 
 
+def _cython_references(build: Path) -> dict[str, Any]:
+    """The reference modules compiled by Cython (as they are: pure Python, no declarations)."""
+    files = []
+    for name, module in REFERENCES.items():
+        file = build / f"cy_{name}.py"
+        shutil.copy(str(module.__file__), file)
+        files.append(str(file))
+    subprocess.run([sys.executable, "-m", "Cython.Build.Cythonize", "-3", "-i", "-q", *files],
+                   check=True, cwd=build, capture_output=True)
+    sys.path.insert(0, str(build))
+    return {name: importlib.import_module(f"cy_{name}") for name in REFERENCES}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--cython", action="store_true", help="also the Cython-compiled references")
     args = parser.parse_args()
-    print(f"{'part':46} {'compiled ns':>12} {'python ns':>12} {'ratio':>7}")
-    for what, compiled, reference in _pairs():
-        assert compiled() == reference(), what
-        fast, slow = _ns_per_call(compiled, args.repeat), _ns_per_call(reference, args.repeat)
-        print(f"{what:46} {fast:12,.0f} {slow:12,.0f} {slow / fast:7.1f}")
+    with tempfile.TemporaryDirectory() as build:
+        cythonized = _pairs(_cython_references(Path(build))) if args.cython else None
+        print(f"{'part':46} {'compiled ns':>12} {'python ns':>12} {'ratio':>7}"
+              + (f" {'cython ns':>10} {'ratio':>7}" if cythonized else ""))
+        for index, (what, compiled, reference) in enumerate(_pairs()):
+            assert compiled() == reference(), what
+            fast, slow = _ns_per_call(compiled, args.repeat), _ns_per_call(reference, args.repeat)
+            line = f"{what:46} {fast:12,.0f} {slow:12,.0f} {slow / fast:7.1f}"
+            if cythonized:
+                cython_call = cythonized[index][2]
+                assert cython_call() == reference(), what
+                cy = _ns_per_call(cython_call, args.repeat)
+                line += f" {cy:10,.0f} {cy / fast:7.1f}"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,8 @@
  * object in place, instead of a %-format and a chunk per record), the same results as storage.scripts'
  * *_python references.
  * The reply side too: a transaction's replies folded into the script's flat reply (fold_transaction), its offsets
- * (reply_offsets), the batch's offsets back in input order (in_input_order), and the check for an error reply
- * in a pipeline's replies (has_instance), and clean transactions' replies read straight from the received bytes
- * (read_transactions). tests/unit/storage/test_append_wire.py pins each to its reference.
+ * (reply_offsets), the batch's offsets back in input order (in_input_order), and clean transactions' replies
+ * read straight from the received bytes (read_transactions). tests/unit/storage/test_append_wire.py pins each to its reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -283,24 +282,6 @@ reply_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return offsets;
 }
 
-/* True if any item of ``items`` is an instance of ``cls``. */
-static PyObject *
-has_instance(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyType_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "has_instance(items: list, cls: type)");
-        return NULL;
-    }
-    PyObject *items = args[0];
-    PyTypeObject *cls = (PyTypeObject *)args[1];
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        if (PyObject_TypeCheck(PyList_GET_ITEM(items, i), cls)) {
-            Py_RETURN_TRUE;
-        }
-    }
-    Py_RETURN_FALSE;
-}
-
 /* The offsets of a batch in input order: ``groups`` ({partition: (indexes, ...)}, as split_by_partition
  * returns) says where each partition's records were, ``written`` ({partition: offsets}) what they got. */
 static PyObject *
@@ -565,8 +546,6 @@ static PyMethodDef methods[] = {
      "A transaction's replies as the script's flat reply [offset, 0, ...], or None (the Python fold)."},
     {"reply_offsets", (PyCFunction)(void (*)(void))reply_offsets, METH_FASTCALL,
      "The offsets of a flat [offset, flag, ...] reply, as str."},
-    {"has_instance", (PyCFunction)(void (*)(void))has_instance, METH_FASTCALL,
-     "Whether any item of a list is an instance of a class."},
     {"in_input_order", (PyCFunction)(void (*)(void))in_input_order, METH_FASTCALL,
      "A batch's offsets in input order from its partitions' record indexes and offsets."},
     {"read_transactions", (PyCFunction)(void (*)(void))read_transactions, METH_FASTCALL,

@@ -13,17 +13,6 @@ from typing import Any, Protocol, cast
 import hiredis
 from redis import exceptions as rexc
 
-from storage.native import refuse_if_off
-
-try:  # the compiled check (storage._wire, built by setup.py); the Python one is the same answer
-    refuse_if_off()
-    from storage._wire import has_instance
-except ImportError:  # pragma: no cover - built without a C compiler
-    def has_instance(items: list[Any], cls: type, /) -> bool:
-        """Whether any item of ``items`` is an instance of ``cls``."""
-        return any(isinstance(item, cls) for item in items)
-
-
 NOT_READY: Any = False  # what ``gets`` returns while a reply is incomplete (hiredis' convention)
 
 
@@ -108,6 +97,7 @@ def as_redis_error(reply: ReplyError) -> rexc.RedisError:
 def with_redis_errors(replies: list[Any]) -> list[Any]:
     """Top-level error replies replaced by redis-py exception instances (what a redis-py pipeline
     returns)."""
-    if not has_instance(replies, ReplyError):  # the common case: the same list, no copy
+    # the common case: the same list, no copy
+    if not any(isinstance(reply, ReplyError) for reply in replies):
         return replies
     return [as_redis_error(r) if isinstance(r, ReplyError) else r for r in replies]
