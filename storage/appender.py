@@ -30,8 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from redis import exceptions as rexc
-
 from storage.cluster import (
     ClusterRouter,
     Deadline,
@@ -44,7 +42,7 @@ from storage.cluster import (
 from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
 from storage.keys import slot_of
 from storage.lean import NodeLanes
-from storage.resp import encode_command
+from storage.resp import AskError, NoScriptError, Redirect, encode_command
 from storage.scripts import LuaScript, PartitionCall
 from storage.transactions import NodeReplies
 
@@ -212,7 +210,7 @@ class Appender(Generic[R]):
 
     async def _load_missing_scripts(self, addr: NodeAddress, calls: list[PartitionCall],
                                     outcome: _NodeOutcome[R]) -> None:
-        if any(isinstance(exc, rexc.NoScriptError) for exc in outcome.retry.values()):
+        if any(isinstance(exc, NoScriptError) for exc in outcome.retry.values()):
             await self._load_scripts(addr, {call.script for call in calls}, outcome)
 
     async def _send(self, addr: NodeAddress, calls: list[PartitionCall],
@@ -252,10 +250,10 @@ class Appender(Generic[R]):
     def _take_reply(self, partition: int, reply: Any, outcome: _NodeOutcome[R]) -> None:
         if not isinstance(reply, BaseException):
             outcome.results[partition] = self._parse(partition, reply)
-        elif isinstance(reply, rexc.AskError) and not isinstance(reply, rexc.MovedError):
+        elif isinstance(reply, AskError):
             outcome.redirects[partition] = (reply.host, reply.port)
             outcome.retry[partition] = reply
-        elif is_transient(reply) or isinstance(reply, rexc.NoScriptError):
+        elif is_transient(reply) or isinstance(reply, NoScriptError):
             outcome.retry[partition] = reply
         elif outcome.fatal is None:
             outcome.fatal = translate(reply, f"append to partition {partition}")
@@ -319,18 +317,14 @@ class Appender(Generic[R]):
     async def _before_retry(self, retry: dict[int, BaseException], deadline: Deadline) -> None:
         errors = list(retry.values())
         last = errors[-1]
-        if any(needs_refresh(exc) and not _is_ask(exc) for exc in errors):
+        if any(needs_refresh(exc) and not isinstance(exc, AskError) for exc in errors):
             await self._router.recover(last)
         # Redirects and a freshly loaded script are retried at once; everything else backs off
         # first.
-        quick = all(isinstance(exc, rexc.AskError | rexc.NoScriptError) for exc in errors)
+        quick = all(isinstance(exc, Redirect | NoScriptError) for exc in errors)
         if not await deadline.sleep(quick=quick):
             raise StorageUnavailable(f"append: cluster did not accept the write in time: "
                                      f"{last}") from last
 
 
 _ASKING_WIRE = encode_command(("ASKING",))
-
-
-def _is_ask(exc: BaseException) -> bool:
-    return isinstance(exc, rexc.AskError) and not isinstance(exc, rexc.MovedError)

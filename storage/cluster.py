@@ -19,6 +19,15 @@ from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 
 from storage.errors import StorageError, StorageUnavailable
+from storage.resp import (
+    ClusterDownError,
+    ConnectionLost,
+    LoadingError,
+    ReadOnlyError,
+    Redirect,
+    ReplyTimeout,
+    TryAgainError,
+)
 from storage.settings import RedisStoreSettings
 
 if TYPE_CHECKING:
@@ -45,8 +54,14 @@ def report(observer: CallObserver, operation: str, started: float,
 NodeAddress = tuple[str, int]
 FAILOVER_WATCH_INTERVAL_S = 0.2  # how often a stalled node's slot owners are re-read
 
-# Errors after which the same command may succeed once the cluster settles (failover, resharding).
+# Errors after which the same command may succeed once the cluster settles (failover, resharding):
+# the store's own, from its connections, and redis-py's, from the topology calls.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLost,
+    ReplyTimeout,
+    ClusterDownError,
+    TryAgainError,
+    LoadingError,
     rexc.ConnectionError,
     rexc.TimeoutError,
     rexc.ClusterDownError,
@@ -57,7 +72,11 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 # Errors that mean our slot map is stale: refresh the topology before retrying.
-REROUTE_ERRORS: tuple[type[BaseException], ...] = (rexc.AskError, rexc.ReadOnlyError)
+REROUTE_ERRORS: tuple[type[BaseException], ...] = (Redirect, ReadOnlyError, rexc.AskError,
+                                                   rexc.ReadOnlyError)
+# Errors that may mean a node left or changed role: refresh too.
+_NODE_ERRORS: tuple[type[BaseException], ...] = (ConnectionLost, ClusterDownError, LoadingError,
+                                                 rexc.ConnectionError, rexc.ClusterDownError)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -68,7 +87,7 @@ def is_transient(exc: BaseException) -> bool:
 def needs_refresh(exc: BaseException) -> bool:
     """True when the slot map should be reloaded before the retry (MOVED/ASK/READONLY, lost
     node)."""
-    return isinstance(exc, (*REROUTE_ERRORS, rexc.ConnectionError, rexc.ClusterDownError))
+    return isinstance(exc, REROUTE_ERRORS + _NODE_ERRORS)
 
 
 def translate(exc: BaseException, what: str) -> StorageError:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import exceptions as rexc
-
 from storage.cluster import ClusterRouter
 from storage.groups import info_row, is_missing_group, text
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import ConsumerInfo
+from storage.resp import ResponseError
 from storage.scripts import LuaScript, run_script
 
 REMOVE_IF_EMPTY = LuaScript.of("""
@@ -44,7 +43,7 @@ class RedisGroupConsumers:
             try:
                 return [info_row(flat) for flat in await self._router.execute_on(
                     self._lanes, slot, ("XINFO", "CONSUMERS", key, group))]
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if is_missing_group(exc):
                     return []
                 raise
@@ -62,7 +61,7 @@ class RedisGroupConsumers:
             try:
                 return await run_script(self._lanes, self._router.node_for_slot(slot),
                                         REMOVE_IF_EMPTY, [key], [group, consumer])
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if is_missing_group(exc):
                     return 1
                 raise

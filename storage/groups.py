@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis import exceptions as rexc
-
 from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_offset,
@@ -31,7 +29,7 @@ from storage.errors import StorageError
 from storage.keys import log_key, slot_of, slot_of_key
 from storage.lean import NodeLanes
 from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
-from storage.resp import encode_command, encode_command_with_ids
+from storage.resp import ResponseError, encode_command, encode_command_with_ids
 
 T = TypeVar("T")
 
@@ -62,7 +60,7 @@ def clamp_idle_ms(idle_ms: int) -> int:
 
 def is_missing_group(exc: BaseException) -> bool:
     """True for the replies meaning the stream or the group does not exist."""
-    if not isinstance(exc, rexc.ResponseError):
+    if not isinstance(exc, ResponseError):
         return False
     text = str(exc)
     return (text.startswith("NOGROUP") or "requires the key to exist" in text
@@ -71,7 +69,7 @@ def is_missing_group(exc: BaseException) -> bool:
 
 def is_busy_group(exc: BaseException) -> bool:
     """True for XGROUP CREATE's reply when the group already exists."""
-    return isinstance(exc, rexc.ResponseError) and str(exc).startswith("BUSYGROUP")
+    return isinstance(exc, ResponseError) and str(exc).startswith("BUSYGROUP")
 
 
 def text(raw: Any) -> str:
@@ -163,7 +161,7 @@ class RedisGroupStore:
         """XGROUP CREATE ... MKSTREAM; False when the group already existed."""
         try:
             await self._on(key, ("XGROUP", "CREATE", key, group, first_id, "MKSTREAM"))
-        except rexc.ResponseError as exc:
+        except ResponseError as exc:
             if is_busy_group(exc):
                 return False
             raise
@@ -280,7 +278,7 @@ class RedisGroupStore:
                 return list(await self._on(key, (
                     "XPENDING", key, group, "IDLE", max(0, min_idle_ms), low, "+", count,
                     *(() if consumer is None else (consumer,)))))
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if is_missing_group(exc):
                     return []
                 raise
@@ -323,7 +321,7 @@ class RedisGroupStore:
         try:
             return list(await self._on(key, ("XCLAIM", key, group, consumer,
                                              max(0, min_idle_ms), *ids)))
-        except rexc.ResponseError as exc:
+        except ResponseError as exc:
             if is_missing_group(exc):
                 return []
             raise
@@ -360,7 +358,7 @@ class RedisGroupStore:
             try:
                 await self._on(key, ("XCLAIM", key, group, consumer, 0, *ids, "IDLE", idle,
                                      "JUSTID"))
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
 
@@ -378,7 +376,7 @@ class RedisGroupStore:
             return state_from(partition, info, None)
         try:
             summary = await self._on(key, ("XPENDING", key, group))
-        except rexc.ResponseError as exc:
+        except ResponseError as exc:
             if is_missing_group(exc):  # destroyed between the two calls
                 return state_from(partition, None, None)
             raise
@@ -387,7 +385,7 @@ class RedisGroupStore:
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
         try:
             return [info_row(flat) for flat in await self._on(key, ("XINFO", "GROUPS", key))]
-        except rexc.ResponseError as exc:
+        except ResponseError as exc:
             if is_missing_group(exc):
                 return []
             raise
@@ -417,7 +415,7 @@ class RedisGroupStore:
         async def op() -> None:
             try:
                 await self._on(key, ("XGROUP", "DESTROY", key, group))
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
 

@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
-from redis import exceptions as rexc
-
 from storage.resp import (
     NOT_READY,
+    ConnectionLost,
     ReplyReader,
+    ReplyTimeout,
     encode_command,
     new_reply_reader,
     with_redis_errors,
@@ -123,7 +123,7 @@ class _RespProtocol(asyncio.Protocol):
                 self.on_idle()
         except Exception as exc:
             # unparseable bytes or a reply nobody asked for: the stream is unusable
-            self.fail(rexc.ConnectionError(f"protocol error from redis: {exc!r}"))
+            self.fail(ConnectionLost(f"protocol error from redis: {exc!r}"))
             if self.transport is not None:
                 self.transport.abort()
 
@@ -196,7 +196,7 @@ class _RespProtocol(asyncio.Protocol):
             self.wake_one()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(rexc.ConnectionError(f"connection to redis lost: {exc or 'closed by server'}"))
+        self.fail(ConnectionLost(f"connection to redis lost: {exc or 'closed by server'}"))
 
     def fail(self, error: BaseException) -> None:
         if self.lost is None:
@@ -251,7 +251,7 @@ class RespConnection:
                     _RespProtocol, host, port, ssl=context,
                     server_hostname=host if context else None)
         except (OSError, TimeoutError) as exc:
-            raise rexc.ConnectionError(f"cannot connect to redis {host}:{port}: {exc!r}") from exc
+            raise ConnectionLost(f"cannot connect to redis {host}:{port}: {exc!r}") from exc
         connection = cls(protocol, settings.node_socket_timeout_s, max_in_flight, stall)
         if handshaking is not None:
             handshaking.add(connection)
@@ -382,9 +382,9 @@ class RespConnection:
             return
         if self._stall is not None:
             self._stall.timed_out()
-        protocol.fail(rexc.TimeoutError(f"no reply from redis within {self._reply_timeout_s} s"))
+        protocol.fail(ReplyTimeout(f"no reply from redis within {self._reply_timeout_s} s"))
         # for later callers
-        protocol.lost = rexc.ConnectionError("connection closed after a reply timeout")
+        protocol.lost = ConnectionLost("connection closed after a reply timeout")
         if protocol.transport is not None:
             protocol.transport.abort()
 
@@ -409,7 +409,7 @@ class RespConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        self._protocol.fail(rexc.ConnectionError("connection closed by the client"))
+        self._protocol.fail(ConnectionLost("connection closed by the client"))
         if self._protocol.transport is not None:
             self._protocol.transport.abort()
 
@@ -514,7 +514,7 @@ class NodeLanes:
         lane = self._lanes.get(address)
         if lane is None:
             if self._closed:
-                raise rexc.ConnectionError("the lean connections are closed")
+                raise ConnectionLost("the lean connections are closed")
             lane = self._lanes[address] = _Lane(max(1, self._settings.max_connections_per_node))
         return lane
 
@@ -609,14 +609,14 @@ class NodeLanes:
         payload = b"".join([m.payload for m in members]) + encode_command(("WAIT", *key))
         try:
             if self._closed:
-                raise rexc.ConnectionError("the lean connections are closed")
+                raise ConnectionLost("the lean connections are closed")
             shapes = [m.shape for m in members]
             replies = await self._execute_exclusive(
                 address, lane, payload, sum(m.replies for m in members) + 1,
                 None if None in shapes else cast(list[ReplyShape], shapes))
         except BaseException as exc:
             error = (exc if isinstance(exc, Exception)
-                     else rexc.ConnectionError("the lean connections are closed"))
+                     else ConnectionLost("the lean connections are closed"))
             for member in members:
                 if not member.future.done():
                     member.future.set_exception(error)
@@ -655,7 +655,7 @@ class NodeLanes:
             opening.add_done_callback(opened)
         connection = await asyncio.shield(lane.opening)
         if connection.closed:
-            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+            raise ConnectionLost(f"redis {address[0]}:{address[1]} is no longer a primary")
         return connection
 
     async def _execute_exclusive(self, address: NodeAddress, lane: _Lane, payload: bytes,
@@ -709,7 +709,7 @@ class NodeLanes:
         connection = await RespConnection.open(address, self._settings, 1, None, lane.handshaking)
         if lane.closed:  # forgotten during the handshake
             connection.close()
-            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+            raise ConnectionLost(f"redis {address[0]}:{address[1]} is no longer a primary")
         return connection
 
     async def _open_exclusive(self, address: NodeAddress, lane: _Lane) -> RespConnection:
@@ -719,7 +719,7 @@ class NodeLanes:
             lane.handshaking)
         if lane.closed:  # forgotten during the handshake
             connection.close()
-            raise rexc.ConnectionError(f"redis {address[0]}:{address[1]} is no longer a primary")
+            raise ConnectionLost(f"redis {address[0]}:{address[1]} is no longer a primary")
         return connection
 
     def forget(self, known: set[NodeAddress]) -> None:

@@ -16,14 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import exceptions as rexc
-
 from storage.cluster import ClusterRouter, NodeAddress
 from storage.codec import decode_offset
 from storage.groups import info_row, state_from, text
 from storage.keys import log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import GroupPartitionState
+from storage.resp import ResponseError
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,7 @@ async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
 def _overview(partition: int, length: Any, groups: Any) -> PartitionOverview | None:
     if isinstance(length, BaseException):
         return None
-    if isinstance(groups, rexc.ResponseError) and "no such key" in str(groups).lower():
+    if isinstance(groups, ResponseError) and "no such key" in str(groups).lower():
         groups = []  # the stream does not exist (yet)
     elif isinstance(groups, BaseException) or not isinstance(groups, list):
         return None

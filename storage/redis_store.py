@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis import exceptions as rexc
 from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
@@ -36,7 +35,7 @@ from storage.overview import (
     read_overviews,
 )
 from storage.rate_limit import RedisRateLimiter
-from storage.resp import encode_command
+from storage.resp import ClusterDownError, encode_command
 from storage.retention import RedisRetention
 from storage.scripts import (
     AppendCall,
@@ -299,7 +298,7 @@ class RedisStreamStore:
         the lean connections (an error reply, MOVED included, is raised for a retry)."""
         by_node = partitions_by_node(self.router, topic, range(partitions))
         if partitions and not by_node:  # a slot has no owner now (failover): retried
-            raise rexc.ClusterDownError("a slot of the topic has no primary")
+            raise ClusterDownError("a slot of the topic has no primary")
         replies: list[Any] = [None] * (3 * partitions)
         answers = await asyncio.gather(*(self._on_node(addr, [
             command for p in group for command in _info_commands(log_key(topic, p))])

@@ -1,8 +1,6 @@
-"""RESP2 on the wire for the lean connections: hiredis' encoder and reply reader.
-
-Error replies come back as ``ReplyError`` values, not raised, so a pipeline's other replies
-survive; ``as_redis_error`` maps one to the exception class the retry logic knows.
-"""
+"""RESP2 on the wire for the lean connections: hiredis' encoder and reply reader, and the store's
+own error tree. Error replies come back as values (``ReplyError``), so a pipeline's other replies
+survive; ``as_redis_error`` maps one to its class."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ from itertools import groupby
 from typing import Any, Protocol, cast
 
 import hiredis
-from redis import exceptions as rexc
 
 NOT_READY: Any = False  # what ``gets`` returns while a reply is incomplete (hiredis' convention)
 
@@ -67,36 +64,118 @@ def new_reply_reader() -> ReplyReader:
     return reader
 
 
-# The error codes whose replies the store tells apart, as the exceptions redis-py raises for them
-# (its own table is private); any other reply is a ResponseError with the whole text.
-ERROR_CLASSES: dict[str, type[rexc.RedisError]] = {
-    "MOVED": rexc.MovedError, "ASK": rexc.AskError, "TRYAGAIN": rexc.TryAgainError,
-    "CLUSTERDOWN": rexc.ClusterDownError, "CROSSSLOT": rexc.ClusterCrossSlotError,
-    "MASTERDOWN": rexc.MasterDownError, "READONLY": rexc.ReadOnlyError,
-    "LOADING": rexc.BusyLoadingError, "NOSCRIPT": rexc.NoScriptError,
-    "EXECABORT": rexc.ExecAbortError, "OOM": rexc.OutOfMemoryError,
-    "NOAUTH": rexc.AuthenticationError, "WRONGPASS": rexc.AuthenticationError,
-    "NOPERM": rexc.NoPermissionError, "ERR": rexc.ResponseError,
+class RedisError(Exception):
+    """A Redis node's refusal or a failed connection, told apart by class for the store's retries
+    (``storage.cluster``); never seen above storage."""
+
+
+class ConnectionLost(RedisError):
+    """The connection failed, closed or never opened: whatever was sent on it is in doubt."""
+
+
+class ReplyTimeout(RedisError):
+    """No reply within the reply timeout (the connection is closed: later replies can't be
+    trusted)."""
+
+
+class AuthenticationFailed(ConnectionLost):
+    """NOAUTH or WRONGPASS: the connection is of no use."""
+
+
+class ResponseError(RedisError):
+    """An error reply; the text after its code (``ERR``'s whole text after ``ERR``)."""
+
+
+class Redirect(ResponseError):
+    """MOVED or ASK: the slot is served by ``host``:``port``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        slot, _, address = text.partition(" ")
+        host, _, port = address.rpartition(":")
+        self.slot, self.host, self.port = int(slot), host, int(port)
+
+
+class MovedError(Redirect):
+    """MOVED: the slot lives elsewhere for good (the slot map is stale)."""
+
+
+class AskError(Redirect):
+    """ASK: the slot is being migrated; ask that node, for the next command only."""
+
+
+class TryAgainError(ResponseError):
+    """TRYAGAIN: a multi-key command during a slot migration."""
+
+
+class ClusterDownError(ResponseError):
+    """CLUSTERDOWN: the cluster cannot serve the slot now."""
+
+
+class MasterDownError(ClusterDownError):
+    """MASTERDOWN: the node lost its primary."""
+
+
+class CrossSlotError(ResponseError):
+    """CROSSSLOT: the keys of one command are in different slots."""
+
+
+class ReadOnlyError(ResponseError):
+    """READONLY: the node is a replica now (a failover)."""
+
+
+class LoadingError(ResponseError):
+    """LOADING: the node is loading its data set."""
+
+
+class NoScriptError(ResponseError):
+    """NOSCRIPT: the node does not know the script's SHA1."""
+
+
+class ExecAbortError(ResponseError):
+    """EXECABORT: a command of the transaction was refused; nothing was written."""
+
+
+class OutOfMemoryError(ResponseError):
+    """OOM: the node is at maxmemory."""
+
+
+class NoPermissionError(ResponseError):
+    """NOPERM: the node's ACL refuses the command."""
+
+
+# The error codes whose replies the store tells apart; any other reply is a ResponseError with the
+# whole text.
+ERROR_CLASSES: dict[str, type[RedisError]] = {
+    "MOVED": MovedError, "ASK": AskError, "TRYAGAIN": TryAgainError,
+    "CLUSTERDOWN": ClusterDownError, "CROSSSLOT": CrossSlotError,
+    "MASTERDOWN": MasterDownError, "READONLY": ReadOnlyError,
+    "LOADING": LoadingError, "NOSCRIPT": NoScriptError,
+    "EXECABORT": ExecAbortError, "OOM": OutOfMemoryError,
+    "NOAUTH": AuthenticationFailed, "WRONGPASS": AuthenticationFailed,
+    "NOPERM": NoPermissionError, "ERR": ResponseError,
 }
-ERR_CLASSES: dict[str, type[rexc.RedisError]] = {
-    "max number of clients reached": rexc.ConnectionError,
+ERR_CLASSES: dict[str, type[RedisError]] = {
+    "max number of clients reached": ConnectionLost,
 }
 
 
-def as_redis_error(reply: ReplyError) -> rexc.RedisError:
-    """The redis-py exception an error reply stands for (MOVED -> MovedError, NOSCRIPT ->
-    NoScriptError...), holding the text after the code as redis-py's own parser does."""
+def as_redis_error(reply: ReplyError) -> RedisError:
+    """The exception an error reply stands for (MOVED -> MovedError, NOSCRIPT -> NoScriptError...),
+    holding the text after the code."""
     text = str(reply)
     code, _, rest = text.partition(" ")
     error_class = ERROR_CLASSES.get(code)
     if error_class is None:
-        return rexc.ResponseError(text)
-    return ERR_CLASSES.get(rest, error_class)(rest) if code == "ERR" else error_class(rest)
+        return ResponseError(text)
+    try:
+        return ERR_CLASSES.get(rest, error_class)(rest) if code == "ERR" else error_class(rest)
+    except ValueError:  # a redirect without a slot and an address
+        return ResponseError(text)
 
 
 def with_redis_errors(replies: list[Any]) -> list[Any]:
-    """Top-level error replies replaced by redis-py exception instances (what a redis-py pipeline
-    returns)."""
+    """Top-level error replies replaced by the exceptions they stand for (``as_redis_error``)."""
     # the common case: the same list, no copy
     if not any(isinstance(reply, ReplyError) for reply in replies):
         return replies

@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from redis import exceptions as rexc
-
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, validate_offset
 from storage.groups import info_row, is_missing_group, text
 from storage.keys import log_key, slot_of_key
 from storage.lean import NodeLanes
 from storage.models import TrimReport
+from storage.resp import ResponseError
 
 _PAGE = 1000
 
@@ -155,7 +154,7 @@ class RedisRetention:
         while True:
             try:
                 rows = await self._on(key, ("XPENDING", key, group, start, "(" + cut, _PAGE))
-            except rexc.ResponseError as exc:
+            except ResponseError as exc:
                 if is_missing_group(exc):  # destroyed meanwhile: it has nothing left to lose
                     return total
                 raise
@@ -179,7 +178,7 @@ class RedisRetention:
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
         try:
             return [info_row(flat) for flat in await self._on(key, ("XINFO", "GROUPS", key))]
-        except rexc.ResponseError as exc:
+        except ResponseError as exc:
             if is_missing_group(exc):
                 return []
             raise

@@ -23,13 +23,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from redis import exceptions as rexc
-
 from storage.codec import encode_fields
 from storage.keys import dedup_key, log_key
 from storage.models import AppendOptions, Record, Records, ValueFormat
 from storage.native import refuse_if_off
-from storage.resp import encode_command
+from storage.resp import NoScriptError, encode_command
 from storage.transactions import fold_transaction_replies
 
 if TYPE_CHECKING:
@@ -96,7 +94,7 @@ async def run_script(lanes: NodeLanes, address: NodeAddress, script: LuaScript, 
     caller's router to refresh the slot map and retry)."""
     command = ("EVALSHA", script.sha, len(keys), *keys, *args)
     (reply,) = await lanes.execute(address, [command], exclusive=False)
-    if isinstance(reply, rexc.NoScriptError):
+    if isinstance(reply, NoScriptError):
         _, reply = await lanes.execute(address, [("SCRIPT", "LOAD", script.lua), command],
                                        exclusive=False)
     if isinstance(reply, BaseException):

@@ -7,10 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from redis import exceptions as rexc
-
 from storage.native import refuse_if_off
-from storage.resp import ReplyError, as_redis_error
+from storage.resp import ReplyError, ResponseError, as_redis_error
 
 if TYPE_CHECKING:
     from storage.scripts import PartitionCall
@@ -67,7 +65,7 @@ def fold_transaction_python(replies: list[Any]) -> Any:
     executed = replies[-1]
     if isinstance(executed, BaseException) or executed is None:
         return next((reply for reply in replies[:-1] if isinstance(reply, BaseException)),
-                    executed if executed is not None else rexc.ResponseError("transaction aborted"))
+                    executed if executed is not None else ResponseError("transaction aborted"))
     for reply in executed:
         if isinstance(reply, ReplyError):
             # a command failed while executing (not expected for XADD)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from redis import exceptions as rexc
 
+from storage import resp
 from storage.cluster import ClusterRouter
 from storage.errors import StorageError
 from storage.settings import RedisStoreSettings
@@ -26,7 +26,7 @@ def router(reports: list[Report]) -> ClusterRouter:
 
 async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> None:
     reports: list[Report] = []
-    attempts = iter([rexc.ConnectionError("reset"), None])
+    attempts = iter([resp.ConnectionLost("reset"), None])
 
     async def op() -> str:
         failure: Any = next(attempts)
@@ -35,7 +35,7 @@ async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> N
         return "ok"
 
     assert await router(reports).call("read", 2.0, op) == "ok"
-    assert [(operation, error) for operation, _, error in reports] == [("read", "ConnectionError"),
+    assert [(operation, error) for operation, _, error in reports] == [("read", "ConnectionLost"),
                                                                        ("read", None)]
     assert all(seconds >= 0 for _, seconds, _ in reports)
 
@@ -44,7 +44,7 @@ async def test_a_permanent_error_is_reported_once_and_raised_as_a_storage_error(
     reports: list[Report] = []
 
     async def op() -> None:
-        raise rexc.ResponseError("WRONGTYPE")
+        raise resp.ResponseError("WRONGTYPE")
 
     with pytest.raises(StorageError):
         await router(reports).call("state", 2.0, op)

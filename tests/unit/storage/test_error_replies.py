@@ -1,40 +1,60 @@
-"""Error replies become the exceptions redis-py would raise for them, with the same text."""
+"""Error replies become the store's own exceptions, with the text redis-py would give them and the
+retry treatment (transient, slot map refresh) that redis-py's exception for them got."""
 
 from __future__ import annotations
 
 import pytest
-from redis import exceptions as rexc
 from redis._parsers.base import (
     BaseParser,  # the reference (private to redis-py): only the test reads it
 )
 
-from storage.resp import ERROR_CLASSES, ReplyError, as_redis_error
+from storage import resp
+from storage.cluster import is_transient, needs_refresh
+from storage.resp import ReplyError, as_redis_error
 
-REPLIES = ["MOVED 3999 127.0.0.1:7001", "ASK 3999 127.0.0.1:7002",
-           "TRYAGAIN Multiple keys request during rehashing", "CLUSTERDOWN The cluster is down",
-           "CROSSSLOT Keys in request don't hash to the same slot",
-           "MASTERDOWN Link with MASTER is down",
-           "READONLY You can't write against a read only replica.",
-           "LOADING Redis is loading the dataset in memory", "NOSCRIPT No matching script.",
-           "EXECABORT Transaction discarded because of previous errors.", "OOM command not allowed",
-           "NOAUTH Authentication required.", "WRONGPASS invalid username-password pair",
-           "NOPERM no permission", "ERR unknown command 'FOO'", "ERR max number of clients reached",
-           "WRONGTYPE Operation against a key holding the wrong kind of value",
-           "BUSYGROUP Consumer Group name already exists", "OOM", "ERR"]
+REPLIES = {
+    "MOVED 3999 127.0.0.1:7001": resp.MovedError, "ASK 3999 127.0.0.1:7002": resp.AskError,
+    "TRYAGAIN Multiple keys request during rehashing": resp.TryAgainError,
+    "CLUSTERDOWN The cluster is down": resp.ClusterDownError,
+    "CROSSSLOT Keys in request don't hash to the same slot": resp.CrossSlotError,
+    "MASTERDOWN Link with MASTER is down": resp.MasterDownError,
+    "READONLY You can't write against a read only replica.": resp.ReadOnlyError,
+    "LOADING Redis is loading the dataset in memory": resp.LoadingError,
+    "NOSCRIPT No matching script.": resp.NoScriptError,
+    "EXECABORT Transaction discarded because of previous errors.": resp.ExecAbortError,
+    "OOM command not allowed": resp.OutOfMemoryError, "OOM": resp.OutOfMemoryError,
+    "NOAUTH Authentication required.": resp.AuthenticationFailed,
+    "WRONGPASS invalid username-password pair": resp.AuthenticationFailed,
+    "NOPERM no permission": resp.NoPermissionError,
+    "ERR unknown command 'FOO'": resp.ResponseError, "ERR": resp.ResponseError,
+    "ERR max number of clients reached": resp.ConnectionLost,
+    "WRONGTYPE Operation against a key holding the wrong kind of value": resp.ResponseError,
+    "BUSYGROUP Consumer Group name already exists": resp.ResponseError,
+    "MOVED nonsense": resp.ResponseError,
+}
 
 
 @pytest.mark.parametrize("text", REPLIES)
-def test_an_error_reply_becomes_the_exception_redis_py_raises_with_its_text(text: str) -> None:
+def test_an_error_reply_becomes_the_stores_exception_for_its_code(text: str) -> None:
+    assert type(as_redis_error(ReplyError(text))) is REPLIES[text]
+
+
+@pytest.mark.parametrize("text", [t for t in REPLIES if t != "MOVED nonsense"])
+def test_an_error_reply_keeps_redis_pys_text_and_retry_treatment(text: str) -> None:
     ours, theirs = as_redis_error(ReplyError(text)), BaseParser.parse_error(text)  # type: ignore[no-untyped-call]
-    assert type(ours) is type(theirs)
     assert ours.args == theirs.args
+    assert (is_transient(ours), needs_refresh(ours)) == (is_transient(theirs),
+                                                         needs_refresh(theirs))
 
 
 def test_redirects_carry_the_slot_and_the_node() -> None:
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
-    assert isinstance(moved, rexc.MovedError)
-    assert (moved.slot_id, moved.host, moved.port) == (3999, "127.0.0.1", 7001)
+    assert isinstance(moved, resp.MovedError)
+    assert (moved.slot, moved.host, moved.port) == (3999, "127.0.0.1", 7001)
+    asked = as_redis_error(ReplyError("ASK 12 ::1:7002"))
+    assert isinstance(asked, resp.AskError)
+    assert (asked.slot, asked.host, asked.port) == (12, "::1", 7002)
 
 
 def test_every_code_the_store_tells_apart_is_one_redis_py_knows() -> None:
-    assert set(ERROR_CLASSES) <= set(BaseParser.EXCEPTION_CLASSES)
+    assert set(resp.ERROR_CLASSES) <= set(BaseParser.EXCEPTION_CLASSES)

@@ -10,9 +10,8 @@ import pytest
 from append_calls import append_call, append_results
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from redis import exceptions as rexc
 
-from storage import AppendOptions, Record
+from storage import AppendOptions, Record, resp
 from storage.keys import log_key
 from storage.models import ValueFormat
 from storage.resp import ReplyError, as_redis_error, encode_command
@@ -188,10 +187,10 @@ def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
     aborted = as_redis_error(ReplyError("EXECABORT Transaction discarded because of previous "
                                         "errors."))
     folded = call.fold_replies([b"OK", moved, moved, aborted])
-    assert isinstance(folded, rexc.MovedError)
+    assert isinstance(folded, resp.MovedError)
     assert (folded.host, folded.port) == ("127.0.0.1", 7001)
     ask = as_redis_error(ReplyError("ASK 3999 127.0.0.1:7002"))
-    assert isinstance(call.fold_replies([b"OK", ask, b"QUEUED", aborted]), rexc.AskError)
+    assert isinstance(call.fold_replies([b"OK", ask, b"QUEUED", aborted]), resp.AskError)
 
 
 def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> None:
@@ -200,7 +199,7 @@ def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> No
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
                                 [b"5-0", ReplyError("WRONGTYPE Operation against a key holding the "
                                                     "wrong kind")]])
-    assert isinstance(folded, rexc.ResponseError)
+    assert isinstance(folded, resp.ResponseError)
 
 
 async def test_transaction_wire_runs_on_redis_and_stores_what_the_script_stores(redis: Any) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from redis import exceptions as rexc
 
-from storage import GroupPartitionState, InvalidOffset, PendingEntry, ValueFormat
+from storage import GroupPartitionState, InvalidOffset, PendingEntry, ValueFormat, resp
 from storage.codec import decode_entry
 from storage.groups import (
     MAX_IDLE_MS,
@@ -59,14 +58,14 @@ def test_negative_idle_is_rejected() -> None:
     ],
 )
 def test_missing_group_replies_are_recognised(message: str) -> None:
-    assert is_missing_group(rexc.ResponseError(message))
-    assert not is_busy_group(rexc.ResponseError(message))
+    assert is_missing_group(resp.ResponseError(message))
+    assert not is_busy_group(resp.ResponseError(message))
 
 
 def test_other_errors_are_not_missing_groups() -> None:
-    assert not is_missing_group(rexc.ResponseError("WRONGTYPE Operation against a key"))
-    assert not is_missing_group(rexc.ConnectionError("NOGROUP"))
-    assert is_busy_group(rexc.ResponseError("BUSYGROUP Consumer Group name already exists"))
+    assert not is_missing_group(resp.ResponseError("WRONGTYPE Operation against a key"))
+    assert not is_missing_group(resp.ConnectionLost("NOGROUP"))
+    assert is_busy_group(resp.ResponseError("BUSYGROUP Consumer Group name already exists"))
 
 
 def test_pending_rows_become_pending_entries() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from redis import exceptions as rexc
 
+from storage import resp
 from storage.resp import (
     NOT_READY,
     ProtocolError,
@@ -92,19 +92,19 @@ def test_bytes_that_are_not_resp_raise_a_protocol_error() -> None:
 
 def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> None:
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
-    assert isinstance(moved, rexc.MovedError)
-    assert (moved.slot_id, moved.host, moved.port) == (3999, "127.0.0.1", 7001)
+    assert isinstance(moved, resp.MovedError)
+    assert (moved.slot, moved.host, moved.port) == (3999, "127.0.0.1", 7001)
     ask = as_redis_error(ReplyError("ASK 12 127.0.0.1:7002"))
-    assert isinstance(ask, rexc.AskError)
-    assert not isinstance(ask, rexc.MovedError)
+    assert isinstance(ask, resp.AskError)
+    assert not isinstance(ask, resp.MovedError)
     assert ask.port == 7002
-    assert isinstance(as_redis_error(ReplyError("NOSCRIPT No matching script")), rexc.NoScriptError)
+    assert isinstance(as_redis_error(ReplyError("NOSCRIPT No matching script")), resp.NoScriptError)
     assert isinstance(as_redis_error(ReplyError("CLUSTERDOWN The cluster is down")),
-                      rexc.ClusterDownError)
-    assert isinstance(as_redis_error(ReplyError("TRYAGAIN Multiple keys")), rexc.TryAgainError)
-    assert isinstance(as_redis_error(ReplyError("READONLY replica")), rexc.ReadOnlyError)
-    assert isinstance(as_redis_error(ReplyError("LOADING dataset")), rexc.BusyLoadingError)
-    assert type(as_redis_error(ReplyError("ERR wrong type"))) is rexc.ResponseError
+                      resp.ClusterDownError)
+    assert isinstance(as_redis_error(ReplyError("TRYAGAIN Multiple keys")), resp.TryAgainError)
+    assert isinstance(as_redis_error(ReplyError("READONLY replica")), resp.ReadOnlyError)
+    assert isinstance(as_redis_error(ReplyError("LOADING dataset")), resp.LoadingError)
+    assert type(as_redis_error(ReplyError("ERR wrong type"))) is resp.ResponseError
     assert with_redis_errors([b"OK", 1]) == [b"OK", 1]
 
 

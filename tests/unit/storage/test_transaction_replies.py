@@ -10,10 +10,9 @@ from typing import Any, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from redis import exceptions as rexc
 
 from storage import native as storage_native
-from storage import transactions
+from storage import resp, transactions
 from storage._wire import read_transactions  # the compiled reader itself, also when switched off
 from storage.lean import NodeLanes, ReplyShape, _Request, _RespProtocol
 from storage.models import AppendOptions, Records
@@ -184,7 +183,7 @@ async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_r
     shapes = _shapes(protocol)
     protocol.data_received(aborted + b":7\r\n" + _transaction(["5-0"]))
     ((refusal,),) = plain.result()
-    assert isinstance(refusal, rexc.MovedError)  # the error that stopped it, for the appender
+    assert isinstance(refusal, resp.MovedError)  # the error that stopped it, for the appender
     assert other.result() == [7]  # raw, unshaped
     # after another request's reply: through hiredis, folded to the same answer
     assert clean.result() == [[_flat(["5-0"])]]
@@ -209,7 +208,7 @@ async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the
     protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction "
                            b"discarded\r\n:5\r\n")
     ((refusal,),) = refused.result()
-    assert isinstance(refusal, rexc.MovedError)
+    assert isinstance(refusal, resp.MovedError)
     assert after.result() == [5]
     assert (protocol.held, protocol.sent, protocol.reader.has_data()) == (b"", 0, False)
 
@@ -270,7 +269,7 @@ async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(
     protocol.data_received(_transaction(["1-0"]) + wait_reply)
     if wait_reply.startswith(b"-"):  # the answer as read, the error as a redis exception
         assert request.result()[0] == [_flat(["1-0"])]
-        assert isinstance(request.result()[1], rexc.ResponseError)
+        assert isinstance(request.result()[1], resp.ResponseError)
     elif wait_reply == b":x\r\n":  # not RESP: the connection fails, as it did before
         assert protocol.lost is not None
     else:  # cut: the rest comes later, through the reader
@@ -322,7 +321,7 @@ async def test_each_caller_of_a_group_commit_gets_its_own_answer_and_the_wait(
     if wait_reply == b":1\r\n":
         assert first[-1] == second[-1] == 1
     else:  # WAIT's error, as a redis exception value, for each caller
-        assert isinstance(first[-1], rexc.ResponseError)
+        assert isinstance(first[-1], resp.ResponseError)
         assert second[-1] is first[-1]
 
 
