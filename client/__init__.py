@@ -2,7 +2,9 @@
 
 ```python
 async with Producer("http://127.0.0.1:8080", "orders", acks="all") as producer:
-    result = await producer.send(value={"total": 42}, key="alice")
+    futures = [await producer.send(value={"n": n}, key=f"user-{n}") for n in range(1000)]
+    results = await asyncio.gather(*futures)  # queued first, answered in batches
+    result = await producer.send_and_wait(value={"total": 42}, key="alice")
 
 async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consumer:
     async for message in consumer:

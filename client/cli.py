@@ -23,6 +23,7 @@ API_KEY_ENV = "STREAMGATE_API_KEY"
 TOKEN_ENV = "STREAMGATE_TOKEN"
 # stdin produce: how many sends may be outstanding before waiting for the oldest
 MAX_UNPRINTED = 10_000
+STDIN_BLOCK = 1 << 16  # bytes of stdin read per thread hop
 
 
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -176,29 +177,32 @@ async def _produce(args: argparse.Namespace) -> int:
 async def _produce_lines(producer: Producer, lines: AsyncIterator[str], key: str | None,
                          headers: dict[str, str] | None) -> None:
     """Send each line as it is read, print results in input order as they come back."""
-    pending: deque[asyncio.Task[SendResult]] = deque()
-    try:
-        async for line in lines:
-            pending.append(asyncio.ensure_future(producer.send(parse_value(line), key=key,
-                                                               headers=headers)))
-            while pending and (pending[0].done() or len(pending) >= MAX_UNPRINTED):
-                emit(_result_document(await pending.popleft()))
-        while pending:
+    pending: deque[asyncio.Future[SendResult]] = deque()
+    async for line in lines:
+        pending.append(await producer.send(parse_value(line), key=key, headers=headers))
+        while pending and (pending[0].done() or len(pending) >= MAX_UNPRINTED):
             emit(_result_document(await pending.popleft()))
-    finally:
-        for task in pending:
-            task.cancel()
+    while pending:
+        emit(_result_document(await pending.popleft()))
 
 
 async def _stdin_lines() -> AsyncIterator[str]:
-    """Non-empty stdin lines without their line ending, read off the event loop."""
+    """Non-empty stdin lines without their line ending, read off the event loop a block at a time
+    (one thread hop per block, not per line)."""
+    stdin = sys.stdin.buffer
+    read = getattr(stdin, "read1", stdin.read)  # what a pipe has ready, up to a block
+    rest = b""
     while True:
-        line = await asyncio.to_thread(sys.stdin.readline)
-        if not line:
-            return
-        line = line.rstrip("\r\n")
-        if line:
-            yield line
+        block: bytes = await asyncio.to_thread(read, STDIN_BLOCK)
+        if not block:
+            break
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if text := line.decode().rstrip("\r"):
+                yield text
+    if text := rest.decode().rstrip("\r"):
+        yield text
 
 
 # --- consume --------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""The producer: batches messages into one POST per batch, with client-side idempotency keys and
-retries.
+"""The producer: messages batched per lane into one POST each, several lanes in flight, with
+client-side idempotency keys and retries.
 
-Every message gets an idempotency key ``<producer id>-<sequence>`` when it is handed to ``send``; a
-batch is retried with exactly the same keys, so a retry after a timeout, a dropped connection or a
-503 can never write a message twice (the gateway answers the retry with the first offset and
-``duplicate: true``). Batches are sent one at a time, in order, which keeps per-key order across
-retries.
+Every message gets an idempotency key ``<producer id>-<sequence>`` when it is queued; a batch is
+retried with exactly the same keys, so a retry after a timeout, a dropped connection or a 503 never
+writes a message twice (the gateway answers it with the first offset and ``duplicate: true``).
+Messages are spread over ``max_in_flight`` lanes by key (or partition), each with one batch in
+flight and its retries in order, so a key's messages are written in the order they were sent.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
 import random
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,15 +64,20 @@ class RetryPolicy:
 
 
 @dataclass(slots=True)
-class _Pending:
-    encoded: bytes
-    future: asyncio.Future[SendResult]
+class _Batch:
+    encoded: list[bytes] = field(default_factory=list)
+    futures: list[asyncio.Future[SendResult]] = field(default_factory=list)
+    size_bytes: int = 0
 
 
 @dataclass(slots=True)
-class _Batch:
-    items: list[_Pending] = field(default_factory=list)
-    size_bytes: int = 0
+class _Lane:
+    """Messages of some keys: the open batch, batches cut and waiting, and at most one in flight."""
+
+    open: _Batch = field(default_factory=_Batch)
+    ready: deque[_Batch] = field(default_factory=deque)
+    busy: bool = False  # a batch of this lane is in flight (or about to leave)
+    timer: asyncio.Handle | None = None  # the kick scheduled for its open batch
 
 
 def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None,
@@ -96,20 +103,28 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
 
 
 class Producer:
-    """Publishes to one topic. Use as
-    ``async with Producer(url, topic) as p: await p.send(value=...)``.
+    """Publishes to one topic. Use as ``async with Producer(url, topic) as producer:``, then
 
-    ``send`` waits for the batch its message went out in (up to ``batch_size`` messages or
-    ``linger_ms``); call it from many tasks (or use ``send_many``) to fill batches. ``acks``:
-    ``"0"`` (queued in the gateway, no offsets returned), ``"1"`` (written on the primary) or
-    ``"all"`` (confirmed by the replicas). ``compression`` (``"gzip"`` or ``"zstd"``) sends each
-    batch body compressed (``Content-Encoding``): fewer bytes on the wire for some client CPU;
-    ``max_batch_bytes`` still counts the uncompressed body.
+    - ``await producer.send_and_wait(value=..., key=...)``: the message's ``SendResult``;
+    - ``future = await producer.send(...)``: returns once the message is queued (waiting only
+      while ``max_buffer_bytes`` are queued already); await the future for its result later;
+    - ``await producer.send_many([...])``: many messages, their results in input order.
+
+    Adaptive batching: a message queued while its lane has nothing in flight leaves at once (with
+    the others queued in the same event-loop turn); while a batch is in flight the next one gathers
+    messages, up to ``batch_size`` messages or ``max_batch_bytes``. ``linger_ms`` > 0 makes an idle
+    lane wait that long first, for fewer, larger requests. ``max_in_flight`` lanes send at once.
+
+    ``acks``: ``"0"`` (queued in the gateway, no offsets returned), ``"1"`` (written on the
+    primary) or ``"all"`` (confirmed by the replicas). ``compression`` (``"gzip"`` or ``"zstd"``)
+    sends each batch body compressed; ``max_batch_bytes`` still counts the uncompressed body. A
+    batch that fails for good (after ``max_retries``) fails its messages; later messages go on.
     """
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 500,
-                 max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 5, max_retries: int = 5,
-                 timeout_s: float = 10, retry: RetryPolicy | None = None,
+                 max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 0,
+                 max_in_flight: int = 4, max_buffer_bytes: int = 32 * 1024 * 1024,
+                 max_retries: int = 5, timeout_s: float = 10, retry: RetryPolicy | None = None,
                  api_key: str | None = None, token: str | None = None,
                  session: aiohttp.ClientSession | None = None,
                  compression: Compression | None = None) -> None:
@@ -118,25 +133,35 @@ class Producer:
         self.topic = topic
         self.acks: Acks = acks
         self.producer_id = uuid.uuid4().hex
-        self._url = f"{base_url.rstrip('/')}/v1/topics/{topic}/messages"
+        self._topic_url = f"{base_url.rstrip('/')}/v1/topics/{topic}"
+        self._url = f"{self._topic_url}/messages"
         self._headers = {**auth_headers(api_key, token), "Content-Type": "application/json"}
         self._compression = compression
         if compression is not None:
             compress_body(b"", compression)  # an unknown coding fails here, not at the first send
             self._headers["Content-Encoding"] = compression
+        self._body_head = b'{"acks":"' + acks.encode() + b'","messages":['
         self._batch_size = max(1, batch_size)
         self._max_batch_bytes = max_batch_bytes
         self._linger_s = linger_ms / 1000
+        self._max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
         self._retry = retry or RetryPolicy(max_retries=max_retries)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = session
         self._owns_session = session is None
-        self._sequence = 0
-        self._open = _Batch()
-        self._linger: asyncio.TimerHandle | None = None
-        self._ready: asyncio.Queue[_Batch] = asyncio.Queue()
-        self._sender: asyncio.Task[None] | None = None
+        self._sequence = itertools.count(1)
+        self._lanes = [_Lane() for _ in range(max(1, max_in_flight))]
+        self._next_keyless = itertools.cycle(range(len(self._lanes)))
+        self._buffered_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._senders: set[asyncio.Task[None]] = set()
+        self._started = False
         self._closed = False
+        self._lanes_known = False
+        self._learning: asyncio.Future[int | None] | None = None
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -146,24 +171,44 @@ class Producer:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the HTTP session (unless one was given) and start the sender task."""
-        if self._sender is not None:
-            return
+        """Open the HTTP session (unless one was given)."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        self._sender = asyncio.create_task(self._send_batches(),
-                                           name=f"producer-{self.producer_id[:8]}")
+        self._started = True
+
+    async def _learn_lanes(self) -> None:
+        """Before the first message: a topic of one partition gets one lane, so all its messages
+        keep their send order."""
+        if self._learning is None:
+            self._learning = asyncio.ensure_future(self._partition_count())
+        count = await asyncio.shield(self._learning)
+        if count == 1 and len(self._lanes) > 1:
+            self._lanes = self._lanes[:1]
+            self._next_keyless = itertools.cycle([0])
+        self._lanes_known = True
+
+    async def _partition_count(self) -> int | None:
+        """The topic's partitions, or None when the caller may not describe it (a publish-only
+        principal) or the gateway does not answer: then only each key's order is kept."""
+        assert self._session is not None
+        try:
+            payload = await request_body(self._session, "GET", self._topic_url,
+                                         timeout=self._timeout, headers=self._headers)
+            count = orjson.loads(payload).get("partitions")
+        except (ClientError, orjson.JSONDecodeError, AttributeError):
+            return None
+        return count if isinstance(count, int) else None
 
     async def aclose(self) -> None:
-        """Send what is buffered, stop the sender and close the session it opened; idempotent."""
+        """Send what is queued, then close the session it opened; idempotent."""
         if self._closed:
             return
         with contextlib.suppress(ClientError):
             await self.flush()
         self._closed = True
-        sender, self._sender = self._sender, None
-        if sender is not None:
+        for sender in list(self._senders):
             sender.cancel()
+        for sender in list(self._senders):
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
         if self._owns_session and self._session is not None:
@@ -172,75 +217,139 @@ class Producer:
     def next_idempotency_key(self) -> str:
         """The key of the next message: ``<producer id>-<sequence>``, unique per producer
         instance."""
-        self._sequence += 1
-        return f"{self.producer_id}-{self._sequence}"
+        return f"{self.producer_id}-{next(self._sequence)}"
 
     async def send(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
-                   partition: int | None = None) -> SendResult:
+                   partition: int | None = None) -> asyncio.Future[SendResult]:
+        """Queue one message; returns the future of its ``SendResult`` (which raises
+        ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full."""
+        if not self._lanes_known:
+            await self._learn_lanes()
+        if not self._room.is_set():
+            await self._room.wait()
+        return self._enqueue(value, value_b64, key, headers, partition)
+
+    async def send_and_wait(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
+                            key: str | None = None, headers: Mapping[str, str] | None = None,
+                            partition: int | None = None) -> SendResult:
         """Publish one message and wait for its result; raises ``ProblemError`` or
         ``ConnectionFailed``."""
-        return await self._enqueue(value, value_b64=value_b64, key=key, headers=headers,
-                                   partition=partition)
+        if not self._lanes_known:
+            await self._learn_lanes()
+        if not self._room.is_set():
+            await self._room.wait()
+        return await self._enqueue(value, value_b64, key, headers, partition)
 
     async def send_many(self, messages: Iterable[Mapping[str, Any]]) -> list[SendResult]:
         """Publish messages given as dicts of ``send`` arguments; results in input order."""
-        futures = [self._enqueue(m.get("value", _MISSING), value_b64=m.get("value_b64"),
-                                 key=m.get("key"), headers=m.get("headers"),
-                                 partition=m.get("partition")) for m in messages]
+        if not self._lanes_known:
+            await self._learn_lanes()
+        futures = []
+        for m in messages:
+            if not self._room.is_set():
+                await self._room.wait()
+            futures.append(self._enqueue(m.get("value", _MISSING), m.get("value_b64"),
+                                         m.get("key"), m.get("headers"), m.get("partition")))
         return list(await asyncio.gather(*futures))
 
     async def flush(self) -> None:
-        """Send the open batch now and wait until every batch handed over so far has been
-        answered."""
-        self._cut()
-        await self._ready.join()
+        """Send every open batch now and wait until everything queued so far is answered."""
+        for lane in self._lanes:
+            self._cut(lane)
+            self._kick(lane)
+        await self._drained.wait()
 
-    def _enqueue(self, value: Any, **options: Any) -> asyncio.Future[SendResult]:
-        if self._closed or self._sender is None:
+    def _enqueue(self, value: Any, value_b64: bytes | str | None, key: str | None,
+                 headers: Mapping[str, str] | None,
+                 partition: int | None) -> asyncio.Future[SendResult]:
+        if self._closed or not self._started:
             raise RuntimeError("the producer is not started (use 'async with Producer(...)')")
-        encoded = encode_message(value, idempotency_key=self.next_idempotency_key(), **options)
-        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        if self._open.size_bytes + len(encoded) > self._max_batch_bytes:
-            self._cut()
-        self._open.items.append(_Pending(encoded, future))
-        self._open.size_bytes += len(encoded) + 1
-        if len(self._open.items) >= self._batch_size:
-            self._cut()
-        elif self._linger is None:
-            self._linger = asyncio.get_running_loop().call_later(self._linger_s, self._cut)
+        encoded = encode_message(value, value_b64=value_b64, key=key, headers=headers,
+                                 partition=partition, idempotency_key=self.next_idempotency_key())
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult] = loop.create_future()
+        lane = self._lanes[self._lane_of(key, partition)]
+        batch = lane.open
+        if batch.encoded and batch.size_bytes + len(encoded) > self._max_batch_bytes:
+            self._cut(lane)
+            batch = lane.open
+        batch.encoded.append(encoded)
+        batch.futures.append(future)
+        batch.size_bytes += len(encoded) + 1
+        self._buffered_bytes += len(encoded) + 1
+        self._drained.clear()
+        if self._buffered_bytes >= self._max_buffer_bytes:
+            self._room.clear()
+        if len(batch.encoded) >= self._batch_size:
+            self._cut(lane)
+        if not lane.busy and lane.timer is None:
+            # with the other messages of this loop turn, or after the linger
+            lane.timer = (loop.call_later(self._linger_s, self._kick, lane) if self._linger_s
+                          else loop.call_soon(self._kick, lane))
         return future
 
-    def _cut(self) -> None:
-        """Close the open batch and hand it to the sender."""
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-        if self._open.items:
-            batch, self._open = self._open, _Batch()
-            self._ready.put_nowait(batch)
+    def _lane_of(self, key: str | None, partition: int | None) -> int:
+        """The lane of a message: one per key (or partition), so their order holds; keyless
+        messages, which the gateway spreads anyway, go round the lanes."""
+        if partition is not None:
+            return partition % len(self._lanes)
+        if key is not None:
+            return hash(key) % len(self._lanes)
+        return next(self._next_keyless)
 
-    async def _send_batches(self) -> None:
-        while True:
-            batch = await self._ready.get()
-            try:
+    @staticmethod
+    def _cut(lane: _Lane) -> None:
+        """Close the lane's open batch: it leaves after those before it."""
+        if lane.open.encoded:
+            lane.ready.append(lane.open)
+            lane.open = _Batch()
+
+    def _kick(self, lane: _Lane) -> None:
+        """Start the lane's sender unless one is running."""
+        if lane.timer is not None:
+            lane.timer.cancel()
+            lane.timer = None
+        if lane.busy or not (lane.ready or lane.open.encoded):
+            return
+        lane.busy = True
+        sender = asyncio.ensure_future(self._send_lane(lane))
+        self._senders.add(sender)
+        sender.add_done_callback(self._senders.discard)
+
+    async def _send_lane(self, lane: _Lane) -> None:
+        """Send the lane's batches one after another; what gathered meanwhile leaves next."""
+        try:
+            while True:
+                if not lane.ready:
+                    self._cut(lane)
+                if not lane.ready:
+                    return
+                batch = lane.ready.popleft()
                 await self._deliver(batch)
-            finally:
-                self._ready.task_done()
+                self._release(batch)
+        finally:
+            lane.busy = False
+            if not any(lane.busy or lane.ready or lane.open.encoded for lane in self._lanes):
+                self._drained.set()
+
+    def _release(self, batch: _Batch) -> None:
+        self._buffered_bytes -= batch.size_bytes
+        if self._buffered_bytes < self._max_buffer_bytes:
+            self._room.set()
 
     async def _deliver(self, batch: _Batch) -> None:
-        body = b'{"acks":"' + self.acks.encode() + b'","messages":[' + b",".join(
-            item.encoded for item in batch.items) + b"]}"
+        body = self._body_head + b",".join(batch.encoded) + b"]}"
         try:
-            results = await self._post_with_retries(body, len(batch.items))
+            results = await self._post_with_retries(body, len(batch.encoded))
         except Exception as exc:
-            for item in batch.items:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(exc)
             return
-        for item, result in zip(batch.items, results, strict=True):
-            if not item.future.done():
-                item.future.set_result(result)
+        for future, result in zip(batch.futures, results, strict=True):
+            if not future.done():
+                future.set_result(result)
 
     async def _post_with_retries(self, body: bytes, count: int) -> list[SendResult]:
         if self._compression is not None:

@@ -105,9 +105,13 @@ async def test_an_exclusive_group_consumer_receives_and_acks_everything(
         assert consumer.assignment.partitions == (0, 1, 2)
     assert {(m.partition, m.offset) for m in received} == {(r.partition, r.offset) for r in sent}
     assert all(m.delivery_count == 1 for m in received)
-    for partition in range(3):
-        values = [m.value for m in received if m.partition == partition]
-        assert values == sorted(values)  # per-partition order
+    for partition in range(3):  # delivered in log order
+        offsets = [tuple(map(int, m.offset.split("-"))) for m in received
+                   if m.partition == partition]
+        assert offsets == sorted(offsets)
+    for key in {m.key for m in received}:  # written in send order, key by key
+        values = [m.value for m in received if m.key == key]
+        assert values == sorted(values)
     # Everything was acked: a new member of the group gets nothing, not even after the ack timeout.
     async with Consumer(base_url, topic_name, group="billing", ack_timeout_ms=500) as again:
         with pytest.raises(TimeoutError):

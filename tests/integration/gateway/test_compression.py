@@ -73,7 +73,8 @@ async def test_producer_with_zstd_compression_publishes_every_message(
         Producer(base_url, topic_name, acks="1", compression="zstd") as producer,
     ):
         await admin.create_topic(topic_name, 2)
-        results = await asyncio.gather(*(producer.send(value={"n": i}) for i in range(300)))
+        results = await asyncio.gather(*(producer.send_and_wait(value={"n": i})
+                                         for i in range(300)))
         assert all(result.offset for result in results)
         assert await stored_values(admin, topic_name, 2) == sorted(
             ({"n": i} for i in range(300)), key=repr

@@ -27,6 +27,7 @@ class FakeLog:
     stall_first: int = 0
     stall_s: float = 1.0
     problem: dict[str, Any] | None = None
+    partitions: int | None = None  # what GET /v1/topics/{topic} says, or 404
 
     def write(self, message: dict[str, Any]) -> dict[str, Any]:
         key = message["idempotency_key"]
@@ -64,8 +65,15 @@ async def start_fake(aiohttp_server: Any, log: FakeLog) -> TestServer:
             return web.json_response({"accepted": len(results)}, status=202)
         return web.json_response({"results": results})
 
+    async def describe(request: web.Request) -> web.Response:
+        if log.partitions is None:
+            return web.json_response({"status": 404, "title": "Not found"}, status=404)
+        return web.json_response({"name": request.match_info["topic"],
+                                  "partitions": log.partitions})
+
     app = web.Application()
     app.router.add_post("/v1/topics/{topic}/messages", publish)
+    app.router.add_get("/v1/topics/{topic}", describe)
     server: TestServer = await aiohttp_server(app)
     return server
 
@@ -74,26 +82,110 @@ def url_of(server: TestServer) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
+async def send_many_to_fake(aiohttp_server: Any, log: FakeLog, messages: list[dict[str, Any]],
+                            **options: Any) -> list[SendResult]:
+    """``send_many`` of ``messages`` by a producer made with ``options``, against the fake."""
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", **options) as producer:
+        return await producer.send_many(messages)
+
+
 async def test_concurrent_sends_are_batched_up_to_batch_size(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
-    async with Producer(url_of(server), "t", batch_size=100, linger_ms=50) as producer:
-        results = await asyncio.gather(*(producer.send(value={"n": i}) for i in range(1000)))
+    async with Producer(url_of(server), "t", batch_size=100, max_in_flight=1) as producer:
+        results = await asyncio.gather(*(producer.send_and_wait(value={"n": i})
+                                         for i in range(1000)))
     assert [len(r["messages"]) for r in log.requests] == [100] * 10
     assert len({r.offset for r in results}) == 1000
 
 
-async def test_a_lone_send_goes_out_after_linger(aiohttp_server: Any) -> None:
+async def test_a_lone_send_leaves_at_once_without_a_linger(aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=1, stall_s=0.0)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", linger_ms=0) as producer:
+        future = await producer.send(value="hi")
+        await asyncio.sleep(0.05)  # far less than any linger: it must be answered already
+        assert future.done()
+        assert (await future).offset == "1-0"
+
+
+async def test_a_lone_send_goes_out_after_a_linger_when_one_is_set(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", linger_ms=100) as producer:
         started = time.monotonic()
-        result = await producer.send(value="hi", key="k", headers={"a": "b"}, partition=0)
+        result = await producer.send_and_wait(value="hi", key="k", headers={"a": "b"},
+                                              partition=0)
         elapsed = time.monotonic() - started
     assert 0.09 <= elapsed < 1.0
     assert result == SendResult(0, "1-0", False)
     assert log.requests[0]["messages"][0] | {"idempotency_key": "x"} == {
         "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0, "idempotency_key": "x"}
+
+
+async def test_messages_sent_while_a_batch_is_in_flight_gather_into_the_next(
+        aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=1, stall_s=0.3)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", max_in_flight=1) as producer:
+        first = await producer.send(value=0)
+        await asyncio.sleep(0.1)  # the first request is in flight, stalled
+        rest = [await producer.send(value=n) for n in range(1, 51)]
+        await asyncio.gather(first, *rest)
+    assert [len(r["messages"]) for r in log.requests] == [1, 50]
+
+
+async def test_several_batches_are_in_flight_at_once(aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=4, stall_s=0.3)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", max_in_flight=4, batch_size=10) as producer:
+        started = time.monotonic()
+        await producer.send_many([{"value": n, "key": f"k{n}"} for n in range(400)])
+        elapsed = time.monotonic() - started
+    # four stalled requests waited side by side, not one after another
+    assert elapsed < 4 * 0.3
+    assert sum(len(r["messages"]) for r in log.requests) == 400
+
+
+@pytest.mark.parametrize("fail_first", [1, 3])
+async def test_a_keys_messages_are_written_in_send_order_across_retries(
+        aiohttp_server: Any, fail_first: int) -> None:
+    log = FakeLog(fail_first=fail_first, retry_after="0.05")
+    keys = [f"k{n % 10}" for n in range(300)]
+    results = await send_many_to_fake(aiohttp_server, log, [{"value": n, "key": key}
+                                                            for n, key in enumerate(keys)],
+                                      max_in_flight=4, batch_size=7)
+    assert len(log.records) == 300
+    for key in set(keys):
+        written = [int(r.offset.split("-")[0]) for r, k in zip(results, keys, strict=True)
+                   if k == key and r.offset is not None]
+        assert written == sorted(written), key
+
+
+async def test_a_one_partition_topics_messages_are_all_written_in_send_order(
+        aiohttp_server: Any) -> None:
+    log = FakeLog(fail_first=1, retry_after="0.05", partitions=1)
+    messages = [{"value": n, "key": f"k{n % 5}" if n % 2 else None} for n in range(100)]
+    results = await send_many_to_fake(aiohttp_server, log, messages, max_in_flight=4, batch_size=7)
+    written = [int((r.offset or "").split("-")[0]) for r in results]
+    assert written == sorted(written)
+    assert len(log.records) == 100
+
+
+async def test_send_waits_for_room_once_the_buffer_is_full(aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=1, stall_s=0.3)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", max_in_flight=1, max_batch_bytes=1000,
+                        max_buffer_bytes=1000) as producer:
+        first = await producer.send(value="x" * 1000)
+        await asyncio.sleep(0.05)  # in flight, stalled, holding the whole buffer
+        blocked = asyncio.ensure_future(producer.send(value="y"))
+        await asyncio.sleep(0.1)
+        assert not blocked.done()
+        await first
+        second = await asyncio.wait_for(blocked, 2)
+        assert (await second).offset == "2-0"
 
 
 async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequence(
@@ -103,7 +195,7 @@ async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequenc
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as first, Producer(url_of(server), "t") as second:
         await first.send_many([{"value": i} for i in range(3)])
-        await second.send(value=3)
+        await second.send_and_wait(value=3)
     keys = [m["idempotency_key"] for r in log.requests for m in r["messages"]]
     assert keys[:3] == [f"{first.producer_id}-{n}" for n in (1, 2, 3)]
     assert keys[3] == f"{second.producer_id}-1"
@@ -114,7 +206,7 @@ async def test_503_is_retried_after_retry_after_without_duplicates(aiohttp_serve
     log = FakeLog(fail_first=2, retry_after="0.2")
     server = await start_fake(aiohttp_server, log)
     started = time.monotonic()
-    async with Producer(url_of(server), "t", batch_size=50) as producer:
+    async with Producer(url_of(server), "t", batch_size=50, max_in_flight=1) as producer:
         results = await producer.send_many([{"value": i} for i in range(50)])
     assert time.monotonic() - started >= 0.4
     assert len(log.requests) == 3
@@ -126,15 +218,14 @@ async def test_429_is_retried(aiohttp_server: Any) -> None:
     log = FakeLog(fail_first=1, fail_status=429, retry_after="0")
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as producer:
-        assert (await producer.send(value=1)).offset == "1-0"
+        assert (await producer.send_and_wait(value=1)).offset == "1-0"
     assert len(log.requests) == 2
 
 
 async def test_a_timed_out_batch_is_retried_and_answered_as_duplicates(aiohttp_server: Any) -> None:
     log = FakeLog(stall_first=1, stall_s=2.0)
-    server = await start_fake(aiohttp_server, log)
-    async with Producer(url_of(server), "t", timeout_s=0.3, batch_size=20) as producer:
-        results = await producer.send_many([{"value": i} for i in range(20)])
+    results = await send_many_to_fake(aiohttp_server, log, [{"value": i} for i in range(20)],
+                                      timeout_s=0.3, batch_size=20, max_in_flight=1)
     assert len(log.requests) == 2
     assert len(log.records) == 20  # the server wrote the first attempt; the retry wrote nothing new
     assert all(r.duplicate for r in results)
@@ -147,7 +238,7 @@ async def test_retries_stop_after_max_retries_with_the_last_problem(aiohttp_serv
     async with Producer(url_of(server), "t", max_retries=2,
                         retry=RetryPolicy(max_retries=2, base_s=0.01)) as producer:
         with pytest.raises(ProblemError) as caught:
-            await producer.send(value=1)
+            await producer.send_and_wait(value=1)
     assert caught.value.status == 503
     assert caught.value.retriable
     assert len(log.requests) == 3
@@ -163,7 +254,7 @@ async def test_a_422_raises_a_typed_problem_at_once(aiohttp_server: Any) -> None
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as producer:
         with pytest.raises(ProblemError) as caught:
-            await producer.send(value=1, partition=9)
+            await producer.send_and_wait(value=1, partition=9)
     error = caught.value
     assert (error.status, error.type, error.pointer) == (
         422, problem["type"], "/messages/0/partition"
@@ -178,14 +269,14 @@ async def test_an_unreachable_gateway_raises_connection_failed_after_retries() -
         "http://127.0.0.1:1", "t", retry=RetryPolicy(max_retries=1, base_s=0.01)
     ) as producer:
         with pytest.raises(ConnectionFailed):
-            await producer.send(value=1)
+            await producer.send_and_wait(value=1)
 
 
 async def test_acks_0_returns_no_offsets(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", acks="0") as producer:
-        result = await producer.send(value=1)
+        result = await producer.send_and_wait(value=1)
     assert result == SendResult(None, None, False)
     assert log.requests[0]["acks"] == "0"
 
@@ -194,8 +285,8 @@ async def test_bytes_values_are_sent_as_value_b64(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t") as producer:
-        await producer.send(b"\x00\x01\x02")
-        await producer.send(value_b64=b"\xff")
+        await producer.send_and_wait(b"\x00\x01\x02")
+        await producer.send_and_wait(value_b64=b"\xff")
     sent = [m for r in log.requests for m in r["messages"]]
     assert [m["value_b64"] for m in sent] == ["AAEC", "/w=="]
     assert all("value" not in m for m in sent)
@@ -205,8 +296,7 @@ async def test_flush_sends_the_open_batch_without_waiting_for_linger(aiohttp_ser
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", linger_ms=10_000) as producer:
-        pending = asyncio.ensure_future(producer.send(value=1))
-        await asyncio.sleep(0)
+        pending = await producer.send(value=1)
         await asyncio.wait_for(producer.flush(), 2)
         assert pending.done()
 
