@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import os
 import sys
 from collections import deque
@@ -19,6 +20,7 @@ from client import Admin, ClientError, Consumer, ProblemError, Producer, SendRes
 
 CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
 DEFAULT_URL = "http://127.0.0.1:8080"
+URL_ENV = "STREAMGATE_URL"
 API_KEY_ENV = "STREAMGATE_API_KEY"
 TOKEN_ENV = "STREAMGATE_TOKEN"
 # stdin produce: how many sends may be outstanding before waiting for the oldest
@@ -29,7 +31,8 @@ STDIN_BLOCK = 1 << 16  # bytes of stdin read per thread hop
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the client commands on the ``streamgate`` sub-command parser."""
     url = argparse.ArgumentParser(add_help=False)
-    url.add_argument("--url", default=DEFAULT_URL, help=f"gateway base URL (default {DEFAULT_URL})")
+    url.add_argument("--url", default=None,
+                     help=f"gateway base URL (default: ${URL_ENV}, else {DEFAULT_URL})")
     url.add_argument("--api-key", default=None,
                      help=f"API key (default: ${API_KEY_ENV}; prefer the variable)")
     url.add_argument("--token", default=None, help=f"JWT bearer token (default: ${TOKEN_ENV})")
@@ -98,10 +101,26 @@ def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     seek.add_argument("--to", required=True, metavar="earliest|latest|CURSOR")
 
 
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: the installed distribution's version (the server's or the client's own)."""
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+
+
+def installed_version() -> str:
+    """The version of the installed ``streamgate`` or ``streamgate-client`` distribution."""
+    for distribution in ("streamgate", "streamgate-client"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``streamgate-client``: the client commands alone, without the server."""
     parser = argparse.ArgumentParser(prog="streamgate-client",
                                      description="streamgate's client commands")
+    add_version(parser)
     add_client_commands(parser.add_subparsers(dest="command", required=True))
     return run_client_command(parser.parse_args(argv), os.environ)
 
@@ -109,10 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Run one client command; 0 on success, 1 on a gateway or connection error.
 
-    Credentials: ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from
-    ``env``.
+    The gateway: ``--url``, else ``$STREAMGATE_URL``, else the local default. Credentials:
+    ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from ``env``.
     """
     env = env or {}
+    args.url = args.url or env.get(URL_ENV) or DEFAULT_URL
     args.token = args.token or env.get(TOKEN_ENV) or None
     args.api_key = args.api_key or env.get(API_KEY_ENV) or None
     command: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = _COMMANDS[args.command]

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
+from client.cli import CLIENT_COMMANDS, add_client_commands, add_version, run_client_command
 from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
@@ -218,6 +218,7 @@ def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamgate", description=__doc__)
+    add_version(parser)
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     commands = parser.add_subparsers(dest="command", required=True)

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from client.cli import main as client_main
 from client.cli import parse_headers, parse_value
 from gateway.cli import main
 
@@ -94,3 +95,25 @@ async def test_produce_prints_one_result_per_value(
     assert sorted(lines, key=lambda line: line["offset"]) == [
         {"partition": 0, "offset": "1-0", "duplicate": False},
         {"partition": 0, "offset": "2-0", "duplicate": False}]
+
+
+async def test_the_gateway_url_comes_from_streamgate_url_when_not_given(
+        aiohttp_server: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url = await start_fake(aiohttp_server)
+    monkeypatch.setenv("STREAMGATE_URL", url)
+    code = await asyncio.to_thread(main, ["topics", "create", "orders", "--partitions", "2"])
+    assert code == 0
+    assert orjson.loads(capsys.readouterr().out)["partitions"] == 2
+
+
+@pytest.mark.parametrize(("entry", "prog"), [(main, "streamgate"),
+                                             (client_main, "streamgate-client")])
+def test_version_prints_the_installed_version(entry: Any, prog: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        entry(["--version"])
+    assert exited.value.code == 0
+    name, version = capsys.readouterr().out.split()
+    assert name == prog
+    assert version[0].isdigit()
