@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -94,14 +95,16 @@ def _die_with_parent_argv() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
-class StartedInWith:
+class StartedInWith(ABC):
     """Servers that ``with`` starts and stops (``stop`` is idempotent)."""
 
+    @abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start the servers and wait until they serve."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop the servers by PID; idempotent."""
 
     def __enter__(self) -> Self:
         self.start()
