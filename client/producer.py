@@ -176,6 +176,12 @@ class Producer:
             self._session = aiohttp.ClientSession()
         self._started = True
 
+    async def _until_queueable(self) -> None:
+        """Wait until a message may be queued: the lanes known, room in the buffer."""
+        if not self._lanes_known:
+            await self._learn_lanes()
+        await self._room.wait()
+
     async def _learn_lanes(self) -> None:
         """Before the first message: a topic of one partition gets one lane, so all its messages
         keep their send order."""
@@ -224,10 +230,8 @@ class Producer:
                    partition: int | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; returns the future of its ``SendResult`` (which raises
         ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full."""
-        if not self._lanes_known:
-            await self._learn_lanes()
-        if not self._room.is_set():
-            await self._room.wait()
+        if not (self._lanes_known and self._room.is_set()):
+            await self._until_queueable()
         return self._enqueue(value, value_b64, key, headers, partition)
 
     async def send_and_wait(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
@@ -235,20 +239,16 @@ class Producer:
                             partition: int | None = None) -> SendResult:
         """Publish one message and wait for its result; raises ``ProblemError`` or
         ``ConnectionFailed``."""
-        if not self._lanes_known:
-            await self._learn_lanes()
-        if not self._room.is_set():
-            await self._room.wait()
+        if not (self._lanes_known and self._room.is_set()):
+            await self._until_queueable()
         return await self._enqueue(value, value_b64, key, headers, partition)
 
     async def send_many(self, messages: Iterable[Mapping[str, Any]]) -> list[SendResult]:
         """Publish messages given as dicts of ``send`` arguments; results in input order."""
-        if not self._lanes_known:
-            await self._learn_lanes()
         futures = []
         for m in messages:
-            if not self._room.is_set():
-                await self._room.wait()
+            if not (self._lanes_known and self._room.is_set()):
+                await self._until_queueable()
             futures.append(self._enqueue(m.get("value", _MISSING), m.get("value_b64"),
                                          m.get("key"), m.get("headers"), m.get("partition")))
         return list(await asyncio.gather(*futures))
