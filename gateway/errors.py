@@ -23,7 +23,13 @@ from partitioner.errors import (
     TopicExists,
     TopicNotFound,
 )
-from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.errors import (
+    IdempotencyConflict,
+    InvalidOffset,
+    NotEnoughReplicas,
+    StorageError,
+    StorageUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +168,9 @@ def problem_from(exc: Exception) -> Problem:
         return unavailable(exc.message, exc.retry_after_s)
     if isinstance(exc, InvalidOffset):
         return invalid_field("/from", exc.message)
+    if isinstance(exc, IdempotencyConflict):
+        return Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
+                       f"{exc.message}: a retry must send the same messages")
     if isinstance(exc, TopicNotFound):
         return Problem(404, "topic-not-found", "Topic not found", exc.message)
     if isinstance(exc, TopicExists):

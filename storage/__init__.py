@@ -1,7 +1,13 @@
 """The log: one Redis Stream per partition on a Redis Cluster. Knows nothing of HTTP or etcd."""
 
 from storage.delayed import RedisDelayedStore
-from storage.errors import InvalidOffset, NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.errors import (
+    IdempotencyConflict,
+    InvalidOffset,
+    NotEnoughReplicas,
+    StorageError,
+    StorageUnavailable,
+)
 from storage.groups import RedisGroupStore
 from storage.groups_protocol import GroupStore
 from storage.models import (
@@ -33,6 +39,7 @@ __all__ = [
     "Delivery",
     "GroupPartitionState",
     "GroupStore",
+    "IdempotencyConflict",
     "InvalidOffset",
     "NotEnoughReplicas",
     "PartitionInfo",

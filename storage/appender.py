@@ -39,11 +39,16 @@ from storage.cluster import (
     report,
     translate,
 )
-from storage.errors import NotEnoughReplicas, StorageError, StorageUnavailable
+from storage.errors import (
+    IdempotencyConflict,
+    NotEnoughReplicas,
+    StorageError,
+    StorageUnavailable,
+)
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.resp import AskError, NoScriptError, Redirect, encode_command
-from storage.scripts import LuaScript, PartitionCall
+from storage.scripts import LuaScript, PartitionCall, is_reused_batch_key
 from storage.transactions import NodeReplies
 
 R = TypeVar("R")
@@ -256,7 +261,9 @@ class Appender(Generic[R]):
         elif is_transient(reply) or isinstance(reply, NoScriptError):
             outcome.retry[partition] = reply
         elif outcome.fatal is None:
-            outcome.fatal = translate(reply, f"append to partition {partition}")
+            outcome.fatal = (IdempotencyConflict(partition)
+                             if is_reused_batch_key(reply)
+                             else translate(reply, f"append to partition {partition}"))
 
     def _check_wait(self, reply: Any, outcome: _NodeOutcome[R]) -> None:
         required = self._settings.min_insync_replicas

@@ -42,6 +42,15 @@ class NotEnoughReplicas(StorageUnavailable):
         self.partition = partition
 
 
+class IdempotencyConflict(StorageError):
+    """A batch's idempotency key was used before for a batch of another size in this partition."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(f"partition {partition}: the idempotency key was used before for a "
+                         "different batch")
+        self.partition = partition
+
+
 class InvalidOffset(StorageError):
     """An offset given by a client is not a valid stream ID."""
 

@@ -29,6 +29,12 @@ def dedup_key(topic: str, partition: int, idempotency_key: str) -> str:
     return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:{idempotency_key}"
 
 
+def batch_dedup_key(topic: str, partition: int, batch_key: str) -> str:
+    """The idempotency marker of a batch's records in one partition; its value is their offsets,
+    space-separated. Apart from every per-message key (those start with a principal's scope)."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:b:{batch_key}"
+
+
 def dedup_prefix(topic: str, partition: int) -> str:
     """The common prefix of a partition's idempotency keys (dedup_prefix + key == dedup_key)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:"

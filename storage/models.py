@@ -48,7 +48,9 @@ class Records:
 
     Record ``i`` is ``partitions[i]``, ``values[i]`` and ``keys[i]``; ``formats`` is one format for
     every record or one per record; ``headers`` and ``idempotency_keys`` are None when no record has
-    any (the common publish, which then costs no object per record).
+    any (the common publish, which then costs no object per record). ``batch_key`` (without
+    per-record keys) makes the whole batch idempotent: each partition's records are written once,
+    under one marker, and a retry of the same batch answers their first offsets.
     """
 
     partitions: list[int]
@@ -57,6 +59,7 @@ class Records:
     formats: ValueFormat | list[ValueFormat] = ValueFormat.JSON
     headers: Sequence[Mapping[str, str]] | None = None
     idempotency_keys: list[str | None] | None = None
+    batch_key: str | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -76,12 +79,21 @@ class Records:
         """Several batches as one, in order."""
         if len(batches) == 1:
             return batches[0]
+        batches = [b.with_record_keys() for b in batches]
         return cls([p for b in batches for p in b.partitions],
                    [v for b in batches for v in b.values], [k for b in batches for k in b.keys],
                    [f for b in batches for f in b.format_column()],
                    _joined_column([b.headers for b in batches], [len(b) for b in batches], {}),
                    _joined_column([b.idempotency_keys for b in batches], [len(b) for b in batches],
                                   None))
+
+    def with_record_keys(self) -> Records:
+        """The same records with a batch key turned into per-record keys ``<batch key>:<i>`` (for
+        joining with others); records without a batch key as they are."""
+        if self.batch_key is None:
+            return self
+        keys: list[str | None] = [f"{self.batch_key}:{i}" for i in range(len(self.values))]
+        return Records(self.partitions, self.values, self.keys, self.formats, self.headers, keys)
 
     def format_column(self) -> list[ValueFormat]:
         """Each record's value format."""
@@ -92,13 +104,15 @@ class Records:
         """The records at ``indexes``, in that order."""
         values, keys, partitions = self.values, self.keys, self.partitions
         return Records([partitions[i] for i in indexes], [values[i] for i in indexes],
-                       [keys[i] for i in indexes], *self._other_columns(indexes))
+                       [keys[i] for i in indexes], *self._other_columns(indexes),
+                       self.batch_key)
 
     def partition_of(self, partition: int, indexes: Sequence[int], values: list[bytes],
                      keys: list[bytes | None]) -> Records:
         """One partition's records, at ``indexes``, with their values and keys already taken (as
         ``split_by_partition`` gives them)."""
-        return Records([partition] * len(values), values, keys, *self._other_columns(indexes))
+        return Records([partition] * len(values), values, keys, *self._other_columns(indexes),
+                       self.batch_key)
 
     def _other_columns(self, indexes: Sequence[int]) -> _OtherColumns:
         formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys
@@ -107,7 +121,9 @@ class Records:
                 None if idempotency_keys is None else [idempotency_keys[i] for i in indexes])
 
     def rows(self) -> list[Record]:
-        """The same records as one object each."""
+        """The same records as one object each (a batch key as per-record keys)."""
+        if self.batch_key is not None:
+            return self.with_record_keys().rows()
         headers = self.headers or [{}] * len(self.values)
         idempotency_keys = self.idempotency_keys or [None] * len(self.values)
         return [Record(*row)

@@ -185,7 +185,7 @@ class RedisStreamStore:
                    for partition, reply in written.items()}
         ordered = (offsets[calls[0].partition] if one
                    else in_input_order(len(batch), groups, offsets))
-        if batch.idempotency_keys is None:
+        if batch.idempotency_keys is None and batch.batch_key is None:
             return Appended(batch.partitions, ordered, None)
         flags = {partition: reply_duplicates(reply) for partition, reply in written.items()}
         duplicates = [False] * len(batch)

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from storage.codec import encode_fields
-from storage.keys import dedup_key, log_key
+from storage.keys import batch_dedup_key, dedup_key, log_key
 from storage.models import AppendOptions, Record, Records, ValueFormat
 from storage.native import refuse_if_off
-from storage.resp import NoScriptError, encode_command
+from storage.resp import NoScriptError, ResponseError, encode_command
 from storage.transactions import fold_transaction_replies
 
 if TYPE_CHECKING:
@@ -72,6 +72,60 @@ end
 return out
 """
 
+BATCH_KEY_REUSED = "IDEMPOTENCY_CONFLICT"  # the batch script's own error code
+
+
+def is_reused_batch_key(reply: BaseException) -> bool:
+    """Whether an error reply is the batch script refusing a key used for another batch."""
+    return isinstance(reply, ResponseError) and str(reply).startswith(BATCH_KEY_REUSED)
+
+
+# A whole batch's records in this partition, idempotent as one: KEYS[2] is the batch's marker;
+# ARGV[1] = approximate max length, ARGV[2] = dedup TTL in ms, then per record: field count,
+# fields... The marker holds the records' offsets; a retry answers them as duplicates.
+APPEND_BATCH_LUA = """
+local marker = KEYS[2]
+local n = #ARGV
+local out = {}
+local found = redis.call('GET', marker)
+if found then
+  -- replicated, so a following WAIT also covers the first write (see the script above)
+  redis.call('SET', marker, found, 'KEEPTTL')
+  local count = 0
+  local i = 3
+  while i <= n do
+    count = count + 1
+    i = i + 1 + tonumber(ARGV[i])
+  end
+  for id in string.gmatch(found, '%S+') do
+    out[#out + 1] = id
+    out[#out + 1] = 1
+  end
+  if #out ~= 2 * count then
+    return redis.error_reply('""" + BATCH_KEY_REUSED + """ the key was used for another batch')
+  end
+  return out
+end
+local log = KEYS[1]
+local maxlen = tonumber(ARGV[1])
+local ids = {}
+local i = 3
+while i <= n do
+  local last = i + tonumber(ARGV[i])
+  local id
+  if maxlen > 0 then
+    id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 1, last))
+  else
+    id = redis.call('XADD', log, '*', unpack(ARGV, i + 1, last))
+  end
+  ids[#ids + 1] = id
+  out[#out + 1] = id
+  out[#out + 1] = 0
+  i = last + 1
+end
+redis.call('SET', marker, table.concat(ids, ' '), 'PX', ARGV[2])
+return out
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +158,7 @@ async def run_script(lanes: NodeLanes, address: NodeAddress, script: LuaScript, 
 
 APPEND_SCRIPT = LuaScript.of(APPEND_LUA)
 APPEND_SHA = APPEND_SCRIPT.sha
+APPEND_BATCH_SCRIPT = LuaScript.of(APPEND_BATCH_LUA)
 
 
 class PartitionCall(Protocol):
@@ -221,9 +276,8 @@ class AppendCall:
     ``evalsha_command`` lays out the script call as values for redis-py and tests.
     """
 
-    __slots__ = ("_dedup", "options", "partition", "records", "topic", "transaction_size",
-                 "wire_replies")
-    script = APPEND_SCRIPT
+    __slots__ = ("_batch_key", "_dedup", "options", "partition", "records", "script", "topic",
+                 "transaction_size", "wire_replies")
 
     def __init__(self, topic: str, partition: int, records: Records,
                  options: AppendOptions) -> None:
@@ -233,20 +287,24 @@ class AppendCall:
         self.options = options
         dedup = records.idempotency_keys
         self._dedup = None if dedup is None or dedup.count(None) == len(dedup) else dedup
-        self.wire_replies = len(records.values) + 2 if self._dedup is None else 1
-        self.transaction_size = len(records.values) if self._dedup is None else None
+        self._batch_key = records.batch_key if self._dedup is None else None
+        self.script = APPEND_SCRIPT if self._batch_key is None else APPEND_BATCH_SCRIPT
+        self.wire_replies = 1 if self.uses_script else len(records.values) + 2
+        self.transaction_size = None if self.uses_script else len(records.values)
 
     @property
     def uses_script(self) -> bool:
-        """Whether the lean wire is the script (some record has an idempotency key) or a
-        transaction."""
-        return self._dedup is not None
+        """Whether the lean wire is a script (the records or the batch have idempotency keys) or
+        a transaction."""
+        return self._dedup is not None or self._batch_key is not None
 
     @property
     def keys(self) -> list[str]:
-        """KEYS: the partition's stream, then the dedup keys of the records that carry an
-        idempotency key."""
+        """KEYS: the partition's stream, then the batch's marker or the dedup keys of the records
+        that carry an idempotency key."""
         topic, partition = self.topic, self.partition
+        if self._batch_key is not None:
+            return [log_key(topic, partition), batch_dedup_key(topic, partition, self._batch_key)]
         return [log_key(topic, partition),
                 *(dedup_key(topic, partition, key) for key in self._dedup or ()
                   if key is not None)]
@@ -267,7 +325,8 @@ class AppendCall:
         args: list[Any] = [self.options.max_length or 0, self.options.dedup_ttl_ms]
         for record, dedup_index in zip(self.records.rows(), self._dedup_indexes(), strict=True):
             fields = encode_fields(record)
-            args += (dedup_index, len(fields), *fields)
+            args += (len(fields), *fields) if self._batch_key else (dedup_index, len(fields),
+                                                                     *fields)
         return args
 
     def evalsha_command(self) -> tuple[Any, ...]:
@@ -278,11 +337,11 @@ class AppendCall:
     def wire(self) -> bytes:
         """The script call, or for records without idempotency keys the transaction, as RESP
         bytes."""
-        return self.transaction_wire() if self._dedup is None else self.evalsha_wire()
+        return self.evalsha_wire() if self.uses_script else self.transaction_wire()
 
     def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply, or the transaction's IDs laid out as the script's flat reply."""
-        return fold_transaction_replies(replies) if self._dedup is None else replies[0]
+        return replies[0] if self.uses_script else fold_transaction_replies(replies)
 
     def transaction_commands(self) -> list[tuple[Any, ...]]:
         """The transaction as values: MULTI, one XADD per record (trimmed like the script), EXEC."""
@@ -317,6 +376,14 @@ class AppendCall:
         # chunks[0]: the header, below
         chunks = [b"", _without_array_header(encode_command(head), len(head))]
         count = len(head)
+        if self._batch_key is not None:
+            encode_fields_wire = _encode_fields_wire
+            for value, fmt, key, headers in _columns(self.records):
+                fields_wire, fields = encode_fields_wire(value, fmt, key, headers)
+                chunks += (_INDEX_WIRE[fields], fields_wire)
+                count += 1 + fields
+            chunks[0] = b"*%d\r\n" % count
+            return b"".join(chunks)
         encode_record = _encode_record
         for (value, fmt, key, headers), dedup_index in zip(_columns(self.records),
                                                            self._dedup_indexes(), strict=True):

@@ -45,6 +45,7 @@ class SubscribeParams:
     max_deliveries: int
     auto_ack: bool
     filter: HeaderFilter
+    batch: bool = False  # message frames sent as ``messages`` frames of many
 
 
 def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
@@ -66,8 +67,9 @@ def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
                            MAX_MAX_IN_FLIGHT) or 1,
         ack_timeout_ms=_int(query, "ack_timeout_ms", DEFAULT_ACK_TIMEOUT_MS, 100, 3_600_000) or 1,
         max_deliveries=_int(query, "max_deliveries", DEFAULT_MAX_DELIVERIES, 1, 1000) or 1,
-        auto_ack=_bool(query.get("auto_ack", "false")),
+        auto_ack=_bool(query.get("auto_ack", "false"), "auto_ack"),
         filter=parse_filters(query.getall("filter", [])),
+        batch=_bool(query.get("batch", "false"), "batch"),
     )
 
 
@@ -108,9 +110,9 @@ def _int(query: Mapping[str, str], name: str, default: int | None, low: int,
     return int(raw)
 
 
-def _bool(raw: str) -> bool:
+def _bool(raw: str, name: str) -> bool:
     if raw not in ("true", "false", "1", "0"):
-        raise invalid_field("/auto_ack", "'auto_ack' must be true or false")
+        raise invalid_field(f"/{name}", f"'{name}' must be true or false")
     return raw in ("true", "1")
 
 

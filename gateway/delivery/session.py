@@ -35,7 +35,7 @@ import orjson
 from gateway.delivery.heap import trim_soon
 from gateway.delivery.params import DEFAULT_MAX_IN_FLIGHT, SubscribeParams, format_cursor
 from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
-from gateway.delivery.wire import Send, message_frame, message_frames
+from gateway.delivery.wire import Send, batched, message_frame, message_frames
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
 
@@ -309,6 +309,8 @@ class Session:
         """
         while self._outbox:
             items, frames = self._take_batch()
+            if self.params.batch:
+                frames = batched(frames)
             try:
                 async with asyncio.timeout(self._slow_timeout_s):
                     await self._send(frames)

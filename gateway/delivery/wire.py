@@ -90,6 +90,29 @@ def _frame_prefix(topic: str) -> bytes:
     return b'{"type":"message","topic":' + _dumps(topic) + b',"partition":'
 
 
+_MESSAGE_START = b'{"type":"message",'
+_BATCH_HEAD = b'{"type":"messages","messages":['
+
+
+def batched(frames: list[bytes]) -> list[bytes]:
+    """Runs of consecutive ``message`` frames as one ``messages`` frame each (``{"type":
+    "messages", "messages": [<message>, ...]}``), the frames between them as they are: a client
+    decodes one frame per run instead of one per message."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for frame in frames:
+        if frame.startswith(_MESSAGE_START):
+            run.append(frame)
+            continue
+        if run:
+            out.append(_BATCH_HEAD + b",".join(run) + b"]}")
+            run = []
+        out.append(frame)
+    if run:
+        out.append(_BATCH_HEAD + b",".join(run) + b"]}")
+    return out
+
+
 def frame_header(first: int, length: int) -> bytes:
     """An unmasked (server to client) frame header with first byte ``first`` for ``length`` payload
     bytes."""

@@ -80,19 +80,27 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader,
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
-    (``principal_scope``), so no other principal's key can match them.
+    (``principal_scope``), so no other principal's key can match them. A batch idempotent as a
+    whole (``batch_key``) puts its keyless messages where its key hashes, so that a retry splits
+    over the partitions as the first attempt did; with acks=0 (joined with other batches before
+    the write) its messages get keys of their own, ``<batch key>:<i>``.
     """
     idempotency_keys = batch.idempotency_keys
     if batch.partitions is None and idempotency_keys is None:
-        # the common publish: keys and sticky only
+        # the common publish: keys and sticky (or the batch key's partition) only
         keys = batch.keys
-        keyless = spreader.for_batch(topic.partitions) if None in keys else 0
+        keyless = 0
+        if None in keys:
+            keyless = (spreader.for_batch(topic.partitions) if batch.batch_key is None
+                       else partition_for(batch.batch_key.encode(), topic.partitions))
         partitions = partitions_of(keys, topic.partitions, keyless)
     else:
         partitions = _place_each(batch, topic, spreader)
     scoped = None if idempotency_keys is None else [None if key is None else scope + key
                                                      for key in idempotency_keys]
-    return Records(partitions, batch.values, batch.keys, batch.formats, batch.headers, scoped)
+    records = Records(partitions, batch.values, batch.keys, batch.formats, batch.headers, scoped,
+                      None if batch.batch_key is None else scope + batch.batch_key)
+    return records.with_record_keys() if batch.acks == "0" else records
 
 
 def _place_each(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader) -> list[int]:

@@ -76,6 +76,7 @@ class PublishBatch:
     partitions: list[int | None] | None = None
     idempotency_keys: list[str | None] | None = None
     due_ms: list[int | None] | None = None
+    batch_key: str | None = None  # a plain batch's Idempotency-Key: the batch is idempotent whole
 
     def __len__(self) -> int:
         return len(self.values)
@@ -104,12 +105,9 @@ def _unless_none(column: list[T | None]) -> list[T | None] | None:
 
 def _plain_batch(acks: str, keys: list[bytes | None], values: list[bytes], value_bytes: int,
                  idempotency_header: str | None) -> PublishBatch:
-    """A batch of plain messages (a value and maybe a key), each under ``<header>:<i>`` when given
-    one."""
-    if idempotency_header is None:
-        return PublishBatch(acks, keys, values, value_bytes)
-    return PublishBatch(acks, keys, values, value_bytes,
-                        idempotency_keys=[f"{idempotency_header}:{i}" for i in range(len(values))])
+    """A batch of plain messages (a value and maybe a key), idempotent as a whole under the
+    ``Idempotency-Key`` header when given one."""
+    return PublishBatch(acks, keys, values, value_bytes, batch_key=idempotency_header)
 
 
 def decode_json_object(body: bytes, max_bytes: int) -> dict[str, Any]:

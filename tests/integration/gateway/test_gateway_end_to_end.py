@@ -21,10 +21,11 @@ async def create(client: Client, name: str, partitions: int = 6) -> None:
 
 
 async def publish(
-    client: Client, topic: str, messages: list[dict[str, Any]], acks: str = "1"
+    client: Client, topic: str, messages: list[dict[str, Any]], acks: str = "1",
+    headers: dict[str, str] | None = None,
 ) -> Any:
     return await client.post(
-        f"/v1/topics/{topic}/messages", json={"messages": messages, "acks": acks}
+        f"/v1/topics/{topic}/messages", json={"messages": messages, "acks": acks}, headers=headers
     )
 
 
@@ -77,6 +78,26 @@ async def test_idempotent_retry_on_the_cluster_is_a_duplicate(
     assert [r["duplicate"] for r in retry] == [True, True]
     details = (await (await gateway.get(f"/v1/topics/{topic_name}")).json())["partition_details"]
     assert sum(d["length"] for d in details) == 2
+
+
+async def test_a_batch_retried_under_its_idempotency_key_header_is_answered_as_duplicates(
+    gateway: Client, topic_name: str
+) -> None:
+    await create(gateway, topic_name)
+    batch = [{"value": i, **({"key": f"k{i}"} if i % 3 else {})} for i in range(30)]
+    header = {"Idempotency-Key": "batch-1"}
+    first = (await (await publish(gateway, topic_name, batch, "all", header)).json())["results"]
+    retry = (await (await publish(gateway, topic_name, batch, "all", header)).json())["results"]
+    assert [(r["partition"], r["offset"]) for r in retry] == [
+        (r["partition"], r["offset"]) for r in first]
+    assert all(r["duplicate"] for r in retry)
+    assert not any(r["duplicate"] for r in first)
+    assert len({r["partition"] for r, m in zip(first, batch, strict=True) if "key" not in m}) == 1
+    changed = await publish(gateway, topic_name, [{"value": 0}, {"value": 99}], "1", header)
+    assert changed.status == 422
+    assert (await changed.json())["type"].endswith("idempotency-key-reused")
+    details = (await (await gateway.get(f"/v1/topics/{topic_name}")).json())["partition_details"]
+    assert sum(d["length"] for d in details) == 30
 
 
 async def test_acks_all_with_the_replica_stopped_is_503_never_success(

@@ -297,3 +297,37 @@ async def test_broadcast_and_shared_subscriptions_follow_partitions_added_to_the
             what=f"{subscriber.name} receiving every partition",
         )
         await subscriber.close()
+
+
+async def test_batch_frames_carry_every_message_in_partition_order_and_controls_apart(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, partitions=2)
+    results = await publish(gateway, topic_name,
+                            [{"key": f"k{i % 7}", "value": i} for i in range(3000)])
+    ws = await gateway.ws_connect("/v1/subscribe", params={
+        "topic": topic_name, "group": "g", "batch": "true", "max_in_flight": "5000"})
+    kinds: list[str] = []
+    got: list[dict[str, Any]] = []
+    while len(got) < len(results):
+        frame = await ws.receive_json(timeout=10)
+        kinds.append(frame["type"])
+        if frame["type"] == "messages":
+            assert all(m["type"] == "message" for m in frame["messages"])
+            got += frame["messages"]
+    await ws.send_json({"type": "ack", "messages": [{"partition": m["partition"],
+                                                      "offset": m["offset"]} for m in got]})
+    await ws.close()
+    assert kinds[0] == "assignment"
+    assert "message" not in kinds
+    assert len(kinds) < len(got) / 10  # many messages per frame
+    for partition in (0, 1):
+        mine = [m["offset"] for m in got if m["partition"] == partition]
+        assert mine == [r["offset"] for r in results if r["partition"] == partition]
+
+
+async def test_a_subscription_refuses_a_batch_parameter_that_is_not_a_boolean(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, partitions=1)
+    response = await gateway.get("/v1/subscribe", params={"topic": topic_name, "batch": "yes"})
+    assert response.status == 422
+    assert (await response.json())["pointer"] == "/batch"

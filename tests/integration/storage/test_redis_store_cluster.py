@@ -14,10 +14,12 @@ from redis.asyncio import Redis
 from storage import (
     Acks,
     AppendOptions,
+    IdempotencyConflict,
     InvalidOffset,
     NotEnoughReplicas,
     PartitionInfo,
     Record,
+    Records,
     ValueFormat,
     redis_store,
 )
@@ -167,6 +169,59 @@ async def test_idempotent_retry_returns_first_offset_without_growing(store: Redi
     assert not any(r.duplicate for r in first)
     infos = await store.partition_info(topic, PARTITIONS)
     assert [i.length for i in infos] == [1] * PARTITIONS
+
+
+def _batch(values: list[bytes], batch_key: str) -> Records:
+    """Keyed records over every partition, idempotent as one batch."""
+    keys: list[bytes | None] = [b"k%d" % i for i in range(len(values))]
+    return Records([i % PARTITIONS for i in range(len(values))], values, keys,
+                   batch_key=batch_key)
+
+
+async def test_a_batch_key_retry_answers_every_first_offset_as_a_duplicate(
+        store: RedisStreamStore, topic: str) -> None:
+    values = [b"%d" % i for i in range(40)]
+    first = await store.append(topic, _batch(values, "p1:a:batch-1"), AppendOptions(acks=Acks.ALL))
+    again = await store.append(topic, _batch(values, "p1:a:batch-1"), AppendOptions(acks=Acks.ALL))
+    other = await store.append(topic, _batch(values[:3], "p1:a:batch-2"), AppendOptions())
+    assert [r.offset for r in again] == [r.offset for r in first]
+    assert all(r.duplicate for r in again)
+    assert not any(r.duplicate for r in first)
+    assert not any(r.duplicate for r in other)
+    infos = await store.partition_info(topic, PARTITIONS)
+    assert sum(i.length for i in infos) == 43
+    for partition in range(PARTITIONS):
+        mine = values[partition::PARTITIONS]
+        stored = await store.read(topic, partition, limit=100)
+        assert [e.value for e in stored][:len(mine)] == mine
+
+
+async def test_a_batch_key_reused_for_a_batch_of_another_size_is_refused_and_writes_nothing(
+        store: RedisStreamStore, topic: str) -> None:
+    await store.append(topic, Records([0, 0], [b"a", b"b"], [None, None], batch_key="p1:a:reused"),
+                       AppendOptions())
+    with pytest.raises(IdempotencyConflict):
+        await store.append(topic, Records([0, 0, 0], [b"a", b"b", b"c"], [None, None, None],
+                                          batch_key="p1:a:reused"), AppendOptions())
+    assert [e.value for e in await store.read(topic, 0)] == [b"a", b"b"]
+
+
+async def test_a_batch_keys_acks_all_retry_waits_for_the_replica_of_the_first_write(
+    store: RedisStreamStore, topic: str, redis_cluster: Any
+) -> None:
+    batch = Records([0, 0], [b"x", b"y"], [None, None], batch_key="p1:a:once")
+    replica = await _replica_of(store, redis_cluster, topic, 0)
+    replica.pause()
+    try:
+        with pytest.raises(NotEnoughReplicas):
+            await store.append(topic, batch, AppendOptions(acks=Acks.ALL))
+        async with RedisStreamStore(store.settings) as fresh:
+            with pytest.raises(NotEnoughReplicas):
+                await fresh.append(topic, batch, AppendOptions(acks=Acks.ALL))
+    finally:
+        replica.resume()
+    results = await store.append(topic, batch, AppendOptions(acks=Acks.ALL))
+    assert [r.duplicate for r in results] == [True, True]
 
 
 async def test_same_idempotency_key_twice_in_one_batch_is_a_duplicate(store: RedisStreamStore,

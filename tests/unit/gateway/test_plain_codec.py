@@ -137,7 +137,7 @@ def test_every_body_parses_to_columns_with_only_the_columns_its_messages_use() -
                               None) == PublishBatch("0", [None], [b"1"], 1)
     assert parse_publish_body(orjson.dumps({"messages": [{"value": 1}, {"value": 2}]}), LIMITS,
                               "idem") == PublishBatch(
-        "1", [None, None], [b"1", b"2"], 2, idempotency_keys=["idem:0", "idem:1"])
+        "1", [None, None], [b"1", b"2"], 2, batch_key="idem")
 
 
 @pytest.mark.parametrize(("raw", "pointer"),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gateway import native as gateway_native
 from gateway.delivery import wire
-from gateway.delivery.wire import message_frame, message_frames
+from gateway.delivery.wire import batched, message_frame, message_frames
 from gateway.documents import entry_document
 from storage.models import Delivery, StoredEntry, ValueFormat
 
@@ -126,3 +126,14 @@ def test_text_frames_of_other_sequences_or_bytes_like_payloads_take_the_referenc
     assert wire.text_frames([b"a", bytearray(b"bc")]) == b"\x81\x01a\x81\x02bc"  # type: ignore[list-item]
     assert compiled.text_frames([b"a", bytearray(b"bc")]) is None
     assert compiled.text_frames((b"a",)) is None
+
+
+def test_batched_frames_wrap_each_run_of_messages_and_leave_controls_between_them() -> None:
+    control = orjson.dumps({"type": "assignment", "generation": 1, "partitions": [0]})
+    messages = [orjson.dumps({"type": "message", "partition": 0, "offset": f"{n}-0"})
+                for n in range(3)]
+    out = [orjson.loads(frame) for frame in batched([messages[0], control, *messages[1:]])]
+    assert out == [{"type": "messages", "messages": [orjson.loads(messages[0])]},
+                   orjson.loads(control),
+                   {"type": "messages", "messages": [orjson.loads(m) for m in messages[1:]]}]
+    assert batched([control]) == [control]
