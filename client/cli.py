@@ -10,9 +10,10 @@ import asyncio
 import importlib.metadata
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -23,9 +24,9 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "STREAMGATE_URL"
 API_KEY_ENV = "STREAMGATE_API_KEY"
 TOKEN_ENV = "STREAMGATE_TOKEN"
-# stdin produce: how many sends may be outstanding before waiting for the oldest
-MAX_UNPRINTED = 10_000
-STDIN_BLOCK = 1 << 16  # bytes of stdin read per thread hop
+# stdin produce: blocks of lines in flight before waiting for the oldest's results
+MAX_PENDING_BLOCKS = 16
+STDIN_BLOCK = 1 << 18  # bytes of stdin read per thread hop
 
 
 def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -190,25 +191,88 @@ async def _produce(args: argparse.Namespace) -> int:
             for result in results:
                 emit(_result_document(result))
             return 0
-        await _produce_lines(producer, _stdin_lines(), args.key, headers)
+        progress = Progress(sys.stderr) if sys.stderr.isatty() else None
+        await _produce_stdin(producer, args.key, headers, progress)
+        if progress is not None:
+            progress.summary()
     return 0
 
 
-async def _produce_lines(producer: Producer, lines: AsyncIterator[str], key: str | None,
-                         headers: dict[str, str] | None) -> None:
-    """Send each line as it is read, print results in input order as they come back."""
-    pending: deque[asyncio.Future[SendResult]] = deque()
-    async for line in lines:
-        pending.append(await producer.send(parse_value(line), key=key, headers=headers))
-        while pending and (pending[0].done() or len(pending) >= MAX_UNPRINTED):
-            emit(_result_document(await pending.popleft()))
+class Progress:
+    """Messages sent and answered, on one line of a terminal, at most twice a second; a summary
+    at the end."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._started = self._shown = time.monotonic()
+        self.sent = self.answered = self.duplicates = 0
+
+    def update(self, sent: int = 0, results: Sequence[SendResult] = ()) -> None:
+        self.sent += sent
+        self.answered += len(results)
+        self.duplicates += sum(1 for r in results if r.duplicate)
+        now = time.monotonic()
+        if now - self._shown >= 0.5:
+            self._shown = now
+            self._stream.write(f"\r{self.sent:,} sent, {self.answered:,} written "
+                               f"({self.answered / (now - self._started):,.0f} msg/s)  ")
+            self._stream.flush()
+
+    def summary(self) -> None:
+        elapsed = time.monotonic() - self._started
+        duplicates = f", {self.duplicates:,} duplicates" if self.duplicates else ""
+        self._stream.write(f"\r{self.answered:,} messages written in {elapsed:.1f} s "
+                           f"({self.answered / max(elapsed, 1e-9):,.0f} msg/s){duplicates}\n")
+        self._stream.flush()
+
+
+async def _produce_stdin(producer: Producer, key: str | None, headers: dict[str, str] | None,
+                         progress: Progress | None) -> None:
+    """Send stdin's lines a block at a time (each block's lines as batches of their own, several
+    blocks in flight), print their results in input order as they come back."""
+    head = message_head(key, headers)
+    pending: deque[asyncio.Future[list[SendResult]]] = deque()
+    async for lines in _stdin_blocks():
+        encoded = [head + json_or_string(line) + b"}" for line in lines]
+        pending.append(asyncio.ensure_future(producer.send_encoded(encoded, key)))
+        if progress is not None:
+            progress.update(sent=len(encoded))
+        while pending and (pending[0].done() or len(pending) >= MAX_PENDING_BLOCKS):
+            _emit_results(await pending.popleft(), progress)
     while pending:
-        emit(_result_document(await pending.popleft()))
+        _emit_results(await pending.popleft(), progress)
 
 
-async def _stdin_lines() -> AsyncIterator[str]:
-    """Non-empty stdin lines without their line ending, read off the event loop a block at a time
-    (one thread hop per block, not per line)."""
+def message_head(key: str | None, headers: Mapping[str, str] | None) -> bytes:
+    """A message's JSON up to its value: ``{"key":...,"headers":...,"value":``."""
+    head = b"{"
+    if key is not None:
+        head += b'"key":' + orjson.dumps(key) + b","
+    if headers:
+        head += b'"headers":' + orjson.dumps(headers) + b","
+    return head + b'"value":'
+
+
+def json_or_string(line: bytes) -> bytes:
+    """A line as a message value: as it is when it is JSON, else as a JSON string."""
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return orjson.dumps(line.decode(errors="replace"))
+    return line
+
+
+def _emit_results(results: list[SendResult], progress: Progress | None) -> None:
+    sys.stdout.buffer.write(b"".join([orjson.dumps(_result_document(r)) + b"\n"
+                                      for r in results]))
+    sys.stdout.flush()
+    if progress is not None:
+        progress.update(results=results)
+
+
+async def _stdin_blocks() -> AsyncIterator[list[bytes]]:
+    """Non-empty stdin lines without their line ending, a block at a time: what a read returns
+    (up to ``STDIN_BLOCK`` bytes), read off the event loop (one thread hop per block)."""
     stdin = sys.stdin.buffer
     read = getattr(stdin, "read1", stdin.read)  # what a pipe has ready, up to a block
     rest = b""
@@ -218,11 +282,10 @@ async def _stdin_lines() -> AsyncIterator[str]:
             break
         lines = (rest + block).split(b"\n")
         rest = lines.pop()
-        for line in lines:
-            if text := line.decode().rstrip("\r"):
-                yield text
-    if text := rest.decode().rstrip("\r"):
-        yield text
+        if kept := [line.rstrip(b"\r") for line in lines if line.rstrip(b"\r")]:
+            yield kept
+    if rest.rstrip(b"\r"):
+        yield [rest.rstrip(b"\r")]
 
 
 # --- consume --------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import base64
 import contextlib
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -160,6 +161,16 @@ class _Settler:
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_later())
 
+    def add_many(self, action: str, messages: Sequence[Message]) -> None:
+        """``add`` for each of ``messages`` delivered on this connection."""
+        if self._ws.closed:
+            return
+        self._pending.setdefault((action, 0), []).extend(
+            [{"partition": m.partition, "offset": m.offset} for m in messages
+             if m._settler is self])
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_later())
+
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._linger_s)
         self._flusher = None
@@ -248,6 +259,7 @@ class Consumer:
         self._settler: _Settler | None = None
         self._failures = 0
         self._closed = False
+        self._received: deque[Message] = deque()  # decoded, not yet yielded
 
     @property
     def compressed(self) -> bool:
@@ -289,41 +301,86 @@ class Consumer:
             await self._session.close()
 
     async def __anext__(self) -> Message:
+        if not self._received:
+            await self._receive()
+        return self._received.popleft()
+
+    async def batches(self, max_messages: int = 1000) -> AsyncIterator[list[Message]]:
+        """Iterate over lists of messages: each holds what has arrived (at least one, at most
+        ``max_messages``); ``await consumer.ack(batch)`` settles a whole list at once."""
+        while True:
+            try:
+                if not self._received:
+                    await self._receive()
+            except StopAsyncIteration:
+                return
+            received = self._received
+            if len(received) <= max_messages:
+                batch = list(received)
+                received.clear()
+            else:
+                batch = [received.popleft() for _ in range(max_messages)]
+            yield batch
+
+    async def ack(self, messages: Sequence[Message]) -> None:
+        """Settle ``messages`` (from this consumer) as one, batched like ``Message.ack``."""
+        self._settle("ack", messages)
+
+    async def nack(self, messages: Sequence[Message]) -> None:
+        """Give ``messages`` back for redelivery at once."""
+        self._settle("nack", messages)
+
+    def _settle(self, action: str, messages: Sequence[Message]) -> None:
+        settlers = {m._settler for m in messages if m._settler is not None}
+        for settler in settlers:
+            settler.add_many(action, messages)
+
+    async def _receive(self) -> None:
+        """Wait until some message is decoded into ``_received``; StopAsyncIteration once
+        closed."""
         while not self._closed:
             if self._ws is None:
                 await self._connect_with_retries()
                 continue
             frame = await self._ws.receive()
             if frame.type is aiohttp.WSMsgType.TEXT:
-                message = self._handle(orjson.loads(frame.data))
-                if message is not None:
-                    return message
+                self._handle(orjson.loads(frame.data))
+                if self._received:
+                    return
             elif frame.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                 aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 await self._on_close(frame)
         raise StopAsyncIteration
 
     # --- frames -----------------------------------------------------------------------------------
-    def _handle(self, doc: dict[str, Any]) -> Message | None:
+    def _handle(self, doc: dict[str, Any]) -> None:
         kind = doc.get("type")
-        if kind == "message":
+        if kind == "messages":
             self._failures = 0
-            return self._message(doc)
-        if kind == "assignment":
+            self._take(doc["messages"])
+        elif kind == "message":
+            self._failures = 0
+            self._take([doc])
+        elif kind == "assignment":
             self.assignment = Assignment(int(doc["generation"]), tuple(doc["partitions"]))
         elif kind == "error":
             self.last_error = doc
             log.warning("gateway reported %s: %s", doc.get("code"), doc.get("detail"))
-        return None
 
-    def _message(self, doc: dict[str, Any]) -> Message:
-        partition, offset = int(doc["partition"]), str(doc["offset"])
-        if self.is_broadcast:
-            self.cursor[partition] = offset
-        settler = None if self.is_broadcast or self._auto_ack else self._settler
-        return Message(doc.get("topic", self.topic), partition, offset, doc.get("key"),
-                       doc.get("value"), doc.get("value_b64"), doc.get("headers") or {},
-                       int(doc.get("timestamp_ms", 0)), int(doc.get("delivery_count", 1)), settler)
+    def _take(self, docs: list[dict[str, Any]]) -> None:
+        """Message frames' documents into ``_received`` (and, broadcast, the cursor)."""
+        broadcast = self.is_broadcast
+        settler = None if broadcast or self._auto_ack else self._settler
+        topic = self.topic
+        self._received.extend([
+            Message(d.get("topic", topic), d["partition"], d["offset"], d.get("key"),
+                    d.get("value"), d.get("value_b64"), d.get("headers") or {},
+                    d.get("timestamp_ms", 0), d.get("delivery_count", 1), settler)
+            for d in docs])
+        if broadcast:
+            cursor = self.cursor
+            for d in docs:
+                cursor[d["partition"]] = d["offset"]
 
     async def _on_close(self, frame: aiohttp.WSMessage) -> None:
         explicit = frame.type is aiohttp.WSMsgType.CLOSE
@@ -359,7 +416,7 @@ class Consumer:
         self._start = "earliest"  # partitions that were empty: everything in them is new
 
     def _query(self) -> list[tuple[str, str]]:
-        query = [("topic", self.topic), ("mode", self.mode), *self._options]
+        query = [("topic", self.topic), ("mode", self.mode), ("batch", "true"), *self._options]
         if self.group is not None:
             query.append(("group", self.group))
         start = self._start

@@ -1,9 +1,10 @@
 """The producer: messages batched per lane into one POST each, several lanes in flight, with
 client-side idempotency keys and retries.
 
-Every message gets an idempotency key ``<producer id>-<sequence>`` when it is queued; a batch is
-retried with exactly the same keys, so a retry after a timeout, a dropped connection or a 503 never
-writes a message twice (the gateway answers it with the first offset and ``duplicate: true``).
+Every batch gets an ``Idempotency-Key`` ``<producer id>-<batch number>`` when it is cut (the gateway
+keys its message ``i`` as ``<that>:<i>``); a batch is retried as it is, with the same key, so a
+retry after a timeout, a dropped connection or a 503 never writes a message twice (the gateway
+answers it with the first offset and ``duplicate: true``).
 Messages are spread over ``max_in_flight`` lanes by key (or partition), each with one batch in
 flight and its retries in order, so a key's messages are written in the order they were sent.
 """
@@ -18,7 +19,7 @@ import logging
 import random
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,9 +34,11 @@ log = logging.getLogger(__name__)
 
 Acks = Literal["0", "1", "all"]
 _MISSING: Any = object()
+_dumps = orjson.dumps
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendResult:
     """Where a message was written. With ``acks="0"`` the gateway only queues it: partition and
     offset are None."""
@@ -65,9 +68,14 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class _Batch:
+    """Encoded messages that leave in one request, answered through a future per message (``send``)
+    or one for the whole batch (``send_many``)."""
+
     encoded: list[bytes] = field(default_factory=list)
     futures: list[asyncio.Future[SendResult]] = field(default_factory=list)
+    whole: asyncio.Future[list[SendResult]] | None = None
     size_bytes: int = 0
+    idempotency_key: str = ""  # given when the batch is cut; a retry sends it again
 
 
 @dataclass(slots=True)
@@ -82,8 +90,11 @@ class _Lane:
 
 def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
-                   partition: int | None = None, idempotency_key: str | None = None) -> bytes:
+                   partition: int | None = None) -> bytes:
     """One message of a publish body as JSON; ``bytes`` values go as ``value_b64``."""
+    if (value_b64 is None and headers is None and partition is None and value is not _MISSING
+            and not isinstance(value, bytes | bytearray)):
+        return _dumps({"value": value} if key is None else {"key": key, "value": value})
     doc: dict[str, Any] = {}
     if isinstance(value, bytes | bytearray):
         value, value_b64 = _MISSING, bytes(value)
@@ -96,19 +107,21 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
     else:
         doc["value"] = value
     for name, item in (("key", key), ("headers", dict(headers) if headers else None),
-                       ("partition", partition), ("idempotency_key", idempotency_key)):
+                       ("partition", partition)):
         if item is not None:
             doc[name] = item
-    return orjson.dumps(doc)
+    return _dumps(doc)
 
 
 class Producer:
     """Publishes to one topic. Use as ``async with Producer(url, topic) as producer:``, then
 
-    - ``await producer.send_and_wait(value=..., key=...)``: the message's ``SendResult``;
     - ``future = await producer.send(...)``: returns once the message is queued (waiting only
-      while ``max_buffer_bytes`` are queued already); await the future for its result later;
-    - ``await producer.send_many([...])``: many messages, their results in input order.
+      while ``max_buffer_bytes`` are queued already); await the future for its result later, or
+      ``await producer.flush()`` and read ``future.result()``;
+    - ``await producer.send_many([...])``: many messages, their results in input order, without
+      a future per message (the fastest way);
+    - ``await producer.send_and_wait(value=..., key=...)``: one message's ``SendResult``.
 
     Adaptive batching: a message queued while its lane has nothing in flight leaves at once (with
     the others queued in the same event-loop turn); while a batch is in flight the next one gathers
@@ -149,19 +162,19 @@ class Producer:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = session
         self._owns_session = session is None
-        self._sequence = itertools.count(1)
+        self._batch_numbers = itertools.count(1)
         self._lanes = [_Lane() for _ in range(max(1, max_in_flight))]
         self._next_keyless = itertools.cycle(range(len(self._lanes)))
         self._buffered_bytes = 0
         self._room = asyncio.Event()
         self._room.set()
+        self._queue_order = asyncio.Lock()
         self._drained = asyncio.Event()
         self._drained.set()
         self._senders: set[asyncio.Task[None]] = set()
-        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._lanes_known = False
-        self._learning: asyncio.Future[int | None] | None = None
+        self._cut_since_yield = False
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -171,27 +184,20 @@ class Producer:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the HTTP session (unless one was given)."""
+        """Open the HTTP session (unless one was given) and learn the topic's partitions: a topic
+        of one partition gets one lane, so all its messages keep their send order."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        self._started = True
-
-    async def _until_queueable(self) -> None:
-        """Wait until a message may be queued: the lanes known, room in the buffer."""
-        if not self._lanes_known:
-            await self._learn_lanes()
-        await self._room.wait()
-
-    async def _learn_lanes(self) -> None:
-        """Before the first message: a topic of one partition gets one lane, so all its messages
-        keep their send order."""
-        if self._learning is None:
-            self._learning = asyncio.ensure_future(self._partition_count())
-        count = await asyncio.shield(self._learning)
-        if count == 1 and len(self._lanes) > 1:
+        if await self._partition_count() == 1 and len(self._lanes) > 1:
             self._lanes = self._lanes[:1]
             self._next_keyless = itertools.cycle([0])
-        self._lanes_known = True
+        self._loop = asyncio.get_running_loop()
+
+    async def _until_queueable(self) -> None:
+        """Wait until a message may be queued: started, not closed, room in the buffer."""
+        if self._closed or self._loop is None:
+            raise RuntimeError("the producer is not started (use 'async with Producer(...)')")
+        await self._room.wait()
 
     async def _partition_count(self) -> int | None:
         """The topic's partitions, or None when the caller may not describe it (a publish-only
@@ -220,38 +226,66 @@ class Producer:
         if self._owns_session and self._session is not None:
             await self._session.close()
 
-    def next_idempotency_key(self) -> str:
-        """The key of the next message: ``<producer id>-<sequence>``, unique per producer
-        instance."""
-        return f"{self.producer_id}-{next(self._sequence)}"
-
     async def send(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
                    partition: int | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; returns the future of its ``SendResult`` (which raises
         ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full."""
-        if not (self._lanes_known and self._room.is_set()):
+        if not self._room.is_set() or self._loop is None or self._closed:
             await self._until_queueable()
-        return self._enqueue(value, value_b64, key, headers, partition)
+        future = self._enqueue(encode_message(value, value_b64=value_b64, key=key,
+                                              headers=headers, partition=partition),
+                               self._lane_of(key, partition))
+        if self._cut_since_yield:
+            # a batch is ready: let its lane's sender (and answers that came in) run, even when
+            # the caller's loop never waits
+            self._cut_since_yield = False
+            await asyncio.sleep(0)
+        return future
 
     async def send_and_wait(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                             key: str | None = None, headers: Mapping[str, str] | None = None,
                             partition: int | None = None) -> SendResult:
         """Publish one message and wait for its result; raises ``ProblemError`` or
         ``ConnectionFailed``."""
-        if not (self._lanes_known and self._room.is_set()):
-            await self._until_queueable()
-        return await self._enqueue(value, value_b64, key, headers, partition)
+        return await (await self.send(value, value_b64=value_b64, key=key, headers=headers,
+                                      partition=partition))
 
     async def send_many(self, messages: Iterable[Mapping[str, Any]]) -> list[SendResult]:
-        """Publish messages given as dicts of ``send`` arguments; results in input order."""
-        futures = []
+        """Publish messages given as dicts of ``send`` arguments; their results in input order.
+        Each batch has one future, not each message: the fastest way to publish many."""
+        if self._loop is None or self._closed:
+            await self._until_queueable()
+        by_lane: dict[int, tuple[list[bytes], list[int]]] = {}
+        count = 0
         for m in messages:
-            if not (self._lanes_known and self._room.is_set()):
-                await self._until_queueable()
-            futures.append(self._enqueue(m.get("value", _MISSING), m.get("value_b64"),
-                                         m.get("key"), m.get("headers"), m.get("partition")))
-        return list(await asyncio.gather(*futures))
+            key, partition = m.get("key"), m.get("partition")
+            encoded, positions = by_lane.setdefault(self._lane_of(key, partition), ([], []))
+            encoded.append(encode_message(m.get("value", _MISSING), value_b64=m.get("value_b64"),
+                                          key=key, headers=m.get("headers"),
+                                          partition=partition))
+            positions.append(count)
+            count += 1
+        results: list[Any] = [None] * count
+        answers = [(positions, await self._queue_whole(lane, encoded))
+                   for lane, (encoded, positions) in by_lane.items()]
+        for positions, futures in answers:
+            lane_results = [result for future in futures for result in await future]
+            for position, result in zip(positions, lane_results, strict=True):
+                results[position] = result
+        return results
+
+    async def send_encoded(self, encoded: Sequence[bytes], key: str | None = None
+                           ) -> list[SendResult]:
+        """Publish messages already encoded as JSON objects of the publish API (``encode_message``
+        makes them), all of key ``key`` (only their lane: the key must also be in each message);
+        their results in order."""
+        if self._loop is None or self._closed:
+            await self._until_queueable()
+        results: list[SendResult] = []
+        for future in await self._queue_whole(self._lane_of(key, None), encoded):
+            results += await future
+        return results
 
     async def flush(self) -> None:
         """Send every open batch now and wait until everything queued so far is answered."""
@@ -260,24 +294,19 @@ class Producer:
             self._kick(lane)
         await self._drained.wait()
 
-    def _enqueue(self, value: Any, value_b64: bytes | str | None, key: str | None,
-                 headers: Mapping[str, str] | None,
-                 partition: int | None) -> asyncio.Future[SendResult]:
-        if self._closed or not self._started:
-            raise RuntimeError("the producer is not started (use 'async with Producer(...)')")
-        encoded = encode_message(value, value_b64=value_b64, key=key, headers=headers,
-                                 partition=partition, idempotency_key=self.next_idempotency_key())
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[SendResult] = loop.create_future()
-        lane = self._lanes[self._lane_of(key, partition)]
+    def _enqueue(self, encoded: bytes, lane_index: int) -> asyncio.Future[SendResult]:
+        assert self._loop is not None
+        future: asyncio.Future[SendResult] = self._loop.create_future()
+        lane = self._lanes[lane_index]
         batch = lane.open
-        if batch.encoded and batch.size_bytes + len(encoded) > self._max_batch_bytes:
+        size = len(encoded) + 1
+        if batch.encoded and batch.size_bytes + size > self._max_batch_bytes:
             self._cut(lane)
             batch = lane.open
         batch.encoded.append(encoded)
         batch.futures.append(future)
-        batch.size_bytes += len(encoded) + 1
-        self._buffered_bytes += len(encoded) + 1
+        batch.size_bytes += size
+        self._buffered_bytes += size
         self._drained.clear()
         if self._buffered_bytes >= self._max_buffer_bytes:
             self._room.clear()
@@ -285,9 +314,41 @@ class Producer:
             self._cut(lane)
         if not lane.busy and lane.timer is None:
             # with the other messages of this loop turn, or after the linger
-            lane.timer = (loop.call_later(self._linger_s, self._kick, lane) if self._linger_s
-                          else loop.call_soon(self._kick, lane))
+            lane.timer = (self._loop.call_later(self._linger_s, self._kick, lane)
+                          if self._linger_s else self._loop.call_soon(self._kick, lane))
         return future
+
+    async def _queue_whole(self, lane_index: int, encoded: Sequence[bytes]
+                           ) -> list[asyncio.Future[list[SendResult]]]:
+        """Queue ``encoded`` on a lane as batches of their own, behind its open batch and together
+        (another call's batches never come between them), each with one future. Waits for room in
+        the buffer first."""
+        assert self._loop is not None
+        async with self._queue_order:  # FIFO: calls queue in the order they were made
+            await self._room.wait()
+        lane = self._lanes[lane_index]
+        self._cut(lane)
+        futures = []
+        start = 0
+        while start < len(encoded):
+            batch = _Batch(whole=self._loop.create_future())
+            for message in itertools.islice(encoded, start, start + self._batch_size):
+                size = len(message) + 1
+                if batch.encoded and batch.size_bytes + size > self._max_batch_bytes:
+                    break
+                batch.encoded.append(message)
+                batch.size_bytes += size
+            start += len(batch.encoded)
+            lane.ready.append(self._numbered(batch))
+            self._buffered_bytes += batch.size_bytes
+            assert batch.whole is not None
+            futures.append(batch.whole)
+        if futures:
+            self._drained.clear()
+            if self._buffered_bytes >= self._max_buffer_bytes:
+                self._room.clear()
+            self._kick(lane)
+        return futures
 
     def _lane_of(self, key: str | None, partition: int | None) -> int:
         """The lane of a message: one per key (or partition), so their order holds; keyless
@@ -298,12 +359,18 @@ class Producer:
             return hash(key) % len(self._lanes)
         return next(self._next_keyless)
 
-    @staticmethod
-    def _cut(lane: _Lane) -> None:
+    def _numbered(self, batch: _Batch) -> _Batch:
+        """The batch with its idempotency key: ``<producer id>-<batch number>``; the gateway keys
+        its message ``i`` as ``<that>:<i>``, so a retry of the batch writes nothing twice."""
+        batch.idempotency_key = f"{self.producer_id}-{next(self._batch_numbers)}"
+        return batch
+
+    def _cut(self, lane: _Lane) -> None:
         """Close the lane's open batch: it leaves after those before it."""
         if lane.open.encoded:
-            lane.ready.append(lane.open)
+            lane.ready.append(self._numbered(lane.open))
             lane.open = _Batch()
+            self._cut_since_yield = True
 
     def _kick(self, lane: _Lane) -> None:
         """Start the lane's sender unless one is running."""
@@ -341,24 +408,31 @@ class Producer:
     async def _deliver(self, batch: _Batch) -> None:
         body = self._body_head + b",".join(batch.encoded) + b"]}"
         try:
-            results = await self._post_with_retries(body, len(batch.encoded))
+            results = await self._post_with_retries(body, len(batch.encoded),
+                                                    batch.idempotency_key)
         except Exception as exc:
+            if batch.whole is not None:
+                batch.whole.set_exception(exc)
             for future in batch.futures:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for future, result in zip(batch.futures, results, strict=True):
+        if batch.whole is not None:
+            batch.whole.set_result(results)
+        for future, result in zip(batch.futures, results, strict=False):
             if not future.done():
                 future.set_result(result)
 
-    async def _post_with_retries(self, body: bytes, count: int) -> list[SendResult]:
+    async def _post_with_retries(self, body: bytes, count: int,
+                                 idempotency_key: str) -> list[SendResult]:
         if self._compression is not None:
             body = compress_body(body, self._compression)
+        headers = {**self._headers, IDEMPOTENCY_HEADER: idempotency_key}
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._post(body, count)
+                return await self._post(body, count, headers)
             except ClientError as exc:
                 if not self._retry.should_retry(attempt, exc):
                     raise
@@ -368,12 +442,11 @@ class Producer:
                             attempt, delay)
                 await asyncio.sleep(delay)
 
-    async def _post(self, body: bytes, count: int) -> list[SendResult]:
+    async def _post(self, body: bytes, count: int, headers: dict[str, str]) -> list[SendResult]:
         assert self._session is not None
         payload = await request_body(self._session, "POST", self._url, data=body,
-                                     timeout=self._timeout, headers=self._headers)
-        document = orjson.loads(payload)
+                                     timeout=self._timeout, headers=headers)
         if self.acks == "0":
-            return [SendResult(None, None)] * count
+            return [SendResult(None, None) for _ in range(count)]
         return [SendResult(r["partition"], r["offset"], r["duplicate"])
-                for r in document["results"]]
+                for r in orjson.loads(payload)["results"]]

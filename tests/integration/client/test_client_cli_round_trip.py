@@ -146,3 +146,30 @@ def test_cli_errors_print_the_problem_detail_and_exit_non_zero(served_gateway: s
     bad = streamgate("produce", "no-such-topic", "x", "--url", served_gateway)
     assert bad.returncode == 1
     assert "404" in bad.stderr
+
+
+def test_produce_writes_every_stdin_line_once_and_prints_results_in_input_order(
+        served_gateway: str) -> None:
+    url, topic = served_gateway, f"cli-{uuid.uuid4().hex[:8]}"
+    assert streamgate("topics", "create", topic, "--partitions", "4", "--url", url).returncode == 0
+    lines = [f'{{"n": {n}}}' if n % 2 else f"line {n}\r" for n in range(20_000)]
+    keyed = streamgate("produce", topic, "--key", "one", "--url", url,
+                       stdin="\n".join(lines) + "\n\n")
+    assert keyed.returncode == 0, keyed.stderr
+    results = json_lines(keyed.stdout)
+    assert len(results) == 20_000
+    assert len({r["partition"] for r in results}) == 1
+    offsets = [tuple(map(int, r["offset"].split("-"))) for r in results]
+    bad = [i for i in range(1, len(offsets)) if offsets[i] < offsets[i - 1]]
+    assert not bad, (bad[:5], [results[i - 1:i + 1] for i in bad[:3]], results[:2])
+    assert keyed.stderr == ""  # no progress line when stderr is not a terminal
+
+    keyless = streamgate("produce", topic, "--url", url, stdin="\n".join(lines))
+    assert keyless.returncode == 0, keyless.stderr
+    assert len(json_lines(keyless.stdout)) == 20_000
+    described = orjson.loads(streamgate("topics", "describe", topic, "--url", url).stdout)
+    assert sum(d["length"] for d in described["partition_details"]) == 40_000
+    replay = streamgate("consume", topic, "--group", "check", "--from", "earliest",
+                        "--max-messages", "2", "--timeout-s", "20", "--url", url)
+    values = [m["value"] for m in json_lines(replay.stdout)]
+    assert all(v == "line 0" or isinstance(v, dict | str) for v in values)

@@ -88,8 +88,52 @@ async def test_acks_within_the_linger_go_out_as_one_frame(aiohttp_server: Any) -
     assert fake.frames == [{"type": "ack", "messages": [{"partition": n % 2, "offset": f"{n + 1}-0"}
                                                         for n in range(5)]}]
     assert fake.queries[0] | {"max_in_flight": "x"} == {
-        "topic": "t", "group": "g", "mode": "exclusive", "max_in_flight": "x"
+        "topic": "t", "group": "g", "mode": "exclusive", "max_in_flight": "x", "batch": "true"
     }
+
+
+def messages_frame(*docs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "messages", "messages": [{k: v for k, v in d.items() if k != "type"} | {
+        "type": "message"} for d in docs]}
+
+
+async def test_batches_yield_what_arrived_together_and_one_ack_settles_a_batch(
+        aiohttp_server: Any) -> None:
+    async def script(ws: web.WebSocketResponse, connection: int) -> None:
+        await ws.send_json({"type": "assignment", "generation": 1, "partitions": [0, 1]})
+        await ws.send_json(messages_frame(*(message(n % 2, f"{n + 1}-0", n) for n in range(5))))
+        await ws.send_json(message(1, "6-0", 5))
+        await ws.send_json(messages_frame(*(message(0, f"{n + 1}-0", n) for n in range(6, 9))))
+        await asyncio.sleep(0.3)
+
+    fake = FakeSubscribe(script)
+    url = await start_fake(aiohttp_server, fake)
+    seen: list[list[Any]] = []
+    async with Consumer(url, "t", group="g", ack_linger_ms=20) as consumer:
+        async for batch in consumer.batches(max_messages=4):
+            seen.append([m.value for m in batch])
+            await consumer.ack(batch)
+            if sum(map(len, seen)) == 9:
+                break
+        await asyncio.sleep(0.1)
+    assert seen[:2] == [[0, 1, 2, 3], [4]]
+    assert [v for batch in seen for v in batch] == list(range(9))
+    acked = [m for frame in fake.frames if frame["type"] == "ack" for m in frame["messages"]]
+    assert [m["offset"] for m in acked] == [f"{n + 1}-0" for n in range(9)]
+    assert len([f for f in fake.frames if f["type"] == "ack"]) <= 2
+
+
+async def test_messages_frames_are_yielded_one_by_one_in_order(aiohttp_server: Any) -> None:
+    async def script(ws: web.WebSocketResponse, connection: int) -> None:
+        await ws.send_json(messages_frame(*(message(0, f"{n + 1}-0", n) for n in range(3))))
+        await ws.send_json(message(0, "4-0", 3))
+        await asyncio.sleep(0.3)
+
+    url = await start_fake(aiohttp_server, FakeSubscribe(script))
+    async with Consumer(url, "t", from_="earliest") as consumer:
+        got = await take(consumer, 4)
+        assert [m.value for m in got] == [0, 1, 2, 3]
+        assert consumer.cursor == {0: "4-0"}
 
 
 async def test_nack_and_extend_are_sent_with_their_own_frames(aiohttp_server: Any) -> None:

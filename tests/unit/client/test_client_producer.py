@@ -13,11 +13,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
+from client.producer import encode_message
 
 
 @dataclass
 class FakeLog:
-    """The fake gateway's partition log: one record per idempotency key, like the real dedup."""
+    """The fake gateway's partition log: one record per idempotency key (a message's own, else
+    ``<Idempotency-Key header>:<index>``), like the real dedup."""
 
     records: dict[str, tuple[int, str, Any]] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -29,8 +31,7 @@ class FakeLog:
     problem: dict[str, Any] | None = None
     partitions: int | None = None  # what GET /v1/topics/{topic} says, or 404
 
-    def write(self, message: dict[str, Any]) -> dict[str, Any]:
-        key = message["idempotency_key"]
+    def write(self, message: dict[str, Any], key: str) -> dict[str, Any]:
         if key in self.records:
             partition, offset, _ = self.records[key]
             return {"partition": partition, "offset": offset, "duplicate": True}
@@ -58,7 +59,9 @@ async def start_fake(aiohttp_server: Any, log: FakeLog) -> TestServer:
                 headers=headers,
             )
         # written before a possible stall: a lost answer
-        results = [log.write(m) for m in body["messages"]]
+        batch_key = request.headers["Idempotency-Key"]
+        results = [log.write(m, m.get("idempotency_key", f"{batch_key}:{i}"))
+                   for i, m in enumerate(body["messages"])]
         if len(log.requests) <= log.fail_first + log.stall_first:
             await asyncio.sleep(log.stall_s)
         if body["acks"] == "0":
@@ -120,8 +123,8 @@ async def test_a_lone_send_goes_out_after_a_linger_when_one_is_set(aiohttp_serve
         elapsed = time.monotonic() - started
     assert 0.09 <= elapsed < 1.0
     assert result == SendResult(0, "1-0", False)
-    assert log.requests[0]["messages"][0] | {"idempotency_key": "x"} == {
-        "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0, "idempotency_key": "x"}
+    assert log.requests[0]["messages"][0] == {
+        "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0}
 
 
 async def test_messages_sent_while_a_batch_is_in_flight_gather_into_the_next(
@@ -188,17 +191,18 @@ async def test_send_waits_for_room_once_the_buffer_is_full(aiohttp_server: Any) 
         assert (await second).offset == "2-0"
 
 
-async def test_every_message_gets_a_distinct_key_made_of_producer_id_and_sequence(
+async def test_every_batch_gets_a_distinct_key_made_of_producer_id_and_batch_number(
     aiohttp_server: Any,
 ) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
-    async with Producer(url_of(server), "t") as first, Producer(url_of(server), "t") as second:
+    async with Producer(url_of(server), "t", batch_size=2, max_in_flight=1) as first, \
+            Producer(url_of(server), "t") as second:
         await first.send_many([{"value": i} for i in range(3)])
         await second.send_and_wait(value=3)
-    keys = [m["idempotency_key"] for r in log.requests for m in r["messages"]]
-    assert keys[:3] == [f"{first.producer_id}-{n}" for n in (1, 2, 3)]
-    assert keys[3] == f"{second.producer_id}-1"
+    assert sorted(log.records) == sorted([f"{first.producer_id}-1:0", f"{first.producer_id}-1:1",
+                                          f"{first.producer_id}-2:0",
+                                          f"{second.producer_id}-1:0"])
     assert first.producer_id != second.producer_id
 
 
@@ -311,3 +315,29 @@ def test_backoff_grows_is_capped_and_honours_retry_after() -> None:
     assert not policy.should_retry(4, retriable)
     assert not policy.should_retry(1, ProblemError(404, {}))
     assert policy.should_retry(1, ProblemError(408, {}))
+
+
+async def test_concurrent_calls_of_one_key_are_written_in_call_order(aiohttp_server: Any) -> None:
+    log = FakeLog(partitions=4)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", batch_size=7, max_buffer_bytes=1) as producer:
+        calls = [asyncio.ensure_future(producer.send_encoded(
+            [encode_message(f"{call}-{n}", key="k") for n in range(20)], key="k"))
+            for call in range(6)]
+        calls.append(asyncio.ensure_future(producer.send_many(
+            [{"value": f"6-{n}", "key": "k"} for n in range(20)])))
+        results = [r for call in calls for r in await call]
+    written = [m["value"] for r in log.requests for m in r["messages"]]
+    assert written == [f"{call}-{n}" for call in range(7) for n in range(20)]
+    assert [r.offset for r in results] == [f"{n}-0" for n in range(1, 141)]
+
+
+async def test_a_loop_that_never_waits_still_sends_while_it_queues(aiohttp_server: Any) -> None:
+    log = FakeLog()
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", batch_size=10, max_in_flight=1) as producer:
+        futures = [await producer.send(n) for n in range(100)]
+        sent_while_queueing = len(log.requests)
+        await producer.flush()
+    assert sent_while_queueing >= 1
+    assert [f.result().offset for f in futures] == [f"{n}-0" for n in range(1, 101)]
