@@ -144,6 +144,23 @@ async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCH
         await connection.close()
 
 
+async def nats_task_per_publish_rate(url: str, seconds: float, stream: str = "BENCHTASKS") -> float:
+    """JetStream, a task per message (``await js.publish()``, which waits for its ack), then
+    gathered, 1,000 at a time: msg/s."""
+    connection, js = await _jetstream(url, stream)
+    try:
+        sent = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            await asyncio.gather(*(asyncio.create_task(js.publish(f"{stream}.k", VALUE))
+                                   for _ in range(1000)))
+            sent += 1000
+        return sent / (time.perf_counter() - started)
+    finally:
+        await js.delete_stream(stream)
+        await connection.close()
+
+
 async def nats_one_at_a_time_rate(url: str, seconds: float, stream: str = "BENCHONE") -> float:
     """JetStream ``await js.publish()`` in a loop (each waits for its ack): msg/s."""
     connection, js = await _jetstream(url, stream)

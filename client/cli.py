@@ -18,8 +18,13 @@ from typing import Any, TextIO
 import orjson
 
 from client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
+from client.cli_bench import add_bench_command, bench
+from client.cli_reading import add_reading_commands, dlq, peek, print_messages, replay, tail
+from client.completion import add_completion_command, completion_script
+from client.output import emit
 
-CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups"})
+CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups", "tail", "replay", "peek",
+                             "dlq", "bench", "completion"})
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "STREAMGATE_URL"
 API_KEY_ENV = "STREAMGATE_API_KEY"
@@ -41,6 +46,9 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     _add_consume(commands, url)
     _add_topics(commands, url)
     _add_groups(commands, url)
+    add_reading_commands(commands, url)
+    add_bench_command(commands, url)
+    add_completion_command(commands)
 
 
 def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -132,6 +140,9 @@ def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None =
     The gateway: ``--url``, else ``$STREAMGATE_URL``, else the local default. Credentials:
     ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from ``env``.
     """
+    if args.command == "completion":
+        sys.stdout.write(completion_script(args.shell, args.completion_commands))
+        return 0
     env = env or {}
     args.url = args.url or env.get(URL_ENV) or DEFAULT_URL
     args.token = args.token or env.get(TOKEN_ENV) or None
@@ -148,12 +159,6 @@ def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None =
     except KeyboardInterrupt:
         return 130
     return 1
-
-
-def emit(document: Any) -> None:
-    """Write one JSON line to stdout."""
-    sys.stdout.write(orjson.dumps(document).decode() + "\n")
-    sys.stdout.flush()
 
 
 def parse_value(text: str) -> Any:
@@ -293,16 +298,8 @@ async def _consume(args: argparse.Namespace) -> int:
     consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
                         filters=args.filter, max_in_flight=args.max_in_flight, api_key=args.api_key,
                         token=args.token)
-    count = 0
     async with consumer:
-        while args.max_messages is None or count < args.max_messages:
-            try:
-                message = await asyncio.wait_for(anext(consumer), args.timeout_s)
-            except (TimeoutError, StopAsyncIteration):
-                break
-            emit(message.to_dict())
-            await message.ack()
-            count += 1
+        await print_messages(consumer, args.max_messages, args.timeout_s, ack=True)
     return 0
 
 
@@ -338,4 +335,5 @@ async def _groups(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "produce": _produce, "consume": _consume, "topics": _topics, "groups": _groups,
+    "tail": tail, "replay": replay, "peek": peek, "dlq": dlq, "bench": bench,
 }

@@ -19,7 +19,7 @@ import logging
 import random
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -134,7 +134,7 @@ class Producer:
     batch that fails for good (after ``max_retries``) fails its messages; later messages go on.
     """
 
-    def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 500,
+    def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 1000,
                  max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 0,
                  max_in_flight: int = 4, max_buffer_bytes: int = 32 * 1024 * 1024,
                  max_retries: int = 5, timeout_s: float = 10, retry: RetryPolicy | None = None,
@@ -175,6 +175,8 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._cut_since_yield = False
+        self._lanes_known = False
+        self._learning: asyncio.Future[int | None] | None = None
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -184,20 +186,30 @@ class Producer:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the HTTP session (unless one was given) and learn the topic's partitions: a topic
-        of one partition gets one lane, so all its messages keep their send order."""
+        """Open the HTTP session (unless one was given)."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        if await self._partition_count() == 1 and len(self._lanes) > 1:
-            self._lanes = self._lanes[:1]
-            self._next_keyless = itertools.cycle([0])
         self._loop = asyncio.get_running_loop()
 
     async def _until_queueable(self) -> None:
-        """Wait until a message may be queued: started, not closed, room in the buffer."""
+        """Wait until a message may be queued: started, not closed, the lanes known, room in the
+        buffer."""
         if self._closed or self._loop is None:
             raise RuntimeError("the producer is not started (use 'async with Producer(...)')")
+        await self._learn_lanes()
         await self._room.wait()
+
+    async def _learn_lanes(self) -> None:
+        """Before the first message: a topic of one partition gets one lane, so all its messages
+        keep their send order. Concurrent callers share one request."""
+        if self._lanes_known:
+            return
+        if self._learning is None:
+            self._learning = asyncio.ensure_future(self._partition_count())
+        if await asyncio.shield(self._learning) == 1 and len(self._lanes) > 1:
+            self._lanes = self._lanes[:1]
+            self._next_keyless = itertools.cycle([0])
+        self._lanes_known = True
 
     async def _partition_count(self) -> int | None:
         """The topic's partitions, or None when the caller may not describe it (a publish-only
@@ -231,7 +243,7 @@ class Producer:
                    partition: int | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; returns the future of its ``SendResult`` (which raises
         ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full."""
-        if not self._room.is_set() or self._loop is None or self._closed:
+        if not (self._lanes_known and self._room.is_set()) or self._closed:
             await self._until_queueable()
         future = self._enqueue(encode_message(value, value_b64=value_b64, key=key,
                                               headers=headers, partition=partition),
@@ -254,21 +266,20 @@ class Producer:
     async def send_many(self, messages: Iterable[Mapping[str, Any]]) -> list[SendResult]:
         """Publish messages given as dicts of ``send`` arguments; their results in input order.
         Each batch has one future, not each message: the fastest way to publish many."""
-        if self._loop is None or self._closed:
-            await self._until_queueable()
-        by_lane: dict[int, tuple[list[bytes], list[int]]] = {}
-        count = 0
-        for m in messages:
-            key, partition = m.get("key"), m.get("partition")
-            encoded, positions = by_lane.setdefault(self._lane_of(key, partition), ([], []))
-            encoded.append(encode_message(m.get("value", _MISSING), value_b64=m.get("value_b64"),
-                                          key=key, headers=m.get("headers"),
-                                          partition=partition))
-            positions.append(count)
-            count += 1
+        async with self._whole_calls():
+            by_lane: dict[int, tuple[list[bytes], list[int]]] = {}
+            count = 0
+            for m in messages:
+                key, partition = m.get("key"), m.get("partition")
+                encoded, positions = by_lane.setdefault(self._lane_of(key, partition), ([], []))
+                encoded.append(encode_message(m.get("value", _MISSING),
+                                              value_b64=m.get("value_b64"), key=key,
+                                              headers=m.get("headers"), partition=partition))
+                positions.append(count)
+                count += 1
+            answers = [(positions, self._queue_whole(lane, encoded))
+                       for lane, (encoded, positions) in by_lane.items()]
         results: list[Any] = [None] * count
-        answers = [(positions, await self._queue_whole(lane, encoded))
-                   for lane, (encoded, positions) in by_lane.items()]
         for positions, futures in answers:
             lane_results = [result for future in futures for result in await future]
             for position, result in zip(positions, lane_results, strict=True):
@@ -280,12 +291,24 @@ class Producer:
         """Publish messages already encoded as JSON objects of the publish API (``encode_message``
         makes them), all of key ``key`` (only their lane: the key must also be in each message);
         their results in order."""
-        if self._loop is None or self._closed:
-            await self._until_queueable()
+        async with self._whole_calls():
+            futures = self._queue_whole(self._lane_of(key, None), encoded)
         results: list[SendResult] = []
-        for future in await self._queue_whole(self._lane_of(key, None), encoded):
+        for future in futures:
             results += await future
         return results
+
+    @contextlib.asynccontextmanager
+    async def _whole_calls(self) -> AsyncIterator[None]:
+        """Held while a ``send_many`` or ``send_encoded`` queues its batches: the calls queue in
+        the order they were made (FIFO), another call's batches never between theirs, once the
+        lanes are known and the buffer has room."""
+        if self._closed or self._loop is None:
+            await self._until_queueable()  # raises
+        async with self._queue_order:
+            await self._learn_lanes()
+            await self._room.wait()
+            yield
 
     async def flush(self) -> None:
         """Send every open batch now and wait until everything queued so far is answered."""
@@ -318,14 +341,11 @@ class Producer:
                           if self._linger_s else self._loop.call_soon(self._kick, lane))
         return future
 
-    async def _queue_whole(self, lane_index: int, encoded: Sequence[bytes]
-                           ) -> list[asyncio.Future[list[SendResult]]]:
-        """Queue ``encoded`` on a lane as batches of their own, behind its open batch and together
-        (another call's batches never come between them), each with one future. Waits for room in
-        the buffer first."""
+    def _queue_whole(self, lane_index: int, encoded: Sequence[bytes]
+                     ) -> list[asyncio.Future[list[SendResult]]]:
+        """Queue ``encoded`` on a lane as batches of their own, behind its open batch, each with
+        one future (inside ``_whole_calls``)."""
         assert self._loop is not None
-        async with self._queue_order:  # FIFO: calls queue in the order they were made
-            await self._room.wait()
         lane = self._lanes[lane_index]
         self._cut(lane)
         futures = []

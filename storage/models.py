@@ -157,7 +157,8 @@ class AppendResult:
 class Appended(Sequence[AppendResult]):
     """What an append wrote, as columns: record ``i`` landed on ``partitions[i]`` at ``offsets[i]``,
     and was a duplicate (an idempotent retry that found the first write) where ``duplicates[i]``
-    says so; ``duplicates`` is None when no record carried an idempotency key. Read as a sequence,
+    says so; ``duplicates`` is None when none was (no record carried an idempotency key, or every
+    one was a first write). Read as a sequence,
     it is one ``AppendResult`` each."""
 
     __slots__ = ("duplicates", "offsets", "partitions")

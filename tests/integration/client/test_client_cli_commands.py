@@ -1,0 +1,114 @@
+"""The CLI's reading and bench commands (tail, replay, peek, dlq, bench) as a user runs them:
+``streamgate-client`` subprocesses against a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import orjson
+
+from client import Admin, Consumer, Producer
+from client.consumer import offset_key
+
+CLIENT = ("-c", "import sys; from client.cli import main; sys.exit(main())")
+
+
+async def cli(base_url: str, *args: str) -> tuple[int, list[Any], str]:
+    """Run ``streamgate-client args... --url base_url``: exit code, JSON lines, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, *CLIENT, *args, "--url", base_url, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, [orjson.loads(line) for line in out.splitlines()], err.decode()
+
+
+async def test_tail_prints_what_is_published_after_it_starts_in_order(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
+        await admin.create_topic(topic_name, 1)
+        await producer.send_and_wait("before")
+        tail = asyncio.create_task(cli(base_url, "tail", topic_name, "--max-messages", "3",
+                                       "--timeout-s", "30"))
+        sent = []
+        while not tail.done():
+            sent.append((await producer.send_and_wait({"n": len(sent)})).offset)
+            await asyncio.sleep(0.05)
+        code, lines, err = await tail
+    assert code == 0, err
+    assert [m["value"]["n"] for m in lines] == sorted(m["value"]["n"] for m in lines)
+    assert [m["offset"] for m in lines] == sent[-3:] or {m["offset"] for m in lines} <= set(sent)
+    assert all(m["topic"] == topic_name for m in lines)
+
+
+async def test_replay_prints_partitions_from_an_offset_or_a_time_up_to_a_limit(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
+        await admin.create_topic(topic_name, 3)
+        results = await producer.send_many([{"value": n, "key": f"k{n}"} for n in range(25)])
+    code, everything, err = await cli(base_url, "replay", topic_name)
+    assert code == 0, err
+    assert sorted(m["value"] for m in everything) == list(range(25))
+    one = sorted((r for r in results if r.partition == 1), key=lambda r: offset_key(r.offset or ""))
+    code, two, _ = await cli(base_url, "replay", topic_name, "--partition", "1", "--from",
+                             str(one[1].offset), "--max-messages", "2")
+    assert [m["offset"] for m in two] == [r.offset for r in one[1:3]]
+    code, none, _ = await cli(base_url, "replay", topic_name, "--from-time-ms", "99999999999999")
+    assert (code, none) == (0, [])
+
+
+async def test_peek_shows_a_groups_next_messages_and_leaves_the_group_as_it_was(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
+        await admin.create_topic(topic_name, 1)
+        await producer.send_many([{"value": n, "key": "one"} for n in range(5)])
+        async with Consumer(base_url, topic_name, group="g", from_="earliest",
+                            max_in_flight=2) as consumer:
+            for _ in range(2):
+                await (await asyncio.wait_for(anext(consumer), 20)).ack()
+        for _ in range(2):  # twice: peeking changes nothing
+            code, peeked, err = await cli(base_url, "peek", "g", "--topic", topic_name)
+            assert code == 0, err
+            assert [m["value"] for m in peeked] in ([2, 3, 4], [3, 4], [4])
+        async with Consumer(base_url, topic_name, group="g") as consumer:
+            later = [(await asyncio.wait_for(anext(consumer), 20)).value for _ in range(3)]
+    assert later == [2, 3, 4]
+
+
+async def test_dlq_list_shows_dead_letters_and_redrive_sends_them_back(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
+        await admin.create_topic(topic_name, 1)
+        await producer.send_many([{"value": n, "key": "one"} for n in range(3)])
+        async with Consumer(base_url, topic_name, group="fails", from_="earliest",
+                            max_deliveries=1) as consumer:
+            for _ in range(3):
+                await (await asyncio.wait_for(anext(consumer), 20)).nack()
+            for _ in range(200):
+                code, dead, _ = await cli(base_url, "dlq", "list", topic_name)
+                if code == 0 and len(dead) == 3:
+                    break
+                await asyncio.sleep(0.1)
+    assert sorted(m["value"] for m in dead) == [0, 1, 2]
+    assert all(m["headers"]["sg-dlq-group"] == "fails" for m in dead)
+    code, redriven, err = await cli(base_url, "dlq", "redrive", topic_name)
+    assert (code, redriven) == (0, [{"redriven": 3}]), err
+
+
+async def test_bench_publishes_and_measures_delivery_to_broadcast_and_group_subscribers(
+        base_url: str, topic_name: str) -> None:
+    code, lines, err = await cli(base_url, "bench", topic_name, "--messages", "2000",
+                                 "--subscribers", "2", "--partitions", "3")
+    assert code == 0, err
+    (broadcast,) = lines
+    assert broadcast["publish"]["msg_per_s"] > 0
+    assert broadcast["subscribe"]["received"] == 4000
+    assert 0 < broadcast["subscribe"]["latency_ms"]["p50"] <= broadcast["subscribe"][
+        "latency_ms"]["p99"]
+    code, lines, err = await cli(base_url, "bench", topic_name, "--messages", "1000",
+                                 "--subscribers", "2", "--group", "bench")
+    assert code == 0, err
+    (grouped,) = lines
+    assert grouped["subscribe"]["received"] == 1000
