@@ -2,14 +2,15 @@
 
 ```python
 async with Producer("http://127.0.0.1:8080", "orders", acks="all") as producer:
-    futures = [await producer.send(value={"n": n}, key=f"user-{n}") for n in range(1000)]
-    results = await asyncio.gather(*futures)  # queued first, answered in batches
-    result = await producer.send_and_wait(value={"total": 42}, key="alice")
+    futures = [await producer.send({"n": n}, key=f"user-{n}") for n in range(10_000)]
+    await producer.flush()  # queued at once, answered in batches; then future.result()
+    results = await producer.send_many([{"value": n, "key": "bob"} for n in range(1000)])
+    result = await producer.send_and_wait({"total": 42}, key="alice")
 
 async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consumer:
-    async for message in consumer:
-        handle(message.value)
-        await message.ack()
+    async for batch in consumer.batches():
+        handle(batch)
+        await consumer.ack(batch)
 ```
 """
 

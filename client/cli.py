@@ -267,9 +267,21 @@ def json_or_string(line: bytes) -> bytes:
     return line
 
 
+_RESULT_LINE = b'{"partition":%d,"offset":"%b","duplicate":%b}\n'
+
+
+def result_lines(results: list[SendResult]) -> bytes:
+    """One JSON line per result, as ``orjson.dumps`` writes its document (formatted directly:
+    offsets are ASCII digits and a dash)."""
+    return b"".join([_RESULT_LINE % (r.partition, r.offset.encode(),
+                                     b"true" if r.duplicate else b"false")
+                     if r.offset is not None and r.partition is not None
+                     else orjson.dumps(_result_document(r)) + b"\n"
+                     for r in results])
+
+
 def _emit_results(results: list[SendResult], progress: Progress | None) -> None:
-    sys.stdout.buffer.write(b"".join([orjson.dumps(_result_document(r)) + b"\n"
-                                      for r in results]))
+    sys.stdout.buffer.write(result_lines(results))
     sys.stdout.flush()
     if progress is not None:
         progress.update(results=results)

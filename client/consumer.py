@@ -203,8 +203,9 @@ class _Settler:
 
 
 class Consumer:
-    """Subscribes to a topic.
-    ``async with Consumer(url, topic, group="g") as c: async for m in c: ...``.
+    """Subscribes to a topic. ``async with Consumer(url, topic, group="g") as c:``, then
+    ``async for batch in c.batches(): ...; await c.ack(batch)`` (what has arrived, at once: the
+    fastest) or ``async for m in c: ...; await m.ack()``. Messages arrive as batch frames.
 
     ``mode`` defaults to ``exclusive`` with a group and ``broadcast`` without. ``from_`` is
     ``earliest``, ``latest`` or a cursor ``<partition>:<offset>,...``; for a group it only matters

@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from client import SendResult
 from client.cli import main as client_main
-from client.cli import parse_headers, parse_value
+from client.cli import parse_headers, parse_value, result_lines
 from gateway.cli import main
 
 
@@ -145,3 +146,11 @@ def test_zsh_completion_loads_the_bash_script_through_bashcompinit() -> None:
                             capture_output=True, text=True, check=True).stdout
     assert script.startswith("autoload -U +X bashcompinit && bashcompinit\n")
     assert "complete -o default -F _streamgate_complete streamgate" in script
+
+
+def test_result_lines_are_what_orjson_writes_for_each_result() -> None:
+    results = [SendResult(3, "1795418703164-0", False), SendResult(0, "1-12", True),
+               SendResult(None, None)]
+    assert result_lines(results) == b"".join(
+        orjson.dumps({"partition": r.partition, "offset": r.offset, "duplicate": r.duplicate})
+        + b"\n" for r in results)
