@@ -341,3 +341,16 @@ async def test_a_loop_that_never_waits_still_sends_while_it_queues(aiohttp_serve
         await producer.flush()
     assert sent_while_queueing >= 1
     assert [f.result().offset for f in futures] == [f"{n}-0" for n in range(1, 101)]
+
+
+async def test_sends_queued_while_a_lone_send_and_wait_is_in_flight_follow_it_in_order(
+        aiohttp_server: Any) -> None:
+    log = FakeLog(stall_first=1, stall_s=0.3)
+    server = await start_fake(aiohttp_server, log)
+    async with Producer(url_of(server), "t", max_in_flight=1) as producer:
+        first = asyncio.ensure_future(producer.send_and_wait("a", key="k"))
+        await asyncio.sleep(0.1)
+        later = [await producer.send(value, key="k") for value in ("b", "c")]
+        assert (await first).offset == "1-0"
+        assert [(await f).offset for f in later] == ["2-0", "3-0"]
+    assert [[m["value"] for m in r["messages"]] for r in log.requests] == [["a"], ["b", "c"]]
