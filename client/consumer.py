@@ -144,13 +144,18 @@ class Message:
 
 class _Settler:
     """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds
-    later."""
+    later, or at once when they settle half the credit (``flush_at``): the gateway sends more only
+    as acks come back."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, linger_s: float) -> None:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, linger_s: float,
+                 flush_at: int) -> None:
         self._ws = ws
         self._linger_s = linger_s
+        self._flush_at = max(1, flush_at)
         self._pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        self._flusher: asyncio.Task[None] | None = None
+        self._count = 0
+        self._flusher: asyncio.Task[None] | None = None  # while it waits out the linger
+        self._sending: set[asyncio.Future[None]] = set()  # flushes that half the credit started
 
     def add(self, action: str, partition: int, offset: str, delay_ms: int = 0) -> None:
         if self._ws.closed:
@@ -158,18 +163,29 @@ class _Settler:
             return
         self._pending.setdefault((action, delay_ms), []).append({"partition": partition,
                                                                  "offset": offset})
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_later())
+        self._count += 1
+        self._schedule()
 
     def add_many(self, action: str, messages: Sequence[Message]) -> None:
         """``add`` for each of ``messages`` delivered on this connection."""
         if self._ws.closed:
             return
-        self._pending.setdefault((action, 0), []).extend(
-            [{"partition": m.partition, "offset": m.offset} for m in messages
-             if m._settler is self])
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_later())
+        refs = [{"partition": m.partition, "offset": m.offset} for m in messages
+                if m._settler is self]
+        self._pending.setdefault((action, 0), []).extend(refs)
+        self._count += len(refs)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._count >= self._flush_at:
+            if self._flusher is not None:
+                self._flusher.cancel()
+            self._flusher = None
+            sending = asyncio.ensure_future(self.flush())
+            self._sending.add(sending)
+            sending.add_done_callback(self._sending.discard)
+        elif self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_later())
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._linger_s)
@@ -179,6 +195,7 @@ class _Settler:
     async def flush(self) -> None:
         """Send every pending settle now."""
         pending, self._pending = self._pending, {}
+        self._count = 0
         for (action, delay_ms), refs in pending.items():
             for start in range(0, len(refs), MAX_REFS_PER_FRAME):
                 frame: dict[str, Any] = {"type": action,
@@ -199,6 +216,8 @@ class _Settler:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
+        if self._sending:
+            await asyncio.gather(*self._sending)
         await self.flush()
 
 
@@ -241,6 +260,7 @@ class Consumer:
         self._auth = auth_headers(api_key, token)  # sent with the upgrade request
         self._start = from_
         self._from_time_ms = from_time_ms
+        self._max_in_flight = max_in_flight
         self._options: list[tuple[str, str]] = [("max_in_flight", str(max_in_flight))]
         for name, item in (("ack_timeout_ms", ack_timeout_ms), ("max_deliveries", max_deliveries)):
             if item is not None:
@@ -459,7 +479,7 @@ class Consumer:
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}") from exc
         self._ws = ws
-        self._settler = _Settler(ws, self._ack_linger_s)
+        self._settler = _Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
         self.connections += 1
 
     async def _handshake_problem(self, url: str, query: list[tuple[str, str]],

@@ -272,3 +272,23 @@ def test_a_cut_short_close_reason_drops_its_last_cursor_entry() -> None:
     assert cursor
     assert all(offset == f"1795418703164-{p}" for p, offset in cursor.items())
     assert cursor_from_close_reason("no cursor here") == {}
+
+
+async def test_acks_settling_half_the_credit_go_out_at_once_without_the_linger(
+        aiohttp_server: Any) -> None:
+    async def script(ws: web.WebSocketResponse, connection: int) -> None:
+        for n in range(4):
+            await ws.send_json(message(0, f"{n + 1}-0"))
+        await asyncio.sleep(0.6)
+
+    fake = FakeSubscribe(script)
+    url = await start_fake(aiohttp_server, fake)
+    async with Consumer(url, "t", group="g", max_in_flight=4, ack_linger_ms=5000) as consumer:
+        for received in await take(consumer, 2):
+            await received.ack()
+        await asyncio.sleep(0.2)
+        assert fake.frames == [{"type": "ack", "messages": [
+            {"partition": 0, "offset": "1-0"}, {"partition": 0, "offset": "2-0"}]}]
+        await (await anext(consumer)).ack()  # below half: waits for the linger (or the close)
+        await asyncio.sleep(0.2)
+        assert len(fake.frames) == 1
