@@ -58,7 +58,9 @@ def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
     for row in rows:
         assert isinstance(row["value"], float), row
         assert row["value"] > 0, row
-        assert row["status"] in {"pass", "FAIL"}, row
+        # the one-copy row against its raw XADD is shown, no longer judged
+        expected = {"info"} if row["goal_text"].startswith("information") else {"pass", "FAIL"}
+        assert row["status"] in expected, row
         if row["anchor_name"]:
             assert isinstance(row["anchor"], float), row
             assert row["anchor"] > 0, row
@@ -91,6 +93,7 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     assert "(0 lost)" in rows[2]["note"]  # every acks=0 message counted as accepted reached its
                                           # stream
     assert rows[6]["status"] == "info"
+    assert rows[4]["status"] == "info"  # replicated group delivery against JetStream R1: shown
     assert "acking what each read of the socket brought at once" in rows[6]["note"]
     for drain in (rows[3], rows[6], rows[7]):  # where the drain's CPU went, over the drain's own
                                                # window
