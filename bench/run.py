@@ -44,6 +44,7 @@ from anchors import (
     drop_and_wait_for_rewrites,
     nats_best_publish_async_rate,
     nats_pull_ack_rate,
+    raw_group_ack_rate,
     raw_xadd_rate,
 )
 from client_rows import client_rows
@@ -56,7 +57,14 @@ from publish import (
     redis_cpu_by_role,
     wait_ready,
 )
-from services import GatewayProcess, NatsCluster, NatsServer, serve_supports
+from services import (
+    BareProcess,
+    GatewayProcess,
+    NatsCluster,
+    NatsServer,
+    ServerProcess,
+    serve_supports,
+)
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 
 from devstack import DevStack, DevStackConfig
@@ -67,6 +75,17 @@ GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "worker
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
+# The absolute goals (>= 8,000 single requests/s, p99 < 15 ms; publish -> WebSocket p50 < 5 ms,
+# p99 < 25 ms; fan-out >= 500,000 deliveries/s; group >= 100,000 msg/s) as ratios to their
+# same-run anchor: each is the absolute goal over what its anchor gives on the machine the goal was
+# set on (docs/performance.md, "Absolute goals, judged by ratio"), so a machine twice as slow is
+# held to the same bar.
+SINGLE_REQUESTS_RATIO = 0.5
+SINGLE_P99_RATIO = 2.0
+LATENCY_P50_RATIO = 2.5
+LATENCY_P99_RATIO = 4.0
+FANOUT_RATIO = 2.5
+GROUP_RATIO = 0.6
 WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call",
          "before", "monday", "morning", "office", "reception", "please", "thanks")
 
@@ -163,6 +182,14 @@ async def nats_two_copies() -> AsyncIterator[str]:
     with NatsCluster() as cluster:
         await asyncio.to_thread(cluster.wait_ready)
         yield cluster.url
+
+
+@contextlib.asynccontextmanager
+async def bare_server() -> AsyncIterator[BareProcess]:
+    """bench/bare.py on a free port, ready; stopped by PID on exit."""
+    with BareProcess() as bare:
+        await wait_ready(bare.base)
+        yield bare
 
 
 @contextlib.asynccontextmanager
@@ -265,11 +292,21 @@ class Harness:
         await self.fresh_publish_topic()
         single = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, publish_body(1), 1,
                                         self.plan.seconds, 64)
+        await settle()
+        async with bare_server() as bare:
+            floor = await http_publish_for(bare.base, PUBLISH_TOPIC, publish_body(1), 1,
+                                           self.plan.seconds, 64)
         self.rows.append(at_least(Row("1", "single-message requests, 64 concurrent", single.rate,
-                                      "req/s", goal_text=">= 8,000 req/s",
-                                      note=f"load from {load_generator(single)}"), 8000))
+                                      "req/s", floor.rate, "bare aiohttp handler, same load",
+                                      f">= {SINGLE_REQUESTS_RATIO}x bare (was >= 8,000 req/s)",
+                                      note=f"load from {load_generator(single)}; the bare handler "
+                                           "(bench/bare.py) parses the batch and answers with "
+                                           "offsets, storing nothing"),
+                                  SINGLE_REQUESTS_RATIO, on_ratio=True))
         self.rows.append(below(Row("1", "single-message requests, p99", single.percentile_ms(0.99),
-                                   "ms", goal_text="< 15 ms"), 15))
+                                   "ms", floor.percentile_ms(0.99), "bare aiohttp handler p99",
+                                   f"< {SINGLE_P99_RATIO}x bare (was < 15 ms)"),
+                               SINGLE_P99_RATIO, on_ratio=True))
         await settle()
         await self.publish_two_copies()
         await settle()
@@ -376,46 +413,59 @@ class Harness:
         async with aiohttp.ClientSession() as http:
             latencies, achieved = await paced_latencies(http, self.gateway.base, "bench-latency",
                                                         5000, self.plan.seconds)
+        await settle()
+        async with bare_server() as bare, aiohttp.ClientSession() as http:
+            floor, _ = await paced_latencies(http, bare.base, "bench-latency", 5000,
+                                             self.plan.seconds)
         note = (f"{len(latencies)} messages, publish rate achieved {achieved:,.0f} msg/s, one "
-                "exclusive-group consumer")
+                "exclusive-group consumer; anchor: the same client and pace against the bare "
+                "aiohttp server (bench/bare.py), which hands each published batch straight to the "
+                "socket")
         self.rows.append(below(Row("3", "publish -> WebSocket p50 at 5,000 msg/s",
-                                   percentile_ms(latencies, 0.5), "ms", goal_text="< 5 ms",
-                                   note=note), 5))
+                                   percentile_ms(latencies, 0.5), "ms", percentile_ms(floor, 0.5),
+                                   "bare aiohttp relay p50",
+                                   f"< {LATENCY_P50_RATIO}x bare (was < 5 ms)", note=note),
+                               LATENCY_P50_RATIO, on_ratio=True))
         self.rows.append(below(Row("3", "publish -> WebSocket p99 at 5,000 msg/s",
-                                   percentile_ms(latencies, 0.99), "ms", goal_text="< 25 ms"), 25))
+                                   percentile_ms(latencies, 0.99), "ms", percentile_ms(floor, 0.99),
+                                   "bare aiohttp relay p99",
+                                   f"< {LATENCY_P99_RATIO}x bare (was < 25 ms)"),
+                               LATENCY_P99_RATIO, on_ratio=True))
 
     # --- goal 4 -----------------------------------------------------------------------------------
-    def fan_client(self, gateway: GatewayProcess, topic: str, sockets: int, expect: int,
+    def fan_client(self, server: ServerProcess, topic: str, sockets: int, expect: int,
                    idle: bool) -> subprocess.Popen[str]:
-        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(gateway.port),
+        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(server.port),
                 "--topic", topic, "--sockets", str(sockets), "--expect", str(expect), "--seconds",
                 str(self.plan.seconds * 3)]
         return subprocess.Popen(argv + (["--idle"] if idle else []), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
 
-    async def start_fan_clients(self, gateway: GatewayProcess, topic: str, total: int, expect: int,
+    async def start_fan_clients(self, server: ServerProcess, topic: str, total: int, expect: int,
                                 idle: bool) -> list[subprocess.Popen[str]]:
-        count = self.plan.fan_clients
-        clients = [self.fan_client(gateway, topic, total // count, expect, idle)
-                   for _ in range(count)]
+        per = total // self.plan.fan_clients
+        clients = [self.fan_client(server, topic, per, expect, idle)
+                   for _ in range(self.plan.fan_clients)]
         for client in clients:
             assert client.stdout is not None
             line = await asyncio.wait_for(asyncio.to_thread(client.stdout.readline), 120)
             if line.strip() != "READY":
+                stop_all(clients)
                 raise RuntimeError(f"fan-out client did not connect: {line!r}")
         return clients
 
-    async def fanout(self) -> None:
+    async def fan_rate(self, server: ServerProcess) -> tuple[float, str]:
+        """Deliveries/s to ``plan.fan_sockets`` broadcast subscribers of one topic, and a note."""
         plan = self.plan
         async with aiohttp.ClientSession() as http:
-            await create_topic(http, self.gateway.base, "bench-fanout", 1)
-            clients = await self.start_fan_clients(self.gateway, "bench-fanout", plan.fan_sockets,
+            await create_topic(http, server.base, "bench-fanout", 1)
+            clients = await self.start_fan_clients(server, "bench-fanout", plan.fan_sockets,
                                                    plan.fan_messages, idle=False)
             try:
                 started = time.time()
                 body = publish_body(100, "1", "x" * 200)
                 for _ in range(plan.fan_messages // 100):
-                    async with http.post(f"{self.gateway.base}/v1/topics/bench-fanout/messages",
+                    async with http.post(f"{server.base}/v1/topics/bench-fanout/messages",
                                          data=body,
                                          headers={"content-type": "application/json"}) as response:
                         assert response.status == 200, await response.text()
@@ -426,46 +476,68 @@ class Harness:
                 stop_all(clients)
         delivered = sum(o["delivered"] for o in outputs)
         elapsed = max(o["last_ts"] for o in outputs) - started
-        note = (f"{delivered:,} of {plan.fan_sockets * plan.fan_messages:,} delivered to "
-                f"{plan.fan_sockets} sockets in {elapsed:.2f} s; gateway: 1 process; clients: "
-                f"{plan.fan_clients} processes (lean counters); all share {os.cpu_count()} cores")
-        self.rows.append(at_least(Row("4",
-                                      f"WebSocket fan-out, {plan.fan_sockets} "
-                                      "broadcast subscribers",
-                                      delivered / elapsed if elapsed > 0 else 0.0, "msg/s",
-                                      goal_text=">= 500,000", note=note), 500_000))
+        note = (f"{delivered:,} of {plan.fan_sockets * plan.fan_messages:,} delivered in "
+                f"{elapsed:.2f} s")
+        return (delivered / elapsed if elapsed > 0 else 0.0), note
+
+    async def fanout(self) -> None:
+        plan = self.plan
+        rate, note = await self.fan_rate(self.gateway)
+        await settle()
+        async with bare_server() as bare:
+            floor, floor_note = await self.fan_rate(bare)
+        note = (f"{note} to {plan.fan_sockets} sockets; gateway: 1 process; clients: "
+                f"{plan.fan_clients} processes (lean counters); all share {os.cpu_count()} cores; "
+                f"anchor: the same clients on the bare aiohttp server (bench/bare.py, a send_str "
+                f"per socket and message; {floor_note})")
+        self.rows.append(at_least(Row("4", f"WebSocket fan-out, {plan.fan_sockets} "
+                                           "broadcast subscribers", rate, "msg/s", floor,
+                                      "bare aiohttp broadcast",
+                                      f">= {FANOUT_RATIO}x bare (was >= 500,000)", note=note),
+                                  FANOUT_RATIO, on_ratio=True))
         await self.idle_memory()
 
     async def idle_memory(self) -> None:
         """RSS delta of a fresh gateway (warmed by a few sockets) over N idle broadcast sockets, per
-        socket."""
+        socket; the bare aiohttp server's the same way beside it."""
         with GatewayProcess(self.stack) as gateway:
-            await wait_ready(gateway.base)
-            warm = await self.start_fan_clients(gateway, "bench-fanout", 2 * self.plan.fan_clients,
-                                                0, idle=True)
-            stop_all(warm)
-            await asyncio.sleep(0.5)
-            before = gateway.rss_bytes()
-            clients = await self.start_fan_clients(gateway, "bench-fanout", self.plan.idle_sockets,
-                                                   0, idle=True)
-            try:
-                await asyncio.sleep(1.0)
-                after = gateway.rss_bytes()
-            finally:
-                stop_all(clients)
-        per = (after - before) / self.plan.idle_sockets / 1024
-        self.rows.append(below(Row("4", "memory per idle WebSocket", per, "KiB",
-                                   goal_text="< 16 KiB",
+            per = await self.idle_socket_kib(gateway)
+        async with bare_server() as bare:
+            floor = await self.idle_socket_kib(bare)
+        self.rows.append(below(Row("4", "memory per idle WebSocket", per, "KiB", floor,
+                                   "bare aiohttp WebSocket", goal_text="< 16 KiB",
                                    note="RSS delta of a fresh gateway over "
-                                        f"{self.plan.idle_sockets} idle broadcast sockets"), 16))
+                                        f"{self.plan.idle_sockets} idle broadcast sockets; memory "
+                                        "does not scale with the machine's speed, so the goal "
+                                        "stays absolute"), 16))
+
+    async def idle_socket_kib(self, server: ServerProcess) -> float:
+        """KiB of RSS per idle broadcast socket on ``server``, warmed by a few sockets first."""
+        await wait_ready(server.base)
+        warm = await self.start_fan_clients(server, "bench-fanout", 2 * self.plan.fan_clients, 0,
+                                            idle=True)
+        stop_all(warm)
+        await asyncio.sleep(0.5)
+        before = server.rss_bytes()
+        clients = await self.start_fan_clients(server, "bench-fanout", self.plan.idle_sockets, 0,
+                                               idle=True)
+        try:
+            await asyncio.sleep(1.0)
+            after = server.rss_bytes()
+        finally:
+            stop_all(clients)
+        return (after - before) / self.plan.idle_sockets / 1024
 
     # --- goal 5 -----------------------------------------------------------------------------------
     async def group(self) -> None:
         rate, note = await self.group_drain(self.stack, self.gateway)
+        raw, raw_note = await self.raw_group_drain(self.stack, "bench-group")
         nats_rate = await nats_pull_ack_rate(self.nats.url, self.plan.group_messages)
         note += "; JetStream: fetch 500 + ack each, timed from the first fetch"
         self.rows.append(at_least(Row("5", "group delivery + ack over WebSocket", rate, "msg/s",
-                                      goal_text=">= 100,000", note=note), 100_000))
+                                      raw, "raw XREADGROUP + XACK, same streams",
+                                      f">= {GROUP_RATIO}x raw (was >= 100,000)",
+                                      note=f"{note}; {raw_note}"), GROUP_RATIO, on_ratio=True))
         # accepted as it stands (3.4-5.2x over many runs): shown, no longer judged
         self.rows.append(Row("5", "group delivery + ack over WebSocket", rate, "msg/s", nats_rate,
                              "JetStream pull+ack", "information (was >= 5x JetStream)",
@@ -489,13 +561,26 @@ class Harness:
         await settle()
         async with one_copy_stack() as (stack, gateway):  # like for like, as goal 1's one-copy rows
             rate, note = await self.group_drain(stack, gateway)
+            raw, raw_note = await self.raw_group_drain(stack, "bench-group")
         figure = "group delivery + ack over WebSocket, one copy (3 primaries, no replicas)"
-        self.rows.append(at_least(Row("5", figure, rate, "msg/s", goal_text=">= 100,000",
-                                      note=note), 100_000))
+        self.rows.append(at_least(Row("5", figure, rate, "msg/s", raw,
+                                      "raw XREADGROUP + XACK, same streams",
+                                      f">= {GROUP_RATIO}x raw (was >= 100,000)",
+                                      note=f"{note}; {raw_note}"), GROUP_RATIO, on_ratio=True))
         self.rows.append(at_least(Row("5", figure, rate, "msg/s", nats_rate,
                                       "JetStream pull+ack (R1)", ">= 5x JetStream",
                                       note="like for like: one copy of each message on each side"),
                                   5.0, on_ratio=True))
+
+    async def raw_group_drain(self, stack: DevStack, topic: str) -> tuple[float, str]:
+        """The group rows' anchor: the streams the gateway just drained, read again by a new group
+        with raw XREADGROUP COUNT 500 + XACK from this process, from compact AOFs."""
+        await asyncio.to_thread(compact_aofs, stack.redis)
+        await settle()
+        keys = [log_key(topic, partition) for partition in range(8)]
+        rate, acked = await raw_group_ack_rate(stack.redis, keys)
+        return rate, (f"anchor: {acked:,} entries read and acked by one redis-py (hiredis) loop "
+                      "per stream, XREADGROUP COUNT 500 then XACK of what came")
 
     async def group_drain(self, stack: DevStack, gateway: GatewayProcess,
                           ack_each_read: bool = False) -> tuple[float, str]:

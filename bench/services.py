@@ -50,35 +50,27 @@ class StoppedOnExit(ABC):
         """Stop what this started."""
 
 
-class GatewayProcess(StoppedOnExit):
-    """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI
-    supports it."""
+class ServerProcess(StoppedOnExit):
+    """A Python HTTP server process on a free loopback port (``argv`` gets ``--port``)."""
 
-    def __init__(self, stack: DevStack, workers: int | None = None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **BENCH_GATEWAY_ENV,
-               "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
-               "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
-        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve", "--port",
-                str(self.port)]
-        if workers is not None:
-            argv += ["--workers", str(workers)]
-        self.process = subprocess.Popen(argv, env=env)
+        self.process = subprocess.Popen([*argv, "--port", str(self.port)], env=env)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def rss_bytes(self) -> int:
-        """Resident set of the gateway process (VmRSS)."""
+        """Resident set of the process (VmRSS)."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
     def cpu_seconds(self) -> float:
-        """User + system CPU of the gateway process and its waited-for children so far."""
+        """User + system CPU of the process and its waited-for children so far."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
@@ -91,6 +83,28 @@ class GatewayProcess(StoppedOnExit):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class GatewayProcess(ServerProcess):
+    """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI
+    supports it."""
+
+    def __init__(self, stack: DevStack, workers: int | None = None) -> None:
+        env = {**os.environ, **BENCH_GATEWAY_ENV,
+               "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
+               "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
+        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve"]
+        if workers is not None:
+            argv += ["--workers", str(workers)]
+        super().__init__(argv, env)
+
+
+class BareProcess(ServerProcess):
+    """bench/bare.py: aiohttp on the gateway's URLs with no storage, the same-run anchor of the
+    request, latency and fan-out rows."""
+
+    def __init__(self) -> None:
+        super().__init__([sys.executable, str(Path(__file__).resolve().parent / "bare.py")])
 
 
 def nats_server_binary() -> str:

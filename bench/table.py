@@ -42,9 +42,10 @@ def at_least(row: Row, minimum: float, *, on_ratio: bool = False) -> Row:
     return row
 
 
-def below(row: Row, maximum: float) -> Row:
-    """Set pass/FAIL: the value must be < maximum."""
-    row.status = PASS if row.value is not None and row.value < maximum else FAIL
+def below(row: Row, maximum: float, *, on_ratio: bool = False) -> Row:
+    """Set pass/FAIL: the value (or the ratio) must be < maximum."""
+    measured = row.ratio if on_ratio else row.value
+    row.status = PASS if measured is not None and measured < maximum else FAIL
     return row
 
 
