@@ -12,16 +12,17 @@ BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promt
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps venv run test lint bench clean
+.PHONY: help deps venv node-deps run test lint bench clean
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, gcc, python3-dev (apt)"
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
+	@echo "make node-deps  npm ci in client/typescript (the TypeScript client's compiler and test deps)"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
 	@echo "make lint   mypy --strict and ruff"
-	@echo "make bench  issue 8's harness: every goal next to raw Redis and NATS JetStream (BENCH_ARGS=--quick ...)"
+	@echo "make bench  the harness: every goal next to raw Redis and NATS JetStream (BENCH_ARGS=--quick ...)"
 	@echo "make clean  remove $(VENV) and caches"
 
 deps:
@@ -56,10 +57,17 @@ $(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/publish/_plain.
 	$(VENV_PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $@
 
+node-deps: client/typescript/node_modules/.package-lock.json
+
+# npm ci from the lock file: the TypeScript client's compiler and its tests' WebSocket package
+client/typescript/node_modules/.package-lock.json: client/typescript/package-lock.json
+	cd client/typescript && npm ci --no-audit --no-fund
+	touch $@
+
 run: deps venv
 	$(VENV)/bin/streamgate dev
 
-test: deps venv
+test: deps venv node-deps
 	$(VENV_PY) -m pytest
 	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"
 	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q tests/unit/gateway tests/integration/gateway
@@ -76,5 +84,6 @@ bench: deps venv
 	$(VENV_PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist client/typescript/node_modules \
+		client/typescript/dist
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

@@ -1,0 +1,51 @@
+/** The entry point: one gateway, one set of credentials; makes producers and subscriptions. */
+
+import { Admin } from "./admin.js";
+import { FetchLike, Transport } from "./http.js";
+import { Producer, ProducerOptions } from "./producer.js";
+import { SubscribeOptions, Subscription, WebSocketConstructor } from "./subscription.js";
+
+export interface ClientOptions {
+  /** The gateway's base URL, e.g. `http://localhost:8080`. */
+  url: string;
+  /** A JWT, sent as `Authorization: Bearer` (and in the WebSocket's auth frame). */
+  token?: string;
+  /** An API key, used when no token is given. */
+  apiKey?: string;
+  /** The WebSocket class; defaults to the global one (Node 20 has none: pass `ws`'s). */
+  WebSocket?: WebSocketConstructor;
+  /** The fetch function; defaults to the global one. */
+  fetch?: FetchLike;
+  /** Per HTTP request attempt (default 10 s). */
+  timeoutMs?: number;
+}
+
+export class Client {
+  private readonly transport: Transport;
+  private readonly WebSocketImpl: WebSocketConstructor | undefined;
+
+  constructor(options: ClientOptions) {
+    this.transport = new Transport(options.url, { token: options.token, apiKey: options.apiKey },
+                                   options.fetch, options.timeoutMs ?? 10_000);
+    this.WebSocketImpl = options.WebSocket
+      ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+  }
+
+  /** A producer with its own batches and idempotency keys. */
+  producer(options: ProducerOptions = {}): Producer {
+    return new Producer(this.transport, options);
+  }
+
+  /** Subscribe to a topic over a WebSocket; connects at once, in the background. */
+  subscribe(options: SubscribeOptions): Subscription {
+    if (this.WebSocketImpl === undefined) {
+      throw new TypeError("no global WebSocket: pass the 'WebSocket' option (e.g. from 'ws')");
+    }
+    return new Subscription(this.transport, this.WebSocketImpl, options);
+  }
+
+  /** Topic and group administration. */
+  admin(): Admin {
+    return new Admin(this.transport);
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * Errors the client raises: one base with a `retriable` flag, and a few leaves carrying the typed
+ * fields of what went wrong (an RFC 9457 problem document, a WebSocket close code).
+ */
+
+/** HTTP statuses worth another try: the gateway says so (429, 503) or the answer was lost. */
+export const RETRIABLE_STATUSES: ReadonlySet<number> = new Set([408, 429, 500, 502, 503, 504]);
+
+/** Base of every error this client raises. */
+export class StreamgateError extends Error {
+  /** Whether the same request may succeed when tried again. */
+  readonly retriable: boolean;
+
+  constructor(message: string, retriable = false, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.retriable = retriable;
+  }
+}
+
+/** The fields of an RFC 9457 problem document, as the gateway sends them. */
+export interface ProblemDocument {
+  type?: string;
+  title?: string;
+  status?: number;
+  detail?: string;
+  instance?: string;
+  /** RFC 6901 pointer into the request body (or `/<name>` for a query parameter). */
+  pointer?: string;
+  [extension: string]: unknown;
+}
+
+/** The gateway answered with a problem document (or a bare HTTP error status). */
+export class ProblemError extends StreamgateError {
+  readonly status: number;
+  readonly type: string;
+  readonly title: string;
+  readonly detail: string;
+  readonly instance: string | undefined;
+  readonly pointer: string | undefined;
+  /** What `Retry-After` asked for, in milliseconds. */
+  readonly retryAfterMs: number | undefined;
+  /** The whole document, extensions included. */
+  readonly document: ProblemDocument;
+
+  constructor(status: number, document: ProblemDocument, retryAfterMs?: number) {
+    super(describe(status, document), RETRIABLE_STATUSES.has(status));
+    this.status = status;
+    this.document = document;
+    this.type = document.type ?? "about:blank";
+    this.title = document.title ?? "";
+    this.detail = document.detail ?? (this.title || `HTTP ${status}`);
+    this.instance = document.instance;
+    this.pointer = document.pointer;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** 401 or close code 4401: credentials missing, rejected or expired. */
+export class AuthError extends ProblemError {
+  /** The WebSocket close code when a subscription was closed for this reason. */
+  readonly closeCode: number | undefined;
+
+  constructor(status: number, document: ProblemDocument, closeCode?: number) {
+    super(status, document);
+    this.closeCode = closeCode;
+  }
+}
+
+/** 403 or close code 4403: authenticated, but not granted what was asked. */
+export class ForbiddenError extends ProblemError {
+  readonly closeCode: number | undefined;
+
+  constructor(status: number, document: ProblemDocument, closeCode?: number) {
+    super(status, document);
+    this.closeCode = closeCode;
+  }
+}
+
+/** The gateway could not be reached, or the answer broke off or timed out. */
+export class ConnectionError extends StreamgateError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, true, options);
+  }
+}
+
+/** The gateway ended a subscription for a reason reconnecting cannot fix (topic deleted: 4404,
+ * group served with other settings: 4409, or a close code the protocol does not list). */
+export class SubscriptionClosedError extends StreamgateError {
+  readonly code: number;
+  readonly reason: string;
+
+  constructor(code: number, reason: string) {
+    super(`subscription closed with ${code}: ${reason || "no reason given"}`);
+    this.code = code;
+    this.reason = reason;
+  }
+}
+
+/** An `error` frame: the gateway refused a frame this client sent; the subscription goes on. */
+export class FrameError extends StreamgateError {
+  readonly code: string;
+  readonly detail: string;
+
+  constructor(code: string, detail: string) {
+    super(`gateway reported ${code}: ${detail}`);
+    this.code = code;
+    this.detail = detail;
+  }
+}
+
+/** The typed error for an error status: 401 and 403 get their own classes. */
+export function problemError(status: number, document: ProblemDocument,
+                             retryAfterMs?: number): ProblemError {
+  if (status === 401) return new AuthError(status, document);
+  if (status === 403) return new ForbiddenError(status, document);
+  return new ProblemError(status, document, retryAfterMs);
+}
+
+/** `Retry-After` in milliseconds (the delta-seconds form; an HTTP date is ignored). */
+export function retryAfterMs(headers: Headers): number | undefined {
+  const raw = headers.get("retry-after");
+  if (raw === null || raw.trim() === "") return undefined;
+  const seconds = Number(raw);
+  return Number.isFinite(seconds) ? Math.max(0, seconds * 1000) : undefined;
+}
+
+function describe(status: number, document: ProblemDocument): string {
+  const title = document.title ? ` ${document.title}` : "";
+  const detail = document.detail ?? (document.title || `HTTP ${status}`);
+  const where = document.pointer ? ` (at ${document.pointer})` : "";
+  return `${status}${title}: ${detail}${where}`;
+}

@@ -1,0 +1,23 @@
+/** @streamgate/client: HTTP publish and WebSocket subscribe for the streamgate gateway. */
+
+export { Client } from "./client.js";
+export type { ClientOptions } from "./client.js";
+export { Producer, encodeMessage } from "./producer.js";
+export type { Acks, ProducerMessage, ProducerOptions, RecordMetadata } from "./producer.js";
+export { Subscription, closeError } from "./subscription.js";
+export type {
+  Assignment, Mode, SubscribeOptions, SubscriptionEvents, SubscriptionState, WebSocketConstructor,
+  WebSocketLike,
+} from "./subscription.js";
+export { Message } from "./message.js";
+export { Admin } from "./admin.js";
+export type { GroupPartition, GroupTopic, PartitionDetails, Topic, TopicDetails } from "./admin.js";
+export { formatCursor, parseCursor } from "./cursor.js";
+export type { Cursor } from "./cursor.js";
+export {
+  AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
+  SubscriptionClosedError,
+} from "./errors.js";
+export type { ProblemDocument } from "./errors.js";
+export type { FetchLike } from "./http.js";
+export type { BackoffOptions } from "./backoff.js";

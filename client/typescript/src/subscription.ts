@@ -1,0 +1,410 @@
+/**
+ * A WebSocket subscription (`GET /v1/subscribe`): an async iterable of messages that also emits
+ * `message`, `assignment`, `state` and `error` events, reconnecting after a drop.
+ *
+ * Group subscriptions (exclusive, shared) simply rejoin: the group keeps its position and the
+ * gateway redelivers what was not acked. Broadcast subscriptions resume with `from=<cursor>`, the
+ * last offset per partition received, so a reconnect neither skips nor repeats a message.
+ */
+
+import { Backoff, BackoffOptions } from "./backoff.js";
+import { Cursor, formatCursor, parseCursor } from "./cursor.js";
+import { Emitter } from "./emitter.js";
+import {
+  AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
+  SubscriptionClosedError, problemError, retryAfterMs,
+} from "./errors.js";
+import { Transport, authHeaders, problemDocument } from "./http.js";
+import { Message, MessageFrame, Settler } from "./message.js";
+
+export type Mode = "exclusive" | "shared" | "broadcast";
+export type SubscriptionState = "connecting" | "connected" | "reconnecting" | "closed";
+
+/** The part of the WHATWG WebSocket this client uses: the browser's, Node 22's global one, and the
+ * `ws` package's all fit. */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  addEventListener(type: "open" | "error", listener: () => void): void;
+  addEventListener(type: "message", listener: (event: { data: unknown }) => void): void;
+  addEventListener(type: "close",
+                   listener: (event: { code: number; reason: string }) => void): void;
+}
+
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+export interface SubscribeOptions {
+  topic: string;
+  /** Consumer group; required for `exclusive` and `shared`, absent for `broadcast`. */
+  group?: string;
+  /** Default: `exclusive` with a group, else `broadcast`. */
+  mode?: Mode;
+  /** `earliest`, `latest`, or a cursor (`"<p>:<offset>,..."` or a Map) to resume strictly after.
+   * For a group it only matters when the group is created. */
+  from?: "earliest" | "latest" | string | ReadonlyMap<number, string>;
+  /** Broadcast: start at the first message at or after this epoch time. */
+  fromTimeMs?: number;
+  /** Credit: at most this many un-acked messages outstanding on the socket (default 100). */
+  maxInFlight?: number;
+  ackTimeoutMs?: number;
+  maxDeliveries?: number;
+  /** At-most-once: the gateway acks as it sends; `ack()` does nothing. */
+  autoAck?: boolean;
+  /** Header filters, all of which must match: `{tag: ["a", "b"]}` is `filter=tag:a,b`. */
+  filter?: Record<string, string | readonly string[]>;
+  /** Acks are sent this long after the first pending one (default 5 ms), or at half the credit. */
+  ackLingerMs?: number;
+  /** Give up after this many failed connects in a row (default 10). */
+  maxReconnects?: number;
+  reconnect?: BackoffOptions;
+}
+
+/** The partitions this subscription is served; `generation` grows on every exclusive rebalance. */
+export interface Assignment {
+  generation: number;
+  partitions: number[];
+}
+
+export interface SubscriptionEvents {
+  message: [Message];
+  assignment: [Assignment];
+  state: [SubscriptionState];
+  /** A fatal error (the state turns `closed`) or a `FrameError` (the subscription goes on). */
+  error: [StreamgateError];
+}
+
+const RECONNECT_CODES = new Set([1001, 1006, 1011, 1012, 1013, 4008, 4429, 4503]);
+
+interface Connection {
+  socket: WebSocketLike;
+  settler: Settler;
+}
+
+/** A subscription; made by `client.subscribe()`. Connects at once, in the background. */
+export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIterable<Message> {
+  readonly topic: string;
+  readonly group: string | undefined;
+  readonly mode: Mode;
+  /** Broadcast: the last offset received per partition, what a resume sends. */
+  readonly cursor: Cursor = new Map();
+  state: SubscriptionState = "connecting";
+  assignment: Assignment | undefined;
+  /** Successful connects: more than 1 means it reconnected. */
+  connections = 0;
+  private readonly transport: Transport;
+  private readonly WebSocketImpl: WebSocketConstructor;
+  private readonly options: SubscribeOptions;
+  private readonly backoff: Backoff;
+  private start: string | undefined;
+  private connection: Connection | undefined;
+  private failures = 0;
+  /** The next connect waits at least this long (a 4429's `retry in <n> s`). */
+  private minDelayMs = 0;
+  private pausedFor: { timer: ReturnType<typeof setTimeout>; wake: () => void } | undefined;
+  private readonly queue: Message[] = [];
+  private readers: Array<{ resolve: (r: IteratorResult<Message>) => void;
+                           reject: (e: unknown) => void }> = [];
+  private failure: StreamgateError | undefined;
+  private closing = false;
+
+  constructor(transport: Transport, WebSocketImpl: WebSocketConstructor,
+              options: SubscribeOptions) {
+    super();
+    this.transport = transport;
+    this.WebSocketImpl = WebSocketImpl;
+    this.options = options;
+    this.topic = options.topic;
+    this.group = options.group;
+    this.mode = options.mode ?? (options.group === undefined ? "broadcast" : "exclusive");
+    this.backoff = new Backoff(options.reconnect);
+    const from = options.from;
+    this.start = from instanceof Map ? formatCursor(from) : from as string | undefined;
+    if (this.mode === "broadcast" && this.start !== undefined
+        && this.start !== "earliest" && this.start !== "latest") {
+      // the cursor given is where a resume starts until messages move it on
+      for (const [p, o] of parseCursor(this.start)) this.cursor.set(p, o);
+    }
+    void this.connectLoop(true);
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<Message> {
+    return {
+      next: () => this.next(),
+      return: async () => {
+        await this.close();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+
+  /** The next message: messages go to `message` listeners when there are any, else they queue
+   * here. Rejects with the fatal error that ended the subscription. */
+  next(): Promise<IteratorResult<Message>> {
+    const message = this.queue.shift();
+    if (message !== undefined) return Promise.resolve({ done: false, value: message });
+    if (this.failure !== undefined) return Promise.reject(this.failure);
+    if (this.state === "closed") return Promise.resolve({ done: true, value: undefined });
+    return new Promise((resolve, reject) => this.readers.push({ resolve, reject }));
+  }
+
+  /** Send pending acks and close the socket; the iteration ends. Idempotent. */
+  async close(): Promise<void> {
+    if (this.state === "closed") return;
+    this.closing = true;
+    this.wakeFromPause();
+    const connection = this.connection;
+    this.connection = undefined;
+    if (connection !== undefined) {
+      connection.settler.flush();
+      connection.socket.close(1000, "client closing");
+    }
+    this.setState("closed");
+    for (const reader of this.readers.splice(0)) reader.resolve({ done: true, value: undefined });
+  }
+
+  // --- connecting --------------------------------------------------------------------------------
+
+  private async connectLoop(first: boolean): Promise<void> {
+    while (!this.closing) {
+      if (this.failures > 0) {
+        this.setState("reconnecting");
+        await this.pause(this.backoff.delayMs(this.failures, this.minDelayMs));
+        this.minDelayMs = 0;
+        if (this.closing) return;
+      }
+      try {
+        if (first && this.needsPinnedLatest()) await this.pinLatest();
+        await this.connect();
+        return;
+      } catch (error) {
+        const failed = error instanceof StreamgateError
+          ? error : new ConnectionError(String(error), { cause: error });
+        this.failures++;
+        // a 429 or 503 before the upgrade says when to come back
+        if (failed instanceof ProblemError) this.minDelayMs = failed.retryAfterMs ?? 0;
+        if (!failed.retriable || this.failures > (this.options.maxReconnects ?? 10)) {
+          this.fail(failed);
+          return;
+        }
+      }
+    }
+  }
+
+  private needsPinnedLatest(): boolean {
+    const latest = this.start === undefined || this.start === "latest";
+    return this.mode === "broadcast" && latest && this.cursor.size === 0
+      && this.options.fromTimeMs === undefined;
+  }
+
+  /** Broadcast `latest` becomes an explicit cursor of each partition's last offset, so a resume
+   * after a drop starts there rather than at whatever is latest by then. */
+  private async pinLatest(): Promise<void> {
+    const path = `/v1/topics/${encodeURIComponent(this.topic)}`;
+    const answer = await this.transport.request<{
+      partition_details?: Array<{ partition: number; last_offset: string | null }>;
+    }>("GET", path);
+    for (const detail of answer.body.partition_details ?? []) {
+      if (detail.last_offset) this.cursor.set(detail.partition, detail.last_offset);
+    }
+    // partitions that were empty are absent from the cursor: read from their first entry
+    this.start = "earliest";
+  }
+
+  /** Open one socket; resolves once it is open. A refused upgrade rejects with the problem the
+   * gateway gives for the same request without the upgrade (the WebSocket API hides it). */
+  private connect(): Promise<void> {
+    const url = this.subscribeUrl();
+    const socket = new this.WebSocketImpl(url);
+    const flushAt = Math.floor((this.options.maxInFlight ?? 100) / 2);
+    const settler = new Settler(socket, this.options.ackLingerMs ?? 5, flushAt);
+    return new Promise((resolve, reject) => {
+      let opened = false;
+      // a close event always follows; without a listener the `ws` package throws the error
+      socket.addEventListener("error", () => undefined);
+      socket.addEventListener("open", () => {
+        opened = true;
+        if (this.closing) {
+          socket.close(1000, "client closing");
+          resolve();
+          return;
+        }
+        this.connection = { socket, settler };
+        this.connections++;
+        this.sendAuthFrame(socket);
+        this.setState("connected");
+        resolve();
+      });
+      socket.addEventListener("message", (event) => this.onFrame(socket, settler, event.data));
+      socket.addEventListener("close", (event) => {
+        if (!opened && this.closing) {
+          resolve();
+        } else if (!opened) {
+          this.refusal(url).then(reject, reject);
+        } else {
+          this.onClose(socket, event.code, event.reason);
+        }
+      });
+    });
+  }
+
+  /** Credentials go in a first frame: browsers cannot set headers on a WebSocket upgrade. */
+  private sendAuthFrame(socket: WebSocketLike): void {
+    const { token, apiKey } = this.transport.credentials;
+    if (token) socket.send(JSON.stringify({ type: "auth", token }));
+    else if (apiKey) socket.send(JSON.stringify({ type: "auth", api_key: apiKey }));
+  }
+
+  private subscribeUrl(): string {
+    const o = this.options;
+    const query = new URLSearchParams({ topic: this.topic, mode: this.mode, batch: "true" });
+    if (this.group !== undefined) query.set("group", this.group);
+    const start = this.mode === "broadcast" && this.cursor.size > 0
+      ? formatCursor(this.cursor) : this.start;
+    if (start !== undefined) query.set("from", start);
+    if (o.fromTimeMs !== undefined) query.set("from_time_ms", String(o.fromTimeMs));
+    const numbers: Array<[string, number | undefined]> = [
+      ["max_in_flight", o.maxInFlight], ["ack_timeout_ms", o.ackTimeoutMs],
+      ["max_deliveries", o.maxDeliveries],
+    ];
+    for (const [name, value] of numbers) if (value !== undefined) query.set(name, String(value));
+    if (o.autoAck) query.set("auto_ack", "true");
+    for (const [header, values] of Object.entries(o.filter ?? {})) {
+      query.append("filter", `${header}:${([] as string[]).concat(values).join(",")}`);
+    }
+    return this.transport.url(`/v1/subscribe?${query}`).replace(/^http/, "ws");
+  }
+
+  /** Why an upgrade failed: parameters, credentials, grants and the topic are checked before the
+   * upgrade, so a plain GET of the same URL answers with the same problem; a 400 means the request
+   * itself was fine but is not an upgrade, so the failure was the connection's. */
+  private async refusal(wsUrl: string): Promise<StreamgateError> {
+    const url = wsUrl.replace(/^ws/, "http");
+    try {
+      const response = await this.transport.fetch(url, {
+        headers: authHeaders(this.transport.credentials),
+        signal: AbortSignal.timeout(this.transport.timeoutMs),
+      });
+      const text = await response.text();
+      if (response.status >= 400 && response.status !== 400) {
+        return problemError(response.status, problemDocument(response.status, text),
+                            retryAfterMs(response.headers));
+      }
+    } catch (error) {
+      return new ConnectionError(`connect ${wsUrl}: ${String(error)}`, { cause: error });
+    }
+    return new ConnectionError(`connect ${wsUrl}: the WebSocket upgrade failed`);
+  }
+
+  // --- frames ------------------------------------------------------------------------------------
+
+  private onFrame(socket: WebSocketLike, settler: Settler, data: unknown): void {
+    if (this.connection?.socket !== socket || typeof data !== "string") return;
+    let frame: { type?: string; [field: string]: unknown };
+    try {
+      frame = JSON.parse(data) as typeof frame;
+    } catch {
+      this.emit("error", new FrameError("bad-json", "the gateway sent a frame that is not JSON"));
+      return;
+    }
+    if (frame.type === "messages") {
+      this.deliver(frame["messages"] as MessageFrame[], settler);
+    } else if (frame.type === "message") {
+      this.deliver([frame as unknown as MessageFrame], settler);
+    } else if (frame.type === "assignment") {
+      // the connection is fully set up: the next drop backs off from the start again
+      this.failures = 0;
+      this.assignment = { generation: Number(frame["generation"]),
+                          partitions: frame["partitions"] as number[] };
+      this.emit("assignment", this.assignment);
+    } else if (frame.type === "error") {
+      this.emit("error", new FrameError(String(frame["code"]), String(frame["detail"] ?? "")));
+    }
+  }
+
+  private deliver(frames: MessageFrame[], settler: Settler): void {
+    // acks only mean something in a group without auto_ack
+    const owner = this.mode === "broadcast" || this.options.autoAck ? undefined : settler;
+    const listening = this.listenerCount("message") > 0;
+    for (const frame of frames) {
+      const message = new Message(frame, this.topic, owner);
+      if (this.mode === "broadcast") this.cursor.set(message.partition, message.offset);
+      if (listening) {
+        this.emit("message", message);
+      } else {
+        const reader = this.readers.shift();
+        if (reader !== undefined) reader.resolve({ done: false, value: message });
+        else this.queue.push(message);
+      }
+    }
+  }
+
+  // --- closing -----------------------------------------------------------------------------------
+
+  private onClose(socket: WebSocketLike, code: number, reason: string): void {
+    if (this.connection?.socket !== socket) return;
+    this.connection = undefined;
+    if (this.closing) return;
+    if (code === 1000) {
+      void this.close();
+      return;
+    }
+    if (!RECONNECT_CODES.has(code)) {
+      this.fail(closeError(code, reason));
+      return;
+    }
+    this.failures++;
+    if (this.failures > (this.options.maxReconnects ?? 10)) {
+      this.fail(new ConnectionError(`subscription closed with ${code} ${reason}; giving up`));
+      return;
+    }
+    this.minDelayMs = retryInMs(reason);
+    void this.connectLoop(false);
+  }
+
+  private fail(error: StreamgateError): void {
+    if (this.closing) return;
+    this.failure = error;
+    this.closing = true;
+    this.setState("closed");
+    this.emit("error", error);
+    for (const reader of this.readers.splice(0)) reader.reject(error);
+  }
+
+  private setState(state: SubscriptionState): void {
+    if (this.state === state || this.state === "closed") return;
+    this.state = state;
+    this.emit("state", state);
+  }
+
+  /** Wait `ms`, or less if the subscription is closed meanwhile (no timer left behind). */
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        this.pausedFor = undefined;
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.pausedFor = { timer, wake };
+    });
+  }
+
+  private wakeFromPause(): void {
+    this.pausedFor?.wake();
+  }
+}
+
+/** The typed error of a close code that reconnecting cannot fix. */
+export function closeError(code: number, reason: string): StreamgateError {
+  const document = { detail: reason || `closed with ${code}` };
+  if (code === 4401) return new AuthError(401, { ...document, status: 401 }, code);
+  if (code === 4403) return new ForbiddenError(403, { ...document, status: 403 }, code);
+  return new SubscriptionClosedError(code, reason);
+}
+
+/** 4429's reason says `retry in <n> s` when the subscribe rate limit refused: wait that long. */
+function retryInMs(reason: string): number {
+  const match = /retry in (\d+(?:\.\d+)?) s/.exec(reason);
+  return match === null ? 0 : Number(match[1]) * 1000;
+}
