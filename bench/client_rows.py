@@ -35,6 +35,8 @@ TEXT_VALUE = VALUE.decode()  # 200 bytes, sent as a JSON string
 KEYS = [f"user-{n}" for n in range(1000)]
 PARTITIONS = 8
 MAX_CLI_LINES = 1_000_000
+# `streamgate produce`'s goal, 200,000 lines/s where wrk's batches took ~219,000 msg/s, as a ratio
+CLI_WRK_RATIO = 0.9
 
 
 async def producer_in_flight_rate(base: str, topic: str, acks: str, seconds: float) -> float:
@@ -126,7 +128,7 @@ async def client_rows(base: str, nats_url: str, seconds: float, group_messages: 
     async with aiohttp.ClientSession() as http:
         for topic in ("client-in-flight", "client-one", "client-group", "client-cli"):
             await create_topic(http, base, topic, PARTITIONS)
-    rows = await producer_rows(base, nats_url, seconds)
+    rows, wrk_rate = await producer_rows(base, nats_url, seconds)
     one = await producer_one_at_a_time_rate(base, "client-one", seconds)
     nats_one = await nats_one_at_a_time_rate(nats_url, seconds)
     rows.append(at_least(Row("c2", "Producer: await send_and_wait() one at a time", one, "msg/s",
@@ -135,15 +137,18 @@ async def client_rows(base: str, nats_url: str, seconds: float, group_messages: 
     rows += await consumer_rows(base, nats_url, group_messages)
     count = min(MAX_CLI_LINES, 20 * group_messages)
     lines = await asyncio.to_thread(cli_lines_rate, base, "client-cli", count)
-    rows.append(at_least(Row("c4", "streamgate produce < file", lines, "lines/s",
-                             goal_text=">= 200,000 lines/s",
-                             note=f"{count:,} lines, wall clock incl. start-up"), 200_000))
+    rows.append(at_least(Row("c4", "streamgate produce < file", lines, "lines/s", wrk_rate,
+                             "wrk, batch 100, 16 conn.",
+                             f">= {CLI_WRK_RATIO}x wrk (was >= 200,000)",
+                             note=f"{count:,} lines, wall clock incl. start-up"),
+                         CLI_WRK_RATIO, on_ratio=True))
     return rows
 
 
-async def producer_rows(base: str, nats_url: str, seconds: float) -> list[Row]:
+async def producer_rows(base: str, nats_url: str, seconds: float) -> tuple[list[Row], float]:
     """Many sends in flight: the fast pattern against nats-py's task per publish (the issue's
-    anchor), its own best pattern and wrk; the task pattern like for like."""
+    anchor), its own best pattern and wrk; the task pattern like for like. Also wrk's rate, the
+    CLI row's anchor."""
     wrk = await http_publish_for(base, "client-in-flight", publish_body(100, "1"), 100, seconds, 16)
     nats_tasks = await nats_task_per_publish_rate(nats_url, seconds)
     nats_best, nats_note = await nats_best_publish_async_rate(nats_url, seconds)
@@ -164,7 +169,7 @@ async def producer_rows(base: str, nats_url: str, seconds: float) -> list[Row]:
     tasks = await producer_task_per_send_rate(base, "client-in-flight", seconds)
     rows.append(Row("c1", "Producer: a task per send_and_wait(), gathered", tasks, "msg/s",
                     nats_tasks, "nats-py, a task per js.publish", "information (same pattern)"))
-    return rows
+    return rows, wrk.rate
 
 
 async def consumer_rows(base: str, nats_url: str, group_messages: int) -> list[Row]:

@@ -53,6 +53,7 @@ def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
     anchors = {row["anchor_name"] for row in rows}
     assert [row["goal"] for row in rows] == ["1"] * 7
     assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async",
+            "bare aiohttp handler, same load", "bare aiohttp handler p99",
             "JetStream publish_async (R2, 3 servers)", "raw XADD -P 64, same cluster",
             "JetStream publish_async (R1)"} <= anchors
     for row in rows:
@@ -86,9 +87,10 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=290)
     assert [(row["goal"], row["anchor_name"]) for row in rows] == [
         ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
-        ("2", "acks=1, same load"), ("5", ""), ("5", "JetStream pull+ack"),
-        ("5", "JetStream pull+ack (R2, 3 servers)"), ("5", "acks of up to 500 per frame"),
-        ("5", ""), ("5", "JetStream pull+ack (R1)")]
+        ("2", "acks=1, same load"), ("5", "raw XREADGROUP + XACK, same streams"),
+        ("5", "JetStream pull+ack"), ("5", "JetStream pull+ack (R2, 3 servers)"),
+        ("5", "acks of up to 500 per frame"), ("5", "raw XREADGROUP + XACK, same streams"),
+        ("5", "JetStream pull+ack (R1)")]
     assert [row["status"] for row in rows][1:3] == ["info", "info"]
     assert "(0 lost)" in rows[2]["note"]  # every acks=0 message counted as accepted reached its
                                           # stream
@@ -127,3 +129,4 @@ def test_quick_client_run_writes_every_client_row_next_to_its_nats_py_anchor(
         if row["anchor_name"]:
             assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
     assert "streamgate produce < file" in done.stdout
+    assert rows[-1]["anchor_name"] == "wrk, batch 100, 16 conn."  # the CLI judged against wrk
