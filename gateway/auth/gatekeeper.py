@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 AUTH_MODES = ("required", "none")
 OPERATIONAL_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-ALWAYS_PUBLIC_PATHS = frozenset({"/openapi.json"})
+# the API descriptions (gateway.routes.health.API_DOCUMENTS)
+ALWAYS_PUBLIC_PATHS = frozenset({"/openapi.json", "/asyncapi.json"})
 READ_ACTIONS = (Action.SUBSCRIBE, Action.ADMIN)
 
 

@@ -14,6 +14,7 @@ from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.params import Mode, SubscribeParams
 from gateway.delivery.session import Session
 from gateway.delivery.tail import BroadcastFollow
+from gateway.delivery.wire import assignment_frame
 from gateway.services import Services
 from partitioner.errors import MembershipLost, PartitionerError
 from partitioner.membership import GroupMember
@@ -74,8 +75,7 @@ async def _run_broadcast(session: Session, services: Services, topic: TopicMetad
 
 
 def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:
-    session.send_control({"type": "assignment", "generation": generation,
-                          "partitions": list(partitions)})
+    session.send_control(assignment_frame(partitions, generation))
 
 
 async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str,

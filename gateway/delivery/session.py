@@ -35,7 +35,7 @@ import orjson
 from gateway.delivery.heap import trim_soon
 from gateway.delivery.params import DEFAULT_MAX_IN_FLIGHT, SubscribeParams, format_cursor
 from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
-from gateway.delivery.wire import Send, batched, message_frame, message_frames
+from gateway.delivery.wire import Send, batched, error_frame, message_frame, message_frames
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
 
@@ -229,7 +229,7 @@ class Session:
         return fit
 
     def send_control(self, frame: dict[str, Any]) -> None:
-        """Queue a control frame (assignment, error, ack result); not counted against credit.
+        """Queue a control frame (assignment, error); not counted against credit.
 
         Control frames may take the outbox past its byte bound, up to twice it: past that the client
         keeps sending frames while reading none of the answers, and is closed as a slow consumer.
@@ -290,8 +290,8 @@ class Session:
         fits."""
         cursor = self.resume_cursor()
         log.warning("session %s: client too slow, closing with cursor %s", self.id, cursor)
-        frame = orjson.dumps({"type": "error", "code": "slow-consumer",
-                              "detail": "closing: too slow to drain", "cursor": cursor})
+        frame = orjson.dumps(error_frame("slow-consumer", "closing: too slow to drain",
+                                         cursor=cursor))
         # The frame lands in the transport ahead of the close frame even if the drain wait times
         # out.
         with contextlib.suppress(TimeoutError, ConnectionError, RuntimeError):

@@ -1,5 +1,5 @@
-"""Bytes on the wire: message frames encoded once, several WebSocket text frames coalesced into one
-write.
+"""Bytes on the wire: message frames encoded once, the control frames, several WebSocket text frames
+coalesced into one write.
 
 The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md).
 What changes is how they reach the socket: ``text_frames`` frames everything a session has queued
@@ -12,7 +12,8 @@ from __future__ import annotations
 import base64
 import functools
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import orjson
 
@@ -111,6 +112,23 @@ def batched(frames: list[bytes]) -> list[bytes]:
     if run:
         out.append(_BATCH_HEAD + b",".join(run) + b"]}")
     return out
+
+
+# Control frames: every JSON frame the server sends besides ``message``/``messages`` is built here,
+# so that gateway/asyncapi.json can be checked against all of them (tests/unit/gateway).
+def assignment_frame(partitions: Iterable[int], generation: int = 0) -> dict[str, Any]:
+    """The ``assignment`` frame: the partitions the subscription is served from now on."""
+    return {"type": "assignment", "generation": generation, "partitions": list(partitions)}
+
+
+def error_frame(code: str, detail: str, **extra: str) -> dict[str, Any]:
+    """An ``error`` frame (``bad-frame``, ``unavailable`` or ``slow-consumer`` with a cursor)."""
+    return {"type": "error", "code": code, "detail": detail, **extra}
+
+
+def authenticated_frame(principal: str) -> dict[str, Any]:
+    """The answer to a valid ``auth`` frame."""
+    return {"type": "authenticated", "principal": principal}
 
 
 def frame_header(first: int, length: int) -> bytes:

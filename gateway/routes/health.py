@@ -1,8 +1,10 @@
-"""Liveness, readiness, metrics and the OpenAPI document."""
+"""Liveness, readiness, metrics and the API descriptions (OpenAPI for HTTP, AsyncAPI for the
+WebSocket protocol)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from aiohttp import web
@@ -13,6 +15,8 @@ from gateway.responses import json_response
 from gateway.services import Services, services_of
 
 READINESS_TIMEOUT_S = 2.0
+# shipped as package data, each served at /<name>; public (gateway.auth.gatekeeper)
+API_DOCUMENTS = ("openapi.json", "asyncapi.json")
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -63,14 +67,21 @@ def export_heat(services: Services) -> None:
                 metrics.partition_top_key_messages.labels(*labels, key).set(count)
 
 
+def api_document(name: str) -> bytes:
+    """One of the API_DOCUMENTS shipped in the package."""
+    return resources.files("gateway").joinpath(name).read_bytes()
+
+
 def openapi_document() -> bytes:
-    """The OpenAPI document shipped in the package."""
-    return resources.files("gateway").joinpath("openapi.json").read_bytes()
+    """The OpenAPI document (HTTP routes)."""
+    return api_document("openapi.json")
 
 
-async def openapi(request: web.Request) -> web.Response:
-    """GET /openapi.json."""
-    return web.Response(body=openapi_document(), content_type="application/json")
+def document_route(name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The handler of ``GET /<name>``: the document as shipped."""
+    async def serve_document(request: web.Request) -> web.Response:
+        return web.Response(body=api_document(name), content_type="application/json")
+    return serve_document
 
 
 def add_routes(app: web.Application) -> None:
@@ -78,4 +89,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/openapi.json", openapi)
+    for name in API_DOCUMENTS:
+        app.router.add_get(f"/{name}", document_route(name))

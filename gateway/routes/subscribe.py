@@ -1,10 +1,11 @@
 """``GET /v1/subscribe``: WebSocket subscriptions in exclusive, shared or broadcast mode.
 
 Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends
-``message``, ``assignment`` and ``error`` frames; the client sends ``ack``, ``nack`` and ``extend``
-frames. See docs/api.md. The upgrade hands the connection to a lean WebSocket
-(gateway.delivery.websocket) and the handler returns once the subscription is served
-(gateway.routes.subscription): nothing of aiohttp's stays per connection.
+``authenticated``, ``assignment``, ``message``/``messages`` and ``error`` frames; the client sends
+``auth``, ``ack``, ``nack`` and ``extend`` frames. See docs/api.md and gateway/asyncapi.json. The
+upgrade hands the connection to a lean WebSocket (gateway.delivery.websocket) and the handler
+returns once the subscription is served (gateway.routes.subscription): nothing of aiohttp's stays
+per connection.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.delivery.websocket import (
     handshake,
     upgrade,
 )
+from gateway.delivery.wire import authenticated_frame
 from gateway.errors import (
     WS_CLOSE_TOO_MANY_CONNECTIONS,
     WS_CLOSE_UNAVAILABLE,
@@ -178,7 +180,7 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
         return None
     except ConnectionResetError:  # the client went away
         return None
-    await socket.send_texts([orjson.dumps({"type": "authenticated", "principal": principal.name})])
+    await socket.send_texts([orjson.dumps(authenticated_frame(principal.name))])
     return principal, params, topic
 
 

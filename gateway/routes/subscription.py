@@ -28,6 +28,7 @@ from gateway.delivery.params import Mode
 from gateway.delivery.session import CloseRequest, MessageRef, Session
 from gateway.delivery.tail import BroadcastFollow
 from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket
+from gateway.delivery.wire import error_frame
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
     WS_CLOSE_GROUP_CONFLICT,
@@ -101,11 +102,11 @@ class ServedSubscription:
         try:
             frame = parse_settle(orjson.loads(text))
         except (orjson.JSONDecodeError, ValueError) as exc:
-            session.send_control(_error("bad-frame", str(exc)))
+            session.send_control(error_frame("bad-frame", str(exc)))
             return
         if self.services.delivery is None or session.params.mode is Mode.BROADCAST:
-            session.send_control(_error("bad-frame",
-                                        f"{frame[0]} is only meaningful in a group subscription"))
+            session.send_control(error_frame(
+                "bad-frame", f"{frame[0]} is only meaningful in a group subscription"))
             return
         if self._inbox is None:
             self._inbox = []
@@ -116,7 +117,7 @@ class ServedSubscription:
             self._settler = asyncio.create_task(self._settle_inbox(), name=f"settle-{session.id}")
 
     def on_binary(self, data: bytes) -> None:
-        self.session.send_control(_error("bad-frame", "frames must be JSON text"))
+        self.session.send_control(error_frame("bad-frame", "frames must be JSON text"))
 
     def on_closed(self) -> None:
         if self._cleanup is None:
@@ -154,8 +155,8 @@ class ServedSubscription:
                 try:
                     await hub.settle(session, refs, action, delay_ms)
                 except StorageError as exc:
-                    session.send_control(_error("unavailable",
-                                                f"{action} failed, retry: {exc.message}"))
+                    session.send_control(error_frame("unavailable",
+                                                     f"{action} failed, retry: {exc.message}"))
         except Exception as exc:
             close_for(session, exc)
         finally:
@@ -273,7 +274,3 @@ def _message_refs(items: list[Any]) -> list[MessageRef]:
     except KeyError:
         pass
     raise ValueError("each message must be {\"partition\": int, \"offset\": str}")
-
-
-def _error(code: str, detail: str) -> dict[str, Any]:
-    return {"type": "error", "code": code, "detail": detail}

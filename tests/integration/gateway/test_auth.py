@@ -173,7 +173,7 @@ async def test_every_route_for_a_principal_without_a_grant_is_403_even_for_unkno
 
 async def test_operational_routes_are_public(secured: Client) -> None:
     await until_ready(secured)  # without credentials: readiness itself is public
-    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/asyncapi.json"):
         assert (await secured.get(path)).status == 200, path
 
 

@@ -239,7 +239,7 @@ async def test_hostile_publish_bodies_with_auth_on_are_refused_and_write_nothing
 
 # ---------------------------------------------------------------------------- 2. every route
 
-PUBLIC = {"healthz", "readyz", "metrics", "openapi"}
+PUBLIC = {"healthz", "readyz", "metrics", "openapi", "asyncapi"}
 LISTINGS = {"listTopics", "listGroups"}
 
 
