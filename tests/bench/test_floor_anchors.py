@@ -19,8 +19,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _bench_module(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # bench's scripts import each other by bare name
+    """A bench script as a module; bench/ stays off sys.path (its pipeline.py would shadow the
+    pipeline package)."""
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
