@@ -7,15 +7,16 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server
-BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server
+APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium
+BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server chromium
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: help deps venv node-deps run test lint bench clean
 
 help:
-	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, gcc, python3-dev (apt)"
+	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
+	@echo "            gcc, python3-dev (apt)"
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make node-deps  npm ci in client/typescript (the TypeScript client's compiler and test deps)"

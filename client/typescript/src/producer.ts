@@ -95,11 +95,18 @@ interface PublishAnswer {
   accepted?: number;
 }
 
+/** `bytes` random bytes as hex: `crypto.getRandomValues` exists on plain-http pages too, where
+ * browsers leave out `crypto.randomUUID` (secure contexts only). */
+function randomHex(bytes: number): string {
+  const random = globalThis.crypto.getRandomValues(new Uint8Array(bytes));
+  return Array.from(random, (byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
 /** Publishes messages; made by `client.producer()`. */
 export class Producer {
   readonly acks: Acks;
   /** Names this producer's batches: `<producerId>-<n>` is each batch's `Idempotency-Key`. */
-  readonly producerId: string = globalThis.crypto.randomUUID().replaceAll("-", "");
+  readonly producerId: string = randomHex(16);
   private readonly transport: Transport;
   private readonly lingerMs: number;
   private readonly batchSize: number;

@@ -3,6 +3,7 @@
 import { randomUUID } from "node:crypto";
 import WebSocket from "ws";
 import { Client } from "../dist/index.js";
+import { within } from "./deadline.mjs";
 
 export const url = process.env.STREAMGATE_URL;
 if (!url) throw new Error("STREAMGATE_URL must name a running gateway");
@@ -41,18 +42,7 @@ export async function runCleanup(cleanup) {
   }
 }
 
-/** `promise`, or a rejection naming `what` after `ms`. */
-export async function within(ms, what, promise) {
-  let timer;
-  const deadline = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([promise, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+export { within };
 
 /** The next `count` messages of a subscription's iterator, each passed to `each` as it comes
  * (to ack it: the gateway sends no more than the credit until acks come back). */

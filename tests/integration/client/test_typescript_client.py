@@ -8,51 +8,11 @@ does): missing, the test skips locally and fails in CI. The package is built bef
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import NoReturn
 
 import pytest
-
-PACKAGE = Path(__file__).resolve().parents[3] / "client" / "typescript"
-MIN_NODE_MAJOR = 20
-
-
-def require_node(report_missing: Callable[[str], NoReturn]) -> None:
-    """Skip locally, fail in CI, without node >= 20 and npm."""
-    missing = [name for name in ("node", "npm") if shutil.which(name) is None]
-    if missing:
-        report_missing(f"binaries are missing: {missing}")
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True,
-                             timeout=30).stdout.strip()
-    if int(version.lstrip("v").split(".")[0]) < MIN_NODE_MAJOR:
-        report_missing(f"node >= {MIN_NODE_MAJOR} is needed, found {version}")
-
-
-def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` in the package in a session of its own, so that a timeout kills the whole
-    group (``node --test`` runs each test file in a child process) and leaves nothing behind."""
-    with subprocess.Popen(args, cwd=PACKAGE, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True) as process:
-        try:
-            output, _ = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            pytest.fail(f"{' '.join(args)} timed out after {timeout_s}s:\n{output}")
-    return subprocess.CompletedProcess(args, process.returncode, output)
-
-
-def build_package(report_missing: Callable[[str], NoReturn]) -> None:
-    """Compile to dist/ with the dev dependencies ``make node-deps`` installed."""
-    if not (PACKAGE / "node_modules" / ".package-lock.json").is_file():
-        report_missing("client/typescript has no node_modules: run `make node-deps`")
-    built = run(["npm", "run", "build"], timeout_s=180)
-    assert built.returncode == 0, built.stdout
+from node_package import PACKAGE, build_package, require_node, run
 
 
 @pytest.mark.timeout(420)

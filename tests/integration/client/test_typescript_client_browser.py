@@ -1,0 +1,188 @@
+"""The TypeScript client (client/typescript) in a real headless Chromium, driven by Playwright,
+against a gateway process: the browser's own fetch and WebSocket, publish to subscribe."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pytest
+from node_package import PACKAGE, build_package, require_node
+from page_server import serve_page
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+PAGE_DIR = Path(__file__).with_name("browser")
+COUNT = 30
+PARTITIONS = 3
+OFFSET = re.compile(r"^\d+-\d+$")
+
+
+def require_browser(report_missing: Callable[[str], NoReturn]) -> str:
+    """Debian's chromium (``make deps``) and Playwright (the dev extra): skip locally, fail in
+    CI."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        report_missing("chromium is missing: `make deps` installs it")
+    if importlib.util.find_spec("playwright") is None:
+        report_missing("playwright is missing: pip install -e '.[dev]'")
+    return chromium
+
+
+def page_files() -> dict[str, Path]:
+    """The page's files by URL path: its own from browser/, the Node tests' deadline helper, the
+    built client's from dist/."""
+    files = {f"/{path.name}": path for path in PAGE_DIR.iterdir()}
+    files["/deadline.mjs"] = PACKAGE / "test" / "deadline.mjs"
+    files |= {f"/dist/{path.name}": path for path in (PACKAGE / "dist").glob("*.js")}
+    return files
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (a zombie's is empty: it is not counted)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            pass  # the process ended while we looked
+    return found
+
+
+def reap(profile: Path) -> list[int]:
+    """Wait for every process of the browser that ``profile`` names to end; kill any that will
+    not (they were ours). Returns those that had to be killed."""
+    deadline = time.monotonic() + 10
+    while (left := processes_mentioning(str(profile))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@contextmanager
+def browser_page(chromium: str, profile: Path) -> Iterator[Page]:
+    """A page of a headless Chromium with its own profile; the browser and Playwright's driver are
+    stopped afterwards, and no browser process may outlive them."""
+    from playwright.sync_api import sync_playwright
+
+    try:
+        with sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                profile, executable_path=chromium, headless=True, args=["--no-sandbox"])
+            try:
+                yield context.pages[0] if context.pages else context.new_page()
+            finally:
+                context.close()
+    finally:
+        killed = reap(profile)
+    assert killed == [], f"browser processes outlived the browser and were killed: {killed}"
+
+
+def delete_topic(gateway: str, topic: str) -> None:
+    request = urllib.request.Request(f"{gateway}/v1/topics/{topic}", method="DELETE")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as error:
+        if error.code != 404:  # never created: the test failed before that
+            raise
+
+
+@pytest.mark.timeout(300)
+def test_typescript_client_publishes_and_subscribes_from_a_headless_chromium(
+        served_gateway: str, report_missing: Callable[[str], NoReturn], tmp_path: Path) -> None:
+    chromium = require_browser(report_missing)
+    require_node(report_missing)
+    build_package(report_missing)
+    topic, group = f"browser-{uuid.uuid4().hex[:10]}", f"g-{uuid.uuid4().hex[:8]}"
+    log: list[str] = []
+    timings: dict[str, float] = {}
+    screenshot = tmp_path / "typescript-client-chromium.png"
+
+    # The gateway sends no CORS headers: a page on an origin of its own could not read its answers,
+    # so the page's server passes the gateway's paths on to it (one origin, as behind an ingress).
+    with serve_page(served_gateway, page_files()) as origin, \
+            browser_page(chromium, tmp_path / "profile") as page:
+        page.on("console", lambda message: log.append(f"console.{message.type}: {message.text}"))
+        page.on("pageerror", lambda error: log.append(f"page error: {error}"))
+
+        def scenario(name: str, *args: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return page.evaluate("([name, args]) => window.run(name, ...args)", [name, args])
+            except Exception as error:
+                raise AssertionError(f"{name} failed in the browser: {error}\n"
+                                     + "\n".join(log)) from error
+            finally:
+                timings[name] = time.monotonic() - started
+
+        try:
+            page.goto(f"{origin}/index.html")
+            page.wait_for_function("window.ready === true", timeout=30_000)
+            scenario("createTopic", topic, PARTITIONS)
+            published = scenario("publish", topic, COUNT)
+            broadcast = scenario("broadcast", topic, COUNT)
+            grouped = scenario("group", topic, group, COUNT)
+            refused = scenario("publishToUnknownTopic", f"no-such-{topic}")
+        finally:
+            try:
+                page.screenshot(path=screenshot, full_page=True)
+                print(f"screenshot: {screenshot}")
+            except Exception as error:  # a crashed page: the failure being raised says more
+                print(f"no screenshot: {error}")
+            delete_topic(served_gateway, topic)
+    print("timings (s): " + ", ".join(f"{name} {s:.2f}" for name, s in timings.items()))
+
+    # publish (sent in one tick): offsets in send order per partition; a key keeps its partition
+    assert [r["n"] for r in published] == list(range(COUNT))
+    assert all(OFFSET.match(r["offset"]) and r["duplicate"] is False for r in published)
+    assert {r["partition"] for r in published} <= set(range(PARTITIONS))
+    for n in range(5, COUNT):
+        assert published[n]["partition"] == published[n % 5]["partition"]
+    by_partition: dict[int, list[str]] = {}
+    for result in published:
+        by_partition.setdefault(result["partition"], []).append(result["offset"])
+    for offsets in by_partition.values():
+        assert offsets == sorted(offsets, key=lambda o: tuple(map(int, o.split("-"))))
+    n_at = {(r["partition"], r["offset"]): r["n"] for r in published}
+
+    # broadcast from earliest: every message, each partition in publish order, as it was sent
+    for partition, offsets in by_partition.items():
+        assert [m["offset"] for m in broadcast if m["partition"] == partition] == offsets
+    assert len(broadcast) == COUNT
+    for message in broadcast:
+        n = n_at[(message["partition"], message["offset"])]
+        assert message["value"] == {"n": n}
+        assert message["key"] == f"k{n % 5}"
+        assert message["headers"] == {"source": "chromium"}
+
+    # a group: every message exactly once, all acked, nothing more to come
+    delivered = [(m["partition"], m["offset"]) for m in grouped["messages"]]
+    assert sorted(delivered) == sorted(n_at)
+    assert all(m["deliveryCount"] == 1 for m in grouped["messages"])
+    assert grouped["more"] is None
+    assert sorted(grouped["assignment"]) == list(range(PARTITIONS))
+    assert len(grouped["partitions"]) == PARTITIONS
+    assert all(p["pending"] == 0 and p["lag"] == 0 for p in grouped["partitions"])
+
+    # a 4xx rejects with a typed ProblemError carrying the problem document's fields
+    assert refused["rejected"], refused
+    assert refused["isProblemError"], refused
+    assert refused["status"] == 404
+    assert refused["type"] == "https://streamgate.dev/problems/topic-not-found"
+    assert refused["retriable"] is False
+    assert screenshot.stat().st_size > 0
