@@ -134,7 +134,9 @@ async def test_group_delivery_resumes_soon_after_an_etcd_outage_longer_than_the_
         f"{closes}; group delivery resumed {took_s:.2f}s after etcd was serving again"
     )
     assert 4503 in closes
-    assert took_s < 3.0
+    # resumed before a member lease granted during the outage's end could have expired: nothing
+    # waited out a stale lease (a bound by the protocol, not by this machine's speed)
+    assert took_s < lease_ttl_s
 
 
 async def _resubscribing(client: Client, topic: str, received: list[tuple[float, Any]],
