@@ -111,12 +111,16 @@ class Admin:
                                 body={"topic": topic, "to": target})
 
     async def redrive(self, topic: str, max_messages: int | None = None, *,
-                      rate_per_s: int | None = None) -> dict[str, Any]:
-        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic ->
-        ``{"redriven": n}``."""
-        body = {name: value
-                for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
-                if value is not None}
+                      rate_per_s: int | None = None,
+                      letter: tuple[int, str] | None = None) -> dict[str, Any]:
+        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic (and out of
+        the DLQ) -> ``{"redriven": n}``; ``letter`` = (partition, offset) moves that one only."""
+        body: dict[str, Any] = {
+            name: value
+            for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
+            if value is not None}
+        if letter is not None:
+            body |= {"partition": letter[0], "offset": letter[1]}
         return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
 
     # --- transport --------------------------------------------------------------------------------

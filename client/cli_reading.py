@@ -57,6 +57,16 @@ def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     redrive.add_argument("topic")
     redrive.add_argument("--max-messages", type=int, default=None)
     redrive.add_argument("--rate-per-s", type=int, default=None)
+    redrive.add_argument("--letter", type=dead_letter, default=None, metavar="PARTITION:OFFSET",
+                         help="only this dead letter (its partition and offset in <topic>.dlq)")
+
+
+def dead_letter(text: str) -> tuple[int, str]:
+    """``--letter``'s ``<partition>:<offset>``."""
+    partition, sep, offset = text.partition(":")
+    if not sep or not partition.isdigit() or not offset:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected <partition>:<offset>, e.g. 0:1700-0")
+    return int(partition), offset
 
 
 def _add_limits(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +157,8 @@ async def dlq(args: argparse.Namespace) -> int:
     """``list``: the dead letters of a topic; ``redrive``: send them back to it."""
     if args.action == "redrive":
         async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
-            emit(await admin.redrive(args.topic, args.max_messages, rate_per_s=args.rate_per_s))
+            emit(await admin.redrive(args.topic, args.max_messages, rate_per_s=args.rate_per_s,
+                                     letter=args.letter))
         return 0
     source = args.topic
     args.topic, args.partition, args.from_, args.from_time_ms = (f"{source}.dlq", None,

@@ -24,6 +24,7 @@ from gateway.auth.cli import add_auth_commands, run_auth_command
 from gateway.auth.errors import AuthConfigError
 from gateway.gc_tuning import tuned_collector
 from gateway.observe.access_log import ScrubbingAccessLogger
+from gateway.routes.console import console_is_built
 from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
 from gateway.tls import check_backend_tls, server_ssl_context
 from gateway.workers import run_workers
@@ -194,11 +195,21 @@ def run_add_shard(args: argparse.Namespace) -> int:
     return 0
 
 
+def console_line(settings: GatewaySettings, base: str) -> str:
+    """Where the web console is, or why it is not there."""
+    if not settings.console_enabled:
+        return "off (console_enabled=false)"
+    if not console_is_built():
+        return f"{base}/console/ is not built: run `make console` (needs Node >= 20)"
+    return f"{base}/console/   <- open this in a browser"
+
+
 def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
     """What a developer needs to start using the local stack."""
     base = f"http://{settings.host}:{settings.port}"
     return "\n".join([
         "streamgate dev is up",
+        f"  console   {console_line(settings, base)}",
         f"  gateway   {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)",
         f"  redis     {', '.join(settings.redis_nodes)}",
         f"  etcd      {', '.join(settings.etcd_endpoints)}",

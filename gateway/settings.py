@@ -80,6 +80,8 @@ class GatewaySettings:
     event_loop: str = "uvloop"
     # "required" or "none" (no authentication at all: local development only)
     auth_mode: str = "required"
+    # the web console at /console/ (its API calls are authorized like any other)
+    console_enabled: bool = True
     # the auth TOML: API key hashes, JWT checking, ACL rules, filters
     auth_config_path: str | None = None
     # served without credentials

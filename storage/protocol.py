@@ -54,6 +54,10 @@ class StreamStore(Protocol):
         """Length and first/last offset of partitions 0..partitions-1."""
         ...
 
+    async def delete_entries(self, topic: str, partition: int, offsets: Sequence[str]) -> int:
+        """Remove entries by offset; returns how many were there (deleting again is 0)."""
+        ...
+
     async def delete_topic(self, topic: str, partitions: int) -> None:
         """Remove every key of a topic's partitions."""
         ...

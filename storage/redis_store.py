@@ -12,7 +12,7 @@ from redis.asyncio import RedisCluster
 
 from storage.appender import Appender
 from storage.cluster import CallObserver, ClusterRouter, NodeAddress, ignore_call
-from storage.codec import decode_offset, decode_raw_entries, validate_offset
+from storage.codec import decode_offset, decode_raw_entries, validate_offset, validate_offsets
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
@@ -257,6 +257,15 @@ class RedisStreamStore:
         """Entries in a partition now (XLEN; 0 when it is empty or missing)."""
         key = log_key(topic, partition)
         return int(await self._on_partition("length", topic, partition, ("XLEN", key)))
+
+    async def delete_entries(self, topic: str, partition: int, offsets: Sequence[str]) -> int:
+        """XDEL: remove entries by offset; returns how many were there (deleting again is 0)."""
+        if not offsets:
+            return 0
+        command = ("XDEL", log_key(topic, partition), *validate_offsets(offsets))
+        return int(await self.router.call_on_slot(self._lanes, "delete_entries",
+                                                  self.settings.write_deadline_s,
+                                                  slot_of(topic, partition), command))
 
     async def partition_overviews(self, topic: str,
                                   partitions: Sequence[int]) -> dict[int, PartitionOverview]:

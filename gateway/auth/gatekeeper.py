@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 AUTH_MODES = ("required", "none")
 OPERATIONAL_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 # the API descriptions (gateway.routes.health.API_DOCUMENTS)
-ALWAYS_PUBLIC_PATHS = frozenset({"/openapi.json", "/asyncapi.json"})
+ALWAYS_PUBLIC_PATHS = frozenset({"/openapi.json", "/asyncapi.json", "/console"})
+# the web console's files (gateway.routes.console): its API calls carry the user's credentials
+ALWAYS_PUBLIC_PREFIXES = ("/console/",)
 READ_ACTIONS = (Action.SUBSCRIBE, Action.ADMIN)
 
 
@@ -185,7 +187,9 @@ def authenticate(request: web.Request) -> None:
     them.
     """
     gatekeeper = gatekeeper_of(request)
-    if request.match_info.http_exception is not None or request.path in gatekeeper.public_paths:
+    path = request.path
+    if (request.match_info.http_exception is not None or path in gatekeeper.public_paths
+            or path.startswith(ALWAYS_PUBLIC_PREFIXES)):
         return
     principal = gatekeeper.authenticate_headers(request.headers)
     if principal is not None:

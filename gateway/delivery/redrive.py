@@ -1,9 +1,11 @@
-"""DLQ redrive: move dead letters of ``<topic>.dlq`` back to their source topic, at a bounded rate.
+"""DLQ redrive: move dead letters of ``<topic>.dlq`` back to their source topic, at a bounded rate,
+all of them or one by its offset.
 
 Progress is a consumer group (``sg-redrive``) on the DLQ, so a redrive can stop and resume anywhere;
 each message goes back to its original partition (``sg-dlq-partition``) without the ``sg-dlq-*``
 headers, with an idempotency key derived from its DLQ offset in the gateway's own name space, so a
-retried redrive never duplicates.
+retried redrive (of all or of one) never duplicates. A letter that went back is then deleted from
+the DLQ, which so holds only the letters still waiting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import time
 
 from gateway.delivery.dead_letters import dlq_name
+from gateway.offsets import predecessor
 from gateway.publish.publisher import internal_key
 from partitioner.hashing import partition_for
 from partitioner.topics import TopicMetadata
@@ -53,11 +56,26 @@ async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata,
             records = [source_record(entry, partition, source) for entry in entries]
             await store.append(source.name, records,
                                AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
-            await groups.ack(dlq.name, partition, REDRIVE_GROUP,
-                             [entry.offset for entry in entries])
+            offsets = [entry.offset for entry in entries]
+            await groups.ack(dlq.name, partition, REDRIVE_GROUP, offsets)
+            await store.delete_entries(dlq.name, partition, offsets)
             moved += len(entries)
             await _pace(moved, rate_per_s, started)
     return moved
+
+
+async def redrive_one(store: StreamStore, source: TopicMetadata, dlq: TopicMetadata, partition: int,
+                      offset: str, dedup_ttl_ms: int) -> bool:
+    """Move the dead letter at ``offset`` of the DLQ's ``partition`` back; False when there is no
+    such letter (never one, or already moved)."""
+    before = predecessor(offset)
+    found = await store.read(dlq.name, partition, after=before, limit=1) if before else []
+    if not found or found[0].offset != offset:
+        return False
+    await store.append(source.name, [source_record(found[0], partition, source)],
+                       AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
+    await store.delete_entries(dlq.name, partition, [offset])
+    return True
 
 
 async def _pace(moved: int, rate_per_s: int, started: float) -> None:

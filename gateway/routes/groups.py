@@ -16,7 +16,7 @@ from gateway.delivery.dead_letters import dlq_name
 from gateway.delivery.params import GROUP_NAME
 from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
-from gateway.delivery.redrive import redrive
+from gateway.delivery.redrive import redrive, redrive_one
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
 from gateway.fanout import gather_bounded
@@ -322,22 +322,48 @@ def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
                                "{\"timestamp_ms\": t}")
 
 
-REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s"})
+REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s", "partition", "offset"})
 
 
 async def redrive_dead_letters(request: web.Request) -> web.Response:
-    """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} -> {"redriven": n}."""
+    """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} or {partition, offset}
+    (one letter) -> {"redriven": n}."""
     services = services_of(request)
     gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     doc = await read_json_object(request) if request.can_read_body else {}
     reject_unknown_fields(doc, REDRIVE_FIELDS)
+    one = _one_letter(doc)
     source = await services.topic(request.match_info["topic"])
     dlq = await services.topic(dlq_name(source.name))
+    if one is not None:
+        partition, offset = one
+        if partition >= dlq.partitions or not await redrive_one(
+                services.store, source, dlq, partition, offset, services.settings.dedup_ttl_ms):
+            raise Problem(404, "dead-letter-not-found", "Dead letter not found",
+                          f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
+                          "redriven)")
+        return json_response({"redriven": 1})
     moved = await redrive(services.store, _puller(services).store, source, dlq,
                           max_messages=_bounded(doc, "max_messages", 1000, 1, 100_000),
                           rate_per_s=_bounded(doc, "rate_per_s", 1000, 1, 100_000),
                           dedup_ttl_ms=services.settings.dedup_ttl_ms)
     return json_response({"redriven": moved})
+
+
+def _one_letter(doc: dict[str, Any]) -> tuple[int, str] | None:
+    """The (partition, offset) of a redrive of one letter; None for a redrive of many."""
+    if "partition" not in doc and "offset" not in doc:
+        return None
+    if "max_messages" in doc or "rate_per_s" in doc:
+        raise invalid_field("/partition", "a redrive names one letter (partition and offset) or "
+                                          "sets max_messages/rate_per_s, not both")
+    partition = optional_int(doc, "partition", minimum=0)
+    offset = doc.get("offset")
+    if partition is None or not isinstance(offset, str):
+        raise invalid_field("/offset" if partition is not None else "/partition",
+                            "one letter needs both 'partition' (an integer) and 'offset'")
+    parse_offset(offset, "/offset")
+    return partition, offset
 
 
 def add_routes(app: web.Application) -> None:

@@ -211,6 +211,7 @@ async def test_dead_letters_can_be_redriven_to_the_source_topic(
     assert sum(p["length"] for p in dlq["partition_details"]) == 1
     redriven = await gateway.post(f"/v1/topics/{topic_name}/dlq/redrive", json={"rate_per_s": 100})
     assert (await redriven.json()) == {"redriven": 1}
+    assert await dead_letters(gateway, topic_name) == []
     again = await gateway.post(f"/v1/topics/{topic_name}/dlq/redrive")
     assert (await again.json()) == {"redriven": 0}
     [back] = await pull(1000)
@@ -218,3 +219,60 @@ async def test_dead_letters_can_be_redriven_to_the_source_topic(
     assert back["delivery_count"] == 1
     assert back["partition"] == delivered[0]["partition"]
     assert back["headers"] == {"tag": "t"}
+
+
+async def dead_letters(gateway: Client, topic: str) -> list[dict[str, Any]]:
+    """Every letter waiting in ``<topic>.dlq``, partition by partition (none before it exists)."""
+    response = await gateway.get(f"/v1/topics/{topic}.dlq")
+    if response.status == 404:
+        return []
+    described = await response.json()
+    letters = []
+    for partition in range(described["partitions"]):
+        response = await gateway.get(f"/v1/topics/{topic}.dlq/partitions/{partition}/messages")
+        letters += (await response.json())["messages"]
+    return letters
+
+
+async def test_one_dead_letter_is_redriven_by_its_offset_and_leaves_the_dlq(
+    gateway: Client, topic_name: str
+) -> None:
+    await create(gateway, topic_name, 2)
+    await publish(gateway, topic_name, [{"value": "first", "key": "a"},
+                                        {"value": "second", "key": "b"}])
+    pull = {"topic": topic_name, "ack_timeout_ms": 200, "max_deliveries": 1, "wait_ms": 300}
+    for _ in range(40):
+        await gateway.post("/v1/groups/g/pull", json=pull)
+        if len(letters := await dead_letters(gateway, topic_name)) == 2:
+            break
+    assert sorted(m["value"] for m in letters) == ["first", "second"]
+    [chosen] = [m for m in letters if m["value"] == "first"]
+    one = {"partition": chosen["partition"], "offset": chosen["offset"]}
+    path = f"/v1/topics/{topic_name}/dlq/redrive"
+
+    redriven = await gateway.post(path, json=one)
+    assert (redriven.status, await redriven.json()) == (200, {"redriven": 1})
+    assert [m["value"] for m in await dead_letters(gateway, topic_name)] == ["second"]
+    gone = await gateway.post(path, json=one)
+    assert gone.status == 404
+    assert (await gone.json())["type"].endswith("/dead-letter-not-found")
+    for bad in ({"partition": one["partition"]}, {"offset": one["offset"]},
+                {**one, "max_messages": 5}, {"partition": 0, "offset": "yesterday"}):
+        refused = await gateway.post(path, json=bad)
+        assert refused.status == 422, bad
+    assert len(await dead_letters(gateway, topic_name)) == 1
+
+    assert await values_in(gateway, topic_name) == Counter({"first": 2, "second": 1})
+    rest = await gateway.post(path)
+    assert (await rest.json()) == {"redriven": 1}
+    assert await dead_letters(gateway, topic_name) == []
+    assert await values_in(gateway, topic_name) == Counter({"first": 2, "second": 2})
+
+
+async def values_in(gateway: Client, topic: str) -> Counter[str]:
+    """How often each value is in the topic (the two partitions of these tests)."""
+    found: Counter[str] = Counter()
+    for partition in range(2):
+        response = await gateway.get(f"/v1/topics/{topic}/partitions/{partition}/messages")
+        found.update(m["value"] for m in (await response.json())["messages"])
+    return found

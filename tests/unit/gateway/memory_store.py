@@ -96,6 +96,12 @@ class InMemoryStreamStore:
                                        s[-1].offset if s else None))
         return infos
 
+    async def delete_entries(self, topic: str, partition: int, offsets: Sequence[str]) -> int:
+        stream = self.streams.get((topic, partition), [])
+        kept = [entry for entry in stream if entry.offset not in set(offsets)]
+        self.streams[(topic, partition)] = kept
+        return len(stream) - len(kept)
+
     async def delete_topic(self, topic: str, partitions: int) -> None:
         for p in range(partitions):
             self.streams.pop((topic, p), None)
