@@ -14,6 +14,7 @@ import base64
 import contextlib
 import logging
 import random
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,8 +35,9 @@ from client.errors import (
 log = logging.getLogger(__name__)
 
 Mode = Literal["exclusive", "shared", "broadcast"]
-RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4503})
+RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4429, 4503})
 FATAL_CODES = frozenset({4401, 4403, 4404, 4409})
+RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")
 # a WebSocket close reason is at most 123 bytes: a long cursor is cut short
 CLOSE_REASON_MAX_BYTES = 123
 MAX_REFS_PER_FRAME = 10_000
@@ -74,6 +76,12 @@ def cursor_from_close_reason(reason: str) -> dict[int, str]:
     if not sep:
         return {}
     return parse_cursor(tail, truncated=len(reason.encode()) >= CLOSE_REASON_MAX_BYTES)
+
+
+def retry_delay_from_close_reason(reason: str) -> float:
+    """The wait a 4429 close asks for (``...; retry in <n> s``); 1 s when it names none."""
+    match = RETRY_IN.search(reason)
+    return float(match.group(1)) if match else 1.0
 
 
 def merge_cursors(mine: Mapping[int, str], theirs: Mapping[int, str]) -> dict[int, str]:
@@ -230,8 +238,9 @@ class Consumer:
     ``earliest``, ``latest`` or a cursor ``<partition>:<offset>,...``; for a group it only matters
     when the group is created. ``filters`` are ``"<header>:<v1>,<v2>"`` strings (all must match).
     With ``auto_ack`` the gateway acks as it sends (at-most-once) and ``ack()`` does nothing. After
-    ``max_reconnects`` failed attempts in a row the iterator raises ``ConnectionFailed``; 4404
-    (topic deleted) and 4409 (group conflict) raise ``SubscriptionClosed`` at once.
+    ``max_reconnects`` failed attempts in a row the iterator raises ``ConnectionFailed``; a 4429
+    reconnects no sooner than the ``retry in <n> s`` it names; 4401, 4403, 4404 (topic deleted) and
+    4409 (group conflict) raise ``SubscriptionClosed`` at once.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
     """
@@ -272,6 +281,8 @@ class Consumer:
         self._ack_linger_s = ack_linger_ms / 1000
         self._max_reconnects = max_reconnects
         self._backoff = (backoff_base_s, backoff_max_s)
+        # the next reconnect waits at least this long (a 4429's "retry in <n> s")
+        self._min_delay_s = 0.0
         self._heartbeat_s = heartbeat_s
         self._compress = compress
         self._session = session
@@ -419,6 +430,8 @@ class Consumer:
             raise SubscriptionClosed(code, reason)
         if code == 4008:
             self.cursor = merge_cursors(self.cursor, cursor_from_close_reason(reason))
+        if code == 4429:
+            self._min_delay_s = retry_delay_from_close_reason(reason)
         self._failures += 1
         log.info("subscription to %s closed (%s %s); reconnecting", self.topic, code, reason)
 
@@ -455,8 +468,9 @@ class Consumer:
         while True:
             if self._failures:
                 base_s, max_s = self._backoff
-                await asyncio.sleep(random.uniform(base_s,
-                                                   min(max_s, base_s * 2 ** self._failures)))
+                jittered = random.uniform(base_s, min(max_s, base_s * 2 ** self._failures))
+                await asyncio.sleep(max(jittered, self._min_delay_s))
+                self._min_delay_s = 0.0
             try:
                 await self._connect()
                 return

@@ -47,8 +47,8 @@ class ConnectionFailed(ClientError):
 
 
 class SubscriptionClosed(ClientError):
-    """The gateway ended a subscription for a reason a reconnect cannot fix (topic deleted, group
-    conflict)."""
+    """The gateway ended a subscription for a reason a reconnect cannot fix (credentials refused or
+    expired, not permitted, topic deleted, group conflict)."""
 
     def __init__(self, code: int, reason: str) -> None:
         self.code = code

@@ -14,7 +14,13 @@ from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
 from client import Assignment, Consumer, ProblemError, SubscriptionClosed
-from client.consumer import cursor_from_close_reason, format_cursor, merge_cursors, parse_cursor
+from client.consumer import (
+    cursor_from_close_reason,
+    format_cursor,
+    merge_cursors,
+    parse_cursor,
+    retry_delay_from_close_reason,
+)
 
 Script = Callable[[web.WebSocketResponse, int], Awaitable[None]]
 
@@ -213,6 +219,34 @@ async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(
     assert [m.offset for m in got] == ["1-0", "2-0"]
     assert fake.queries[0] == fake.queries[1]
     assert fake.queries[0]["filter"] == "tag:a,b"
+
+
+async def test_a_consumer_refused_by_the_subscribe_rate_limit_waits_as_told_then_rejoins(
+    aiohttp_server: Any,
+) -> None:
+    closed_at: list[float] = []
+
+    async def script(ws: web.WebSocketResponse, connection: int) -> None:
+        if connection == 1:
+            closed_at.append(asyncio.get_running_loop().time())
+            await ws.close(code=4429, message=b"subscribes rate limit; retry in 0.4 s")
+        else:
+            closed_at.append(asyncio.get_running_loop().time())
+            await ws.send_json(message(0, "1-0"))
+            await asyncio.sleep(0.3)
+
+    fake = FakeSubscribe(script)
+    url = await start_fake(aiohttp_server, fake)
+    async with Consumer(url, "t", group="g", backoff_base_s=0.01) as consumer:
+        [got] = await take(consumer, 1)
+    assert got.offset == "1-0"
+    assert len(fake.queries) == 2
+    assert closed_at[1] - closed_at[0] >= 0.4
+
+
+def test_retry_delay_is_read_from_a_4429_close_reason() -> None:
+    assert retry_delay_from_close_reason("connections; retry in 2.5 s") == 2.5
+    assert retry_delay_from_close_reason("too many connections") == 1.0
 
 
 @pytest.mark.parametrize("code", [4404, 4409])
