@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from gateway.routes.console import console_is_built
+
 START_TIMEOUT_S = 90
 
 
@@ -37,6 +39,16 @@ def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
             return response.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
+
+
+def console_status(base: str) -> int:
+    """The status of the console's page (HTML, not JSON)."""
+    try:
+        with urllib.request.urlopen(f"{base}/console/", timeout=10) as response:
+            status: int = response.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 class DevProcess:
@@ -105,6 +117,8 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(
     try:
         first.wait_ready()
         assert "curl" in first.output()
+        assert f"console   {first.base}/console/" in first.output()
+        assert console_status(first.base) == (200 if console_is_built() else 503)
         assert (
             call("POST", first.base + "/v1/topics", {"name": "orders", "partitions": 3})[0] == 201
         )
