@@ -1,4 +1,4 @@
-/** Topic and group administration over HTTP: what the tests and a first deployment need. */
+/** Topic, group and dead-letter administration and replay over HTTP: what a console needs. */
 
 import { Transport } from "./http.js";
 
@@ -16,6 +16,12 @@ export interface PartitionDetails {
   length: number;
   firstOffset: string | null;
   lastOffset: string | null;
+  /** Messages per second recently published through the gateway that answered. */
+  publishRatePerS: number;
+  /** The partition takes far more than its share of the topic's messages. */
+  hot: boolean;
+  /** The heaviest keys of late (empty for principals that may not see them). */
+  topKeys: Array<{ key: string; messages: number }>;
 }
 
 export interface TopicDetails extends Topic {
@@ -28,25 +34,69 @@ export interface GroupPartition {
   /** Entries not yet delivered to the group; null when Redis cannot tell. */
   lag: number | null;
   lastDeliveredOffset: string | null;
+  oldestPendingOffset: string | null;
+  /** Age of the oldest delivered but un-acked message; null with none. */
+  oldestPendingAgeMs: number | null;
+}
+
+export interface GroupMember {
+  memberId: string;
+  node: string;
+  joinedAtMs: number;
 }
 
 export interface GroupTopic {
   topic: string;
   generation: number | null;
+  members: GroupMember[];
+  /** Member id -> the partitions it is served (exclusive groups). */
+  assignment: Record<string, number[]>;
   partitions: GroupPartition[];
+}
+
+/** Where a seek moves a group: a cursor string is `"<partition>:<offset>,..."`. */
+export type SeekTarget = "earliest" | "latest" | string | { timestampMs: number };
+
+/** One stored message as replay returns it. */
+export interface StoredMessage {
+  partition: number;
+  offset: string;
+  key: string | null;
+  /** The JSON value (undefined for a binary value). */
+  value?: unknown;
+  /** A binary value, base64. */
+  valueB64?: string;
+  headers: Record<string, string>;
+  timestampMs: number;
+}
+
+export interface ReplayPage {
+  messages: StoredMessage[];
+  /** Pass as `from` to read on. */
+  nextOffset: string;
 }
 
 interface RawTopic {
   name: string; partitions: number; retention_ms: number; max_length: number | null;
   created_at_ms: number; owner: string;
-  partition_details?: Array<{ partition: number; length: number; first_offset: string | null;
-                              last_offset: string | null }>;
+  partition_details?: Array<{
+    partition: number; length: number; first_offset: string | null; last_offset: string | null;
+    publish_rate_per_s?: number; hot?: boolean; top_keys?: Array<{ key: string; messages: number }>;
+  }>;
 }
 
-interface RawGroup {
-  topics: Array<{ topic: string; generation?: number | null;
-                  partitions: Array<{ partition: number; pending: number; lag: number | null;
-                                      last_delivered_offset?: string | null }> }>;
+interface RawGroupTopic {
+  topic: string; generation?: number | null;
+  members?: Array<{ member_id: string; node: string; joined_at_ms: number }>;
+  assignment?: Record<string, number[]>;
+  partitions: Array<{ partition: number; pending: number; lag: number | null;
+                      last_delivered_offset?: string | null; oldest_pending_offset?: string | null;
+                      oldest_pending_age_ms?: number | null }>;
+}
+
+interface RawMessage {
+  partition: number; offset: string; key?: string | null; value?: unknown; value_b64?: string;
+  headers?: Record<string, string> | null; timestamp_ms?: number;
 }
 
 export class Admin {
@@ -67,16 +117,35 @@ export class Admin {
     return topicOf(answer.body);
   }
 
-  /** A topic with each partition's length and first and last offsets. */
+  /** The topics the caller may see, by name. */
+  async listTopics(): Promise<Topic[]> {
+    const answer = await this.transport.request<{ topics: RawTopic[] }>("GET", "/v1/topics");
+    return answer.body.topics.map(topicOf);
+  }
+
+  /** A topic with each partition's length, first and last offsets and recent publish rate. */
   async describeTopic(name: string): Promise<TopicDetails> {
     const answer = await this.transport.request<RawTopic>("GET", topicPath(name));
     return {
       ...topicOf(answer.body),
       partitionDetails: (answer.body.partition_details ?? []).map((d) => ({
         partition: d.partition, length: d.length, firstOffset: d.first_offset,
-        lastOffset: d.last_offset,
+        lastOffset: d.last_offset, publishRatePerS: d.publish_rate_per_s ?? 0,
+        hot: d.hot ?? false, topKeys: d.top_keys ?? [],
       })),
     };
+  }
+
+  /** Grow partitions or change retention (`maxLength: null` clears the cap). */
+  async updateTopic(name: string, change: { partitions?: number; retentionMs?: number;
+                                            maxLength?: number | null }): Promise<Topic> {
+    const body: Record<string, unknown> = {};
+    if (change.partitions !== undefined) body["partitions"] = change.partitions;
+    if (change.retentionMs !== undefined) body["retention_ms"] = change.retentionMs;
+    if (change.maxLength !== undefined) body["max_length"] = change.maxLength;
+    const answer = await this.transport.request<RawTopic>("PATCH", topicPath(name),
+                                                          { body: JSON.stringify(body) });
+    return topicOf(answer.body);
   }
 
   /** Delete a topic's metadata and every partition's data. */
@@ -84,18 +153,57 @@ export class Admin {
     await this.transport.request("DELETE", topicPath(name));
   }
 
+  /** One page of a partition's messages, from an offset (inclusive) or a time. */
+  async readPartition(topic: string, partition: number,
+                      options: { from?: string; fromTimeMs?: number; limit?: number } = {},
+  ): Promise<ReplayPage> {
+    const query = new URLSearchParams();
+    if (options.from !== undefined) query.set("from", options.from);
+    if (options.fromTimeMs !== undefined) query.set("from_time_ms", String(options.fromTimeMs));
+    if (options.limit !== undefined) query.set("limit", String(options.limit));
+    const path = `${topicPath(topic)}/partitions/${partition}/messages?${query}`;
+    const answer = await this.transport.request<{ messages: RawMessage[]; next_offset: string }>(
+      "GET", path);
+    return { messages: answer.body.messages.map(storedMessage),
+             nextOffset: answer.body.next_offset };
+  }
+
+  /** Every (topic, group) the caller may see. */
+  async listGroups(): Promise<Array<{ topic: string; group: string }>> {
+    const answer = await this.transport.request<{ groups: Array<{ topic: string; group: string }> }>(
+      "GET", "/v1/groups");
+    return answer.body.groups;
+  }
+
   /** A group's state on one topic (404 `ProblemError` when it has none). */
   async describeGroup(group: string, topic: string): Promise<GroupTopic | undefined> {
-    const path = `/v1/groups/${encodeURIComponent(group)}?topic=${encodeURIComponent(topic)}`;
-    const answer = await this.transport.request<RawGroup>("GET", path);
+    const path = `${groupPath(group)}?topic=${encodeURIComponent(topic)}`;
+    const answer = await this.transport.request<{ topics: RawGroupTopic[] }>("GET", path);
     const found = answer.body.topics.find((t) => t.topic === topic);
-    return found && {
-      topic: found.topic, generation: found.generation ?? null,
-      partitions: found.partitions.map((p) => ({
-        partition: p.partition, pending: p.pending, lag: p.lag,
-        lastDeliveredOffset: p.last_delivered_offset ?? null,
-      })),
-    };
+    return found && groupTopicOf(found);
+  }
+
+  /** Move a group's position on a topic; pending messages stay pending (admin only). */
+  async seek(group: string, topic: string, to: SeekTarget): Promise<void> {
+    const target = typeof to === "object" ? { timestamp_ms: to.timestampMs } : to;
+    await this.transport.request("POST", `${groupPath(group)}/seek`,
+                                 { body: JSON.stringify({ topic, to: target }) });
+  }
+
+  /** Move dead letters of `<topic>.dlq` back to the topic: all of them (paced), or the one named
+   * by `partition` and `offset`. Returns how many went back. */
+  async redrive(topic: string,
+                which: { maxMessages?: number; ratePerS?: number }
+                  | { partition: number; offset: string } = {}): Promise<number> {
+    const body: Record<string, unknown> = "offset" in which
+      ? { partition: which.partition, offset: which.offset }
+      : {
+        ...(which.maxMessages !== undefined ? { max_messages: which.maxMessages } : {}),
+        ...(which.ratePerS !== undefined ? { rate_per_s: which.ratePerS } : {}),
+      };
+    const answer = await this.transport.request<{ redriven: number }>(
+      "POST", `${topicPath(topic)}/dlq/redrive`, { body: JSON.stringify(body) });
+    return answer.body.redriven;
   }
 }
 
@@ -103,9 +211,38 @@ function topicPath(name: string): string {
   return `/v1/topics/${encodeURIComponent(name)}`;
 }
 
+function groupPath(group: string): string {
+  return `/v1/groups/${encodeURIComponent(group)}`;
+}
+
 function topicOf(raw: RawTopic): Topic {
   return {
     name: raw.name, partitions: raw.partitions, retentionMs: raw.retention_ms,
     maxLength: raw.max_length, createdAtMs: raw.created_at_ms, owner: raw.owner,
   };
+}
+
+function groupTopicOf(raw: RawGroupTopic): GroupTopic {
+  return {
+    topic: raw.topic, generation: raw.generation ?? null,
+    members: (raw.members ?? []).map((m) => ({ memberId: m.member_id, node: m.node,
+                                               joinedAtMs: m.joined_at_ms })),
+    assignment: raw.assignment ?? {},
+    partitions: raw.partitions.map((p) => ({
+      partition: p.partition, pending: p.pending, lag: p.lag,
+      lastDeliveredOffset: p.last_delivered_offset ?? null,
+      oldestPendingOffset: p.oldest_pending_offset ?? null,
+      oldestPendingAgeMs: p.oldest_pending_age_ms ?? null,
+    })),
+  };
+}
+
+function storedMessage(raw: RawMessage): StoredMessage {
+  const message: StoredMessage = {
+    partition: raw.partition, offset: raw.offset, key: raw.key ?? null,
+    headers: raw.headers ?? {}, timestampMs: raw.timestamp_ms ?? 0,
+  };
+  if (raw.value_b64 !== undefined) message.valueB64 = raw.value_b64;
+  else message.value = raw.value;
+  return message;
 }

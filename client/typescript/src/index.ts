@@ -11,7 +11,10 @@ export type {
 } from "./subscription.js";
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
-export type { GroupPartition, GroupTopic, PartitionDetails, Topic, TopicDetails } from "./admin.js";
+export type {
+  GroupMember, GroupPartition, GroupTopic, PartitionDetails, ReplayPage, SeekTarget, StoredMessage,
+  Topic, TopicDetails,
+} from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";
 export {

@@ -1,0 +1,101 @@
+// Administration and replay against a real gateway: listings, replay pages, group state and seek,
+// dead letters redriven one by one and all together.
+import assert from "node:assert/strict";
+import { afterEach, test } from "node:test";
+import { ProblemError } from "../dist/index.js";
+import { createTopic, eventually, makeClient, runCleanup } from "./helpers.mjs";
+
+let cleanup = [];
+afterEach(async () => {
+  await runCleanup(cleanup);
+  cleanup = [];
+});
+
+const admin = () => makeClient().admin();
+
+async function publish(topic, messages) {
+  const producer = makeClient().producer({ acks: "all" });
+  const results = await Promise.all(messages.map((m) => producer.send(topic, m)));
+  await producer.close();
+  return results;
+}
+
+async function pull(group, body) {
+  const response = await fetch(`${process.env.STREAMGATE_URL}/v1/groups/${group}/pull`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  assert.equal(response.status, 200);
+  return (await response.json()).messages;
+}
+
+test("listings show the topic, and replay pages through a partition by offset and by time",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  assert.ok((await admin().listTopics()).some((t) => t.name === topic && t.partitions === 1));
+  const bytes = Uint8Array.from([0, 1, 254, 255]);
+  await publish(topic, [{ key: "a", value: { n: 0 }, headers: { h: "x" } },
+                        { key: "a", valueBytes: bytes }, { value: "two" }]);
+
+  const first = await admin().readPartition(topic, 0, { from: "earliest", limit: 2 });
+  assert.deepEqual(first.messages.map((m) => m.value ?? m.valueB64), [{ n: 0 }, "AAH+/w=="]);
+  assert.deepEqual(first.messages[0].headers, { h: "x" });
+  assert.equal(first.messages[0].key, "a");
+  const rest = await admin().readPartition(topic, 0, { from: first.nextOffset });
+  assert.deepEqual(rest.messages.map((m) => m.value), ["two"]);
+  const byTime = await admin().readPartition(topic, 0, {
+    fromTimeMs: first.messages[0].timestampMs, limit: 10 });
+  assert.equal(byTime.messages.length, 3);
+  const details = await admin().describeTopic(topic);
+  assert.equal(details.partitionDetails[0].length, 3);
+  assert.equal(typeof details.partitionDetails[0].publishRatePerS, "number");
+});
+
+test("a group's lag, pending and oldest un-acked age, and a seek to latest",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(2, cleanup);
+  await publish(topic, Array.from({ length: 6 }, (_, n) => ({ key: `k${n}`, value: n })));
+  const pulled = await pull("watchers", { topic, max_messages: 2 });
+  assert.equal(pulled.length, 2);
+
+  const state = await admin().describeGroup("watchers", topic);
+  assert.equal(state.partitions.reduce((s, p) => s + p.pending, 0), 2);
+  assert.equal(state.partitions.reduce((s, p) => s + (p.lag ?? 0), 0), 4);
+  assert.ok(state.partitions.some((p) => p.oldestPendingAgeMs !== null));
+  assert.ok((await admin().listGroups()).some((g) => g.topic === topic && g.group === "watchers"));
+
+  await admin().seek("watchers", topic, "latest");
+  const after = await admin().describeGroup("watchers", topic);
+  assert.equal(after.partitions.reduce((s, p) => s + (p.lag ?? 0), 0), 0);
+  await assert.rejects(admin().seek("watchers", topic, "yesterday"),
+                       (e) => e instanceof ProblemError && e.status === 422);
+});
+
+test("dead letters go back one by one and all together, and leave the dead-letter topic",
+     { timeout: 60_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  cleanup.push(() => admin().deleteTopic(`${topic}.dlq`));
+  await publish(topic, [{ key: "a", value: "first" }, { key: "b", value: "second" }]);
+  const body = { topic, ack_timeout_ms: 200, max_deliveries: 1, wait_ms: 300, max_messages: 10 };
+  let letters = [];
+  await eventually(30_000, "two dead letters", async () => {
+    await pull("fails", body);
+    try {
+      letters = (await admin().readPartition(`${topic}.dlq`, 0)).messages;
+    } catch (error) {
+      if (!(error instanceof ProblemError && error.status === 404)) throw error;
+    }
+    return letters.length === 2;
+  });
+  assert.equal(letters[0].headers["sg-dlq-group"], "fails");
+
+  const [one] = letters.filter((m) => m.value === "first");
+  assert.equal(await admin().redrive(topic, { partition: 0, offset: one.offset }), 1);
+  await assert.rejects(admin().redrive(topic, { partition: 0, offset: one.offset }),
+                       (e) => e instanceof ProblemError && e.status === 404);
+  const left = (await admin().readPartition(`${topic}.dlq`, 0)).messages;
+  assert.deepEqual(left.map((m) => m.value), ["second"]);
+  assert.equal(await admin().redrive(topic, { ratePerS: 100 }), 1);
+  assert.deepEqual((await admin().readPartition(`${topic}.dlq`, 0)).messages, []);
+  const values = (await admin().readPartition(topic, 0)).messages.map((m) => m.value);
+  assert.deepEqual(values.sort(), ["first", "first", "second", "second"]);
+});
