@@ -12,7 +12,7 @@ BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promt
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps venv node-deps run test lint bench clean
+.PHONY: help deps venv node-deps console run test lint bench clean
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
@@ -20,7 +20,8 @@ help:
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make node-deps  npm ci in client/typescript (the TypeScript client's compiler and test deps)"
-	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway)"
+	@echo "make console  build the web console's scripts into gateway/console/js (npm)"
+	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway + console)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
 	@echo "make lint   mypy --strict and ruff"
 	@echo "make bench  the harness: every goal next to raw Redis and NATS JetStream (BENCH_ARGS=--quick ...)"
@@ -65,10 +66,21 @@ client/typescript/node_modules/.package-lock.json: client/typescript/package-loc
 	cd client/typescript && npm ci --no-audit --no-fund
 	touch $@
 
+CONSOLE_JS := gateway/console/js/console/main.js
+console: $(CONSOLE_JS)
+
+# the console's TypeScript and the client's it is built on, compiled to ES modules the gateway serves
+$(CONSOLE_JS): client/typescript/node_modules/.package-lock.json client/typescript/tsconfig.console.json \
+		$(wildcard client/typescript/src/*.ts client/typescript/console/*.ts)
+	cd client/typescript && npm run build:console
+	touch $@
+
 run: deps venv
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory console; \
+	else echo "npm not found: the gateway runs without its web console (install Node >= 20)"; fi
 	$(VENV)/bin/streamgate dev
 
-test: deps venv node-deps
+test: deps venv node-deps console
 	$(VENV_PY) -m pytest
 	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"
 	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q tests/unit/gateway tests/integration/gateway
@@ -86,5 +98,5 @@ bench: deps venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist client/typescript/node_modules \
-		client/typescript/dist
+		client/typescript/dist gateway/console/js
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

@@ -43,9 +43,10 @@ def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None
     return subprocess.CompletedProcess(args, process.returncode, output)
 
 
-def build_package(report_missing: Callable[[str], NoReturn]) -> None:
-    """Compile to dist/ with the dev dependencies ``make node-deps`` installed."""
+def build_package(report_missing: Callable[[str], NoReturn], script: str = "build") -> None:
+    """Compile with the dev dependencies ``make node-deps`` installed: the client to dist/
+    (``build``), or the console into the gateway's package (``build:console``)."""
     if not (PACKAGE / "node_modules" / ".package-lock.json").is_file():
         report_missing("client/typescript has no node_modules: run `make node-deps`")
-    built = run(["npm", "run", "build"], timeout_s=180)
+    built = run(["npm", "run", script], timeout_s=180)
     assert built.returncode == 0, built.stdout

@@ -38,8 +38,10 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30
     raise AssertionError(f"gateway at {url} not ready after {timeout_s}s")
 
 
-def serve_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
-    """``python -m gateway.cli serve`` on a free port; stopped by PID afterwards."""
+def serve_gateway(redis_cluster: Any, etcd_server: Any,
+                  settings: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m gateway.cli serve`` on a free port (auth off unless ``settings``, environment
+    variables, say otherwise); stopped by PID afterwards."""
     port = free_port()
     env = os.environ | {
         "STREAMGATE_REDIS_NODES": ",".join(
@@ -48,7 +50,7 @@ def serve_gateway(redis_cluster: Any, etcd_server: Any) -> Iterator[str]:
         "STREAMGATE_ETCD_ENDPOINTS": etcd_server.endpoint,
         "STREAMGATE_ETCD_PREFIX": f"/streamgate-cli-{uuid.uuid4().hex[:8]}/",
         "STREAMGATE_AUTH_MODE": "none",
-    }
+    } | (settings or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
         env=env,
