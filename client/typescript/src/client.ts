@@ -1,15 +1,16 @@
 /** The entry point: one gateway, one set of credentials; makes producers and subscriptions. */
 
 import { Admin } from "./admin.js";
-import { FetchLike, Transport } from "./http.js";
+import { FetchLike, TokenProvider, Transport } from "./http.js";
 import { Producer, ProducerOptions } from "./producer.js";
 import { SubscribeOptions, Subscription, WebSocketConstructor } from "./subscription.js";
 
 export interface ClientOptions {
   /** The gateway's base URL, e.g. `http://localhost:8080`. */
   url: string;
-  /** A JWT, sent as `Authorization: Bearer` (and in the WebSocket's auth frame). */
-  token?: string;
+  /** A JWT, sent as `Authorization: Bearer` (and in the WebSocket's auth frame); or a function
+   * returning one, asked again whenever the gateway refuses the last (expired) token. */
+  token?: string | TokenProvider;
   /** An API key, used when no token is given. */
   apiKey?: string;
   /** The WebSocket class; defaults to the global one (Node 20 has none: pass `ws`'s). */

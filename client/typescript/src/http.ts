@@ -3,22 +3,22 @@
  * errors. Everything else (retries, batching) lives with the callers.
  */
 
-import { ConnectionError, ProblemDocument, problemError, retryAfterMs } from "./errors.js";
+import {
+  ConnectionError, ProblemDocument, ProblemError, problemError, retryAfterMs,
+} from "./errors.js";
 
 /** The `fetch` this client calls: the global one unless another is injected. */
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
-/** How the client proves who it is: a JWT (preferred when both are given) or an API key. */
-export interface Credentials {
-  token?: string | undefined;
-  apiKey?: string | undefined;
-}
+/** Fetches a current JWT: called for the first request, then again whenever the gateway refuses
+ * the one it gave (401, or a WebSocket closed with 4401 once the token expired). */
+export type TokenProvider = () => string | Promise<string>;
 
-/** The `Authorization` header for the credentials; none without credentials. */
-export function authHeaders(credentials: Credentials): Record<string, string> {
-  if (credentials.token) return { Authorization: `Bearer ${credentials.token}` };
-  if (credentials.apiKey) return { Authorization: `ApiKey ${credentials.apiKey}` };
-  return {};
+/** How the client proves who it is: a JWT or a provider of them (preferred when both are given),
+ * or an API key. */
+export interface Credentials {
+  token?: string | TokenProvider | undefined;
+  apiKey?: string | undefined;
 }
 
 export interface RequestOptions {
@@ -40,6 +40,8 @@ export class Transport {
   readonly credentials: Credentials;
   readonly timeoutMs: number;
   private readonly fetchImpl: FetchLike;
+  /** The provider's latest token, shared by every request and subscription of this client. */
+  private token: { promise: Promise<string>; value?: string } | undefined;
 
   constructor(baseUrl: string, credentials: Credentials, fetchImpl: FetchLike | undefined,
               timeoutMs: number) {
@@ -50,6 +52,43 @@ export class Transport {
     if (found === undefined) throw new TypeError("no global fetch: pass the 'fetch' option");
     // called unbound: a browser's fetch throws when invoked as a method of another object
     this.fetchImpl = (input, init) => found(input, init);
+  }
+
+  /** Whether the token comes from a provider that can be asked for a fresh one. */
+  get refreshable(): boolean {
+    return typeof this.credentials.token === "function";
+  }
+
+  /** The JWT to send now (asking the provider the first time), or undefined without one. */
+  currentToken(): Promise<string | undefined> {
+    const provider = this.credentials.token;
+    if (typeof provider !== "function") return Promise.resolve(provider || undefined);
+    if (this.token === undefined) {
+      const entry: { promise: Promise<string>; value?: string } = {
+        promise: Promise.resolve().then(provider),
+      };
+      // a provider that failed is asked again next time
+      entry.promise.then((value) => { entry.value = value; },
+                         () => { if (this.token === entry) this.token = undefined; });
+      this.token = entry;
+    }
+    return this.token.promise;
+  }
+
+  /** Forget the provider's token that was refused, so the next use asks for a fresh one (unless
+   * another caller already did). */
+  forgetToken(refused: string | undefined): void {
+    if (this.token !== undefined && (refused === undefined || this.token.value === refused)) {
+      this.token = undefined;
+    }
+  }
+
+  /** The `Authorization` header for the credentials; none without credentials. */
+  async authHeaders(): Promise<Record<string, string>> {
+    const token = await this.currentToken();
+    if (token) return { Authorization: `Bearer ${token}` };
+    if (this.credentials.apiKey) return { Authorization: `ApiKey ${this.credentials.apiKey}` };
+    return {};
   }
 
   /** A bare request with the injected `fetch` (no credentials, no error mapping). */
@@ -65,10 +104,23 @@ export class Transport {
   /** Send one request; `ProblemError` for a 4xx/5xx answer, `ConnectionError` when there is no
    * answer (refused, reset, timed out). */
   async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<Answer<T>> {
+    const sentToken = await this.currentToken().catch((error: unknown) => {
+      throw new ConnectionError(`the token provider failed: ${String(error)}`, { cause: error });
+    });
+    try {
+      return await this.requestOnce<T>(method, path, options);
+    } catch (error) {
+      if (!(this.refreshable && error instanceof ProblemError && error.status === 401)) throw error;
+      // the token expired or was revoked: once more with a fresh one
+      this.forgetToken(sentToken);
+      return this.requestOnce<T>(method, path, options);
+    }
+  }
+
+  private async requestOnce<T>(method: string, path: string,
+                               options: RequestOptions): Promise<Answer<T>> {
     const url = this.url(path);
-    const headers: Record<string, string> = {
-      ...authHeaders(this.credentials), ...options.headers,
-    };
+    const headers: Record<string, string> = { ...await this.authHeaders(), ...options.headers };
     if (options.body !== undefined) headers["Content-Type"] = "application/json";
     let response: Response;
     let text: string;

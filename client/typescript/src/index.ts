@@ -22,5 +22,5 @@ export {
   SubscriptionClosedError,
 } from "./errors.js";
 export type { ProblemDocument } from "./errors.js";
-export type { FetchLike } from "./http.js";
+export type { FetchLike, TokenProvider } from "./http.js";
 export type { BackoffOptions } from "./backoff.js";

@@ -14,7 +14,7 @@ import {
   AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
   SubscriptionClosedError, problemError, retryAfterMs,
 } from "./errors.js";
-import { Transport, authHeaders, problemDocument } from "./http.js";
+import { Transport, problemDocument } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
 
 export type Mode = "exclusive" | "shared" | "broadcast";
@@ -53,6 +53,10 @@ export interface SubscribeOptions {
   autoAck?: boolean;
   /** Header filters, all of which must match: `{tag: ["a", "b"]}` is `filter=tag:a,b`. */
   filter?: Record<string, string | readonly string[]>;
+  /** Broadcast: the socket is closed while messages of about this many bytes wait to be read
+   * (default 16 MiB), and resumed from the cursor once half of them were (nothing lost, nothing
+   * repeated). Groups are bounded by `maxInFlight` instead. */
+  maxBufferedBytes?: number;
   /** Acks are sent this long after the first pending one (default 5 ms), or at half the credit. */
   ackLingerMs?: number;
   /** Give up after this many failed connects in a row (default 10). */
@@ -74,6 +78,7 @@ export interface SubscriptionEvents {
   error: [StreamgateError];
 }
 
+const DEFAULT_MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 const RECONNECT_CODES = new Set([1001, 1006, 1011, 1012, 1013, 4008, 4429, 4503]);
 
 interface Connection {
@@ -103,10 +108,18 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   private minDelayMs = 0;
   private pausedFor: { timer: ReturnType<typeof setTimeout>; wake: () => void } | undefined;
   private readonly queue: Message[] = [];
+  private readonly queuedSizes: number[] = [];
+  private queuedBytes = 0;
+  /** Broadcast closed its socket because too much waited unread: reconnect once it is read. */
+  private heldBack = false;
   private readers: Array<{ resolve: (r: IteratorResult<Message>) => void;
                            reject: (e: unknown) => void }> = [];
   private failure: StreamgateError | undefined;
   private closing = false;
+  /** The token the current connection authenticated with (a provider's may be refreshed). */
+  private sentToken: string | undefined;
+  /** A 4401 already led to a fresh token since the last assignment: another one is fatal. */
+  private refreshedToken = false;
 
   constructor(transport: Transport, WebSocketImpl: WebSocketConstructor,
               options: SubscribeOptions) {
@@ -142,7 +155,11 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
    * here. Rejects with the fatal error that ended the subscription. */
   next(): Promise<IteratorResult<Message>> {
     const message = this.queue.shift();
-    if (message !== undefined) return Promise.resolve({ done: false, value: message });
+    if (message !== undefined) {
+      this.queuedBytes -= this.queuedSizes.shift() ?? 0;
+      this.resumeWhenRead();
+      return Promise.resolve({ done: false, value: message });
+    }
     if (this.failure !== undefined) return Promise.reject(this.failure);
     if (this.state === "closed") return Promise.resolve({ done: true, value: undefined });
     return new Promise((resolve, reject) => this.readers.push({ resolve, reject }));
@@ -213,7 +230,13 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
 
   /** Open one socket; resolves once it is open. A refused upgrade rejects with the problem the
    * gateway gives for the same request without the upgrade (the WebSocket API hides it). */
-  private connect(): Promise<void> {
+  private async connect(): Promise<void> {
+    const token = await this.transport.currentToken();
+    this.sentToken = token;
+    return this.open(token);
+  }
+
+  private open(token: string | undefined): Promise<void> {
     const url = this.subscribeUrl();
     const socket = new this.WebSocketImpl(url);
     const flushAt = Math.floor((this.options.maxInFlight ?? 100) / 2);
@@ -231,7 +254,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
         }
         this.connection = { socket, settler };
         this.connections++;
-        this.sendAuthFrame(socket);
+        this.sendAuthFrame(socket, token);
         this.setState("connected");
         resolve();
       });
@@ -249,8 +272,8 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   }
 
   /** Credentials go in a first frame: browsers cannot set headers on a WebSocket upgrade. */
-  private sendAuthFrame(socket: WebSocketLike): void {
-    const { token, apiKey } = this.transport.credentials;
+  private sendAuthFrame(socket: WebSocketLike, token: string | undefined): void {
+    const { apiKey } = this.transport.credentials;
     if (token) socket.send(JSON.stringify({ type: "auth", token }));
     else if (apiKey) socket.send(JSON.stringify({ type: "auth", api_key: apiKey }));
   }
@@ -282,7 +305,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     const url = wsUrl.replace(/^ws/, "http");
     try {
       const response = await this.transport.fetch(url, {
-        headers: authHeaders(this.transport.credentials),
+        headers: await this.transport.authHeaders(),
         signal: AbortSignal.timeout(this.transport.timeoutMs),
       });
       const text = await response.text();
@@ -308,12 +331,14 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       return;
     }
     if (frame.type === "messages") {
-      this.deliver(frame["messages"] as MessageFrame[], settler);
+      const frames = frame["messages"] as MessageFrame[];
+      this.deliver(frames, settler, data.length / Math.max(1, frames.length));
     } else if (frame.type === "message") {
-      this.deliver([frame as unknown as MessageFrame], settler);
+      this.deliver([frame as unknown as MessageFrame], settler, data.length);
     } else if (frame.type === "assignment") {
       // the connection is fully set up: the next drop backs off from the start again
       this.failures = 0;
+      this.refreshedToken = false;
       this.assignment = { generation: Number(frame["generation"]),
                           partitions: frame["partitions"] as number[] };
       this.emit("assignment", this.assignment);
@@ -322,7 +347,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     }
   }
 
-  private deliver(frames: MessageFrame[], settler: Settler): void {
+  private deliver(frames: MessageFrame[], settler: Settler, bytesEach: number): void {
     // acks only mean something in a group without auto_ack
     const owner = this.mode === "broadcast" || this.options.autoAck ? undefined : settler;
     const listening = this.listenerCount("message") > 0;
@@ -334,8 +359,32 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       } else {
         const reader = this.readers.shift();
         if (reader !== undefined) reader.resolve({ done: false, value: message });
-        else this.queue.push(message);
+        else this.enqueue(message, bytesEach);
       }
+    }
+  }
+
+  private enqueue(message: Message, bytes: number): void {
+    this.queue.push(message);
+    this.queuedSizes.push(bytes);
+    this.queuedBytes += bytes;
+    const limit = this.options.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
+    if (this.mode === "broadcast" && !this.heldBack && this.queuedBytes > limit) {
+      // a browser cannot stop reading a WebSocket: leave, and come back from the cursor
+      this.heldBack = true;
+      const connection = this.connection;
+      this.connection = undefined;
+      connection?.socket.close(1000, "client buffer full");
+      this.setState("reconnecting");
+    }
+  }
+
+  private resumeWhenRead(): void {
+    const limit = this.options.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
+    if (this.heldBack && !this.closing && this.queuedBytes <= limit / 2) {
+      this.heldBack = false;
+      this.failures = 0;
+      void this.connectLoop(false);
     }
   }
 
@@ -347,6 +396,14 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     if (this.closing) return;
     if (code === 1000) {
       void this.close();
+      return;
+    }
+    if (code === 4401 && this.transport.refreshable && !this.refreshedToken) {
+      // the token expired: rejoin once with a fresh one from the provider
+      this.refreshedToken = true;
+      this.transport.forgetToken(this.sentToken);
+      this.failures++;
+      void this.connectLoop(false);
       return;
     }
     if (!RECONNECT_CODES.has(code)) {

@@ -213,3 +213,19 @@ test("extend keeps a message from being redelivered past its ack timeout", { tim
   assert.equal(again.deliveryCount, 2);
   again.ack();
 });
+
+test("a broadcast subscription that is not read leaves its socket and resumes once read",
+     { timeout: 45_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  const client = makeClient();
+  const values = Array.from({ length: 300 }, (_, n) => ({ n, pad: "x".repeat(80) }));
+  const subscription = subscribe(client, { topic, from: "earliest", maxBufferedBytes: 4000 });
+  await publish(client, topic, values);
+  // nobody reads: the buffer fills and the subscription lets go of its socket
+  await eventually(15_000, "held back", () => subscription.state === "reconnecting");
+  const received = await take(subscription, values.length);
+  assert.deepEqual(received.map((m) => m.value.n), values.map((v) => v.n));
+  assert.ok(subscription.connections >= 2, `connections ${subscription.connections}`);
+  const extra = await Promise.race([subscription.next(), new Promise((r) => setTimeout(r, 300))]);
+  assert.equal(extra, undefined, "nothing repeated");
+});
