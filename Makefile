@@ -80,6 +80,9 @@ run: deps venv
 	else echo "npm not found: the gateway runs without its web console (install Node >= 20)"; fi
 	$(VENV)/bin/streamgate dev
 
+# screenshots and other files the tests leave for people to look at
+export STREAMGATE_ARTIFACTS ?= $(CURDIR)/build/artifacts
+
 test: deps venv node-deps console
 	$(VENV_PY) -m pytest
 	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"

@@ -29,7 +29,8 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
           status,
           h("section", { "aria-labelledby": "partitions" },
             h("h2", { id: "partitions" }, "Partitions"), partitions,
-            h("h3", {}, "Publish rate (through this gateway)"), chart.element),
+            h("h3", {}, "Publish rate through this gateway (mean of the last minute)"),
+            chart.element),
           publishArea, browserArea, tailArea);
   let first = true;
   context.every(POLL_MS, async () => {
@@ -58,7 +59,7 @@ function partitionTable(topic: TopicDetails): HTMLTableElement {
                 "Hot", "Top keys"],
                topic.partitionDetails.map((p) => [
                  p.partition, formatCount(p.length), p.firstOffset ?? "-", p.lastOffset ?? "-",
-                 p.publishRatePerS.toFixed(1),
+                 p.publishRatePerS.toFixed(p.publishRatePerS < 10 ? 2 : 0),
                  p.hot ? h("strong", { class: "hot" }, "hot") : "no",
                  p.topKeys.map((k) => `${k.key} (${k.messages})`).join(", ") || "-",
                ]));

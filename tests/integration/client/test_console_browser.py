@@ -124,7 +124,7 @@ def dead_letter(base: str, topic: str, value: str) -> None:
 def values_in(base: str, topic: str, partitions: int) -> list[Any]:
     found = []
     for partition in range(partitions):
-        found += [m["value"] for m in call(
+        found += [m.get("value") for m in call(
             base, "GET", f"/v1/topics/{topic}/partitions/{partition}/messages?limit=1000")[1][
                 "messages"]]
     return found
@@ -157,6 +157,16 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
             shown = page.get_by_label("Value as JSON")
             expect(shown).to_contain_text('"n": 1', timeout=WAIT_MS)
             expect(shown).to_contain_text('"items": [\n    "a",')
+            status, answer = call(base, "POST", f"/v1/topics/{topic}/messages", {
+                "messages": [{"value_b64": "AAEC/0hpIQ==", "partition": partition}]})
+            assert status == 200, answer
+            binary_offset = answer["results"][0]["offset"]
+            page.get_by_role("button", name="Read messages").click()
+            page.get_by_role("button", name=f"Show message {binary_offset}").click()
+            expect(page.get_by_label("Value as base64")).to_have_text("AAEC/0hpIQ==")
+            expect(page.get_by_label("Value as hex")).to_contain_text(
+                "00 01 02 ff 48 69 21", timeout=WAIT_MS)
+            expect(page.get_by_label("Value as hex")).to_contain_text("....Hi!")
 
         with timed("live tail with a header filter"):
             page.get_by_label("Tail filters").fill("tag=a")
@@ -169,10 +179,10 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
             publish_in_form(page, "bob", '{"n": "tailed"}', "tag=a")
             expect(tail).to_contain_text('"tailed"', timeout=WAIT_MS)
             expect(tail).not_to_contain_text("filtered out")
-            # the partitions table follows on its next poll: three messages in all
+            # the partitions table follows on its next poll: four messages in all
             page.wait_for_function("""() => [...document.getElementById('partitions')
                 .parentElement.querySelectorAll('tbody tr')].reduce(
-                (sum, row) => sum + Number(row.cells[1].textContent), 0) === 3""",
+                (sum, row) => sum + Number(row.cells[1].textContent), 0) === 4""",
                                    timeout=WAIT_MS)
             page.screenshot(path=artifacts / "topic.png", full_page=True)
             if os.environ.get("STREAMGATE_UPDATE_SCREENSHOT") == "1":
