@@ -7,20 +7,23 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium
-BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server chromium
+APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium podman runc mmdebstrap
+BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server chromium \
+	podman runc mmdebstrap
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps venv node-deps console run test lint bench clean
+.PHONY: help deps venv node-deps console image run test lint bench clean
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
+	@echo "            podman, runc, mmdebstrap,"
 	@echo "            gcc, python3-dev (apt)"
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
 	@echo "make node-deps  npm ci in client/typescript (the TypeScript client's compiler and test deps)"
 	@echo "make console  build the web console's scripts into gateway/console/js (npm)"
+	@echo "make image  build the gateway's container image $(IMAGE) with podman (BASE_IMAGE=, BUILD_IMAGE=)"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway + console)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
 	@echo "make lint   mypy --strict and ruff"
@@ -74,6 +77,23 @@ $(CONSOLE_JS): client/typescript/node_modules/.package-lock.json client/typescri
 		$(wildcard client/typescript/src/*.ts client/typescript/console/*.ts)
 	cd client/typescript && npm run build:console
 	touch $@
+
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# the name the chart's default values pull (image.repository, tag = the chart's appVersion)
+IMAGE ?= streamgate:$(VERSION)
+IMAGE_ARGS := $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+	$(if $(BUILD_IMAGE),--build-arg BUILD_IMAGE=$(BUILD_IMAGE)) --build-arg VERSION=$(VERSION)
+
+# The dependencies' wheels are fetched here, so the image build itself needs no network.
+image: venv console
+	rm -rf build/wheelhouse && mkdir -p build/wheelhouse
+	$(VENV_PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+		> build/requirements.txt
+	# async-timeout: redis needs it on Pythons before 3.11.3 (Debian 12 has 3.11.2), which the host
+	# may not be
+	$(VENV_PY) -m pip wheel -q -w build/wheelhouse -r build/requirements.txt "setuptools>=68" wheel \
+		"async-timeout>=4.0.3"
+	podman build $(IMAGE_ARGS) -t $(IMAGE) -f Containerfile .
 
 run: deps venv
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory console; \

@@ -1,0 +1,135 @@
+"""The gateway's container image (Containerfile, ``make image``) built from local Debian bases and
+run as the Helm chart runs it: uid 10001, read-only root, every capability dropped."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import pytest
+import yaml
+from containers import ROOT, build_image, ensure_bases, podman, require_podman
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def chart_image() -> str:
+    """The image the chart's default values pull: repository, tag = the chart's appVersion."""
+    values = yaml.safe_load((ROOT / "helm" / "streamgate" / "values.yaml").read_text())
+    chart = yaml.safe_load((ROOT / "helm" / "streamgate" / "Chart.yaml").read_text())
+    return f"{values['image']['repository']}:{values['image']['tag'] or chart['appVersion']}"
+
+
+@pytest.fixture(scope="module")
+def image(report_missing: Callable[[str], NoReturn]) -> str:
+    """The project's image, tagged as the chart's defaults name it."""
+    require_podman(report_missing)
+    started = time.monotonic()
+    ensure_bases()
+    bases_s = time.monotonic() - started
+    tag = chart_image()
+    build_image(tag)
+    print(f"bases {bases_s:.0f} s, image {time.monotonic() - started - bases_s:.0f} s")
+    return tag
+
+
+def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def wait_ready(url: str, name: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if call(f"{url}/readyz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    logs = podman("logs", name, check=False)
+    raise AssertionError(f"the container never got ready:\n{logs.stdout}\n{logs.stderr}")
+
+
+@pytest.fixture
+def gateway_container(image: str, redis_cluster: Any, etcd_server: Any
+                      ) -> Iterator[tuple[str, str]]:
+    """The image serving on a free loopback port with the chart's security context, over the
+    session's cluster and etcd; its URL and container name. Removed afterwards."""
+    name, port = f"sg-test-{uuid.uuid4().hex[:10]}", free_port()
+    nodes = ",".join(f"{host}:{p}" for host, p in redis_cluster.startup_nodes)
+    podman("run", "--detach", "--name", name, "--network=host", "--user=10001:10001",
+           "--read-only", "--cap-drop=all", "--security-opt=no-new-privileges",
+           "--tmpfs=/tmp", f"--env=STREAMGATE_REDIS_NODES={nodes}",
+           f"--env=STREAMGATE_ETCD_ENDPOINTS={etcd_server.endpoint}",
+           f"--env=STREAMGATE_ETCD_PREFIX=/sg-image-{uuid.uuid4().hex[:8]}/",
+           "--env=STREAMGATE_AUTH_MODE=none", image,
+           "serve", "--host", "127.0.0.1", "--port", str(port))
+    try:
+        yield f"http://127.0.0.1:{port}", name
+    finally:
+        podman("rm", "--force", "--time=0", name, check=False)
+
+
+@pytest.mark.timeout(1200)
+def test_the_image_is_labelled_non_root_with_streamgate_as_entry_point(image: str) -> None:
+    [inspected] = json.loads(podman("image", "inspect", image).stdout)
+    config = inspected["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"] == ["streamgate"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert config["Labels"]["org.opencontainers.image.version"] == version
+    assert config["Labels"]["org.opencontainers.image.title"] == "streamgate"
+    printed = podman("run", "--rm", image, "--version").stdout
+    assert version in printed
+    # the runtime stage carries no compiler: only the build stage had one
+    assert podman("run", "--rm", "--entrypoint=sh", image, "-c", "command -v gcc",
+                  check=False).returncode != 0
+
+
+@pytest.mark.timeout(1200)
+def test_the_image_serves_publish_replay_and_console_as_the_chart_runs_it(
+        gateway_container: tuple[str, str]) -> None:
+    url, name = gateway_container
+    wait_ready(url, name)
+    assert podman("exec", name, "id", "-u").stdout.strip() == "10001"
+    assert podman("exec", name, "sh", "-c", "touch /opt/x", check=False).returncode != 0
+    topic = f"image-{uuid.uuid4().hex[:8]}"
+    assert call(f"{url}/v1/topics", "POST", {"name": topic, "partitions": 2})[0] == 201
+    status, _, body = call(f"{url}/v1/topics/{topic}/messages", "POST", {
+        "acks": "all", "messages": [{"key": "k", "value": {"n": 1}, "partition": 1}]})
+    assert status == 200, body
+    status, _, body = call(f"{url}/v1/topics/{topic}/partitions/1/messages")
+    assert [m["value"] for m in json.loads(body)["messages"]] == [{"n": 1}]
+    status, headers, page = call(f"{url}/console/")
+    assert status == 200
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+    assert re.search(rb'src="js/console/main\.js"', page)
+    assert call(f"{url}/console/js/console/main.js")[0] == 200
+
+    # SIGTERM (what Kubernetes sends) stops it cleanly
+    started = time.monotonic()
+    podman("stop", "--time=30", name)
+    took = time.monotonic() - started
+    [state] = json.loads(podman("inspect", name).stdout)
+    assert state["State"]["ExitCode"] == 0, podman("logs", name, check=False).stderr
+    print(f"stopped by SIGTERM in {took:.1f} s")
