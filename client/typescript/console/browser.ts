@@ -45,6 +45,10 @@ export function renderBrowser(context: Context, area: HTMLElement, topic: TopicD
       status.show("Give an offset to start at.", "error");
       return;
     }
+    if (start.value === "time" && Number.isNaN(new Date(time.value).getTime())) {
+      status.show("Give a time to start at.", "error");
+      return;
+    }
     void read(start.value === "offset" ? { from: offset.value.trim() }
       : start.value === "time" ? { fromTimeMs: new Date(time.value).getTime() }
         : { from: "earliest" });

@@ -18,10 +18,12 @@ export class TimeChart {
   private readonly series = new Map<string, Sample[]>();
   private readonly windowMs: number;
   private readonly unit: string;
+  private readonly title: string;
 
   constructor(title: string, unit: string, windowMs = 5 * 60_000) {
     this.windowMs = windowMs;
     this.unit = unit;
+    this.title = title;
     this.element = svg("svg", { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: "img",
                                 class: "chart", "aria-label": title }) as SVGSVGElement;
     this.draw(Date.now());
@@ -54,6 +56,10 @@ export class TimeChart {
 
   private draw(nowMs: number): void {
     const root = this.element;
+    // the lines are not readable to a screen reader: the newest values are its text alternative
+    const newest = [...this.latest()].map(([name, value]) => `${name} ${formatValue(value)}`);
+    root.setAttribute("aria-label", newest.length === 0 ? this.title
+      : `${this.title}; now ${newest.join(", ")}`);
     while (root.firstChild) root.removeChild(root.firstChild);
     const values = [...this.series.values()].flat().map((s) => s.value);
     const top = niceMax(Math.max(1, ...values));

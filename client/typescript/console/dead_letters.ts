@@ -18,6 +18,7 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
       const moved = await context.admin.redrive(topic, {});
       status.show(`Redrove ${moved} dead letters to ${topic}.`, "ok");
       await load();
+      keepFocus(status);
     } catch (error) {
       context.fail(error, status);
     }
@@ -37,6 +38,7 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
             context.fail(error, status);
           }
           await load();
+          keepFocus(status);
         }, (letter) => {
           replace(selected, h("h2", { tabindex: -1 }, `Dead letter ${letter.partition}:`
             + `${letter.offset}`), details(letter));
@@ -56,6 +58,14 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
           h("div", { class: "actions" }, redriveAll, " ", refresh), status, listing, selected,
           dialog);
   void load();
+}
+
+/** The button that had the focus left with the table it was in (or was disabled): the result
+ * takes the focus, so keyboard users go on from there and not from the top of the page. */
+function keepFocus(result: HTMLElement): void {
+  if (document.activeElement !== null && document.activeElement !== document.body) return;
+  result.tabIndex = -1;
+  result.focus();
 }
 
 /** The first letters of every partition of `<topic>.dlq`; none before it exists. */
@@ -96,7 +106,8 @@ function letterTable(letters: StoredMessage[], redrive: (letter: StoredMessage) 
 /** A modal question: Escape or "Cancel" closes it, "Confirm" runs `confirmed`. */
 function confirmDialog(question: string, confirmed: () => Promise<void>): HTMLDialogElement {
   const dialog = h("dialog", { "aria-labelledby": "confirm-title" });
-  const cancel = h("button", { type: "button", class: "secondary",
+  // the safe answer has the focus: Enter alone must not send every letter back
+  const cancel = h("button", { type: "button", class: "secondary", autofocus: true,
                                onclick: () => dialog.close() }, "Cancel");
   const confirm = h("button", { type: "button", onclick: () => {
     dialog.close();

@@ -3,7 +3,8 @@
 type Child = Node | string | number | null | undefined | false;
 type Attributes = Record<string, string | number | boolean | EventListener | undefined>;
 
-/** An element with attributes (`on<event>` ones become listeners) and children (strings as text). */
+/** An element with attributes (`on<event>` ones become listeners) and children (strings as
+ * text). */
 export function h<K extends keyof HTMLElementTagNameMap>(
   tag: K, attributes: Attributes = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
   const element = document.createElement(tag);
@@ -33,6 +34,17 @@ export function replace(parent: Node, ...children: Child[]): void {
   append(parent, ...children);
 }
 
+const shown = new WeakMap<Node, string>();
+
+/** Whether `data` differs from what `parent` last showed (and remember it): a poll leaves an
+ * unchanged listing alone, so keyboard focus on a link in it is not lost every few seconds. */
+export function changed(parent: Node, data: unknown): boolean {
+  const signature = JSON.stringify(data);
+  if (shown.get(parent) === signature) return false;
+  shown.set(parent, signature);
+  return true;
+}
+
 /** A labelled form control: `<label for>` pointing at it, so it has an accessible name. */
 export function field(label: string, control: HTMLInputElement | HTMLSelectElement
                       | HTMLTextAreaElement, hint?: string): HTMLElement {
@@ -52,12 +64,14 @@ export function uniqueId(base: string): string {
   return `${base.toLowerCase().replace(/[^a-z0-9]+/g, "-")}-${counter}`;
 }
 
-/** A table with a caption, column headers and rows of cells. */
+/** A table with a caption, column headers and rows of cells; each row's first cell heads it. */
 export function table(caption: string, headers: string[], rows: Child[][]): HTMLTableElement {
+  const row = (cells: Child[]): HTMLTableRowElement => h("tr", {}, ...cells.map((cell, at) =>
+    at === 0 ? h("th", { scope: "row" }, cell) : h("td", {}, cell)));
   return h("table", {},
            h("caption", {}, caption),
            h("thead", {}, h("tr", {}, ...headers.map((name) => h("th", { scope: "col" }, name)))),
-           h("tbody", {}, ...rows.map((cells) => h("tr", {}, ...cells.map((c) => h("td", {}, c))))));
+           h("tbody", {}, ...rows.map(row)));
 }
 
 /** A status line that screen readers announce; `show` replaces its text. */

@@ -4,7 +4,7 @@ import { GroupTopic, SeekTarget } from "../src/index.js";
 import { TimeChart } from "./chart.js";
 import { Context } from "./context.js";
 import {
-  field, formatCount, formatDuration, formatTime, h, replace, statusLine, table,
+  changed, field, formatCount, formatDuration, formatTime, h, replace, statusLine, table,
 } from "./dom.js";
 
 const POLL_MS = 2000;
@@ -20,6 +20,7 @@ export function renderGroups(context: Context, main: HTMLElement): void {
   context.every(5000, async () => {
     try {
       const groups = await context.admin.listGroups();
+      if (!changed(listing, groups)) return;
       replace(listing, groups.length === 0 ? h("p", {}, "No consumer groups yet.")
         : table("Consumer groups you may see", ["Group", "Topic"], groups.map((g) => [
           h("a", { href: groupHref(g.group, g.topic) }, g.group),
@@ -58,8 +59,10 @@ export function renderGroup(context: Context, main: HTMLElement, group: string,
         + ` · ${formatCount(pending)} pending`);
       replace(totalLag, `Total lag: ${formatCount(lag)} messages`);
       chart.add(new Map(state.partitions.map((p) => [`p${p.partition}`, p.lag ?? 0])));
-      replace(partitions, partitionTable(state));
-      replace(members, memberTable(state));
+      if (changed(partitions, state.partitions)) replace(partitions, partitionTable(state));
+      if (changed(members, [state.members, state.assignment])) {
+        replace(members, memberTable(state));
+      }
     } catch (error) {
       context.fail(error, status);
     }
@@ -95,7 +98,8 @@ function seekForm(context: Context, group: string, topic: string): HTMLElement {
                               autocomplete: "off" });
   const status = statusLine();
   const form = h("form", { class: "card" },
-                 h("div", { class: "row" }, field("Move the group to", to), field("Seek time", time),
+                 h("div", { class: "row" }, field("Move the group to", to),
+                   field("Seek time", time),
                    field("Seek cursor", cursor, "Delivery goes on strictly after these offsets.")),
                  h("button", { type: "submit" }, "Seek"), status);
   form.addEventListener("submit", (event) => {

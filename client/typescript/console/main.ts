@@ -18,7 +18,7 @@ interface Credentials {
 type Page = (context: Context, main: HTMLElement, ...names: string[]) => void;
 
 const ROUTES: Array<[RegExp, Page]> = [
-  [/^#\/topics\/([^/]+)\/dead-letters$/, renderDeadLetters],
+  [/^#\/topics\/([^/]+)\/(?:dead-letters|dlq)$/, renderDeadLetters],
   [/^#\/topics\/([^/]+)$/, renderTopic],
   [/^#\/groups\/([^/]+)\/([^/]+)$/, renderGroup],
   [/^#\/groups$/, renderGroups],
@@ -107,8 +107,8 @@ function showSignIn(reason: string): void {
   current?.leave();
   current = undefined;
   const target = main();
-  const kind = h("select", {},
-                 h("option", { value: "apiKey" }, "API key"), h("option", { value: "token" }, "JWT"));
+  const kind = h("select", {}, h("option", { value: "apiKey" }, "API key"),
+                 h("option", { value: "token" }, "JWT"));
   const secret = h("input", { type: "password", autocomplete: "off", required: true });
   const status = statusLine("alert");
   const form = h("form", { class: "card", "aria-labelledby": "sign-in-title" },

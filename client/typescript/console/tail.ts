@@ -18,7 +18,6 @@ export function renderTail(context: Context, area: HTMLElement, topic: string): 
                          reversed: true });
   let subscription: Subscription | undefined;
   let paused = false;
-  let shown = 0;
 
   const stop = (): void => {
     void subscription?.close();
@@ -34,7 +33,6 @@ export function renderTail(context: Context, area: HTMLElement, topic: string): 
                      + (Object.keys(message.headers).length
                        ? ` · ${headerText(message.headers).replace(/\n/g, ", ")}` : "")),
                    h("code", {}, preview(message))));
-    shown++;
     while (list.childElementCount > KEPT) list.lastElementChild?.remove();
   };
   const form = h("form", { class: "card" },
@@ -55,12 +53,18 @@ export function renderTail(context: Context, area: HTMLElement, topic: string): 
       state.show(error instanceof Error ? error.message : String(error), "error");
       return;
     }
-    subscription = context.client.subscribe({ topic, mode: "broadcast", from: "latest", filter });
-    subscription.on("message", show);
-    subscription.on("state", (now) => state.show(`Tail ${now}; ${shown} messages shown.`));
-    subscription.on("error", (error) => {
+    const started = context.client.subscribe({ topic, mode: "broadcast", from: "latest",
+                                               filter });
+    subscription = started;
+    started.on("message", show);
+    // a stopped tail's last events would overwrite "Tail stopped."
+    started.on("state", (now) => {
+      if (subscription === started) state.show(`Tail ${now}.`);
+    });
+    started.on("error", (error) => {
+      if (subscription !== started) return;
       context.fail(error, state);
-      if (subscription?.state === "closed") stop();
+      if (started.state === "closed") stop();
     });
     toggle.textContent = "Stop tail";
     pause.disabled = false;
@@ -71,10 +75,7 @@ export function renderTail(context: Context, area: HTMLElement, topic: string): 
     pause.textContent = paused ? "Resume" : "Pause";
     state.show(paused ? "Tail paused: new messages are not shown." : "Tail resumed.");
   });
-  clear.addEventListener("click", () => {
-    replace(list);
-    shown = 0;
-  });
+  clear.addEventListener("click", () => replace(list));
   context.onLeave(stop);
   replace(area, h("section", { "aria-labelledby": "tail" },
                   h("h2", { id: "tail" }, "Live tail"), form, list));

@@ -5,7 +5,7 @@ import { Acks, ProducerMessage, TopicDetails } from "../src/index.js";
 import { TimeChart } from "./chart.js";
 import { Context } from "./context.js";
 import {
-  field, formatCount, formatDuration, h, replace, statusLine, table,
+  changed, field, formatCount, formatDuration, h, replace, statusLine, table,
 } from "./dom.js";
 import { renderBrowser } from "./browser.js";
 import { renderTail } from "./tail.js";
@@ -38,7 +38,7 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
       const topic = await context.admin.describeTopic(name);
       replace(summary, `${topic.partitions} partitions · retention `
         + `${formatDuration(topic.retentionMs)} · owner ${topic.owner}`);
-      replace(partitions, partitionTable(topic));
+      if (changed(partitions, topic.partitionDetails)) replace(partitions, partitionTable(topic));
       chart.add(new Map(topic.partitionDetails.map((p) => [`p${p.partition}`,
                                                             p.publishRatePerS])));
       if (first) {

@@ -1,7 +1,9 @@
 /** The topics page: what the user may see, and a form to create one. */
 
 import { Context } from "./context.js";
-import { field, formatDuration, formatTime, h, replace, statusLine, table } from "./dom.js";
+import {
+  changed, field, formatDuration, formatTime, h, replace, statusLine, table,
+} from "./dom.js";
 
 const HOUR_MS = 3_600_000;
 
@@ -15,6 +17,7 @@ export function renderTopics(context: Context, main: HTMLElement): void {
   context.every(5000, async () => {
     try {
       const topics = await context.admin.listTopics();
+      if (!changed(listing, topics)) return;
       replace(listing, topics.length === 0
         ? h("p", {}, "No topics yet: create one below.")
         : table("Topics you may see", ["Name", "Partitions", "Retention", "Owner", "Created"],

@@ -170,8 +170,8 @@ export class Admin {
 
   /** Every (topic, group) the caller may see. */
   async listGroups(): Promise<Array<{ topic: string; group: string }>> {
-    const answer = await this.transport.request<{ groups: Array<{ topic: string; group: string }> }>(
-      "GET", "/v1/groups");
+    type Listing = { groups: Array<{ topic: string; group: string }> };
+    const answer = await this.transport.request<Listing>("GET", "/v1/groups");
     return answer.body.groups;
   }
 

@@ -50,6 +50,19 @@ test("listings show the topic, and replay pages through a partition by offset an
   assert.equal(typeof details.partitionDetails[0].publishRatePerS, "number");
 });
 
+test("a topic grows partitions, changes retention and length cap, and never shrinks",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  const grown = await admin().updateTopic(topic, { partitions: 3, retentionMs: 3_600_000,
+                                                   maxLength: 1000 });
+  assert.deepEqual([grown.partitions, grown.retentionMs, grown.maxLength], [3, 3_600_000, 1000]);
+  const uncapped = await admin().updateTopic(topic, { maxLength: null });
+  assert.equal(uncapped.maxLength, null);
+  assert.equal((await admin().describeTopic(topic)).partitionDetails.length, 3);
+  await assert.rejects(admin().updateTopic(topic, { partitions: 2 }),
+                       (e) => e instanceof ProblemError && [409, 422].includes(e.status));
+});
+
 test("a group's lag, pending and oldest un-acked age, and a seek to latest",
      { timeout: 30_000 }, async () => {
   const topic = await createTopic(2, cleanup);

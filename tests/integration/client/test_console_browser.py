@@ -179,15 +179,34 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
             publish_in_form(page, "bob", '{"n": "tailed"}', "tag=a")
             expect(tail).to_contain_text('"tailed"', timeout=WAIT_MS)
             expect(tail).not_to_contain_text("filtered out")
-            # the partitions table follows on its next poll: four messages in all
+            # paused, a message is dropped; the one after resuming shows, so the first was seen
+            page.get_by_role("button", name="Pause").click()
+            publish_in_form(page, "bob", '{"n": "while paused"}', "tag=a")
+            page.get_by_role("button", name="Resume").click()
+            publish_in_form(page, "bob", '{"n": "resumed"}', "tag=a")
+            expect(tail).to_contain_text('"resumed"', timeout=WAIT_MS)
+            expect(tail).not_to_contain_text("while paused")
+            # the partitions table follows on its next poll: six messages in all
             page.wait_for_function("""() => [...document.getElementById('partitions')
                 .parentElement.querySelectorAll('tbody tr')].reduce(
-                (sum, row) => sum + Number(row.cells[1].textContent), 0) === 4""",
+                (sum, row) => sum + Number(row.cells[1].textContent), 0) === 6""",
                                    timeout=WAIT_MS)
             page.screenshot(path=artifacts / "topic.png", full_page=True)
             if os.environ.get("STREAMGATE_UPDATE_SCREENSHOT") == "1":
                 page.evaluate("window.scrollTo(0, 0)")
                 page.screenshot(path=DOCS_SCREENSHOT, full_page=False)
+            page.get_by_role("button", name="Clear").click()
+            expect(tail.get_by_role("listitem")).to_have_count(0)
+            page.get_by_role("button", name="Stop tail").click()
+            expect(page.locator("#tail ~ form [role=status]")).to_contain_text("Tail stopped")
+
+        with timed("the topic in the listing"):
+            page.get_by_role("link", name="Topics", exact=True).click()
+            expect_heading(page, "Topics")
+            listed = page.get_by_role("table", name="Topics you may see").get_by_role(
+                "row").filter(has=page.get_by_role("link", name=topic, exact=True))
+            expect(listed).to_contain_text("14 d", timeout=WAIT_MS)
+            page.screenshot(path=artifacts / "topics.png", full_page=True)
 
         with timed("a group's lag falls to 0"):
             call(base, "POST", f"/v1/topics/{topic}/messages",
@@ -207,7 +226,9 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
                 receipts += [m["receipt"] for m in batch]
             assert call(base, "POST", "/v1/groups/readers/ack", {"receipts": receipts})[0] == 200
             expect(page.get_by_text("Total lag: 0 messages")).to_be_visible(timeout=WAIT_MS)
-            expect(page.get_by_role("img", name=re.compile("Lag per partition"))).to_be_visible()
+            # the chart's text alternative names each series' newest sample
+            expect(page.get_by_role("img", name=re.compile(
+                r"^Lag per partition.*; now p0 0, p1 0$"))).to_be_visible(timeout=WAIT_MS)
             page.screenshot(path=artifacts / "group.png", full_page=True)
 
         with timed("inspect and redrive dead letters"):
@@ -229,6 +250,13 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
             expect(page.get_by_role("table", name="1 dead letters")).to_be_visible(
                 timeout=WAIT_MS)
             page.get_by_role("button", name="Redrive all").click()
+            question = page.get_by_role("dialog")
+            expect(question).to_be_visible()
+            expect(question.get_by_role("button", name="Cancel")).to_be_focused()
+            page.keyboard.press("Escape")
+            expect(question).to_be_hidden()
+            expect(page.get_by_role("table", name="1 dead letters")).to_be_visible()
+            page.get_by_role("button", name="Redrive all").click()
             page.get_by_role("button", name="Confirm redrive").click()
             expect(page.get_by_text("No dead letters.")).to_be_visible(timeout=WAIT_MS)
             back = values_in(base, topic, 2)
@@ -238,6 +266,56 @@ def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_cons
         call(base, "DELETE", f"/v1/topics/{topic}.dlq")
         call(base, "DELETE", f"/v1/topics/{topic}")
     print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in TIMINGS.items()))
+
+
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+RECORD_VIOLATIONS = """window.violations = [];
+document.addEventListener('securitypolicyviolation',
+    (e) => window.violations.push(`${e.violatedDirective} ${e.blockedURI}`));"""
+
+
+@pytest.mark.timeout(300)
+def test_every_console_page_keeps_its_csp_and_shows_hostile_messages_as_text(
+        served_gateway: str, console_page: Page) -> None:
+    from playwright.sync_api import expect
+    base, topic = served_gateway, f"csp-{uuid.uuid4().hex[:8]}"
+    page = console_page
+    assert call(base, "POST", "/v1/topics", {"name": topic, "partitions": 1})[0] == 201
+    try:
+        assert call(base, "POST", f"/v1/topics/{topic}/messages", {"acks": "all", "messages": [
+            {"key": HOSTILE, "value": HOSTILE, "headers": {"x": HOSTILE}}]})[0] == 200
+        assert call(base, "POST", "/v1/groups/watchers/pull", {"topic": topic})[0] == 200
+        responses: list[Any] = []
+        page.on("response", lambda r: responses.append(r) if "/console" in r.url else None)
+        page.add_init_script(RECORD_VIOLATIONS)
+        with timed("every page under the CSP, hostile values as text"):
+            for route, heading in [
+                    ("#/topics", "Topics"), (f"#/topics/{topic}", f"Topic {topic}"),
+                    ("#/groups", "Consumer groups"),
+                    (f"#/groups/watchers/{topic}", f"Group watchers on {topic}"),
+                    (f"#/topics/{topic}/dlq", f"Dead letters of {topic}"),
+                    ("#/nowhere", "Not found")]:
+                page.goto(f"{base}/console/{route}")
+                expect_heading(page, heading)
+                if route == f"#/topics/{topic}":
+                    page.get_by_role("button", name="Read messages").click()
+                    page.get_by_role("button", name=re.compile("^Show message")).click()
+                    expect(page.get_by_label("Value as JSON")).to_have_text(json.dumps(HOSTILE))
+                    expect(page.get_by_role("table", name="Messages")).to_contain_text(HOSTILE)
+                    assert page.locator("main img, main script").count() == 0
+                assert page.evaluate("window.violations") == [], route
+                assert page.evaluate("window.pwned") is None, route
+        assert {r.status for r in responses} <= {200, 301, 304, 308}, responses
+        for response in (r for r in responses if r.status == 200):
+            headers = response.headers
+            assert "script-src 'self'" in headers["content-security-policy"], response.url
+            assert "frame-ancestors 'none'" in headers["content-security-policy"], response.url
+            assert headers["x-content-type-options"] == "nosniff", response.url
+            assert headers["referrer-policy"] == "no-referrer", response.url
+        assert {r.url.rsplit("/", 1)[-1] for r in responses} >= {
+            "", "console.css", "main.js", "index.js", "chart.js"}
+    finally:
+        call(base, "DELETE", f"/v1/topics/{topic}")
 
 
 def tab_to(page: Page, name: str, limit: int = 80) -> None:
