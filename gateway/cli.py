@@ -134,7 +134,7 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
         web.run_app(app, host=settings.host, port=settings.port, print=None,
                     ssl_context=ssl_context, reuse_port=worker_index is not None or None,
                     sock=extra_sockets or None, loop=new_event_loop(settings),
-                    **access_log_options(settings))
+                    shutdown_timeout=settings.shutdown_timeout_s, **access_log_options(settings))
     # Redis or etcd unreachable or untrusted at startup
     except (StorageError, PartitionerError) as exc:
         print(f"streamgate: cannot start: {exc}", file=sys.stderr)
@@ -173,7 +173,9 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             pid_file = write_pid(config.data_dir)
             try:
                 web.run_app(app, host=settings.host, port=settings.port, print=None,
-                            loop=new_event_loop(settings), **access_log_options(settings))
+                            loop=new_event_loop(settings),
+                            shutdown_timeout=settings.shutdown_timeout_s,
+                            **access_log_options(settings))
             finally:
                 pid_file.unlink(missing_ok=True)
     except MissingBinary as exc:

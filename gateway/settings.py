@@ -61,6 +61,8 @@ class GatewaySettings:
     lag_interval_s: float = 5.0
     sweep_interval_s: float = 5.0
     slow_client_timeout_s: float = 10.0
+    # after SIGTERM, in-flight requests get this long to finish (under the chart's grace period)
+    shutdown_timeout_s: float = 20.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
     # accept permessage-deflate when a WebSocket client offers it (false: never)

@@ -205,6 +205,14 @@ def test_switching_redis_or_etcd_off_without_external_endpoints_fails_with_a_hin
         render_files({"etcd": {"enabled": False}})
 
 
+def test_a_shutdown_timeout_past_the_grace_period_is_refused() -> None:
+    with pytest.raises(helm.HelmError, match="terminationGracePeriodSeconds"):
+        render_files({"gateway": {"terminationGracePeriodSeconds": 20,
+                                  "settings": {"shutdown_timeout_s": 25}}})
+    render_files({"gateway": {"terminationGracePeriodSeconds": 60,
+                              "settings": {"shutdown_timeout_s": 45}}})
+
+
 def test_notes_explain_port_forward_publish_and_grafana() -> None:
     notes = render_files({})["streamgate/templates/NOTES.txt"]
     assert "kubectl -n streaming port-forward svc/sg-streamgate 8080:80" in notes

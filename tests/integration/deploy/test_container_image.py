@@ -3,6 +3,7 @@ run as the Helm chart runs it: uid 10001, read-only root, every capability dropp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+import aiohttp
 import pytest
 import yaml
 from containers import ROOT, build_image, ensure_bases, podman, require_podman
@@ -126,10 +128,29 @@ def test_the_image_serves_publish_replay_and_console_as_the_chart_runs_it(
     assert re.search(rb'src="js/console/main\.js"', page)
     assert call(f"{url}/console/js/console/main.js")[0] == 200
 
-    # SIGTERM (what Kubernetes sends) stops it cleanly
-    started = time.monotonic()
-    podman("stop", "--time=30", name)
-    took = time.monotonic() - started
+    close, pulled, took = asyncio.run(terminate_while_busy(url, name, topic))
+    assert close == (aiohttp.WSMsgType.CLOSE, 1001)
+    assert pulled == 200
     [state] = json.loads(podman("inspect", name).stdout)
     assert state["State"]["ExitCode"] == 0, podman("logs", name, check=False).stderr
     print(f"stopped by SIGTERM in {took:.1f} s")
+
+
+async def terminate_while_busy(url: str, name: str, topic: str
+                               ) -> tuple[tuple[aiohttp.WSMsgType, Any], int, float]:
+    """SIGTERM (what Kubernetes sends) while a group subscription is open and a long-poll pull is
+    waiting: the socket's close frame, the pull's status, and how long the stop took."""
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"{url.replace('http', 'ws')}/v1/subscribe?topic={topic}"
+                                   "&group=drain&mode=exclusive&from=latest")
+        assignment = await ws.receive_json(timeout=30)
+        assert assignment["type"] == "assignment", assignment
+        pull = asyncio.create_task(http.post(f"{url}/v1/groups/waiting/pull", json={
+            "topic": topic, "wait_ms": 3000, "max_messages": 10}))
+        await asyncio.sleep(0.5)  # the pull is waiting in the gateway
+        started = time.monotonic()
+        stop = asyncio.create_task(asyncio.to_thread(podman, "stop", "--time=30", name))
+        closed = await ws.receive(timeout=30)
+        pulled = await pull
+        await stop
+        return (closed.type, closed.data), pulled.status, time.monotonic() - started
