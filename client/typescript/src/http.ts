@@ -85,7 +85,10 @@ export class Transport {
 
   /** The `Authorization` header for the credentials; none without credentials. */
   async authHeaders(): Promise<Record<string, string>> {
-    const token = await this.currentToken();
+    return this.headersFor(await this.currentToken());
+  }
+
+  private headersFor(token: string | undefined): Record<string, string> {
     if (token) return { Authorization: `Bearer ${token}` };
     if (this.credentials.apiKey) return { Authorization: `ApiKey ${this.credentials.apiKey}` };
     return {};
@@ -104,23 +107,27 @@ export class Transport {
   /** Send one request; `ProblemError` for a 4xx/5xx answer, `ConnectionError` when there is no
    * answer (refused, reset, timed out). */
   async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<Answer<T>> {
-    const sentToken = await this.currentToken().catch((error: unknown) => {
-      throw new ConnectionError(`the token provider failed: ${String(error)}`, { cause: error });
-    });
+    const token = await this.providedToken();
     try {
-      return await this.requestOnce<T>(method, path, options);
+      return await this.requestOnce<T>(method, path, options, token);
     } catch (error) {
       if (!(this.refreshable && error instanceof ProblemError && error.status === 401)) throw error;
       // the token expired or was revoked: once more with a fresh one
-      this.forgetToken(sentToken);
-      return this.requestOnce<T>(method, path, options);
+      this.forgetToken(token);
+      return this.requestOnce<T>(method, path, options, await this.providedToken());
     }
   }
 
-  private async requestOnce<T>(method: string, path: string,
-                               options: RequestOptions): Promise<Answer<T>> {
+  private providedToken(): Promise<string | undefined> {
+    return this.currentToken().catch((error: unknown) => {
+      throw new ConnectionError(`the token provider failed: ${String(error)}`, { cause: error });
+    });
+  }
+
+  private async requestOnce<T>(method: string, path: string, options: RequestOptions,
+                               token: string | undefined): Promise<Answer<T>> {
     const url = this.url(path);
-    const headers: Record<string, string> = { ...await this.authHeaders(), ...options.headers };
+    const headers: Record<string, string> = { ...this.headersFor(token), ...options.headers };
     if (options.body !== undefined) headers["Content-Type"] = "application/json";
     let response: Response;
     let text: string;

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import time
 import tomllib
 import urllib.error
@@ -20,12 +19,7 @@ import pytest
 import yaml
 from containers import ROOT, build_image, ensure_bases, podman, require_podman
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from devstack._process import free_ports
 
 
 def chart_image() -> str:
@@ -77,7 +71,7 @@ def gateway_container(image: str, redis_cluster: Any, etcd_server: Any
                       ) -> Iterator[tuple[str, str]]:
     """The image serving on a free loopback port with the chart's security context, over the
     session's cluster and etcd; its URL and container name. Removed afterwards."""
-    name, port = f"sg-test-{uuid.uuid4().hex[:10]}", free_port()
+    name, [port] = f"sg-test-{uuid.uuid4().hex[:10]}", free_ports(1)
     nodes = ",".join(f"{host}:{p}" for host, p in redis_cluster.startup_nodes)
     podman("run", "--detach", "--name", name, "--network=host", "--user=10001:10001",
            "--read-only", "--cap-drop=all", "--security-opt=no-new-privileges",
