@@ -16,10 +16,14 @@ ROOT = Path(__file__).resolve().parents[3]
 CONTAINERS_CONF = Path(__file__).with_name("containers.conf")
 RUN_BASE = "localhost/streamgate-run-base:bookworm"
 BUILD_BASE = "localhost/streamgate-build-base:bookworm"
-# what each base adds to Debian's minbase: the runtime's Python; the build's compiler and headers
+# Redis and etcd for the chart's own datastore pods, from Debian's packages (no registry here)
+DATASTORES = "localhost/streamgate-datastores:bookworm"
+# what each image adds to Debian's minbase: the runtime's Python; the build's compiler and headers;
+# the datastores' servers and their command-line tools
 BASE_PACKAGES = {
     RUN_BASE: ["python3", "ca-certificates"],
     BUILD_BASE: ["python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "ca-certificates"],
+    DATASTORES: ["redis-server", "redis-tools", "etcd-server", "etcd-client"],
 }
 # documentation and translations are left out of the bases
 SLIM = ["--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
@@ -65,10 +69,11 @@ def build_base(name: str) -> None:
         podman("import", "--quiet", str(tarball), name, timeout_s=300)
 
 
-def ensure_bases() -> None:
-    """Both base images, built side by side when missing (kept in podman's store afterwards)."""
-    missing = [name for name in BASE_PACKAGES if not image_exists(name)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+def ensure_bases(*names: str) -> None:
+    """The named Debian images (default: both bases), built side by side when missing (kept in
+    podman's store afterwards)."""
+    missing = [name for name in names or (RUN_BASE, BUILD_BASE) if not image_exists(name)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
         list(pool.map(build_base, missing))
 
 

@@ -11,35 +11,14 @@ import tomllib
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
-import yaml
-from containers import ROOT, build_image, ensure_bases, podman, require_podman
+from containers import ROOT, podman
 
 from devstack._process import free_ports
-
-
-def chart_image() -> str:
-    """The image the chart's default values pull: repository, tag = the chart's appVersion."""
-    values = yaml.safe_load((ROOT / "helm" / "streamgate" / "values.yaml").read_text())
-    chart = yaml.safe_load((ROOT / "helm" / "streamgate" / "Chart.yaml").read_text())
-    return f"{values['image']['repository']}:{values['image']['tag'] or chart['appVersion']}"
-
-
-@pytest.fixture(scope="module")
-def image(report_missing: Callable[[str], NoReturn]) -> str:
-    """The project's image, tagged as the chart's defaults name it."""
-    require_podman(report_missing)
-    started = time.monotonic()
-    ensure_bases()
-    bases_s = time.monotonic() - started
-    tag = chart_image()
-    build_image(tag)
-    print(f"bases {bases_s:.0f} s, image {time.monotonic() - started - bases_s:.0f} s")
-    return tag
 
 
 def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, dict[str, str], bytes]:
