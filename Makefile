@@ -7,9 +7,10 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium podman runc mmdebstrap
+APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium podman runc mmdebstrap \
+	nftables
 BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server chromium \
-	podman runc mmdebstrap
+	podman runc mmdebstrap nft
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -17,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
-	@echo "            podman, runc, mmdebstrap,"
+	@echo "            podman, runc, mmdebstrap, nftables,"
 	@echo "            gcc, python3-dev (apt)"
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"

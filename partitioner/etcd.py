@@ -61,6 +61,10 @@ DEFAULT_PREFIX = "/streamgate/"
 REVOKE_RETRY_S = 300.0  # how long a lease that could not be revoked is retried
 REVOKE_BACKOFF_S = 0.2  # between revocation attempts, doubling...
 REVOKE_BACKOFF_MAX_S = 1.0  # ...up to this: a recovered etcd is seen within about a second
+PING_KEY = b"/streamgate-ping"
+# etcd's require-leader metadata: a member cut off from its peers refuses requests and ends watches
+# at once, instead of letting requests time out and watches fall silent
+REQUIRE_LEADER = (("hasleader", "true"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +263,10 @@ class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped
 class EtcdConnection:
     """One aetcd client with a typed surface. An async context manager; ``aclose`` is idempotent.
 
-    aetcd talks to a single endpoint: on open the first of ``endpoints`` that answers is used (put a
-    load balancer or DNS name in front of a cluster for failover after open).
+    aetcd talks to a single endpoint: on open the first of ``endpoints`` that answers a linearizable
+    read is used. After a failed call, when that member no longer answers one either (it is down,
+    unreachable, or without a leader), the connection moves to the next endpoint that does; the old
+    client is closed, so its watches end and their owners re-watch through the new one.
     """
 
     def __init__(self, endpoints: Sequence[str], timeout_s: float,
@@ -274,6 +280,8 @@ class EtcdConnection:
         # told about every call (metrics), set by the owner
         self.observer: CallObserver = ignore_call
         self.endpoint = ""
+        self._current = 0  # index of the endpoint in use
+        self._failover: asyncio.Task[None] | None = None
         self._revocations: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> EtcdConnection:
@@ -288,21 +296,60 @@ class EtcdConnection:
         """Connect to the first endpoint that answers; ``CoordinationUnavailable`` if none does."""
         last_error: CoordinationUnavailable | None = None
         credentials = self._tls_credentials()
-        for host, port in self._endpoints:
-            if self._tls is None:
-                self._client = aetcd.Client(host=host, port=port, timeout=self._timeout_s)
-            else:
-                self._client = _TlsClient(host, port, self._timeout_s, self._tls, credentials)
+        for index, (host, port) in enumerate(self._endpoints):
+            self._client = self._new_client(host, port, credentials)
             try:
                 await self.ping()
             except CoordinationUnavailable as exc:
                 last_error = exc
                 await self.aclose()
                 continue
-            self.endpoint = f"{host}:{port}"
+            self._current, self.endpoint = index, f"{host}:{port}"
             return
         assert last_error is not None
         raise last_error
+
+    def _new_client(self, host: str, port: int,
+                    credentials: grpc.ChannelCredentials | None) -> Any:
+        if self._tls is None or credentials is None:
+            client = aetcd.Client(host=host, port=port, timeout=self._timeout_s)
+        else:
+            client = _TlsClient(host, port, self._timeout_s, self._tls, credentials)
+        client.metadata = REQUIRE_LEADER
+        return client
+
+    def _check_member(self) -> None:
+        """After a failed call: one background check of the member in use (see the class doc)."""
+        if len(self._endpoints) > 1 and (self._failover is None or self._failover.done()):
+            self._failover = asyncio.ensure_future(self._fail_over())
+
+    async def _answers(self, client: Any) -> bool:
+        """Whether the client's member answers a linearizable read in time."""
+        try:
+            await asyncio.wait_for(client.get(PING_KEY), self._timeout_s)
+        except (aetcd.ClientError, aetcd.rpc.AioRpcError, TimeoutError, OSError):
+            return False
+        return True
+
+    async def _fail_over(self) -> None:
+        client = self._client
+        if client is None or await self._answers(client):
+            return
+        credentials = self._tls_credentials()
+        for step in range(1, len(self._endpoints)):
+            index = (self._current + step) % len(self._endpoints)
+            host, port = self._endpoints[index]
+            candidate = self._new_client(host, port, credentials)
+            if not await self._answers(candidate) or self._client is not client:
+                await _finished_within(candidate.close(), self._timeout_s)
+                if self._client is not client:
+                    return  # closed meanwhile
+                continue
+            log.warning("etcd member %s stopped answering; moving to %s:%d", self.endpoint,
+                        host, port)
+            self._client, self._current, self.endpoint = candidate, index, f"{host}:{port}"
+            await _finished_within(client.close(), self._timeout_s)
+            return
 
     def _tls_credentials(self) -> grpc.ChannelCredentials | None:
         if self._tls is None:
@@ -316,7 +363,8 @@ class EtcdConnection:
 
     async def aclose(self) -> None:
         """Close the client (and its watches). Safe to call more than once."""
-        await cancel_until_done(list(self._revocations))
+        failover, self._failover = self._failover, None
+        await cancel_until_done([*self._revocations, *([failover] if failover else [])])
         client, self._client = self._client, None
         if client is not None and not await _finished_within(client.close(), self._timeout_s):
             log.warning("etcd client did not close within %.1fs; abandoning it", self._timeout_s)
@@ -331,6 +379,8 @@ class EtcdConnection:
                 yield
         except PartitionerError as exc:
             report(self.observer, name, started, exc.__cause__ or exc)
+            if isinstance(exc, CoordinationUnavailable):
+                self._check_member()
             raise
         report(self.observer, name, started, None)
 
@@ -343,7 +393,7 @@ class EtcdConnection:
     async def ping(self) -> None:
         """A linearizable read, so it needs an etcd leader: the readiness probe."""
         with self._observed("ping"):
-            await self._live.get(b"/streamgate-ping")
+            await self._live.get(PING_KEY)
 
     async def get(self, key: bytes) -> StoredValue | None:
         """One key, or None when absent."""

@@ -91,10 +91,13 @@ async def _run_shared(session: Session, services: Services, hub: DeliveryHub, gr
             current = services.cache.get(topic.name)
             count = max(topic.partitions, current.partitions if current is not None else 0)
             if count > len(partitions):
-                for partition in range(len(partitions), count):
+                # the assignment goes first: a client never sees a partition's message before it
+                # was told the partition is its own
+                added = range(len(partitions), count)
+                _send_assignment(session, [*partitions, *added])
+                for partition in added:
                     await hub.attach(session, partition, group, config)
                     partitions.append(partition)
-                _send_assignment(session, partitions)
             await grown.wait()
             grown.clear()
     finally:
@@ -124,10 +127,13 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
                 wanted = set(assignment.partitions)
                 for partition in sorted(serving - wanted):
                     await hub.detach(session, partition, group)
+                    serving.discard(partition)
+                # revoked partitions are detached before the frame, new ones attached after it: a
+                # client sees a partition's messages only while its latest assignment names it
+                _send_assignment(session, sorted(wanted), assignment.generation)
                 for partition in sorted(wanted - serving):
                     await hub.attach(session, partition, group, config)
-                serving = wanted
-                _send_assignment(session, sorted(serving), assignment.generation)
+                    serving.add(partition)
                 await member.confirm(assignment.generation)
         finally:
             lost.cancel()

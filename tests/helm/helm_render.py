@@ -79,16 +79,18 @@ def lint(values: dict[str, Any]) -> dict[str, Any]:
                      kube_version=f"v{KUBE_VERSION}")
 
 
-def render_files(values: dict[str, Any]) -> dict[str, str]:
-    """Template path -> rendered text (`helm template`), NOTES.txt included."""
+def render_files(values: dict[str, Any], revision: int = 1) -> dict[str, str]:
+    """Template path -> rendered text (`helm template`), NOTES.txt included; revision 1 is the
+    install, a later one an upgrade."""
     with helm.Chart.load(str(CHART_DIR)) as chart:
-        return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        return chart.render(values, name=RELEASE, namespace=NAMESPACE, revision=revision,
+                            is_install=revision == 1, is_upgrade=revision > 1)
 
 
-def manifests(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every Kubernetes object the chart renders with these values."""
+def manifests(values: dict[str, Any], revision: int = 1) -> list[dict[str, Any]]:
+    """Every Kubernetes object the chart renders with these values at this revision."""
     found: list[dict[str, Any]] = []
-    for path, text in render_files(values).items():
+    for path, text in render_files(values, revision).items():
         if path.endswith(".yaml"):
             found.extend(doc for doc in yaml.safe_load_all(text) if doc)
     return found
@@ -144,7 +146,9 @@ def check_custom_resource(obj: dict[str, Any]) -> None:
 
 
 def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(workload name, pod spec) of every Deployment, StatefulSet and Job."""
+    """(workload name, pod spec) of every Deployment, StatefulSet, Job and bare (hook) Pod."""
     for obj in objects:
         if obj["kind"] in {"Deployment", "StatefulSet", "Job"}:
             yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "Pod":
+            yield obj["metadata"]["name"], obj["spec"]

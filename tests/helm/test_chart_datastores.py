@@ -110,6 +110,21 @@ def etcd_args() -> dict[str, str]:
     return dict(arg.removeprefix("--").split("=", 1) for arg in args)
 
 
+def test_an_upgrade_announces_the_new_etcd_member_first_and_joins_it_to_the_running_cluster(
+        ) -> None:
+    assert not [obj for obj in manifests({}) if obj["metadata"]["name"].endswith("-members")]
+    upgraded = manifests({"etcd": {"replicas": 4}}, revision=2)
+    job = one(upgraded, "Job", "-etcd-members")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {entry["name"]: entry["value"] for entry in container["env"]}
+    assert env["MEMBERS"].count("=http://") == 4
+    assert "takes one new\"" in container["args"][0]  # refuses two members in one upgrade
+    statefulset = one(upgraded, "StatefulSet", "-etcd")
+    assert "--initial-cluster-state=existing" in (
+        statefulset["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
 def test_etcd_initial_cluster_names_each_member_by_its_pod_dns_name() -> None:
     args = etcd_args()
     members = dict(member.split("=", 1) for member in args["initial-cluster"].split(","))
@@ -165,13 +180,23 @@ def test_refresh_nodes_rewrites_peer_ips_from_their_hostnames(tmp_path: Path) ->
 def six_redis_servers(devstack_binaries: None, tmp_path: Path) -> Iterator[list[int]]:
     """Six empty cluster-mode redis-servers on loopback, configured by the chart's rendered
     redis.conf (announcing a hostname, as start.sh makes each pod announce its DNS name)."""
+    yield from redis_servers(6, tmp_path)
+
+
+@pytest.fixture
+def nine_redis_servers(devstack_binaries: None, tmp_path: Path) -> Iterator[list[int]]:
+    """As ``six_redis_servers``, nine of them."""
+    yield from redis_servers(9, tmp_path)
+
+
+def redis_servers(count: int, tmp_path: Path) -> Iterator[list[int]]:
     conf = tmp_path / "redis.conf"
     extra = "cluster-announce-hostname localhost"
     conf.write_text(redis_files({"redis": {"clusterNodeTimeoutMs": 2000,
                                            "extraConfig": extra}})["redis.conf"])
-    ports = free_ports(12)
+    ports = free_ports(2 * count)
     servers = []
-    for port, bus_port in zip(ports[:6], ports[6:], strict=True):
+    for port, bus_port in zip(ports[:count], ports[count:], strict=True):
         data = tmp_path / str(port)
         data.mkdir()
         servers.append(ServerProcess(f"redis-{port}", [
@@ -181,8 +206,8 @@ def six_redis_servers(devstack_binaries: None, tmp_path: Path) -> Iterator[list[
     try:
         for server in servers:
             server.start()
-        wait_until("redis servers", lambda: _first_unanswered(ports[:6]), 20, servers)
-        yield ports[:6]
+        wait_until("redis servers", lambda: _first_unanswered(ports[:count]), 20, servers)
+        yield ports[:count]
     finally:
         terminate_all(servers)
 
@@ -216,6 +241,36 @@ def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already formed: nothing to do" in second.stdout
     assert "creating" not in second.stdout
+
+
+def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_then_replicas(
+        nine_redis_servers: list[int], tmp_path: Path) -> None:
+    script = tmp_path / "cluster-create.sh"
+    script.write_text(redis_files()["cluster-create.sh"])
+
+    def revision(nodes: int, primaries: int) -> str:
+        env = {"NODES": " ".join(f"localhost:{port}" for port in nine_redis_servers[:nodes]),
+               "PRIMARIES": str(primaries), "REPLICAS": "1"}
+        done = run_script(script, env, timeout_s=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "creating the Redis Cluster" in revision(6, 3)
+    cluster = redis.RedisCluster(host="localhost", port=nine_redis_servers[0])
+    cluster.set("{a}before", "kept")
+    grown = revision(8, 4)  # redis.primaries 3 -> 4: a new primary and its replica
+    assert grown.count("as a primary") == 1
+    assert grown.count("as a replica") == 1
+    assert "moving slots onto the new primaries" in grown
+    assert revision(9, 4).count("as a replica") == 1  # one replica more
+    assert "nothing to do" in revision(9, 4)
+    client = redis.Redis(port=nine_redis_servers[0], decode_responses=True)
+    shards = [shard for shard in client.cluster("shards") if shard["slots"]]
+    assert len(shards) == 4
+    assert sorted(len(shard["nodes"]) - 1 for shard in shards) == [1, 1, 1, 2]
+    assert client.cluster("info")["cluster_state"] == "ok"
+    cluster.nodes_manager.initialize()
+    assert cluster.get("{a}before") == b"kept"
 
 
 def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(

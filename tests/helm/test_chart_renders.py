@@ -56,8 +56,11 @@ def test_each_toggle_adds_its_object() -> None:
 
 def test_every_container_runs_non_root_read_only_without_capabilities() -> None:
     objects = manifests(merged(SCENARIOS["defaults"]))
-    workloads = list(pod_specs(objects))
-    assert len(workloads) == 4  # gateway, redis, redis cluster-create Job, etcd
+    upgrade_hooks = [(name, pod) for name, pod in pod_specs(manifests({}, revision=2))
+                     if name.endswith("-members")]
+    workloads = list(pod_specs(objects)) + upgrade_hooks
+    # gateway, redis, redis cluster-create Job, etcd, the `helm test` Pod, the etcd members hook
+    assert len(workloads) == 6
     for name, pod in workloads:
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
@@ -183,7 +186,7 @@ def test_schema_rejects_a_string_replica_count_and_unknown_keys() -> None:
         chart.validate_schema({})
         bad_values: list[dict[str, Any]] = [
             {"gateway": {"replicas": "three"}}, {"gateway": {"replicaz": 3}}, {"unknown": True},
-            {"redis": {"appendfsync": "sometimes"}}, {"etcd": {"replicas": 2}},
+            {"redis": {"appendfsync": "sometimes"}}, {"etcd": {"replicas": 0}},
             {"gateway": {"settings": {"max_value_bytes": "1MiB"}}},
             {"gateway": {"settings": {"auth_mode": "optional"}}},
             {"externalRedis": {"nodes": ["no-port"]}},

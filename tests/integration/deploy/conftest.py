@@ -1,10 +1,12 @@
-"""The deployment tests' images, built once per session from local Debian images: the project's
-image as the chart's defaults name it, and the chart's Redis and etcd from Debian's packages."""
+"""The deployment tests' images, built once per session from local Debian images (the project's
+image as the chart's defaults name it; Redis and etcd from Debian's packages), and the chart's
+pods, once per module."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -18,6 +20,8 @@ from containers import (
     ensure_bases,
     require_podman,
 )
+from kubelet import Kubelet, render_chart
+from release import CHART_VALUES
 
 
 def chart_image() -> str:
@@ -40,3 +44,12 @@ def image(report_missing: Callable[[str], NoReturn]) -> str:
     image_s = time.monotonic() - started - bases_s
     print(f"Debian images {bases_s:.0f} s, project image {image_s:.0f} s")
     return tag
+
+
+@pytest.fixture(scope="module")
+def kube(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubelet]:
+    """The chart rendered with ``CHART_VALUES``, every pod running and ready; one per module."""
+    objects, namespace = render_chart(CHART_VALUES)
+    with Kubelet(objects, Path(tmp_path_factory.mktemp("kube")), namespace) as kubelet:
+        print(kubelet.start_chart())
+        yield kubelet

@@ -3,13 +3,16 @@ image built by ``make image`` from them, and containers removed by name afterwar
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,6 +32,21 @@ BASE_PACKAGES = {
 SLIM = ["--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-exclude=/usr/share/info/*"]
 MIRROR = "http://deb.debian.org/debian"
+
+
+def load_helper(relative: str) -> ModuleType:
+    """A helper module of another test folder by its path from the repository's root (test folders
+    are not packages), imported once under its file name."""
+    path = ROOT / relative
+    if path.stem in sys.modules:
+        return sys.modules[path.stem]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def podman_env() -> dict[str, str]:

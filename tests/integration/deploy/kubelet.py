@@ -5,7 +5,6 @@ DNS names as host entries, since no Kubernetes API server can be had here."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import random
@@ -21,11 +20,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from containers import podman
+from containers import RUN_BASE, load_helper, podman
 
 Manifest = dict[str, Any]
-WORKLOADS = {"Deployment", "StatefulSet", "Job"}
-HELM_RENDER = Path(__file__).resolve().parents[2] / "helm" / "helm_render.py"
+# a Service's proxy: argv "<port>=<ip>:<port>,<ip>:<port>" per port; each connection goes to a
+# random backend, bytes copied both ways until either side closes
+PROXY = """
+import asyncio, random, sys
+
+async def pipe(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+def handler(backends):
+    async def handle(reader, writer):
+        host, port = random.choice(backends).rsplit(":", 1)
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer),
+                             return_exceptions=True)
+    return handle
+
+async def main():
+    servers = []
+    for route in sys.argv[1:]:
+        port, backends = route.split("=", 1)
+        servers.append(await asyncio.start_server(handler(backends.split(",")), "0.0.0.0",
+                                                  int(port)))
+    await asyncio.gather(*(server.serve_forever() for server in servers))
+
+asyncio.run(main())
+"""
 # $(VAR) in command and args, expanded from the container's env as the kubelet does
 VAR_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -40,9 +72,17 @@ class Pod:
     spec: Manifest
     hostnames: tuple[str, ...] = ()
     component: str = ""
-    job: bool = False
+    job: bool = False  # runs to completion: a Job's or a bare Pod's
+    labels: dict[str, str] = field(default_factory=dict)
+    hook: str = ""  # the helm.sh/hook annotation: run by Kubelet.run_hook, not at start
+    template: str = ""  # the pod template as rendered: a change rolls the pod
     container: str = ""
     started_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        """http://<pod IP>:<first container port>."""
+        return f"http://{self.ip}:{self.main['ports'][0]['containerPort']}"
 
     @property
     def main(self) -> Manifest:
@@ -64,8 +104,12 @@ class Kubelet:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     network: str = ""
     subnet: str = ""
+    proxy_image: str = RUN_BASE  # any image with python3: the Services' proxies run in it
     pods: dict[str, Pod] = field(default_factory=dict)
+    services: dict[str, str] = field(default_factory=dict)  # Service name -> cluster IP
+    _addresses: dict[str, str] = field(default_factory=dict)  # pod name -> IP, across revisions
     job_attempts: int = 0
+    job_logs: dict[str, str] = field(default_factory=dict)  # the successful run's, per Job
     _names: list[str] = field(default_factory=list)
 
     def __enter__(self) -> Kubelet:
@@ -80,7 +124,8 @@ class Kubelet:
 
     def close(self) -> None:
         if self._names:
-            podman("rm", "--force", "--time=0", *self._names, check=False, timeout_s=180)
+            podman("rm", "--force", "--time=0", *sorted(set(self._names)), check=False,
+                   timeout_s=180)
         if self.network:
             podman("network", "rm", "--force", self.network, check=False)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -101,33 +146,122 @@ class Kubelet:
         return None
 
     def _plan_pods(self) -> None:
-        """Every pod the workloads make, each with its IP; StatefulSet pods with their DNS names."""
-        hosts = iter(range(10, 250))
-        for obj in self.kind("StatefulSet"):
-            service = obj["spec"]["serviceName"]
-            for index in range(obj["spec"]["replicas"]):
-                name = f"{obj['metadata']['name']}-{index}"
-                fqdn = f"{name}.{service}.{self.namespace}.svc.{self.cluster_domain}"
-                self._add(Pod(name, obj["metadata"]["name"], f"{self.subnet}.{next(hosts)}",
-                              obj["spec"]["template"]["spec"], (fqdn,)))
-        for obj in self.kind("Deployment"):
-            for index in range(obj["spec"].get("replicas", 1)):
-                self._add(Pod(f"{obj['metadata']['name']}-{index}", obj["metadata"]["name"],
-                              f"{self.subnet}.{next(hosts)}", obj["spec"]["template"]["spec"]))
-        for obj in self.kind("Job"):
-            self._add(Pod(obj["metadata"]["name"], obj["metadata"]["name"],
-                          f"{self.subnet}.{next(hosts)}", obj["spec"]["template"]["spec"],
-                          job=True))
+        """Every pod the workloads make, each with its IP; StatefulSet pods with their DNS names;
+        hook Jobs and Pods (run by ``run_hook``) too."""
+        for obj in self.objects:
+            kind, name = obj["kind"], obj["metadata"]["name"]
+            if kind == "StatefulSet":
+                service = obj["spec"]["serviceName"]
+                for index in range(obj["spec"]["replicas"]):
+                    fqdn = f"{name}-{index}.{service}.{self.namespace}.svc.{self.cluster_domain}"
+                    self._add(obj, f"{name}-{index}", (fqdn,))
+            elif kind == "Deployment":
+                for index in range(obj["spec"].get("replicas", 1)):
+                    self._add(obj, f"{name}-{index}")
+            elif kind in {"Job", "Pod"}:
+                self._add(obj, name)
+        for service in self.kind("Service"):
+            name = service["metadata"]["name"]
+            if service["spec"].get("clusterIP") != "None" and name not in self.services:
+                self.services[name] = f"{self.subnet}.{254 - len(self.services)}"
 
-    def _add(self, pod: Pod) -> None:
-        workload = next(obj for obj in self.objects if obj["kind"] in WORKLOADS
-                        and obj["metadata"]["name"] == pod.workload)
-        labels = workload["spec"]["template"].get("metadata", {}).get("labels", {})
-        pod.component = labels.get("app.kubernetes.io/component", "")
-        self.pods[pod.name] = pod
+    def _add(self, obj: Manifest, name: str, hostnames: tuple[str, ...] = ()) -> None:
+        """A pod of the plan; one of an earlier revision keeps its IP."""
+        if name not in self._addresses:
+            self._addresses[name] = f"{self.subnet}.{10 + len(self._addresses)}"
+        ip = self._addresses[name]
+        template = obj if obj["kind"] == "Pod" else obj["spec"]["template"]
+        labels = dict(template.get("metadata", {}).get("labels", {}))
+        annotations = obj["metadata"].get("annotations") or {}
+        self.pods[name] = Pod(name, obj["metadata"]["name"], ip, template["spec"], hostnames,
+                              labels.get("app.kubernetes.io/component", ""),
+                              job=obj["kind"] in {"Job", "Pod"}, labels=labels,
+                              hook=annotations.get("helm.sh/hook", ""),
+                              template=json.dumps(template, sort_keys=True))
 
-    def workload_pods(self, workload: str) -> list[Pod]:
-        return [pod for pod in self.pods.values() if pod.workload == workload]
+    def component(self, name: str) -> list[Pod]:
+        """The pods labelled app.kubernetes.io/component=name."""
+        return [pod for pod in self.pods.values() if pod.component == name]
+
+    def start_chart(self) -> str:
+        """Every pod in the order Kubernetes would make them ready: the datastores and the Job that
+        forms the Redis Cluster at once, the gateways once their init container sees it formed.
+        How long each step took."""
+        started = time.monotonic()
+        datastores = self.component("redis") + self.component("etcd")
+        for pod in datastores:
+            self.start(pod)
+        for job in (pod for pod in self.pods.values() if pod.job and not pod.hook):
+            self.job_attempts += self.run_job(job)
+        self.wait_ready(datastores)
+        formed = time.monotonic()
+        gateways = self.component("gateway")
+        for pod in gateways:
+            self.start(pod)
+        self.wait_ready(gateways)
+        self.start_services()
+        return (f"datastores and cluster formed in {formed - started:.1f} s, gateways ready "
+                f"{time.monotonic() - formed:.1f} s later")
+
+    def upgrade(self, objects: list[Manifest]) -> str:
+        """``helm upgrade`` to these objects: the pre-upgrade hooks, the new pods started, the
+        revision's Jobs run, then the pods whose template changed rolled one at a time (highest
+        ordinal first); how long each step took."""
+        started, before = time.monotonic(), self.pods
+        self.objects, self.pods = objects, {}
+        self._plan_pods()
+        for name, pod in self.pods.items():
+            if name in before and not pod.job:
+                pod.container, pod.started_at = before[name].container, before[name].started_at
+        self.run_hook("pre-upgrade")
+        hooked = time.monotonic()
+        running = [pod for pod in self.pods.values() if not pod.job]
+        for pod in running:
+            if pod.name not in before:
+                self.start(pod)
+        for job in self.pods.values():
+            if job.job and not job.hook and job.name not in before:
+                self.job_attempts += self.run_job(job)
+        for pod in sorted(running, key=lambda pod: pod.name, reverse=True):
+            if pod.name in before and pod.template != before[pod.name].template:
+                self.stop(pod)
+                podman("rm", "--force", pod.container, check=False)
+                self.start(pod)
+                self.wait_ready([pod])
+        self.wait_ready(running)
+        return (f"pre-upgrade hooks {hooked - started:.1f} s, pods and jobs "
+                f"{time.monotonic() - hooked:.1f} s")
+
+    def run_hook(self, hook: str, timeout_s: float = 300) -> list[str]:
+        """Every hook Pod or Job for ``hook`` (e.g. "test", "post-upgrade") to success; their
+        logs."""
+        logs = []
+        for pod in self.pods.values():
+            if hook in pod.hook.split(","):
+                self.run_job(pod, timeout_s)
+                logs.append(self.logs(pod))
+        return logs
+
+    def start_services(self) -> None:
+        """A proxy per Service with a cluster IP, as kube-proxy's userspace mode was: it listens on
+        the Service's IP and ports and forwards each connection to a pod its selector matches."""
+        for service in self.kind("Service"):
+            name = service["metadata"]["name"]
+            if name not in self.services:
+                continue
+            selector = service["spec"]["selector"]
+            pods = [pod for pod in self.pods.values()
+                    if not pod.job and selector.items() <= pod.labels.items()]
+            routes = [f"{port['port']}=" + ",".join(
+                f"{pod.ip}:{self._port(pod, port.get('targetPort', port['port']))}" for pod in pods)
+                for port in service["spec"]["ports"]]
+            container = f"{self.run_id}-svc-{name}"
+            self._names.append(container)
+            podman("run", "--detach", f"--name={container}", f"--network={self.network}",
+                   f"--ip={self.services[name]}", "--user=0", "--read-only",
+                   "--cap-drop=all", "--cap-add=net_bind_service",
+                   f"--entrypoint={json.dumps(['python3', '-c', PROXY])}",
+                   self.proxy_image, *routes)
 
     # -- running -------------------------------------------------------------------------------
     def start(self, pod: Pod) -> None:
@@ -142,16 +276,19 @@ class Kubelet:
         pod.started_at = time.monotonic()
 
     def run_job(self, pod: Pod, timeout_s: float = 300) -> int:
-        """A Job's pod, rerun on failure up to its backoffLimit (restartPolicy OnFailure); the
-        attempts it took."""
-        job = next(obj for obj in self.kind("Job") if obj["metadata"]["name"] == pod.workload)
-        attempts = job["spec"].get("backoffLimit", 6) + 1
+        """A Job's pod, rerun on failure up to its backoffLimit (restartPolicy OnFailure), or a bare
+        Pod once; the attempts it took."""
+        jobs = [obj for obj in self.kind("Job") if obj["metadata"]["name"] == pod.workload]
+        attempts = jobs[0]["spec"].get("backoffLimit", 6) + 1 if jobs else 1  # a bare Pod: once
+        logs = ""
         for attempt in range(1, attempts + 1):
             self.start(pod)
             if self.wait_exit(pod.container, timeout_s) == 0:
+                self.job_logs[pod.name] = self.logs(pod)
                 return attempt
+            logs = self.logs(pod)
             podman("rm", "--force", pod.container, check=False)
-        raise AssertionError(f"job {pod.name} failed {attempts} times:\n{self.logs(pod)}")
+        raise AssertionError(f"job {pod.name} failed {attempts} times; the last:\n{logs}")
 
     def stop(self, pod: Pod) -> float:
         """SIGTERM, then SIGKILL after terminationGracePeriodSeconds, as the kubelet stops a pod;
@@ -161,13 +298,15 @@ class Kubelet:
         podman("stop", f"--time={grace}", pod.container, timeout_s=grace + 30)
         return time.monotonic() - started
 
+    def inspect(self, pod: Pod, template: str) -> str:
+        """A Go template over the pod's container's state (``podman inspect --format``)."""
+        return podman("inspect", f"--format={template}", pod.container, check=False).stdout.strip()
+
     def exit_code(self, pod: Pod) -> int:
-        done = podman("inspect", "--format={{.State.ExitCode}}", pod.container)
-        return int(done.stdout.strip())
+        return int(self.inspect(pod, "{{.State.ExitCode}}"))
 
     def running(self, pod: Pod) -> bool:
-        done = podman("inspect", "--format={{.State.Running}}", pod.container, check=False)
-        return done.stdout.strip() == "true"
+        return self.inspect(pod, "{{.State.Running}}") == "true"
 
     def wait_exit(self, name: str, timeout_s: float, expect: int | None = None) -> int:
         done = podman("wait", name, timeout_s=timeout_s)
@@ -177,9 +316,9 @@ class Kubelet:
             raise AssertionError(f"{name} exited {code}:\n{logs.stdout}\n{logs.stderr}")
         return code
 
-    def exec(self, pod: Pod, *command: str) -> str:
+    def exec(self, pod: Pod, *command: str, check: bool = True) -> str:
         """A command's output inside the pod's running container (with the container's env)."""
-        return podman("exec", pod.container, *command).stdout
+        return podman("exec", pod.container, *command, check=check).stdout
 
     def logs(self, pod: Pod) -> str:
         done = podman("logs", pod.container, check=False)
@@ -199,8 +338,15 @@ class Kubelet:
         podman("run", *(["--detach"] if detach else []), *flags, container["image"], *args)
 
     def _host_entries(self) -> list[str]:
-        return [f"--add-host={host}:{pod.ip}" for pod in self.pods.values()
-                for host in pod.hostnames]
+        """Each StatefulSet pod's DNS name, and each Service's names (short, with the namespace,
+        and fully qualified) for its cluster IP."""
+        entries = [f"--add-host={host}:{pod.ip}" for pod in self.pods.values()
+                   for host in pod.hostnames]
+        for name, ip in self.services.items():
+            qualified = f"{name}.{self.namespace}"
+            entries += [f"--add-host={host}:{ip}" for host in (
+                name, qualified, f"{qualified}.svc", f"{qualified}.svc.{self.cluster_domain}")]
+        return entries
 
     # -- env -----------------------------------------------------------------------------------
     def _env(self, pod: Pod, container: Manifest) -> dict[str, str]:
@@ -344,15 +490,11 @@ class Kubelet:
                         if entry.get("name") == port))
 
 
-def render_chart(values: Manifest) -> tuple[list[Manifest], str]:
-    """The chart's objects rendered with these values (tests/helm/helm_render.py, as `helm
-    template` would), and the namespace they are rendered for."""
-    spec = importlib.util.spec_from_file_location("helm_render", HELM_RENDER)
-    assert spec is not None
-    assert spec.loader is not None
-    helm_render = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helm_render)
-    objects: list[Manifest] = helm_render.manifests(values)
+def render_chart(values: Manifest, revision: int = 1) -> tuple[list[Manifest], str]:
+    """The chart's objects rendered with these values at this revision (1: the install; later:
+    an upgrade) by tests/helm/helm_render.py, as `helm template` would, and their namespace."""
+    helm_render = load_helper("tests/helm/helm_render.py")
+    objects: list[Manifest] = helm_render.manifests(values, revision)
     return objects, str(helm_render.NAMESPACE)
 
 

@@ -7,65 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from containers import DATASTORES
-from kubelet import Kubelet, Pod, render_chart
-
-from gateway.auth.keys import hash_api_key
-
-API_KEY = "sgk_chart-pods-test-key"
-HEADERS = {"Authorization": f"ApiKey {API_KEY}"}
-REPOSITORY, TAG = DATASTORES.rsplit(":", 1)
-VALUES: dict[str, Any] = {
-    "redis": {"image": {"repository": REPOSITORY, "tag": TAG}},
-    "etcd": {"image": {"repository": REPOSITORY, "tag": TAG}},
-    "auth": {"config": f'''
-[[api_keys]]
-principal = "ops"
-sha256 = "{hash_api_key(API_KEY)}"
-
-[[rules]]
-principals = ["ops"]
-topics = ["*"]
-actions = ["publish", "subscribe", "admin"]
-'''},
-}
-
-
-@pytest.fixture(scope="module")
-def kube(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubelet]:
-    """The rendered chart's pods, started as Kubernetes would order them: datastores and the Job
-    at once, the gateways once their init container sees a formed cluster."""
-    objects, namespace = render_chart(VALUES)
-    with Kubelet(objects, Path(tmp_path_factory.mktemp("kube")), namespace) as kubelet:
-        started = time.monotonic()
-        datastores = component(kubelet, "redis") + component(kubelet, "etcd")
-        for pod in datastores:
-            kubelet.start(pod)
-        [job] = component(kubelet, "redis-cluster-create")
-        kubelet.job_attempts = kubelet.run_job(job)
-        kubelet.wait_ready(datastores)
-        formed = time.monotonic()
-        gateways = component(kubelet, "gateway")
-        for pod in gateways:
-            kubelet.start(pod)
-        kubelet.wait_ready(gateways)
-        print(f"datastores and cluster formed in {formed - started:.1f} s, gateways ready "
-              f"{time.monotonic() - formed:.1f} s later")
-        yield kubelet
-
-
-def component(kubelet: Kubelet, name: str) -> list[Pod]:
-    return [pod for pod in kubelet.pods.values() if pod.component == name]
-
-
-def url(pod: Pod) -> str:
-    return f"http://{pod.ip}:{pod.main['ports'][0]['containerPort']}"
+from kubelet import Kubelet, Pod
+from release import HEADERS
 
 
 def redis_cli(kubelet: Kubelet, pod: Pod, *args: str) -> str:
@@ -75,7 +22,7 @@ def redis_cli(kubelet: Kubelet, pod: Pod, *args: str) -> str:
 
 @pytest.mark.timeout(1500)
 def test_the_job_forms_the_cluster_and_every_probe_answers(kube: Kubelet) -> None:
-    redis = component(kube, "redis")
+    redis = kube.component("redis")
     assert len(redis) == 6
     assert kube.job_attempts == 1
     info = redis_cli(kube, redis[0], "cluster", "info")
@@ -83,14 +30,14 @@ def test_the_job_forms_the_cluster_and_every_probe_answers(kube: Kubelet) -> Non
     assert "cluster_size:3" in info, info
     roles = [line.split()[2] for line in redis_cli(kube, redis[0], "cluster", "nodes").splitlines()]
     assert sorted(role.replace("myself,", "") for role in roles) == ["master"] * 3 + ["slave"] * 3
-    members = kube.exec(component(kube, "etcd")[0], "etcdctl", "member", "list")
+    members = kube.exec(kube.component("etcd")[0], "etcdctl", "member", "list")
     assert members.count(", started, ") == 3, members
     for pod in kube.pods.values():
         if not pod.job:
             assert kube.probe(pod, "livenessProbe"), pod.name
             assert kube.probe(pod, "readinessProbe"), pod.name
     # the gateway runs as the chart says: uid 10001, nothing writable outside its volumes
-    gateway = component(kube, "gateway")[0]
+    gateway = kube.component("gateway")[0]
     assert kube.exec(gateway, "id", "-u").strip() == "10001"
     assert kube.exec(gateway, "sh", "-c", "touch /opt/x || echo refused").strip() == "refused"
 
@@ -98,8 +45,8 @@ def test_the_job_forms_the_cluster_and_every_probe_answers(kube: Kubelet) -> Non
 @pytest.mark.timeout(600)
 def test_a_publish_with_acks_all_and_a_group_subscription_work_through_the_gateways(
         kube: Kubelet) -> None:
-    first, second = component(kube, "gateway")
-    received = asyncio.run(publish_and_consume(url(first), url(second)))
+    first, second = kube.component("gateway")
+    received = asyncio.run(publish_and_consume(first.url, second.url))
     assert received == [f"k{n}" for n in range(100)]
 
 
@@ -130,9 +77,16 @@ async def publish_and_consume(publisher: str, subscriber: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)
+def test_the_helm_test_hook_publishes_replays_and_consumes_through_the_service(
+        kube: Kubelet) -> None:
+    [log] = kube.run_hook("test")
+    assert "published 3, replayed 3, consumed 3" in log, log
+
+
+@pytest.mark.timeout(600)
 def test_sigterm_drains_a_gateway_in_its_grace_period_and_its_partitions_move(
         kube: Kubelet) -> None:
-    leaving, staying = component(kube, "gateway")
+    leaving, staying = kube.component("gateway")
     grace = leaving.spec["terminationGracePeriodSeconds"]
     outcome = asyncio.run(drain(kube, leaving, staying))
     assert outcome["closed"] == (aiohttp.WSMsgType.CLOSE, 1001)
@@ -151,26 +105,28 @@ async def drain(kube: Kubelet, leaving: Pod, staying: Pod) -> dict[str, Any]:
     one; SIGTERM to the leaving pod; what each side saw."""
     topic, outcome = f"drain-{uuid.uuid4().hex[:8]}", dict[str, Any]()
     async with aiohttp.ClientSession(headers=HEADERS) as http:
-        async with http.post(f"{url(staying)}/v1/topics", json={"name": topic,
+        async with http.post(f"{staying.url}/v1/topics", json={"name": topic,
                                                                  "partitions": 4}) as r:
             assert r.status == 201, await r.text()
-        members = [await http.ws_connect(f"{ws_url(url(pod))}/v1/subscribe?topic={topic}"
+        members = [await http.ws_connect(f"{ws_url(pod.url)}/v1/subscribe?topic={topic}"
                                          "&group=drain&mode=exclusive&from=latest")
                    for pod in (leaving, staying)]
         await settled(members)
-        pull = asyncio.create_task(http.post(f"{url(leaving)}/v1/groups/waiting/pull", json={
+        pull = asyncio.create_task(http.post(f"{leaving.url}/v1/groups/waiting/pull", json={
             "topic": topic, "wait_ms": 3000, "max_messages": 10}))
         await asyncio.sleep(0.5)  # the pull is waiting in the leaving gateway
         started = time.monotonic()
         stop = asyncio.create_task(asyncio.to_thread(kube.stop, leaving))
         closed = await members[0].receive(timeout=grace_of(leaving))
+        while closed.type is aiohttp.WSMsgType.TEXT:  # an assignment still on its way
+            closed = await members[0].receive(timeout=grace_of(leaving))
         outcome["closed"] = (closed.type, closed.data)
         outcome["pulled"] = (await pull).status
         outcome["taken_over"] = await assignment_of_all(members[1], 4)
         outcome["takeover_s"] = time.monotonic() - started
         outcome["stop_s"] = await stop
         outcome["owners"] = await owners_once_moved(kube, topic, leaving.name)
-        async with http.post(f"{url(staying)}/v1/topics/{topic}/messages", json={
+        async with http.post(f"{staying.url}/v1/topics/{topic}/messages", json={
                 "acks": "all", "messages": [{"key": f"p{n}", "value": n, "partition": n}
                                             for n in range(4)]}) as r:
             assert r.status == 200, await r.text()
@@ -214,7 +170,7 @@ async def count_messages(member: aiohttp.ClientWebSocketResponse, count: int) ->
 
 async def owners_once_moved(kube: Kubelet, topic: str, gone: str) -> list[str]:
     """The topic's partition owners in etcd once the stopped node holds none and all 4 are held."""
-    etcd = next(pod for pod in kube.pods.values() if pod.component == "etcd")
+    etcd = kube.component("etcd")[0]
     deadline = time.monotonic() + 60
     while True:
         text = await asyncio.to_thread(kube.exec, etcd, "etcdctl", "get", "--prefix",

@@ -2,7 +2,8 @@
 and an exclusive-group WebSocket consumer that acks what it gets.
 
 Every message has a unique value that is also its idempotency key, so a producer can retry a 503
-safely and the final check can compare sets of values.
+safely and the final check can compare sets of values; its key names its producer, whose sequence
+numbers show per-key order. The client is an in-process test client or a session with a base URL.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestClient
 
-Client = TestClient[Any, Any]
+Client = TestClient[Any, Any] | aiohttp.ClientSession
 # A request must answer within the write deadline plus this much, else it counts as hung.
 HANG_MARGIN_S = 5.0
 
@@ -46,6 +47,7 @@ class Producers:
     deadline_s: float
     per_partition: int = 2
     batch: int = 5
+    label: str = ""  # a prefix of the producers' names, unique among Producers on one topic
     acked: dict[str, tuple[int, str]] = field(default_factory=dict)  # value -> (partition, offset)
     outcomes: list[Outcome] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -55,7 +57,8 @@ class Producers:
         for partition in range(self.partitions):
             for index in range(self.per_partition):
                 self._tasks.append(
-                    asyncio.create_task(self._produce(partition, f"{partition}.{index}"))
+                    asyncio.create_task(
+                        self._produce(partition, f"{self.label}{partition}.{index}"))
                 )
 
     async def finish(self) -> None:
@@ -66,15 +69,16 @@ class Producers:
         seq = 0
         while not self.stop.is_set():
             values = [f"{self.topic}/{name}/{seq + i}" for i in range(self.batch)]
-            status = await self._post(partition, values)
+            status = await self._post(partition, name, values)
             if status == 200:
                 seq += self.batch
             else:  # retry the same values (same idempotency keys) after a short pause
                 await asyncio.sleep(0.05)
 
-    async def _post(self, partition: int, values: list[str]) -> int:
+    async def _post(self, partition: int, name: str, values: list[str]) -> int:
         body = {"acks": self.acks, "messages": [
-            {"partition": partition, "value": v, "idempotency_key": v} for v in values]}
+            {"partition": partition, "key": name, "value": v, "idempotency_key": v}
+            for v in values]}
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.deadline_s + HANG_MARGIN_S):
@@ -152,6 +156,19 @@ def missing_acked(
     return sorted(v for v, at in acked.items() if where.get(at) != v)
 
 
+def out_of_order(stored: dict[int, list[tuple[str, Any]]]) -> list[str]:
+    """Values stored after a later value of the same producer (its key): per-key order broken."""
+    broken: list[str] = []
+    for entries in stored.values():
+        last: dict[str, int] = {}
+        for _, value in entries:
+            producer, _, seq = str(value).rpartition("/")
+            if int(seq) <= last.get(producer, -1):
+                broken.append(str(value))
+            last[producer] = int(seq)
+    return broken
+
+
 def duplicated(stored: dict[int, list[tuple[str, Any]]]) -> list[str]:
     """Values stored more than once (every message has an idempotency key: there must be none)."""
     counts = Counter(value for entries in stored.values() for _, value in entries)
@@ -160,37 +177,120 @@ def duplicated(stored: dict[int, list[tuple[str, Any]]]) -> list[str]:
 
 @dataclass
 class GroupConsumer:
-    """One exclusive-group WebSocket member that acks every message as it arrives."""
+    """One exclusive-group WebSocket member that acks every message as it arrives, noting when each
+    assignment and delivery came."""
 
     ws: aiohttp.ClientWebSocketResponse
     received: Counter[str] = field(default_factory=Counter)
     errors: list[Any] = field(default_factory=list)
     close_code: int | None = None
+    close_codes: list[int | None] = field(default_factory=list)  # every session's, in order
+    assignments: list[tuple[float, frozenset[int]]] = field(default_factory=list)
+    deliveries: list[tuple[float, int]] = field(default_factory=list)  # (time, partition)
+    closed_at: float | None = None
+    # with a client: a socket the gateway closed is reopened a second later, as 1001 and 4503 ask
+    rejoin: Client | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    _closing: bool = False
     _task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def join(cls, client: Client, topic: str, group: str) -> GroupConsumer:
+    async def join(cls, client: Client, topic: str, group: str,
+                   rejoin: bool = False) -> GroupConsumer:
         params = {"topic": topic, "group": group, "mode": "exclusive", "max_in_flight": "500"}
-        consumer = cls(await client.ws_connect("/v1/subscribe", params=params))
+        consumer = cls(await client.ws_connect("/v1/subscribe", params=params),
+                       rejoin=client if rejoin else None, params=params)
         consumer._task = asyncio.create_task(consumer._run())
         return consumer
 
     async def _run(self) -> None:
         while True:
+            await self._session()
+            self.close_code = self.ws.close_code
+            self.close_codes.append(self.close_code)
+            self.closed_at = time.monotonic()
+            self.assignments.append((self.closed_at, frozenset()))  # the session held nothing more
+            if self.rejoin is None or self._closing:
+                return
+            self.ws = await self._reconnect(self.rejoin)
+
+    async def _reconnect(self, client: Client) -> aiohttp.ClientWebSocketResponse:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                return await client.ws_connect("/v1/subscribe", params=self.params)
+            except (aiohttp.ClientError, OSError) as exc:
+                self.errors.append(repr(exc))
+
+    async def _session(self) -> None:
+        while True:
             frame = await self.ws.receive()
             if frame.type is not aiohttp.WSMsgType.TEXT:
-                break
+                return
             doc = frame.json()
-            if doc["type"] == "message":
+            if doc["type"] == "assignment":
+                self.assignments.append((time.monotonic(), frozenset(doc["partitions"])))
+            elif doc["type"] == "message":
+                self.deliveries.append((time.monotonic(), doc["partition"]))
                 self.received[doc["value"]] += 1
                 await self.ws.send_json({"type": "ack", "messages": [
                     {"partition": doc["partition"], "offset": doc["offset"]}]})
             elif doc["type"] == "error":
                 self.errors.append(doc)
-        self.close_code = self.ws.close_code
+
+    def holds(self, partition: int, until: float) -> list[tuple[float, float]]:
+        """The spans during which the member's assignments included the partition."""
+        spans: list[tuple[float, float]] = []
+        since: float | None = None
+        for at, partitions in self.assignments:
+            if partition in partitions and since is None:
+                since = at
+            elif partition not in partitions and since is not None:
+                spans.append((since, at))
+                since = None
+        if since is not None:
+            spans.append((since, until))  # each session's close ended its holds above
+        return spans
+
+    def serving(self, partition: int, until: float) -> list[tuple[float, float]]:
+        """From the first to the last delivery of the partition within each of its holds."""
+        spans = []
+        for start, end in self.holds(partition, until):
+            times = [at for at, p in self.deliveries if p == partition and start <= at <= end]
+            if times:
+                spans.append((times[0], times[-1]))
+        return spans
+
+    def deliveries_outside_holds(self, until: float) -> list[tuple[float, int]]:
+        """Messages of a partition delivered while the member was not assigned it."""
+        return [(at, p) for at, p in self.deliveries
+                if not any(start <= at <= end for start, end in self.holds(p, until))]
 
     async def close(self) -> None:
+        self._closing = True
         await self.ws.close()
-        if self._task is not None:
+        if self._task is None:
+            return
+        await asyncio.wait({self._task}, timeout=10)
+        if not self._task.done():  # caught between sessions: a rejoin may have opened another
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 10)
+                await self._task
+            await self.ws.close()
+
+
+def exclusive_overlap_s(consumers: list[GroupConsumer], partitions: int, until: float,
+                        delivering: bool = False) -> float:
+    """The longest time any partition was assigned to two members at once; with ``delivering``,
+    counting only from a member's first to its last delivery of the partition in each assignment
+    (an assignment frame can outlive the member's serving: its socket closes later)."""
+    longest = 0.0
+    for partition in range(partitions):
+        spans = [consumer.serving(partition, until) if delivering
+                 else consumer.holds(partition, until) for consumer in consumers]
+        for index, first in enumerate(spans):
+            for second in spans[index + 1:]:
+                for a_start, a_end in first:
+                    for b_start, b_end in second:
+                        longest = max(longest, min(a_end, b_end) - max(a_start, b_start))
+    return longest

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from devstack.etcd import EtcdConfig, EtcdProcess
 from partitioner.cache import TopicCache
 from partitioner.errors import (
     ConcurrentModification,
@@ -128,6 +129,36 @@ async def test_open_skips_unreachable_endpoints(etcd_server: Any) -> None:
     async with open_etcd(["127.0.0.1:1", etcd_server.endpoint], timeout_s=0.5) as connection:
         await connection.ping()
         assert connection.endpoint == etcd_server.endpoint
+
+
+async def test_a_member_that_stops_answering_is_replaced_by_the_next_endpoint(
+        etcd_server: Any, tmp_path: Any) -> None:
+    with EtcdProcess(EtcdConfig(data_dir=tmp_path / "first")) as first:
+        connection = open_etcd([first.endpoint, etcd_server.endpoint], timeout_s=1.0)
+        await connection.open()
+        assert connection.endpoint == first.endpoint
+        watch = await connection.watch_prefix(b"/failover-test/", 1)
+    try:
+        # the member in use is gone: the next call fails, and the connection moves on
+        with pytest.raises(CoordinationUnavailable):
+            await connection.put(b"/failover-test/a", b"1")
+        await _eventually(lambda: connection.endpoint == etcd_server.endpoint, timeout_s=10)
+        assert await connection.put(b"/failover-test/a", b"1") > 0
+        # the old member's watch has ended, so its owner re-watches through the new member
+        with pytest.raises(CoordinationUnavailable):
+            async for _ in watch.events():
+                pass
+    finally:
+        await connection.aclose()
+
+
+async def test_a_failed_call_on_a_healthy_member_keeps_the_endpoint(etcd_server: Any) -> None:
+    async with open_etcd([etcd_server.endpoint, "127.0.0.1:1"], timeout_s=1.0) as connection:
+        with pytest.raises(CoordinationUnavailable):
+            await connection.revoke_lease(12345)  # no such lease
+        await asyncio.sleep(0.5)
+        assert connection.endpoint == etcd_server.endpoint
+        await connection.ping()
 
 
 async def test_closed_connection_raises_coordination_unavailable(etcd_server: Any) -> None:
