@@ -62,6 +62,7 @@ REVOKE_RETRY_S = 300.0  # how long a lease that could not be revoked is retried
 REVOKE_BACKOFF_S = 0.2  # between revocation attempts, doubling...
 REVOKE_BACKOFF_MAX_S = 1.0  # ...up to this: a recovered etcd is seen within about a second
 PING_KEY = b"/streamgate-ping"
+RETIRE_MARGIN_S = 1.0  # past the call timeout, before a replaced client is closed
 # etcd's require-leader metadata: a member cut off from its peers refuses requests and ends watches
 # at once, instead of letting requests time out and watches fall silent
 REQUIRE_LEADER = (("hasleader", "true"),)
@@ -266,7 +267,8 @@ class EtcdConnection:
     aetcd talks to a single endpoint: on open the first of ``endpoints`` that answers a linearizable
     read is used. After a failed call, when that member no longer answers one either (it is down,
     unreachable, or without a leader), the connection moves to the next endpoint that does; the old
-    client is closed, so its watches end and their owners re-watch through the new one.
+    client is closed once the calls under way on it had their timeout, so its watches end and their
+    owners re-watch through the new one.
     """
 
     def __init__(self, endpoints: Sequence[str], timeout_s: float,
@@ -282,6 +284,7 @@ class EtcdConnection:
         self.endpoint = ""
         self._current = 0  # index of the endpoint in use
         self._failover: asyncio.Task[None] | None = None
+        self._retired: list[Any] = []  # clients replaced by a failover, closed once idle
         self._revocations: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> EtcdConnection:
@@ -348,6 +351,12 @@ class EtcdConnection:
             log.warning("etcd member %s stopped answering; moving to %s:%d", self.endpoint,
                         host, port)
             self._client, self._current, self.endpoint = candidate, index, f"{host}:{port}"
+            # Closing a channel cancels its calls in flight, and a cancelled call surfaces as a
+            # CancelledError that would end its caller's task: calls already under way get their
+            # own timeout to finish on the old member first.
+            self._retired.append(client)
+            await asyncio.sleep(self._timeout_s + RETIRE_MARGIN_S)
+            self._retired.remove(client)
             await _finished_within(client.close(), self._timeout_s)
             return
 
@@ -365,6 +374,9 @@ class EtcdConnection:
         """Close the client (and its watches). Safe to call more than once."""
         failover, self._failover = self._failover, None
         await cancel_until_done([*self._revocations, *([failover] if failover else [])])
+        retired, self._retired = self._retired, []
+        for old in retired:
+            await _finished_within(old.close(), self._timeout_s)
         client, self._client = self._client, None
         if client is not None and not await _finished_within(client.close(), self._timeout_s):
             log.warning("etcd client did not close within %.1fs; abandoning it", self._timeout_s)

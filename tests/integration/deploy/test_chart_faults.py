@@ -25,7 +25,7 @@ traffic = load_helper("tests/integration/failures/failure_traffic.py")
 PARTITIONS = 6
 WRITE_DEADLINE_S = 10.0  # the chart's gateway.settings.redis_write_deadline_s
 LEASE_S = 10.0  # the chart's gateway.settings.member_lease_ttl_s
-WARM_UP_S, RECOVERY_S = 3.0, 10.0
+WARM_UP_S, RECOVERY_S = 3.0, 6.0
 
 
 def primary_from_replicas_and_gateways(kube: Kubelet) -> tuple[Pod, list[Pod]]:
@@ -54,13 +54,36 @@ def gateway_from_one_redis_primary(kube: Kubelet) -> tuple[Pod, list[Pod]]:
     return kube.component("gateway")[0], [primary]
 
 
-# each fault: (the pod whose traffic is cut, its peers); how long it lasts
-FAULTS: dict[str, tuple[Callable[[Kubelet], tuple[Pod, list[Pod]]], float]] = {
-    "redis-primary-from-replicas-and-gateways": (primary_from_replicas_and_gateways, 15.0),
-    "redis-primary-in-minority": (primary_in_minority, 15.0),
-    "gateway-from-etcd": (gateway_from_etcd, 2 * LEASE_S),
-    "etcd-member-from-peers": (etcd_member_from_peers, 15.0),
-    "gateway-from-one-redis-primary": (gateway_from_one_redis_primary, 15.0),
+def some_503s(report: Report, kube: Kubelet) -> bool:
+    return report.statuses.get(503, 0) > 0
+
+
+def a_member_closed_with_4503(report: Report, kube: Kubelet) -> bool:
+    return 4503 in report.close_codes
+
+
+def gateways_moved_to_another_member(report: Report, kube: Kubelet) -> bool:
+    return any("stopped answering; moving to" in kube.logs(pod)
+               for pod in kube.component("gateway"))
+
+
+@dataclass(frozen=True)
+class Fault:
+    """The pod whose traffic is cut and its peers; how long; the sign that the cut took effect."""
+
+    choose: Callable[[Kubelet], tuple[Pod, list[Pod]]]
+    duration_s: float
+    took_effect: Callable[[Report, Kubelet], bool]
+
+
+FAULTS = {
+    "redis-primary-from-replicas-and-gateways": Fault(primary_from_replicas_and_gateways, 12.0,
+                                                      some_503s),
+    "redis-primary-in-minority": Fault(primary_in_minority, 12.0, some_503s),
+    "gateway-from-etcd": Fault(gateway_from_etcd, LEASE_S + 5, a_member_closed_with_4503),
+    "etcd-member-from-peers": Fault(etcd_member_from_peers, 12.0,
+                                    gateways_moved_to_another_member),
+    "gateway-from-one-redis-primary": Fault(gateway_from_one_redis_primary, 12.0, some_503s),
 }
 
 
@@ -104,15 +127,20 @@ class Report:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_fault_between_hosts_loses_no_acknowledged_message(kube: Kubelet, fault: str) -> None:
-    wait_healthy(kube)
-    choose, duration_s = FAULTS[fault]
-    target, peers = choose(kube)
-    report = asyncio.run(under_fault(kube, fault, target, peers, duration_s))
+    try:
+        wait_healthy(kube)
+    except AssertionError:
+        for pod in kube.component("gateway"):
+            print(f"--- {pod.name}\n{kube.logs(pod)[-6000:]}")
+        raise
+    target, peers = FAULTS[fault].choose(kube)
+    report = asyncio.run(under_fault(kube, fault, target, peers, FAULTS[fault].duration_s))
     print(report.line())
     if report.failed():
         for pod in kube.component("gateway"):
             print(f"--- {pod.name}\n{kube.logs(pod)[-6000:]}")
     assert report.acked_all > 0
+    assert FAULTS[fault].took_effect(report, kube)
     assert report.lost_all == []
     assert report.duplicates == []
     assert report.out_of_order == []
