@@ -329,8 +329,9 @@ class EtcdConnection:
     async def _answers(self, client: Any) -> bool:
         """Whether the client's member answers a linearizable read in time."""
         try:
-            await asyncio.wait_for(client.get(PING_KEY), self._timeout_s)
-        except (aetcd.ClientError, aetcd.rpc.AioRpcError, TimeoutError, OSError):
+            with _etcd_errors("ping"):
+                await asyncio.wait_for(client.get(PING_KEY), self._timeout_s)
+        except PartitionerError:
             return False
         return True
 
@@ -343,10 +344,11 @@ class EtcdConnection:
             index = (self._current + step) % len(self._endpoints)
             host, port = self._endpoints[index]
             candidate = self._new_client(host, port, credentials)
-            if not await self._answers(candidate) or self._client is not client:
+            answers = await self._answers(candidate)
+            if not answers or self._client is not client:  # no, or closed meanwhile
                 await _finished_within(candidate.close(), self._timeout_s)
-                if self._client is not client:
-                    return  # closed meanwhile
+                if answers or self._client is not client:
+                    return
                 continue
             log.warning("etcd member %s stopped answering; moving to %s:%d", self.endpoint,
                         host, port)

@@ -268,11 +268,11 @@ class Kubelet:
         """The pod's init containers one after another to completion, then its container."""
         for init in pod.spec.get("initContainers") or []:
             name = f"{self.run_id}-{pod.name}-{init['name']}"
-            self._run(pod, init, name, detach=True)
+            self._run(pod, init, name)
             self.wait_exit(name, timeout_s=300, expect=0)
             podman("rm", "--force", name, check=False)
         pod.container = f"{self.run_id}-{pod.name}"
-        self._run(pod, pod.main, pod.container, detach=True)
+        self._run(pod, pod.main, pod.container)
         pod.started_at = time.monotonic()
 
     def run_job(self, pod: Pod, timeout_s: float = 300) -> int:
@@ -324,7 +324,7 @@ class Kubelet:
         done = podman("logs", pod.container, check=False)
         return done.stdout + done.stderr
 
-    def _run(self, pod: Pod, container: Manifest, name: str, detach: bool) -> None:
+    def _run(self, pod: Pod, container: Manifest, name: str) -> None:
         env = self._env(pod, container)
         flags = [f"--name={name}", f"--network={self.network}", f"--ip={pod.ip}",
                  f"--hostname={pod.name}", *self._host_entries(),
@@ -335,7 +335,7 @@ class Kubelet:
         if command:
             flags.append("--entrypoint=" + json.dumps(command))
         self._names.append(name)
-        podman("run", *(["--detach"] if detach else []), *flags, container["image"], *args)
+        podman("run", "--detach", *flags, container["image"], *args)
 
     def _host_entries(self) -> list[str]:
         """Each StatefulSet pod's DNS name, and each Service's names (short, with the namespace,

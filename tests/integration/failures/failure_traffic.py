@@ -187,7 +187,6 @@ class GroupConsumer:
     close_codes: list[int | None] = field(default_factory=list)  # every session's, in order
     assignments: list[tuple[float, frozenset[int]]] = field(default_factory=list)
     deliveries: list[tuple[float, int]] = field(default_factory=list)  # (time, partition)
-    closed_at: float | None = None
     # with a client: a socket the gateway closed is reopened a second later, as 1001 and 4503 ask
     rejoin: Client | None = None
     params: dict[str, str] = field(default_factory=dict)
@@ -208,8 +207,8 @@ class GroupConsumer:
             await self._session()
             self.close_code = self.ws.close_code
             self.close_codes.append(self.close_code)
-            self.closed_at = time.monotonic()
-            self.assignments.append((self.closed_at, frozenset()))  # the session held nothing more
+            # the session holds nothing more
+            self.assignments.append((time.monotonic(), frozenset()))
             if self.rejoin is None or self._closing:
                 return
             self.ws = await self._reconnect(self.rejoin)
