@@ -2,6 +2,7 @@
 
 from storage.delayed import RedisDelayedStore
 from storage.errors import (
+    ConditionFailed,
     IdempotencyConflict,
     InvalidOffset,
     NotEnoughReplicas,
@@ -15,6 +16,7 @@ from storage.models import (
     Appended,
     AppendOptions,
     AppendResult,
+    Conditions,
     Delivery,
     GroupPartitionState,
     PartitionInfo,
@@ -36,6 +38,8 @@ __all__ = [
     "AppendOptions",
     "AppendResult",
     "Appended",
+    "ConditionFailed",
+    "Conditions",
     "Delivery",
     "GroupPartitionState",
     "GroupStore",

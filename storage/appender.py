@@ -45,6 +45,7 @@ from storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from storage.key_index import conflict_of
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.resp import AskError, NoScriptError, Redirect, encode_command
@@ -261,9 +262,9 @@ class Appender(Generic[R]):
         elif is_transient(reply) or isinstance(reply, NoScriptError):
             outcome.retry[partition] = reply
         elif outcome.fatal is None:
-            outcome.fatal = (IdempotencyConflict(partition)
-                             if is_reused_batch_key(reply)
-                             else translate(reply, f"append to partition {partition}"))
+            outcome.fatal = (IdempotencyConflict(partition) if is_reused_batch_key(reply)
+                             else conflict_of(partition, reply)
+                             or translate(reply, f"append to partition {partition}"))
 
     def _check_wait(self, reply: Any, outcome: _NodeOutcome[R]) -> None:
         required = self._settings.min_insync_replicas

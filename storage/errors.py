@@ -51,6 +51,19 @@ class IdempotencyConflict(StorageError):
         self.partition = partition
 
 
+class ConditionFailed(StorageError):
+    """A conditional append's expectation did not hold; nothing of the append was written.
+    ``index`` is the record whose key moved, None for the partition's last offset."""
+
+    def __init__(self, partition: int, index: int | None, expected: str, current: str) -> None:
+        what = "the partition's last offset" if index is None else f"message {index}'s key"
+        super().__init__(f"partition {partition}: {what} is {current}, expected {expected}")
+        self.partition = partition
+        self.index = index
+        self.expected = expected
+        self.current = current
+
+
 class InvalidOffset(StorageError):
     """An offset given by a client is not a valid stream ID."""
 

@@ -40,6 +40,21 @@ def dedup_prefix(topic: str, partition: int) -> str:
     return f"{PREFIX}:{partition_tag(topic, partition)}:dedup:"
 
 
+def key_index_key(topic: str, partition: int, key: bytes) -> bytes:
+    """A key's index: a stream of the offsets of the key's entries in the partition (same IDs)."""
+    return b"%s:key:%s" % (_tagged(topic, partition), key)
+
+
+def key_registry_key(topic: str, partition: int) -> str:
+    """The sorted set of a partition's key indexes, scored by the ms of each one's newest entry."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:keys"
+
+
+@functools.lru_cache(maxsize=16_384)
+def _tagged(topic: str, partition: int) -> bytes:
+    return f"{PREFIX}:{partition_tag(topic, partition)}".encode()
+
+
 def delayed_key(topic: str, partition: int) -> str:
     """The sorted set of delayed messages' schedule ids (score = due time in ms)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:delayed"

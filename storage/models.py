@@ -221,11 +221,26 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class AppendOptions:
-    """Per-topic write options: retention by length (``MAXLEN ~``) and the idempotency window."""
+    """Per-topic write options: retention by length (``MAXLEN ~``), the idempotency window, and
+    whether keys are indexed."""
 
     acks: Acks = Acks.LEADER
     max_length: int | None = None
     dedup_ttl_ms: int = 24 * 3600 * 1000
+    key_index: bool = False  # keep each key's index (its history) with every append
+
+
+NO_MESSAGE = "none"  # an expected position: no retained message yet
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """What one partition's append expects, checked atomically with it: the partition's last
+    offset, and per record its key's newest retained offset (None: no expectation; ``NO_MESSAGE``:
+    nothing there)."""
+
+    last_offset: str | None = None
+    key_offsets: list[str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,14 @@ from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
+from storage.key_index import IndexedAppendCall, KeyHistory
 from storage.keys import PREFIX, log_key, slot_of
 from storage.lean import NodeLanes
 from storage.models import (
     Acks,
     Appended,
     AppendOptions,
+    Conditions,
     PartitionInfo,
     Record,
     Records,
@@ -162,11 +164,12 @@ class RedisStreamStore:
         return self._rate_limiter
 
     async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions) -> Appended:
+                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
         """Append records (any partitions); what each got, in input order.
 
-        One ``AppendCall`` per partition; see ``storage.appender`` for batching, WAIT (``Acks.ALL``)
-        and the retry semantics.
+        One ``AppendCall`` per partition (an ``IndexedAppendCall`` where keys are indexed or
+        ``conditions`` are checked; those need the records in one partition); see
+        ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the retry semantics.
         """
         if self._appender is None or self._closed:
             raise StorageUnavailable("storage is not open")
@@ -176,10 +179,13 @@ class RedisStreamStore:
         groups = split_by_partition(batch.partitions, batch.values, batch.keys)
         # one partition (a keyless or one-message batch): the batch is its columns
         one = len(groups) == 1
-        calls = [AppendCall(topic, partition,
-                            batch if one else batch.partition_of(partition, indexes, values, keys),
-                            options)
-                 for partition, (indexes, values, keys) in groups.items()]
+        if conditions is not None and not one:
+            raise ValueError("a conditional append must stay in one partition")
+        calls: list[AppendCall | IndexedAppendCall] = [
+            _append_call(topic, partition,
+                         batch if one else batch.partition_of(partition, indexes, values, keys),
+                         options, conditions)
+            for partition, (indexes, values, keys) in groups.items()]
         written = await self._appender.write(topic, calls, wait=options.acks is Acks.ALL)
         offsets = {partition: reply_offsets(partition, reply)
                    for partition, reply in written.items()}
@@ -195,6 +201,19 @@ class RedisStreamStore:
             for index, flag in zip(indexes, flags[partition], strict=True):
                 duplicates[index] = flag
         return Appended(batch.partitions, ordered, duplicates)
+
+    async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
+                          high: str = "+", limit: int = 100,
+                          newest_first: bool = False) -> list[StoredEntry]:
+        """Up to ``limit`` of a key's retained entries with offsets in [low, high] (``-``/``+``
+        open, a leading ``(`` exclusive), from its index (never a scan of the partition)."""
+        for bound in (low, high):
+            if bound not in ("-", "+"):
+                validate_offset(bound.removeprefix("("))
+        if limit <= 0:
+            return []
+        return await KeyHistory(self.router, self._lanes).read(
+            topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first)
 
     async def read(
         self,
@@ -380,6 +399,13 @@ class RedisStreamStore:
 
     async def _call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         return await self.router.call(what, budget_s, op)
+
+
+def _append_call(topic: str, partition: int, records: Records, options: AppendOptions,
+                 conditions: Conditions | None) -> AppendCall | IndexedAppendCall:
+    if options.key_index or conditions is not None:
+        return IndexedAppendCall(topic, partition, records, options, conditions)
+    return AppendCall(topic, partition, records, options)
 
 
 def _info_commands(key: str) -> list[tuple[Any, ...]]:

@@ -141,7 +141,8 @@ class LuaScript:
         return cls(lua, hashlib.sha1(lua.encode()).hexdigest())
 
 
-async def run_script(lanes: NodeLanes, address: NodeAddress, script: LuaScript, keys: Sequence[str],
+async def run_script(lanes: NodeLanes, address: NodeAddress, script: LuaScript,
+                     keys: Sequence[str | bytes],
                      args: Sequence[Any]) -> Any:
     """EVALSHA on the node's lean connection, loading the script first when the node lacks it (a
     fresh or promoted primary: NOSCRIPT); its reply, an error reply raised (MOVED included, for the
