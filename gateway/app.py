@@ -19,7 +19,7 @@ from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
-from gateway.routes import console, groups, health, messages, subscribe, topics
+from gateway.routes import console, groups, health, history, messages, subscribe, topics
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from gateway.throttle import RateLimits, Throttle
@@ -80,7 +80,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
-    for module in (topics, messages, subscribe, groups, health):
+    for module in (topics, messages, history, subscribe, groups, health):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)

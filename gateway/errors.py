@@ -24,6 +24,7 @@ from partitioner.errors import (
     TopicNotFound,
 )
 from storage.errors import (
+    ConditionFailed,
     IdempotencyConflict,
     InvalidOffset,
     NotEnoughReplicas,
@@ -168,6 +169,8 @@ def problem_from(exc: Exception) -> Problem:
         return unavailable(exc.message, exc.retry_after_s)
     if isinstance(exc, InvalidOffset):
         return invalid_field("/from", exc.message)
+    if isinstance(exc, ConditionFailed):
+        return condition_failed(exc)
     if isinstance(exc, IdempotencyConflict):
         return Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
                        f"{exc.message}: a retry must send the same messages")
@@ -182,6 +185,16 @@ def problem_from(exc: Exception) -> Problem:
     if isinstance(exc, StorageError | PartitionerError):
         return Problem(500, "internal", "Internal error", exc.message)
     return Problem(500, "internal", "Internal error", "an unexpected error occurred")
+
+
+def condition_failed(exc: ConditionFailed) -> Problem:
+    """409 for a conditional append whose expectation did not hold, pointing at it."""
+    pointer = ("/expected_last_offset" if exc.index is None
+               else f"/messages/{exc.index}/expected_offset")
+    return Problem(409, "unexpected-offset", "Expected offset does not match", exc.message,
+                   pointer=pointer,
+                   extra={"partition": exc.partition, "index": exc.index,
+                          "expected": exc.expected, "current": exc.current})
 
 
 def problem_response(problem: Problem, instance: str) -> web.Response:

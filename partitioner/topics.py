@@ -23,6 +23,7 @@ class TopicSettings:
     partitions: int
     retention_ms: int = DEFAULT_RETENTION_MS
     max_length: int | None = None
+    key_index: bool = False  # keep each key's history (an index per key), fixed at creation
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class TopicMetadata:
     created_at_ms: int
     owner: str
     version: int = 0  # etcd mod_revision of the key; 0 before it is stored
+    key_index: bool = False
 
     def to_json(self) -> bytes:
         """Serialise for etcd (the version is etcd's, not stored in the value)."""
@@ -47,6 +49,7 @@ class TopicMetadata:
                 "max_length": self.max_length,
                 "created_at_ms": self.created_at_ms,
                 "owner": self.owner,
+                "key_index": self.key_index,
             }
         )
 
@@ -62,6 +65,7 @@ class TopicMetadata:
             created_at_ms=int(data["created_at_ms"]),
             owner=str(data["owner"]),
             version=version,
+            key_index=bool(data.get("key_index", False)),
         )
 
     def with_changes(self, partitions: int | None, retention_ms: int | None,

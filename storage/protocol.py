@@ -5,15 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.models import Appended, AppendOptions, PartitionInfo, Record, Records, StoredEntry
+from storage.models import (
+    Appended,
+    AppendOptions,
+    Conditions,
+    PartitionInfo,
+    Record,
+    Records,
+    StoredEntry,
+)
 
 
 class StreamStore(Protocol):
     """A partitioned append-only log."""
 
     async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions) -> Appended:
+                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
         """Append records (any partitions) and return what each got, in input order.
+
+        With ``conditions`` (the records all in one partition) nothing is written unless they
+        hold: ``ConditionFailed`` names the first that does not.
 
         Records are grouped by partition and by node; each partition's group is written atomically.
         With ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas than
@@ -36,6 +47,13 @@ class StreamStore(Protocol):
         ``after`` is exclusive (entries strictly after that offset); None means from the first
         entry. ``from_time_ms`` starts at the first entry whose timestamp is >= that time.
         """
+        ...
+
+    async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
+                          high: str = "+", limit: int = 100,
+                          newest_first: bool = False) -> list[StoredEntry]:
+        """Up to ``limit`` of a key's retained entries with offsets in [low, high] (``-``/``+``
+        open, a leading ``(`` exclusive), from the key's index (a topic with ``key_index``)."""
         ...
 
     async def last_offset(self, topic: str, partition: int) -> str | None:

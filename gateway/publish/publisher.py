@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol
@@ -30,6 +32,7 @@ from storage.models import (
     Appended,
     AppendOptions,
     AppendResult,
+    Conditions,
     Record,
     Records,
     ScheduledResult,
@@ -68,6 +71,7 @@ class Scheduler(Protocol):
 log = logging.getLogger(__name__)
 
 ACKS0_QUEUE_BYTES = 64 * 1024 * 1024
+CONDITIONAL_MARKER_TTL_MS = 5 * 60 * 1000
 # messages the acks=0 writer takes from its queue for one round (a bigger batch alone)
 ACKS0_ROUND_MESSAGES = 5000
 
@@ -129,9 +133,18 @@ def _place_each(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpre
     return placed
 
 
+def _marked_once(records: Records, options: AppendOptions) -> tuple[Records, AppendOptions]:
+    """A conditional append without an idempotency key, made idempotent under a marker of its
+    own: the store's retry of a write that did land then answers duplicates, not a conflict with
+    itself. The marker only has to outlive those retries."""
+    records = dataclasses.replace(records, batch_key=internal_key("c", uuid.uuid4().hex))
+    return records, dataclasses.replace(options, dedup_ttl_ms=CONDITIONAL_MARKER_TTL_MS)
+
+
 def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> AppendOptions:
     """The storage options for a topic's writes."""
-    return AppendOptions(acks=acks, max_length=topic.max_length, dedup_ttl_ms=dedup_ttl_ms)
+    return AppendOptions(acks=acks, max_length=topic.max_length, dedup_ttl_ms=dedup_ttl_ms,
+                         key_index=topic.key_index)
 
 
 class Publisher:
@@ -173,13 +186,19 @@ class Publisher:
             await writer
 
     async def publish(self, topic: TopicMetadata, records: Records, acks: Acks,
-                      due_ms: list[int | None] | None = None) -> Published:
-        """Write (or schedule, where ``due_ms`` says so) and wait for the requested durability."""
+                      due_ms: list[int | None] | None = None,
+                      conditions: Conditions | None = None) -> Published:
+        """Write (or schedule, where ``due_ms`` says so) and wait for the requested durability;
+        with ``conditions``, only if they hold (``ConditionFailed`` otherwise)."""
         started = time.perf_counter()
         options = append_options(topic, acks, self._dedup_ttl_ms)
+        if conditions is not None and records.idempotency_keys is None \
+                and records.batch_key is None:
+            records, options = _marked_once(records, options)
         try:
             if due_ms is None:
-                results: Published = await self._store.append(topic.name, records, options)
+                results: Published = await self._store.append(topic.name, records, options,
+                                                              conditions)
             else:
                 results = await self._append_and_schedule(topic, records, options, due_ms)
         except StorageError as exc:

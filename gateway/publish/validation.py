@@ -16,14 +16,15 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 
 from gateway.errors import bad_request, invalid_field, too_large
+from gateway.offsets import parse_offset
 from gateway.publish.plain_codec import parse_plain, scan_plain_body
 from gateway.settings import GatewaySettings
-from storage.models import ValueFormat
+from storage.models import NO_MESSAGE, ValueFormat
 
 ACKS_VALUES = ("0", "1", "all")
-BODY_FIELDS = frozenset({"messages", "acks"})
+BODY_FIELDS = frozenset({"messages", "acks", "expected_last_offset"})
 MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key",
-                            "delay_ms", "deliver_at_ms"})
+                            "delay_ms", "deliver_at_ms", "expected_offset"})
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 MAX_IDEMPOTENCY_KEY_CHARS = 256
 T = TypeVar("T")
@@ -57,6 +58,7 @@ class IncomingMessage(NamedTuple):
     partition: int | None
     idempotency_key: str | None
     due_ms: int | None = None  # delayed/scheduled: when the message joins the stream (epoch ms)
+    expected_offset: str | None = None  # the key's newest retained offset, or NO_MESSAGE
 
 
 # Not frozen: it is built on every publish, where a frozen __init__ costs several times more.
@@ -77,6 +79,14 @@ class PublishBatch:
     idempotency_keys: list[str | None] | None = None
     due_ms: list[int | None] | None = None
     batch_key: str | None = None  # a plain batch's Idempotency-Key: the batch is idempotent whole
+    # a conditional append: per message its key's expected offset, the partition's last offset
+    expected_offsets: list[str | None] | None = None
+    expected_last_offset: str | None = None
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the batch expects positions (written only if they hold)."""
+        return self.expected_offsets is not None or self.expected_last_offset is not None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -90,13 +100,14 @@ class PublishBatch:
 
 def _columns(acks: str, messages: list[IncomingMessage]) -> PublishBatch:
     """Parsed messages as a batch's columns (an optional column only where some message has it)."""
-    values, formats, keys, headers, partitions, idempotency_keys, due_ms = map(
+    values, formats, keys, headers, partitions, idempotency_keys, due_ms, expected = map(
         list, zip(*messages, strict=True))
     return PublishBatch(acks, keys, values, sum(map(len, values)),
                         ValueFormat.JSON if formats.count(ValueFormat.JSON) == len(formats)
                         else formats,
                         headers if any(headers) else None, _unless_none(partitions),
-                        _unless_none(idempotency_keys), _unless_none(due_ms))
+                        _unless_none(idempotency_keys), _unless_none(due_ms),
+                        expected_offsets=_unless_none(expected))
 
 
 def _unless_none(column: list[T | None]) -> list[T | None] | None:
@@ -154,12 +165,49 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
     if len(raw_messages) > limits.max_batch_messages:
         raise too_large(f"batch of {len(raw_messages)} messages is over the limit of "
                         f"{limits.max_batch_messages}", pointer="/messages")
+    expected_last = doc.get("expected_last_offset")
     plain = _parse_plain_or_none(raw_messages, limits)
     if plain is not None:
-        return _plain_batch(acks, *plain, idempotency_header)
-    now_ms = int(time.time() * 1000)
-    return _columns(acks, [_parse_message(raw, index, limits, idempotency_header, now_ms)
-                           for index, raw in enumerate(raw_messages)])
+        batch = _plain_batch(acks, *plain, idempotency_header)
+    else:
+        now_ms = int(time.time() * 1000)
+        batch = _columns(acks, [_parse_message(raw, index, limits, idempotency_header, now_ms)
+                                for index, raw in enumerate(raw_messages)])
+    if expected_last is not None:
+        batch.expected_last_offset = parse_expected(expected_last, "/expected_last_offset")
+    if batch.conditional:
+        check_conditional(batch)
+    return batch
+
+
+def parse_expected(raw: Any, pointer: str) -> str:
+    """An expected position: ``"none"`` (no message) or an offset, in canonical form."""
+    if raw == NO_MESSAGE:
+        return NO_MESSAGE
+    if not isinstance(raw, str):
+        raise invalid_field(pointer, "an expected offset must be a string: an offset or 'none'")
+    ms, seq = parse_offset(raw, pointer)
+    return f"{ms}-{seq}"
+
+
+def check_conditional(batch: PublishBatch) -> None:
+    """422 unless a conditional batch can be checked: written at once with an answer (acks 1 or
+    all, nothing delayed), each key's expectation on its first message in the request."""
+    if batch.acks == "0":
+        raise invalid_field("/acks", "a conditional append needs acks \"1\" or \"all\": "
+                                     "its answer may be a conflict")
+    if batch.due_ms is not None:
+        index = next(i for i, due in enumerate(batch.due_ms) if due is not None)
+        raise invalid_field(f"/messages/{index}", "a conditional append cannot be delayed")
+    seen: set[bytes] = set()
+    for index, (key, expected) in enumerate(zip(batch.keys, batch.expected_offsets
+                                                or [None] * len(batch), strict=True)):
+        if expected is not None and (key is None or key in seen):
+            raise invalid_field(f"/messages/{index}/expected_offset",
+                                "'expected_offset' needs a key, on the key's first message in "
+                                "the request (its later messages follow it)")
+        if key is not None:
+            seen.add(key)
 
 
 def _parse_plain_or_none(
@@ -210,6 +258,8 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
         _parse_partition(raw.get("partition"), pointer),
         idempotency_key,
         _parse_due(raw, pointer, now_ms) if has_due else None,
+        (None if (expected := raw.get("expected_offset")) is None
+         else parse_expected(expected, f"{pointer}/expected_offset")),
     )
 
 

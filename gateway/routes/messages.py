@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
@@ -16,14 +16,14 @@ from gateway.errors import Problem, invalid_field, rate_limited, too_large
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publish.plain_codec import plain_results_json
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
-from gateway.publish.validation import parse_publish_body
+from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
-from storage.models import Acks, Appended, ScheduledResult, StoredEntry
+from storage.models import Acks, Appended, Conditions, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # a validated body's acks; Acks(value) is a Python-level enum lookup
@@ -66,12 +66,28 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms)
+    conditions = _conditions(batch, topic, records.partitions) if batch.conditional else None
+    results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms,
+                                               conditions)
     _count_heat(services, topic, records.partitions, records.keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return web.Response(body=results_json(results), content_type="application/json",
                         headers=throttled)
+
+
+def _conditions(batch: PublishBatch, topic: TopicMetadata, partitions: list[int]) -> Conditions:
+    """A conditional batch's expectations, once it is known to be checkable: one partition, and
+    key expectations only where the topic keeps key indexes."""
+    if len(set(partitions)) > 1:
+        raise invalid_field("/messages", "a conditional append must put all its messages in one "
+                            f"partition; these go to partitions {sorted(set(partitions))}")
+    if batch.expected_offsets is not None and not topic.key_index:
+        index = next(i for i, e in enumerate(batch.expected_offsets) if e is not None)
+        raise invalid_field(f"/messages/{index}/expected_offset",
+                            f"topic {topic.name!r} keeps no key index (create it with "
+                            "\"key_index\": true): only 'expected_last_offset' can be checked")
+    return Conditions(batch.expected_last_offset, batch.expected_offsets)
 
 
 def results_json(results: Published) -> bytes:
@@ -124,20 +140,36 @@ def result_document(result: PublishResult) -> dict[str, Any]:
     return {"partition": result.partition, "offset": result.offset, "duplicate": result.duplicate}
 
 
-async def replay(request: web.Request) -> web.Response:
-    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages,
-    next_offset."""
+class Reader(NamedTuple):
+    """What a read of a topic's messages runs with: the services, the topic, what the caller may
+    see of it, and the rate-limit headers to answer with."""
+
+    services: Services
+    topic: TopicMetadata
+    visible: HeaderFilter
+    limited: dict[str, str]
+
+
+async def reader_of(request: web.Request) -> Reader:
+    """A read of the request's topic by its caller: may subscribe, is charged a read, sees only
+    what its forced header filter lets through."""
     services, principal, gatekeeper = (services_of(request), principal_of(request),
                                        gatekeeper_of(request))
     gatekeeper.require(principal, Action.SUBSCRIBE, request.match_info["topic"])
     limited = await admit_or_refuse(services, principal, RateAction.READ)
     visible = HeaderFilter().and_headers(gatekeeper.forced_headers(principal))
-    topic = await services.topic(request.match_info["topic"])
-    partition = _partition_param(request.match_info["partition"], topic)
-    limit = _int_param(request, "limit", 1,
+    return Reader(services, await services.topic(request.match_info["topic"]), visible, limited)
+
+
+async def replay(request: web.Request) -> web.Response:
+    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages,
+    next_offset."""
+    services, topic, visible, limited = await reader_of(request)
+    partition = partition_param(request.match_info["partition"], topic)
+    limit = int_param(request, "limit", 1,
                        services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
     start = request.query.get("from", "earliest")
-    from_time_ms = _int_param(request, "from_time_ms", 0, 2**63 - 1)
+    from_time_ms = int_param(request, "from_time_ms", 0, 2**63 - 1)
     if from_time_ms is not None and start != "earliest":
         raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
     if start == "latest":
@@ -170,14 +202,14 @@ def _after(start: str) -> str | None:
     return predecessor(start)
 
 
-def _partition_param(raw: str, topic: TopicMetadata) -> int:
+def partition_param(raw: str, topic: TopicMetadata) -> int:
     if not (raw.isascii() and raw.isdigit()) or int(raw) >= topic.partitions:
         raise Problem(404, "partition-not-found", "Partition not found",
                       f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {raw!r}")
     return int(raw)
 
 
-def _int_param(request: web.Request, name: str, low: int, high: int) -> int | None:
+def int_param(request: web.Request, name: str, low: int, high: int) -> int | None:
     raw = request.query.get(name)
     if raw is None:
         return None

@@ -12,6 +12,7 @@ from storage.models import (
     Appended,
     AppendOptions,
     AppendResult,
+    Conditions,
     PartitionInfo,
     Record,
     Records,
@@ -39,7 +40,10 @@ class InMemoryStreamStore:
         return f"{now}-0"
 
     async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions) -> Appended:
+                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
+        # conditional appends and key indexes live in the Redis script: tested on the real cluster
+        assert conditions is None
+        assert not options.key_index
         if self.unavailable:
             raise StorageUnavailable("redis is down (test)", retry_after_s=2)
         self.appends += 1

@@ -14,7 +14,7 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import ACKS0_ROUND_MESSAGES, Publisher
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageUnavailable
-from storage.models import Appended, AppendOptions, Record, Records
+from storage.models import Appended, AppendOptions, Conditions, Record, Records
 
 TOPIC = TopicMetadata("t", 1, 60_000, None, 0, "me", 1)
 
@@ -27,9 +27,9 @@ class HeldStore(InMemoryStreamStore):
         self.release = asyncio.Event()
 
     async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions) -> Appended:
+                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
         await self.release.wait()
-        return await super().append(topic, records, options)
+        return await super().append(topic, records, options, conditions)
 
 
 def batch(values: int, size: int) -> Records:
@@ -82,12 +82,12 @@ class RecordingStore(HeldStore):
         self.failing: dict[str, Exception] = {}
 
     async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions) -> Appended:
+                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
         assert isinstance(records, Records)
         self.calls.append((topic, list(records.values)))
         if topic in self.failing:
             raise self.failing[topic]
-        return await super().append(topic, records, options)
+        return await super().append(topic, records, options, conditions)
 
 
 def numbered(start: int, count: int, partition: int = 0) -> Records:

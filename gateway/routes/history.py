@@ -1,0 +1,91 @@
+"""A key's history: its messages read from the topic's key index, oldest or newest first, paged."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from aiohttp import web
+
+from gateway.documents import entry_document
+from gateway.errors import invalid_field
+from gateway.offsets import parse_offset, predecessor, successor
+from gateway.responses import json_response
+from gateway.routes.messages import DEFAULT_REPLAY_LIMIT, int_param, partition_param, reader_of
+from partitioner.hashing import partition_for
+from storage.models import StoredEntry
+
+ORDERS = ("asc", "desc")
+
+
+async def key_history(request: web.Request) -> web.Response:
+    """GET /v1/topics/{topic}/history?key=|key_b64=&from=&from_time_ms=&limit=&order=&partition=
+    -> the key's messages and the offset to continue from."""
+    services, topic, visible, limited = await reader_of(request)
+    key = _key_param(request)
+    if not topic.key_index:
+        raise invalid_field("/key", f"topic {topic.name!r} keeps no key index (create it with "
+                                    "\"key_index\": true)")
+    raw_partition = request.query.get("partition")
+    partition = (partition_for(key, topic.partitions) if raw_partition is None
+                 else partition_param(raw_partition, topic))
+    limit = int_param(request, "limit", 1,
+                      services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
+    order = request.query.get("order", "asc")
+    if order not in ORDERS:
+        raise invalid_field("/order", "'order' must be 'asc' or 'desc'")
+    newest_first = order == "desc"
+    low, high = _bounds(request, newest_first)
+    entries = await services.store.key_history(topic.name, partition, key, low=low, high=high,
+                                               limit=limit, newest_first=newest_first)
+    return json_response({"partition": partition,
+                          "messages": [entry_document(e) for e in entries
+                                       if visible.matches(e.headers)],
+                          "next_offset": _next_offset(entries, low, limit, newest_first)},
+                         headers=limited)
+
+
+def _key_param(request: web.Request) -> bytes:
+    text, b64 = request.query.get("key"), request.query.get("key_b64")
+    if (text is None) == (b64 is None):
+        raise invalid_field("/key", "give exactly one of 'key' and 'key_b64'")
+    if text is not None:
+        return text.encode()
+    try:
+        return base64.b64decode(b64 or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_field("/key_b64", "'key_b64' is not valid base64") from None
+
+
+def _bounds(request: web.Request, newest_first: bool) -> tuple[str, str]:
+    """The offsets to read between: ``from`` (inclusive) or ``from_time_ms`` start the page, in
+    the page's direction."""
+    start = request.query.get("from", "latest" if newest_first else "earliest")
+    from_time_ms = int_param(request, "from_time_ms", 0, 2**63 - 1)
+    if from_time_ms is not None:
+        if "from" in request.query:
+            raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
+        return ("-", f"({from_time_ms + 1}-0") if newest_first else (f"{from_time_ms}-0", "+")
+    if start in ("earliest", "latest"):
+        if (start == "latest") != newest_first:
+            raise invalid_field("/from", f"'{start}' starts a page only with order="
+                                         f"{'desc' if start == 'latest' else 'asc'}")
+        return "-", "+"
+    ms, seq = parse_offset(start, "/from")
+    return ("-", f"{ms}-{seq}") if newest_first else (f"{ms}-{seq}", "+")
+
+
+def _next_offset(entries: list[StoredEntry], low: str, limit: int,
+                 newest_first: bool) -> str | None:
+    """Where the next page starts: after the last entry (oldest first, always, to follow the key),
+    or before it (newest first; None once the history is exhausted)."""
+    if newest_first:
+        return predecessor(entries[-1].offset) if len(entries) == limit else None
+    if entries:
+        return successor(entries[-1].offset)
+    return "0-0" if low == "-" else low
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the key history route."""
+    app.router.add_get("/v1/topics/{topic}/history", key_history)
