@@ -7,6 +7,11 @@ async with Producer("http://127.0.0.1:8080", "orders", acks="all") as producer:
     results = await producer.send_many([{"value": n, "key": "bob"} for n in range(1000)])
     result = await producer.send_and_wait({"total": 42}, key="alice")
 
+async with Admin("http://127.0.0.1:8080") as admin, Producer(url, "carts", acks="all") as producer:
+    position = await admin.key_position("carts", "cart-1")  # a topic created with key_index=True
+    await producer.send_conditional([{"value": {"added": "pear"}, "key": "cart-1",
+                                      "expected_offset": position}])  # UnexpectedOffset if moved
+
 async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consumer:
     async for batch in consumer.batches():
         handle(batch)
@@ -16,7 +21,13 @@ async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consu
 
 from client.admin import Admin
 from client.consumer import Assignment, Consumer, Message
-from client.errors import ClientError, ConnectionFailed, ProblemError, SubscriptionClosed
+from client.errors import (
+    ClientError,
+    ConnectionFailed,
+    ProblemError,
+    SubscriptionClosed,
+    UnexpectedOffset,
+)
 from client.producer import Producer, RetryPolicy, SendResult
 
 __all__ = [
@@ -31,4 +42,5 @@ __all__ = [
     "RetryPolicy",
     "SendResult",
     "SubscriptionClosed",
+    "UnexpectedOffset",
 ]

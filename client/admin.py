@@ -44,9 +44,13 @@ class Admin:
 
     # --- topics -----------------------------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int | None = None,
-                           max_length: int | None = None) -> dict[str, Any]:
-        """POST /v1/topics -> the topic."""
+                           max_length: int | None = None,
+                           key_index: bool = False) -> dict[str, Any]:
+        """POST /v1/topics -> the topic; ``key_index`` keeps each key's history (for
+        ``key_history`` and expected key offsets)."""
         body: dict[str, Any] = {"name": name, "partitions": partitions}
+        if key_index:
+            body["key_index"] = True
         if retention_ms is not None:
             body["retention_ms"] = retention_ms
         if max_length is not None:
@@ -87,6 +91,25 @@ class Admin:
             if len(page["messages"]) < page_size:
                 return messages
             start = page["next_offset"]
+
+    async def key_history(self, topic: str, key: str, *, newest_first: bool = False,
+                          from_: str | None = None, from_time_ms: int | None = None,
+                          limit: int | None = None,
+                          partition: int | None = None) -> dict[str, Any]:
+        """GET one page of a key's messages (a topic with ``key_index``) -> ``{"partition",
+        "messages", "next_offset"}``; ``from_`` inclusive; ``next_offset`` is None once a
+        newest-first read is exhausted. The newest offset (``newest_first=True, limit=1``) is
+        what an ``expected_offset`` names."""
+        params = {name: str(value) for name, value in
+                  (("key", key), ("order", "desc" if newest_first else "asc"), ("from", from_),
+                   ("from_time_ms", from_time_ms), ("limit", limit), ("partition", partition))
+                  if value is not None}
+        return await self._call("GET", f"/v1/topics/{topic}/history", params=params)
+
+    async def key_position(self, topic: str, key: str) -> str:
+        """The offset of a key's newest retained message, or ``"none"``: what to expect next."""
+        page = await self.key_history(topic, key, newest_first=True, limit=1)
+        return str(page["messages"][0]["offset"]) if page["messages"] else "none"
 
     # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[dict[str, Any]]:

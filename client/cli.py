@@ -19,12 +19,20 @@ import orjson
 
 from client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
 from client.cli_bench import add_bench_command, bench
-from client.cli_reading import add_reading_commands, dlq, peek, print_messages, replay, tail
+from client.cli_reading import (
+    add_reading_commands,
+    dlq,
+    history,
+    peek,
+    print_messages,
+    replay,
+    tail,
+)
 from client.completion import add_completion_command, completion_script
 from client.output import emit
 
-CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups", "tail", "replay", "peek",
-                             "dlq", "bench", "completion"})
+CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups", "tail", "replay",
+                             "history", "peek", "dlq", "bench", "completion"})
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "STREAMGATE_URL"
 API_KEY_ENV = "STREAMGATE_API_KEY"
@@ -92,6 +100,8 @@ def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     create.add_argument("--partitions", type=int, required=True)
     create.add_argument("--retention-ms", type=int, default=None)
     create.add_argument("--max-length", type=int, default=None)
+    create.add_argument("--key-index", action="store_true",
+                        help="keep each key's history (streamgate history, expected offsets)")
     for name in ("describe", "delete"):
         actions.add_parser(name, parents=[url]).add_argument("name")
 
@@ -324,7 +334,8 @@ async def _topics(args: argparse.Namespace) -> int:
         elif args.action == "create":
             emit(await admin.create_topic(args.name, args.partitions,
                                           retention_ms=args.retention_ms,
-                                          max_length=args.max_length))
+                                          max_length=args.max_length,
+                                          key_index=args.key_index))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))
         else:
@@ -347,5 +358,6 @@ async def _groups(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "produce": _produce, "consume": _consume, "topics": _topics, "groups": _groups,
-    "tail": tail, "replay": replay, "peek": peek, "dlq": dlq, "bench": bench,
+    "tail": tail, "replay": replay, "history": history, "peek": peek, "dlq": dlq,
+    "bench": bench,
 }

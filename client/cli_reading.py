@@ -1,4 +1,5 @@
-"""The CLI's reading commands: ``tail``, ``replay``, ``peek`` and ``dlq``; JSON lines on stdout.
+"""The CLI's reading commands: ``tail``, ``replay``, ``history``, ``peek`` and ``dlq``; JSON
+lines on stdout.
 
 None of them moves a group: ``tail`` is a broadcast subscription, ``replay``, ``peek`` and
 ``dlq list`` read partitions by offset.
@@ -20,8 +21,8 @@ PAGE = 1000
 
 def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                          url: argparse.ArgumentParser) -> None:
-    """Register ``tail``, ``replay``, ``peek`` and ``dlq`` (their handlers are the functions of the
-    same names)."""
+    """Register ``tail``, ``replay``, ``history``, ``peek`` and ``dlq`` (their handlers are the
+    functions of the same names)."""
     tail_parser = commands.add_parser("tail", parents=[url],
                                       help="follow a topic from now (a broadcast subscription)")
     tail_parser.add_argument("topic")
@@ -40,6 +41,15 @@ def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     start.add_argument("--from-time-ms", type=int, default=None,
                        help="from the first message at or after this time (epoch ms)")
     replay_parser.add_argument("--max-messages", type=int, default=None)
+
+    history_parser = commands.add_parser("history", parents=[url],
+                                         help="print one key's messages (a topic with a key index)")
+    history_parser.add_argument("topic")
+    history_parser.add_argument("key")
+    history_parser.add_argument("--newest-first", action="store_true")
+    history_parser.add_argument("--from", dest="from_", default=None, metavar="OFFSET",
+                                help="first offset printed, inclusive")
+    history_parser.add_argument("--max-messages", type=int, default=None)
 
     peek_parser = commands.add_parser("peek", parents=[url],
                                       help="a group's next messages, without delivering them")
@@ -132,6 +142,24 @@ async def _print_partition(admin: Admin, topic: str, partition: int, from_: str,
             break
         start = page["next_offset"]
     return left
+
+
+async def history(args: argparse.Namespace) -> int:
+    """A key's messages, oldest (or newest) first, page by page up to the end of its history."""
+    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+        start, left = args.from_, args.max_messages
+        while left is None or left > 0:
+            limit = PAGE if left is None else min(PAGE, left)
+            page = await admin.key_history(args.topic, args.key, newest_first=args.newest_first,
+                                           from_=start, limit=limit)
+            for message in page["messages"]:
+                emit(message)
+            if left is not None:
+                left -= len(page["messages"])
+            start = page["next_offset"]
+            if len(page["messages"]) < limit or start is None:
+                break
+    return 0
 
 
 async def peek(args: argparse.Namespace) -> int:

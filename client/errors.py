@@ -40,6 +40,21 @@ class ProblemError(ClientError):
         return f"{self.status}{title}: {self.detail}{where}"
 
 
+class UnexpectedOffset(ProblemError):
+    """409: a conditional append's expectation did not hold and nothing was written. ``index`` is
+    the message whose key moved (None: the partition's last offset); ``current`` is the position
+    to read from and decide again."""
+
+    def __init__(self, status: int, document: dict[str, Any],
+                 retry_after_s: float | None = None) -> None:
+        super().__init__(status, document, retry_after_s)
+        index = document.get("index")
+        self.index: int | None = index if isinstance(index, int) else None
+        self.partition: int | None = document.get("partition")
+        self.expected = str(document.get("expected", ""))
+        self.current = str(document.get("current", ""))
+
+
 class ConnectionFailed(ClientError):
     """The gateway could not be reached, or did not answer in time, after every retry."""
 
@@ -81,6 +96,8 @@ def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
             "status": status,
             "detail": body.decode(errors="replace")[:500] or f"HTTP {status}",
         }
+    if status == 409 and str(document.get("type", "")).endswith("/unexpected-offset"):
+        return UnexpectedOffset(status, document, retry_after_of(headers))
     return ProblemError(status, document, retry_after_of(headers))
 
 

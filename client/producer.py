@@ -90,10 +90,10 @@ class _Lane:
 
 def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
-                   partition: int | None = None) -> bytes:
+                   partition: int | None = None, expected_offset: str | None = None) -> bytes:
     """One message of a publish body as JSON; ``bytes`` values go as ``value_b64``."""
     if (value_b64 is None and headers is None and partition is None and value is not _MISSING
-            and not isinstance(value, bytes | bytearray)):
+            and expected_offset is None and not isinstance(value, bytes | bytearray)):
         return _dumps({"value": value} if key is None else {"key": key, "value": value})
     doc: dict[str, Any] = {}
     if isinstance(value, bytes | bytearray):
@@ -107,7 +107,7 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
     else:
         doc["value"] = value
     for name, item in (("key", key), ("headers", dict(headers) if headers else None),
-                       ("partition", partition)):
+                       ("partition", partition), ("expected_offset", expected_offset)):
         if item is not None:
             doc[name] = item
     return _dumps(doc)
@@ -308,6 +308,27 @@ class Producer:
             for position, result in zip(positions, lane_results, strict=True):
                 results[position] = result
         return results
+
+    async def send_conditional(self, messages: Iterable[Mapping[str, Any]], *,
+                               expected_last_offset: str | None = None) -> list[SendResult]:
+        """Publish messages (dicts of ``send`` arguments, each may add ``expected_offset``: its
+        key's newest offset, or ``"none"``) in one request, written only if every expectation
+        holds, else nothing: ``UnexpectedOffset`` says what moved. They must all go to one
+        partition. The request keeps one idempotency key through its retries, so a retry of a
+        write that landed answers ``duplicate``, never a conflict with itself. It leaves at once,
+        not ordered with messages queued by ``send``: ``flush()`` first when that matters."""
+        if self._closed or self._session is None:
+            raise RuntimeError("the producer is not open (use 'async with Producer(...)')")
+        encoded = [encode_message(m.get("value", _MISSING), value_b64=m.get("value_b64"),
+                                  key=m.get("key"), headers=m.get("headers"),
+                                  partition=m.get("partition"),
+                                  expected_offset=m.get("expected_offset"))
+                   for m in messages]
+        expected = b"" if expected_last_offset is None else (
+            b',"expected_last_offset":' + _dumps(expected_last_offset))
+        document = (b'{"acks":' + _dumps(self.acks) + expected + b',"messages":['
+                    + b",".join(encoded) + b"]}")
+        return await self._post_with_retries(document, len(encoded), f"{uuid.uuid4().hex}-c")
 
     async def send_encoded(self, encoded: Sequence[bytes], key: str | None = None
                            ) -> list[SendResult]:

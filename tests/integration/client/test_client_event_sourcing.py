@@ -1,0 +1,63 @@
+"""The Python client and the CLI on conditional appends and key history, against real gateways."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from served import json_lines, streamgate
+from test_client_against_gateway import DropFirstResponse
+
+from client import Admin, Producer, UnexpectedOffset
+
+
+async def test_a_read_model_decides_on_the_position_it_read_and_loses_to_a_faster_writer(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name, acks="all") as producer:
+        await admin.create_topic(topic_name, 2, key_index=True)
+        assert await admin.key_position(topic_name, "cart-1") == "none"
+        (opened,) = await producer.send_conditional(
+            [{"value": {"opened": True}, "key": "cart-1", "expected_offset": "none"}])
+        position = await admin.key_position(topic_name, "cart-1")
+        assert position == opened.offset
+        await producer.send_conditional([{"value": {"added": "pear"}, "key": "cart-1",
+                                          "expected_offset": position}])
+        with pytest.raises(UnexpectedOffset) as lost:
+            await producer.send_conditional([{"value": {"added": "fig"}, "key": "cart-1",
+                                              "expected_offset": position}])
+        assert lost.value.index == 0
+        assert lost.value.expected == position
+        assert lost.value.current == await admin.key_position(topic_name, "cart-1")
+        page = await admin.key_history(topic_name, "cart-1")
+        assert [m["value"] for m in page["messages"]] == [{"opened": True}, {"added": "pear"}]
+
+
+async def test_a_conditional_append_whose_answer_was_lost_is_retried_as_a_duplicate(
+        base_url: str, topic_name: str) -> None:
+    drop = DropFirstResponse()
+    async with Admin(base_url) as admin, aiohttp.ClientSession(middlewares=(drop,)) as session:
+        await admin.create_topic(topic_name, 1, key_index=True)
+        async with Producer(base_url, topic_name, session=session) as producer:
+            (result,) = await producer.send_conditional(
+                [{"value": 1, "key": "k", "expected_offset": "none"}])
+        assert drop.dropped == 1
+        assert result.duplicate
+        page = await admin.key_history(topic_name, "k")
+        assert [m["offset"] for m in page["messages"]] == [result.offset]
+
+
+def test_history_prints_a_keys_messages_either_way(served_gateway: str, topic_name: str) -> None:
+    async def publish() -> None:
+        async with Admin(served_gateway) as admin, Producer(served_gateway,
+                                                            topic_name) as producer:
+            await admin.create_topic(topic_name, 3, key_index=True)
+            await producer.send_many([{"value": n, "key": "ab"[n % 2]} for n in range(10)])
+
+    asyncio.run(publish())
+    done = streamgate("history", topic_name, "a", "--url", served_gateway)
+    assert done.returncode == 0, done.stderr
+    assert [m["value"] for m in json_lines(done.stdout)] == [0, 2, 4, 6, 8]
+    done = streamgate("history", topic_name, "b", "--newest-first", "--max-messages", "2",
+                      "--url", served_gateway)
+    assert [m["value"] for m in json_lines(done.stdout)] == [9, 7]
