@@ -49,6 +49,7 @@ from anchors import (
 )
 from client_rows import client_rows
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
+from event_sourcing import event_sourcing_rows
 from publish import (
     Result,
     http_publish_for,
@@ -71,7 +72,8 @@ from devstack import DevStack, DevStackConfig
 from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
 
-GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client")
+GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
+         "event_sourcing")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
@@ -713,6 +715,13 @@ class Harness:
         """The Python client and CLI next to nats-py in the same patterns (bench/client_rows.py)."""
         self.rows += await client_rows(self.gateway.base, self.nats.url, self.plan.seconds,
                                        self.plan.group_messages)
+
+
+    # --- event sourcing --------------------------------------------------------------------------
+    async def event_sourcing(self) -> None:
+        """Key indexes, conditional appends and key history next to plain publish
+        (bench/event_sourcing.py)."""
+        self.rows += await event_sourcing_rows(self.gateway.base, self.plan.seconds)
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:

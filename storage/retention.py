@@ -87,21 +87,19 @@ class RedisRetention:
         cut = await self._router.call("trim", read_s,
                                       lambda: self._cut(key, min_offset, max_length))
         if cut is None:
-            await self._sweep_key_indexes(topic, partition, key)
+            await self._sweep_key_indexes(topic, partition)
             return TrimReport(partition, 0)
         unacked = await self._router.call("trim", read_s, lambda: self._count_unacked(key, cut))
         removed = await self._router.call(
             "trim", write_s, lambda: self._on(key, ("XTRIM", key, "MINID", cut))
         )
-        await self._sweep_key_indexes(topic, partition, key)
+        await self._sweep_key_indexes(topic, partition)
         return TrimReport(partition, int(removed), unacked)
 
-    async def _sweep_key_indexes(self, topic: str, partition: int, key: str) -> None:
+    async def _sweep_key_indexes(self, topic: str, partition: int) -> None:
         """Drop the key indexes whose entries are all gone (a trim here or an append's
-        ``MAXLEN ~``): those whose newest entry is older than the first entry left."""
-        first = await self._router.call("trim", self._settings.read_deadline_s,
-                                        lambda: self._first(key))
-        await KeyHistory(self._router, self._lanes).sweep(topic, partition, first)
+        ``MAXLEN ~``), and trim those that lost some."""
+        await KeyHistory(self._router, self._lanes).sweep(topic, partition)
 
     async def _cut(self, key: str, min_offset: str | None, max_length: int | None) -> str | None:
         """The id below which entries go, or None when nothing would be removed."""

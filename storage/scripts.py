@@ -359,12 +359,12 @@ class AppendCall:
         if records.headers is None and isinstance(fmt, ValueFormat):
             # the common publish: from the columns
             keyed_head, keyless_head = _xadd_heads(self.topic, self.partition, max_length, fmt)
-            return xadd_transaction(keyed_head, keyless_head, _FORMAT_WIRE[fmt], records.values,
+            return xadd_transaction(keyed_head, keyless_head, FORMAT_WIRE[fmt], records.values,
                                     records.keys)
         head, base = _xadd_head(log_key(self.topic, self.partition), max_length)
         chunks = [_MULTI_WIRE]
-        for value, fmt_i, key, headers in _columns(records):
-            fields, count = _encode_fields_wire(value, fmt_i, key, headers)
+        for value, fmt_i, key, headers in record_columns(records):
+            fields, count = encode_fields_wire(value, fmt_i, key, headers)
             chunks.append(b"*%d\r\n%b%b" % (base + count, head, fields))
         chunks.append(_EXEC_WIRE)
         return b"".join(chunks)
@@ -375,18 +375,17 @@ class AppendCall:
         head: tuple[str | int, ...] = ("EVALSHA", self.script.sha, len(keys), *keys,
                                        options.max_length or 0, options.dedup_ttl_ms)
         # chunks[0]: the header, below
-        chunks = [b"", _without_array_header(encode_command(head), len(head))]
+        chunks = [b"", without_array_header(encode_command(head), len(head))]
         count = len(head)
         if self._batch_key is not None:
-            encode_fields_wire = _encode_fields_wire
-            for value, fmt, key, headers in _columns(self.records):
+            for value, fmt, key, headers in record_columns(self.records):
                 fields_wire, fields = encode_fields_wire(value, fmt, key, headers)
                 chunks += (_INDEX_WIRE[fields], fields_wire)
                 count += 1 + fields
             chunks[0] = b"*%d\r\n" % count
             return b"".join(chunks)
         encode_record = _encode_record
-        for (value, fmt, key, headers), dedup_index in zip(_columns(self.records),
+        for (value, fmt, key, headers), dedup_index in zip(record_columns(self.records),
                                                            self._dedup_indexes(), strict=True):
             wire, fields = encode_record(value, fmt, key, headers, dedup_index)
             chunks.append(wire)
@@ -399,9 +398,9 @@ def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
     """An XADD's bulk strings before its fields (name, stream, trim, ``*``), without the array
     header, and how many there are."""
     if max_length:
-        return _without_array_header(
+        return without_array_header(
             encode_command(("XADD", stream, "MAXLEN", "~", max_length, "*")), 6), 6
-    return _without_array_header(encode_command(("XADD", stream, "*")), 3), 3
+    return without_array_header(encode_command(("XADD", stream, "*")), 3), 3
 
 
 @functools.lru_cache(maxsize=4096)
@@ -411,7 +410,7 @@ def _xadd_heads(topic: str, partition: int, max_length: int | None,
     ``*`` (the same bytes: either has one name and value, then the format's)."""
     bulk, base = _xadd_head(log_key(topic, partition), max_length)
     # K+key or v, the value; f and the format where there is one
-    fields = 2 + _FORMAT_FIELD_COUNT[value_format]
+    fields = 2 + FORMAT_FIELD_COUNT[value_format]
     head = b"*%d\r\n%b" % (base + fields, bulk)
     return head, head
 
@@ -470,7 +469,7 @@ def in_input_order_python(count: int, groups: dict[int, PartitionColumns],
     return ordered
 
 
-def _without_array_header(command: bytes, count: int) -> bytes:
+def without_array_header(command: bytes, count: int) -> bytes:
     """The bulk strings of an encoded command, without its ``*<count>`` array header."""
     return command[len(b"*%d\r\n" % count):]
 
@@ -478,12 +477,18 @@ def _without_array_header(command: bytes, count: int) -> bytes:
 _MULTI_WIRE = encode_command(("MULTI",))
 _EXEC_WIRE = encode_command(("EXEC",))
 # The f field as RESP: JSON values carry none (storage.codec), binary ones ``f`` ``b``.
-_FORMAT_WIRE = {ValueFormat.JSON: b"", ValueFormat.BINARY: b"$1\r\nf\r\n$1\r\nb\r\n"}
-_FORMAT_FIELD_COUNT = {ValueFormat.JSON: 0, ValueFormat.BINARY: 2}
+FORMAT_WIRE = {ValueFormat.JSON: b"", ValueFormat.BINARY: b"$1\r\nf\r\n$1\r\nb\r\n"}
+FORMAT_FIELD_COUNT = {ValueFormat.JSON: 0, ValueFormat.BINARY: 2}
 _INDEX_WIRE = [b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(1024)]
 # K and the key, the value, f (formatted, maybe none)
 _KEYED_FIELDS = b"$%d\r\nK%b\r\n$%d\r\n%b\r\n%b"
 _KEYED_XADD = b"%b" + _KEYED_FIELDS  # the same after its XADD's header
+
+
+def small_int_wire(number: int) -> bytes:
+    """A non-negative integer as a RESP bulk string (the common small ones precomputed)."""
+    return _INDEX_WIRE[number] if number < 1024 else b"$%d\r\n%d\r\n" % (len(str(number)),
+                                                                          number)
 
 
 def _encode_record(value: bytes, fmt: ValueFormat, key: bytes | None, headers: Mapping[str, str],
@@ -492,15 +497,15 @@ def _encode_record(value: bytes, fmt: ValueFormat, key: bytes | None, headers: M
     field count."""
     index = (_INDEX_WIRE[dedup_index] if dedup_index < 1024
              else b"$%d\r\n%d\r\n" % (len(str(dedup_index)), dedup_index))
-    fields, count = _encode_fields_wire(value, fmt, key, headers)
+    fields, count = encode_fields_wire(value, fmt, key, headers)
     return b"%b%b%b" % (index, _INDEX_WIRE[count], fields), count
 
 
-def _encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
+def encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
                         headers: Mapping[str, str]) -> tuple[bytes, int]:
     """One record's XADD fields as RESP, and how many there are (names and values)."""
     if not headers:
-        fmt_wire, count = _FORMAT_WIRE[fmt], 2 + _FORMAT_FIELD_COUNT[fmt]
+        fmt_wire, count = FORMAT_WIRE[fmt], 2 + FORMAT_FIELD_COUNT[fmt]
         if key is not None:
             return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt_wire), count
         return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt_wire), count
@@ -508,7 +513,7 @@ def _encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
     return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
 
 
-def _columns(
+def record_columns(
     records: Records,
 ) -> Iterator[tuple[bytes, ValueFormat, bytes | None, Mapping[str, str]]]:
     """Each record's value, format, key and headers."""
