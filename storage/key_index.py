@@ -32,6 +32,7 @@ from storage.scripts import (
     run_script,
     small_int_wire,
     without_array_header,
+    xadd_transaction,
 )
 
 if TYPE_CHECKING:
@@ -87,28 +88,31 @@ end
 # KEYS[1] = the log, KEYS[2] = the registry, KEYS[3] = the batch marker when ARGV[4] is 1, then
 # dedup keys and key indexes. ARGV[1] = approximate max length (0 = unbounded), ARGV[2] = dedup TTL
 # in ms, ARGV[3] = the partition's expected last offset ('' = none expected, 'none' = empty),
-# ARGV[4] = 1 with a batch marker, ARGV[5] = 1 when some record has a dedup key or an expected
-# offset, then per record: dedup key index (0 = none), key index's index (0 = not indexed), the
-# key's expected offset ('' = none expected, 'none' = no retained message), field count, fields...
+# ARGV[4] = 1 with a batch marker, then per record, space-separated in one argument each: ARGV[5]
+# its dedup key's index in KEYS (0 = none; '' when no record has one), ARGV[6] its key index's
+# index (0 = not indexed), ARGV[7] its key's expected offset ('.' = none expected, 'none' = no
+# retained message; '' when no record expects), then per record: field count, fields... (few
+# arguments per record: each costs Redis an object and Lua a string).
 # Reply: flat [offset, dupflag, ...] as the append scripts; a failed expectation is the error
 # 'SG_CONFLICT <record index or -1> <expected> <current>' and writes nothing. The registry's score
 # of an index is a hint, refreshed on an index's first and every 64th offset (the sweep checks).
 INDEXED_APPEND_LUA = _INDEX_LUA + """
+local function numbers(packed)
+  local found = {}
+  for token in string.gmatch(packed, '%d+') do found[#found + 1] = tonumber(token) end
+  return found
+end
 local log, registry = KEYS[1], KEYS[2]
 local maxlen, ttl = tonumber(ARGV[1]), ARGV[2]
 local marker = ARGV[4] == '1' and KEYS[3] or nil
-local n = #ARGV
+local indexes = numbers(ARGV[6])
+local count = #indexes
 local out = {}
 if marker then
   local found = redis.call('GET', marker)
   if found then
     -- replicated, so a following WAIT also covers the first write
     redis.call('SET', marker, found, 'KEEPTTL')
-    local count, i = 0, 6
-    while i <= n do
-      count = count + 1
-      i = i + 4 + tonumber(ARGV[i + 3])
-    end
     for id in string.gmatch(found, '%S+') do
       out[#out + 1] = id
       out[#out + 1] = 1
@@ -120,31 +124,31 @@ if marker then
   end
 end
 local found = {}
-local first = nil
-if ARGV[5] == '1' or ARGV[3] ~= '' then
-  local fresh, i, r = false, 6, 0
-  while i <= n do
-    r = r + 1
-    local d = tonumber(ARGV[i])
-    if d > 0 then found[r] = redis.call('GET', KEYS[d]) end
+local dedups = ARGV[5] ~= '' and numbers(ARGV[5]) or nil
+local fresh = true
+if dedups then
+  fresh = false
+  for r = 1, count do
+    if dedups[r] > 0 then found[r] = redis.call('GET', KEYS[dedups[r]]) end
     if not found[r] then fresh = true end
-    i = i + 4 + tonumber(ARGV[i + 3])
   end
-  -- a request that wrote before is a duplicate, never a conflict: expectations are checked only
-  -- for a request with something new to write
-  if fresh and ARGV[3] ~= '' then
-    local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
-    local current = last and last[1] or 'none'
-    if current ~= ARGV[3] then
-      return redis.error_reply('""" + CONFLICT + """ -1 ' .. ARGV[3] .. ' ' .. current)
-    end
+end
+local first = nil
+-- a request that wrote before is a duplicate, never a conflict: expectations are checked only for
+-- a request with something new to write
+if fresh and ARGV[3] ~= '' then
+  local last = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1]
+  local current = last and last[1] or 'none'
+  if current ~= ARGV[3] then
+    return redis.error_reply('""" + CONFLICT + """ -1 ' .. ARGV[3] .. ' ' .. current)
   end
-  i, r = 6, 0
-  while fresh and i <= n do
+end
+if fresh and ARGV[7] ~= '' then
+  local r = 0
+  for expected in string.gmatch(ARGV[7], '%S+') do
     r = r + 1
-    local expected = ARGV[i + 2]
-    if expected ~= '' then
-      local newest = redis.call('LINDEX', KEYS[tonumber(ARGV[i + 1])], -1)
+    if expected ~= '.' then
+      local newest = redis.call('LINDEX', KEYS[indexes[r]], -1)
       local current = 'none'
       if newest then
         if first == nil then first = first_id(log) end
@@ -155,37 +159,30 @@ if ARGV[5] == '1' or ARGV[3] ~= '' then
                                  .. current)
       end
     end
-    i = i + 4 + tonumber(ARGV[i + 3])
   end
-end
--- one record's entry, its dedup key and its key's index
-local function append_record(i, last)
-  local id
-  if maxlen > 0 then
-    id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 4, last))
-  else
-    id = redis.call('XADD', log, '*', unpack(ARGV, i + 4, last))
-  end
-  local d, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  if d > 0 then redis.call('SET', KEYS[d], id, 'PX', ttl, 'NX') end
-  if x > 0 and redis.call('RPUSH', KEYS[x], id) % 64 == 1 then
-    if first == nil then first = first_id(log) end
-    note_index(registry, KEYS[x], id, first)
-  end
-  return id
 end
 local ids = {}
-local i, r = 6, 0
+local i = 8
 first = nil
-while i <= n do
-  r = r + 1
-  local last = i + 3 + tonumber(ARGV[i + 3])
+for r = 1, count do
+  local last = i + tonumber(ARGV[i])
   if found[r] then
-    redis.call('SET', KEYS[tonumber(ARGV[i])], found[r], 'KEEPTTL')
+    redis.call('SET', KEYS[dedups[r]], found[r], 'KEEPTTL')
     out[#out + 1] = found[r]
     out[#out + 1] = 1
   else
-    local id = append_record(i, last)
+    local id
+    if maxlen > 0 then
+      id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 1, last))
+    else
+      id = redis.call('XADD', log, '*', unpack(ARGV, i + 1, last))
+    end
+    if dedups and dedups[r] > 0 then redis.call('SET', KEYS[dedups[r]], id, 'PX', ttl, 'NX') end
+    local x = indexes[r]
+    if x > 0 and redis.call('RPUSH', KEYS[x], id) % 64 == 1 then
+      if first == nil then first = first_id(log) end
+      note_index(registry, KEYS[x], id, first)
+    end
     ids[#ids + 1] = id
     out[#out + 1] = id
     out[#out + 1] = 0
@@ -267,7 +264,8 @@ def conflict_of(partition: int, reply: BaseException) -> ConditionFailed | None:
     return ConditionFailed(partition, None if index == "-1" else int(index), expected, current)
 
 
-_UNINDEXED_HEAD = b"$1\r\n0\r\n$1\r\n0\r\n$0\r\n\r\n"  # no dedup key, no index, no expectation
+# the MULTI and EXEC around what ``xadd_transaction`` writes: its records alone are the script's
+_MULTI_SIZE, _EXEC_SIZE = len(encode_command(("MULTI",))), len(encode_command(("EXEC",)))
 
 
 class IndexedAppendCall:
@@ -288,106 +286,87 @@ class IndexedAppendCall:
         self.options = options
         self.conditions = conditions
 
-    def _layout(self) -> tuple[list[str | bytes], list[list[Any]]]:
-        """KEYS, and per record its dedup index, index key's index and expected offset."""
+    def _layout(self) -> tuple[list[str | bytes], list[str]]:
+        """KEYS, and the three per-record arguments: dedup keys' and key indexes' places in KEYS,
+        and expected offsets, each space-separated."""
+        topic, partition, records = self.topic, self.partition, self.records
+        keys = self._base_keys()
+        dedups = None
+        if records.idempotency_keys is not None:
+            dedups = []
+            for idempotency_key in records.idempotency_keys:
+                if idempotency_key is not None:
+                    keys.append(dedup_key(topic, partition, idempotency_key))
+                dedups.append(0 if idempotency_key is None else len(keys))
+        expected = None if self.conditions is None else self.conditions.key_offsets
+        indexes = self._index_places(keys, expected)
+        return keys, ["" if dedups is None else " ".join(map(str, dedups)), " ".join(indexes),
+                      "" if expected is None else " ".join(e or "." for e in expected)]
+
+    def _base_keys(self) -> list[str | bytes]:
+        """The log, the registry and the batch's marker (when it has one)."""
         topic, partition, records = self.topic, self.partition, self.records
         keys: list[str | bytes] = [log_key(topic, partition), key_registry_key(topic, partition)]
-        batch_key = records.batch_key if records.idempotency_keys is None else None
-        if batch_key is not None:
-            keys.append(batch_dedup_key(topic, partition, batch_key))
-        dedup = records.idempotency_keys or [None] * len(records)
-        expected = (self.conditions.key_offsets if self.conditions is not None
-                    and self.conditions.key_offsets is not None else [None] * len(records))
-        positions: dict[bytes, int] = {}
-        heads: list[list[Any]] = []
-        for idempotency_key, key, expect in zip(dedup, records.keys, expected, strict=True):
-            d = 0
-            if idempotency_key is not None:
-                keys.append(dedup_key(topic, partition, idempotency_key))
-                d = len(keys)
-            x = 0
-            if key is not None and (self.options.key_index or expect is not None):
-                x = positions.get(key, 0)
-                if not x:
-                    keys.append(key_index_key(topic, partition, key))
-                    x = positions[key] = len(keys)
-            heads.append([d, x, expect or ""])
-        return keys, heads
+        if records.batch_key is not None and records.idempotency_keys is None:
+            keys.append(batch_dedup_key(topic, partition, records.batch_key))
+        return keys
 
-    @staticmethod
-    def _checked(heads: list[list[Any]]) -> int:
-        """1 when some record has a dedup key or an expected offset (the script looks first)."""
-        return 1 if any(dedup or expected for dedup, _, expected in heads) else 0
+    def _index_places(self, keys: list[str | bytes], expected: list[str | None] | None
+                      ) -> list[str]:
+        """Each record's key index's place in KEYS ("0": none), appending each key's once."""
+        topic, partition, every = self.topic, self.partition, self.options.key_index
+        places: dict[bytes, str] = {}
+        indexes = []
+        for i, key in enumerate(self.records.keys):
+            if key is None or not (every or (expected is not None and expected[i] is not None)):
+                indexes.append("0")
+                continue
+            place = places.get(key)
+            if place is None:
+                keys.append(key_index_key(topic, partition, key))
+                place = places[key] = str(len(keys))
+            indexes.append(place)
+        return indexes
+
+    def _head(self, keys: list[str | bytes], packed: list[str]) -> tuple[str | bytes | int, ...]:
+        conditions, records = self.conditions, self.records
+        marked = records.batch_key is not None and records.idempotency_keys is None
+        return ("EVALSHA", self.script.sha, len(keys), *keys, self.options.max_length or 0,
+                self.options.dedup_ttl_ms, (conditions.last_offset or "") if conditions else "",
+                1 if marked else 0, *packed)
 
     def evalsha_command(self) -> tuple[Any, ...]:
         """The raw ``EVALSHA`` command (script SHA, key count, keys, args)."""
-        keys, heads = self._layout()
-        conditions, records = self.conditions, self.records
-        marked = records.batch_key is not None and records.idempotency_keys is None
-        args: list[Any] = [self.options.max_length or 0, self.options.dedup_ttl_ms,
-                           (conditions.last_offset or "") if conditions else "",
-                           1 if marked else 0, self._checked(heads)]
-        for head, record in zip(heads, records.rows(), strict=True):
+        keys, packed = self._layout()
+        args: list[Any] = []
+        for record in self.records.rows():
             fields = encode_fields(record)
-            args += (*head, len(fields), *fields)
-        return ("EVALSHA", self.script.sha, len(keys), *keys, *args)
+            args += (len(fields), *fields)
+        return (*self._head(keys, packed), *args)
 
     def wire(self) -> bytes:
         """The script call as RESP bytes, identical to ``encode_command(self.evalsha_command())``
-        (tests pin it), each record's fields encoded straight from the columns."""
+        (tests pin it), the records' fields encoded straight from the columns (plain records of
+        one format in one compiled call)."""
+        keys, packed = self._layout()
+        head = self._head(keys, packed)
         records = self.records
-        if (records.idempotency_keys is None and records.headers is None and self.conditions
-                is None and self.options.key_index and isinstance(records.formats, ValueFormat)):
-            return self._plain_wire(records.formats)
-        keys, heads = self._layout()
-        chunks, count = self._head_wire(keys, self._checked(heads))
-        for (dedup, index, expected), (value, fmt, key, headers) in zip(
-                heads, record_columns(records), strict=True):
-            fields, field_count = encode_fields_wire(value, fmt, key, headers)
-            chunks.append(b"%b%b$%d\r\n%b\r\n%b%b" % (
-                small_int_wire(dedup), small_int_wire(index), len(expected), expected.encode(),
-                small_int_wire(field_count), fields))
-            count += 4 + field_count
-        chunks[0] = b"*%d\r\n" % count
-        return b"".join(chunks)
-
-    def _plain_wire(self, value_format: ValueFormat) -> bytes:
-        """``wire`` of the common publish to a key-indexed topic: plain records of one format, no
-        idempotency key of their own, no expectation (no record of ``_layout``'s per record)."""
-        records, topic, partition = self.records, self.topic, self.partition
-        keys: list[str | bytes] = [log_key(topic, partition), key_registry_key(topic, partition)]
-        if records.batch_key is not None:
-            keys.append(batch_dedup_key(topic, partition, records.batch_key))
-        positions: dict[bytes, bytes] = {}
-        format_wire, format_fields = FORMAT_WIRE[value_format], FORMAT_FIELD_COUNT[value_format]
-        keyed_tail, keyless_tail = (small_int_wire(2 + format_fields),
-                                    small_int_wire(2 + format_fields))
-        record_chunks = []
-        for value, key in zip(records.values, records.keys, strict=True):
-            if key is None:
-                record_chunks.append(b"%b%b$1\r\nv\r\n$%d\r\n%b\r\n%b" % (
-                    _UNINDEXED_HEAD, keyless_tail, len(value), value, format_wire))
-                continue
-            position = positions.get(key)
-            if position is None:
-                keys.append(key_index_key(topic, partition, key))
-                position = positions[key] = small_int_wire(len(keys))
-            record_chunks.append(b"$1\r\n0\r\n%b$0\r\n\r\n%b$%d\r\nK%b\r\n$%d\r\n%b\r\n%b" % (
-                position, keyed_tail, len(key) + 1, key, len(value), value, format_wire))
-        chunks, count = self._head_wire(keys, 0)
-        chunks[0] = b"*%d\r\n" % (count + len(records) * (6 + format_fields))
-        return b"".join(chunks + record_chunks)
-
-    def _head_wire(self, keys: list[str | bytes], checked: int) -> tuple[list[bytes], int]:
-        """The command's head as RESP bulk strings (after an empty slot for the array header) and
-        how many there are: EVALSHA, the keys, the five call arguments."""
-        conditions, records = self.conditions, self.records
-        marked = records.batch_key is not None and records.idempotency_keys is None
-        head: tuple[str | bytes | int, ...] = (
-            "EVALSHA", self.script.sha, len(keys), *keys, self.options.max_length or 0,
-            self.options.dedup_ttl_ms, (conditions.last_offset or "") if conditions else "",
-            1 if marked else 0, checked)
-        return [b"", without_array_header(encode_command(head), len(head))], len(head)
+        fmt = records.formats
+        if records.headers is None and isinstance(fmt, ValueFormat):
+            count = small_int_wire(2 + FORMAT_FIELD_COUNT[fmt])
+            body = xadd_transaction(count, count, FORMAT_WIRE[fmt], records.values,
+                                    records.keys)[_MULTI_SIZE:-_EXEC_SIZE]
+            total = len(head) + len(records) * (3 + FORMAT_FIELD_COUNT[fmt])
+            return b"*%d\r\n%b%b" % (total, without_array_header(encode_command(head),
+                                                                 len(head)), body)
+        chunks: list[bytes] = []
+        total = len(head)
+        for value, fmt_i, key, headers in record_columns(records):
+            fields, field_count = encode_fields_wire(value, fmt_i, key, headers)
+            chunks += (small_int_wire(field_count), fields)
+            total += 1 + field_count
+        return b"*%d\r\n%b%b" % (total, without_array_header(encode_command(head), len(head)),
+                                  b"".join(chunks))
 
     def fold_replies(self, replies: list[Any]) -> Any:
         """The script's reply."""
