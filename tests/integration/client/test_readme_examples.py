@@ -13,12 +13,12 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[3] / "README.md"
 
 
-def example(language: str) -> str:
-    """The first ``language`` code block of the README's client section."""
+def example(language: str, index: int = 0) -> str:
+    """The ``index``-th ``language`` code block of the README's client section."""
     section = README.read_text().split("## Python client and CLI", 1)[1].split("\n## ", 1)[0]
-    match = re.search(rf"```{language}\n(.*?)```", section, re.S)
-    assert match is not None, f"no {language} example"
-    return match.group(1)
+    blocks = re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    assert len(blocks) > index, f"no {language} example {index}"
+    return str(blocks[index])
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -37,13 +37,22 @@ def test_the_python_example_runs_as_written(served_gateway: str, topic_name: str
     assert len(lines) >= 2
 
 
+def test_the_event_sourcing_example_runs_as_written(served_gateway: str, topic_name: str) -> None:
+    code = example("python", 1).replace('"http://127.0.0.1:8080"', repr(served_gateway)).replace(
+        '"carts"', repr(topic_name))
+    returncode, out, err = run(sys.executable, "-c", code)
+    assert returncode == 0, err
+    assert out.splitlines() == ["['fig', 'pear']"]
+
+
 def test_the_shell_example_runs_as_written(served_gateway: str, topic_name: str) -> None:
     for line in example("sh").splitlines():
         command = shlex.split(line, comments=True)
         if not command or command[0] == "source":
             continue
         assert command[0] == "streamgate"
-        argv = [topic_name if word == "orders" else word for word in command[1:]]
+        names = {"orders": topic_name, "carts": f"{topic_name}-carts"}
+        argv = [names.get(word, word) for word in command[1:]]
         returncode, _, err = run(sys.executable, "-m", "gateway.cli", *argv,
                                  env={"STREAMGATE_URL": served_gateway})
         assert returncode == 0, (line, err)
