@@ -8,6 +8,7 @@ import orjson
 from aiohttp import web
 
 from gateway.auth.acl import Action
+from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import Gatekeeper, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
@@ -66,7 +67,10 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
-    conditions = _conditions(batch, topic, records.partitions) if batch.conditional else None
+    conditions = None
+    if batch.conditional:
+        _refuse_filtered(gatekeeper, principal)
+        conditions = _conditions(batch, topic, records.partitions)
     results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms,
                                                conditions)
     _count_heat(services, topic, records.partitions, records.keys)
@@ -74,6 +78,15 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return web.Response(body=results_json(results), content_type="application/json",
                         headers=throttled)
+
+
+def _refuse_filtered(gatekeeper: Gatekeeper, principal: Principal) -> None:
+    """A position counts every tenant's messages: expecting one would tell a filtered principal of
+    other tenants' writes, and let it block theirs. Refused."""
+    if gatekeeper.forced_headers(principal):
+        raise Forbidden(f"{principal.name!r} writes through a forced header filter; conditional "
+                        "appends are not available to it: positions count other tenants' "
+                        "messages")
 
 
 def _conditions(batch: PublishBatch, topic: TopicMetadata, partitions: list[int]) -> Conditions:

@@ -115,6 +115,7 @@ def every_route(topic: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("DELETE", f"/v1/topics/{topic}", None),
         ("POST", f"/v1/topics/{topic}/messages", {"messages": [{"value": 1}]}),
         ("GET", f"/v1/topics/{topic}/partitions/0/messages", None),
+        ("GET", f"/v1/topics/{topic}/history?key=k1", None),
         ("GET", f"/v1/subscribe?topic={topic}", None),
         ("GET", "/v1/groups", None),
         ("GET", f"/v1/groups/g1?topic={topic}", None),
@@ -286,6 +287,30 @@ async def test_a_tenant_cannot_pull_over_http(secured: Client, topic: str) -> No
     )
     assert response.status == 403
     assert "forced header filter" in (await response.json())["detail"]
+
+
+async def test_a_tenant_reads_only_its_own_history_and_cannot_expect_positions(
+        secured: Client, topic_name: str) -> None:
+    created = await secured.post("/v1/topics", json={"name": topic_name, "partitions": 1,
+                                                     "key_index": True}, headers=ADMIN)
+    assert created.status == 201
+    for tenant in ("a", "b"):
+        response = await secured.post(f"/v1/topics/{topic_name}/messages",
+                                      json={"messages": [{"key": "shared", "value": tenant}]},
+                                      headers=as_tenant(tenant))
+        assert response.status == 200
+    history = await secured.get(f"/v1/topics/{topic_name}/history?key=shared",
+                                headers=as_tenant("b"))
+    assert [m["value"] for m in (await history.json())["messages"]] == ["b"]
+    # a position involves every tenant's messages: it would tell b of a's, and let b block a
+    for body in ({"messages": [{"key": "shared", "value": 1, "expected_offset": "none"}]},
+                 {"expected_last_offset": "none", "messages": [{"value": 1}]}):
+        refused = await secured.post(f"/v1/topics/{topic_name}/messages", json=body,
+                                     headers=as_tenant("b"))
+        assert refused.status == 403
+        assert "forced header filter" in (await refused.json())["detail"]
+    everything = await secured.get(f"/v1/topics/{topic_name}/history?key=shared", headers=ADMIN)
+    assert [m["value"] for m in (await everything.json())["messages"]] == ["a", "b"]
 
 
 async def test_websocket_authenticates_by_header(secured: Client, topic: str) -> None:
