@@ -28,6 +28,7 @@ from storage.errors import (
     IdempotencyConflict,
     InvalidOffset,
     NotEnoughReplicas,
+    SnapshotExpired,
     StorageError,
     StorageUnavailable,
 )
@@ -169,6 +170,9 @@ def problem_from(exc: Exception) -> Problem:
         return unavailable(exc.message, exc.retry_after_s)
     if isinstance(exc, InvalidOffset):
         return invalid_field("/from", exc.message)
+    if isinstance(exc, SnapshotExpired):
+        return Problem(410, "snapshot-expired", "Snapshot expired",
+                       f"{exc.message}: start the snapshot again (without as_of)")
     if isinstance(exc, ConditionFailed):
         return condition_failed(exc)
     if isinstance(exc, IdempotencyConflict):

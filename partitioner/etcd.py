@@ -603,7 +603,7 @@ class EtcdTopicRegistry:
         validate_settings(settings)
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
                                  settings.max_length, _now_ms(), owner,
-                                 key_index=settings.key_index)
+                                 key_index=settings.key_index, compact=settings.compact)
         revision = await self._conn.put_if_absent(self._key(settings.name), metadata.to_json())
         if revision is None:
             raise TopicExists(settings.name)

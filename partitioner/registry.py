@@ -50,7 +50,8 @@ class InMemoryTopicRegistry:
         self._revision += 1
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
                                  settings.max_length, int(time.time() * 1000), owner,
-                                 self._revision, key_index=settings.key_index)
+                                 self._revision, key_index=settings.key_index,
+                                 compact=settings.compact)
         self._topics[settings.name] = metadata
         return metadata
 

@@ -24,6 +24,7 @@ class TopicSettings:
     retention_ms: int = DEFAULT_RETENTION_MS
     max_length: int | None = None
     key_index: bool = False  # keep each key's history (an index per key), fixed at creation
+    compact: bool = False  # keep the newest message of every key (implies key_index), fixed too
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class TopicMetadata:
     owner: str
     version: int = 0  # etcd mod_revision of the key; 0 before it is stored
     key_index: bool = False
+    compact: bool = False
 
     def to_json(self) -> bytes:
         """Serialise for etcd (the version is etcd's, not stored in the value)."""
@@ -50,6 +52,7 @@ class TopicMetadata:
                 "created_at_ms": self.created_at_ms,
                 "owner": self.owner,
                 "key_index": self.key_index,
+                "compact": self.compact,
             }
         )
 
@@ -66,6 +69,7 @@ class TopicMetadata:
             owner=str(data["owner"]),
             version=version,
             key_index=bool(data.get("key_index", False)),
+            compact=bool(data.get("compact", False)),
         )
 
     def with_changes(self, partitions: int | None, retention_ms: int | None,
@@ -84,7 +88,7 @@ class TopicMetadata:
                         else (self.max_length if max_length is None else max_length)),
         )
         validate_settings(TopicSettings(updated.name, updated.partitions, updated.retention_ms,
-                                        updated.max_length))
+                                        updated.max_length, updated.key_index, updated.compact))
         return updated
 
 
@@ -103,3 +107,9 @@ def validate_settings(settings: TopicSettings) -> None:
         raise InvalidTopic("retention_ms must be positive", field="retention_ms")
     if settings.max_length is not None and settings.max_length < 1:
         raise InvalidTopic("max_length must be positive", field="max_length")
+    if settings.compact and settings.max_length is not None:
+        raise InvalidTopic("a compacted topic keeps every key's newest message: it takes no "
+                           "max_length", field="max_length")
+    if settings.compact and not settings.key_index:
+        raise InvalidTopic("a compacted topic keeps key indexes: key_index must be true",
+                           field="key_index")

@@ -6,6 +6,7 @@ from storage.errors import (
     IdempotencyConflict,
     InvalidOffset,
     NotEnoughReplicas,
+    SnapshotExpired,
     StorageError,
     StorageUnavailable,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "RedisStoreSettings",
     "RedisStreamStore",
     "ScheduledResult",
+    "SnapshotExpired",
     "StorageError",
     "StorageUnavailable",
     "StoredEntry",

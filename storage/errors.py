@@ -64,6 +64,11 @@ class ConditionFailed(StorageError):
         self.current = current
 
 
+class SnapshotExpired(StorageError):
+    """A snapshot read is older than its topic's compaction lag: values it needs may be gone, so
+    it must start again."""
+
+
 class InvalidOffset(StorageError):
     """An offset given by a client is not a valid stream ID."""
 

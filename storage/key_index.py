@@ -15,6 +15,7 @@ from storage.codec import decode_raw_entries, encode_fields
 from storage.errors import ConditionFailed
 from storage.keys import (
     batch_dedup_key,
+    compaction_key,
     dedup_key,
     key_index_key,
     key_registry_key,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 CONFLICT = "SG_CONFLICT"  # the script's error code for an expectation that does not hold
 
-_INDEX_LUA = """
+INDEX_LUA = """
 local function split_id(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   return tonumber(ms), tonumber(seq)
@@ -85,18 +86,19 @@ local function note_index(registry, index, id, first)
 end
 """
 
-# KEYS[1] = the log, KEYS[2] = the registry, KEYS[3] = the batch marker when ARGV[4] is 1, then
-# dedup keys and key indexes. ARGV[1] = approximate max length (0 = unbounded), ARGV[2] = dedup TTL
-# in ms, ARGV[3] = the partition's expected last offset ('' = none expected, 'none' = empty),
-# ARGV[4] = 1 with a batch marker, then per record, space-separated in one argument each: ARGV[5]
-# its dedup key's index in KEYS (0 = none; '' when no record has one), ARGV[6] its key index's
-# index (0 = not indexed), ARGV[7] its key's expected offset ('.' = none expected, 'none' = no
-# retained message; '' when no record expects), then per record: field count, fields... (few
+# KEYS[1] = the log, KEYS[2] = the registry, KEYS[3] = the set of indexes compaction has work in,
+# KEYS[4] = the batch marker when ARGV[4] is 1, then dedup keys and key indexes.
+# ARGV[1] = approximate max length (0 = unbounded), ARGV[2] = dedup TTL in ms, ARGV[3] = the
+# partition's expected last offset ('' = none expected, 'none' = empty), ARGV[4] = 1 with a batch
+# marker, then per record, space-separated in one argument each: ARGV[5] its dedup key's index in
+# KEYS (0 = none; '' when no record has one), ARGV[6] its key index's index (0 = not indexed),
+# ARGV[7] its key's expected offset ('.' = none expected, 'none' = no retained message; '' when no
+# record expects); ARGV[8] = 1 on a compacted topic; then per record: field count, fields... (few
 # arguments per record: each costs Redis an object and Lua a string).
 # Reply: flat [offset, dupflag, ...] as the append scripts; a failed expectation is the error
 # 'SG_CONFLICT <record index or -1> <expected> <current>' and writes nothing. The registry's score
 # of an index is a hint, refreshed on an index's first and every 64th offset (the sweep checks).
-INDEXED_APPEND_LUA = _INDEX_LUA + """
+INDEXED_APPEND_LUA = INDEX_LUA + """
 local function numbers(packed)
   local found = {}
   for token in string.gmatch(packed, '%d+') do found[#found + 1] = tonumber(token) end
@@ -104,7 +106,8 @@ local function numbers(packed)
 end
 local log, registry = KEYS[1], KEYS[2]
 local maxlen, ttl = tonumber(ARGV[1]), ARGV[2]
-local marker = ARGV[4] == '1' and KEYS[3] or nil
+local marker = ARGV[4] == '1' and KEYS[4] or nil
+local compact = ARGV[8] == '1'
 local indexes = numbers(ARGV[6])
 local count = #indexes
 local out = {}
@@ -162,7 +165,7 @@ if fresh and ARGV[7] ~= '' then
   end
 end
 local ids = {}
-local i = 8
+local i = 9
 first = nil
 for r = 1, count do
   local last = i + tonumber(ARGV[i])
@@ -179,9 +182,19 @@ for r = 1, count do
     end
     if dedups and dedups[r] > 0 then redis.call('SET', KEYS[dedups[r]], id, 'PX', ttl, 'NX') end
     local x = indexes[r]
-    if x > 0 and redis.call('RPUSH', KEYS[x], id) % 64 == 1 then
-      if first == nil then first = first_id(log) end
-      note_index(registry, KEYS[x], id, first)
+    if x > 0 then
+      local length = redis.call('RPUSH', KEYS[x], id)
+      if compact then
+        -- compacted: the registry in key order (snapshots page it), compaction told of every
+        -- superseded offset and tombstone (a JSON null)
+        if length == 1 then redis.call('ZADD', registry, 0, KEYS[x]) end
+        if length == 2 or (ARGV[i + 2] == 'null' and ARGV[i + 3] ~= 'f') then
+          redis.call('SADD', KEYS[3], KEYS[x])
+        end
+      elseif length % 64 == 1 then
+        if first == nil then first = first_id(log) end
+        note_index(registry, KEYS[x], id, first)
+      end
     end
     ids[#ids + 1] = id
     out[#out + 1] = id
@@ -197,7 +210,7 @@ return out
 # leading '(' excludes it), ARGV[2] = highest ('+' for the newest; '(' excludes), ARGV[3] = how
 # many, ARGV[4] = 1 for newest first. Reply: XRANGE items of the log; offsets retention removed
 # are never read.
-HISTORY_LUA = _INDEX_LUA + """
+HISTORY_LUA = INDEX_LUA + """
 local index, log = KEYS[1], KEYS[2]
 local first = first_id(log)
 if not first then return {} end
@@ -231,7 +244,7 @@ return out
 # Indexes hinted no newer than the ms of the log's first offset are checked: dropped whole when
 # all their offsets are gone, else trimmed and their hint refreshed. Reply: how many were looked
 # at, and how many dropped.
-SWEEP_LUA = _INDEX_LUA + """
+SWEEP_LUA = INDEX_LUA + """
 local registry, log = KEYS[1], KEYS[2]
 local first = first_id(log)
 local below = first and (split_id(first)) or '+inf'
@@ -304,9 +317,10 @@ class IndexedAppendCall:
                       "" if expected is None else " ".join(e or "." for e in expected)]
 
     def _base_keys(self) -> list[str | bytes]:
-        """The log, the registry and the batch's marker (when it has one)."""
+        """The log, the registry, the compaction set and the batch's marker (when it has one)."""
         topic, partition, records = self.topic, self.partition, self.records
-        keys: list[str | bytes] = [log_key(topic, partition), key_registry_key(topic, partition)]
+        keys: list[str | bytes] = [log_key(topic, partition), key_registry_key(topic, partition),
+                                   compaction_key(topic, partition)]
         if records.batch_key is not None and records.idempotency_keys is None:
             keys.append(batch_dedup_key(topic, partition, records.batch_key))
         return keys
@@ -333,7 +347,7 @@ class IndexedAppendCall:
         marked = records.batch_key is not None and records.idempotency_keys is None
         return ("EVALSHA", self.script.sha, len(keys), *keys, self.options.max_length or 0,
                 self.options.dedup_ttl_ms, (conditions.last_offset or "") if conditions else "",
-                1 if marked else 0, *packed)
+                1 if marked else 0, *packed, 1 if self.options.compact else 0)
 
     def evalsha_command(self) -> tuple[Any, ...]:
         """The raw ``EVALSHA`` command (script SHA, key count, keys, args)."""

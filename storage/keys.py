@@ -50,6 +50,11 @@ def key_registry_key(topic: str, partition: int) -> str:
     return f"{PREFIX}:{partition_tag(topic, partition)}:keys"
 
 
+def compaction_key(topic: str, partition: int) -> str:
+    """The set of a compacted partition's key indexes holding superseded offsets or a tombstone."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:compact"
+
+
 @functools.lru_cache(maxsize=16_384)
 def _tagged(topic: str, partition: int) -> bytes:
     return f"{PREFIX}:{partition_tag(topic, partition)}".encode()

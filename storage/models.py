@@ -228,6 +228,7 @@ class AppendOptions:
     max_length: int | None = None
     dedup_ttl_ms: int = 24 * 3600 * 1000
     key_index: bool = False  # keep each key's index (its history) with every append
+    compact: bool = False  # a compacted topic's append (key_index too): tells compaction of work
 
 
 NO_MESSAGE = "none"  # an expected position: no retained message yet

@@ -13,6 +13,7 @@ from redis.asyncio import RedisCluster
 from storage.appender import Appender
 from storage.cluster import CallObserver, ClusterRouter, NodeAddress, ignore_call
 from storage.codec import decode_offset, decode_raw_entries, validate_offset, validate_offsets
+from storage.compaction import Compaction
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
@@ -214,6 +215,17 @@ class RedisStreamStore:
             return []
         return await KeyHistory(self.router, self._lanes).read(
             topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first)
+
+    async def snapshot_page(self, topic: str, partition: int, *, as_of: str,
+                            after: str | None = None, limit: int = 100,
+                            lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
+        """One page of a compacted partition's snapshot: the newest value at or before ``as_of``
+        of up to ``limit`` keys after the cursor ``after``, and the next page's cursor (None at the
+        end). ``SnapshotExpired`` once ``as_of`` is older than ``lag_ms``; ``ValueError`` for a
+        cursor that is not one."""
+        validate_offset(as_of)
+        return await Compaction(self.router, self._lanes).snapshot_page(
+            topic, partition, after=after, as_of=as_of, limit=limit, lag_ms=lag_ms)
 
     async def read(
         self,

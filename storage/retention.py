@@ -24,6 +24,7 @@ from typing import Any
 
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, validate_offset
+from storage.compaction import Compaction
 from storage.groups import info_row, is_missing_group, text
 from storage.key_index import KeyHistory
 from storage.keys import log_key, slot_of_key
@@ -95,6 +96,11 @@ class RedisRetention:
         )
         await self._sweep_key_indexes(topic, partition)
         return TrimReport(partition, int(removed), unacked)
+
+    async def compact(self, topic: str, partition: int, lag_ms: int) -> int:
+        """A compacted partition's retention: each key's messages superseded for longer than
+        ``lag_ms`` go, and tombstones older than that with their keys; how many entries went."""
+        return await Compaction(self._router, self._lanes).compact(topic, partition, lag_ms)
 
     async def _sweep_key_indexes(self, topic: str, partition: int) -> None:
         """Drop the key indexes whose entries are all gone (a trim here or an append's

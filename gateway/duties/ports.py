@@ -52,6 +52,10 @@ class RetentionStore(Protocol):
         """Apply retention; report what was removed and how much of it groups had not acked."""
         ...
 
+    async def compact(self, topic: str, partition: int, lag_ms: int) -> int:
+        """A compacted partition's retention; how many entries went."""
+        ...
+
 
 class StreamReader(Protocol):
     """What the lag duty reads of the streams."""

@@ -100,6 +100,12 @@ class PartitionDuties:
                         exc)
 
     async def _trim(self, metadata: TopicMetadata) -> None:
+        if metadata.compact:
+            removed = await self.runner.retention.compact(self.topic, self.partition,
+                                                          metadata.retention_ms)
+            if removed:
+                self.runner.metrics.compacted.labels(self.topic).inc(removed)
+            return
         cutoff_ms = int(time.time() * 1000) - metadata.retention_ms
         report = await self.runner.retention.trim(self.topic, self.partition,
                                                   min_offset=f"{max(cutoff_ms, 0)}-0",

@@ -38,6 +38,7 @@ class GatewayMetrics:
     duty_errors: Counter
     delayed_promoted: Counter
     retention_trimmed: Counter
+    compacted: Counter
     retention_unacked_dropped: Counter
     partitions_owned: Gauge
     group_lag_entries: Gauge
@@ -107,6 +108,9 @@ class GatewayMetrics:
                                      registry=registry),
             retention_trimmed=Counter("streamgate_retention_trimmed_entries_total",
                                       "Entries removed by retention", ["topic"], registry=registry),
+            compacted=Counter("streamgate_compacted_entries_total",
+                              "Superseded messages and tombstones removed from compacted topics",
+                              ["topic"], registry=registry),
             retention_unacked_dropped=Counter("streamgate_retention_unacked_dropped_total",
                                               "Entries removed by retention before a group acked "
                                               "them", ["topic", "group"], registry=registry),

@@ -144,7 +144,7 @@ def _marked_once(records: Records, options: AppendOptions) -> tuple[Records, App
 def append_options(topic: TopicMetadata, acks: Acks, dedup_ttl_ms: int) -> AppendOptions:
     """The storage options for a topic's writes."""
     return AppendOptions(acks=acks, max_length=topic.max_length, dedup_ttl_ms=dedup_ttl_ms,
-                         key_index=topic.key_index)
+                         key_index=topic.key_index, compact=topic.compact)
 
 
 class Publisher:

@@ -1,4 +1,5 @@
-"""A key's history: its messages read from the topic's key index, oldest or newest first, paged."""
+"""Reads served by key indexes: a key's history (oldest or newest first, paged), and a compacted
+partition's snapshot (the newest value of every key as of one offset, paged)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,35 @@ def _next_offset(entries: list[StoredEntry], low: str, limit: int,
     return "0-0" if low == "-" else low
 
 
+async def snapshot(request: web.Request) -> web.Response:
+    """GET /v1/topics/{topic}/partitions/{p}/snapshot?as_of=&after=&limit= -> the newest value of
+    every key of a compacted partition as of one offset, a page at a time."""
+    services, topic, visible, limited = await reader_of(request)
+    partition = partition_param(request.match_info["partition"], topic)
+    if not topic.compact:
+        raise invalid_field("/topic", f"topic {topic.name!r} is not compacted (create it with "
+                                      "\"compact\": true): replay reads it instead")
+    limit = int_param(request, "limit", 1,
+                      services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
+    as_of = request.query.get("as_of")
+    if as_of is None:
+        as_of = await services.store.last_offset(topic.name, partition) or "0-0"
+    else:
+        ms, seq = parse_offset(as_of, "/as_of")
+        as_of = f"{ms}-{seq}"
+    try:
+        after, entries = await services.store.snapshot_page(
+            topic.name, partition, as_of=as_of, after=request.query.get("after"), limit=limit,
+            lag_ms=topic.retention_ms)
+    except ValueError:
+        raise invalid_field("/after", "'after' is not a cursor this route gave") from None
+    return json_response({"partition": partition, "as_of": as_of,
+                          "messages": [entry_document(e) for e in entries
+                                       if visible.matches(e.headers)],
+                          "after": after}, headers=limited)
+
+
 def add_routes(app: web.Application) -> None:
-    """Register the key history route."""
+    """Register the key history and snapshot routes."""
     app.router.add_get("/v1/topics/{topic}/history", key_history)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/snapshot", snapshot)

@@ -23,7 +23,8 @@ from storage.models import PartitionInfo
 
 log = logging.getLogger(__name__)
 
-CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length", "key_index"})
+CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length", "key_index",
+                           "compact"})
 PATCH_FIELDS = frozenset({"partitions", "retention_ms", "max_length"})
 UPDATE_ATTEMPTS = 5
 
@@ -38,7 +39,16 @@ def topic_document(topic: TopicMetadata) -> dict[str, Any]:
         "created_at_ms": topic.created_at_ms,
         "owner": topic.owner,
         "key_index": topic.key_index,
+        "compact": topic.compact,
     }
+
+
+def optional_bool(doc: dict[str, Any], name: str, *, default: bool = False) -> bool:
+    """An optional boolean field; 422 with a pointer otherwise."""
+    value = doc.get(name, default)
+    if not isinstance(value, bool):
+        raise invalid_field(f"/{name}", f"'{name}' must be true or false")
+    return value
 
 
 def partition_document(info: PartitionInfo, heat: PartitionHeat, *,
@@ -69,12 +79,11 @@ async def create_topic(request: web.Request) -> web.Response:
     partitions = optional_int(doc, "partitions")
     if partitions is None:
         raise invalid_field("/partitions", "'partitions' is required")
-    key_index = doc.get("key_index", False)
-    if not isinstance(key_index, bool):
-        raise invalid_field("/key_index", "'key_index' must be true or false")
+    compact = optional_bool(doc, "compact")
     settings = TopicSettings(name, partitions,
                              optional_int(doc, "retention_ms") or DEFAULT_RETENTION_MS,
-                             optional_int(doc, "max_length"), key_index)
+                             optional_int(doc, "max_length"),
+                             optional_bool(doc, "key_index", default=compact), compact)
     topic = await services.registry.create(settings, owner=principal.name)
     services.cache.remember(topic)
     return json_response(topic_document(topic), status=201,
@@ -122,9 +131,10 @@ async def update_topic(request: web.Request) -> web.Response:
     services = services_of(request)
     gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
     doc = await read_json_object(request)
-    if "key_index" in doc:
-        raise invalid_field("/key_index", "'key_index' is fixed when the topic is created: an "
-                            "index started later would miss the history before it")
+    for fixed in ("key_index", "compact"):
+        if fixed in doc:
+            raise invalid_field(f"/{fixed}", f"'{fixed}' is fixed when the topic is created: an "
+                                "index started later would miss the history before it")
     reject_unknown_fields(doc, PATCH_FIELDS)
     partitions, retention_ms = optional_int(doc, "partitions"), optional_int(doc, "retention_ms")
     max_length = optional_int(doc, "max_length")
