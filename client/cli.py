@@ -26,13 +26,14 @@ from client.cli_reading import (
     peek,
     print_messages,
     replay,
+    snapshot,
     tail,
 )
 from client.completion import add_completion_command, completion_script
 from client.output import emit
 
 CLIENT_COMMANDS = frozenset({"produce", "consume", "topics", "groups", "tail", "replay",
-                             "history", "peek", "dlq", "bench", "completion"})
+                             "history", "snapshot", "peek", "dlq", "bench", "completion"})
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "STREAMGATE_URL"
 API_KEY_ENV = "STREAMGATE_API_KEY"
@@ -102,6 +103,9 @@ def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     create.add_argument("--max-length", type=int, default=None)
     create.add_argument("--key-index", action="store_true",
                         help="keep each key's history (streamgate history, expected offsets)")
+    create.add_argument("--compact", action="store_true",
+                        help="keep each key's newest message (streamgate snapshot); retention is "
+                             "then the compaction lag")
     for name in ("describe", "delete"):
         actions.add_parser(name, parents=[url]).add_argument("name")
 
@@ -335,7 +339,7 @@ async def _topics(args: argparse.Namespace) -> int:
             emit(await admin.create_topic(args.name, args.partitions,
                                           retention_ms=args.retention_ms,
                                           max_length=args.max_length,
-                                          key_index=args.key_index))
+                                          key_index=args.key_index, compact=args.compact))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))
         else:
@@ -358,6 +362,7 @@ async def _groups(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "produce": _produce, "consume": _consume, "topics": _topics, "groups": _groups,
-    "tail": tail, "replay": replay, "history": history, "peek": peek, "dlq": dlq,
+    "tail": tail, "replay": replay, "history": history, "snapshot": snapshot, "peek": peek,
+    "dlq": dlq,
     "bench": bench,
 }

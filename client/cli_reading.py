@@ -1,5 +1,5 @@
-"""The CLI's reading commands: ``tail``, ``replay``, ``history``, ``peek`` and ``dlq``; JSON
-lines on stdout.
+"""The CLI's reading commands: ``tail``, ``replay``, ``history``, ``snapshot``, ``peek`` and
+``dlq``; JSON lines on stdout.
 
 None of them moves a group: ``tail`` is a broadcast subscription, ``replay``, ``peek`` and
 ``dlq list`` read partitions by offset.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
 from client.admin import Admin
@@ -21,8 +22,8 @@ PAGE = 1000
 
 def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                          url: argparse.ArgumentParser) -> None:
-    """Register ``tail``, ``replay``, ``history``, ``peek`` and ``dlq`` (their handlers are the
-    functions of the same names)."""
+    """Register ``tail``, ``replay``, ``history``, ``snapshot``, ``peek`` and ``dlq`` (their
+    handlers are the functions of the same names)."""
     tail_parser = commands.add_parser("tail", parents=[url],
                                       help="follow a topic from now (a broadcast subscription)")
     tail_parser.add_argument("topic")
@@ -50,6 +51,14 @@ def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     history_parser.add_argument("--from", dest="from_", default=None, metavar="OFFSET",
                                 help="first offset printed, inclusive")
     history_parser.add_argument("--max-messages", type=int, default=None)
+
+    snapshot_parser = commands.add_parser(
+        "snapshot", parents=[url],
+        help="print every key's newest value of a compacted topic, as of one offset per partition "
+             "(the cursor to follow on stderr)")
+    snapshot_parser.add_argument("topic")
+    snapshot_parser.add_argument("--partition", type=int, default=None,
+                                 help="one partition (default: every partition)")
 
     peek_parser = commands.add_parser("peek", parents=[url],
                                       help="a group's next messages, without delivering them")
@@ -159,6 +168,22 @@ async def history(args: argparse.Namespace) -> int:
             start = page["next_offset"]
             if len(page["messages"]) < limit or start is None:
                 break
+    return 0
+
+
+async def snapshot(args: argparse.Namespace) -> int:
+    """Each partition's snapshot as JSON lines; on stderr the cursor to follow them from
+    (``consume --from`` / ``tail``-like readers resume strictly after it)."""
+    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+        partitions = ([args.partition] if args.partition is not None
+                      else range((await admin.describe_topic(args.topic))["partitions"]))
+        cursor = []
+        for partition in partitions:
+            as_of, messages = await admin.snapshot(args.topic, partition)
+            for message in messages:
+                emit(message)
+            cursor.append(f"{partition}:{as_of}")
+    print(f"as of {','.join(cursor)}", file=sys.stderr)
     return 0
 
 

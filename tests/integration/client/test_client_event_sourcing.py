@@ -9,7 +9,7 @@ import pytest
 from served import json_lines, streamgate
 from test_client_against_gateway import DropFirstResponse
 
-from client import Admin, Producer, UnexpectedOffset
+from client import Admin, Consumer, Producer, UnexpectedOffset
 
 
 async def test_a_read_model_decides_on_the_position_it_read_and_loses_to_a_faster_writer(
@@ -61,3 +61,33 @@ def test_history_prints_a_keys_messages_either_way(served_gateway: str, topic_na
     done = streamgate("history", topic_name, "b", "--newest-first", "--max-messages", "2",
                       "--url", served_gateway)
     assert [m["value"] for m in json_lines(done.stdout)] == [9, 7]
+
+
+async def test_a_snapshot_and_the_stream_after_it_give_every_keys_value_once(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
+        await admin.create_topic(topic_name, 1, compact=True)
+        await producer.send_many([{"value": n, "key": f"k{n % 10}"} for n in range(40)])
+        as_of, messages = await admin.snapshot(topic_name, 0, page_size=3)
+        assert {m["key"]: m["value"] for m in messages} == {f"k{n}": 30 + n for n in range(10)}
+        await producer.send_and_wait(99, key="k0")
+        async with Consumer(base_url, topic_name, from_=f"0:{as_of}") as consumer:
+            async for message in consumer:
+                assert (message.key, message.value) == ("k0", 99)
+                break
+
+
+def test_snapshot_prints_every_keys_newest_value_and_the_cursor_to_follow(
+        served_gateway: str, topic_name: str) -> None:
+    async def publish() -> None:
+        async with Admin(served_gateway) as admin, Producer(served_gateway,
+                                                            topic_name) as producer:
+            await admin.create_topic(topic_name, 2, compact=True)
+            await producer.send_many([{"value": n, "key": f"k{n % 4}"} for n in range(12)])
+
+    asyncio.run(publish())
+    done = streamgate("snapshot", topic_name, "--url", served_gateway)
+    assert done.returncode == 0, done.stderr
+    assert sorted(m["value"] for m in json_lines(done.stdout)) == [8, 9, 10, 11]
+    assert done.stderr.startswith("as of 0:")
+    assert ",1:" in done.stderr
