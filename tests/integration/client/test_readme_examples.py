@@ -51,7 +51,8 @@ def test_the_shell_example_runs_as_written(served_gateway: str, topic_name: str)
         if not command or command[0] == "source":
             continue
         assert command[0] == "streamgate"
-        names = {"orders": topic_name, "carts": f"{topic_name}-carts"}
+        names = {"orders": topic_name, "carts": f"{topic_name}-carts",
+                 "profiles": f"{topic_name}-profiles"}
         argv = [names.get(word, word) for word in command[1:]]
         returncode, _, err = run(sys.executable, "-m", "gateway.cli", *argv,
                                  env={"STREAMGATE_URL": served_gateway})
