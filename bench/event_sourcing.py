@@ -28,9 +28,11 @@ INDEXED_RATIO = 0.85
 WORKERS = 32
 
 
-async def create(http: aiohttp.ClientSession, base: str, name: str, key_index: bool) -> None:
+async def create(http: aiohttp.ClientSession, base: str, name: str, key_index: bool,
+                 compact: bool = False) -> None:
     async with http.post(f"{base}/v1/topics", json={"name": name, "partitions": PARTITIONS,
-                                                    "key_index": key_index}) as response:
+                                                    "key_index": key_index,
+                                                    "compact": compact}) as response:
         assert response.status == 201, await response.text()
 
 
@@ -101,12 +103,17 @@ async def event_sourcing_rows(base: str, seconds: float) -> list[Row]:
     async with aiohttp.ClientSession() as http:
         await create(http, base, "es-plain", False)
         await create(http, base, "es-indexed", True)
+        await create(http, base, "es-compacted", True, compact=True)
     plain = await best_batch_rate(base, "es-plain", seconds)
     indexed = await best_batch_rate(base, "es-indexed", seconds)
+    compacted = await best_batch_rate(base, "es-compacted", seconds)
     rows = [at_least(Row("9", "key-indexed publish, batch 100, acks=1", indexed.rate, "msg/s",
                          plain.rate, "plain publish, same load", f">= {INDEXED_RATIO}x plain",
                          note=f"every append also indexes its key; {WORKERS} connections, "
-                              f"the better of two runs each"), INDEXED_RATIO, on_ratio=True)]
+                              f"the better of two runs each"), INDEXED_RATIO, on_ratio=True),
+            Row("9", "compacted-topic publish, batch 100, acks=1", compacted.rate, "msg/s",
+                plain.rate, "plain publish, same load", "information",
+                note="100 keys updated over and over: each update also tells compaction")]
     for batch in (100, 1):
         unconditional = await keyed_appends_rate(base, "es-indexed", seconds, batch, False)
         conditional = await keyed_appends_rate(base, "es-indexed", seconds, batch, True)

@@ -10,7 +10,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pipeline import stream_ids
 from pipeline.options import LATEST
 from pipeline.planner import Planner
-from pipeline.ranges import StreamRange, read_range
+from pipeline.ranges import SnapshotRange, StreamRange, read_range, read_snapshot
 
 
 class StreamgateBatchReader(DataSourceReader):
@@ -26,12 +26,17 @@ class StreamgateBatchReader(DataSourceReader):
             start = {p: self.planner.resolve(p, options.start_for(p))
                      for p in self.planner.partitions}
             end = {p: self._end(p, start[p]) for p in self.planner.partitions}
-            return self.planner.ranges(start, end)
+            ranges: list[InputPartition] = list(self.planner.ranges(start, end))
+            if options.from_snapshot:
+                ranges = [*self.planner.snapshot_ranges(start), *ranges]
+            return ranges
         finally:
             self.planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Paged XRANGE over one planned range, as Arrow batches."""
+        """Paged XRANGE over one planned range (or a snapshot's pages), as Arrow batches."""
+        if isinstance(partition, SnapshotRange):
+            return read_snapshot(partition)
         assert isinstance(partition, StreamRange)
         return read_range(partition)
 

@@ -53,3 +53,16 @@ class StreamgateDataLoss(PipelineError):
         self.checkpointed = checkpointed
         self.oldest_retained = oldest_retained
         self.lost = lost
+
+
+class StreamgateSnapshotExpired(PipelineError):
+    """A compacted partition's snapshot was read later than the topic's compaction lag allows:
+    values it needs may be gone. A query that starts from a snapshot must read it within the lag;
+    start it again (a new checkpoint) to take a fresh one."""
+
+    def __init__(self, topic: str, partition: int, as_of: str, detail: str) -> None:
+        super().__init__(f"topic {topic!r} partition {partition}: the snapshot as of {as_of} "
+                         f"cannot be read consistently any more ({detail})")
+        self.topic = topic
+        self.partition = partition
+        self.as_of = as_of

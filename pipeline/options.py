@@ -17,6 +17,7 @@ from pipeline.errors import InvalidSourceOption
 
 EARLIEST = "earliest"
 LATEST = "latest"
+SNAPSHOT = "snapshot"  # a compacted topic's snapshot first, then what follows it
 DEFAULT_PAGE_SIZE = 1000
 DEFAULT_PORT = 6379
 
@@ -58,6 +59,12 @@ class SourceOptions:
     consumer_name: str
     commit_progress: bool
     redis_tls: RedisTls | None = None  # None: plaintext
+    snapshot_lag_ms: int | None = None  # how old a snapshot may get (the topic's compaction lag)
+
+    @property
+    def from_snapshot(self) -> bool:
+        """Whether the query starts from each partition's snapshot."""
+        return self.starting == SNAPSHOT
 
     def start_for(self, partition: int) -> Position:
         """The start position of one partition (JSON maps default a missing partition to
@@ -94,6 +101,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         consumer_name=options.get("consumerName") or f"spark-{topic}",
         commit_progress=_bool(options, "commitProgress", True),
         redis_tls=_redis_tls(options),
+        snapshot_lag_ms=_positive_int(options, "snapshotLagMs", None),
     )
 
 
@@ -153,7 +161,10 @@ def _starting(options: Mapping[str, Any]) -> Position | dict[int, Position]:
             raise InvalidSourceOption("startingTimestampMs",
                                       f"expected epoch milliseconds, got {timestamp!r}")
         return stream_ids.before_time(int(timestamp))
-    return _positions("startingOffsets", options.get("startingOffsets") or EARLIEST)
+    text = options.get("startingOffsets") or EARLIEST
+    if text == SNAPSHOT:
+        return SNAPSHOT
+    return _positions("startingOffsets", text)
 
 
 def _positions(name: str, text: str) -> Position | dict[int, Position]:

@@ -14,10 +14,11 @@ from redis.cluster import RedisCluster
 from pipeline import stream_ids
 from pipeline.budget import allocate
 from pipeline.data_loss import find_loss, handle_loss
-from pipeline.options import EARLIEST, LATEST, Position, SourceOptions
+from pipeline.options import EARLIEST, LATEST, SNAPSHOT, Position, SourceOptions
 from pipeline.progress import group_position, publish_position
-from pipeline.ranges import StreamRange
+from pipeline.ranges import SnapshotRange, StreamRange
 from pipeline.streams import count_after, last_id, open_cluster, stream_state
+from pipeline.topic_partitions import snapshot_lag_ms
 from storage.keys import log_key
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class Planner:
     def resolve(self, partition: int, position: Position) -> str:
         """An exclusive start ID for earliest/latest/an ID; earliest and timestamps never precede
         retention."""
-        if position == LATEST:
+        if position in (LATEST, SNAPSHOT):  # a snapshot is taken as of the last ID now
             return stream_state(self.client, self.key(partition)).last_generated_id
         floor = stream_state(self.client, self.key(partition)).floor
         if position == EARLIEST:
@@ -119,6 +120,14 @@ class Planner:
                 continue
             self._published[partition] = position
 
+    def snapshot_ranges(self, as_of: Offsets) -> list[SnapshotRange]:
+        """One snapshot read per partition, as of its offset in ``as_of``."""
+        lag_ms = snapshot_lag_ms(self.options)
+        return [SnapshotRange(topic=self.options.topic, partition=partition, as_of=position,
+                              lag_ms=lag_ms, redis_nodes=self.options.redis_nodes,
+                              page_size=self.options.page_size, redis_tls=self.options.redis_tls)
+                for partition, position in sorted(as_of.items())]
+
     def ranges(self, start: Offsets, end: Offsets) -> list[StreamRange]:
         """One planned range per partition with entries in (start, end]."""
         planned = []
@@ -141,11 +150,23 @@ class Planner:
         return state
 
 
-def to_json(offsets: Offsets) -> dict[str, str]:
-    """Offsets as Spark checkpoints them: {"<partition>": "<stream ID>"}."""
-    return {str(partition): position for partition, position in sorted(offsets.items())}
+SNAPSHOT_MARK = "snapshot"  # in a start offset: its positions are snapshots' offsets, read first
+
+
+def to_json(offsets: Offsets, *, snapshot: bool = False) -> dict[str, str]:
+    """Offsets as Spark checkpoints them: {"<partition>": "<stream ID>"}; a query's first start
+    from snapshots says so (``"snapshot": "true"``): that batch reads each partition's snapshot as
+    of its position, then what follows it."""
+    doc = {str(partition): position for partition, position in sorted(offsets.items())}
+    return {**doc, SNAPSHOT_MARK: "true"} if snapshot else doc
 
 
 def from_json(doc: dict[str, str]) -> Offsets:
     """Offsets read back from Spark's checkpoint."""
-    return {int(partition): position for partition, position in doc.items()}
+    return {int(partition): position for partition, position in doc.items()
+            if partition != SNAPSHOT_MARK}
+
+
+def starts_from_snapshot(doc: dict[str, str]) -> bool:
+    """Whether a start offset (``to_json``) asks for the snapshots first."""
+    return doc.get(SNAPSHOT_MARK) == "true"

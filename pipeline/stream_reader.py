@@ -15,8 +15,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from pipeline import stream_ids
-from pipeline.planner import Offsets, Planner, from_json, to_json
-from pipeline.ranges import StreamRange, read_range
+from pipeline.planner import Offsets, Planner, from_json, starts_from_snapshot, to_json
+from pipeline.ranges import SnapshotRange, StreamRange, read_range, read_snapshot
 
 
 class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -31,7 +31,7 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """Where a new query starts (a restarted one starts from its checkpoint instead)."""
         options = self.planner.options
         return to_json({p: self.planner.resolve(p, options.start_for(p))
-                        for p in self.planner.partitions})
+                        for p in self.planner.partitions}, snapshot=options.from_snapshot)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         """ReadMaxRows(maxEntriesPerTrigger) when set, else everything available."""
@@ -55,11 +55,17 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return to_json(ends)
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
-        """One task per partition that has entries in (start, end]."""
-        return self.planner.ranges(from_json(start), from_json(end))
+        """One task per partition that has entries in (start, end]; on a start from snapshots, one
+        more per partition reading its snapshot as of its start."""
+        ranges: list[InputPartition] = list(self.planner.ranges(from_json(start), from_json(end)))
+        if starts_from_snapshot(start):
+            ranges = [*self.planner.snapshot_ranges(from_json(start)), *ranges]
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: paged XRANGE over the planned range, as Arrow batches."""
+        if isinstance(partition, SnapshotRange):
+            return read_snapshot(partition)
         assert isinstance(partition, StreamRange)
         return read_range(partition)
 
