@@ -59,6 +59,10 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         gatekeeper.stamp(principal, batch.headers or ())
     throttled = ({} if services.throttle is None
                  else await _admit(request, services, topic, len(batch), batch.value_bytes))
+    if topic.key_index and batch.due_ms is not None:
+        index = next(i for i, due in enumerate(batch.due_ms) if due is not None)
+        raise invalid_field(f"/messages/{index}", f"topic {topic.name!r} keeps key indexes: it "
+                            "takes no delayed messages (they would join the stream outside them)")
     records = place(batch, topic, services.spreader, principal_scope(principal.name))
     metrics = services.metrics
     if batch.acks == "0":

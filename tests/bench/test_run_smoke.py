@@ -114,12 +114,21 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     assert "one copy (3 primaries, no replicas)" in rows[7]["figure"]
 
 
-@pytest.mark.timeout(300)
-def test_quick_client_run_writes_every_client_row_next_to_its_nats_py_anchor(
+@pytest.mark.timeout(380)
+def test_quick_client_and_event_sourcing_runs_write_every_row_next_to_its_anchor(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    done, rows, _ = quick_run(tmp_path, "client", timeout_s=290)
+    done, every_row, _ = quick_run(tmp_path, "client,event_sourcing", timeout_s=370)
+    rows = [row for row in every_row if row["goal"].startswith("c")]
     assert [row["goal"] for row in rows] == ["c1"] * 4 + ["c2"] + ["c3"] * 2 + ["c4"]
+    events = every_row[len(rows):]
+    assert [row["anchor_name"] for row in events] == [
+        "plain publish, same load", "plain publish, same load",
+        "the same appends without expectation", "the same appends without expectation",
+        "partition replay, pages of 100"]
+    for row in events:
+        assert row["value"] > 0, row
+        assert row["ratio"] == pytest.approx(row["value"] / row["anchor"]), row
     assert {"nats-py, a task per js.publish", "wrk, batch 100, 16 conn.",
             "nats-py await js.publish", "nats-py fetch 500 + ack each"} <= {
         row["anchor_name"] for row in rows}

@@ -124,6 +124,8 @@ async def test_conditional_requests_that_cannot_be_checked_are_refused_whole(
             {"value": 1, "partition": 0}, {"value": 2, "partition": 1}]}),
         "/expected_last_offset": (topic_name, {"expected_last_offset": "soon", "messages": [
             {"value": 1}]}),
+        "/messages/1": (topic_name, {"messages": [{"key": "a", "value": 1},
+                                                  {"key": "a", "value": 2, "delay_ms": 500}]}),
     }
     for pointer, (topic, body) in refused.items():
         status, problem = await publish(gateway, topic, body)
