@@ -235,11 +235,16 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
     started = time.time()
     suffix = uuid.uuid4().hex[:6]
     orders, short, bulk = f"orders-{suffix}", f"short-{suffix}", f"bulk-{suffix}"
+    profiles = f"profiles-{suffix}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         await _create_topics(http, a,
                              {orders: {"partitions": 4},
                               short: {"partitions": 2, "retention_ms": 1000},
-                              bulk: {"partitions": 1}})
+                              bulk: {"partitions": 1},
+                              profiles: {"partitions": 1, "compact": True, "retention_ms": 1}})
+        # a compacted topic's superseded values, compacted by its partition's owner
+        assert await _publish(http, a, profiles, [{"key": "p", "value": n} for n in range(5)]) \
+            == 200
         slow = asyncio.create_task(_slow_broadcast_subscriber(http, a, bulk))
         await _drive_publishes(http, a, b, orders)
         await _group_subscriber_until_dead_letter(http, a, orders)
@@ -247,6 +252,7 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
         await slow
         # Retention runs on the partitions' owners, which may be either gateway.
         await _wait_for_metric(http, (a, b), "streamgate_retention_unacked_dropped_total{", 15)
+        await _wait_for_metric(http, (a, b), "streamgate_compacted_entries_total{", 15)
         await _trickle(http, a, orders, 3.0)  # lag duties, a few scrapes, and publishes spread
                                               # across them
         etcd.stop()  # from here on etcd calls fail: keepalives, and the readiness probe below

@@ -9,6 +9,10 @@ export interface Topic {
   maxLength: number | null;
   createdAtMs: number;
   owner: string;
+  /** Each key's history is kept (`keyHistory`, expected offsets). */
+  keyIndex: boolean;
+  /** Each key's newest message is kept (`snapshot`); `retentionMs` is the compaction lag. */
+  compact: boolean;
 }
 
 export interface PartitionDetails {
@@ -70,6 +74,13 @@ export interface StoredMessage {
   timestampMs: number;
 }
 
+export interface HistoryPage {
+  partition: number;
+  messages: StoredMessage[];
+  /** Pass as `from` for the next page; null once a newest-first read is exhausted. */
+  nextOffset: string | null;
+}
+
 export interface ReplayPage {
   messages: StoredMessage[];
   /** Pass as `from` to read on. */
@@ -78,7 +89,7 @@ export interface ReplayPage {
 
 interface RawTopic {
   name: string; partitions: number; retention_ms: number; max_length: number | null;
-  created_at_ms: number; owner: string;
+  created_at_ms: number; owner: string; key_index?: boolean; compact?: boolean;
   partition_details?: Array<{
     partition: number; length: number; first_offset: string | null; last_offset: string | null;
     publish_rate_per_s?: number; hot?: boolean; top_keys?: Array<{ key: string; messages: number }>;
@@ -108,8 +119,11 @@ export class Admin {
 
   /** Create a topic (409 `ProblemError` when it exists). */
   async createTopic(options: { name: string; partitions: number; retentionMs?: number;
-                               maxLength?: number }): Promise<Topic> {
+                               maxLength?: number; keyIndex?: boolean;
+                               compact?: boolean }): Promise<Topic> {
     const body: Record<string, unknown> = { name: options.name, partitions: options.partitions };
+    if (options.keyIndex) body["key_index"] = true;
+    if (options.compact) body["compact"] = true;
     if (options.retentionMs !== undefined) body["retention_ms"] = options.retentionMs;
     if (options.maxLength !== undefined) body["max_length"] = options.maxLength;
     const answer = await this.transport.request<RawTopic>("POST", "/v1/topics",
@@ -168,6 +182,49 @@ export class Admin {
              nextOffset: answer.body.next_offset };
   }
 
+  /** One page of a key's messages (a topic with a key index), oldest or newest first. */
+  async keyHistory(topic: string, key: string,
+                   options: { newestFirst?: boolean; from?: string; fromTimeMs?: number;
+                              limit?: number; partition?: number } = {}): Promise<HistoryPage> {
+    const query = new URLSearchParams({ key, order: options.newestFirst ? "desc" : "asc" });
+    if (options.from !== undefined) query.set("from", options.from);
+    if (options.fromTimeMs !== undefined) query.set("from_time_ms", String(options.fromTimeMs));
+    if (options.limit !== undefined) query.set("limit", String(options.limit));
+    if (options.partition !== undefined) query.set("partition", String(options.partition));
+    type RawPage = { partition: number; messages: RawMessage[]; next_offset: string | null };
+    const answer = await this.transport.request<RawPage>("GET",
+                                                         `${topicPath(topic)}/history?${query}`);
+    return { partition: answer.body.partition, messages: answer.body.messages.map(storedMessage),
+             nextOffset: answer.body.next_offset };
+  }
+
+  /** The offset of a key's newest message, or `"none"`: what a conditional append expects. */
+  async keyPosition(topic: string, key: string): Promise<string> {
+    const page = await this.keyHistory(topic, key, { newestFirst: true, limit: 1 });
+    return page.messages[0]?.offset ?? "none";
+  }
+
+  /** Every key's newest value in a compacted partition as of one offset, and that offset: follow
+   * the partition strictly after it (`from: "<partition>:<asOf>"`) for no gap and no duplicate. */
+  async snapshot(topic: string, partition: number,
+                 pageSize = 1000): Promise<{ asOf: string; messages: StoredMessage[] }> {
+    type RawPage = { as_of: string; messages: RawMessage[]; after: string | null };
+    const messages: StoredMessage[] = [];
+    let asOf: string | undefined;
+    let after: string | null | undefined;
+    do {
+      const query = new URLSearchParams({ limit: String(pageSize) });
+      if (asOf !== undefined) query.set("as_of", asOf);
+      if (after) query.set("after", after);
+      const answer = await this.transport.request<RawPage>(
+        "GET", `${topicPath(topic)}/partitions/${partition}/snapshot?${query}`);
+      asOf = answer.body.as_of;
+      after = answer.body.after;
+      messages.push(...answer.body.messages.map(storedMessage));
+    } while (after);
+    return { asOf, messages };
+  }
+
   /** Every (topic, group) the caller may see. */
   async listGroups(): Promise<Array<{ topic: string; group: string }>> {
     type Listing = { groups: Array<{ topic: string; group: string }> };
@@ -219,6 +276,7 @@ function topicOf(raw: RawTopic): Topic {
   return {
     name: raw.name, partitions: raw.partitions, retentionMs: raw.retention_ms,
     maxLength: raw.max_length, createdAtMs: raw.created_at_ms, owner: raw.owner,
+    keyIndex: raw.key_index ?? false, compact: raw.compact ?? false,
   };
 }
 

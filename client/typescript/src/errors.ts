@@ -77,6 +77,24 @@ export class ForbiddenError extends ProblemError {
   }
 }
 
+/** 409 `unexpected-offset`: a conditional append's expectation did not hold and nothing was
+ * written. `index` is the message whose key moved (null: the partition's last offset); read again
+ * from `current` and decide again. */
+export class UnexpectedOffsetError extends ProblemError {
+  readonly index: number | null;
+  readonly partition: number | null;
+  readonly expected: string;
+  readonly current: string;
+
+  constructor(status: number, document: ProblemDocument) {
+    super(status, document);
+    this.index = typeof document["index"] === "number" ? document["index"] : null;
+    this.partition = typeof document["partition"] === "number" ? document["partition"] : null;
+    this.expected = String(document["expected"] ?? "");
+    this.current = String(document["current"] ?? "");
+  }
+}
+
 /** The gateway could not be reached, or the answer broke off or timed out. */
 export class ConnectionError extends StreamgateError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -114,6 +132,9 @@ export function problemError(status: number, document: ProblemDocument,
                              retryAfterMs?: number): ProblemError {
   if (status === 401) return new AuthError(status, document);
   if (status === 403) return new ForbiddenError(status, document);
+  if (status === 409 && (document.type ?? "").endsWith("/unexpected-offset")) {
+    return new UnexpectedOffsetError(status, document);
+  }
   return new ProblemError(status, document, retryAfterMs);
 }
 

@@ -12,14 +12,14 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  GroupMember, GroupPartition, GroupTopic, PartitionDetails, ReplayPage, SeekTarget, StoredMessage,
-  Topic, TopicDetails,
+  GroupMember, GroupPartition, GroupTopic, HistoryPage, PartitionDetails, ReplayPage, SeekTarget,
+  StoredMessage, Topic, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";
 export {
   AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
-  SubscriptionClosedError,
+  SubscriptionClosedError, UnexpectedOffsetError,
 } from "./errors.js";
 export type { ProblemDocument } from "./errors.js";
 export type { FetchLike, TokenProvider } from "./http.js";

@@ -32,6 +32,9 @@ export interface ProducerMessage {
   delayMs?: number;
   /** Delivered at this epoch time in milliseconds. */
   deliverAtMs?: number;
+  /** A conditional append (`sendConditional`): the offset of the key's newest message, or
+   * `"none"`; on the key's first message in the request. */
+  expectedOffset?: string;
 }
 
 /** Where a message was written. With acks `"0"` partition and offset are null; a scheduled
@@ -145,6 +148,22 @@ export class Producer {
     return new Promise((resolve, reject) => this.enqueue(topic, encoded, { resolve, reject }));
   }
 
+  /** Publish `messages` in one request, written only if every expectation holds (each message's
+   * `expectedOffset`, and `expectedLastOffset` of their one partition), else nothing:
+   * `UnexpectedOffsetError` names what moved. The request keeps one idempotency key through its
+   * retries, so a retry of a write that landed answers `duplicate`, never a conflict with itself.
+   * It leaves at once, not ordered with messages queued by `send` (`flush()` first). */
+  async sendConditional(topic: string, messages: ProducerMessage[],
+                        options: { expectedLastOffset?: string } = {}): Promise<RecordMetadata[]> {
+    if (this.closed) throw new StreamgateError("the producer is closed");
+    const batch = new Batch();
+    batch.encoded.push(...messages.map(encodeMessage));
+    batch.idempotencyKey = `${this.producerId}-c${++this.batchNumber}`;
+    const expected = options.expectedLastOffset === undefined ? undefined
+      : JSON.stringify(options.expectedLastOffset);
+    return await this.postWithRetries(topic, batch, expected);
+  }
+
   /** Send every open batch now and wait until everything sent so far is answered. */
   async flush(): Promise<void> {
     for (const lane of this.lanes.values()) {
@@ -237,8 +256,11 @@ export class Producer {
 
   /** POST the batch, again with the same body and key after a retriable failure: the gateway
    * answers a retry with the first offsets and `duplicate: true`. */
-  private async postWithRetries(topic: string, batch: Batch): Promise<RecordMetadata[]> {
-    const body = `{"acks":"${this.acks}","messages":[${batch.encoded.join(",")}]}`;
+  private async postWithRetries(topic: string, batch: Batch,
+                                expectedLastOffset?: string): Promise<RecordMetadata[]> {
+    const expected = expectedLastOffset === undefined ? ""
+      : `,"expected_last_offset":${expectedLastOffset}`;
+    const body = `{"acks":"${this.acks}"${expected},"messages":[${batch.encoded.join(",")}]}`;
     const path = `/v1/topics/${encodeURIComponent(topic)}/messages`;
     const headers = { "Idempotency-Key": batch.idempotencyKey };
     for (let attempt = 1; ; attempt++) {
@@ -285,7 +307,7 @@ export function encodeMessage(message: ProducerMessage): string {
   const optional: Array<[string, unknown]> = [
     ["headers", message.headers], ["partition", message.partition],
     ["idempotency_key", message.idempotencyKey], ["delay_ms", message.delayMs],
-    ["deliver_at_ms", message.deliverAtMs],
+    ["deliver_at_ms", message.deliverAtMs], ["expected_offset", message.expectedOffset],
   ];
   for (const [name, item] of optional) if (item !== undefined) doc[name] = item;
   return JSON.stringify(doc);

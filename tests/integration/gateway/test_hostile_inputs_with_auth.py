@@ -265,6 +265,8 @@ def request_for(
         "updateTopic": ("", {"retention_ms": 1000, "partitions": PARTITIONS + 1}),
         "publish": ("", {"messages": [{"value": "intruder"}]}),
         "replay": ("?from=earliest&limit=1000", None),
+        "keyHistory": ("?key=k1", None),
+        "snapshot": ("", None),
         "subscribe": (f"?topic={topic}&mode=broadcast&from=earliest", None),
         "listGroups": ("", None), "describeGroup": (f"?topic={topic}", None),
         "pull": ("", {"topic": topic, "max_messages": 100}),
