@@ -164,13 +164,16 @@ if fresh and ARGV[7] ~= '' then
     end
   end
 end
-local ids = {}
+local ids, written = {}, {}
 local i = 9
 first = nil
 for r = 1, count do
   local last = i + tonumber(ARGV[i])
+  local d = dedups and dedups[r] or 0
+  -- a key twice in one request: the second is a duplicate of the first
+  if not found[r] and d > 0 and written[d] then found[r] = written[d] end
   if found[r] then
-    redis.call('SET', KEYS[dedups[r]], found[r], 'KEEPTTL')
+    redis.call('SET', KEYS[d], found[r], 'KEEPTTL')
     out[#out + 1] = found[r]
     out[#out + 1] = 1
   else
@@ -180,7 +183,10 @@ for r = 1, count do
     else
       id = redis.call('XADD', log, '*', unpack(ARGV, i + 1, last))
     end
-    if dedups and dedups[r] > 0 then redis.call('SET', KEYS[dedups[r]], id, 'PX', ttl, 'NX') end
+    if d > 0 then
+      redis.call('SET', KEYS[d], id, 'PX', ttl, 'NX')
+      written[d] = id
+    end
     local x = indexes[r]
     if x > 0 then
       local length = redis.call('RPUSH', KEYS[x], id)
@@ -306,11 +312,12 @@ class IndexedAppendCall:
         keys = self._base_keys()
         dedups = None
         if records.idempotency_keys is not None:
-            dedups = []
+            dedups, places = [], {}
             for idempotency_key in records.idempotency_keys:
-                if idempotency_key is not None:
+                if idempotency_key is not None and idempotency_key not in places:
                     keys.append(dedup_key(topic, partition, idempotency_key))
-                dedups.append(0 if idempotency_key is None else len(keys))
+                    places[idempotency_key] = len(keys)
+                dedups.append(0 if idempotency_key is None else places[idempotency_key])
         expected = None if self.conditions is None else self.conditions.key_offsets
         indexes = self._index_places(keys, expected)
         return keys, ["" if dedups is None else " ".join(map(str, dedups)), " ".join(indexes),

@@ -155,3 +155,15 @@ async def test_a_conditional_append_across_partitions_is_refused_before_writing(
     records = Records([0, 1], [b"a", b"b"], [b"a", b"b"])
     with pytest.raises(ValueError, match="one partition"):
         await store.append(topic, records, INDEXED, Conditions(key_offsets=[NO_MESSAGE, None]))
+
+
+async def test_an_idempotency_key_twice_in_one_request_is_written_once(
+    store: RedisStreamStore, topic: str
+) -> None:
+    twice = Records([0, 0, 0], [b"1", b"2", b"3"], [b"k", b"k", b"k"],
+                    idempotency_keys=["same", "other", "same"])
+    first = await store.append(topic, twice, INDEXED, Conditions(key_offsets=[NO_MESSAGE, None,
+                                                                             None]))
+    assert first.offsets[2] == first.offsets[0]
+    assert first.duplicates == [False, False, True]
+    assert [e.value for e in await store.key_history(topic, 0, b"k")] == [b"1", b"2"]
