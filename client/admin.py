@@ -60,6 +60,12 @@ class Admin:
             body["max_length"] = max_length
         return await self._call("POST", "/v1/topics", body=body)
 
+    async def grow_topic(self, name: str, partitions: int) -> dict[str, Any]:
+        """PATCH /v1/topics/{name} with more partitions -> the topic (like Kafka's
+        ``create_partitions``, but keys keep their order: publishes pause for a moment and consumers
+        hold a grown partition until the keys that moved there were consumed where they were)."""
+        return await self._call("PATCH", f"/v1/topics/{name}", body={"partitions": partitions})
+
     async def list_topics(self) -> list[dict[str, Any]]:
         """GET /v1/topics -> the topics, sorted by name."""
         document = await self._call("GET", "/v1/topics")

@@ -93,7 +93,7 @@ def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                 url: argparse.ArgumentParser) -> None:
-    topics = commands.add_parser("topics", help="list, create, describe and delete topics")
+    topics = commands.add_parser("topics", help="list, create, grow, describe and delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     actions.add_parser("list", parents=[url], help="one line per topic")
     create = actions.add_parser("create", parents=[url])
@@ -106,6 +106,10 @@ def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     create.add_argument("--compact", action="store_true",
                         help="keep each key's newest message (streamgate snapshot); retention is "
                              "then the compaction lag")
+    grow = actions.add_parser("grow", parents=[url],
+                              help="add partitions; every key keeps its order for consumers")
+    grow.add_argument("name")
+    grow.add_argument("--partitions", type=int, required=True)
     for name in ("describe", "delete"):
         actions.add_parser(name, parents=[url]).add_argument("name")
 
@@ -340,6 +344,8 @@ async def _topics(args: argparse.Namespace) -> int:
                                           retention_ms=args.retention_ms,
                                           max_length=args.max_length,
                                           key_index=args.key_index, compact=args.compact))
+        elif args.action == "grow":
+            emit(await admin.grow_topic(args.name, args.partitions))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))
         else:

@@ -10,6 +10,7 @@ from aiohttp import web
 from gateway.auth.gatekeeper import GATEKEEPER, authenticate, gatekeeper_from_settings
 from gateway.auth.limits import LimitOverrides
 from gateway.delivery.dead_letters import DeadLetterWriter
+from gateway.delivery.growth_gate import Gate, group_gate
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import PULL_CONSUMER, Puller
 from gateway.delivery.receipts import ReceiptSigner, signer_for
@@ -17,6 +18,7 @@ from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.duties.sweep import GroupSweep, SweepSettings
 from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
+from gateway.growth import Growth, GrowthPauses
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
 from gateway.routes import console, groups, health, history, messages, subscribe, topics
@@ -28,6 +30,7 @@ from partitioner.cache import TopicCache
 from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
 from partitioner.group_ledger import GroupLedger
 from partitioner.group_policy import GroupPolicies
+from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
@@ -36,6 +39,8 @@ RECEIPT_SIGNER = web.AppKey("receipt_signer", ReceiptSigner)
 BODY_SLACK_BYTES = 1024
 # reading the rest of a refused body so the client sees the answer: long enough, not a hold
 LINGERING_S = 2.0
+# a growth waits this much longer than a node's lease for every gateway to pause publishing
+GROWTH_PAUSE_SLACK_S = 5.0
 
 
 @web.middleware
@@ -122,8 +127,12 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         group_store = store.groups
         dead_letters = DeadLetterWriter(registry, store, settings.dedup_ttl_ms, metrics)
         policies = await stack.enter_async_context(GroupPolicies(etcd, prefix=settings.etcd_prefix))
+
+        def gates(topic: str, group: str) -> Gate:
+            return group_gate(cache, topic, group, group_store, store)
+
         hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id,
-                                                          dead_letters, metrics))
+                                                          dead_letters, metrics, gates))
         ownership = await stack.enter_async_context(PartitionOwnership(
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix,
             lease_ttl_s=settings.owner_lease_ttl_s,
@@ -150,6 +159,11 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                       settings.acks0_queue_batches, settings.retry_after_s,
                       settings.acks0_queue_bytes, settings.acks0_queue_wait_ms))
 
+        growth = Growth(registry, cache, store, GrowthAcks(etcd, prefix=settings.etcd_prefix),
+                        pause_limit_s=settings.owner_lease_ttl_s + GROWTH_PAUSE_SLACK_S)
+        await stack.enter_async_context(GrowthPauses(cache, publisher.in_flight, growth,
+                                                     settings.node_id))
+
         async def watch_is_live() -> None:
             if not watcher.healthy:
                 raise RuntimeError("topic metadata watch is down")
@@ -166,10 +180,11 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             delivery=hub,
             etcd=etcd,
             puller=Puller(group_store, dead_letters.acting_as("pull"), metrics,
-                          app[RECEIPT_SIGNER]),
+                          app[RECEIPT_SIGNER], gates=gates),
             policies=policies,
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
             group_quota=_group_quota(settings, etcd, group_store, cache),
+            growth=growth,
         )
         yield
 

@@ -12,6 +12,7 @@ from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import Puller
 from gateway.group_quota import GroupQuota
+from gateway.growth import Growth
 from gateway.observe.hotspots import PublishStats
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
@@ -58,6 +59,7 @@ class Services:
     # publish, read and subscribe rate limits; None when none is configured
     throttle: Throttle | None = None
     group_quota: GroupQuota | None = None  # groups per principal (etcd ledger); None without etcd
+    growth: Growth | None = None  # grows topics; None without etcd
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)

@@ -18,6 +18,7 @@ class TopicCache:
         self.revision = 0  # highest etcd revision applied; a watch resumes from revision + 1
         self._growth_watchers: dict[str, dict[int, Callable[[int], None]]] = {}
         self._next_watcher = 0
+        self._change_watchers: list[Callable[[TopicMetadata], None]] = []
 
     def get(self, name: str) -> TopicMetadata | None:
         """The cached metadata of a topic, or None when unknown."""
@@ -46,7 +47,16 @@ class TopicCache:
 
         return unwatch
 
-    def _announce_growth(self, before: TopicMetadata | None, after: TopicMetadata) -> None:
+    def watch_changes(self, callback: Callable[[TopicMetadata], None]) -> Callable[[], None]:
+        """Call ``callback(metadata)`` for every topic created or changed; returns the unwatch
+        function. Like ``watch_growth``'s, callbacks only note the change."""
+        self._change_watchers.append(callback)
+        return lambda: self._change_watchers.remove(callback)
+
+    def _announce(self, before: TopicMetadata | None, after: TopicMetadata) -> None:
+        if before is not after:
+            for watcher in list(self._change_watchers):
+                watcher(after)
         if before is not None and after.partitions > before.partitions:
             for callback in list(self._growth_watchers.get(after.name, {}).values()):
                 callback(after.partitions)
@@ -57,7 +67,7 @@ class TopicCache:
         self._deleted_at.clear()
         self.revision = max(self.revision, revision)
         for topic in self._topics.values():
-            self._announce_growth(before.get(topic.name), topic)
+            self._announce(before.get(topic.name), topic)
 
     def remember(self, metadata: TopicMetadata) -> None:
         """Apply a created or changed topic unless the cache already holds a newer version of it."""
@@ -69,7 +79,7 @@ class TopicCache:
         self._topics[metadata.name] = metadata
         self._deleted_at.pop(metadata.name, None)
         self.revision = max(self.revision, metadata.version)
-        self._announce_growth(current, metadata)
+        self._announce(current, metadata)
 
     def forget(self, name: str, revision: int) -> None:
         """Apply a deletion seen at ``revision``."""

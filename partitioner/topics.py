@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +42,10 @@ class TopicMetadata:
     version: int = 0  # etcd mod_revision of the key; 0 before it is stored
     key_index: bool = False
     compact: bool = False
+    # while partitions grow: the count asked for and when (publishes pause until it is reached)
+    growing_to: int | None = None
+    growth_since_ms: int | None = None
+    epochs: tuple[Epoch, ...] = ()  # every growth so far, oldest first
 
     def to_json(self) -> bytes:
         """Serialise for etcd (the version is etcd's, not stored in the value)."""
@@ -53,6 +59,9 @@ class TopicMetadata:
                 "owner": self.owner,
                 "key_index": self.key_index,
                 "compact": self.compact,
+                "growth": (None if self.growing_to is None
+                           else {"to": self.growing_to, "since_ms": self.growth_since_ms}),
+                "epochs": [epoch.to_dict() for epoch in self.epochs],
             }
         )
 
@@ -60,6 +69,7 @@ class TopicMetadata:
     def from_json(cls, raw: bytes, version: int) -> TopicMetadata:
         """Parse a value written by ``to_json``."""
         data: dict[str, Any] = orjson.loads(raw)
+        growth = data.get("growth")
         return cls(
             name=str(data["name"]),
             partitions=int(data["partitions"]),
@@ -70,19 +80,16 @@ class TopicMetadata:
             version=version,
             key_index=bool(data.get("key_index", False)),
             compact=bool(data.get("compact", False)),
+            growing_to=None if growth is None else int(growth["to"]),
+            growth_since_ms=None if growth is None else int(growth["since_ms"]),
+            epochs=tuple(Epoch.from_dict(epoch) for epoch in data.get("epochs") or ()),
         )
 
-    def with_changes(self, partitions: int | None, retention_ms: int | None,
-                     max_length: int | None, clear_max_length: bool = False) -> TopicMetadata:
-        """Apply a PATCH: partitions may only grow; retention may change either way."""
-        if partitions is not None and partitions < self.partitions:
-            raise InvalidTopic(
-                f"partitions may only grow: topic has {self.partitions}, asked for {partitions}",
-                field="partitions",
-            )
+    def with_changes(self, retention_ms: int | None, max_length: int | None,
+                     clear_max_length: bool = False) -> TopicMetadata:
+        """Apply a PATCH's retention and length (either way); partitions grow by ``growing``."""
         updated = replace(
             self,
-            partitions=self.partitions if partitions is None else partitions,
             retention_ms=self.retention_ms if retention_ms is None else retention_ms,
             max_length=(None if clear_max_length
                         else (self.max_length if max_length is None else max_length)),
@@ -90,6 +97,74 @@ class TopicMetadata:
         validate_settings(TopicSettings(updated.name, updated.partitions, updated.retention_ms,
                                         updated.max_length, updated.key_index, updated.compact))
         return updated
+
+    def growing(self, partitions: int, now_ms: int) -> TopicMetadata:
+        """The topic while publishes pause for a growth to ``partitions``; partitions may only
+        grow."""
+        if partitions <= self.partitions:
+            raise InvalidTopic(f"partitions may only grow: topic has {self.partitions}, asked for "
+                               f"{partitions}", field="partitions")
+        validate_settings(TopicSettings(self.name, partitions, self.retention_ms))
+        return replace(self, growing_to=partitions, growth_since_ms=now_ms)
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the growth under way has its fences already (its last step is left)."""
+        return (self.growing_to is not None and bool(self.epochs)
+                and self.epochs[-1].before == self.partitions)
+
+    def with_fences(self, fences: Sequence[str]) -> TopicMetadata:
+        """The growing topic with the old partitions' last offsets as the growth's fences; the
+        partition count changes in the next step (``grown``), once every gateway knows them."""
+        if self.growing_to is None or self.fenced or len(fences) != self.partitions:
+            raise ValueError("with_fences() needs an unfenced growth and a fence per old partition")
+        epoch = Epoch(self.partitions, self.growing_to, tuple(fences))
+        return replace(self, epochs=(*self.epochs, epoch))
+
+    def grown(self) -> TopicMetadata:
+        """The topic after its growth: the new count, publishes resume."""
+        if self.growing_to is None or not self.fenced:
+            raise ValueError("grown() needs a fenced growth")
+        return replace(self, partitions=self.growing_to, growing_to=None, growth_since_ms=None)
+
+    def growth_abandoned(self) -> TopicMetadata:
+        """The topic as before a growth that did not finish (its fences dropped)."""
+        epochs = self.epochs[:-1] if self.fenced else self.epochs
+        return replace(self, growing_to=None, growth_since_ms=None, epochs=epochs)
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """One growth: ``before`` partitions became ``after``; ``fences[p]`` is old partition p's last
+    offset when publishes paused ("0-0": empty). Entries after a fence were placed by ``after``."""
+
+    before: int
+    after: int
+    fences: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form stored in etcd."""
+        return {"before": self.before, "after": self.after, "fences": list(self.fences)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Epoch:
+        """Parse ``to_dict``'s form."""
+        return cls(int(data["before"]), int(data["after"]), tuple(map(str, data["fences"])))
+
+    def fence(self, partition: int) -> str:
+        """Where this growth cuts ``partition``: its fence, or "0-0" for a partition it added."""
+        return self.fences[partition] if partition < self.before else "0-0"
+
+    def sources(self, partition: int) -> list[int]:
+        """The old partitions other than ``partition`` whose keys this growth may move to it.
+
+        A key hashed to h lands on h % before, then h % after; both are possible for a pair
+        (p, q) exactly when p and q agree modulo gcd(before, after).
+        """
+        if partition >= self.after:
+            return []
+        step = math.gcd(self.before, self.after)
+        return [p for p in range(partition % step, self.before, step) if p != partition]
 
 
 def validate_topic_name(name: str) -> None:

@@ -30,8 +30,38 @@ from storage.keys import log_key, slot_of, slot_of_key
 from storage.lean import NodeLanes
 from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
 from storage.resp import ResponseError, encode_command, encode_command_with_ids
+from storage.scripts import LuaScript, run_script
 
 T = TypeVar("T")
+
+# XREADGROUP > of at most ARGV[3] entries, none after offset ARGV[4]: counts what lies between the
+# group's last delivered entry and the cap, then reads that many (one script, so no other reader
+# of the group moves it in between).
+READ_UNTIL_LUA = """
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then
+  return redis.error_reply('NOGROUP no stream ' .. KEYS[1])
+end
+local last
+for _, row in ipairs(groups) do
+  local name, delivered
+  for i = 1, #row, 2 do
+    if row[i] == 'name' then name = row[i + 1] end
+    if row[i] == 'last-delivered-id' then delivered = row[i + 1] end
+  end
+  if name == ARGV[1] then last = delivered end
+end
+if not last then
+  return redis.error_reply('NOGROUP no group ' .. ARGV[1])
+end
+local ahead = redis.call('XRANGE', KEYS[1], '(' .. last, ARGV[4], 'COUNT', ARGV[3])
+if #ahead == 0 then
+  return false
+end
+return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', #ahead, 'STREAMS', KEYS[1],
+                  '>')
+"""
+READ_UNTIL_SCRIPT = LuaScript.of(READ_UNTIL_LUA)
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -168,23 +198,32 @@ class RedisGroupStore:
         return True
 
     async def read_new(
-        self, topic: str, partition: int, group: str, consumer: str, *, count: int, block_ms: int
+        self, topic: str, partition: int, group: str, consumer: str, *, count: int, block_ms: int,
+        until: str | None = None
     ) -> list[StoredEntry]:
-        """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block).
+        """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block);
+        with ``until``, none after that offset and no blocking (``READ_UNTIL_LUA``).
 
         A missing group (or stream) is created from "earliest" and the read retried once. A read
         that does not block goes on the lean connection of the slot's primary (pipelined with the
         acks); a blocking one holds a lean connection of its own (``NodeLanes.execute_blocking``).
         """
-        if count <= 0 or block_ms < 0:
-            raise ValueError("count must be > 0 and block_ms >= 0")
+        if count <= 0 or block_ms < 0 or (until is not None and block_ms):
+            raise ValueError("count must be > 0, block_ms >= 0, and 0 with until")
         key, slot = log_key(topic, partition), slot_of(topic, partition)
+        cap = None if until is None else validate_offset(until)
+
+        async def read() -> list[StoredEntry]:
+            if cap is None:
+                return await self._read_once(key, slot, partition, group, consumer, count, block_ms)
+            return await self._read_until(key, slot, partition, group, consumer, count, cap)
+
         try:
-            return await self._read_once(key, slot, partition, group, consumer, count, block_ms)
+            return await read()
         except _MissingGroup:
             await self._write("read_new", lambda: self._create(key, group, "0"))
         try:
-            return await self._read_once(key, slot, partition, group, consumer, count, block_ms)
+            return await read()
         except _MissingGroup as exc:
             raise StorageError(f"read_new: group {group!r} vanished again on {key}") from exc
 
@@ -198,6 +237,20 @@ class RedisGroupStore:
         reply = await self._router.call("read_new",
                                         self._settings.read_deadline_s + block_ms / 1000,
                                         lambda: self._read_lean(slot, command, block_ms))
+        return parse_read_reply(partition, reply)
+
+    async def _read_until(self, key: str, slot: int, partition: int, group: str, consumer: str,
+                          count: int, until: str) -> list[StoredEntry]:
+        async def op() -> Any:
+            try:
+                return await run_script(self._lanes, self._router.node_for_slot(slot),
+                                        READ_UNTIL_SCRIPT, [key], [group, consumer, count, until])
+            except ResponseError as exc:
+                if is_missing_group(exc):
+                    raise _MissingGroup(str(exc)) from exc
+                raise
+
+        reply = await self._router.call("read_new", self._settings.read_deadline_s, op)
         return parse_read_reply(partition, reply)
 
     async def _read_lean(self, slot: int, command: bytes, block_ms: int) -> Any:

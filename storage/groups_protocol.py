@@ -20,9 +20,9 @@ class GroupStore(Protocol):
         ...
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
         """Entries never delivered to the group (XREADGROUP ... >), blocking up to ``block_ms`` (0 =
-        no block).
+        no block); with ``until``, none after that offset (and ``block_ms`` 0).
 
         The entries enter the group's pending list under ``consumer`` with delivery count 1. A group
         that vanished (e.g. the stream was deleted) is re-created from "earliest" before reading.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 from gateway.delivery.filters import HeaderFilter
+from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.session import MessageRef, Session
 from gateway.observe.metrics import GatewayMetrics
 from storage.errors import StorageError
@@ -65,7 +66,7 @@ class GroupReader:
 
     def __init__(self, topic: str, partition: int, group: str, config: GroupConfig,
                  store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
-                 metrics: GatewayMetrics | None = None) -> None:
+                 metrics: GatewayMetrics | None = None, gate: Gate | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.group = group
@@ -74,6 +75,7 @@ class GroupReader:
         self._consumer = consumer
         self._dead_letters = dead_letters
         self._metrics = metrics or GatewayMetrics.create()
+        self._gate = gate  # holds the partition past a growth's fence (grown topics)
         self._labels = (topic, group, "exclusive" if config.exclusive else "shared")
         self._sessions: list[Session] = []
         self._next_session = 0
@@ -217,6 +219,14 @@ class GroupReader:
             if self._stopping or not self._any_credit():
                 return
         count = min(self._total_credit(), READ_BATCH_MAX)
+        cap = None if self._gate is None else await self._gate.cap(self.partition)
+        if cap is not None:
+            entries = await self._store.read_new(self.topic, self.partition, self.group,
+                                                 self._consumer, count=count, block_ms=0, until=cap)
+            if not entries:
+                await asyncio.sleep(GATE_POLL_S)
+            await self._accept_new(first_deliveries(entries))
+            return
         # After a full read more is likely waiting: read without blocking (the store's pipelined
         # connection); after a short one, block for what comes next.
         entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from types import TracebackType
 
 from gateway.delivery.group_reader import DeadLetterSink, GroupConfig, GroupReader
+from gateway.delivery.growth_gate import Gate
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
 from gateway.observe.metrics import GatewayMetrics
@@ -25,8 +27,10 @@ class DeliveryHub:
     manager)."""
 
     def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
-                 metrics: GatewayMetrics | None = None) -> None:
+                 metrics: GatewayMetrics | None = None,
+                 gates: Callable[[str, str], Gate] | None = None) -> None:
         self.store = store
+        self.gates = gates  # (topic, group) -> the group's growth gate; None: never held
         self._metrics = metrics or GatewayMetrics.create()
         self._consumer = consumer
         self._dead_letters = dead_letters
@@ -59,8 +63,9 @@ class DeliveryHub:
                                     "(mode, filter, ack timeout, max deliveries or auto_ack "
                                     "must match)")
             if reader is None:
+                gate = None if self.gates is None else self.gates(session.topic, group)
                 reader = GroupReader(session.topic, partition, group, config, self.store,
-                                     self._consumer, self._dead_letters, self._metrics)
+                                     self._consumer, self._dead_letters, self._metrics, gate)
                 self._readers[key] = reader
             reader.attach(session)
             return reader

@@ -13,10 +13,11 @@ import asyncio
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
+from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.observe.metrics import GatewayMetrics
 from storage.groups_protocol import GroupStore
@@ -24,6 +25,7 @@ from storage.models import Delivery, first_deliveries
 
 PULL_CONSUMER = "http-pull"
 POLL_INTERVAL_S = 0.05
+MAX_GATES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,11 @@ class Puller:
 
     def __init__(self, store: GroupStore, dead_letters: DeadLetterSink,
                  metrics: GatewayMetrics | None = None,
-                 signer: ReceiptSigner | None = None) -> None:
+                 signer: ReceiptSigner | None = None,
+                 gates: Callable[[str, str], Gate] | None = None) -> None:
         self.store = store
+        self._gate_of = gates  # (topic, group) -> its growth gate; None: never held
+        self._gates: dict[tuple[str, str], Gate] = {}
         self.signer = signer or ReceiptSigner.random()
         self._metrics = metrics or GatewayMetrics.create()
         self._dead_letters = dead_letters
@@ -62,8 +67,9 @@ class Puller:
                 wanted = request.max_messages - len(deliveries)
                 if wanted <= 0:
                     break
+                cap = await self._cap(request.topic, group, partition)
                 entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
-                                                     count=wanted, block_ms=0)
+                                                     count=wanted, block_ms=0, until=cap)
                 deliveries += first_deliveries(entries)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
@@ -71,6 +77,16 @@ class Puller:
                                                (d.delivery_count for d in deliveries))
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+    async def _cap(self, topic: str, group: str, partition: int) -> str | None:
+        if self._gate_of is None:
+            return None
+        gate = self._gates.get((topic, group))
+        if gate is None:
+            if len(self._gates) >= MAX_GATES:
+                self._gates.clear()  # a gate only remembers what passed: cheap to rebuild
+            gate = self._gates[(topic, group)] = self._gate_of(topic, group)
+        return await gate.cap(partition)
 
     async def _ensure(self, topic: str, partitions: int, group: str) -> None:
         for partition in range(partitions):

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from gateway.delivery.filters import HeaderFilter
+from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key, session_consumed
 from gateway.delivery.session import Session, Waker
 from gateway.delivery.wire import message_frame
 from partitioner.topics import TopicMetadata
@@ -41,16 +42,10 @@ STOP_WAIT_S = 2.0
 TailKey = tuple[str, int]
 
 
-def offset_key(offset: str) -> tuple[int, int]:
-    """An offset ("<ms>-<seq>") as a comparable pair."""
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
-
-
 class TailFollower:
     """One session's position in one partition, either catching up on its own or fed by the tail."""
 
-    __slots__ = ("after", "delivered", "from_time_ms", "joined", "partition", "session",
+    __slots__ = ("after", "delivered", "from_time_ms", "gate", "joined", "partition", "session",
                  "skip_through", "wake")
 
     def __init__(self, session: Session, partition: int, after: str | None, delivered: Any,
@@ -64,6 +59,7 @@ class TailFollower:
         self.skip_through: tuple[int, int] | None = None
         self.delivered = delivered
         self.wake = wake
+        self.gate: Gate | None = None  # the session's growth gate, for a grown topic
 
     def offer(self, entries: list[StoredEntry], frames: list[bytes] | None, offsets: list[str],
               frames_bytes: int | None = None) -> bool:
@@ -103,8 +99,12 @@ class TailFollower:
 
     def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str],
                        frames_bytes: int | None = None) -> bool:
-        """The tail's fan-out; False detaches this follower (out of credit or outbox room, or
-        closing)."""
+        """The tail's fan-out; False detaches this follower (out of credit or outbox room,
+        closing, or a growth that may hold its partition: it reads on its own then)."""
+        if self.gate is not None and self.gate.may_hold(self.partition):
+            self.joined = False
+            self.wake.set()
+            return False
         if self.skip_through is not None:
             start = 0
             while start < len(entries) and offset_key(entries[start].offset) <= self.skip_through:
@@ -227,29 +227,40 @@ class BroadcastTails:
         if tail is not None:
             tail.leave(follower)
 
-    async def catch_up(self, store: StreamStore, follower: TailFollower) -> None:
+    async def catch_up(self, store: StreamStore, follower: TailFollower,
+                       cap: str | None = None) -> bool:
         """One step for a follower behind: join the tail when at its position, else read one
-        page."""
+        page; with ``cap``, only entries up to it and never joining. False when nothing moved
+        (held at its cap)."""
         session, partition = follower.session, follower.partition
         tail = self.get(session.topic, partition)
-        if tail is not None and follower.after == tail.last and follower.from_time_ms is None:
+        if cap is None and tail is not None and follower.after == tail.last \
+                and follower.from_time_ms is None:
             # at the tail's position (both None: an empty partition read from its start)
             tail.join(follower)
-            return
+            return True
         seen = None if tail is None else tail.last
         limit = min(session.read_allowance, CATCH_UP_PAGE)
         entries = await store.read(session.topic, partition, after=follower.after,
                                    from_time_ms=follower.from_time_ms, limit=limit)
+        if cap is not None:
+            last = offset_key(cap)
+            entries = [entry for entry in entries if offset_key(entry.offset) <= last]
+            if entries:
+                follower.from_time_ms = None
+                follower.offer(entries, None, [entry.offset for entry in entries])
+            return bool(entries)
         if entries:
             follower.from_time_ms = None
             if (not follower.offer(entries, None, [entry.offset for entry in entries])
                     or len(entries) == limit):
-                return
+                return True
         if follower.after is None and follower.from_time_ms is not None:
             # nothing at or after the start time yet: no position to join at
             await asyncio.sleep(IDLE_POLL_S)
-            return
+            return True
         self._join_at_end(follower, tail, seen)
+        return True
 
     def _join_at_end(self, follower: TailFollower, tail: PartitionTail | None,
                      seen: str | None) -> None:
@@ -288,8 +299,8 @@ class BroadcastFollow:
     count. A catch-up failure goes to ``on_error`` (the caller closes the session).
     """
 
-    __slots__ = ("_delivered", "_followers", "_grown_to", "_on_error", "_on_growth", "_session",
-                 "_store", "_tails", "_task", "_unwatch", "closed")
+    __slots__ = ("_delivered", "_followers", "_gate", "_grown_to", "_on_error", "_on_growth",
+                 "_recheck", "_session", "_store", "_tails", "_task", "_unwatch", "closed")
 
     def __init__(self, tails: BroadcastTails, store: StreamStore, session: Session,
                  positions: dict[int, str | None], delivered: Any,
@@ -297,10 +308,12 @@ class BroadcastFollow:
                  on_error: Callable[[BaseException], None] | None = None) -> None:
         self._tails, self._store, self._session, self._delivered = tails, store, session, delivered
         self._on_growth, self._on_error = on_growth, on_error
-        self._followers = [TailFollower(session, p, after, delivered, self)
-                           for p, after in positions.items()]
+        # a partition past a growth's fence waits for this session's reads of its sources
+        self._gate = None if growth is None else Gate(growth, session.topic, self._consumed)
+        self._followers = [self._follower(p, after) for p, after in positions.items()]
         self._grown_to = len(self._followers)
         self._task: asyncio.Task[None] | None = None
+        self._recheck: asyncio.TimerHandle | None = None
         self._unwatch: Callable[[], None] | None = None
         self.closed = False
         if growth is not None:
@@ -317,6 +330,16 @@ class BroadcastFollow:
             self._task = asyncio.get_running_loop().create_task(self._catch_up())
             self._task.add_done_callback(self._catch_up_ended)
 
+    def _follower(self, partition: int, after: str | None) -> TailFollower:
+        follower = TailFollower(self._session, partition, after, self._delivered, self)
+        follower.gate = self._gate
+        return follower
+
+    async def _consumed(self, source: int, fence: str) -> bool:
+        follower = self._followers[source]
+        return await session_consumed(self._store, self._session.topic, source, follower.after,
+                                      fence, follower.from_time_ms)
+
     def _note_growth(self, partitions: int) -> None:
         self._grown_to = max(self._grown_to, partitions)
         self.set()
@@ -325,17 +348,23 @@ class BroadcastFollow:
         session, followers = self._session, self._followers
         while not session.closing.done():
             if self._grown_to > len(followers):
-                followers.extend(TailFollower(session, p, None, self._delivered, self)
+                followers.extend(self._follower(p, None)
                                  for p in range(len(followers), self._grown_to))
                 if self._on_growth is not None:
                     self._on_growth(len(followers))
             behind = [f for f in followers if not f.joined]
             if not behind or not session.has_credit:
                 break
+            moved = False
             for follower in behind:
                 if not session.has_credit:
                     break
-                await self._tails.catch_up(self._store, follower)
+                cap = None if self._gate is None else await self._gate.cap(follower.partition)
+                moved = await self._tails.catch_up(self._store, follower, cap) or moved
+            if not moved:
+                # every follower behind is held at a growth's fence: look again in a moment
+                self._recheck = asyncio.get_running_loop().call_later(GATE_POLL_S, self.set)
+                break
         # in the same step as the last check: any later wake-up starts a new catch-up
         self._task = None
 
@@ -351,6 +380,8 @@ class BroadcastFollow:
         """Stop following: no more wake-ups, the catch-up stopped (bounded wait), every tail
         left."""
         self.closed = True
+        if self._recheck is not None:
+            self._recheck.cancel()
         if self._unwatch is not None:
             self._unwatch()
         self._session.unwatch_credit(self)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from gateway.errors import invalid_field, unavailable
 from gateway.observe.metrics import GatewayMetrics
+from gateway.publish.in_flight import InFlight
 from gateway.publish.validation import PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for, partitions_of
 from partitioner.topics import TopicMetadata
@@ -164,6 +165,8 @@ class Publisher:
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.queued_bytes = 0
         self._writer: asyncio.Task[None] | None = None
+        # publishes under way per topic: the route's, and each queued acks=0 batch until written
+        self.in_flight = InFlight()
 
     async def __aenter__(self) -> Publisher:
         self._writer = asyncio.create_task(self._drain_acks0(), name="acks0-writer")
@@ -286,6 +289,7 @@ class Publisher:
         except asyncio.QueueFull:
             raise unavailable("the acks=0 write queue is full", self._retry_after_s) from None
         self.queued_bytes += size
+        self.in_flight.begin(item[0].name)
 
     async def _drain_acks0(self) -> None:
         """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up
@@ -300,9 +304,10 @@ class Publisher:
                     by_topic.setdefault(item[0].name, []).append(item)
                 await asyncio.gather(*(self._write_acks0(items) for items in by_topic.values()))
             finally:
-                for *_, size in batches:
+                for topic, _, _, size in batches:
                     self.queued_bytes -= size
                     self._queue.task_done()
+                    self.in_flight.end(topic.name)
                 self._wake_room_waiters()
 
     async def _acks0_round(self) -> list[_Acks0Item]:

@@ -13,7 +13,7 @@ from gateway.auth.gatekeeper import Gatekeeper, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
-from gateway.errors import Problem, invalid_field, rate_limited, too_large
+from gateway.errors import Problem, invalid_field, rate_limited, too_large, unavailable
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publish.plain_codec import plain_results_json
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
@@ -59,6 +59,22 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         gatekeeper.stamp(principal, batch.headers or ())
     throttled = ({} if services.throttle is None
                  else await _admit(request, services, topic, len(batch), batch.value_bytes))
+    in_flight = services.publisher.in_flight
+    # Counted before the partition count is read, and until written: a growth's pause waits for
+    # every publish placed by the old count.
+    in_flight.begin(topic.name)
+    try:
+        topic = services.cache.get(topic.name) or topic
+        _refuse_while_growing(topic, services.settings.retry_after_s)
+        return await _place_and_write(services, topic, batch, gatekeeper, principal, throttled)
+    finally:
+        in_flight.end(topic.name)
+
+
+async def _place_and_write(services: Services, topic: TopicMetadata, batch: PublishBatch,
+                           gatekeeper: Gatekeeper, principal: Principal,
+                           throttled: dict[str, str]) -> web.Response:
+    """Place and write (or queue, for acks=0) a batch."""
     if topic.key_index and batch.due_ms is not None:
         index = next(i for i, due in enumerate(batch.due_ms) if due is not None)
         raise invalid_field(f"/messages/{index}", f"topic {topic.name!r} keeps key indexes: it "
@@ -82,6 +98,13 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return web.Response(body=results_json(results), content_type="application/json",
                         headers=throttled)
+
+
+def _refuse_while_growing(topic: TopicMetadata, retry_after_s: float) -> None:
+    """Publishes pause while a topic's partitions grow (placement changes at one cut)."""
+    if topic.growing_to is not None:
+        raise unavailable(f"topic {topic.name!r} is growing to {topic.growing_to} partitions; "
+                          "publishes resume in a moment", min(retry_after_s, 1))
 
 
 def _refuse_filtered(gatekeeper: Gatekeeper, principal: Principal) -> None:

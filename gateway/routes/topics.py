@@ -40,6 +40,7 @@ def topic_document(topic: TopicMetadata) -> dict[str, Any]:
         "owner": topic.owner,
         "key_index": topic.key_index,
         "compact": topic.compact,
+        "growing_to": topic.growing_to,
     }
 
 
@@ -139,11 +140,18 @@ async def update_topic(request: web.Request) -> web.Response:
     partitions, retention_ms = optional_int(doc, "partitions"), optional_int(doc, "retention_ms")
     max_length = optional_int(doc, "max_length")
     clear_max_length = "max_length" in doc and doc["max_length"] is None
+    name = request.match_info["topic"]
+    # checked before anything is written: a PATCH applies whole or not at all
+    (await services.registry.get(name)).with_changes(retention_ms, max_length, clear_max_length)
+    if partitions is not None:
+        if services.growth is None:
+            raise PartitionerError("growing partitions needs etcd")
+        await services.growth.grow(name, partitions)
     for attempt in range(UPDATE_ATTEMPTS):
-        current = await services.registry.get(request.match_info["topic"])
+        current = await services.registry.get(name)
         try:
             updated = await services.registry.update(
-                current.with_changes(partitions, retention_ms, max_length, clear_max_length))
+                current.with_changes(retention_ms, max_length, clear_max_length))
             break
         except ConcurrentModification:
             if attempt == UPDATE_ATTEMPTS - 1:

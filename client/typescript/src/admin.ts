@@ -13,6 +13,8 @@ export interface Topic {
   keyIndex: boolean;
   /** Each key's newest message is kept (`snapshot`); `retentionMs` is the compaction lag. */
   compact: boolean;
+  /** The count a growth under way asked for (publishes pause until it is reached), else null. */
+  growingTo: number | null;
 }
 
 export interface PartitionDetails {
@@ -90,6 +92,7 @@ export interface ReplayPage {
 interface RawTopic {
   name: string; partitions: number; retention_ms: number; max_length: number | null;
   created_at_ms: number; owner: string; key_index?: boolean; compact?: boolean;
+  growing_to?: number | null;
   partition_details?: Array<{
     partition: number; length: number; first_offset: string | null; last_offset: string | null;
     publish_rate_per_s?: number; hot?: boolean; top_keys?: Array<{ key: string; messages: number }>;
@@ -150,7 +153,8 @@ export class Admin {
     };
   }
 
-  /** Grow partitions or change retention (`maxLength: null` clears the cap). */
+  /** Grow partitions (every key keeps its order for consumers) or change retention (`maxLength:
+   * null` clears the cap). */
   async updateTopic(name: string, change: { partitions?: number; retentionMs?: number;
                                             maxLength?: number | null }): Promise<Topic> {
     const body: Record<string, unknown> = {};
@@ -277,6 +281,7 @@ function topicOf(raw: RawTopic): Topic {
     name: raw.name, partitions: raw.partitions, retentionMs: raw.retention_ms,
     maxLength: raw.max_length, createdAtMs: raw.created_at_ms, owner: raw.owner,
     keyIndex: raw.key_index ?? false, compact: raw.compact ?? false,
+    growingTo: raw.growing_to ?? null,
   };
 }
 

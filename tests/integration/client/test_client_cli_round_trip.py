@@ -59,6 +59,10 @@ def test_produce_then_consume_round_trips_through_the_cli(served_gateway: str) -
 
     listed = streamgate("topics", "list", "--url", url)
     assert topic in [t["name"] for t in json_lines(listed.stdout)]
+    grown = streamgate("topics", "grow", topic, "--partitions", "6", "--url", url)
+    assert grown.returncode == 0, grown.stderr
+    assert (json_lines(grown.stdout)[0]["partitions"], json_lines(grown.stdout)[0]["growing_to"]) \
+        == (6, None)
 
 
 def test_cli_errors_print_the_problem_detail_and_exit_non_zero(served_gateway: str) -> None:

@@ -48,7 +48,7 @@ async def test_create_get_list_update_delete_round_trip(registry: EtcdTopicRegis
     assert [t.name for t in await registry.list()] == ["audit", "orders"]
 
     updated = await registry.update(
-        created.with_changes(partitions=6, retention_ms=None, max_length=100)
+        replace(created, partitions=6).with_changes(retention_ms=None, max_length=100)
     )
     assert updated.version > created.version
     assert (updated.partitions, updated.max_length) == (6, 100)
@@ -82,10 +82,11 @@ async def test_update_with_stale_version_raises_concurrent_modification(
     registry: EtcdTopicRegistry,
 ) -> None:
     original = await registry.create(TopicSettings("orders", 3), owner="alice")
-    await registry.update(original.with_changes(partitions=4, retention_ms=None, max_length=None))
+    await registry.update(replace(original, partitions=4).with_changes(retention_ms=None,
+                                                                       max_length=None))
     with pytest.raises(ConcurrentModification):
         await registry.update(
-            original.with_changes(partitions=8, retention_ms=None, max_length=None)
+            replace(original, partitions=8).with_changes(retention_ms=None, max_length=None)
         )
     assert (await registry.get("orders")).partitions == 4
 
@@ -95,7 +96,7 @@ async def test_update_of_deleted_topic_raises_topic_not_found(registry: EtcdTopi
     await registry.delete("orders")
     with pytest.raises(TopicNotFound):
         await registry.update(
-            original.with_changes(partitions=4, retention_ms=None, max_length=None)
+            replace(original, partitions=4).with_changes(retention_ms=None, max_length=None)
         )
 
 
@@ -218,8 +219,8 @@ async def test_watcher_applies_updates_and_deletes(
     cache = TopicCache()
     async with TopicWatcher(conn, cache, prefix) as watcher:
         created = await registry.create(TopicSettings("orders", 3), owner="alice")
-        updated = await registry.update(created.with_changes(partitions=5, retention_ms=None,
-                                                             max_length=None))
+        updated = await registry.update(
+            replace(created, partitions=5).with_changes(retention_ms=None, max_length=None))
         assert await watcher.wait_for_revision(updated.version, timeout_s=2)
         assert cache.get("orders") == updated
         await registry.delete("orders")

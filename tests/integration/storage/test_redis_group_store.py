@@ -424,3 +424,20 @@ async def test_read_new_follows_moved_from_a_stale_slot_map(
     monkeypatch.setattr(router, "node_for_slot", stale_then_right)
     assert await _read(groups, topic) == offsets
     assert len(calls) == 2
+
+
+async def test_a_read_until_an_offset_delivers_nothing_past_it_and_leaves_the_rest_new(
+    store: RedisStreamStore, groups: RedisGroupStore, topic: str
+) -> None:
+    offsets = await _append(store, topic, 6)
+    # no group yet: the capped read creates it from the start, like the uncapped one
+    first = await groups.read_new(topic, P, G, "c1", count=2, block_ms=0, until=offsets[2])
+    assert [e.offset for e in first] == offsets[:2]
+    second = await groups.read_new(topic, P, G, "c2", count=100, block_ms=0, until=offsets[2])
+    assert [e.offset for e in second] == offsets[2:3]
+    assert await groups.read_new(topic, P, G, "c1", count=100, block_ms=0,
+                                 until=offsets[2]) == []
+    assert await groups.read_new(topic, P, G, "c1", count=100, block_ms=0, until="0-0") == []
+    assert await _read(groups, topic) == offsets[3:]
+    assert [row["message_id"] for row in await _pending_rows(store, topic)] == [
+        o.encode() for o in offsets]

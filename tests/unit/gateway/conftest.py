@@ -10,11 +10,13 @@ from aiohttp.test_utils import TestClient
 from memory_store import InMemoryStreamStore
 
 from gateway.app import app_with_services
+from gateway.growth import Growth
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
 from gateway.services import Services
 from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
+from partitioner.growth import InMemoryGrowthAcks
 from partitioner.registry import InMemoryTopicRegistry
 
 
@@ -39,9 +41,11 @@ async def services(
     async with Publisher(
         store, store, metrics, settings.dedup_ttl_ms, 4, settings.retry_after_s
     ) as publisher:
+        registry, cache = InMemoryTopicRegistry(), TopicCache()
         yield Services(
-            settings=settings, store=store, registry=InMemoryTopicRegistry(), cache=TopicCache(),
-            publisher=publisher, metrics=metrics, readiness_checks=[("redis", store.ping)]
+            settings=settings, store=store, registry=registry, cache=cache,
+            publisher=publisher, metrics=metrics, readiness_checks=[("redis", store.ping)],
+            growth=Growth(registry, cache, store, InMemoryGrowthAcks(), pause_limit_s=1.0)
         )
 
 

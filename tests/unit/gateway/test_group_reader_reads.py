@@ -38,7 +38,7 @@ class ScriptedStream:
         return []
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
         taken, self.entries = self.entries[:count], self.entries[count:]
         self.reads.append((count, block_ms, len(taken)))
         if not taken:

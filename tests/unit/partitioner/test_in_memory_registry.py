@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from partitioner.errors import ConcurrentModification, InvalidTopic, TopicExists, TopicNotFound
@@ -42,7 +44,7 @@ async def test_create_validates_settings(registry: InMemoryTopicRegistry) -> Non
 async def test_update_bumps_version(registry: InMemoryTopicRegistry) -> None:
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
     updated = await registry.update(
-        created.with_changes(partitions=4, retention_ms=None, max_length=None)
+        replace(created, partitions=4).with_changes(retention_ms=None, max_length=None)
     )
     assert updated.version > created.version
     assert await registry.get("orders") == updated
@@ -51,10 +53,11 @@ async def test_update_bumps_version(registry: InMemoryTopicRegistry) -> None:
 async def test_update_with_stale_version_raises_concurrent_modification(
         registry: InMemoryTopicRegistry) -> None:
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
-    await registry.update(created.with_changes(partitions=4, retention_ms=None, max_length=None))
+    await registry.update(replace(created, partitions=4).with_changes(retention_ms=None,
+                                                                      max_length=None))
     with pytest.raises(ConcurrentModification) as excinfo:
         await registry.update(
-            created.with_changes(partitions=5, retention_ms=None, max_length=None)
+            replace(created, partitions=5).with_changes(retention_ms=None, max_length=None)
         )
     assert excinfo.value.retriable
 
