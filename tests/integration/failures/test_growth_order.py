@@ -1,6 +1,6 @@
 """A topic grows twice under keyed load through two gateways, the second time while a Redis primary
-is killed: no consumer (broadcast, a shared group, an exclusive group of two, and a broadcast and a
-group that start after the growths) ever sees a key's message before an older one, and every
+is killed: no consumer (broadcast, shared, an exclusive group of two, HTTP pull, and a broadcast and
+a group that start after the growths) ever sees a key's message before an older one, and every
 acknowledged message reaches each of them."""
 
 from __future__ import annotations
@@ -161,6 +161,51 @@ class OrderedConsumer:
             self._task.cancel()
 
 
+@dataclass
+class Puller:
+    """An HTTP pull consumer of one group through both gateways, acking each page it noted."""
+
+    gateways: list[Client]
+    topic: str
+    order: KeyOrder
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        turn = 0
+        while not self.stop.is_set():
+            turn += 1
+            gateway = self.gateways[turn % len(self.gateways)]
+            try:
+                await self._page(gateway)
+            except (aiohttp.ClientError, TimeoutError):
+                await asyncio.sleep(0.2)
+
+    async def _page(self, gateway: Client) -> None:
+        async with asyncio.timeout(WRITE_DEADLINE_S + HANG_MARGIN_S):
+            response = await gateway.post("/v1/groups/pullers/pull", json={
+                "topic": self.topic, "max_messages": 200, "wait_ms": 200,
+                "ack_timeout_ms": int(ACK_TIMEOUT_MS)})
+            if response.status != 200:
+                await asyncio.sleep(0.2)
+                return
+            messages = (await response.json())["messages"]
+            for message in messages:
+                self.order.note(message["value"], message["partition"])
+            if messages:
+                await gateway.post("/v1/groups/pullers/ack",
+                                   json={"receipts": [m["receipt"] for m in messages]})
+
+    async def close(self) -> None:
+        self.stop.set()
+        if self._task is not None:
+            await asyncio.wait({self._task}, timeout=10)
+            self._task.cancel()
+
+
 async def grow(gateway: Client, topic: str, partitions: int) -> float:
     """PATCH until it answers 200 (a 503 while a primary fails over is retried); its duration."""
     started = time.monotonic()
@@ -198,8 +243,8 @@ async def test_growing_under_load_and_a_primary_kill_keeps_every_key_in_order(
         for i in range(2)]
     topic = f"grow-{uuid.uuid4().hex[:10]}"
     await create(gateways[0], topic, 2)
-    orders = {name: KeyOrder() for name in ("broadcast", "shared", "exclusive", "late broadcast",
-                                            "late shared")}
+    orders = {name: KeyOrder() for name in ("broadcast", "shared", "exclusive", "pull",
+                                            "late broadcast", "late shared")}
     consumers = [
         OrderedConsumer(gateways[0], {"topic": topic, "mode": "broadcast", "from": "earliest"},
                         orders["broadcast"]),
@@ -212,6 +257,8 @@ async def test_growing_under_load_and_a_primary_kill_keeps_every_key_in_order(
     ]
     for consumer in consumers:
         consumer.start()
+    puller = Puller(gateways, topic, orders["pull"])
+    puller.start()
     producers = KeyedProducers(gateways, topic)
     producers.start()
     try:
@@ -239,6 +286,7 @@ async def test_growing_under_load_and_a_primary_kill_keeps_every_key_in_order(
     try:
         await until_delivered(orders, producers.acked)
     finally:
+        await puller.close()
         for consumer in consumers:
             await consumer.close()
     moved = [key for key, parts in orders["broadcast"].partitions_of_key.items()
