@@ -31,7 +31,7 @@ from storage.keys import (
     log_key,
 )
 from storage.models import AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import LuaScript, ScriptCall
+from storage.scripts import XADD_LUA, LuaScript, ScriptCall
 
 SCHEDULED_PREFIX = "s:"
 
@@ -97,6 +97,7 @@ return out
 # from the prefix; they share the hash tag, so they are in the script's slot.
 PROMOTE_LUA = (
     _NOW_MS
+    + XADD_LUA
     + """
 local zset, data, log = KEYS[1], KEYS[2], KEYS[3]
 local maxlen = tonumber(ARGV[2])
@@ -119,12 +120,7 @@ for _, sid in ipairs(due) do
   if blob then
     redis.call('HDEL', data, sid)
     local parts = decode(blob)
-    local id
-    if maxlen > 0 then
-      id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(parts, 2))
-    else
-      id = redis.call('XADD', log, '*', unpack(parts, 2))
-    end
+    local id = xadd(log, maxlen, parts, 2, #parts)
     if parts[1] ~= '' then
       local dk = ARGV[3] .. parts[1]
       if redis.call('GET', dk) == 's:' .. sid then

@@ -27,6 +27,7 @@ from storage.resp import ResponseError, encode_command
 from storage.scripts import (
     FORMAT_FIELD_COUNT,
     FORMAT_WIRE,
+    XADD_LUA,
     LuaScript,
     encode_fields_wire,
     record_columns,
@@ -98,7 +99,7 @@ end
 # Reply: flat [offset, dupflag, ...] as the append scripts; a failed expectation is the error
 # 'SG_CONFLICT <record index or -1> <expected> <current>' and writes nothing. The registry's score
 # of an index is a hint, refreshed on an index's first and every 64th offset (the sweep checks).
-INDEXED_APPEND_LUA = INDEX_LUA + """
+INDEXED_APPEND_LUA = INDEX_LUA + XADD_LUA + """
 local function numbers(packed)
   local found = {}
   for token in string.gmatch(packed, '%d+') do found[#found + 1] = tonumber(token) end
@@ -177,12 +178,7 @@ for r = 1, count do
     out[#out + 1] = found[r]
     out[#out + 1] = 1
   else
-    local id
-    if maxlen > 0 then
-      id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 1, last))
-    else
-      id = redis.call('XADD', log, '*', unpack(ARGV, i + 1, last))
-    end
+    local id = xadd(log, maxlen, ARGV, i + 1, last)
     if d > 0 then
       redis.call('SET', KEYS[d], id, 'PX', ttl, 'NX')
       written[d] = id

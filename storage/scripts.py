@@ -33,7 +33,17 @@ from storage.transactions import fold_transaction_replies
 if TYPE_CHECKING:
     from storage.lean import NodeAddress, NodeLanes
 
-APPEND_LUA = """
+# One entry of fields t[first..last] on a stream, trimmed to about maxlen entries (0: untrimmed).
+XADD_LUA = """
+local function xadd(log, maxlen, t, first, last)
+  if maxlen > 0 then
+    return redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(t, first, last))
+  end
+  return redis.call('XADD', log, '*', unpack(t, first, last))
+end
+"""
+
+APPEND_LUA = XADD_LUA + """
 local log = KEYS[1]
 local maxlen = tonumber(ARGV[1])
 local ttl = ARGV[2]
@@ -55,12 +65,7 @@ while i <= n do
     out[#out + 1] = found
     out[#out + 1] = 1
   else
-    local id
-    if maxlen > 0 then
-      id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 2, last))
-    else
-      id = redis.call('XADD', log, '*', unpack(ARGV, i + 2, last))
-    end
+    local id = xadd(log, maxlen, ARGV, i + 2, last)
     if d > 0 then
       redis.call('SET', KEYS[d + 1], id, 'PX', ttl, 'NX')
     end
@@ -83,7 +88,7 @@ def is_reused_batch_key(reply: BaseException) -> bool:
 # A whole batch's records in this partition, idempotent as one: KEYS[2] is the batch's marker;
 # ARGV[1] = approximate max length, ARGV[2] = dedup TTL in ms, then per record: field count,
 # fields... The marker holds the records' offsets; a retry answers them as duplicates.
-APPEND_BATCH_LUA = """
+APPEND_BATCH_LUA = XADD_LUA + """
 local marker = KEYS[2]
 local n = #ARGV
 local out = {}
@@ -112,12 +117,7 @@ local ids = {}
 local i = 3
 while i <= n do
   local last = i + tonumber(ARGV[i])
-  local id
-  if maxlen > 0 then
-    id = redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i + 1, last))
-  else
-    id = redis.call('XADD', log, '*', unpack(ARGV, i + 1, last))
-  end
+  local id = xadd(log, maxlen, ARGV, i + 1, last)
   ids[#ids + 1] = id
   out[#out + 1] = id
   out[#out + 1] = 0
