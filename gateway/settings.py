@@ -55,6 +55,9 @@ class GatewaySettings:
     # how long an acks=0 publish waits for room in a full queue before its 503
     acks0_queue_wait_ms: int = 200
     member_lease_ttl_s: float = 10.0
+    # an exclusive group without owners waits this long for members joining together before its
+    # first assignment (no redeliveries as each joins); 0 assigns at once
+    group_initial_assignment_delay_ms: int = 500
     owner_lease_ttl_s: float = 10.0
     promote_interval_s: float = 0.1
     retention_interval_s: float = 30.0

@@ -82,7 +82,7 @@ class GroupMember:
 
     def __init__(self, conn: EtcdConnection, *, topic: str, group: str, member_id: str, node: str,
                  partition_count: Callable[[], int], prefix: str = DEFAULT_PREFIX,
-                 lease_ttl_s: float = 10.0) -> None:
+                 lease_ttl_s: float = 10.0, initial_assignment_delay_s: float = 0.0) -> None:
         validate_name(member_id, "member_id")
         self._conn = conn
         self._keys = GroupKeys(prefix, topic, group)
@@ -108,6 +108,10 @@ class GroupMember:
         self._confirm_wanted = 0
         self._confirm_written = 0
         self._confirm_kick = asyncio.Event()
+        # an empty group's first assignment waits this long for the members joining with the first
+        self._initial_delay_s = initial_assignment_delay_s
+        self._forming_since: float | None = None  # loop clock when coordination saw it empty
+        self._look_again_s = COORDINATOR_POLL_S
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -423,7 +427,7 @@ class GroupMember:
                     continue
                 backoff.reset()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._group_changed.wait(), COORDINATOR_POLL_S)
+                    await asyncio.wait_for(self._group_changed.wait(), self._look_again_s)
         finally:
             self._coordinator_revision = 0
 
@@ -432,6 +436,10 @@ class GroupMember:
         next step."""
         partitions = self._read_partition_count()
         if partitions is None:
+            return
+        self._look_again_s = COORDINATOR_POLL_S
+        if (forming_left_s := self._forming_left_s(state)) > 0:
+            self._look_again_s = min(COORDINATOR_POLL_S, forming_left_s)
             return
         step = plan_step(state, partitions)
         if step is None:
@@ -445,6 +453,22 @@ class GroupMember:
         if written is not None:
             log.info("group %s/%s generation %d: %s", self.topic, self.group, generation,
                      step.owners)
+
+    def _forming_left_s(self, state: GroupState) -> float:
+        """How much longer an empty group waits for members joining together (0: assign now).
+
+        Assigning to the first member and then moving partitions to each one that joins a moment
+        later would redeliver what the first was handed meanwhile (Kafka's
+        ``group.initial.rebalance.delay.ms``). Timed on this coordinator's own clock, from when it
+        first saw the group with members and nothing owned.
+        """
+        if any(state.owners.get(member) for member in state.members):
+            self._forming_since = None
+            return 0.0
+        now = asyncio.get_running_loop().time()
+        if self._forming_since is None:
+            self._forming_since = now
+        return max(0.0, self._forming_since + self._initial_delay_s - now)
 
     def _read_partition_count(self) -> int | None:
         try:

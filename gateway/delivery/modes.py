@@ -119,7 +119,9 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
     async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
                            node=settings.node_id, partition_count=partition_count,
                            prefix=settings.etcd_prefix,
-                           lease_ttl_s=settings.member_lease_ttl_s) as member:
+                           lease_ttl_s=settings.member_lease_ttl_s,
+                           initial_assignment_delay_s=(
+                               settings.group_initial_assignment_delay_ms / 1000)) as member:
         lost = asyncio.ensure_future(member.wait_lost())
         try:
             while True:

@@ -101,11 +101,13 @@ class Group:
         self.consumers: dict[str, Consumer] = {}
         self._stack = contextlib.AsyncExitStack()
 
-    async def join(self, name: str, max_delay_s: float = 0.2, ttl_s: float = TTL_S) -> Consumer:
+    async def join(self, name: str, max_delay_s: float = 0.2, ttl_s: float = TTL_S,
+                   initial_delay_s: float = 0.0) -> Consumer:
         conn = await self._stack.enter_async_context(open_etcd([self.endpoint], timeout_s=2.0))
         member = GroupMember(
             conn, topic=self.topic, group=self.group, member_id=name, node=f"node-{name}",
             partition_count=self.partitions, prefix=self.prefix, lease_ttl_s=ttl_s,
+            initial_assignment_delay_s=initial_delay_s,
         )
         await self._stack.enter_async_context(member)
         consumer = Consumer(member, self.recorder, max_delay_s)
@@ -175,6 +177,22 @@ async def test_second_member_splits_partitions_without_any_partition_served_twic
     generations = [x.generation for x in a.history + b.history if x.partitions]
     assert generations == sorted(generations)
     assert b.history[-1].partitions.isdisjoint(a.history[-1].partitions)
+
+
+async def test_members_joining_together_get_their_shares_without_any_revocation(
+        make_group: Callable[[Callable[[], int]], Group]) -> None:
+    group = make_group(lambda: 8)
+    members = []
+    for name in ("a", "b", "c", "d"):
+        members.append(await group.join(name, initial_delay_s=0.6))
+        await asyncio.sleep(0.05)
+    await _eventually(lambda: group.balanced(8), 4.0, "2/2/2/2")
+    for member in members:
+        # one grant, the member's final share: nothing handed out and taken back
+        assert [len(x.partitions) for x in member.history] == [2], member.member.member_id
+    late = await group.join("e", initial_delay_s=0.6)
+    # a group that has owners rebalances at once
+    await _eventually(lambda: group.balanced(8) and len(late.serving) >= 1, 2.0, "e served")
 
 
 async def test_churn_of_slow_confirmers_never_serves_a_partition_twice(
