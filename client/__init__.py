@@ -20,7 +20,7 @@ async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consu
 """
 
 from client.admin import Admin
-from client.consumer import Assignment, Consumer, Message
+from client.consumer import Assignment, Consumer, Gap, Message
 from client.errors import (
     ClientError,
     ConnectionFailed,
@@ -36,6 +36,7 @@ __all__ = [
     "ClientError",
     "ConnectionFailed",
     "Consumer",
+    "Gap",
     "Message",
     "ProblemError",
     "Producer",

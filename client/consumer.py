@@ -16,7 +16,7 @@ import logging
 import random
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -100,6 +100,18 @@ class Assignment:
 
     generation: int
     partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A resume past what retention kept: the messages of ``partition`` from ``first_lost`` up to
+    (not including) ``first_kept`` (None: none left) are gone; ``count`` when the gateway can
+    tell."""
+
+    partition: int
+    first_lost: str
+    first_kept: str | None
+    count: int | None
 
 
 @dataclass(slots=True)
@@ -243,6 +255,8 @@ class Consumer:
     4409 (group conflict) raise ``SubscriptionClosed`` at once.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
+    A resume (a cursor, a reconnect, a group's reader starting again) past what retention kept is
+    never a silent jump: each lost range is a ``Gap`` in ``gaps`` and goes to ``on_gap``.
     """
 
     def __init__(self, base_url: str, topic: str, *, group: str | None = None,
@@ -253,7 +267,7 @@ class Consumer:
                  max_reconnects: int = 10, backoff_base_s: float = 0.1, backoff_max_s: float = 5.0,
                  heartbeat_s: float | None = 20.0, api_key: str | None = None,
                  token: str | None = None, session: aiohttp.ClientSession | None = None,
-                 compress: bool = False) -> None:
+                 compress: bool = False, on_gap: Callable[[Gap], None] | None = None) -> None:
         self.topic = topic
         self.group = group
         self.mode: Mode = mode or ("exclusive" if group else "broadcast")
@@ -264,6 +278,8 @@ class Consumer:
             parse_cursor(from_) if from_ not in (None, "earliest", "latest") else {}
         )
         self.last_error: dict[str, Any] | None = None
+        self.gaps: list[Gap] = []  # every range found lost on a resume, in arrival order
+        self._on_gap = on_gap
         self.connections = 0  # successful connects: more than 1 means it reconnected
         self._base_url = base_url.rstrip("/")
         self._auth = auth_headers(api_key, token)  # sent with the upgrade request
@@ -395,6 +411,14 @@ class Consumer:
             self._take([doc])
         elif kind == "assignment":
             self.assignment = Assignment(int(doc["generation"]), tuple(doc["partitions"]))
+        elif kind == "gap":
+            gap = Gap(int(doc["partition"]), str(doc["first_lost"]), doc.get("first_kept"),
+                      doc.get("count"))
+            self.gaps.append(gap)
+            log.warning("partition %d resumed past retention: %s up to %s are gone",
+                        gap.partition, gap.first_lost, gap.first_kept)
+            if self._on_gap is not None:
+                self._on_gap(gap)
         elif kind == "error":
             self.last_error = doc
             log.warning("gateway reported %s: %s", doc.get("code"), doc.get("detail"))

@@ -28,7 +28,7 @@ from storage.codec import (
 from storage.errors import StorageError
 from storage.keys import log_key, slot_of, slot_of_key
 from storage.lean import NodeLanes
-from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
+from storage.models import Delivery, GroupPartitionState, LostRange, PendingEntry, StoredEntry
 from storage.resp import ResponseError, encode_command, encode_command_with_ids
 from storage.scripts import LuaScript, run_script
 
@@ -443,6 +443,45 @@ class RedisGroupStore:
                 return []
             raise
 
+    async def lost_after(self, topic: str, partition: int, after: str,
+                         group: str | None = None) -> LostRange | None:
+        """The range after ``after`` that retention trimmed, or None.
+
+        Trims take a stream's oldest entries, so while the entry at ``after`` is still there
+        nothing after it went; once it is gone, something was removed and the first entry left is
+        past it, whatever lay between went. How many only ``group``'s read counter can tell (when
+        Redis kept it valid): entries added past the group's position less those still there. A
+        compacted topic's holes leave its first entry in place: no gap.
+        """
+        key, position = log_key(topic, partition), validate_offset(after)
+
+        async def op() -> tuple[Any, Any, Any]:
+            at = await self._on(key, ("XRANGE", key, position, position))
+            try:
+                info = await self._on(key, ("XINFO", "STREAM", key))
+            except ResponseError as exc:
+                if is_missing_group(exc):
+                    return at, None, None
+                raise
+            row = None if group is None else find_group(await self._group_infos(key), group)
+            return at, info, row
+
+        at, flat, row = await self._read("lost_after", op)
+        if at or flat is None:
+            return None
+        info = info_row(flat)
+        added, length = int(info.get("entries-added") or 0), int(info.get("length") or 0)
+        first = info.get("first-entry")
+        first_kept = decode_offset(first[0]) if first else None
+        bound = first_kept or decode_offset(info.get("last-generated-id")) or "0-0"
+        if added == length or _id(bound) <= _id(position):
+            return None
+        read = None if row is None else row.get("entries-read")
+        count = None if read is None else added - int(read) - length
+        if count is not None and count <= 0:
+            return None
+        return LostRange(partition, position, first_kept, count)
+
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:
         """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending
         stays."""
@@ -479,6 +518,11 @@ class RedisGroupStore:
 
     async def _write(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.write_deadline_s, op)
+
+
+def _id(offset: str) -> tuple[int, int]:
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class _MissingGroup(StorageError):

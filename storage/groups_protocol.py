@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.models import Delivery, GroupPartitionState, PendingEntry, StoredEntry
+from storage.models import Delivery, GroupPartitionState, LostRange, PendingEntry, StoredEntry
 
 
 class GroupStore(Protocol):
@@ -73,6 +73,12 @@ class GroupStore(Protocol):
 
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         """Where the group is on a partition: last delivered, pending count, oldest pending, lag."""
+        ...
+
+    async def lost_after(self, topic: str, partition: int, after: str,
+                         group: str | None = None) -> LostRange | None:
+        """The entries after ``after`` that retention trimmed, or None when nothing after it was
+        removed; with ``group`` (at ``after``), how many when Redis can tell."""
         ...
 
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:

@@ -220,6 +220,18 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LostRange:
+    """Entries retention removed from a partition past a reader's position: everything after
+    ``after`` and before ``first_kept`` (None: nothing is left) is gone, ``count`` entries when
+    known."""
+
+    partition: int
+    after: str
+    first_kept: str | None
+    count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AppendOptions:
     """Per-topic write options: retention by length (``MAXLEN ~``), the idempotency window, and
     whether keys are indexed."""

@@ -28,6 +28,7 @@ from operator import attrgetter, itemgetter
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.session import MessageRef, Session
+from gateway.delivery.wire import gap_frame
 from gateway.observe.metrics import GatewayMetrics
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -188,8 +189,22 @@ class GroupReader:
 
     async def _start(self) -> None:
         await self._store.ensure_group(self.topic, self.partition, self.group, self.config.start)
+        await self._tell_of_gap()
         if self.config.exclusive:
             await self._take_over()
+
+    async def _tell_of_gap(self) -> None:
+        """A group resuming where retention has passed: its sessions get a ``gap`` frame before
+        anything of the partition (a new group's "0-0" start is no resume)."""
+        last = (await self._store.state(self.topic, self.partition, self.group)
+                ).last_delivered_offset
+        lost = (None if last is None or last == "0-0"
+                else await self._store.lost_after(self.topic, self.partition, last, self.group))
+        if lost is not None:
+            log.info("group %s resumes %s/%s past entries retention removed after %s",
+                     self.group, self.topic, self.partition, lost.after)
+            for session in self._sessions:
+                session.send_control(gap_frame(lost))
 
     async def _take_over(self) -> None:
         """A new exclusive owner first takes the partition's pending entries, in offset order.

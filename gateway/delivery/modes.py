@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from gateway.delivery.broadcast import follow_partition, resolve_start
@@ -14,12 +14,13 @@ from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.params import Mode, SubscribeParams
 from gateway.delivery.session import Session
 from gateway.delivery.tail import BroadcastFollow
-from gateway.delivery.wire import assignment_frame
+from gateway.delivery.wire import assignment_frame, gap_frame
 from gateway.services import Services
 from partitioner.errors import MembershipLost, PartitionerError
 from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
+from storage.groups_protocol import GroupStore
 
 
 def serve(session: Session, services: Services, topic: TopicMetadata) -> Coroutine[Any, Any, None]:
@@ -59,6 +60,8 @@ async def start_broadcast(session: Session, services: Services, hub: DeliveryHub
     positions = await resolve_start(services.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     _send_assignment(session, range(topic.partitions))
+    if session.params.start == "cursor":
+        await tell_of_gaps(session, hub.store, positions)
     delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
     return BroadcastFollow(hub.tails, services.store, session, positions, delivered, services.cache,
                            on_growth=lambda count: _send_assignment(session, range(count)),
@@ -72,6 +75,18 @@ async def _run_broadcast(session: Session, services: Services, topic: TopicMetad
     _send_assignment(session, range(topic.partitions))
     await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
                            for p, after in positions.items()))
+
+
+async def tell_of_gaps(session: Session, store: GroupStore,
+                       positions: Mapping[int, str | None]) -> None:
+    """A ``gap`` frame for each partition whose resume position retention passed (never a silent
+    jump)."""
+    found = await asyncio.gather(*(store.lost_after(session.topic, p, after)
+                                   for p, after in positions.items()
+                                   if after is not None and after != "0-0"))
+    for lost in found:
+        if lost is not None:
+            session.send_control(gap_frame(lost))
 
 
 def _send_assignment(session: Session, partitions: Iterable[int], generation: int = 0) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from gateway.native import refuse_if_off
-from storage.models import Delivery, StoredEntry, ValueFormat
+from gateway.offsets import successor
+from storage.models import Delivery, LostRange, StoredEntry, ValueFormat
 
 Send = Callable[[Sequence[bytes]], Awaitable[None]]
 
@@ -119,6 +120,14 @@ def batched(frames: list[bytes]) -> list[bytes]:
 def assignment_frame(partitions: Iterable[int], generation: int = 0) -> dict[str, Any]:
     """The ``assignment`` frame: the partitions the subscription is served from now on."""
     return {"type": "assignment", "generation": generation, "partitions": list(partitions)}
+
+
+def gap_frame(lost: LostRange) -> dict[str, Any]:
+    """The ``gap`` frame: a resumed subscription's position was passed by retention; the entries
+    from ``first_lost`` up to (not including) ``first_kept`` (null: none left) are gone; ``count``
+    is null when Redis cannot tell."""
+    return {"type": "gap", "partition": lost.partition, "first_lost": successor(lost.after),
+            "first_kept": lost.first_kept, "count": lost.count}
 
 
 def error_frame(code: str, detail: str, **extra: str) -> dict[str, Any]:

@@ -6,8 +6,8 @@ export { Producer, encodeMessage } from "./producer.js";
 export type { Acks, ProducerMessage, ProducerOptions, RecordMetadata } from "./producer.js";
 export { Subscription, closeError } from "./subscription.js";
 export type {
-  Assignment, Mode, SubscribeOptions, SubscriptionEvents, SubscriptionState, WebSocketConstructor,
-  WebSocketLike,
+  Assignment, Gap, Mode, SubscribeOptions, SubscriptionEvents, SubscriptionState,
+  WebSocketConstructor, WebSocketLike,
 } from "./subscription.js";
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";

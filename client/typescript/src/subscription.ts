@@ -1,6 +1,6 @@
 /**
  * A WebSocket subscription (`GET /v1/subscribe`): an async iterable of messages that also emits
- * `message`, `assignment`, `state` and `error` events, reconnecting after a drop.
+ * `message`, `assignment`, `gap`, `state` and `error` events, reconnecting after a drop.
  *
  * Group subscriptions (exclusive, shared) simply rejoin: the group keeps its position and the
  * gateway redelivers what was not acked. Broadcast subscriptions resume with `from=<cursor>`, the
@@ -70,9 +70,20 @@ export interface Assignment {
   partitions: number[];
 }
 
+/** A resume past what retention kept: `partition`'s messages from `firstLost` up to (not
+ * including) `firstKept` (null: none left) are gone; `count` when the gateway can tell. */
+export interface Gap {
+  partition: number;
+  firstLost: string;
+  firstKept: string | null;
+  count: number | null;
+}
+
 export interface SubscriptionEvents {
   message: [Message];
   assignment: [Assignment];
+  /** A resume went past what retention kept: never a silent jump. */
+  gap: [Gap];
   state: [SubscriptionState];
   /** A fatal error (the state turns `closed`) or a `FrameError` (the subscription goes on). */
   error: [StreamgateError];
@@ -97,6 +108,8 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   assignment: Assignment | undefined;
   /** Successful connects: more than 1 means it reconnected. */
   connections = 0;
+  /** Every range found lost on a resume, in arrival order (also the `gap` event). */
+  readonly gaps: Gap[] = [];
   private readonly transport: Transport;
   private readonly WebSocketImpl: WebSocketConstructor;
   private readonly options: SubscribeOptions;
@@ -342,6 +355,14 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       this.assignment = { generation: Number(frame["generation"]),
                           partitions: frame["partitions"] as number[] };
       this.emit("assignment", this.assignment);
+    } else if (frame.type === "gap") {
+      const gap: Gap = {
+        partition: Number(frame["partition"]), firstLost: String(frame["first_lost"]),
+        firstKept: (frame["first_kept"] as string | null) ?? null,
+        count: (frame["count"] as number | null) ?? null,
+      };
+      this.gaps.push(gap);
+      this.emit("gap", gap);
     } else if (frame.type === "error") {
       this.emit("error", new FrameError(String(frame["code"]), String(frame["detail"] ?? "")));
     }

@@ -27,6 +27,7 @@ from gateway.delivery.wire import (
     authenticated_frame,
     batched,
     error_frame,
+    gap_frame,
     message_frame,
     message_frames,
 )
@@ -34,7 +35,7 @@ from gateway.routes.health import API_DOCUMENTS, api_document, openapi_document
 from gateway.routes.subscribe import _principal_from_first_frame
 from gateway.routes.subscription import SETTLE_ACTIONS, parse_settle
 from gateway.settings import GatewaySettings
-from storage.models import Delivery, StoredEntry, ValueFormat
+from storage.models import Delivery, LostRange, StoredEntry, ValueFormat
 
 Client = TestClient[Any, Any]
 ROOT = Path(__file__).resolve().parents[3]
@@ -107,6 +108,8 @@ def frames_the_server_builds() -> list[Any]:
     messages += message_frames("orders", [Delivery(JSON_ENTRY, 3), Delivery(BINARY_ENTRY, 1)])
     return [*(orjson.loads(frame) for frame in messages + batched(messages)),
             assignment_frame([0, 3], 7), assignment_frame(range(4)),
+            gap_frame(LostRange(2, "1700000000000-5", "1700000042000-0", 41)),
+            gap_frame(LostRange(0, "5-0", None)),
             error_frame("bad-frame", "frames must be JSON text"),
             error_frame("slow-consumer", "closing: too slow to drain", cursor="0:1-0,3:2-5"),
             authenticated_frame("billing")]

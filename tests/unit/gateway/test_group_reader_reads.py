@@ -13,7 +13,7 @@ from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_reader import READ_BLOCK_MS, GroupConfig, GroupReader
 from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.session import Session
-from storage.models import Delivery, StoredEntry, ValueFormat
+from storage.models import Delivery, GroupPartitionState, StoredEntry, ValueFormat
 
 
 def entry(n: int) -> StoredEntry:
@@ -32,6 +32,9 @@ class ScriptedStream:
 
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         return None
+
+    async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
+        return GroupPartitionState(partition, True, None, 0, None, None)
 
     async def expired(self, topic: str, partition: int, group: str, *, min_idle_ms: int,
                       count: int) -> list[str]:

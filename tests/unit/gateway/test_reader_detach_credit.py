@@ -14,7 +14,7 @@ from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_reader import GroupConfig, GroupReader
 from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.session import Session
-from storage.models import Delivery, StoredEntry, ValueFormat
+from storage.models import Delivery, GroupPartitionState, StoredEntry, ValueFormat
 
 
 class EndlessPartition:
@@ -27,6 +27,9 @@ class EndlessPartition:
 
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         return None
+
+    async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
+        return GroupPartitionState(partition, True, None, 0, None, None)
 
     async def expired(
         self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int
