@@ -24,7 +24,7 @@ from gateway.settings import GatewaySettings
 
 KEYS_PER_PRODUCER = 6
 PRODUCERS = 4
-DELIVERY_TIMEOUT_S = 30.0
+DELIVERY_TIMEOUT_S = 45.0
 # deliveries a killed primary lost come again after this; a grown partition waits for them
 ACK_TIMEOUT_MS = "2000"
 GROW_RETRY_S = 40.0
