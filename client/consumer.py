@@ -255,6 +255,8 @@ class Consumer:
     4409 (group conflict) raise ``SubscriptionClosed`` at once.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
+    ``retry_backoff_ms`` (with ``retry_backoff_multiplier`` and ``retry_backoff_max_ms``) makes a
+    group's failed deliveries (a ``nack()`` without a delay, an ack timeout) wait longer each time.
     A resume (a cursor, a reconnect, a group's reader starting again) past what retention kept is
     never a silent jump: each lost range is a ``Gap`` in ``gaps`` and goes to ``on_gap``.
     """
@@ -267,7 +269,10 @@ class Consumer:
                  max_reconnects: int = 10, backoff_base_s: float = 0.1, backoff_max_s: float = 5.0,
                  heartbeat_s: float | None = 20.0, api_key: str | None = None,
                  token: str | None = None, session: aiohttp.ClientSession | None = None,
-                 compress: bool = False, on_gap: Callable[[Gap], None] | None = None) -> None:
+                 compress: bool = False, on_gap: Callable[[Gap], None] | None = None,
+                 retry_backoff_ms: int | None = None,
+                 retry_backoff_multiplier: float | None = None,
+                 retry_backoff_max_ms: int | None = None) -> None:
         self.topic = topic
         self.group = group
         self.mode: Mode = mode or ("exclusive" if group else "broadcast")
@@ -287,7 +292,10 @@ class Consumer:
         self._from_time_ms = from_time_ms
         self._max_in_flight = max_in_flight
         self._options: list[tuple[str, str]] = [("max_in_flight", str(max_in_flight))]
-        for name, item in (("ack_timeout_ms", ack_timeout_ms), ("max_deliveries", max_deliveries)):
+        for name, item in (("ack_timeout_ms", ack_timeout_ms), ("max_deliveries", max_deliveries),
+                           ("retry_backoff_ms", retry_backoff_ms),
+                           ("retry_backoff_multiplier", retry_backoff_multiplier),
+                           ("retry_backoff_max_ms", retry_backoff_max_ms)):
             if item is not None:
                 self._options.append((name, str(item)))
         if auto_ack:

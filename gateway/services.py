@@ -20,9 +20,9 @@ from gateway.publish.validation import PublishLimits
 from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
 from partitioner.cache import TopicCache
-from partitioner.errors import TopicNotFound
+from partitioner.errors import CoordinationUnavailable, TopicNotFound
 from partitioner.etcd import EtcdConnection
-from partitioner.group_policy import GroupPolicies, GroupPolicy
+from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, RetryBackoff
 from partitioner.hashing import KeylessSpreader
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
@@ -87,11 +87,24 @@ class Services:
         return metadata
 
     def note_group_policy(self, topic: str, group: str, ack_timeout_ms: int,
-                          max_deliveries: int) -> None:
+                          max_deliveries: int, retry_backoff: RetryBackoff = NO_BACKOFF) -> None:
         """Remember how ``group`` is served, for the partition owners' sweep (written to etcd in the
         background)."""
         if self.policies is not None:
-            self.policies.note(topic, group, GroupPolicy(ack_timeout_ms, max_deliveries))
+            self.policies.note(topic, group,
+                               GroupPolicy(ack_timeout_ms, max_deliveries, retry_backoff))
+
+
+    async def retry_backoff_of(self, topic: str, group: str) -> RetryBackoff:
+        """The retry backoff ``group`` is served with on ``topic`` (none when unknown or etcd does
+        not answer: a nack then comes back as before backoffs)."""
+        if self.policies is None:
+            return NO_BACKOFF
+        try:
+            policy = await self.policies.of(topic, group)
+        except CoordinationUnavailable:
+            return NO_BACKOFF
+        return NO_BACKOFF if policy is None else policy.retry_backoff
 
 
 SERVICES = web.AppKey("services", Services)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -31,17 +32,51 @@ MAX_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True, slots=True)
+class RetryBackoff:
+    """How long a failed delivery waits before the next: ``initial_ms`` after the first, times
+    ``multiplier`` after each further one, at most ``max_ms``, with jitter (half to all of it);
+    ``initial_ms`` 0 is off (redelivered as soon as due)."""
+
+    initial_ms: int = 0
+    multiplier: float = 2.0
+    max_ms: int = 300_000
+
+    def delay_ms(self, delivery_count: int, offset: str) -> int:
+        """The wait after the ``delivery_count``-th delivery of ``offset`` failed. The jitter is
+        a hash of both, so every reader and every look at the same entry agrees on it."""
+        if not self.initial_ms:
+            return 0
+        exponent = max(0, delivery_count - 1)
+        # capped before the power: a large count must not overflow a float
+        base = min(float(self.max_ms),
+                   self.initial_ms * self.multiplier ** min(exponent, MAX_EXPONENT))
+        spread = zlib.crc32(f"{offset}/{delivery_count}".encode()) / 0xFFFFFFFF
+        return int(base * (0.5 + 0.5 * spread))
+
+    def to_dict(self) -> dict[str, float]:
+        """The JSON form kept in the group's policy."""
+        return {"initial_ms": self.initial_ms, "multiplier": self.multiplier,
+                "max_ms": self.max_ms}
+
+
+NO_BACKOFF = RetryBackoff()
+MAX_EXPONENT = 64
+
+
+@dataclass(frozen=True, slots=True)
 class GroupPolicy:
-    """How long a delivery may stay un-acked, and how many deliveries an entry gets before the
-    DLQ."""
+    """How long a delivery may stay un-acked, how many deliveries an entry gets before the DLQ,
+    and how failed deliveries back off."""
 
     ack_timeout_ms: int
     max_deliveries: int
+    retry_backoff: RetryBackoff = NO_BACKOFF
 
     def encode(self) -> bytes:
         """The stored JSON document."""
         return orjson.dumps({"ack_timeout_ms": self.ack_timeout_ms,
                              "max_deliveries": self.max_deliveries,
+                             "retry_backoff": self.retry_backoff.to_dict(),
                              "updated_at_ms": int(time.time() * 1000)})
 
     @classmethod
@@ -49,7 +84,11 @@ class GroupPolicy:
         """The policy in a stored document; None when it is not one (logged, never fatal)."""
         try:
             doc = orjson.loads(raw)
-            policy = cls(int(doc["ack_timeout_ms"]), int(doc["max_deliveries"]))
+            backoff = doc.get("retry_backoff") or {}
+            policy = cls(int(doc["ack_timeout_ms"]), int(doc["max_deliveries"]),
+                         RetryBackoff(int(backoff.get("initial_ms", 0)),
+                                      float(backoff.get("multiplier", 2.0)),
+                                      int(backoff.get("max_ms", NO_BACKOFF.max_ms))))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("ignoring a malformed group policy: %r", raw[:200])
             return None
@@ -113,6 +152,13 @@ class GroupPolicies:
             return
         self._unwritten[key] = policy
         self._wake.set()
+
+    async def of(self, topic: str, group: str) -> GroupPolicy | None:
+        """``group``'s policy: as this process noted it last, else as stored (None: unknown);
+        raises CoordinationUnavailable when it must read etcd and etcd does not answer."""
+        key = (topic, group)
+        noted = self._unwritten.get(key) or self._written.get(key)
+        return noted if noted is not None else (await self.for_topic(topic)).get(group)
 
     async def for_topic(self, topic: str) -> Mapping[str, GroupPolicy]:
         """Every group's policy on ``topic``; raises CoordinationUnavailable when etcd does not

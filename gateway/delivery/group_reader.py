@@ -27,9 +27,11 @@ from operator import attrgetter, itemgetter
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
+from gateway.delivery.redelivery import RELEASE_IDLE_MS, due_again, nack_idles
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.wire import gap_frame
 from gateway.observe.metrics import GatewayMetrics
+from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, first_deliveries
@@ -42,9 +44,8 @@ READ_BATCH_MAX = 1000
 # the longest a read waits for more credit than a sliver of a session's window
 READ_COALESCE_S = 0.002
 TAKEOVER_PAGE = 10_000
-# "idle forever": reclaimable by the next reclaim pass
-RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 ERROR_BACKOFF_S = 0.5
+MIN_RECLAIM_S = 0.05
 _OFFSET_OF_REF = itemgetter(1)
 _DELIVERY_COUNT = attrgetter("delivery_count")
 _ENTRY_OFFSET = attrgetter("entry.offset")
@@ -60,6 +61,7 @@ class GroupConfig:
     start: str  # where a new group starts: "earliest", "latest" or an offset
     auto_ack: bool
     exclusive: bool
+    retry_backoff: RetryBackoff = NO_BACKOFF
 
 
 class GroupReader:
@@ -150,10 +152,13 @@ class GroupReader:
             task.add_done_callback(lambda t: _settle_future(done, t))
 
     async def nack(self, refs: Sequence[MessageRef], delay_ms: int) -> None:
-        """Redeliver after ``delay_ms`` (0: as soon as possible) without waiting for the ack
-        timeout."""
-        idle_ms = max(0, self.config.ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS
-        await self._set_idle([offset for _, offset in refs], idle_ms)
+        """Redeliver after ``delay_ms`` (0: as soon as possible, or after the group's retry
+        backoff) without waiting for the ack timeout."""
+        offsets = [offset for _, offset in refs]
+        idles = await nack_idles(self._store, self.topic, self.partition, self.group, offsets,
+                                 delay_ms, self.config.ack_timeout_ms, self.config.retry_backoff)
+        for idle_ms, due in idles.items():
+            await self._set_idle(due, idle_ms)
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
         if not delay_ms:
             self._reclaim_now = True
@@ -275,15 +280,18 @@ class GroupReader:
         return max(1, sum(session.read_allowance for session in self._sessions))
 
     async def _reclaim(self) -> bool:
-        """Claim entries past their ack timeout; True when something was claimed."""
-        interval_s = min(self.config.ack_timeout_ms / 4000, 1.0)
+        """Claim entries past their ack timeout (and the group's retry backoff after their last
+        delivery); True when something was claimed."""
+        backoff = self.config.retry_backoff
+        interval_s = min(self.config.ack_timeout_ms / 4000, 1.0,
+                         max(MIN_RECLAIM_S, backoff.initial_ms / 4000) if backoff.initial_ms
+                         else 1.0)
         if not self._reclaim_now and time.monotonic() - self._last_reclaim < interval_s:
             return False
         self._reclaim_now = False
         self._last_reclaim = time.monotonic()
-        expired = await self._store.expired(self.topic, self.partition, self.group,
-                                            min_idle_ms=self.config.ack_timeout_ms,
-                                            count=self._total_credit())
+        expired = await due_again(self._store, self.topic, self.partition, self.group,
+                                  self.config.ack_timeout_ms, backoff, self._total_credit())
         if not expired:
             return False
         claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer,

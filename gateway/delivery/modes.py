@@ -35,9 +35,10 @@ async def _run_group(session: Session, services: Services, topic: TopicMetadata)
     if services.delivery is None or params.group is None:
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
-                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE)
+                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE,
+                         params.retry_backoff)
     services.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
-                               params.max_deliveries)
+                               params.max_deliveries, params.retry_backoff)
     if params.mode is Mode.SHARED:
         await _run_shared(session, services, services.delivery, params.group, config, topic)
     else:

@@ -13,12 +13,15 @@ from multidict import MultiMapping
 from gateway.delivery.filters import HeaderFilter, parse_filters
 from gateway.errors import invalid_field
 from gateway.offsets import parse_offset
+from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 
 GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_MAX_IN_FLIGHT = 100
 MAX_MAX_IN_FLIGHT = 10_000
 DEFAULT_ACK_TIMEOUT_MS = 30_000
 DEFAULT_MAX_DELIVERIES = 5
+MAX_BACKOFF_MS = 3_600_000
+RETRY_BACKOFF_FIELDS = ("retry_backoff_ms", "retry_backoff_multiplier", "retry_backoff_max_ms")
 
 
 class Mode(enum.Enum):
@@ -46,6 +49,7 @@ class SubscribeParams:
     auto_ack: bool
     filter: HeaderFilter
     batch: bool = False  # message frames sent as ``messages`` frames of many
+    retry_backoff: RetryBackoff = NO_BACKOFF  # between a group's failed deliveries
 
 
 def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
@@ -70,7 +74,32 @@ def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
         auto_ack=_bool(query.get("auto_ack", "false"), "auto_ack"),
         filter=parse_filters(query.getall("filter", [])),
         batch=_bool(query.get("batch", "false"), "batch"),
+        retry_backoff=parse_retry_backoff(query),
     )
+
+
+def parse_retry_backoff(values: Mapping[str, object]) -> RetryBackoff:
+    """``retry_backoff_ms`` (0: off), ``retry_backoff_multiplier`` and ``retry_backoff_max_ms``
+    from a query or a JSON body (strings or numbers)."""
+    initial = _number(values, "retry_backoff_ms", 0, 0, MAX_BACKOFF_MS)
+    multiplier = _number(values, "retry_backoff_multiplier", 2, 1, 100)
+    maximum = _number(values, "retry_backoff_max_ms", NO_BACKOFF.max_ms, 0, MAX_BACKOFF_MS)
+    return RetryBackoff(int(initial), float(multiplier), int(max(maximum, initial)))
+
+
+def _number(values: Mapping[str, object], name: str, default: float, low: float,
+            high: float) -> float:
+    raw = values.get(name)
+    if raw is None:
+        return default
+    try:
+        number = float(raw) if isinstance(raw, str | int | float) and not isinstance(raw, bool) \
+            else float("nan")
+    except ValueError:
+        number = float("nan")
+    if not low <= number <= high:  # NaN fails too
+        raise invalid_field(f"/{name}", f"'{name}' must be a number between {low:g} and {high:g}")
+    return number
 
 
 def _mode(raw: str | None, group: str | None) -> Mode:

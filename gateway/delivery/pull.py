@@ -13,13 +13,15 @@ import asyncio
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.delivery.group_reader import RELEASE_IDLE_MS, DeadLetterSink
+from gateway.delivery.group_reader import DeadLetterSink
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
+from gateway.delivery.redelivery import due_again, nack_idles
 from gateway.observe.metrics import GatewayMetrics
+from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, first_deliveries
 
@@ -37,6 +39,7 @@ class PullRequest:
     wait_ms: int
     ack_timeout_ms: int
     max_deliveries: int
+    retry_backoff: RetryBackoff = NO_BACKOFF
 
 
 class Puller:
@@ -101,8 +104,8 @@ class Puller:
             wanted = request.max_messages - len(out)
             if wanted <= 0:
                 break
-            expired = await self.store.expired(request.topic, partition, group,
-                                                min_idle_ms=request.ack_timeout_ms, count=wanted)
+            expired = await due_again(self.store, request.topic, partition, group,
+                                      request.ack_timeout_ms, request.retry_backoff, wanted)
             if not expired:
                 continue
             claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER,
@@ -120,8 +123,11 @@ class Puller:
         return [d for d in claimed if d.delivery_count <= request.max_deliveries]
 
     async def settle(self, group: str, receipts: Sequence[Receipt], action: str,
-                     delay_ms: int = 0) -> int:
-        """ack / nack / extend by receipt; returns how many receipts were applied."""
+                     delay_ms: int = 0,
+                     backoffs: Mapping[str, RetryBackoff] | None = None) -> int:
+        """ack / nack / extend by receipt; returns how many receipts were applied. A nack waits
+        the group's backoff on the receipt's topic (``backoffs``, its stored policy) unless it
+        names a delay."""
         by_partition: dict[tuple[str, int, int], list[str]] = defaultdict(list)
         for receipt in receipts:
             by_partition[(receipt.topic, receipt.partition,
@@ -130,15 +136,14 @@ class Puller:
             if action == "ack":
                 await self.store.ack(topic, partition, group, offsets)
                 self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
+            elif action == "extend":
+                await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, 0)
             else:
-                idle_ms = _idle_for(action, ack_timeout_ms, delay_ms)
-                await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, idle_ms)
-                if action == "nack":
-                    self._metrics.nacks.labels(topic, group, "pull").inc(len(offsets))
+                backoff = (backoffs or {}).get(topic, NO_BACKOFF)
+                idles = await nack_idles(self.store, topic, partition, group, offsets, delay_ms,
+                                         ack_timeout_ms, backoff)
+                for idle_ms, due in idles.items():
+                    await self.store.set_idle(topic, partition, group, PULL_CONSUMER, due,
+                                              idle_ms)
+                self._metrics.nacks.labels(topic, group, "pull").inc(len(offsets))
         return len(receipts)
-
-
-def _idle_for(action: str, ack_timeout_ms: int, delay_ms: int) -> int:
-    if action == "extend":
-        return 0
-    return max(0, ack_timeout_ms - delay_ms) if delay_ms else RELEASE_IDLE_MS

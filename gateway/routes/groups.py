@@ -13,7 +13,7 @@ from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
-from gateway.delivery.params import GROUP_NAME
+from gateway.delivery.params import GROUP_NAME, RETRY_BACKOFF_FIELDS, parse_retry_backoff
 from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
 from gateway.delivery.redrive import redrive, redrive_one
@@ -31,7 +31,8 @@ from partitioner.group_state import group_view, list_groups
 from partitioner.topics import TopicMetadata
 from storage.models import GroupPartitionState
 
-PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "max_deliveries"})
+PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "max_deliveries",
+                         *RETRY_BACKOFF_FIELDS})
 SETTLE_FIELDS = frozenset({"receipts", "delay_ms"})
 SEEK_FIELDS = frozenset({"topic", "to", "partitions"})
 MAX_PULL = 1000
@@ -90,9 +91,10 @@ async def pull(request: web.Request) -> web.Response:
         ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS,
                                 MAX_ACK_TIMEOUT_MS),
         max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
+        retry_backoff=parse_retry_backoff(doc),
     )
     services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms,
-                               pull_request.max_deliveries)
+                               pull_request.max_deliveries, pull_request.retry_backoff)
     puller = _puller(services)
     deliveries = await puller.pull(group, pull_request, topic.partitions)
     issued_ms, holder = _now_ms(), principal_of(request).name
@@ -129,7 +131,9 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     puller = _puller(services)
     receipts = _verified_receipts(request, puller, group, raw)
     delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
-    count = await puller.settle(group, receipts, action, delay_ms)
+    backoffs = ({topic: await services.retry_backoff_of(topic, group)
+                 for topic in {receipt.topic for receipt in receipts}} if action == "nack" else {})
+    count = await puller.settle(group, receipts, action, delay_ms, backoffs)
     body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count}
     # the ack timeout starts again, so does the receipt's validity: hand out new ones
     if action == "extend":

@@ -49,6 +49,11 @@ export interface SubscribeOptions {
   maxInFlight?: number;
   ackTimeoutMs?: number;
   maxDeliveries?: number;
+  /** Groups: a failed delivery (a nack without a delay, an ack timeout) comes again after this,
+   * times `retryBackoffMultiplier` (2) for each further one, at most `retryBackoffMaxMs`. */
+  retryBackoffMs?: number;
+  retryBackoffMultiplier?: number;
+  retryBackoffMaxMs?: number;
   /** At-most-once: the gateway acks as it sends; `ack()` does nothing. */
   autoAck?: boolean;
   /** Header filters, all of which must match: `{tag: ["a", "b"]}` is `filter=tag:a,b`. */
@@ -301,7 +306,9 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     if (o.fromTimeMs !== undefined) query.set("from_time_ms", String(o.fromTimeMs));
     const numbers: Array<[string, number | undefined]> = [
       ["max_in_flight", o.maxInFlight], ["ack_timeout_ms", o.ackTimeoutMs],
-      ["max_deliveries", o.maxDeliveries],
+      ["max_deliveries", o.maxDeliveries], ["retry_backoff_ms", o.retryBackoffMs],
+      ["retry_backoff_multiplier", o.retryBackoffMultiplier],
+      ["retry_backoff_max_ms", o.retryBackoffMaxMs],
     ];
     for (const [name, value] of numbers) if (value !== undefined) query.set(name, String(value));
     if (o.autoAck) query.set("auto_ack", "true");

@@ -278,7 +278,7 @@ def query_names_in_source() -> set[str]:
         if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                 and func.value.id == "query" and func.attr in ("get", "getall")):
             name = args[0]
-        elif isinstance(func, ast.Name) and func.id == "_int":
+        elif isinstance(func, ast.Name) and func.id in ("_int", "_number"):
             name = args[1]
         else:
             continue

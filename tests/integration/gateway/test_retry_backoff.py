@@ -1,0 +1,93 @@
+"""A group's retry backoff on the real cluster: nacks without a delay and ack timeouts come back
+later each time, within the jitter's bounds; a delay still wins; pulls back off the same way."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from partitioner.group_policy import RetryBackoff
+
+Client = TestClient[Any, Any]
+BACKOFF = RetryBackoff(400, 2.0, 60_000)
+# a reclaim looks at most every initial/4 ms, plus scheduling on a busy machine
+SLACK_S = 0.6
+
+
+async def one_message_topic(gateway: Client) -> tuple[str, str]:
+    topic = f"backoff-{uuid.uuid4().hex[:8]}"
+    assert (await gateway.post("/v1/topics", json={"name": topic, "partitions": 1})).status == 201
+    published = await gateway.post(f"/v1/topics/{topic}/messages",
+                                   json={"acks": "all", "messages": [{"value": "flaky"}]})
+    return topic, (await published.json())["results"][0]["offset"]
+
+
+async def test_nacks_without_a_delay_come_back_later_each_time(gateway: Client) -> None:
+    topic, offset = await one_message_topic(gateway)
+    ws = await gateway.ws_connect("/v1/subscribe", params={
+        "topic": topic, "group": "workers", "retry_backoff_ms": str(BACKOFF.initial_ms),
+        "retry_backoff_multiplier": "2"})
+    arrivals: list[tuple[float, int]] = []
+    while len(arrivals) < 4:
+        frame = await ws.receive_json(timeout=10)
+        if frame["type"] != "message":
+            continue
+        arrivals.append((time.monotonic(), frame["delivery_count"]))
+        if len(arrivals) < 4:
+            await ws.send_json({"type": "nack", "messages": [{"partition": 0, "offset": offset}]})
+    await ws.close()
+    assert [count for _, count in arrivals] == [1, 2, 3, 4]
+    for (before, count), (after, _) in itertools.pairwise(arrivals):
+        wait_s = BACKOFF.delay_ms(count, offset) / 1000
+        assert wait_s - 0.05 <= after - before <= wait_s + SLACK_S, (count, after - before)
+
+
+async def test_a_nack_delay_wins_over_the_backoff_and_timeouts_back_off_too(
+        gateway: Client) -> None:
+    topic, offset = await one_message_topic(gateway)
+    params = {"topic": topic, "group": "slow", "retry_backoff_ms": "2000", "ack_timeout_ms": "300"}
+    ws = await gateway.ws_connect("/v1/subscribe", params=params)
+
+    async def next_message() -> tuple[float, int]:
+        while True:
+            frame = await ws.receive_json(timeout=15)
+            if frame["type"] == "message":
+                return time.monotonic(), frame["delivery_count"]
+
+    first, _ = await next_message()
+    await ws.send_json({"type": "nack", "messages": [{"partition": 0, "offset": offset}],
+                        "delay_ms": 200})
+    second, count = await next_message()
+    assert count == 2
+    assert 0.15 <= second - first <= 0.2 + SLACK_S  # the delay, not the 1-2 s backoff
+    # not acked: the ack timeout, then the backoff of a second failure (2-4 s)
+    third, count = await next_message()
+    await ws.close()
+    assert count == 3
+    wait_s = 0.3 + RetryBackoff(2000).delay_ms(2, offset) / 1000
+    assert wait_s - 0.05 <= third - second <= wait_s + SLACK_S
+
+
+async def test_a_pulled_message_nacked_without_a_delay_waits_out_the_groups_backoff(
+        gateway: Client) -> None:
+    topic, _ = await one_message_topic(gateway)
+    body = {"topic": topic, "retry_backoff_ms": 1500}
+    pulled = (await (await gateway.post("/v1/groups/pullers/pull", json=body)).json())["messages"]
+    nacked = await gateway.post("/v1/groups/pullers/nack",
+                                json={"receipts": [pulled[0]["receipt"]]})
+    assert nacked.status == 200
+    started = time.monotonic()
+    assert (await (await gateway.post("/v1/groups/pullers/pull",
+                                      json=body)).json())["messages"] == []
+    while True:
+        again = (await (await gateway.post("/v1/groups/pullers/pull", json={
+            **body, "wait_ms": 500})).json())["messages"]
+        if again:
+            break
+        assert time.monotonic() - started < 5
+    assert again[0]["delivery_count"] == 2
+    assert time.monotonic() - started >= 0.7  # at least half the backoff
