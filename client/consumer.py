@@ -161,6 +161,13 @@ class Message:
         if self._settler is not None:
             self._settler.add("extend", self.partition, self.offset)
 
+    async def reject(self, reason: str | None = None) -> None:
+        """The message can never be processed: to the dead-letter topic now (``reason`` lands in
+        its ``sg-dlq-reason`` header), whatever the group's max_deliveries says."""
+        if self._settler is not None:
+            await self._settler.send_now("reject", self.partition, self.offset,
+                                         {} if reason is None else {"reason": reason})
+
 
 class _Settler:
     """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds
@@ -228,6 +235,15 @@ class _Settler:
                     log.info("could not send %s for %d messages (they will be redelivered): %s",
                              action, len(refs), exc)
                     return
+
+    async def send_now(self, action: str, partition: int, offset: str,
+                       extra: dict[str, Any]) -> None:
+        """One settle frame of its own, at once (rare ones, such as a reject with its reason)."""
+        if self._ws.closed:
+            return
+        frame = {"type": action, "messages": [{"partition": partition, "offset": offset}],
+                 **extra}
+        await self._ws.send_str(orjson.dumps(frame).decode())
 
     async def aclose(self) -> None:
         """Send what is pending and stop the timer; idempotent."""

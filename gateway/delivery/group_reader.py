@@ -21,13 +21,19 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
-from gateway.delivery.redelivery import RELEASE_IDLE_MS, due_again, nack_idles
+from gateway.delivery.redelivery import (
+    RELEASE_IDLE_MS,
+    DeadLetterSink,
+    dead_letter_now,
+    due_again,
+    nack_idles,
+)
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.wire import gap_frame
 from gateway.observe.metrics import GatewayMetrics
@@ -38,7 +44,6 @@ from storage.models import Delivery, first_deliveries
 
 log = logging.getLogger(__name__)
 
-DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
 READ_BLOCK_MS = 250
 READ_BATCH_MAX = 1000
 # the longest a read waits for more credit than a sliver of a session's window
@@ -162,6 +167,12 @@ class GroupReader:
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
         if not delay_ms:
             self._reclaim_now = True
+
+    async def reject(self, refs: Sequence[MessageRef], reason: str) -> None:
+        """Send deliveries to the dead-letter topic now, with ``reason``, and ack them here."""
+        await dead_letter_now(self._store, self._dead_letters, self.topic, self.partition,
+                              self.group, self._consumer, [offset for _, offset in refs], reason)
+        self._metrics.acks.labels(*self._labels).inc(len(refs))
 
     async def extend(self, refs: Sequence[MessageRef]) -> None:
         """Restart the ack timeout of deliveries still being worked on."""

@@ -8,8 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from types import TracebackType
 
-from gateway.delivery.group_reader import DeadLetterSink, GroupConfig, GroupReader
+from gateway.delivery.group_reader import GroupConfig, GroupReader
 from gateway.delivery.growth_gate import Gate
+from gateway.delivery.redelivery import DeadLetterSink
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
 from gateway.observe.metrics import GatewayMetrics
@@ -83,8 +84,9 @@ class DeliveryHub:
                 await reader.aclose()
 
     async def settle(self, session: Session, refs: list[MessageRef], action: str,
-                     delay_ms: int = 0) -> int:
-        """Apply ack / nack / extend from a session; returns how many deliveries it concerned."""
+                     delay_ms: int = 0, reason: str = "") -> int:
+        """Apply ack / nack / extend / reject from a session; returns how many deliveries it
+        concerned."""
         grouped = session.extend(refs) if action == "extend" else session.settle(refs)
         group = session.params.group
         for partition, partition_refs in grouped.items():
@@ -95,6 +97,8 @@ class DeliveryHub:
                 await reader.ack(partition_refs)
             elif action == "nack":
                 await reader.nack(partition_refs, delay_ms)
+            elif action == "reject":
+                await reader.reject(partition_refs, reason)
             else:
                 await reader.extend(partition_refs)
         return sum(len(v) for v in grouped.values())

@@ -16,10 +16,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.delivery.group_reader import DeadLetterSink
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
-from gateway.delivery.redelivery import due_again, nack_idles
+from gateway.delivery.redelivery import DeadLetterSink, dead_letter_now, due_again, nack_idles
 from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.groups_protocol import GroupStore
@@ -124,10 +123,11 @@ class Puller:
 
     async def settle(self, group: str, receipts: Sequence[Receipt], action: str,
                      delay_ms: int = 0,
-                     backoffs: Mapping[str, RetryBackoff] | None = None) -> int:
-        """ack / nack / extend by receipt; returns how many receipts were applied. A nack waits
-        the group's backoff on the receipt's topic (``backoffs``, its stored policy) unless it
-        names a delay."""
+                     backoffs: Mapping[str, RetryBackoff] | None = None,
+                     reason: str = "") -> int:
+        """ack / nack / extend / reject by receipt; returns how many receipts were applied. A
+        nack waits the group's backoff on the receipt's topic (``backoffs``, its stored policy)
+        unless it names a delay; a reject dead-letters with ``reason``."""
         by_partition: dict[tuple[str, int, int], list[str]] = defaultdict(list)
         for receipt in receipts:
             by_partition[(receipt.topic, receipt.partition,
@@ -138,6 +138,10 @@ class Puller:
                 self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
             elif action == "extend":
                 await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, 0)
+            elif action == "reject":
+                await dead_letter_now(self.store, self._dead_letters, topic, partition, group,
+                                      PULL_CONSUMER, offsets, reason)
+                self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
             else:
                 backoff = (backoffs or {}).get(topic, NO_BACKOFF)
                 idles = await nack_idles(self.store, topic, partition, group, offsets, delay_ms,

@@ -1,5 +1,6 @@
 """When a group's failed delivery comes again: after the ack timeout, or a nack's delay, plus the
-group's retry backoff (``RetryBackoff``: grows with the delivery count, jittered).
+group's retry backoff (``RetryBackoff``: grows with the delivery count, jittered); or never, when
+the consumer rejects it (``dead_letter_now``).
 
 An entry is due once idle for the ack timeout plus its backoff; a nack sets its idle time so that
 it falls due when asked: without a delay after the backoff, with one exactly after the delay.
@@ -7,13 +8,15 @@ it falls due when asked: without a delay after the backoff, with one exactly aft
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.delivery.growth_gate import offset_key
 from gateway.offsets import predecessor
 from partitioner.group_policy import RetryBackoff
 from storage.groups_protocol import GroupStore
-from storage.models import PendingEntry
+from storage.models import Delivery, PendingEntry
+
+DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
 
 # "idle forever": reclaimable by the next reclaim pass
 RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
@@ -47,6 +50,23 @@ async def nack_idles(store: GroupStore, topic: str, partition: int, group: str,
         waited = backoff.delay_ms(counts.get(offset, 1), offset)
         idles.setdefault(max(0, ack_timeout_ms + waited - delay_ms), []).append(offset)
     return idles
+
+
+async def dead_letter_now(store: GroupStore, dead_letters: DeadLetterSink, topic: str,
+                          partition: int, group: str, consumer: str, offsets: Sequence[str],
+                          reason: str) -> int:
+    """Move pending entries to the dead-letter topic with ``reason`` and ack them; how many went
+    (entries no longer pending, acked or trimmed meanwhile, are skipped)."""
+    wanted = set(offsets)
+    pending = [entry for entry in await store.expired(
+        topic, partition, group, min_idle_ms=0, count=LOOKUP_PAGE,
+        after=predecessor(min(offsets, key=offset_key))) if entry.offset in wanted]
+    claimed = await store.claim(topic, partition, group, consumer, pending, min_idle_ms=0)
+    for delivery in claimed:
+        await dead_letters(topic, group, delivery, reason)
+    if claimed:
+        await store.ack(topic, partition, group, [d.entry.offset for d in claimed])
+    return len(claimed)
 
 
 async def _delivery_counts(store: GroupStore, topic: str, partition: int, group: str,

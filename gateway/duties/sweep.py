@@ -24,8 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.delivery.group_reader import DeadLetterSink
-from gateway.delivery.redelivery import RELEASE_IDLE_MS
+from gateway.delivery.redelivery import RELEASE_IDLE_MS, DeadLetterSink
 from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import GroupPolicy
 from storage.groups_protocol import GroupStore

@@ -25,6 +25,7 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
+from gateway.routes.subscription import reject_reason
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.group_state import group_view, list_groups
@@ -33,7 +34,8 @@ from storage.models import GroupPartitionState
 
 PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "max_deliveries",
                          *RETRY_BACKOFF_FIELDS})
-SETTLE_FIELDS = frozenset({"receipts", "delay_ms"})
+SETTLE_FIELDS = {"nack": frozenset({"receipts", "delay_ms"}),
+                 "reject": frozenset({"receipts", "reason"})}
 SEEK_FIELDS = frozenset({"topic", "to", "partitions"})
 MAX_PULL = 1000
 MAX_WAIT_MS = 30_000
@@ -123,7 +125,7 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     services, group = services_of(request), _group(request)
     _refuse_filtered(request)
     doc = await read_json_object(request)
-    reject_unknown_fields(doc, SETTLE_FIELDS if action == "nack" else frozenset({"receipts"}))
+    reject_unknown_fields(doc, SETTLE_FIELDS.get(action, frozenset({"receipts"})))
     raw = doc.get("receipts")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
         raise invalid_field("/receipts",
@@ -133,8 +135,13 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
     backoffs = ({topic: await services.retry_backoff_of(topic, group)
                  for topic in {receipt.topic for receipt in receipts}} if action == "nack" else {})
-    count = await puller.settle(group, receipts, action, delay_ms, backoffs)
-    body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended"}[action]: count}
+    try:
+        reason = reject_reason(doc.get("reason")) if action == "reject" else ""
+    except ValueError as exc:
+        raise invalid_field("/reason", str(exc)) from None
+    count = await puller.settle(group, receipts, action, delay_ms, backoffs, reason)
+    body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended",
+                             "reject": "rejected"}[action]: count}
     # the ack timeout starts again, so does the receipt's validity: hand out new ones
     if action == "extend":
         body["receipts"] = _reissued(puller, receipts, principal_of(request).name, group)
@@ -174,6 +181,11 @@ async def nack(request: web.Request) -> web.Response:
 async def extend(request: web.Request) -> web.Response:
     """POST /v1/groups/{group}/extend {receipts}: restart the ack timeout."""
     return await _settle(request, "extend")
+
+
+async def reject(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/reject {receipts, reason?}: to the dead-letter topic now."""
+    return await _settle(request, "reject")
 
 
 async def _readable_topics(services: Services, request: web.Request,
@@ -378,5 +390,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/groups/{group}/ack", ack)
     app.router.add_post("/v1/groups/{group}/nack", nack)
     app.router.add_post("/v1/groups/{group}/extend", extend)
+    app.router.add_post("/v1/groups/{group}/reject", reject)
     app.router.add_post("/v1/groups/{group}/seek", seek)
     app.router.add_post("/v1/topics/{topic}/dlq/redrive", redrive_dead_letters)

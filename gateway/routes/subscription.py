@@ -44,13 +44,15 @@ from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-SETTLE_ACTIONS = ("ack", "nack", "extend")
+SETTLE_ACTIONS = ("ack", "nack", "extend", "reject")
+MAX_REASON_CHARS = 500
+DEFAULT_REJECT_REASON = "rejected by the consumer"
 TASK_STOP_TIMEOUT_S = 5.0
 MAX_REFS_PER_FRAME = 10_000
 _PARTITION, _OFFSET = itemgetter("partition"), itemgetter("offset")
 # settle frames waiting for the store; past this the socket stops reading (TCP pushes back)
 INBOX_FRAMES = 64
-SettleFrame = tuple[str, list[MessageRef], int]  # action, messages, delay_ms
+SettleFrame = tuple[str, list[MessageRef], int, str]  # action, messages, delay_ms, reason
 
 
 class ServedSubscription:
@@ -149,11 +151,11 @@ class ServedSubscription:
         assert hub is not None
         try:
             while inbox:
-                action, refs, delay_ms = inbox.pop(0)
+                action, refs, delay_ms, reason = inbox.pop(0)
                 if len(inbox) < INBOX_FRAMES // 2:
                     self.socket.resume_reading()
                 try:
-                    await hub.settle(session, refs, action, delay_ms)
+                    await hub.settle(session, refs, action, delay_ms, reason)
                 except StorageError as exc:
                     session.send_control(error_frame("unavailable",
                                                      f"{action} failed, retry: {exc.message}"))
@@ -245,10 +247,11 @@ def _close_at_expiry(session: Session, deadline_s: float | None) -> asyncio.Time
 
 # --- client frames --------------------------------------------------------------------------------
 def parse_settle(frame: Any) -> SettleFrame:
-    """An ``ack``/``nack``/``extend`` frame's action, messages and delay; ValueError says what is
-    wrong."""
+    """An ``ack``/``nack``/``extend``/``reject`` frame's action, messages, delay and reason;
+    ValueError says what is wrong."""
     if not isinstance(frame, dict) or frame.get("type") not in SETTLE_ACTIONS:
-        raise ValueError("expected {\"type\": \"ack\"|\"nack\"|\"extend\", \"messages\": [...]}")
+        raise ValueError("expected {\"type\": \"ack\"|\"nack\"|\"extend\"|\"reject\", "
+                         "\"messages\": [...]}")
     raw = frame.get("messages")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_REFS_PER_FRAME:
         raise ValueError(f"'messages' must be a list of 1 to {MAX_REFS_PER_FRAME} "
@@ -258,7 +261,17 @@ def parse_settle(frame: Any) -> SettleFrame:
     if (not isinstance(delay_ms, int) or isinstance(delay_ms, bool)
             or not 0 <= delay_ms <= 86_400_000):
         raise ValueError("'delay_ms' must be an integer between 0 and 86400000")
-    return str(frame["type"]), refs, delay_ms
+    return str(frame["type"]), refs, delay_ms, reject_reason(frame.get("reason"))
+
+
+def reject_reason(raw: Any) -> str:
+    """A ``reject``'s reason (absent: a default), checked: a string of at most
+    ``MAX_REASON_CHARS`` printable characters."""
+    if raw is None:
+        return DEFAULT_REJECT_REASON
+    if not isinstance(raw, str) or not 0 < len(raw) <= MAX_REASON_CHARS or not raw.isprintable():
+        raise ValueError(f"'reason' must be 1 to {MAX_REASON_CHARS} printable characters")
+    return raw
 
 
 def _message_refs(items: list[Any]) -> list[MessageRef]:

@@ -63,6 +63,12 @@ export class Settler {
     else this.timer ??= setTimeout(() => this.flush(), this.lingerMs);
   }
 
+  /** One settle frame of its own, at once (rare ones, such as a reject with its reason). */
+  sendNow(action: string, partition: number, offset: string, extra: Record<string, unknown>): void {
+    if (this.socket.readyState !== OPEN) return;
+    this.socket.send(JSON.stringify({ type: action, messages: [{ partition, offset }], ...extra }));
+  }
+
   /** Send every pending settle now. */
   flush(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
@@ -84,7 +90,7 @@ export class Settler {
 }
 
 /** One delivered message. In a group (without `autoAck`), `ack()` it when done, or `nack()` or
- * `extend()` it; in broadcast mode these do nothing. */
+ * `extend()` or `reject()` it; in broadcast mode these do nothing. */
 export class Message {
   readonly topic: string;
   readonly partition: number;
@@ -131,5 +137,12 @@ export class Message {
   /** Restart the message's ack timeout: it is still being worked on. */
   extend(): void {
     this.settler?.add("extend", this.partition, this.offset);
+  }
+
+  /** The message can never be processed: to the dead-letter topic now (`reason` lands in its
+   * `sg-dlq-reason` header), whatever the group's maxDeliveries says. */
+  reject(reason?: string): void {
+    this.settler?.sendNow("reject", this.partition, this.offset,
+                          reason === undefined ? {} : { reason });
   }
 }

@@ -246,3 +246,27 @@ test("a broadcast resumed past retention emits gap with the range that is gone, 
   assert.deepEqual(subscription.gaps, gaps);
   assert.equal(received[0].offset, firstKept);
 });
+
+test("a rejected message goes to the dead-letter topic at once with its reason",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  cleanup.push(() => makeClient().admin().deleteTopic(`${topic}.dlq`));
+  const client = makeClient();
+  await publish(client, topic, ["poison"]);
+  const subscription = subscribe(client, { topic, group: "strict", maxDeliveries: 10 });
+  const [message] = await take(subscription, 1);
+  message.reject("cannot parse");
+  let dead;
+  await eventually(10_000, "the dead letter", async () => {
+    try {
+      [dead] = (await client.admin().readPartition(`${topic}.dlq`, 0, { from: "earliest" }))
+        .messages;
+    } catch {
+      return false; // the dead-letter topic is created with the first dead letter
+    }
+    return dead !== undefined;
+  });
+  assert.equal(dead.value, "poison");
+  assert.equal(dead.headers["sg-dlq-reason"], "cannot parse");
+  assert.equal(dead.headers["sg-dlq-offset"], message.offset);
+});

@@ -272,6 +272,7 @@ def request_for(
         "pull": ("", {"topic": topic, "max_messages": 100}),
         "ackReceipts": ("", {"receipts": [receipt]}), "nackReceipts": ("", {"receipts": [receipt]}),
         "extendReceipts": ("", {"receipts": [receipt]}),
+        "rejectReceipts": ("", {"receipts": [receipt], "reason": "intruder"}),
         "seekGroup": ("", {"topic": topic, "to": "latest"}),
         "redrive": ("", {"max_messages": 10}),
     }

@@ -1,8 +1,10 @@
-"""A group's retry backoff on the real cluster: nacks without a delay and ack timeouts come back
-later each time, within the jitter's bounds; a delay still wins; pulls back off the same way."""
+"""Failed deliveries on the real cluster: with a group's retry backoff, nacks without a delay and
+ack timeouts come back later each time, within the jitter's bounds, a delay still wins, pulls back
+off the same way; a rejected message goes to the dead letters at once, with its reason."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 import uuid
@@ -10,6 +12,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from client import Consumer
 from partitioner.group_policy import RetryBackoff
 
 Client = TestClient[Any, Any]
@@ -91,3 +94,59 @@ async def test_a_pulled_message_nacked_without_a_delay_waits_out_the_groups_back
         assert time.monotonic() - started < 5
     assert again[0]["delivery_count"] == 2
     assert time.monotonic() - started >= 0.7  # at least half the backoff
+
+
+async def dead_letters(gateway: Client, topic: str) -> list[dict[str, Any]]:
+    replay = await gateway.get(f"/v1/topics/{topic}.dlq/partitions/0/messages",
+                               params={"from": "earliest"})
+    assert replay.status == 200, await replay.text()
+    return list((await replay.json())["messages"])
+
+
+async def test_a_rejected_message_goes_to_the_dead_letters_at_once_with_its_reason(
+        gateway: Client) -> None:
+    topic, offset = await one_message_topic(gateway)
+    base = str(gateway.make_url("/")).rstrip("/")
+    async with Consumer(base, topic, group="strict", max_deliveries=10) as consumer:
+        async for message in consumer:
+            await message.reject("schema v1 is not supported")
+            break
+        [dead] = await until_dead_lettered(gateway, topic)
+    assert dead["value"] == "flaky"
+    assert {k: dead["headers"][k] for k in ("sg-dlq-reason", "sg-dlq-offset",
+                                            "sg-dlq-delivery-count", "sg-dlq-group")} == {
+        "sg-dlq-reason": "schema v1 is not supported", "sg-dlq-offset": offset,
+        "sg-dlq-delivery-count": "1", "sg-dlq-group": "strict"}
+    described = await (await gateway.get("/v1/groups/strict", params={"topic": topic})).json()
+    assert [p["pending"] for p in described["topics"][0]["partitions"]] == [0]
+
+
+async def test_a_pulled_message_rejected_by_receipt_is_dead_lettered_and_acked(
+        gateway: Client) -> None:
+    topic, _ = await one_message_topic(gateway)
+    pulled = (await (await gateway.post("/v1/groups/pullers/pull",
+                                        json={"topic": topic})).json())["messages"]
+    bad = await gateway.post("/v1/groups/pullers/reject",
+                             json={"receipts": [pulled[0]["receipt"]], "reason": "a\nb"})
+    assert (bad.status, (await bad.json())["pointer"]) == (422, "/reason")
+    rejected = await gateway.post("/v1/groups/pullers/reject",
+                                  json={"receipts": [pulled[0]["receipt"]]})
+    assert await rejected.json() == {"rejected": 1}
+    [dead] = await until_dead_lettered(gateway, topic)
+    assert dead["headers"]["sg-dlq-reason"] == "rejected by the consumer"
+    again = await gateway.post("/v1/groups/pullers/pull", json={"topic": topic, "wait_ms": 300})
+    assert (await again.json())["messages"] == []
+
+
+async def until_dead_lettered(gateway: Client, topic: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    while not (found := await dead_letters_if_any(gateway, topic)):
+        assert time.monotonic() < deadline, "nothing dead-lettered"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def dead_letters_if_any(gateway: Client, topic: str) -> list[dict[str, Any]]:
+    if (await gateway.get(f"/v1/topics/{topic}.dlq")).status == 404:
+        return []
+    return await dead_letters(gateway, topic)

@@ -215,7 +215,7 @@ def test_every_documented_client_example_fits_its_schema_and_parses() -> None:
         if frame_type == "auth":
             assert accepted_as_first_frame(example)
             continue
-        action, refs, delay_ms = parse_settle(example)
+        action, refs, delay_ms, _ = parse_settle(example)
         assert action == frame_type
         assert refs == [(m["partition"], m["offset"]) for m in example["messages"]]
         assert delay_ms == example.get("delay_ms", 0)

@@ -52,7 +52,8 @@ class GatedHub:
         self.settled: list[tuple[str, list[MessageRef]]] = []
 
     async def settle(
-        self, session: Session, refs: list[MessageRef], action: str, delay_ms: int
+        self, session: Session, refs: list[MessageRef], action: str, delay_ms: int,
+        reason: str = ""
     ) -> None:
         await self.gate.wait()
         self.settled.append((action, refs))
@@ -136,16 +137,23 @@ async def test_a_frame_that_is_not_a_settle_frame_gets_an_error_frame_and_nothin
     await until(lambda: not services.subscriptions)
 
 
-def test_a_settle_frame_gives_its_action_refs_and_delay() -> None:
+def test_a_settle_frame_gives_its_action_refs_delay_and_reason() -> None:
     frame = {
         "type": "nack",
         "messages": [{"partition": 3, "offset": "5-1"}, {"partition": 0, "offset": "7-0"}],
         "delay_ms": 250,
     }
-    assert parse_settle(frame) == ("nack", [(3, "5-1"), (0, "7-0")], 250)
+    assert parse_settle(frame) == ("nack", [(3, "5-1"), (0, "7-0")], 250,
+                                   "rejected by the consumer")
     assert parse_settle(
         {"type": "ack", "messages": [{"partition": 1, "offset": "1-0", "extra": True}]}
-    ) == ("ack", [(1, "1-0")], 0)
+    )[:3] == ("ack", [(1, "1-0")], 0)
+    rejected = {"type": "reject", "messages": [{"partition": 1, "offset": "1-0"}],
+                "reason": "schema v1 unsupported"}
+    assert parse_settle(rejected)[3] == "schema v1 unsupported"
+    for bad in ("", "x" * 501, "line\nbreak", 7):
+        with pytest.raises(ValueError, match="reason"):
+            parse_settle({**rejected, "reason": bad})
 
 
 @pytest.mark.parametrize(
