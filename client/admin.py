@@ -180,6 +180,16 @@ class Admin:
             body |= {"partition": letter[0], "offset": letter[1]}
         return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
 
+    async def purge(self, topic: str, partition: int | None = None, *,
+                    dead_letters: bool = False) -> dict[str, Any]:
+        """POST /v1/topics/{topic}/purge (or ``.../dlq/purge`` with ``dead_letters``): remove every
+        message of the topic, or of one partition, at one cut; consumer groups move to the cut
+        (like SQS's PurgeQueue, per partition atomic) -> ``{"topic", "purged", "scheduled",
+        "partitions"}``. Admin only; audited by the gateway."""
+        path = f"/v1/topics/{topic}/dlq/purge" if dead_letters else f"/v1/topics/{topic}/purge"
+        return await self._call("POST", path,
+                                body={} if partition is None else {"partition": partition})
+
     # --- transport --------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
                     params: dict[str, str] | None = None) -> dict[str, Any]:

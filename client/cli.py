@@ -71,6 +71,8 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     produce.add_argument("--key", default=None, help="message key (partitioning)")
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
     produce.add_argument("--header", action="append", default=[], metavar="K=V", help="repeatable")
+    produce.add_argument("--ttl-ms", type=int, default=None,
+                         help="time to live: not delivered once this long has passed")
 
 
 def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -93,7 +95,8 @@ def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                 url: argparse.ArgumentParser) -> None:
-    topics = commands.add_parser("topics", help="list, create, grow, describe and delete topics")
+    topics = commands.add_parser("topics",
+                                 help="list, create, grow, describe, purge and delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     actions.add_parser("list", parents=[url], help="one line per topic")
     create = actions.add_parser("create", parents=[url])
@@ -110,6 +113,11 @@ def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                               help="add partitions; every key keeps its order for consumers")
     grow.add_argument("name")
     grow.add_argument("--partitions", type=int, required=True)
+    purge = actions.add_parser("purge", parents=[url],
+                               help="remove every message (of one partition with --partition); "
+                                    "consumer groups move past them")
+    purge.add_argument("name")
+    purge.add_argument("--partition", type=int, default=None)
     for name in ("describe", "delete"):
         actions.add_parser(name, parents=[url]).add_argument("name")
 
@@ -209,13 +217,13 @@ async def _produce(args: argparse.Namespace) -> int:
                         token=args.token) as producer:
         if args.values:
             results = await producer.send_many(
-                [{"value": parse_value(v), "key": args.key, "headers": headers}
-                 for v in args.values])
+                [{"value": parse_value(v), "key": args.key, "headers": headers,
+                  "ttl_ms": args.ttl_ms} for v in args.values])
             for result in results:
                 emit(_result_document(result))
             return 0
         progress = Progress(sys.stderr) if sys.stderr.isatty() else None
-        await _produce_stdin(producer, args.key, headers, progress)
+        await _produce_stdin(producer, args.key, headers, progress, args.ttl_ms)
         if progress is not None:
             progress.summary()
     return 0
@@ -250,10 +258,10 @@ class Progress:
 
 
 async def _produce_stdin(producer: Producer, key: str | None, headers: dict[str, str] | None,
-                         progress: Progress | None) -> None:
+                         progress: Progress | None, ttl_ms: int | None = None) -> None:
     """Send stdin's lines a block at a time (each block's lines as batches of their own, several
     blocks in flight), print their results in input order as they come back."""
-    head = message_head(key, headers)
+    head = message_head(key, headers, ttl_ms)
     pending: deque[asyncio.Future[list[SendResult]]] = deque()
     async for lines in _stdin_blocks():
         encoded = [head + json_or_string(line) + b"}" for line in lines]
@@ -266,13 +274,16 @@ async def _produce_stdin(producer: Producer, key: str | None, headers: dict[str,
         _emit_results(await pending.popleft(), progress)
 
 
-def message_head(key: str | None, headers: Mapping[str, str] | None) -> bytes:
-    """A message's JSON up to its value: ``{"key":...,"headers":...,"value":``."""
+def message_head(key: str | None, headers: Mapping[str, str] | None,
+                 ttl_ms: int | None = None) -> bytes:
+    """A message's JSON up to its value: ``{"key":...,"headers":...,"ttl_ms":...,"value":``."""
     head = b"{"
     if key is not None:
         head += b'"key":' + orjson.dumps(key) + b","
     if headers:
         head += b'"headers":' + orjson.dumps(headers) + b","
+    if ttl_ms is not None:
+        head += b'"ttl_ms":%d,' % ttl_ms
     return head + b'"value":'
 
 
@@ -348,6 +359,8 @@ async def _topics(args: argparse.Namespace) -> int:
             emit(await admin.grow_topic(args.name, args.partitions))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))
+        elif args.action == "purge":
+            emit(await admin.purge(args.name, args.partition))
         else:
             await admin.delete_topic(args.name)
             emit({"deleted": args.name})

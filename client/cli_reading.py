@@ -66,7 +66,7 @@ def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     peek_parser.add_argument("--topic", required=True)
     peek_parser.add_argument("--max-messages", type=int, default=10)
 
-    dlq_parser = commands.add_parser("dlq", help="list or redrive a topic's dead letters")
+    dlq_parser = commands.add_parser("dlq", help="list, redrive or purge a topic's dead letters")
     actions = dlq_parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[url], help="print the dead letters")
     listing.add_argument("topic", help="the source topic (its dead letters are in <topic>.dlq)")
@@ -78,6 +78,9 @@ def add_reading_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     redrive.add_argument("--rate-per-s", type=int, default=None)
     redrive.add_argument("--letter", type=dead_letter, default=None, metavar="PARTITION:OFFSET",
                          help="only this dead letter (its partition and offset in <topic>.dlq)")
+    purge = actions.add_parser("purge", parents=[url], help="remove the dead letters (admin)")
+    purge.add_argument("topic")
+    purge.add_argument("--partition", type=int, default=None)
 
 
 def dead_letter(text: str) -> tuple[int, str]:
@@ -207,11 +210,15 @@ async def peek(args: argparse.Namespace) -> int:
 
 
 async def dlq(args: argparse.Namespace) -> int:
-    """``list``: the dead letters of a topic; ``redrive``: send them back to it."""
-    if args.action == "redrive":
+    """``list``: the dead letters of a topic; ``redrive``: send them back to it; ``purge``: remove
+    them."""
+    if args.action in ("redrive", "purge"):
         async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
-            emit(await admin.redrive(args.topic, args.max_messages, rate_per_s=args.rate_per_s,
-                                     letter=args.letter))
+            if args.action == "purge":
+                emit(await admin.purge(args.topic, args.partition, dead_letters=True))
+            else:
+                emit(await admin.redrive(args.topic, args.max_messages,
+                                         rate_per_s=args.rate_per_s, letter=args.letter))
         return 0
     source = args.topic
     args.topic, args.partition, args.from_, args.from_time_ms = (f"{source}.dlq", None,

@@ -90,10 +90,12 @@ class _Lane:
 
 def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
-                   partition: int | None = None, expected_offset: str | None = None) -> bytes:
+                   partition: int | None = None, expected_offset: str | None = None,
+                   ttl_ms: int | None = None) -> bytes:
     """One message of a publish body as JSON; ``bytes`` values go as ``value_b64``."""
     if (value_b64 is None and headers is None and partition is None and value is not _MISSING
-            and expected_offset is None and not isinstance(value, bytes | bytearray)):
+            and expected_offset is None and ttl_ms is None
+            and not isinstance(value, bytes | bytearray)):
         return _dumps({"value": value} if key is None else {"key": key, "value": value})
     doc: dict[str, Any] = {}
     if isinstance(value, bytes | bytearray):
@@ -107,7 +109,8 @@ def encode_message(value: Any = _MISSING, *, value_b64: bytes | str | None = Non
     else:
         doc["value"] = value
     for name, item in (("key", key), ("headers", dict(headers) if headers else None),
-                       ("partition", partition), ("expected_offset", expected_offset)):
+                       ("partition", partition), ("expected_offset", expected_offset),
+                       ("ttl_ms", ttl_ms)):
         if item is not None:
             doc[name] = item
     return _dumps(doc)
@@ -240,13 +243,16 @@ class Producer:
 
     async def send(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                    key: str | None = None, headers: Mapping[str, str] | None = None,
-                   partition: int | None = None) -> asyncio.Future[SendResult]:
+                   partition: int | None = None,
+                   ttl_ms: int | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; returns the future of its ``SendResult`` (which raises
-        ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full."""
+        ``ProblemError`` or ``ConnectionFailed``). Waits only while the buffer is full.
+        ``ttl_ms``: not delivered once that long has passed since it was written."""
         if not (self._lanes_known and self._room.is_set()) or self._closed:
             await self._until_queueable()
         future = self._enqueue(encode_message(value, value_b64=value_b64, key=key,
-                                              headers=headers, partition=partition),
+                                              headers=headers, partition=partition,
+                                              ttl_ms=ttl_ms),
                                self._lane_of(key, partition))
         if self._cut_since_yield:
             # a batch is ready: let its lane's sender (and answers that came in) run, even when
@@ -257,7 +263,8 @@ class Producer:
 
     async def send_and_wait(self, value: Any = _MISSING, *, value_b64: bytes | str | None = None,
                             key: str | None = None, headers: Mapping[str, str] | None = None,
-                            partition: int | None = None) -> SendResult:
+                            partition: int | None = None,
+                            ttl_ms: int | None = None) -> SendResult:
         """Publish one message and wait for its result; raises ``ProblemError`` or
         ``ConnectionFailed``. When its lane is idle the request leaves from the caller's task, at
         once."""
@@ -265,10 +272,10 @@ class Producer:
             lane = self._lanes[self._lane_of(key, partition)]
             if not (lane.busy or lane.ready or lane.open.encoded or lane.timer):
                 encoded = encode_message(value, value_b64=value_b64, key=key, headers=headers,
-                                         partition=partition)
+                                         partition=partition, ttl_ms=ttl_ms)
                 return (await self._send_alone(lane, encoded))[0]
         return await (await self.send(value, value_b64=value_b64, key=key, headers=headers,
-                                      partition=partition))
+                                      partition=partition, ttl_ms=ttl_ms))
 
     async def _send_alone(self, lane: _Lane, encoded: bytes) -> list[SendResult]:
         """Deliver one message on an idle lane from the caller's task (no sender task, no future);
@@ -297,7 +304,8 @@ class Producer:
                 encoded, positions = by_lane.setdefault(self._lane_of(key, partition), ([], []))
                 encoded.append(encode_message(m.get("value", _MISSING),
                                               value_b64=m.get("value_b64"), key=key,
-                                              headers=m.get("headers"), partition=partition))
+                                              headers=m.get("headers"), partition=partition,
+                                              ttl_ms=m.get("ttl_ms")))
                 positions.append(count)
                 count += 1
             answers = [(positions, self._queue_whole(lane, encoded))

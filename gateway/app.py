@@ -21,7 +21,16 @@ from gateway.group_quota import GroupNames, GroupQuota
 from gateway.growth import Growth, GrowthPauses
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
-from gateway.routes import console, groups, health, history, messages, subscribe, topics
+from gateway.routes import (
+    console,
+    groups,
+    health,
+    history,
+    messages,
+    purge,
+    subscribe,
+    topics,
+)
 from gateway.services import SERVICES, Services
 from gateway.settings import GatewaySettings
 from gateway.throttle import RateLimits, Throttle
@@ -85,7 +94,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
-    for module in (topics, messages, history, subscribe, groups, health):
+    for module in (topics, messages, history, subscribe, groups, purge, health):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)

@@ -150,13 +150,15 @@ TOPICS = DashboardSpec(
               (f"sum by (topic) (rate(streamgate_publish_bytes_total{T}{RATE}))", "{{topic}}")),
         panel("Partitions per topic", "short", "Each topic's partition count.",
               (f"max by (topic) (streamgate_topic_partitions{T})", "{{topic}}")),
-        panel("Entries trimmed by retention", "short",
-              "Entries removed by time or length retention, and by compaction (superseded "
-              "messages and tombstones of compacted topics), per second.",
+        panel("Entries trimmed, compacted and purged", "short",
+              "Entries removed by time or length retention, by compaction (superseded "
+              "messages and tombstones of compacted topics) and by purges, per second.",
               (f"sum by (topic) (rate(streamgate_retention_trimmed_entries_total{T}{RATE}))",
                "{{topic}}"),
               (f"sum by (topic) (rate(streamgate_compacted_entries_total{T}{RATE}))",
-               "{{topic}} compacted")),
+               "{{topic}} compacted"),
+              (f"sum by (topic) (rate(streamgate_purged_entries_total{T}{RATE}))",
+               "{{topic}} purged")),
         panel("Delayed messages promoted", "short",
               "Delayed messages moved into their stream per second.",
               (f"sum by (topic) (rate(streamgate_delayed_promoted_messages_total{T}{RATE}))",
@@ -204,6 +206,11 @@ GROUPS = DashboardSpec(
               (f"sum by (topic, group, by) "
                f"(increase(streamgate_group_dead_lettered_total{TG}{RATE}))",
                "{{topic}} {{group}} by {{by}}")),
+        panel("Expired, not delivered", "short",
+              "Messages whose time to live passed before delivery (a group acks them), by mode.",
+              (f"sum by (topic, group, mode) "
+               f"(increase(streamgate_delivery_expired_total{TG}{RATE}))",
+               "{{topic}} {{group}} {{mode}}")),
         panel("Dropped un-acked by retention", "short",
               "Entries retention removed before the group acked them.",
               (f"sum by (topic, group) "

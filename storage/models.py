@@ -322,6 +322,19 @@ class ScheduledResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What purging one partition removed: ``removed`` entries and ``scheduled`` delayed messages,
+    all up to ``cut`` (the partition's last offset, None when it never had an entry); ``groups``
+    moved their positions to the cut."""
+
+    partition: int
+    removed: int
+    scheduled: int
+    cut: str | None
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TrimReport:
     """What a retention trim removed from one partition.
 

@@ -10,6 +10,7 @@ from storage.models import (
     AppendOptions,
     Conditions,
     PartitionInfo,
+    PurgeReport,
     Record,
     Records,
     StoredEntry,
@@ -81,6 +82,11 @@ class StreamStore(Protocol):
 
     async def delete_entries(self, topic: str, partition: int, offsets: Sequence[str]) -> int:
         """Remove entries by offset; returns how many were there (deleting again is 0)."""
+        ...
+
+    async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
+        """Remove every entry and scheduled message of a partition at one cut; consumer groups'
+        positions follow the cut."""
         ...
 
     async def delete_topic(self, topic: str, partitions: int) -> None:

@@ -27,6 +27,7 @@ from storage.models import (
     AppendOptions,
     Conditions,
     PartitionInfo,
+    PurgeReport,
     Record,
     Records,
     StoredEntry,
@@ -37,6 +38,7 @@ from storage.overview import (
     read_last_offsets,
     read_overviews,
 )
+from storage.purge import Purge
 from storage.rate_limit import RedisRateLimiter
 from storage.resp import ClusterDownError, encode_command
 from storage.retention import RedisRetention
@@ -349,6 +351,11 @@ class RedisStreamStore:
             for index, p in enumerate(group):
                 replies[3 * p:3 * p + 3] = answer[3 * index:3 * index + 3]
         return replies
+
+    async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
+        """Remove every entry and scheduled message of a partition at one cut; each group's
+        position moves to the cut and its pending entries below it are acked."""
+        return await Purge(self.router, self._lanes).partition(topic, partition)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
         """Remove every key of the topic's partitions: streams, delayed messages and idempotency

@@ -2,17 +2,19 @@
 
 Each partition is followed by reading pages after the session's cursor (XRANGE), as fast as the
 session's credit allows, and polling briefly when caught up. Entries the session's header filter
-rejects are skipped. Delivery is at-most-once per connection and resumable: the cursor (the last
-offset handed to the socket, per partition) is the ``from`` of the next subscription.
+rejects, and expired ones, are skipped. Delivery is at-most-once per connection and resumable: the
+cursor (the last offset handed to the socket, per partition) is the ``from`` of the next
+subscription.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from gateway.delivery.expiry import BroadcastCounts, is_expired, now_ms, report_expired
 from gateway.delivery.session import Session
 from gateway.observe.metrics import GatewayMetrics
-from storage.models import Delivery
+from storage.models import Delivery, StoredEntry
 from storage.protocol import StreamStore
 
 PAGE_MAX = 500
@@ -33,8 +35,7 @@ async def resolve_start(store: StreamStore, session: Session,
 async def follow_partition(store: StreamStore, session: Session, partition: int, after: str | None,
                            metrics: GatewayMetrics | None = None) -> None:
     """Deliver a partition's entries to the session, forever (cancelled when the session ends)."""
-    delivered = (metrics or GatewayMetrics.create()).deliveries.labels(session.topic, "",
-                                                                       "broadcast")
+    counts = BroadcastCounts.of(metrics or GatewayMetrics.create(), session.topic)
     credit = asyncio.Event()
     session.watch_credit(credit)
     from_time_ms = session.params.from_time_ms if after is None else None
@@ -52,13 +53,18 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
             if not entries:
                 await asyncio.sleep(IDLE_POLL_S)
                 continue
+            at_ms = now_ms()
+            expired: list[StoredEntry] = []
             for entry in entries:
                 # Other partitions share the credit, so it may run out mid-page: re-read from here
                 # later.
-                if header_filter.matches(entry.headers):
+                if entry.headers and is_expired(entry.headers, at_ms):
+                    expired.append(entry)
+                elif header_filter.matches(entry.headers):
                     if not session.offer(Delivery(entry, 1)):
                         break
-                    delivered.inc()
+                    counts.delivered.inc()
                 after, from_time_ms = entry.offset, None
+            report_expired(counts.expired, session.topic, "", expired)
     finally:
         session.unwatch_credit(credit)

@@ -25,6 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
+from gateway.delivery.expiry import (
+    deliveries_may_expire,
+    is_expired,
+    now_ms,
+    report_expired,
+)
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.redelivery import (
@@ -40,7 +46,7 @@ from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
-from storage.models import Delivery, first_deliveries
+from storage.models import Delivery, StoredEntry, first_deliveries
 
 log = logging.getLogger(__name__)
 
@@ -320,19 +326,24 @@ class GroupReader:
         """Route first deliveries: without a filter every one goes out (a delivery count of 1 is
         always within max_deliveries, which is at least 1), so the whole read joins the backlog at
         once."""
-        if self.config.filter.is_empty:
+        if self.config.filter.is_empty and not deliveries_may_expire(deliveries):
             self._backlog.extend(deliveries)
             await self._dispatch()
         else:
             await self._accept(deliveries)
 
     async def _accept(self, deliveries: Sequence[Delivery]) -> None:
-        """Route fresh deliveries: dead letters, filtered-out acks, the rest to the backlog and
-        out."""
+        """Route fresh deliveries: expired and filtered-out ones acked, dead letters, the rest to
+        the backlog and out."""
         to_ack: list[str] = []
+        expired: list[StoredEntry] = []
+        at_ms = now_ms()
         for delivery in deliveries:
             entry = delivery.entry
-            if delivery.delivery_count > self.config.max_deliveries:
+            if entry.headers and is_expired(entry.headers, at_ms):
+                expired.append(entry)
+                to_ack.append(entry.offset)
+            elif delivery.delivery_count > self.config.max_deliveries:
                 await self._dead_letters(self.topic, self.group, delivery,
                                          "max_deliveries exceeded")
                 to_ack.append(entry.offset)
@@ -342,6 +353,7 @@ class GroupReader:
                 self._backlog.append(delivery)
         if to_ack:
             await self._store.ack(self.topic, self.partition, self.group, to_ack)
+        report_expired(self._metrics.expired.labels(*self._labels), self.topic, self.group, expired)
         await self._dispatch()
 
     async def _dispatch(self) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from gateway.delivery.broadcast import follow_partition, resolve_start
+from gateway.delivery.expiry import BroadcastCounts
 from gateway.delivery.group_reader import GroupConfig
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.params import Mode, SubscribeParams
@@ -63,8 +64,8 @@ async def start_broadcast(session: Session, services: Services, hub: DeliveryHub
     _send_assignment(session, range(topic.partitions))
     if session.params.start == "cursor":
         await tell_of_gaps(session, hub.store, positions)
-    delivered = services.metrics.deliveries.labels(session.topic, "", "broadcast")
-    return BroadcastFollow(hub.tails, services.store, session, positions, delivered, services.cache,
+    counts = BroadcastCounts.of(services.metrics, session.topic)
+    return BroadcastFollow(hub.tails, services.store, session, positions, counts, services.cache,
                            on_growth=lambda count: _send_assignment(session, range(count)),
                            on_error=lambda exc: on_error(session, exc))
 

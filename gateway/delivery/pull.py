@@ -16,13 +16,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.delivery.redelivery import DeadLetterSink, dead_letter_now, due_again, nack_idles
 from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.groups_protocol import GroupStore
-from storage.models import Delivery, first_deliveries
+from storage.models import Delivery, StoredEntry, first_deliveries
 
 PULL_CONSUMER = "http-pull"
 POLL_INTERVAL_S = 0.05
@@ -73,12 +74,32 @@ class Puller:
                 entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
                                                      count=wanted, block_ms=0, until=cap)
                 deliveries += first_deliveries(entries)
+            if deliveries_may_expire(deliveries):
+                deliveries = await self._drop_expired(group, request.topic, deliveries)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0:
                 self._metrics.count_deliveries(request.topic, group, "pull",
                                                (d.delivery_count for d in deliveries))
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+    async def _drop_expired(self, group: str, topic: str,
+                            deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries still live; the expired ones acked for the group, counted and logged."""
+        at_ms = now_ms()
+        live: list[Delivery] = []
+        expired: dict[int, list[StoredEntry]] = defaultdict(list)
+        for delivery in deliveries:
+            entry = delivery.entry
+            if entry.headers and is_expired(entry.headers, at_ms):
+                expired[entry.partition].append(entry)
+            else:
+                live.append(delivery)
+        counter = self._metrics.expired.labels(topic, group, "pull")
+        for partition, entries in expired.items():
+            await self.store.ack(topic, partition, group, [entry.offset for entry in entries])
+            report_expired(counter, topic, group, entries)
+        return live
 
     async def _cap(self, topic: str, group: str, partition: int) -> str | None:
         if self._gate_of is None:

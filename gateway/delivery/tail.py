@@ -18,8 +18,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Protocol
 
+from gateway.delivery.expiry import BroadcastCounts, is_expired, may_expire, now_ms, report_expired
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key, session_consumed
 from gateway.delivery.session import Session, Waker
@@ -45,10 +46,10 @@ TailKey = tuple[str, int]
 class TailFollower:
     """One session's position in one partition, either catching up on its own or fed by the tail."""
 
-    __slots__ = ("after", "delivered", "from_time_ms", "gate", "joined", "partition", "session",
+    __slots__ = ("after", "counts", "from_time_ms", "gate", "joined", "partition", "session",
                  "skip_through", "wake")
 
-    def __init__(self, session: Session, partition: int, after: str | None, delivered: Any,
+    def __init__(self, session: Session, partition: int, after: str | None, counts: BroadcastCounts,
                  wake: Waker) -> None:
         self.session = session
         self.partition = partition
@@ -57,7 +58,7 @@ class TailFollower:
         self.joined = False
         # joined ahead of the tail: skip what it re-reads
         self.skip_through: tuple[int, int] | None = None
-        self.delivered = delivered
+        self.counts = counts
         self.wake = wake
         self.gate: Gate | None = None  # the session's growth gate, for a grown topic
 
@@ -70,10 +71,10 @@ class TailFollower:
         ``frames_bytes`` is the size of ``frames`` when the tail measured it.
         """
         header_filter: HeaderFilter = self.session.params.filter
-        if header_filter.is_empty:
+        if header_filter.is_empty and not may_expire(entries):
             chosen, chosen_frames, chosen_offsets = entries, frames, offsets
         else:
-            picked = [i for i, entry in enumerate(entries) if header_filter.matches(entry.headers)]
+            picked = self._pick(header_filter, entries)
             chosen = [entries[i] for i in picked]
             chosen_frames = None if frames is None else [frames[i] for i in picked]
             chosen_offsets = [offsets[i] for i in picked]
@@ -88,7 +89,7 @@ class TailFollower:
                             else chosen_offsets[:taken])
             known_size = frames_bytes if page is frames else None
             taken = session.offer_frames(self.partition, page, page_offsets, known_size)
-            self.delivered.inc(taken)
+            self.counts.delivered.inc(taken)
         if taken < len(chosen):
             if taken:
                 self.after = chosen[taken - 1].offset
@@ -96,6 +97,20 @@ class TailFollower:
         if entries:
             self.after = entries[-1].offset
         return True
+
+    def _pick(self, header_filter: HeaderFilter, entries: list[StoredEntry]) -> list[int]:
+        """The indexes of the entries the filter passes and that have not expired (those are
+        counted and logged)."""
+        at_ms = now_ms()
+        picked: list[int] = []
+        expired: list[StoredEntry] = []
+        for i, entry in enumerate(entries):
+            if entry.headers and is_expired(entry.headers, at_ms):
+                expired.append(entry)
+            elif header_filter.matches(entry.headers):
+                picked.append(i)
+        report_expired(self.counts.expired, self.session.topic, "", expired)
+        return picked
 
     def take_from_tail(self, entries: list[StoredEntry], frames: list[bytes], offsets: list[str],
                        frames_bytes: int | None = None) -> bool:
@@ -299,14 +314,14 @@ class BroadcastFollow:
     count. A catch-up failure goes to ``on_error`` (the caller closes the session).
     """
 
-    __slots__ = ("_delivered", "_followers", "_gate", "_grown_to", "_on_error", "_on_growth",
+    __slots__ = ("_counts", "_followers", "_gate", "_grown_to", "_on_error", "_on_growth",
                  "_recheck", "_session", "_store", "_tails", "_task", "_unwatch", "closed")
 
     def __init__(self, tails: BroadcastTails, store: StreamStore, session: Session,
-                 positions: dict[int, str | None], delivered: Any,
+                 positions: dict[int, str | None], counts: BroadcastCounts,
                  growth: GrowthWatch | None = None, on_growth: Callable[[int], None] | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
-        self._tails, self._store, self._session, self._delivered = tails, store, session, delivered
+        self._tails, self._store, self._session, self._counts = tails, store, session, counts
         self._on_growth, self._on_error = on_growth, on_error
         # a partition past a growth's fence waits for this session's reads of its sources
         self._gate = None if growth is None else Gate(growth, session.topic, self._consumed)
@@ -331,7 +346,7 @@ class BroadcastFollow:
             self._task.add_done_callback(self._catch_up_ended)
 
     def _follower(self, partition: int, after: str | None) -> TailFollower:
-        follower = TailFollower(self._session, partition, after, self._delivered, self)
+        follower = TailFollower(self._session, partition, after, self._counts, self)
         follower.gate = self._gate
         return follower
 

@@ -39,6 +39,8 @@ class GatewayMetrics:
     delayed_promoted: Counter
     retention_trimmed: Counter
     compacted: Counter
+    purges: Counter
+    purged: Counter
     retention_unacked_dropped: Counter
     partitions_owned: Gauge
     group_lag_entries: Gauge
@@ -54,6 +56,7 @@ class GatewayMetrics:
     redeliveries: CellCounter
     acks: CellCounter
     nacks: CellCounter
+    expired: CellCounter
     websocket_connections: Gauge
     websocket_slow_closes: Counter
     topic_partitions: Gauge
@@ -111,6 +114,11 @@ class GatewayMetrics:
             compacted=Counter("streamgate_compacted_entries_total",
                               "Superseded messages and tombstones removed from compacted topics",
                               ["topic"], registry=registry),
+            purges=Counter("streamgate_purges_total", "Purge calls, by the topic purged",
+                           ["topic"], registry=registry),
+            purged=Counter("streamgate_purged_entries_total",
+                           "Entries and scheduled messages removed by purges", ["topic"],
+                           registry=registry),
             retention_unacked_dropped=Counter("streamgate_retention_unacked_dropped_total",
                                               "Entries removed by retention before a group acked "
                                               "them", ["topic", "group"], registry=registry),
@@ -214,6 +222,9 @@ def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
         "nacks": CellCounter("streamgate_delivery_nacks_total",
                              "Deliveries negatively acknowledged by clients", labels,
                              registry=registry),
+        "expired": CellCounter("streamgate_delivery_expired_total",
+                               "Messages not delivered because their time to live had passed "
+                               "(acked for a group)", labels, registry=registry),
         "websocket_connections": Gauge("streamgate_websocket_connections",
                                        "Open WebSocket subscriptions by mode", ["mode"],
                                        registry=registry),

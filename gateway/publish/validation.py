@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from gateway.delivery.expiry import EXPIRES_AT
 from gateway.errors import bad_request, invalid_field, too_large
 from gateway.offsets import parse_offset
 from gateway.publish.plain_codec import parse_plain, scan_plain_body
@@ -24,9 +25,10 @@ from storage.models import NO_MESSAGE, ValueFormat
 ACKS_VALUES = ("0", "1", "all")
 BODY_FIELDS = frozenset({"messages", "acks", "expected_last_offset"})
 MESSAGE_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "idempotency_key",
-                            "delay_ms", "deliver_at_ms", "expected_offset"})
+                            "delay_ms", "deliver_at_ms", "expected_offset", "ttl_ms"})
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000
 MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_EPOCH_DIGITS = 16
 T = TypeVar("T")
 
 
@@ -250,17 +252,41 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
     if idempotency_key is None and idem_header is not None:
         idempotency_key = f"{idem_header}:{index}"
     has_due = "delay_ms" in raw or "deliver_at_ms" in raw
+    due_ms = _parse_due(raw, pointer, now_ms) if has_due else None
+    headers = _parse_headers(raw.get("headers"), pointer, limits)
+    if "ttl_ms" in raw or EXPIRES_AT in headers:
+        headers = _with_expiry(raw, headers, pointer, due_ms or now_ms)
     return IncomingMessage(
         value,
         value_format,
         _parse_key(raw.get("key"), pointer, limits),
-        _parse_headers(raw.get("headers"), pointer, limits),
+        headers,
         _parse_partition(raw.get("partition"), pointer),
         idempotency_key,
-        _parse_due(raw, pointer, now_ms) if has_due else None,
+        due_ms,
         (None if (expected := raw.get("expected_offset")) is None
          else parse_expected(expected, f"{pointer}/expected_offset")),
     )
+
+
+def _with_expiry(raw: dict[str, Any], headers: dict[str, str], pointer: str,
+                 start_ms: int) -> dict[str, str]:
+    """The headers with the expiry a ``ttl_ms`` sets (counted from when the message joins its
+    stream), or with an ``sg-expires-at`` header checked as epoch ms."""
+    ttl = raw.get("ttl_ms")
+    if ttl is None:
+        given = headers[EXPIRES_AT]
+        if not (given.isascii() and given.isdigit() and len(given) <= MAX_EPOCH_DIGITS):
+            raise invalid_field(f"{pointer}/headers/{EXPIRES_AT}",
+                                f"'{EXPIRES_AT}' must be epoch milliseconds (digits only)")
+        return headers
+    if EXPIRES_AT in headers:
+        raise invalid_field(f"{pointer}/ttl_ms",
+                            f"give at most one of 'ttl_ms' and the '{EXPIRES_AT}' header")
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= MAX_DELAY_MS:
+        raise invalid_field(f"{pointer}/ttl_ms",
+                            f"'ttl_ms' must be an integer from 1 to {MAX_DELAY_MS}")
+    return {**headers, EXPIRES_AT: str(start_ms + ttl)}
 
 
 def _parse_due(raw: dict[str, Any], pointer: str, now_ms: int) -> int | None:

@@ -157,6 +157,18 @@ async def _pull_and_leave_lag(http: aiohttp.ClientSession, a: str, orders: str, 
     assert await _publish(http, a, short, [{"value": n} for n in range(10)]) == 200
 
 
+async def _expire_and_purge(http: aiohttp.ClientSession, a: str, topic: str) -> None:
+    """Messages that expire before a pull reaches them, then a purge of what is left."""
+    assert await _publish(http, a, topic, [{"value": n, "ttl_ms": 1} for n in range(3)]) == 200
+    assert await _publish(http, a, topic, [{"value": "kept"}]) == 200
+    await asyncio.sleep(0.05)
+    async with http.post(f"{a}/v1/groups/pullers/pull",
+                         json={"topic": topic, "max_messages": 10}) as response:
+        assert [m["value"] for m in (await _json(response))["messages"]] == ["kept"]
+    async with http.post(f"{a}/v1/topics/{topic}/purge") as response:
+        assert (await _json(response))["purged"] == 4
+
+
 async def _slow_broadcast_subscriber(http: aiohttp.ClientSession, a: str, bulk: str) -> None:
     """A broadcast subscriber that never reads while 6 MB wait for it: closed with 4008."""
     for start in range(0, 60, 20):
@@ -235,13 +247,14 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
     started = time.time()
     suffix = uuid.uuid4().hex[:6]
     orders, short, bulk = f"orders-{suffix}", f"short-{suffix}", f"bulk-{suffix}"
-    profiles = f"profiles-{suffix}"
+    profiles, expiring = f"profiles-{suffix}", f"expiring-{suffix}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         await _create_topics(http, a,
                              {orders: {"partitions": 4},
                               short: {"partitions": 2, "retention_ms": 1000},
                               bulk: {"partitions": 1},
-                              profiles: {"partitions": 1, "compact": True, "retention_ms": 1}})
+                              profiles: {"partitions": 1, "compact": True, "retention_ms": 1},
+                              expiring: {"partitions": 1}})
         # a compacted topic's superseded values, compacted by its partition's owner
         assert await _publish(http, a, profiles, [{"key": "p", "value": n} for n in range(5)]) \
             == 200
@@ -249,6 +262,7 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
         await _drive_publishes(http, a, b, orders)
         await _group_subscriber_until_dead_letter(http, a, orders)
         await _pull_and_leave_lag(http, a, orders, short)
+        await _expire_and_purge(http, a, expiring)
         await slow
         # Retention runs on the partitions' owners, which may be either gateway.
         await _wait_for_metric(http, (a, b), "streamgate_retention_unacked_dropped_total{", 15)

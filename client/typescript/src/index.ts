@@ -12,8 +12,8 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  GroupMember, GroupPartition, GroupTopic, HistoryPage, PartitionDetails, ReplayPage, SeekTarget,
-  StoredMessage, Topic, TopicDetails,
+  GroupMember, GroupPartition, GroupTopic, HistoryPage, PartitionDetails, PurgeResult, ReplayPage,
+  SeekTarget, StoredMessage, Topic, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

@@ -35,6 +35,9 @@ export interface ProducerMessage {
   /** A conditional append (`sendConditional`): the offset of the key's newest message, or
    * `"none"`; on the key's first message in the request. */
   expectedOffset?: string;
+  /** Time to live: no subscriber or pull gets the message once this long has passed since it
+   * joined its stream (stored as the `sg-expires-at` header). */
+  ttlMs?: number;
 }
 
 /** Where a message was written. With acks `"0"` partition and offset are null; a scheduled
@@ -308,6 +311,7 @@ export function encodeMessage(message: ProducerMessage): string {
     ["headers", message.headers], ["partition", message.partition],
     ["idempotency_key", message.idempotencyKey], ["delay_ms", message.delayMs],
     ["deliver_at_ms", message.deliverAtMs], ["expected_offset", message.expectedOffset],
+    ["ttl_ms", message.ttlMs],
   ];
   for (const [name, item] of optional) if (item !== undefined) doc[name] = item;
   return JSON.stringify(doc);

@@ -1,5 +1,5 @@
 // Administration and replay against a real gateway: listings, replay pages, group state and seek,
-// dead letters redriven one by one and all together.
+// dead letters redriven one by one and all together, purges, messages with a time to live.
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import { ProblemError } from "../dist/index.js";
@@ -111,4 +111,24 @@ test("dead letters go back one by one and all together, and leave the dead-lette
   assert.deepEqual((await admin().readPartition(`${topic}.dlq`, 0)).messages, []);
   const values = (await admin().readPartition(topic, 0)).messages.map((m) => m.value);
   assert.deepEqual(values.sort(), ["first", "first", "second", "second"]);
+});
+
+test("a purge empties a partition, then the dead letters; an expired message reaches no puller",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(2, cleanup);
+  await publish(topic, [{ value: "a", partition: 0 }, { value: "b", partition: 1 },
+                        { value: "gone", partition: 1, ttlMs: 1 }]);
+  const replayed = (await admin().readPartition(topic, 1)).messages;
+  assert.ok(Number(replayed[1].headers["sg-expires-at"]) > 0);
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  const pulled = await pull("ttl", { topic, max_messages: 10 });
+  assert.deepEqual(pulled.map((m) => m.value).sort(), ["a", "b"]);
+
+  const purged = await admin().purge(topic, { partition: 1 });
+  assert.equal(purged.purged, 2);
+  assert.deepEqual(purged.partitions.map((p) => [p.partition, p.cut]), [[1, replayed[1].offset]]);
+  assert.deepEqual((await admin().readPartition(topic, 1)).messages, []);
+  assert.equal((await admin().readPartition(topic, 0)).messages.length, 1);
+  await assert.rejects(admin().purge(topic, { deadLetters: true }),
+                       (e) => e instanceof ProblemError && e.status === 404);
 });

@@ -1,5 +1,5 @@
-"""The CLI's reading and bench commands (tail, replay, peek, dlq, bench) as a user runs them:
-subprocesses against a gateway process (conftest's ``served_gateway``)."""
+"""The CLI's reading, purging and bench commands (tail, replay, peek, dlq, purge, bench) as a user
+runs them: subprocesses against a gateway process (conftest's ``served_gateway``)."""
 
 from __future__ import annotations
 
@@ -124,8 +124,31 @@ async def _dlq_body(base_url: str, topic_name: str) -> None:
     assert (code, redriven) == (0, [{"redriven": 1}]), err
     code, left, _ = await cli(base_url, "dlq", "list", topic_name)
     assert sorted(m["value"] for m in left) == [1, 2]
-    code, redriven, err = await cli(base_url, "dlq", "redrive", topic_name)
-    assert (code, redriven) == (0, [{"redriven": 2}]), err
+    code, redriven, err = await cli(base_url, "dlq", "redrive", topic_name, "--max-messages", "1")
+    assert (code, redriven) == (0, [{"redriven": 1}]), err
+    code, purged, err = await cli(base_url, "dlq", "purge", topic_name)
+    assert (code, purged[0]["purged"]) == (0, 1), err
+    code, left, _ = await cli(base_url, "dlq", "list", topic_name)
+    assert (code, left) == (0, [])
+
+
+def test_produce_with_a_time_to_live_and_purge_a_topic(served_gateway: str,
+                                                       topic_name: str) -> None:
+    run(_ttl_and_purge_body(served_gateway, topic_name))
+
+
+async def _ttl_and_purge_body(base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin:
+        await admin.create_topic(topic_name, 2)
+    code, _, err = await cli(base_url, "produce", topic_name, "1", "2", "--ttl-ms", "60000")
+    assert code == 0, err
+    code, replayed, err = await cli(base_url, "replay", topic_name)
+    assert (code, len(replayed)) == (0, 2), err
+    assert all(int(m["headers"]["sg-expires-at"]) > 0 for m in replayed)
+    code, purged, err = await cli(base_url, "topics", "purge", topic_name)
+    assert (code, purged[0]["purged"]) == (0, 2), err
+    code, replayed, _ = await cli(base_url, "replay", topic_name)
+    assert (code, replayed) == (0, [])
 
 
 def test_bench_publishes_and_measures_delivery_to_broadcast_and_group_subscribers(

@@ -275,6 +275,7 @@ def request_for(
         "rejectReceipts": ("", {"receipts": [receipt], "reason": "intruder"}),
         "seekGroup": ("", {"topic": topic, "to": "latest"}),
         "redrive": ("", {"max_messages": 10}),
+        "purgeTopic": ("", {"partition": 0}), "purgeDeadLetters": ("", {}),
     }
     assert operation in cases, f"add a hostile-auth case for the new operation {operation} ({path})"
     query, body = cases[operation]
@@ -483,6 +484,8 @@ async def test_a_tenant_gets_nothing_of_another_tenant_on_any_read_path(
         ),
         ("POST", "/v1/groups/b-g/seek", {"topic": topic_name, "to": "earliest"}),
         ("POST", f"/v1/topics/{topic_name}/dlq/redrive", {}),
+        ("POST", f"/v1/topics/{topic_name}/purge", {}),
+        ("POST", f"/v1/topics/{topic_name}/dlq/purge", {}),
         ("GET", f"/v1/groups/{GROUP}?topic={topic_name}", None),
     ]
     for method, url, body in refused:

@@ -127,7 +127,7 @@ def test_version_prints_the_installed_version(entry: Any, prog: str,
     ("streamgate ta", "tail"),
     ("streamgate topics cr", "create"),
     ("streamgate topics create t --part", "--partitions"),
-    ("streamgate dlq ", "--help list redrive"),
+    ("streamgate dlq ", "--help list purge redrive"),
     ("streamgate completion ", "--help bash zsh"),
 ])
 def test_bash_completion_offers_the_commands_and_options_of_what_is_typed(typed: str,

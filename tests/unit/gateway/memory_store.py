@@ -14,6 +14,7 @@ from storage.models import (
     AppendResult,
     Conditions,
     PartitionInfo,
+    PurgeReport,
     Record,
     Records,
     ScheduledResult,
@@ -105,6 +106,12 @@ class InMemoryStreamStore:
         kept = [entry for entry in stream if entry.offset not in set(offsets)]
         self.streams[(topic, partition)] = kept
         return len(stream) - len(kept)
+
+    async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
+        stream = self.streams.get((topic, partition), [])
+        cut = stream[-1].offset if stream else None
+        self.streams[(topic, partition)] = []
+        return PurgeReport(partition, len(stream), 0, cut)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
         for p in range(partitions):
