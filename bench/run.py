@@ -67,13 +67,14 @@ from services import (
     serve_supports,
 )
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
+from tracing import tracing_rows_beside
 
 from devstack import DevStack, DevStackConfig
 from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
-         "event_sourcing")
+         "event_sourcing", "tracing")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
@@ -722,6 +723,11 @@ class Harness:
         """Key indexes, conditional appends and key history next to plain publish
         (bench/event_sourcing.py)."""
         self.rows += await event_sourcing_rows(self.gateway.base, self.plan.seconds)
+
+    # --- trace context ---------------------------------------------------------------------------
+    async def tracing(self) -> None:
+        """Trace context and OpenTelemetry spans next to plain publish (bench/tracing.py)."""
+        self.rows += await tracing_rows_beside(self.stack, self.gateway, self.plan.seconds)
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:

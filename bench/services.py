@@ -89,10 +89,11 @@ class GatewayProcess(ServerProcess):
     """`streamgate serve` (auth_mode none) on a free port; ``workers`` > 1 only when the CLI
     supports it."""
 
-    def __init__(self, stack: DevStack, workers: int | None = None) -> None:
+    def __init__(self, stack: DevStack, workers: int | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         env = {**os.environ, **BENCH_GATEWAY_ENV,
                "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
-               "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint}
+               "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint, **(extra_env or {})}
         argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve"]
         if workers is not None:
             argv += ["--workers", str(workers)]

@@ -20,6 +20,7 @@ from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
 from gateway.growth import Growth, GrowthPauses
 from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.tracing import tracing
 from gateway.publish.publisher import Publisher
 from gateway.routes import (
     console,
@@ -123,6 +124,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = GatewayMetrics.create()
     async with AsyncExitStack() as stack:
+        await stack.enter_async_context(tracing(settings.otel_enabled, "streamgate-gateway"))
         store = await stack.enter_async_context(
             RedisStreamStore(redis_store_settings(settings), observer=metrics.observe_redis))
         etcd = EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s,

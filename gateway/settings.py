@@ -87,6 +87,8 @@ class GatewaySettings:
     auth_mode: str = "required"
     # the web console at /console/ (its API calls are authorized like any other)
     console_enabled: bool = True
+    # OpenTelemetry spans for publish and delivery (the otel extra; OTLP per OTEL_EXPORTER_OTLP_*)
+    otel_enabled: bool = False
     # the auth TOML: API key hashes, JWT checking, ACL rules, filters
     auth_config_path: str | None = None
     # served without credentials

@@ -29,8 +29,7 @@ from storage.scripts import (
     FORMAT_WIRE,
     XADD_LUA,
     LuaScript,
-    encode_fields_wire,
-    record_columns,
+    records_fields_wire,
     run_script,
     small_int_wire,
     without_array_header,
@@ -378,8 +377,7 @@ class IndexedAppendCall:
                                                                  len(head)), body)
         chunks: list[bytes] = []
         total = len(head)
-        for value, fmt_i, key, headers in record_columns(records):
-            fields, field_count = encode_fields_wire(value, fmt_i, key, headers)
+        for fields, field_count in records_fields_wire(records):
             chunks += (small_int_wire(field_count), fields)
             total += 1 + field_count
         return b"*%d\r\n%b%b" % (total, without_array_header(encode_command(head), len(head)),

@@ -23,9 +23,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from storage.codec import encode_fields
 from storage.keys import batch_dedup_key, dedup_key, log_key
-from storage.models import AppendOptions, Record, Records, ValueFormat
+from storage.models import AppendOptions, Records, ValueFormat
 from storage.native import refuse_if_off
 from storage.resp import NoScriptError, ResponseError, encode_command
 from storage.transactions import fold_transaction_replies
@@ -356,15 +358,18 @@ class AppendCall:
         """The transaction as RESP bytes, identical to encoding each of ``transaction_commands``."""
         records, max_length = self.records, self.options.max_length
         fmt = records.formats
-        if records.headers is None and isinstance(fmt, ValueFormat):
-            # the common publish: from the columns
-            keyed_head, keyless_head = _xadd_heads(self.topic, self.partition, max_length, fmt)
-            return xadd_transaction(keyed_head, keyless_head, FORMAT_WIRE[fmt], records.values,
+        shared = shared_headers(records.headers)
+        if (records.headers is None or shared) and isinstance(fmt, ValueFormat):
+            # the common publish, also with one headers object for all (a request's trace
+            # context): from the columns, the headers as part of each record's suffix
+            keyed_head, keyless_head = _xadd_heads(self.topic, self.partition, max_length, fmt,
+                                                   2 if shared else 0)
+            suffix = FORMAT_WIRE[fmt] + (_headers_field_wire(shared) if shared else b"")
+            return xadd_transaction(keyed_head, keyless_head, suffix, records.values,
                                     records.keys)
         head, base = _xadd_head(log_key(self.topic, self.partition), max_length)
         chunks = [_MULTI_WIRE]
-        for value, fmt_i, key, headers in record_columns(records):
-            fields, count = encode_fields_wire(value, fmt_i, key, headers)
+        for fields, count in records_fields_wire(records):
             chunks.append(b"*%d\r\n%b%b" % (base + count, head, fields))
         chunks.append(_EXEC_WIRE)
         return b"".join(chunks)
@@ -378,17 +383,16 @@ class AppendCall:
         chunks = [b"", without_array_header(encode_command(head), len(head))]
         count = len(head)
         if self._batch_key is not None:
-            for value, fmt, key, headers in record_columns(self.records):
-                fields_wire, fields = encode_fields_wire(value, fmt, key, headers)
+            for fields_wire, fields in records_fields_wire(self.records):
                 chunks += (_INDEX_WIRE[fields], fields_wire)
                 count += 1 + fields
             chunks[0] = b"*%d\r\n" % count
             return b"".join(chunks)
-        encode_record = _encode_record
-        for (value, fmt, key, headers), dedup_index in zip(record_columns(self.records),
-                                                           self._dedup_indexes(), strict=True):
-            wire, fields = encode_record(value, fmt, key, headers, dedup_index)
-            chunks.append(wire)
+        for (fields_wire, fields), dedup_index in zip(records_fields_wire(self.records),
+                                                      self._dedup_indexes(), strict=True):
+            index = (_INDEX_WIRE[dedup_index] if dedup_index < 1024
+                     else b"$%d\r\n%d\r\n" % (len(str(dedup_index)), dedup_index))
+            chunks.append(b"%b%b%b" % (index, _INDEX_WIRE[fields], fields_wire))
             count += 2 + fields
         chunks[0] = b"*%d\r\n" % count
         return b"".join(chunks)
@@ -405,12 +409,13 @@ def _xadd_head(stream: str, max_length: int | None) -> tuple[bytes, int]:
 
 @functools.lru_cache(maxsize=4096)
 def _xadd_heads(topic: str, partition: int, max_length: int | None,
-                value_format: ValueFormat) -> tuple[bytes, bytes]:
+                value_format: ValueFormat, more_fields: int = 0) -> tuple[bytes, bytes]:
     """The start of a keyed and of a keyless plain record's XADD: array header, name, stream, trim,
-    ``*`` (the same bytes: either has one name and value, then the format's)."""
+    ``*`` (the same bytes: either has one name and value, then the format's, then
+    ``more_fields``)."""
     bulk, base = _xadd_head(log_key(topic, partition), max_length)
     # K+key or v, the value; f and the format where there is one
-    fields = 2 + FORMAT_FIELD_COUNT[value_format]
+    fields = 2 + FORMAT_FIELD_COUNT[value_format] + more_fields
     head = b"*%d\r\n%b" % (base + fields, bulk)
     return head, head
 
@@ -491,26 +496,41 @@ def small_int_wire(number: int) -> bytes:
                                                                           number)
 
 
-def _encode_record(value: bytes, fmt: ValueFormat, key: bytes | None, headers: Mapping[str, str],
-                   dedup_index: int) -> tuple[bytes, int]:
-    """One record's ARGV part for the script (dedup index, field count, fields) as RESP, and its
-    field count."""
-    index = (_INDEX_WIRE[dedup_index] if dedup_index < 1024
-             else b"$%d\r\n%d\r\n" % (len(str(dedup_index)), dedup_index))
-    fields, count = encode_fields_wire(value, fmt, key, headers)
-    return b"%b%b%b" % (index, _INDEX_WIRE[count], fields), count
+def shared_headers(column: Sequence[Mapping[str, str]] | None) -> Mapping[str, str] | None:
+    """The one non-empty headers object every record of the column has, else None."""
+    if not column or not column[0]:
+        return None
+    first = column[0]
+    return first if column.count(first) == len(column) else None
 
 
-def encode_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None,
-                        headers: Mapping[str, str]) -> tuple[bytes, int]:
-    """One record's XADD fields as RESP, and how many there are (names and values)."""
-    if not headers:
-        fmt_wire, count = FORMAT_WIRE[fmt], 2 + FORMAT_FIELD_COUNT[fmt]
-        if key is not None:
-            return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt_wire), count
-        return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt_wire), count
-    fields = encode_fields(Record(0, value, fmt, key, headers))
-    return b"".join([b"$%d\r\n%b\r\n" % (len(f), f) for f in fields]), len(fields)
+def records_fields_wire(records: Records) -> Iterator[tuple[bytes, int]]:
+    """Each record's XADD fields as RESP, and how many there are (names and values); headers that
+    are one object for several records (a request's trace context) are encoded once."""
+    last_headers: Mapping[str, str] | None = None
+    last_wire = b""
+    for value, fmt, key, headers in record_columns(records):
+        fields, count = _value_fields_wire(value, fmt, key)
+        if not headers:
+            yield fields, count
+            continue
+        if headers is not last_headers:
+            last_headers, last_wire = headers, _headers_field_wire(headers)
+        yield fields + last_wire, count + 2
+
+
+def _value_fields_wire(value: bytes, fmt: ValueFormat, key: bytes | None) -> tuple[bytes, int]:
+    """A record's fields before its headers (the value under its key, the format) as RESP."""
+    fmt_wire, count = FORMAT_WIRE[fmt], 2 + FORMAT_FIELD_COUNT[fmt]
+    if key is not None:
+        return _KEYED_FIELDS % (len(key) + 1, key, len(value), value, fmt_wire), count
+    return b"$1\r\nv\r\n$%d\r\n%b\r\n%b" % (len(value), value, fmt_wire), count
+
+
+def _headers_field_wire(headers: Mapping[str, str]) -> bytes:
+    """The ``h`` field (headers as an orjson map) as RESP, as ``encode_fields`` writes it."""
+    encoded = orjson.dumps(dict(headers))
+    return b"$1\r\nh\r\n$%d\r\n%b\r\n" % (len(encoded), encoded)
 
 
 def record_columns(

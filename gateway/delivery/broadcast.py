@@ -14,6 +14,7 @@ import asyncio
 from gateway.delivery.expiry import BroadcastCounts, is_expired, now_ms, report_expired
 from gateway.delivery.session import Session
 from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.tracing import delivery_span
 from storage.models import Delivery, StoredEntry
 from storage.protocol import StreamStore
 
@@ -64,6 +65,7 @@ async def follow_partition(store: StreamStore, session: Session, partition: int,
                     if not session.offer(Delivery(entry, 1)):
                         break
                     counts.delivered.inc()
+                    delivery_span(session.topic, "", "broadcast", (entry,))
                 after, from_time_ms = entry.offset, None
             report_expired(counts.expired, session.topic, "", expired)
     finally:

@@ -43,6 +43,7 @@ from gateway.delivery.redelivery import (
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.wire import gap_frame
 from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.tracing import delivery_span
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -376,6 +377,7 @@ class GroupReader:
                 # not taken (the session started closing): back in front
                 backlog.extendleft(reversed(page[taken:]))
                 page = page[:taken]
+            delivery_span(self.topic, self.group, self._labels[2], page)
             delivery_counts.extend(map(_DELIVERY_COUNT, page))
             if self.config.auto_ack:
                 auto_acked.extend(map(_ENTRY_OFFSET, page))

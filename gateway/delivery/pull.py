@@ -21,6 +21,7 @@ from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.delivery.redelivery import DeadLetterSink, dead_letter_now, due_again, nack_idles
 from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.tracing import delivery_span
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, StoredEntry, first_deliveries
@@ -80,6 +81,7 @@ class Puller:
             if deliveries or remaining <= 0:
                 self._metrics.count_deliveries(request.topic, group, "pull",
                                                (d.delivery_count for d in deliveries))
+                delivery_span(request.topic, group, "pull", deliveries)
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
 

@@ -25,6 +25,7 @@ from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key, session_consumed
 from gateway.delivery.session import Session, Waker
 from gateway.delivery.wire import message_frame
+from gateway.observe.tracing import delivery_span, spans_on
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -90,6 +91,8 @@ class TailFollower:
             known_size = frames_bytes if page is frames else None
             taken = session.offer_frames(self.partition, page, page_offsets, known_size)
             self.counts.delivered.inc(taken)
+            if spans_on():
+                delivery_span(session.topic, "", "broadcast", chosen[:taken])
         if taken < len(chosen):
             if taken:
                 self.after = chosen[taken - 1].offset

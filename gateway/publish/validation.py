@@ -17,6 +17,13 @@ import orjson
 
 from gateway.delivery.expiry import EXPIRES_AT
 from gateway.errors import bad_request, invalid_field, too_large
+from gateway.observe.tracing import (
+    MAX_TRACESTATE_CHARS,
+    TRACEPARENT,
+    TRACESTATE,
+    valid_traceparent,
+    valid_tracestate,
+)
 from gateway.offsets import parse_offset
 from gateway.publish.plain_codec import parse_plain, scan_plain_body
 from gateway.settings import GatewaySettings
@@ -256,6 +263,8 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
     headers = _parse_headers(raw.get("headers"), pointer, limits)
     if "ttl_ms" in raw or EXPIRES_AT in headers:
         headers = _with_expiry(raw, headers, pointer, due_ms or now_ms)
+    if TRACEPARENT in headers:
+        _check_trace_context(headers, pointer)
     return IncomingMessage(
         value,
         value_format,
@@ -267,6 +276,18 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
         (None if (expected := raw.get("expected_offset")) is None
          else parse_expected(expected, f"{pointer}/expected_offset")),
     )
+
+
+def _check_trace_context(headers: dict[str, str], pointer: str) -> None:
+    """422 unless a message's own ``traceparent`` (and ``tracestate``) are W3C trace context."""
+    if not valid_traceparent(headers[TRACEPARENT]):
+        raise invalid_field(f"{pointer}/headers/{TRACEPARENT}",
+                            "'traceparent' must be W3C trace context: "
+                            "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, ids not zero")
+    if TRACESTATE in headers and not valid_tracestate(headers[TRACESTATE]):
+        raise invalid_field(f"{pointer}/headers/{TRACESTATE}",
+                            f"'tracestate' must be printable ASCII of at most "
+                            f"{MAX_TRACESTATE_CHARS} characters")
 
 
 def _with_expiry(raw: dict[str, Any], headers: dict[str, str], pointer: str,

@@ -14,6 +14,7 @@ from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large, unavailable
+from gateway.observe.tracing import TRACEPARENT, incoming_context, publish_span, spans_on
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publish.plain_codec import plain_results_json
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
@@ -59,6 +60,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
         gatekeeper.stamp(principal, batch.headers or ())
     throttled = ({} if services.throttle is None
                  else await _admit(request, services, topic, len(batch), batch.value_bytes))
+    incoming = incoming_context(request.headers) if TRACEPARENT in request.headers else None
     in_flight = services.publisher.in_flight
     # Counted before the partition count is read, and until written: a growth's pause waits for
     # every publish placed by the old count.
@@ -66,9 +68,28 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     try:
         topic = services.cache.get(topic.name) or topic
         _refuse_while_growing(topic, services.settings.retry_after_s)
-        return await _place_and_write(services, topic, batch, gatekeeper, principal, throttled)
+        if spans_on():
+            with publish_span(topic.name, len(batch), incoming) as context:
+                return await _place_and_write(services, topic, _traced(batch, context),
+                                              gatekeeper, principal, throttled)
+        return await _place_and_write(services, topic, _traced(batch, incoming), gatekeeper,
+                                      principal, throttled)
     finally:
         in_flight.end(topic.name)
+
+
+def _traced(batch: PublishBatch, context: dict[str, str] | None) -> PublishBatch:
+    """The batch with the request's trace context on every message that has none of its own."""
+    if not context:
+        return batch
+    if batch.headers is None:
+        # one object for every message: the store encodes it once
+        batch.headers = [context] * len(batch)
+        return batch
+    for headers in batch.headers:
+        if TRACEPARENT not in headers:
+            headers.update(context)
+    return batch
 
 
 async def _place_and_write(services: Services, topic: TopicMetadata, batch: PublishBatch,

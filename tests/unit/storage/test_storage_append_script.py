@@ -153,6 +153,18 @@ def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
     assert call.wire_replies == len(records) + 2
 
 
+@pytest.mark.parametrize("value_format", list(ValueFormat))
+def test_one_headers_object_shared_by_every_record_encodes_as_each_ones_own(
+        value_format: ValueFormat) -> None:
+    context = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    records = [Record(partition=0, value=b"%d" % n, value_format=value_format,
+                      key=None if n % 2 else b"k%d" % n, headers=context) for n in range(5)]
+    for max_length in (None, 100):
+        call = append_call("t", 0, records, AppendOptions(max_length=max_length))
+        assert call.wire() == b"".join(encode_command(command)
+                                       for command in call.transaction_commands())
+
+
 def test_records_with_an_idempotency_key_go_through_the_script() -> None:
     records = [Record(partition=0, value=b"a"),
                Record(partition=0, value=b"b", idempotency_key="x")]
