@@ -88,7 +88,8 @@ IMAGE_ARGS := $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
 # The dependencies' wheels are fetched here, so the image build itself needs no network.
 image: venv console
 	rm -rf build/wheelhouse && mkdir -p build/wheelhouse
-	$(VENV_PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+	# the dependencies and the otel extra's (the chart's otel_enabled)
+	$(VENV_PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["otel"]))' \
 		> build/requirements.txt
 	# async-timeout: redis needs it on Pythons before 3.11.3 (Debian 12 has 3.11.2), which the host
 	# may not be
