@@ -81,7 +81,8 @@ def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                                   help="print messages as JSON lines, acking each")
     consume.add_argument("topic")
     consume.add_argument("--group", default=None)
-    consume.add_argument("--mode", default=None, choices=["exclusive", "shared", "broadcast"])
+    consume.add_argument("--mode", default=None,
+                         choices=["exclusive", "shared", "key_shared", "broadcast"])
     consume.add_argument("--from", dest="from_", default=None, metavar="earliest|latest|CURSOR",
                          help="CURSOR is <partition>:<offset>[,...] (resume after those offsets)")
     consume.add_argument("--filter", action="append", default=[], metavar="HEADER:V1,V2",

@@ -34,7 +34,7 @@ from client.errors import (
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["exclusive", "shared", "broadcast"]
+Mode = Literal["exclusive", "shared", "key_shared", "broadcast"]
 RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4429, 4503})
 FATAL_CODES = frozenset({4401, 4403, 4404, 4409})
 RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")

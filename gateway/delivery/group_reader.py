@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
@@ -33,6 +33,7 @@ from gateway.delivery.expiry import (
 )
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
+from gateway.delivery.key_order import KeyOrder
 from gateway.delivery.redelivery import (
     RELEASE_IDLE_MS,
     DeadLetterSink,
@@ -74,6 +75,8 @@ class GroupConfig:
     auto_ack: bool
     exclusive: bool
     retry_backoff: RetryBackoff = NO_BACKOFF
+    # key_shared: one message of a key in flight at a time (gateway.delivery.key_order)
+    key_ordered: bool = False
 
 
 class GroupReader:
@@ -91,7 +94,8 @@ class GroupReader:
         self._dead_letters = dead_letters
         self._metrics = metrics or GatewayMetrics.create()
         self._gate = gate  # holds the partition past a growth's fence (grown topics)
-        self._labels = (topic, group, "exclusive" if config.exclusive else "shared")
+        self._labels = (topic, group, "key_shared" if config.key_ordered
+                        else "exclusive" if config.exclusive else "shared")
         self._sessions: list[Session] = []
         self._next_session = 0
         self._backlog: deque[Delivery] = deque()
@@ -104,12 +108,17 @@ class GroupReader:
         self._acks_due: list[str] = []
         self._acks_done: asyncio.Future[None] | None = None
         self._ack_writes: set[asyncio.Future[int]] = set()  # strong references while an XACK runs
+        self._keys = KeyOrder() if config.key_ordered else None
+        self._parked = self._metrics.group_parked_keys.labels(topic, group, str(partition))
 
     # --- sessions ---------------------------------------------------------------------------------
     def attach(self, session: Session) -> None:
         """Serve ``session`` from now on; starts the loop on first use."""
         self._sessions.append(session)
         session.watch_credit(self._credit)
+        if self._keys is not None:
+            self._keys.sessions_changed()
+            self._credit.set()
         if self._task is None:
             self._task = asyncio.create_task(
                 self._run(), name=f"reader-{self.topic}/{self.partition}/{self.group}")
@@ -119,6 +128,8 @@ class GroupReader:
         if session in self._sessions:
             self._sessions.remove(session)
         session.unwatch_credit(self._credit)
+        if self._keys is not None:
+            self._keys.forget_session(session)
         await self.release([offset for _, offset in session.take_back(self.partition)])
 
     @property
@@ -137,6 +148,10 @@ class GroupReader:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(task, READ_BLOCK_MS / 1000 * 4)
         backlog = [d.entry.offset for d in self._backlog]
+        if self._keys is not None:
+            backlog += self._keys.held_offsets()
+            self._keys = KeyOrder()
+            self._parked.set(0)
         self._backlog.clear()
         with contextlib.suppress(StorageError):
             await self.release(backlog)
@@ -152,6 +167,8 @@ class GroupReader:
             asyncio.get_running_loop().call_soon(self._flush_acks_soon)
         await asyncio.shield(done)
         self._metrics.acks.labels(*self._labels).inc(len(refs))
+        if self._keys is not None:  # once acked: a failed XACK leaves the key in flight
+            self._free_keys(map(_OFFSET_OF_REF, refs))
 
     def _flush_acks_soon(self) -> None:
         offsets, self._acks_due = self._acks_due, []
@@ -172,6 +189,9 @@ class GroupReader:
         for idle_ms, due in idles.items():
             await self._set_idle(due, idle_ms)
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
+        if self._keys is not None:
+            self._keys.failed(offsets)
+            self._parked.set(len(self._keys.parked))
         if not delay_ms:
             self._reclaim_now = True
 
@@ -180,6 +200,17 @@ class GroupReader:
         await dead_letter_now(self._store, self._dead_letters, self.topic, self.partition,
                               self.group, self._consumer, [offset for _, offset in refs], reason)
         self._metrics.acks.labels(*self._labels).inc(len(refs))
+        if self._keys is not None:
+            self._free_keys(offset for _, offset in refs)
+
+    def _free_keys(self, offsets: Iterable[str]) -> None:
+        """Settled in-flight messages of a key-ordered group: each key's next message goes first."""
+        assert self._keys is not None
+        released = self._keys.settled(offsets)
+        if released:
+            self._backlog.extendleft(reversed(released))
+        self._parked.set(len(self._keys.parked))
+        self._credit.set()
 
     async def extend(self, refs: Sequence[MessageRef]) -> None:
         """Restart the ack timeout of deliveries still being worked on."""
@@ -316,6 +347,9 @@ class GroupReader:
                                           expired, min_idle_ms=self.config.ack_timeout_ms)
         for delivery in claimed:
             self._forget_everywhere((delivery.entry.partition, delivery.entry.offset))
+        if self._keys is not None:
+            self._keys.failed(d.entry.offset for d in claimed if d.delivery_count > 1)
+            self._parked.set(len(self._keys.parked))
         await self._accept(claimed)
         return bool(claimed)
 
@@ -327,7 +361,8 @@ class GroupReader:
         """Route first deliveries: without a filter every one goes out (a delivery count of 1 is
         always within max_deliveries, which is at least 1), so the whole read joins the backlog at
         once."""
-        if self.config.filter.is_empty and not deliveries_may_expire(deliveries):
+        if (self.config.filter.is_empty and self._keys is None
+                and not deliveries_may_expire(deliveries)):
             self._backlog.extend(deliveries)
             await self._dispatch()
         else:
@@ -354,6 +389,8 @@ class GroupReader:
                 self._backlog.append(delivery)
         if to_ack:
             await self._store.ack(self.topic, self.partition, self.group, to_ack)
+            if self._keys is not None:
+                self._free_keys(to_ack)
         report_expired(self._metrics.expired.labels(*self._labels), self.topic, self.group, expired)
         await self._dispatch()
 
@@ -363,6 +400,9 @@ class GroupReader:
         A page is at most the backlog's even share over the attached sessions (so a shared group
         still spreads a small backlog over its members) and at most the session's credit.
         """
+        if self._keys is not None:
+            self._dispatch_by_key()
+            return
         auto_acked: list[str] = []
         delivery_counts: list[int] = []
         backlog = self._backlog
@@ -387,6 +427,26 @@ class GroupReader:
         if auto_acked:  # at-most-once: acked as handed out, before the client has it
             await self._store.ack(self.topic, self.partition, self.group, auto_acked)
             self._metrics.acks.labels(*self._labels).inc(len(auto_acked))
+
+    def _dispatch_by_key(self) -> None:
+        """Hand the backlog out by key (``KeyOrder.route``); what no session has credit for stays
+        in front, in order."""
+        assert self._keys is not None
+        if not self._backlog or not self._sessions:
+            return
+        credit = {session: session.credit for session in self._sessions if session.has_credit}
+        pages, waiting = self._keys.route(self._backlog, self._sessions, credit)
+        self._backlog = deque(waiting)
+        delivery_counts: list[int] = []
+        for session, page in pages.items():
+            taken = session.offer_page(page)
+            if taken < len(page):
+                self._keys.untaken(page[taken:])
+                self._backlog.extendleft(reversed(page[taken:]))
+                page = page[:taken]
+            delivery_counts.extend(map(_DELIVERY_COUNT, page))
+            delivery_span(self.topic, self.group, self._labels[2], page)
+        self._metrics.count_deliveries(*self._labels, delivery_counts)
 
     def _session_with_credit(self) -> Session | None:
         for _ in range(len(self._sessions)):

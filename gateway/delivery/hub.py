@@ -10,6 +10,7 @@ from types import TracebackType
 
 from gateway.delivery.group_reader import GroupConfig, GroupReader
 from gateway.delivery.growth_gate import Gate
+from gateway.delivery.key_shared import Seats
 from gateway.delivery.redelivery import DeadLetterSink
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
@@ -39,6 +40,7 @@ class DeliveryHub:
         self._lock = asyncio.Lock()
         # broadcast subscriptions share one reader per partition too
         self.tails = BroadcastTails(store)
+        self.seats = Seats()  # this gateway's members of key_shared groups
 
     async def __aenter__(self) -> DeliveryHub:
         return self
@@ -49,6 +51,7 @@ class DeliveryHub:
 
     async def aclose(self) -> None:
         """Stop every reader; idempotent."""
+        await self.seats.aclose()
         readers, self._readers = list(self._readers.values()), {}
         await asyncio.gather(*(reader.aclose() for reader in readers), return_exceptions=True)
         await self.tails.aclose()

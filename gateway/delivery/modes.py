@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from gateway.delivery.broadcast import follow_partition, resolve_start
 from gateway.delivery.expiry import BroadcastCounts
 from gateway.delivery.group_reader import GroupConfig
 from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.key_shared import first_unless_lost
 from gateway.delivery.params import Mode, SubscribeParams
 from gateway.delivery.session import Session
 from gateway.delivery.tail import BroadcastFollow
 from gateway.delivery.wire import assignment_frame, gap_frame
 from gateway.services import Services
-from partitioner.errors import MembershipLost, PartitionerError
+from partitioner.errors import PartitionerError
 from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
@@ -36,12 +38,15 @@ async def _run_group(session: Session, services: Services, topic: TopicMetadata)
     if services.delivery is None or params.group is None:
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
-                         _group_start(params), params.auto_ack, params.mode is Mode.EXCLUSIVE,
-                         params.retry_backoff)
+                         _group_start(params), params.auto_ack,
+                         params.mode in (Mode.EXCLUSIVE, Mode.KEY_SHARED), params.retry_backoff)
     services.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
                                params.max_deliveries, params.retry_backoff)
     if params.mode is Mode.SHARED:
         await _run_shared(session, services, services.delivery, params.group, config, topic)
+    elif params.mode is Mode.KEY_SHARED:
+        await services.delivery.seats.serve(session, services, services.delivery, params.group,
+                                            dataclasses.replace(config, key_ordered=True), topic)
     else:
         await _run_exclusive(session, services, params.group, config, topic)
 
@@ -142,7 +147,7 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
         lost = asyncio.ensure_future(member.wait_lost())
         try:
             while True:
-                assignment = await _first(member.next_assignment(), lost, member)
+                assignment = await first_unless_lost(member.next_assignment(), lost, member)
                 wanted = set(assignment.partitions)
                 for partition in sorted(serving - wanted):
                     await hub.detach(session, partition, group)
@@ -157,19 +162,6 @@ async def _run_exclusive(session: Session, services: Services, group: str, confi
         finally:
             lost.cancel()
             await _detach_all(hub, session, sorted(serving), group)
-
-
-async def _first(awaitable: Awaitable[Any], lost: asyncio.Future[Any], member: GroupMember) -> Any:
-    """The result of ``awaitable`` unless the membership is lost first."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
-            task.cancel()
-    if task.cancelled():
-        raise MembershipLost(member.topic, member.group, member.member_id)
-    return task.result()
 
 
 async def _detach_all(hub: DeliveryHub, session: Session, partitions: list[int],

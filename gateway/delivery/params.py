@@ -30,6 +30,8 @@ class Mode(enum.Enum):
     # one live member per partition per group (Kafka-like), order kept per partition
     EXCLUSIVE = "exclusive"
     SHARED = "shared"  # any member gets any entry (SQS-like)
+    # members share partitions by key, one message of a key in flight (Pulsar's Key_Shared)
+    KEY_SHARED = "key_shared"
     BROADCAST = "broadcast"  # no group: every subscriber sees everything from its own cursor
 
 
@@ -65,13 +67,17 @@ def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
     from_time_ms = _int(query, "from_time_ms", None, 0, 2**63 - 1)
     if from_time_ms is not None and mode is not Mode.BROADCAST:
         raise invalid_field("/from_time_ms", "'from_time_ms' is for broadcast subscriptions")
+    auto_ack = _bool(query.get("auto_ack", "false"), "auto_ack")
+    if auto_ack and mode is Mode.KEY_SHARED:
+        raise invalid_field("/auto_ack", "key_shared hands a key's next message out once the last "
+                                         "one is acked: it takes no auto_ack")
     return SubscribeParams(
         topic=topic, group=group, mode=mode, start=start, cursor=cursor, from_time_ms=from_time_ms,
         max_in_flight=_int(query, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1,
                            MAX_MAX_IN_FLIGHT) or 1,
         ack_timeout_ms=_int(query, "ack_timeout_ms", DEFAULT_ACK_TIMEOUT_MS, 100, 3_600_000) or 1,
         max_deliveries=_int(query, "max_deliveries", DEFAULT_MAX_DELIVERIES, 1, 1000) or 1,
-        auto_ack=_bool(query.get("auto_ack", "false"), "auto_ack"),
+        auto_ack=auto_ack,
         filter=parse_filters(query.getall("filter", [])),
         batch=_bool(query.get("batch", "false"), "batch"),
         retry_backoff=parse_retry_backoff(query),
@@ -108,9 +114,11 @@ def _mode(raw: str | None, group: str | None) -> Mode:
     try:
         mode = Mode(raw)
     except ValueError:
-        raise invalid_field("/mode", "'mode' must be exclusive, shared or broadcast") from None
+        raise invalid_field("/mode", "'mode' must be exclusive, shared, key_shared or "
+                                     "broadcast") from None
     if (mode is Mode.BROADCAST) != (group is None):
-        raise invalid_field("/group", "exclusive and shared need a 'group'; broadcast takes none")
+        raise invalid_field("/group", "exclusive, shared and key_shared need a 'group'; "
+                                      "broadcast takes none")
     return mode
 
 

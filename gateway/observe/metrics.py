@@ -47,6 +47,7 @@ class GatewayMetrics:
     group_oldest_unacked_age: Gauge
     group_oldest_unread_age: Gauge
     group_dead_lettered: Counter
+    group_parked_keys: Gauge
     group_orphans_released: Counter
     group_consumers_removed: Counter
     rate_limited: Counter
@@ -140,6 +141,10 @@ class GatewayMetrics:
                                         "Entries moved to the dead-letter topic after max "
                                         "deliveries, by who moved them (reader, pull or sweep)",
                                         ["topic", "group", "by"], registry=registry),
+            group_parked_keys=Gauge("streamgate_group_parked_keys",
+                                    "Keys of a key_shared group waiting for the redelivery of a "
+                                    "failed message (nacked or timed out), on this gateway",
+                                    ["topic", "group", "partition"], registry=registry),
             group_orphans_released=Counter("streamgate_group_orphans_released_total",
                                            "Un-acked entries of consumers on dead gateway nodes "
                                            "made redeliverable", ["topic", "group"],

@@ -17,7 +17,7 @@ import {
 import { Transport, problemDocument } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
 
-export type Mode = "exclusive" | "shared" | "broadcast";
+export type Mode = "exclusive" | "shared" | "key_shared" | "broadcast";
 export type SubscriptionState = "connecting" | "connected" | "reconnecting" | "closed";
 
 /** The part of the WHATWG WebSocket this client uses: the browser's, Node 22's global one, and the

@@ -1,0 +1,131 @@
+"""Key-ordered sharing: a partition's sessions share its keys, one message of a key in flight at a
+time, so no key is ever processed concurrently or out of order.
+
+A key goes to the session its rendezvous hash picks among the attached ones, and stays with the
+session holding its in-flight message until that message is acked (so sessions joining or leaving
+move only keys with nothing in flight). The key's later messages wait, in order, until then. A key
+whose in-flight message failed (a nack, an ack timeout) is *parked*: it waits for that message's
+redelivery, and nothing else of the partition waits for it. Keyless messages go to any session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gateway.delivery.session import Session
+from storage.models import Delivery
+
+MAX_PICKS = 100_000  # keys whose hash choice is remembered
+
+
+@dataclass
+class KeyOrder:
+    """The per-key state of one reader of a key-ordered group."""
+
+    flight: dict[str, bytes] = field(default_factory=dict)  # in-flight offset -> its key
+    in_flight: dict[bytes, str] = field(default_factory=dict)  # key -> its in-flight offset
+    owner: dict[bytes, Session] = field(default_factory=dict)  # key -> the session holding it
+    held: dict[bytes, deque[Delivery]] = field(default_factory=dict)  # waiting, in order
+    parked: dict[bytes, float] = field(default_factory=dict)  # key -> since when (monotonic)
+    _picked: dict[bytes, Session | None] = field(default_factory=dict)  # the hash's choices
+
+    def sessions_changed(self) -> None:
+        """Sessions came or went: the hash chooses again (keys in flight stay where they are)."""
+        self._picked.clear()
+
+    def route(self, deliveries: Iterable[Delivery], sessions: Sequence[Session],
+              credit: dict[Session, int]) -> tuple[dict[Session, list[Delivery]], list[Delivery]]:
+        """Pages per session for ``deliveries`` in order, within ``credit`` (spent here), and the
+        deliveries that must wait for credit, in order; a message of a key already in flight is
+        held until that one is acked."""
+        pages: dict[Session, list[Delivery]] = {}
+        waiting: list[Delivery] = []
+        keyless = [s for s in sessions if credit.get(s, 0) > 0]
+        for delivery in deliveries:
+            key, offset = delivery.entry.key, delivery.entry.offset
+            if key is None:
+                target = max(keyless, key=credit.__getitem__) if keyless else None
+            else:
+                flying = self.in_flight.get(key)
+                if flying is not None and flying != offset:
+                    self.held.setdefault(key, deque()).append(delivery)
+                    continue
+                target = self.owner.get(key)
+                if target is None or target not in credit:
+                    target = self._picked.get(key)
+                    if target is None:
+                        if len(self._picked) >= MAX_PICKS:
+                            self._picked.clear()
+                        target = self._picked[key] = pick(key, sessions)
+            if target is None or credit.get(target, 0) <= 0:
+                waiting.append(delivery)
+                continue
+            credit[target] -= 1
+            pages.setdefault(target, []).append(delivery)
+            if key is not None:
+                self.in_flight[key], self.flight[offset], self.owner[key] = offset, key, target
+        return pages, waiting
+
+    def untaken(self, deliveries: Iterable[Delivery]) -> None:
+        """Deliveries routed but not taken by their session: no longer in flight."""
+        for delivery in deliveries:
+            key = self.flight.pop(delivery.entry.offset, None)
+            if key is not None:
+                del self.in_flight[key]
+                self.owner.pop(key, None)
+
+    def settled(self, offsets: Iterable[str]) -> list[Delivery]:
+        """In-flight messages acked (or dead-lettered, expired): their keys are free again; the
+        next held message of each, to be delivered first."""
+        released: list[Delivery] = []
+        for offset in offsets:
+            key = self.flight.pop(offset, None)
+            if key is None:
+                continue
+            del self.in_flight[key]
+            self.parked.pop(key, None)
+            waiting = self.held.get(key)
+            if waiting:
+                released.append(waiting.popleft())
+                if not waiting:
+                    del self.held[key]
+            else:
+                self.owner.pop(key, None)
+        return released
+
+    def failed(self, offsets: Iterable[str]) -> None:
+        """In-flight messages nacked or timed out: their keys park until they are acked."""
+        now = time.monotonic()
+        for offset in offsets:
+            key = self.flight.get(offset)
+            if key is not None:
+                self.parked.setdefault(key, now)
+
+    def forget_session(self, session: Session) -> None:
+        """A session left: its keys go to whoever gets their redelivered message."""
+        for key in [k for k, s in self.owner.items() if s is session]:
+            del self.owner[key]
+        self.sessions_changed()
+
+    def held_offsets(self) -> list[str]:
+        """Every held message's offset (read for the group, not yet handed out)."""
+        return [d.entry.offset for waiting in self.held.values() for d in waiting]
+
+    def held_count(self) -> int:
+        """How many messages wait behind their key's in-flight one."""
+        return sum(map(len, self.held.values()))
+
+
+def pick(key: bytes, sessions: Sequence[Session]) -> Session | None:
+    """The session with the highest rendezvous weight for ``key`` (stable as others come and
+    go)."""
+    best, best_weight = None, b""
+    for session in sessions:
+        weight = hashlib.blake2b(key, key=session.id.encode()[:64], digest_size=8).digest()
+        if weight > best_weight:
+            best, best_weight = session, weight
+    return best

@@ -1,0 +1,117 @@
+"""key_shared groups on the real cluster: more members than partitions share the keys, a key is
+never in two members' hands at once nor out of order, a poison key parks alone (visible in the
+metrics) until its messages reach the dead letters, and a member that joins gets keys."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestClient
+from test_group_sweep import metric
+
+Client = TestClient[Any, Any]
+POISON = "poison"
+
+
+class Member:
+    """A key_shared member that acks each message once handled, nacks the poison key's, and
+    records every key it held at once with another member (a violation)."""
+
+    def __init__(self, name: str, ws: aiohttp.ClientWebSocketResponse,
+                 in_hand: dict[str, str], seen: dict[str, list[tuple[int, str]]]) -> None:
+        self.name, self.ws, self.in_hand, self.seen = name, ws, in_hand, seen
+        self.received: list[dict[str, Any]] = []
+        self.violations: list[str] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for frame in self.ws:
+            if frame.type is not aiohttp.WSMsgType.TEXT:
+                break
+            doc = frame.json()
+            if doc["type"] != "message":
+                continue
+            key, ref = doc["key"], {"partition": doc["partition"], "offset": doc["offset"]}
+            if key in self.in_hand:
+                self.violations.append(f"{key} at {self.name} while at {self.in_hand[key]}")
+            self.in_hand[key] = self.name
+            self.received.append(doc)
+            self.seen[key].append((doc["partition"], doc["offset"]))
+            await asyncio.sleep(0.001)  # handling takes a moment
+            del self.in_hand[key]
+            kind = "nack" if key == POISON else "ack"
+            await self.ws.send_json({"type": kind, "messages": [ref]})
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await asyncio.wait_for(self.task, 10)
+
+
+async def join(gateway: Client, topic: str, name: str, in_hand: dict[str, str],
+               seen: dict[str, list[tuple[int, str]]]) -> Member:
+    ws = await gateway.ws_connect("/v1/subscribe", params={
+        "topic": topic, "group": "workers", "mode": "key_shared", "max_deliveries": "3",
+        "retry_backoff_ms": "150", "max_in_flight": "50"})
+    return Member(name, ws, in_hand, seen)
+
+
+def offset_key(offset: str) -> tuple[int, int]:
+    ms, seq = offset.split("-")
+    return int(ms), int(seq)
+
+
+async def test_members_share_keys_in_order_one_at_a_time_and_a_poison_key_parks_alone(
+        gateway: Client) -> None:
+    topic = f"keyed-{uuid.uuid4().hex[:8]}"
+    assert (await gateway.post("/v1/topics", json={"name": topic, "partitions": 2})).status == 201
+    in_hand: dict[str, str] = {}
+    seen: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    members = [await join(gateway, topic, f"m{i}", in_hand, seen) for i in range(4)]
+    keys = [f"k{i}" for i in range(40)]
+    published: dict[str, list[str]] = defaultdict(list)
+    for round_ in range(10):
+        messages = [{"key": key, "value": round_} for key in keys]
+        if round_ < 4:
+            messages.append({"key": POISON, "value": round_})
+        response = await gateway.post(f"/v1/topics/{topic}/messages",
+                                      json={"acks": "all", "messages": messages})
+        for message, result in zip(messages, (await response.json())["results"], strict=True):
+            published[message["key"]].append(result["offset"])
+
+    parked_seen = 0.0
+    deadline = time.monotonic() + 60
+    while sum(len(seen[key]) for key in keys) < 400 or len(seen[POISON]) < 12:
+        assert time.monotonic() < deadline, {key: len(seen[key]) for key in [*keys, POISON]}
+        text = await (await gateway.get("/metrics")).text()
+        parked_seen = max(parked_seen, metric(text, "streamgate_group_parked_keys",
+                                              f'topic="{topic}"'))
+        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    late = await join(gateway, topic, "late", in_hand, seen)
+    fresh = [f"new{i}" for i in range(40)]
+    await gateway.post(f"/v1/topics/{topic}/messages",
+                       json={"messages": [{"key": key, "value": 0} for key in fresh]})
+    while not late.received:
+        assert time.monotonic() - started < 10, "the member that joined got no key"
+        await asyncio.sleep(0.02)
+    joined_s = time.monotonic() - started
+    print(f"\n[key_shared] a joining member's first message after {joined_s:.2f}s")
+    await asyncio.sleep(0.3)
+    for member in [*members, late]:
+        await member.close()
+
+    assert [v for member in members for v in member.violations] == []
+    for key in keys:  # every message once, in offset order
+        assert [offset for _, offset in seen[key]] == published[key], key
+    # each poison message three times (then dead-lettered), each one's deliveries before the next
+    assert [offset for _, offset in seen[POISON]] == [o for o in published[POISON]
+                                                       for _ in range(3)]
+    assert all(member.received for member in members), "more members than partitions all got keys"
+    assert parked_seen >= 1
+    dlq = await (await gateway.get(f"/v1/topics/{topic}.dlq")).json()
+    assert sum(p["length"] for p in dlq["partition_details"]) == 4
