@@ -50,6 +50,7 @@ from anchors import (
 from client_rows import client_rows
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
 from event_sourcing import event_sourcing_rows
+from key_shared import key_shared_rows
 from publish import (
     Result,
     http_publish_for,
@@ -74,7 +75,7 @@ from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
-         "event_sourcing", "tracing")
+         "event_sourcing", "tracing", "key_shared")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
@@ -723,6 +724,11 @@ class Harness:
         """Key indexes, conditional appends and key history next to plain publish
         (bench/event_sourcing.py)."""
         self.rows += await event_sourcing_rows(self.gateway.base, self.plan.seconds)
+
+    # --- key_shared groups -----------------------------------------------------------------------
+    async def key_shared(self) -> None:
+        """key_shared drains with and without a poison key, order checked (bench/key_shared.py)."""
+        self.rows += await key_shared_rows(self.gateway.base, self.plan.group_messages)
 
     # --- trace context ---------------------------------------------------------------------------
     async def tracing(self) -> None:

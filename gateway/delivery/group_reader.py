@@ -32,9 +32,10 @@ from gateway.delivery.expiry import (
     report_expired,
 )
 from gateway.delivery.filters import HeaderFilter
-from gateway.delivery.growth_gate import GATE_POLL_S, Gate
+from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key
 from gateway.delivery.key_order import KeyOrder
 from gateway.delivery.redelivery import (
+    LOOKUP_PAGE,
     RELEASE_IDLE_MS,
     DeadLetterSink,
     dead_letter_now,
@@ -45,6 +46,8 @@ from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.wire import gap_frame
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
+from gateway.offsets import predecessor
+from partitioner.errors import PartitionerError
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
@@ -57,6 +60,7 @@ READ_BATCH_MAX = 1000
 # the longest a read waits for more credit than a sliver of a session's window
 READ_COALESCE_S = 0.002
 TAKEOVER_PAGE = 10_000
+MAX_HELD = 10_000  # a key-ordered reader's messages waiting behind their keys before it reads on
 ERROR_BACKOFF_S = 0.5
 MIN_RECLAIM_S = 0.05
 _OFFSET_OF_REF = itemgetter(1)
@@ -296,6 +300,9 @@ class GroupReader:
                 await asyncio.sleep(GATE_POLL_S)
             await self._accept_new(first_deliveries(entries))
             return
+        if self._keys is not None and self._keys.in_flight:
+            await self._read_beside_keys_in_flight(count)
+            return
         # After a full read more is likely waiting: read without blocking (the store's pipelined
         # connection); after a short one, block for what comes next.
         entries = await self._store.read_new(self.topic, self.partition, self.group, self._consumer,
@@ -303,6 +310,21 @@ class GroupReader:
                                              block_ms=0 if self._more_waiting else READ_BLOCK_MS)
         self._more_waiting = len(entries) == count
         await self._accept_new(first_deliveries(entries))
+
+    async def _read_beside_keys_in_flight(self, count: int) -> None:
+        """A key-ordered read while keys are in flight: an ack may free a key's next message at any
+        moment, so the read never blocks (it waits for an ack or credit instead), and it stops
+        while ``MAX_HELD`` messages wait behind their keys."""
+        assert self._keys is not None
+        entries = ([] if self._keys.held_total >= MAX_HELD else
+                   await self._store.read_new(self.topic, self.partition, self.group,
+                                              self._consumer, count=count, block_ms=0))
+        if entries:
+            await self._accept_new(first_deliveries(entries))
+            return
+        self._credit.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._credit.wait(), READ_BLOCK_MS / 1000)
 
     async def _wait_for_credit(self) -> None:
         while not self._stopping and not self._any_credit():
@@ -339,6 +361,8 @@ class GroupReader:
             return False
         self._reclaim_now = False
         self._last_reclaim = time.monotonic()
+        if self._keys is not None and self._keys.parked:
+            await self._free_keys_settled_elsewhere()
         expired = await due_again(self._store, self.topic, self.partition, self.group,
                                   self.config.ack_timeout_ms, backoff, self._total_credit())
         if not expired:
@@ -352,6 +376,24 @@ class GroupReader:
             self._parked.set(len(self._keys.parked))
         await self._accept(claimed)
         return bool(claimed)
+
+    async def _free_keys_settled_elsewhere(self) -> None:
+        """Parked keys whose failed message is no longer pending (the partition owner's sweep
+        dead-lettered it, or another gateway acked it): free them."""
+        assert self._keys is not None
+        offsets = [self._keys.in_flight[key] for key in self._keys.parked
+                   if key in self._keys.in_flight]
+        if not offsets:
+            return
+        pending = await self._store.expired(self.topic, self.partition, self.group,
+                                            min_idle_ms=0, count=LOOKUP_PAGE,
+                                            after=predecessor(min(offsets, key=offset_key)))
+        still = {entry.offset for entry in pending}
+        seen_to = offset_key(pending[-1].offset) if len(pending) == LOOKUP_PAGE else None
+        gone = [offset for offset in offsets if offset not in still
+                and (seen_to is None or offset_key(offset) <= seen_to)]
+        if gone:
+            self._free_keys(gone)
 
     def _forget_everywhere(self, ref: MessageRef) -> None:
         for session in self._sessions:
@@ -373,6 +415,7 @@ class GroupReader:
         the backlog and out."""
         to_ack: list[str] = []
         expired: list[StoredEntry] = []
+        dead: list[Delivery] = []
         at_ms = now_ms()
         for delivery in deliveries:
             entry = delivery.entry
@@ -380,9 +423,7 @@ class GroupReader:
                 expired.append(entry)
                 to_ack.append(entry.offset)
             elif delivery.delivery_count > self.config.max_deliveries:
-                await self._dead_letters(self.topic, self.group, delivery,
-                                         "max_deliveries exceeded")
-                to_ack.append(entry.offset)
+                dead.append(delivery)
             elif not self.config.filter.matches(entry.headers):
                 to_ack.append(entry.offset)
             else:
@@ -392,7 +433,30 @@ class GroupReader:
             if self._keys is not None:
                 self._free_keys(to_ack)
         report_expired(self._metrics.expired.labels(*self._labels), self.topic, self.group, expired)
+        if dead:
+            # beside the loop: other messages (other keys) need not wait for the dead letters'
+            # acks=all writes
+            task = asyncio.ensure_future(self._dead_letter(dead))
+            self._ack_writes.add(task)
+            task.add_done_callback(self._ack_writes.discard)
         await self._dispatch()
+
+    async def _dead_letter(self, dead: Sequence[Delivery]) -> int:
+        """Move exhausted deliveries to the dead letters, then ack them; a failure leaves them
+        pending, to be dead-lettered on their next reclaim (the move is idempotent)."""
+        try:
+            await asyncio.gather(*(self._dead_letters(self.topic, self.group, delivery,
+                                                      "max_deliveries exceeded")
+                                   for delivery in dead))
+            offsets = [delivery.entry.offset for delivery in dead]
+            acked = await self._store.ack(self.topic, self.partition, self.group, offsets)
+        except (StorageError, PartitionerError) as exc:
+            log.warning("dead letters of %s/%s for group %s not written yet: %s", self.topic,
+                        self.partition, self.group, exc)
+            return 0
+        if self._keys is not None:
+            self._free_keys(offsets)
+        return acked
 
     async def _dispatch(self) -> None:
         """Hand backlog entries to sessions with credit, round-robin, a page per session.

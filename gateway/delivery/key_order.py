@@ -31,6 +31,7 @@ class KeyOrder:
     owner: dict[bytes, Session] = field(default_factory=dict)  # key -> the session holding it
     held: dict[bytes, deque[Delivery]] = field(default_factory=dict)  # waiting, in order
     parked: dict[bytes, float] = field(default_factory=dict)  # key -> since when (monotonic)
+    held_total: int = 0  # messages in ``held``
     _picked: dict[bytes, Session | None] = field(default_factory=dict)  # the hash's choices
 
     def sessions_changed(self) -> None:
@@ -53,6 +54,7 @@ class KeyOrder:
                 flying = self.in_flight.get(key)
                 if flying is not None and flying != offset:
                     self.held.setdefault(key, deque()).append(delivery)
+                    self.held_total += 1
                     continue
                 target = self.owner.get(key)
                 if target is None or target not in credit:
@@ -88,13 +90,15 @@ class KeyOrder:
                 continue
             del self.in_flight[key]
             self.parked.pop(key, None)
+            # nothing of the key is in flight now: its next message may go to any session the
+            # hash picks (a session that joined gets its share at once)
+            self.owner.pop(key, None)
             waiting = self.held.get(key)
             if waiting:
                 released.append(waiting.popleft())
+                self.held_total -= 1
                 if not waiting:
                     del self.held[key]
-            else:
-                self.owner.pop(key, None)
         return released
 
     def failed(self, offsets: Iterable[str]) -> None:
@@ -115,9 +119,6 @@ class KeyOrder:
         """Every held message's offset (read for the group, not yet handed out)."""
         return [d.entry.offset for waiting in self.held.values() for d in waiting]
 
-    def held_count(self) -> int:
-        """How many messages wait behind their key's in-flight one."""
-        return sum(map(len, self.held.values()))
 
 
 def pick(key: bytes, sessions: Sequence[Session]) -> Session | None:
