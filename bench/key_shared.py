@@ -2,7 +2,7 @@
 by key, with and without a poison key, checked for per-key order; and how soon a member that joins
 gets its first message.
 
-    python bench/key_shared.py --messages 100000    # alone: starts its own stack and gateway
+    python bench/key_shared.py --messages 200000    # alone: starts its own stack and gateway
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ async def key_shared_rows(base: str, messages: int) -> list[Row]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=200_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp))) as stack, \

@@ -60,6 +60,7 @@ READ_BATCH_MAX = 1000
 # the longest a read waits for more credit than a sliver of a session's window
 READ_COALESCE_S = 0.002
 TAKEOVER_PAGE = 10_000
+RECONCILE_S = 1.0  # how often a key-ordered reader looks for parked keys settled elsewhere
 MAX_HELD = 10_000  # a key-ordered reader's messages waiting behind their keys before it reads on
 ERROR_BACKOFF_S = 0.5
 MIN_RECLAIM_S = 0.05
@@ -113,6 +114,7 @@ class GroupReader:
         self._acks_done: asyncio.Future[None] | None = None
         self._ack_writes: set[asyncio.Future[int]] = set()  # strong references while an XACK runs
         self._keys = KeyOrder() if config.key_ordered else None
+        self._last_reconcile = 0.0  # when parked keys were last checked against the group
         self._parked = self._metrics.group_parked_keys.labels(topic, group, str(partition))
 
     # --- sessions ---------------------------------------------------------------------------------
@@ -361,7 +363,9 @@ class GroupReader:
             return False
         self._reclaim_now = False
         self._last_reclaim = time.monotonic()
-        if self._keys is not None and self._keys.parked:
+        if (self._keys is not None and self._keys.parked
+                and self._last_reclaim - self._last_reconcile >= RECONCILE_S):
+            self._last_reconcile = self._last_reclaim
             await self._free_keys_settled_elsewhere()
         expired = await due_again(self._store, self.topic, self.partition, self.group,
                                   self.config.ack_timeout_ms, backoff, self._total_credit())
