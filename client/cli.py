@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.metadata
 import os
 import sys
@@ -17,7 +18,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from client import Admin, ClientError, Consumer, ProblemError, Producer, SendResult
+from client import Admin, ClientError, Consumer, Gap, ProblemError, Producer, SendResult
 from client.cli_bench import add_bench_command, bench
 from client.cli_reading import (
     add_reading_commands,
@@ -88,6 +89,14 @@ def _add_consume(commands: argparse._SubParsersAction[argparse.ArgumentParser],
     consume.add_argument("--filter", action="append", default=[], metavar="HEADER:V1,V2",
                          help="repeatable; all must match")
     consume.add_argument("--max-in-flight", type=int, default=100)
+    consume.add_argument("--ack-timeout-ms", type=int, default=None,
+                         help="a group's message comes again once un-acked this long")
+    consume.add_argument("--max-deliveries", type=int, default=None,
+                         help="a group's message goes to <topic>.dlq after this many deliveries")
+    consume.add_argument("--retry-backoff-ms", type=int, default=None,
+                         help="a group's failed deliveries wait this long, longer each time")
+    consume.add_argument("--retry-backoff-multiplier", type=float, default=None)
+    consume.add_argument("--retry-backoff-max-ms", type=int, default=None)
     consume.add_argument("--max-messages", type=int, default=None,
                          help="exit after this many messages")
     consume.add_argument("--timeout-s", type=float, default=None,
@@ -339,10 +348,19 @@ async def _stdin_blocks() -> AsyncIterator[list[bytes]]:
 async def _consume(args: argparse.Namespace) -> int:
     consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
                         filters=args.filter, max_in_flight=args.max_in_flight, api_key=args.api_key,
-                        token=args.token)
+                        token=args.token, ack_timeout_ms=args.ack_timeout_ms,
+                        max_deliveries=args.max_deliveries,
+                        retry_backoff_ms=args.retry_backoff_ms,
+                        retry_backoff_multiplier=args.retry_backoff_multiplier,
+                        retry_backoff_max_ms=args.retry_backoff_max_ms, on_gap=_report_gap)
     async with consumer:
         await print_messages(consumer, args.max_messages, args.timeout_s, ack=True)
     return 0
+
+
+def _report_gap(gap: Gap) -> None:
+    """A resume past retention, on stderr as a JSON line (stdout keeps the messages)."""
+    sys.stderr.write(orjson.dumps({"gap": dataclasses.asdict(gap)}).decode() + "\n")
 
 
 # --- topics and groups ----------------------------------------------------------------------------

@@ -102,3 +102,18 @@ def test_produce_writes_every_stdin_line_once_and_prints_results_in_input_order(
                         "--max-messages", "2", "--timeout-s", "20", "--url", url)
     values = [m["value"] for m in json_lines(replay.stdout)]
     assert all(v == "line 0" or isinstance(v, dict | str) for v in values)
+
+
+def test_consume_in_a_key_shared_group_with_delivery_options(served_gateway: str) -> None:
+    url, topic = served_gateway, f"cli-{uuid.uuid4().hex[:8]}"
+    assert streamgate("topics", "create", topic, "--partitions", "2", "--url", url).returncode == 0
+    produced = streamgate("produce", topic, "--key", "cart-1", "--url", url, stdin="1\n2\n3\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = streamgate(
+        "consume", topic, "--group", "ks", "--mode", "key_shared", "--max-messages", "3",
+        "--timeout-s", "20", "--ack-timeout-ms", "5000", "--max-deliveries", "4",
+        "--retry-backoff-ms", "100", "--retry-backoff-multiplier", "3",
+        "--retry-backoff-max-ms", "2000", "--url", url,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert [m["value"] for m in json_lines(consumed.stdout)] == [1, 2, 3]  # one key, in order
