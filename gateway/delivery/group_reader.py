@@ -115,6 +115,8 @@ class GroupReader:
         self._ack_writes: set[asyncio.Future[int]] = set()  # strong references while an XACK runs
         self._keys = KeyOrder() if config.key_ordered else None
         self._last_reconcile = 0.0  # when parked keys were last checked against the group
+        # the latest move to the dead letters, beside the loop
+        self._last_dead_letter: asyncio.Future[int] | None = None
         self._parked = self._metrics.group_parked_keys.labels(topic, group, str(partition))
 
     # --- sessions ---------------------------------------------------------------------------------
@@ -440,18 +442,23 @@ class GroupReader:
         if dead:
             # beside the loop: other messages (other keys) need not wait for the dead letters'
             # acks=all writes
-            task = asyncio.ensure_future(self._dead_letter(dead))
+            task = asyncio.ensure_future(self._dead_letter(dead, self._last_dead_letter))
+            self._last_dead_letter = task
             self._ack_writes.add(task)
             task.add_done_callback(self._ack_writes.discard)
         await self._dispatch()
 
-    async def _dead_letter(self, dead: Sequence[Delivery]) -> int:
-        """Move exhausted deliveries to the dead letters, then ack them; a failure leaves them
-        pending, to be dead-lettered on their next reclaim (the move is idempotent)."""
+    async def _dead_letter(self, dead: Sequence[Delivery],
+                           after: asyncio.Future[int] | None) -> int:
+        """Move exhausted deliveries to the dead letters once the move before (``after``) is done,
+        then ack them; a failure leaves them pending, to be dead-lettered on their next reclaim
+        (the move is idempotent)."""
+        if after is not None:
+            await asyncio.wait([after])  # in the partition's order
         try:
-            await asyncio.gather(*(self._dead_letters(self.topic, self.group, delivery,
-                                                      "max_deliveries exceeded")
-                                   for delivery in dead))
+            for delivery in dead:  # one at a time: the dead letters keep the partition's order
+                await self._dead_letters(self.topic, self.group, delivery,
+                                         "max_deliveries exceeded")
             offsets = [delivery.entry.offset for delivery in dead]
             acked = await self._store.ack(self.topic, self.partition, self.group, offsets)
         except (StorageError, PartitionerError) as exc:
