@@ -180,6 +180,18 @@ class Admin:
             body |= {"partition": letter[0], "offset": letter[1]}
         return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
 
+    async def settle_parked_key(self, group: str, topic: str, partition: int, key: str, *,
+                                dead_letter: bool = False,
+                                reason: str | None = None) -> dict[str, Any]:
+        """POST /v1/groups/{group}/parked: a key_shared group's parked key goes on now, its failed
+        message redelivered at once or (``dead_letter``) sent to the dead letters with
+        ``reason``. The parked keys are in ``describe_group``'s ``parked_keys``."""
+        body: dict[str, Any] = {"topic": topic, "partition": partition, "key": key,
+                                "action": "dead_letter" if dead_letter else "release"}
+        if reason is not None:
+            body["reason"] = reason
+        return await self._call("POST", f"/v1/groups/{group}/parked", body=body)
+
     async def purge(self, topic: str, partition: int | None = None, *,
                     dead_letters: bool = False) -> dict[str, Any]:
         """POST /v1/topics/{topic}/purge (or ``.../dlq/purge`` with ``dead_letters``): remove every

@@ -134,12 +134,22 @@ def _add_topics(commands: argparse._SubParsersAction[argparse.ArgumentParser],
 
 def _add_groups(commands: argparse._SubParsersAction[argparse.ArgumentParser],
                 url: argparse.ArgumentParser) -> None:
-    groups = commands.add_parser("groups", help="list, describe and seek consumer groups")
+    groups = commands.add_parser("groups",
+                                 help="list, describe, seek consumer groups; unpark a parked key")
     actions = groups.add_subparsers(dest="action", required=True)
     actions.add_parser("list", parents=[url])
     describe = actions.add_parser("describe", parents=[url])
     describe.add_argument("group")
     describe.add_argument("--topic", default=None)
+    parked = actions.add_parser("unpark", parents=[url],
+                                help="let a key_shared group's parked key go on: its message "
+                                     "again now, or to the dead letters")
+    parked.add_argument("group")
+    parked.add_argument("--topic", required=True)
+    parked.add_argument("--partition", type=int, required=True)
+    parked.add_argument("--key", required=True)
+    parked.add_argument("--dead-letter", action="store_true")
+    parked.add_argument("--reason", default=None)
     seek = actions.add_parser("seek", parents=[url])
     seek.add_argument("group")
     seek.add_argument("--topic", required=True)
@@ -393,6 +403,9 @@ async def _groups(args: argparse.Namespace) -> int:
                 emit(group)
         elif args.action == "describe":
             emit(await admin.describe_group(args.group, args.topic))
+        elif args.action == "unpark":
+            emit(await admin.settle_parked_key(args.group, args.topic, args.partition, args.key,
+                                               dead_letter=args.dead_letter, reason=args.reason))
         else:
             emit(await admin.seek(args.group, args.topic, args.to))
     return 0

@@ -26,9 +26,16 @@ from storage.codec import (
     validate_offsets,
 )
 from storage.errors import StorageError
-from storage.keys import log_key, slot_of, slot_of_key
+from storage.keys import log_key, parked_keys_key, slot_of, slot_of_key
 from storage.lean import NodeLanes
-from storage.models import Delivery, GroupPartitionState, LostRange, PendingEntry, StoredEntry
+from storage.models import (
+    Delivery,
+    GroupPartitionState,
+    LostRange,
+    ParkedKey,
+    PendingEntry,
+    StoredEntry,
+)
 from storage.resp import ResponseError, encode_command, encode_command_with_ids
 from storage.scripts import LuaScript, run_script
 
@@ -512,6 +519,32 @@ class RedisGroupStore:
                     raise
 
         await self._write("delete_group", op)
+
+    async def park(self, topic: str, partition: int, group: str,
+                   parked: Sequence[ParkedKey]) -> None:
+        """Record keys of a key_shared group as parked (visible to every gateway)."""
+        if not parked:
+            return
+        key = parked_keys_key(topic, partition, group)
+        fields = [part for entry in parked
+                  for part in (entry.key, f"{entry.offset} {entry.since_ms}")]
+        await self._write("park", lambda: self._on(key, ("HSET", key, *fields)))
+
+    async def unpark(self, topic: str, partition: int, group: str, keys: Sequence[bytes]) -> None:
+        """Forget parked keys (``keys`` empty: all of the group's on the partition)."""
+        key = parked_keys_key(topic, partition, group)
+        command: tuple[Any, ...] = ("HDEL", key, *keys) if keys else ("DEL", key)
+        await self._write("unpark", lambda: self._on(key, command))
+
+    async def parked(self, topic: str, partition: int, group: str) -> list[ParkedKey]:
+        """The group's parked keys on the partition, oldest first."""
+        key = parked_keys_key(topic, partition, group)
+        flat = await self._read("parked", lambda: self._on(key, ("HGETALL", key))) or []
+        found = []
+        for name, value in zip(flat[0::2], flat[1::2], strict=True):
+            offset, _, since = bytes(value).decode().partition(" ")
+            found.append(ParkedKey(bytes(name), offset, int(since or 0)))
+        return sorted(found, key=lambda parked: parked.since_ms)
 
     async def _read(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.read_deadline_s, op)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.models import Delivery, GroupPartitionState, LostRange, PendingEntry, StoredEntry
+from storage.models import (
+    Delivery,
+    GroupPartitionState,
+    LostRange,
+    ParkedKey,
+    PendingEntry,
+    StoredEntry,
+)
 
 
 class GroupStore(Protocol):
@@ -73,6 +80,19 @@ class GroupStore(Protocol):
 
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         """Where the group is on a partition: last delivered, pending count, oldest pending, lag."""
+        ...
+
+    async def park(self, topic: str, partition: int, group: str,
+                   parked: Sequence[ParkedKey]) -> None:
+        """Record keys of a key_shared group as parked (visible to every gateway)."""
+        ...
+
+    async def unpark(self, topic: str, partition: int, group: str, keys: Sequence[bytes]) -> None:
+        """Forget parked keys (``keys`` empty: all of the group's on the partition)."""
+        ...
+
+    async def parked(self, topic: str, partition: int, group: str) -> list[ParkedKey]:
+        """The group's parked keys on the partition, oldest first."""
         ...
 
     async def lost_after(self, topic: str, partition: int, after: str,

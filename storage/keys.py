@@ -60,6 +60,11 @@ def _tagged(topic: str, partition: int) -> bytes:
     return f"{PREFIX}:{partition_tag(topic, partition)}".encode()
 
 
+def parked_keys_key(topic: str, partition: int, group: str) -> str:
+    """The hash of a key_shared group's parked keys on a partition: key -> "<offset> <since ms>"."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:parked:{group}"
+
+
 def delayed_key(topic: str, partition: int) -> str:
     """The sorted set of delayed messages' schedule ids (score = due time in ms)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:delayed"

@@ -220,6 +220,16 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ParkedKey:
+    """A key of a key_shared group waiting for the redelivery of its failed message at ``offset``,
+    since ``since_ms`` (epoch ms)."""
+
+    key: bytes
+    offset: str
+    since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class LostRange:
     """Entries retention removed from a partition past a reader's position: everything after
     ``after`` and before ``first_kept`` (None: nothing is left) is gone, ``count`` entries when

@@ -21,9 +21,10 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
+from typing import Any
 
 from gateway.delivery.expiry import (
     deliveries_may_expire,
@@ -51,7 +52,7 @@ from partitioner.errors import PartitionerError
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
-from storage.models import Delivery, StoredEntry, first_deliveries
+from storage.models import Delivery, ParkedKey, StoredEntry, first_deliveries
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ class GroupReader:
             backlog += self._keys.held_offsets()
             self._keys = KeyOrder()
             self._parked.set(0)
+            with contextlib.suppress(StorageError):  # no longer parked here: the next owner's
+                await self._store.unpark(self.topic, self.partition, self.group, [])
         self._backlog.clear()
         with contextlib.suppress(StorageError):
             await self.release(backlog)
@@ -198,8 +201,7 @@ class GroupReader:
             await self._set_idle(due, idle_ms)
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
         if self._keys is not None:
-            self._keys.failed(offsets)
-            self._parked.set(len(self._keys.parked))
+            self._keys_failed(offsets)
         if not delay_ms:
             self._reclaim_now = True
 
@@ -214,11 +216,31 @@ class GroupReader:
     def _free_keys(self, offsets: Iterable[str]) -> None:
         """Settled in-flight messages of a key-ordered group: each key's next message goes first."""
         assert self._keys is not None
-        released = self._keys.settled(offsets)
+        released, unparked = self._keys.settled(offsets)
         if released:
             self._backlog.extendleft(reversed(released))
+        if unparked:
+            self._beside_the_loop(self._store.unpark(self.topic, self.partition, self.group,
+                                                     unparked))
         self._parked.set(len(self._keys.parked))
         self._credit.set()
+
+    def _keys_failed(self, offsets: Iterable[str]) -> None:
+        """Failed in-flight messages of a key-ordered group: their keys park, visibly."""
+        assert self._keys is not None
+        newly = self._keys.failed(offsets)
+        if newly:
+            since_ms = now_ms()
+            self._beside_the_loop(self._store.park(
+                self.topic, self.partition, self.group,
+                [ParkedKey(key, offset, since_ms) for key, offset in newly]))
+        self._parked.set(len(self._keys.parked))
+
+    def _beside_the_loop(self, write: Coroutine[Any, Any, None]) -> None:
+        """A best-effort bookkeeping write that nothing waits for (parked keys' visibility)."""
+        task = asyncio.ensure_future(_logged(write, self.topic, self.partition, self.group))
+        self._ack_writes.add(task)
+        task.add_done_callback(self._ack_writes.discard)
 
     async def extend(self, refs: Sequence[MessageRef]) -> None:
         """Restart the ack timeout of deliveries still being worked on."""
@@ -251,6 +273,8 @@ class GroupReader:
 
     async def _start(self) -> None:
         await self._store.ensure_group(self.topic, self.partition, self.group, self.config.start)
+        if self._keys is not None:  # a new owner: what it parks, it records afresh
+            await self._store.unpark(self.topic, self.partition, self.group, [])
         await self._tell_of_gap()
         if self.config.exclusive:
             await self._take_over()
@@ -378,8 +402,7 @@ class GroupReader:
         for delivery in claimed:
             self._forget_everywhere((delivery.entry.partition, delivery.entry.offset))
         if self._keys is not None:
-            self._keys.failed(d.entry.offset for d in claimed if d.delivery_count > 1)
-            self._parked.set(len(self._keys.parked))
+            self._keys_failed(d.entry.offset for d in claimed if d.delivery_count > 1)
         await self._accept(claimed)
         return bool(claimed)
 
@@ -540,6 +563,16 @@ def _take_front(backlog: deque[Delivery], count: int) -> list[Delivery]:
         backlog.clear()
         return page
     return [backlog.popleft() for _ in range(count)]
+
+
+async def _logged(write: Coroutine[Any, Any, None], topic: str, partition: int,
+                  group: str) -> int:
+    try:
+        await write
+    except StorageError as exc:
+        log.warning("parked keys of %s/%s for group %s not recorded: %s", topic, partition,
+                    group, exc)
+    return 0
 
 
 def _settle_future(done: asyncio.Future[None], task: asyncio.Future[int]) -> None:

@@ -80,16 +80,18 @@ class KeyOrder:
                 del self.in_flight[key]
                 self.owner.pop(key, None)
 
-    def settled(self, offsets: Iterable[str]) -> list[Delivery]:
-        """In-flight messages acked (or dead-lettered, expired): their keys are free again; the
-        next held message of each, to be delivered first."""
+    def settled(self, offsets: Iterable[str]) -> tuple[list[Delivery], list[bytes]]:
+        """In-flight messages acked (or dead-lettered, expired): their keys are free again. The
+        next held message of each, to be delivered first, and the keys that were parked."""
         released: list[Delivery] = []
+        unparked: list[bytes] = []
         for offset in offsets:
             key = self.flight.pop(offset, None)
             if key is None:
                 continue
             del self.in_flight[key]
-            self.parked.pop(key, None)
+            if self.parked.pop(key, None) is not None:
+                unparked.append(key)
             # nothing of the key is in flight now: its next message may go to any session the
             # hash picks (a session that joined gets its share at once)
             self.owner.pop(key, None)
@@ -99,15 +101,19 @@ class KeyOrder:
                 self.held_total -= 1
                 if not waiting:
                     del self.held[key]
-        return released
+        return released, unparked
 
-    def failed(self, offsets: Iterable[str]) -> None:
-        """In-flight messages nacked or timed out: their keys park until they are acked."""
+    def failed(self, offsets: Iterable[str]) -> list[tuple[bytes, str]]:
+        """In-flight messages nacked or timed out: their keys park until they are acked. The keys
+        parked just now, with their message's offset."""
         now = time.monotonic()
+        newly: list[tuple[bytes, str]] = []
         for offset in offsets:
             key = self.flight.get(offset)
-            if key is not None:
-                self.parked.setdefault(key, now)
+            if key is not None and key not in self.parked:
+                self.parked[key] = now
+                newly.append((key, offset))
+        return newly
 
     def forget_session(self, session: Session) -> None:
         """A session left: its keys go to whoever gets their redelivered message."""

@@ -27,6 +27,12 @@ if TYPE_CHECKING:  # the hub keeps the seats
     from partitioner.topics import TopicMetadata
 
 SeatKey = tuple[str, str]  # (topic, group)
+SEAT_PREFIX = "seat-"  # a seat's member id in the group's membership
+
+
+def is_seat(member_id: str) -> bool:
+    """Whether a group member is a gateway's key_shared seat (not an exclusive session)."""
+    return member_id.startswith(SEAT_PREFIX)
 
 
 class Seat:
@@ -93,7 +99,7 @@ class Seat:
         try:
             async with GroupMember(
                     services.etcd, topic=self._topic.name, group=self._group,
-                    member_id=f"seat-{settings.node_id}-{uuid.uuid4().hex[:8]}",
+                    member_id=f"{SEAT_PREFIX}{settings.node_id}-{uuid.uuid4().hex[:8]}",
                     node=settings.node_id, partition_count=partition_count,
                     prefix=settings.etcd_prefix, lease_ttl_s=settings.member_lease_ttl_s,
                     initial_assignment_delay_s=(

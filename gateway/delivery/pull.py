@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
-from gateway.delivery.redelivery import DeadLetterSink, dead_letter_now, due_again, nack_idles
+from gateway.delivery.redelivery import (
+    RELEASE_IDLE_MS,
+    DeadLetterSink,
+    dead_letter_now,
+    due_again,
+    nack_idles,
+)
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
@@ -143,6 +149,18 @@ class Puller:
         if dead:
             await self.store.ack(request.topic, partition, group, [d.entry.offset for d in dead])
         return [d for d in claimed if d.delivery_count <= request.max_deliveries]
+
+    async def release(self, topic: str, partition: int, group: str,
+                      offsets: Sequence[str]) -> None:
+        """Make pending entries redeliverable at once (whoever serves the group takes them)."""
+        await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets,
+                                  RELEASE_IDLE_MS)
+
+    async def dead_letter(self, topic: str, partition: int, group: str, offsets: Sequence[str],
+                          reason: str) -> int:
+        """Send pending entries to the dead letters now, with ``reason``; how many went."""
+        return await dead_letter_now(self.store, self._dead_letters, topic, partition, group,
+                                     PULL_CONSUMER, offsets, reason)
 
     async def settle(self, group: str, receipts: Sequence[Receipt], action: str,
                      delay_ms: int = 0,

@@ -13,6 +13,7 @@ from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
+from gateway.delivery.key_shared import is_seat
 from gateway.delivery.params import GROUP_NAME, RETRY_BACKOFF_FIELDS, parse_retry_backoff
 from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
@@ -26,6 +27,7 @@ from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
 from gateway.routes.subscription import reject_reason
+from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.group_state import group_view, list_groups
@@ -253,11 +255,14 @@ async def describe_group(request: web.Request) -> web.Response:
         raise Problem(404, "group-not-found", "Group not found", f"group {group!r} has no state"
                       + (f" on topic {wanted!r}" if wanted else ""))
     return json_response({"group": group,
-                          "topics": [await _describe_on(services, group, t) for t in topics]},
+                          "topics": [await _describe_on(services, group, t,
+                                                        may_see_keys(request, t))
+                                     for t in topics]},
                          headers=limited)
 
 
-async def _describe_on(services: Services, group: str, name: str) -> dict[str, Any]:
+async def _describe_on(services: Services, group: str, name: str,
+                       show_keys: bool = True) -> dict[str, Any]:
     topic = await services.topic(name)
     store = _puller(services).store
     states = await gather_bounded(lambda p: store.state(name, p, group), range(topic.partitions))
@@ -273,6 +278,13 @@ async def _describe_on(services: Services, group: str, name: str) -> dict[str, A
                           for m in view.members]
         doc["generation"] = view.generation or None
         doc["assignment"] = {member: list(parts) for member, parts in view.owners.items()}
+        if any(is_seat(m.member_id) for m in view.members):
+            parked = await gather_bounded(lambda p: store.parked(name, p, group),
+                                          range(topic.partitions))
+            for partition_doc, keys in zip(doc["partitions"], parked, strict=True):
+                partition_doc["parked_keys"] = [
+                    {"key": p.key.decode(errors="replace") if show_keys else None,
+                     "offset": p.offset, "since_ms": p.since_ms} for p in keys]
     return doc
 
 
@@ -313,6 +325,46 @@ async def seek(request: web.Request) -> web.Response:
         await store.seek(topic.name, partition, group, start)
     return json_response({"topic": topic.name, "group": group,
                           "positions": {str(p): s for p, s in sorted(positions.items())}})
+
+
+PARKED_FIELDS = frozenset({"topic", "partition", "key", "action", "reason"})
+PARKED_ACTIONS = ("release", "dead_letter")
+
+
+async def settle_parked_key(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/parked {topic, partition, key, action: release|dead_letter,
+    reason?}: a key_shared group's parked key goes on now (its message redelivered at once, or
+    sent to the dead letters); the gateway holding the partition frees the key."""
+    services, group = services_of(request), _group(request)
+    doc = await read_json_object(request)
+    reject_unknown_fields(doc, PARKED_FIELDS)
+    topic = await _topic_field(request, doc, Action.ADMIN, group)
+    partition = optional_int(doc, "partition", minimum=0)
+    if partition is None or partition >= topic.partitions:
+        raise invalid_field("/partition", f"'partition' must be one of {topic.name}'s "
+                                          f"0..{topic.partitions - 1}")
+    key, action = doc.get("key"), doc.get("action")
+    if not isinstance(key, str):
+        raise invalid_field("/key", "'key' must be the parked key (a string)")
+    if action not in PARKED_ACTIONS:
+        raise invalid_field("/action", "'action' must be release or dead_letter")
+    try:
+        reason = reject_reason(doc.get("reason", "parked key sent to the dead letters"))
+    except ValueError as exc:
+        raise invalid_field("/reason", str(exc)) from None
+    puller = _puller(services)
+    parked = {p.key: p for p in await puller.store.parked(topic.name, partition, group)}
+    found = parked.get(key.encode())
+    if found is None:
+        raise Problem(404, "parked-key-not-found", "Parked key not found",
+                      f"group {group!r} has no parked key {key!r} on {topic.name}/{partition}")
+    if action == "release":
+        await puller.release(topic.name, partition, group, [found.offset])
+    else:
+        await puller.dead_letter(topic.name, partition, group, [found.offset], reason)
+        await puller.store.unpark(topic.name, partition, group, [found.key])
+    return json_response({"topic": topic.name, "partition": partition, "key": key,
+                          "offset": found.offset, "action": action})
 
 
 def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
@@ -392,4 +444,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/groups/{group}/extend", extend)
     app.router.add_post("/v1/groups/{group}/reject", reject)
     app.router.add_post("/v1/groups/{group}/seek", seek)
+    app.router.add_post("/v1/groups/{group}/parked", settle_parked_key)
     app.router.add_post("/v1/topics/{topic}/dlq/redrive", redrive_dead_letters)

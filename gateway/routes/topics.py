@@ -112,13 +112,13 @@ async def describe_topic(request: web.Request) -> web.Response:
     topic = await services.registry.get(request.match_info["topic"])
     infos = await services.store.partition_info(topic.name, topic.partitions)
     heat = services.stats.heat(topic.name, topic.partitions)
-    show_keys = _may_see_keys(request, topic.name)
+    show_keys = may_see_keys(request, topic.name)
     return json_response({**topic_document(topic), "partition_details": [
         partition_document(i, h, show_keys=show_keys)
         for i, h in zip(infos, heat, strict=True)]}, headers=limited)
 
 
-def _may_see_keys(request: web.Request, topic: str) -> bool:
+def may_see_keys(request: web.Request, topic: str) -> bool:
     """Message keys are message data: only for a reader of the topic whose reads are not filtered
     (the heavy keys may belong to other tenants)."""
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)

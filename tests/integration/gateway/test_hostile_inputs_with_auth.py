@@ -276,6 +276,8 @@ def request_for(
         "seekGroup": ("", {"topic": topic, "to": "latest"}),
         "redrive": ("", {"max_messages": 10}),
         "purgeTopic": ("", {"partition": 0}), "purgeDeadLetters": ("", {}),
+        "settleParkedKey": ("", {"topic": topic, "partition": 0, "key": "k1",
+                                 "action": "dead_letter"}),
     }
     assert operation in cases, f"add a hostile-auth case for the new operation {operation} ({path})"
     query, body = cases[operation]

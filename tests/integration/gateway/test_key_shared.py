@@ -75,7 +75,7 @@ async def test_members_share_keys_in_order_one_at_a_time_and_a_poison_key_parks_
     keys = [f"k{i}" for i in range(40)]
     published: dict[str, list[str]] = defaultdict(list)
     for round_ in range(10):
-        messages = [{"key": key, "value": round_} for key in keys]
+        messages: list[dict[str, Any]] = [{"key": key, "value": round_} for key in keys]
         if round_ < 4:
             messages.append({"key": POISON, "value": round_})
         response = await gateway.post(f"/v1/topics/{topic}/messages",
@@ -126,3 +126,63 @@ async def dead_letters(gateway: Client, topic: str) -> list[int]:
     if response.status == 404:
         return []
     return [p["length"] for p in (await response.json())["partition_details"]]
+
+
+async def parked_keys(gateway: Client, topic: str) -> list[dict[str, Any]]:
+    described = await (await gateway.get("/v1/groups/workers", params={"topic": topic})).json()
+    return [k for p in described["topics"][0]["partitions"] for k in p.get("parked_keys", [])]
+
+
+async def until(check: Any, what: str, timeout_s: float = 15) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := await check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+    return found
+
+
+async def test_a_parked_key_is_described_and_an_admin_releases_or_dead_letters_it(
+        gateway: Client) -> None:
+    topic = f"parked-{uuid.uuid4().hex[:8]}"
+    assert (await gateway.post("/v1/topics", json={"name": topic, "partitions": 1})).status == 201
+    in_hand: dict[str, str] = {}
+    seen: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    ws = await gateway.ws_connect("/v1/subscribe", params={
+        "topic": topic, "group": "workers", "mode": "key_shared", "max_deliveries": "10",
+        "retry_backoff_ms": "60000"})  # a parked key would wait a minute on its own
+    member = Member("m", ws, in_hand, seen)
+    response = await gateway.post(f"/v1/topics/{topic}/messages", json={"acks": "all", "messages": [
+        {"key": POISON, "value": 1}, {"key": POISON, "value": 2}, {"key": "fine", "value": 3}]})
+    first, second, _ = [r["offset"] for r in (await response.json())["results"]]
+
+    async def parked_at(offset: str) -> bool:
+        return [(k["key"], k["offset"]) for k in await parked_keys(gateway, topic)] == [
+            (POISON, offset)]
+
+    await until(lambda: parked_at(first), "the poison key parked")
+    assert (len(seen["fine"]), seen[POISON]) == (1, [(0, first)])  # other keys went on
+    base = {"topic": topic, "partition": 0, "key": POISON}
+    released = await gateway.post("/v1/groups/workers/parked", json={**base, "action": "release"})
+    assert released.status == 200, await released.text()
+
+    async def delivered_again() -> bool:
+        return len(seen[POISON]) == 2
+
+    await until(delivered_again, "the released message again, long before its backoff")
+    assert seen[POISON] == [(0, first), (0, first)]  # and still nothing of the key's next one
+    dead = await gateway.post("/v1/groups/workers/parked", json={
+        **base, "action": "dead_letter", "reason": "bad cart"})
+    assert (await dead.json())["offset"] == first
+
+    async def moved_on() -> bool:
+        return seen[POISON][-1] == (0, second)
+
+    await until(moved_on, "the key's next message once the first went to the dead letters")
+    await until(lambda: parked_at(second), "the next message parked in turn")
+    missing = await gateway.post("/v1/groups/workers/parked", json={**base, "key": "fine",
+                                                                    "action": "release"})
+    assert missing.status == 404
+    await member.close()
+    letters = await (await gateway.get(f"/v1/topics/{topic}.dlq/partitions/0/messages")).json()
+    assert [(m["value"], m["headers"]["sg-dlq-reason"]) for m in letters["messages"]] == [
+        (1, "bad cart")]

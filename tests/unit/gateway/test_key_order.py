@@ -35,12 +35,12 @@ def test_a_keys_later_messages_wait_for_the_ack_of_the_one_in_flight_and_keep_th
                                  dict.fromkeys(members, 10))
     [(holder, page)] = pages.items()
     assert (offsets(page), waiting) == (["1-0"], [])
-    assert order.settled(["1-0"]) == [delivery(1, "k")]
+    assert order.settled(["1-0"]) == ([delivery(1, "k")], [])
     pages, _ = order.route([delivery(1, "k")], members, dict.fromkeys(members, 10))
-    assert pages == {holder: [delivery(1, "k")]}  # the same session while it holds the key
-    assert order.settled(["1-1"]) == [delivery(2, "k")]
+    assert pages == {holder: [delivery(1, "k")]}  # the hash picks the same session again
+    assert order.settled(["1-1"]) == ([delivery(2, "k")], [])
     order.route([delivery(2, "k")], members, dict.fromkeys(members, 10))
-    assert order.settled(["1-2"]) == []
+    assert order.settled(["1-2"]) == ([], [])
     assert (order.in_flight, order.held, order.owner) == ({}, {}, {})
 
 
@@ -48,14 +48,15 @@ def test_a_failed_message_parks_only_its_key_and_its_redelivery_goes_out_again()
     order, members = KeyOrder(), sessions("a", "b", "c")
     order.route([delivery(0, "poison"), delivery(1, "other")], members,
                 dict.fromkeys(members, 10))
-    order.failed(["1-0"])
+    assert order.failed(["1-0"]) == [(b"poison", "1-0")]
+    assert order.failed(["1-0"]) == []  # parked already
     assert list(order.parked) == [b"poison"]
     pages, _ = order.route([delivery(2, "poison"), delivery(0, "poison", 2), delivery(3, "fine")],
                            members, dict.fromkeys(members, 10))
     routed = sorted(o for page in pages.values() for o in offsets(page))
     assert routed == ["1-0", "1-3"]  # the redelivery and another key; the later poison waits
     assert offsets(list(order.held[b"poison"])) == ["1-2"]
-    assert order.settled(["1-0"]) == [delivery(2, "poison")]
+    assert order.settled(["1-0"]) == ([delivery(2, "poison")], [b"poison"])
     assert order.parked == {}
 
 
