@@ -1,6 +1,7 @@
 """key_shared groups on the real cluster: more members than partitions share the keys, a key is
 never in two members' hands at once nor out of order, a poison key parks alone (visible in the
-metrics) until its messages reach the dead letters, and a member that joins gets keys."""
+metrics and the group's description; an admin releases or dead-letters it), a member that joins
+gets keys, and two gateways split the partitions and hand them over in order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient
+from processes import GatewayProcess
 from test_group_sweep import metric
 
 Client = TestClient[Any, Any]
@@ -50,6 +52,8 @@ class Member:
     async def close(self) -> None:
         await self.ws.close()
         await asyncio.wait_for(self.task, 10)
+        for key in [k for k, holder in self.in_hand.items() if holder == self.name]:
+            del self.in_hand[key]  # what it held comes again, to another member
 
 
 async def join(gateway: Client, topic: str, name: str, in_hand: dict[str, str],
@@ -186,3 +190,49 @@ async def test_a_parked_key_is_described_and_an_admin_releases_or_dead_letters_i
     letters = await (await gateway.get(f"/v1/topics/{topic}.dlq/partitions/0/messages")).json()
     assert [(m["value"], m["headers"]["sg-dlq-reason"]) for m in letters["messages"]] == [
         (1, "bad cart")]
+
+
+async def test_two_gateways_split_the_partitions_and_one_leaving_hands_them_over_in_order(
+        gateway_processes: list[GatewayProcess]) -> None:
+    a, b = (g.url for g in gateway_processes)
+    topic = f"seats-{uuid.uuid4().hex[:8]}"
+    in_hand: dict[str, str] = {}
+    seen: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    published: dict[str, list[str]] = defaultdict(list)
+    params = {"topic": topic, "group": "workers", "mode": "key_shared"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{a}/v1/topics", json={"name": topic, "partitions": 2}) as created:
+            assert created.status == 201
+        members = {f"{side}{i}": Member(f"{side}{i}", await http.ws_connect(
+            f"{url}/v1/subscribe", params=params), in_hand, seen)
+            for side, url in (("a", a), ("b", b)) for i in range(2)}
+        everyone = list(members.values())
+
+        async def publish(rounds: int) -> None:
+            for n in range(rounds):
+                messages = [{"key": f"k{i}", "value": n} for i in range(30)]
+                async with http.post(f"{b}/v1/topics/{topic}/messages",
+                                     json={"acks": "all", "messages": messages}) as response:
+                    results = (await response.json())["results"]
+                for message, result in zip(messages, results, strict=True):
+                    published[message["key"]].append(result["offset"])
+                await asyncio.sleep(0.05)
+
+        await publish(20)
+        assert any(members[m].received for m in ("a0", "a1")), "gateway a's seat got no partition"
+        assert any(members[m].received for m in ("b0", "b1")), "gateway b's seat got no partition"
+        for name in ("a0", "a1"):  # gateway a has no member left: its seat leaves the group
+            await members.pop(name).close()
+        await publish(20)
+
+        async def all_seen() -> bool:
+            return all({o for _, o in seen[k]} >= set(offsets) for k, offsets in published.items())
+
+        await until(all_seen, "every message through gateway b", timeout_s=30)
+        for member in members.values():
+            await member.close()
+    assert [v for member in everyone for v in member.violations] == []
+    for key, offsets in published.items():  # redelivered after the move at most, never reordered
+        delivered = [offset for _, offset in seen[key]]
+        assert delivered == sorted(delivered, key=offset_key), key
+        assert sorted(set(delivered), key=offset_key) == offsets, key
