@@ -10,17 +10,13 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import aiohttp
 import orjson
-from publish import VALUE, Result, drive_for, http_publish_for, publish_body, wait_ready
-from services import GatewayProcess
+from publish import VALUE, Result, drive_for, http_publish_for, publish_body
+from services import on_own_gateway
 from table import Row, at_least, render_text
-
-from devstack import DevStack, DevStackConfig
 
 PARTITIONS = 6
 # a key-indexed topic keeps at least this share of plain publish throughput
@@ -133,15 +129,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
-            DevStack(DevStackConfig(data_dir=Path(tmp))) as stack, \
-            GatewayProcess(stack) as gateway:
-
-        async def run() -> list[Row]:
-            await wait_ready(gateway.base)
-            return await event_sourcing_rows(gateway.base, args.seconds)
-
-        rows = asyncio.run(run())
+    rows = on_own_gateway(lambda base: event_sourcing_rows(base, args.seconds))
     print(f"{os.cpu_count()} cores")
     print(render_text(rows))
     return 0

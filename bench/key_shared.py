@@ -11,20 +11,16 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import orjson
-from publish import wait_ready
-from services import GatewayProcess
+from services import on_own_gateway
 from table import Row, at_least, below, render_text
 
 from client import Consumer, Message
-from devstack import DevStack, DevStackConfig
 
 MEMBERS = 8
 PARTITIONS = 2
@@ -175,15 +171,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
-            DevStack(DevStackConfig(data_dir=Path(tmp))) as stack, \
-            GatewayProcess(stack) as gateway:
-
-        async def run() -> list[Row]:
-            await wait_ready(gateway.base)
-            return await key_shared_rows(gateway.base, args.messages)
-
-        rows = asyncio.run(run())
+    rows = on_own_gateway(lambda base: key_shared_rows(base, args.messages))
     print(f"{os.cpu_count()} cores")
     print(render_text(rows))
     return 0

@@ -3,6 +3,7 @@ server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -11,13 +12,16 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
-from publish import free_port
+from publish import free_port, wait_ready
 
-from devstack import DevStack
+from devstack import DevStack, DevStackConfig
+
+T = TypeVar("T")
 
 BENCH_GATEWAY_ENV = {
     "STREAMGATE_AUTH_MODE": "none",
@@ -190,3 +194,17 @@ class NatsCluster(StoppedOnExit):
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+def on_own_gateway(measure: Callable[[str], Awaitable[T]]) -> T:
+    """``measure(base_url)`` against a gateway of its own on a stack of its own (a bench script run
+    alone), both stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
+            DevStack(DevStackConfig(data_dir=Path(tmp))) as stack, \
+            GatewayProcess(stack) as gateway:
+
+        async def run() -> T:
+            await wait_ready(gateway.base)
+            return await measure(gateway.base)
+
+        return asyncio.run(run())
