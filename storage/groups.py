@@ -70,6 +70,26 @@ return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', #ahead, 'STR
 """
 READ_UNTIL_SCRIPT = LuaScript.of(READ_UNTIL_LUA)
 
+# XCLAIM of the ids among ARGV[4..] pending and idle at least ARGV[3] ms, for consumer ARGV[2] of
+# group ARGV[1]: {those ids, their delivery counts before, XCLAIM's reply}. Each XPENDING seeks
+# one id, where XPENDING ... IDLE would walk the whole pending list to find them.
+CLAIM_IDS_LUA = """
+local ids, counts = {}, {}
+local min_idle = tonumber(ARGV[3])
+for i = 4, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if row and row[3] >= min_idle then
+    ids[#ids + 1] = ARGV[i]
+    counts[#counts + 1] = row[4]
+  end
+end
+if #ids == 0 then
+  return {{}, {}, {}}
+end
+return {ids, counts, redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))}
+"""
+CLAIM_IDS_SCRIPT = LuaScript.of(CLAIM_IDS_LUA)
+
 EARLIEST = "earliest"
 LATEST = "latest"
 # XCLAIM IDLE n sets the delivery time to now - n and Redis resets a negative time to *now* (idle
@@ -375,6 +395,36 @@ class RedisGroupStore:
         entries = decode_raw_entries(partition, claimed)
         return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
                 if entry.offset in counts]
+
+    async def claim_offsets(self, topic: str, partition: int, group: str, consumer: str,
+                            offsets: Sequence[str], *, min_idle_ms: int) -> list[Delivery]:
+        """XCLAIM these pending entries for ``consumer`` by offset, each with its delivery count +
+        1, in one script that seeks each id (no walk of the pending list).
+
+        Offsets not pending, or idle below ``min_idle_ms`` (someone claimed them meanwhile), are
+        skipped; so are trimmed entries, as in ``claim``."""
+        if not offsets:
+            return []
+        key, slot = log_key(topic, partition), slot_of(topic, partition)
+        ids = [validate_offset(offset) for offset in offsets]
+
+        async def op() -> Any:
+            try:
+                return await run_script(self._lanes, self._router.node_for_slot(slot),
+                                        CLAIM_IDS_SCRIPT, [key],
+                                        [group, consumer, max(0, min_idle_ms), *ids])
+            except ResponseError as exc:
+                if is_missing_group(exc):
+                    return [[], [], []]
+                raise
+
+        taken, counts_before, reply = await self._write("claim", op)
+        counts = {text(i): int(n) for i, n in zip(taken, counts_before, strict=True)}
+        claimed = present(reply)
+        if len(claimed) < len(reply):  # an older server's nil for a trimmed entry
+            await self._ack_trimmed(key, slot, group, list(counts))
+        return [Delivery(entry, counts[entry.offset] + 1)
+                for entry in decode_raw_entries(partition, claimed) if entry.offset in counts]
 
     async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str],
                       min_idle_ms: int) -> list[Any]:

@@ -67,6 +67,12 @@ class GroupStore(Protocol):
         """
         ...
 
+    async def claim_offsets(self, topic: str, partition: int, group: str, consumer: str,
+                            offsets: Sequence[str], *, min_idle_ms: int) -> list[Delivery]:
+        """``claim`` by offset, their delivery counts read alongside, without a walk of the
+        pending list; offsets not pending or idle below ``min_idle_ms`` are skipped."""
+        ...
+
     async def set_idle(self, topic: str, partition: int, group: str, consumer: str,
                        offsets: Sequence[str], idle_ms: int) -> None:
         """Reset the idle time of pending entries without counting a delivery (XCLAIM ... IDLE n

@@ -108,6 +108,7 @@ class GroupReader:
         self._credit = asyncio.Event()
         self._reclaim_now = True
         self._last_reclaim = 0.0
+        self._due_now: list[str] = []  # nacked or released here: claimed by offset, no scan
         self._more_waiting = False  # the last read filled its count
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -202,8 +203,7 @@ class GroupReader:
         self._metrics.nacks.labels(*self._labels).inc(len(refs))
         if self._keys is not None:
             self._keys_failed(offsets)
-        if not delay_ms:
-            self._reclaim_now = True
+        self._redeliver_soon(idles.get(RELEASE_IDLE_MS, []))
 
     async def reject(self, refs: Sequence[MessageRef], reason: str) -> None:
         """Send deliveries to the dead-letter topic now, with ``reason``, and ack them here."""
@@ -250,7 +250,13 @@ class GroupReader:
         """Make deliveries redeliverable at once (their session went away or lost the partition)."""
         if offsets:
             await self._set_idle(offsets, RELEASE_IDLE_MS)
-            self._reclaim_now = True
+            self._redeliver_soon(offsets)
+
+    def _redeliver_soon(self, offsets: Sequence[str]) -> None:
+        """Entries made due at once: the loop's next turn claims them by offset."""
+        if offsets:
+            self._due_now.extend(offsets)
+            self._credit.set()  # a loop waiting for credit or an ack looks again
 
     async def _set_idle(self, offsets: Sequence[str], idle_ms: int) -> None:
         if offsets:
@@ -385,6 +391,11 @@ class GroupReader:
         interval_s = min(self.config.ack_timeout_ms / 4000, 1.0,
                          max(MIN_RECLAIM_S, backoff.initial_ms / 4000) if backoff.initial_ms
                          else 1.0)
+        if self._due_now:
+            offsets, self._due_now = self._due_now, []
+            return await self._redeliver(await self._store.claim_offsets(
+                self.topic, self.partition, self.group, self._consumer, offsets,
+                min_idle_ms=self.config.ack_timeout_ms))
         if not self._reclaim_now and time.monotonic() - self._last_reclaim < interval_s:
             return False
         self._reclaim_now = False
@@ -397,8 +408,12 @@ class GroupReader:
                                   self.config.ack_timeout_ms, backoff, self._total_credit())
         if not expired:
             return False
-        claimed = await self._store.claim(self.topic, self.partition, self.group, self._consumer,
-                                          expired, min_idle_ms=self.config.ack_timeout_ms)
+        return await self._redeliver(await self._store.claim(
+            self.topic, self.partition, self.group, self._consumer, expired,
+            min_idle_ms=self.config.ack_timeout_ms))
+
+    async def _redeliver(self, claimed: list[Delivery]) -> bool:
+        """Claimed entries out again (counted failures park their keys); True when any."""
         for delivery in claimed:
             self._forget_everywhere((delivery.entry.partition, delivery.entry.offset))
         if self._keys is not None:

@@ -252,6 +252,26 @@ async def test_claim_skips_an_entry_another_consumer_claimed_first(
     assert [r["consumer"] for r in await _pending_rows(store, topic)] == [b"fast"]
 
 
+async def test_claim_by_offset_takes_only_idle_pending_entries_with_their_counts(
+    store: RedisStreamStore, groups: RedisGroupStore, topic: str
+) -> None:
+    offsets = await _append(store, topic, 4)
+    await groups.ensure_group(topic, P, G, "earliest")
+    await _read(groups, topic, "c1", count=3)  # the 4th never delivered: not pending
+    await groups.set_idle(topic, P, G, "c1", offsets[:2], MAX_IDLE_MS)
+    await groups.ack(topic, P, G, offsets[1:2])
+    claimed = await groups.claim_offsets(topic, P, G, "c2", offsets, min_idle_ms=60_000)
+    assert [(d.entry.offset, d.delivery_count, d.entry.value) for d in claimed] == [
+        (offsets[0], 2, b"m0")]  # the 2nd acked, the 3rd not idle long enough, the 4th unread
+    assert await groups.claim_offsets(topic, P, G, "c3", offsets[:1], min_idle_ms=60_000) == []
+    again = await groups.claim_offsets(topic, P, G, "c3", offsets[:1], min_idle_ms=0)
+    assert [(d.entry.offset, d.delivery_count) for d in again] == [(offsets[0], 3)]
+    rows = await _pending_rows(store, topic)
+    assert [(r["consumer"], r["times_delivered"]) for r in rows] == [(b"c3", 3), (b"c1", 1)]
+    assert await groups.claim_offsets(topic, P, "no-such-group", "c3", offsets,
+                                      min_idle_ms=0) == []
+
+
 async def test_set_idle_zero_postpones_expiry(store: RedisStreamStore, groups: RedisGroupStore,
                                               topic: str) -> None:
     offsets = await _append(store, topic, 1)
