@@ -47,7 +47,10 @@ class Member:
             await asyncio.sleep(0.001)  # handling takes a moment
             del self.in_hand[key]
             kind = "nack" if key == POISON else "ack"
-            await self.ws.send_json({"type": kind, "messages": [ref]})
+            try:
+                await self.ws.send_json({"type": kind, "messages": [ref]})
+            except aiohttp.ClientConnectionResetError:
+                return  # closed while handling: the message comes again, to another member
 
     async def close(self) -> None:
         await self.ws.close()
