@@ -75,6 +75,7 @@ class Pod:
     job: bool = False  # runs to completion: a Job's or a bare Pod's
     labels: dict[str, str] = field(default_factory=dict)
     hook: str = ""  # the helm.sh/hook annotation: run by Kubelet.run_hook, not at start
+    hook_delete: str = ""  # its helm.sh/hook-delete-policy
     template: str = ""  # the pod template as rendered: a change rolls the pod
     container: str = ""
     started_at: float = 0.0
@@ -177,6 +178,7 @@ class Kubelet:
                               labels.get("app.kubernetes.io/component", ""),
                               job=obj["kind"] in {"Job", "Pod"}, labels=labels,
                               hook=annotations.get("helm.sh/hook", ""),
+                              hook_delete=annotations.get("helm.sh/hook-delete-policy", ""),
                               template=json.dumps(template, sort_keys=True))
 
     def component(self, name: str) -> list[Pod]:
@@ -238,8 +240,13 @@ class Kubelet:
         logs = []
         for pod in self.pods.values():
             if hook in pod.hook.split(","):
+                policy = pod.hook_delete.split(",")
+                if "before-hook-creation" in policy:  # the previous revision's run
+                    podman("rm", "--force", f"{self.run_id}-{pod.name}", check=False)
                 self.run_job(pod, timeout_s)
                 logs.append(self.logs(pod))
+                if "hook-succeeded" in policy:
+                    podman("rm", "--force", pod.container, check=False)
         return logs
 
     def start_services(self) -> None:
