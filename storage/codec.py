@@ -174,6 +174,12 @@ def validate_offsets(offsets: Sequence[str]) -> list[str]:
     return [validate_offset(o) for o in offsets]
 
 
+def offset_key(offset: str) -> tuple[int, int]:
+    """A stream ID ("<ms>-<seq>") as a comparable (ms, seq) pair."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def timestamp_ms(offset: str) -> int:
     """The millisecond part of a stream ID (the time Redis assigned it)."""
     return int(offset.partition("-")[0])

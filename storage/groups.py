@@ -22,6 +22,7 @@ from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_offset,
     decode_raw_entries,
+    offset_key,
     validate_offset,
     validate_offsets,
 )
@@ -531,7 +532,7 @@ class RedisGroupStore:
         first = info.get("first-entry")
         first_kept = decode_offset(first[0]) if first else None
         bound = first_kept or decode_offset(info.get("last-generated-id")) or "0-0"
-        if added == length or _id(bound) <= _id(position):
+        if added == length or offset_key(bound) <= offset_key(position):
             return None
         read = None if row is None else row.get("entries-read")
         count = None if read is None else added - int(read) - length
@@ -601,11 +602,6 @@ class RedisGroupStore:
 
     async def _write(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.write_deadline_s, op)
-
-
-def _id(offset: str) -> tuple[int, int]:
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
 
 
 class _MissingGroup(StorageError):

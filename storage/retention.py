@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage.cluster import ClusterRouter
-from storage.codec import decode_offset, validate_offset
+from storage.codec import decode_offset, offset_key, validate_offset
 from storage.compaction import Compaction
 from storage.groups import info_row, is_missing_group, text
 from storage.key_index import KeyHistory
@@ -41,15 +41,9 @@ def offset_for_time(ms: int) -> str:
     return f"{max(0, ms)}-0"
 
 
-def id_key(offset: str) -> tuple[int, int]:
-    """A stream id as a comparable (ms, seq) pair."""
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def after(offset: str) -> str:
     """The smallest id greater than ``offset``."""
-    ms, seq = id_key(offset)
+    ms, seq = offset_key(offset)
     return f"{ms}-{seq + 1}"
 
 
@@ -117,8 +111,8 @@ class RedisRetention:
             length_cut = await self._length_cut(key, max_length)
             if length_cut is not None:
                 cuts.append(length_cut)
-        cut = max(cuts, key=id_key, default=None)
-        return cut if cut is not None and id_key(cut) > id_key(first) else None
+        cut = max(cuts, key=offset_key, default=None)
+        return cut if cut is not None and offset_key(cut) > offset_key(first) else None
 
     async def _length_cut(self, key: str, max_length: int) -> str | None:
         """The id of the entry at position ``len - max_length`` (the oldest one kept)."""
@@ -142,7 +136,7 @@ class RedisRetention:
 
     async def _count_unacked(self, key: str, cut: str) -> dict[str, int]:
         first = await self._first(key)
-        if first is None or id_key(first) >= id_key(cut):
+        if first is None or offset_key(first) >= offset_key(cut):
             return {}
         counts: dict[str, int] = {}
         for info in await self._group_infos(key):
@@ -157,8 +151,9 @@ class RedisRetention:
         lost = 0
         if int(info.get("pending") or 0):
             lost += await self._count_pending(key, group, first, cut)
-        if id_key(last_delivered) < id_key(cut):
-            start = first if id_key(last_delivered) < id_key(first) else "(" + last_delivered
+        delivered = offset_key(last_delivered)
+        if delivered < offset_key(cut):
+            start = first if delivered < offset_key(first) else "(" + last_delivered
             lost += await self._count_entries(key, start, cut)
         return lost
 

@@ -33,7 +33,7 @@ from gateway.delivery.expiry import (
     report_expired,
 )
 from gateway.delivery.filters import HeaderFilter
-from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key
+from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.key_order import KeyOrder
 from gateway.delivery.redelivery import (
     LOOKUP_PAGE,
@@ -50,6 +50,7 @@ from gateway.observe.tracing import delivery_span
 from gateway.offsets import predecessor
 from partitioner.errors import PartitionerError
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
+from storage.codec import offset_key
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, ParkedKey, StoredEntry, first_deliveries

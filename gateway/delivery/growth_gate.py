@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from partitioner.topics import Epoch, TopicMetadata
+from storage.codec import offset_key
 from storage.groups_protocol import GroupStore
 from storage.protocol import StreamStore
 
@@ -20,12 +21,6 @@ from storage.protocol import StreamStore
 GATE_POLL_S = 0.1
 
 Consumed = Callable[[int, str], Awaitable[bool]]
-
-
-def offset_key(offset: str) -> tuple[int, int]:
-    """An offset ("<ms>-<seq>") as a comparable pair."""
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def at_or_past(offset: str | None, cap: str) -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from gateway.delivery.growth_gate import offset_key
 from gateway.offsets import predecessor
 from partitioner.group_policy import RetryBackoff
+from storage.codec import offset_key
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, PendingEntry
 

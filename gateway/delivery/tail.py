@@ -22,11 +22,12 @@ from typing import Protocol
 
 from gateway.delivery.expiry import BroadcastCounts, is_expired, may_expire, now_ms, report_expired
 from gateway.delivery.filters import HeaderFilter
-from gateway.delivery.growth_gate import GATE_POLL_S, Gate, offset_key, session_consumed
+from gateway.delivery.growth_gate import GATE_POLL_S, Gate, session_consumed
 from gateway.delivery.session import Session, Waker
 from gateway.delivery.wire import message_frame
 from gateway.observe.tracing import delivery_span, spans_on
 from partitioner.topics import TopicMetadata
+from storage.codec import offset_key
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import StoredEntry

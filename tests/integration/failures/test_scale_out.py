@@ -15,6 +15,7 @@ from redis.crc import key_slot
 from test_primary_crash import create, log_key
 
 from devstack import RedisClusterProcess
+from storage.codec import offset_key
 
 PARTITIONS = 6
 DELIVERY_TIMEOUT_S = 20.0
@@ -52,7 +53,7 @@ async def wait_delivered(
     if missing:
         per_partition = Counter(acked[v][0] for v in missing)
         first = {
-            p: min((acked[v][1] for v in missing if acked[v][0] == p), key=_offset_key)
+            p: min((acked[v][1] for v in missing if acked[v][0] == p), key=offset_key)
             for p in per_partition
         }
         group = await (await gateway.get(f"/v1/groups/{GROUP}")).text()
@@ -61,11 +62,6 @@ async def wait_delivered(
             f"{dict(per_partition)}, first missing offsets {first}; consumer errors "
             f"{consumer.errors}, close code {consumer.close_code}; group {group}"
         )
-
-
-def _offset_key(offset: str) -> tuple[int, int]:
-    ms, seq = offset.split("-")
-    return int(ms), int(seq)
 
 
 async def test_shard_added_under_load_keeps_and_delivers_every_acknowledged_message(

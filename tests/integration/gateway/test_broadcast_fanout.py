@@ -13,9 +13,10 @@ from subscribers import Subscriber, subscribe, wait_until
 from test_slow_consumer import read_frames, upgrade
 
 from gateway.app import create_app
-from gateway.delivery.tail import BroadcastTails, PartitionTail, TailFollower, offset_key
+from gateway.delivery.tail import BroadcastTails, PartitionTail, TailFollower
 from gateway.services import SERVICES
 from gateway.settings import GatewaySettings
+from storage.codec import offset_key
 
 Client = TestClient[Any, Any]
 

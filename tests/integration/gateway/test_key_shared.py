@@ -16,6 +16,8 @@ from aiohttp.test_utils import TestClient
 from processes import GatewayProcess
 from test_group_sweep import metric
 
+from storage.codec import offset_key
+
 Client = TestClient[Any, Any]
 POISON = "poison"
 
@@ -65,11 +67,6 @@ async def join(gateway: Client, topic: str, name: str, in_hand: dict[str, str],
         "topic": topic, "group": "workers", "mode": "key_shared", "max_deliveries": "3",
         "retry_backoff_ms": "150", "max_in_flight": "50"})
     return Member(name, ws, in_hand, seen)
-
-
-def offset_key(offset: str) -> tuple[int, int]:
-    ms, seq = offset.split("-")
-    return int(ms), int(seq)
 
 
 async def test_members_share_keys_in_order_one_at_a_time_and_a_poison_key_parks_alone(

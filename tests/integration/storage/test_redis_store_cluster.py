@@ -23,6 +23,7 @@ from storage import (
     ValueFormat,
     redis_store,
 )
+from storage.codec import offset_key
 from storage.keys import dedup_key, log_key, slot_of
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
@@ -48,11 +49,6 @@ def topic() -> str:
 
 def _records(n: int, partitions: int = PARTITIONS, **kw: Any) -> list[Record]:
     return [Record(partition=i % partitions, value=f"m{i}".encode(), **kw) for i in range(n)]
-
-
-def _id(offset: str) -> tuple[int, int]:
-    ms, seq = offset.split("-")
-    return int(ms), int(seq)
 
 
 async def _replica_of(store: RedisStreamStore, redis_cluster: Any, topic: str,
@@ -88,7 +84,7 @@ async def test_offsets_strictly_increase_per_partition(store: RedisStreamStore, 
     first = await store.append(topic, _records(30, 3), AppendOptions())
     second = await store.append(topic, _records(30, 3), AppendOptions())
     for p in range(3):
-        offsets = [_id(r.offset) for r in [*first, *second] if r.partition == p]
+        offsets = [offset_key(r.offset) for r in [*first, *second] if r.partition == p]
         assert offsets == sorted(offsets)
         assert len(set(offsets)) == len(offsets)
 
@@ -260,7 +256,7 @@ async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore
     before = await store.append(topic, _records(3, 1), AppendOptions())
     await asyncio.sleep(0.01)
     after = await store.append(topic, _records(3, 1), AppendOptions())
-    start_ms = _id(after[0].offset)[0]
+    start_ms = offset_key(after[0].offset)[0]
     entries = await store.read(topic, 0, from_time_ms=start_ms)
     assert [e.offset for e in entries] == [r.offset for r in after]
     assert all(e.timestamp_ms >= start_ms for e in entries)

@@ -10,9 +10,10 @@ import pytest
 from fake_node import OneNodeRouter, fake_node
 
 from storage import TrimReport, offset_for_time
+from storage.codec import offset_key
 from storage.keys import log_key
 from storage.lean import NodeLanes
-from storage.retention import RedisRetention, after, id_key
+from storage.retention import RedisRetention, after
 from storage.settings import RedisStoreSettings
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ async def _fill(redis: Any, n: int) -> list[str]:
 def test_offset_for_time_and_id_helpers() -> None:
     assert offset_for_time(1234) == "1234-0"
     assert offset_for_time(-5) == "0-0"
-    assert id_key("12-3") < id_key("12-10") < id_key("13-0")
+    assert offset_key("12-3") < offset_key("12-10") < offset_key("13-0")
     assert after("12-3") == "12-4"
 
 
