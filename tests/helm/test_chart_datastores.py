@@ -273,6 +273,36 @@ def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_the
     assert cluster.get("{a}before") == b"kept"
 
 
+def test_cluster_create_script_turns_a_primary_too_many_from_a_cut_off_run_into_a_replica(
+        nine_redis_servers: list[int], tmp_path: Path) -> None:
+    script = tmp_path / "cluster-create.sh"
+    script.write_text(redis_files()["cluster-create.sh"])
+    ports = nine_redis_servers[:8]
+
+    def revision(nodes: int, primaries: int) -> str:
+        env = {"NODES": " ".join(f"localhost:{port}" for port in ports[:nodes]),
+               "PRIMARIES": str(primaries), "REPLICAS": "1"}
+        done = run_script(script, env, timeout_s=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    revision(6, 3)
+    client = redis.Redis(port=ports[0], decode_responses=True)
+    for port in ports[6:]:  # met, as a cut-off run leaves them: two empty primaries
+        bus = redis.Redis(port=port, decode_responses=True).config_get("cluster-port")
+        client.execute_command("CLUSTER", "MEET", "127.0.0.1", port, bus["cluster-port"])
+    wait_until("the new nodes known", lambda: None if all(
+        int(redis.Redis(port=port).cluster("info")["cluster_known_nodes"]) == 8
+        for port in ports) else "not yet", 20, [])
+    grown = revision(8, 4)
+    assert grown.count("a primary too many") == 1, grown
+    assert "moving slots onto the new primaries" in grown
+    shards = [shard for shard in client.cluster("shards") if shard["slots"]]
+    assert len(shards) == 4
+    assert sorted(len(shard["nodes"]) - 1 for shard in shards) == [1, 1, 1, 1]
+    assert "nothing to do" in revision(8, 4)
+
+
 def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(
         six_redis_servers: list[int], tmp_path: Path) -> None:
     """The chart makes clients see the nodes' DNS names (cluster-preferred-endpoint-type

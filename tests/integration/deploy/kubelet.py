@@ -294,6 +294,7 @@ class Kubelet:
                 self.job_logs[pod.name] = self.logs(pod)
                 return attempt
             logs = self.logs(pod)
+            self.job_logs[f"{pod.name} (attempt {attempt}, failed)"] = logs
             podman("rm", "--force", pod.container, check=False)
         raise AssertionError(f"job {pod.name} failed {attempts} times; the last:\n{logs}")
 
