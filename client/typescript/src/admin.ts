@@ -1,6 +1,7 @@
 /** Topic, group and dead-letter administration and replay over HTTP: what a console needs. */
 
-import { Transport } from "./http.js";
+import { Omittable, Transport } from "./http.js";
+import type * as api from "./openapi.gen.js";
 
 export interface Topic {
   name: string;
@@ -89,30 +90,6 @@ export interface ReplayPage {
   nextOffset: string;
 }
 
-interface RawTopic {
-  name: string; partitions: number; retention_ms: number; max_length: number | null;
-  created_at_ms: number; owner: string; key_index?: boolean; compact?: boolean;
-  growing_to?: number | null;
-  partition_details?: Array<{
-    partition: number; length: number; first_offset: string | null; last_offset: string | null;
-    publish_rate_per_s?: number; hot?: boolean; top_keys?: Array<{ key: string; messages: number }>;
-  }>;
-}
-
-interface RawGroupTopic {
-  topic: string; generation?: number | null;
-  members?: Array<{ member_id: string; node: string; joined_at_ms: number }>;
-  assignment?: Record<string, number[]>;
-  partitions: Array<{ partition: number; pending: number; lag: number | null;
-                      last_delivered_offset?: string | null; oldest_pending_offset?: string | null;
-                      oldest_pending_age_ms?: number | null }>;
-}
-
-interface RawMessage {
-  partition: number; offset: string; key?: string | null; value?: unknown; value_b64?: string;
-  headers?: Record<string, string> | null; timestamp_ms?: number;
-}
-
 export class Admin {
   private readonly transport: Transport;
 
@@ -124,28 +101,28 @@ export class Admin {
   async createTopic(options: { name: string; partitions: number; retentionMs?: number;
                                maxLength?: number; keyIndex?: boolean;
                                compact?: boolean }): Promise<Topic> {
-    const body: Record<string, unknown> = { name: options.name, partitions: options.partitions };
-    if (options.keyIndex) body["key_index"] = true;
-    if (options.compact) body["compact"] = true;
-    if (options.retentionMs !== undefined) body["retention_ms"] = options.retentionMs;
-    if (options.maxLength !== undefined) body["max_length"] = options.maxLength;
-    const answer = await this.transport.request<RawTopic>("POST", "/v1/topics",
-                                                          { body: JSON.stringify(body) });
+    const body: Omittable<api.TopicCreate> = {
+      name: options.name, partitions: options.partitions, retention_ms: options.retentionMs,
+      max_length: options.maxLength, key_index: options.keyIndex || undefined,
+      compact: options.compact || undefined,
+    };
+    const answer = await this.transport.request<api.Topic>("POST", "/v1/topics",
+                                                           { body: JSON.stringify(body) });
     return topicOf(answer.body);
   }
 
   /** The topics the caller may see, by name. */
   async listTopics(): Promise<Topic[]> {
-    const answer = await this.transport.request<{ topics: RawTopic[] }>("GET", "/v1/topics");
+    const answer = await this.transport.request<api.TopicList>("GET", "/v1/topics");
     return answer.body.topics.map(topicOf);
   }
 
   /** A topic with each partition's length, first and last offsets and recent publish rate. */
   async describeTopic(name: string): Promise<TopicDetails> {
-    const answer = await this.transport.request<RawTopic>("GET", topicPath(name));
+    const answer = await this.transport.request<api.TopicDetails>("GET", topicPath(name));
     return {
       ...topicOf(answer.body),
-      partitionDetails: (answer.body.partition_details ?? []).map((d) => ({
+      partitionDetails: answer.body.partition_details.map((d) => ({
         partition: d.partition, length: d.length, firstOffset: d.first_offset,
         lastOffset: d.last_offset, publishRatePerS: d.publish_rate_per_s ?? 0,
         hot: d.hot ?? false, topKeys: d.top_keys ?? [],
@@ -157,12 +134,11 @@ export class Admin {
    * null` clears the cap). */
   async updateTopic(name: string, change: { partitions?: number; retentionMs?: number;
                                             maxLength?: number | null }): Promise<Topic> {
-    const body: Record<string, unknown> = {};
-    if (change.partitions !== undefined) body["partitions"] = change.partitions;
-    if (change.retentionMs !== undefined) body["retention_ms"] = change.retentionMs;
-    if (change.maxLength !== undefined) body["max_length"] = change.maxLength;
-    const answer = await this.transport.request<RawTopic>("PATCH", topicPath(name),
-                                                          { body: JSON.stringify(body) });
+    const body: Omittable<api.TopicPatch> = {
+      partitions: change.partitions, retention_ms: change.retentionMs, max_length: change.maxLength,
+    };
+    const answer = await this.transport.request<api.Topic>("PATCH", topicPath(name),
+                                                           { body: JSON.stringify(body) });
     return topicOf(answer.body);
   }
 
@@ -180,8 +156,7 @@ export class Admin {
     if (options.fromTimeMs !== undefined) query.set("from_time_ms", String(options.fromTimeMs));
     if (options.limit !== undefined) query.set("limit", String(options.limit));
     const path = `${topicPath(topic)}/partitions/${partition}/messages?${query}`;
-    const answer = await this.transport.request<{ messages: RawMessage[]; next_offset: string }>(
-      "GET", path);
+    const answer = await this.transport.request<api.ReplayPage>("GET", path);
     return { messages: answer.body.messages.map(storedMessage),
              nextOffset: answer.body.next_offset };
   }
@@ -195,9 +170,8 @@ export class Admin {
     if (options.fromTimeMs !== undefined) query.set("from_time_ms", String(options.fromTimeMs));
     if (options.limit !== undefined) query.set("limit", String(options.limit));
     if (options.partition !== undefined) query.set("partition", String(options.partition));
-    type RawPage = { partition: number; messages: RawMessage[]; next_offset: string | null };
-    const answer = await this.transport.request<RawPage>("GET",
-                                                         `${topicPath(topic)}/history?${query}`);
+    const answer = await this.transport.request<api.HistoryPage>(
+      "GET", `${topicPath(topic)}/history?${query}`);
     return { partition: answer.body.partition, messages: answer.body.messages.map(storedMessage),
              nextOffset: answer.body.next_offset };
   }
@@ -212,7 +186,6 @@ export class Admin {
    * the partition strictly after it (`from: "<partition>:<asOf>"`) for no gap and no duplicate. */
   async snapshot(topic: string, partition: number,
                  pageSize = 1000): Promise<{ asOf: string; messages: StoredMessage[] }> {
-    type RawPage = { as_of: string; messages: RawMessage[]; after: string | null };
     const messages: StoredMessage[] = [];
     let asOf: string | undefined;
     let after: string | null | undefined;
@@ -220,7 +193,7 @@ export class Admin {
       const query = new URLSearchParams({ limit: String(pageSize) });
       if (asOf !== undefined) query.set("as_of", asOf);
       if (after) query.set("after", after);
-      const answer = await this.transport.request<RawPage>(
+      const answer = await this.transport.request<api.SnapshotPage>(
         "GET", `${topicPath(topic)}/partitions/${partition}/snapshot?${query}`);
       asOf = answer.body.as_of;
       after = answer.body.after;
@@ -231,24 +204,25 @@ export class Admin {
 
   /** Every (topic, group) the caller may see. */
   async listGroups(): Promise<Array<{ topic: string; group: string }>> {
-    type Listing = { groups: Array<{ topic: string; group: string }> };
-    const answer = await this.transport.request<Listing>("GET", "/v1/groups");
+    const answer = await this.transport.request<api.GroupList>("GET", "/v1/groups");
     return answer.body.groups;
   }
 
   /** A group's state on one topic (404 `ProblemError` when it has none). */
   async describeGroup(group: string, topic: string): Promise<GroupTopic | undefined> {
     const path = `${groupPath(group)}?topic=${encodeURIComponent(topic)}`;
-    const answer = await this.transport.request<{ topics: RawGroupTopic[] }>("GET", path);
+    const answer = await this.transport.request<api.GroupDetails>("GET", path);
     const found = answer.body.topics.find((t) => t.topic === topic);
     return found && groupTopicOf(found);
   }
 
   /** Move a group's position on a topic; pending messages stay pending (admin only). */
   async seek(group: string, topic: string, to: SeekTarget): Promise<void> {
-    const target = typeof to === "object" ? { timestamp_ms: to.timestampMs } : to;
+    const body: api.SeekRequest = {
+      topic, to: typeof to === "object" ? { timestamp_ms: to.timestampMs } : to,
+    };
     await this.transport.request("POST", `${groupPath(group)}/seek`,
-                                 { body: JSON.stringify({ topic, to: target }) });
+                                 { body: JSON.stringify(body) });
   }
 
   /** Move dead letters of `<topic>.dlq` back to the topic: all of them (paced), or the one named
@@ -256,13 +230,10 @@ export class Admin {
   async redrive(topic: string,
                 which: { maxMessages?: number; ratePerS?: number }
                   | { partition: number; offset: string } = {}): Promise<number> {
-    const body: Record<string, unknown> = "offset" in which
+    const body: Omittable<api.RedriveRequest> = "offset" in which
       ? { partition: which.partition, offset: which.offset }
-      : {
-        ...(which.maxMessages !== undefined ? { max_messages: which.maxMessages } : {}),
-        ...(which.ratePerS !== undefined ? { rate_per_s: which.ratePerS } : {}),
-      };
-    const answer = await this.transport.request<{ redriven: number }>(
+      : { max_messages: which.maxMessages, rate_per_s: which.ratePerS };
+    const answer = await this.transport.request<api.RedriveResult>(
       "POST", `${topicPath(topic)}/dlq/redrive`, { body: JSON.stringify(body) });
     return answer.body.redriven;
   }
@@ -272,9 +243,9 @@ export class Admin {
   async purge(topic: string,
               options: { partition?: number; deadLetters?: boolean } = {}): Promise<PurgeResult> {
     const path = `${topicPath(topic)}/${options.deadLetters === true ? "dlq/purge" : "purge"}`;
-    const body = options.partition !== undefined ? { partition: options.partition } : {};
-    const answer = await this.transport.request<PurgeResult>("POST", path,
-                                                             { body: JSON.stringify(body) });
+    const body: Omittable<api.PurgeRequest> = { partition: options.partition };
+    const answer = await this.transport.request<api.PurgeResult>("POST", path,
+                                                                 { body: JSON.stringify(body) });
     return answer.body;
   }
 }
@@ -295,7 +266,7 @@ function groupPath(group: string): string {
   return `/v1/groups/${encodeURIComponent(group)}`;
 }
 
-function topicOf(raw: RawTopic): Topic {
+function topicOf(raw: api.Topic): Topic {
   return {
     name: raw.name, partitions: raw.partitions, retentionMs: raw.retention_ms,
     maxLength: raw.max_length, createdAtMs: raw.created_at_ms, owner: raw.owner,
@@ -304,10 +275,10 @@ function topicOf(raw: RawTopic): Topic {
   };
 }
 
-function groupTopicOf(raw: RawGroupTopic): GroupTopic {
+function groupTopicOf(raw: api.GroupDetails["topics"][number]): GroupTopic {
   return {
     topic: raw.topic, generation: raw.generation ?? null,
-    members: (raw.members ?? []).map((m) => ({ memberId: m.member_id, node: m.node,
+    members: raw.members.map((m) => ({ memberId: m.member_id, node: m.node,
                                                joinedAtMs: m.joined_at_ms })),
     assignment: raw.assignment ?? {},
     partitions: raw.partitions.map((p) => ({
@@ -319,10 +290,10 @@ function groupTopicOf(raw: RawGroupTopic): GroupTopic {
   };
 }
 
-function storedMessage(raw: RawMessage): StoredMessage {
+function storedMessage(raw: api.MessageOut): StoredMessage {
   const message: StoredMessage = {
-    partition: raw.partition, offset: raw.offset, key: raw.key ?? null,
-    headers: raw.headers ?? {}, timestampMs: raw.timestamp_ms ?? 0,
+    partition: raw.partition, offset: raw.offset, key: raw.key, headers: raw.headers,
+    timestampMs: raw.timestamp_ms,
   };
   if (raw.value_b64 !== undefined) message.valueB64 = raw.value_b64;
   else message.value = raw.value;

@@ -3,6 +3,8 @@
  * fields of what went wrong (an RFC 9457 problem document, a WebSocket close code).
  */
 
+import type * as api from "./openapi.gen.js";
+
 /** HTTP statuses worth another try: the gateway says so (429, 503) or the answer was lost. */
 export const RETRIABLE_STATUSES: ReadonlySet<number> = new Set([408, 429, 500, 502, 503, 504]);
 
@@ -18,15 +20,10 @@ export class StreamgateError extends Error {
   }
 }
 
-/** The fields of an RFC 9457 problem document, as the gateway sends them. */
-export interface ProblemDocument {
-  type?: string;
-  title?: string;
-  status?: number;
-  detail?: string;
-  instance?: string;
-  /** RFC 6901 pointer into the request body (or `/<name>` for a query parameter). */
-  pointer?: string;
+/** The fields of an RFC 9457 problem document, as the gateway sends them (each may be missing
+ * from an answer that is not one: a bare status, a proxy's page). `pointer` is an RFC 6901
+ * pointer into the request body (or `/<name>` for a query parameter). */
+export interface ProblemDocument extends Partial<api.Problem> {
   [extension: string]: unknown;
 }
 

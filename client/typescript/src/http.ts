@@ -27,6 +27,11 @@ export interface RequestOptions {
   timeoutMs?: number;
 }
 
+/** A request document of the OpenAPI type `T` whose optional fields may also be undefined
+ * (`JSON.stringify` leaves those out): filled from options in one object literal, still checked
+ * field by field against the document's type. */
+export type Omittable<T> = { [K in keyof T]: {} extends Pick<T, K> ? T[K] | undefined : T[K] };
+
 /** A decoded successful answer. */
 export interface Answer<T> {
   status: number;

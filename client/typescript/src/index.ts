@@ -23,4 +23,6 @@ export {
 } from "./errors.js";
 export type { ProblemDocument } from "./errors.js";
 export type { FetchLike, TokenProvider } from "./http.js";
+/** The gateway's documents as its OpenAPI document (/openapi.json) types them. */
+export type * as openapi from "./openapi.gen.js";
 export type { BackoffOptions } from "./backoff.js";

@@ -10,12 +10,15 @@
 
 import { Backoff, BackoffOptions, sleep } from "./backoff.js";
 import { StreamgateError } from "./errors.js";
-import { Transport } from "./http.js";
+import { Omittable, Transport } from "./http.js";
 import { toBase64 } from "./base64.js";
+import type * as api from "./openapi.gen.js";
 
 /** `"0"`: queued in the gateway (no offsets); `"1"`: written on the primary; `"all"`: confirmed by
  * the replicas too. */
-export type Acks = "0" | "1" | "all";
+export type Acks = NonNullable<api.PublishRequest["acks"]>;
+
+const ACKS: readonly Acks[] = ["0", "1", "all"];
 
 /** One message to publish: exactly one of `value` (any JSON) and `valueBytes`. */
 export interface ProducerMessage {
@@ -67,6 +70,9 @@ export interface ProducerOptions {
   timeoutMs?: number;
 }
 
+/** 200 with offsets, or 202 with a count for acks "0". */
+type PublishAnswer = api.PublishResults | api.PublishAccepted;
+
 interface Waiter {
   resolve: (result: RecordMetadata) => void;
   reject: (error: unknown) => void;
@@ -95,12 +101,6 @@ class Lane {
   }
 }
 
-interface PublishAnswer {
-  results?: Array<{ partition: number; offset: string | null; duplicate: boolean;
-                    scheduled_id?: string; deliver_at_ms?: number }>;
-  accepted?: number;
-}
-
 /** `bytes` random bytes as hex: `crypto.getRandomValues` exists on plain-http pages too, where
  * browsers leave out `crypto.randomUUID` (secure contexts only). */
 function randomHex(bytes: number): string {
@@ -127,7 +127,7 @@ export class Producer {
 
   constructor(transport: Transport, options: ProducerOptions = {}) {
     const acks = options.acks ?? "1";
-    if (!["0", "1", "all"].includes(acks)) throw new TypeError("acks must be '0', '1' or 'all'");
+    if (!ACKS.includes(acks)) throw new TypeError("acks must be '0', '1' or 'all'");
     this.transport = transport;
     this.acks = acks;
     this.lingerMs = Math.max(0, options.lingerMs ?? 0);
@@ -283,14 +283,14 @@ export class Producer {
   }
 
   private resultsOf(body: PublishAnswer, count: number): RecordMetadata[] {
-    if (this.acks === "0" || body.results === undefined) {
+    if (this.acks === "0" || !("results" in body)) {
       return Array.from({ length: count }, () => ({ partition: null, offset: null,
                                                     duplicate: false }));
     }
     return body.results.map((r) => {
       const result: RecordMetadata = { partition: r.partition, offset: r.offset,
                                        duplicate: r.duplicate };
-      if (r.scheduled_id !== undefined) result.scheduledId = r.scheduled_id;
+      if (typeof r.scheduled_id === "string") result.scheduledId = r.scheduled_id;
       if (r.deliver_at_ms !== undefined) result.deliverAtMs = r.deliver_at_ms;
       return result;
     });
@@ -303,16 +303,13 @@ export function encodeMessage(message: ProducerMessage): string {
   if (hasValue === (message.valueBytes !== undefined)) {
     throw new TypeError("give exactly one of value and valueBytes");
   }
-  const doc: Record<string, unknown> = {};
-  if (message.key !== undefined) doc["key"] = message.key;
-  if (hasValue) doc["value"] = message.value;
-  else doc["value_b64"] = toBase64(message.valueBytes as Uint8Array);
-  const optional: Array<[string, unknown]> = [
-    ["headers", message.headers], ["partition", message.partition],
-    ["idempotency_key", message.idempotencyKey], ["delay_ms", message.delayMs],
-    ["deliver_at_ms", message.deliverAtMs], ["expected_offset", message.expectedOffset],
-    ["ttl_ms", message.ttlMs],
-  ];
-  for (const [name, item] of optional) if (item !== undefined) doc[name] = item;
+  const doc: Omittable<api.MessageIn> = {
+    key: message.key, value: hasValue ? message.value : undefined,
+    value_b64: hasValue ? undefined : toBase64(message.valueBytes as Uint8Array),
+    headers: message.headers, partition: message.partition,
+    idempotency_key: message.idempotencyKey, delay_ms: message.delayMs,
+    deliver_at_ms: message.deliverAtMs, expected_offset: message.expectedOffset,
+    ttl_ms: message.ttlMs,
+  };
   return JSON.stringify(doc);
 }

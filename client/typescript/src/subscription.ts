@@ -16,6 +16,7 @@ import {
 } from "./errors.js";
 import { Transport, problemDocument } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
+import type * as api from "./openapi.gen.js";
 
 export type Mode = "exclusive" | "shared" | "key_shared" | "broadcast";
 export type SubscriptionState = "connecting" | "connected" | "reconnecting" | "closed";
@@ -236,10 +237,8 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
    * after a drop starts there rather than at whatever is latest by then. */
   private async pinLatest(): Promise<void> {
     const path = `/v1/topics/${encodeURIComponent(this.topic)}`;
-    const answer = await this.transport.request<{
-      partition_details?: Array<{ partition: number; last_offset: string | null }>;
-    }>("GET", path);
-    for (const detail of answer.body.partition_details ?? []) {
+    const answer = await this.transport.request<api.TopicDetails>("GET", path);
+    for (const detail of answer.body.partition_details) {
       if (detail.last_offset) this.cursor.set(detail.partition, detail.last_offset);
     }
     // partitions that were empty are absent from the cursor: read from their first entry
