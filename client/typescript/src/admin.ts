@@ -44,6 +44,32 @@ export interface GroupPartition {
   oldestPendingOffset: string | null;
   /** Age of the oldest delivered but un-acked message; null with none. */
   oldestPendingAgeMs: number | null;
+  /** key_shared groups: the keys waiting for the redelivery of a failed message (empty for
+   * other groups). */
+  parkedKeys: ParkedKey[];
+}
+
+/** A key of a key_shared group that waits, alone, for the redelivery of its failed message. */
+export interface ParkedKey {
+  /** null for a principal that may not see message keys. */
+  key: string | null;
+  /** The failed message's offset. */
+  offset: string;
+  /** When the key parked (epoch ms). */
+  sinceMs: number;
+}
+
+/** What lets a parked key go on: `release` redelivers its message now, `dead_letter` sends it to
+ * the dead letters and the key's next message follows. */
+export type ParkedKeyAction = api.ParkedKeyAction["action"];
+
+/** A parked key that went on, and its message's offset. */
+export interface SettledParkedKey {
+  topic: string;
+  partition: number;
+  key: string;
+  offset: string;
+  action: ParkedKeyAction;
 }
 
 export interface GroupMember {
@@ -225,6 +251,23 @@ export class Admin {
                                  { body: JSON.stringify(body) });
   }
 
+  /** Let a key_shared group's parked key go on now (admin only): `release` redelivers its failed
+   * message at once, skipping the rest of its retry backoff; `dead_letter` sends it to
+   * `<topic>.dlq` (`reason` in its `sg-dlq-reason` header) and the key's next message follows.
+   * A 404 `ProblemError` (`parked-key-not-found`) when the key is not parked. */
+  async settleParkedKey(options: { group: string; topic: string; partition: number; key: string;
+                                   action: ParkedKeyAction;
+                                   reason?: string }): Promise<SettledParkedKey> {
+    const body: Omittable<api.ParkedKeyAction> = {
+      topic: options.topic, partition: options.partition, key: options.key,
+      action: options.action, reason: options.reason,
+    };
+    const answer = await this.transport.request<api.ParkedKeyResult>(
+      "POST", `${groupPath(options.group)}/parked`, { body: JSON.stringify(body) });
+    const { topic, partition, key, offset, action } = answer.body;
+    return { topic, partition, key, offset, action };
+  }
+
   /** Move dead letters of `<topic>.dlq` back to the topic: all of them (paced), or the one named
    * by `partition` and `offset`. Returns how many went back. */
   async redrive(topic: string,
@@ -286,6 +329,8 @@ function groupTopicOf(raw: api.GroupDetails["topics"][number]): GroupTopic {
       lastDeliveredOffset: p.last_delivered_offset ?? null,
       oldestPendingOffset: p.oldest_pending_offset ?? null,
       oldestPendingAgeMs: p.oldest_pending_age_ms ?? null,
+      parkedKeys: (p.parked_keys ?? []).map((k) => ({ key: k.key, offset: k.offset,
+                                                      sinceMs: k.since_ms })),
     })),
   };
 }

@@ -67,6 +67,8 @@ DRIFTS: dict[str, Callable[[Schemas], None]] = {
         "acks"]["enum"].remove("all"),
     "a problem's pointer as a number": lambda s: s["Problem"]["properties"]["pointer"].update(
         type="integer"),
+    "a parked key's time as a string": lambda s: s["GroupPartition"]["properties"][
+        "parked_keys"]["items"]["properties"]["since_ms"].update(type="string"),
 }
 
 
