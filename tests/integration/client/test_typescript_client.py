@@ -19,6 +19,8 @@ import pytest
 from node_package import PACKAGE, build_package, require_node, run
 from served import serve_gateway
 
+from gateway.auth.keys import hash_api_key, new_api_key
+
 
 def post_json(url: str, body: Any) -> Any:
     request = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
@@ -58,39 +60,58 @@ def test_typescript_client_suite_passes_against_a_served_gateway(
     assert "# pass 0" not in done.stdout, done.stdout
 
 
-JWT_AUTH = '''
+SECURED_AUTH = '''
 [jwt]
 algorithms = ["HS256"]
 hmac_secret_env = "TS_TEST_JWT_SECRET"
 leeway_s = 0
 
+[[api_keys]]
+principal = "key-user"
+sha256 = "{full}"
+
+[[api_keys]]
+principal = "limited"
+sha256 = "{limited}"
+
 [[rules]]
-principals = ["jwt-user"]
+principals = ["jwt-user", "key-user"]
 topics = ["*"]
 actions = ["publish", "subscribe", "admin"]
+
+[[rules]]
+principals = ["limited"]
+topics = ["open-*"]
+actions = ["publish", "subscribe"]
 '''
 
 
 @pytest.fixture
-def jwt_gateway(redis_cluster: Any, etcd_server: Any, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A gateway checking HS256 JWTs without leeway: its URL and the secret."""
-    secret = secrets.token_urlsafe(32)
-    (tmp_path / "auth.toml").write_text(JWT_AUTH)
+def secured_gateway(redis_cluster: Any, etcd_server: Any, tmp_path: Path
+                    ) -> Iterator[tuple[str, dict[str, str]]]:
+    """A gateway requiring credentials: HS256 JWTs checked without leeway, an API key that may do
+    everything and one that may only publish and subscribe on ``open-*``. Its URL, and the
+    environment that tells test/auth/ the secret and the keys."""
+    secrets_env = {"STREAMGATE_JWT_SECRET": secrets.token_urlsafe(32),
+                   "STREAMGATE_API_KEY": new_api_key(), "STREAMGATE_LIMITED_KEY": new_api_key()}
+    (tmp_path / "auth.toml").write_text(SECURED_AUTH.format(
+        full=hash_api_key(secrets_env["STREAMGATE_API_KEY"]),
+        limited=hash_api_key(secrets_env["STREAMGATE_LIMITED_KEY"])))
     for url in serve_gateway(redis_cluster, etcd_server, {
             "STREAMGATE_AUTH_MODE": "required",
             "STREAMGATE_AUTH_CONFIG_PATH": str(tmp_path / "auth.toml"),
-            "TS_TEST_JWT_SECRET": secret}):
-        yield url, secret
+            "TS_TEST_JWT_SECRET": secrets_env["STREAMGATE_JWT_SECRET"]}):
+        yield url, secrets_env
 
 
 @pytest.mark.timeout(300)
-def test_typescript_client_refreshes_expired_tokens_against_a_jwt_gateway(
-        jwt_gateway: tuple[str, str], report_missing: Callable[[str], NoReturn]) -> None:
+def test_typescript_client_refreshes_tokens_and_uses_api_keys_against_a_secured_gateway(
+        secured_gateway: tuple[str, dict[str, str]],
+        report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
     build_package(report_missing)
-    url, secret = jwt_gateway
-    env = os.environ | {"STREAMGATE_URL": url, "STREAMGATE_JWT_SECRET": secret,
-                        "NODE_NO_WARNINGS": "1"}
+    url, secrets_env = secured_gateway
+    env = os.environ | secrets_env | {"STREAMGATE_URL": url, "NODE_NO_WARNINGS": "1"}
     done = run(["node", "--test", "--test-concurrency=1", *sorted(
         str(path.relative_to(PACKAGE)) for path in (PACKAGE / "test" / "auth").glob("*.test.mjs"))],
         timeout_s=240, env=env)
