@@ -28,11 +28,12 @@ def require_node(report_missing: Callable[[str], NoReturn]) -> None:
         report_missing(f"node >= {MIN_NODE_MAJOR} is needed, found {version}")
 
 
-def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` in the package in a session of its own, so that a timeout kills the whole
-    group (``node --test`` runs each test file in a child process) and leaves nothing behind."""
-    with subprocess.Popen(args, cwd=PACKAGE, env=env, stdout=subprocess.PIPE,
+def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None,
+        cwd: Path = PACKAGE) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` in the package (or ``cwd``) in a session of its own, so that a timeout kills
+    the whole group (``node --test`` runs each test file in a child process) and leaves nothing
+    behind."""
+    with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True) as process:
         try:
             output, _ = process.communicate(timeout=timeout_s)
