@@ -2,7 +2,7 @@
 
 import { ProblemError, StoredMessage } from "../src/index.js";
 import { Context } from "./context.js";
-import { formatTime, h, replace, statusLine, table } from "./dom.js";
+import { formatTime, h, keepFocus, replace, statusLine, table } from "./dom.js";
 import { details, preview } from "./messages.js";
 
 const PER_PARTITION = 100;
@@ -58,14 +58,6 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
           h("div", { class: "actions" }, redriveAll, " ", refresh), status, listing, selected,
           dialog);
   void load();
-}
-
-/** The button that had the focus left with the table it was in (or was disabled): the result
- * takes the focus, so keyboard users go on from there and not from the top of the page. */
-function keepFocus(result: HTMLElement): void {
-  if (document.activeElement !== null && document.activeElement !== document.body) return;
-  result.tabIndex = -1;
-  result.focus();
 }
 
 /** The first letters of every partition of `<topic>.dlq`; none before it exists. */

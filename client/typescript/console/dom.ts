@@ -88,6 +88,14 @@ export function statusLine(kind: "status" | "alert" = "status"): StatusLine {
   });
 }
 
+/** The button that had the focus left with the table it was in (or was disabled): the result
+ * takes the focus, so keyboard users go on from there and not from the top of the page. */
+export function keepFocus(result: HTMLElement): void {
+  if (document.activeElement !== null && document.activeElement !== document.body) return;
+  result.tabIndex = -1;
+  result.focus();
+}
+
 /** Epoch milliseconds as a local date and time. */
 export function formatTime(ms: number): string {
   return new Date(ms).toLocaleString(undefined, { hour12: false });

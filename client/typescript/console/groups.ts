@@ -1,4 +1,5 @@
-/** Consumer groups: the list, and one group's members, assignment, lag (with a chart) and seek. */
+/** Consumer groups: the list, and one group's members, assignment, lag (with a chart), parked
+ * keys and seek. */
 
 import { GroupTopic, SeekTarget } from "../src/index.js";
 import { TimeChart } from "./chart.js";
@@ -6,6 +7,7 @@ import { Context } from "./context.js";
 import {
   changed, field, formatCount, formatDuration, formatTime, h, replace, statusLine, table,
 } from "./dom.js";
+import { ParkedKeys } from "./parked_keys.js";
 
 const POLL_MS = 2000;
 
@@ -40,13 +42,15 @@ export function renderGroup(context: Context, main: HTMLElement, group: string,
   const totalLag = h("p", { class: "total", "aria-live": "polite" });
   const chart = new TimeChart(`Lag per partition of group ${group} on ${topic}, messages`,
                               "messages");
+  const parked = new ParkedKeys(context, group, topic, () => load());
   replace(main, h("h1", { tabindex: -1 }, `Group ${group} on ${topic}`), summary, status,
           h("section", { "aria-labelledby": "lag" }, h("h2", { id: "lag" }, "Lag"), totalLag,
             chart.element, partitions),
+          parked.element,
           h("section", { "aria-labelledby": "members" },
             h("h2", { id: "members" }, "Members and assignment"), members),
           seekForm(context, group, topic));
-  context.every(POLL_MS, async () => {
+  const load = async (): Promise<void> => {
     try {
       const state = await context.admin.describeGroup(group, topic);
       if (state === undefined) {
@@ -63,10 +67,12 @@ export function renderGroup(context: Context, main: HTMLElement, group: string,
       if (changed(members, [state.members, state.assignment])) {
         replace(members, memberTable(state));
       }
+      parked.show(state);
     } catch (error) {
       context.fail(error, status);
     }
-  });
+  };
+  context.every(POLL_MS, load);
 }
 
 function partitionTable(state: GroupTopic): HTMLTableElement {

@@ -1,5 +1,6 @@
 """The web console (/console/) in Debian's headless Chromium, driven by Playwright against a gateway
-process on the real cluster: a newcomer's round, keyboard only, and a principal's ACLs.
+process on the real cluster: a newcomer's round, keyboard only, a key_shared group's parked keys,
+and a principal's ACLs.
 
 Screenshots go to ``$STREAMGATE_ARTIFACTS`` (else the test's tmp dir); with
 ``STREAMGATE_UPDATE_SCREENSHOT=1`` the topic page is also saved as docs/console.png.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 from chromium import browser_page, require_browser
+from key_shared_member import key_shared_member
 from node_package import build_package, require_node
 from served import serve_gateway
 
@@ -315,6 +317,46 @@ def test_every_console_page_keeps_its_csp_and_shows_hostile_messages_as_text(
         assert {r.url.rsplit("/", 1)[-1] for r in responses} >= {
             "", "console.css", "main.js", "index.js", "chart.js"}
     finally:
+        call(base, "DELETE", f"/v1/topics/{topic}")
+
+
+@pytest.mark.timeout(300)
+def test_an_admin_releases_and_dead_letters_parked_keys_in_the_console(
+        served_gateway: str, console_page: Page, artifacts: Path) -> None:
+    from playwright.sync_api import expect
+    base, topic = served_gateway, f"parked-{uuid.uuid4().hex[:8]}"
+    page = console_page
+    assert call(base, "POST", "/v1/topics", {"name": topic, "partitions": 1})[0] == 201
+    try:
+        with key_shared_member(base, topic, "workers") as received, timed(
+                "parked keys: one released, one sent to the dead letters"):
+            assert call(base, "POST", f"/v1/topics/{topic}/messages", {"acks": "all", "messages": [
+                {"key": "poison-a", "value": "a"}, {"key": "poison-b", "value": "b"},
+                {"key": "fine", "value": "ok"}]})[0] == 200
+            page.goto(f"{base}/console/#/groups/workers/{topic}")
+            expect_heading(page, f"Group workers on {topic}")
+            parked = page.get_by_role("table", name="2 parked keys")
+            expect(parked).to_contain_text("poison-a", timeout=WAIT_MS)
+            expect(parked).to_contain_text("poison-b")
+            page.screenshot(path=artifacts / "parked-keys.png", full_page=True)
+            status = page.locator("#parked ~ [role=status]")
+            page.get_by_role("button", name="Release key poison-a of partition 0").focus()
+            page.keyboard.press("Enter")
+            expect(status).to_contain_text("Released key poison-a", timeout=WAIT_MS)
+            # the member acks the message's second delivery: the key goes on, and its row with
+            # the focused button; the focus lands on the result
+            expect(page.get_by_role("table", name="1 parked keys")).not_to_contain_text(
+                "poison-a", timeout=WAIT_MS)
+            expect(status).to_be_focused()
+            page.get_by_role("button", name="Dead-letter key poison-b of partition 0").click()
+            expect(status).to_contain_text("to the dead letters", timeout=WAIT_MS)
+            expect(page.get_by_text("No parked keys now.")).to_be_visible(timeout=WAIT_MS)
+        assert [(m["key"], m["delivery_count"]) for m in received] == [
+            ("poison-a", 1), ("poison-b", 1), ("fine", 1), ("poison-a", 2)]
+        letters = call(base, "GET", f"/v1/topics/{topic}.dlq/partitions/0/messages")[1]
+        assert [m["value"] for m in letters["messages"]] == ["b"]
+    finally:
+        call(base, "DELETE", f"/v1/topics/{topic}.dlq")
         call(base, "DELETE", f"/v1/topics/{topic}")
 
 
