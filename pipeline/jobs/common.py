@@ -30,8 +30,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-entries-per-trigger", type=int)
     parser.add_argument("--checkpoint", required=True,
                         help="checkpoint directory (the source of truth)")
-    parser.add_argument("--master", default="local[2]",
-                        help="Spark master when not run by spark-submit")
+    parser.add_argument("--master",
+                        help="Spark master (default: spark-submit's --master, else local[2])")
     parser.add_argument("--available-now", action="store_true",
                         help="process what is there, then stop")
     parser.add_argument("--trigger-interval", default="10 seconds")
@@ -54,11 +54,16 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     return {name: str(value) for name, value in options.items() if value is not None}
 
 
-def session(app_name: str, master: str) -> SparkSession:
+def session(app_name: str, master: str | None = None) -> SparkSession:
     """A session with the source registered; workers run this interpreter (so they can import
-    pipeline)."""
+    pipeline). ``master`` None: spark-submit's ``--master``, or local[2] under plain python."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = SparkSession.builder.appName(app_name).master(master).getOrCreate()
+    builder = SparkSession.builder.appName(app_name)
+    # A builder option wins over spark-submit's --master: set one only when asked to, or when no
+    # spark-submit started this process (it hands Python its JVM in PYSPARK_GATEWAY_PORT).
+    if master is not None or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or "local[2]")
+    spark = builder.getOrCreate()
     register(spark)
     return spark
 
