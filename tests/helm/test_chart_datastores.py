@@ -12,7 +12,7 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,17 +243,25 @@ def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(
     assert "creating" not in second.stdout
 
 
-def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_then_replicas(
-        nine_redis_servers: list[int], tmp_path: Path) -> None:
+def revisions(ports: list[int], tmp_path: Path) -> Callable[[int, int], str]:
+    """Runs of the chart's cluster-create.sh as a revision would run it: over the first ``nodes``
+    of ``ports`` with ``primaries`` asked for, one replica each; each run's output."""
     script = tmp_path / "cluster-create.sh"
     script.write_text(redis_files()["cluster-create.sh"])
 
     def revision(nodes: int, primaries: int) -> str:
-        env = {"NODES": " ".join(f"localhost:{port}" for port in nine_redis_servers[:nodes]),
+        env = {"NODES": " ".join(f"localhost:{port}" for port in ports[:nodes]),
                "PRIMARIES": str(primaries), "REPLICAS": "1"}
         done = run_script(script, env, timeout_s=120)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
+
+    return revision
+
+
+def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_then_replicas(
+        nine_redis_servers: list[int], tmp_path: Path) -> None:
+    revision = revisions(nine_redis_servers, tmp_path)
 
     assert "creating the Redis Cluster" in revision(6, 3)
     cluster = redis.RedisCluster(host="localhost", port=nine_redis_servers[0])
@@ -275,16 +283,8 @@ def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_the
 
 def test_cluster_create_script_turns_a_primary_too_many_from_a_cut_off_run_into_a_replica(
         nine_redis_servers: list[int], tmp_path: Path) -> None:
-    script = tmp_path / "cluster-create.sh"
-    script.write_text(redis_files()["cluster-create.sh"])
     ports = nine_redis_servers[:8]
-
-    def revision(nodes: int, primaries: int) -> str:
-        env = {"NODES": " ".join(f"localhost:{port}" for port in ports[:nodes]),
-               "PRIMARIES": str(primaries), "REPLICAS": "1"}
-        done = run_script(script, env, timeout_s=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+    revision = revisions(ports, tmp_path)
 
     revision(6, 3)
     client = redis.Redis(port=ports[0], decode_responses=True)
