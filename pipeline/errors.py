@@ -13,13 +13,37 @@ class PipelineError(Exception):
         self.message = message
 
 
-class InvalidSourceOption(PipelineError):
-    """An option given to the ``streamgate`` source is missing or malformed."""
+class InvalidOption(PipelineError):
+    """An option given to the ``streamgate`` source or sink is missing or malformed."""
+
+    role = "source or sink"
 
     def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f"streamgate source option {option!r}: {problem}")
+        super().__init__(f"streamgate {self.role} option {option!r}: {problem}")
         self.option = option
         self.problem = problem
+
+
+class InvalidSourceOption(InvalidOption):
+    """An option given to the ``streamgate`` source is missing or malformed."""
+
+    role = "source"
+
+
+class InvalidSinkOption(InvalidOption):
+    """An option given to the ``streamgate`` sink is missing or malformed, or a column it reads has
+    a type it cannot publish."""
+
+    role = "sink"
+
+
+class SinkOutsideStreamingQuery(PipelineError):
+    """The sink ran in a task without a streaming query's id and batch id, from which its
+    idempotency keys are made."""
+
+    def __init__(self) -> None:
+        super().__init__("the streamgate sink publishes micro-batches of a streaming query only "
+                         "(df.writeStream.format('streamgate'))")
 
 
 class TopicNotFound(PipelineError):

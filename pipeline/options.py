@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import stream_ids
-from pipeline.errors import InvalidSourceOption
+from pipeline.errors import InvalidOption, InvalidSourceOption
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -41,6 +41,15 @@ class RedisTls:
                 "ssl_keyfile": self.key_path, "ssl_cert_reqs": "required",
                 "ssl_check_hostname": self.check_hostname,
                 "ssl_min_version": ssl.TLSVersion.TLSv1_2}
+
+    def context(self) -> ssl.SSLContext:
+        """The same as an ``ssl`` context, for the source's own sockets to the nodes."""
+        context = ssl.create_default_context(cafile=self.ca_path)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = self.check_hostname
+        if self.cert_path:
+            context.load_cert_chain(self.cert_path, self.key_path)
+        return context
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class SourceOptions:
 
 def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     """Validate and convert the source options; raises InvalidSourceOption."""
-    topic = _required(options, "topic")
+    topic = required_option(options, "topic")
     partitions = _partitions(options.get("partitions"))
     gateway = options.get("gateway")
     if partitions is None and not gateway:
@@ -90,25 +99,25 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
                                   "give 'partitions' (e.g. '0,1,2,3') or 'gateway' (a base URL)")
     return SourceOptions(
         topic=topic,
-        redis_nodes=parse_nodes(_required(options, "redisNodes")),
+        redis_nodes=parse_nodes(required_option(options, "redisNodes")),
         partitions=partitions,
         gateway=str(gateway).rstrip("/") if gateway else None,
         starting=_starting(options),
         ending=_positions("endingOffsets", options.get("endingOffsets") or LATEST),
-        max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
-        page_size=_positive_int(options, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        max_entries_per_trigger=positive_int_option(options, "maxEntriesPerTrigger", None),
+        page_size=positive_int_option(options, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+        fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
         consumer_name=options.get("consumerName") or f"spark-{topic}",
-        commit_progress=_bool(options, "commitProgress", True),
+        commit_progress=bool_option(options, "commitProgress", True),
         redis_tls=_redis_tls(options),
-        snapshot_lag_ms=_positive_int(options, "snapshotLagMs", None),
+        snapshot_lag_ms=positive_int_option(options, "snapshotLagMs", None),
     )
 
 
 def _redis_tls(options: Mapping[str, Any]) -> RedisTls | None:
     paths = {name: str(options.get(name) or "") or None
              for name in ("redisTlsCaPath", "redisTlsCertPath", "redisTlsKeyPath")}
-    if not _bool(options, "redisTls", False):
+    if not bool_option(options, "redisTls", False):
         given = [name for name, value in paths.items() if value]
         if given:
             raise InvalidSourceOption(given[0], "needs redisTls=true")
@@ -117,7 +126,7 @@ def _redis_tls(options: Mapping[str, Any]) -> RedisTls | None:
         raise InvalidSourceOption("redisTlsCertPath",
                                   "redisTlsCertPath and redisTlsKeyPath go together")
     return RedisTls(paths["redisTlsCaPath"], paths["redisTlsCertPath"], paths["redisTlsKeyPath"],
-                    _bool(options, "redisTlsCheckHostname", True))
+                    bool_option(options, "redisTlsCheckHostname", True))
 
 
 def parse_nodes(text: str) -> tuple[tuple[str, int], ...]:
@@ -133,10 +142,12 @@ def parse_nodes(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(nodes)
 
 
-def _required(options: Mapping[str, Any], name: str) -> str:
+def required_option(options: Mapping[str, Any], name: str,
+                    error: type[InvalidOption] = InvalidSourceOption) -> str:
+    """The option's value; ``error`` when it is missing or empty."""
     value = options.get(name)
     if not value:
-        raise InvalidSourceOption(name, "is required")
+        raise error(name, "is required")
     return str(value)
 
 
@@ -194,20 +205,24 @@ def _position(name: str, value: Any) -> Position:
                               f"{value!r} is neither earliest, latest nor a stream ID '<ms>-<seq>'")
 
 
-def _positive_int(options: Mapping[str, Any], name: str, default: int | None) -> int | None:
+def positive_int_option(options: Mapping[str, Any], name: str, default: int | None,
+                        error: type[InvalidOption] = InvalidSourceOption) -> int | None:
+    """The option as a positive integer, ``default`` when absent."""
     value = options.get(name)
     if value is None or value == "":
         return default
     if not (str(value).isascii() and str(value).isdigit()) or int(value) <= 0:
-        raise InvalidSourceOption(name, f"expected a positive integer, got {value!r}")
+        raise error(name, f"expected a positive integer, got {value!r}")
     return int(value)
 
 
-def _bool(options: Mapping[str, Any], name: str, default: bool) -> bool:
+def bool_option(options: Mapping[str, Any], name: str, default: bool,
+                error: type[InvalidOption] = InvalidSourceOption) -> bool:
+    """The option as true or false, ``default`` when absent."""
     value = options.get(name)
     if value is None or value == "":
         return default
     lowered = str(value).lower()
     if lowered not in ("true", "false"):
-        raise InvalidSourceOption(name, f"expected true or false, got {value!r}")
+        raise error(name, f"expected true or false, got {value!r}")
     return lowered == "true"

@@ -12,9 +12,11 @@ from pyspark.sql.datasource import InputPartition
 from redis.exceptions import ResponseError
 
 from pipeline.errors import StreamgateDataLoss, StreamgateSnapshotExpired
+from pipeline.node_pages import NodePages
 from pipeline.options import RedisTls
-from pipeline.rows import to_record_batch
-from pipeline.streams import entries_in_range, open_cluster
+from pipeline.pages import columns_of_items
+from pipeline.rows import record_batch
+from pipeline.streams import open_cluster
 from storage.compaction import SNAPSHOT_LUA
 from storage.keys import key_registry_key, log_key
 
@@ -38,19 +40,20 @@ class StreamRange(InputPartition):
 
 
 def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of every entry in the range, opening (and closing) a cluster client here."""
+    """Arrow batches of every entry in the range, opening (and closing) a cluster client and a
+    socket to the partition's primary here."""
     client = open_cluster(planned.redis_nodes, planned.redis_tls)
+    key = log_key(planned.topic, planned.partition)
     try:
-        key = log_key(planned.topic, planned.partition)
-        pages = entries_in_range(client, key, planned.start, planned.end, planned.page_size)
-        checked = False
-        for page in pages:
+        with NodePages(client, key, planned.redis_tls) as node:
+            checked = False
+            for page in node.pages(planned.start, planned.end, planned.page_size):
+                if not checked:
+                    _check_first(planned, page.first_id())
+                    checked = True
+                yield record_batch(planned.topic, planned.partition, page)
             if not checked:
-                _check_first(planned, page[0][0].decode())
-                checked = True
-            yield to_record_batch(planned.topic, planned.partition, page)
-        if not checked:
-            _check_first(planned, None)
+                _check_first(planned, None)
     finally:
         client.close()
 
@@ -86,10 +89,8 @@ def read_snapshot(planned: SnapshotRange) -> Iterator[pa.RecordBatch]:
                                                 str(exc)) from exc
             if not last:
                 return
-            page = [(entry_id, dict(zip(fields[0::2], fields[1::2], strict=True)))
-                    for entry_id, fields in items]
-            if page:
-                yield to_record_batch(planned.topic, planned.partition, page)
+            if items:
+                yield record_batch(planned.topic, planned.partition, columns_of_items(items))
             after = last
     finally:
         client.close()

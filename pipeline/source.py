@@ -1,18 +1,25 @@
 """The ``streamgate`` Python Data Source: batch and streaming reads of one topic's partition
-streams."""
+streams, and a streaming sink publishing to a topic."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+)
 from pyspark.sql.types import StructType
 
 from pipeline.batch_reader import StreamgateBatchReader
 from pipeline.options import parse_options
 from pipeline.planner import Planner
 from pipeline.rows import SCHEMA_DDL
+from pipeline.sink import StreamgateStreamWriter
+from pipeline.sink_options import parse_sink_options
 from pipeline.stream_reader import StreamgateStreamReader
 from pipeline.topic_partitions import source_partitions
 
@@ -20,7 +27,8 @@ FORMAT = "streamgate"
 
 
 class StreamgateDataSource(DataSource):
-    """``spark.read/readStream.format("streamgate")``; see docs/pipeline.md for the options."""
+    """``spark.read/readStream.format("streamgate")`` and ``writeStream.format("streamgate")``;
+    see docs/pipeline.md for the options."""
 
     @classmethod
     def name(cls) -> str:
@@ -39,6 +47,11 @@ class StreamgateDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         """The micro-batch reader."""
         return StreamgateStreamReader(self._planner())
+
+    # Spark's method name
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """The micro-batch writer (the sink)."""
+        return StreamgateStreamWriter(parse_sink_options(self.options), schema)
 
     def _planner(self) -> Planner:
         options = parse_options(self.options)

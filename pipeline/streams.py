@@ -7,7 +7,7 @@ XRANGE parsing much faster.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -94,17 +94,3 @@ def count_after(client: RedisCluster, key: str, start: str, end: str,
     counted."""
     count, last = client.eval(_COUNT_RANGE, 1, key, f"({start}", end, str(limit))
     return int(count), (stream_ids.text(last) if count else None)
-
-
-def entries_in_range(client: RedisCluster, key: str, start: str, end: str,
-                     page_size: int) -> Iterator[list[Entry]]:
-    """Pages of the half-open range (start, end] in ID order, each at most ``page_size`` entries."""
-    cursor = start
-    while stream_ids.before(cursor, end):
-        page = cast(list[Entry], client.xrange(key, f"({cursor}", end, count=page_size))
-        if not page:
-            return
-        yield page
-        if len(page) < page_size:
-            return
-        cursor = stream_ids.text(page[-1][0])

@@ -130,3 +130,11 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProces
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def served_gateway(redis_cluster: RedisClusterProcess, etcd_server: EtcdProcess) -> Iterator[str]:
+    """``python -m gateway.cli serve`` on a free port (its base URL); stopped by PID afterwards."""
+    from served import serve_gateway
+
+    yield from serve_gateway(redis_cluster, etcd_server)

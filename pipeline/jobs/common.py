@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from pipeline.source import FORMAT, register
@@ -77,3 +78,21 @@ def with_trigger(writer: DataStreamWriter, available_now: bool, interval: str) -
     """availableNow (bounded by maxEntriesPerTrigger per batch) or a processing-time trigger."""
     return (writer.trigger(availableNow=True) if available_now
             else writer.trigger(processingTime=interval))
+
+
+def job_parser(description: str | None) -> argparse.ArgumentParser:
+    """A sample job's command line: its description and the source's flags."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_source_arguments(parser)
+    return parser
+
+
+def run_job(app_name: str, master: str | None,
+            start: Callable[[SparkSession], StreamingQuery]) -> None:
+    """Open a session, run the query ``start`` makes until it ends, stop the session."""
+    spark = session(app_name, master)
+    try:
+        start(spark).awaitTermination()
+    finally:
+        spark.stop()

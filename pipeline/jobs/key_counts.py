@@ -13,16 +13,15 @@ from state.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.jobs.common import (
-    add_source_arguments,
+    job_parser,
     read_topic,
-    session,
+    run_job,
     source_options,
     with_trigger,
 )
@@ -59,20 +58,15 @@ def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoi
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_source_arguments(parser)
+    parser = job_parser(__doc__)
     parser.add_argument("--output", required=True,
                         help="output directory (one sub-directory per batch)")
     parser.add_argument("--watermark", default="1 minute",
                         help="how late an entry may be and still count")
     args = parser.parse_args(argv)
-    spark = session("streamgate-key-counts", args.master)
-    try:
-        start(spark, source_options(args), args.output, args.checkpoint, watermark=args.watermark,
-              available_now=args.available_now, interval=args.trigger_interval).awaitTermination()
-    finally:
-        spark.stop()
+    run_job("streamgate-key-counts", args.master, lambda spark: start(
+        spark, source_options(args), args.output, args.checkpoint, watermark=args.watermark,
+        available_now=args.available_now, interval=args.trigger_interval))
 
 
 if __name__ == "__main__":

@@ -13,16 +13,15 @@ output see only committed files. Read the output with Spark (``spark.read.parque
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.jobs.common import (
-    add_source_arguments,
+    job_parser,
     read_topic,
-    session,
+    run_job,
     source_options,
     with_trigger,
 )
@@ -40,17 +39,12 @@ def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoi
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_source_arguments(parser)
+    parser = job_parser(__doc__)
     parser.add_argument("--output", required=True, help="Parquet output directory")
     args = parser.parse_args(argv)
-    spark = session("streamgate-to-parquet", args.master)
-    try:
-        start(spark, source_options(args), args.output, args.checkpoint,
-              available_now=args.available_now, interval=args.trigger_interval).awaitTermination()
-    finally:
-        spark.stop()
+    run_job("streamgate-to-parquet", args.master, lambda spark: start(
+        spark, source_options(args), args.output, args.checkpoint,
+        available_now=args.available_now, interval=args.trigger_interval))
 
 
 if __name__ == "__main__":

@@ -116,3 +116,8 @@ def wait_for(probe: Callable[[], T], timeout_s: float, what: str,
         assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
         time.sleep(interval_s)
     return result
+
+
+def newest(log: Path) -> int:
+    """The newest batch number in a checkpoint log, -1 when none."""
+    return max((int(p.name) for p in log.glob("[0-9]*")), default=-1) if log.exists() else -1

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from spark_processes import ProcessGroup, spark_env
+from spark_processes import ProcessGroup, newest, spark_env
 
 pytestmark = pytest.mark.spark
 
@@ -78,11 +78,6 @@ class RunScanner:
                     Path(json.loads(line)["path"]).name
                     for line in path.read_text().splitlines()[1:] if line.strip()}
         return batches
-
-
-def newest(log: Path) -> int:
-    """The newest batch number in a checkpoint log, -1 when none."""
-    return max((int(p.name) for p in log.glob("[0-9]*")), default=-1) if log.exists() else -1
 
 
 def job_argv(topic: str, redis_nodes: str, tmp_path: Path) -> list[str]:

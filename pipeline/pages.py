@@ -1,0 +1,167 @@
+"""XRANGE pages as Arrow column buffers: the compiled ``pipeline._pages`` reads a reply's raw RESP
+bytes without a Python object per entry; ``page_columns_python`` is its reference.
+
+Entry fields follow storage.codec (``value_and_key``): the value under ``K`` + the key, or ``v``
+without a key (earlier versions: ``v`` and ``k``), headers' JSON under ``h``.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import hiredis
+
+from pipeline.native import refuse_if_off
+from storage.codec import KEYED
+
+
+class PageColumns(NamedTuple):
+    """One page's columns as Arrow buffers: int32 offsets, data, LSB validity bitmaps (None when
+    no row is null) and null counts."""
+
+    rows: int
+    id_offsets: bytes
+    id_data: bytes
+    timestamps_us: bytes  # int64 per row: the ID's ms part
+    key_validity: bytes | None
+    key_offsets: bytes
+    key_data: bytes
+    key_nulls: int
+    value_offsets: bytes
+    value_data: bytes
+    text_validity: bytes | None  # the rows whose value is UTF-8
+    text_nulls: int
+    header_validity: bytes | None  # the rows with a non-empty ``h`` field
+    header_offsets: bytes
+    header_data: bytes
+    header_nulls: int
+
+    def first_id(self) -> str:
+        """The ID of the page's first entry."""
+        (end,) = struct.unpack_from("=i", self.id_offsets, 4)
+        return self.id_data[:end].decode()
+
+    def last_id(self) -> str:
+        """The ID of the page's last entry."""
+        (start,) = struct.unpack_from("=i", self.id_offsets, (self.rows - 1) * 4)
+        return self.id_data[start:].decode()
+
+
+Item = Sequence[Any]  # [id, [field, value, ...]] as hiredis parses it
+
+
+def page_columns_python(reply: bytes | bytearray | memoryview) -> PageColumns | str | None:
+    """The columns of a whole XRANGE reply; None while it is incomplete; an error reply's text."""
+    reader = hiredis.Reader()
+    reader.feed(bytes(reply))
+    try:
+        items = reader.gets()
+    except hiredis.ProtocolError as exc:
+        raise ValueError("not an XRANGE reply") from exc
+    if items is False:
+        return None
+    if isinstance(items, hiredis.ReplyError):
+        return str(items)
+    if reader.has_data() or not isinstance(items, list):
+        raise ValueError("not an XRANGE reply")
+    return columns_of_items(items)
+
+
+def columns_of_items(items: Sequence[Item]) -> PageColumns:
+    """The columns of parsed items (an XRANGE reply, or a snapshot's page)."""
+    ids, keys, values, headers = [], [], [], []
+    for item in items:
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes):
+            raise ValueError("not an XRANGE reply")
+        fields = item[1] or []
+        if len(fields) % 2:
+            raise ValueError("not an XRANGE reply")
+        ids.append(item[0])
+        key, value, header = _chosen(fields)
+        keys.append(key)
+        values.append(value)
+        headers.append(header)
+    key_validity, key_nulls = _validity([key is not None for key in keys])
+    text_validity, text_nulls = _validity([_is_utf8(value) for value in values])
+    header_validity, header_nulls = _validity([header is not None for header in headers])
+    return PageColumns(
+        len(ids), *_offsets_and_data(ids),
+        array("q", [_timestamp_us(entry_id) for entry_id in ids]).tobytes(),
+        key_validity, *_offsets_and_data(keys), key_nulls,
+        *_offsets_and_data(values), text_validity, text_nulls,
+        header_validity, *_offsets_and_data(headers), header_nulls)
+
+
+def _chosen(fields: Sequence[bytes]) -> tuple[bytes | None, bytes, bytes | None]:
+    # in the entry's order, the last one wins, as in storage.codec
+    key, value, header = None, b"", None
+    for name, data in zip(fields[0::2], fields[1::2], strict=True):
+        if not isinstance(name, bytes) or not isinstance(data, bytes):
+            raise ValueError("not an XRANGE reply")
+        if name[:1] == KEYED:
+            key, value = name[1:], data
+        elif name == b"v":
+            value = data
+        elif name == b"k":
+            key = data
+        elif name == b"h":
+            header = data or None
+    return key, value, header
+
+
+def _offsets_and_data(cells: Sequence[bytes | None]) -> tuple[bytes, bytes]:
+    offsets, position = array("i", [0]), 0
+    for cell in cells:
+        position += len(cell or b"")
+        offsets.append(position)
+    return offsets.tobytes(), b"".join(cell or b"" for cell in cells)
+
+
+def _validity(present: Sequence[bool]) -> tuple[bytes | None, int]:
+    nulls = present.count(False)
+    if not nulls:
+        return None, 0
+    bitmap = bytearray((len(present) + 7) // 8)
+    for row, there in enumerate(present):
+        if there:
+            bitmap[row // 8] |= 1 << (row % 8)
+    return bytes(bitmap), nulls
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _timestamp_us(entry_id: bytes) -> int:
+    ms, dash, _ = entry_id.partition(b"-")
+    if not dash or not ms.isdigit() or len(ms) > 15:
+        raise ValueError("not a stream ID in an XRANGE reply")
+    return int(ms) * 1000
+
+
+PageReader = Callable[[bytes | bytearray | memoryview], "PageColumns | str | None"]
+
+
+def _compiled() -> PageReader | None:
+    try:
+        refuse_if_off()
+        from pipeline._pages import page_columns as compiled
+    except ImportError:  # pragma: no cover - a build without a C compiler
+        return None
+
+    def page_columns(reply: bytes | bytearray | memoryview) -> PageColumns | str | None:
+        raw = compiled(reply)
+        return PageColumns(*raw) if isinstance(raw, tuple) else raw  # type: ignore[arg-type]
+    return page_columns
+
+
+_COMPILED = _compiled()
+PAGES_NATIVE = _COMPILED is not None
+page_columns: PageReader = _COMPILED or page_columns_python

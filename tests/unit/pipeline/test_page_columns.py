@@ -1,0 +1,164 @@
+"""The compiled XRANGE page decoder (pipeline._pages) against its Python reference, and the record
+batches built on its buffers against storage.codec's reading of the same entries."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import pages
+from pipeline.native import OFF
+from pipeline.pages import PageColumns, page_columns, page_columns_python
+from pipeline.rows import record_batch
+from storage.codec import decode_entry
+
+pytest.importorskip("pipeline._pages")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LAST_MS = 253_402_300_799_999  # the end of year 9999, the last a datetime holds
+
+
+def test_the_compiled_page_decoder_is_installed_unless_switched_off() -> None:
+    assert pages.PAGES_NATIVE is not OFF, "pipeline._pages is not built: pip install -e . with gcc"
+
+
+def bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def xrange_reply(items: list[tuple[bytes, list[bytes]]]) -> bytes:
+    out = [b"*%d\r\n" % len(items)]
+    for entry_id, fields in items:
+        out.append(b"*2\r\n" + bulk(entry_id) + b"*%d\r\n" % len(fields))
+        out.extend(bulk(field) for field in fields)
+    return b"".join(out)
+
+
+IDS = st.builds(lambda ms, seq: b"%d-%d" % (ms, seq), st.integers(0, LAST_MS),
+                st.integers(0, 2**64 - 1))
+NAMES = st.one_of(st.sampled_from([b"v", b"k", b"f", b"h", b"K", b"x", b"vv", b""]),
+                  st.binary(max_size=6).map(lambda key: b"K" + key))
+HEADERS = st.one_of(st.dictionaries(st.text(max_size=5), st.text(max_size=5)).map(orjson.dumps),
+                    st.sampled_from([b"", b"[1]", b"null", b"{}", b'{"a":1}']))
+VALUES = st.one_of(st.binary(max_size=40), st.text(max_size=20).map(str.encode), HEADERS,
+                   st.sampled_from([b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80",
+                                    b"\xe0\x80\x80", b"ok\xff", b"\xf0\x9f\x98\x80" * 3]))
+FIELDS = st.lists(st.tuples(NAMES, VALUES), max_size=6).map(
+    lambda pairs: [part for pair in pairs for part in pair])
+ITEMS = st.lists(st.tuples(IDS, FIELDS), max_size=12)
+
+
+@settings(max_examples=200)
+@given(items=ITEMS)
+def test_compiled_columns_are_the_references_for_any_entries(
+        items: list[tuple[bytes, list[bytes]]]) -> None:
+    reply = xrange_reply(items)
+    assert page_columns(reply) == page_columns_python(reply)
+    assert page_columns(bytearray(reply)) == page_columns(memoryview(reply))
+
+
+@settings(max_examples=100)
+@given(items=ITEMS.filter(bool))
+def test_every_cut_reply_is_incomplete_for_both(items: list[tuple[bytes, list[bytes]]]) -> None:
+    reply = xrange_reply(items)
+    for end in range(len(reply)):
+        assert page_columns(reply[:end]) is None
+        assert page_columns_python(reply[:end]) is None
+
+
+def _outcome(decode: Any, reply: bytes) -> Any:
+    try:
+        return decode(reply)
+    except ValueError:
+        return ValueError
+
+
+@settings(max_examples=400)
+@given(items=ITEMS.filter(bool), seed=st.integers(0, 2**32))
+def test_a_damaged_reply_is_read_alike_or_refused_by_the_compiled_reader(
+        items: list[tuple[bytes, list[bytes]]], seed: int) -> None:
+    damaged, rng = bytearray(xrange_reply(items)), random.Random(seed)
+    for _ in range(rng.randint(1, 3)):
+        damaged[rng.randrange(len(damaged))] = rng.choice(b"*$:+-_%#\r\n0123456789-xK")
+    compiled, reference = (_outcome(page_columns, bytes(damaged)),
+                           _outcome(page_columns_python, bytes(damaged)))
+    # hiredis skips the two bytes after a bulk string unread and waits past a lone CR for a CRLF;
+    # the compiled reader checks both and refuses: stricter, never more lenient
+    assert compiled == reference or compiled is ValueError
+
+
+@pytest.mark.parametrize("reply", [b"*-1\r\n", b"*1\r\n*3\r\n$3\r\n1-0\r\n*0\r\n*0\r\n",
+                                   b"*1\r\n*2\r\n$-1\r\n*0\r\n",
+                                   b"*1\r\n*2\r\n$3\r\n1-0\r\n*1\r\n$1\r\nv\r\n",
+                                   b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$-1\r\n",
+                                   b"*1\r\n*2\r\n$3\r\nabc\r\n*0\r\n", b":1\r\n",
+                                   b"*0\r\nextra", b"*1\r\n*2\r\n$3\r\n1-0\r\n*0\r\n*0\r\n"])
+def test_what_is_not_an_xrange_reply_is_refused_by_both(reply: bytes) -> None:
+    assert _outcome(page_columns, reply) is ValueError
+    assert _outcome(page_columns_python, reply) is ValueError
+
+
+def test_an_error_reply_is_its_text() -> None:
+    for decode in (page_columns, page_columns_python):
+        assert decode(b"-MOVED 3999 127.0.0.1:7001\r\n") == "MOVED 3999 127.0.0.1:7001"
+        assert decode(b"-MOVED 3999") is None
+
+
+def test_an_empty_reply_is_an_empty_page() -> None:
+    page = page_columns(b"*0\r\n")
+    assert isinstance(page, PageColumns)
+    assert page.rows == 0
+    assert record_batch("t", 0, page).num_rows == 0
+
+
+@settings(max_examples=200)
+@given(items=ITEMS)
+def test_rows_hold_what_storage_reads_from_the_same_entries(
+        items: list[tuple[bytes, list[bytes]]]) -> None:
+    page = page_columns(xrange_reply(items))
+    assert isinstance(page, PageColumns)
+    chosen = [_last(list(zip(fields[0::2], fields[1::2], strict=True))) for _, fields in items]
+    try:
+        headers = [_headers(fields.get(b"h")) for fields in chosen]
+    except orjson.JSONDecodeError:  # as storage does, a header field that is not JSON fails
+        with pytest.raises(orjson.JSONDecodeError):
+            record_batch("orders", 5, page)
+        return
+    rows = record_batch("orders", 5, page).to_pylist()
+    assert len(rows) == len(items)
+    for row, (entry_id, _), fields, header in zip(rows, items, chosen, headers, strict=True):
+        stored = decode_entry(5, entry_id, fields)
+        assert (row["topic"], row["partition"], row["offset"]) == ("orders", 5, stored.offset)
+        assert (row["key"], row["value"]) == (stored.key, stored.value)
+        assert row["value_str"] == _text(stored.value)
+        assert (row["timestamp"] - EPOCH) // timedelta(milliseconds=1) == stored.timestamp_ms
+        assert row["headers"] == header
+
+
+def _last(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    # In an entry's order the last field of a name wins; a dict keeps the first one's position.
+    chosen: dict[bytes, bytes] = {}
+    for name, data in pairs:
+        chosen.pop(name, None)
+        chosen[name] = data
+    return chosen
+
+
+def _text(value: bytes) -> str | None:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _headers(raw: bytes | None) -> list[tuple[str, str]] | None:
+    doc = orjson.loads(raw) if raw else None
+    if not isinstance(doc, dict):
+        return None
+    return [(str(name), str(value)) for name, value in doc.items()]
