@@ -23,7 +23,6 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from client.producer import Producer, RetryPolicy
 from pipeline.errors import InvalidSinkOption, SinkOutsideStreamingQuery
 from pipeline.sink_options import SinkColumns, SinkOptions, sink_columns
 
@@ -131,6 +130,10 @@ def _text(value: bytes | str, column: str) -> str:
 async def publish(options: SinkOptions, prefix: str,
                   requests: Iterator[list[bytes]]) -> tuple[int, int]:
     """Send the requests one after another under ``<prefix>-<n>``: (written, duplicates)."""
+    # Imported here: every process that imports the source (readers, planners) would pay for
+    # the HTTP client otherwise.
+    from client.producer import Producer, RetryPolicy
+
     written = duplicates = 0
     async with Producer(options.gateway, options.topic, acks=options.acks,
                         timeout_s=options.timeout_s, api_key=options.api_key, token=options.token,

@@ -30,8 +30,9 @@ from pipeline.jobs.common import (
 def start(spark: SparkSession, options: Mapping[str, str], output: str, checkpoint: str, *,
           available_now: bool = True, interval: str = "10 seconds") -> StreamingQuery:
     """Start the query writing ``options``' topic to ``output`` (Parquet, partitioned by
-    ``date``)."""
-    rows = read_topic(spark, options).withColumn("date", functions.to_date("timestamp"))
+    ``date``). The value lands once, as binary: ``value_str`` is ``CAST(value AS STRING)``."""
+    rows = (read_topic(spark, options).drop("value_str")
+            .withColumn("date", functions.to_date("timestamp")))
     writer = (rows.writeStream.format("parquet").partitionBy("date")
               .option("path", output).option("checkpointLocation", checkpoint))
     return with_trigger(writer, available_now, interval).start()
