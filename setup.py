@@ -4,10 +4,11 @@
 ``storage._wire`` are the plain publish's codec (request messages to columns, offsets to the
 response) and its RESP encoder; ``gateway.observe._sketch`` counts keys in the hot-key sketches;
 ``storage._entries`` decodes read stream entries and ``gateway.delivery._frames`` frames them for
-group deliveries; ``pipeline._pages`` turns the Spark source's XRANGE pages into Arrow buffers. Each is optional to build: without a C compiler the package installs and uses the
-pure-Python references (same results, slower); tests fail when a compiled one is missing
-(test_hashing.py, test_plain_codec.py, test_plain_append_wire.py, test_hotspots.py,
-test_entry_decoding.py, test_wire_frames.py, test_page_columns.py), so CI always has them. ``STREAMGATE_NO_EXTENSIONS=1``
+group deliveries; ``pipeline._pages`` turns the Spark source's XRANGE pages into Arrow buffers.
+Each is optional to build: without a C compiler the package installs and uses the pure-Python
+references (same results, slower); tests fail when a compiled one is missing (test_hashing.py,
+test_plain_codec.py, test_plain_append_wire.py, test_hotspots.py, test_entry_decoding.py,
+test_wire_frames.py, test_page_columns.py), so CI always has them. ``STREAMGATE_NO_EXTENSIONS=1``
 leaves every compiled part out at import (each package's ``native.py``); CI runs the unit tests once
 that way.
 """
