@@ -105,12 +105,18 @@ run: deps venv
 # screenshots and other files the tests leave for people to look at
 export STREAMGATE_ARTIFACTS ?= $(CURDIR)/build/artifacts
 
+# Most tests wait on servers more than they compute, so the suite runs on more workers than cores;
+# tests/conftest.py keeps what must not run twice at once on one worker.
+TEST_WORKERS ?= 3
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: deps venv node-deps console
-	$(VENV_PY) -m pytest
+	$(VENV_PY) -m pytest $(PARALLEL)
 	@echo "== the gateway tests once more on asyncio's event loop (the suite above ran on uvloop, the default)"
-	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q tests/unit/gateway tests/integration/gateway
+	STREAMGATE_EVENT_LOOP=asyncio $(VENV_PY) -m pytest -q $(PARALLEL) tests/unit/gateway \
+		tests/integration/gateway
 	@echo "== the unit tests once more with the compiled parts switched off (the Python references)"
-	STREAMGATE_NO_EXTENSIONS=1 $(VENV_PY) -m pytest -q tests/unit
+	STREAMGATE_NO_EXTENSIONS=1 $(VENV_PY) -m pytest -q $(PARALLEL) tests/unit
 
 lint: venv
 	$(VENV)/bin/mypy --strict

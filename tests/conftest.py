@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
+from workers import first_out
 
 from devstack import (
     EtcdConfig,
@@ -29,7 +31,12 @@ from devstack import (
 )
 from devstack._process import require_binary
 
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+ROOT = Path(__file__).resolve().parent.parent
+INTEGRATION_DIR = ROOT / "tests" / "integration"
+# Generated-input tests check behaviour, not speed: on a loaded machine (the suite spread over
+# workers) an example may outlast hypothesis' default deadline.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 # Shorter than the dev default (3000) so failover tests finish sooner; still far
 # above scheduling jitter.
 TEST_CLUSTER_NODE_TIMEOUT_MS = 2000
@@ -57,10 +64,23 @@ def pytest_asyncio_loop_factories(
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/integration as `integration`."""
+    """Mark every test under tests/integration as `integration`; when the run is spread over
+    workers by group (`make test`), send the longest groups out first."""
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    if config.getoption("dist", "no") == "loadgroup":
+        items.sort(key=lambda item: first_out(item.path.relative_to(ROOT)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup``: whole groups of tests per worker (tests/workers.py)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from workers import GroupScheduling
+
+    return GroupScheduling(config, log)
 
 
 MissingReport = Callable[[str], NoReturn]

@@ -45,11 +45,11 @@ def quick_run(tmp_path: Path, goals: str,
     return done, orjson.loads(json_path.read_bytes())["rows"], markdown_path.read_text()
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(400)
 def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=170)
+    done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=390)
     anchors = {row["anchor_name"] for row in rows}
     assert [row["goal"] for row in rows] == ["1"] * 7
     assert {"raw XADD -P 64, 3 primaries", "JetStream publish_async",
@@ -80,11 +80,11 @@ def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
     assert "replicas " not in throughput[1]["note"]  # the one-copy cluster has none
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_numbers(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=290)
+    _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=590)
     assert [(row["goal"], row["anchor_name"]) for row in rows] == [
         ("2", "acks=1 throughput, same run"), ("2", "acks=1, 16 connections"),
         ("2", "acks=1, same load"), ("5", "raw XREADGROUP + XACK, same streams"),
@@ -114,11 +114,11 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
     assert "one copy (3 primaries, no replicas)" in rows[7]["figure"]
 
 
-@pytest.mark.timeout(380)
+@pytest.mark.timeout(760)
 def test_quick_client_and_event_sourcing_runs_write_every_row_next_to_its_anchor(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
-    done, every_row, _ = quick_run(tmp_path, "client,event_sourcing", timeout_s=370)
+    done, every_row, _ = quick_run(tmp_path, "client,event_sourcing", timeout_s=750)
     rows = [row for row in every_row if row["goal"].startswith("c")]
     assert [row["goal"] for row in rows] == ["c1"] * 4 + ["c2"] + ["c3"] * 2 + ["c4"]
     events = every_row[len(rows):]

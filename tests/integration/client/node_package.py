@@ -44,10 +44,22 @@ def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None,
     return subprocess.CompletedProcess(args, process.returncode, output)
 
 
-def build_package(report_missing: Callable[[str], NoReturn], script: str = "build") -> None:
-    """Compile with the dev dependencies ``make node-deps`` installed: the client to dist/
-    (``build``), or the console into the gateway's package (``build:console``)."""
+def build_package(report_missing: Callable[[str], NoReturn]) -> None:
+    """Compile the client to dist/ with the dev dependencies ``make node-deps`` installed."""
+    require_node_modules(report_missing)
+    built = run(["npm", "run", "build"], timeout_s=180)
+    assert built.returncode == 0, built.stdout
+
+
+def build_console(report_missing: Callable[[str], NoReturn]) -> None:
+    """``make console``: the console into the gateway's package, only when a source is newer than
+    the build (other tests serve the console meanwhile and must never find it half rebuilt)."""
+    require_node_modules(report_missing)
+    built = run(["make", "--no-print-directory", "console"], timeout_s=180, cwd=PACKAGE.parents[1])
+    assert built.returncode == 0, built.stdout
+
+
+def require_node_modules(report_missing: Callable[[str], NoReturn]) -> None:
+    """Skip locally, fail in CI, without the package's dev dependencies."""
     if not (PACKAGE / "node_modules" / ".package-lock.json").is_file():
         report_missing("client/typescript has no node_modules: run `make node-deps`")
-    built = run(["npm", "run", script], timeout_s=180)
-    assert built.returncode == 0, built.stdout

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 from chromium import browser_page, require_browser
 from key_shared_member import key_shared_member
-from node_package import build_package, require_node
+from node_package import build_console, require_node
 from served import serve_gateway
 
 from gateway.auth.keys import hash_api_key
@@ -63,7 +63,7 @@ def console_page(report_missing: Callable[[str], NoReturn], tmp_path: Path) -> I
     which the browser also logs, are the console's to show, not failures."""
     chromium = require_browser(report_missing)
     require_node(report_missing)
-    build_package(report_missing, "build:console")
+    build_console(report_missing)
     problems: list[str] = []
     with browser_page(chromium, tmp_path / "profile") as page:
         page.set_viewport_size({"width": 1280, "height": 900})

@@ -133,7 +133,11 @@ async def dead_letters(gateway: Client, topic: str) -> list[int]:
 
 
 async def parked_keys(gateway: Client, topic: str) -> list[dict[str, Any]]:
-    described = await (await gateway.get("/v1/groups/workers", params={"topic": topic})).json()
+    """The group's parked keys (none while the member's join has not yet given it state)."""
+    response = await gateway.get("/v1/groups/workers", params={"topic": topic})
+    if response.status == 404:
+        return []
+    described = await response.json()
     return [k for p in described["topics"][0]["partitions"] for k in p.get("parked_keys", [])]
 
 
