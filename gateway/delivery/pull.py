@@ -28,11 +28,14 @@ from gateway.delivery.redelivery import (
 )
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
+from partitioner.errors import CoordinationUnavailable
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
+from storage.errors import StorageUnavailable
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, StoredEntry, first_deliveries
 
 PULL_CONSUMER = "http-pull"
+UNAVAILABLE = (StorageUnavailable, CoordinationUnavailable)
 POLL_INTERVAL_S = 0.05
 MAX_GATES = 10_000
 
@@ -72,24 +75,37 @@ class Puller:
         first = next(self._rotation) % partitions
         order = [(first + i) % partitions for i in range(partitions)]
         while True:
-            deliveries = await self._reclaim(group, request, order)
-            for partition in order:
-                wanted = request.max_messages - len(deliveries)
-                if wanted <= 0:
-                    break
-                cap = await self._cap(request.topic, group, partition)
-                entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
-                                                     count=wanted, block_ms=0, until=cap)
-                deliveries += first_deliveries(entries)
+            deliveries: list[Delivery] = []
+            try:
+                await self._reclaim(group, request, order, deliveries)
+                await self._read_new(group, request, order, deliveries)
+                broken = False
+            except UNAVAILABLE:
+                # What was claimed or read is this pull's: failing it would leave those entries
+                # pending until their ack timeout, behind newer entries of their partitions.
+                if not deliveries:
+                    raise
+                broken = True
             if deliveries_may_expire(deliveries):
                 deliveries = await self._drop_expired(group, request.topic, deliveries)
             remaining = deadline - time.monotonic()
-            if deliveries or remaining <= 0:
+            if deliveries or broken or remaining <= 0:
                 self._metrics.count_deliveries(request.topic, group, "pull",
                                                (d.delivery_count for d in deliveries))
                 delivery_span(request.topic, group, "pull", deliveries)
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+    async def _read_new(self, group: str, request: PullRequest, order: Sequence[int],
+                        deliveries: list[Delivery]) -> None:
+        for partition in order:
+            wanted = request.max_messages - len(deliveries)
+            if wanted <= 0:
+                return
+            cap = await self._cap(request.topic, group, partition)
+            entries = await self.store.read_new(request.topic, partition, group, PULL_CONSUMER,
+                                                 count=wanted, block_ms=0, until=cap)
+            deliveries += first_deliveries(entries)
 
     async def _drop_expired(self, group: str, topic: str,
                             deliveries: list[Delivery]) -> list[Delivery]:
@@ -105,7 +121,10 @@ class Puller:
                 live.append(delivery)
         counter = self._metrics.expired.labels(topic, group, "pull")
         for partition, entries in expired.items():
-            await self.store.ack(topic, partition, group, [entry.offset for entry in entries])
+            try:
+                await self.store.ack(topic, partition, group, [entry.offset for entry in entries])
+            except UNAVAILABLE:
+                continue  # left pending: dropped when they come back, the live ones still go out
             report_expired(counter, topic, group, entries)
         return live
 
@@ -125,21 +144,19 @@ class Puller:
                 await self.store.ensure_group(topic, partition, group, "earliest")
                 self._ensured.add((topic, partition, group))
 
-    async def _reclaim(self, group: str, request: PullRequest,
-                       order: Sequence[int]) -> list[Delivery]:
-        out: list[Delivery] = []
+    async def _reclaim(self, group: str, request: PullRequest, order: Sequence[int],
+                       deliveries: list[Delivery]) -> None:
         for partition in order:
-            wanted = request.max_messages - len(out)
+            wanted = request.max_messages - len(deliveries)
             if wanted <= 0:
-                break
+                return
             expired = await due_again(self.store, request.topic, partition, group,
                                       request.ack_timeout_ms, request.retry_backoff, wanted)
             if not expired:
                 continue
             claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER,
                                              expired, min_idle_ms=request.ack_timeout_ms)
-            out += await self._drop_dead(group, request, partition, claimed)
-        return out
+            deliveries += await self._drop_dead(group, request, partition, claimed)
 
     async def _drop_dead(self, group: str, request: PullRequest, partition: int,
                          claimed: list[Delivery]) -> list[Delivery]:
