@@ -101,7 +101,10 @@ async def quiet_group_calls(client: Client) -> float:
         text = await (await client.get("/metrics")).text()
         owned = OWNED.search(text)
         calls = sum(float(value) for _, value in REDIS_CALL.findall(text))
-        if owned is not None and float(owned.group(1)) >= BIG_PARTITIONS and calls == last:
+        # a first sweep reads its partition's groups after the partition's retention pass, which
+        # can take a while with every partition's pass at once: wait for one read per partition
+        if (owned is not None and float(owned.group(1)) >= BIG_PARTITIONS
+                and calls >= BIG_PARTITIONS and calls == last):
             return calls
         last = calls
         await asyncio.sleep(0.5)
