@@ -65,7 +65,7 @@ def pytest_asyncio_loop_factories(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test under tests/integration as `integration`; when the run is spread over
-    workers by group (`make test`), send the longest groups out first."""
+    workers by group (`make test TEST_WORKERS=3`), send the longest groups out first."""
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)

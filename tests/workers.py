@@ -1,5 +1,5 @@
-"""How `make test` spreads the suite over xdist workers: each worker runs whole groups (a shared
-folder's, or one file's), and the longest groups go out first."""
+"""How `make test TEST_WORKERS=3` spreads the suite over xdist workers: each worker runs whole
+groups (a shared folder's, or one file's), and the longest groups go out first."""
 
 from __future__ import annotations
 
