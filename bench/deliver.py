@@ -26,9 +26,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-from publish import free_port, start_gateway, wait_ready
+from publish import start_gateway, wait_ready
 
 from devstack import DevStack, DevStackConfig
+from devstack.ports import free_port
 
 PARTITIONS = 8
 GROUP_DRAIN = Path(__file__).resolve().parent / "group_drain.py"

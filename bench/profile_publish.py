@@ -38,7 +38,6 @@ from publish import (  # bench/ is not a package
     Result,
     bench_bare,
     drive,
-    free_port,
     http_publish_for,
     process_cpu_seconds,
     redis_cpu_seconds,
@@ -48,6 +47,7 @@ from publish import (  # bench/ is not a package
 from wrk import wrk_binary
 
 from devstack import DevStack, DevStackConfig
+from devstack.ports import free_port
 from storage.keys import slot_of
 from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings

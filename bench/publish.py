@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from devstack.redis_cluster import RedisClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wrk import wrk_binary, wrk_post_for
+
+from devstack.ports import free_port
 
 VALUE = "x" * 200
 PARTITIONS = 6
@@ -191,12 +192,6 @@ async def bench_bare(nodes: list[tuple[str, int]], topic: str, batch: int, messa
     finally:
         await client.aclose()
     return Result(f"bare redis-py batch={batch}", (messages // batch) * batch, elapsed, latencies)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_gateway(stack: DevStack, port: int) -> subprocess.Popen[bytes]:

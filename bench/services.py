@@ -17,9 +17,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
-from publish import free_port, wait_ready
+from publish import wait_ready
 
 from devstack import DevStack, DevStackConfig
+from devstack.ports import free_port
 
 T = TypeVar("T")
 

@@ -20,7 +20,6 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import orjson
 from redis.cluster import RedisCluster
 
 from devstack import DevStack, DevStackConfig
+from devstack.ports import free_port
 
 VALUE = "x" * 200
 PARTITIONS = 12
@@ -60,12 +60,6 @@ def tree_pids(pid: int) -> list[int]:
     """A process and its children."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [pid, *(int(child) for child in children)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def load_process(url: str, body: bytes, connections: int, seconds: float,

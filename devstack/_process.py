@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,9 +28,6 @@ POLL_INTERVAL_S = 0.05
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 30
 
-# Well-known ports of system services and of `streamgate dev`; free-port picking never returns them.
-RESERVED_PORTS = frozenset({2379, 2380, 6379, 8080, *range(7000, 7011), *range(17000, 17011)})
-
 _PACKAGES = {"redis-server": "redis-server", "redis-cli": "redis-tools", "etcd": "etcd-server"}
 # redis-cli ships in redis-tools, which apt pulls in with redis-server: name the package people
 # expect.
@@ -39,7 +35,6 @@ _INSTALL_HINT = {"redis-cli": "redis-server"}
 
 _live: set[ServerProcess] = set()
 _live_lock = threading.Lock()
-_handed_out_ports: set[int] = set()
 
 
 def require_binary(name: str) -> str:
@@ -49,26 +44,6 @@ def require_binary(name: str) -> str:
     if path is None:
         raise MissingBinary(name, _INSTALL_HINT.get(name, _PACKAGES.get(name, name)))
     return path
-
-
-def free_ports(count: int) -> list[int]:
-    """Pick `count` distinct free loopback ports, never reserved ones nor ones handed out before."""
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(sock)
-            sock.bind((LOOPBACK, 0))
-            port = int(sock.getsockname()[1])
-            if port in RESERVED_PORTS or port in _handed_out_ports:
-                continue
-            ports.append(port)
-    finally:
-        for sock in held:
-            sock.close()
-    _handed_out_ports.update(ports)
-    return ports
 
 
 def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:

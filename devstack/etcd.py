@@ -18,11 +18,11 @@ from devstack._process import (
     STOP_TIMEOUT_S,
     ServerProcess,
     StartedInWith,
-    free_ports,
     require_binary,
     wait_until,
 )
 from devstack.certs import TlsFiles
+from devstack.ports import free_ports
 
 PORTS_FILE = "ports.json"
 HEALTH_TIMEOUT_S = 1.0

@@ -27,7 +27,6 @@ from devstack._process import (
     STOP_TIMEOUT_S,
     ServerProcess,
     StartedInWith,
-    free_ports,
     require_binary,
     terminate_all,
     wait_until,
@@ -35,6 +34,7 @@ from devstack._process import (
 from devstack.certs import TlsFiles
 from devstack.cluster_state import node_problem, owner_port
 from devstack.errors import DevStackError, LayoutMismatchError
+from devstack.ports import free_ports
 from devstack.redis_cli import (
     add_primary,
     is_consistent,

@@ -5,7 +5,6 @@ gateway) must not fork."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ from typing import Any
 
 import orjson
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from devstack.ports import free_port
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -20,7 +20,8 @@ import pytest
 import redis
 from helm_render import manifests, one
 
-from devstack._process import ServerProcess, free_ports, terminate_all, wait_until
+from devstack._process import ServerProcess, terminate_all, wait_until
+from devstack.ports import free_ports
 from storage.models import Acks, AppendOptions, AppendResult, Record
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ from typing import Any
 
 import pytest
 
+from devstack.ports import free_port
 from gateway.routes.console import console_is_built
 
 START_TIMEOUT_S = 90
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:

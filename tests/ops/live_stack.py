@@ -17,14 +17,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from devstack.ports import free_port
+
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_http_ok(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_processes import ROOT, SPARK_HOME, ProcessGroup, spark_env, wait_for
 
-from devstack._process import free_ports
+from devstack.ports import free_ports
 
 pytestmark = pytest.mark.spark
 

@@ -283,14 +283,17 @@ class Kubelet:
         pod.started_at = time.monotonic()
 
     def run_job(self, pod: Pod, timeout_s: float = 300) -> int:
-        """A Job's pod, rerun on failure up to its backoffLimit (restartPolicy OnFailure), or a bare
-        Pod once; the attempts it took."""
+        """A Job's pod, rerun on failure up to its backoffLimit (restartPolicy OnFailure) within its
+        activeDeadlineSeconds, or a bare Pod once within ``timeout_s``; the attempts it took."""
         jobs = [obj for obj in self.kind("Job") if obj["metadata"]["name"] == pod.workload]
         attempts = jobs[0]["spec"].get("backoffLimit", 6) + 1 if jobs else 1  # a bare Pod: once
+        if jobs:
+            timeout_s = jobs[0]["spec"].get("activeDeadlineSeconds", timeout_s)
+        deadline = time.monotonic() + timeout_s
         logs = ""
         for attempt in range(1, attempts + 1):
             self.start(pod)
-            if self.wait_exit(pod.container, timeout_s) == 0:
+            if self.wait_exit(pod.container, max(deadline - time.monotonic(), 1)) == 0:
                 self.job_logs[pod.name] = self.logs(pod)
                 return attempt
             logs = self.logs(pod)

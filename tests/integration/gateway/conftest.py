@@ -8,8 +8,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from processes import GatewayProcess, free_port, start_gateway, wait_ready
+from processes import GatewayProcess, start_gateway, wait_ready
 
+from devstack.ports import free_port
 from gateway.settings import GatewaySettings
 
 

@@ -4,7 +4,6 @@ readiness waits."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -26,12 +25,6 @@ def start_gateway(port: int, env: dict[str, str], *args: str,
     """`streamgate serve` on ``port`` with ``env`` (and more ``args``)."""
     command = [sys.executable, "-m", "gateway.cli", "--log-level", log_level, "serve"]
     return subprocess.Popen([*command, "--port", str(port), *args], env=env)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -26,8 +26,9 @@ import aiohttp
 import orjson
 import pytest
 from auth_config import api_keys, rule
-from processes import free_port, start_gateway, wait_ready
+from processes import start_gateway, wait_ready
 
+from devstack.ports import free_port
 from gateway.settings import GatewaySettings
 
 KEY = "sgk_hostile-connections-key"

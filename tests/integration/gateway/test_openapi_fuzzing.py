@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from processes import free_port, start_gateway, wait_ready
+from processes import start_gateway, wait_ready
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -29,6 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from devstack.ports import free_port
 from gateway.auth.keys import hash_api_key
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from processes import free_port, start_gateway
+from processes import start_gateway
 
 from devstack.certs import self_signed
+from devstack.ports import free_port
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration

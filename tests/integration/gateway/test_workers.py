@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import free_port, start_gateway, wait_ready
+from processes import start_gateway, wait_ready
 
 from devstack.certs import self_signed
+from devstack.ports import free_port, free_port_block
 from gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.integration
@@ -37,20 +37,6 @@ class Workers:
     worker_urls: list[str]
     node_id: str
     context: ssl.SSLContext | None = None
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 1 both free (the workers' own metrics ports)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as first, socket.socket() as second:
-            try:
-                first.bind(("127.0.0.1", port))
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no two consecutive free ports")
 
 
 def children_of(pid: int) -> list[int]:
@@ -80,7 +66,7 @@ def get(url: str, context: ssl.SSLContext | None = None, data: bytes | None = No
 
 
 def start_workers(settings: GatewaySettings, tmp_path: Path, tls: bool) -> Workers:
-    port, metrics_port = free_port(), free_port_pair()
+    port, metrics_port = free_port(), free_port_block(2)
     node_id = f"wtest-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "STREAMGATE_REDIS_NODES": ",".join(settings.redis_nodes),
            "STREAMGATE_ETCD_ENDPOINTS": ",".join(settings.etcd_endpoints),

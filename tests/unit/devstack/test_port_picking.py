@@ -1,0 +1,61 @@
+"""The loopback port picker: free ports below the ephemeral range, one slice per xdist worker."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from devstack import ports
+
+
+@pytest.fixture(autouse=True)
+def fresh_picker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "_handed_out", set())
+    monkeypatch.setattr(ports, "_cursor", [])
+
+
+def test_picked_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    picked = ports.free_ports(40)
+    assert len(set(picked)) == 40
+    assert all(ports.PICK_FIRST <= port < ports.PICK_END for port in picked)
+    assert not set(picked) & ports.RESERVED_PORTS
+    for port in picked:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_is_never_handed_out_twice_by_one_process() -> None:
+    first = set(ports.free_ports(200))
+    assert not first & set(ports.free_ports(200))
+
+
+def test_each_xdist_worker_picks_from_its_own_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    slices = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setattr(ports, "_cursor", [])
+        slices.append(ports.worker_slice())
+        assert all(port in slices[-1] for port in ports.free_ports(20))
+    assert slices[0].stop <= slices[1].start
+    assert slices[1].stop <= slices[2].start
+    assert slices[0].start == ports.PICK_FIRST
+    assert slices[2].stop <= ports.PICK_END
+
+
+def test_a_port_someone_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = ports.worker_slice().start
+    monkeypatch.setattr(ports, "_cursor", [0])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", start))
+        taken.listen()
+        assert ports.free_port() != start
+
+
+def test_a_block_is_consecutive_and_free() -> None:
+    first = ports.free_port_block(3)
+    for port in range(first, first + 3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+    assert first + 1 not in ports.free_ports(100)
