@@ -105,10 +105,9 @@ run: deps venv
 # screenshots and other files the tests leave for people to look at
 export STREAMGATE_ARTIFACTS ?= $(CURDIR)/build/artifacts
 
-# TEST_WORKERS=3 spreads each run over xdist workers by group (tests/workers.py): most tests wait on
-# servers more than they compute. 0, the default, runs in one process: some timing-bound tests still
-# fail on a machine that loaded (docs/architecture.md, "Local stack and tests").
-TEST_WORKERS ?= 0
+# Each run is spread over xdist workers by group (tests/workers.py): most tests wait on servers more
+# than they compute, so three workers pay on two cores. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 3
 PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: deps venv node-deps console
