@@ -23,7 +23,7 @@ typedef struct {
     Py_ssize_t id_size, key_size, value_size, headers_size;  /* key/headers: -1 when absent */
 } Entry;
 
-/* "<digits>\r\n" after a type byte (a leading '-' allowed), as a length. */
+/* "<digits>\r\n" after a type byte (a leading '-' allowed, no leading zeros), as a length. */
 static int
 read_number(Cursor *cursor, long long *out)
 {
@@ -41,7 +41,7 @@ read_number(Cursor *cursor, long long *out)
     }
     if (p >= cursor->end)
         return READ_INCOMPLETE;
-    if (digits == 0 || *p != '\r')
+    if (digits == 0 || *p != '\r' || (digits > 1 && p[-digits] == '0'))  /* no leading zeros */
         return READ_BAD;
     if (p + 1 >= cursor->end)
         return READ_INCOMPLETE;
@@ -364,8 +364,17 @@ page_columns(PyObject *module, PyObject *arg)
     status = read_header(&cursor, '*', &count);
     if (status == READ_OK && count < 0)
         status = READ_BAD;
-    if (status == READ_OK && count > (long long)(view.len / 8))
-        status = count > (long long)(PY_SSIZE_T_MAX / sizeof(Entry)) ? READ_BAD : READ_INCOMPLETE;
+    if (status == READ_OK && count > (long long)(PY_SSIZE_T_MAX / sizeof(Entry)))
+        status = READ_BAD;
+    if (status == READ_OK && count > (long long)(view.len / 8)) {
+        /* more entries than these bytes can hold (each takes at least 8): incomplete, unless what is
+         * here is bad already; read through it without allocating for the count */
+        Entry scratch;
+        for (long long i = 0; i < count && status == READ_OK; i++)
+            status = read_entry(&cursor, &scratch);
+        if (status == READ_OK)
+            status = READ_BAD;
+    }
     if (status == READ_OK) {
         entries = PyMem_Malloc((count > 0 ? (size_t)count : 1) * sizeof(Entry));
         if (entries == NULL) {

@@ -59,7 +59,7 @@ def page_columns_python(reply: bytes | bytearray | memoryview) -> PageColumns | 
     reader.feed(bytes(reply))
     try:
         items = reader.gets()
-    except hiredis.ProtocolError as exc:
+    except (hiredis.ProtocolError, TypeError) as exc:  # TypeError: a RESP3 map keyed by a list
         raise ValueError("not an XRANGE reply") from exc
     if items is False:
         return None
@@ -77,7 +77,7 @@ def columns_of_items(items: Sequence[Item]) -> PageColumns:
         if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes):
             raise ValueError("not an XRANGE reply")
         fields = item[1] or []
-        if len(fields) % 2:
+        if not isinstance(fields, list) or len(fields) % 2:
             raise ValueError("not an XRANGE reply")
         ids.append(item[0])
         key, value, header = _chosen(fields)

@@ -98,7 +98,11 @@ def test_a_damaged_reply_is_read_alike_or_refused_by_the_compiled_reader(
                                    b"*1\r\n*2\r\n$3\r\n1-0\r\n*1\r\n$1\r\nv\r\n",
                                    b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$-1\r\n",
                                    b"*1\r\n*2\r\n$3\r\nabc\r\n*0\r\n", b":1\r\n",
-                                   b"*0\r\nextra", b"*1\r\n*2\r\n$3\r\n1-0\r\n*0\r\n*0\r\n"])
+                                   b"*0\r\nextra", b"*1\r\n*2\r\n$3\r\n1-0\r\n*0\r\n*0\r\n",
+                                   b"*1\r\n*2\r\n$3\r\n1-0\r\n-0\r\n",
+                                   b"*1\r\n*2\r\n$3\r\n1-0\r\n:5\r\n",
+                                   b"*8\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nx\r\n90\r\n",
+                                   b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$05\r\nhello\r\n"])
 def test_what_is_not_an_xrange_reply_is_refused_by_both(reply: bytes) -> None:
     assert _outcome(page_columns, reply) is ValueError
     assert _outcome(page_columns_python, reply) is ValueError
