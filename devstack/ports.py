@@ -1,4 +1,4 @@
-"""Free loopback ports for local servers, picked below the kernel's ephemeral range.
+"""Free loopback ports for local servers, picked outside the kernel's ephemeral range.
 
 Each pytest-xdist worker picks from its own slice, so neither another worker nor an outgoing
 connection can take a port between the moment it is handed out and the moment its server binds it.
@@ -10,11 +10,15 @@ import os
 import random
 import socket
 import threading
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
-# Below Linux's default ephemeral range (32768-60999), above the ports system services listen on.
+# Above the ports system services listen on; below the kernel's ephemeral range (or above it when
+# that leaves more room).
 PICK_FIRST = 10000
-PICK_END = 32768
+PICK_LAST = 65535
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+MIN_PICK_RANGE = 1000
 
 # Well-known ports of system services and of `streamgate dev`; picking never returns them.
 RESERVED_PORTS = frozenset({2379, 2380, 6379, 8080, *range(7000, 7011), *range(17000, 17011)})
@@ -39,13 +43,27 @@ def free_port_block(count: int) -> int:
     return _take(count)
 
 
+def pick_range() -> range:
+    """The ports outside the kernel's ephemeral range to pick from: the larger side of it."""
+    try:
+        low, high = map(int, EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    below = range(PICK_FIRST, max(PICK_FIRST, low))
+    above = range(max(PICK_FIRST, high + 1), PICK_LAST + 1)
+    wider = max(below, above, key=len)
+    # an ephemeral range that leaves no room: pick anywhere, the bind test still applies
+    return wider if len(wider) >= MIN_PICK_RANGE else range(PICK_FIRST, PICK_LAST + 1)
+
+
 def worker_slice() -> range:
     """This process's slice of the pick range: all of it, or one xdist worker's share."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     index = int(worker) if worker.isdigit() else 0
-    width = (PICK_END - PICK_FIRST) // max(workers, 1)
-    first = PICK_FIRST + (index % max(workers, 1)) * width
+    ports = pick_range()
+    width = len(ports) // workers
+    first = ports.start + (index % workers) * width
     return range(first, first + width)
 
 

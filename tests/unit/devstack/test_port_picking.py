@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def fresh_picker(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_picked_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
     picked = ports.free_ports(40)
     assert len(set(picked)) == 40
-    assert all(ports.PICK_FIRST <= port < ports.PICK_END for port in picked)
+    assert all(port in ports.pick_range() for port in picked)
     assert not set(picked) & ports.RESERVED_PORTS
     for port in picked:
         with socket.socket() as sock:
@@ -40,8 +41,8 @@ def test_each_xdist_worker_picks_from_its_own_slice(monkeypatch: pytest.MonkeyPa
         assert all(port in slices[-1] for port in ports.free_ports(20))
     assert slices[0].stop <= slices[1].start
     assert slices[1].stop <= slices[2].start
-    assert slices[0].start == ports.PICK_FIRST
-    assert slices[2].stop <= ports.PICK_END
+    assert slices[0].start == ports.pick_range().start
+    assert slices[2].stop <= ports.pick_range().stop
 
 
 def test_a_port_someone_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,3 +60,15 @@ def test_a_block_is_consecutive_and_free() -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
     assert first + 1 not in ports.free_ports(100)
+
+
+@pytest.mark.parametrize(("ephemeral", "picked"), [
+    ("32768\t60999\n", range(10000, 32768)),
+    ("1024 20000", range(20001, 65536)),
+    ("1024 65000", range(10000, 65536)),
+])
+def test_the_pick_range_is_the_larger_side_of_the_ephemeral_range(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ephemeral: str, picked: range) -> None:
+    (tmp_path / "range").write_text(ephemeral)
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", tmp_path / "range")
+    assert ports.pick_range() == picked
