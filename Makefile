@@ -48,8 +48,7 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py partitioner/_murmur2.c gateway/publish/_plain.c gateway/observe/_sketch.c storage/_wire.c storage/_entries.c gateway/delivery/_frames.c \
-		storage/_decimal.h gateway/_decimal.h
+$(STAMP): pyproject.toml setup.py $(wildcard */_speedups/*.c */_speedups/*.h)
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \

@@ -1,30 +1,32 @@
 """Compiled parts of streamgate; everything else is in pyproject.toml.
 
-``partitioner._murmur2`` is Kafka's partitioner hash in C; ``gateway.publish._plain`` and
-``storage._wire`` are the plain publish's codec (request messages to columns, offsets to the
-response) and its RESP encoder; ``gateway.observe._sketch`` counts keys in the hot-key sketches;
-``storage._entries`` decodes read stream entries and ``gateway.delivery._frames`` frames them for
-group deliveries; ``pipeline._pages`` turns the Spark source's XRANGE pages into Arrow buffers.
-Each is optional to build: without a C compiler the package installs and uses the pure-Python
-references (same results, slower); tests fail when a compiled one is missing (test_hashing.py,
-test_plain_codec.py, test_plain_append_wire.py, test_hotspots.py, test_entry_decoding.py,
-test_wire_frames.py, test_page_columns.py), so CI always has them. ``STREAMGATE_NO_EXTENSIONS=1``
-leaves every compiled part out at import (each package's ``native.py``); CI runs the unit tests once
-that way.
+Each package keeps its C behind one boundary, ``<package>/_speedups/``: the sources, their stubs and
+the selector (``__init__.py``) that picks each compiled part or its Python reference (``*_py.py``)
+under the one ``STREAMGATE_NO_EXTENSIONS`` switch. ``partitioner._speedups._murmur2`` is Kafka's
+partitioner hash; ``gateway._speedups._plain`` and ``storage._speedups._wire`` are the plain
+publish's codec (request messages to columns, offsets to the response) and its RESP encoder;
+``gateway._speedups._sketch`` counts keys in the hot-key sketches; ``storage._speedups._entries``
+decodes read stream entries and ``gateway._speedups._frames`` frames them for group deliveries;
+``pipeline._speedups._pages`` turns the Spark source's XRANGE pages into Arrow buffers. Each is
+optional to build: without a C compiler the package installs and uses the pure-Python references
+(same results, slower); a compiled part's own tests fail under CI=true when it is missing, so CI
+always has them, and CI runs the unit tests once more with the switch on.
 """
 
 from setuptools import Extension, setup
 
-HEADERS = {"storage/_wire.c": ["storage/_decimal.h"],  # put_decimal: each package has its own
-           "gateway/publish/_plain.c": ["gateway/_decimal.h"],
-           "gateway/delivery/_frames.c": ["gateway/_decimal.h"]}
+# put_decimal: every package keeps the same _decimal.h beside its own C (test_speedups.py)
+HEADERS = {"storage/_speedups/_wire.c": ["storage/_speedups/_decimal.h"],
+           "gateway/_speedups/_plain.c": ["gateway/_speedups/_decimal.h"],
+           "gateway/_speedups/_frames.c": ["gateway/_speedups/_decimal.h"]}
 
 setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"],
                              depends=HEADERS.get(source, []))
-                   for name, source in [("partitioner._murmur2", "partitioner/_murmur2.c"),
-                                        ("gateway.publish._plain", "gateway/publish/_plain.c"),
-                                        ("gateway.observe._sketch", "gateway/observe/_sketch.c"),
-                                        ("gateway.delivery._frames", "gateway/delivery/_frames.c"),
-                                        ("storage._wire", "storage/_wire.c"),
-                                        ("storage._entries", "storage/_entries.c"),
-                                        ("pipeline._pages", "pipeline/_pages.c")]])
+                   for name, source in [
+                       ("partitioner._speedups._murmur2", "partitioner/_speedups/_murmur2.c"),
+                       ("gateway._speedups._plain", "gateway/_speedups/_plain.c"),
+                       ("gateway._speedups._sketch", "gateway/_speedups/_sketch.c"),
+                       ("gateway._speedups._frames", "gateway/_speedups/_frames.c"),
+                       ("storage._speedups._wire", "storage/_speedups/_wire.c"),
+                       ("storage._speedups._entries", "storage/_speedups/_entries.c"),
+                       ("pipeline._speedups._pages", "pipeline/_speedups/_pages.c")]])

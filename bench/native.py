@@ -23,18 +23,16 @@ from typing import Any
 
 import orjson
 
-from gateway.delivery import _frames
+from gateway._speedups import _frames, _plain, _sketch, frames_py, plain_py, sketch_py
 from gateway.delivery import wire as delivery_wire
-from gateway.observe import _sketch, hotspots
-from gateway.publish import _plain, plain_codec
-from partitioner import _murmur2, hashing
-from storage import _entries, _wire, codec, scripts, transactions
+from partitioner._speedups import _murmur2, murmur2_py
+from storage._speedups import ENTRY_LAYOUT, _entries, _wire, entries_py, wire_py
 from storage.models import Delivery
 
 # the modules holding the Python references, by the name the pairs use
 REFERENCES: dict[str, ModuleType] = {
-    "plain_codec": plain_codec, "hashing": hashing, "hotspots": hotspots, "scripts": scripts,
-    "transactions": transactions, "codec": codec, "wire": delivery_wire}
+    "plain": plain_py, "murmur2": murmur2_py, "sketch": sketch_py, "append": wire_py,
+    "entries": entries_py, "wire": delivery_wire, "frames": frames_py}
 
 BATCH = 100  # messages in a publish (the bench's batch)
 PAGE = 500  # entries in a group read page
@@ -44,11 +42,11 @@ VALUE = orjson.dumps({"order": 123456, "customer": "c-0001", "items": [1, 2, 3],
 def _publish_inputs() -> dict[str, Any]:
     keys: list[bytes | None] = [b"key-%d" % (i % 1000) for i in range(BATCH)]
     values = [VALUE] * BATCH
-    partitions = hashing.partitions_of(keys, 8, 0)
+    partitions = murmur2_py.partitions_of(keys, 8, 0)
     body = orjson.dumps({"messages": [{"key": k.decode(), "value": orjson.loads(VALUE)}
                                       for k in keys if k is not None]})
     head = b"*5\r\n$4\r\nXADD\r\n$12\r\nsg:{t.0}:log\r\n$1\r\n*\r\n"
-    groups = scripts.split_by_partition_python(partitions, values, keys)
+    groups = wire_py.split_by_partition(partitions, values, keys)
     offsets = {p: [f"1732000000000-{i}" for i in range(len(g[0]))] for p, g in groups.items()}
     replies = [b"OK", *[b"QUEUED"] * BATCH, [b"1732000000000-%d" % i for i in range(BATCH)]]
     return {"keys": keys, "values": values, "partitions": partitions, "body": body,
@@ -60,7 +58,7 @@ def _publish_inputs() -> dict[str, Any]:
 
 def _read_inputs() -> dict[str, Any]:
     items = [[b"1732000000000-%d" % i, [b"Kkey-%d" % i, VALUE]] for i in range(PAGE)]
-    entries = codec.decode_raw_entries_python(3, items)
+    entries = entries_py.decode_raw_entries(3, items)
     deliveries = [Delivery(entry, 1) for entry in entries]
     return {"items": items, "deliveries": deliveries,
             "frames": [delivery_wire.message_frame("t", e, 1) for e in entries]}
@@ -70,57 +68,54 @@ def _pairs(refs: dict[str, Any] = REFERENCES,
            ) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
     """(what, compiled call, reference call) on the same input; the references from ``refs``."""
     p, r = _publish_inputs(), _read_inputs()
-    plain_codec, hashing, hotspots, scripts, transactions, codec, delivery_wire = (
-        refs["plain_codec"], refs["hashing"], refs["hotspots"], refs["scripts"],
-        refs["transactions"], refs["codec"], refs["wire"])
+    plain, murmur2, sketch, append, entries, delivery_wire, frames = (
+        refs["plain"], refs["murmur2"], refs["sketch"], refs["append"], refs["entries"],
+        refs["wire"], refs["frames"])
     limits = (BATCH, 4096, 1 << 20)
     prefix = b'{"type":"message","topic":"t","partition":'
     layout = delivery_wire._FRAME_LAYOUT
     sketches_c = [_sketch.SpaceSaving(16) for _ in range(8)]
-    sketches_py = [hotspots.SpaceSavingPython(16) for _ in range(8)]
-    entry_layout = codec._LAYOUT
+    sketches_py = [sketch.SpaceSaving(16) for _ in range(8)]
     return [
         ("publish: scan_plain_body (100 messages)",
          lambda: _plain.scan_plain_body(p["body"], *limits, orjson.loads, orjson.dumps),
-         lambda: plain_codec.scan_plain_body_python(p["body"], *limits, orjson.loads,
-                                                    orjson.dumps)),
+         lambda: plain.scan_plain_body(p["body"], *limits, orjson.loads, orjson.dumps)),
         ("publish: parse_plain (100 parsed messages)",
          lambda: _plain.parse_plain(p["messages"], 4096, 1 << 20, orjson.dumps),
-         lambda: plain_codec.parse_plain_python(p["messages"], 4096, 1 << 20, orjson.dumps)),
+         lambda: plain.parse_plain(p["messages"], 4096, 1 << 20, orjson.dumps)),
         ("publish: plain_results_json (100 offsets)",
          lambda: _plain.plain_results_json(p["partitions"], p["results"]),
-         lambda: plain_codec.plain_results_json_python(p["partitions"], p["results"])),
+         lambda: plain.plain_results_json(p["partitions"], p["results"])),
         ("publish: partitions_of (100 keys)",
          lambda: _murmur2.partitions_of(p["keys"], 8, 0),
-         lambda: hashing.partitions_of_python(p["keys"], 8, 0)),
+         lambda: murmur2.partitions_of(p["keys"], 8, 0)),
         ("publish: count_batch (hot keys, 100 keys)",
          lambda: _sketch.count_batch(sketches_c, p["partitions"], p["keys"]),
-         lambda: hotspots.count_batch_python(sketches_py, p["partitions"], p["keys"])),
+         lambda: sketch.count_batch(sketches_py, p["partitions"], p["keys"])),
         ("append: split_by_partition (100 records)",
          lambda: _wire.split_by_partition(p["partitions"], p["values"], p["keys"]),
-         lambda: scripts.split_by_partition_python(p["partitions"], p["values"], p["keys"])),
+         lambda: append.split_by_partition(p["partitions"], p["values"], p["keys"])),
         ("append: xadd_transaction (100 records)",
          lambda: _wire.xadd_transaction(p["head"], p["head"], b"", p["values"], p["keys"]),
-         lambda: scripts.xadd_transaction_python(p["head"], p["head"], b"", p["values"],
-                                                 p["keys"])),
+         lambda: append.xadd_transaction(p["head"], p["head"], b"", p["values"], p["keys"])),
         ("append: fold_transaction (100 replies)",
          lambda: _wire.fold_transaction(p["replies"]),
-         lambda: transactions.fold_transaction_python(p["replies"])),
+         lambda: append.fold_transaction(p["replies"])),
         ("append: reply_offsets (100 offsets)",
          lambda: _wire.reply_offsets(0, p["flat"]),
-         lambda: scripts.reply_offsets_python(0, p["flat"])),
+         lambda: append.reply_offsets(0, p["flat"])),
         ("append: in_input_order (100 offsets)",
          lambda: _wire.in_input_order(BATCH, p["groups"], p["offsets"]),
-         lambda: scripts.in_input_order_python(BATCH, p["groups"], p["offsets"])),
+         lambda: append.in_input_order(BATCH, p["groups"], p["offsets"])),
         ("read: decode_raw_entries (500 entries)",
-         lambda: _entries.decode_raw_entries(3, r["items"], entry_layout),
-         lambda: codec.decode_raw_entries_python(3, r["items"])),
+         lambda: _entries.decode_raw_entries(3, r["items"], ENTRY_LAYOUT),
+         lambda: entries.decode_raw_entries(3, r["items"])),
         ("deliver: message_frames (500 deliveries)",
          lambda: _frames.message_frames(prefix, r["deliveries"], layout),
          lambda: [delivery_wire.message_frame("t", d.entry, 1) for d in r["deliveries"]]),
         ("deliver: text_frames (500 frames)",
          lambda: _frames.text_frames(r["frames"]),
-         lambda: delivery_wire.text_frames_python(r["frames"])),
+         lambda: frames.text_frames(r["frames"])),
     ]
 
 

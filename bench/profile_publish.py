@@ -5,7 +5,7 @@ batch size:
   - gateway: concurrent HTTP clients posting batches (acks=1, or --acks), 200-byte values;
   - bare redis-py: the same batches as redis-py cluster pipelines of XADD;
   - raw XADD: the same batches pipelined as raw RESP over one connection per primary
-    (``storage.lean``), the "Redis limit" anchor from Python (no Lua, no dedup, no HTTP).
+    (``storage.wire.lanes``), the "Redis limit" anchor from Python (no Lua, no dedup, no HTTP).
 With ``--profile`` the gateway's run is sampled by py-spy (``py-spy record --pid``) and the hottest
 functions by own time and by total time are printed; ``--flamegraph DIR`` keeps an SVG per batch
 size.
@@ -49,8 +49,8 @@ from wrk import wrk_binary
 from devstack import DevStack, DevStackConfig
 from devstack.ports import free_port
 from storage.keys import slot_of
-from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings
+from storage.wire.lanes import NodeLanes
 
 
 async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int,

@@ -3,10 +3,17 @@ replies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from devstack.redis_cluster import RedisNode
+import redis
+
+
+class RedisNode(Protocol):
+    """What the checks need of a node: its port and a client to it."""
+
+    port: int
+
+    def client(self, **kwargs: Any) -> redis.Redis: ...
 
 SLOT_COUNT = 16384
 

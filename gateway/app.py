@@ -37,11 +37,13 @@ from gateway.settings import GatewaySettings
 from gateway.throttle import RateLimits, Throttle
 from gateway.tls import etcd_tls
 from partitioner.cache import TopicCache
-from partitioner.etcd import EtcdConnection, EtcdTopicRegistry, TopicWatcher
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd_registry import EtcdTopicRegistry
 from partitioner.group_ledger import GroupLedger
 from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
+from partitioner.topic_watcher import TopicWatcher
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
 SETTINGS = web.AppKey("settings", GatewaySettings)

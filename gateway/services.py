@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from aiohttp import web
 
 from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.membership import Membership
+from gateway.delivery.ports import DeliveryPorts, OpenSubscription
 from gateway.delivery.pull import Puller
 from gateway.group_quota import GroupQuota
 from gateway.growth import Growth
@@ -21,7 +22,7 @@ from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
 from partitioner.cache import TopicCache
 from partitioner.errors import CoordinationUnavailable, TopicNotFound
-from partitioner.etcd import EtcdConnection
+from partitioner.etcd.connection import EtcdConnection
 from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, RetryBackoff
 from partitioner.hashing import KeylessSpreader
 from partitioner.registry import TopicRegistry
@@ -29,14 +30,6 @@ from partitioner.topics import TopicMetadata, validate_topic_name
 from storage.protocol import StreamStore
 
 ReadinessCheck = Callable[[], Awaitable[None]]
-
-
-class OpenSubscription(Protocol):
-    """What shutdown needs of a served subscription (gateway.routes.subscription)."""
-
-    def request_shutdown(self) -> None: ...
-
-    async def finished(self, timeout_s: float) -> None: ...
 
 
 @dataclass
@@ -85,6 +78,16 @@ class Services:
         metadata = await self.registry.get(name)
         self.cache.remember(metadata)
         return metadata
+
+    def delivery_ports(self) -> DeliveryPorts:
+        """What a subscription is served with (gateway.delivery.subscription)."""
+        settings, membership = self.settings, None
+        if self.etcd is not None:
+            membership = Membership(self.etcd, self.cache, settings.node_id, settings.etcd_prefix,
+                                    settings.member_lease_ttl_s,
+                                    settings.group_initial_assignment_delay_ms / 1000)
+        return DeliveryPorts(self.store, self.cache, self.metrics, self.delivery, membership,
+                             self.note_group_policy, self.subscriptions)
 
     def note_group_policy(self, topic: str, group: str, ack_timeout_ms: int,
                           max_deliveries: int, retry_backoff: RetryBackoff = NO_BACKOFF) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ssl
 
 from gateway.settings import ENV_PREFIX, GatewaySettings
-from partitioner.etcd import EtcdTls
+from partitioner.etcd.values import EtcdTls
 
 
 def server_ssl_context(settings: GatewaySettings) -> ssl.SSLContext | None:

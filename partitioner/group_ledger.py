@@ -15,7 +15,8 @@ from urllib.parse import quote
 import orjson
 
 from partitioner.errors import ConcurrentModification
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, StoredValue
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX, StoredValue
 
 Pair = tuple[str, str]
 CLAIM_ATTEMPTS = 8

@@ -23,7 +23,8 @@ import orjson
 
 from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX
 from partitioner.tasks import cancel_until_done
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 
 from partitioner.errors import InvalidGroup
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Snapshot
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX, Snapshot
 
 __all__ = ["GroupKeys", "GroupState", "GroupView", "MemberInfo", "group_view", "list_groups",
            "validate_name"]
@@ -54,6 +55,7 @@ class GroupKeys:
     def __init__(self, prefix: str, topic: str, group: str) -> None:
         validate_name(topic, "topic")
         validate_name(group, "group")
+        self.topic, self.group = topic, group
         self.root = f"{_groups_root(prefix)}{topic}/{group}/".encode()
         self.members = self.root + b"members/"
         self.confirmed_dir = self.root + b"confirmed/"

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection
-from partitioner.ownership import OwnershipKeys
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX
+from partitioner.ownership_keys import OwnershipKeys
 
 
 class GrowthAcks:

@@ -16,95 +16,18 @@ keys to other partitions and break per-key ordering for data already written. Th
 therefore never change behaviour; golden vectors from Kafka's own ``UtilsTest`` pin it
 (tests/unit/partitioner/test_hashing.py).
 
-``murmur2`` and ``partition_for`` are the C implementation in ``partitioner._murmur2`` (built by
-setup.py; an order of magnitude cheaper per key) when it is installed, and ``murmur2_python``, the
-reference, otherwise.
+``murmur2``, ``partition_for`` and ``partitions_of`` are the ones ``partitioner._speedups`` picks:
+the C implementation (an order of magnitude cheaper per key) unless it is not built or switched off,
+then the Python reference (``partitioner._speedups.murmur2_py``).
 
 Keyless messages are spread by ``KeylessSpreader``: round-robin, sticky for a whole request batch.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
+from partitioner._speedups import murmur2, partition_for, partitions_of
 
-from partitioner.native import refuse_if_off
-
-__all__ = ["NATIVE", "KeylessSpreader", "murmur2", "murmur2_python", "partition_for",
-           "partition_for_python", "partitions_of", "partitions_of_python", "to_positive"]
-
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_R = 24
-_MASK_32 = 0xFFFFFFFF
-# Precompiled unpackers of n little-endian 32-bit words (keys up to 256 bytes skip the format
-# string).
-_UNPACK_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(65)]
-
-
-def murmur2_python(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` of ``data`` as a signed 32-bit int (Java ``int``)."""
-    length = len(data)
-    word_count = length >> 2
-    h = (_SEED ^ length) & _MASK_32
-    # One struct call unpacks every full word; the loop below is the hot path per keyed message.
-    words = _UNPACK_WORDS[word_count](data) if word_count < len(_UNPACK_WORDS) \
-        else struct.unpack_from(f"<{word_count}I", data)
-    m, mask = _M, _MASK_32
-    for k in words:
-        k = (k * m) & mask
-        k ^= k >> _R
-        h = ((h * m) & mask) ^ ((k * m) & mask)
-    h = _mix_tail(h, data, word_count << 2, length & 3)
-    h ^= h >> 13
-    h = (h * _M) & _MASK_32
-    h ^= h >> 15
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def _mix_tail(h: int, data: bytes, tail_start: int, tail_length: int) -> int:
-    """Mix the last 1-3 bytes in, as Java's ``switch`` with fallthrough does."""
-    if tail_length == 0:
-        return h
-    if tail_length == 3:
-        h ^= data[tail_start + 2] << 16
-    if tail_length >= 2:
-        h ^= data[tail_start + 1] << 8
-    h ^= data[tail_start]
-    return (h * _M) & _MASK_32
-
-
-def to_positive(n: int) -> int:
-    """Kafka's ``Utils.toPositive``: clear the sign bit of a 32-bit int (not ``abs``)."""
-    return n & 0x7FFFFFFF
-
-
-def partition_for_python(key: bytes, partitions: int) -> int:
-    """The partition index Kafka's default partitioner picks for a keyed record."""
-    if partitions < 1:
-        raise ValueError(f"partitions must be positive, got {partitions}")
-    return to_positive(murmur2_python(key)) % partitions
-
-
-def partitions_of_python(keys: list[bytes | None], partitions: int, keyless: int) -> list[int]:
-    """``partition_for(key, partitions)`` of each key, ``keyless`` for a None key."""
-    place = partition_for_python
-    return [keyless if key is None else place(key, partitions) for key in keys]
-
-
-try:
-    refuse_if_off()
-    from partitioner import _murmur2
-except ImportError:  # built without a C compiler: the reference, same results
-    NATIVE = False
-    murmur2: Callable[[bytes], int] = murmur2_python
-    partition_for: Callable[[bytes, int], int] = partition_for_python
-    partitions_of: Callable[[list[bytes | None], int, int], list[int]] = partitions_of_python
-else:
-    NATIVE = True
-    murmur2 = _murmur2.murmur2
-    partition_for = _murmur2.partition_of
-    partitions_of = _murmur2.partitions_of
+__all__ = ["KeylessSpreader", "murmur2", "partition_for", "partitions_of"]
 
 
 class KeylessSpreader:

@@ -1,27 +1,9 @@
 """Membership of an exclusive consumer group in etcd: each partition is served by at most one live
-member.
-
-A ``GroupMember`` holds a lease, announces itself under ``members/``, follows the group's keys with
-one watch, and campaigns for the ``coordinator`` key. The coordinator turns membership into
-assignments with a two-phase cooperative rebalance (layout and JSON shapes:
-``partitioner.group_state``).
-
-The safety rule: a member confirms generation ``g`` only while everything it may still serve is
-inside its share of ``g``. The coordinator writes a generation that hands any partition to a new
-owner only after every live member has confirmed the latest generation (a member whose key vanished
-counts as confirmed: it stopped on its own clock before its lease expired). So a rebalance first
-writes "current owners minus the moving partitions", waits for those confirmations, then writes the
-target. A member whose set only grows, or who never served anything, confirms by itself at once, so
-only members that give something up are waited for.
-
-Liveness: a member stuck without confirming a revocation stalls the rebalance until its lease
-expires. Member ids must be unique per incarnation (e.g. include a random suffix).
-"""
+member; one member also coordinates (``partitioner.group_coordinator``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,36 +12,24 @@ from types import TracebackType
 
 import orjson
 
-from partitioner.assignment import assign
 from partitioner.backoff import MAX_BACKOFF_S, Backoff
 from partitioner.errors import CoordinationUnavailable, MembershipLost
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX, WatchEvent
+from partitioner.group_coordinator import GroupCoordinator
 from partitioner.group_state import (
     GroupKeys,
     GroupState,
     MemberInfo,
-    Released,
-    assignment_json,
     parse_assignment,
     read_state,
     validate_name,
 )
 from partitioner.tasks import cancel_until_done
 
-__all__ = ["AssignmentStep", "GroupMember", "MemberAssignment", "plan_step"]
+__all__ = ["GroupMember", "MemberAssignment"]
 
 log = logging.getLogger(__name__)
-
-COORDINATOR_POLL_S = 1.0  # the coordinator re-reads partition_count() at least this often
-
-
-@dataclass(frozen=True, slots=True)
-class AssignmentStep:
-    """What the coordinator writes next: the owners, and the partitions released but not handed on
-    yet."""
-
-    owners: dict[str, tuple[int, ...]]
-    released: Released
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +40,15 @@ class MemberAssignment:
     partitions: frozenset[int]
 
 
-
 class GroupMember:
     """One member's participation in an exclusive group. An async context manager; ``aclose`` is
     idempotent.
 
     Use: ``a = await member.next_assignment()``, stop serving what is not in ``a.partitions``, start
     serving what is, then ``await member.confirm(a.generation)``; stop everything when ``lost``
-    turns True.
+    turns True. The member holds a lease, announces itself under ``members/``, follows the group's
+    keys with one watch (layout: ``partitioner.group_state``) and campaigns for the coordinator key.
+    Member ids must be unique per incarnation (e.g. include a random suffix).
     """
 
     def __init__(self, conn: EtcdConnection, *, topic: str, group: str, member_id: str, node: str,
@@ -87,7 +58,6 @@ class GroupMember:
         self._conn = conn
         self._keys = GroupKeys(prefix, topic, group)
         self.topic, self.group, self.member_id, self.node = topic, group, member_id, node
-        self._partition_count = partition_count
         self._ttl_s = lease_ttl_s
         self._lease_id = 0
         self._last_keepalive = 0.0  # loop clock when the last successful keepalive was *sent*
@@ -96,9 +66,6 @@ class GroupMember:
         self._closed = False
         self._lost = asyncio.Event()
         self._news = asyncio.Event()  # a new assignment arrived or the member was lost
-        self._group_changed = asyncio.Event()  # anything under the group's keys changed
-        self._coordinator_vacant = asyncio.Event()
-        self._coordinator_revision = 0  # create_revision of the coordinator key while we hold it
         self._latest: MemberAssignment | None = None
         self._returned: MemberAssignment | None = None
         # returned by next_assignment, not confirmed yet
@@ -108,10 +75,10 @@ class GroupMember:
         self._confirm_wanted = 0
         self._confirm_written = 0
         self._confirm_kick = asyncio.Event()
-        # an empty group's first assignment waits this long for the members joining with the first
-        self._initial_delay_s = initial_assignment_delay_s
-        self._forming_since: float | None = None  # loop clock when coordination saw it empty
-        self._look_again_s = COORDINATOR_POLL_S
+        self._coordinator = GroupCoordinator(
+            conn, self._keys, member_id=member_id, lost=self._lost,
+            partition_count=partition_count, lease_ttl_s=lease_ttl_s,
+            initial_assignment_delay_s=initial_assignment_delay_s)
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -186,7 +153,7 @@ class GroupMember:
     @property
     def is_coordinator(self) -> bool:
         """True while this member holds the coordinator key."""
-        return self._coordinator_revision != 0
+        return self._coordinator.holds_key
 
     async def wait_lost(self) -> None:
         """Return once ``lost`` is True."""
@@ -209,7 +176,7 @@ class GroupMember:
         log.warning("group member %s of %s/%s lost its membership", self.member_id, self.topic,
                     self.group)
         self._set_lost()
-        self._coordinator_revision = 0
+        self._coordinator.step_down()
         await self._cancel_tasks(self._tasks)
         if revoke:
             await self._revoke()
@@ -357,9 +324,7 @@ class GroupMember:
     def _apply_state(self, state: GroupState) -> None:
         if state.generation:
             self._apply_assignment(state.generation, state.owners)
-        if state.coordinator is None:
-            self._coordinator_vacant.set()
-        self._group_changed.set()
+        self._coordinator.group_changed(vacant=state.coordinator is None)
 
     def _apply_event(self, event: WatchEvent) -> None:
         if event.key == self._keys.assignment and event.kind == "put":
@@ -367,158 +332,11 @@ class GroupMember:
                 self._apply_assignment(*parse_assignment(event.value))
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring unreadable assignment at %r", event.key)
-        elif event.key == self._keys.coordinator and event.kind == "delete":
-            self._coordinator_vacant.set()
-        self._group_changed.set()
+        self._coordinator.group_changed(
+            vacant=event.key == self._keys.coordinator and event.kind == "delete")
 
     # -- coordination ------------------------------------------------------------------------------
 
     async def _campaign(self) -> None:
-        """Try to become coordinator whenever the coordinator key is vacant; coordinate while we
-        hold it."""
-        backoff = Backoff()
-        value = orjson.dumps({"member_id": self.member_id, "lease_id": self._lease_id})
-        while not self._lost.is_set():
-            self._coordinator_vacant.clear()
-            try:
-                revision = await self._claim_coordinator(value)
-            except CoordinationUnavailable as exc:
-                log.warning("member %s: coordinator campaign failed: %s", self.member_id, exc)
-                await backoff.sleep()
-                continue
-            backoff.reset()
-            if revision:
-                await self._coordinate(revision)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._coordinator_vacant.wait(),
-                                       max(COORDINATOR_POLL_S, self._ttl_s / 2))
-
-    async def _claim_coordinator(self, value: bytes) -> int:
-        """The coordinator key's create_revision if it is (now) ours, else 0."""
-        revision = await self._conn.put_if_absent(self._keys.coordinator, value,
-                                                  lease_id=self._lease_id)
-        if revision is not None:
-            return revision
-        # A campaign whose reply was lost may have won: the key then carries our lease.
-        existing = await self._conn.get(self._keys.coordinator)
-        if existing is not None and orjson.loads(existing.value).get("lease_id") == self._lease_id:
-            return existing.create_revision
-        return 0
-
-    async def _coordinate(self, revision: int) -> None:
-        """Rebalance on every group change (and every second) until the coordinator key is no longer
-        ours."""
-        log.info("member %s coordinates group %s/%s", self.member_id, self.topic, self.group)
-        self._coordinator_revision = revision
-        backoff = Backoff()
-        try:
-            while not self._lost.is_set():
-                self._group_changed.clear()
-                try:
-                    state = await read_state(self._conn, self._keys)
-                    if state.coordinator_create_revision != revision:
-                        log.info("member %s is no longer coordinator", self.member_id)
-                        return
-                    await self._rebalance_step(state, revision)
-                except CoordinationUnavailable as exc:
-                    log.warning("coordinator %s: %s", self.member_id, exc)
-                    await backoff.sleep()
-                    continue
-                backoff.reset()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._group_changed.wait(), self._look_again_s)
-        finally:
-            self._coordinator_revision = 0
-
-    async def _rebalance_step(self, state: GroupState, revision: int) -> None:
-        """Write at most one generation towards the target; the resulting watch event brings the
-        next step."""
-        partitions = self._read_partition_count()
-        if partitions is None:
-            return
-        self._look_again_s = COORDINATOR_POLL_S
-        if (forming_left_s := self._forming_left_s(state)) > 0:
-            self._look_again_s = min(COORDINATOR_POLL_S, forming_left_s)
-            return
-        step = plan_step(state, partitions)
-        if step is None:
-            return
-        guards = [Guard(self._keys.coordinator, revision, "create"),
-                  Guard(self._keys.assignment, state.assignment_mod_revision, "mod")]
-        generation = state.generation + 1
-        written = await self._conn.put_if(self._keys.assignment,
-                                          assignment_json(generation, step.owners, step.released),
-                                          guards=guards)
-        if written is not None:
-            log.info("group %s/%s generation %d: %s", self.topic, self.group, generation,
-                     step.owners)
-
-    def _forming_left_s(self, state: GroupState) -> float:
-        """How much longer an empty group waits for members joining together (0: assign now).
-
-        Assigning to the first member and then moving partitions to each one that joins a moment
-        later would redeliver what the first was handed meanwhile (Kafka's
-        ``group.initial.rebalance.delay.ms``). Timed on this coordinator's own clock, from when it
-        first saw the group with members and nothing owned.
-        """
-        if any(state.owners.get(member) for member in state.members):
-            self._forming_since = None
-            return 0.0
-        now = asyncio.get_running_loop().time()
-        if self._forming_since is None:
-            self._forming_since = now
-        return max(0.0, self._forming_since + self._initial_delay_s - now)
-
-    def _read_partition_count(self) -> int | None:
-        try:
-            return max(0, int(self._partition_count()))
-        except Exception:
-            log.exception("coordinator %s: partition_count() failed; rebalance postponed",
-                          self.member_id)
-            return None
-
-
-def plan_step(state: GroupState, partitions: int) -> AssignmentStep | None:
-    """The next assignment the coordinator should write, or None when there is nothing to write yet.
-
-    Phase 1 (some live member gives partitions up): current owners minus the moving partitions, each
-    moving partition recorded as released by its member in the new generation. Phase 2: the target's
-    new grants of every partition that is free to move: not released, released by a member that is
-    gone, or by one that has confirmed a generation at least as new as the release. So a member that
-    stops confirming (its gateway died) holds back only what it gave up, never a partition a healthy
-    member released. An assignment that records no releases (an earlier version wrote it) grants
-    only once every live member has confirmed it.
-    """
-    live = sorted(state.members)
-    current = {m: tuple(p for p in state.owners.get(m, ()) if p < partitions) for m in live}
-    target = assign(live, partitions, current)
-    if target == state.owners:
-        return None
-    kept = {m: tuple(p for p in current[m] if p in set(target[m])) for m in live}
-    released = {p: r for p, r in (state.released or {}).items()
-                if p < partitions and r[0] in state.members}
-    if kept != current:
-        for member in live:
-            released.update((p, (member, state.generation + 1)) for p in current[member]
-                            if p not in kept[member])
-        return AssignmentStep(kept, released)
-    if state.released is None:
-        confirmed = all(state.confirmed.get(m, 0) >= state.generation for m in live)
-        return AssignmentStep(target, {}) if confirmed or state.generation == 0 else None
-    step = {m: tuple(sorted({*current[m],
-                             *(p for p in target[m] if _free_to_move(state, released, p, m))}))
-            for m in live}
-    if step == current:
-        return None
-    granted = {p for parts in step.values() for p in parts}
-    return AssignmentStep(step, {p: r for p, r in released.items() if p not in granted})
-
-
-def _free_to_move(state: GroupState, released: Released, partition: int, to: str) -> bool:
-    """Whether ``partition`` may be granted to ``to`` now (see ``plan_step``)."""
-    release = released.get(partition)
-    if release is None:
-        return True
-    member, generation = release
-    return member == to or state.confirmed.get(member, 0) >= generation
+        """Campaign for the coordinator key with our lease; coordinate while we hold it."""
+        await self._coordinator.campaign(self._lease_id)

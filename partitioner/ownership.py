@@ -1,27 +1,5 @@
-"""Node registry and partition ownership in etcd: which gateway runs the duties of which partition.
-
-Layout under the prefix (default ``/streamgate/``):
-
-- ``nodes/<node_id>``: leased by the node; ``{node_id, started_at_ms}``. The live node set.
-- ``owners/<topic>/<partition>``: leased by the owner; the owner's node id. Created only in a
-  transaction guarded on ``create_revision == 0``, so at most one node holds it; its create_revision
-  is the owner's ``epoch`` (a fencing token: it grows with every change of owner).
-
-Every node computes the same target from the live node set with rendezvous hashing
-(``partitioner.rendezvous``). A node deletes the owner keys it no longer wins (a node joined, a
-topic vanished) and creates the keys it wins once they are free; it never takes a key someone else
-holds, it waits for the holder to release it or for the holder's lease to expire.
-
-Safety on the node's own clock: ``owned`` is empty unless the last successful keepalive was *sent*
-less than ``lease_ttl_s - lease_ttl_s / 4`` ago. etcd refreshed the lease no earlier than that send,
-to at least ``lease_ttl_s``, so every owner key of ours outlives our right to act by at least a
-quarter TTL (the margin absorbs clock-rate differences and an action already under way). Keepalives
-go out every TTL/3, so one failed or slow keepalive does not interrupt ownership. When keepalives
-recover and etcd still knows the lease, ownership resumes; when the lease expired, the node takes a
-new lease, registers again and re-acquires. A released partition leaves ``owned`` before its key is
-deleted; an acquired one enters ``owned`` after its key was created. So no partition is ever in two
-nodes' ``owned`` at once (given clocks that agree on a second).
-"""
+"""Partition ownership in etcd: which gateway runs the duties of which partition, decided by
+rendezvous hashing over the live nodes and held through leased owner keys."""
 
 from __future__ import annotations
 
@@ -36,45 +14,20 @@ import orjson
 
 from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable
-from partitioner.etcd import DEFAULT_PREFIX, EtcdConnection, Guard, StoredValue, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX, Guard, StoredValue, WatchEvent
+from partitioner.ownership_keys import OwnershipKeys, Partition
 from partitioner.prefix_mirror import PrefixMirror
 from partitioner.rendezvous import desired_partitions
 from partitioner.tasks import cancel_until_done
 
-__all__ = ["OwnershipKeys", "PartitionOwnership", "partition_owners"]
+__all__ = ["PartitionOwnership"]
 
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]
 
 RECONCILE_POLL_S = 1.0  # partitions() may change without any etcd event: look at least this often
 ACQUIRE_CONCURRENCY = 32
 _TIMER_SLACK_S = 0.001  # the expiry timer fires just after the deadline, never just before
-
-
-class OwnershipKeys:
-    """The etcd keys of the node registry and the partition owners under one prefix."""
-
-    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
-        root = prefix.rstrip("/") + "/"
-        self.nodes = f"{root}nodes/".encode()
-        self.owners = f"{root}owners/".encode()
-
-    def node(self, node_id: str) -> bytes:
-        """The leased key announcing ``node_id``."""
-        return self.nodes + node_id.encode()
-
-    def owner(self, partition: Partition) -> bytes:
-        """The leased key naming the owner of (topic, partition)."""
-        return self.owners + f"{partition[0]}/{partition[1]}".encode()
-
-    def parse_owner(self, key: bytes) -> Partition | None:
-        """(topic, partition) of an owner key, or None when ``key`` is not one."""
-        if not key.startswith(self.owners):
-            return None
-        topic, _, number = key[len(self.owners):].decode(errors="replace").rpartition("/")
-        return (topic, int(number)) if topic and (number.isascii() and number.isdigit()) else None
-
 
 
 class PartitionOwnership:
@@ -84,6 +37,22 @@ class PartitionOwnership:
     ``partitions()`` returns ``{topic: partition count}`` (the gateway passes its topic cache); it
     is read on every reconcile. Use ``owned`` before every duty action and ``wait_changed`` to
     start/stop duty tasks.
+
+    Every node computes the same target from the live node set with rendezvous hashing
+    (``partitioner.rendezvous``). A node deletes the owner keys it no longer wins (a node joined, a
+    topic vanished) and creates the keys it wins once they are free; it never takes a key someone
+    else holds, it waits for the holder to release it or for the holder's lease to expire.
+
+    Safety on the node's own clock: ``owned`` is empty unless the last successful keepalive was
+    *sent* less than ``lease_ttl_s - lease_ttl_s / 4`` ago. etcd refreshed the lease no earlier than
+    that send, to at least ``lease_ttl_s``, so every owner key of ours outlives our right to act by
+    at least a quarter TTL (the margin absorbs clock-rate differences and an action already under
+    way). Keepalives go out every TTL/3, so one failed or slow keepalive does not interrupt
+    ownership. When keepalives recover and etcd still knows the lease, ownership resumes; when the
+    lease expired, the node takes a new lease, registers again and re-acquires. A released
+    partition leaves ``owned`` before its key is deleted; an acquired one enters ``owned`` after its
+    key was created. So no partition is ever in two nodes' ``owned`` at once (given clocks that
+    agree on a second).
     """
 
     def __init__(self, conn: EtcdConnection, *, node_id: str,
@@ -440,16 +409,3 @@ class PartitionOwnership:
             return
         self._hold(partition, epoch)
         log.info("node %s owns %s/%d (epoch %d)", self.node_id, *partition, epoch)
-
-
-async def partition_owners(conn: EtcdConnection, *,
-                           prefix: str = DEFAULT_PREFIX) -> dict[Partition, str]:
-    """Who holds each partition's owner key right now (for admin and metrics); read-only."""
-    keys = OwnershipKeys(prefix)
-    snapshot = await conn.get_prefix(keys.owners)
-    owners: dict[Partition, str] = {}
-    for stored in snapshot.values:
-        parsed = keys.parse_owner(stored.key)
-        if parsed is not None:
-            owners[parsed] = stored.value.decode(errors="replace")
-    return owners

@@ -16,7 +16,8 @@ import logging
 from collections.abc import Callable
 
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
-from partitioner.etcd import EtcdConnection, StoredValue, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import StoredValue, WatchEvent
 
 __all__ = ["PrefixMirror"]
 

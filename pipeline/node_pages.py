@@ -15,9 +15,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from pipeline import stream_ids
+from pipeline._speedups import page_columns
 from pipeline.options import RedisTls
-from pipeline.pages import PageColumns, page_columns
-from storage.resp import encode_command
+from pipeline.pages import PageColumns
+from storage.wire.resp import encode_command
 
 ATTEMPTS = 5  # per page, across redirects and broken connections
 RETRY_PAUSE_S = 0.25

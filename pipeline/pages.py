@@ -1,5 +1,6 @@
-"""XRANGE pages as Arrow column buffers: the compiled ``pipeline._pages`` reads a reply's raw RESP
-bytes without a Python object per entry; ``page_columns_python`` is its reference.
+"""XRANGE pages as Arrow column buffers: ``PageColumns``, what both page readers give (the compiled
+one reads a reply's raw RESP bytes without a Python object per entry, ``pipeline._speedups``), and
+``columns_of_items``, the columns of already parsed entries.
 
 Entry fields follow storage.codec (``value_and_key``): the value under ``K`` + the key, or ``v``
 without a key (earlier versions: ``v`` and ``k``), headers' JSON under ``h``.
@@ -9,13 +10,10 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import hiredis
-
-from pipeline.native import refuse_if_off
-from storage.codec import KEYED
+from storage.entry_fields import KEYED
 
 
 class PageColumns(NamedTuple):
@@ -51,23 +49,6 @@ class PageColumns(NamedTuple):
 
 
 Item = Sequence[Any]  # [id, [field, value, ...]] as hiredis parses it
-
-
-def page_columns_python(reply: bytes | bytearray | memoryview) -> PageColumns | str | None:
-    """The columns of a whole XRANGE reply; None while it is incomplete; an error reply's text."""
-    reader = hiredis.Reader()
-    reader.feed(bytes(reply))
-    try:
-        items = reader.gets()
-    except (hiredis.ProtocolError, TypeError) as exc:  # TypeError: a RESP3 map keyed by a list
-        raise ValueError("not an XRANGE reply") from exc
-    if items is False:
-        return None
-    if isinstance(items, hiredis.ReplyError):
-        return str(items)
-    if reader.has_data() or not isinstance(items, list):
-        raise ValueError("not an XRANGE reply")
-    return columns_of_items(items)
 
 
 def columns_of_items(items: Sequence[Item]) -> PageColumns:
@@ -144,24 +125,3 @@ def _timestamp_us(entry_id: bytes) -> int:
     if not dash or not ms.isdigit() or len(ms) > 15:
         raise ValueError("not a stream ID in an XRANGE reply")
     return int(ms) * 1000
-
-
-PageReader = Callable[[bytes | bytearray | memoryview], "PageColumns | str | None"]
-
-
-def _compiled() -> PageReader | None:
-    try:
-        refuse_if_off()
-        from pipeline._pages import page_columns as compiled
-    except ImportError:  # pragma: no cover - a build without a C compiler
-        return None
-
-    def page_columns(reply: bytes | bytearray | memoryview) -> PageColumns | str | None:
-        raw = compiled(reply)
-        return PageColumns(*raw) if isinstance(raw, tuple) else raw  # type: ignore[arg-type]
-    return page_columns
-
-
-_COMPILED = _compiled()
-PAGES_NATIVE = _COMPILED is not None
-page_columns: PageReader = _COMPILED or page_columns_python

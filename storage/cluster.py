@@ -1,6 +1,6 @@
 """The Redis Cluster's topology: the slot map (redis-py's cluster client) and its refresh after a
 failover, retries inside a deadline, and the hook that reports each Redis call. Commands go on the
-lean connections of ``storage.lean``, to the nodes this router names."""
+node connections of ``storage.wire.lanes``, to the nodes this router names."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import builtins
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import RedisCluster
@@ -19,7 +19,9 @@ from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 
 from storage.errors import StorageError, StorageUnavailable
-from storage.resp import (
+from storage.settings import RedisStoreSettings
+from storage.wire.connection import NodeAddress
+from storage.wire.errors import (
     ClusterDownError,
     ConnectionLost,
     LoadingError,
@@ -28,10 +30,7 @@ from storage.resp import (
     ReplyTimeout,
     TryAgainError,
 )
-from storage.settings import RedisStoreSettings
-
-if TYPE_CHECKING:
-    from storage.lean import NodeLanes
+from storage.wire.lanes import NodeLanes
 
 T = TypeVar("T")
 
@@ -51,7 +50,6 @@ def report(observer: CallObserver, operation: str, started: float,
              None if error is None else type(error).__name__)
 
 
-NodeAddress = tuple[str, int]
 FAILOVER_WATCH_INTERVAL_S = 0.2  # how often a stalled node's slot owners are re-read
 
 # Errors after which the same command may succeed once the cluster settles (failover, resharding):
@@ -285,12 +283,12 @@ class ClusterRouter:
 
     async def call_on_slot(self, lanes: NodeLanes, what: str, budget_s: float, slot: int,
                            command: tuple[Any, ...]) -> Any:
-        """One command on the lean connection of the slot's primary, as ``call`` retries it (the
+        """One command on the node connection of the slot's primary, as ``call`` retries it (the
         slot's primary asked again after a refresh); an error reply is raised."""
         return await self.call(what, budget_s, lambda: self.execute_on(lanes, slot, command))
 
     async def execute_on(self, lanes: NodeLanes, slot: int, command: tuple[Any, ...]) -> Any:
-        """One attempt of one command on the lean connection of the slot's primary (per the
+        """One attempt of one command on the node connection of the slot's primary (per the
         cached slot map); an error reply is raised."""
         return await lanes.execute_one(self.node_for_slot(slot), command)
 

@@ -1,28 +1,20 @@
 """Compacted topics: compaction keeps the newest message of every key (a tombstone, a JSON null,
-goes after the lag too), and snapshots read the newest value of every key as of one offset.
-
-Both run on the key indexes (``storage.key_index``): a compacted topic's registry lists its indexes
-in key order with score 0, and the append script adds an index to the compaction set when it gets a
-second offset or a tombstone. Both take the time from the primary's clock (``TIME``), so the lag
-that protects a snapshot and the one compaction honours are measured by one clock.
-"""
+goes after the lag too), and snapshots read the newest value of every key as of one offset."""
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries
 from storage.errors import SnapshotExpired
 from storage.key_index import INDEX_LUA
 from storage.keys import compaction_key, key_index_key, key_registry_key, log_key, slot_of
 from storage.models import StoredEntry
-from storage.resp import ResponseError
-from storage.scripts import LuaScript, run_script
-
-if TYPE_CHECKING:
-    from storage.cluster import ClusterRouter
-    from storage.lean import NodeLanes
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import LuaScript, run_script
 
 EXPIRED = "SG_SNAPSHOT_GONE"
 SCAN_PAGE = 200
@@ -125,7 +117,14 @@ def cursor_index(topic: str, partition: int, cursor: str) -> bytes:
 
 
 class Compaction:
-    """Compaction and snapshots of compacted partitions, on a store's connections."""
+    """Compaction and snapshots of compacted partitions, on a store's connections.
+
+    Both run on the key indexes (``storage.key_index``): a compacted topic's registry lists its
+    indexes in key order with score 0, and the append script adds an index to the compaction set
+    when it gets a second offset or a tombstone. Both take the time from the primary's clock
+    (``TIME``), so the lag that protects a snapshot and the one compaction honours are measured by
+    one clock.
+    """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router

@@ -1,28 +1,13 @@
-"""Delayed (scheduled) messages: park records per partition until their due time, then promote them.
-
-``schedule`` writes through the append path's writer (``storage.appender``): one script call per
-partition, partitions grouped by owning primary, one pinned pipeline per node, and for ``Acks.ALL``
-a WAIT on that same connection (fewer replicas raise NotEnoughReplicas). Its retry semantics are the
-append's: a record with an idempotency key is scheduled once; a retry answers the first schedule id
-with ``duplicate=True``.
-
-``promote_due`` is one script per call (``promote_due_partitions`` sends many partitions' calls in
-one pipeline per node), so it is atomic on the primary: it reads the server clock (``TIME``;
-Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit`` due
-messages in (due time, schedule id) order into the stream and removes them from the schedule. Two
-owners running it at the same moment therefore promote every message exactly once, in due order. A
-call whose reply is lost (connection error) is retried; the retry promotes whatever is due then, and
-the lost call's offsets are not reported.
-
-Layout and encoding: ``storage.delayed_scripts``.
-"""
+"""Delayed (scheduled) messages: records parked per partition until their due time, then promoted
+into the stream (``RedisDelayedStore``; Lua and layout in ``storage.delayed_scripts``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from storage.appender import Appender
+from storage.append.appender import Appender
+from storage.append.calls import PreparedCall, ScriptCall
 from storage.cluster import ClusterRouter
 from storage.delayed_scripts import (
     PROMOTE_SCRIPT,
@@ -32,9 +17,9 @@ from storage.delayed_scripts import (
     promote_keys_and_args,
 )
 from storage.keys import delayed_key, slot_of
-from storage.lean import NodeLanes
 from storage.models import Acks, AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import LuaScript, PreparedCall, ScriptCall, run_script
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import LuaScript, run_script
 
 PROMOTE_CALL_CACHE = 100_000  # prepared promote commands kept (one per owned partition in use)
 
@@ -43,6 +28,20 @@ class RedisDelayedStore:
     """Delayed messages on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
 
     Take it from ``RedisStreamStore.delayed``; it owns no connections of its own.
+
+    ``schedule`` writes through the append path's writer (``storage.append.appender``): one script
+    call per partition, partitions grouped by owning primary, one pipeline per node, and for
+    ``Acks.ALL`` a WAIT on that same connection (fewer replicas raise NotEnoughReplicas). Its retry
+    semantics are the append's: a record with an idempotency key is scheduled once; a retry answers
+    the first schedule id with ``duplicate=True``.
+
+    ``promote_due`` is one script per call (``promote_due_partitions`` sends many partitions' calls
+    in one pipeline per node), so it is atomic on the primary: it reads the server clock (``TIME``;
+    Redis 7 replicates a script's effects, so a write after it is allowed), moves up to ``limit``
+    due messages in (due time, schedule id) order into the stream and removes them from the
+    schedule. Two owners running it at the same moment therefore promote every message exactly
+    once, in due order. A call whose reply is lost (connection error) is retried; the retry
+    promotes whatever is due then, and the lost call's offsets are not reported.
     """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
@@ -102,7 +101,7 @@ class RedisDelayedStore:
         max_length: int | None = None
     ) -> dict[int, list[AppendResult]]:
         """``promote_due`` for several partitions of a topic at once: their script calls go out
-        together, one pipeline per owning node (on the lean connections when the store has them).
+        together, one pipeline per owning node (on the node connections when the store has them).
         Each call is the same atomic script, so the guarantees are ``promote_due``'s; the retries
         are the append path's.
         """

@@ -1,26 +1,12 @@
-"""The Lua scripts of delayed messages and the argument layouts they expect.
-
-A partition's delayed messages live in its hash tag, so one script can touch all of them and its
-stream: ``sg:{<topic>/<p>}:delayed`` (sorted set: member = schedule id, score = due ms),
-``:delayed:data`` (hash: schedule id -> encoded entry) and ``:delayed:seq`` (counter). Schedule ids
-are the counter zero-padded to 16 digits, so the sorted set's (score, member) order is (due time,
-schedule order).
-
-The encoded entry is a run of netstrings ``<len>:<bytes>``: the idempotency key ('' = none), then
-the XADD field/value list from ``codec.encode_fields``. Binary-safe and decodable in plain Lua (no
-cjson/cmsgpack).
-
-Idempotency shares the append path's dedup keys. While a message waits, its dedup key holds
-``s:<schedule id>`` and lives until ``dedup_ttl_ms`` after the due time; promotion rewrites it to
-the stream offset (KEEPTTL), so a publish retry after promotion answers ``duplicate`` with the real
-offset.
-"""
+"""The Lua scripts of delayed messages and the argument layouts they expect."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from storage.append.calls import ScriptCall
+from storage.append.lua import XADD_LUA
 from storage.codec import encode_fields, timestamp_ms
 from storage.keys import (
     dedup_key,
@@ -31,7 +17,22 @@ from storage.keys import (
     log_key,
 )
 from storage.models import AppendOptions, AppendResult, Record, ScheduledResult
-from storage.scripts import XADD_LUA, LuaScript, ScriptCall
+from storage.wire.scripts import LuaScript
+
+# A partition's delayed messages live in its hash tag, so one script can touch all of them and its
+# stream: ``sg:{<topic>/<p>}:delayed`` (sorted set: member = schedule id, score = due ms),
+# ``:delayed:data`` (hash: schedule id -> encoded entry) and ``:delayed:seq`` (counter). Schedule
+# ids are the counter zero-padded to 16 digits, so the sorted set's (score, member) order is (due
+# time, schedule order).
+#
+# The encoded entry is a run of netstrings ``<len>:<bytes>``: the idempotency key ('' = none), then
+# the XADD field/value list from ``codec.encode_fields``. Binary-safe and decodable in plain Lua (no
+# cjson/cmsgpack).
+#
+# Idempotency shares the append path's dedup keys. While a message waits, its dedup key holds
+# ``s:<schedule id>`` and lives until ``dedup_ttl_ms`` after the due time; promotion rewrites it to
+# the stream offset (KEEPTTL), so a publish retry after promotion answers ``duplicate`` with the
+# real offset.
 
 SCHEDULED_PREFIX = "s:"
 

@@ -1,15 +1,15 @@
-"""Errors raised by the storage package.
-
-Every redis exception is translated here at the boundary (``raise ... from exc``); callers never see
-redis types. ``retriable`` tells a caller whether the same request may succeed later (the gateway
-maps those to 503).
-"""
+"""Errors raised by the storage package."""
 
 from __future__ import annotations
 
 
 class StorageError(Exception):
-    """Base of every storage error."""
+    """Base of every storage error.
+
+    Every redis exception is translated here at the boundary (``raise ... from exc``); callers never
+    see redis types. ``retriable`` tells a caller whether the same request may succeed later (the
+    gateway maps those to 503).
+    """
 
     retriable: bool = False
 

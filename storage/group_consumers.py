@@ -1,23 +1,17 @@
 """The consumers inside a group on one partition: list them, and remove one only while it holds
-nothing.
-
-Redis keeps a consumer (and its pending entries) until someone deletes it; ``XGROUP DELCONSUMER``
-drops the consumer's pending entries with it, which would silently ack them. So removal is one Lua
-script that deletes the consumer only if ``XPENDING`` shows it holds no entry, atomically: a reader
-that takes entries under that name a moment later simply recreates the consumer.
-"""
+nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from storage.cluster import ClusterRouter
-from storage.groups import info_row, is_missing_group, text
+from storage.group_replies import info_row, is_missing_group, text
 from storage.keys import log_key, slot_of
-from storage.lean import NodeLanes
 from storage.models import ConsumerInfo
-from storage.resp import ResponseError
-from storage.scripts import LuaScript, run_script
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import LuaScript, run_script
 
 REMOVE_IF_EMPTY = LuaScript.of("""
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
@@ -28,7 +22,14 @@ return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) + 1
 
 class RedisGroupConsumers:
     """Consumer bookkeeping on the ClusterRouter of a RedisStreamStore
-    (``RedisStreamStore.consumers``)."""
+    (``RedisStreamStore.consumers``).
+
+    Redis keeps a consumer (and its pending entries) until someone deletes it; ``XGROUP
+    DELCONSUMER`` drops the consumer's pending entries with it, which would silently ack them. So
+    removal is one Lua script that deletes the consumer only if ``XPENDING`` shows it holds no
+    entry, atomically: a reader that takes entries under that name a moment later simply recreates
+    the consumer.
+    """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router

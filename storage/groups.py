@@ -1,17 +1,5 @@
-"""RedisGroupStore: the GroupStore port on Redis Stream consumer groups (one group per partition
-stream).
-
-The Redis group name is the group name as given, on the partition's stream ``sg:{<topic>/<p>}:log``.
-
-Reads and acks go on the lean connections of the slot's primary (``storage.lean``): a read without
-BLOCK and XACK on the shared connection, pipelined with the appends; ``XREADGROUP``/``XREAD ...
-BLOCK ms`` on a connection of its own, whose reply may take ``block_ms`` beyond the reply timeout,
-so blocked readers never hold up a write. A cancelled or timed-out read closes its connection, so no
-late reply answers the next command; entries Redis handed to such a read stay pending and come back
-through ``expired``/``claim``. Admin commands (XINFO, XPENDING, XCLAIM, XGROUP) go on the shared
-connection too. Everything is retried on transient errors inside the store's deadline
-(``ClusterRouter.call``); nothing above this module sees a redis exception.
-"""
+"""RedisGroupStore: the GroupStore port on Redis Stream consumer groups, one per partition stream
+(``sg:{<topic>/<p>}:log``), named as given."""
 
 from __future__ import annotations
 
@@ -22,13 +10,27 @@ from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_offset,
     decode_raw_entries,
-    offset_key,
     validate_offset,
     validate_offsets,
 )
 from storage.errors import StorageError
+from storage.group_replies import (
+    clamp_idle_ms,
+    find_group,
+    info_row,
+    is_busy_group,
+    is_missing_group,
+    lost_range,
+    parse_parked,
+    parse_pending,
+    parse_read_reply,
+    present,
+    start_id,
+    state_from,
+    text,
+)
+from storage.group_scripts import CLAIM_IDS_SCRIPT, READ_UNTIL_SCRIPT
 from storage.keys import log_key, parked_keys_key, slot_of, slot_of_key
-from storage.lean import NodeLanes
 from storage.models import (
     Delivery,
     GroupPartitionState,
@@ -37,165 +39,25 @@ from storage.models import (
     PendingEntry,
     StoredEntry,
 )
-from storage.resp import ResponseError, encode_command, encode_command_with_ids
-from storage.scripts import LuaScript, run_script
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
+from storage.wire.resp import encode_command, encode_command_with_ids
+from storage.wire.scripts import run_script
 
 T = TypeVar("T")
 
-# XREADGROUP > of at most ARGV[3] entries, none after offset ARGV[4]: counts what lies between the
-# group's last delivered entry and the cap, then reads that many (one script, so no other reader
-# of the group moves it in between).
-READ_UNTIL_LUA = """
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if not ok then
-  return redis.error_reply('NOGROUP no stream ' .. KEYS[1])
-end
-local last
-for _, row in ipairs(groups) do
-  local name, delivered
-  for i = 1, #row, 2 do
-    if row[i] == 'name' then name = row[i + 1] end
-    if row[i] == 'last-delivered-id' then delivered = row[i + 1] end
-  end
-  if name == ARGV[1] then last = delivered end
-end
-if not last then
-  return redis.error_reply('NOGROUP no group ' .. ARGV[1])
-end
-local ahead = redis.call('XRANGE', KEYS[1], '(' .. last, ARGV[4], 'COUNT', ARGV[3])
-if #ahead == 0 then
-  return false
-end
-return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', #ahead, 'STREAMS', KEYS[1],
-                  '>')
-"""
-READ_UNTIL_SCRIPT = LuaScript.of(READ_UNTIL_LUA)
-
-# XCLAIM of the ids among ARGV[4..] pending and idle at least ARGV[3] ms, for consumer ARGV[2] of
-# group ARGV[1]: {those ids, their delivery counts before, XCLAIM's reply}. Each XPENDING seeks
-# one id, where XPENDING ... IDLE would walk the whole pending list to find them.
-CLAIM_IDS_LUA = """
-local ids, counts = {}, {}
-local min_idle = tonumber(ARGV[3])
-for i = 4, #ARGV do
-  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
-  if row and row[3] >= min_idle then
-    ids[#ids + 1] = ARGV[i]
-    counts[#counts + 1] = row[4]
-  end
-end
-if #ids == 0 then
-  return {{}, {}, {}}
-end
-return {ids, counts, redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))}
-"""
-CLAIM_IDS_SCRIPT = LuaScript.of(CLAIM_IDS_LUA)
-
-EARLIEST = "earliest"
-LATEST = "latest"
-# XCLAIM IDLE n sets the delivery time to now - n and Redis resets a negative time to *now* (idle
-# 0), so an idle beyond the server's epoch time would silently mean "just delivered". Ten years is
-# far past any ack timeout and far below the epoch.
-MAX_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
-
-
-def start_id(start: str) -> str:
-    """The XGROUP id for a start position: earliest -> "0", latest -> "$", else a validated
-    offset."""
-    if start == EARLIEST:
-        return "0"
-    if start == LATEST:
-        return "$"
-    return validate_offset(start)
-
-
-def clamp_idle_ms(idle_ms: int) -> int:
-    """An idle time Redis will honour (see MAX_IDLE_MS); negative values are rejected."""
-    if idle_ms < 0:
-        raise ValueError(f"idle_ms must be >= 0, got {idle_ms}")
-    return min(idle_ms, MAX_IDLE_MS)
-
-
-def is_missing_group(exc: BaseException) -> bool:
-    """True for the replies meaning the stream or the group does not exist."""
-    if not isinstance(exc, ResponseError):
-        return False
-    text = str(exc)
-    return (text.startswith("NOGROUP") or "requires the key to exist" in text
-            or text == "no such key")
-
-
-def is_busy_group(exc: BaseException) -> bool:
-    """True for XGROUP CREATE's reply when the group already exists."""
-    return isinstance(exc, ResponseError) and str(exc).startswith("BUSYGROUP")
-
-
-def text(raw: Any) -> str:
-    """A reply string (bytes with decode_responses=False) as str."""
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def parse_pending(partition: int, rows: Sequence[Sequence[Any]]) -> list[PendingEntry]:
-    """PendingEntry values of an XPENDING range reply's rows: id, consumer, idle ms,
-    deliveries."""
-    return [PendingEntry(partition, text(offset), text(consumer), int(idle), int(count))
-            for offset, consumer, idle, count in rows]
-
-
-def present(items: Sequence[Any]) -> list[Any]:
-    """The ``(id, fields)`` items of a stream reply whose entry still exists (nil items are deleted
-    ones)."""
-    return [item for item in items if item is not None and item[0] is not None
-            and item[1] is not None]
-
-
-def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
-    """Entries of a raw XREADGROUP/XREAD reply for one stream (empty on a BLOCK timeout).
-
-    RESP3 (redis-py's default protocol) answers with a map {stream: items}, RESP2 with [[stream,
-    items]].
-    """
-    if not reply:
-        return []
-    items = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-    return decode_raw_entries(partition, items)
-
-
-def info_row(flat: Sequence[Any]) -> dict[str, Any]:
-    """One XINFO GROUPS (or CONSUMERS) entry, a flat name/value list, as a map by name."""
-    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-
-
-def find_group(infos: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any] | None:
-    """The XINFO GROUPS row of ``group``, or None."""
-    for info in infos:
-        if text(info["name"]) == group:
-            return info
-    return None
-
-
-def state_from(partition: int, info: Mapping[str, Any] | None,
-               oldest: str | None) -> GroupPartitionState:
-    """A GroupPartitionState from a group's XINFO GROUPS row (None = no such group) and its oldest
-    pending."""
-    if info is None:
-        return GroupPartitionState(partition, False, None, 0, None, None)
-    lag = info.get("lag")
-    return GroupPartitionState(
-        partition=partition,
-        exists=True,
-        last_delivered_offset=decode_offset(info.get("last-delivered-id")),
-        pending=int(info.get("pending") or 0),
-        oldest_pending_offset=oldest,
-        lag=None if lag is None else int(lag),
-    )
-
 
 class RedisGroupStore:
-    """Consumer groups on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
+    """Consumer groups on a Redis Cluster, sharing the router and node lanes of a RedisStreamStore
+    (``RedisStreamStore.groups``), which own them.
 
-    Build it with ``RedisGroupStore(router, lanes)`` or take ``RedisStreamStore.groups``; the
-    router and the lean connections belong to whoever created them.
+    A read without BLOCK and XACK go on the shared connection of the slot's primary, pipelined with
+    the appends, as do admin commands (XINFO, XPENDING, XCLAIM, XGROUP); a blocking read holds a
+    connection of its own (``NodeLanes.execute_blocking``), so blocked readers never hold up a
+    write. A cancelled or timed-out read closes its connection, so no late reply answers the next
+    command; entries Redis handed to such a read stay pending and come back through
+    ``expired``/``claim``. Everything is retried on transient errors inside the store's deadline
+    (``ClusterRouter.call``); nothing above this module sees a redis exception.
     """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
@@ -211,7 +73,7 @@ class RedisGroupStore:
         await self._write("ensure_group", lambda: self._create(key, group, first_id))
 
     async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
-        """One command on the lean connection of the primary of ``key``'s slot (asked at each
+        """One command on the node connection of the primary of ``key``'s slot (asked at each
         attempt); an error reply is raised."""
         return await self._router.execute_on(self._lanes, slot_of_key(key), command)
 
@@ -233,8 +95,8 @@ class RedisGroupStore:
         with ``until``, none after that offset and no blocking (``READ_UNTIL_LUA``).
 
         A missing group (or stream) is created from "earliest" and the read retried once. A read
-        that does not block goes on the lean connection of the slot's primary (pipelined with the
-        acks); a blocking one holds a lean connection of its own (``NodeLanes.execute_blocking``).
+        that does not block goes on the node connection of the slot's primary (pipelined with the
+        acks); a blocking one holds a node connection of its own (``NodeLanes.execute_blocking``).
         """
         if count <= 0 or block_ms < 0 or (until is not None and block_ms):
             raise ValueError("count must be > 0, block_ms >= 0, and 0 with until")
@@ -264,7 +126,7 @@ class RedisGroupStore:
                                   "STREAMS", key, ">"))
         reply = await self._router.call("read_new",
                                         self._settings.read_deadline_s + block_ms / 1000,
-                                        lambda: self._read_lean(slot, command, block_ms))
+                                        lambda: self._read_on_node(slot, command, block_ms))
         return parse_read_reply(partition, reply)
 
     async def _read_until(self, key: str, slot: int, partition: int, group: str, consumer: str,
@@ -281,8 +143,8 @@ class RedisGroupStore:
         reply = await self._router.call("read_new", self._settings.read_deadline_s, op)
         return parse_read_reply(partition, reply)
 
-    async def _read_lean(self, slot: int, command: bytes, block_ms: int) -> Any:
-        """An XREADGROUP or XREAD on the lean connections of the slot's primary: the shared one
+    async def _read_on_node(self, slot: int, command: bytes, block_ms: int) -> Any:
+        """An XREADGROUP or XREAD on the node connections of the slot's primary: the shared one
         without BLOCK (pipelined with the acks), a connection of its own with it. Its raw RESP2
         reply (nil when nothing is new); an error reply is raised for the router to retry (MOVED
         refreshes the slot map)."""
@@ -315,7 +177,7 @@ class RedisGroupStore:
         slot = slot_of(topic, partition)
         reply = await self._router.call("read_after",
                                         self._settings.read_deadline_s + block_ms / 1000,
-                                        lambda: self._read_lean(slot, command, block_ms))
+                                        lambda: self._read_on_node(slot, command, block_ms))
         return parse_read_reply(partition, reply)
 
     async def ack(self, topic: str, partition: int, group: str, offsets: Sequence[str]) -> int:
@@ -324,10 +186,10 @@ class RedisGroupStore:
             return 0
         ids = validate_offsets(offsets)
         key, slot = log_key(topic, partition), slot_of(topic, partition)
-        return await self._write("ack", lambda: self._ack_lean(slot, key, group, ids))
+        return await self._write("ack", lambda: self._ack_on_node(slot, key, group, ids))
 
-    async def _ack_lean(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
-        """XACK on the lean connection of the slot's primary (far less client CPU than through
+    async def _ack_on_node(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
+        """XACK on the node connection of the slot's primary (far less client CPU than through
         redis-py); an error reply is raised for ``_write`` to retry (MOVED refreshes the slot map
         first)."""
         (reply,) = await self._lanes.execute(self._router.node_for_slot(slot),
@@ -446,7 +308,7 @@ class RedisGroupStore:
         async def op() -> None:
             gone = [i for i in ids if not await exists(i)]
             if gone:
-                await self._ack_lean(slot, key, group, gone)
+                await self._ack_on_node(slot, key, group, gone)
 
         await self._write("claim", op)
 
@@ -525,20 +387,7 @@ class RedisGroupStore:
             return at, info, row
 
         at, flat, row = await self._read("lost_after", op)
-        if at or flat is None:
-            return None
-        info = info_row(flat)
-        added, length = int(info.get("entries-added") or 0), int(info.get("length") or 0)
-        first = info.get("first-entry")
-        first_kept = decode_offset(first[0]) if first else None
-        bound = first_kept or decode_offset(info.get("last-generated-id")) or "0-0"
-        if added == length or offset_key(bound) <= offset_key(position):
-            return None
-        read = None if row is None else row.get("entries-read")
-        count = None if read is None else added - int(read) - length
-        if count is not None and count <= 0:
-            return None
-        return LostRange(partition, position, first_kept, count)
+        return None if at or flat is None else lost_range(partition, position, flat, row)
 
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:
         """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending
@@ -591,11 +440,7 @@ class RedisGroupStore:
         """The group's parked keys on the partition, oldest first."""
         key = parked_keys_key(topic, partition, group)
         flat = await self._read("parked", lambda: self._on(key, ("HGETALL", key))) or []
-        found = []
-        for name, value in zip(flat[0::2], flat[1::2], strict=True):
-            offset, _, since = bytes(value).decode().partition(" ")
-            found.append(ParkedKey(bytes(name), offset, int(since or 0)))
-        return sorted(found, key=lambda parked: parked.since_ms)
+        return parse_parked(flat)
 
     async def _read(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.read_deadline_s, op)
@@ -609,4 +454,4 @@ class _MissingGroup(StorageError):
     once."""
 
 
-__all__ = ["MAX_IDLE_MS", "RedisGroupStore", "clamp_idle_ms", "start_id"]
+__all__ = ["RedisGroupStore"]

@@ -1,15 +1,14 @@
-"""Redis key layout of a partition (docs/architecture.md, Storage layout).
-
-Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in
-one cluster slot: the append script can then touch the stream and its idempotency keys atomically
-in one call.
-"""
+"""Redis key layout of a partition (docs/architecture.md, Storage layout)."""
 
 from __future__ import annotations
 
 import functools
 
 from redis.crc import key_slot
+
+# Every key of one partition carries the same hash tag ``{<topic>/<p>}`` so that all of them live in
+# one cluster slot: the append script can then touch the stream and its idempotency keys atomically
+# in one call.
 
 PREFIX = "sg"
 

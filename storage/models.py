@@ -196,6 +196,8 @@ class Appended(Sequence[AppendResult]):
         return f"Appended({list(self)!r})"
 
 
+# Compiled readers (storage._speedups._entries, gateway._speedups._frames) index its fields in
+# declaration order through __slots__: add a field at the end, or update their C with it.
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
     """One entry read back from a partition."""
@@ -266,6 +268,7 @@ class Conditions:
     key_offsets: list[str | None] | None = None
 
 
+# gateway._speedups._frames indexes its fields in declaration order through __slots__.
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """An entry handed to a consumer of a group, with how many times it has been delivered (1 =

@@ -1,13 +1,5 @@
 """Partition overviews for the lag duty (a partition's length and every group's position on it) and
-newest offsets for subscriptions starting at ``latest``, many partitions per round trip.
-
-``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on the
-lean connections (``storage.lean``), far less client CPU per command than through redis-py. A
-partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out
-of the result; the caller reads it the slow, retrying way. ``oldest_pending_offset`` is not known
-from XINFO GROUPS: it is None in an overview, also for groups with pending entries
-(``RedisGroupStore.state`` has it).
-"""
+newest offsets for subscriptions starting at ``latest``, many partitions per round trip."""
 
 from __future__ import annotations
 
@@ -16,13 +8,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage.cluster import ClusterRouter, NodeAddress
+from storage.cluster import ClusterRouter
 from storage.codec import decode_offset
-from storage.groups import info_row, state_from, text
+from storage.group_replies import info_row, state_from, text
 from storage.keys import log_key, slot_of
-from storage.lean import NodeLanes
 from storage.models import GroupPartitionState
-from storage.resp import ResponseError
+from storage.wire.connection import NodeAddress
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
+
+# ``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on
+# the node connections (``storage.wire.lanes``), far less client CPU per command than through
+# redis-py. A partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node
+# failing) is left out of the result; the caller reads it the slow, retrying way.
+# ``oldest_pending_offset`` is not known from XINFO GROUPS: it is None in an overview, also for
+# groups with pending entries (``RedisGroupStore.state`` has it).
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def partitions_by_node(router: ClusterRouter, topic: str,
 async def read_last_offsets(router: ClusterRouter, lanes: NodeLanes, topic: str,
                             partitions: Sequence[int]) -> dict[int, str | None]:
     """The newest offset (None: empty) of the partitions that answered plainly, one pipeline per
-    node on the lean connections; the others are missing from the result."""
+    node on the node connections; the others are missing from the result."""
     found: dict[int, str | None] = {}
     for answered in await asyncio.gather(
             *(_last_offsets_on_node(lanes, addr, topic, group)

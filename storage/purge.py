@@ -1,24 +1,18 @@
 """Purging a partition: every entry and scheduled message goes at one cut, and every consumer
-group's position moves to that cut, so no group waits for, or is redelivered, what was purged.
-
-The cut is atomic (one script: trim, groups' positions, the schedule); the groups' pending entries
-below it are acked afterwards in pages, as reads of deleted pending entries already skip them.
-"""
+group's position moves to that cut, so no group waits for, or is redelivered, what was purged."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from storage.groups import is_missing_group
+from storage.cluster import ClusterRouter
+from storage.group_replies import is_missing_group
 from storage.key_index import KeyHistory
 from storage.keys import compaction_key, delayed_data_key, delayed_key, log_key, slot_of
 from storage.models import PurgeReport
-from storage.resp import ResponseError
-from storage.scripts import LuaScript, run_script
-
-if TYPE_CHECKING:
-    from storage.cluster import ClusterRouter
-    from storage.lean import NodeLanes
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import LuaScript, run_script
 
 # KEYS: the log, the schedule (sorted set and data hash), the compaction set. Reply: entries
 # removed, the cut (the stream's last id, false when it never had one), scheduled messages removed,
@@ -68,7 +62,12 @@ ACK_PAGE = 1000
 
 
 class Purge:
-    """Purges partitions on the cluster, sharing a RedisStreamStore's router and lanes."""
+    """Purges partitions on the cluster, sharing a RedisStreamStore's router and lanes.
+
+    The cut is atomic (one script: trim, groups' positions, the schedule); the groups' pending
+    entries below it are acked afterwards in pages, as reads of deleted pending entries already skip
+    them.
+    """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router

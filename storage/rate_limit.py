@@ -1,16 +1,4 @@
-"""Token buckets shared by every gateway replica, kept in Redis (GCRA: one timestamp per bucket).
-
-A bucket with ``rate_per_s`` r and ``burst`` b admits a cost c when c more units fit: its
-"theoretical arrival time" (TAT) moves forward by c/r per admitted cost, and a cost is refused while
-TAT + c/r would be more than b/r ahead of now. One Lua script charges every bucket of one scope (a
-principal, a topic) at once, all or nothing, reading the server's clock (``TIME``), so replicas with
-skewed clocks agree. The buckets of a scope share a hash tag, hence one slot; buckets of different
-scopes are charged one scope after another and a later refusal refunds the earlier scopes
-(``refund``), so a refused request costs nothing.
-
-A cost larger than a bucket's burst can never be admitted: the verdict says so (``never``) instead
-of naming a retry time.
-"""
+"""Token buckets shared by every gateway replica, kept in Redis (GCRA: one timestamp per bucket)."""
 
 from __future__ import annotations
 
@@ -21,8 +9,8 @@ from typing import Any
 
 from storage.cluster import ClusterRouter
 from storage.keys import PREFIX, slot_of_key
-from storage.lean import NodeLanes
-from storage.scripts import LuaScript, run_script
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import LuaScript, run_script
 
 US_PER_S = 1_000_000
 
@@ -118,7 +106,19 @@ def bucket_key(scope: str, bucket: str) -> str:
 
 class RedisRateLimiter:
     """Charges token buckets on the ClusterRouter of a RedisStreamStore
-    (``RedisStreamStore.rate_limiter``)."""
+    (``RedisStreamStore.rate_limiter``).
+
+    A bucket with ``rate_per_s`` r and ``burst`` b admits a cost c when c more units fit: its
+    "theoretical arrival time" (TAT) moves forward by c/r per admitted cost, and a cost is refused
+    while TAT + c/r would be more than b/r ahead of now. One Lua script charges every bucket of one
+    scope (a principal, a topic) at once, all or nothing, reading the server's clock (``TIME``), so
+    replicas with skewed clocks agree. The buckets of a scope share a hash tag, hence one slot;
+    buckets of different scopes are charged one scope after another and a later refusal refunds the
+    earlier scopes (``refund``), so a refused request costs nothing.
+
+    A cost larger than a bucket's burst can never be admitted: the verdict says so (``never``)
+    instead of naming a retry time.
+    """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
         self._router = router

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.asyncio import RedisCluster
 
-from storage.appender import Appender
-from storage.cluster import CallObserver, ClusterRouter, NodeAddress, ignore_call
+from storage.append.batch import BatchAppender
+from storage.cluster import CallObserver, ClusterRouter, ignore_call
 from storage.codec import decode_offset, decode_raw_entries, validate_offset, validate_offsets
 from storage.compaction import Compaction
 from storage.delayed import RedisDelayedStore
 from storage.errors import StorageUnavailable
 from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
-from storage.key_index import IndexedAppendCall, KeyHistory
+from storage.key_index import KeyHistory
 from storage.keys import PREFIX, log_key, slot_of
-from storage.lean import NodeLanes
 from storage.models import (
-    Acks,
     Appended,
     AppendOptions,
     Conditions,
@@ -40,17 +38,12 @@ from storage.overview import (
 )
 from storage.purge import Purge
 from storage.rate_limit import RedisRateLimiter
-from storage.resp import ClusterDownError, encode_command
 from storage.retention import RedisRetention
-from storage.scripts import (
-    AppendCall,
-    flat_reply,
-    in_input_order,
-    reply_duplicates,
-    reply_offsets,
-    split_by_partition,
-)
 from storage.settings import RedisStoreSettings
+from storage.wire.connection import NodeAddress
+from storage.wire.errors import ClusterDownError
+from storage.wire.lanes import NodeLanes
+from storage.wire.resp import encode_command
 
 T = TypeVar("T")
 _SCAN_COUNT = 1000
@@ -65,12 +58,12 @@ class RedisStreamStore:
 
     def __init__(self, settings: RedisStoreSettings, observer: CallObserver = ignore_call) -> None:
         self.settings = settings
-        # appends, reads and acks over lean pipelined connections (storage.lean)
+        # appends, reads and acks over pipelined node connections (storage.wire.lanes)
         self._lanes = NodeLanes(settings)
         # told about every Redis attempt: (operation, seconds, error class or None)
         self._observer = observer
         self._router: ClusterRouter | None = None
-        self._appender: Appender[Any] | None = None  # each partition's flat reply
+        self._batches: BatchAppender | None = None
         self._groups: RedisGroupStore | None = None
         self._delayed: RedisDelayedStore | None = None
         self._retention: RedisRetention | None = None
@@ -94,7 +87,7 @@ class RedisStreamStore:
         lanes = self._lanes
         router.on_refresh(lanes.forget)  # connections to nodes no longer primaries are closed
         lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
-        self._appender = Appender(router, flat_reply, lanes)
+        self._batches = BatchAppender(router, lanes)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when
@@ -166,44 +159,14 @@ class RedisStreamStore:
             self._rate_limiter = RedisRateLimiter(self.router, self._lanes)
         return self._rate_limiter
 
-    async def append(self, topic: str, records: Records | Sequence[Record],
-                     options: AppendOptions, conditions: Conditions | None = None) -> Appended:
-        """Append records (any partitions); what each got, in input order.
-
-        One ``AppendCall`` per partition (an ``IndexedAppendCall`` where keys are indexed or
-        ``conditions`` are checked; those need the records in one partition); see
-        ``storage.appender`` for batching, WAIT (``Acks.ALL``) and the retry semantics.
-        """
-        if self._appender is None or self._closed:
+    def append(self, topic: str, records: Records | Sequence[Record], options: AppendOptions,
+               conditions: Conditions | None = None) -> Coroutine[Any, Any, Appended]:
+        """Append records (any partitions); what each got, in input order
+        (``storage.append.batch``). The batch appender's coroutine itself, not one awaiting it: the
+        publish path takes no extra step here."""
+        if self._batches is None or self._closed:
             raise StorageUnavailable("storage is not open")
-        batch = records if isinstance(records, Records) else Records.of(records)
-        if not batch.values:
-            return Appended([], [], None)
-        groups = split_by_partition(batch.partitions, batch.values, batch.keys)
-        # one partition (a keyless or one-message batch): the batch is its columns
-        one = len(groups) == 1
-        if conditions is not None and not one:
-            raise ValueError("a conditional append must stay in one partition")
-        calls: list[AppendCall | IndexedAppendCall] = [
-            _append_call(topic, partition,
-                         batch if one else batch.partition_of(partition, indexes, values, keys),
-                         options, conditions)
-            for partition, (indexes, values, keys) in groups.items()]
-        written = await self._appender.write(topic, calls, wait=options.acks is Acks.ALL)
-        offsets = {partition: reply_offsets(partition, reply)
-                   for partition, reply in written.items()}
-        ordered = (offsets[calls[0].partition] if one
-                   else in_input_order(len(batch), groups, offsets))
-        if batch.idempotency_keys is None and batch.batch_key is None:
-            return Appended(batch.partitions, ordered, None)
-        flags = {partition: reply_duplicates(reply) for partition, reply in written.items()}
-        if not any(True in column for column in flags.values()):
-            return Appended(batch.partitions, ordered, None)  # what a first write answers
-        duplicates = [False] * len(batch)
-        for partition, (indexes, _, _) in groups.items():
-            for index, flag in zip(indexes, flags[partition], strict=True):
-                duplicates[index] = flag
-        return Appended(batch.partitions, ordered, duplicates)
+        return self._batches.append(topic, records, options, conditions)
 
     async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
                           high: str = "+", limit: int = 100,
@@ -242,7 +205,7 @@ class RedisStreamStore:
         ``from_time_ms``.
 
         When both are given, ``after`` wins (a resumed cursor is more precise than a time). The
-        XRANGE goes on the lean connection of the slot's primary when there is one (replays and
+        XRANGE goes on the node connection of the slot's primary when there is one (replays and
         broadcast catch-up read page after page: far less client CPU per call than through redis-py,
         and the compiled decoder).
         """
@@ -256,11 +219,11 @@ class RedisStreamStore:
             return []
         key, slot = log_key(topic, partition), slot_of(topic, partition)
         raw = await self._call("read", self.settings.read_deadline_s,
-                               lambda: self._xrange_lean(slot, key, start, limit))
+                               lambda: self._xrange_on_node(slot, key, start, limit))
         return decode_raw_entries(partition, raw or [])
 
-    async def _xrange_lean(self, slot: int, key: str, start: str, limit: int) -> Any:
-        """XRANGE on the lean connection of the slot's primary: its raw RESP2 reply (``[id, [field,
+    async def _xrange_on_node(self, slot: int, key: str, start: str, limit: int) -> Any:
+        """XRANGE on the node connection of the slot's primary: its raw RESP2 reply (``[id, [field,
         value...]]`` items). An error reply is raised for the router to retry (MOVED refreshes the
         slot map first)."""
         command = encode_command(("XRANGE", key, start, "+", "COUNT", limit))
@@ -278,7 +241,7 @@ class RedisStreamStore:
         return decode_offset(items[0][0]) if items else None
 
     async def last_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, str | None]:
-        """``last_offset`` of several partitions: one pipelined round per node on the lean
+        """``last_offset`` of several partitions: one pipelined round per node on the node
         connections (a subscription storm costs Redis round trips, not a redis-py connection per
         lookup); a partition that did not answer plainly there is read the usual way."""
         found = await read_last_offsets(self.router, self._lanes, topic, partitions)
@@ -303,7 +266,7 @@ class RedisStreamStore:
     async def partition_overviews(self, topic: str,
                                   partitions: Sequence[int]) -> dict[int, PartitionOverview]:
         """Length and every group's position of several partitions (``storage.overview``): one
-        pipelined round per node on the lean connections; a partition that did not answer plainly
+        pipelined round per node on the node connections; a partition that did not answer plainly
         there is read one call at a time with the usual retries, its oldest pending offsets
         included."""
         found = await read_overviews(self.router, self._lanes, topic, partitions)
@@ -339,7 +302,7 @@ class RedisStreamStore:
 
     async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
         """XLEN, the first and the last entry of every partition: one pipeline per owning node on
-        the lean connections (an error reply, MOVED included, is raised for a retry)."""
+        the node connections (an error reply, MOVED included, is raised for a retry)."""
         by_node = partitions_by_node(self.router, topic, range(partitions))
         if partitions and not by_node:  # a slot has no owner now (failover): retried
             raise ClusterDownError("a slot of the topic has no primary")
@@ -395,7 +358,7 @@ class RedisStreamStore:
             await self._on_node(addr, unlinks)
 
     async def _on_node(self, addr: NodeAddress, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Commands on one node's lean connection; the first error reply is raised."""
+        """Commands on one node's node connection; the first error reply is raised."""
         replies = await self._lanes.execute(addr, commands, exclusive=False)
         for reply in replies:
             if isinstance(reply, BaseException):
@@ -418,13 +381,6 @@ class RedisStreamStore:
 
     async def _call(self, what: str, budget_s: float, op: Callable[[], Awaitable[T]]) -> T:
         return await self.router.call(what, budget_s, op)
-
-
-def _append_call(topic: str, partition: int, records: Records, options: AppendOptions,
-                 conditions: Conditions | None) -> AppendCall | IndexedAppendCall:
-    if options.key_index or conditions is not None:
-        return IndexedAppendCall(topic, partition, records, options, conditions)
-    return AppendCall(topic, partition, records, options)
 
 
 def _info_commands(key: str) -> list[tuple[Any, ...]]:

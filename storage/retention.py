@@ -1,21 +1,4 @@
-"""Retention trimming of a partition's stream, never silent about entries a group had not acked.
-
-A trim removes every entry older than a *cut* id: ``min_offset`` (time retention:
-``offset_for_time``) and/or the id of the entry at position ``len - max_length`` (length retention),
-whichever is later. Before trimming, each consumer group's unacked entries below the cut are
-counted: pending entries (delivered, not acked) and entries after the group's last-delivered id
-(never delivered). Retention wins, but the caller gets the counts to record as a metric and an
-event.
-
-The trim is exact (``XTRIM MINID = cut``), not ``~``: an approximate trim stops at a macro-node
-boundary, so the counted entries would not be the removed ones and the rest would be counted again
-on the next run. The exact trim costs one partial node rewrite on top of what ``~`` removes.
-
-Only entries still in the stream are counted (pending ids of entries trimmed earlier are skipped),
-so repeated trims never count an entry twice. Counting and trimming are separate commands: an entry
-acked in between is still counted (an over-count, never an under-count). A trim retried after a lost
-reply reports what the retry removed.
-"""
+"""Retention trimming of a partition's stream, never silent about entries a group had not acked."""
 
 from __future__ import annotations
 
@@ -25,12 +8,12 @@ from typing import Any
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, offset_key, validate_offset
 from storage.compaction import Compaction
-from storage.groups import info_row, is_missing_group, text
+from storage.group_replies import info_row, is_missing_group, text
 from storage.key_index import KeyHistory
 from storage.keys import log_key, slot_of_key
-from storage.lean import NodeLanes
 from storage.models import TrimReport
-from storage.resp import ResponseError
+from storage.wire.errors import ResponseError
+from storage.wire.lanes import NodeLanes
 
 _PAGE = 1000
 
@@ -51,6 +34,23 @@ class RedisRetention:
     """Trims partition streams on a Redis Cluster, sharing the ClusterRouter of a RedisStreamStore.
 
     Take it from ``RedisStreamStore.retention``; it owns no connections of its own.
+
+    A trim removes every entry older than a *cut* id: ``min_offset`` (time retention:
+    ``offset_for_time``) and/or the id of the entry at position ``len - max_length`` (length
+    retention), whichever is later. Before trimming, each consumer group's unacked entries below the
+    cut are counted: pending entries (delivered, not acked) and entries after the group's
+    last-delivered id (never delivered). Retention wins, but the caller gets the counts to record as
+    a metric and an event.
+
+    The trim is exact (``XTRIM MINID = cut``), not ``~``: an approximate trim stops at a macro-node
+    boundary, so the counted entries would not be the removed ones and the rest would be counted
+    again on the next run. The exact trim costs one partial node rewrite on top of what ``~``
+    removes.
+
+    Only entries still in the stream are counted (pending ids of entries trimmed earlier are
+    skipped), so repeated trims never count an entry twice. Counting and trimming are separate
+    commands: an entry acked in between is still counted (an over-count, never an under-count). A
+    trim retried after a lost reply reports what the retry removed.
     """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
@@ -59,7 +59,7 @@ class RedisRetention:
         self._settings = router.settings
 
     async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
-        """One command on the lean connection of the primary of ``key``'s slot (asked at each
+        """One command on the node connection of the primary of ``key``'s slot (asked at each
         attempt); an error reply is raised."""
         return await self._router.execute_on(self._lanes, slot_of_key(key), command)
 

@@ -12,10 +12,12 @@ gateway's own setting, which gateways started by tests inherit too), uvloop unle
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -97,6 +99,22 @@ def missing(message: str) -> NoReturn:
 def unavailable(exc: MissingBinary) -> NoReturn:
     """A missing server binary: skipped locally, a failure in CI."""
     missing(f"a server binary is missing: {exc}")
+
+
+def compiled_or_skip(name: str) -> ModuleType:
+    """A compiled part, imported; when it is not built, skipped locally and a failure when CI=true
+    (``missing``): its own tests never pass in CI by skipping."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(f"{name} is not built: pip install -e . with a C compiler")
+
+
+@pytest.fixture(scope="session")
+def compiled_part() -> Callable[[str], ModuleType]:
+    """For a compiled part's own tests: ``compiled_part("gateway._speedups._frames")`` is the
+    module (skip, or fail in CI, when it is not built)."""
+    return compiled_or_skip
 
 
 @pytest.fixture(scope="session")

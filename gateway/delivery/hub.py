@@ -8,7 +8,8 @@ import dataclasses
 from collections.abc import Callable
 from types import TracebackType
 
-from gateway.delivery.group_reader import GroupConfig, GroupReader
+from gateway.delivery.group_config import GroupConfig
+from gateway.delivery.group_reader import GroupReader
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.key_shared import Seats
 from gateway.delivery.redelivery import DeadLetterSink
@@ -40,7 +41,7 @@ class DeliveryHub:
         self._lock = asyncio.Lock()
         # broadcast subscriptions share one reader per partition too
         self.tails = BroadcastTails(store)
-        self.seats = Seats()  # this gateway's members of key_shared groups
+        self.seats = Seats(self)  # this gateway's members of key_shared groups
 
     async def __aenter__(self) -> DeliveryHub:
         return self

@@ -10,24 +10,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
+from gateway.delivery.group_config import GroupConfig
+from gateway.delivery.membership import Membership, first_unless_lost
+from gateway.delivery.session import Session
 from gateway.delivery.wire import assignment_frame
-from partitioner.errors import MembershipLost, PartitionerError
-from partitioner.membership import GroupMember
+from partitioner.errors import PartitionerError
 from partitioner.tasks import cancel_until_done
+from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
-
-if TYPE_CHECKING:  # the hub keeps the seats
-    from gateway.delivery.group_reader import GroupConfig
-    from gateway.delivery.hub import DeliveryHub
-    from gateway.delivery.session import Session
-    from gateway.services import Services
-    from partitioner.topics import TopicMetadata
 
 SeatKey = tuple[str, str]  # (topic, group)
 SEAT_PREFIX = "seat-"  # a seat's member id in the group's membership
+
+
+class Readers(Protocol):
+    """What a seat needs of the delivery hub: a session attached to a partition's reader, and
+    detached."""
+
+    async def attach(self, session: Session, partition: int, group: str,
+                     config: GroupConfig) -> object: ...
+
+    async def detach(self, session: Session, partition: int, group: str) -> None: ...
 
 
 def is_seat(member_id: str) -> bool:
@@ -39,9 +44,9 @@ class Seat:
     """This gateway's member of one key_shared group and the local sessions sharing its
     partitions."""
 
-    def __init__(self, services: Services, hub: DeliveryHub, topic: TopicMetadata,
+    def __init__(self, membership: Membership | None, hub: Readers, topic: TopicMetadata,
                  group: str) -> None:
-        self._services, self._hub, self._topic, self._group = services, hub, topic, group
+        self._membership, self._hub, self._topic, self._group = membership, hub, topic, group
         self._sessions: dict[Session, GroupConfig] = {}
         self._serving: list[int] = []
         self._generation: int | None = None  # None until the first assignment
@@ -87,23 +92,13 @@ class Seat:
                 await self._hub.detach(session, partition, self._group)
 
     async def _run(self) -> None:
-        services, settings = self._services, self._services.settings
-        if services.etcd is None:
+        membership = self._membership
+        if membership is None:
             self.lost.set_exception(PartitionerError("key_shared groups need etcd"))
             return
-
-        def partition_count() -> int:
-            current = services.cache.get(self._topic.name)
-            return current.partitions if current is not None else self._topic.partitions
-
+        member_id = f"{SEAT_PREFIX}{membership.node_id}-{uuid.uuid4().hex[:8]}"
         try:
-            async with GroupMember(
-                    services.etcd, topic=self._topic.name, group=self._group,
-                    member_id=f"{SEAT_PREFIX}{settings.node_id}-{uuid.uuid4().hex[:8]}",
-                    node=settings.node_id, partition_count=partition_count,
-                    prefix=settings.etcd_prefix, lease_ttl_s=settings.member_lease_ttl_s,
-                    initial_assignment_delay_s=(
-                        settings.group_initial_assignment_delay_ms / 1000)) as member:
+            async with membership.member(self._topic, self._group, member_id) as member:
                 lost = asyncio.ensure_future(member.wait_lost())
                 try:
                     while True:
@@ -142,18 +137,19 @@ class Seat:
 class Seats:
     """The gateway's seats, one per key_shared (topic, group) with local sessions."""
 
-    def __init__(self) -> None:
+    def __init__(self, hub: Readers) -> None:
+        self._hub = hub
         self._seats: dict[SeatKey, Seat] = {}
         self._lock = asyncio.Lock()
 
-    async def serve(self, session: Session, services: Services, hub: DeliveryHub, group: str,
+    async def serve(self, session: Session, membership: Membership | None, group: str,
                     config: GroupConfig, topic: TopicMetadata) -> None:
         """Serve ``session`` from its gateway's seat until it is cancelled or the seat is lost."""
         key = (topic.name, group)
         async with self._lock:
             seat = self._seats.get(key)
             if seat is None:
-                seat = self._seats[key] = Seat(services, hub, topic, group)
+                seat = self._seats[key] = Seat(membership, self._hub, topic, group)
         try:
             await seat.join(session, config)
             await asyncio.shield(seat.lost)
@@ -170,16 +166,3 @@ class Seats:
         for seat in seats:
             await seat.aclose()
 
-
-async def first_unless_lost(awaitable: Awaitable[Any], lost: asyncio.Future[Any],
-                            member: GroupMember) -> Any:
-    """The result of ``awaitable`` unless the membership is lost first."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
-            task.cancel()
-    if task.cancelled():
-        raise MembershipLost(member.topic, member.group, member.member_id)
-    return task.result()

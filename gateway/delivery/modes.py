@@ -11,44 +11,44 @@ from typing import Any
 
 from gateway.delivery.broadcast import follow_partition, resolve_start
 from gateway.delivery.expiry import BroadcastCounts
-from gateway.delivery.group_reader import GroupConfig
+from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.hub import DeliveryHub
-from gateway.delivery.key_shared import first_unless_lost
+from gateway.delivery.membership import Membership, first_unless_lost
 from gateway.delivery.params import Mode, SubscribeParams
+from gateway.delivery.ports import DeliveryPorts
 from gateway.delivery.session import Session
 from gateway.delivery.tail import BroadcastFollow
 from gateway.delivery.wire import assignment_frame, gap_frame
-from gateway.services import Services
 from partitioner.errors import PartitionerError
-from partitioner.membership import GroupMember
 from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 
 
-def serve(session: Session, services: Services, topic: TopicMetadata) -> Coroutine[Any, Any, None]:
+def serve(session: Session, ports: DeliveryPorts,
+          topic: TopicMetadata) -> Coroutine[Any, Any, None]:
     """The coroutine serving a group session, or a broadcast one where there is no delivery hub."""
     if session.params.mode is Mode.BROADCAST:
-        return _run_broadcast(session, services, topic)
-    return _run_group(session, services, topic)
+        return _run_broadcast(session, ports, topic)
+    return _run_group(session, ports, topic)
 
 
-async def _run_group(session: Session, services: Services, topic: TopicMetadata) -> None:
-    params = session.params
-    if services.delivery is None or params.group is None:
+async def _run_group(session: Session, ports: DeliveryPorts, topic: TopicMetadata) -> None:
+    params, hub = session.params, ports.hub
+    if hub is None or params.group is None:
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
                          _group_start(params), params.auto_ack,
                          params.mode in (Mode.EXCLUSIVE, Mode.KEY_SHARED), params.retry_backoff)
-    services.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
-                               params.max_deliveries, params.retry_backoff)
+    ports.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
+                            params.max_deliveries, params.retry_backoff)
     if params.mode is Mode.SHARED:
-        await _run_shared(session, services, services.delivery, params.group, config, topic)
+        await _run_shared(session, ports, hub, params.group, config, topic)
     elif params.mode is Mode.KEY_SHARED:
-        await services.delivery.seats.serve(session, services, services.delivery, params.group,
-                                            dataclasses.replace(config, key_ordered=True), topic)
+        await hub.seats.serve(session, ports.membership, params.group,
+                              dataclasses.replace(config, key_ordered=True), topic)
     else:
-        await _run_exclusive(session, services, params.group, config, topic)
+        await _run_exclusive(session, ports.membership, hub, params.group, config, topic)
 
 
 def _group_start(params: SubscribeParams) -> str:
@@ -59,28 +59,28 @@ def _group_start(params: SubscribeParams) -> str:
     return params.start
 
 
-async def start_broadcast(session: Session, services: Services, hub: DeliveryHub,
+async def start_broadcast(session: Session, ports: DeliveryPorts, hub: DeliveryHub,
                           topic: TopicMetadata,
                           on_error: Callable[[Session, BaseException], None]) -> BroadcastFollow:
     """Pin the start positions, send the assignment, and follow every partition through the shared
     tails."""
-    positions = await resolve_start(services.store, session, topic.partitions)
+    positions = await resolve_start(ports.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     _send_assignment(session, range(topic.partitions))
     if session.params.start == "cursor":
         await tell_of_gaps(session, hub.store, positions)
-    counts = BroadcastCounts.of(services.metrics, session.topic)
-    return BroadcastFollow(hub.tails, services.store, session, positions, counts, services.cache,
+    counts = BroadcastCounts.of(ports.metrics, session.topic)
+    return BroadcastFollow(hub.tails, ports.store, session, positions, counts, ports.cache,
                            on_growth=lambda count: _send_assignment(session, range(count)),
                            on_error=lambda exc: on_error(session, exc))
 
 
-async def _run_broadcast(session: Session, services: Services, topic: TopicMetadata) -> None:
+async def _run_broadcast(session: Session, ports: DeliveryPorts, topic: TopicMetadata) -> None:
     """Broadcast without a delivery hub (no shared tails): one reader per partition."""
-    positions = await resolve_start(services.store, session, topic.partitions)
+    positions = await resolve_start(ports.store, session, topic.partitions)
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
     _send_assignment(session, range(topic.partitions))
-    await asyncio.gather(*(follow_partition(services.store, session, p, after, services.metrics)
+    await asyncio.gather(*(follow_partition(ports.store, session, p, after, ports.metrics)
                            for p, after in positions.items()))
 
 
@@ -100,17 +100,17 @@ def _send_assignment(session: Session, partitions: Iterable[int], generation: in
     session.send_control(assignment_frame(partitions, generation))
 
 
-async def _run_shared(session: Session, services: Services, hub: DeliveryHub, group: str,
+async def _run_shared(session: Session, ports: DeliveryPorts, hub: DeliveryHub, group: str,
                       config: GroupConfig, topic: TopicMetadata) -> None:
     """Serve every partition of the topic, also those added while the subscription lasts (until
     cancelled)."""
     partitions: list[int] = []
     grown = asyncio.Event()
-    unwatch = services.cache.watch_growth(topic.name, lambda _count: grown.set())
+    unwatch = ports.cache.watch_growth(topic.name, lambda _count: grown.set())
     try:
         while True:
             # read after the watch is set: no growth slips between
-            current = services.cache.get(topic.name)
+            current = ports.cache.get(topic.name)
             count = max(topic.partitions, current.partitions if current is not None else 0)
             if count > len(partitions):
                 # the assignment goes first: a client never sees a partition's message before it
@@ -127,23 +127,12 @@ async def _run_shared(session: Session, services: Services, hub: DeliveryHub, gr
         await _detach_all(hub, session, partitions, group)
 
 
-async def _run_exclusive(session: Session, services: Services, group: str, config: GroupConfig,
-                         topic: TopicMetadata) -> None:
-    hub, settings = services.delivery, services.settings
-    if hub is None or services.etcd is None:
+async def _run_exclusive(session: Session, membership: Membership | None, hub: DeliveryHub,
+                         group: str, config: GroupConfig, topic: TopicMetadata) -> None:
+    if membership is None:
         raise PartitionerError("exclusive groups need etcd and a delivery hub")
-
-    def partition_count() -> int:
-        current = services.cache.get(topic.name)
-        return current.partitions if current is not None else topic.partitions
-
     serving: set[int] = set()
-    async with GroupMember(services.etcd, topic=topic.name, group=group, member_id=session.id,
-                           node=settings.node_id, partition_count=partition_count,
-                           prefix=settings.etcd_prefix,
-                           lease_ttl_s=settings.member_lease_ttl_s,
-                           initial_assignment_delay_s=(
-                               settings.group_initial_assignment_delay_ms / 1000)) as member:
+    async with membership.member(topic, group, session.id) as member:
         lost = asyncio.ensure_future(member.wait_lost())
         try:
             while True:

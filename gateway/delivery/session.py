@@ -34,8 +34,8 @@ import orjson
 
 from gateway.delivery.heap import trim_soon
 from gateway.delivery.params import DEFAULT_MAX_IN_FLIGHT, SubscribeParams, format_cursor
-from gateway.delivery.websocket import CLOSE_REASON_MAX_BYTES
 from gateway.delivery.wire import Send, batched, error_frame, message_frame, message_frames
+from gateway.delivery.ws_frames import CLOSE_REASON_MAX_BYTES
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
 from storage.models import Delivery
 

@@ -1,48 +1,33 @@
 """A lean server side of RFC 6455 for subscriptions: no task, no queue and no parser object while a
-socket idles.
-
-aiohttp keeps a lot per WebSocket connection (its request handler and HTTP parser, the upgrade
-request and its headers, a reader with a data queue, two tasks and the handler's coroutine frames
-for as long as the socket lives). A subscription socket needs far less: the route validates the
-upgrade through aiohttp, then ``upgrade`` writes the 101 itself, puts a ``LeanWebSocket`` in place
-as the transport's protocol and lets aiohttp forget the connection, so an idle connection costs
-little memory. From then on the transport calls this protocol: client frames are parsed as they
-arrive and handed to the ``SocketEvents`` of the subscription, sends go straight to the transport,
-and the only timer is the heartbeat.
-
-What is implemented of RFC 6455 and RFC 7692: masked client frames (an unmasked one is a protocol
-error), fragmented messages with control frames between fragments, ping/pong, the close handshake (a
-close frame not answered within ``CLOSE_TIMEOUT_S`` drops the connection), UTF-8 checked text
-(1007), messages over the size limit (1009), and permessage-deflate when the client offers it and
-the gateway allows it (negotiated as aiohttp does, through its ``ws_ext_parse``/``ws_ext_gen``).
-"""
+socket idles (gateway.delivery.upgrade hands the connection over from aiohttp)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hashlib
-import struct
 import zlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Protocol
 
-from aiohttp import web
-from aiohttp.http_websocket import ws_ext_gen, ws_ext_parse
+from gateway._speedups import frame_header
+from gateway.delivery.wire import text_frames
+from gateway.delivery.ws_frames import (
+    CLOSE_INVALID_TEXT,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_TOO_BIG,
+    DATA_OPCODES,
+    OP_CLOSE,
+    OP_CONTINUATION,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    ProtocolViolation,
+    close_payload,
+    parse_frame,
+    peer_close_code,
+)
 
-from gateway.delivery.wire import SHORT_MAX, frame_header, text_frames
-from gateway.errors import Problem, bad_request
-
-OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
-DATA_OPCODES = frozenset((OP_TEXT, OP_BINARY))
-CLOSE_NORMAL, CLOSE_PROTOCOL_ERROR, CLOSE_INVALID_TEXT, CLOSE_TOO_BIG = 1000, 1002, 1007, 1009
 CLOSE_TIMEOUT_S = 5.0  # a close frame the peer does not answer within this drops the connection
-CLOSE_REASON_MAX_BYTES = 123
-WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 DEFLATE_TAIL = b"\x00\x00\xff\xff"
-_MEDIUM, _LONG = struct.Struct("!H"), struct.Struct("!Q")
 
 
 class SocketEvents(Protocol):
@@ -56,107 +41,21 @@ class SocketEvents(Protocol):
     def on_closed(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Handshake:
-    """A valid upgrade request's answer: the accept value and the negotiated permessage-deflate, if
-    any."""
-
-    accept: str
-    deflate_bits: int  # 0: no compression; else the server's window bits (9..15)
-    deflate_no_takeover: bool
-
-    def response_head(self) -> bytes:
-        """The 101 response that completes the handshake."""
-        lines = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Accept: {self.accept}"]
-        if self.deflate_bits:
-            lines.append("Sec-WebSocket-Extensions: "
-                         + ws_ext_gen(compress=self.deflate_bits, isserver=True,
-                                      server_notakeover=self.deflate_no_takeover))
-        return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def handshake(headers: Mapping[str, str], compression_allowed: bool) -> Handshake:
-    """Validate a WebSocket upgrade request's headers (400 problem when it is not one) and negotiate
-    deflate."""
-    if headers.get("Upgrade", "").strip().lower() != "websocket":
-        raise _not_websocket("the request must carry 'Upgrade: websocket'")
-    if "upgrade" not in (token.strip().lower()
-                         for token in headers.get("Connection", "").split(",")):
-        raise _not_websocket("the request must carry 'Connection: Upgrade'")
-    if headers.get("Sec-WebSocket-Version", "").strip() != "13":
-        raise _not_websocket("only WebSocket version 13 is supported (Sec-WebSocket-Version: 13)")
-    key = headers.get("Sec-WebSocket-Key", "").strip()
-    try:
-        valid_key = len(base64.b64decode(key, validate=True)) == 16
-    except binascii.Error:
-        valid_key = False
-    if not valid_key:
-        raise _not_websocket("Sec-WebSocket-Key must be 16 bytes in base64")
-    accept = base64.b64encode(hashlib.sha1(key.encode() + WS_GUID).digest()).decode()
-    bits, no_takeover = ws_ext_parse(headers.get("Sec-WebSocket-Extensions"), isserver=True) \
-        if compression_allowed else (0, False)
-    return Handshake(accept, bits, no_takeover)
-
-
-def _not_websocket(detail: str) -> Problem:
-    return bad_request(f"not a WebSocket upgrade: {detail}")
-
-
-def upgrade(request: web.Request, answer: Handshake, max_message_bytes: int,
-            heartbeat_s: float) -> LeanWebSocket:
-    """Write the 101 and make a ``LeanWebSocket`` the connection's protocol (the transport's
-    callbacks go to it).
-
-    The route goes on (first-frame authentication, start positions) and then returns an
-    ``UpgradedResponse``, which detaches aiohttp's handler from the connection once the handler is
-    done.
-    """
-    transport = request.transport
-    if transport is None or transport.is_closing():
-        raise ConnectionResetError("the client went away before the upgrade")
-    socket = LeanWebSocket(transport, max_message_bytes, heartbeat_s, answer.deflate_bits,
-                           answer.deflate_no_takeover)
-    transport.set_protocol(socket)
-    transport.write(answer.response_head())
-    socket.start_heartbeat()
-    return socket
-
-
-class UpgradedResponse(web.StreamResponse):
-    """What the subscribe route returns once the socket is a ``LeanWebSocket``'s: aiohttp must write
-    nothing.
-
-    Its ``prepare`` (aiohttp calls it after the handler returned) takes the transport away from
-    aiohttp's request handler and tells it the connection is gone (``connection_lost``), so the
-    handler stops, keeps no reference to the connection and never closes the transport. Done here,
-    not at the upgrade: a server with ``handler_cancellation`` cancels the handler on
-    ``connection_lost``.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(status=101, reason="Switching Protocols")
-        self.force_close()
-
-    async def prepare(self, request: web.BaseRequest) -> None:
-        detach_handler(request)
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        return None
-
-
-def detach_handler(request: web.BaseRequest) -> None:
-    """Make aiohttp's request handler forget an upgraded connection (see ``UpgradedResponse``);
-    idempotent."""
-    handler = request.protocol
-    if handler.transport is not None:
-        # first: the handler's force_close would close the transport it still knew
-        handler.transport = None
-        handler.connection_lost(None)
-
-
 class LeanWebSocket(asyncio.Protocol):
-    """The server side of one WebSocket connection, driven by the transport's callbacks."""
+    """The server side of one WebSocket connection, driven by the transport's callbacks.
+
+    aiohttp keeps a lot per WebSocket connection (its request handler and HTTP parser, the upgrade
+    request and its headers, a reader with a data queue, two tasks and the handler's coroutine
+    frames for as long as the socket lives); a subscription socket needs far less. Once upgraded,
+    the transport calls this protocol: client frames are parsed as they arrive and handed to the
+    ``SocketEvents`` of the subscription, sends go straight to the transport, and the only timer is
+    the heartbeat.
+
+    Of RFC 6455 and RFC 7692: masked client frames (an unmasked one is a protocol error),
+    fragmented messages with control frames between fragments, ping/pong, the close handshake (a
+    close frame not answered within ``CLOSE_TIMEOUT_S`` drops the connection), UTF-8 checked text
+    (1007), messages over the size limit (1009), and permessage-deflate when negotiated.
+    """
 
     __slots__ = ("_buffer", "_close_sent", "_closed_waiters", "_compressor", "_decompressor",
                  "_deflate_bits", "_drain", "_events", "_fragment_deflated", "_fragment_op",
@@ -466,83 +365,3 @@ class LeanWebSocket(asyncio.Protocol):
             raise ProtocolViolation(CLOSE_INVALID_TEXT, "undecodable compressed message") from None
         self._check_size(len(data) + (1 if decompressor.unconsumed_tail else 0))
         return data
-
-
-class ProtocolViolation(Exception):
-    """The peer broke RFC 6455 (or a limit): the connection is closed with ``code``."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-def parse_frame(buffer: bytes, at: int, max_bytes: int) -> tuple[int, bytes, int] | None:
-    """The client frame starting at ``at``: (first header byte, unmasked payload, end), or None if
-    incomplete.
-
-    A frame announcing more than ``max_bytes`` is refused (1009) before its payload is buffered.
-    """
-    available = len(buffer) - at
-    if available < 2:
-        return None
-    first, second = buffer[at], buffer[at + 1]
-    if first & 0x30:
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "reserved bits set")
-    opcode = first & 0x0F
-    if opcode not in DATA_OPCODES and opcode not in (OP_CONTINUATION, OP_CLOSE, OP_PING, OP_PONG):
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, f"unknown opcode {opcode}")
-    if not second & 0x80:
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "client frames must be masked")
-    length, start = second & 0x7F, at + 2
-    if opcode >= OP_CLOSE and (length > SHORT_MAX or not first & 0x80):
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR,
-                                "control frames must be final and at most 125 bytes")
-    if length == 126:
-        if available < 4:
-            return None
-        length, start = _MEDIUM.unpack_from(buffer, start)[0], start + 2
-    elif length == 127:
-        if available < 10:
-            return None
-        length, start = _LONG.unpack_from(buffer, start)[0], start + 8
-    if length > max_bytes:
-        raise ProtocolViolation(CLOSE_TOO_BIG, f"frame over {max_bytes} bytes")
-    end = start + 4 + length
-    if end > len(buffer):
-        return None
-    return first, unmask(buffer[start:start + 4], buffer[start + 4:end]), end
-
-
-def unmask(mask: bytes, data: bytes) -> bytes:
-    """``data`` XOR the repeated 4-byte ``mask`` (as one big-integer XOR: C speed without a C
-    module)."""
-    size = len(data)
-    if not size:
-        return data
-    key = (mask * (size // 4 + 1))[:size]
-    return (int.from_bytes(data, "big") ^ int.from_bytes(key, "big")).to_bytes(size, "big")
-
-
-def peer_close_code(payload: bytes) -> int:
-    """The code of a client's close frame (1000 for none); an invalid frame is a violation (RFC 6455
-    7.4)."""
-    if not payload:
-        return CLOSE_NORMAL
-    if len(payload) == 1:
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, "a close payload of one byte")
-    code = int(_MEDIUM.unpack_from(payload)[0])
-    if not (1000 <= code <= 1014 and code not in (1004, 1005, 1006)) and not 3000 <= code <= 4999:
-        raise ProtocolViolation(CLOSE_PROTOCOL_ERROR, f"close code {code} may not be sent")
-    try:
-        payload[2:].decode()
-    except UnicodeDecodeError:
-        raise ProtocolViolation(CLOSE_INVALID_TEXT, "the close reason is not UTF-8") from None
-    return code
-
-
-def close_payload(code: int, reason: str = "") -> bytes:
-    """A close frame's payload: the code, then the reason cut to what fits a control frame (whole
-    characters)."""
-    encoded = reason.encode()[:CLOSE_REASON_MAX_BYTES].decode(errors="ignore").encode()
-    return _MEDIUM.pack(code) + encoded

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import base64
 import functools
-import struct
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
 
-from gateway.native import refuse_if_off
+from gateway._speedups import message_frames_or_none, text_frames_or_none, text_frames_python
 from gateway.offsets import successor
 from storage.models import Delivery, LostRange, StoredEntry, ValueFormat
 
 Send = Callable[[Sequence[bytes]], Awaitable[None]]
-
-TEXT_FIN = 0x81
-SHORT_MAX = 125
-MEDIUM_MAX = 0xFFFF
-
 
 def message_frame(topic: str, entry: StoredEntry, delivery_count: int) -> bytes:
     """The ``message`` frame of an entry (the fields and order of gateway.documents.entry_document).
@@ -54,13 +48,12 @@ _dumps = orjson.dumps
 
 
 def message_frames(topic: str, deliveries: list[Delivery]) -> list[bytes]:
-    """The ``message`` frames of a page of deliveries: the compiled ``gateway.delivery._frames``
-    writes them (faster, the same bytes) unless it is unsure, then ``message_frame`` does, one by
+    """The ``message`` frames of a page of deliveries: the compiled framing writes them (faster,
+    the same bytes) unless it is unsure or switched off, then ``message_frame`` does, one by
     one."""
-    if FRAMES_NATIVE:
-        frames = _frames_compiled(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
-        if frames is not None:
-            return frames
+    frames = message_frames_or_none(_frame_prefix(topic), deliveries, _FRAME_LAYOUT)
+    if frames is not None:
+        return frames
     return [message_frame(topic, delivery.entry, delivery.delivery_count)
             for delivery in deliveries]
 
@@ -69,21 +62,11 @@ def _key_json(key: bytes) -> bytes:
     return _dumps(key.decode(errors="replace"))
 
 
-# the compiled framing (gateway.delivery._frames, built by setup.py); message_frame gives the same
-# bytes
-try:
-    refuse_if_off()
-    from gateway.delivery._frames import message_frames as _frames_compiled
-    from gateway.delivery._frames import text_frames as _text_frames_compiled
-    FRAMES_NATIVE = True
-except ImportError:  # pragma: no cover - a build without a C compiler
-    FRAMES_NATIVE = False
-# What the compiled framing reads and calls, in its order (gateway/delivery/_frames.c).
+# What the compiled framing (gateway/_speedups/_frames.c) reads and calls, in its order: the two
+# classes, their slots as the dataclasses declare them, then the reference's helpers.
 _FRAME_LAYOUT = (Delivery, StoredEntry,
-                 tuple(vars(Delivery)[name] for name in ("entry", "delivery_count"))
-                 + tuple(vars(StoredEntry)[name] for name in ("partition", "offset", "key",
-                                                              "headers", "timestamp_ms",
-                                                              "value_format", "value")),
+                 tuple(vars(owner)[slot] for owner in (Delivery, StoredEntry)
+                       for slot in owner.__slots__),
                  ValueFormat.JSON, _key_json, _dumps, base64.b64encode)
 
 
@@ -140,31 +123,12 @@ def authenticated_frame(principal: str) -> dict[str, Any]:
     return {"type": "authenticated", "principal": principal}
 
 
-def frame_header(first: int, length: int) -> bytes:
-    """An unmasked (server to client) frame header with first byte ``first`` for ``length`` payload
-    bytes."""
-    if length <= SHORT_MAX:
-        return bytes((first, length))
-    if length <= MEDIUM_MAX:
-        return struct.pack("!BBH", first, 126, length)
-    return struct.pack("!BBQ", first, 127, length)
-
-
 def text_frames(payloads: Sequence[bytes]) -> bytes:
     """Several payloads as consecutive WebSocket text frames, ready for one transport write (the
-    compiled ``gateway.delivery._frames`` writes a list of bytes in one step; ``text_frames_python``
-    gives the same bytes)."""
-    if FRAMES_NATIVE and type(payloads) is list:
-        framed = _text_frames_compiled(payloads)
+    compiled framing writes a list of bytes in one step; its reference gives the same bytes)."""
+    if type(payloads) is list:
+        framed = text_frames_or_none(payloads)
         if framed is not None:
             return framed
     return text_frames_python(payloads)
 
-
-def text_frames_python(payloads: Sequence[bytes]) -> bytes:
-    """``text_frames``'s reference: a header and the payload, frame by frame."""
-    parts: list[bytes] = []
-    for payload in payloads:
-        parts.append(frame_header(TEXT_FIN, len(payload)))
-        parts.append(payload)
-    return b"".join(parts)

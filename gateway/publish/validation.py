@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from gateway._speedups import parse_plain, scan_plain_body
 from gateway.delivery.expiry import EXPIRES_AT
 from gateway.errors import bad_request, invalid_field, too_large
 from gateway.observe.tracing import (
@@ -25,7 +26,6 @@ from gateway.observe.tracing import (
     valid_tracestate,
 )
 from gateway.offsets import parse_offset
-from gateway.publish.plain_codec import parse_plain, scan_plain_body
 from gateway.settings import GatewaySettings
 from storage.models import NO_MESSAGE, ValueFormat
 

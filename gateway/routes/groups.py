@@ -18,6 +18,7 @@ from gateway.delivery.params import GROUP_NAME, RETRY_BACKOFF_FIELDS, parse_retr
 from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
 from gateway.delivery.redrive import redrive, redrive_one
+from gateway.delivery.settle_frames import reject_reason
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
 from gateway.fanout import gather_bounded
@@ -26,7 +27,6 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
-from gateway.routes.subscription import reject_reason
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction

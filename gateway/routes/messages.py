@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import orjson
 from aiohttp import web
 
+from gateway._speedups import plain_results_json
 from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import Gatekeeper, gatekeeper_of, principal_of
@@ -16,7 +17,6 @@ from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large, unavailable
 from gateway.observe.tracing import TRACEPARENT, incoming_context, publish_span, spans_on
 from gateway.offsets import parse_offset, predecessor, successor
-from gateway.publish.plain_codec import plain_results_json
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
 from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response

@@ -3,8 +3,8 @@
 Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends
 ``authenticated``, ``assignment``, ``message``/``messages`` and ``error`` frames; the client sends
 ``auth``, ``ack``, ``nack`` and ``extend`` frames. See docs/api.md and gateway/asyncapi.json. The
-upgrade hands the connection to a lean WebSocket (gateway.delivery.websocket) and the handler
-returns once the subscription is served (gateway.routes.subscription): nothing of aiohttp's stays
+upgrade hands the connection to a lean WebSocket (gateway.delivery.upgrade) and the handler
+returns once the subscription is served (gateway.delivery.subscription): nothing of aiohttp's stays
 per connection.
 """
 
@@ -23,13 +23,9 @@ from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of
 from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import Session
-from gateway.delivery.websocket import (
-    LeanWebSocket,
-    UpgradedResponse,
-    detach_handler,
-    handshake,
-    upgrade,
-)
+from gateway.delivery.subscription import ServedSubscription, close_subscriptions
+from gateway.delivery.upgrade import UpgradedResponse, detach_handler, handshake, upgrade
+from gateway.delivery.websocket import LeanWebSocket
 from gateway.delivery.wire import authenticated_frame
 from gateway.errors import (
     WS_CLOSE_TOO_MANY_CONNECTIONS,
@@ -39,7 +35,6 @@ from gateway.errors import (
     unavailable,
 )
 from gateway.routes.admission import admit, admit_group, admit_or_refuse
-from gateway.routes.subscription import ServedSubscription, close_subscriptions
 from gateway.services import SERVICES, Services, services_of
 from gateway.throttle import RateAction
 from partitioner.errors import PartitionerError
@@ -128,7 +123,8 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
     session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params,
                       socket.send_texts, settings.slow_client_timeout_s,
                       settings.ws_max_outbox_bytes)
-    served = ServedSubscription(socket, session, services, principal.name,
+    served = ServedSubscription(socket, session, services.delivery_ports(),
+                                lambda: services.connections.release(principal.name),
                                 gatekeeper.session_deadline_s(principal))
     await served.start(topic)
 
@@ -211,7 +207,7 @@ async def close_sessions_on_shutdown(app: web.Application) -> None:
     """Ask every open subscription to close with 1001 so clients reconnect elsewhere and resume."""
     services = app.get(SERVICES)
     if services is not None:
-        await close_subscriptions(services)
+        await close_subscriptions(services.subscriptions)
 
 
 def add_routes(app: web.Application) -> None:

@@ -13,8 +13,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.delivery.websocket import parse_frame
 from gateway.delivery.wire import message_frame, text_frames
+from gateway.delivery.ws_frames import parse_frame
 from storage.models import StoredEntry, ValueFormat
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline.jobs import to_parquet
-from storage import AppendOptions, Records
+from storage.models import AppendOptions, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 

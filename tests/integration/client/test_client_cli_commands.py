@@ -56,7 +56,7 @@ def test_tail_prints_what_is_published_after_it_starts_in_order(
     assert all(m["topic"] == topic_name for m in lines)
 
 
-def test_replay_prints_partitions_from_an_offset_or_a_time_up_to_a_limit(
+def test_replay_prints_from_an_offset_or_time_up_to_a_limit(
         served_gateway: str, topic_name: str) -> None:
     run(_replay_body(served_gateway, topic_name))
 
@@ -76,7 +76,7 @@ async def _replay_body(base_url: str, topic_name: str) -> None:
     assert (code, none) == (0, [])
 
 
-def test_peek_shows_a_groups_next_messages_and_leaves_the_group_as_it_was(
+def test_peek_shows_next_messages_and_leaves_the_group(
         served_gateway: str, topic_name: str) -> None:
     run(_peek_body(served_gateway, topic_name))
 
@@ -151,8 +151,7 @@ async def _ttl_and_purge_body(base_url: str, topic_name: str) -> None:
     assert (code, replayed) == (0, [])
 
 
-def test_bench_publishes_and_measures_delivery_to_broadcast_and_group_subscribers(
-        served_gateway: str, topic_name: str) -> None:
+def test_bench_measures_broadcast_and_group_delivery(served_gateway: str, topic_name: str) -> None:
     run(_bench_body(served_gateway, topic_name))
 
 

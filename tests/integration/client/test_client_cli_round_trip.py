@@ -65,7 +65,7 @@ def test_produce_then_consume_round_trips_through_the_cli(served_gateway: str) -
         == (6, None)
 
 
-def test_cli_errors_print_the_problem_detail_and_exit_non_zero(served_gateway: str) -> None:
+def test_cli_errors_print_detail_and_exit_non_zero(served_gateway: str) -> None:
     missing = streamgate("topics", "describe", "no-such-topic", "--url", served_gateway)
     assert missing.returncode == 1
     assert missing.stdout == ""
@@ -77,8 +77,7 @@ def test_cli_errors_print_the_problem_detail_and_exit_non_zero(served_gateway: s
     assert "404" in bad.stderr
 
 
-def test_produce_writes_every_stdin_line_once_and_prints_results_in_input_order(
-        served_gateway: str) -> None:
+def test_produce_writes_each_stdin_line_once_in_order(served_gateway: str) -> None:
     url, topic = served_gateway, f"cli-{uuid.uuid4().hex[:8]}"
     assert streamgate("topics", "create", topic, "--partitions", "4", "--url", url).returncode == 0
     lines = [f'{{"n": {n}}}' if n % 2 else f"line {n}\r" for n in range(20_000)]

@@ -6,14 +6,13 @@ import asyncio
 
 import aiohttp
 import pytest
+from dropped_responses import DropFirstResponse
 from served import json_lines, streamgate
-from test_client_against_gateway import DropFirstResponse
 
 from client import Admin, Consumer, Producer, UnexpectedOffset
 
 
-async def test_a_read_model_decides_on_the_position_it_read_and_loses_to_a_faster_writer(
-        base_url: str, topic_name: str) -> None:
+async def test_read_model_loses_to_a_faster_writer(base_url: str, topic_name: str) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name, acks="all") as producer:
         await admin.create_topic(topic_name, 2, key_index=True)
         assert await admin.key_position(topic_name, "cart-1") == "none"
@@ -33,7 +32,7 @@ async def test_a_read_model_decides_on_the_position_it_read_and_loses_to_a_faste
         assert [m["value"] for m in page["messages"]] == [{"opened": True}, {"added": "pear"}]
 
 
-async def test_a_conditional_append_whose_answer_was_lost_is_retried_as_a_duplicate(
+async def test_lost_conditional_append_is_retried_as_duplicate(
         base_url: str, topic_name: str) -> None:
     drop = DropFirstResponse()
     async with Admin(base_url) as admin, aiohttp.ClientSession(middlewares=(drop,)) as session:
@@ -63,7 +62,7 @@ def test_history_prints_a_keys_messages_either_way(served_gateway: str, topic_na
     assert [m["value"] for m in json_lines(done.stdout)] == [9, 7]
 
 
-async def test_a_snapshot_and_the_stream_after_it_give_every_keys_value_once(
+async def test_snapshot_and_following_stream_give_each_key_once(
         base_url: str, topic_name: str) -> None:
     async with Admin(base_url) as admin, Producer(base_url, topic_name) as producer:
         await admin.create_topic(topic_name, 1, compact=True)
@@ -77,8 +76,7 @@ async def test_a_snapshot_and_the_stream_after_it_give_every_keys_value_once(
                 break
 
 
-def test_snapshot_prints_every_keys_newest_value_and_the_cursor_to_follow(
-        served_gateway: str, topic_name: str) -> None:
+def test_snapshot_prints_newest_values_and_a_cursor(served_gateway: str, topic_name: str) -> None:
     async def publish() -> None:
         async with Admin(served_gateway) as admin, Producer(served_gateway,
                                                             topic_name) as producer:

@@ -133,7 +133,7 @@ def values_in(base: str, topic: str, partitions: int) -> list[Any]:
 
 
 @pytest.mark.timeout(420)
-def test_a_newcomer_creates_publishes_tails_watches_lag_and_redrives_in_the_console(
+def test_console_walkthrough_from_create_to_redrive(
         served_gateway: str, console_page: Page, artifacts: Path) -> None:
     from playwright.sync_api import expect
     base, topic = served_gateway, f"console-{uuid.uuid4().hex[:8]}"
@@ -277,7 +277,7 @@ document.addEventListener('securitypolicyviolation',
 
 
 @pytest.mark.timeout(300)
-def test_every_console_page_keeps_its_csp_and_shows_hostile_messages_as_text(
+def test_console_pages_keep_csp_and_show_hostile_text(
         served_gateway: str, console_page: Page) -> None:
     from playwright.sync_api import expect
     base, topic = served_gateway, f"csp-{uuid.uuid4().hex[:8]}"
@@ -321,7 +321,7 @@ def test_every_console_page_keeps_its_csp_and_shows_hostile_messages_as_text(
 
 
 @pytest.mark.timeout(300)
-def test_an_admin_releases_and_dead_letters_parked_keys_in_the_console(
+def test_admin_releases_and_dead_letters_parked_keys(
         served_gateway: str, console_page: Page, artifacts: Path) -> None:
     from playwright.sync_api import expect
     base, topic = served_gateway, f"parked-{uuid.uuid4().hex[:8]}"

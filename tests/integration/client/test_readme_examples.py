@@ -1,5 +1,5 @@
-"""The README's client examples, run as written (the topic renamed) against a gateway process
-(conftest's ``served_gateway``)."""
+"""The Python client guide's examples (client/README.md), run as written (the topic renamed)
+against a gateway process (conftest's ``served_gateway``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+CLIENT_README = Path(__file__).resolve().parents[3] / "client" / "README.md"
 
 
 def example(language: str, index: int = 0) -> str:
-    """The ``index``-th ``language`` code block of the README's client section."""
-    section = README.read_text().split("## Python client and CLI", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    """The ``index``-th ``language`` code block of the client guide."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", CLIENT_README.read_text(), re.S)
     assert len(blocks) > index, f"no {language} example {index}"
     return str(blocks[index])
 

@@ -44,7 +44,7 @@ def trimmed_topic(url: str, redis_cluster: Any) -> str:
 
 
 @pytest.mark.timeout(420)
-def test_typescript_client_suite_passes_against_a_served_gateway(
+def test_typescript_suite_passes_against_a_gateway(
         served_gateway: str, redis_cluster: Any, report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
     build_package(report_missing)
@@ -105,7 +105,7 @@ def secured_gateway(redis_cluster: Any, etcd_server: Any, tmp_path: Path
 
 
 @pytest.mark.timeout(300)
-def test_typescript_client_refreshes_tokens_and_uses_api_keys_against_a_secured_gateway(
+def test_typescript_client_refreshes_tokens_and_uses_keys(
         secured_gateway: tuple[str, dict[str, str]],
         report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)

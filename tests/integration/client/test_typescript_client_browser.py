@@ -42,7 +42,7 @@ def delete_topic(gateway: str, topic: str) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_typescript_client_publishes_and_subscribes_from_a_headless_chromium(
+def test_typescript_client_works_in_headless_chromium(
         served_gateway: str, report_missing: Callable[[str], NoReturn], tmp_path: Path) -> None:
     chromium = require_browser(report_missing)
     require_node(report_missing)

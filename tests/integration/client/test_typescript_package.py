@@ -93,7 +93,7 @@ def install(tarball: Path, app: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_the_packed_client_installs_offline_and_works_by_its_name(
+def test_packed_client_installs_offline_and_works(
         served_gateway: str, tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
     if not (TSC.is_file() and WS.is_dir()):

@@ -33,7 +33,7 @@ def generate(document: Path, output: Path) -> str:
     return output.read_text()
 
 
-def test_the_committed_types_are_what_the_generator_makes_of_the_document(
+def test_committed_types_match_the_generator(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
     made = generate(DOCUMENT, tmp_path / "openapi.gen.ts")
@@ -73,7 +73,7 @@ DRIFTS: dict[str, Callable[[Schemas], None]] = {
 
 
 @pytest.mark.parametrize("drift", [None, *DRIFTS], ids=["unchanged", *DRIFTS])
-def test_a_document_drifting_from_the_client_fails_its_type_check(
+def test_drifted_document_fails_the_type_check(
         drift: str | None, tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
     if not TSC.is_file():

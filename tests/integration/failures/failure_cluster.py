@@ -20,3 +20,12 @@ WAIT_TIMEOUT_MS = 500
 
 Client = TestClient[Any, Any]
 GatewayFactory = Callable[[RedisClusterProcess], Awaitable[Client]]
+
+
+def log_key(topic: str, partition: int) -> str:
+    return f"sg:{{{topic}/{partition}}}:log"
+
+
+async def create(client: Client, topic: str, partitions: int) -> None:
+    response = await client.post("/v1/topics", json={"name": topic, "partitions": partitions})
+    assert response.status == 201, await response.text()

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from failure_cluster import WRITE_DEADLINE_S, Client
+from failure_cluster import WRITE_DEADLINE_S, Client, create, log_key
 from failure_traffic import HANG_MARGIN_S
-from test_primary_crash import create, log_key
 
 from devstack import EtcdProcess, RedisClusterProcess
 from gateway.app import create_app

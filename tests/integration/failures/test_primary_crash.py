@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import WRITE_DEADLINE_S, GatewayFactory, create, log_key
 from failure_traffic import Producers, duplicated, missing_acked, replay_topic
 
 from devstack import RedisClusterProcess, RedisNode
@@ -16,15 +16,6 @@ PARTITIONS = 6
 RESUME_TIMEOUT_S = 25.0
 OWNER_VIEW_TIMEOUT_S = 10.0
 HEALTHY_STALL_LIMIT_S = 1.0
-
-
-def log_key(topic: str, partition: int) -> str:
-    return f"sg:{{{topic}/{partition}}}:log"
-
-
-async def create(client: Client, topic: str, partitions: int) -> None:
-    response = await client.post("/v1/topics", json={"name": topic, "partitions": partitions})
-    assert response.status == 201, await response.text()
 
 
 def first_answer(

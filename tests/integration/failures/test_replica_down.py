@@ -8,9 +8,15 @@ import time
 from typing import Any
 
 import redis
-from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import (
+    WAIT_TIMEOUT_MS,
+    WRITE_DEADLINE_S,
+    Client,
+    GatewayFactory,
+    create,
+    log_key,
+)
 from failure_traffic import missing_acked, replay_topic
-from test_primary_crash import create, log_key
 
 from devstack import RedisClusterProcess, RedisNode
 

@@ -9,10 +9,9 @@ import time
 import uuid
 from collections import Counter
 
-from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
+from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory, create, log_key
 from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked, replay_topic
 from redis.crc import key_slot
-from test_primary_crash import create, log_key
 
 from devstack import RedisClusterProcess
 from storage.codec import offset_key

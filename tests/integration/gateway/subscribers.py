@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp.test_utils import TestClient
 
 
@@ -133,3 +138,51 @@ async def wait_until(predicate: Any, timeout_s: float = 20.0, what: str = "condi
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def upgrade(host: str, port: int, path: str) -> socket.socket:
+    """A raw WebSocket client socket with a tiny receive buffer, past the handshake."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: "
+            f"Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def read_frames(sock: socket.socket) -> tuple[list[dict[str, Any]], int, str]:
+    """Every text frame up to the close frame, then the close code and reason."""
+    sock.settimeout(20)
+    buffer = bytearray()
+
+    def take(n: int) -> bytes:
+        while len(buffer) < n:
+            chunk = sock.recv(1 << 20)
+            assert chunk, "connection ended without a close frame"
+            buffer.extend(chunk)
+        data = bytes(buffer[:n])
+        del buffer[:n]
+        return data
+
+    frames: list[dict[str, Any]] = []
+    while True:
+        first, second = take(2)
+        length = second & 0x7F
+        if length == 126:
+            (length,) = struct.unpack("!H", take(2))
+        elif length == 127:
+            (length,) = struct.unpack("!Q", take(8))
+        payload, opcode = take(length), first & 0x0F
+        if opcode == 1:
+            frames.append(orjson.loads(payload))
+        elif opcode == 8:
+            return frames, struct.unpack("!H", payload[:2])[0], payload[2:].decode()

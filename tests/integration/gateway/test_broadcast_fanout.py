@@ -9,8 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from subscribers import Subscriber, subscribe, wait_until
-from test_slow_consumer import read_frames, upgrade
+from subscribers import Subscriber, read_frames, subscribe, upgrade, wait_until
 
 from gateway.app import create_app
 from gateway.delivery.tail import BroadcastTails, PartitionTail, TailFollower
@@ -43,7 +42,7 @@ def in_partition_order(subscriber: Subscriber) -> bool:
     return all(offsets == sorted(set(offsets)) for offsets in by_partition.values())
 
 
-async def test_broadcast_sessions_share_one_tail_per_partition_and_get_everything_in_order(
+async def test_broadcast_sessions_share_one_tail_per_partition(
         gateway: Client, topic_name: str, monkeypatch: Any) -> None:
     await create(gateway, topic_name, 2)
     services = gateway.server.app[SERVICES]
@@ -86,7 +85,7 @@ async def test_broadcast_sessions_share_one_tail_per_partition_and_get_everythin
         await subscriber.close()
 
 
-async def test_late_broadcast_subscriber_catches_up_then_joins_the_tail_without_gap(
+async def test_late_subscriber_catches_up_then_joins_the_tail(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, 1)
     early = await subscribe(gateway, "early", auto=False, topic=topic_name, max_in_flight=2000)
@@ -108,7 +107,7 @@ async def test_late_broadcast_subscriber_catches_up_then_joins_the_tail_without_
     await late.close()
 
 
-async def test_slow_broadcast_socket_is_closed_4008_while_others_get_everything(
+async def test_slow_broadcast_socket_is_closed_4008(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     settings = dataclasses.replace(gateway_settings, slow_client_timeout_s=1.0)
     client: Client = await aiohttp_client(create_app(settings))
@@ -149,8 +148,7 @@ def catch_up_tasks() -> list[asyncio.Task[Any]]:
     ]
 
 
-async def test_idle_broadcast_subscriptions_hold_no_task_of_their_own_and_still_get_new_messages(
-        gateway: Client, topic_name: str) -> None:
+async def test_idle_broadcast_subscriptions_hold_no_task(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, 3)
     subscribers = [
         await subscribe(gateway, f"idle{i}", auto=False, topic=topic_name, max_in_flight=100)
@@ -172,7 +170,7 @@ async def test_idle_broadcast_subscriptions_hold_no_task_of_their_own_and_still_
         await subscriber.close()
 
 
-async def test_subscribers_of_an_empty_partition_join_its_running_tail_without_reading_the_stream(
+async def test_empty_partition_subscribers_join_the_running_tail(
         gateway: Client, topic_name: str, monkeypatch: Any) -> None:
     await create(gateway, topic_name, 2)
     services = gateway.server.app[SERVICES]

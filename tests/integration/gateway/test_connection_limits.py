@@ -16,7 +16,7 @@ from gateway.settings import GatewaySettings
 Client = TestClient[Any, Any]
 
 
-async def test_a_subscription_over_the_cap_is_refused_with_429_until_one_closes(
+async def test_subscription_over_the_cap_is_429_until_one_closes(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     client: Client = await aiohttp_client(create_app(dataclasses.replace(gateway_settings,
                                                                          max_connections_per_principal=2)))

@@ -58,7 +58,7 @@ async def test_delayed_messages_join_the_stream_when_due_in_due_order(
     assert page["messages"][0]["timestamp_ms"] >= now_ms + 700
 
 
-async def test_delayed_messages_fire_once_when_their_owner_gateway_dies(
+async def test_delayed_messages_fire_once_when_the_owner_dies(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor, doomed = gateway_processes
     partitions = 8

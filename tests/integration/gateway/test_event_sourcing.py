@@ -54,8 +54,7 @@ async def test_an_aggregate_appends_only_on_the_position_it_read(
     assert page["next_offset"] > page["messages"][-1]["offset"]
 
 
-async def test_of_concurrent_writers_on_one_position_exactly_one_wins(
-        gateway: Client, topic_name: str) -> None:
+async def test_one_of_concurrent_writers_wins(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1)
     answers = await asyncio.gather(*(publish(gateway, topic_name, {"messages": [
         {"key": "seat-12", "value": f"buyer-{i}", "expected_offset": "none"}]})
@@ -108,8 +107,7 @@ async def test_a_key_awkward_in_a_url_reads_by_base64(gateway: Client, topic_nam
     assert [m["value"] for m in page["messages"]] == [1]
 
 
-async def test_conditional_requests_that_cannot_be_checked_are_refused_whole(
-        gateway: Client, topic_name: str) -> None:
+async def test_uncheckable_conditions_are_refused_whole(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=4)
     plain = f"{topic_name}-plain"
     await create(gateway, plain, key_index=False)
@@ -145,7 +143,7 @@ async def test_conditional_requests_that_cannot_be_checked_are_refused_whole(
         assert page["messages"] == []
 
 
-async def test_a_read_model_rebuilds_from_a_snapshot_then_follows_without_gap_or_duplicate(
+async def test_read_model_rebuilds_from_snapshot_then_follows(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1, compact=True)
     await publish(gateway, topic_name, {"messages": [

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from group_readings import group_partitions, metric
 from subscribers import subscribe, wait_until
-from test_group_sweep import group_partitions, metric
 
 Client = TestClient[Any, Any]
 TTL_MS = 300
@@ -38,7 +38,7 @@ async def lengths(gateway: Client, topic: str) -> list[int]:
     return [p["length"] for p in described["partition_details"]]
 
 
-async def test_expired_messages_reach_no_subscriber_and_are_counted_logged_and_acked(
+async def test_expired_messages_are_acked_not_delivered(
         gateway: Client, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gateway.delivery.expiry")
     topic = await new_topic(gateway)
@@ -75,7 +75,7 @@ async def test_expired_messages_reach_no_subscriber_and_are_counted_logged_and_a
     assert sum(int(line.split()[0]) for line in logged) == 9, logged
 
 
-async def test_a_malformed_time_to_live_is_refused_and_nothing_is_written(gateway: Client) -> None:
+async def test_malformed_ttl_is_refused_and_writes_nothing(gateway: Client) -> None:
     topic = await new_topic(gateway)
     bad = [{"value": 1, "ttl_ms": 0}, {"value": 1, "ttl_ms": "5s"}, {"value": 1, "ttl_ms": True},
            {"value": 1, "ttl_ms": 10, "headers": {"sg-expires-at": "1"}},
@@ -88,7 +88,7 @@ async def test_a_malformed_time_to_live_is_refused_and_nothing_is_written(gatewa
     assert await lengths(gateway, topic) == [0]
 
 
-async def test_purging_a_partition_empties_it_at_one_cut_and_every_group_follows(
+async def test_purge_cuts_a_partition_for_every_group(
         gateway: Client, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="streamgate.audit")
     topic = await new_topic(gateway, partitions=2)
@@ -128,7 +128,7 @@ async def test_purging_a_partition_empties_it_at_one_cut_and_every_group_follows
     assert f"purge of {topic} partitions 0 by anonymous: 10 entries, 1 scheduled" in audit
 
 
-async def test_a_whole_topic_and_its_dead_letters_are_purged_in_one_call(gateway: Client) -> None:
+async def test_topic_and_dead_letters_purged_in_one_call(gateway: Client) -> None:
     topic = await new_topic(gateway, partitions=3)
     await publish(gateway, topic, [{"value": i, "key": f"k{i}"} for i in range(30)])
     assert (await gateway.post(f"/v1/topics/{topic}/dlq/purge")).status == 404  # no DLQ yet

@@ -80,9 +80,7 @@ async def test_idempotent_retry_on_the_cluster_is_a_duplicate(
     assert sum(d["length"] for d in details) == 2
 
 
-async def test_a_batch_retried_under_its_idempotency_key_header_is_answered_as_duplicates(
-    gateway: Client, topic_name: str
-) -> None:
+async def test_retried_batch_is_answered_as_duplicates(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name)
     batch = [{"value": i, **({"key": f"k{i}"} if i % 3 else {})} for i in range(30)]
     header = {"Idempotency-Key": "batch-1"}

@@ -12,7 +12,7 @@ from processes import GatewayProcess
 from subscribers import subscribe_at, wait_until
 
 
-async def test_killed_gateway_loses_its_members_after_the_lease_and_nothing_is_lost(
+async def test_killed_gateway_loses_members_but_no_messages(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor_gw, doomed_gw = gateway_processes
     async with aiohttp.ClientSession() as http:

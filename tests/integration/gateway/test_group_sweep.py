@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import signal
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from group_readings import group_partitions, metric
 from processes import GatewayProcess
 from subscribers import subscribe, subscribe_at, wait_until
 
@@ -29,12 +29,6 @@ async def sweeping_gateway(aiohttp_client: Any, gateway_settings: GatewaySetting
     return client
 
 
-async def group_partitions(client: Client, group: str, topic: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/v1/groups/{group}", params={"topic": topic})
-    assert response.status == 200, await response.text()
-    return list((await response.json())["topics"][0]["partitions"])
-
-
 async def dead_letters(client: Client, topic: str) -> list[dict[str, Any]]:
     response = await client.get(
         f"/v1/topics/{topic}.dlq/partitions/0/messages", params={"limit": "1000"}
@@ -44,15 +38,6 @@ async def dead_letters(client: Client, topic: str) -> list[dict[str, Any]]:
     return list((await response.json())["messages"])
 
 
-def metric(text: str, name: str, labels: str = "") -> float:
-    """The sum of a counter's samples whose labels contain ``labels``."""
-    return sum(
-        float(m.group(2))
-        for m in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, re.MULTILINE)
-        if labels in m.group(1)
-    )
-
-
 async def eventually(check: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not await check():
@@ -60,7 +45,7 @@ async def eventually(check: Any, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def test_exhausted_deliveries_of_a_shared_group_with_no_members_left_are_dead_lettered(
+async def test_memberless_group_dead_letters_exhausted_entries(
         sweeping_gateway: Client, topic_name: str) -> None:
     client = sweeping_gateway
     assert (
@@ -87,7 +72,7 @@ async def test_exhausted_deliveries_of_a_shared_group_with_no_members_left_are_d
     assert metric(metrics, "streamgate_group_dead_lettered_total", 'by="sweep"') == 20
 
 
-async def test_entries_with_deliveries_left_stay_pending_for_the_next_member(
+async def test_entries_with_deliveries_left_stay_pending(
         sweeping_gateway: Client, topic_name: str) -> None:
     client = sweeping_gateway
     assert (
@@ -110,7 +95,7 @@ async def test_entries_with_deliveries_left_stay_pending_for_the_next_member(
     await second.close()
 
 
-async def test_a_dead_gateways_deliveries_are_redelivered_before_their_ack_timeout(
+async def test_dead_gateways_deliveries_are_redelivered_early(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor_gw, doomed_gw = gateway_processes
     async with aiohttp.ClientSession() as http:

@@ -27,7 +27,7 @@ async def publish(
     return list((await response.json())["results"])
 
 
-async def test_pull_round_robined_over_two_gateway_processes_delivers_each_message_once(
+async def test_pull_over_two_gateways_delivers_each_message_once(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     urls = [g.url for g in gateway_processes]
     first, second = urls
@@ -68,9 +68,7 @@ async def test_pull_round_robined_over_two_gateway_processes_delivers_each_messa
         assert all(p["lag"] == 0 for p in state)
 
 
-async def test_unacked_pull_is_redelivered_nack_delays_and_extend_postpones(
-    gateway: Client, topic_name: str
-) -> None:
+async def test_pull_redelivery_nack_delay_and_extend(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, 1)
     await publish(gateway, topic_name, [{"value": "job"}])
 
@@ -234,7 +232,7 @@ async def dead_letters(gateway: Client, topic: str) -> list[dict[str, Any]]:
     return letters
 
 
-async def test_one_dead_letter_is_redriven_by_its_offset_and_leaves_the_dlq(
+async def test_dead_letter_redriven_by_offset_leaves_the_dlq(
     gateway: Client, topic_name: str
 ) -> None:
     await create(gateway, topic_name, 2)

@@ -230,7 +230,7 @@ async def slow_closes(http: aiohttp.ClientSession, url: str) -> float:
                if line.startswith("streamgate_websocket_slow_closes_total{"))
 
 
-async def test_memory_stays_bounded_under_idle_readers_slow_bodies_and_upgrade_floods(
+async def test_memory_stays_bounded_under_connection_floods(
     gateway: Gateway, topic_name: str
 ) -> None:
     backlog_topic, plain_topic = topic_name, topic_name + "-plain"

@@ -97,8 +97,7 @@ def claim_of(mode: str) -> dict[str, Any]:
     return {"value": "claim", **({"idempotency_key": f"{header}:0"} if header else fields)}
 
 
-async def test_the_same_idempotency_key_from_two_principals_writes_both_messages(
-        secured: Client, topic_name: str) -> None:
+async def test_same_key_from_two_principals_writes_both(secured: Client, topic_name: str) -> None:
     outcomes: collections.Counter[str] = collections.Counter()
     written: list[tuple[str, dict[str, Any], str]] = []
     for first, second in PAIRS:
@@ -220,7 +219,7 @@ async def test_no_principal_can_preclaim_a_dead_letter_or_a_redrive(
     print(f"internal name space: {dict(outcomes)}")
 
 
-async def test_a_wide_publish_rule_does_not_grant_publishing_dead_letters(
+async def test_wide_publish_rule_does_not_grant_dead_letters(
     secured: Client, topic_name: str
 ) -> None:
     outcomes: collections.Counter[int] = collections.Counter()

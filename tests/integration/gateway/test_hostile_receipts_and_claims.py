@@ -113,7 +113,7 @@ def forged_receipts(topic: str, message: dict[str, Any], receipt: str) -> dict[s
     return cases
 
 
-async def test_hostile_receipts_with_auth_on_are_4xx_problems_and_touch_no_pending_entry(
+async def test_hostile_receipts_are_4xx_and_touch_nothing(
         secured: Client, topic_name: str, redis_cluster: Any) -> None:
     messages = await seeded(secured, topic_name)
     before = pending_in_redis(redis_cluster, topic_name, GROUP)
@@ -171,7 +171,7 @@ async def test_extend_renews_receipts_and_the_renewed_ones_ack(
     assert sum(pending_in_redis(redis_cluster, topic_name, GROUP)) == 7
 
 
-async def test_values_nested_too_deep_for_orjson_are_4xx_and_write_nothing(
+async def test_too_deeply_nested_values_are_4xx(
         secured: Client, topic_name: str, redis_cluster: Any) -> None:
     response = await secured.post("/v1/topics", json={"name": topic_name, "partitions": PARTITIONS},
                                   headers=WRITER)

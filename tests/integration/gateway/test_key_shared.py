@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp.test_utils import TestClient
+from group_readings import metric
 from processes import GatewayProcess
-from test_group_sweep import metric
 
 from storage.codec import offset_key
 
@@ -69,8 +69,7 @@ async def join(gateway: Client, topic: str, name: str, in_hand: dict[str, str],
     return Member(name, ws, in_hand, seen)
 
 
-async def test_members_share_keys_in_order_one_at_a_time_and_a_poison_key_parks_alone(
-        gateway: Client) -> None:
+async def test_members_share_keys_in_order_and_poison_key_parks(gateway: Client) -> None:
     topic = f"keyed-{uuid.uuid4().hex[:8]}"
     assert (await gateway.post("/v1/topics", json={"name": topic, "partitions": 2})).status == 201
     in_hand: dict[str, str] = {}
@@ -149,8 +148,7 @@ async def until(check: Any, what: str, timeout_s: float = 15) -> Any:
     return found
 
 
-async def test_a_parked_key_is_described_and_an_admin_releases_or_dead_letters_it(
-        gateway: Client) -> None:
+async def test_admin_releases_or_dead_letters_a_parked_key(gateway: Client) -> None:
     topic = f"parked-{uuid.uuid4().hex[:8]}"
     assert (await gateway.post("/v1/topics", json={"name": topic, "partitions": 1})).status == 201
     in_hand: dict[str, str] = {}
@@ -196,7 +194,7 @@ async def test_a_parked_key_is_described_and_an_admin_releases_or_dead_letters_i
         (1, "bad cart")]
 
 
-async def test_two_gateways_split_the_partitions_and_one_leaving_hands_them_over_in_order(
+async def test_leaving_gateway_hands_partitions_over_in_order(
         gateway_processes: list[GatewayProcess]) -> None:
     a, b = (g.url for g in gateway_processes)
     topic = f"seats-{uuid.uuid4().hex[:8]}"

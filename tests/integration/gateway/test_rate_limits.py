@@ -34,7 +34,7 @@ async def stored(client: Client, topic: str) -> int:
     return len(page["messages"])
 
 
-async def test_a_principal_over_its_rate_gets_429_and_nothing_is_written(
+async def test_principal_over_its_rate_gets_429(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     # A very slow refill: the burst of 10 is all there is during the test.
     client = await limited_gateway(
@@ -177,7 +177,7 @@ messages_per_s = 0.1    # burst 2: below the default
 '''
 
 
-async def test_an_overridden_principal_gets_its_own_publish_limit_and_others_the_default(
+async def test_overridden_principal_gets_its_own_limit(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
     client = await secured_gateway(
@@ -245,7 +245,7 @@ reads_per_s = 0.2    # burst 6 at burst_s 30
 '''
 
 
-async def test_replay_and_pull_share_a_read_limit_per_principal_refused_with_429_before_any_read(
+async def test_replay_and_pull_share_a_read_limit(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
     client = await secured_gateway(
@@ -302,7 +302,7 @@ subscribes_per_s = 1    # burst 30
 '''
 
 
-async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_4429_after_frame_auth(
+async def test_subscriptions_over_the_rate_get_429_or_4429(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
     client = await secured_gateway(
@@ -354,7 +354,7 @@ async def test_new_subscriptions_over_the_rate_get_429_before_the_upgrade_or_442
     assert refused_metric(metrics, "subscribe") == 2
 
 
-async def test_plain_gets_of_the_subscribe_endpoint_get_400_and_use_no_subscribe_token(
+async def test_plain_get_of_subscribe_is_400_and_free(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str, tmp_path: Path,
         principals: dict[str, str]) -> None:
     client = await secured_gateway(

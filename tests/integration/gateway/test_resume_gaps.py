@@ -42,7 +42,7 @@ async def frames_until_value(ws: aiohttp.ClientWebSocketResponse,
             return frames
 
 
-async def test_a_broadcast_resumed_past_retention_is_told_which_range_is_gone(
+async def test_broadcast_resumed_past_retention_gets_the_gap(
         gateway: Client, redis_cluster: RedisClusterProcess) -> None:
     topic = f"gap-{uuid.uuid4().hex[:8]}"
     offsets = await published_offsets(gateway, topic, 10)
@@ -65,7 +65,7 @@ async def test_a_broadcast_resumed_past_retention_is_told_which_range_is_gone(
     await ws.close()
 
 
-async def test_a_group_resumed_past_retention_is_told_how_many_and_the_client_surfaces_it(
+async def test_group_resumed_past_retention_gets_the_gap(
         gateway: Client, redis_cluster: RedisClusterProcess) -> None:
     topic = f"gap-{uuid.uuid4().hex[:8]}"
     offsets = await published_offsets(gateway, topic, 10)

@@ -49,8 +49,7 @@ async def test_nacks_without_a_delay_come_back_later_each_time(gateway: Client) 
         assert wait_s - 0.05 <= after - before <= wait_s + SLACK_S, (count, after - before)
 
 
-async def test_a_nack_delay_wins_over_the_backoff_and_timeouts_back_off_too(
-        gateway: Client) -> None:
+async def test_nack_delay_wins_over_the_backoff(gateway: Client) -> None:
     topic, offset = await one_message_topic(gateway)
     params = {"topic": topic, "group": "slow", "retry_backoff_ms": "2000", "ack_timeout_ms": "300"}
     ws = await gateway.ws_connect("/v1/subscribe", params=params)
@@ -75,8 +74,7 @@ async def test_a_nack_delay_wins_over_the_backoff_and_timeouts_back_off_too(
     assert wait_s - 0.05 <= third - second <= wait_s + SLACK_S
 
 
-async def test_a_pulled_message_nacked_without_a_delay_waits_out_the_groups_backoff(
-        gateway: Client) -> None:
+async def test_pulled_nack_waits_out_the_backoff(gateway: Client) -> None:
     topic, _ = await one_message_topic(gateway)
     body = {"topic": topic, "retry_backoff_ms": 1500}
     pulled = (await (await gateway.post("/v1/groups/pullers/pull", json=body)).json())["messages"]
@@ -103,8 +101,7 @@ async def dead_letters(gateway: Client, topic: str) -> list[dict[str, Any]]:
     return list((await replay.json())["messages"])
 
 
-async def test_a_rejected_message_goes_to_the_dead_letters_at_once_with_its_reason(
-        gateway: Client) -> None:
+async def test_rejected_message_is_dead_lettered_at_once(gateway: Client) -> None:
     topic, offset = await one_message_topic(gateway)
     base = str(gateway.make_url("/")).rstrip("/")
     async with Consumer(base, topic, group="strict", max_deliveries=10) as consumer:
@@ -121,8 +118,7 @@ async def test_a_rejected_message_goes_to_the_dead_letters_at_once_with_its_reas
     assert [p["pending"] for p in described["topics"][0]["partitions"]] == [0]
 
 
-async def test_a_pulled_message_rejected_by_receipt_is_dead_lettered_and_acked(
-        gateway: Client) -> None:
+async def test_pulled_reject_is_dead_lettered_and_acked(gateway: Client) -> None:
     topic, _ = await one_message_topic(gateway)
     pulled = (await (await gateway.post("/v1/groups/pullers/pull",
                                         json={"topic": topic})).json())["messages"]

@@ -4,16 +4,11 @@ duplicate."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import os
-import socket
-import struct
 from typing import Any
 
-import orjson
 from aiohttp.test_utils import TestClient
-from subscribers import subscribe, wait_until
+from subscribers import read_frames, subscribe, upgrade, wait_until
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
@@ -23,55 +18,7 @@ VALUE = "v" * 100_000
 MESSAGES = 120
 
 
-def upgrade(host: str, port: int, path: str) -> socket.socket:
-    """A raw WebSocket client socket with a tiny receive buffer, past the handshake."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: "
-            f"Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        ).encode()
-    )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return sock
-
-
-def read_frames(sock: socket.socket) -> tuple[list[dict[str, Any]], int, str]:
-    """Every text frame up to the close frame, then the close code and reason."""
-    sock.settimeout(20)
-    buffer = bytearray()
-
-    def take(n: int) -> bytes:
-        while len(buffer) < n:
-            chunk = sock.recv(1 << 20)
-            assert chunk, "connection ended without a close frame"
-            buffer.extend(chunk)
-        data = bytes(buffer[:n])
-        del buffer[:n]
-        return data
-
-    frames: list[dict[str, Any]] = []
-    while True:
-        first, second = take(2)
-        length = second & 0x7F
-        if length == 126:
-            (length,) = struct.unpack("!H", take(2))
-        elif length == 127:
-            (length,) = struct.unpack("!Q", take(8))
-        payload, opcode = take(length), first & 0x0F
-        if opcode == 1:
-            frames.append(orjson.loads(payload))
-        elif opcode == 8:
-            return frames, struct.unpack("!H", payload[:2])[0], payload[2:].decode()
-
-
-async def test_slow_broadcast_client_is_closed_with_cursor_and_resumes_exactly(
+async def test_slow_client_is_closed_with_cursor_and_resumes(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
     settings = dataclasses.replace(gateway_settings, slow_client_timeout_s=1.0)
     client: Client = await aiohttp_client(create_app(settings))

@@ -62,7 +62,7 @@ def assert_no_partition_served_twice(subscribers: list[Subscriber]) -> None:
 IDLE_CLOCK_SLACK_S = 0.002
 
 
-async def test_exclusive_group_delivers_everything_in_key_order_across_a_member_crash(
+async def test_exclusive_group_keeps_key_order_across_a_crash(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=6)
     members = [await subscribe(gateway, f"m{i}", topic=topic_name, group="g", mode="exclusive",
@@ -124,7 +124,7 @@ async def test_shared_group_spreads_two_partitions_over_eight_members(
         await member.close()
 
 
-async def test_unacked_message_is_redelivered_then_dead_lettered_with_headers(
+async def test_unacked_message_is_redelivered_then_dead_lettered(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1)
     member = await subscribe(gateway, "never-acks", auto=False, topic=topic_name, group="g",
@@ -195,7 +195,7 @@ async def test_never_more_than_max_in_flight_unacked(gateway: Client, topic_name
     await member.close()
 
 
-async def test_a_member_that_gives_up_a_partition_keeps_its_whole_window_for_the_partition_it_keeps(
+async def test_member_giving_up_a_partition_keeps_its_window(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=2)
     key_of = {partition_for(f"user-{i}".encode(), 2): f"user-{i}" for i in range(20)}
@@ -273,8 +273,7 @@ async def test_broadcast_resumes_from_cursor_without_gap_or_duplicate(
     await second.close()
 
 
-async def test_broadcast_and_shared_subscriptions_follow_partitions_added_to_their_topic(
-        gateway: Client, topic_name: str) -> None:
+async def test_subscriptions_follow_added_partitions(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1)
     watcher = await subscribe(gateway, "broadcast", topic=topic_name, mode="broadcast")
     worker = await subscribe(gateway, "shared", topic=topic_name, group="growers", mode="shared")
@@ -299,8 +298,7 @@ async def test_broadcast_and_shared_subscriptions_follow_partitions_added_to_the
         await subscriber.close()
 
 
-async def test_batch_frames_carry_every_message_in_partition_order_and_controls_apart(
-        gateway: Client, topic_name: str) -> None:
+async def test_batch_frames_keep_partition_order(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=2)
     results = await publish(gateway, topic_name,
                             [{"key": f"k{i % 7}", "value": i} for i in range(3000)])
@@ -325,8 +323,7 @@ async def test_batch_frames_carry_every_message_in_partition_order_and_controls_
         assert mine == [r["offset"] for r in results if r["partition"] == partition]
 
 
-async def test_a_subscription_refuses_a_batch_parameter_that_is_not_a_boolean(
-        gateway: Client, topic_name: str) -> None:
+async def test_non_boolean_batch_parameter_is_refused(gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, partitions=1)
     response = await gateway.get("/v1/subscribe", params={"topic": topic_name, "batch": "yes"})
     assert response.status == 422

@@ -94,7 +94,7 @@ def test_plain_http_and_untrusted_clients_are_refused(tls_gateway: tuple[str, Pa
         urllib.request.urlopen(f"https://{address}/healthz", timeout=5)
 
 
-def test_serve_refuses_to_start_with_half_or_unreadable_tls_settings(
+def test_serve_refuses_half_or_unreadable_tls(
     gateway_settings: GatewaySettings, tmp_path: Path
 ) -> None:
     for extra in ({"STREAMGATE_TLS_CERT_PATH": str(tmp_path / "cert.pem")},

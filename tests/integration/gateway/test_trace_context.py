@@ -47,8 +47,7 @@ async def replayed_headers(gateway: Client, topic: str) -> list[dict[str, str]]:
     return [m["headers"] for m in page["messages"]]
 
 
-async def test_the_requests_trace_context_reaches_every_delivery_a_messages_own_wins(
-        gateway: Client) -> None:
+async def test_request_trace_context_reaches_every_delivery(gateway: Client) -> None:
     topic = await new_topic(gateway)
     context = {"traceparent": PARENT, "tracestate": STATE}
     await publish(gateway, topic, {"messages": [{"value": "plain"}]}, context)  # the fast path
@@ -72,8 +71,7 @@ async def test_the_requests_trace_context_reaches_every_delivery_a_messages_own_
     assert [m["headers"] for m in pulled["messages"]] == expected
 
 
-async def test_a_malformed_trace_context_is_refused_on_a_message_and_ignored_on_a_request(
-        gateway: Client) -> None:
+async def test_malformed_trace_context_is_refused_or_ignored(gateway: Client) -> None:
     topic = await new_topic(gateway)
     for bad in ("00-00000000000000000000000000000000-00f067aa0ba902b7-01",
                 f"ff-{TRACE_ID}-00f067aa0ba902b7-01", "not-a-trace", PARENT.upper()):
@@ -103,7 +101,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     processor.shutdown()
 
 
-async def test_spans_record_each_publish_and_delivery_linked_by_the_stored_context(
+async def test_spans_link_publish_and_delivery(
         aiohttp_client: Any, gateway_settings: GatewaySettings,
         spans: InMemorySpanExporter) -> None:
     spans.clear()

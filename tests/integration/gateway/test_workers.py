@@ -152,7 +152,7 @@ def etcd_node_ids(settings: GatewaySettings) -> set[str]:
     return {line.rsplit("/", 1)[1] for line in listing.stdout.split() if line}
 
 
-def test_both_workers_serve_publishes_on_one_port_as_their_own_nodes(
+def test_both_workers_serve_one_port_as_own_nodes(
     any_workers: Workers, topic_name: str, gateway_settings: GatewaySettings
 ) -> None:
     workers = any_workers

@@ -1,4 +1,5 @@
-"""Fixtures shared by the etcd-backed partitioner tests: a private key prefix and a connection."""
+"""Fixtures shared by the etcd-backed partitioner tests: a private key prefix, a connection and a
+topic registry."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from partitioner.etcd import EtcdConnection, open_etcd
+from partitioner.etcd.connection import EtcdConnection, open_etcd
+from partitioner.etcd_registry import EtcdTopicRegistry
 
 
 @pytest.fixture
@@ -20,3 +22,8 @@ def prefix() -> str:
 async def conn(etcd_server: Any) -> AsyncIterator[EtcdConnection]:
     async with open_etcd([etcd_server.endpoint], timeout_s=2.0) as connection:
         yield connection
+
+
+@pytest.fixture
+def registry(conn: EtcdConnection, prefix: str) -> EtcdTopicRegistry:
+    return EtcdTopicRegistry(conn, prefix)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from partitioner.etcd import EtcdConnection, open_etcd
+from partitioner.etcd.connection import EtcdConnection, open_etcd
 from partitioner.group_ledger import GroupLedger
 
 pytestmark = pytest.mark.integration

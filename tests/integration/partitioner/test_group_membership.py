@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from partitioner.errors import MembershipLost
-from partitioner.etcd import EtcdConnection, Guard, open_etcd
+from partitioner.etcd.connection import open_etcd
 from partitioner.group_state import group_view, list_groups
 from partitioner.membership import GroupMember, MemberAssignment
 
@@ -321,25 +321,3 @@ async def test_group_view_and_list_groups_describe_the_group(
     assert sorted(p for parts in view.owners.values() for p in parts) == [0, 1]
     assert view.generation >= 1
     assert groups == [(group.topic, "g")]
-
-
-async def test_lease_primitives_and_guarded_put(etcd_server: Any) -> None:
-    key = f"/streamgate-test-{uuid.uuid4().hex}/k".encode()
-    conn: EtcdConnection
-    async with open_etcd([etcd_server.endpoint], timeout_s=2.0) as conn:
-        lease_id, granted_s = await conn.grant_lease(TTL_S)
-        assert granted_s >= TTL_S
-        created = await conn.put_if_absent(key, b"1", lease_id=lease_id)
-        assert created is not None
-        assert await conn.put_if_absent(key, b"2") is None
-        assert (
-            await conn.put_if(key, b"3", guards=[Guard(key, created + 100)], lease_id=lease_id)
-            is None
-        )
-        guards = [Guard(key, created), Guard(key, created, "mod")]
-        assert await conn.put_if(key, b"3", guards=guards, lease_id=lease_id) is not None
-        assert await conn.keep_alive(lease_id) > 0
-
-        await conn.revoke_lease(lease_id)
-        assert await conn.get(key) is None
-        assert await conn.keep_alive(lease_id) == 0

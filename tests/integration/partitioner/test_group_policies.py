@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from partitioner.etcd import EtcdConnection, open_etcd
+from partitioner.etcd.connection import EtcdConnection, open_etcd
 from partitioner.group_policy import GroupPolicies, GroupPolicy, GroupPolicyKeys
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from partitioner.errors import CoordinationUnavailable
-from partitioner.etcd import EtcdConnection, open_etcd
-from partitioner.ownership import PartitionOwnership, partition_owners
+from partitioner.etcd.connection import EtcdConnection, open_etcd
+from partitioner.ownership import PartitionOwnership
+from partitioner.ownership_keys import partition_owners
 from partitioner.rendezvous import desired_partitions
 
 pytestmark = pytest.mark.integration
@@ -263,29 +264,3 @@ async def test_grown_partitions_get_owners(cluster: Cluster) -> None:
     assert a.owned | b.owned == _all(cluster.topics)
     owners = await partition_owners(cluster.admin, prefix=cluster.prefix)
     assert set(owners) == _all(cluster.topics)
-
-
-async def test_watch_created_after_a_timed_out_create_follows_its_own_prefix(
-    etcd_server: Any,
-) -> None:
-    """aetcd hands a timed-out create's late reply to the next watch; the connection must prevent
-    that."""
-    root = f"/streamgate-test-{uuid.uuid4().hex}/"
-    async with open_etcd([etcd_server.endpoint], timeout_s=1.0) as conn:
-        start = await conn.put(f"{root}start".encode(), b"") + 1
-        etcd_server.pause()
-        try:
-            await asyncio.sleep(0.1)  # SIGSTOP is delivered asynchronously
-            with pytest.raises(CoordinationUnavailable):
-                await conn.watch_prefix(f"{root}a/".encode(), start)
-            second = asyncio.create_task(conn.watch_prefix(f"{root}b/".encode(), start))
-            await asyncio.sleep(0.2)
-        finally:
-            etcd_server.resume()
-        watch = await second
-        await conn.put(f"{root}a/x".encode(), b"1")
-        await conn.put(f"{root}b/y".encode(), b"2")
-        events = watch.events()
-        event = await asyncio.wait_for(anext(events), 2.0)
-        await watch.cancel()
-    assert event.key == f"{root}b/y".encode()

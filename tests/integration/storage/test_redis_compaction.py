@@ -4,35 +4,19 @@ tombstones, spares what a young snapshot needs; snapshots are consistent as of o
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from storage import AppendOptions, Records, SnapshotExpired, StoredEntry
+from storage.errors import SnapshotExpired
 from storage.keys import compaction_key, key_registry_key, slot_of
+from storage.models import AppendOptions, Records, StoredEntry
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.store_settings(write_deadline_s=3.0)]
 
 COMPACTED = AppendOptions(key_index=True, compact=True)
 MINUTE_MS = 60_000
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
-                                  write_deadline_s=3.0)
-    async with RedisStreamStore(settings) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"compact-{uuid.uuid4().hex[:12]}"
 
 
 async def put(store: RedisStreamStore, topic: str, *pairs: tuple[bytes, bytes]) -> str:

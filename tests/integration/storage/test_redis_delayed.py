@@ -4,35 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from storage import Acks, AppendOptions, NotEnoughReplicas, Record
+from storage.errors import NotEnoughReplicas
 from storage.keys import dedup_key, delayed_data_key, delayed_key, delayed_seq_key, log_key, slot_of
+from storage.models import Acks, AppendOptions, Record
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.store_settings(wait_timeout_ms=300, write_deadline_s=5.0)]
 
 PARTITIONS = 12
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(
-        startup_nodes=list(redis_cluster.startup_nodes), wait_timeout_ms=300, write_deadline_s=5.0
-    )
-    async with RedisStreamStore(settings) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"d-{uuid.uuid4().hex[:12]}"
 
 
 def _now_ms() -> int:

@@ -3,32 +3,15 @@ by consumer."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 
-from storage import AppendOptions, Record
+from storage.models import AppendOptions, Record
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
 pytestmark = pytest.mark.integration
 
 P = 0
 G = "g"
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    async with RedisStreamStore(
-            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"c-{uuid.uuid4().hex[:12]}"
 
 
 async def _deliver(store: RedisStreamStore, topic: str, consumer: str, n: int) -> list[str]:

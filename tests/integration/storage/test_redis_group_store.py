@@ -5,43 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from storage import AppendOptions, InvalidOffset, Record, RedisGroupStore
-from storage.groups import MAX_IDLE_MS
+from storage.errors import InvalidOffset
+from storage.group_replies import MAX_IDLE_MS
+from storage.groups import RedisGroupStore
 from storage.keys import log_key, slot_of
+from storage.models import AppendOptions, Record
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
-
-pytestmark = pytest.mark.integration
 
 P = 0
 G = "g1"
 # Below the blocking reads in these tests on purpose: a BLOCK longer than the socket timeout must
 # still work.
 SOCKET_TIMEOUT_S = 1.0
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
-                                  socket_timeout_s=SOCKET_TIMEOUT_S)
-    async with RedisStreamStore(settings) as opened:
-        yield opened
+pytestmark = [pytest.mark.integration,
+              pytest.mark.store_settings(socket_timeout_s=SOCKET_TIMEOUT_S)]
 
 
 @pytest.fixture
 def groups(store: RedisStreamStore) -> RedisGroupStore:
     return store.groups
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"g-{uuid.uuid4().hex[:12]}"
 
 
 async def _append(store: RedisStreamStore, topic: str, n: int, partition: int = P) -> list[str]:

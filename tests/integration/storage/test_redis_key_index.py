@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 from redis.asyncio import Redis
 
-from storage import AppendOptions, ConditionFailed, Conditions, Records
+from storage.errors import ConditionFailed
 from storage.keys import key_index_key, key_registry_key, log_key, slot_of
-from storage.models import NO_MESSAGE, Acks
+from storage.models import NO_MESSAGE, Acks, AppendOptions, Conditions, Records
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.store_settings(write_deadline_s=3.0)]
 
 INDEXED = AppendOptions(key_index=True)
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
-                                  write_deadline_s=3.0)
-    async with RedisStreamStore(settings) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"keys-{uuid.uuid4().hex[:12]}"
 
 
 def _records(*keyed: tuple[bytes | None, bytes], batch_key: str | None = None) -> Records:

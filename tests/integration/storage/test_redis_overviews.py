@@ -4,26 +4,19 @@ cluster."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from storage import AppendOptions, Record, redis_store
+from storage import redis_store
 from storage.keys import slot_of
+from storage.models import AppendOptions, Record
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 9
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    async with RedisStreamStore(
-            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
-        yield opened
 
 
 @pytest.fixture

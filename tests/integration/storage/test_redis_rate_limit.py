@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from storage.rate_limit import Charge, Limit, RedisRateLimiter
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def limiter(redis_cluster: Any) -> AsyncIterator[RedisRateLimiter]:
-    async with RedisStreamStore(
-            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as store:
-        yield store.rate_limiter
+def limiter(store: RedisStreamStore) -> RedisRateLimiter:
+    return store.rate_limiter
 
 
 @pytest.fixture

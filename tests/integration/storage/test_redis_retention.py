@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from storage import AppendOptions, Record, TrimReport, offset_for_time
+from storage.models import AppendOptions, Record, TrimReport
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
+from storage.retention import offset_for_time
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    async with RedisStreamStore(
-            RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes))) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"r-{uuid.uuid4().hex[:12]}"
 
 
 async def _append(store: RedisStreamStore, topic: str, n: int, partition: int = 0) -> list[str]:

@@ -4,47 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from storage import (
-    Acks,
-    AppendOptions,
-    IdempotencyConflict,
-    InvalidOffset,
-    NotEnoughReplicas,
-    PartitionInfo,
-    Record,
-    Records,
-    ValueFormat,
-    redis_store,
-)
+from storage import redis_store
 from storage.codec import offset_key
+from storage.errors import IdempotencyConflict, InvalidOffset, NotEnoughReplicas
 from storage.keys import dedup_key, log_key, slot_of
+from storage.models import Acks, AppendOptions, PartitionInfo, Record, Records, ValueFormat
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.store_settings(wait_timeout_ms=300, write_deadline_s=5.0)]
 
 PARTITIONS = 12
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(
-        startup_nodes=list(redis_cluster.startup_nodes), wait_timeout_ms=300, write_deadline_s=5.0
-    )
-    async with RedisStreamStore(settings) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 def _records(n: int, partitions: int = PARTITIONS, **kw: Any) -> list[Record]:

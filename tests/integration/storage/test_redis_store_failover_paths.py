@@ -4,34 +4,19 @@ NOSCRIPT, deadlines."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from storage import AppendOptions, Record, StorageUnavailable
+from storage.errors import StorageUnavailable
 from storage.keys import log_key, slot_of
-from storage.models import Records
+from storage.models import AppendOptions, Record, Records
 from storage.redis_store import RedisStreamStore
-from storage.settings import RedisStoreSettings
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def store(redis_cluster: Any) -> AsyncIterator[RedisStreamStore]:
-    settings = RedisStoreSettings(
-        startup_nodes=list(redis_cluster.startup_nodes), write_deadline_s=0.8, read_deadline_s=0.8
-    )
-    async with RedisStreamStore(settings) as opened:
-        yield opened
-
-
-@pytest.fixture
-def topic() -> str:
-    return f"f-{uuid.uuid4().hex[:12]}"
+pytestmark = [pytest.mark.integration,
+              pytest.mark.store_settings(write_deadline_s=0.8, read_deadline_s=0.8)]
 
 
 Write = Callable[[RedisStreamStore, str, list[bytes]], Awaitable[list[str]]]
@@ -143,7 +128,7 @@ async def test_a_group_read_that_does_not_block_follows_moved_and_refreshes(stor
     slot = slot_of(topic, 0)
     owner = manager.slots_cache[slot][0]
     wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
-    manager.slots_cache[slot] = [wrong]  # the lean connection of the wrong primary answers MOVED
+    manager.slots_cache[slot] = [wrong]  # the node connection of the wrong primary answers MOVED
     entries = await store.groups.read_new(topic, 0, "g", "c1", count=10, block_ms=0)
     assert [e.offset for e in entries] == offsets
     assert manager.slots_cache[slot][0].name == owner.name
@@ -167,6 +152,6 @@ async def test_a_replay_read_follows_moved_and_refreshes(store: RedisStreamStore
     slot = slot_of(topic, 0)
     owner = manager.slots_cache[slot][0]
     wrong = next(n for n in store.router.cluster.get_primaries() if n.name != owner.name)
-    manager.slots_cache[slot] = [wrong]  # the lean connection of the wrong primary answers MOVED
+    manager.slots_cache[slot] = [wrong]  # the node connection of the wrong primary answers MOVED
     assert [e.offset for e in await store.read(topic, 0, after=offsets[0], limit=10)] == offsets[1:]
     assert manager.slots_cache[slot][0].name == owner.name

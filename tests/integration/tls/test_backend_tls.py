@@ -22,7 +22,8 @@ from devstack.certs import TlsFiles
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from partitioner.errors import CoordinationUnavailable
-from partitioner.etcd import EtcdConnection, EtcdTls
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import EtcdTls
 from storage.keys import log_key
 
 Client = TestClient[Any, Any]

@@ -20,7 +20,7 @@ from client.cli import parse_headers, parse_value, result_lines
 from gateway.cli import main
 
 
-def test_values_are_json_when_they_parse_and_strings_otherwise() -> None:
+def test_values_are_json_or_else_strings() -> None:
     assert parse_value('{"total": 42}') == {"total": 42}
     assert parse_value("17") == 17
     assert parse_value("hello world") == "hello world"
@@ -74,7 +74,7 @@ async def test_topics_create_prints_the_topic_as_one_json_line(
     }
 
 
-async def test_a_problem_prints_its_detail_to_stderr_and_exits_non_zero(
+async def test_problem_prints_detail_and_exits_non_zero(
         aiohttp_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = await start_fake(aiohttp_server)
     code = await asyncio.to_thread(
@@ -101,7 +101,7 @@ async def test_produce_prints_one_result_per_value(
         {"partition": 0, "offset": "2-0", "duplicate": False}]
 
 
-async def test_the_gateway_url_comes_from_streamgate_url_when_not_given(
+async def test_gateway_url_defaults_to_streamgate_url(
         aiohttp_server: Any, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     url = await start_fake(aiohttp_server)
@@ -130,8 +130,7 @@ def test_version_prints_the_installed_version(entry: Any, prog: str,
     ("streamgate dlq ", "--help list purge redrive"),
     ("streamgate completion ", "--help bash zsh"),
 ])
-def test_bash_completion_offers_the_commands_and_options_of_what_is_typed(typed: str,
-                                                                           offered: str) -> None:
+def test_bash_completion_offers_commands_and_options(typed: str, offered: str) -> None:
     script = subprocess.run([sys.executable, "-m", "gateway.cli", "completion", "bash"],
                             capture_output=True, text=True, check=True).stdout
     words = typed.split(" ")
@@ -141,14 +140,14 @@ def test_bash_completion_offers_the_commands_and_options_of_what_is_typed(typed:
     assert done.stdout.strip() == offered
 
 
-def test_zsh_completion_loads_the_bash_script_through_bashcompinit() -> None:
+def test_zsh_completion_loads_the_bash_script() -> None:
     script = subprocess.run([sys.executable, "-m", "gateway.cli", "completion", "zsh"],
                             capture_output=True, text=True, check=True).stdout
     assert script.startswith("autoload -U +X bashcompinit && bashcompinit\n")
     assert "complete -o default -F _streamgate_complete streamgate" in script
 
 
-def test_result_lines_are_what_orjson_writes_for_each_result() -> None:
+def test_result_lines_are_orjson_output() -> None:
     results = [SendResult(3, "1795418703164-0", False), SendResult(0, "1-12", True),
                SendResult(None, None)]
     assert result_lines(results) == b"".join(

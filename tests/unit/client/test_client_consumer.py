@@ -103,8 +103,7 @@ def messages_frame(*docs: dict[str, Any]) -> dict[str, Any]:
         "type": "message"} for d in docs]}
 
 
-async def test_batches_yield_what_arrived_together_and_one_ack_settles_a_batch(
-        aiohttp_server: Any) -> None:
+async def test_batches_yield_together_and_one_ack_settles(aiohttp_server: Any) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         await ws.send_json({"type": "assignment", "generation": 1, "partitions": [0, 1]})
         await ws.send_json(messages_frame(*(message(n % 2, f"{n + 1}-0", n) for n in range(5))))
@@ -180,9 +179,7 @@ async def test_broadcast_resumes_from_the_cursor_a_4008_close_carries(aiohttp_se
     assert fake.frames == []  # broadcast messages are never acked
 
 
-async def test_broadcast_resumes_after_a_dropped_connection_from_what_it_yielded(
-    aiohttp_server: Any,
-) -> None:
+async def test_broadcast_resumes_from_what_it_yielded(aiohttp_server: Any) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         if connection == 1:
             await ws.send_json(message(2, "3-0"))
@@ -200,9 +197,7 @@ async def test_broadcast_resumes_after_a_dropped_connection_from_what_it_yielded
     assert fake.queries[1]["from"] == "0:4-0,1:1-0,2:3-0"
 
 
-async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(
-    aiohttp_server: Any,
-) -> None:
+async def test_group_consumer_rejoins_after_4503(aiohttp_server: Any) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         await ws.send_json(message(0, f"{connection}-0"))
         if connection == 1:
@@ -221,9 +216,7 @@ async def test_a_group_consumer_rejoins_with_the_same_parameters_after_4503(
     assert fake.queries[0]["filter"] == "tag:a,b"
 
 
-async def test_a_consumer_refused_by_the_subscribe_rate_limit_waits_as_told_then_rejoins(
-    aiohttp_server: Any,
-) -> None:
+async def test_rate_limited_consumer_waits_then_rejoins(aiohttp_server: Any) -> None:
     closed_at: list[float] = []
 
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
@@ -308,8 +301,7 @@ def test_a_cut_short_close_reason_drops_its_last_cursor_entry() -> None:
     assert cursor_from_close_reason("no cursor here") == {}
 
 
-async def test_acks_settling_half_the_credit_go_out_at_once_without_the_linger(
-        aiohttp_server: Any) -> None:
+async def test_acks_for_half_the_credit_skip_the_linger(aiohttp_server: Any) -> None:
     async def script(ws: web.WebSocketResponse, connection: int) -> None:
         for n in range(4):
             await ws.send_json(message(0, f"{n + 1}-0"))

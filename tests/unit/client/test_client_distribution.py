@@ -29,7 +29,7 @@ except SystemExit as exit:
 """
 
 
-def test_the_client_distribution_depends_on_aiohttp_and_orjson_only() -> None:
+def test_client_depends_on_aiohttp_and_orjson_only() -> None:
     project = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
     names = {
         requirement.split(">")[0].split(";")[0].strip() for requirement in project["dependencies"]
@@ -37,7 +37,7 @@ def test_the_client_distribution_depends_on_aiohttp_and_orjson_only() -> None:
     assert names == {"aiohttp", "orjson", "backports.zstd"}
 
 
-def test_the_client_and_its_cli_import_nothing_of_the_server_or_its_dependencies() -> None:
+def test_client_imports_nothing_of_the_server() -> None:
     done = subprocess.run(
         [sys.executable, "-c", BLOCKER], cwd=CLIENT.parent, capture_output=True, text=True,
         timeout=60, check=False

@@ -127,8 +127,7 @@ async def test_a_lone_send_goes_out_after_a_linger_when_one_is_set(aiohttp_serve
         "value": "hi", "key": "k", "headers": {"a": "b"}, "partition": 0}
 
 
-async def test_messages_sent_while_a_batch_is_in_flight_gather_into_the_next(
-        aiohttp_server: Any) -> None:
+async def test_sends_during_a_batch_gather_into_the_next(aiohttp_server: Any) -> None:
     log = FakeLog(stall_first=1, stall_s=0.3)
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", max_in_flight=1) as producer:
@@ -152,8 +151,7 @@ async def test_several_batches_are_in_flight_at_once(aiohttp_server: Any) -> Non
 
 
 @pytest.mark.parametrize("fail_first", [1, 3])
-async def test_a_keys_messages_are_written_in_send_order_across_retries(
-        aiohttp_server: Any, fail_first: int) -> None:
+async def test_key_order_holds_across_retries(aiohttp_server: Any, fail_first: int) -> None:
     log = FakeLog(fail_first=fail_first, retry_after="0.05")
     keys = [f"k{n % 10}" for n in range(300)]
     results = await send_many_to_fake(aiohttp_server, log, [{"value": n, "key": key}
@@ -166,8 +164,7 @@ async def test_a_keys_messages_are_written_in_send_order_across_retries(
         assert written == sorted(written), key
 
 
-async def test_a_one_partition_topics_messages_are_all_written_in_send_order(
-        aiohttp_server: Any) -> None:
+async def test_one_partition_topic_keeps_send_order(aiohttp_server: Any) -> None:
     log = FakeLog(fail_first=1, retry_after="0.05", partitions=1)
     messages = [{"value": n, "key": f"k{n % 5}" if n % 2 else None} for n in range(100)]
     results = await send_many_to_fake(aiohttp_server, log, messages, max_in_flight=4, batch_size=7)
@@ -191,9 +188,7 @@ async def test_send_waits_for_room_once_the_buffer_is_full(aiohttp_server: Any) 
         assert (await second).offset == "2-0"
 
 
-async def test_every_batch_gets_a_distinct_key_made_of_producer_id_and_batch_number(
-    aiohttp_server: Any,
-) -> None:
+async def test_every_batch_gets_a_distinct_idempotency_key(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", batch_size=2, max_in_flight=1) as first, \
@@ -268,7 +263,7 @@ async def test_a_422_raises_a_typed_problem_at_once(aiohttp_server: Any) -> None
     assert len(log.requests) == 1
 
 
-async def test_an_unreachable_gateway_raises_connection_failed_after_retries() -> None:
+async def test_unreachable_gateway_raises_connection_failed() -> None:
     async with Producer(
         "http://127.0.0.1:1", "t", retry=RetryPolicy(max_retries=1, base_s=0.01)
     ) as producer:
@@ -332,7 +327,7 @@ async def test_concurrent_calls_of_one_key_are_written_in_call_order(aiohttp_ser
     assert [r.offset for r in results] == [f"{n}-0" for n in range(1, 141)]
 
 
-async def test_a_loop_that_never_waits_still_sends_while_it_queues(aiohttp_server: Any) -> None:
+async def test_busy_loop_still_sends_while_queueing(aiohttp_server: Any) -> None:
     log = FakeLog()
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", batch_size=10, max_in_flight=1) as producer:
@@ -343,8 +338,7 @@ async def test_a_loop_that_never_waits_still_sends_while_it_queues(aiohttp_serve
     assert [f.result().offset for f in futures] == [f"{n}-0" for n in range(1, 101)]
 
 
-async def test_sends_queued_while_a_lone_send_and_wait_is_in_flight_follow_it_in_order(
-        aiohttp_server: Any) -> None:
+async def test_sends_queued_behind_send_and_wait_keep_order(aiohttp_server: Any) -> None:
     log = FakeLog(stall_first=1, stall_s=0.3)
     server = await start_fake(aiohttp_server, log)
     async with Producer(url_of(server), "t", max_in_flight=1) as producer:

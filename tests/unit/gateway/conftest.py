@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from memory_store import InMemoryStreamStore
 
 from gateway.app import app_with_services
 from gateway.growth import Growth
@@ -18,6 +17,7 @@ from gateway.settings import GatewaySettings
 from partitioner.cache import TopicCache
 from partitioner.growth import InMemoryGrowthAcks
 from partitioner.registry import InMemoryTopicRegistry
+from tests.unit.gateway.memory_store import InMemoryStreamStore
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from devstack.certs import TlsFiles, make_pki
 from gateway.app import redis_store_settings
 from gateway.settings import GatewaySettings, parse_bool, settings_from_env
 from gateway.tls import check_backend_tls, etcd_tls
-from partitioner.etcd import EtcdTls
+from partitioner.etcd.values import EtcdTls
 from storage.settings import RedisStoreSettings
 
 
@@ -22,7 +22,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def test_booleans_parse_from_the_usual_words_and_reject_anything_else() -> None:
+def test_booleans_parse_the_usual_words_only() -> None:
     assert [parse_bool(word) for word in ("true", "TRUE", "1", "yes", "on", " True ")] == [True] * 6
     assert [parse_bool(word) for word in ("false", "False", "0", "no", "off")] == [False] * 5
     for word in ("", "2", "maybe", "tru"):
@@ -66,7 +66,7 @@ def test_an_https_etcd_endpoint_turns_etcd_tls_on() -> None:
     assert etcd_tls(GatewaySettings()) is None
 
 
-def test_redis_tls_settings_reach_the_store_as_redis_py_options(pki: TlsFiles) -> None:
+def test_redis_tls_settings_reach_the_store(pki: TlsFiles) -> None:
     settings = GatewaySettings(
         redis_tls=True, redis_tls_ca_path=str(pki.ca_cert),
         redis_tls_cert_path=str(pki.client_cert), redis_tls_key_path=str(pki.client_key)
@@ -81,7 +81,7 @@ def test_redis_tls_settings_reach_the_store_as_redis_py_options(pki: TlsFiles) -
     assert redis_store_settings(GatewaySettings()).tls_options() == {}
 
 
-def test_complete_and_readable_backend_tls_passes_the_startup_check(pki: TlsFiles) -> None:
+def test_complete_backend_tls_passes_the_check(pki: TlsFiles) -> None:
     check_backend_tls(
         GatewaySettings(
             redis_tls=True, redis_tls_ca_path=str(pki.ca_cert),
@@ -126,7 +126,7 @@ def test_complete_and_readable_backend_tls_passes_the_startup_check(pki: TlsFile
         ),
     ],
 )
-def test_half_configured_or_unreadable_backend_tls_is_refused_naming_the_variable(
+def test_half_or_unreadable_backend_tls_is_refused(
         pki: TlsFiles, tmp_path: Path, fields: dict[str, object], message: str) -> None:
     files = {"CERT": str(pki.client_cert), "KEY": str(pki.client_key), "CA": str(pki.ca_cert),
              "MISSING": str(tmp_path / "missing.pem")}

@@ -13,7 +13,7 @@ from gateway import cli
 from gateway.settings import GatewaySettings, settings_from_env
 
 
-def test_serve_runs_on_uvloop_by_default_and_on_asyncios_loop_when_asked() -> None:
+def test_serve_runs_on_uvloop_unless_asked() -> None:
     assert settings_from_env({}).event_loop == "uvloop"
     default = cli.new_event_loop(GatewaySettings())
     standard = cli.new_event_loop(settings_from_env({"STREAMGATE_EVENT_LOOP": "asyncio"}))
@@ -33,9 +33,7 @@ def test_an_unknown_event_loop_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch,
     assert "event_loop must be one of uvloop, asyncio, got 'tokio'" in capsys.readouterr().err
 
 
-def test_uvloop_without_the_package_is_a_bad_setting_that_names_the_way_out(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_uvloop_without_the_package_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec",

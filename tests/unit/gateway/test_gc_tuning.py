@@ -23,7 +23,7 @@ def restored_collector() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("restored_collector")
-def test_tuning_freezes_startup_objects_and_raises_the_young_threshold() -> None:
+def test_tuning_freezes_startup_and_raises_threshold() -> None:
     _, middle, old = gc.get_threshold()
     startup_state = [object(), {"long": "lived"}]
     tune_collector(20_000)
@@ -42,7 +42,7 @@ def test_zero_leaves_pythons_defaults() -> None:
 
 
 @pytest.mark.usefixtures("restored_collector")
-async def test_the_cleanup_context_tunes_while_serving_and_collects_young_cycles() -> None:
+async def test_cleanup_context_tunes_while_serving() -> None:
     app = web.Application()
     app.cleanup_ctx.append(tuned_collector(5_000, every_s=0.02))
     runner = web.AppRunner(app)

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from memory_store import InMemoryStreamStore
 
 from gateway.delivery.growth_gate import Gate, cap_of
 from gateway.growth import Growth, GrowthPauses
@@ -19,6 +18,7 @@ from partitioner.growth import InMemoryGrowthAcks
 from partitioner.registry import InMemoryTopicRegistry
 from partitioner.topics import Epoch, TopicSettings
 from storage.models import AppendOptions, Record
+from tests.unit.gateway.memory_store import InMemoryStreamStore
 
 Client = TestClient[Any, Any]
 
@@ -32,7 +32,7 @@ def consumed_up_to(positions: dict[int, int]) -> Any:
     return consumed
 
 
-async def test_a_doubling_holds_only_the_added_partitions_until_their_source_is_consumed() -> None:
+async def test_doubling_holds_only_the_added_partitions() -> None:
     epochs = [Epoch(2, 4, ("10-0", "20-0"))]
     behind = consumed_up_to({0: 5, 1: 25})
     assert [await cap_of(epochs, q, behind) for q in range(4)] == [None, None, "0-0", None]
@@ -40,7 +40,7 @@ async def test_a_doubling_holds_only_the_added_partitions_until_their_source_is_
     assert [await cap_of(epochs, q, caught_up) for q in range(4)] == [None] * 4
 
 
-async def test_an_uneven_growth_holds_old_partitions_at_their_fences_and_growths_in_order() -> None:
+async def test_uneven_growth_holds_partitions_at_fences() -> None:
     epochs = [Epoch(2, 3, ("10-0", "20-0")), Epoch(3, 5, ("30-0", "40-0", "50-0"))]
     nothing = consumed_up_to({})
     assert [await cap_of(epochs, q, nothing) for q in range(5)] == [
@@ -52,7 +52,7 @@ async def test_an_uneven_growth_holds_old_partitions_at_their_fences_and_growths
     assert [await cap_of(epochs, q, all_done) for q in range(5)] == [None] * 5
 
 
-async def test_a_gate_remembers_what_passed_and_costs_nothing_without_growths() -> None:
+async def test_gate_remembers_what_passed() -> None:
     cache, calls = TopicCache(), []
     registry = InMemoryTopicRegistry()
     topic = await registry.create(TopicSettings("orders", 2), owner="alice")
@@ -82,8 +82,7 @@ async def world() -> Any:
     return store, registry, cache
 
 
-async def test_a_growth_waits_for_every_gateway_to_drain_its_publishes_then_fences(
-        world: Any) -> None:
+async def test_growth_waits_for_gateways_to_drain(world: Any) -> None:
     store, registry, cache = world
     acks = InMemoryGrowthAcks(nodes={"a", "b"})
     growth = Growth(registry, cache, store, acks, pause_limit_s=5)
@@ -104,8 +103,7 @@ async def test_a_growth_waits_for_every_gateway_to_drain_its_publishes_then_fenc
     assert await registry.get("orders") == grown
 
 
-async def test_a_gateway_that_never_pauses_fails_the_growth_and_changes_nothing(
-        world: Any) -> None:
+async def test_unpaused_gateway_fails_the_growth(world: Any) -> None:
     store, registry, cache = world
     before = await registry.get("orders")
     growth = Growth(registry, cache, store, InMemoryGrowthAcks(nodes={"gone"}),

@@ -7,24 +7,19 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partitioner import hashing
-from partitioner import native as partitioner_native
-from partitioner.hashing import (
-    KeylessSpreader,
-    murmur2,
-    murmur2_python,
-    partition_for,
-    partition_for_python,
-    partitions_of,
-    partitions_of_python,
-    to_positive,
-)
+from partitioner import _speedups
+from partitioner._speedups.murmur2_py import murmur2 as murmur2_python
+from partitioner._speedups.murmur2_py import partition_for as partition_for_python
+from partitioner._speedups.murmur2_py import partitions_of as partitions_of_python
+from partitioner._speedups.murmur2_py import to_positive
+from partitioner.hashing import KeylessSpreader, murmur2, partition_for, partitions_of
 
 # From Kafka's UtilsTest.testMurmur2: the UTF-8 bytes of each string and Java's signed result.
 KAFKA_MURMUR2_VECTORS = [
@@ -57,13 +52,14 @@ IMPLEMENTATIONS = [pytest.param((murmur2, partition_for), id="installed"),
                    pytest.param((murmur2_python, partition_for_python), id="python-reference")]
 
 
-def test_the_compiled_hash_is_installed_unless_switched_off() -> None:
+def test_the_compiled_hash_is_chosen_unless_switched_off(
+        compiled_part: Callable[[str], ModuleType]) -> None:
     # setup.py builds it (optional, for machines without a compiler); a silent fallback would be
     # slow.
-    assert hashing.NATIVE is not partitioner_native.OFF, (
-        "partitioner._murmur2 is not built: pip install -e ."
-    )
-    assert (murmur2 is murmur2_python) is partitioner_native.OFF
+    compiled = compiled_part("partitioner._speedups._murmur2")
+    chosen = ((murmur2_python, partition_for_python, partitions_of_python) if _speedups.OFF
+              else (compiled.murmur2, compiled.partition_of, compiled.partitions_of))
+    assert (murmur2, partition_for, partitions_of) == chosen
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)

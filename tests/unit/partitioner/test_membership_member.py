@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from partitioner.errors import MembershipLost
-from partitioner.etcd import EtcdConnection, Guard, Snapshot, StoredValue, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import Guard, Snapshot, StoredValue, WatchEvent
 from partitioner.group_state import GroupKeys, assignment_json
 from partitioner.membership import GroupMember
 

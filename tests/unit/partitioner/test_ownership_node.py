@@ -14,8 +14,10 @@ import orjson
 import pytest
 
 from partitioner.errors import CoordinationUnavailable
-from partitioner.etcd import EtcdConnection, Guard, Snapshot, StoredValue, WatchEvent
-from partitioner.ownership import OwnershipKeys, PartitionOwnership, partition_owners
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import Guard, Snapshot, StoredValue, WatchEvent
+from partitioner.ownership import PartitionOwnership
+from partitioner.ownership_keys import OwnershipKeys, partition_owners
 from partitioner.rendezvous import desired_partitions
 
 PREFIX = "/t/"

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
-from partitioner.etcd import EtcdConnection, Snapshot, StoredValue, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import Snapshot, StoredValue, WatchEvent
 from partitioner.prefix_mirror import PrefixMirror
 
 PREFIX = b"/t/nodes/"

@@ -8,7 +8,9 @@ from typing import cast
 
 from partitioner.cache import TopicCache
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
-from partitioner.etcd import EtcdConnection, Snapshot, StoredValue, TopicWatcher, WatchEvent
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import Snapshot, StoredValue, WatchEvent
+from partitioner.topic_watcher import TopicWatcher
 from partitioner.topics import TopicMetadata
 
 PREFIX = "/t/"

@@ -1,10 +1,12 @@
-"""The compiled XRANGE page decoder (pipeline._pages) against its Python reference, and the record
-batches built on its buffers against storage.codec's reading of the same entries."""
+"""The compiled XRANGE page decoder (pipeline._speedups._pages) against its Python reference, and
+the record batches built on its buffers against storage.codec's reading of the same entries."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -12,20 +14,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import pages
-from pipeline.native import OFF
-from pipeline.pages import PageColumns, page_columns, page_columns_python
+from pipeline import _speedups
+from pipeline._speedups import page_columns
+from pipeline._speedups.pages_py import page_columns as page_columns_python
+from pipeline.pages import PageColumns
 from pipeline.rows import record_batch
 from storage.codec import decode_entry
-
-pytest.importorskip("pipeline._pages")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LAST_MS = 253_402_300_799_999  # the end of year 9999, the last a datetime holds
 
 
-def test_the_compiled_page_decoder_is_installed_unless_switched_off() -> None:
-    assert pages.PAGES_NATIVE is not OFF, "pipeline._pages is not built: pip install -e . with gcc"
+@pytest.fixture(scope="module")
+def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
+    return compiled_part("pipeline._speedups._pages")
+
+
+def test_the_compiled_page_decoder_is_chosen_unless_switched_off(compiled: ModuleType) -> None:
+    assert (page_columns is page_columns_python) is _speedups.OFF
+    reply = b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$2\r\n{}\r\n"
+    assert PageColumns(*compiled.page_columns(reply)) == page_columns_python(reply)
 
 
 def bulk(data: bytes) -> bytes:

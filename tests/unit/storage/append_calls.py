@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from storage._speedups import reply_offsets
+from storage.append.batch import reply_duplicates
+from storage.append.calls import AppendCall
 from storage.models import Appended, AppendOptions, AppendResult, Record, Records
-from storage.scripts import AppendCall, reply_duplicates, reply_offsets
 
 
 def append_call(topic: str, partition: int, records: Sequence[Record],

@@ -1,5 +1,5 @@
 """One fakeredis server on a loopback port, owning every slot: storage unit tests reach it through
-the lean connections (``storage.lean``) as the store reaches a node, and through a client of the
+the node lanes (``storage.wire.lanes``) as the store reaches a node, and through a client of the
 same data to look."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import fakeredis
 
 from storage.cluster import ignore_call
-from storage.lean import NodeLanes
 from storage.settings import RedisStoreSettings
+from storage.wire.lanes import NodeLanes
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ class OneNodeRouter:
 
 @asynccontextmanager
 async def fake_node(settings: RedisStoreSettings) -> AsyncIterator[tuple[OneNodeRouter, NodeLanes]]:
-    """A router to the fake node, and lean connections (closed before the server stops)."""
+    """A router to the fake node, and node lanes (closed before the server stops)."""
     server = fakeredis.TcpFakeServer(("127.0.0.1", 0), server_type="redis")
     thread = threading.Thread(target=server.serve_forever, name="fakeredis-tcp")
     thread.start()

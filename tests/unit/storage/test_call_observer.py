@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from storage import resp
 from storage.cluster import ClusterRouter
 from storage.errors import StorageError
 from storage.settings import RedisStoreSettings
+from storage.wire import errors
 
 Report = tuple[str, float, "str | None"]
 
@@ -26,7 +26,7 @@ def router(reports: list[Report]) -> ClusterRouter:
 
 async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> None:
     reports: list[Report] = []
-    attempts = iter([resp.ConnectionLost("reset"), None])
+    attempts = iter([errors.ConnectionLost("reset"), None])
 
     async def op() -> str:
         failure: Any = next(attempts)
@@ -44,7 +44,7 @@ async def test_a_permanent_error_is_reported_once_and_raised_as_a_storage_error(
     reports: list[Report] = []
 
     async def op() -> None:
-        raise resp.ResponseError("WRONGTYPE")
+        raise errors.ResponseError("WRONGTYPE")
 
     with pytest.raises(StorageError):
         await router(reports).call("state", 2.0, op)

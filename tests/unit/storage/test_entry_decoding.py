@@ -1,8 +1,11 @@
-"""The compiled entry decoder (storage._entries) against its Python reference, on anything a reply
-may hold."""
+"""The compiled entry decoder (storage._speedups._entries) against its Python reference, on anything
+a reply may hold."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -10,17 +13,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import codec
-from storage import native as storage_native
-from storage.codec import decode_raw_entries, decode_raw_entries_python
-from storage.models import ValueFormat
+from storage import _speedups, codec
+from storage._speedups import ENTRY_LAYOUT
+from storage._speedups.entries_py import decode_raw_entries as decode_raw_entries_python
+from storage.codec import decode_raw_entries
+from storage.models import StoredEntry, ValueFormat
 
-compiled = pytest.importorskip("storage._entries")
+
+@pytest.fixture(scope="module")
+def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
+    return compiled_part("storage._speedups._entries")
 
 
-def test_the_compiled_decoder_is_installed_unless_switched_off() -> None:
-    assert codec.ENTRIES_NATIVE is not storage_native.OFF, ("storage._entries is not built: "
-                                                            "pip install -e . with gcc")
+def test_the_compiled_decoder_is_installed_unless_switched_off(compiled: ModuleType) -> None:
+    chosen = _speedups.decode_raw_entries_or_none
+    assert (chosen is compiled.decode_raw_entries) is not _speedups.OFF
 
 IDS = st.one_of(st.builds(lambda ms, seq: b"%d-%d" % (ms, seq), st.integers(0, 2**64 - 1),
                           st.integers(0, 99)),
@@ -68,19 +75,20 @@ WELL_FORMED = st.lists(st.one_of(
 
 
 @given(items=WELL_FORMED)
-def test_replies_redis_sends_are_decoded_by_the_compiled_decoder(items: list[Any]) -> None:
+def test_replies_redis_sends_are_decoded_by_the_compiled_decoder(
+        compiled: ModuleType, items: list[Any]) -> None:
     try:
         expected = decode_raw_entries_python(3, items)
     except orjson.JSONDecodeError:
         with pytest.raises(orjson.JSONDecodeError):
-            compiled.decode_raw_entries(3, items, codec._LAYOUT)
+            compiled.decode_raw_entries(3, items, ENTRY_LAYOUT)
         return
-    assert compiled.decode_raw_entries(3, items, codec._LAYOUT) == expected
+    assert compiled.decode_raw_entries(3, items, ENTRY_LAYOUT) == expected
 
 
-def test_decoded_entries_are_distinct_objects_with_their_own_headers() -> None:
+def test_decoded_entries_are_distinct_objects_with_their_own_headers(compiled: ModuleType) -> None:
     items = [[b"5-0", [b"v", b"{}"]], [b"6-1", [b"v", b"[]", b"f", b"b", b"k", b"key"]]]
-    first, second = compiled.decode_raw_entries(0, items, codec._LAYOUT)
+    first, second = compiled.decode_raw_entries(0, items, ENTRY_LAYOUT)
     assert first.headers == {}
     assert first.headers is not second.headers
     assert (second.offset, second.value_format, second.key,
@@ -88,14 +96,15 @@ def test_decoded_entries_are_distinct_objects_with_their_own_headers() -> None:
                                      b"key", 6)
 
 
-def test_a_layout_that_is_not_the_codecs_is_refused() -> None:
+def test_a_layout_that_is_not_the_codecs_is_refused(compiled: ModuleType) -> None:
     with pytest.raises(TypeError):
         compiled.decode_raw_entries(0, [], (1, 2, 3))
 
 
-def test_a_field_name_that_only_equals_bytes_is_left_to_the_reference() -> None:
+def test_a_field_name_that_only_equals_bytes_is_left_to_the_reference(
+        compiled: ModuleType) -> None:
     items = [[b"7-0", [bytearray(b"v"), b"[1]", memoryview(b"k"), b"key"]]]
-    assert compiled.decode_raw_entries(0, items, codec._LAYOUT) is None
+    assert compiled.decode_raw_entries(0, items, ENTRY_LAYOUT) is None
     (entry,) = decode_raw_entries(0, items)
     assert (entry.value, entry.key) == (b"[1]", b"key")
 
@@ -124,3 +133,8 @@ def test_a_field_map_reads_as_the_same_entry_as_the_flat_reply(pairs: tuple[tupl
     except orjson.JSONDecodeError:
         return
     assert codec.decode_entry(3, b"5-1", dict(pairs)) == expected
+
+
+def test_the_layout_gives_the_decoder_the_entrys_fields_in_declaration_order() -> None:
+    descriptors = ENTRY_LAYOUT[1]
+    assert [d.__name__ for d in descriptors] == [f.name for f in dataclasses.fields(StoredEntry)]

@@ -1,0 +1,76 @@
+"""Storage's compiled parts or their Python references (``*_py``), chosen once at import under the
+one switch ``STREAMGATE_NO_EXTENSIONS``, as aiohttp picks reader_c or reader_py: feature modules
+import the chosen functions from here, never a compiled module."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from storage._speedups.entries_py import decode_raw_entries as decode_raw_entries_python
+from storage._speedups.wire_py import PartitionColumns, TransactionsRead
+from storage._speedups.wire_py import fold_transaction as fold_transaction_python
+from storage.entry_fields import FORMATS, decode_headers
+from storage.models import StoredEntry, ValueFormat
+
+__all__ = ["ENTRY_LAYOUT", "OFF", "PartitionColumns", "TransactionsRead",
+           "decode_raw_entries_or_none", "decode_raw_entries_python", "fold_transaction_or_none",
+           "fold_transaction_python", "in_input_order", "read_transactions", "reply_offsets",
+           "split_by_partition", "xadd_transaction"]
+
+# Read at import, before settings exist; each package's _speedups reads it by the same rule
+# (tests/unit/test_speedups.py keeps them in step) so that no package imports another's.
+OFF = os.environ.get("STREAMGATE_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no")
+
+# What the compiled entry decoder reads, in its order: the class, its slot descriptors in
+# declaration order, the f values, JSON, binary, the headers decoder, the empty value.
+ENTRY_LAYOUT = (StoredEntry, tuple(vars(StoredEntry)[name] for name in StoredEntry.__slots__),
+                FORMATS, ValueFormat.JSON, ValueFormat.BINARY, decode_headers, b"")
+
+
+def _declines(*_: Any) -> None:
+    """A compiled part's stand-in: it answers nothing, the caller's reference answers it all."""
+    return None
+
+
+if TYPE_CHECKING or OFF:
+    from storage._speedups.wire_py import (
+        in_input_order,
+        read_transactions,
+        reply_offsets,
+        split_by_partition,
+        xadd_transaction,
+    )
+else:
+    try:
+        from storage._speedups._wire import (
+            in_input_order,
+            read_transactions,
+            reply_offsets,
+            split_by_partition,
+            xadd_transaction,
+        )
+    except ImportError:  # built without a C compiler: the references, same bytes
+        from storage._speedups.wire_py import (
+            in_input_order,
+            read_transactions,
+            reply_offsets,
+            split_by_partition,
+            xadd_transaction,
+        )
+
+# The compiled fold and entry decoder decline (None) whatever they are not sure of; the references
+# (fold_transaction_python, decode_raw_entries_python) then answer it.
+if TYPE_CHECKING:
+    from storage._speedups._entries import decode_raw_entries as decode_raw_entries_or_none
+    from storage._speedups._wire import fold_transaction as fold_transaction_or_none
+else:
+    decode_raw_entries_or_none = fold_transaction_or_none = _declines
+    if not OFF:
+        with contextlib.suppress(ImportError):  # built without a C compiler: the references
+            from storage._speedups._wire import fold_transaction as fold_transaction_or_none
+        with contextlib.suppress(ImportError):
+            from storage._speedups._entries import (
+                decode_raw_entries as decode_raw_entries_or_none,
+            )

@@ -1,0 +1,55 @@
+"""The Lua of consumer-group reads and claims that must not interleave with another reader of the
+group: a read capped at an offset, a claim of given ids that are idle long enough."""
+
+from __future__ import annotations
+
+from storage.wire.scripts import LuaScript
+
+# XREADGROUP > of at most ARGV[3] entries, none after offset ARGV[4]: counts what lies between the
+# group's last delivered entry and the cap, then reads that many (one script, so no other reader
+# of the group moves it in between).
+READ_UNTIL_LUA = """
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then
+  return redis.error_reply('NOGROUP no stream ' .. KEYS[1])
+end
+local last
+for _, row in ipairs(groups) do
+  local name, delivered
+  for i = 1, #row, 2 do
+    if row[i] == 'name' then name = row[i + 1] end
+    if row[i] == 'last-delivered-id' then delivered = row[i + 1] end
+  end
+  if name == ARGV[1] then last = delivered end
+end
+if not last then
+  return redis.error_reply('NOGROUP no group ' .. ARGV[1])
+end
+local ahead = redis.call('XRANGE', KEYS[1], '(' .. last, ARGV[4], 'COUNT', ARGV[3])
+if #ahead == 0 then
+  return false
+end
+return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', #ahead, 'STREAMS', KEYS[1],
+                  '>')
+"""
+READ_UNTIL_SCRIPT = LuaScript.of(READ_UNTIL_LUA)
+
+# XCLAIM of the ids among ARGV[4..] pending and idle at least ARGV[3] ms, for consumer ARGV[2] of
+# group ARGV[1]: {those ids, their delivery counts before, XCLAIM's reply}. Each XPENDING seeks
+# one id, where XPENDING ... IDLE would walk the whole pending list to find them.
+CLAIM_IDS_LUA = """
+local ids, counts = {}, {}
+local min_idle = tonumber(ARGV[3])
+for i = 4, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if row and row[3] >= min_idle then
+    ids[#ids + 1] = ARGV[i]
+    counts[#counts + 1] = row[4]
+  end
+end
+if #ids == 0 then
+  return {{}, {}, {}}
+end
+return {ids, counts, redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))}
+"""
+CLAIM_IDS_SCRIPT = LuaScript.of(CLAIM_IDS_LUA)

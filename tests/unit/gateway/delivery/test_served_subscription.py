@@ -1,0 +1,175 @@
+"""A served subscription's client frames: settled in order through a bounded inbox, before the
+cleanup ends it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+import orjson
+import pytest
+from multidict import MultiDict
+
+from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.params import parse_subscribe_params
+from gateway.delivery.session import MessageRef, Session
+from gateway.delivery.settle_frames import parse_settle
+from gateway.delivery.subscription import INBOX_FRAMES, ServedSubscription
+from gateway.delivery.websocket import LeanWebSocket, SocketEvents
+from gateway.services import Services
+
+
+class FakeSocket:
+    """What a ServedSubscription uses of a LeanWebSocket, recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.reading_changes: list[str] = []
+        self.closed_with: tuple[int, str] | None = None
+        self.events: SocketEvents | None = None
+
+    def serve(self, events: SocketEvents) -> None:
+        self.events = events
+
+    def pause_reading(self) -> None:
+        self.reading_changes.append("pause")
+
+    def resume_reading(self) -> None:
+        self.reading_changes.append("resume")
+
+    def close(self, code: int, reason: str = "") -> None:
+        self.closed_with = (code, reason)
+
+    async def send_texts(self, payloads: Sequence[bytes]) -> None:
+        self.sent.extend(payloads)
+
+
+class GatedHub:
+    """A delivery hub whose settle waits for the test to open the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.settled: list[tuple[str, list[MessageRef]]] = []
+
+    async def settle(
+        self, session: Session, refs: list[MessageRef], action: str, delay_ms: int,
+        reason: str = ""
+    ) -> None:
+        await self.gate.wait()
+        self.settled.append((action, refs))
+
+
+def served(services: Services, socket: FakeSocket, hub: GatedHub) -> ServedSubscription:
+    services.delivery = cast(DeliveryHub, hub)
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "mode": "shared"}))
+    session = Session("s1", "t", params, socket.send_texts, slow_client_timeout_s=5)
+    assert services.connections.acquire("p")
+    subscription = ServedSubscription(cast(LeanWebSocket, socket), session,
+                                      services.delivery_ports(),
+                                      lambda: services.connections.release("p"), None)
+    socket.serve(subscription)
+    return subscription
+
+
+def ack(n: int) -> str:
+    return orjson.dumps(
+        {"type": "ack", "messages": [{"partition": 0, "offset": f"{n}-0"}]}
+    ).decode()
+
+
+async def until(predicate: Any) -> None:
+    for _ in range(200):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+async def test_settle_frames_are_settled_in_order_and_a_full_inbox_stops_the_socket_reading(
+        services: Services) -> None:
+    socket, hub = FakeSocket(), GatedHub()
+    subscription = served(services, socket, hub)
+    for n in range(INBOX_FRAMES + 6):
+        subscription.on_text(ack(n))
+    await asyncio.sleep(0.01)
+    assert "pause" in socket.reading_changes, (
+        "past INBOX_FRAMES waiting frames the socket stops reading"
+    )
+    assert hub.settled == []
+    hub.gate.set()
+    await until(lambda: len(hub.settled) == INBOX_FRAMES + 6)
+    assert [refs[0][1] for _, refs in hub.settled] == [f"{n}-0" for n in range(INBOX_FRAMES + 6)]
+    assert socket.reading_changes[-1] == "resume"
+    assert subscription._drainer is None, "no task once the inbox is empty"
+
+
+async def test_frames_received_before_the_connection_went_away_are_settled_before_the_cleanup_ends(
+        services: Services) -> None:
+    socket, hub = FakeSocket(), GatedHub()
+    subscription = served(services, socket, hub)
+    for n in range(3):
+        subscription.on_text(ack(n))
+    subscription.on_closed()
+    await asyncio.sleep(0.01)
+    assert subscription in services.subscriptions, "the cleanup waits for the queued acks"
+    hub.gate.set()
+    await until(lambda: not services.subscriptions)
+    assert len(hub.settled) == 3
+    assert services.connections.open_count("p") == 0
+
+
+async def test_a_frame_that_is_not_a_settle_frame_gets_an_error_frame_and_nothing_is_settled(
+        services: Services) -> None:
+    socket, hub = FakeSocket(), GatedHub()
+    hub.gate.set()
+    subscription = served(services, socket, hub)
+    subscription.on_text('{"type": "ack", "messages": []}')
+    subscription.on_text("not json")
+    subscription.on_binary(b"\x00")
+    await until(lambda: len(socket.sent) == 3)
+    frames = [orjson.loads(frame) for frame in socket.sent]
+    assert [frame["code"] for frame in frames] == ["bad-frame"] * 3
+    assert hub.settled == []
+    subscription.session.request_close(4008, "slow")
+    await asyncio.sleep(0)  # the closing future's callbacks run on the next loop step
+    assert socket.closed_with == (4008, "slow"), (
+        "a session's close request becomes the socket's close frame"
+    )
+    subscription.on_closed()
+    await until(lambda: not services.subscriptions)
+
+
+def test_a_settle_frame_gives_its_action_refs_delay_and_reason() -> None:
+    frame = {
+        "type": "nack",
+        "messages": [{"partition": 3, "offset": "5-1"}, {"partition": 0, "offset": "7-0"}],
+        "delay_ms": 250,
+    }
+    assert parse_settle(frame) == ("nack", [(3, "5-1"), (0, "7-0")], 250,
+                                   "rejected by the consumer")
+    assert parse_settle(
+        {"type": "ack", "messages": [{"partition": 1, "offset": "1-0", "extra": True}]}
+    )[:3] == ("ack", [(1, "1-0")], 0)
+    rejected = {"type": "reject", "messages": [{"partition": 1, "offset": "1-0"}],
+                "reason": "schema v1 unsupported"}
+    assert parse_settle(rejected)[3] == "schema v1 unsupported"
+    for bad in ("", "x" * 501, "line\nbreak", 7):
+        with pytest.raises(ValueError, match="reason"):
+            parse_settle({**rejected, "reason": bad})
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        [1, "1-0"], "1-0", None, {"offset": "1-0"}, {"partition": 1},
+        {"partition": "1", "offset": "1-0"}, {"partition": True, "offset": "1-0"},
+        {"partition": 1.0, "offset": "1-0"}, {"partition": 1, "offset": 10},
+        {"partition": 1, "offset": None}
+    ],
+)
+def test_a_settle_frame_with_a_malformed_message_anywhere_is_refused_whole(item: object) -> None:
+    good = {"partition": 0, "offset": "1-0"}
+    for messages in ([item], [good, item], [good, good, item, good]):
+        with pytest.raises(ValueError, match="each message must be"):
+            parse_settle({"type": "ack", "messages": messages})
