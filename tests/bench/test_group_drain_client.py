@@ -47,7 +47,7 @@ ENTRIES = st.lists(st.tuples(st.integers(0, 63), st.integers(1, 2**41), st.integ
 
 @given(entries=ENTRIES, topic=st.text(min_size=1, max_size=40),
        cuts=st.lists(st.integers(1, 400), max_size=20))
-def test_scanner_finds_every_message_frame_once_however_the_stream_is_cut(
+def test_scanner_finds_each_frame_once_however_stream_is_cut(
         entries: list[tuple[int, int, int, bytes, bytes | None]], topic: str,
         cuts: list[int]) -> None:
     stored = [_entry(p, f"{ms}-{seq}", value, key) for p, ms, seq, value, key in entries]
@@ -63,8 +63,7 @@ def test_scanner_finds_every_message_frame_once_however_the_stream_is_cut(
 
 
 @given(count=st.integers(1, 1200), batch=st.integers(1, 500))
-def test_ack_frames_are_masked_frames_the_gateway_reads_back_in_batches(count: int,
-                                                                        batch: int) -> None:
+def test_ack_frames_are_masked_and_read_back_in_batches(count: int, batch: int) -> None:
     items = [b'{"partition":%d,"offset":"%d-0"}' % (i % 8, i) for i in range(count)]
     wire, at, acked = b"".join(group_drain.ack_frames(items, batch)), 0, []
     while at < len(wire):

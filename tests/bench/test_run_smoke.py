@@ -46,7 +46,7 @@ def quick_run(tmp_path: Path, goals: str,
 
 
 @pytest.mark.timeout(400)
-def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
+def test_quick_publish_run_writes_numbered_rows_both_clusters(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     done, rows, markdown = quick_run(tmp_path, "publish", timeout_s=390)
@@ -81,7 +81,7 @@ def test_quick_publish_run_writes_every_publish_row_with_numbers_both_clusters(
 
 
 @pytest.mark.timeout(600)
-def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_numbers(
+def test_quick_acks_and_group_runs_write_numbered_rows(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     _, rows, _ = quick_run(tmp_path, "acks,group", timeout_s=590)
@@ -115,7 +115,7 @@ def test_quick_acks_and_group_runs_write_throughput_and_like_for_like_rows_with_
 
 
 @pytest.mark.timeout(760)
-def test_quick_client_and_event_sourcing_runs_write_every_row_next_to_its_anchor(
+def test_quick_client_and_event_sourcing_rows_sit_by_anchors(
         tmp_path: Path, report_missing: Callable[[str], NoReturn]) -> None:
     require_binaries(report_missing)
     done, every_row, _ = quick_run(tmp_path, "client,event_sourcing", timeout_s=750)

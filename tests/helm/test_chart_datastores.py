@@ -49,7 +49,7 @@ def test_redis_runs_in_cluster_mode_with_aof_every_second() -> None:
         redis_files({"redis": {"appendfsync": "always"}})["redis.conf"])
 
 
-def test_redis_statefulset_has_primaries_times_one_plus_replicas_pods_with_volumes() -> None:
+def test_redis_statefulset_pod_count_and_volumes() -> None:
     statefulset = one(manifests({}), "StatefulSet", "-redis")
     assert statefulset["spec"]["replicas"] == 6
     assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
@@ -68,7 +68,7 @@ def job_env(values: dict[str, Any] | None = None) -> dict[str, Any]:
     return {item["name"]: item.get("value") for item in container["env"]}
 
 
-def test_cluster_create_job_names_every_pod_and_the_replica_count() -> None:
+def test_cluster_create_job_names_every_pod_and_replicas() -> None:
     env = job_env()
     assert env["NODES"].split() == [f"sg-streamgate-redis-{i}.{REDIS_HEADLESS}:6379"
                                     for i in range(6)]
@@ -79,8 +79,7 @@ def test_cluster_create_job_names_every_pod_and_the_replica_count() -> None:
             '"$REPLICAS" --cluster-yes') in script
 
 
-def test_cluster_create_job_is_named_per_revision_so_upgrades_never_patch_an_immutable_job(
-) -> None:
+def test_cluster_create_job_is_named_per_revision() -> None:
     assert one(manifests({}), "Job")["metadata"]["name"] == "sg-streamgate-redis-cluster-create-1"
 
 
@@ -95,7 +94,7 @@ def test_redis_password_is_required_by_the_servers_when_set() -> None:
     assert env["REDISCLI_AUTH"]["key"] == "redis-password"
 
 
-def test_headless_services_publish_pods_before_they_are_ready() -> None:
+def test_headless_services_publish_unready_pods() -> None:
     objects = manifests({})
     for name in ("sg-streamgate-redis-headless", "sg-streamgate-etcd-headless"):
         service = one(objects, "Service", name)
@@ -111,8 +110,7 @@ def etcd_args() -> dict[str, str]:
     return dict(arg.removeprefix("--").split("=", 1) for arg in args)
 
 
-def test_an_upgrade_announces_the_new_etcd_member_first_and_joins_it_to_the_running_cluster(
-        ) -> None:
+def test_upgrade_announces_new_etcd_member_then_joins_it() -> None:
     assert not [obj for obj in manifests({}) if obj["metadata"]["name"].endswith("-members")]
     upgraded = manifests({"etcd": {"replicas": 4}}, revision=2)
     job = one(upgraded, "Job", "-etcd-members")
@@ -126,7 +124,7 @@ def test_an_upgrade_announces_the_new_etcd_member_first_and_joins_it_to_the_runn
         statefulset["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
-def test_etcd_initial_cluster_names_each_member_by_its_pod_dns_name() -> None:
+def test_etcd_initial_cluster_names_members_by_pod_dns() -> None:
     args = etcd_args()
     members = dict(member.split("=", 1) for member in args["initial-cluster"].split(","))
     assert members == {f"sg-streamgate-etcd-{i}":
@@ -222,7 +220,7 @@ def _first_unanswered(ports: list[int]) -> str | None:
     return None
 
 
-def test_cluster_create_script_forms_the_cluster_once_and_then_leaves_it_alone(
+def test_cluster_create_forms_cluster_once_then_leaves_it(
         six_redis_servers: list[int], tmp_path: Path) -> None:
     script = tmp_path / "cluster-create.sh"
     script.write_text(redis_files()["cluster-create.sh"])
@@ -260,7 +258,7 @@ def revisions(ports: list[int], tmp_path: Path) -> Callable[[int, int], str]:
     return revision
 
 
-def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_then_replicas(
+def test_cluster_create_adds_new_primaries_then_replicas(
         nine_redis_servers: list[int], tmp_path: Path) -> None:
     revision = revisions(nine_redis_servers, tmp_path)
 
@@ -282,7 +280,7 @@ def test_cluster_create_script_adds_the_nodes_an_upgrade_brings_as_primaries_the
     assert cluster.get("{a}before") == b"kept"
 
 
-def test_cluster_create_script_turns_a_primary_too_many_from_a_cut_off_run_into_a_replica(
+def test_cluster_create_turns_extra_primary_into_replica(
         nine_redis_servers: list[int], tmp_path: Path) -> None:
     ports = nine_redis_servers[:8]
     revision = revisions(ports, tmp_path)
@@ -304,7 +302,7 @@ def test_cluster_create_script_turns_a_primary_too_many_from_a_cut_off_run_into_
     assert "nothing to do" in revision(8, 4)
 
 
-def test_gateway_storage_writes_with_acks_all_to_a_cluster_announcing_hostnames(
+def test_gateway_writes_acks_all_to_cluster_announcing_hostnames(
         six_redis_servers: list[int], tmp_path: Path) -> None:
     """The chart makes clients see the nodes' DNS names (cluster-preferred-endpoint-type
     hostname)."""
@@ -361,7 +359,7 @@ def chart_redis_pod(tmp_path: Path, port: int, bus_port: int) -> ServerProcess:
     return ServerProcess("chart-redis", argv, tmp_path / "out.log")
 
 
-def test_redis_start_script_requires_the_password_announces_the_pod_name_and_restarts(
+def test_redis_start_requires_password_and_announces_pod_name(
         devstack_binaries: None, tmp_path: Path) -> None:
     port, bus_port = free_ports(2)
     for attempt in ("first start", "restart with its nodes.conf"):

@@ -19,19 +19,19 @@ def files(directory: Path, pattern: str) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(directory.glob(pattern))}
 
 
-def test_chart_dashboards_are_byte_identical_to_grafana_dashboards() -> None:
+def test_chart_dashboards_equal_grafana_dashboards() -> None:
     source = files(GRAFANA / "dashboards", "*.json")
     assert source, "grafana/dashboards/*.json is missing"
     assert files(CHART_DIR / "dashboards", "*.json") == source, SYNC_HINT
 
 
-def test_chart_alert_rules_are_byte_identical_to_grafana_alert_rules() -> None:
+def test_chart_alert_rules_equal_grafana_alert_rules() -> None:
     source = files(GRAFANA / "alerts", "*.rules.yml")
     assert source, "grafana/alerts/*.rules.yml is missing"
     assert files(CHART_DIR / "alerts", "*.rules.yml") == source, SYNC_HINT
 
 
-def test_dashboards_configmap_carries_every_dashboard_with_the_grafana_sidecar_label() -> None:
+def test_dashboard_configmap_has_every_board_and_sidecar_label() -> None:
     configmap = one(manifests({}), "ConfigMap", "-dashboards")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["metadata"]["annotations"]["grafana_folder"] == "streamgate"
@@ -56,7 +56,7 @@ def test_prometheus_rule_holds_the_alert_rule_groups() -> None:
     assert any("alert" in r for group in expected for r in group["rules"])
 
 
-def test_packaged_chart_still_carries_the_dashboards_and_rules(tmp_path: Path) -> None:
+def test_packaged_chart_carries_dashboards_and_rules(tmp_path: Path) -> None:
     archive = helm.package(str(CHART_DIR), destination=str(tmp_path))
     with helm.Chart.load(archive) as chart:
         rendered = chart.render(SCENARIOS["prometheus-rule"], name="sg", namespace="streaming")

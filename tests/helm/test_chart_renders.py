@@ -33,7 +33,7 @@ def test_chart_lints_without_errors_or_warnings(scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_every_rendered_manifest_is_a_valid_kubernetes_object(scenario: str) -> None:
+def test_rendered_manifests_are_valid_kubernetes_objects(scenario: str) -> None:
     objects = manifests(SCENARIOS[scenario])
     assert kinds(objects) >= ALWAYS
     for obj in objects:
@@ -41,7 +41,7 @@ def test_every_rendered_manifest_is_a_valid_kubernetes_object(scenario: str) -> 
         assert obj["metadata"].get("namespace") in (None, NAMESPACE)
 
 
-def test_default_install_runs_gateway_redis_cluster_and_etcd_without_optional_extras() -> None:
+def test_default_install_runs_gateway_redis_and_etcd_only() -> None:
     found = kinds(manifests({}))
     assert {"StatefulSet", "Job", "Secret"} <= found
     assert not found & {"Ingress", "HorizontalPodAutoscaler", "ServiceMonitor", "PrometheusRule"}
@@ -54,7 +54,7 @@ def test_each_toggle_adds_its_object() -> None:
         assert kind in kinds(manifests(SCENARIOS[scenario])), scenario
 
 
-def test_every_container_runs_non_root_read_only_without_capabilities() -> None:
+def test_containers_run_non_root_read_only_without_capabilities() -> None:
     objects = manifests(merged(SCENARIOS["defaults"]))
     upgrade_hooks = [(name, pod) for name, pod in pod_specs(manifests({}, revision=2))
                      if name.endswith("-members")]
@@ -80,7 +80,7 @@ def gateway_container(values: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-def test_gateway_runs_streamgate_serve_with_liveness_on_healthz_and_readiness_on_readyz() -> None:
+def test_gateway_runs_serve_with_healthz_and_readyz_probes() -> None:
     container = gateway_container({})
     assert [*container["command"], *container["args"]] == ["streamgate", "serve", "--host",
                                                            "0.0.0.0", "--port", "8080"]
@@ -92,7 +92,7 @@ def test_gateway_runs_streamgate_serve_with_liveness_on_healthz_and_readiness_on
     assert container["resources"]["limits"]["memory"]
 
 
-def test_gateway_probes_and_scrapes_switch_to_https_with_a_tls_listener() -> None:
+def test_gateway_probes_and_scrapes_use_https_with_tls() -> None:
     values = SCENARIOS["tls-listener"]
     container = gateway_container(values)
     assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
@@ -102,7 +102,7 @@ def test_gateway_probes_and_scrapes_switch_to_https_with_a_tls_listener() -> Non
     assert monitor["spec"]["endpoints"][0]["scheme"] == "https"
 
 
-def test_gateway_node_id_is_the_pod_name_and_secrets_come_from_the_secret() -> None:
+def test_gateway_node_id_is_pod_name_and_secrets_from_secret() -> None:
     env = {item["name"]: item for item in gateway_container({})["env"]}
     assert env["STREAMGATE_NODE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     for name, key in (("STREAMGATE_JWT_SECRET", "jwt-secret"),
@@ -121,7 +121,7 @@ def anti_affinity(values: dict[str, Any], kind: str, suffix: str) -> dict[str, A
 @pytest.mark.parametrize(("kind", "suffix", "component"),
                          [("Deployment", "", "gateway"), ("StatefulSet", "-redis", "redis"),
                           ("StatefulSet", "-etcd", "etcd")])
-def test_pods_spread_over_nodes_preferred_by_default_and_required_on_request(
+def test_pod_spread_preferred_by_default_required_on_request(
         kind: str, suffix: str, component: str) -> None:
     preferred = anti_affinity({}, kind, suffix)[
         "preferredDuringSchedulingIgnoredDuringExecution"][0]
@@ -145,7 +145,7 @@ def test_pod_disruption_budgets_select_their_own_pods() -> None:
     assert one(objects, "PodDisruptionBudget", "sg-streamgate")["spec"]["minAvailable"] == 1
 
 
-def test_hpa_scales_the_gateway_deployment_and_takes_over_its_replica_count() -> None:
+def test_hpa_scales_gateway_and_takes_over_replica_count() -> None:
     objects = manifests(SCENARIOS["hpa"])
     hpa = one(objects, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
@@ -155,7 +155,7 @@ def test_hpa_scales_the_gateway_deployment_and_takes_over_its_replica_count() ->
     assert one(manifests({}), "Deployment")["spec"]["replicas"] == 2
 
 
-def test_ingress_keeps_websockets_open_and_unbuffered_for_ingress_nginx() -> None:
+def test_ingress_keeps_websockets_open_and_unbuffered() -> None:
     ingress = one(manifests(SCENARIOS["ingress"]), "Ingress")
     annotations = ingress["metadata"]["annotations"]
     assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600
@@ -171,7 +171,7 @@ def test_ingress_keeps_websockets_open_and_unbuffered_for_ingress_nginx() -> Non
     assert ingress["spec"]["tls"][0]["secretName"] == "streamgate-tls"
 
 
-def test_service_monitor_scrapes_metrics_of_the_gateway_service() -> None:
+def test_service_monitor_scrapes_the_gateway_service() -> None:
     objects = manifests(SCENARIOS["service-monitor"])
     monitor = one(objects, "ServiceMonitor")
     service = one(objects, "Service", "sg-streamgate")
@@ -201,14 +201,14 @@ def test_rendering_refuses_bad_values_before_any_manifest() -> None:
         render_files({"gateway": {"replicas": "3"}})
 
 
-def test_switching_redis_or_etcd_off_without_external_endpoints_fails_with_a_hint() -> None:
+def test_redis_or_etcd_off_without_endpoints_fails_with_hint() -> None:
     with pytest.raises(helm.HelmError, match=r"externalRedis\.nodes"):
         render_files({"redis": {"enabled": False}})
     with pytest.raises(helm.HelmError, match=r"externalEtcd\.endpoints"):
         render_files({"etcd": {"enabled": False}})
 
 
-def test_a_shutdown_timeout_past_the_grace_period_is_refused() -> None:
+def test_shutdown_timeout_past_grace_period_is_refused() -> None:
     with pytest.raises(helm.HelmError, match="terminationGracePeriodSeconds"):
         render_files({"gateway": {"terminationGracePeriodSeconds": 20,
                                   "settings": {"shutdown_timeout_s": 25}}})

@@ -36,7 +36,7 @@ def schema_file() -> dict[str, Any]:
     return loaded
 
 
-def test_values_settings_are_exactly_the_gateway_settings_minus_the_computed_ones() -> None:
+def test_values_settings_are_gateway_settings_minus_computed() -> None:
     fields = settings_fields()
     assert fields.keys() >= CHART_COMPUTED, ("a computed setting no longer exists: update "
                                              "CHART_COMPUTED and values")
@@ -50,7 +50,7 @@ def test_values_yaml_documents_every_computed_setting() -> None:
         assert name in header, f"values.yaml must say that {name} is computed by the chart"
 
 
-def test_values_settings_defaults_equal_the_gateway_defaults() -> None:
+def test_values_defaults_equal_gateway_defaults() -> None:
     defaults = GatewaySettings()
     for name, value in values_file()["gateway"]["settings"].items():
         expected = getattr(defaults, name)
@@ -79,7 +79,7 @@ def configmap_env(values: dict[str, Any]) -> dict[str, str]:
     return data
 
 
-def test_configmap_builds_the_default_settings_with_the_computed_endpoints() -> None:
+def test_configmap_builds_defaults_with_computed_endpoints() -> None:
     env = configmap_env({})
     built = settings_from_env(env)
     defaults = GatewaySettings()
@@ -94,7 +94,7 @@ def test_configmap_builds_the_default_settings_with_the_computed_endpoints() -> 
                 for name in ("host", "port", "node_id", "redis_password")} & set(env)
 
 
-def test_configmap_renders_overrides_as_the_gateway_parses_them_and_omits_nulls() -> None:
+def test_configmap_renders_overrides_parseably_and_omits_nulls() -> None:
     overrides = {"dedup_ttl_ms": 172_800_000, "max_batch_bytes": 33_554_432,
                  "rate_limit_topic_bytes_per_s": 2.5,
                  "rate_limit_principal_messages_per_s": 1_000_000.0,
@@ -126,7 +126,7 @@ def merged_external() -> dict[str, Any]:
     return {**SCENARIOS["external-redis"], **SCENARIOS["external-etcd"]}
 
 
-def test_default_auth_config_loads_in_the_gateway_with_no_keys() -> None:
+def test_default_auth_config_loads_with_no_keys() -> None:
     secret = one(manifests({}), "Secret")
     config = parse_auth_config(tomllib.loads(secret["stringData"]["auth.toml"]),
                                Path("/etc/streamgate/auth"), {})
@@ -135,7 +135,7 @@ def test_default_auth_config_loads_in_the_gateway_with_no_keys() -> None:
     assert set(secret["stringData"]) == {"auth.toml", "redis-password", "receipt-secret"}
 
 
-def test_in_chart_redis_gets_a_generated_password_and_external_redis_none_unless_given() -> None:
+def test_in_chart_redis_gets_generated_password_external_none() -> None:
     generated = one(manifests({}), "Secret")["stringData"]["redis-password"]
     assert len(generated) == 32
     assert generated.isalnum()
@@ -145,7 +145,7 @@ def test_in_chart_redis_gets_a_generated_password_and_external_redis_none_unless
     assert one(manifests(given), "Secret")["stringData"]["redis-password"] == "their-password"
 
 
-def test_created_secret_holds_the_auth_files_jwt_secret_and_redis_password() -> None:
+def test_created_secret_holds_auth_files_jwt_and_redis_password() -> None:
     data = one(manifests(SCENARIOS["created-secret"]), "Secret")["stringData"]
     assert set(data) == {"auth.toml", "jwks.json", "jwt-secret", "redis-password", "receipt-secret"}
     assert len(data["receipt-secret"]) == 48

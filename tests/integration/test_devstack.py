@@ -28,7 +28,7 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-def test_cluster_has_three_primaries_each_with_one_linked_replica(
+def test_cluster_has_three_primaries_each_with_a_replica(
     redis_cluster: RedisClusterProcess,
 ) -> None:
     primary_ports = {node.port for node in redis_cluster.primaries}

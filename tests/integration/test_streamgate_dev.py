@@ -139,7 +139,7 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(
     assert children_alive(dev_dir) == []
 
 
-def test_a_running_dev_stack_adds_a_shard_on_request_and_keeps_serving(dev_dir: Path) -> None:
+def test_running_dev_stack_adds_shard_and_keeps_serving(dev_dir: Path) -> None:
     port = free_port()
     dev = DevProcess(dev_dir, port)
     try:

@@ -222,7 +222,7 @@ def _has_finite_sample(result: list[Any]) -> bool:
     return any(math.isfinite(float(value)) for series in result for _, value in series["values"])
 
 
-async def test_every_dashboard_panel_query_returns_data_from_a_live_prometheus(
+async def test_every_panel_query_returns_data_from_live_prometheus(
         redis_cluster: RedisClusterProcess, tmp_path: Path,
         report_missing: Callable[[str], NoReturn]) -> None:
     prometheus_binary = _binary("prometheus", report_missing)

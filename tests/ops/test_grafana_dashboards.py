@@ -53,8 +53,7 @@ def test_committed_dashboards_are_what_the_generator_builds() -> None:
     assert build.main(["--check"]) == 0
 
 
-def test_every_dashboard_has_a_prometheus_datasource_variable_used_by_every_panel_and_target(
-) -> None:
+def test_every_panel_uses_the_datasource_variable() -> None:
     boards = dashboards()
     assert set(boards) == EXPECTED_FILES
     for name, board in boards.items():
@@ -74,7 +73,7 @@ def test_every_dashboard_has_a_prometheus_datasource_variable_used_by_every_pane
                 assert variable["datasource"]["uid"] == "${datasource}", (name, variable["name"])
 
 
-def test_every_metric_a_panel_or_alert_reads_is_registered_by_the_gateway() -> None:
+def test_every_metric_panels_and_alerts_read_is_registered() -> None:
     registered = registered_metric_names()
     used: dict[str, str] = {}
     for query in panel_queries():
@@ -89,7 +88,7 @@ def test_every_metric_a_panel_or_alert_reads_is_registered_by_the_gateway() -> N
                          f"register: {missing}")
 
 
-def test_a_query_may_not_hide_missing_data_behind_a_vector_fallback() -> None:
+def test_queries_do_not_hide_missing_data_behind_vector() -> None:
     offending = [f"{q.dashboard}: {q.panel}" for q in panel_queries()
                  if "orvector(" in q.expr.replace(" ", "")]
     assert not offending

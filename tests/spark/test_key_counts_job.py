@@ -43,7 +43,7 @@ def run_once(spark: SparkSession, opts: dict[str, str], tmp_path: Path) -> None:
     assert query.exception() is None, str(query.exception())
 
 
-def test_counts_per_key_per_minute_survive_bounded_batches_and_a_restart(
+def test_key_minute_counts_survive_bounded_batches_and_restart(
         spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path) -> None:
     opts = {"topic": topic, "redisNodes": redis_nodes, "partitions": "0,1",
             "maxEntriesPerTrigger": "7"}

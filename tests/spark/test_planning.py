@@ -13,13 +13,13 @@ from pipeline.streams import StreamState
 pytestmark = pytest.mark.spark
 
 
-def test_budget_goes_to_partitions_with_entries_and_never_exceeds_the_cap() -> None:
+def test_budget_goes_to_partitions_with_entries_within_cap() -> None:
     assert allocate(10, {0: 100, 1: 2, 2: 0}) == {0: 8, 1: 2, 2: 0}
     assert allocate(10, {0: 3, 1: 3}) == {0: 3, 1: 3}
     assert sum(allocate(7, {0: 50, 1: 50, 2: 50}).values()) == 7
 
 
-def test_loss_is_counted_from_the_group_read_counter_at_the_checkpoint() -> None:
+def test_loss_is_counted_from_read_counter_at_checkpoint() -> None:
     state = StreamState(length=4, entries_added=20, last_generated_id="9-19", first_id="9-16",
                         max_deleted_id="0-0")
     assert find_loss("9-9", state, GroupPosition("9-9", 10)) == Loss("9-9", "9-16", 6)

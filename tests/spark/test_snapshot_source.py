@@ -59,7 +59,7 @@ def test_a_query_starts_from_the_snapshots_then_follows_once(
     assert rows == sorted([*first, ("p1-k0", 100), ("p1-k9", 101)])
 
 
-def test_a_batch_read_from_the_snapshots_holds_each_keys_newest_value(
+def test_batch_read_from_snapshots_holds_newest_per_key(
         spark: SparkSession, redis_cluster: Any, redis_nodes: str, topic: str) -> None:
     write(redis_cluster, topic, 0, [(f"k{n % 3}", n) for n in range(9)])
     rows = spark.read.format("streamgate").options(**options(topic, redis_nodes)).load().collect()

@@ -95,7 +95,7 @@ def ran_tasks(executor_dir: Path) -> bool:
 
 
 @pytest.mark.timeout(240)
-def test_spark_submit_to_a_standalone_cluster_lands_every_entry_once_on_its_executors(
+def test_standalone_cluster_lands_every_entry_once(
     standalone: Standalone, spark: SparkSession, redis_nodes: str, topic: str, publish: Any,
     tmp_path: Path
 ) -> None:

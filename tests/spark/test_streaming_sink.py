@@ -75,7 +75,7 @@ def source_options(topic: str, redis_nodes: str, **extra: str) -> dict[str, str]
 
 
 @pytest.mark.timeout(180)
-def test_a_topic_republished_through_spark_holds_every_message_once_with_key_and_headers(
+def test_republished_topic_holds_each_message_once_with_headers(
     spark: SparkSession, served_gateway: str, redis_nodes: str, cluster: RedisCluster,
     topic: str, tmp_path: Path
 ) -> None:
@@ -108,7 +108,7 @@ def run_sink(frame: DataFrame, options: dict[str, str], checkpoint: Path) -> Non
 
 
 @pytest.mark.timeout(120)
-def test_a_sink_without_a_value_column_fails_the_query_at_its_start(
+def test_sink_without_value_column_fails_query_at_start(
     spark: SparkSession, redis_nodes: str, topic: str, tmp_path: Path
 ) -> None:
     rows = spark.readStream.format("streamgate").options(
@@ -155,7 +155,7 @@ def kill_mid_batch(driver: ProcessGroup, cluster: RedisCluster, copy: str, check
 
 
 @pytest.mark.timeout(300)
-def test_driver_killed_mid_batch_republishes_every_message_exactly_once_after_restart(
+def test_driver_killed_mid_batch_republishes_exactly_once(
     served_gateway: str, redis_nodes: str, cluster: RedisCluster, topic: str, tmp_path: Path
 ) -> None:
     copy = f"{topic}-copy"

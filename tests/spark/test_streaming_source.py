@@ -39,7 +39,7 @@ def landed(spark: SparkSession, tmp_path: Path) -> list[tuple[int, str]]:
     return sorted((row.partition, row.offset) for row in rows)
 
 
-def test_restart_from_checkpoint_lands_every_message_exactly_once(
+def test_restart_from_checkpoint_lands_exactly_once(
     spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
 ) -> None:
     published = [(0, o) for o in publish(topic, 0, 25)] + [(1, o) for o in publish(topic, 1, 15)]
@@ -90,7 +90,7 @@ def checkpointed_offsets(tmp_path: Path) -> dict[str, str]:
     return result
 
 
-def test_checkpoint_holds_stream_ids_and_the_consumer_group_shows_them(
+def test_checkpoint_holds_stream_ids_the_group_shows(
     spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any,
     tmp_path: Path
 ) -> None:
@@ -116,7 +116,7 @@ def test_max_entries_per_trigger_bounds_every_batch(
     assert len(landed(spark, tmp_path)) == 34
 
 
-def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
+def test_stopped_query_and_lost_commit_land_exactly_once(
     spark: SparkSession, redis_nodes: str, topic: str, publish: Any, tmp_path: Path
 ) -> None:
     published = [(0, o) for o in publish(topic, 0, 40)] + [(1, o) for o in publish(topic, 1, 20)]
@@ -145,7 +145,7 @@ def test_query_stopped_mid_run_and_a_lost_commit_still_land_exactly_once(
     assert landed(spark, tmp_path) == sorted(published)
 
 
-def test_trimmed_checkpoint_raises_data_loss_unless_fail_on_data_loss_is_false(
+def test_trimmed_checkpoint_raises_data_loss_unless_disabled(
     spark: SparkSession, cluster: RedisCluster, redis_nodes: str, topic: str, publish: Any,
     tmp_path: Path
 ) -> None:

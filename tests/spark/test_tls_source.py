@@ -64,7 +64,7 @@ def test_half_configured_redis_tls_options_are_refused(extra: dict[str, str], na
         parse_options({**BASE, **extra})
 
 
-def test_batch_read_from_a_tls_only_cluster_with_a_client_certificate(
+def test_batch_read_from_tls_cluster_with_client_certificate(
         spark: SparkSession, tls_cluster: RedisClusterProcess, pki: TlsFiles) -> None:
     topic = "spark-tls"
     with tls_cluster.client(decode_responses=False) as cluster:

@@ -126,7 +126,7 @@ class Report:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_fault_between_hosts_loses_no_acknowledged_message(kube: Kubelet, fault: str) -> None:
+def test_fault_between_hosts_loses_no_acked_message(kube: Kubelet, fault: str) -> None:
     try:
         wait_healthy(kube)
     except AssertionError:

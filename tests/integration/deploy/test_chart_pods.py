@@ -43,8 +43,7 @@ def test_the_job_forms_the_cluster_and_every_probe_answers(kube: Kubelet) -> Non
 
 
 @pytest.mark.timeout(600)
-def test_a_publish_with_acks_all_and_a_group_subscription_work_through_the_gateways(
-        kube: Kubelet) -> None:
+def test_acks_all_publish_and_group_subscription_work(kube: Kubelet) -> None:
     first, second = kube.component("gateway")
     received = asyncio.run(publish_and_consume(first.url, second.url))
     assert received == [f"k{n}" for n in range(100)]
@@ -77,15 +76,13 @@ async def publish_and_consume(publisher: str, subscriber: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-def test_the_helm_test_hook_publishes_replays_and_consumes_through_the_service(
-        kube: Kubelet) -> None:
+def test_helm_test_hook_publishes_replays_and_consumes(kube: Kubelet) -> None:
     [log] = kube.run_hook("test")
     assert "published 3, replayed 3, consumed 3" in log, log
 
 
 @pytest.mark.timeout(600)
-def test_sigterm_drains_a_gateway_in_its_grace_period_and_its_partitions_move(
-        kube: Kubelet) -> None:
+def test_sigterm_drains_gateway_in_grace_and_partitions_move(kube: Kubelet) -> None:
     leaving, staying = kube.component("gateway")
     grace = leaving.spec["terminationGracePeriodSeconds"]
     outcome = asyncio.run(drain(kube, leaving, staying))

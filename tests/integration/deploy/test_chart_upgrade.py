@@ -20,8 +20,7 @@ MORE_REPLICAS = {"redis": {"primaries": 4, "replicasPerPrimary": 2}, "etcd": {"r
 
 
 @pytest.mark.timeout(1200)
-def test_upgrades_adding_a_primary_an_etcd_member_and_replicas_make_them_join(
-        kube: Kubelet) -> None:
+def test_upgrade_joins_new_primary_etcd_member_and_replicas(kube: Kubelet) -> None:
     topic = f"upgrade-{uuid.uuid4().hex[:8]}"
     gateway = kube.component("gateway")[0]
     asyncio.run(publish(gateway, topic, range(100), create=True))

@@ -66,7 +66,7 @@ def gateway_container(image: str, redis_cluster: Any, etcd_server: Any
 
 
 @pytest.mark.timeout(1200)
-def test_the_image_is_labelled_non_root_with_streamgate_as_entry_point(image: str) -> None:
+def test_image_is_non_root_with_streamgate_entry_point(image: str) -> None:
     [inspected] = json.loads(podman("image", "inspect", image).stdout)
     config = inspected["Config"]
     assert config["User"] == "10001:10001"
@@ -82,8 +82,7 @@ def test_the_image_is_labelled_non_root_with_streamgate_as_entry_point(image: st
 
 
 @pytest.mark.timeout(1200)
-def test_the_image_serves_publish_replay_and_console_as_the_chart_runs_it(
-        gateway_container: tuple[str, str]) -> None:
+def test_image_serves_publish_replay_and_console(gateway_container: tuple[str, str]) -> None:
     url, name = gateway_container
     wait_ready(url, name)
     assert podman("exec", name, "id", "-u").stdout.strip() == "10001"

@@ -35,7 +35,7 @@ async def until_answered(gateway: Client, topic: str, value: str, expected: str,
         await asyncio.sleep(0.2)
 
 
-async def test_positions_read_before_a_primary_kill_still_decide_after_the_failover(
+async def test_positions_read_before_failover_still_decide_after(
         cluster_3x2: RedisClusterProcess, gateway_on: GatewayFactory, topic_name: str) -> None:
     gateway = await gateway_on(cluster_3x2)
     created = await gateway.post("/v1/topics", json={"name": topic_name, "partitions": 1,

@@ -115,7 +115,7 @@ def first_success(outcomes: list[Outcome], partitions: list[int], after: float) 
     return max(firsts)
 
 
-async def test_a_frozen_primary_stalls_only_its_own_partitions_which_follow_the_failover(
+async def test_frozen_primary_stalls_only_its_own_partitions(
         cluster: RedisClusterProcess, gateway: Client, topic_name: str) -> None:
     response = await gateway.post("/v1/topics", json={"name": topic_name, "partitions": PARTITIONS})
     assert response.status == 201

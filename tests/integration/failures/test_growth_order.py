@@ -228,7 +228,7 @@ async def until_delivered(orders: dict[str, KeyOrder], acked: set[str]) -> None:
     raise AssertionError(f"acknowledged messages never delivered: {missing}")
 
 
-async def test_growing_under_load_and_a_primary_kill_keeps_every_key_in_order(
+async def test_growth_and_primary_kill_under_load_keep_key_order(
         cluster_3x2: RedisClusterProcess, aiohttp_client: Any, etcd_server: EtcdProcess) -> None:
     settings = GatewaySettings(
         auth_mode="none",

@@ -54,7 +54,7 @@ async def wait_resumed(producers: Producers, partitions: list[int], since: float
                          f"{producers.statuses()}")
 
 
-async def test_acknowledged_messages_survive_kill_9_of_a_primary_and_writes_resume_after_failover(
+async def test_acked_messages_survive_primary_kill_9_and_writes_resume(
         cluster_3x2: RedisClusterProcess, gateway_on: GatewayFactory, topic_name: str) -> None:
     cluster = cluster_3x2
     gateway = await gateway_on(cluster)

@@ -63,7 +63,7 @@ async def wait_delivered(
         )
 
 
-async def test_shard_added_under_load_keeps_and_delivers_every_acknowledged_message(
+async def test_shard_added_under_load_keeps_every_acked_message(
         cluster_3x1: RedisClusterProcess, gateway_on: GatewayFactory) -> None:
     cluster = cluster_3x1
     topic, moving = topic_with_moving_partitions()

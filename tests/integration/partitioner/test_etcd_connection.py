@@ -27,7 +27,7 @@ async def _eventually(condition: Any, timeout_s: float = 2.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_open_fails_with_coordination_unavailable_when_etcd_is_unreachable() -> None:
+async def test_open_fails_coordination_unavailable_without_etcd() -> None:
     with pytest.raises(CoordinationUnavailable):
         async with open_etcd(["127.0.0.1:1"], timeout_s=0.5):
             pass
@@ -39,8 +39,7 @@ async def test_open_skips_unreachable_endpoints(etcd_server: Any) -> None:
         assert connection.endpoint == etcd_server.endpoint
 
 
-async def test_a_member_that_stops_answering_is_replaced_by_the_next_endpoint(
-        etcd_server: Any, tmp_path: Any) -> None:
+async def test_silent_member_is_replaced_by_next_endpoint(etcd_server: Any, tmp_path: Any) -> None:
     with EtcdProcess(EtcdConfig(data_dir=tmp_path / "first")) as first:
         connection = open_etcd([first.endpoint, etcd_server.endpoint], timeout_s=1.0)
         await connection.open()
@@ -60,7 +59,7 @@ async def test_a_member_that_stops_answering_is_replaced_by_the_next_endpoint(
         await connection.aclose()
 
 
-async def test_a_failed_call_on_a_healthy_member_keeps_the_endpoint(etcd_server: Any) -> None:
+async def test_failed_call_on_healthy_member_keeps_endpoint(etcd_server: Any) -> None:
     async with open_etcd([etcd_server.endpoint, "127.0.0.1:1"], timeout_s=1.0) as connection:
         with pytest.raises(CoordinationUnavailable):
             await connection.revoke_lease(12345)  # no such lease
@@ -117,9 +116,7 @@ async def test_lease_primitives_and_guarded_put(etcd_server: Any) -> None:
         assert await conn.keep_alive(lease_id) == 0
 
 
-async def test_watch_created_after_a_timed_out_create_follows_its_own_prefix(
-    etcd_server: Any,
-) -> None:
+async def test_watch_after_timed_out_create_follows_its_own_prefix(etcd_server: Any) -> None:
     """aetcd hands a timed-out create's late reply to the next watch; the connection must prevent
     that."""
     root = f"/streamgate-test-{uuid.uuid4().hex}/"

@@ -60,7 +60,7 @@ async def test_concurrent_creates_have_exactly_one_winner(registry: EtcdTopicReg
     assert await registry.get("contested") == winners[0]
 
 
-async def test_update_with_stale_version_raises_concurrent_modification(
+async def test_stale_version_update_raises_concurrent_modification(
     registry: EtcdTopicRegistry,
 ) -> None:
     original = await registry.create(TopicSettings("orders", 3), owner="alice")

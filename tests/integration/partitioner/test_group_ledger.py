@@ -38,7 +38,7 @@ async def test_release_and_vanished_groups_make_room(conn: EtcdConnection, prefi
     assert await ledger.held("svc/with/slashes") == [("orders", "c"), ("orders", "d")]
 
 
-async def test_concurrent_claims_on_several_replicas_never_pass_the_cap(
+async def test_concurrent_claims_across_replicas_never_pass_cap(
     etcd_server: Any, prefix: str
 ) -> None:
     async with open_etcd([etcd_server.endpoint], timeout_s=2.0) as one, \

@@ -159,7 +159,7 @@ async def _eventually(condition: Callable[[], bool], timeout_s: float, what: str
     return loop.time() - start
 
 
-async def test_second_member_splits_partitions_without_any_partition_served_twice(
+async def test_second_member_splits_partitions_without_serving_twice(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     group = make_group(lambda: 6)
     a = await group.join("a")
@@ -179,7 +179,7 @@ async def test_second_member_splits_partitions_without_any_partition_served_twic
     assert b.history[-1].partitions.isdisjoint(a.history[-1].partitions)
 
 
-async def test_members_joining_together_get_their_shares_without_any_revocation(
+async def test_members_joining_together_get_shares_without_revocation(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     group = make_group(lambda: 8)
     members = []
@@ -195,7 +195,7 @@ async def test_members_joining_together_get_their_shares_without_any_revocation(
     await _eventually(lambda: group.balanced(8) and len(late.serving) >= 1, 2.0, "e served")
 
 
-async def test_churn_of_slow_confirmers_never_serves_a_partition_twice(
+async def test_slow_confirmer_churn_never_serves_a_partition_twice(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     group = make_group(lambda: 12)
     for name in ("a", "b", "c"):
@@ -221,7 +221,7 @@ async def test_closed_member_partitions_move_to_survivors_quickly(
     assert took_s < 2.0
 
 
-async def test_member_whose_keepalives_stop_is_lost_within_ttl_and_replaced(
+async def test_silent_member_is_lost_within_ttl_and_replaced(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     group = make_group(lambda: 6)
     a = await group.join("a", max_delay_s=0.05)
@@ -245,7 +245,7 @@ async def test_member_whose_keepalives_stop_is_lost_within_ttl_and_replaced(
     assert group.recorder.violations == []
 
 
-async def test_a_dead_members_lease_never_holds_back_a_partition_a_healthy_member_released(
+async def test_dead_members_lease_never_holds_back_released_partition(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     ttl_s = 8.0  # a gateway killed with -9: its member's lease lives on until the TTL
     group = make_group(lambda: 6)
@@ -268,7 +268,7 @@ async def test_a_dead_members_lease_never_holds_back_a_partition_a_healthy_membe
     del group.consumers["a"]  # stopped above; its member is closed with the group
 
 
-async def test_coordinator_leaving_hands_coordination_to_another_member(
+async def test_leaving_coordinator_hands_coordination_on(
         make_group: Callable[[Callable[[], int]], Group]) -> None:
     group = make_group(lambda: 6)
     for name in ("a", "b", "c"):

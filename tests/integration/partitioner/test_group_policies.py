@@ -63,7 +63,7 @@ async def test_a_malformed_stored_policy_is_ignored(conn: EtcdConnection, prefix
         assert await policies.for_topic("t") == {}
 
 
-async def test_policies_noted_while_etcd_is_unreachable_are_written_later(
+async def test_policies_noted_while_etcd_down_are_written_later(
     etcd_server: Any, prefix: str
 ) -> None:
     async with open_etcd([etcd_server.endpoint], timeout_s=0.5) as conn, \

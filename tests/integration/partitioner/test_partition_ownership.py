@@ -156,8 +156,7 @@ async def _eventually(condition: Callable[[], bool], timeout_s: float, what: str
     return loop.time() - start
 
 
-async def test_second_node_joining_converges_to_the_rendezvous_split_without_double_ownership(
-        cluster: Cluster) -> None:
+async def test_joining_node_converges_without_double_ownership(cluster: Cluster) -> None:
     a = await cluster.join("a")
     await _eventually(lambda: a.owned == _all(TOPICS) and a.healthy, 2.0, "a owns everything")
     assert a.live_nodes == ["a"]
@@ -176,9 +175,7 @@ async def test_second_node_joining_converges_to_the_rendezvous_split_without_dou
     assert cluster.recorder.violations == []
 
 
-async def test_closed_node_partitions_move_to_the_survivor_within_a_second(
-    cluster: Cluster,
-) -> None:
+async def test_closed_nodes_partitions_move_to_survivor_in_a_second(cluster: Cluster) -> None:
     a = await cluster.join("a")
     await cluster.join("b")
     await _eventually(cluster.converged, 3.0, "rendezvous split")
@@ -189,9 +186,7 @@ async def test_closed_node_partitions_move_to_the_survivor_within_a_second(
     assert took_s < 1.0
 
 
-async def test_a_node_without_keepalives_stops_within_ttl_and_a_survivor_takes_over(
-    cluster: Cluster,
-) -> None:
+async def test_node_without_keepalives_stops_and_survivor_takes_over(cluster: Cluster) -> None:
     a = await cluster.join("a")
     b = await cluster.join("b")
     await _eventually(cluster.converged, 3.0, "rendezvous split")
@@ -215,7 +210,7 @@ async def test_a_node_without_keepalives_stops_within_ttl_and_a_survivor_takes_o
     assert a.live_nodes == ["a"]
 
 
-async def test_etcd_restart_never_causes_double_ownership_and_ownership_converges_again(
+async def test_etcd_restart_never_double_owns_and_ownership_converges(
         cluster: Cluster, etcd_server: Any) -> None:
     a = await cluster.join("a")
     b = await cluster.join("b")
@@ -236,7 +231,7 @@ async def test_etcd_restart_never_causes_double_ownership_and_ownership_converge
     assert cluster.recorder.checked_reads > 0
 
 
-async def test_etcd_pause_for_half_a_ttl_never_causes_double_ownership(
+async def test_etcd_pause_of_half_a_ttl_never_double_owns(
         cluster: Cluster, etcd_server: Any) -> None:
     a = await cluster.join("a")
     b = await cluster.join("b")

@@ -38,7 +38,7 @@ async def test_watcher_loads_existing_topics_on_enter(
         assert watcher.healthy
 
 
-async def test_watcher_sees_topic_created_by_another_registry_within_two_seconds(
+async def test_watcher_sees_topic_made_elsewhere_within_two_seconds(
         etcd_server: Any, conn: EtcdConnection, prefix: str) -> None:
     cache = TopicCache()
     async with TopicWatcher(conn, cache, prefix) as watcher, \

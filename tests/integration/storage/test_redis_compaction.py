@@ -38,7 +38,7 @@ async def whole_snapshot(store: RedisStreamStore, topic: str, as_of: str,
             return entries
 
 
-async def test_compaction_keeps_each_keys_newest_message_and_drops_tombstones(
+async def test_compaction_keeps_newest_per_key_and_drops_tombstones(
         store: RedisStreamStore, topic: str) -> None:
     await put(store, topic, (b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1"),
               (b"a", b"3"), (b"c", b"null"))
@@ -61,7 +61,7 @@ async def test_compaction_keeps_each_keys_newest_message_and_drops_tombstones(
     assert await store.retention.compact(topic, 0, lag_ms=0) == 0
 
 
-async def test_a_snapshot_is_consistent_as_of_its_offset_while_keys_change(
+async def test_snapshot_is_consistent_at_its_offset_while_keys_change(
         store: RedisStreamStore, topic: str) -> None:
     keys = [b"k%03d" % i for i in range(250)]
     as_of = await put(store, topic, *[(key, b'"old"') for key in keys])
@@ -75,7 +75,7 @@ async def test_a_snapshot_is_consistent_as_of_its_offset_while_keys_change(
     assert {e.value for e in latest if e.key and e.key.startswith(b"k")} == {b'"new"'}
 
 
-async def test_compaction_spares_what_a_snapshot_younger_than_the_lag_needs(
+async def test_compaction_spares_what_a_young_snapshot_needs(
         store: RedisStreamStore, topic: str) -> None:
     as_of = await put(store, topic, (b"a", b"1"))
     await put(store, topic, (b"a", b"2"))

@@ -43,7 +43,7 @@ async def test_a_consumer_holding_entries_is_never_removed(store: RedisStreamSto
         "an absent consumer counts as removed")
 
 
-async def test_pending_entries_page_after_an_offset_and_filter_by_consumer(store: RedisStreamStore,
+async def test_pending_pages_after_offset_and_filters_by_consumer(store: RedisStreamStore,
                                                                           topic: str) -> None:
     mine = await _deliver(store, topic, "node-a", 5)
     await _deliver(store, topic, "node-b", 2)

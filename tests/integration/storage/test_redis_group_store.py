@@ -59,7 +59,7 @@ async def test_earliest_group_reads_every_existing_entry(
     assert await _read(groups, topic) == offsets
 
 
-async def test_latest_group_reads_only_entries_appended_after_creation(
+async def test_latest_group_reads_only_later_appends(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     await _append(store, topic, 3)
@@ -116,7 +116,7 @@ async def test_blocking_read_returns_empty_after_block_ms(groups: RedisGroupStor
     assert 0.9 <= time.monotonic() - started < 2.0
 
 
-async def test_blocking_read_longer_than_the_socket_timeout_still_returns_empty(
+async def test_blocking_read_past_socket_timeout_returns_empty(
     groups: RedisGroupStore, topic: str
 ) -> None:
     await groups.ensure_group(topic, P, G, "latest")
@@ -126,7 +126,7 @@ async def test_blocking_read_longer_than_the_socket_timeout_still_returns_empty(
     assert time.monotonic() - started >= SOCKET_TIMEOUT_S * 2.4
 
 
-async def test_blocking_read_wakes_as_soon_as_an_entry_is_appended(
+async def test_blocking_read_wakes_on_append(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     await groups.ensure_group(topic, P, G, "latest")
@@ -149,7 +149,7 @@ async def _cancel_a_blocking_read(groups: RedisGroupStore, topic: str, consumer:
         await reader
 
 
-async def test_cancelled_blocking_read_does_not_hold_up_the_next_read(
+async def test_cancelled_blocking_read_does_not_hold_up_next(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     await _cancel_a_blocking_read(groups, topic, "c1")
@@ -160,7 +160,7 @@ async def test_cancelled_blocking_read_does_not_hold_up_the_next_read(
     assert await _read(groups, topic) == offsets
 
 
-async def test_a_blocking_read_after_a_cancelled_one_reads_for_its_own_consumer(
+async def test_blocking_read_after_cancel_serves_its_own_consumer(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     """The cancelled read's connection is closed, not reused: its late reply (the entries Redis
@@ -173,7 +173,7 @@ async def test_a_blocking_read_after_a_cancelled_one_reads_for_its_own_consumer(
     assert [r["consumer"] for r in await _pending_rows(store, topic)] == [b"new", b"new"]
 
 
-async def test_two_consumers_of_one_group_never_get_the_same_entry(
+async def test_consumers_of_one_group_never_share_an_entry(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 60)
@@ -205,7 +205,7 @@ async def test_ack_removes_entries_from_pending(store: RedisStreamStore, groups:
     assert await groups.ack(topic, P, G, []) == 0
 
 
-async def test_expired_entries_are_claimed_with_rising_delivery_counts(
+async def test_expired_entries_are_claimed_with_rising_counts(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 2)
@@ -238,7 +238,7 @@ async def test_claim_skips_an_entry_another_consumer_claimed_first(
     assert [r["consumer"] for r in await _pending_rows(store, topic)] == [b"fast"]
 
 
-async def test_claim_by_offset_takes_only_idle_pending_entries_with_their_counts(
+async def test_claim_by_offset_takes_only_idle_pending_with_counts(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 4)
@@ -272,7 +272,7 @@ async def test_set_idle_zero_postpones_expiry(store: RedisStreamStore, groups: R
     assert row["time_since_delivered"] < 100
 
 
-async def test_set_idle_huge_makes_entry_expired_without_counting_a_delivery(
+async def test_huge_idle_expires_entry_without_counting_delivery(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 2)
@@ -288,7 +288,7 @@ async def test_set_idle_huge_makes_entry_expired_without_counting_a_delivery(
     assert [r["times_delivered"] for r in rows] == [1, 1]
 
 
-async def test_claim_of_trimmed_entries_returns_nothing_and_leaves_nothing_pending(
+async def test_claim_of_trimmed_entries_returns_and_leaves_nothing(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 3)
@@ -372,7 +372,7 @@ async def test_seek_to_offset_keeps_pending_and_creates_missing_group(
     assert (await groups.state(topic, P, G)).pending == 3
 
 
-async def test_read_new_recreates_the_group_after_the_stream_was_deleted(
+async def test_read_new_recreates_group_after_stream_deleted(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     await _append(store, topic, 2)
@@ -432,7 +432,7 @@ async def test_read_new_follows_moved_from_a_stale_slot_map(
     assert len(calls) == 2
 
 
-async def test_a_read_until_an_offset_delivers_nothing_past_it_and_leaves_the_rest_new(
+async def test_read_until_offset_stops_there_and_leaves_rest_new(
     store: RedisStreamStore, groups: RedisGroupStore, topic: str
 ) -> None:
     offsets = await _append(store, topic, 6)

@@ -40,7 +40,7 @@ async def test_a_keys_history_holds_only_its_own_entries_in_order(
     assert await store.key_history(topic, 0, b"nobody") == []
 
 
-async def test_an_expected_key_position_admits_one_writer_and_refuses_the_other(
+async def test_expected_key_position_admits_one_writer_only(
     store: RedisStreamStore, topic: str
 ) -> None:
     first = await store.append(topic, _records((b"order-1", b"created")), INDEXED,
@@ -72,7 +72,7 @@ async def test_a_refused_request_writes_none_of_its_messages(
     assert await store.key_history(topic, 0, b"y") == []
 
 
-async def test_an_expected_partition_offset_works_on_a_topic_without_key_indexes(
+async def test_expected_partition_offset_works_without_key_indexes(
     store: RedisStreamStore, topic: str
 ) -> None:
     plain = AppendOptions(acks=Acks.ALL)
@@ -93,7 +93,7 @@ async def test_an_expected_partition_offset_works_on_a_topic_without_key_indexes
         await primary.aclose()
 
 
-async def test_a_retried_conditional_append_that_wrote_is_a_duplicate_not_a_conflict(
+async def test_retried_conditional_append_is_duplicate_not_conflict(
     store: RedisStreamStore, topic: str
 ) -> None:
     request = _records((b"k", b"v1"), (b"k", b"v2"), batch_key="retry-1")
@@ -109,7 +109,7 @@ async def test_a_retried_conditional_append_that_wrote_is_a_duplicate_not_a_conf
         first[0].offset, first[1].offset, third[0].offset]
 
 
-async def test_trimmed_entries_leave_the_history_and_emptied_indexes_go(
+async def test_trim_drops_entries_from_history_and_empty_indexes(
     store: RedisStreamStore, topic: str
 ) -> None:
     old = await store.append(topic, _records((b"gone", b"1"), (b"kept", b"2")), INDEXED)
@@ -131,7 +131,7 @@ async def test_trimmed_entries_leave_the_history_and_emptied_indexes_go(
         await primary.aclose()
 
 
-async def test_a_conditional_append_across_partitions_is_refused_before_writing(
+async def test_cross_partition_conditional_append_is_refused(
     store: RedisStreamStore, topic: str
 ) -> None:
     records = Records([0, 1], [b"a", b"b"], [b"a", b"b"])
@@ -139,7 +139,7 @@ async def test_a_conditional_append_across_partitions_is_refused_before_writing(
         await store.append(topic, records, INDEXED, Conditions(key_offsets=[NO_MESSAGE, None]))
 
 
-async def test_an_idempotency_key_twice_in_one_request_is_written_once(
+async def test_idempotency_key_twice_in_one_request_writes_once(
     store: RedisStreamStore, topic: str
 ) -> None:
     twice = Records([0, 0, 0], [b"1", b"2", b"3"], [b"k", b"k", b"k"],

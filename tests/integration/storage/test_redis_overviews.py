@@ -36,7 +36,7 @@ async def topic(store: RedisStreamStore) -> str:
     return name
 
 
-async def test_overviews_of_partitions_on_every_primary_match_the_one_by_one_reads(
+async def test_overviews_across_primaries_match_one_by_one_reads(
         store: RedisStreamStore, topic: str) -> None:
     assert len({store.router.node_for_slot(slot_of(topic, p)) for p in range(PARTITIONS)}) == 3
     overviews = await store.partition_overviews(topic, list(range(PARTITIONS)))
@@ -56,7 +56,7 @@ async def test_overviews_of_partitions_on_every_primary_match_the_one_by_one_rea
     assert overviews[7].groups == {}
 
 
-async def test_overviews_a_node_did_not_answer_plainly_take_the_slow_path(
+async def test_unanswered_overviews_take_the_slow_path(
         redis_cluster: Any, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async def nothing_plain(*args: Any) -> dict[int, Any]:
         return {}

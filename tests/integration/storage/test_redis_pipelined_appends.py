@@ -27,7 +27,7 @@ async def _clients_named(port: int, name: str) -> list[dict[str, Any]]:
         await client.aclose()
 
 
-async def test_concurrent_single_appends_share_one_connection_and_all_land(
+async def test_concurrent_appends_share_one_connection_and_all_land(
     store: RedisStreamStore, topic: str
 ) -> None:
     results = await asyncio.gather(*(store.append(topic, [Record(partition=0, value=b"%d" % i)],
@@ -43,7 +43,7 @@ async def test_concurrent_single_appends_share_one_connection_and_all_land(
     assert len(writers) == 1
 
 
-async def test_a_killed_connection_is_reopened_and_idempotent_records_are_not_duplicated(
+async def test_killed_connection_reopens_without_duplicates(
     store: RedisStreamStore, topic: str
 ) -> None:
     first = await store.append(topic, [Record(partition=0, value=b"a", idempotency_key="one")],
@@ -71,7 +71,7 @@ async def test_acks_all_writes_wait_on_their_own_connections(store: RedisStreamS
     assert [info.length for info in await store.partition_info(topic, 6)] == [5] * 6
 
 
-async def test_a_batch_mixing_idempotent_and_plain_partitions_lands_in_order(
+async def test_batch_mixing_idempotent_and_plain_lands_in_order(
     store: RedisStreamStore, topic: str
 ) -> None:
     records = [Record(partition=p % 3, value=b"%d" % p,
@@ -114,7 +114,7 @@ async def test_concurrent_acks_all_appends_to_one_node_share_one_wait(store: Red
 
 
 @pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
-async def test_columns_land_as_the_same_entries_as_record_objects_with_offsets_in_input_order(
+async def test_columns_land_as_records_do_in_input_order(
     redis_cluster: Any, topic: str, acks: Acks
 ) -> None:
     settings = RedisStoreSettings(startup_nodes=list(redis_cluster.startup_nodes),
@@ -139,7 +139,7 @@ async def test_columns_land_as_the_same_entries_as_record_objects_with_offsets_i
 
 
 @pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
-async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_a_task_per_node(
+async def test_batch_over_all_primaries_queues_without_task_per_node(
     store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch, acks: Acks
 ) -> None:
     partitions = list(range(12)) * 3  # 12 partitions reach all 3 primaries
@@ -170,7 +170,7 @@ async def test_a_batch_over_every_primary_is_queued_on_open_connections_without_
 
 
 @pytest.mark.parametrize("acks", [Acks.LEADER, Acks.ALL])
-async def test_a_batchs_clean_transactions_are_read_folded_from_the_bytes_and_land_in_order(
+async def test_clean_transactions_are_folded_from_bytes_in_order(
     store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch, acks: Acks
 ) -> None:
     partitions = list(range(12)) * 2

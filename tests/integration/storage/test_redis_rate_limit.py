@@ -24,7 +24,7 @@ def scope() -> str:
     return f"principal:{uuid.uuid4().hex[:10]}"
 
 
-async def test_a_burst_is_admitted_then_refused_with_the_time_until_one_more_fits(
+async def test_burst_is_admitted_then_refused_with_time_until_room(
         limiter: RedisRateLimiter, scope: str) -> None:
     messages = Charge("messages", Limit(rate_per_s=10, burst=5), cost=1)
     verdicts = [await limiter.acquire(scope, [messages]) for _ in range(6)]

@@ -41,7 +41,7 @@ async def _replica_of(store: RedisStreamStore, redis_cluster: Any, topic: str,
     raise AssertionError(f"no replica found for primary {host}:{port}")
 
 
-async def test_append_then_read_back_across_all_primaries_in_input_order(store: RedisStreamStore,
+async def test_append_and_read_back_across_primaries_in_order(store: RedisStreamStore,
                                                                          topic: str) -> None:
     primaries = {store.router.node_for_slot(slot_of(topic, p)) for p in range(PARTITIONS)}
     assert len(primaries) == 3, "test topic should spread over every primary"
@@ -99,7 +99,7 @@ async def test_acks_all_with_paused_replica_raises_not_enough_replicas(
     assert not results[0].duplicate
 
 
-async def test_idempotent_acks_all_retry_is_not_confirmed_while_the_replica_is_still_away(
+async def test_acks_all_retry_unconfirmed_while_replica_away(
     store: RedisStreamStore, topic: str, redis_cluster: Any
 ) -> None:
     record = Record(partition=0, value=b"once", idempotency_key="retry-me")
@@ -150,7 +150,7 @@ def _batch(values: list[bytes], batch_key: str) -> Records:
                    batch_key=batch_key)
 
 
-async def test_a_batch_key_retry_answers_every_first_offset_as_a_duplicate(
+async def test_batch_key_retry_answers_first_offsets_as_duplicates(
         store: RedisStreamStore, topic: str) -> None:
     values = [b"%d" % i for i in range(40)]
     first = await store.append(topic, _batch(values, "p1:a:batch-1"), AppendOptions(acks=Acks.ALL))
@@ -168,7 +168,7 @@ async def test_a_batch_key_retry_answers_every_first_offset_as_a_duplicate(
         assert [e.value for e in stored][:len(mine)] == mine
 
 
-async def test_a_batch_key_reused_for_a_batch_of_another_size_is_refused_and_writes_nothing(
+async def test_batch_key_reused_for_other_size_is_refused(
         store: RedisStreamStore, topic: str) -> None:
     await store.append(topic, Records([0, 0], [b"a", b"b"], [None, None], batch_key="p1:a:reused"),
                        AppendOptions())
@@ -178,7 +178,7 @@ async def test_a_batch_key_reused_for_a_batch_of_another_size_is_refused_and_wri
     assert [e.value for e in await store.read(topic, 0)] == [b"a", b"b"]
 
 
-async def test_a_batch_keys_acks_all_retry_waits_for_the_replica_of_the_first_write(
+async def test_batch_key_acks_all_retry_waits_for_the_replica(
     store: RedisStreamStore, topic: str, redis_cluster: Any
 ) -> None:
     batch = Records([0, 0], [b"x", b"y"], [None, None], batch_key="p1:a:once")
@@ -196,7 +196,7 @@ async def test_a_batch_keys_acks_all_retry_waits_for_the_replica_of_the_first_wr
     assert [r.duplicate for r in results] == [True, True]
 
 
-async def test_same_idempotency_key_twice_in_one_batch_is_a_duplicate(store: RedisStreamStore,
+async def test_idempotency_key_twice_in_one_batch_is_a_duplicate(store: RedisStreamStore,
                                                                       topic: str) -> None:
     records = [
         Record(partition=1, value=b"a", idempotency_key="k"),
@@ -240,7 +240,7 @@ async def test_read_from_time_starts_at_that_millisecond(store: RedisStreamStore
 
 
 @pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "one-by-one"])
-async def test_last_offsets_of_many_partitions_across_nodes_match_one_by_one(
+async def test_last_offsets_across_nodes_match_one_by_one(
         redis_cluster: Any, topic: str, pipelined: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     async def nothing_plain(*args: Any) -> dict[int, Any]:
         return {}

@@ -70,7 +70,7 @@ async def test_missing_script_is_loaded_and_the_write_retried(
     assert [info.length for info in await store.partition_info(topic, 6)] == [1] * 6
 
 
-async def test_unreachable_primary_raises_storage_unavailable_within_deadline(
+async def test_unreachable_primary_raises_unavailable_within_deadline(
     store: RedisStreamStore, topic: str, redis_cluster: Any
 ) -> None:
     _, port = store.router.node_for_slot(slot_of(topic, 0))
@@ -90,7 +90,7 @@ async def test_unreachable_primary_raises_storage_unavailable_within_deadline(
     assert not result.duplicate
 
 
-async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
+async def test_ask_redirect_writes_to_importing_node(
     store: RedisStreamStore, topic: str, redis_cluster: Any, write: Write
 ) -> None:
     slot = slot_of(topic, 0)
@@ -120,7 +120,7 @@ async def test_ask_redirect_during_slot_migration_writes_to_the_importing_node(
         await dst.aclose()
 
 
-async def test_a_group_read_that_does_not_block_follows_moved_and_refreshes(store: RedisStreamStore,
+async def test_nonblocking_group_read_follows_moved_and_refreshes(store: RedisStreamStore,
                                                                            topic: str) -> None:
     offsets = await _as_records(store, topic, [b"a", b"b", b"c"])
     await store.groups.ensure_group(topic, 0, "g", "earliest")
@@ -137,7 +137,7 @@ async def test_a_group_read_that_does_not_block_follows_moved_and_refreshes(stor
                                                     "exactly once")
 
 
-async def test_a_group_read_that_does_not_block_creates_a_missing_group_from_the_start(
+async def test_nonblocking_group_read_creates_missing_group(
         store: RedisStreamStore, topic: str) -> None:
     offsets = await _as_records(store, topic, [b"a", b"b"])
     entries = await store.groups.read_new(topic, 0, "never-created", "c1", count=10, block_ms=0)

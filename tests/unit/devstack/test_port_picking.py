@@ -16,7 +16,7 @@ def fresh_picker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ports, "_cursor", [])
 
 
-def test_picked_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+def test_picked_ports_are_distinct_bindable_and_below_ephemeral() -> None:
     picked = ports.free_ports(40)
     assert len(set(picked)) == 40
     assert all(port in ports.pick_range() for port in picked)
@@ -67,7 +67,7 @@ def test_a_block_is_consecutive_and_free() -> None:
     ("1024 20000", range(20001, 65536)),
     ("1024 65000", range(10000, 65536)),
 ])
-def test_the_pick_range_is_the_larger_side_of_the_ephemeral_range(
+def test_pick_range_is_larger_side_of_ephemeral_range(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ephemeral: str, picked: range) -> None:
     (tmp_path / "range").write_text(ephemeral)
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE", tmp_path / "range")

@@ -106,7 +106,7 @@ def test_removing_a_member_moves_only_its_partitions(members: list[str], partiti
 
 
 @given(previous_assignments())
-def test_a_partition_stays_with_its_owner_unless_the_owner_is_over_its_share(
+def test_partition_stays_with_owner_unless_over_its_share(
         case: tuple[list[str], int, dict[str, list[int]]]) -> None:
     members, partitions, previous = case
     after = assign(members, partitions, previous)

@@ -33,7 +33,7 @@ def test_newcomer_first_makes_the_old_owner_give_up_its_share() -> None:
     assert plan(state, 4) == {"a": (0, 1), "b": ()}
 
 
-def test_target_waits_until_every_live_member_confirmed_the_revocation() -> None:
+def test_target_waits_for_live_members_to_confirm_revocation() -> None:
     after_phase_one = {"a": (0, 1), "b": ()}
     assert plan(_state(["a", "b"], 2, after_phase_one, {"a": 1, "b": 2}), 4) is None
     assert plan(_state(["a", "b"], 2, after_phase_one, {"a": 2, "b": 2}), 4) == {
@@ -41,7 +41,7 @@ def test_target_waits_until_every_live_member_confirmed_the_revocation() -> None
     }
 
 
-def test_dead_members_partitions_go_to_survivors_without_a_revocation_phase() -> None:
+def test_dead_members_partitions_skip_the_revocation_phase() -> None:
     state = _state(["a"], 3, {"a": (0, 1), "b": (2, 3)}, {"a": 3})
     assert plan(state, 4) == {"a": (0, 1, 2, 3)}
 
@@ -51,7 +51,7 @@ def test_a_member_that_never_confirmed_blocks_grants() -> None:
     assert plan(state, 4) is None
 
 
-def test_membership_change_during_phase_one_restarts_from_the_written_state() -> None:
+def test_member_change_in_phase_one_restarts_from_written_state() -> None:
     # Phase 1 for a+b was written (gen 2); c joined before anyone confirmed: a must give up more
     # first.
     state = _state(["a", "b", "c"], 2, {"a": (0, 1, 2), "b": ()}, {"b": 2})
@@ -63,7 +63,7 @@ def test_new_partitions_are_granted_after_confirmation() -> None:
     assert plan(state, 6) == {"a": (0, 1, 4), "b": (2, 3, 5)}
 
 
-def test_phase_one_records_what_each_member_releases_and_in_which_generation() -> None:
+def test_phase_one_records_each_members_releases_and_generation() -> None:
     step = plan_step(
         _state(["a", "b", "c"], 4, {"a": (0, 1, 2), "b": (3, 4, 5)}, {"a": 4, "b": 4}, {}), 6
     )
@@ -72,9 +72,7 @@ def test_phase_one_records_what_each_member_releases_and_in_which_generation() -
     assert step.released == {2: ("a", 5), 5: ("b", 5)}
 
 
-def test_a_partition_released_by_a_confirmed_member_moves_while_another_member_never_confirms() -> (
-    None
-):
+def test_confirmed_release_moves_without_waiting_for_others() -> None:
     # a's gateway died (its lease still lives, it confirms nothing); b confirmed giving up 5; c
     # rejoined.
     after_phase_one = {"a": (0, 1), "b": (3, 4), "c": ()}
@@ -91,11 +89,11 @@ def test_a_partition_released_by_a_confirmed_member_moves_while_another_member_n
     )
 
 
-def test_a_partition_released_by_a_member_that_is_gone_moves_at_once() -> None:
+def test_partition_released_by_gone_member_moves_at_once() -> None:
     state = _state(["b", "c"], 5, {"b": (3, 4), "c": (5,)}, {"b": 6, "c": 6}, {2: ("a", 5)})
     assert plan(state, 6) == {"b": (0, 3, 4), "c": (1, 2, 5)}
 
 
-def test_a_released_partition_may_go_back_to_its_member_without_waiting() -> None:
+def test_released_partition_may_go_back_to_its_member_at_once() -> None:
     state = _state(["a", "b"], 5, {"a": (0,), "b": (2, 3)}, {"b": 5}, {1: ("a", 5)})
     assert plan(state, 4) == {"a": (0, 1), "b": (2, 3)}

@@ -14,7 +14,7 @@ def test_a_new_group_is_added_below_the_cap() -> None:
     assert admit([("t", "a")], ("t", "b"), 2, exists) == [("t", "a"), ("t", "b")]
 
 
-def test_a_group_already_held_is_admitted_unchanged_even_at_the_cap() -> None:
+def test_group_already_held_is_admitted_unchanged_at_cap() -> None:
     assert admit([("t", "a"), ("t", "b")], ("t", "a"), 2, exists) == [("t", "a"), ("t", "b")]
 
 

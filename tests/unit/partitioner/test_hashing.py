@@ -133,7 +133,7 @@ def test_partition_for_rejects_non_positive_partition_counts(
         implementation[1](b"k", -3)
 
 
-def test_partition_for_is_stable_across_processes_with_other_hash_seeds() -> None:
+def test_partition_for_is_stable_across_hash_seeds() -> None:
     code = (
         "from partitioner.hashing import partition_for;"
         "print([partition_for(k.encode(), 12) for k in ('user-1', 'order:1001', 'streamgate')])"

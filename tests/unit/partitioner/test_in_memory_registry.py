@@ -50,7 +50,7 @@ async def test_update_bumps_version(registry: InMemoryTopicRegistry) -> None:
     assert await registry.get("orders") == updated
 
 
-async def test_update_with_stale_version_raises_concurrent_modification(
+async def test_stale_version_update_raises_concurrent_modification(
         registry: InMemoryTopicRegistry) -> None:
     created = await registry.create(TopicSettings("orders", 3), owner="alice")
     await registry.update(replace(created, partitions=4).with_changes(retention_ms=None,

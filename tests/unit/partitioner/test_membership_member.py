@@ -135,7 +135,7 @@ async def _write_assignment(fake: FakeEtcd, generation: int, partitions: tuple[i
     await fake.put(KEYS.assignment, assignment_json(generation, {"m1": partitions, "x": ()}))
 
 
-async def test_single_member_coordinates_and_is_assigned_every_partition() -> None:
+async def test_single_member_coordinates_and_gets_every_partition() -> None:
     fake = FakeEtcd()
     async with _member(fake, ttl_s=5.0) as member:
         assignment = await asyncio.wait_for(member.next_assignment(), 1.0)
@@ -146,7 +146,7 @@ async def test_single_member_coordinates_and_is_assigned_every_partition() -> No
     assert fake.kv == {} or set(fake.kv) == {KEYS.assignment}  # leased keys vanished on close
 
 
-async def test_hanging_keepalives_make_the_member_lost_within_ttl_on_its_own_clock() -> None:
+async def test_hanging_keepalives_lose_member_within_ttl_on_own_clock() -> None:
     fake = FakeEtcd()
     loop = asyncio.get_running_loop()
     async with _member(fake, ttl_s=0.3) as member:
@@ -166,7 +166,7 @@ async def test_member_is_lost_at_once_when_etcd_forgot_its_lease() -> None:
         await asyncio.wait_for(member.wait_lost(), 0.5)
 
 
-async def test_gains_are_confirmed_at_once_but_revocations_wait_for_the_caller() -> None:
+async def test_gains_confirm_at_once_but_revocations_wait_for_caller() -> None:
     fake = FakeEtcd()
     await _occupy_coordinator(fake)
     async with _member(fake, ttl_s=5.0) as member:

@@ -272,7 +272,7 @@ async def test_keepalive_failure_empties_owned_on_the_nodes_own_clock() -> None:
         assert await asyncio.wait_for(node.wait_changed(frozenset()), TTL_S) == _all(TOPICS)
 
 
-async def test_expired_lease_is_replaced_and_partitions_reacquired_with_new_epochs() -> None:
+async def test_new_lease_reacquires_partitions_with_new_epochs() -> None:
     fake = FakeEtcd()
     async with _node(fake, "a", lambda: TOPICS) as node:
         await _eventually(lambda: node.owned == _all(TOPICS))
@@ -291,7 +291,7 @@ async def test_expired_lease_is_replaced_and_partitions_reacquired_with_new_epoc
         assert new_epoch > old_epoch
 
 
-async def test_a_partition_held_by_another_node_is_taken_only_after_it_is_released() -> None:
+async def test_partition_held_elsewhere_is_taken_only_once_released() -> None:
     fake = FakeEtcd()
     stranger = await fake.grant_lease(10)
     await fake.put(KEYS.owner(("orders", 1)), b"zombie", lease_id=stranger[0])
@@ -323,7 +323,7 @@ async def test_partition_growth_and_topic_removal_follow_partitions() -> None:
         await _eventually(lambda: set(fake.owners()) == _all(topics))
 
 
-async def test_failing_partitions_callback_postpones_but_does_not_kill_ownership() -> None:
+async def test_failing_partitions_callback_postpones_ownership() -> None:
     fake = FakeEtcd()
     calls = itertools.count()
 
@@ -337,7 +337,7 @@ async def test_failing_partitions_callback_postpones_but_does_not_kill_ownership
         assert node.healthy
 
 
-async def test_a_crashed_background_task_gives_everything_up_and_turns_unhealthy() -> None:
+async def test_crashed_task_gives_everything_up_and_turns_unhealthy() -> None:
     fake = FakeEtcd()
     async with _node(fake, "a", lambda: {"orders": 2}) as node:
         await _eventually(lambda: len(node.owned) == 2)

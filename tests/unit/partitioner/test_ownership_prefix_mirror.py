@@ -69,7 +69,7 @@ async def _run_until(fake: ScriptedEtcd, mirror: PrefixMirror, starts: int) -> N
             await task
 
 
-async def test_watch_resumes_after_the_last_applied_revision_and_applies_shared_revisions() -> None:
+async def test_watch_resumes_after_last_applied_revision() -> None:
     changes: list[WatchEvent | None] = []
     fake = ScriptedEtcd(
         [Snapshot([_kv(b"a", 3)], 5)],
@@ -89,7 +89,7 @@ async def test_watch_resumes_after_the_last_applied_revision_and_applies_shared_
     assert len(changes) == 4
 
 
-async def test_compacted_history_reloads_a_snapshot_before_watching_again() -> None:
+async def test_compacted_history_reloads_snapshot_before_watching() -> None:
     fake = ScriptedEtcd(
         [Snapshot([_kv(b"a", 3)], 5), Snapshot([_kv(b"c", 40)], 50)],
         [HistoryCompacted(30)])

@@ -83,7 +83,7 @@ def test_unknown_topic_is_none() -> None:
     assert TopicCache().all() == []
 
 
-def test_growth_watchers_hear_only_added_partitions_of_their_topic_until_they_unwatch() -> None:
+def test_growth_watchers_hear_own_topics_growth_until_unwatch() -> None:
     cache = TopicCache()
     cache.remember(_topic("orders", 1, partitions=2))
     cache.remember(_topic("audit", 2, partitions=1))

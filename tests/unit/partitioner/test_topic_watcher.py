@@ -75,7 +75,7 @@ async def test_watcher_reloads_snapshot_when_history_was_compacted() -> None:
         assert fake.watch_starts == [6, 51]
 
 
-async def test_watcher_resumes_from_last_applied_revision_after_the_watch_dies() -> None:
+async def test_watcher_resumes_from_last_revision_after_watch_dies() -> None:
     put = WatchEvent("put", TOPICS + b"orders", _stored("orders", 8).value, 8)
     fake = _FakeConnection(
         snapshots=[Snapshot([], 5)],
@@ -111,7 +111,7 @@ async def test_watcher_skips_unreadable_values_without_dying() -> None:
         assert [t.name for t in cache.all()] == ["good"]
 
 
-async def test_closing_the_watcher_is_idempotent_and_marks_it_unhealthy() -> None:
+async def test_closing_watcher_is_idempotent_and_marks_it_unhealthy() -> None:
     fake = _FakeConnection(snapshots=[Snapshot([], 1)], watches=[_FakeWatch([], None)])
     watcher = _watcher(fake, TopicCache())
     async with watcher:

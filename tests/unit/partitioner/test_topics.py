@@ -60,7 +60,7 @@ def test_invalid_settings_name_the_first_offending_field(
     assert not excinfo.value.retriable
 
 
-def test_settings_default_to_fourteen_days_retention_and_no_max_length() -> None:
+def test_defaults_are_14_days_retention_and_no_max_length() -> None:
     settings = TopicSettings("orders", 3)
     assert settings.retention_ms == DEFAULT_RETENTION_MS == 14 * 24 * 3600 * 1000
     assert settings.max_length is None
@@ -68,7 +68,7 @@ def test_settings_default_to_fourteen_days_retention_and_no_max_length() -> None
     validate_settings(TopicSettings("orders", MAX_PARTITIONS, max_length=1))
 
 
-def test_json_round_trip_keeps_fields_and_takes_version_from_etcd() -> None:
+def test_json_round_trip_keeps_fields_and_etcd_version() -> None:
     metadata = _metadata(max_length=500)
     restored = TopicMetadata.from_json(metadata.to_json(), version=42)
     assert restored == _metadata(max_length=500, version=42)
@@ -93,7 +93,7 @@ def test_growing_refuses_to_shrink_or_keep_partitions() -> None:
         assert excinfo.value.field == "partitions"
 
 
-def test_a_growth_pauses_records_the_old_partitions_fences_then_grows() -> None:
+def test_growth_pauses_records_old_partitions_fences_then_grows() -> None:
     growing = _metadata(partitions=2).growing(6, now_ms=1234)
     assert (growing.partitions, growing.growing_to, growing.growth_since_ms) == (2, 6, 1234)
     assert TopicMetadata.from_json(growing.to_json(), version=7) == growing
@@ -113,7 +113,7 @@ def test_a_growth_pauses_records_the_old_partitions_fences_then_grows() -> None:
         growing.grown()
 
 
-def test_an_epoch_names_the_old_partitions_whose_keys_may_move_to_a_partition() -> None:
+def test_epoch_names_old_partitions_whose_keys_may_move_in() -> None:
     doubled = Epoch(3, 6, ("1-0", "2-0", "3-0"))
     assert [doubled.sources(q) for q in range(6)] == [[], [], [], [0], [1], [2]]
     assert [doubled.fence(q) for q in (0, 2, 3, 5)] == ["1-0", "3-0", "0-0", "0-0"]

@@ -30,7 +30,7 @@ def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
     return compiled_part("pipeline._speedups._pages")
 
 
-def test_the_compiled_page_decoder_is_chosen_unless_switched_off(compiled: ModuleType) -> None:
+def test_compiled_page_decoder_is_chosen_unless_switched_off(compiled: ModuleType) -> None:
     assert (page_columns is page_columns_python) is _speedups.OFF
     reply = b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$2\r\n{}\r\n"
     assert PageColumns(*compiled.page_columns(reply)) == page_columns_python(reply)
@@ -89,7 +89,7 @@ def _outcome(decode: Any, reply: bytes) -> Any:
 
 @settings(max_examples=400)
 @given(items=ITEMS.filter(bool), seed=st.integers(0, 2**32))
-def test_a_damaged_reply_is_read_alike_or_refused_by_the_compiled_reader(
+def test_damaged_reply_is_read_alike_or_refused_when_compiled(
         items: list[tuple[bytes, list[bytes]]], seed: int) -> None:
     damaged, rng = bytearray(xrange_reply(items)), random.Random(seed)
     for _ in range(rng.randint(1, 3)):

@@ -22,7 +22,7 @@ def schema(**columns: object) -> StructType:
     return StructType([StructField(name, kind) for name, kind in columns.items()])  # type: ignore[arg-type]
 
 
-def test_defaults_are_acks_all_binary_values_and_bounded_requests() -> None:
+def test_defaults_are_acks_all_binary_values_bounded_requests() -> None:
     options = parse_sink_options(GIVEN)
     assert (options.topic, options.gateway, options.acks, options.value_format) == (
         "orders", "http://127.0.0.1:8080", "all", "binary")
@@ -39,7 +39,7 @@ def test_a_missing_or_malformed_option_names_itself(extra: dict[str, str | None]
         parse_sink_options({**GIVEN, **extra})
 
 
-def test_value_key_and_headers_are_found_by_name_and_other_columns_left_alone() -> None:
+def test_value_key_headers_found_by_name_others_left_alone() -> None:
     found = sink_columns(schema(offset=StringType(), headers=MapType(StringType(), StringType()),
                                 VALUE=BinaryType(), key=BinaryType()))
     assert found == SinkColumns(value=2, key=3, headers=1)
@@ -50,7 +50,7 @@ def test_value_key_and_headers_are_found_by_name_and_other_columns_left_alone() 
     ({"key": StringType()}, "value"), ({"value": IntegerType()}, "value"),
     ({"value": BinaryType(), "key": IntegerType()}, "key"),
     ({"value": BinaryType(), "headers": MapType(StringType(), IntegerType())}, "headers")])
-def test_a_missing_value_or_a_column_of_another_type_is_refused(columns: dict[str, object],
+def test_missing_or_mistyped_sink_column_is_refused(columns: dict[str, object],
                                                                 option: str) -> None:
     with pytest.raises(InvalidSinkOption, match=f"sink option {option!r}"):
         sink_columns(schema(**columns))

@@ -24,7 +24,7 @@ def router(reports: list[Report]) -> ClusterRouter:
     return made
 
 
-async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> None:
+async def test_retried_call_reports_failed_attempt_then_success() -> None:
     reports: list[Report] = []
     attempts = iter([errors.ConnectionLost("reset"), None])
 
@@ -40,7 +40,7 @@ async def test_a_retried_call_reports_the_failed_attempt_then_the_success() -> N
     assert all(seconds >= 0 for _, seconds, _ in reports)
 
 
-async def test_a_permanent_error_is_reported_once_and_raised_as_a_storage_error() -> None:
+async def test_permanent_error_is_reported_once_and_raised() -> None:
     reports: list[Report] = []
 
     async def op() -> None:

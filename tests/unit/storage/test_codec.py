@@ -24,7 +24,7 @@ def _round_trip(record: Record, offset: str = "1700000000123-4") -> tuple[list[b
     return fields, decode_entry(record.partition, offset.encode(), as_map)
 
 
-def test_binary_value_without_key_or_headers_stores_only_value_and_format() -> None:
+def test_bare_binary_value_stores_only_value_and_format() -> None:
     fields, entry = _round_trip(Record(partition=3, value=b"\x00\xff"))
     assert fields == [b"v", b"\x00\xff", b"f", b"b"]
     assert entry.value == b"\x00\xff"
@@ -48,7 +48,7 @@ def test_json_value_key_and_headers_round_trip() -> None:
 
 
 @pytest.mark.parametrize("key", [b"", b"K", b"v", b"k", b"\x00\xff", "ü".encode() * 40])
-def test_any_key_round_trips_in_the_field_name_through_both_decoders(key: bytes) -> None:
+def test_any_key_round_trips_in_field_name_both_decoders(key: bytes) -> None:
     record = Record(partition=2, value=b"\x01", key=key, headers={"a": "b"})
     fields, entry = _round_trip(record)
     assert fields[0] == b"K" + key
@@ -57,7 +57,7 @@ def test_any_key_round_trips_in_the_field_name_through_both_decoders(key: bytes)
     assert raw == entry
 
 
-def test_entries_written_with_the_key_as_a_value_still_read_the_same() -> None:
+def test_entries_with_key_as_value_read_the_same() -> None:
     earlier = [b"v", b'{"a":1}', b"k", b"user-1", b"h", b'{"h":"1"}']
     (raw,) = decode_raw_entries(0, [[b"5-0", earlier]])
     as_map = decode_entry(0, b"5-0", dict(zip(earlier[0::2], earlier[1::2], strict=True)))
@@ -110,7 +110,7 @@ def test_invalid_offsets_raise(offset: str) -> None:
 @pytest.mark.parametrize("offset",
                          ["", "1", "1-", "-1", "a-1", "1-2-3", "+", "-", "(1-2", "1-2\n",
                           "1-2\n3-4", "\n1-2", "١٢-٣", "¹-1", "1-²"])
-def test_a_list_of_offsets_with_an_invalid_one_anywhere_raises_naming_it(offset: str) -> None:
+def test_offset_list_with_an_invalid_one_raises_naming_it(offset: str) -> None:
     for offsets in ([offset], ["1-0", offset], ["1-0", offset, "2-0"], [offset, "3-0"]):
         with pytest.raises(InvalidOffset) as raised:
             validate_offsets(offsets)

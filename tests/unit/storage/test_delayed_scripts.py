@@ -92,7 +92,7 @@ async def test_scheduled_messages_wait_in_the_sorted_set(redis: Any) -> None:
     assert await redis.exists(log_key("t", 0)) == 0
 
 
-async def test_promote_moves_only_due_messages_in_due_then_schedule_order(redis: Any) -> None:
+async def test_promote_moves_only_due_messages_in_order(redis: Any) -> None:
     items = [(Record(partition=0, value=v), due)
              for v, due in [(b"c", 30), (b"late", FUTURE), (b"a", 10), (b"b", 30)]]
     await _schedule(redis, items)

@@ -25,7 +25,7 @@ def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
     return compiled_part("storage._speedups._entries")
 
 
-def test_the_compiled_decoder_is_installed_unless_switched_off(compiled: ModuleType) -> None:
+def test_compiled_decoder_is_installed_unless_switched_off(compiled: ModuleType) -> None:
     chosen = _speedups.decode_raw_entries_or_none
     assert (chosen is compiled.decode_raw_entries) is not _speedups.OFF
 
@@ -57,8 +57,7 @@ def _outcome(decode: Any, items: Any) -> Any:
 
 @settings(max_examples=500)
 @given(items=ITEMS)
-def test_compiled_decoder_gives_the_references_entries_or_error_on_any_reply(
-        items: list[Any]) -> None:
+def test_compiled_decoder_matches_reference_on_any_reply(items: list[Any]) -> None:
     assert _outcome(decode_raw_entries, items) == _outcome(decode_raw_entries_python, items)
 
 
@@ -75,8 +74,7 @@ WELL_FORMED = st.lists(st.one_of(
 
 
 @given(items=WELL_FORMED)
-def test_replies_redis_sends_are_decoded_by_the_compiled_decoder(
-        compiled: ModuleType, items: list[Any]) -> None:
+def test_compiled_decoder_reads_replies_redis_sends(compiled: ModuleType, items: list[Any]) -> None:
     try:
         expected = decode_raw_entries_python(3, items)
     except orjson.JSONDecodeError:
@@ -86,7 +84,7 @@ def test_replies_redis_sends_are_decoded_by_the_compiled_decoder(
     assert compiled.decode_raw_entries(3, items, ENTRY_LAYOUT) == expected
 
 
-def test_decoded_entries_are_distinct_objects_with_their_own_headers(compiled: ModuleType) -> None:
+def test_decoded_entries_are_distinct_with_own_headers(compiled: ModuleType) -> None:
     items = [[b"5-0", [b"v", b"{}"]], [b"6-1", [b"v", b"[]", b"f", b"b", b"k", b"key"]]]
     first, second = compiled.decode_raw_entries(0, items, ENTRY_LAYOUT)
     assert first.headers == {}
@@ -101,8 +99,7 @@ def test_a_layout_that_is_not_the_codecs_is_refused(compiled: ModuleType) -> Non
         compiled.decode_raw_entries(0, [], (1, 2, 3))
 
 
-def test_a_field_name_that_only_equals_bytes_is_left_to_the_reference(
-        compiled: ModuleType) -> None:
+def test_field_name_only_equal_to_bytes_goes_to_reference(compiled: ModuleType) -> None:
     items = [[b"7-0", [bytearray(b"v"), b"[1]", memoryview(b"k"), b"key"]]]
     assert compiled.decode_raw_entries(0, items, ENTRY_LAYOUT) is None
     (entry,) = decode_raw_entries(0, items)
@@ -135,6 +132,6 @@ def test_a_field_map_reads_as_the_same_entry_as_the_flat_reply(pairs: tuple[tupl
     assert codec.decode_entry(3, b"5-1", dict(pairs)) == expected
 
 
-def test_the_layout_gives_the_decoder_the_entrys_fields_in_declaration_order() -> None:
+def test_layout_gives_entry_fields_in_declaration_order() -> None:
     descriptors = ENTRY_LAYOUT[1]
     assert [d.__name__ for d in descriptors] == [f.name for f in dataclasses.fields(StoredEntry)]

@@ -38,7 +38,7 @@ def test_start_rejects_anything_but_earliest_latest_or_an_offset(bad: str) -> No
         start_id(bad)
 
 
-def test_idle_is_clamped_below_the_epoch_so_redis_does_not_reset_it_to_zero() -> None:
+def test_idle_is_clamped_below_the_epoch() -> None:
     assert clamp_idle_ms(0) == 0
     assert clamp_idle_ms(30_000) == 30_000
     assert clamp_idle_ms(2**62) == MAX_IDLE_MS
@@ -86,7 +86,7 @@ def test_read_reply_decodes_entries_with_their_partition() -> None:
     assert (entry.partition, entry.offset, entry.value, entry.timestamp_ms) == (2, "7-0", b"x", 7)
 
 
-def test_raw_read_reply_decodes_like_the_field_map_decoder_and_skips_deleted_entries() -> None:
+def test_raw_read_reply_decodes_like_field_map_and_skips_deleted() -> None:
     fields = [b"v", b'{"a":1}', b"f", b"j", b"k", b"user-1", b"h", b'{"tenant":"a"}']
     reply = [[b"sg:{t/1}:log", [[b"1700000000123-4", fields], [b"1700000000124-0", None], None]]]
     (entry,) = parse_read_reply(1, reply)

@@ -86,8 +86,7 @@ async def test_claim_returns_entries_with_the_next_delivery_count(store: RedisGr
     ]
 
 
-async def test_nil_claim_replies_ack_the_entries_missing_from_the_stream(store: RedisGroupStore,
-                                                                         redis: Any) -> None:
+async def test_nil_claim_replies_ack_missing_entries(store: RedisGroupStore, redis: Any) -> None:
     # Redis < 7 answers XCLAIM of a deleted entry with nil and keeps it pending; the store must ack
     # it.
     offsets = await _append(redis, 2)

@@ -60,6 +60,6 @@ def test_first_deliveries_equal_the_dataclass_and_stay_frozen() -> None:
         fast[0].delivery_count = 2  # type: ignore[misc]
 
 
-def test_a_script_reply_reads_as_results_with_their_duplicate_flags() -> None:
+def test_script_reply_reads_as_results_with_duplicate_flags() -> None:
     assert append_results(2, [b"5-0", 0, "6-1", b"1"]) == [AppendResult(2, "5-0", False),
                                                             AppendResult(2, "6-1", True)]

@@ -65,7 +65,7 @@ async def test_the_later_of_both_cuts_wins(redis: Any, retention: RedisRetention
     assert (await retention.trim("t", 0, min_offset=ids[8], max_length=5)).removed == 3
 
 
-async def test_pending_and_undelivered_entries_below_the_cut_are_counted(
+async def test_pending_and_undelivered_below_cut_are_counted(
         redis: Any, retention: RedisRetention) -> None:
     ids = await _fill(redis, 10)
     await redis.xgroup_create(KEY, "lagging", id="0")

@@ -35,7 +35,7 @@ async def until_settled(chain_store: AckRecorder, count: int) -> None:
         await asyncio.sleep(0.001)
 
 
-async def test_moves_keep_the_partitions_order_even_when_an_earlier_one_is_slower() -> None:
+async def test_moves_keep_partition_order_when_earlier_is_slower() -> None:
     written: list[str] = []
 
     async def sink(topic: str, group: str, delivery: Delivery, reason: str) -> None:
@@ -52,7 +52,7 @@ async def test_moves_keep_the_partitions_order_even_when_an_earlier_one_is_slowe
     assert store.acks == [["1-0"], ["1-1", "1-2"]]
 
 
-async def test_a_move_that_fails_leaves_its_deliveries_pending_for_the_next_reclaim() -> None:
+async def test_failed_move_leaves_deliveries_pending_for_reclaim() -> None:
     async def sink(topic: str, group: str, delivery: Delivery, reason: str) -> None:
         raise PartitionerError("dead-letter topic unavailable")
 

@@ -45,7 +45,7 @@ def test_text_frames_round_trip_every_length_class() -> None:
     assert parse_frames(text_frames(payloads)) == payloads
 
 
-async def test_queued_messages_go_out_in_few_writes_in_order_with_the_same_bytes() -> None:
+async def test_queued_messages_go_out_in_few_writes_in_order() -> None:
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -68,7 +68,7 @@ async def test_queued_messages_go_out_in_few_writes_in_order_with_the_same_bytes
         assert session.cursor == {0: "1399-0", 1: "1299-0"}
 
 
-async def test_a_large_page_is_split_across_writes_and_the_cursor_follows_each_part() -> None:
+async def test_large_page_splits_across_writes_and_cursor_follows() -> None:
     writes: list[list[bytes]] = []
     cursors: list[dict[int, str]] = []
     holder: list[Session] = []
@@ -108,7 +108,7 @@ def _fitting_reference(page: list[bytes], max_frames: int, max_bytes: int) -> tu
     st.lists(st.integers(0, 300).map(lambda n: b"x" * n), max_size=20), st.integers(1, 25),
     st.integers(0, 2000)
 )
-def test_the_frames_of_a_page_that_fit_a_write_are_counted_as_one_by_one(
+def test_frames_of_a_page_in_one_write_count_one_by_one(
     page: list[bytes], max_frames: int, max_bytes: int
 ) -> None:
     assert _fitting(page, max_frames, max_bytes) == _fitting_reference(page, max_frames, max_bytes)

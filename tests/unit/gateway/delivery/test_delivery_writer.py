@@ -36,9 +36,7 @@ async def test_an_idle_session_runs_no_writer_task() -> None:
         assert writer_tasks() == []
 
 
-async def test_the_writer_ends_when_the_outbox_is_empty_and_a_later_frame_is_still_written() -> (
-    None
-):
+async def test_writer_ends_on_empty_outbox_and_later_frame_is_written() -> None:
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -58,7 +56,7 @@ async def test_the_writer_ends_when_the_outbox_is_empty_and_a_later_frame_is_sti
         assert writer_tasks() == []
 
 
-async def test_frames_queued_while_a_write_waits_go_out_in_order_with_one_writer() -> None:
+async def test_frames_queued_during_a_write_go_out_in_order() -> None:
     writes: list[list[bytes]] = []
     release = asyncio.Event()
 
@@ -92,7 +90,7 @@ async def test_a_closed_session_starts_no_writer() -> None:
     assert writer_tasks() == []
 
 
-async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_lazily() -> None:
+async def test_slow_write_closes_4008_with_lazily_started_writer() -> None:
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -114,9 +112,7 @@ async def test_a_slow_write_still_closes_with_4008_when_the_writer_was_started_l
         )
 
 
-async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_written_in_one_go() -> (
-    None
-):
+async def test_group_page_is_taken_up_to_credit_and_written_at_once() -> None:
     writes: list[list[bytes]] = []
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -140,7 +136,7 @@ async def test_a_group_page_is_taken_up_to_the_credit_tracked_for_acks_and_writt
         assert session.credit == 2
 
 
-async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone() -> None:
+async def test_extending_one_delivery_leaves_others_deadlines() -> None:
     async def send(frames: Sequence[bytes]) -> None:
         pass
 
@@ -159,7 +155,7 @@ async def test_extending_one_delivery_of_a_page_leaves_the_others_deadline_alone
         assert session.in_flight[(0, "2-0")] == first
 
 
-async def test_settled_refs_of_several_pages_group_by_partition_without_unknown_ones() -> None:
+async def test_settled_refs_group_by_partition_without_unknown_ones() -> None:
     async def send(frames: Sequence[bytes]) -> None:
         pass
 

@@ -37,7 +37,7 @@ async def ack_one(session: Session, reader: GroupReader, ref: MessageRef) -> Non
         await reader.ack(held)
 
 
-async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_window_not_of_one(
+async def test_one_by_one_acker_gets_reads_of_half_its_window(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # the client acks far faster: no timer in the way
     monkeypatch.setattr(read_loop, "READ_COALESCE_S", 1.0)
@@ -70,7 +70,7 @@ async def test_a_client_acking_one_message_at_a_time_gets_reads_of_half_its_wind
     assert len(counts) <= 2 * 1_000 // WINDOW, counts
 
 
-async def test_a_read_waits_no_longer_than_the_coalescing_time_when_the_credit_does_not_grow(
+async def test_read_waits_at_most_coalescing_time_without_credit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # longer than 10 acks take, even on a busy machine
     monkeypatch.setattr(read_loop, "READ_COALESCE_S", 0.2)

@@ -18,7 +18,7 @@ from gateway.delivery.session import Session
 from tests.unit.gateway.delivery.scripted_stream import ScriptedStream, no_dead_letters
 
 
-async def test_reads_do_not_block_while_they_come_back_full_and_block_after_a_short_one() -> None:
+async def test_reads_block_only_after_a_short_one() -> None:
     store = ScriptedStream(250)
     config = GroupConfig(30_000, 5, HeaderFilter(), "earliest", auto_ack=False, exclusive=True)
     reader = GroupReader("t", 0, "g", config, store, "c", no_dead_letters)  # type: ignore[arg-type]

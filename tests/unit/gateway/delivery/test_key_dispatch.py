@@ -77,7 +77,7 @@ async def settle_writes() -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_keys_next_message_waits_and_goes_first_once_the_one_in_flight_settles() -> None:
+async def test_keys_next_message_goes_first_once_in_flight_settles() -> None:
     keyed, backlog, credit = keyed_on(ParkingStore())
     member = PageTaker("a")
     backlog.extend([delivery(0, "k"), delivery(1, "k"), delivery(2, "other")])
@@ -90,7 +90,7 @@ async def test_a_keys_next_message_waits_and_goes_first_once_the_one_in_flight_s
     assert credit.is_set()
 
 
-async def test_a_failed_key_is_parked_in_the_store_and_unparked_once_settled() -> None:
+async def test_failed_key_is_parked_in_store_and_unparked_once_settled() -> None:
     store = ParkingStore()
     keyed, backlog, _ = keyed_on(store)
     backlog.append(delivery(0, "poison"))
@@ -104,7 +104,7 @@ async def test_a_failed_key_is_parked_in_the_store_and_unparked_once_settled() -
     assert store.unparked == [[b"poison"]]
 
 
-async def test_parked_keys_settled_elsewhere_are_freed_at_most_once_per_interval() -> None:
+async def test_parked_keys_are_rechecked_at_most_once_per_interval() -> None:
     store = ParkingStore()
     keyed, backlog, _ = keyed_on(store)
     backlog.extend([delivery(0, "poison"), delivery(1, "poison")])
@@ -120,7 +120,7 @@ async def test_parked_keys_settled_elsewhere_are_freed_at_most_once_per_interval
     assert [d.entry.offset for d in backlog] == ["1-1"]
 
 
-async def test_closing_hands_back_what_waits_behind_keys_and_unparks_everything() -> None:
+async def test_closing_hands_back_waiting_messages_and_unparks_all() -> None:
     store = ParkingStore()
     keyed, backlog, _ = keyed_on(store)
     backlog.extend([delivery(0, "k"), delivery(1, "k")])

@@ -29,7 +29,7 @@ def offsets(page: list[Delivery]) -> list[str]:
     return [d.entry.offset for d in page]
 
 
-def test_a_keys_later_messages_wait_for_the_ack_of_the_one_in_flight_and_keep_their_order() -> None:
+def test_keys_later_messages_wait_for_in_flight_ack_in_order() -> None:
     order, members = KeyOrder(), sessions("a", "b")
     pages, waiting = order.route([delivery(n, "k") for n in range(3)], members,
                                  dict.fromkeys(members, 10))
@@ -44,7 +44,7 @@ def test_a_keys_later_messages_wait_for_the_ack_of_the_one_in_flight_and_keep_th
     assert (order.in_flight, order.held, order.owner) == ({}, {}, {})
 
 
-def test_a_failed_message_parks_only_its_key_and_its_redelivery_goes_out_again() -> None:
+def test_failed_message_parks_only_its_key_until_redelivered() -> None:
     order, members = KeyOrder(), sessions("a", "b", "c")
     order.route([delivery(0, "poison"), delivery(1, "other")], members,
                 dict.fromkeys(members, 10))
@@ -60,7 +60,7 @@ def test_a_failed_message_parks_only_its_key_and_its_redelivery_goes_out_again()
     assert order.parked == {}
 
 
-def test_without_credit_a_message_waits_in_front_and_keyless_ones_go_where_credit_is() -> None:
+def test_message_without_credit_waits_and_keyless_ones_go_on() -> None:
     order, members = KeyOrder(), sessions("a", "b")
     target = pick(b"k", members)
     other = next(s for s in members if s is not target)
@@ -73,7 +73,7 @@ def test_without_credit_a_message_waits_in_front_and_keyless_ones_go_where_credi
     assert order.in_flight == {}
 
 
-def test_a_session_that_leaves_gives_up_its_keys_and_untaken_pages_leave_the_flight() -> None:
+def test_leaving_session_gives_up_keys_and_untaken_pages() -> None:
     order, members = KeyOrder(), sessions("a", "b")
     pages, _ = order.route([delivery(0, "k")], members, dict.fromkeys(members, 5))
     [holder] = pages
@@ -86,7 +86,7 @@ def test_a_session_that_leaves_gives_up_its_keys_and_untaken_pages_leave_the_fli
     assert order.in_flight == {}
 
 
-def test_the_rendezvous_choice_moves_only_the_keys_of_a_session_that_joins() -> None:
+def test_rendezvous_moves_only_keys_of_a_joining_session() -> None:
     before, after = sessions("a", "b", "c"), sessions("a", "b", "c", "d")
     after[:3] = before
     keys = [b"k%d" % n for n in range(2000)]

@@ -286,7 +286,7 @@ def test_parse_frame_reads_7_16_and_64_bit_lengths(size: int, header_size: int) 
     assert parse_frame(frame, 0, 100_000) == (0x82, payload, len(frame))
 
 
-def test_parse_frame_reads_from_an_offset_and_returns_where_the_frame_ends() -> None:
+def test_parse_frame_reads_from_offset_and_returns_its_end() -> None:
     first, second = (
         client_frame(OP_TEXT, b"one", fin=False), client_frame(OP_CONTINUATION, b"two" * 50)
     )
@@ -329,9 +329,7 @@ def test_parse_frame_refuses_protocol_errors_with_1002(frame: bytes) -> None:
 
 
 @pytest.mark.parametrize("size", [101, 300, 70_000])
-def test_parse_frame_refuses_a_frame_over_max_bytes_with_1009_before_its_payload_arrives(
-    size: int,
-) -> None:
+def test_parse_frame_refuses_oversized_frame_before_payload(size: int) -> None:
     frame = client_frame(OP_BINARY, bytes(size))
     header_only = frame[:len(frame) - size - 4]
     with pytest.raises(ProtocolViolation) as refused:
@@ -359,9 +357,7 @@ def test_close_payload_is_the_code_then_the_reason() -> None:
     ("xxx" + "€" * 50, "xxx" + "€" * 40),  # exactly 123 bytes
     ("é" * 61, "é" * 61),  # fits as it is
 ])
-def test_close_payload_cuts_the_reason_to_123_bytes_at_a_character_boundary(
-    reason: str, kept: str
-) -> None:
+def test_close_payload_cuts_reason_at_character_boundary(reason: str, kept: str) -> None:
     payload = close_payload(4400, reason)
     assert len(payload) <= 125, "a control frame carries at most 125 bytes"
     assert close_of(payload) == (4400, kept)
@@ -387,7 +383,7 @@ def test_handshake_answers_the_rfc_6455_example_key() -> None:
     )
 
 
-def test_handshake_takes_header_values_case_insensitively_and_connection_as_a_token_list() -> None:
+def test_handshake_takes_any_case_headers_and_connection_tokens() -> None:
     headers = upgrade_headers({"Upgrade": "WebSocket", "Connection": "keep-alive, upgrade"})
     assert handshake(headers, False).accept == RFC_ACCEPT
 
@@ -404,8 +400,7 @@ def test_handshake_takes_header_values_case_insensitively_and_connection_as_a_to
     pytest.param({"Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAA"}, id="key-15-bytes"),
     pytest.param({"Sec-WebSocket-Key": "AAAAAAAAAAAAAAAAAAAAAAAA"}, id="key-18-bytes"),
 ])
-def test_handshake_refuses_a_request_that_is_not_a_websocket_upgrade_with_400(
-        changes: dict[str, str | None]) -> None:
+def test_handshake_refuses_non_upgrade_request_with_400(changes: dict[str, str | None]) -> None:
     with pytest.raises(Problem) as refused:
         handshake(upgrade_headers(changes), True)
     assert refused.value.status == 400
@@ -421,7 +416,7 @@ def test_handshake_negotiates_deflate_when_offered_and_allowed() -> None:
     assert b"\r\nSec-WebSocket-Extensions: permessage-deflate\r\n" in answer.response_head()
 
 
-def test_handshake_ignores_a_deflate_offer_when_compression_is_not_allowed() -> None:
+def test_handshake_ignores_deflate_offer_when_not_allowed() -> None:
     answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": "permessage-deflate"}), False)
     assert answer == Handshake(RFC_ACCEPT, 0, False)
     assert b"Sec-WebSocket-Extensions" not in answer.response_head()
@@ -430,9 +425,7 @@ def test_handshake_ignores_a_deflate_offer_when_compression_is_not_allowed() -> 
 @pytest.mark.parametrize(
     "offer", [None, "x-webkit-deflate-frame", "permessage-deflate; server_max_window_bits=8"]
 )
-def test_handshake_without_a_usable_deflate_offer_negotiates_no_extension(
-    offer: str | None,
-) -> None:
+def test_handshake_without_usable_deflate_offer_has_no_extension(offer: str | None) -> None:
     answer = handshake(upgrade_headers({"Sec-WebSocket-Extensions": offer}), True)
     assert answer.deflate_bits == 0
     assert b"Sec-WebSocket-Extensions" not in answer.response_head()
@@ -476,7 +469,7 @@ async def test_a_binary_message_reaches_on_binary() -> None:
     assert events.received == [b"\x00\xff\xfe", b""]
 
 
-async def test_a_fragmented_message_with_a_ping_between_arrives_whole_ping_answered() -> None:
+async def test_fragmented_message_around_ping_arrives_whole() -> None:
     _, transport, events = served()
     transport.feed(
         client_frame(OP_TEXT, b"hel", fin=False) + client_frame(OP_PING, b"are you there")
@@ -509,9 +502,7 @@ SPLIT_STREAM = (
 SPLIT_RECEIVED: list[str | bytes] = ["first", bytes(range(256)) + bytes(44), "aüz"]
 
 
-async def test_frames_split_across_data_received_calls_at_every_byte_boundary_are_reassembled() -> (
-    None
-):
+async def test_frames_split_at_every_byte_are_reassembled() -> None:
     for cut in range(1, len(SPLIT_STREAM)):
         _, transport, events = served()
         transport.feed(SPLIT_STREAM[:cut])
@@ -532,9 +523,7 @@ async def test_frames_split_across_data_received_calls_at_every_byte_boundary_ar
     pytest.param(client_close(4000, b"bye"), 4000, id="4000"),
     pytest.param(client_frame(OP_CLOSE), 1000, id="no-status"),
 ])
-async def test_a_client_close_is_answered_with_the_same_code_and_the_transport_closes(
-    close: bytes, answered: int
-) -> None:
+async def test_client_close_is_answered_with_same_code(close: bytes, answered: int) -> None:
     socket, transport, events = served()
     transport.feed(close)
     assert transport.close_frames() == [(answered, "")]
@@ -601,7 +590,7 @@ async def test_serve_on_a_closed_socket_reports_on_closed_once() -> None:
         ),
     ],
 )
-async def test_a_broken_client_message_closes_with_its_code_and_nothing_after_it_is_taken(
+async def test_broken_client_message_closes_and_nothing_after_is_taken(
     frames: bytes, code: int
 ) -> None:
     socket, transport, events = served(max_bytes=100)
@@ -622,7 +611,7 @@ async def test_unmasked_client_frame_closes_with_1002() -> None:
     assert transport.close_frames() == [(CLOSE_PROTOCOL_ERROR, "client frames must be masked")]
 
 
-async def test_a_message_of_exactly_max_bytes_in_fragments_is_delivered() -> None:
+async def test_fragmented_message_of_exactly_max_bytes_is_delivered() -> None:
     _, transport, events = served(max_bytes=100)
     transport.feed(
         client_frame(OP_TEXT, b"x" * 50, fin=False) + client_frame(OP_CONTINUATION, b"y" * 50)
@@ -631,9 +620,7 @@ async def test_a_message_of_exactly_max_bytes_in_fragments_is_delivered() -> Non
     assert transport.ended_by is None
 
 
-async def test_receive_before_serve_returns_the_first_message_and_holds_the_rest_until_serve() -> (
-    None
-):
+async def test_receive_before_serve_holds_the_rest_until_serve() -> None:
     socket, transport = make_socket()
     transport.feed(client_frame(OP_TEXT, b'{"type":"auth"}') + client_frame(OP_TEXT, b"second"))
     assert await socket.receive(1.0) == '{"type":"auth"}'
@@ -658,7 +645,7 @@ async def test_receive_before_serve_returns_the_first_message_and_holds_the_rest
     assert transport.frames() == [(0x8A, b"")]
 
 
-async def test_receive_times_out_with_timeout_error_and_a_later_message_is_not_lost() -> None:
+async def test_receive_times_out_without_losing_later_message() -> None:
     socket, transport = make_socket()
     with pytest.raises(TimeoutError):
         await socket.receive(0.01)
@@ -666,7 +653,7 @@ async def test_receive_times_out_with_timeout_error_and_a_later_message_is_not_l
     assert await socket.receive(1.0) == "late"
 
 
-async def test_receive_on_a_connection_that_closes_raises_connection_reset() -> None:
+async def test_receive_on_closing_connection_raises_connection_reset() -> None:
     socket, transport = make_socket()
     waiting = asyncio.create_task(socket.receive(5.0))
     await settle()
@@ -678,7 +665,7 @@ async def test_receive_on_a_connection_that_closes_raises_connection_reset() -> 
         await socket.receive(1.0)
 
 
-async def test_pause_reading_holds_delivery_until_resumed_then_all_arrive_in_order() -> None:
+async def test_pause_reading_holds_delivery_until_resumed() -> None:
     socket, transport = make_socket()
 
     def pause_on_request(message: str | bytes) -> None:
@@ -706,7 +693,7 @@ async def test_pause_reading_holds_delivery_until_resumed_then_all_arrive_in_ord
 
 
 # --- sending --------------------------------------------------------------------------------------
-async def test_send_texts_writes_unmasked_final_text_frames_in_one_write() -> None:
+async def test_send_texts_writes_unmasked_final_frames_at_once() -> None:
     socket, transport = make_socket()
     payloads = [b"", b'{"n":1}', b"a" * 125, b"b" * 126, b"c" * 65535, b"d" * 65536]
     await socket.send_texts(payloads)
@@ -736,9 +723,7 @@ async def test_send_texts_waits_while_the_transport_paused_writing() -> None:
     await asyncio.wait_for(socket.send_texts([b"three"]), 1.0)
 
 
-async def test_a_send_waiting_for_the_drain_raises_connection_reset_when_the_connection_drops() -> (
-    None
-):
+async def test_send_waiting_for_drain_raises_reset_on_drop() -> None:
     socket, transport = make_socket()
     transport.buffer_full = True
     waiting = asyncio.create_task(socket.send_texts([b"one"]))
@@ -760,7 +745,7 @@ async def test_send_texts_raises_connection_reset_after_close() -> None:
     assert transport.frames() == [(0x88, b"\x03\xe8")]
 
 
-async def test_close_sends_one_close_frame_and_aborts_after_the_timeout_when_the_peer_never_answers(
+async def test_close_aborts_after_timeout_when_peer_never_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(websocket, "CLOSE_TIMEOUT_S", 0.1)
     socket, transport, events = served()
@@ -817,7 +802,7 @@ async def test_close_reason_is_cut_to_fit_a_control_frame() -> None:
 LOOP_CLOCK_SLACK_S = 0.002
 
 
-async def test_heartbeat_pings_each_interval_and_aborts_a_peer_silent_for_two() -> None:
+async def test_heartbeat_pings_and_aborts_a_peer_silent_for_two() -> None:
     loop = asyncio.get_running_loop()
     socket, transport = make_socket(heartbeat_s=0.05)
     started = loop.time()
@@ -861,7 +846,7 @@ DEFLATE_PAYLOADS = [
 ]
 
 
-async def test_compressed_sends_set_rsv1_and_inflate_with_the_context_taken_over() -> None:
+async def test_compressed_sends_set_rsv1_and_inflate_with_takeover() -> None:
     socket, transport = make_socket(deflate_bits=15)
     await socket.send_texts(DEFLATE_PAYLOADS[:2])
     await socket.send_texts(DEFLATE_PAYLOADS[2:])
@@ -874,7 +859,7 @@ async def test_compressed_sends_set_rsv1_and_inflate_with_the_context_taken_over
         inflate(zlib.decompressobj(-15), frames[1][1])
 
 
-async def test_compressed_sends_without_takeover_inflate_each_on_their_own() -> None:
+async def test_compressed_sends_without_takeover_inflate_alone() -> None:
     socket, transport = make_socket(deflate_bits=15, no_takeover=True)
     await socket.send_texts(DEFLATE_PAYLOADS[:2])
     await socket.send_texts(DEFLATE_PAYLOADS[2:])
@@ -908,7 +893,7 @@ async def test_a_compressed_client_message_is_inflated() -> None:
     assert transport.frames() == [(0x8A, b"between")]
 
 
-async def test_a_compressed_client_message_of_exactly_max_bytes_is_delivered() -> None:
+async def test_compressed_message_of_exactly_max_bytes_is_delivered() -> None:
     _, transport, events = served(max_bytes=1000, deflate_bits=15)
     transport.feed(
         client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1000), rsv=RSV1)
@@ -916,7 +901,7 @@ async def test_a_compressed_client_message_of_exactly_max_bytes_is_delivered() -
     assert events.received == ["a" * 1000]
 
 
-async def test_a_compressed_message_inflating_past_max_bytes_closes_with_1009() -> None:
+async def test_compressed_message_inflating_past_max_closes_1009() -> None:
     socket, transport, events = served(max_bytes=1000, deflate_bits=15)
     transport.feed(
         client_frame(OP_TEXT, deflate(zlib.compressobj(wbits=-15), b"a" * 1001), rsv=RSV1)
@@ -956,9 +941,7 @@ async def test_an_undecodable_compressed_message_closes_the_connection() -> None
         ),
     ],
 )
-async def test_rsv1_where_no_compressed_message_may_start_closes_with_1002(
-    deflate_bits: int, frames: bytes
-) -> None:
+async def test_misplaced_rsv1_closes_with_1002(deflate_bits: int, frames: bytes) -> None:
     _, transport, events = served(deflate_bits=deflate_bits)
     transport.feed(frames)
     assert [code for code, _ in transport.close_frames()] == [CLOSE_PROTOCOL_ERROR]
@@ -1071,8 +1054,7 @@ async def test_messages_echo_through_a_real_aiohttp_server_and_client(
         assert server.only().socket.compressed == bool(compress)
 
 
-async def test_no_aiohttp_handler_remains_after_the_upgrade_and_the_socket_still_echoes(
-        start_echo: StartEcho) -> None:
+async def test_no_aiohttp_handler_after_upgrade_and_socket_echoes(start_echo: StartEcho) -> None:
     client, server = await start_echo()
     async with client.ws_connect("/ws") as ws:
         await eventually(lambda: len(server.upgraded) == 1)
@@ -1101,9 +1083,7 @@ async def test_a_client_close_gets_a_proper_close_reply(
     assert upgraded.echo.closed == 1
 
 
-async def test_a_server_close_reaches_the_client_with_its_code_and_reason(
-    start_echo: StartEcho,
-) -> None:
+async def test_server_close_reaches_client_with_code_and_reason(start_echo: StartEcho) -> None:
     client, server = await start_echo()
     async with client.ws_connect("/ws") as ws:
         await ws.send_str("close please")
@@ -1177,7 +1157,7 @@ def test_a_valid_client_close_payload_gives_its_code(payload: bytes, code: int) 
         (struct.pack("!H", 1000) + b"\xff\xfe", CLOSE_INVALID_TEXT)
     ],
 )
-def test_a_client_close_payload_rfc_6455_forbids_is_a_violation(payload: bytes, code: int) -> None:
+def test_forbidden_client_close_payload_is_a_violation(payload: bytes, code: int) -> None:
     with pytest.raises(ProtocolViolation) as raised:
         peer_close_code(payload)
     assert raised.value.code == code

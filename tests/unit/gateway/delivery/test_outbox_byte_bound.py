@@ -30,7 +30,7 @@ def delivery(offset: int, value_bytes: int) -> Delivery:
     return Delivery(entry, 1)
 
 
-async def test_a_broadcast_page_is_taken_only_up_to_the_outbox_byte_bound() -> None:
+async def test_broadcast_page_is_taken_up_to_byte_bound() -> None:
     async with Session(
         "s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000
     ) as session:
@@ -44,7 +44,7 @@ async def test_a_broadcast_page_is_taken_only_up_to_the_outbox_byte_bound() -> N
         assert session.credit == 10_000 - 4
 
 
-async def test_a_group_page_is_cut_at_the_byte_bound_and_the_rest_stays_with_the_reader() -> None:
+async def test_group_page_is_cut_at_byte_bound_rest_stays_with_reader() -> None:
     async with Session("s", "t", GROUP_PARAMS, never_drains, slow_client_timeout_s=60,
                        max_outbox_bytes=10_000) as session:
         page = [delivery(n, 3000) for n in range(1, 11)]
@@ -56,7 +56,7 @@ async def test_a_group_page_is_cut_at_the_byte_bound_and_the_rest_stays_with_the
         assert session.outbox_bytes < 10_000 + 3200
 
 
-async def test_readers_held_back_by_the_byte_bound_are_woken_once_the_writer_takes_frames() -> None:
+async def test_bound_held_readers_wake_when_writer_takes_frames() -> None:
     release = asyncio.Event()
 
     async def send(frames: Sequence[bytes]) -> None:
@@ -77,7 +77,7 @@ async def test_readers_held_back_by_the_byte_bound_are_woken_once_the_writer_tak
         release.set()
 
 
-async def test_a_client_reading_no_answers_is_closed_slow_at_twice_the_bound() -> None:
+async def test_client_reading_no_answers_is_closed_at_twice_bound() -> None:
     async with Session(
         "s", "t", PARAMS, never_drains, slow_client_timeout_s=60, max_outbox_bytes=1000
     ) as session:
@@ -93,7 +93,7 @@ async def test_a_client_reading_no_answers_is_closed_slow_at_twice_the_bound() -
         assert close.reason.startswith("slow consumer; from="), "the cursor to resume from"
 
 
-async def test_a_subscriber_that_never_reads_is_closed_slow_and_its_session_keeps_no_frame(
+async def test_subscriber_never_reading_is_closed_and_keeps_no_frame(
         monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(heap, "_TRIM", trims.append)

@@ -66,7 +66,7 @@ def pull_request(wait_ms: int = 0) -> PullRequest:
 @pytest.mark.parametrize("failing", ["expired", "claim", "read_new"])
 @pytest.mark.parametrize("error", [StorageUnavailable("primary gone"),
                                    CoordinationUnavailable("etcd gone")], ids=["redis", "etcd"])
-async def test_a_partition_failing_mid_pull_leaves_what_was_claimed_and_read_with_the_caller(
+async def test_partition_failing_mid_pull_keeps_what_was_read(
         failing: str, error: Exception) -> None:
     store = FailingPartitionStore(down=2, failing=failing, error=error)
     puller = Puller(store, no_dead_letters)  # type: ignore[arg-type]
@@ -78,7 +78,7 @@ async def test_a_partition_failing_mid_pull_leaves_what_was_claimed_and_read_wit
     assert store.taken == reclaimed + read
 
 
-async def test_a_pull_that_holds_nothing_when_its_backend_fails_is_unavailable() -> None:
+async def test_empty_pull_on_backend_failure_is_unavailable() -> None:
     store = FailingPartitionStore(down=0, failing="expired")
     puller = Puller(store, no_dead_letters)  # type: ignore[arg-type]
     with pytest.raises(StorageUnavailable):

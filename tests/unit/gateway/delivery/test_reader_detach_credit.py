@@ -70,9 +70,7 @@ async def wait_until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(what)
 
 
-async def test_a_detached_readers_unacked_deliveries_give_their_credit_back_to_the_session() -> (
-    None
-):
+async def test_detached_readers_unacked_deliveries_return_credit() -> None:
     config = GroupConfig(30_000, 5, HeaderFilter(), "earliest", auto_ack=False, exclusive=True)
     stores = [EndlessPartition(0), EndlessPartition(1)]
     readers = [

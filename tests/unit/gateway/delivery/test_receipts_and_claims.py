@@ -179,9 +179,7 @@ def problem_of(response_status: int, doc: dict[str, Any]) -> tuple[int, str]:
 
 # ----------------------------------------------------------------------------------------- receipts
 
-def test_a_signed_receipt_opens_only_for_its_principal_and_group_before_it_expires(
-    signer: ReceiptSigner,
-) -> None:
+def test_signed_receipt_opens_only_for_its_holder_until_expiry(signer: ReceiptSigner) -> None:
     receipt = Receipt("orders", 1, "5-0", 1000, issued_ms=1_000_000)
     token = signer.issue(receipt, "app", "g1")
     sealed = signer.read(token, "/receipts/0")
@@ -213,7 +211,7 @@ def test_a_receipt_out_of_range_is_refused_even_when_signed(signer: ReceiptSigne
         assert (refused.value.status, refused.value.pointer) == (422, "/receipts/3"), receipt
 
 
-def test_receipt_secret_setting_is_read_from_the_environment_and_must_be_long_enough(
+def test_receipt_secret_comes_from_env_and_must_be_long_enough(
         caplog: pytest.LogCaptureFixture) -> None:
     assert settings_from_env({}).receipt_secret is None
     assert settings_from_env({"STREAMGATE_RECEIPT_SECRET": "r" * 32}).receipt_secret == "r" * 32
@@ -268,7 +266,7 @@ def hostile_receipts(good: str, signer: ReceiptSigner) -> dict[str, object]:
     return cases
 
 
-async def test_hostile_receipts_on_ack_nack_extend_are_4xx_problems_and_settle_nothing(
+async def test_hostile_receipts_are_4xx_problems_and_settle_nothing(
         secured: Client, groups: RecordingGroupStore, signer: ReceiptSigner) -> None:
     good = (await pulled_receipts(secured))[0]
     cases = hostile_receipts(good, signer)
@@ -297,7 +295,7 @@ async def test_hostile_receipts_on_ack_nack_extend_are_4xx_problems_and_settle_n
     )
 
 
-async def test_a_pulled_receipt_settles_for_its_holder_and_extend_hands_out_fresh_ones(
+async def test_pulled_receipt_settles_and_extend_hands_out_fresh_ones(
         secured: Client, groups: RecordingGroupStore) -> None:
     first, second = await pulled_receipts(secured)
     response = await secured.post("/v1/groups/g1/extend", json={"receipts": [first]}, headers=APP)
@@ -363,9 +361,7 @@ def test_time_claims_must_be_numbers_in_a_real_range() -> None:
     assert fine.expires_at_s is not None
 
 
-async def test_hostile_time_claims_are_401_over_http_and_4401_on_the_websocket(
-    secured: Client,
-) -> None:
+async def test_hostile_time_claims_are_401_over_http_and_4401_on_ws(secured: Client) -> None:
     cases = hostile_time_claims()
     outcomes: collections.Counter[str] = collections.Counter()
     for name, token in cases.items():
@@ -404,7 +400,7 @@ def nested(depth: int, shape: str) -> str:
     return "[" * (depth - 1) + '{"k":"v\\n","n":1.5e3}' + "]" * (depth - 1)
 
 
-async def test_values_nested_deeper_than_orjson_writes_are_422_naming_the_message_and_write_nothing(
+async def test_values_nested_too_deep_are_422_and_write_nothing(
         secured: Client, store: InMemoryStreamStore) -> None:
     outcomes: collections.Counter[int] = collections.Counter()
     tried = 0
@@ -454,9 +450,7 @@ def test_scrub_query_masks_credential_parameters_only() -> None:
     assert scrub_query("/x?token&topic=a") == "/x?token&topic=a"
 
 
-def test_the_access_logger_masks_the_request_line_and_referer(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_access_logger_masks_request_line_and_referer(caplog: pytest.LogCaptureFixture) -> None:
     logger = ScrubbingAccessLogger(
         logging.getLogger("test.access"), ScrubbingAccessLogger.LOG_FORMAT
     )

@@ -17,7 +17,7 @@ from partitioner.group_policy import NO_BACKOFF, GroupPolicy, RetryBackoff
 from storage.models import PendingEntry
 
 
-def test_the_wait_doubles_per_delivery_up_to_the_maximum_with_half_to_full_jitter() -> None:
+def test_wait_doubles_per_delivery_up_to_maximum_with_jitter() -> None:
     backoff = RetryBackoff(100, 2.0, 1000)
     for count, base in zip(range(1, 8), (100, 200, 400, 800, 1000, 1000, 1000), strict=True):
         waits = {backoff.delay_ms(count, f"{n}-0") for n in range(50)}
@@ -28,20 +28,20 @@ def test_the_wait_doubles_per_delivery_up_to_the_maximum_with_half_to_full_jitte
 
 
 @given(st.integers(1, 10**9), st.integers(0, 3_600_000), st.floats(1, 100))
-def test_the_wait_never_exceeds_the_maximum_however_many_deliveries(
+def test_wait_never_exceeds_maximum_however_many_deliveries(
         count: int, initial: int, multiplier: float) -> None:
     backoff = RetryBackoff(initial, multiplier, 3_600_000)
     assert 0 <= backoff.delay_ms(count, "1-0") <= max(initial, 3_600_000)
 
 
-def test_the_policy_keeps_its_backoff_in_etcd_and_reads_older_documents() -> None:
+def test_policy_keeps_backoff_in_etcd_and_reads_older_documents() -> None:
     policy = GroupPolicy(30_000, 5, RetryBackoff(250, 3.0, 9_000))
     assert GroupPolicy.decode(policy.encode()) == policy
     assert GroupPolicy.decode(b'{"ack_timeout_ms": 1000, "max_deliveries": 2}') == GroupPolicy(
         1000, 2)
 
 
-def test_subscriptions_and_pulls_name_their_backoff_or_get_a_pointed_422() -> None:
+def test_subscriptions_and_pulls_name_backoff_or_get_422() -> None:
     query = MultiDict({"topic": "t", "group": "g", "retry_backoff_ms": "500",
                        "retry_backoff_multiplier": "1.5", "retry_backoff_max_ms": "8000"})
     assert parse_subscribe_params(query).retry_backoff == RetryBackoff(500, 1.5, 8000)
@@ -67,7 +67,7 @@ class PendingStore:
         return [row for row in self.rows if row.idle_ms >= min_idle_ms][:count]
 
 
-async def test_a_nack_falls_due_after_the_backoff_or_exactly_after_its_delay() -> None:
+async def test_nack_falls_due_after_backoff_or_exactly_its_delay() -> None:
     store: Any = PendingStore([PendingEntry(0, "5-0", "c", 10, 3)])
     backoff = RetryBackoff(1000, 2.0, 60_000)
     assert await nack_idles(store, "t", 0, "g", ["5-0"], 0, 30_000, NO_BACKOFF) == {
@@ -80,7 +80,7 @@ async def test_a_nack_falls_due_after_the_backoff_or_exactly_after_its_delay() -
         30_000 + waited - 700: ["5-0"]}
 
 
-async def test_an_entry_is_due_again_once_idle_for_the_ack_timeout_and_its_backoff() -> None:
+async def test_entry_is_due_again_after_ack_timeout_and_backoff() -> None:
     backoff = RetryBackoff(1000, 2.0, 60_000)
     wait = backoff.delay_ms(1, "1-0")
     rows = [PendingEntry(0, "1-0", "c", 30_000 + wait - 1, 1),

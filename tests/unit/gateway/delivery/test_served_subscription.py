@@ -86,8 +86,7 @@ async def until(predicate: Any) -> None:
     raise AssertionError("condition not reached")
 
 
-async def test_settle_frames_are_settled_in_order_and_a_full_inbox_stops_the_socket_reading(
-        services: Services) -> None:
+async def test_settles_keep_order_and_full_inbox_stops_reading(services: Services) -> None:
     socket, hub = FakeSocket(), GatedHub()
     subscription = served(services, socket, hub)
     for n in range(INBOX_FRAMES + 6):
@@ -104,8 +103,7 @@ async def test_settle_frames_are_settled_in_order_and_a_full_inbox_stops_the_soc
     assert subscription._drainer is None, "no task once the inbox is empty"
 
 
-async def test_frames_received_before_the_connection_went_away_are_settled_before_the_cleanup_ends(
-        services: Services) -> None:
+async def test_frames_received_before_disconnect_settle_before_cleanup(services: Services) -> None:
     socket, hub = FakeSocket(), GatedHub()
     subscription = served(services, socket, hub)
     for n in range(3):
@@ -119,8 +117,7 @@ async def test_frames_received_before_the_connection_went_away_are_settled_befor
     assert services.connections.open_count("p") == 0
 
 
-async def test_a_frame_that_is_not_a_settle_frame_gets_an_error_frame_and_nothing_is_settled(
-        services: Services) -> None:
+async def test_non_settle_frame_gets_error_frame_and_settles_nothing(services: Services) -> None:
     socket, hub = FakeSocket(), GatedHub()
     hub.gate.set()
     subscription = served(services, socket, hub)
@@ -168,7 +165,7 @@ def test_a_settle_frame_gives_its_action_refs_delay_and_reason() -> None:
         {"partition": 1, "offset": None}
     ],
 )
-def test_a_settle_frame_with_a_malformed_message_anywhere_is_refused_whole(item: object) -> None:
+def test_settle_frame_with_any_malformed_message_is_refused(item: object) -> None:
     good = {"partition": 0, "offset": "1-0"}
     for messages in ([item], [good, item], [good, good, item, good]):
         with pytest.raises(ValueError, match="each message must be"):

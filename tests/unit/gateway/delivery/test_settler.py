@@ -40,7 +40,7 @@ def settler_on(store: SettleRecorder) -> Settler:
     return Settler(store, SCOPE)  # type: ignore[arg-type]
 
 
-async def test_acks_from_sessions_in_the_same_tick_go_out_as_one_xack() -> None:
+async def test_acks_from_one_tick_go_out_as_one_xack() -> None:
     store = SettleRecorder()
     settler = settler_on(store)
     await asyncio.gather(settler.ack([(0, "1-0"), (0, "2-0")]), settler.ack([(0, "3-0")]))
@@ -56,7 +56,7 @@ async def test_a_failed_batched_xack_fails_every_ack_it_carried() -> None:
     assert [type(r) for r in results] == [StorageError, StorageError]
 
 
-async def test_an_ack_whose_caller_is_cancelled_still_goes_out_for_the_others() -> None:
+async def test_ack_of_cancelled_caller_still_goes_out_for_others() -> None:
     store = SettleRecorder()
     settler = settler_on(store)
     gone = asyncio.ensure_future(settler.ack([(0, "1-0")]))
@@ -75,7 +75,7 @@ async def test_idle_times_are_written_only_for_some_offsets() -> None:
     assert store.idles == [(["1-0"], 0)]
 
 
-async def test_a_failed_bookkeeping_write_is_logged_and_raises_nowhere(
+async def test_failed_bookkeeping_write_is_logged_not_raised(
         caplog: pytest.LogCaptureFixture) -> None:
     async def failing() -> None:
         raise StorageError("unreachable")

@@ -16,9 +16,7 @@ from gateway.services import Services
 Client = TestClient[Any, Any]
 
 
-async def test_a_subscribe_request_that_is_not_a_websocket_handshake_is_a_400_problem(
-    client: Client, orders: str
-) -> None:
+async def test_subscribe_without_websocket_handshake_is_400(client: Client, orders: str) -> None:
     response = await client.get(f"/v1/subscribe?topic={orders}")
     assert response.status == 400
     assert response.content_type == PROBLEM_CONTENT_TYPE
@@ -30,7 +28,7 @@ async def test_a_subscribe_request_that_is_not_a_websocket_handshake_is_a_400_pr
     assert "Sec-WebSocket-Key" in (await response.json())["detail"]
 
 
-async def test_a_broadcast_socket_gets_its_assignment_and_messages_then_closes_cleanly(
+async def test_broadcast_socket_gets_assignment_messages_and_close(
         client: Client, orders: str, services: Services) -> None:
     async with client.ws_connect(f"/v1/subscribe?topic={orders}&from=earliest") as ws:
         assignment = orjson.loads((await ws.receive(timeout=5)).data)

@@ -46,9 +46,7 @@ ENTRIES = [
 
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("topic", ["orders", 'we"ird\\topic-é'])
-def test_message_frames_match_the_orjson_encoding_of_the_document(
-    topic: str, entry: StoredEntry
-) -> None:
+def test_message_frames_match_orjson_encoding(topic: str, entry: StoredEntry) -> None:
     for delivery_count in (1, 17):
         frame = message_frame(topic, entry, delivery_count)
         assert frame == reference(topic, entry, delivery_count)
@@ -129,16 +127,14 @@ def test_compiled_text_frames_match_the_reference_byte_for_byte(
     assert compiled.text_frames(payloads) == _speedups.text_frames_python(payloads)
 
 
-def test_text_frames_of_other_sequences_or_bytes_like_payloads_take_the_reference(
-    compiled: ModuleType
-) -> None:
+def test_text_frames_of_other_payload_types_take_the_reference(compiled: ModuleType) -> None:
     assert wire.text_frames((b"a", b"bc")) == _speedups.text_frames_python([b"a", b"bc"])
     assert wire.text_frames([b"a", bytearray(b"bc")]) == b"\x81\x01a\x81\x02bc"  # type: ignore[list-item]
     assert compiled.text_frames([b"a", bytearray(b"bc")]) is None
     assert compiled.text_frames((b"a",)) is None
 
 
-def test_batched_frames_wrap_each_run_of_messages_and_leave_controls_between_them() -> None:
+def test_batched_frames_wrap_message_runs_around_controls() -> None:
     control = orjson.dumps({"type": "assignment", "generation": 1, "partitions": [0]})
     messages = [orjson.dumps({"type": "message", "partition": 0, "offset": f"{n}-0"})
                 for n in range(3)]

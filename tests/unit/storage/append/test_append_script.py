@@ -107,14 +107,14 @@ _records = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(records=st.lists(_records, min_size=1, max_size=12),
        max_length=st.none() | st.integers(1, 10**9), ttl=st.integers(1, 10**9))
-def test_wire_encoding_is_byte_for_byte_the_generic_resp_encoding(
+def test_wire_encoding_equals_generic_resp_encoding(
         records: list[Record], max_length: int | None, ttl: int) -> None:
     call = append_call("topic/é", 3, records,
                        AppendOptions(max_length=max_length, dedup_ttl_ms=ttl))
     assert call.evalsha_wire() == encode_command(call.evalsha_command())
 
 
-def test_wire_encoding_of_a_batch_with_over_a_thousand_dedup_keys() -> None:
+def test_wire_encoding_of_over_a_thousand_dedup_keys() -> None:
     records = [Record(partition=0, value=b"v%d" % i, key=b"k", idempotency_key=f"i{i}")
                for i in range(1100)]
     call = append_call("t", 0, records, AppendOptions())
@@ -145,7 +145,7 @@ async def test_wire_encoding_runs_as_the_script_expects(redis: Any) -> None:
                                                       r.headers)),
                         min_size=1, max_size=12),
        max_length=st.none() | st.integers(1, 10**9))
-def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
+def test_transaction_wire_equals_generic_resp_encoding(
         records: list[Record], max_length: int | None) -> None:
     call = append_call("topic/é", 3, records, AppendOptions(max_length=max_length))
     assert not call.uses_script
@@ -155,8 +155,7 @@ def test_transaction_wire_is_byte_for_byte_the_generic_resp_encoding(
 
 
 @pytest.mark.parametrize("value_format", list(ValueFormat))
-def test_one_headers_object_shared_by_every_record_encodes_as_each_ones_own(
-        value_format: ValueFormat) -> None:
+def test_shared_headers_object_encodes_as_per_record_headers(value_format: ValueFormat) -> None:
     context = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     records = [Record(partition=0, value=b"%d" % n, value_format=value_format,
                       key=None if n % 2 else b"k%d" % n, headers=context) for n in range(5)]
@@ -193,7 +192,7 @@ def test_executed_transaction_folds_into_the_scripts_flat_reply() -> None:
                                                                             ("5-1", False)]
 
 
-def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
+def test_aborted_transaction_folds_into_its_refusal() -> None:
     call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
@@ -206,7 +205,7 @@ def test_aborted_transaction_folds_into_the_refusal_that_aborted_it() -> None:
     assert isinstance(call.fold_replies([b"OK", ask, b"QUEUED", aborted]), errors.AskError)
 
 
-def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> None:
+def test_command_failing_inside_transaction_fails_the_call() -> None:
     call = append_call("t", 0, [Record(partition=0, value=b"a"), Record(partition=0, value=b"b")],
                              AppendOptions())
     folded = call.fold_replies([b"OK", b"QUEUED", b"QUEUED",
@@ -215,7 +214,7 @@ def test_a_command_failing_inside_an_executed_transaction_fails_the_call() -> No
     assert isinstance(folded, errors.ResponseError)
 
 
-async def test_transaction_wire_runs_on_redis_and_stores_what_the_script_stores(redis: Any) -> None:
+async def test_transaction_wire_stores_what_the_script_stores(redis: Any) -> None:
     records = [Record(partition=0, value=b"a", key=b"k1"),
                Record(partition=0, value=b"{}", value_format=ValueFormat.JSON),
                Record(partition=0, value=b"c", headers={"h": "1"})]

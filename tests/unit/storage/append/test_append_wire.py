@@ -36,7 +36,7 @@ def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
     return compiled_part("storage._speedups._wire")
 
 
-def test_the_compiled_encoder_is_installed_unless_switched_off(compiled: ModuleType) -> None:
+def test_compiled_encoder_is_installed_unless_switched_off(compiled: ModuleType) -> None:
     chosen = xadd_transaction_python if _speedups.OFF else compiled.xadd_transaction
     assert _speedups.xadd_transaction is chosen
     assert (_speedups.fold_transaction_or_none is compiled.fold_transaction) is not _speedups.OFF
@@ -56,7 +56,7 @@ def test_compiled_encoder_equals_the_reference(compiled: ModuleType,
 
 @pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 999, 1000, 9_999, 10_000, 99_999, 100_000,
                                   1_048_576])
-def test_compiled_encoder_writes_every_length_prefix_as_the_reference(compiled: ModuleType,
+def test_compiled_encoder_writes_length_prefixes_as_reference(compiled: ModuleType,
                                                                       size: int) -> None:
     """The compiled encoder writes its ``$<length>`` digits itself: lengths either side of each
     added digit, for values, keys (whose field name is one byte longer) and keyless records."""
@@ -125,7 +125,7 @@ def test_an_executed_transaction_folds_into_offsets() -> None:
 @given(rows=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=8),
                                st.none() | st.binary(max_size=4)),
                      max_size=40))
-def test_compiled_split_equals_the_reference_and_keeps_input_order_per_partition(
+def test_compiled_split_equals_reference_and_keeps_order(
         compiled: ModuleType, rows: list[tuple[int, bytes, bytes | None]]) -> None:
     partitions, values, keys = ([p for p, _, _ in rows], [v for _, v, _ in rows],
                                 [k for _, _, k in rows])
@@ -154,7 +154,7 @@ _error = st.sampled_from([ReplyError("MOVED 3999 127.0.0.1:7001"),
 @settings(max_examples=300, deadline=None)
 @given(ids=_ids, queued_error=st.none() | st.tuples(st.integers(0, 20), _error),
        executed=st.sampled_from(["list", "nil", "error", "error inside"]))
-def test_compiled_fold_answers_only_for_clean_transactions_and_then_as_the_reference_does(
+def test_compiled_fold_answers_clean_transactions_as_reference(
         compiled: ModuleType, ids: list[bytes], queued_error: tuple[int, BaseException] | None,
         executed: str) -> None:
     queued: list[Any] = [b"QUEUED"] * len(ids)
@@ -205,8 +205,7 @@ def test_compiled_input_order_equals_the_reference(compiled: ModuleType,
     assert [offset.split("-")[0] for offset in ordered] == [str(p) for p in partitions]
 
 
-def test_compiled_input_order_refuses_offsets_that_do_not_match_the_records(
-        compiled: ModuleType) -> None:
+def test_compiled_input_order_refuses_mismatched_offsets(compiled: ModuleType) -> None:
     groups = compiled.split_by_partition([0, 1, 0], [b"a", b"b", b"c"], [None, None, None])
     with pytest.raises(ValueError, match="differ in length"):
         compiled.in_input_order(3, groups, {0: ["1-0"], 1: ["1-1"]})
@@ -216,7 +215,7 @@ def test_compiled_input_order_refuses_offsets_that_do_not_match_the_records(
         compiled.in_input_order(2, groups, {0: ["1-0", "1-2"], 1: ["1-1"]})
 
 
-def test_replies_without_an_error_come_back_as_they_are_and_errors_as_redis_exceptions() -> None:
+def test_replies_pass_through_and_errors_become_redis_exceptions() -> None:
     clean: list[Any] = [b"OK", 1, [ReplyError("nested stays")]]
     assert with_redis_errors(clean) is clean
     converted = with_redis_errors([b"OK", ReplyError("MOVED 3999 127.0.0.1:7001")])

@@ -34,7 +34,7 @@ def test_the_wire_is_the_command_encoded(records: Records, conditions: Condition
     assert call.wire() == encode_command(call.evalsha_command())
 
 
-def test_each_key_is_indexed_once_per_call_and_keyless_records_not_at_all() -> None:
+def test_each_key_is_indexed_once_per_call_keyless_never() -> None:
     call = IndexedAppendCall("t", 3, SHAPES["plain"], AppendOptions(key_index=True), None)
     command = call.evalsha_command()
     keys = command[3:3 + command[2]]

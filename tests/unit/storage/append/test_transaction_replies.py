@@ -51,7 +51,7 @@ def read(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("compiled").read_transactions
 
 
-def test_the_compiled_reader_is_installed_unless_switched_off(compiled: ModuleType) -> None:
+def test_compiled_reader_is_installed_unless_switched_off(compiled: ModuleType) -> None:
     assert _speedups.read_transactions is (read_transactions_python if _speedups.OFF
                                            else compiled.read_transactions)
 
@@ -59,7 +59,7 @@ def test_the_compiled_reader_is_installed_unless_switched_off(compiled: ModuleTy
 @settings(max_examples=200, deadline=None)
 @given(transactions=st.lists(st.lists(_ids, max_size=6), max_size=4), lead=st.binary(max_size=6),
        tail=st.binary(max_size=6))
-def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any,
+def test_clean_transactions_read_as_folds_and_their_end(read: Any,
                                                                    transactions: list[list[str]],
                                                                    lead: bytes,
                                                                    tail: bytes) -> None:
@@ -69,7 +69,7 @@ def test_clean_transactions_read_as_their_folds_and_where_they_end(read: Any,
         [_flat(ids) for ids in transactions], len(lead) + len(body))
 
 
-def test_a_read_cut_short_anywhere_is_told_apart_from_one_that_is_not_clean(read: Any) -> None:
+def test_read_cut_short_is_told_apart_from_unclean(read: Any) -> None:
     data = _transaction(["1-0", "1795418703164-12"]) + _transaction(["2-0"])
     for end in range(len(data)):
         # clean so far: the rest comes in a later read
@@ -161,7 +161,7 @@ def _shapes(protocol: RespProtocol) -> list[_Transactions]:
     return [cast(_Transactions, r.shapes[0]) for r in protocol.waiting if r.shapes]
 
 
-async def test_a_shaped_request_read_in_one_piece_is_answered_from_the_bytes() -> None:
+async def test_shaped_request_read_whole_is_answered_from_bytes() -> None:
     first, second = [["1-0", "1-1"], ["2-0"]], [["3-0"]]
     protocol, (one, two) = _protocol_with(asyncio.get_running_loop(), [(7, [2, 1]), (3, [1])])
     shapes = _shapes(protocol)
@@ -172,7 +172,7 @@ async def test_a_shaped_request_read_in_one_piece_is_answered_from_the_bytes() -
     assert (protocol.sent, len(protocol.waiting), protocol.reader.has_data()) == (0, 0, False)
 
 
-async def test_replies_split_at_any_byte_give_every_request_the_same_answer() -> None:
+async def test_replies_split_at_any_byte_give_the_same_answers() -> None:
     requests: list[list[list[str]]] = [[["1-0", "1-1"], ["2-0"]], [["3-0"]], [[]],
                                        [["4-0", "4-1", "4-2"]]]
     data = b"".join(_transaction(ids) for request in requests for ids in request)
@@ -189,7 +189,7 @@ async def test_replies_split_at_any_byte_give_every_request_the_same_answer() ->
             assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
-async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_reply() -> None:
+async def test_aborted_transaction_is_answered_reply_by_reply() -> None:
     aborted = b"+OK\r\n-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n"
     protocol, (plain, other, clean) = _protocol_with(asyncio.get_running_loop(),
                                                      [(3, [1]), (1, None), (3, [1])])
@@ -203,7 +203,7 @@ async def test_an_aborted_transaction_and_other_requests_are_answered_reply_by_r
     assert [shape.folded for shape in shapes] == [True, True]
 
 
-async def test_a_request_cut_inside_its_replies_is_read_from_the_bytes_once_all_arrive() -> None:
+async def test_request_cut_inside_replies_is_read_once_all_arrive() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3, [1])])
     (shape,) = _shapes(protocol)
     # Redis answered the first commands it read: kept, not for hiredis
@@ -215,7 +215,7 @@ async def test_a_request_cut_inside_its_replies_is_read_from_the_bytes_once_all_
     assert not shape.folded
 
 
-async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the_rest() -> None:
+async def test_kept_replies_found_unclean_go_to_hiredis() -> None:
     protocol, (refused, after) = _protocol_with(asyncio.get_running_loop(), [(3, [1]), (1, None)])
     protocol.data_received(b"+OK\r\n")
     protocol.data_received(b"-MOVED 3999 127.0.0.1:7001\r\n-EXECABORT Transaction "
@@ -226,7 +226,7 @@ async def test_kept_replies_that_turn_out_not_clean_are_read_by_hiredis_with_the
     assert (protocol.held, protocol.sent, protocol.reader.has_data()) == (b"", 0, False)
 
 
-async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> None:
+async def test_request_partly_read_by_hiredis_finishes_reply_by_reply() -> None:
     protocol, (other, request) = _protocol_with(asyncio.get_running_loop(), [(1, None), (3, [1])])
     (shape,) = _shapes(protocol)
     protocol.data_received(b"$5\r\nhel")  # another request's reply, cut: hiredis holds its start
@@ -236,7 +236,7 @@ async def test_a_request_partly_read_by_hiredis_is_finished_reply_by_reply() -> 
     assert shape.folded
 
 
-async def test_a_cancelled_callers_replies_are_dropped_the_next_gets_its_own() -> None:
+async def test_cancelled_callers_replies_are_dropped() -> None:
     protocol, (cancelled, waiting) = _protocol_with(asyncio.get_running_loop(),
                                                     [(3, [1]), (3, [1])])
     cancelled.cancel()
@@ -245,7 +245,7 @@ async def test_a_cancelled_callers_replies_are_dropped_the_next_gets_its_own() -
     assert protocol.sent == 0
 
 
-async def test_a_request_cut_between_transactions_takes_no_reply_of_the_next() -> None:
+async def test_request_cut_between_transactions_takes_no_next_reply() -> None:
     protocol, (two, one) = _protocol_with(asyncio.get_running_loop(), [(6, [1, 1]), (3, [1])])
     # the first request's first transaction only: kept
     protocol.data_received(_transaction(["1-0"]))
@@ -263,7 +263,7 @@ async def test_a_group_commits_wait_reply_is_read_after_its_shapes() -> None:
     assert not shape.folded
 
 
-async def test_a_wait_reply_in_a_later_read_joins_the_answers_taken_before() -> None:
+async def test_wait_reply_in_later_read_joins_earlier_answers() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 4 + 1, [1, 2])])
     (shape,) = _shapes(protocol)
     # WAIT answers later
@@ -276,8 +276,7 @@ async def test_a_wait_reply_in_a_later_read_joins_the_answers_taken_before() -> 
 
 
 @pytest.mark.parametrize("wait_reply", [b"-NOREPLICAS not enough\r\n", b":x\r\n", b":1", b":1\r"])
-async def test_a_wait_reply_that_is_not_a_whole_integer_is_read_by_the_reader(
-        wait_reply: bytes) -> None:
+async def test_non_integer_wait_reply_is_read_by_the_reader(wait_reply: bytes) -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 1, [1])])
     protocol.data_received(_transaction(["1-0"]) + wait_reply)
     if wait_reply.startswith(b"-"):  # the answer as read, the error as a redis exception
@@ -309,7 +308,7 @@ class _OneWriteServer:
 
 @pytest.mark.parametrize("wait_reply", [b":1\r\n", b"-ERR no (test)\r\n"])
 @pytest.mark.parametrize("shaped", [True, False], ids=["all-shaped", "one-unshaped"])
-async def test_each_caller_of_a_group_commit_gets_its_own_answer_and_the_wait(
+async def test_group_commit_callers_get_own_answer_and_the_wait(
         wait_reply: bytes, shaped: bool) -> None:
     answer = (_transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + _transaction(["3-0"])
               + wait_reply)
@@ -338,7 +337,7 @@ async def test_each_caller_of_a_group_commit_gets_its_own_answer_and_the_wait(
         assert second[-1] is first[-1]
 
 
-async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() -> None:
+async def test_group_commit_replies_split_anywhere_give_same_answer() -> None:
     data = _transaction(["1-0", "1-1"]) + _transaction(["2-0"]) + b":1\r\n"
     loop = asyncio.get_running_loop()
     for cut in range(len(data) + 1):
@@ -350,7 +349,7 @@ async def test_a_group_commits_replies_split_at_any_byte_give_the_same_answer() 
         assert (protocol.sent, len(protocol.waiting), protocol.lost) == (0, 0, None)
 
 
-async def test_a_request_expecting_more_than_its_shapes_and_wait_reads_one_by_one() -> None:
+async def test_request_expecting_more_than_shapes_reads_one_by_one() -> None:
     protocol, (request,) = _protocol_with(asyncio.get_running_loop(), [(3 + 2, [1])])
     (shape,) = _shapes(protocol)
     protocol.data_received(_transaction(["1-0"]) + b":1\r\n:2\r\n")
@@ -365,7 +364,7 @@ def _node_calls() -> list[AppendCall]:
     return [plain, keyed]
 
 
-def test_a_nodes_transactions_are_read_from_the_bytes_in_call_order() -> None:
+def test_nodes_transactions_are_read_from_bytes_in_call_order() -> None:
     plain = _node_calls()[0]
     shape = NodeReplies([plain, plain], [False, False])
     data = _transaction(["1-0", "1-1"]) + _transaction(["2-0", "2-1"])
@@ -373,7 +372,7 @@ def test_a_nodes_transactions_are_read_from_the_bytes_in_call_order() -> None:
     assert shape.read(data, 0) == ([_flat(["1-0", "1-1"]), _flat(["2-0", "2-1"])], len(data))
 
 
-def test_a_node_with_a_script_call_or_an_asking_is_folded_per_call_asking_dropped() -> None:
+def test_script_call_or_asking_is_folded_per_call() -> None:
     plain, keyed = _node_calls()
     scripted = NodeReplies([plain, keyed], [False, False])
     assert scripted.read(_transaction(["1-0", "1-1"]) + b"*2\r\n$3\r\n3-0\r\n:1\r\n", 0) is None

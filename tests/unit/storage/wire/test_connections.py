@@ -64,7 +64,7 @@ def _settings(**overrides: object) -> RedisStoreSettings:
     return RedisStoreSettings(client_name=None, **overrides)  # type: ignore[arg-type]
 
 
-async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(
+async def test_concurrent_requests_share_a_write_and_get_own_replies(
         server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
     ping = encode_command(["PING"])
@@ -76,8 +76,7 @@ async def test_concurrent_requests_leave_in_one_write_and_get_their_own_replies(
 
 @pytest.mark.parametrize("server", [lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n+OK\r\n"],
                          indirect=True)
-async def test_error_replies_come_back_as_redis_exceptions_among_the_others(
-        server: ScriptedServer) -> None:
+async def test_error_replies_come_back_as_redis_exceptions(server: ScriptedServer) -> None:
     async with NodeLanes(_settings()) as lanes:
         replies = await lanes.execute(("127.0.0.1", server.port), [("EVALSHA", "x", 0), ("PING",)],
                                       exclusive=False)
@@ -87,8 +86,7 @@ async def test_error_replies_come_back_as_redis_exceptions_among_the_others(
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_connection_that_never_answers_times_out_and_is_not_reused(
-        server: ScriptedServer) -> None:
+async def test_silent_connection_times_out_and_is_not_reused(server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port),
                                            _settings(socket_timeout_s=0.2))
     connection._reply_timeout_s = 0.2  # node_socket_timeout_s has a floor of wait_timeout + 1 s
@@ -111,8 +109,7 @@ async def test_a_dropped_connection_fails_every_request_in_flight(server: Script
     assert all(isinstance(outcome, errors.ConnectionLost) for outcome in outcomes)
 
 
-async def test_a_cancelled_request_does_not_shift_the_replies_of_the_next(
-        server: ScriptedServer) -> None:
+async def test_cancelled_request_does_not_shift_next_replies(server: ScriptedServer) -> None:
     counter = iter(range(1, 100))
     server.respond = lambda chunk: b"".join(b":%d\r\n" % next(counter)
                                             for _ in range(chunk.count(b"*")))
@@ -137,8 +134,7 @@ async def test_nothing_listening_is_a_redis_connection_error() -> None:
             await lanes.execute(("127.0.0.1", port), [("PING",)], exclusive=True)
 
 
-async def test_exclusive_requests_use_separate_connections_that_are_reused(
-        server: ScriptedServer) -> None:
+async def test_exclusive_requests_use_separate_reused_connections(server: ScriptedServer) -> None:
     async with NodeLanes(_settings()) as lanes:
         address = ("127.0.0.1", server.port)
         together = await asyncio.gather(*(lanes.execute(address, [("WAIT", 1, 10)], exclusive=True)
@@ -149,7 +145,7 @@ async def test_exclusive_requests_use_separate_connections_that_are_reused(
         assert len(server.writers) == 3
 
 
-async def test_requests_made_while_replies_are_out_leave_together_when_they_arrive() -> None:
+async def test_requests_made_during_replies_leave_together_after() -> None:
     release, arrived = asyncio.Event(), asyncio.Event()
     chunks: list[bytes] = []
 
@@ -201,8 +197,7 @@ class _Topology:
         return self.nodes
 
 
-async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_primaries(
-        server: ScriptedServer) -> None:
+async def test_slot_map_refresh_closes_connections_to_demoted_nodes(server: ScriptedServer) -> None:
     topology = _Topology([_Node(server.port)])
     router = ClusterRouter(topology, _settings(), owns_cluster=False)  # type: ignore[arg-type]
     async with NodeLanes(_settings()) as lanes:
@@ -222,8 +217,7 @@ async def test_a_slot_map_refresh_closes_lean_connections_to_nodes_no_longer_pri
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(
-        server: ScriptedServer) -> None:
+async def test_requests_behind_an_unanswered_one_time_out_with_it(server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port),
                                            _settings(socket_timeout_s=0.2))
     connection._reply_timeout_s = 0.3
@@ -238,8 +232,7 @@ async def test_requests_queued_behind_an_unanswered_one_time_out_with_it(
     assert connection.closed
 
 
-async def test_a_connection_answering_slowly_but_within_the_timeout_stays_open(
-        server: ScriptedServer) -> None:
+async def test_slow_connection_within_timeout_stays_open(server: ScriptedServer) -> None:
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings())
     connection._reply_timeout_s = 0.2
     ping = encode_command(["PING"])
@@ -289,8 +282,7 @@ async def test_a_failed_group_commit_fails_every_caller_in_it(server: ScriptedSe
     assert all(isinstance(outcome, errors.ConnectionLost) for outcome in outcomes)
 
 
-async def test_a_caller_cancelled_before_its_commit_leaves_is_not_sent(
-        server: ScriptedServer) -> None:
+async def test_caller_cancelled_before_commit_is_not_sent(server: ScriptedServer) -> None:
     address = ("127.0.0.1", server.port)
     async with NodeLanes(_settings()) as lanes:
         dropped = asyncio.ensure_future(lanes.execute_replicated(address,
@@ -309,8 +301,7 @@ async def _answer(server: ScriptedServer, replies: bytes) -> None:
     await server.writers[0].drain()
 
 
-async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_replies(
-        server: ScriptedServer) -> None:
+async def test_full_connection_makes_callers_wait_for_replies(server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""  # the test answers by hand
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=2)
     ping = encode_command(["PING"])
@@ -331,8 +322,7 @@ async def test_a_full_connection_makes_callers_wait_until_a_request_has_its_repl
     connection.close()
 
 
-async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_on(
-        server: ScriptedServer) -> None:
+async def test_cancelled_waiter_hands_the_room_on(server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
     ping = encode_command(["PING"])
@@ -354,8 +344,7 @@ async def test_a_waiter_cancelled_before_or_after_room_was_made_hands_the_room_o
     connection.close()
 
 
-async def test_callers_waiting_for_room_fail_when_the_connection_is_lost(
-        server: ScriptedServer) -> None:
+async def test_callers_waiting_for_room_fail_on_connection_loss(server: ScriptedServer) -> None:
     server.respond = lambda chunk: b""
     connection = await RespConnection.open(("127.0.0.1", server.port), _settings(), max_in_flight=1)
     ping = encode_command(["PING"])
@@ -381,7 +370,7 @@ class _AsItIs:
         return replies
 
 
-async def test_submit_queues_without_awaiting_and_its_future_holds_the_shapes_answer(
+async def test_submit_queues_without_awaiting_and_future_holds_answer(
         server: ScriptedServer) -> None:
     server.respond = lambda chunk: b"-MOVED 12 127.0.0.1:7001\r\n:1\r\n"
     async with NodeLanes(_settings()) as lanes:
@@ -398,8 +387,7 @@ async def test_submit_queues_without_awaiting_and_its_future_holds_the_shapes_an
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_request_past_the_stall_threshold_is_reported_and_forget_fails_it(
-        server: ScriptedServer) -> None:
+async def test_stalled_request_is_reported_and_forget_fails_it(server: ScriptedServer) -> None:
     stalls: list[tuple[str, int]] = []
     async with NodeLanes(_settings(node_stall_s=0.1, socket_timeout_s=5.0)) as lanes:
         lanes.on_stall = stalls.append
@@ -417,7 +405,7 @@ async def test_a_request_past_the_stall_threshold_is_reported_and_forget_fails_i
 
 
 @pytest.mark.parametrize("server", [lambda chunk: b""], indirect=True)
-async def test_a_connection_stuck_in_its_handshake_is_closed_when_its_node_is_forgotten(
+async def test_handshake_stuck_connection_closes_when_node_forgotten(
         server: ScriptedServer) -> None:
     settings = RedisStoreSettings(client_name="streamgate", node_stall_s=0.1, socket_timeout_s=5.0)
     async with NodeLanes(settings) as lanes:

@@ -36,12 +36,12 @@ REPLIES = {
 
 
 @pytest.mark.parametrize("text", REPLIES)
-def test_an_error_reply_becomes_the_stores_exception_for_its_code(text: str) -> None:
+def test_error_reply_becomes_the_stores_exception_for_its_code(text: str) -> None:
     assert type(as_redis_error(ReplyError(text))) is REPLIES[text]
 
 
 @pytest.mark.parametrize("text", [t for t in REPLIES if t != "MOVED nonsense"])
-def test_an_error_reply_keeps_redis_pys_text_and_retry_treatment(text: str) -> None:
+def test_error_reply_keeps_redis_pys_text_and_retry_treatment(text: str) -> None:
     ours, theirs = as_redis_error(ReplyError(text)), BaseParser.parse_error(text)  # type: ignore[no-untyped-call]
     assert ours.args == theirs.args
     assert (is_transient(ours), needs_refresh(ours)) == (is_transient(theirs),

@@ -51,7 +51,7 @@ def test_commands_are_encoded_as_arrays_of_bulk_strings() -> None:
     )
 
 
-def test_arguments_that_are_not_strings_or_numbers_are_refused() -> None:
+def test_non_string_non_number_arguments_are_refused() -> None:
     with pytest.raises(TypeError):
         encode_command(["SET", None])  # type: ignore[list-item]
     with pytest.raises(TypeError):
@@ -89,7 +89,7 @@ def test_bytes_that_are_not_resp_raise_a_protocol_error() -> None:
         reader.gets()
 
 
-def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> None:
+def test_error_replies_map_to_redis_exceptions_retry_knows() -> None:
     moved = as_redis_error(ReplyError("MOVED 3999 127.0.0.1:7001"))
     assert isinstance(moved, errors.MovedError)
     assert (moved.slot, moved.host, moved.port) == (3999, "127.0.0.1", 7001)
@@ -112,11 +112,11 @@ def test_error_replies_map_to_the_redis_exceptions_the_retry_logic_knows() -> No
 @given(st.lists(st.tuples(st.integers(0, 2**64 - 1),
                           st.integers(0, 2**64 - 1)).map(lambda p: f"{p[0]}-{p[1]}"),
                 max_size=50))
-def test_a_command_with_stream_ids_encodes_as_the_general_encoder_does(ids: list[str]) -> None:
+def test_command_with_stream_ids_encodes_as_general_encoder(ids: list[str]) -> None:
     head = ("XACK", "sg:{orders/3}:log", "grüppe")
     assert encode_command_with_ids(head, ids) == encode_command([*head, *ids])
 
 
-def test_a_stream_id_that_is_not_ascii_is_refused_rather_than_mis_sized() -> None:
+def test_non_ascii_stream_id_is_refused() -> None:
     with pytest.raises(UnicodeEncodeError):
         encode_command_with_ids(("XACK", "k", "g"), ["1-0", "\u0661-0"])
