@@ -15,7 +15,7 @@ from gateway.delivery.growth_gate import Gate
 from gateway.delivery.key_dispatch import KeyedDispatch
 from gateway.delivery.read_loop import READ_BLOCK_MS, ReadLoop
 from gateway.delivery.reclaim import DeadLetterChain, Redelivery
-from gateway.delivery.redelivery import DeadLetterSink
+from gateway.delivery.retry_policy import DeadLetterSink
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.settler import Settler
 from gateway.observe.metrics import GatewayMetrics

@@ -12,7 +12,7 @@ from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.group_reader import GroupReader
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.key_shared import Seats
-from gateway.delivery.redelivery import DeadLetterSink
+from gateway.delivery.retry_policy import DeadLetterSink
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
 from gateway.observe.metrics import GatewayMetrics

@@ -12,7 +12,7 @@ from operator import attrgetter
 from gateway.delivery.expiry import now_ms
 from gateway.delivery.group_config import ReaderScope
 from gateway.delivery.key_order import KeyOrder
-from gateway.delivery.redelivery import LOOKUP_PAGE
+from gateway.delivery.retry_policy import LOOKUP_PAGE
 from gateway.delivery.session import Session
 from gateway.delivery.settler import Settler
 from gateway.observe.metrics import GatewayMetrics

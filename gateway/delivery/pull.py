@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.receipts import Receipt, ReceiptSigner
-from gateway.delivery.redelivery import (
+from gateway.delivery.retry_policy import (
     RELEASE_IDLE_MS,
     DeadLetterSink,
     dead_letter_now,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from gateway.delivery.dispatch import Dispatcher
 from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.key_dispatch import KeyedDispatch
-from gateway.delivery.redelivery import (
+from gateway.delivery.retry_policy import (
     RELEASE_IDLE_MS,
     DeadLetterSink,
     dead_letter_now,

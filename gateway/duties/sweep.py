@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.delivery.redelivery import RELEASE_IDLE_MS, DeadLetterSink
+from gateway.delivery.retry_policy import RELEASE_IDLE_MS, DeadLetterSink
 from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import GroupPolicy
 from storage.groups_protocol import GroupStore

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from multidict import MultiDict
 
 from gateway.delivery.params import parse_retry_backoff, parse_subscribe_params
-from gateway.delivery.redelivery import RELEASE_IDLE_MS, due_again, nack_idles
+from gateway.delivery.retry_policy import RELEASE_IDLE_MS, due_again, nack_idles
 from gateway.errors import Problem
 from partitioner.group_policy import NO_BACKOFF, GroupPolicy, RetryBackoff
 from storage.models import PendingEntry

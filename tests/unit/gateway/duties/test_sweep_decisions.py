@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from gateway.delivery.redelivery import RELEASE_IDLE_MS
+from gateway.delivery.retry_policy import RELEASE_IDLE_MS
 from gateway.duties.sweep import PAGE, SWEEP_CONSUMER, GroupSweep, SweepSettings
 from gateway.observe.metrics import GatewayMetrics
 from partitioner.group_policy import GroupPolicy
