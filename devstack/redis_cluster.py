@@ -63,6 +63,9 @@ class RedisClusterConfig:
     cluster_node_timeout_ms: int = 3000
     startup_timeout_s: float = 30.0
     host: str = LOOPBACK
+    # every node's maxmemory, with noeviction: a full node refuses writes and keeps what it
+    # acknowledged; 0 leaves it unset (tests that never fill it)
+    maxmemory_bytes: int = 0
     # TLS only: client port, cluster bus and replication over TLS, client certificates required
     # (mutual TLS).
     tls: TlsFiles | None = None
@@ -72,6 +75,8 @@ class RedisClusterConfig:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
         if self.replicas_per_primary < 0:
             raise ValueError("replicas_per_primary must be >= 0")
+        if self.maxmemory_bytes < 0:
+            raise ValueError("maxmemory_bytes must be >= 0")
 
     @property
     def node_count(self) -> int:
@@ -92,6 +97,12 @@ class RedisClusterConfig:
             return [cli]
         return [cli, "--tls", "--cacert", str(self.tls.ca_cert), "--cert",
                 str(self.tls.client_cert), "--key", str(self.tls.client_key)]
+
+    def memory_argv(self) -> list[str]:
+        """The memory cap of every node: refuse writes when full (noeviction), never evict."""
+        if not self.maxmemory_bytes:
+            return []
+        return ["--maxmemory", str(self.maxmemory_bytes), "--maxmemory-policy", "noeviction"]
 
     def server_tls_argv(self, port: int) -> list[str]:
         """The listening flags of a node: `--port` in plaintext, or a TLS-only node on `port`."""
@@ -137,6 +148,7 @@ class RedisNode:
             "--daemonize", "no",
             "--dir", str(self.data_dir),
             "--logfile", str(self.data_dir / "redis.log"),
+            *config.memory_argv(),
         ]  # fmt: skip
         self._client_tls = config.client_tls_options()
         self.process = ServerProcess(

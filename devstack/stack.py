@@ -22,6 +22,7 @@ class DevStackConfig:
     redis_primaries: int = 3
     redis_replicas: int = 1
     redis_base_port: int | None = None
+    redis_maxmemory_bytes: int = 0  # each node's cap (noeviction); 0: unset
     cluster_node_timeout_ms: int = 3000
     etcd_client_port: int | None = None
     etcd_peer_port: int | None = None
@@ -34,6 +35,7 @@ class DevStackConfig:
             primaries=self.redis_primaries,
             replicas_per_primary=self.redis_replicas,
             base_port=self.redis_base_port,
+            maxmemory_bytes=self.redis_maxmemory_bytes,
             cluster_node_timeout_ms=self.cluster_node_timeout_ms,
             startup_timeout_s=self.startup_timeout_s,
         )

@@ -14,6 +14,7 @@ from gateway.delivery.growth_gate import Gate, group_gate
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.pull import PULL_CONSUMER, Puller
 from gateway.delivery.receipts import ReceiptSigner, signer_for
+from gateway.duties.archive import ArchiveDuty, ArchivePolicy
 from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.duties.sweep import GroupSweep, SweepSettings
 from gateway.errors import Handler, problem_for
@@ -44,6 +45,8 @@ from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
 from partitioner.topic_watcher import TopicWatcher
+from storage.archive.object_store import S3Settings, open_archive
+from storage.archive.tier import ArchiveSettings
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
 
 SETTINGS = web.AppKey("settings", GatewaySettings)
@@ -127,8 +130,12 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     metrics = GatewayMetrics.create()
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(tracing(settings.otel_enabled, "streamgate-gateway"))
+        archive = None if settings.archive_url == "none" else await stack.enter_async_context(
+            open_archive(settings.archive_url, archive_s3_settings(settings)))
         store = await stack.enter_async_context(
-            RedisStreamStore(redis_store_settings(settings), observer=metrics.observe_redis))
+            RedisStreamStore(redis_store_settings(settings), observer=metrics.observe_redis,
+                             archive=archive, archive_settings=archive_settings(settings)))
+        metrics.watch_redis_memory(lambda: store.memory.nodes)
         etcd = EtcdConnection(settings.etcd_endpoints, timeout_s=settings.etcd_timeout_s,
                               tls=etcd_tls(settings))
         etcd.observer = metrics.observe_etcd
@@ -159,8 +166,9 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             ownership, cache, delayed=store.delayed, retention=store.retention, streams=store,
             groups=group_store, metrics=metrics,
             settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
-                                  settings.lag_interval_s, settings.sweep_interval_s),
-            sweep=sweep))
+                                  settings.lag_interval_s, settings.sweep_interval_s,
+                                  settings.archive_interval_s),
+            sweep=sweep, archive=_archive_duty(store, settings, metrics)))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
@@ -219,6 +227,29 @@ def _throttle(store: RedisStreamStore, settings: GatewaySettings,
     return throttle if throttle.enabled else None
 
 
+def archive_s3_settings(settings: GatewaySettings) -> S3Settings:
+    """How the archive reaches an S3-compatible store (unused for a file:// archive)."""
+    return S3Settings(endpoint_override=settings.archive_s3_endpoint,
+                      region=settings.archive_s3_region,
+                      access_key=settings.archive_s3_access_key,
+                      secret_key=settings.archive_s3_secret_key, scheme=settings.archive_s3_scheme,
+                      credentials_chain=settings.archive_s3_credentials_chain)
+
+
+def archive_settings(settings: GatewaySettings) -> ArchiveSettings:
+    """How big the archive's segments get."""
+    return ArchiveSettings(segment_max_entries=settings.archive_segment_max_entries,
+                           segment_max_bytes=settings.archive_segment_max_bytes)
+
+
+def _archive_duty(store: RedisStreamStore, settings: GatewaySettings,
+                  metrics: GatewayMetrics) -> ArchiveDuty | None:
+    if store.archive is None:
+        return None
+    policy = ArchivePolicy(settings.archive_memory_watermark, settings.hot_retention_ms)
+    return ArchiveDuty(store.archive, store.memory, store.router.node_for_slot, policy, metrics)
+
+
 def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:
     """The storage slice of the gateway settings."""
     return RedisStoreSettings(
@@ -228,6 +259,8 @@ def redis_store_settings(settings: GatewaySettings) -> RedisStoreSettings:
         wait_timeout_ms=settings.wait_timeout_ms,
         write_deadline_s=settings.redis_write_deadline_s,
         read_deadline_s=settings.redis_read_deadline_s,
+        publish_memory_watermark=settings.publish_memory_watermark,
+        memory_poll_interval_s=settings.memory_poll_interval_s,
         tls=settings.redis_tls,
         tls_ca_path=settings.redis_tls_ca_path,
         tls_cert_path=settings.redis_tls_cert_path,

@@ -149,13 +149,22 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on
     Ctrl-C/SIGTERM."""
     from devstack import DevStack, DevStackConfig, MissingBinary
+    from devstack.memory import default_node_maxmemory, format_size, parse_size
     from devstack.scale import add_shard_hook, write_pid
 
+    nodes = args.primaries * (1 + args.replicas)
+    try:
+        maxmemory = (parse_size(args.redis_maxmemory) if args.redis_maxmemory
+                     else default_node_maxmemory(nodes))
+    except ValueError as exc:
+        print(f"streamgate dev: --redis-maxmemory: {exc}", file=sys.stderr)
+        return 2
     config = DevStackConfig(
         data_dir=Path(args.data_dir).resolve(),
         redis_primaries=args.primaries,
         redis_replicas=args.replicas,
         redis_base_port=args.redis_base_port or None,
+        redis_maxmemory_bytes=maxmemory,
         cluster_node_timeout_ms=args.cluster_node_timeout_ms,
         etcd_client_port=args.etcd_port or None,
         etcd_peer_port=args.etcd_peer_port or None,
@@ -165,8 +174,11 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             nodes = tuple(f"{host}:{port}" for host, port in stack.redis_startup_nodes)
             settings = settings.with_overrides(redis_nodes=nodes,
                                                etcd_endpoints=(stack.etcd_endpoint,),
-                                               min_insync_replicas=min(args.replicas, 1))
-            print(dev_banner(settings, config.data_dir), flush=True)
+                                               min_insync_replicas=min(args.replicas, 1),
+                                               **archive_override(args.archive_url))
+            memory = (f"{format_size(maxmemory)} per Redis node (noeviction; publishes answer "
+                      f"507 past {settings.publish_memory_watermark:.0%})")
+            print(dev_banner(settings, config.data_dir, memory), flush=True)
             app = create_app(settings, os.environ)
             app.on_startup.append(add_shard_hook(stack, config.data_dir))
             app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))
@@ -182,6 +194,11 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
         print(f"streamgate dev: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def archive_override(url: str | None) -> dict[str, str]:
+    """``--archive-url`` as a settings override (absent: the environment's or "none")."""
+    return {} if url is None else {"archive_url": url}
 
 
 def run_add_shard(args: argparse.Namespace) -> int:
@@ -206,7 +223,7 @@ def console_line(settings: GatewaySettings, base: str) -> str:
     return f"{base}/console/   <- open this in a browser"
 
 
-def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
+def dev_banner(settings: GatewaySettings, data_dir: Path, redis_memory: str) -> str:
     """What a developer needs to start using the local stack."""
     base = f"http://{settings.host}:{settings.port}"
     return "\n".join([
@@ -214,6 +231,8 @@ def dev_banner(settings: GatewaySettings, data_dir: Path) -> str:
         f"  console   {console_line(settings, base)}",
         f"  gateway   {base}   (OpenAPI: {base}/openapi.json, metrics: {base}/metrics)",
         f"  redis     {', '.join(settings.redis_nodes)}",
+        f"  memory    {redis_memory}",
+        f"  archive   {settings.archive_url}",
         f"  etcd      {', '.join(settings.etcd_endpoints)}",
         f"  data dir  {data_dir}",
         "  auth      "
@@ -260,6 +279,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--replicas", type=int, default=1, help="replicas per primary")
     dev.add_argument("--redis-base-port", type=int, default=DEV_REDIS_BASE_PORT,
                      help="first Redis port (0: free ports, remembered in the data dir)")
+    dev.add_argument("--redis-maxmemory", default="", metavar="SIZE",
+                     help="each Redis node's memory cap, e.g. 512mb or 2gb (noeviction: a full "
+                          "node refuses publishes with 507 and keeps what it has); default: "
+                          "half the machine's memory shared by the nodes")
+    dev.add_argument("--archive-url", default=None, metavar="URL",
+                     help="the archive tier: none (default), file:///absolute/path or "
+                          "s3://bucket/prefix (STREAMGATE_ARCHIVE_S3_* reach the store)")
     dev.add_argument("--cluster-node-timeout-ms", type=int, default=3000)
     dev.add_argument("--etcd-port", type=int, default=DEV_ETCD_CLIENT_PORT, help="0: a free port")
     dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT,

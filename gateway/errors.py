@@ -30,6 +30,7 @@ from storage.errors import (
     NotEnoughReplicas,
     SnapshotExpired,
     StorageError,
+    StorageFull,
     StorageUnavailable,
 )
 
@@ -166,6 +167,8 @@ def problem_from(exc: Exception) -> Problem:
         return Problem(503, "not-enough-replicas", "Not enough in-sync replicas", exc.message,
                        retry_after_s=exc.retry_after_s,
                        extra={"required": exc.required, "acknowledged": exc.acknowledged})
+    if isinstance(exc, StorageFull):
+        return storage_full(exc)
     if isinstance(exc, StorageUnavailable | CoordinationUnavailable):
         return unavailable(exc.message, exc.retry_after_s)
     if isinstance(exc, InvalidOffset):
@@ -189,6 +192,16 @@ def problem_from(exc: Exception) -> Problem:
     if isinstance(exc, StorageError | PartitionerError):
         return Problem(500, "internal", "Internal error", exc.message)
     return Problem(500, "internal", "Internal error", "an unexpected error occurred")
+
+
+def storage_full(exc: StorageFull) -> Problem:
+    """507 + Retry-After: a Redis node has no room for the write (past the publish watermark, or
+    at its maxmemory); nothing of it was written. Reads, acks and group reads go on."""
+    extra: dict[str, Any] = {"reason": exc.reason}
+    if exc.node is not None:
+        extra["node"] = exc.node
+    return Problem(507, "storage-full", "Insufficient storage", exc.message,
+                   retry_after_s=exc.retry_after_s, extra=extra)
 
 
 def condition_failed(exc: ConditionFailed) -> Problem:
@@ -241,7 +254,7 @@ def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
         return problem_response(_from_http_exception(exc), request.path)
     if isinstance(exc, Problem | AuthError | StorageError | PartitionerError):
         problem = problem_from(exc)
-        if problem.status >= 500 and problem.status != 503:
+        if problem.status >= 500 and problem.status not in (503, 507):
             log.exception("request failed: %s %s", request.method, request.path)
         return problem_response(problem, request.path)
     log.exception("unhandled error: %s %s", request.method, request.path)

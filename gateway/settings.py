@@ -36,6 +36,25 @@ class GatewaySettings:
     wait_timeout_ms: int = 1000
     redis_write_deadline_s: float = 10.0
     redis_read_deadline_s: float = 5.0
+    # publishes are refused with 507 (nothing written) while a Redis node they would write to holds
+    # this share of its maxmemory; the rest is headroom for acks, group reads and nacks
+    publish_memory_watermark: float = 0.9
+    memory_poll_interval_s: float = 1.0  # INFO memory of every Redis node (metrics, watermark)
+    # the archive tier: "none", file:///absolute/path or s3://bucket/prefix (docs/architecture.md)
+    archive_url: str = "none"
+    archive_s3_endpoint: str | None = None  # host:port of an S3-compatible store (not AWS)
+    archive_s3_region: str | None = None
+    archive_s3_access_key: str | None = None
+    archive_s3_secret_key: str | None = None
+    archive_s3_scheme: str = "https"
+    archive_s3_credentials_chain: bool = False  # the AWS SDK's own chain (environment, role)
+    # a partition's oldest entries leave Redis once its node holds this share of its maxmemory,
+    # or once they are older than hot_retention_ms (0: by memory only)
+    archive_memory_watermark: float = 0.6
+    hot_retention_ms: int = 3_600_000
+    archive_interval_s: float = 1.0
+    archive_segment_max_entries: int = 100_000
+    archive_segment_max_bytes: int = 64 * MIB
     etcd_endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
     etcd_prefix: str = "/streamgate/"
     etcd_timeout_s: float = 5.0

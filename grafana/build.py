@@ -221,7 +221,8 @@ GROUPS = DashboardSpec(
 
 NODES = DashboardSpec(
     file="streamgate-nodes.json", uid="streamgate-nodes", title="streamgate / Gateway nodes",
-    description="Per gateway: partition ownership, connections, Redis and etcd health.",
+    description="Per gateway: partition ownership, connections, Redis health and memory, etcd "
+                "health.",
     variables=(("instance", "label_values(streamgate_build_info, instance)"),),
     panels=(
         panel("Partitions owned", "short", "Partitions whose duties each gateway runs.",
@@ -247,6 +248,25 @@ NODES = DashboardSpec(
               (f"sum by (instance, operation, error) "
                f"(rate(streamgate_redis_errors_total{I}{RATE}))",
                "{{instance}} {{operation}} {{error}}")),
+        panel("Redis memory used and max", "bytes",
+              "Each Redis node's used memory and its maxmemory (the highest reading over the "
+              "gateways). Publishes to a node are refused with 507 once used passes "
+              "publish_memory_watermark of max: shorten retention, add primaries or raise "
+              "redis.resources.limits.memory before it gets there. A max of 0 means no cap.",
+              ("max by (node) (streamgate_redis_memory_used_bytes)", "{{node}} used"),
+              ("max by (node) (streamgate_redis_memory_max_bytes)", "{{node}} max")),
+        panel("Redis memory headroom", "percentunit",
+              "1 - used/maxmemory per node (the lowest reading over the gateways; no line for a "
+              "node without a cap). Below 1 - publish_memory_watermark publishes to that node "
+              "get 507; under 20% for 5 minutes the memory-high alert fires.",
+              ("min by (node) (streamgate_redis_memory_headroom_ratio)", "{{node}}")),
+        panel("Publishes refused for memory", "short",
+              "Publishes answered 507 with Retry-After per second, by topic and reason: "
+              "watermark (refused before writing) or oom (Redis refused at maxmemory). Nothing "
+              "of a refused batch is written; free memory on the nodes of these topics.",
+              (f"sum by (topic, reason) "
+               f"(rate(streamgate_publish_refused_full_total{I}{RATE}))",
+               "{{topic}} {{reason}}")),
         panel("etcd latency p99", "s", "Per call, by operation.",
               (quantile(0.99, "streamgate_etcd_latency_seconds", "operation", I), "{{operation}}")),
         panel("etcd errors", "short", "Failed etcd calls per second by operation and error.",

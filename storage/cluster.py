@@ -18,13 +18,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 
-from storage.errors import StorageError, StorageUnavailable
+from storage.errors import StorageError, StorageFull, StorageUnavailable
 from storage.settings import RedisStoreSettings
 from storage.wire.connection import NodeAddress
 from storage.wire.errors import (
     ClusterDownError,
     ConnectionLost,
     LoadingError,
+    OutOfMemoryError,
     ReadOnlyError,
     Redirect,
     ReplyTimeout,
@@ -92,6 +93,8 @@ def translate(exc: BaseException, what: str) -> StorageError:
     """Map a redis exception to a storage error (the boundary: nothing above sees redis types)."""
     if isinstance(exc, StorageError):
         return exc
+    if isinstance(exc, OutOfMemoryError | rexc.OutOfMemoryError):
+        return StorageFull(f"{what}: a Redis node is at its maxmemory: {exc}")
     if is_transient(exc):
         return StorageUnavailable(f"{what}: redis cluster unavailable: {exc}", retry_after_s=1.0)
     return StorageError(f"{what}: {exc}")

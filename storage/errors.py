@@ -28,6 +28,32 @@ class StorageUnavailable(StorageError):
         self.retry_after_s = retry_after_s
 
 
+class StorageFull(StorageUnavailable):
+    """A write refused for memory: a Redis node is at its ``maxmemory`` (noeviction), or past the
+    store's publish watermark. Nothing of the refused call was written; a retry may succeed once
+    retention, the archive or more memory make room."""
+
+    def __init__(self, message: str, retry_after_s: float = 5.0, node: str | None = None,
+                 reason: str = "oom") -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.node = node
+        self.reason = reason  # "oom": Redis refused it; "watermark": refused before writing
+
+
+class ArchiveUnavailable(StorageUnavailable):
+    """The archive tier (a filesystem path or an object store) could not be read or written."""
+
+
+class ArchiveConflict(StorageError):
+    """A segment commit the partition's manifest refused: an owner of a later epoch committed
+    (``fenced``), or the segment does not join the archive to the stream (overlap, gap); nothing
+    was committed or trimmed."""
+
+    def __init__(self, message: str, *, fenced: bool) -> None:
+        super().__init__(message)
+        self.fenced = fenced
+
+
 class NotEnoughReplicas(StorageUnavailable):
     """acks=all: WAIT returned fewer replicas than required, so the write is not acknowledged."""
 

@@ -44,11 +44,6 @@ def is_missing_group(exc: BaseException) -> bool:
             or text == "no such key")
 
 
-def is_busy_group(exc: BaseException) -> bool:
-    """True for XGROUP CREATE's reply when the group already exists."""
-    return isinstance(exc, ResponseError) and str(exc).startswith("BUSYGROUP")
-
-
 def text(raw: Any) -> str:
     """A reply string (bytes with decode_responses=False) as str."""
     return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -1,5 +1,6 @@
 """The Lua of consumer-group reads and claims that must not interleave with another reader of the
-group: a read capped at an offset, a claim of given ids that are idle long enough."""
+group (a read capped at an offset, a claim of given ids that are idle long enough), and the small
+group writes that go on when Redis is at its maxmemory."""
 
 from __future__ import annotations
 
@@ -53,3 +54,21 @@ end
 return {ids, counts, redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], unpack(ids))}
 """
 CLAIM_IDS_SCRIPT = LuaScript.of(CLAIM_IDS_LUA)
+
+# The group bookkeeping a full node still takes (``allow-oom``): creating a group and parking a
+# key are a few bytes each, bounded by the group quota and the keys in flight, and without them a
+# full partition could not be consumed, which is what makes room again.
+CREATE_GROUP_SCRIPT = LuaScript.of("""#!lua flags=allow-oom
+local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
+if ok then
+  return 1
+end
+local text = type(err) == 'table' and err.err or tostring(err)
+if string.find(text, 'BUSYGROUP', 1, true) then
+  return 0
+end
+return redis.error_reply(text)
+""")
+PARK_SCRIPT = LuaScript.of("""#!lua flags=allow-oom
+return redis.call('HSET', KEYS[1], unpack(ARGV))
+""")

@@ -18,7 +18,6 @@ from storage.group_replies import (
     clamp_idle_ms,
     find_group,
     info_row,
-    is_busy_group,
     is_missing_group,
     lost_range,
     parse_parked,
@@ -29,7 +28,12 @@ from storage.group_replies import (
     state_from,
     text,
 )
-from storage.group_scripts import CLAIM_IDS_SCRIPT, READ_UNTIL_SCRIPT
+from storage.group_scripts import (
+    CLAIM_IDS_SCRIPT,
+    CREATE_GROUP_SCRIPT,
+    PARK_SCRIPT,
+    READ_UNTIL_SCRIPT,
+)
 from storage.keys import log_key, parked_keys_key, slot_of, slot_of_key
 from storage.models import (
     Delivery,
@@ -78,14 +82,11 @@ class RedisGroupStore:
         return await self._router.execute_on(self._lanes, slot_of_key(key), command)
 
     async def _create(self, key: str, group: str, first_id: str) -> bool:
-        """XGROUP CREATE ... MKSTREAM; False when the group already existed."""
-        try:
-            await self._on(key, ("XGROUP", "CREATE", key, group, first_id, "MKSTREAM"))
-        except ResponseError as exc:
-            if is_busy_group(exc):
-                return False
-            raise
-        return True
+        """XGROUP CREATE ... MKSTREAM, on a full node too; False when the group already
+        existed."""
+        created = await run_script(self._lanes, self._router.node_for_slot(slot_of_key(key)),
+                                   CREATE_GROUP_SCRIPT, [key], [group, first_id])
+        return bool(created)
 
     async def read_new(
         self, topic: str, partition: int, group: str, consumer: str, *, count: int, block_ms: int,
@@ -428,7 +429,9 @@ class RedisGroupStore:
         key = parked_keys_key(topic, partition, group)
         fields = [part for entry in parked
                   for part in (entry.key, f"{entry.offset} {entry.since_ms}")]
-        await self._write("park", lambda: self._on(key, ("HSET", key, *fields)))
+        await self._write("park", lambda: run_script(
+            self._lanes, self._router.node_for_slot(slot_of_key(key)), PARK_SCRIPT, [key],
+            fields))
 
     async def unpark(self, topic: str, partition: int, group: str, keys: Sequence[bytes]) -> None:
         """Forget parked keys (``keys`` empty: all of the group's on the partition)."""

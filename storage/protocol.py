@@ -30,8 +30,15 @@ class StreamStore(Protocol):
         Records are grouped by partition and by node; each partition's group is written atomically.
         With ``Acks.ALL`` the write is followed by WAIT on the same connection; fewer replicas than
         required raise ``NotEnoughReplicas``. Raises ``StorageUnavailable`` when the cluster cannot
-        be reached within the store's deadline.
+        be reached within the store's deadline, and ``StorageFull`` (nothing written) when a node
+        the records would go to is past the publish watermark or Redis refuses them for memory.
         """
+        ...
+
+    def check_room(self, topic: str, partitions: Sequence[int]) -> None:
+        """Raise ``StorageFull`` when a node that one of ``partitions`` lives on is past the
+        publish watermark (``append`` checks it too; this is for writes queued before they are
+        made)."""
         ...
 
     async def read(

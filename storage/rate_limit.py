@@ -15,8 +15,10 @@ from storage.wire.scripts import LuaScript, run_script
 US_PER_S = 1_000_000
 
 # KEYS: the buckets. ARGV: per bucket (interval_us, tolerance_us, cost), then the refund flag.
-# Returns {allowed, retry_after_us (-1 = never), min remaining units, max reset_us}.
-GCRA = LuaScript.of("""
+# Returns {allowed, retry_after_us (-1 = never), min remaining units, max reset_us}. It runs on a
+# node at its maxmemory too (allow-oom): a bucket is one small expiring key, and a refused bucket
+# would refuse the reads that go on when publishes cannot.
+GCRA = LuaScript.of("""#!lua flags=allow-oom
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local refund = ARGV[#ARGV] == '1'

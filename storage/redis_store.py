@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from redis.asyncio import RedisCluster
 
 from storage.append.batch import BatchAppender
+from storage.archive.object_store import ArchiveStore
+from storage.archive.tier import ArchiveSettings, ArchiveTier
 from storage.cluster import CallObserver, ClusterRouter, ignore_call
 from storage.codec import decode_offset, decode_raw_entries, validate_offset, validate_offsets
 from storage.compaction import Compaction
@@ -20,6 +22,7 @@ from storage.group_consumers import RedisGroupConsumers
 from storage.groups import RedisGroupStore
 from storage.key_index import KeyHistory
 from storage.keys import PREFIX, log_key, slot_of
+from storage.memory import MemoryWatch
 from storage.models import (
     Appended,
     AppendOptions,
@@ -56,8 +59,14 @@ class RedisStreamStore:
     Every redis exception is translated to a storage error here; nothing above sees redis types.
     """
 
-    def __init__(self, settings: RedisStoreSettings, observer: CallObserver = ignore_call) -> None:
+    def __init__(self, settings: RedisStoreSettings, observer: CallObserver = ignore_call,
+                 archive: ArchiveStore | None = None,
+                 archive_settings: ArchiveSettings | None = None) -> None:
         self.settings = settings
+        # the cold tier: segments there, manifests beside the streams (storage.archive)
+        self._archive_store = archive
+        self._archive_settings = archive_settings or ArchiveSettings()
+        self._archive: ArchiveTier | None = None
         # appends, reads and acks over pipelined node connections (storage.wire.lanes)
         self._lanes = NodeLanes(settings)
         # told about every Redis attempt: (operation, seconds, error class or None)
@@ -69,6 +78,7 @@ class RedisStreamStore:
         self._retention: RedisRetention | None = None
         self._consumers: RedisGroupConsumers | None = None
         self._rate_limiter: RedisRateLimiter | None = None
+        self._memory: MemoryWatch | None = None
         self._closed = False
 
     @classmethod
@@ -87,13 +97,21 @@ class RedisStreamStore:
         lanes = self._lanes
         router.on_refresh(lanes.forget)  # connections to nodes no longer primaries are closed
         lanes.on_stall = lambda address: router.watch_failover(address, lanes.stalled)
-        self._batches = BatchAppender(router, lanes)
+        settings = self.settings
+        self._memory = MemoryWatch(router, lanes, settings.publish_memory_watermark,
+                                   settings.memory_poll_interval_s)
+        self._batches = BatchAppender(router, lanes, self._memory)
+        if self._archive_store is not None:
+            self._archive = ArchiveTier(router, lanes, self._archive_store,
+                                        self._archive_settings)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when
         open."""
         if self._router is None:
             self._attach(await ClusterRouter.connect(self.settings))
+            assert self._memory is not None
+            await self._memory.__aenter__()
 
     async def __aenter__(self) -> RedisStreamStore:
         await self.open()
@@ -110,6 +128,8 @@ class RedisStreamStore:
         if self._closed:
             return
         self._closed = True
+        if self._memory is not None:
+            await self._memory.aclose()
         await self._lanes.aclose()
         if self._router is not None:
             await self._router.aclose()
@@ -120,6 +140,18 @@ class RedisStreamStore:
         if self._router is None or self._closed:
             raise StorageUnavailable("storage is not open")
         return self._router
+
+    @property
+    def archive(self) -> ArchiveTier | None:
+        """The archive tier, when the store has one."""
+        return self._archive
+
+    @property
+    def memory(self) -> MemoryWatch:
+        """Every node's memory against its maxmemory and the publish watermark."""
+        if self._memory is None or self._closed:
+            raise StorageUnavailable("storage is not open")
+        return self._memory
 
     @property
     def groups(self) -> RedisGroupStore:
@@ -166,7 +198,19 @@ class RedisStreamStore:
         publish path takes no extra step here."""
         if self._batches is None or self._closed:
             raise StorageUnavailable("storage is not open")
+        memory = self._memory
+        if memory is not None and memory.over:  # refused whole, before anything is written
+            memory.check_room(topic, records.partitions if isinstance(records, Records)
+                              else [record.partition for record in records],
+                              self.router.node_for_slot)
         return self._batches.append(topic, records, options, conditions)
+
+    def check_room(self, topic: str, partitions: Sequence[int]) -> None:
+        """Raise StorageFull when a node that one of ``partitions`` lives on is past the publish
+        watermark."""
+        memory = self._memory
+        if memory is not None and memory.over:
+            memory.check_room(topic, partitions, self.router.node_for_slot)
 
     async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
                           high: str = "+", limit: int = 100,
@@ -217,6 +261,8 @@ class RedisStreamStore:
             start = "-"
         if limit <= 0:
             return []
+        if self._archive is not None:  # archived entries first, where the start lies there
+            return await self._archive.read(topic, partition, start, limit)
         key, slot = log_key(topic, partition), slot_of(topic, partition)
         raw = await self._call("read", self.settings.read_deadline_s,
                                lambda: self._xrange_on_node(slot, key, start, limit))
@@ -317,12 +363,15 @@ class RedisStreamStore:
 
     async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
         """Remove every entry and scheduled message of a partition at one cut; each group's
-        position moves to the cut and its pending entries below it are acked."""
+        position moves to the cut and its pending entries below it are acked. The archived part goes
+        first (its manifest, then its files)."""
+        if self._archive is not None:
+            await self._archive.drop_partition(topic, partition)
         return await Purge(self.router, self._lanes).partition(topic, partition)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:
-        """Remove every key of the topic's partitions: streams, delayed messages and idempotency
-        keys.
+        """Remove every key of the topic's partitions (streams, delayed messages, idempotency keys,
+        archive manifests), then its archived segments.
 
         One SCAN per primary (MATCH on the topic's hash-tag prefix), filtered exactly, then UNLINK
         per partition (a multi-key UNLINK must stay within one slot).
@@ -337,6 +386,8 @@ class RedisStreamStore:
             )
 
         await self._call("delete_topic", self.settings.write_deadline_s, run)
+        if self._archive is not None:
+            await self._archive.drop_topic(topic)
 
     async def _delete_on_node(self, addr: NodeAddress, pattern: str, wanted: re.Pattern[str],
                               partitions: int) -> None:

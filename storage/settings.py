@@ -32,6 +32,10 @@ class RedisStoreSettings:
     max_connections_per_node: int = 100
     retry_backoff_s: float = 0.05
     retry_backoff_max_s: float = 0.5
+    # appends are refused (StorageFull, nothing written) while a node they would write to holds
+    # this share of its maxmemory; the rest is headroom for the consumers' bookkeeping
+    publish_memory_watermark: float = 0.9
+    memory_poll_interval_s: float = 0.0  # INFO memory of every node this often; 0: never
     username: str | None = None
     password: str | None = None
     client_name: str | None = "streamgate"
@@ -49,6 +53,9 @@ class RedisStoreSettings:
             raise ValueError("min_insync_replicas and wait_timeout_ms must be >= 0")
         if self.write_deadline_s <= 0 or self.read_deadline_s <= 0:
             raise ValueError("deadlines must be > 0")
+        if not 0 < self.publish_memory_watermark <= 1 or self.memory_poll_interval_s < 0:
+            raise ValueError("publish_memory_watermark must be in (0, 1] and "
+                             "memory_poll_interval_s >= 0")
         if bool(self.tls_cert_path) != bool(self.tls_key_path):
             raise ValueError("tls_cert_path and tls_key_path must be set together")
         if not self.tls and (self.tls_ca_path or self.tls_cert_path):

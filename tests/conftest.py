@@ -22,6 +22,7 @@ from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
+from moto_server import moto_s3  # noqa: F401  (a session fixture)
 from workers import first_out
 
 from devstack import (

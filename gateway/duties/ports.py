@@ -28,6 +28,10 @@ class Ownership(Protocol):
         """False while the node cannot keep its lease or follow ownership changes."""
         ...
 
+    def epoch(self, topic: str, partition: int) -> int | None:
+        """The fencing token of an owned partition, else None."""
+        ...
+
     async def wait_changed(self) -> object:
         """Return when ``owned`` may have changed."""
         ...

@@ -7,11 +7,12 @@ group lag and partition length gauges every ``lag_interval_s``. (A task per part
 short timer made an idle node's CPU grow with the partitions it owns.) Per owned partition, one task
 sleeps until its next slower duty: apply retention every ``retention_interval_s`` (counting, never
 hiding, entries dropped before a group acked them) and sweep the groups every ``sweep_interval_s``
-(dead letters past max deliveries, a dead node's deliveries; ``duties.sweep``). Duties stop when the
-partition leaves ``ownership.owned`` (which empties on the node's own clock when its lease cannot be
-renewed): the node-level duties read it every round, and the supervisor cancels the partition's task
-and drops its gauges. A storage or coordination error is counted and retried; a crash flips
-readiness.
+(dead letters past max deliveries, a dead node's deliveries; ``duties.sweep``) and, with an
+archive, move its oldest entries there every ``archive_interval_s`` (``duties.archive``). Duties
+stop when the partition leaves ``ownership.owned`` (which empties on the node's own clock when its
+lease cannot be renewed): the node-level duties read it every round, and the supervisor cancels
+the partition's task and drops its gauges. A storage or coordination error is counted and
+retried; a crash flips readiness.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 
+from gateway.duties.archive import ArchiveDuty
 from gateway.duties.lag import LagExporter
 from gateway.duties.ports import DelayedStore, Ownership, RetentionStore, StreamReader
 from gateway.duties.sweep import GroupSweep
@@ -50,6 +52,7 @@ class DutySettings:
     retention_interval_s: float = 30.0
     lag_interval_s: float = 5.0
     sweep_interval_s: float = 5.0
+    archive_interval_s: float = 1.0
 
 
 def _being_cancelled() -> bool:
@@ -64,6 +67,8 @@ class PartitionDuties:
         self.runner, self.topic, self.partition = runner, topic, partition
         self._next_trim = 0.0
         self._next_sweep = 0.0
+        self._next_archive = 0.0
+        self._archive_epoch: int | None = None  # the epoch whose leftovers were cleared
 
     async def run(self) -> None:
         """Until ownership moves or the topic goes away."""
@@ -76,6 +81,8 @@ class PartitionDuties:
 
     def _until_next_duty(self) -> float:
         due = [self._next_trim] + ([self._next_sweep] if self.runner.sweep is not None else [])
+        if self.runner.archive is not None:
+            due.append(self._next_archive)
         return max(0.0, min(due) - time.monotonic())
 
     async def _turn(self, metadata: TopicMetadata) -> None:
@@ -87,6 +94,9 @@ class PartitionDuties:
             self._next_sweep = now + self.runner.settings.sweep_interval_s
             await self._guarded("sweep", self.runner.sweep.sweep(self.topic, self.partition,
                                                                  self.runner.ownership.live_nodes))
+        if self.runner.archive is not None and now >= self._next_archive:
+            self._next_archive = now + self.runner.settings.archive_interval_s
+            await self._guarded("archive", self._archive(metadata))
 
     async def _guarded(self, duty: str, work: Awaitable[None]) -> None:
         try:
@@ -98,6 +108,16 @@ class PartitionDuties:
             self.runner.metrics.duty_errors.labels(duty).inc()
             log.warning("%s duty of %s/%s failed, will retry: %s", duty, self.topic, self.partition,
                         exc)
+
+    async def _archive(self, metadata: TopicMetadata) -> None:
+        archive = self.runner.archive
+        epoch = self.runner.ownership.epoch(self.topic, self.partition)
+        if archive is None or epoch is None:
+            return
+        if self._archive_epoch != epoch:
+            await archive.start(self.topic, self.partition, epoch)
+            self._archive_epoch = epoch
+        await archive.turn(metadata, self.partition, epoch)
 
     async def _trim(self, metadata: TopicMetadata) -> None:
         if metadata.compact:
@@ -127,9 +147,10 @@ class DutyRunner:
     def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore,
                  retention: RetentionStore, streams: StreamReader, groups: GroupStore,
                  metrics: GatewayMetrics, settings: DutySettings,
-                 sweep: GroupSweep | None = None) -> None:
+                 sweep: GroupSweep | None = None, archive: ArchiveDuty | None = None) -> None:
         self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
         self.sweep = sweep
+        self.archive = archive
         self.delayed, self.retention = delayed, retention
         self.metrics, self.settings = metrics, settings
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}

@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway.observe.metric_cells import CellCounter, CellHistogram
+from gateway.observe.redis_memory import NodesMemory, RedisMemoryCollector
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                      10.0)
@@ -53,6 +54,10 @@ class GatewayMetrics:
     rate_limited: Counter
     ratelimit_refused: Counter
     publish_failures: Counter
+    publish_refused_full: Counter
+    archive_segments: Counter
+    archive_entries: Counter
+    archive_bytes: Counter
     deliveries: CellCounter
     redeliveries: CellCounter
     acks: CellCounter
@@ -163,12 +168,23 @@ class GatewayMetrics:
                                      "Publish batches the store did not take, by topic, acks and "
                                      "error (e.g. NotEnoughReplicas for acks=all)",
                                      ["topic", "acks", "error"], registry=registry),
+            publish_refused_full=Counter("streamgate_publish_refused_full_total",
+                                         "Publish batches refused with 507 for memory: reason "
+                                         "watermark (refused before writing) or oom (Redis "
+                                         "refused it at maxmemory)", ["topic", "reason"],
+                                         registry=registry),
             **_delivery_metrics(registry),
             **_backend_metrics(registry),
+            **_archive_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version, "python": platform.python_version()})
         return metrics
+
+    def watch_redis_memory(self, nodes: NodesMemory) -> None:
+        """Export every Redis node's memory (``nodes``: the store's latest poll) at each
+        scrape."""
+        self.registry.register(RedisMemoryCollector(nodes))
 
     def observe_redis(self, operation: str, seconds: float, error: str | None) -> None:
         """The storage layer's call observer: one Redis attempt took ``seconds`` and failed with
@@ -236,6 +252,20 @@ def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
         "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
                                          "Subscriptions closed with 4008 because the client did "
                                          "not drain in time", ["mode"], registry=registry),
+    }
+
+
+def _archive_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    return {
+        "archive_segments": Counter("streamgate_archive_segments_total",
+                                    "Segments the partitions' owners moved into the archive tier",
+                                    ["topic"], registry=registry),
+        "archive_entries": Counter("streamgate_archive_entries_total",
+                                   "Entries moved from Redis into archive segments", ["topic"],
+                                   registry=registry),
+        "archive_bytes": Counter("streamgate_archive_bytes_total",
+                                 "Bytes of the segment files written (zstd Parquet)", ["topic"],
+                                 registry=registry),
     }
 
 

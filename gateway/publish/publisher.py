@@ -27,7 +27,7 @@ from gateway.publish.in_flight import InFlight
 from gateway.publish.validation import PublishBatch
 from partitioner.hashing import KeylessSpreader, partition_for, partitions_of
 from partitioner.topics import TopicMetadata
-from storage.errors import StorageError
+from storage.errors import StorageError, StorageFull
 from storage.models import (
     Acks,
     Appended,
@@ -202,7 +202,8 @@ class Publisher:
             if due_ms is None:
                 results: Published = await self._store.append(topic.name, records, options,
                                                               conditions)
-            else:
+            else:  # scheduled messages take room too: refused whole past the watermark
+                self._store.check_room(topic.name, records.partitions)
                 results = await self._append_and_schedule(topic, records, options, due_ms)
         except StorageError as exc:
             self._count_failure(topic, acks, exc)
@@ -212,6 +213,8 @@ class Publisher:
 
     def _count_failure(self, topic: TopicMetadata, acks: Acks, exc: StorageError) -> None:
         self._metrics.publish_failures.labels(topic.name, acks.value, type(exc).__name__).inc()
+        if isinstance(exc, StorageFull):
+            self._metrics.publish_refused_full.labels(topic.name, exc.reason).inc()
 
     async def _append_and_schedule(self, topic: TopicMetadata, records: Records,
                                    options: AppendOptions,
@@ -236,20 +239,30 @@ class Publisher:
 
         Full means ``acks0_queue_batches`` batches, or ``acks0_queue_bytes`` of values and keys
         queued already (a batch on its own is always taken: one larger than the byte bound must not
-        be refused forever).
+        be refused forever). 507 when a node the batch would go to is past the publish watermark:
+        a batch taken is a batch the writer can write.
         """
+        self._check_room(topic, records)
         self._put_acks0(_acks0_item(topic, records, due_ms, value_bytes))
 
     async def enqueue_waiting(self, topic: TopicMetadata, records: Records,
                               due_ms: list[int | None] | None, value_bytes: int) -> None:
         """``enqueue``, waiting for room first when the queue is full (at most
         ``acks0_queue_wait_ms``)."""
+        self._check_room(topic, records)
         await self._put_acks0_waiting(_acks0_item(topic, records, due_ms, value_bytes))
 
     async def _put_acks0_waiting(self, item: _Acks0Item) -> None:
         if self._room_waiters or not self._fits(item[3]):  # behind earlier waiters, or no room now
             await self._wait_for_room(item[3])
         self._put_acks0(item)
+
+    def _check_room(self, topic: TopicMetadata, records: Records) -> None:
+        try:
+            self._store.check_room(topic.name, records.partitions)
+        except StorageFull as exc:
+            self._count_failure(topic, Acks.NONE, exc)
+            raise
 
     def _fits(self, size: int) -> bool:
         return not self._queue.full() and not (self.queued_bytes

@@ -28,6 +28,7 @@ from storage.errors import (
     StorageUnavailable,
 )
 from storage.keys import slot_of
+from storage.memory import MemoryWatch
 from storage.wire.connection import NodeAddress
 from storage.wire.errors import AskError, NoScriptError, Redirect
 from storage.wire.lanes import NodeLanes
@@ -72,8 +73,9 @@ class Appender(Generic[R]):
     """
 
     def __init__(self, router: ClusterRouter, parse: ReplyParser[R],
-                 lanes: NodeLanes) -> None:
+                 lanes: NodeLanes, memory: MemoryWatch | None = None) -> None:
         self._router = router
+        self._memory = memory  # told what each node was sent, for its estimate between polls
         self._settings = router.settings
         self._parse = parse
         self._lanes = lanes
@@ -148,8 +150,11 @@ class Appender(Generic[R]):
         started = time.perf_counter()
         queued: list[tuple[NodeAddress, list[PartitionCall], asyncio.Future[list[Any]]]] = []
         later: list[tuple[NodeAddress, list[PartitionCall], tuple[bytes, NodeReplies]]] = []
+        memory = self._memory
         for addr, calls in groups.items():
             encoded = self._encode(calls, asking)
+            if memory is not None:
+                memory.note_written(addr, len(encoded[0]))
             try:
                 future = self._submit(lanes, addr, encoded, wait)
             except Exception:  # the lanes are closed: _write_node reports it like any failed send

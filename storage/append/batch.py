@@ -11,6 +11,7 @@ from storage.append.appender import Appender
 from storage.append.calls import AppendCall
 from storage.append.indexed import IndexedAppendCall
 from storage.cluster import ClusterRouter
+from storage.memory import MemoryWatch
 from storage.models import Acks, Appended, AppendOptions, Conditions, Record, Records
 from storage.wire.lanes import NodeLanes
 
@@ -23,9 +24,10 @@ class BatchAppender:
     ``storage.append.appender`` for batching per node, WAIT (``Acks.ALL``) and the retry semantics.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes,
+                 memory: MemoryWatch | None = None) -> None:
         # each partition's reply kept as it is: the script's flat [offset, dupflag, ...]
-        self._writer: Appender[Any] = Appender(router, flat_reply, lanes)
+        self._writer: Appender[Any] = Appender(router, flat_reply, lanes, memory)
 
     async def append(self, topic: str, records: Records | Sequence[Record],
                      options: AppendOptions, conditions: Conditions | None = None) -> Appended:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from chart_redis import REDIS_HEADLESS, chart_redis_pod, ping_problem, redis_files
 from helm_render import manifests, one
 
 from devstack._process import ServerProcess, terminate_all, wait_until
@@ -26,13 +27,7 @@ from storage.models import Acks, AppendOptions, AppendResult, Record
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
-REDIS_HEADLESS = "sg-streamgate-redis-headless.streaming.svc.cluster.local"
 ETCD_HEADLESS = "sg-streamgate-etcd-headless.streaming.svc.cluster.local"
-
-
-def redis_files(values: dict[str, Any] | None = None) -> dict[str, str]:
-    data: dict[str, str] = one(manifests(values or {}), "ConfigMap", "-redis")["data"]
-    return data
 
 
 def config_lines(conf: str) -> set[str]:
@@ -338,27 +333,6 @@ async def _append_with_acks_all(port: int) -> list[AppendResult]:
         return await store.append("helm-check", records, AppendOptions(acks=Acks.ALL))
 
 
-def chart_redis_pod(tmp_path: Path, port: int, bus_port: int) -> ServerProcess:
-    """The chart's start.sh as the container runs it, with the pod's paths moved under tmp_path."""
-    extra = f"port {port}\ncluster-port {bus_port}\nbind 127.0.0.1\nsave \"\"\n"
-    files = redis_files({"redis": {"extraConfig": extra}})
-    paths = {"/run/redis": tmp_path / "run", "/etc/redis": tmp_path / "etc",
-             "/data": tmp_path / "data", "/scripts": tmp_path / "scripts"}
-    for directory in paths.values():
-        directory.mkdir(exist_ok=True)
-    for name, directory in (("redis.conf", "/etc/redis"), ("start.sh", "/scripts"),
-                            ("refresh-nodes.sh", "/scripts")):
-        text = files[name]
-        for pod_path, local in paths.items():
-            text = text.replace(pod_path, str(local))
-        (paths[directory] / name).write_text(text)
-    env = {"POD_IP": "127.0.0.1", "POD_NAME": "sg-streamgate-redis-0", "HEADLESS": REDIS_HEADLESS,
-           "REDIS_PASSWORD": "s3cret pass"}
-    argv = ["env", *(f"{key}={value}" for key, value in env.items()), "sh",
-            str(paths["/scripts"] / "start.sh")]
-    return ServerProcess("chart-redis", argv, tmp_path / "out.log")
-
-
 def test_redis_start_requires_password_and_announces_pod_name(
         devstack_binaries: None, tmp_path: Path) -> None:
     port, bus_port = free_ports(2)
@@ -367,7 +341,7 @@ def test_redis_start_requires_password_and_announces_pod_name(
         server.start()
         try:
             client = redis.Redis(port=port, password="s3cret pass", socket_timeout=2)
-            wait_until(attempt, lambda c=client: _ping_problem(c), 20, [server])
+            wait_until(attempt, lambda c=client: ping_problem(c), 20, [server])
             assert _unauthenticated_ping(port).startswith(b"-NOAUTH")
             assert client.config_get("cluster-announce-hostname") == {
                 "cluster-announce-hostname": f"sg-streamgate-redis-0.{REDIS_HEADLESS}"}
@@ -383,11 +357,3 @@ def _unauthenticated_ping(port: int) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
         sock.sendall(b"PING\r\n")
         return sock.recv(256)
-
-
-def _ping_problem(client: redis.Redis) -> str | None:
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        return str(exc)
-    return None

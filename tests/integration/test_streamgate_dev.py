@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from devstack.ports import free_port
 from gateway.routes.console import console_is_built
@@ -46,12 +47,13 @@ def console_status(base: str) -> int:
 
 
 class DevProcess:
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.log = open(data_dir.parent / f"dev-{port}-{time.monotonic_ns()}.log", "w+")  # noqa: SIM115
         args = [
             sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--data-dir",
             str(data_dir), "--redis-base-port", "0", "--etcd-port", "0", "--etcd-peer-port", "0",
+            *extra,
         ]
         self.process = subprocess.Popen(
             args,
@@ -94,6 +96,18 @@ def dev_dir(tmp_path: Path) -> Path:
     return tmp_path / "stack"
 
 
+def redis_caps(banner: str) -> list[tuple[str, str]]:
+    """Each Redis node's maxmemory and policy, from the addresses the banner names."""
+    line = next(line for line in banner.splitlines() if line.strip().startswith("redis "))
+    caps = []
+    for address in line.split(None, 1)[1].split(", "):
+        host, _, port = address.rpartition(":")
+        with redis.Redis(host=host, port=int(port), decode_responses=True) as node:
+            config = node.config_get("maxmemory*")
+        caps.append((config["maxmemory"], config["maxmemory-policy"]))
+    return caps
+
+
 def children_alive(data_dir: Path) -> list[str]:
     out = subprocess.run(
         ["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True
@@ -107,10 +121,12 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(
     dev_dir: Path, tmp_path: Path
 ) -> None:
     port = free_port()
-    first = DevProcess(dev_dir, port)
+    first = DevProcess(dev_dir, port, "--redis-maxmemory", "64mb")
     try:
         first.wait_ready()
         assert "curl" in first.output()
+        assert "memory    64.0 MiB per Redis node (noeviction" in first.output()
+        assert redis_caps(first.output()) == [(str(64 * 1024 * 1024), "noeviction")] * 6
         assert f"console   {first.base}/console/" in first.output()
         assert console_status(first.base) == (200 if console_is_built() else 503)
         assert (

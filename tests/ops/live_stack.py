@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from devstack import RedisClusterProcess
 from devstack.ports import free_port
 
 LOOPBACK = "127.0.0.1"
@@ -133,3 +134,19 @@ def raw_websocket(host: str, port: int, path: str) -> socket.socket:
         head += sock.recv(1)
     assert head.startswith(b"HTTP/1.1 101"), head
     return sock
+
+
+@contextmanager
+def redis_maxmemory(cluster: RedisClusterProcess, maxmemory: int) -> Iterator[None]:
+    """Every node of the cluster at ``maxmemory`` bytes (replicas do not apply it to what they
+    replicate); each node's own value is put back afterwards, as the session shares the cluster."""
+    clients = [node.client() for node in cluster.nodes]
+    before = [str(client.config_get("maxmemory")["maxmemory"]) for client in clients]
+    try:
+        for client in clients:
+            client.config_set("maxmemory", maxmemory)
+        yield
+    finally:
+        for client, value in zip(clients, before, strict=True):
+            client.config_set("maxmemory", value)
+            client.close()

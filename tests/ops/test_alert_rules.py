@@ -12,7 +12,8 @@ from grafana_queries import GRAFANA_DIR, RULES_FILE, alert_expressions
 
 EXPECTED_ALERTS = {"StreamgateGroupLagGrowing", "StreamgateOldestUnackedTooOld",
                    "StreamgateDeadLettersGrowing", "StreamgateAcksAllFailures",
-                   "StreamgatePartitionWithoutOwner"}
+                   "StreamgatePartitionWithoutOwner", "StreamgateRedisMemoryHigh",
+                   "StreamgateRedisMemoryFull", "StreamgateRedisMaxmemoryUnset"}
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ usual, gateway B with ``min_insync_replicas=2`` (the test cluster has one replic
 its acks=all publishes fail with NotEnoughReplicas) and a topic rate limit. Traffic covers publish
 with acks 0/1/all, a delayed message, a WebSocket group subscriber that acks and nacks until a
 message is dead-lettered, HTTP pull, a group with lag, retention trimming un-acked entries, a
-broadcast subscriber too slow to drain (closed with 4008), a rate-limited publish, and finally etcd
-going away (etcd errors). Prometheus 2.x (Debian) scrapes both gateways every second; then each
+broadcast subscriber too slow to drain (closed with 4008), a rate-limited publish, a publish into
+full Redis memory (507; the nodes run with a maxmemory for the test), and finally etcd going away
+(etcd errors). Prometheus 2.x (Debian) scrapes both gateways every second; then each
 panel target is evaluated over the test's time range with the dashboard variables set to ``.*``. A
 result only counts if it has at least one finite sample; no query may carry an ``or vector(...)``
 fallback.
@@ -27,7 +28,7 @@ from typing import Any, NoReturn
 import aiohttp
 import pytest
 from grafana_queries import PanelQuery, dashboards, panel_queries
-from live_stack import gateways, prometheus, raw_websocket
+from live_stack import gateways, prometheus, raw_websocket, redis_maxmemory
 
 from devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
 
@@ -59,6 +60,7 @@ def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
         "STREAMGATE_SLOW_CLIENT_TIMEOUT_S": "1",
         "STREAMGATE_WAIT_TIMEOUT_MS": "200",
         "STREAMGATE_ETCD_TIMEOUT_S": "1",
+        "STREAMGATE_MEMORY_POLL_INTERVAL_S": "0.5",
         # The heaviest-keys panel reads keys, exported only where /metrics is for operators; group
         # names stay pseudonyms, so the groups dashboard and alerts are checked as they run by
         # default.
@@ -198,6 +200,19 @@ async def _wait_for_metric(http: aiohttp.ClientSession, urls: str | tuple[str, .
     raise AssertionError(f"{prefix} did not appear on {urls}")
 
 
+async def _publish_into_full_memory(http: aiohttp.ClientSession, a: str, orders: str,
+                                    redis_cluster: RedisClusterProcess) -> None:
+    """Every node capped below what it holds: a publish gets 507 with Retry-After (refused by Redis
+    or, once the gateway has polled, by its watermark before writing); then the caps go back."""
+    with redis_maxmemory(redis_cluster, 1):
+        async with http.post(f"{a}/v1/topics/{orders}/messages",
+                             json={"messages": [{"value": "no room"}]}) as response:
+            await response.read()
+            assert response.status == 507
+            assert int(response.headers["Retry-After"]) > 0
+        await _wait_for_metric(http, a, "streamgate_publish_refused_full_total{", 10)
+
+
 async def _trickle(http: aiohttp.ClientSession, a: str, orders: str, seconds: float) -> None:
     """Publish with acks 1 and all every 200 ms, so rates and latency quantiles span several
     scrapes."""
@@ -235,15 +250,18 @@ async def test_every_panel_query_returns_data_from_live_prometheus(
         base = _gateway_env(redis_cluster, etcd, f"/streamgate-live-{uuid.uuid4().hex[:8]}/")
         limited = {**base, "STREAMGATE_MIN_INSYNC_REPLICAS": "2",
                    "STREAMGATE_RATE_LIMIT_TOPIC_MESSAGES_PER_S": "5"}
-        with gateways([base, limited]) as (a, b):
+        # a cap far above what the test writes, so that the nodes report headroom
+        with redis_maxmemory(redis_cluster, 1 << 30), gateways([base, limited]) as (a, b):
             targets = [a.removeprefix("http://"), b.removeprefix("http://")]
             with prometheus(prometheus_binary, targets, tmp_path / "prometheus") as prom:
-                await _drive_and_check(etcd, a, b, prom)
+                await _drive_and_check(redis_cluster, etcd, (a, b), prom)
     finally:
         etcd.stop()
 
 
-async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None:
+async def _drive_and_check(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
+                           urls: tuple[str, str], prom: str) -> None:
+    a, b = urls
     started = time.time()
     suffix = uuid.uuid4().hex[:6]
     orders, short, bulk = f"orders-{suffix}", f"short-{suffix}", f"bulk-{suffix}"
@@ -269,6 +287,7 @@ async def _drive_and_check(etcd: EtcdProcess, a: str, b: str, prom: str) -> None
         await _wait_for_metric(http, (a, b), "streamgate_compacted_entries_total{", 15)
         await _trickle(http, a, orders, 3.0)  # lag duties, a few scrapes, and publishes spread
                                               # across them
+        await _publish_into_full_memory(http, a, orders, redis_cluster)
         etcd.stop()  # from here on etcd calls fail: keepalives, and the readiness probe below
         for url in (a, b):
             async with http.get(f"{url}/readyz") as response:

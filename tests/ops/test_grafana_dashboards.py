@@ -37,8 +37,10 @@ def _build_module() -> ModuleType:
 def registered_metric_names() -> set[str]:
     """Every name a PromQL query may use for the gateway's metrics (counters with _total, info with
     _info)."""
+    metrics = GatewayMetrics.create()
+    metrics.watch_redis_memory(dict)  # registered once the app has a store; no node needed here
     names = set()
-    for family in GatewayMetrics.create().registry.collect():
+    for family in metrics.registry.collect():
         suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
         names.add(family.name + suffix)
     return names

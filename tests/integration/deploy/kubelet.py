@@ -370,15 +370,19 @@ class Kubelet:
             assert data is not None or ref.get("optional"), f"{kind} {ref['name']} missing"
             env.update({key: str(value) for key, value in (data or {}).items()})
         for entry in container.get("env") or []:
-            value = self._env_value(pod, entry, env)
+            value = self._env_value(pod, container, entry, env)
             if value is not None:
                 env[entry["name"]] = value
         return env
 
-    def _env_value(self, pod: Pod, entry: Manifest, env: dict[str, str]) -> str | None:
+    def _env_value(self, pod: Pod, container: Manifest, entry: Manifest,
+                   env: dict[str, str]) -> str | None:
         if "value" in entry:
             return expand(str(entry["value"]), env)
         source = entry["valueFrom"]
+        if "resourceFieldRef" in source:  # the container's own memory limit, in bytes
+            assert source["resourceFieldRef"]["resource"] == "limits.memory", source
+            return str(quantity_bytes(container["resources"]["limits"]["memory"]))
         if "fieldRef" in source:
             return {"metadata.name": pod.name, "metadata.namespace": self.namespace,
                     "status.podIP": pod.ip}[source["fieldRef"]["fieldPath"]]
@@ -516,6 +520,16 @@ def expand(text: str, env: dict[str, str]) -> str:
             return "$"
         return env.get(match.group(1), match.group(0))
     return VAR_REFERENCE.sub(replace, text)
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity ("2Gi", "512M", "1000") in bytes."""
+    scales = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4,
+              "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
+    for suffix, scale in scales.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity.removesuffix(suffix)) * scale)
+    return int(quantity)
 
 
 def free_subnet() -> str:

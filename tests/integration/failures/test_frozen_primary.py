@@ -15,9 +15,10 @@ import pytest
 from failure_cluster import Client
 from failure_traffic import Outcome, Producers, duplicated, replay_topic
 
-from devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess, RedisNode
+from devstack import EtcdProcess, RedisClusterProcess, RedisNode
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from tests.own_cluster import own_cluster
 
 PARTITIONS = 6
 FREEZE_S = 12.0
@@ -33,14 +34,8 @@ def log_key(topic: str, partition: int) -> str:
 
 @pytest.fixture
 def cluster(tmp_path: Path, devstack_binaries: None) -> Any:
-    config = RedisClusterConfig(data_dir=tmp_path / "redis", primaries=3, replicas_per_primary=1,
-                                cluster_node_timeout_ms=NODE_TIMEOUT_MS, startup_timeout_s=30.0)
-    cluster = RedisClusterProcess(config)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    with own_cluster(tmp_path / "redis", cluster_node_timeout_ms=NODE_TIMEOUT_MS) as started:
+        yield started
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from storage.errors import StorageUnavailable
+from storage.errors import StorageFull, StorageUnavailable
 from storage.models import (
     Appended,
     AppendOptions,
@@ -29,6 +29,7 @@ class InMemoryStreamStore:
         self.streams: dict[tuple[str, int], list[StoredEntry]] = {}
         self.dedup: dict[tuple[str, int, str], str] = {}
         self.unavailable = False
+        self.full = False  # every append refused for memory, as past the publish watermark
         self.scheduled: list[tuple[str, Record, int]] = []
         self.appends = 0
 
@@ -40,6 +41,10 @@ class InMemoryStreamStore:
                 return f"{ms}-{seq + 1}"
         return f"{now}-0"
 
+    def check_room(self, topic: str, partitions: Sequence[int]) -> None:
+        if self.full:
+            raise StorageFull("node full (test)", retry_after_s=7, reason="watermark")
+
     async def append(self, topic: str, records: Records | Sequence[Record],
                      options: AppendOptions, conditions: Conditions | None = None) -> Appended:
         # conditional appends and key indexes live in the Redis script: tested on the real cluster
@@ -47,6 +52,7 @@ class InMemoryStreamStore:
         assert not options.key_index
         if self.unavailable:
             raise StorageUnavailable("redis is down (test)", retry_after_s=2)
+        self.check_room(topic, [])
         self.appends += 1
         rows = records.rows() if isinstance(records, Records) else list(records)
         results = []

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import fakeredis
+from fakeredis.commands_mixins.scripting_mixin import ScriptingCommandsMixin
 
 from storage.cluster import ignore_call
 from storage.settings import RedisStoreSettings
@@ -39,6 +40,28 @@ class OneNodeRouter:
 
     async def execute_on(self, lanes: NodeLanes, slot: int, command: tuple[Any, ...]) -> Any:
         return await lanes.execute_one(self.address, command)
+
+
+class _ShebangRuntime:
+    """fakeredis's Lua runtime, reading a script's ``#!lua flags=...`` line as Redis 7 does (the
+    flags matter only on a node at its maxmemory, which the integration tests cover)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+
+    def execute(self, script: bytes | str) -> Any:
+        text = script.decode() if isinstance(script, bytes) else script
+        if text.startswith("#!"):
+            script = "\n" + text.partition("\n")[2]  # the same line numbers in errors
+        return self._runtime.execute(script)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+
+_server_runtime = ScriptingCommandsMixin._get_server_runtime
+ScriptingCommandsMixin._get_server_runtime = (  # type: ignore[method-assign]
+    lambda self, server: _ShebangRuntime(_server_runtime(self, server)))
 
 
 @asynccontextmanager

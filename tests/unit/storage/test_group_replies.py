@@ -14,7 +14,6 @@ from storage.group_replies import (
     clamp_idle_ms,
     find_group,
     info_row,
-    is_busy_group,
     is_missing_group,
     parse_pending,
     parse_read_reply,
@@ -61,13 +60,11 @@ def test_negative_idle_is_rejected() -> None:
 )
 def test_missing_group_replies_are_recognised(message: str) -> None:
     assert is_missing_group(errors.ResponseError(message))
-    assert not is_busy_group(errors.ResponseError(message))
 
 
 def test_other_errors_are_not_missing_groups() -> None:
     assert not is_missing_group(errors.ResponseError("WRONGTYPE Operation against a key"))
     assert not is_missing_group(errors.ConnectionLost("NOGROUP"))
-    assert is_busy_group(errors.ResponseError("BUSYGROUP Consumer Group name already exists"))
 
 
 def test_pending_rows_become_pending_entries() -> None:

@@ -33,6 +33,9 @@ class FakeOwnership:
         await self._changed.wait()
         self._changed.clear()
 
+    def epoch(self, topic: str, partition: int) -> int | None:
+        return 1 if (topic, partition) in self.owned else None
+
 
 class FakeStores:
     def __init__(self) -> None:

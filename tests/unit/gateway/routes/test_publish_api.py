@@ -168,6 +168,22 @@ async def test_storage_unavailable_is_503_with_retry_after(client: Client, order
     assert response.content_type == "application/problem+json"
 
 
+async def test_a_full_store_is_507_with_retry_after_for_every_acks(client: Client, orders: str,
+                                                                  store: Any) -> None:
+    store.full = True
+    for acks in ("0", "1", "all"):
+        response = await publish(client, orders, {"acks": acks, "messages": [{"value": 1}]})
+        assert response.status == 507
+        assert response.headers["Retry-After"] == "7"
+        problem = await response.json(content_type=None)
+        assert problem["type"].endswith("/storage-full")
+        assert problem["reason"] == "watermark"
+    assert store.total_entries() == 0
+    text = await (await client.get("/metrics")).text()
+    assert ('streamgate_publish_refused_full_total{reason="watermark",topic="orders"} 3.0'
+            in text)
+
+
 async def test_publish_is_counted_in_metrics(client: Client, orders: str) -> None:
     await publish(client, orders, {"messages": [{"value": 1}, {"value": 2}]})
     text = await (await client.get("/metrics")).text()

@@ -1,0 +1,141 @@
+"""A partition's archive manifest in Redis, in the stream's slot: one entry per committed segment
+(its ID the segment's last offset) and the ownership epoch that committed last. Committing a
+segment and trimming its entries from the stream are one script: an entry is in exactly one tier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storage.archive.segments import SegmentInfo
+from storage.codec import offset_key
+from storage.errors import ArchiveConflict
+from storage.keys import PREFIX, log_key, partition_tag
+from storage.wire.scripts import LuaScript
+
+# older(a, b): stream ID a is before b (Lua numbers: exact for every ms, and for sequences below
+# 2**53, which a stream never reaches in practice)
+_OLDER = """local function older(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  ams, bms = tonumber(ams), tonumber(bms)
+  return ams < bms or (ams == bms and tonumber(aseq) < tonumber(bseq))
+end
+"""
+
+# ARGV: epoch, first, last, the ID after last, count, bytes, name. Refused when an owner of a
+# later epoch committed (FENCED), when the segment does not start after the last one (OVERLAP),
+# or when the stream still holds an entry older than the segment (GAP: it would be stranded).
+# Runs on a full node too (allow-oom): it frees the stream far more than it adds.
+COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + _OLDER + """
+local held = tonumber(redis.call('HGET', KEYS[3], 'epoch') or '0')
+if tonumber(ARGV[1]) < held then
+  return redis.error_reply('FENCED ' .. held)
+end
+local tip = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if tip and not older(tip[1], ARGV[2]) then
+  return redis.error_reply('OVERLAP ' .. tip[1])
+end
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+if head and older(head[1], ARGV[2]) then
+  return redis.error_reply('GAP ' .. head[1])
+end
+redis.call('HSET', KEYS[3], 'epoch', ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'entries', ARGV[5])
+redis.call('HINCRBY', KEYS[3], 'bytes', ARGV[6])
+redis.call('XADD', KEYS[2], ARGV[3], 'first', ARGV[2], 'count', ARGV[5], 'bytes', ARGV[6],
+           'name', ARGV[7])
+return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[4])
+""")
+
+
+# KEYS[1]: the stream. The end (XRANGE syntax) of what every consumer group of the stream has
+# delivered and settled: the tightest of each group's last delivered offset (inclusive) and its
+# oldest pending one (exclusive); false when the stream has no group.
+CONSUMED = LuaScript.of(_OLDER + """
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok or #groups == 0 then
+  return false
+end
+local bound, exclusive = nil, false
+for _, group in ipairs(groups) do
+  local name, delivered
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
+  end
+  local id, excl = delivered, false
+  local pending = redis.call('XPENDING', KEYS[1], name)
+  if pending[1] > 0 then
+    id, excl = pending[2], true
+  end
+  if bound == nil or older(id, bound) or (id == bound and excl) then
+    bound, exclusive = id, excl
+  end
+end
+if exclusive then
+  return '(' .. bound
+end
+return bound
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """One committed segment as the manifest holds it."""
+
+    name: str
+    first_offset: str
+    last_offset: str
+    count: int
+    bytes: int
+
+
+def segments_key(topic: str, partition: int) -> str:
+    """The manifest's stream of committed segments (entry ID = a segment's last offset)."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:segments"
+
+
+def archive_key(topic: str, partition: int) -> str:
+    """The manifest's hash: the epoch that committed last, entries and bytes archived."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:archive"
+
+
+def commit_call(info: SegmentInfo, epoch: int) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ``COMMIT`` for a written segment."""
+    ms, seq = offset_key(info.last_offset)
+    keys = [log_key(info.topic, info.partition), segments_key(info.topic, info.partition),
+            archive_key(info.topic, info.partition)]
+    return keys, [epoch, info.first_offset, info.last_offset, f"{ms}-{seq + 1}", info.count,
+                  info.bytes, info.name]
+
+
+def conflict_of(exc: BaseException) -> ArchiveConflict | None:
+    """The conflict a refused commit's error reply stands for; None for any other error."""
+    text = str(exc)
+    for code in ("FENCED", "OVERLAP", "GAP"):
+        if text.startswith(code):
+            return ArchiveConflict(f"archive commit refused: {text}", fenced=code == "FENCED")
+    return None
+
+
+def segment_refs(items: Sequence[Any]) -> list[SegmentRef]:
+    """Manifest entries (XRANGE items of ``segments_key``) as references."""
+    refs = []
+    for entry_id, fields in items or []:
+        values = _field_map(fields)
+        refs.append(SegmentRef(values[b"name"].decode(), values[b"first"].decode(),
+                               _bytes(entry_id).decode(), int(values[b"count"]),
+                               int(values[b"bytes"])))
+    return refs
+
+
+def _field_map(fields: Any) -> dict[bytes, bytes]:
+    if isinstance(fields, dict):
+        return {_bytes(k): _bytes(v) for k, v in fields.items()}
+    return {_bytes(fields[i]): _bytes(fields[i + 1]) for i in range(0, len(fields), 2)}
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()

@@ -1,0 +1,227 @@
+"""Reading segment files: a range of offsets, the first offset at a time, a key's entries or an
+Arrow table, decoding only the row groups whose statistics say they may hold what is asked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storage.archive.object_store import ArchiveStore
+from storage.archive.segments import SCHEMA, SegmentInfo, offset_at, summary_of
+from storage.codec import decode_raw_entries, offset_key, validate_offset
+from storage.entry_fields import KEYED
+from storage.errors import ArchiveUnavailable
+from storage.models import StoredEntry
+
+_OFFSETS = ["offset_ms", "offset_seq"]
+_OFFSET_MS_COLUMN, _KEY_COLUMN = SCHEMA.get_field_index("offset_ms"), SCHEMA.get_field_index("key")
+_Bounds = tuple[tuple[int, int] | None, tuple[int, int] | None]  # (after, until) as (ms, seq)
+
+
+async def read_range(store: ArchiveStore, name: str, after: str | None = None,
+                     until: str | None = None, limit: int | None = None) -> list[StoredEntry]:
+    """The segment's entries after ``after`` (exclusive) up to ``until`` (inclusive), at most
+    ``limit``, in offset order (None: from the first, to the last, all)."""
+    return await store.read(name, partial(_entries, name, after, until, limit))
+
+
+async def read_table(store: ArchiveStore, name: str, columns: Sequence[str] | None = None,
+                     after: str | None = None, until: str | None = None) -> pa.Table:
+    """The same range as ``read_range``, as an Arrow table of ``columns`` (None: all)."""
+    return await store.read(name, partial(_table, name, columns, after, until))
+
+
+async def first_at_or_after_time(store: ArchiveStore, name: str, timestamp_ms: int) -> str | None:
+    """The first offset whose timestamp is at or after ``timestamp_ms``; None when the segment
+    ends before it."""
+    return await store.read(name, partial(_first_at_or_after_time, name, timestamp_ms))
+
+
+async def read_key(store: ArchiveStore, name: str, key: bytes, after: str | None = None,
+                   limit: int | None = None) -> list[StoredEntry]:
+    """``key``'s entries after ``after`` (exclusive), at most ``limit``, in offset order."""
+    return await store.read(name, partial(_key_entries, name, key, after, limit))
+
+
+async def read_summary(store: ArchiveStore, name: str) -> SegmentInfo:
+    """What the segment's footer says it holds."""
+    return await store.read(name, partial(_summary, name))
+
+
+def _entries(name: str, after: str | None, until: str | None, limit: int | None,
+             file: pa.NativeFile) -> list[StoredEntry]:
+    return SegmentFile(file, name).entries(after, until, limit)
+
+
+def _table(name: str, columns: Sequence[str] | None, after: str | None, until: str | None,
+           file: pa.NativeFile) -> pa.Table:
+    return SegmentFile(file, name).table(columns, after, until)
+
+
+def _first_at_or_after_time(name: str, timestamp_ms: int, file: pa.NativeFile) -> str | None:
+    return SegmentFile(file, name).first_at_or_after_time(timestamp_ms)
+
+
+def _key_entries(name: str, key: bytes, after: str | None, limit: int | None,
+                 file: pa.NativeFile) -> list[StoredEntry]:
+    return SegmentFile(file, name).key_entries(key, after, limit)
+
+
+def _summary(name: str, file: pa.NativeFile) -> SegmentInfo:
+    return SegmentFile(file, name).info
+
+
+class SegmentFile:
+    """One segment open for reading (blocking calls: run it on the store's I/O threads).
+    ``row_groups_read`` lists the row groups decoded so far, in order."""
+
+    def __init__(self, file: pa.NativeFile, name: str) -> None:
+        # pre_buffer: a row group's column chunks fetched in few large reads (an object store's
+        # requests cost more than their bytes)
+        self._parquet = pq.ParquetFile(file, pre_buffer=True)
+        metadata = self._parquet.metadata
+        try:
+            self.info = summary_of(self._parquet.schema_arrow.metadata, name, file.size())
+        except ValueError as exc:  # a Parquet file, but none this tier wrote
+            raise ArchiveUnavailable(str(exc)) from exc
+        self._ms_bounds = [_min_max(metadata.row_group(group), _OFFSET_MS_COLUMN)
+                           for group in range(metadata.num_row_groups)]
+        self.row_groups_read: list[int] = []
+
+    def entries(self, after: str | None = None, until: str | None = None,
+                limit: int | None = None) -> list[StoredEntry]:
+        """As ``read_range``."""
+        bounds = _bounds(after, until)
+        tables = list(self._groups_within(bounds, None, limit))
+        return self._stored(_concat(tables, limit))
+
+    def table(self, columns: Sequence[str] | None = None, after: str | None = None,
+              until: str | None = None) -> pa.Table:
+        """As ``read_table``."""
+        wanted = list(columns) if columns is not None else None
+        read = None if wanted is None else list(dict.fromkeys([*_OFFSETS, *wanted]))
+        table = _concat(list(self._groups_within(_bounds(after, until), read, None)), None)
+        return table if wanted is None else table.select(wanted)
+
+    def first_at_or_after_time(self, timestamp_ms: int) -> str | None:
+        """As ``first_at_or_after_time``: the first row group that reaches the time holds it."""
+        for group, (_, high) in enumerate(self._ms_bounds):
+            if high >= timestamp_ms:
+                table = self._read(group, _OFFSETS)
+                index = pc.index(pc.greater_equal(table["offset_ms"], timestamp_ms), True).as_py()
+                if index >= 0:
+                    return offset_at(table, index)
+        return None
+
+    def key_entries(self, key: bytes, after: str | None = None,
+                    limit: int | None = None) -> list[StoredEntry]:
+        """As ``read_key``: the key and offset columns of each row group that may hold the key,
+        then every column of those that do."""
+        bounds, found, count = _bounds(after, None), [], 0
+        for group in self._candidate_groups(bounds):
+            if not self._may_hold_key(group, key):
+                continue
+            mask = _within_mask(self._read(group, ["key", *_OFFSETS]), bounds, key)
+            if pc.any(mask).as_py():
+                found.append(self._read(group, None).filter(mask))
+                count += found[-1].num_rows
+                if limit is not None and count >= limit:
+                    break
+        return self._stored(_concat(found, limit))
+
+    def _groups_within(self, bounds: _Bounds, columns: list[str] | None,
+                       limit: int | None) -> Iterator[pa.Table]:
+        count = 0
+        for group in self._candidate_groups(bounds):
+            table = self._read(group, columns)
+            table = table.filter(_within_mask(table, bounds, None))
+            count += table.num_rows
+            yield table
+            if limit is not None and count >= limit:
+                return
+
+    def _candidate_groups(self, bounds: _Bounds) -> Iterator[int]:
+        """The row groups that may hold offsets within the bounds, by their offset_ms statistics
+        (a group whose bounds touch a bound's millisecond may hold it: its rows are filtered)."""
+        after, until = bounds
+        for group, (low, high) in enumerate(self._ms_bounds):
+            if (after is None or high >= after[0]) and (until is None or low <= until[0]):
+                yield group
+
+    def _may_hold_key(self, group: int, key: bytes) -> bool:
+        statistics = self._parquet.metadata.row_group(group).column(_KEY_COLUMN).statistics
+        if statistics is None or not statistics.has_min_max:
+            return True
+        return bool(statistics.min <= key <= statistics.max)
+
+    def _read(self, group: int, columns: list[str] | None) -> pa.Table:
+        self.row_groups_read.append(group)
+        return self._parquet.read_row_group(group, columns=columns)
+
+    def _stored(self, table: pa.Table) -> list[StoredEntry]:
+        """The rows as StoredEntry objects, through the hot tier's decoder (compiled where built)
+        from the fields XRANGE would have returned."""
+        ids = pc.cast(pc.binary_join_element_wise(
+            pc.cast(table["offset_ms"], pa.string()), pc.cast(table["offset_seq"], pa.string()),
+            "-"), pa.binary()).to_pylist()
+        # the value field's name: K + the key, or v without one
+        names = pc.fill_null(pc.binary_join_element_wise(KEYED, table["key"], b""), b"v")
+        columns = [ids, names.to_pylist(), table["value"].to_pylist()]
+        count = table.num_rows
+        if table["format"].null_count == count and table["headers"].null_count == count:
+            items = [[i, [name, value]] for i, name, value in zip(*columns, strict=True)]
+        else:
+            columns += [table["format"].to_pylist(), table["headers"].to_pylist()]
+            items = [[i, _fields(name, value, fmt, headers)]
+                     for i, name, value, fmt, headers in zip(*columns, strict=True)]
+        return decode_raw_entries(self.info.partition, items)
+
+
+def _fields(name: bytes, value: bytes, fmt: str | None, headers: bytes | None) -> list[bytes]:
+    fields = [name, value]
+    if fmt is not None:
+        fields += (b"f", fmt.encode())
+    if headers is not None:
+        fields += (b"h", headers)
+    return fields
+
+
+def _bounds(after: str | None, until: str | None) -> _Bounds:
+    return (None if after is None else offset_key(validate_offset(after)),
+            None if until is None else offset_key(validate_offset(until)))
+
+
+def _within_mask(table: pa.Table, bounds: _Bounds, key: bytes | None) -> pa.ChunkedArray:
+    """Which rows lie after ``after`` and up to ``until`` (and hold ``key`` when given)."""
+    ms, seq = table["offset_ms"], table["offset_seq"]
+    # offsets are never null: every row, the start of a mask narrowed by each condition given
+    mask = pc.is_valid(ms) if key is None else pc.equal(table["key"], key)
+    # uint64 scalars: a Python int past the int64 range is no compute argument
+    after, until = (None if bound is None else (pa.scalar(bound[0], pa.uint64()),
+                                                pa.scalar(bound[1], pa.uint64()))
+                    for bound in bounds)
+    if after is not None:
+        mask = pc.and_(mask, pc.or_(pc.greater(ms, after[0]), pc.and_(
+            pc.equal(ms, after[0]), pc.greater(seq, after[1]))))
+    if until is not None:
+        mask = pc.and_(mask, pc.or_(pc.less(ms, until[0]), pc.and_(
+            pc.equal(ms, until[0]), pc.less_equal(seq, until[1]))))
+    return pc.fill_null(mask, False)
+
+
+def _concat(tables: list[pa.Table], limit: int | None) -> pa.Table:
+    if not tables:
+        return SCHEMA.empty_table()
+    table = pa.concat_tables(tables)
+    return table if limit is None else table.slice(0, limit)
+
+
+def _min_max(row_group: pq.RowGroupMetaData, column: int) -> tuple[int, int]:
+    statistics = row_group.column(column).statistics
+    if statistics is None or not statistics.has_min_max:
+        return 0, 2**64 - 1  # no statistics: the group may hold anything
+    return int(statistics.min), int(statistics.max)

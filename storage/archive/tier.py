@@ -1,0 +1,204 @@
+"""The archive tier of a partition's log: moving its oldest entries into a segment (written, then
+committed with the trim), reading across both tiers in offset order, and dropping it all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.archive.manifest import (
+    COMMIT,
+    CONSUMED,
+    SegmentRef,
+    archive_key,
+    commit_call,
+    conflict_of,
+    segment_refs,
+    segments_key,
+)
+from storage.archive.names import parse_segment_name, topic_dir
+from storage.archive.object_store import ArchiveStore
+from storage.archive.segment_reader import read_range
+from storage.archive.segments import SegmentInfo, SegmentSettings, write_segment
+from storage.cluster import ClusterRouter
+from storage.codec import decode_raw_entries, offset_key
+from storage.keys import log_key, slot_of
+from storage.models import StoredEntry
+from storage.wire.lanes import NodeLanes
+from storage.wire.scripts import run_script
+
+MAX_SEQ = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSettings:
+    """How big a segment gets: at most ``segment_max_entries`` entries and about
+    ``segment_max_bytes`` of values; how its file is laid out (``segment``)."""
+
+    segment_max_entries: int = 100_000
+    segment_max_bytes: int = 64 << 20
+    segment: SegmentSettings = field(default_factory=SegmentSettings)
+
+
+class ArchiveTier:
+    """One store's archive: segments in ``store``, manifests in Redis beside each stream."""
+
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes, store: ArchiveStore,
+                 settings: ArchiveSettings) -> None:
+        self._router = router
+        self._lanes = lanes
+        self.store = store
+        self.settings = settings
+
+    async def _on_partition(self, what: str, topic: str, partition: int,
+                            commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Commands on the partition's primary in one round trip, retried as reads are; the
+        first error reply is raised."""
+        slot = slot_of(topic, partition)
+
+        async def op() -> list[Any]:
+            replies = await self._lanes.execute(self._router.node_for_slot(slot), commands,
+                                                exclusive=False)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+            return list(replies)
+
+        return await self._router.call(what, self._router.settings.read_deadline_s, op)
+
+    async def segments(self, topic: str, partition: int) -> list[SegmentRef]:
+        """Every committed segment of the partition, oldest first."""
+        (items,) = await self._on_partition("archive_segments", topic, partition,
+                                            [("XRANGE", segments_key(topic, partition), "-",
+                                              "+")])
+        return segment_refs(items)
+
+    async def consumed(self, topic: str, partition: int) -> str | None:
+        """The end (XRANGE syntax, ``(`` exclusive) of what every consumer group of the partition
+        has delivered and settled; None when it has no group."""
+        slot = slot_of(topic, partition)
+
+        async def op() -> Any:
+            return await run_script(self._lanes, self._router.node_for_slot(slot), CONSUMED,
+                                    [log_key(topic, partition)], [])
+
+        bound = await self._router.call("archive_consumed", self._router.settings.read_deadline_s,
+                                        op)
+        return None if bound is None else _text(bound)
+
+    async def move_oldest(self, topic: str, partition: int, *, epoch: int,
+                          until: str | None) -> SegmentInfo | None:
+        """Move the partition's oldest entries, none after ``until`` (None: any), into one
+        segment: written whole, then committed to the manifest and trimmed from the stream in one
+        script. None when there is nothing to move. ArchiveConflict when a later owner committed
+        or the stream moved under it (the file written stays an orphan, removed by
+        ``remove_orphans``)."""
+        entries = await self._oldest(topic, partition, until)
+        if not entries:
+            return None
+        info = await write_segment(self.store, topic, partition, entries, self.settings.segment,
+                                   epoch)
+        keys, args = commit_call(info, epoch)
+        slot = slot_of(topic, partition)
+
+        async def commit() -> Any:
+            return await run_script(self._lanes, self._router.node_for_slot(slot), COMMIT, keys,
+                                    args)
+
+        try:
+            await self._router.call("archive_commit", self._router.settings.write_deadline_s,
+                                    commit)
+        except Exception as exc:
+            conflict = conflict_of(exc.__cause__ or exc)
+            if conflict is not None:
+                raise conflict from exc
+            raise
+        return info
+
+    async def _oldest(self, topic: str, partition: int, until: str | None) -> list[Any]:
+        """The raw oldest entries of the stream, cut at the segment's entry and byte caps."""
+        settings = self.settings
+        (raw,) = await self._on_partition(
+            "archive_read", topic, partition,
+            [("XRANGE", log_key(topic, partition), "-", until or "+", "COUNT",
+              settings.segment_max_entries)])
+        entries, size = list(raw or []), 0
+        for index, (_, fields) in enumerate(entries):
+            size += sum(len(part) for part in fields)
+            if size >= settings.segment_max_bytes:
+                return entries[:index + 1]
+        return entries
+
+    async def read(self, topic: str, partition: int, start: str, limit: int,
+                   decode: Callable[[int, Any], list[StoredEntry]] = decode_raw_entries,
+                   ) -> list[StoredEntry]:
+        """Up to ``limit`` entries from ``start`` (XRANGE syntax: ``-``, ``(<offset>``, or
+        ``<offset>`` inclusive), archived ones first, then the stream's, in offset order: one
+        round trip when ``start`` lies in the stream. Each step asks the manifest and the stream
+        in one transaction, so a move committed meanwhile cannot open a gap between them."""
+        after = _exclusive(start)
+        entries: list[StoredEntry] = []
+        while len(entries) < limit:
+            first, hot = await self._manifest_and_stream(topic, partition, start,
+                                                         limit - len(entries))
+            refs = segment_refs(first)
+            if not refs:
+                return entries + decode(partition, hot or [])
+            entries += await read_range(self.store, refs[0].name, after=after,
+                                        limit=limit - len(entries))
+            after = refs[0].last_offset
+            start = "(" + after
+        return entries
+
+    async def _manifest_and_stream(self, topic: str, partition: int, start: str,
+                                   count: int) -> tuple[Any, Any]:
+        """The first segment holding entries from ``start`` and the stream's first ``count``
+        from it, read at one instant (MULTI/EXEC)."""
+        replies = await self._on_partition(
+            "read", topic, partition,
+            [("MULTI",), ("XRANGE", segments_key(topic, partition), start, "+", "COUNT", 1),
+             ("XRANGE", log_key(topic, partition), start, "+", "COUNT", count), ("EXEC",)])
+        first, hot = replies[-1]
+        return first, hot
+
+    async def remove_orphans(self, topic: str, partition: int, *, epoch: int) -> int:
+        """Delete the partition's segment files the manifest does not name and no later owner
+        may still commit (written by this epoch or an earlier one): what a move cut short
+        left. Returns how many went."""
+        committed = {ref.name for ref in await self.segments(topic, partition)}
+        removed = 0
+        for name in await self.store.list_segments(topic, partition):
+            if name not in committed and parse_segment_name(name).epoch <= epoch:
+                await self.store.delete(name)
+                removed += 1
+        return removed
+
+    async def drop_partition(self, topic: str, partition: int) -> None:
+        """Forget the partition's archive: its manifest first (no read finds the segments
+        afterwards), then the files."""
+        await self._on_partition("archive_drop", topic, partition,
+                                 [("DEL", segments_key(topic, partition),
+                                   archive_key(topic, partition))])
+        for name in await self.store.list_segments(topic, partition):
+            await self.store.delete(name)
+
+    async def drop_topic(self, topic: str) -> None:
+        """Every file of the topic (its manifests go with its Redis keys)."""
+        await self.store.delete_prefix(topic_dir(topic))
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _exclusive(start: str) -> str | None:
+    """The XRANGE start as the offset just before it (None: from the first)."""
+    if start == "-":
+        return None
+    if start.startswith("("):
+        return start[1:]
+    ms, seq = offset_key(start)
+    if seq:
+        return f"{ms}-{seq - 1}"
+    return f"{ms - 1}-{MAX_SEQ}" if ms else None
