@@ -72,7 +72,9 @@ class Admin:
         return list(document["topics"])
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
-        """GET /v1/topics/{name} -> the topic with ``partition_details``."""
+        """GET /v1/topics/{name} -> the topic with ``partition_details``: each partition's whole
+        log (length, first and last offset) and its ``tiers`` (the hot range in Redis, the
+        archived one)."""
         return await self._call("GET", f"/v1/topics/{name}")
 
     async def delete_topic(self, name: str) -> None:

@@ -123,8 +123,8 @@ OVERVIEW = DashboardSpec(
 
 TOPICS = DashboardSpec(
     file="streamgate-topics.json", uid="streamgate-topics", title="streamgate / Topics",
-    description="Per-partition publish rates, hot partitions and keys, bytes, retention and "
-                "delayed messages.",
+    description="Per-partition publish rates, hot partitions and keys, bytes, retention, "
+                "delayed messages and the archive tier.",
     variables=(("topic",
                 "label_values(streamgate_partition_publish_rate_messages_per_second, topic)"),),
     panels=(
@@ -163,6 +163,22 @@ TOPICS = DashboardSpec(
               "Delayed messages moved into their stream per second.",
               (f"sum by (topic) (rate(streamgate_delayed_promoted_messages_total{T}{RATE}))",
                "{{topic}}")),
+        panel("Entries archived", "short",
+              "Entries the partitions' owners moved from Redis into archive segments per second.",
+              (f"sum by (topic) (rate(streamgate_archive_entries_total{T}{RATE}))", "{{topic}}")),
+        panel("Bytes archived", "Bps", "Segment bytes written to the archive per second (zstd).",
+              (f"sum by (topic) (rate(streamgate_archive_bytes_total{T}{RATE}))", "{{topic}}")),
+        panel("Hot age", "s",
+              "Age of the oldest entry still in Redis, the oldest partition of each topic. With "
+              "the archive on it stays near hot_retention_ms; far above it the archive is behind "
+              "(failing moves, or a consumer group that has not consumed the entries: they stay "
+              "hot for it). Key-indexed and compacted topics stay hot whole.",
+              (f"max by (topic) (streamgate_archive_hot_age_seconds{T})", "{{topic}}")),
+        panel("Archive duty errors", "short",
+              "Failed archive moves per second by gateway (the store unreachable, a fenced "
+              "commit); retried every archive_interval_s.",
+              (f'sum by (instance) (rate(streamgate_duty_errors_total{{duty="archive"}}{RATE}))',
+               "{{instance}}")),
     ),
 )
 

@@ -34,7 +34,8 @@ class StreamgateBatchReader(DataSourceReader):
             self.planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Paged XRANGE over one planned range (or a snapshot's pages), as Arrow batches."""
+        """One planned range (segment files, then paged XRANGE) or a snapshot's pages, as Arrow
+        batches."""
         if isinstance(partition, SnapshotRange):
             return read_snapshot(partition)
         assert isinstance(partition, StreamRange)

@@ -90,3 +90,30 @@ class StreamgateSnapshotExpired(PipelineError):
         self.topic = topic
         self.partition = partition
         self.as_of = as_of
+
+
+class ArchiveNotConfigured(PipelineError):
+    """A planned range reaches entries the archive tier moved out of Redis, and the source was
+    given no ``archiveUrl`` to read their segment files from: never skipped silently."""
+
+    def __init__(self, topic: str, partition: int, first: str, last: str) -> None:
+        super().__init__(
+            f"topic {topic!r} partition {partition}: entries {first} to {last} of the range to "
+            "read are in the archive tier; give the source 'archiveUrl' (and the archiveS3* "
+            "options for an object store) to read them")
+        self.topic = topic
+        self.partition = partition
+        self.first = first
+        self.last = last
+
+
+class ArchiveReadFailed(PipelineError):
+    """A segment file of the archive tier could not be read (missing, unreachable or corrupt)."""
+
+    retriable = True
+
+    def __init__(self, url: str, name: str, detail: str) -> None:
+        super().__init__(f"archive {url}: cannot read segment {name}: {detail}")
+        self.url = url
+        self.name = name
+

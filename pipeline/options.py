@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import stream_ids
+from pipeline.archive_files import ArchiveAccess
 from pipeline.errors import InvalidOption, InvalidSourceOption
+from storage.archive.object_store import S3Settings
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -69,6 +71,7 @@ class SourceOptions:
     commit_progress: bool
     redis_tls: RedisTls | None = None  # None: plaintext
     snapshot_lag_ms: int | None = None  # how old a snapshot may get (the topic's compaction lag)
+    archive: ArchiveAccess | None = None  # None: a range reaching the archive tier fails
 
     @property
     def from_snapshot(self) -> bool:
@@ -111,7 +114,38 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         commit_progress=bool_option(options, "commitProgress", True),
         redis_tls=_redis_tls(options),
         snapshot_lag_ms=positive_int_option(options, "snapshotLagMs", None),
+        archive=_archive(options),
     )
+
+
+_S3_OPTIONS = ("archiveS3Endpoint", "archiveS3Region", "archiveS3AccessKey", "archiveS3SecretKey",
+               "archiveS3Scheme", "archiveS3CredentialsChain")
+
+
+def _archive(options: Mapping[str, Any]) -> ArchiveAccess | None:
+    url = str(options.get("archiveUrl") or "")
+    if url in ("", "none"):
+        given = [name for name in _S3_OPTIONS if options.get(name)]
+        if given:
+            raise InvalidSourceOption(given[0], "needs archiveUrl")
+        return None
+    access = ArchiveAccess(url, _s3_settings(options) if url.startswith("s3:") else None)
+    try:
+        access.root()  # the URL checked on the driver, before any task runs
+    except ValueError as exc:
+        raise InvalidSourceOption("archiveUrl", str(exc)) from None
+    return access
+
+
+def _s3_settings(options: Mapping[str, Any]) -> S3Settings:
+    scheme = str(options.get("archiveS3Scheme") or "https")
+    if scheme not in ("http", "https"):
+        raise InvalidSourceOption("archiveS3Scheme", f"expected http or https, got {scheme!r}")
+    return S3Settings(endpoint_override=options.get("archiveS3Endpoint") or None,
+                      region=options.get("archiveS3Region") or None,
+                      access_key=options.get("archiveS3AccessKey") or None,
+                      secret_key=options.get("archiveS3SecretKey") or None, scheme=scheme,
+                      credentials_chain=bool_option(options, "archiveS3CredentialsChain", False))
 
 
 def _redis_tls(options: Mapping[str, Any]) -> RedisTls | None:

@@ -66,7 +66,7 @@ def columns_of_items(items: Sequence[Item]) -> PageColumns:
         values.append(value)
         headers.append(header)
     key_validity, key_nulls = _validity([key is not None for key in keys])
-    text_validity, text_nulls = _validity([_is_utf8(value) for value in values])
+    text_validity, text_nulls = _validity([is_utf8(value) for value in values])
     header_validity, header_nulls = _validity([header is not None for header in headers])
     return PageColumns(
         len(ids), *_offsets_and_data(ids),
@@ -112,7 +112,8 @@ def _validity(present: Sequence[bool]) -> tuple[bytes | None, int]:
     return bytes(bitmap), nulls
 
 
-def _is_utf8(value: bytes) -> bool:
+def is_utf8(value: bytes) -> bool:
+    """Whether ``value`` is UTF-8 text (its ``value_str`` is not null)."""
     try:
         value.decode()
     except UnicodeDecodeError:

@@ -1,8 +1,9 @@
 """Driver-side offset planning shared by the batch and streaming readers.
 
-Positions are exclusive stream IDs per partition. ``earliest`` resolves to just before the oldest
-retained entry, ``latest`` to the last generated ID; a planned end is always an existing entry's ID
-(or the start), so a range can never grow after planning: Redis only accepts IDs above the last one.
+Positions are exclusive stream IDs per partition, in either tier (``pipeline.archived``).
+``earliest`` resolves to just before the oldest retained entry, archived ones included, ``latest``
+to the last generated ID; a planned end is always an existing entry's ID (or the start), so a range
+can never grow after planning: Redis only accepts IDs above the last one, and a move keeps IDs.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import logging
 
 from redis.cluster import RedisCluster
 
-from pipeline import stream_ids
+from pipeline import archived, stream_ids
+from pipeline.archive_files import SegmentFiles
 from pipeline.budget import allocate
 from pipeline.data_loss import find_loss, handle_loss
 from pipeline.options import EARLIEST, LATEST, SNAPSHOT, Position, SourceOptions
 from pipeline.progress import group_position, publish_position
 from pipeline.ranges import SnapshotRange, StreamRange
-from pipeline.streams import count_after, last_id, open_cluster, stream_state
+from pipeline.streams import last_id, open_cluster, stream_state
 from pipeline.topic_partitions import snapshot_lag_ms
 from storage.keys import log_key
 
@@ -35,6 +37,7 @@ class Planner:
         self.partitions = partitions
         self.lost_entries = 0
         self._client: RedisCluster | None = None
+        self._files: SegmentFiles | None = None
         self._checked: Offsets = {}
         self._published: Offsets = {}
 
@@ -44,6 +47,13 @@ class Planner:
         if self._client is None:
             self._client = open_cluster(self.options.redis_nodes, self.options.redis_tls)
         return self._client
+
+    @property
+    def files(self) -> SegmentFiles | None:
+        """The archive's segment files as the driver reads them (None: no ``archiveUrl``)."""
+        if self._files is None and self.options.archive is not None:
+            self._files = SegmentFiles(self.options.archive)
+        return self._files
 
     def close(self) -> None:
         """Close the driver's client; idempotent."""
@@ -60,35 +70,37 @@ class Planner:
         retention."""
         if position in (LATEST, SNAPSHOT):  # a snapshot is taken as of the last ID now
             return stream_state(self.client, self.key(partition)).last_generated_id
-        floor = stream_state(self.client, self.key(partition)).floor
         if position == EARLIEST:
-            return floor
+            return archived.log_state(self.client, self.options.topic, partition).floor
         return position
 
     def latest(self, start: Offsets) -> Offsets:
-        """The newest entry of every partition (or its start when it has nothing newer)."""
+        """The newest entry of every partition (or its start when it has nothing newer), in the
+        stream or, when all of it is archived, in the archive."""
         ends = {}
         for partition, position in start.items():
-            newest = last_id(self.client, self.key(partition))
+            newest = (last_id(self.client, self.key(partition))
+                      or archived.newest_archived(self.client, self.options.topic, partition))
             ends[partition] = position if newest is None else stream_ids.later(position, newest)
         return ends
 
     def bounded(self, start: Offsets, ends: Offsets, max_rows: int) -> Offsets:
         """Move ends back so the ranges (start, end] hold at most ``max_rows`` entries in total."""
-        counts, lasts = {}, {}
-        for partition, position in start.items():
-            counts[partition], lasts[partition] = count_after(
-                self.client, self.key(partition), position, ends[partition], max_rows)
-        shares = allocate(max_rows, counts)
+        counted = {partition: self._count(partition, position, ends[partition], max_rows)
+                   for partition, position in start.items()}
+        shares = allocate(max_rows, {p: count.count for p, count in counted.items()})
         bounded = dict(start)
         for partition, share in shares.items():
-            if share == counts[partition] and share > 0:
-                bounded[partition] = lasts[partition] or start[partition]
+            if share == counted[partition].count and share > 0:
+                bounded[partition] = counted[partition].last or start[partition]
             elif share > 0:
-                _, nth = count_after(self.client, self.key(partition), start[partition],
-                                     ends[partition], share)
+                nth = self._count(partition, start[partition], ends[partition], share).last
                 bounded[partition] = nth or start[partition]
         return bounded
+
+    def _count(self, partition: int, start: str, end: str, limit: int) -> archived.Counted:
+        return archived.count_after(self.client, self.files, self.options.topic, partition,
+                                    start, end, limit)
 
     def check_retention(self, start: Offsets) -> None:
         """Fail (or log and count) when retention trimmed entries after a start position; once per
@@ -97,7 +109,8 @@ class Planner:
             if self._checked.get(partition) == position:
                 continue
             key = self.key(partition)
-            loss = find_loss(position, stream_state(self.client, key),
+            loss = find_loss(position, archived.log_state(self.client, self.options.topic,
+                                                          partition),
                              group_position(self.client, key, self.options.consumer_name))
             if loss is not None:
                 self.lost_entries += handle_loss(self.options.topic, partition, loss,
@@ -135,18 +148,19 @@ class Planner:
             begin = start.get(partition, stream_ids.ZERO)
             if not stream_ids.before(begin, end[partition]):
                 continue
-            _, first = count_after(self.client, self.key(partition), begin, end[partition], 1)
+            first = self._count(partition, begin, end[partition], 1).first
             planned.append(StreamRange(
                 topic=self.options.topic, partition=partition, start=begin, end=end[partition],
                 first_id=first, redis_nodes=self.options.redis_nodes,
                 page_size=self.options.page_size, fail_on_data_loss=self.options.fail_on_data_loss,
-                redis_tls=self.options.redis_tls))
+                redis_tls=self.options.redis_tls, archive=self.options.archive))
         return planned
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_client"] = None  # a cluster client does not pickle; workers open their own in
                                  # read()
+        state["_files"] = None
         return state
 
 

@@ -1,5 +1,5 @@
-"""A planned read of one partition, (start, end], and its execution on an executor with paged
-XRANGE."""
+"""A planned read of one partition, (start, end], and its execution on an executor: archived
+entries from their segment files, the rest with paged XRANGE."""
 
 from __future__ import annotations
 
@@ -9,14 +9,19 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from pipeline.errors import StreamgateDataLoss, StreamgateSnapshotExpired
+from pipeline import stream_ids
+from pipeline.archive_files import ArchiveAccess, SegmentFiles
+from pipeline.archived import first_piece
+from pipeline.errors import ArchiveNotConfigured, StreamgateDataLoss, StreamgateSnapshotExpired
 from pipeline.node_pages import NodePages
 from pipeline.options import RedisTls
 from pipeline.pages import columns_of_items
-from pipeline.rows import record_batch
+from pipeline.rows import SEGMENT_COLUMNS, record_batch, segment_batch
 from pipeline.streams import open_cluster
+from storage.archive.manifest import SegmentRef
 from storage.compaction import SNAPSHOT_LUA
 from storage.keys import key_registry_key, log_key
 
@@ -37,25 +42,64 @@ class StreamRange(InputPartition):
     page_size: int
     fail_on_data_loss: bool
     redis_tls: RedisTls | None = None
+    archive: ArchiveAccess | None = None
 
 
 def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of every entry in the range, opening (and closing) a cluster client and a
-    socket to the partition's primary here."""
+    """Arrow batches of every entry in the range, archived ones from their segment files, then the
+    stream's, opening (and closing) a cluster client and a socket to the partition's primary
+    here."""
     client = open_cluster(planned.redis_nodes, planned.redis_tls)
     key = log_key(planned.topic, planned.partition)
     try:
         with NodePages(client, key, planned.redis_tls) as node:
             checked = False
-            for page in node.pages(planned.start, planned.end, planned.page_size):
-                if not checked:
-                    _check_first(planned, page.first_id())
+            for batch in _tiered(planned, client, node):
+                if batch.num_rows and not checked:
+                    _check_first(planned, batch["offset"][0].as_py())
                     checked = True
-                yield record_batch(planned.topic, planned.partition, page)
+                yield batch
             if not checked:
                 _check_first(planned, None)
     finally:
         client.close()
+
+
+def _tiered(planned: StreamRange, client: RedisCluster,
+            node: NodePages) -> Iterator[pa.RecordBatch]:
+    """The range in offset order across the tiers. A stream page is kept when the manifest,
+    asked after it, has no segment holding entries after the page's start: none had left the
+    stream when the page was read. Else that segment comes first and the page is read again."""
+    cursor, end = planned.start, planned.end
+    files = SegmentFiles(planned.archive) if planned.archive is not None else None
+    piece = first_piece(client, planned.topic, planned.partition, cursor, end)
+    while stream_ids.before(cursor, end):
+        if piece is not None:
+            until = piece.last_offset if stream_ids.before(piece.last_offset, end) else end
+            yield from _archived(planned, files, piece, cursor, until)
+            cursor = until
+            piece = first_piece(client, planned.topic, planned.partition, cursor, end)
+            continue
+        page = node.page(f"({cursor}", end, planned.page_size)
+        piece = first_piece(client, planned.topic, planned.partition, cursor, end)
+        if piece is not None:
+            continue  # entries moved meanwhile: the segment first, then this page again
+        if not page.rows:
+            return
+        yield record_batch(planned.topic, planned.partition, page)
+        if page.rows < planned.page_size:
+            return
+        cursor = page.last_id()
+
+
+def _archived(planned: StreamRange, files: SegmentFiles | None, piece: SegmentRef, after: str,
+              until: str) -> Iterator[pa.RecordBatch]:
+    if files is None:
+        raise ArchiveNotConfigured(planned.topic, planned.partition, piece.first_offset,
+                                   piece.last_offset)
+    table = files.table(piece.name, SEGMENT_COLUMNS, after, until)
+    for rows in table.to_batches():
+        yield segment_batch(planned.topic, planned.partition, rows)
 
 
 @dataclass

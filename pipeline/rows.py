@@ -1,5 +1,5 @@
-"""The source's row schema, and a page's column buffers (``pipeline.pages``) as an Arrow record
-batch.
+"""The source's row schema, and a page's column buffers (``pipeline.pages``) or a segment file's
+rows (the archive tier) as an Arrow record batch.
 
 The timestamp is the ms part of the ID; Spark reads Arrow timestamps in microseconds. Headers are a
 JSON object of strings (absent, empty or not an object: null); only rows that have them cost a
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from pipeline.pages import PageColumns
+from pipeline.pages import PageColumns, is_utf8
 
 SCHEMA_DDL = (
     "topic STRING, partition INT, offset STRING, key BINARY, value BINARY, value_str STRING, "
@@ -60,11 +61,46 @@ def _bitmap(validity: bytes | None) -> pa.Buffer | None:
 def _headers(page: PageColumns) -> pa.Array:
     if page.header_nulls == page.rows:
         return pa.nulls(page.rows, HEADERS_TYPE)
-    raw = pa.Array.from_buffers(pa.binary(), page.rows, [
+    return headers_of(pa.Array.from_buffers(pa.binary(), page.rows, [
         _bitmap(page.header_validity), pa.py_buffer(page.header_offsets),
-        pa.py_buffer(page.header_data)], page.header_nulls)
-    return pa.array([None if doc is None else _header_pairs(doc) for doc in raw.to_pylist()],
+        pa.py_buffer(page.header_data)], page.header_nulls))
+
+
+def headers_of(raw: pa.Array) -> pa.Array:
+    """The headers column of the ``h`` fields as stored (null or empty: no headers)."""
+    if raw.null_count == len(raw):
+        return pa.nulls(len(raw), HEADERS_TYPE)
+    return pa.array([_header_pairs(doc) if doc else None for doc in raw.to_pylist()],
                     HEADERS_TYPE)
+
+
+def segment_batch(topic: str, partition: int, rows: pa.RecordBatch) -> pa.RecordBatch:
+    """A segment file's rows (``SEGMENT_COLUMNS``) as the source's batch: Arrow compute over the
+    columns, Python only for headers and for values that are not UTF-8."""
+    count = rows.num_rows
+    offsets = pc.binary_join_element_wise(pc.cast(rows["offset_ms"], pa.string()),
+                                          pc.cast(rows["offset_seq"], pa.string()), "-")
+    columns = [
+        pa.repeat(pa.scalar(topic, pa.string()), count),
+        pa.repeat(pa.scalar(partition, pa.int32()), count),
+        offsets, rows["key"], rows["value"], _text(rows["value"]), headers_of(rows["headers"]),
+        pc.cast(rows["timestamp"], ARROW_SCHEMA.field("timestamp").type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+SEGMENT_COLUMNS = ("offset_ms", "offset_seq", "timestamp", "key", "value", "headers")
+
+
+def _text(values: pa.Array) -> pa.Array:
+    """The values as strings where they are UTF-8, null elsewhere (over the same buffers)."""
+    text = values.view(pa.string())
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        utf8 = pa.array([is_utf8(value) for value in values.to_pylist()], pa.bool_())
+        return pc.if_else(utf8, text, pa.scalar(None, pa.string()))
+    return text
 
 
 def _header_pairs(raw: bytes) -> list[tuple[str, str]] | None:

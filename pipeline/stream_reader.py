@@ -63,7 +63,8 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: paged XRANGE over the planned range, as Arrow batches."""
+        """Runs on an executor: the planned range's archived entries from their segment files,
+        then paged XRANGE, as Arrow batches."""
         if isinstance(partition, SnapshotRange):
             return read_snapshot(partition)
         assert isinstance(partition, StreamRange)

@@ -7,7 +7,7 @@ XRANGE parsing much faster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -72,6 +72,11 @@ def stream_state(client: RedisCluster, key: str) -> StreamState:
         if "no such key" in str(exc).lower():
             return EMPTY
         raise
+    return state_of(info)
+
+
+def state_of(info: Mapping[str, Any]) -> StreamState:
+    """A StreamState from XINFO STREAM's fields (by name)."""
     first = info.get("first-entry")
     return StreamState(
         length=int(info["length"]),

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from storage.archive.manifest import segment_refs, segments_key
 from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_offset,
     decode_raw_entries,
+    offset_key,
     validate_offset,
     validate_offsets,
 )
@@ -366,28 +368,43 @@ class RedisGroupStore:
 
     async def lost_after(self, topic: str, partition: int, after: str,
                          group: str | None = None) -> LostRange | None:
-        """The range after ``after`` that retention trimmed, or None.
+        """The range after ``after`` that a reader lost, or None.
 
-        Trims take a stream's oldest entries, so while the entry at ``after`` is still there
-        nothing after it went; once it is gone, something was removed and the first entry left is
-        past it, whatever lay between went. How many only ``group``'s read counter can tell (when
-        Redis kept it valid): entries added past the group's position less those still there. A
-        compacted topic's holes leave its first entry in place: no gap.
+        Trims take a stream's oldest entries, so while the entry at ``after`` is still there (in
+        the stream, or in a segment of the archive, where a replay reads on) nothing after it
+        went; once it is gone, something was removed and the first entry left is past it, whatever
+        lay between went. How many only ``group``'s read counter can tell (when Redis kept it
+        valid): entries added past the group's position less those still there. A compacted
+        topic's holes leave its first entry in place: no gap. A ``group``'s reads come from the
+        stream alone: archived entries past its position are lost to it too (a new group, or a
+        seek, into the archive).
         """
         key, position = log_key(topic, partition), validate_offset(after)
+        segments = segments_key(topic, partition)
 
-        async def op() -> tuple[Any, Any, Any]:
+        async def op() -> tuple[Any, Any, Any, Any]:
             at = await self._on(key, ("XRANGE", key, position, position))
+            beyond = segment_refs(await self._on(
+                segments, ("XRANGE", segments, "(" + position, "+", "COUNT", 1)))
+            if not at and beyond:  # inside a segment
+                at = offset_key(beyond[0].first_offset) <= offset_key(position)
+            if not at:  # the last offset of a segment
+                at = await self._on(segments, ("XRANGE", segments, position, position))
             try:
                 info = await self._on(key, ("XINFO", "STREAM", key))
             except ResponseError as exc:
                 if is_missing_group(exc):
-                    return at, None, None
+                    return at, beyond, None, None
                 raise
             row = None if group is None else find_group(await self._group_infos(key), group)
-            return at, info, row
+            return at, beyond, info, row
 
-        at, flat, row = await self._read("lost_after", op)
+        at, beyond, flat, row = await self._read("lost_after", op)
+        if group is not None and beyond:
+            first = info_row(flat).get("first-entry") if flat is not None else None
+            return LostRange(partition, position, decode_offset(first[0]) if first else None)
+        if position == "0-0":  # a reader from the very start lost nothing it ever had
+            return None
         return None if at or flat is None else lost_range(partition, position, flat, row)
 
     async def seek(self, topic: str, partition: int, group: str, start: str) -> None:

@@ -212,13 +212,27 @@ class StoredEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivedRange:
+    """What a partition's archive tier holds: its first and last offsets (None when it holds
+    nothing), entries, segments and their bytes."""
+
+    first_offset: str | None
+    last_offset: str | None
+    entries: int
+    segments: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """Size and bounds of one partition's stream; offsets are None when it is empty."""
+    """Size and bounds of one partition's stream (the hot tier); offsets are None when it is
+    empty. ``archived``: what its archive tier holds (None: the store has no archive tier)."""
 
     partition: int
     length: int
     first_offset: str | None
     last_offset: str | None
+    archived: ArchivedRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +363,8 @@ class PurgeReport:
 
 @dataclass(frozen=True, slots=True)
 class TrimReport:
-    """What a retention trim removed from one partition.
+    """What a retention trim removed from one partition: ``removed`` entries of its stream,
+    ``archived_removed`` entries in ``segments_removed`` whole segments of its archive tier.
 
     ``unacked_removed`` maps each group that lost entries it had not acked (pending, or never
     delivered) to how many; groups that lost nothing unacked are absent.
@@ -358,6 +373,8 @@ class TrimReport:
     partition: int
     removed: int
     unacked_removed: dict[str, int] = field(default_factory=dict)
+    archived_removed: int = 0  # entries of the archive tier's segments that went
+    segments_removed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""Partition overviews for the lag duty (a partition's length and every group's position on it) and
-newest offsets for subscriptions starting at ``latest``, many partitions per round trip."""
+"""Partition overviews for the lag duty (a partition's length, first offset and every group's
+position on it) and newest offsets for subscriptions starting at ``latest``, many partitions per
+round trip."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from storage.wire.connection import NodeAddress
 from storage.wire.errors import ResponseError
 from storage.wire.lanes import NodeLanes
 
-# ``XLEN`` and ``XINFO GROUPS`` of every asked partition go out as one pipeline per owning node on
-# the node connections (``storage.wire.lanes``), far less client CPU per command than through
-# redis-py. A partition whose replies are not plain answers (a slot moved: MOVED/ASK, a node
-# failing) is left out of the result; the caller reads it the slow, retrying way.
+# ``XLEN``, ``XINFO GROUPS`` and the first entry (``XRANGE - + COUNT 1``: how old the hot tier
+# is) of every asked partition go out as one pipeline per owning node on the node connections
+# (``storage.wire.lanes``), far less client CPU per command than through redis-py. A partition
+# whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out of
+# the result; the caller reads it the slow, retrying way.
 # ``oldest_pending_offset`` is not known from XINFO GROUPS: it is None in an overview, also for
 # groups with pending entries (``RedisGroupStore.state`` has it).
 
@@ -28,11 +30,12 @@ from storage.wire.lanes import NodeLanes
 @dataclass(frozen=True, slots=True)
 class PartitionOverview:
     """A partition's length and its groups' positions by name (``oldest_pending_offset`` left
-    None)."""
+    None); ``first_offset`` is the oldest entry still in the stream (None: empty, or not read)."""
 
     partition: int
     length: int
     groups: Mapping[str, GroupPartitionState]
+    first_offset: str | None = None
 
 
 async def read_overviews(router: ClusterRouter, lanes: NodeLanes, topic: str,
@@ -91,21 +94,21 @@ async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
     commands: list[tuple[Any, ...] | bytes] = []
     for partition in partitions:
         key = log_key(topic, partition)
-        commands += [("XLEN", key), ("XINFO", "GROUPS", key)]
+        commands += [("XLEN", key), ("XINFO", "GROUPS", key), ("XRANGE", key, "-", "+", "COUNT", 1)]
     try:
         replies = await lanes.execute(addr, commands, exclusive=False)
     except Exception:  # connection lost or timed out: these partitions go the slow way
         return {}
     found: dict[int, PartitionOverview] = {}
     for index, partition in enumerate(partitions):
-        overview = _overview(partition, replies[2 * index], replies[2 * index + 1])
+        overview = _overview(partition, *replies[3 * index:3 * index + 3])
         if overview is not None:
             found[partition] = overview
     return found
 
 
-def _overview(partition: int, length: Any, groups: Any) -> PartitionOverview | None:
-    if isinstance(length, BaseException):
+def _overview(partition: int, length: Any, groups: Any, first: Any) -> PartitionOverview | None:
+    if isinstance(length, BaseException) or not isinstance(first, list):
         return None
     if isinstance(groups, ResponseError) and "no such key" in str(groups).lower():
         groups = []  # the stream does not exist (yet)
@@ -114,4 +117,5 @@ def _overview(partition: int, length: Any, groups: Any) -> PartitionOverview | N
     rows = [info_row(flat) for flat in groups]
     return PartitionOverview(partition, int(length),
                              {text(row["name"]): state_from(partition, row, None)
-                              for row in rows})
+                              for row in rows},
+                             decode_offset(first[0][0]) if first else None)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from redis.asyncio import RedisCluster
 
 from storage.append.batch import BatchAppender
+from storage.archive.manifest import archived_range, range_commands
 from storage.archive.object_store import ArchiveStore
 from storage.archive.tier import ArchiveSettings, ArchiveTier
 from storage.cluster import CallObserver, ClusterRouter, ignore_call
@@ -174,7 +175,7 @@ class RedisStreamStore:
         """Retention trimming with unacked-entry reporting, on the same connections; nothing extra
         to close."""
         if self._retention is None:
-            self._retention = RedisRetention(self.router, self._lanes)
+            self._retention = RedisRetention(self.router, self._lanes, self._archive)
         return self._retention
 
     @property
@@ -328,37 +329,35 @@ class RedisStreamStore:
         return PartitionOverview(partition, length, states)
 
     async def partition_info(self, topic: str, partitions: int) -> list[PartitionInfo]:
-        """Length and first/last offset of partitions 0..partitions-1 (pipelined, grouped per
-        node)."""
+        """Length and first/last offset of partitions 0..partitions-1 and, with an archive tier,
+        what each one's archive holds (pipelined, grouped per node)."""
+        per = len(self._info_commands(topic, 0))
         replies = await self._call(
             "partition_info",
             self.settings.read_deadline_s,
-            lambda: self._partition_info_replies(topic, partitions),
+            lambda: self._partition_info_replies(topic, partitions, per),
         )
-        return [
-            PartitionInfo(
-                partition=p,
-                length=int(replies[3 * p]),
-                first_offset=(decode_offset(replies[3 * p + 1][0][0]) if replies[3 * p + 1]
-                              else None),
-                last_offset=decode_offset(replies[3 * p + 2][0][0]) if replies[3 * p + 2] else None,
-            )
-            for p in range(partitions)
-        ]
+        return [_partition_info(p, replies[per * p:per * (p + 1)]) for p in range(partitions)]
 
-    async def _partition_info_replies(self, topic: str, partitions: int) -> list[Any]:
-        """XLEN, the first and the last entry of every partition: one pipeline per owning node on
+    def _info_commands(self, topic: str, partition: int) -> list[tuple[Any, ...]]:
+        key = log_key(topic, partition)
+        stream = [("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1),
+                  ("XREVRANGE", key, "+", "-", "COUNT", 1)]
+        return stream + (range_commands(topic, partition) if self._archive is not None else [])
+
+    async def _partition_info_replies(self, topic: str, partitions: int, per: int) -> list[Any]:
+        """``_info_commands`` of every partition (``per`` each): one pipeline per owning node on
         the node connections (an error reply, MOVED included, is raised for a retry)."""
         by_node = partitions_by_node(self.router, topic, range(partitions))
         if partitions and not by_node:  # a slot has no owner now (failover): retried
             raise ClusterDownError("a slot of the topic has no primary")
-        replies: list[Any] = [None] * (3 * partitions)
+        replies: list[Any] = [None] * (per * partitions)
         answers = await asyncio.gather(*(self._on_node(addr, [
-            command for p in group for command in _info_commands(log_key(topic, p))])
+            command for p in group for command in self._info_commands(topic, p)])
             for addr, group in by_node.items()))
         for group, answer in zip(by_node.values(), answers, strict=True):
             for index, p in enumerate(group):
-                replies[3 * p:3 * p + 3] = answer[3 * index:3 * index + 3]
+                replies[per * p:per * (p + 1)] = answer[per * index:per * (index + 1)]
         return replies
 
     async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
@@ -434,9 +433,11 @@ class RedisStreamStore:
         return await self.router.call(what, budget_s, op)
 
 
-def _info_commands(key: str) -> list[tuple[Any, ...]]:
-    return [("XLEN", key), ("XRANGE", key, "-", "+", "COUNT", 1),
-            ("XREVRANGE", key, "+", "-", "COUNT", 1)]
+def _partition_info(partition: int, replies: Sequence[Any]) -> PartitionInfo:
+    length, first, last, *archived = replies
+    return PartitionInfo(partition, int(length), decode_offset(first[0][0]) if first else None,
+                         decode_offset(last[0][0]) if last else None,
+                         archived_range(archived) if archived else None)
 
 
 def _glob_escape(text: str) -> str:

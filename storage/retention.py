@@ -1,10 +1,13 @@
-"""Retention trimming of a partition's stream, never silent about entries a group had not acked."""
+"""Retention trimming of a partition's log, its stream and its archived segments, never silent about
+entries a group had not acked."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from storage.archive.manifest import SegmentRef
+from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, offset_key, validate_offset
 from storage.compaction import Compaction
@@ -51,12 +54,22 @@ class RedisRetention:
     skipped), so repeated trims never count an entry twice. Counting and trimming are separate
     commands: an entry acked in between is still counted (an over-count, never an under-count). A
     trim retried after a lost reply reports what the retry removed.
+
+    With an ``archive`` tier the same trim then drops its oldest whole segments
+    (``ArchiveTier.expiring``): those whose last offset is before ``min_offset``, and those the
+    whole log (archived and stream entries) can lose while keeping ``max_length``; a segment
+    straddling the cut stays whole, so reads may return a few entries older than the retention.
+    The archive duty never moves what a group has not consumed, but a group may still be
+    positioned before an archived entry (created from the start after the move): each group's
+    unacked entries in the dropped segments are counted the same way before they go.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes,
+                 archive: ArchiveTier | None = None) -> None:
         self._router = router
         self._lanes = lanes
         self._settings = router.settings
+        self._archive = archive
 
     async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
         """One command on the node connection of the primary of ``key``'s slot (asked at each
@@ -77,6 +90,13 @@ class RedisRetention:
             validate_offset(min_offset)
         if max_length is not None and max_length < 0:
             raise ValueError(f"max_length must be >= 0, got {max_length}")
+        report = await self._trim_stream(topic, partition, min_offset, max_length)
+        if self._archive is None:
+            return report
+        return await self._expire_archive(self._archive, report, topic, min_offset, max_length)
+
+    async def _trim_stream(self, topic: str, partition: int, min_offset: str | None,
+                           max_length: int | None) -> TrimReport:
         key = log_key(topic, partition)
         read_s, write_s = self._settings.read_deadline_s, self._settings.write_deadline_s
         cut = await self._router.call("trim", read_s,
@@ -90,6 +110,41 @@ class RedisRetention:
         )
         await self._sweep_key_indexes(topic, partition)
         return TrimReport(partition, int(removed), unacked)
+
+    async def _expire_archive(self, archive: ArchiveTier, report: TrimReport, topic: str,
+                              min_offset: str | None, max_length: int | None) -> TrimReport:
+        """The stream's trim ``report`` with the archive's oldest segments dropped after it."""
+        partition = report.partition
+        refs = await archive.expiring(topic, partition, before=min_offset, max_length=max_length)
+        if not refs:
+            return report
+        unacked = await self._router.call(
+            "trim", self._settings.read_deadline_s,
+            lambda: self._count_archived_unacked(archive, log_key(topic, partition), refs))
+        dropped = await archive.expire(topic, partition, refs)
+        lost = dict(report.unacked_removed)
+        for group, count in unacked.items():
+            lost[group] = lost.get(group, 0) + count
+        return TrimReport(partition, report.removed, lost,
+                          sum(ref.count for ref in dropped), len(dropped))
+
+    async def _count_archived_unacked(self, archive: ArchiveTier, key: str,
+                                      refs: list[SegmentRef]) -> dict[str, int]:
+        """Per group, the entries of ``refs`` it has not acked: pending ones, and those after its
+        last delivered offset."""
+        counts: dict[str, int] = {}
+        for info in await self._group_infos(key):
+            group = text(info["name"])
+            delivered = decode_offset(info.get("last-delivered-id")) or "0-0"
+            lost = 0
+            if int(info.get("pending") or 0):
+                lost += await self._count_pending(key, group, refs[0].first_offset,
+                                                  after(refs[-1].last_offset))
+            for ref in refs:
+                lost += await _undelivered(archive, ref, delivered)
+            if lost:
+                counts[group] = lost
+        return counts
 
     async def compact(self, topic: str, partition: int, lag_ms: int) -> int:
         """A compacted partition's retention: each key's messages superseded for longer than
@@ -191,6 +246,15 @@ class RedisRetention:
             if is_missing_group(exc):
                 return []
             raise
+
+
+async def _undelivered(archive: ArchiveTier, ref: SegmentRef, delivered: str) -> int:
+    """The segment's entries after a group's last delivered offset."""
+    if offset_key(delivered) >= offset_key(ref.last_offset):
+        return 0
+    if offset_key(delivered) < offset_key(ref.first_offset):
+        return ref.count
+    return await archive.count_after(ref, delivered)
 
 
 def _id_of(item: Any) -> str:

@@ -76,12 +76,13 @@ class ReadLoop:
             await self._take_over()
 
     async def _tell_of_gap(self) -> None:
-        """A group resuming where retention has passed: its sessions get a ``gap`` frame before
-        anything of the partition (a new group's "0-0" start is no resume)."""
+        """A group resuming where retention has passed, or starting where entries moved into the
+        archive (its reads skip them): its sessions get a ``gap`` frame before anything of the
+        partition."""
         store, scope = self._store, self._scope
         last = (await store.state(scope.topic, scope.partition, scope.group)
                 ).last_delivered_offset
-        lost = (None if last is None or last == "0-0"
+        lost = (None if last is None
                 else await store.lost_after(scope.topic, scope.partition, last, scope.group))
         if lost is not None:
             log.info("group %s resumes %s/%s past entries retention removed after %s",

@@ -1,5 +1,5 @@
 """Lag of every group on a partition: entries not yet delivered, oldest un-acked and oldest unread
-age.
+age; and how old the partition's hot tier is (its oldest entry still in Redis).
 
 The node's ``LagExporter`` measures every owned partition of a topic from one overview round
 (``storage.overview``) and asks Redis more only for groups that are behind or hold pending entries.
@@ -78,10 +78,26 @@ def forget_lag(metrics: GatewayMetrics, topic: str, partition: int, groups: list
                 gauge.remove(*labels)
 
 
-def forget_length(metrics: GatewayMetrics, topic: str, partition: int) -> None:
-    """Drop a partition's length gauge (another node owns it now)."""
-    with contextlib.suppress(KeyError):
-        metrics.partition_length.remove(topic, str(partition))
+def hot_age_s(overview: PartitionOverview, now_ms: int) -> float:
+    """How old the partition's oldest entry still in Redis is: 0 when the stream is empty, NaN
+    when the overview did not read its first entry."""
+    if overview.length == 0:
+        return 0.0
+    return _seconds_or_nan(age_ms(overview.first_offset, now_ms))
+
+
+def export_partition(metrics: GatewayMetrics, topic: str, overview: PartitionOverview) -> None:
+    """Set a partition's length and hot age gauges."""
+    labels = (topic, str(overview.partition))
+    metrics.partition_length.labels(*labels).set(overview.length)
+    metrics.archive_hot_age.labels(*labels).set(hot_age_s(overview, int(time.time() * 1000)))
+
+
+def forget_partition(metrics: GatewayMetrics, topic: str, partition: int) -> None:
+    """Drop a partition's length and hot age gauges (another node owns it now)."""
+    for gauge in (metrics.partition_length, metrics.archive_hot_age):
+        with contextlib.suppress(KeyError):
+            gauge.remove(topic, str(partition))
 
 
 def _or_nan(value: int | None) -> float:
@@ -93,7 +109,8 @@ def _seconds_or_nan(value_ms: int | None) -> float:
 
 
 class LagExporter:
-    """The lag and length gauges of the partitions this node owns, measured a topic at a time."""
+    """The lag, length and hot age gauges of the partitions this node owns, measured a topic at a
+    time."""
 
     def __init__(self, streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics) -> None:
         self.streams, self.groups, self.metrics = streams, groups, metrics
@@ -115,13 +132,13 @@ class LagExporter:
                        sorted(self._seen.get((topic, partition), set()) - groups))
             self._seen[(topic, partition)] = groups
             export_lag(self.metrics, topic, partition, lags)
-            self.metrics.partition_length.labels(topic, str(partition)).set(overview.length)
+            export_partition(self.metrics, topic, overview)
 
     def forget(self, topic: str, partition: int) -> None:
         """Drop a partition's gauges (another node owns it now)."""
         forget_lag(self.metrics, topic, partition,
                    sorted(self._seen.pop((topic, partition), set())))
-        forget_length(self.metrics, topic, partition)
+        forget_partition(self.metrics, topic, partition)
 
     def exported(self) -> list[tuple[str, int]]:
         """The partitions with gauges set by this exporter."""

@@ -131,8 +131,13 @@ class PartitionDuties:
                                                   min_offset=f"{max(cutoff_ms, 0)}-0",
                                               max_length=metadata.max_length)
         metrics = self.runner.metrics
-        if report.removed:
-            metrics.retention_trimmed.labels(self.topic).inc(report.removed)
+        # archived entries count too: retention covers the whole log, whichever tier held it
+        if report.removed or report.archived_removed:
+            metrics.retention_trimmed.labels(self.topic).inc(report.removed
+                                                             + report.archived_removed)
+        if report.segments_removed:
+            log.info("retention dropped %d archived segments (%d entries) of %s/%s",
+                     report.segments_removed, report.archived_removed, self.topic, self.partition)
         for group, dropped in report.unacked_removed.items():
             if dropped:
                 metrics.retention_unacked_dropped.labels(self.topic, group).inc(dropped)

@@ -58,6 +58,7 @@ class GatewayMetrics:
     archive_segments: Counter
     archive_entries: Counter
     archive_bytes: Counter
+    archive_hot_age: Gauge
     deliveries: CellCounter
     redeliveries: CellCounter
     acks: CellCounter
@@ -266,6 +267,10 @@ def _archive_metrics(registry: CollectorRegistry) -> dict[str, Any]:
         "archive_bytes": Counter("streamgate_archive_bytes_total",
                                  "Bytes of the segment files written (zstd Parquet)", ["topic"],
                                  registry=registry),
+        "archive_hot_age": Gauge("streamgate_archive_hot_age_seconds",
+                                 "Age of a partition's oldest entry still in Redis (0 when empty, "
+                                 "NaN when unknown), exported by its owner with the lag",
+                                 ["topic", "partition"], registry=registry),
     }
 
 

@@ -19,7 +19,7 @@ from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.errors import ConcurrentModification, PartitionerError
 from partitioner.topics import DEFAULT_RETENTION_MS, TopicMetadata, TopicSettings
-from storage.models import PartitionInfo
+from storage.models import ArchivedRange, PartitionInfo
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ CREATE_FIELDS = frozenset({"name", "partitions", "retention_ms", "max_length", "
                            "compact"})
 PATCH_FIELDS = frozenset({"partitions", "retention_ms", "max_length"})
 UPDATE_ATTEMPTS = 5
+NOTHING_ARCHIVED = ArchivedRange(None, None, 0, 0, 0)
 
 
 def topic_document(topic: TopicMetadata) -> dict[str, Any]:
@@ -54,17 +55,32 @@ def optional_bool(doc: dict[str, Any], name: str, *, default: bool = False) -> b
 
 def partition_document(info: PartitionInfo, heat: PartitionHeat, *,
                        show_keys: bool = True) -> dict[str, Any]:
-    """The public JSON form of one partition's size, bounds and recent publish rate (this gateway's
-    view).
+    """The public JSON form of one partition's size, bounds (both tiers: the archive's first offset
+    is the partition's when it holds one), tiers and recent publish rate (this gateway's view).
 
     ``show_keys=False`` leaves the heavy keys out (they may belong to other tenants of a filtered
     principal).
     """
-    return {"partition": info.partition, "length": info.length,
-            "first_offset": info.first_offset, "last_offset": info.last_offset,
+    archived = info.archived or NOTHING_ARCHIVED
+    return {"partition": info.partition, "length": archived.entries + info.length,
+            "first_offset": archived.first_offset or info.first_offset,
+            "last_offset": info.last_offset or archived.last_offset,
+            "tiers": tiers_document(info),
             "publish_rate_per_s": round(heat.rate_per_s, 3), "hot": heat.hot,
             "top_keys": ([{"key": key, "messages": count} for key, count in heat.top_keys]
                          if show_keys else [])}
+
+
+def tiers_document(info: PartitionInfo) -> dict[str, Any]:
+    """Where a partition's entries live: the hot range in Redis, and the archived one (null when
+    the gateway has no archive tier)."""
+    archived = info.archived
+    return {"hot": {"first_offset": info.first_offset, "last_offset": info.last_offset,
+                    "entries": info.length},
+            "archive": None if archived is None else {
+                "first_offset": archived.first_offset, "last_offset": archived.last_offset,
+                "entries": archived.entries, "segments": archived.segments,
+                "bytes": archived.bytes}}
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -104,7 +120,8 @@ async def list_topics(request: web.Request) -> web.Response:
 
 
 async def describe_topic(request: web.Request) -> web.Response:
-    """GET /v1/topics/{topic} -> the topic with each partition's length and first/last offset."""
+    """GET /v1/topics/{topic} -> the topic with each partition's length, first/last offset and
+    tiers."""
     services, principal, gatekeeper = (services_of(request), principal_of(request),
                                        gatekeeper_of(request))
     gatekeeper.require_any(principal, request.match_info["topic"])

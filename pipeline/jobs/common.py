@@ -25,6 +25,13 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-tls-cert-path",
                         help="client certificate for mutual TLS (with --redis-tls-key-path)")
     parser.add_argument("--redis-tls-key-path", help="the client certificate's key")
+    parser.add_argument("--archive-url",
+                        help="the archive tier's segments: file:///path or s3://bucket/prefix")
+    parser.add_argument("--archive-s3-endpoint", help="host:port of an S3-compatible store")
+    parser.add_argument("--archive-s3-region")
+    parser.add_argument("--archive-s3-scheme", help="http or https (default)")
+    parser.add_argument("--archive-s3-credentials-chain", action="store_true",
+                        help="the AWS SDK finds the store's credentials (e.g. AWS_* variables)")
     parser.add_argument("--gateway", help="gateway base URL, to learn the topic's partition count")
     parser.add_argument("--partitions", help="comma-separated partitions (instead of --gateway)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest | latest | JSON")
@@ -51,6 +58,11 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         "redisTlsCaPath": args.redis_tls_ca_path,
         "redisTlsCertPath": args.redis_tls_cert_path,
         "redisTlsKeyPath": args.redis_tls_key_path,
+        "archiveUrl": args.archive_url,
+        "archiveS3Endpoint": args.archive_s3_endpoint,
+        "archiveS3Region": args.archive_s3_region,
+        "archiveS3Scheme": args.archive_s3_scheme,
+        "archiveS3CredentialsChain": "true" if args.archive_s3_credentials_chain else None,
     }
     return {name: str(value) for name, value in options.items() if value is not None}
 

@@ -12,6 +12,7 @@ from storage.archive.segments import SegmentInfo
 from storage.codec import offset_key
 from storage.errors import ArchiveConflict
 from storage.keys import PREFIX, log_key, partition_tag
+from storage.models import ArchivedRange
 from storage.wire.scripts import LuaScript
 
 # older(a, b): stream ID a is before b (Lua numbers: exact for every ms, and for sequences below
@@ -24,11 +25,15 @@ _OLDER = """local function older(a, b)
 end
 """
 
-# ARGV: epoch, first, last, the ID after last, count, bytes, name. Refused when an owner of a
-# later epoch committed (FENCED), when the segment does not start after the last one (OVERLAP),
-# or when the stream still holds an entry older than the segment (GAP: it would be stranded).
+# ARGV: epoch, first, last, the ID after last, count, bytes, name. Refused when the stream is gone
+# (GONE: its topic was deleted), when an owner of a later epoch committed (FENCED), when the
+# segment does not start after the last one (OVERLAP), or when the stream still holds an entry
+# older than the segment (GAP: it would be stranded).
 # Runs on a full node too (allow-oom): it frees the stream far more than it adds.
 COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + _OLDER + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('GONE the partition was deleted')
+end
 local held = tonumber(redis.call('HGET', KEYS[3], 'epoch') or '0')
 if tonumber(ARGV[1]) < held then
   return redis.error_reply('FENCED ' .. held)
@@ -81,6 +86,26 @@ return bound
 """)
 
 
+# KEYS: the manifest's stream and hash. ARGV: (ID, name) of the segments to drop, oldest first.
+# Each goes only while it is still the manifest's first entry with that name (a rerun, or another
+# owner's drop, cannot make a gap), and takes its entries and bytes off the totals. How many went.
+EXPIRE = LuaScript.of("""#!lua flags=allow-oom
+local dropped = 0
+for i = 1, #ARGV, 2 do
+  local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+  if not head or head[1] ~= ARGV[i] then break end
+  local fields = {}
+  for j = 1, #head[2], 2 do fields[head[2][j]] = head[2][j + 1] end
+  if fields['name'] ~= ARGV[i + 1] then break end
+  redis.call('XDEL', KEYS[1], head[1])
+  redis.call('HINCRBY', KEYS[2], 'entries', -tonumber(fields['count']))
+  redis.call('HINCRBY', KEYS[2], 'bytes', -tonumber(fields['bytes']))
+  dropped = dropped + 1
+end
+return dropped
+""")
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
     """One committed segment as the manifest holds it."""
@@ -111,10 +136,47 @@ def commit_call(info: SegmentInfo, epoch: int) -> tuple[list[str], list[Any]]:
                   info.bytes, info.name]
 
 
+def expire_call(topic: str, partition: int,
+                refs: Sequence[SegmentRef]) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ``EXPIRE`` dropping ``refs`` (the manifest's oldest)."""
+    return ([segments_key(topic, partition), archive_key(topic, partition)],
+            [part for ref in refs for part in (ref.last_offset, ref.name)])
+
+
+def expired_prefix(refs: Sequence[SegmentRef], total: int, before: str | None,
+                   max_length: int | None) -> list[SegmentRef]:
+    """The oldest of ``refs`` (the manifest's, oldest first) that retention drops: each whose last
+    offset is before ``before``, or that the whole log (``total`` entries, archived and hot) can
+    lose while keeping at least ``max_length``. A segment straddling the cut stays whole."""
+    cut = None if before is None else offset_key(before)
+    for index, ref in enumerate(refs):
+        aged = cut is not None and offset_key(ref.last_offset) < cut
+        surplus = max_length is not None and total - ref.count >= max_length
+        if not (aged or surplus):
+            return list(refs[:index])
+        total -= ref.count
+    return list(refs)
+
+
+def range_commands(topic: str, partition: int) -> list[tuple[Any, ...]]:
+    """What ``archived_range`` reads: the first and last segment, their count, the totals."""
+    key = segments_key(topic, partition)
+    return [("XRANGE", key, "-", "+", "COUNT", 1), ("XREVRANGE", key, "+", "-", "COUNT", 1),
+            ("XLEN", key), ("HMGET", archive_key(topic, partition), "entries", "bytes")]
+
+
+def archived_range(replies: Sequence[Any]) -> ArchivedRange:
+    """The replies of ``range_commands`` as a range."""
+    first, last, segments, (entries, size) = replies
+    return ArchivedRange(segment_refs(first)[0].first_offset if first else None,
+                         segment_refs(last)[0].last_offset if last else None,
+                         int(entries or 0), int(segments), int(size or 0))
+
+
 def conflict_of(exc: BaseException) -> ArchiveConflict | None:
     """The conflict a refused commit's error reply stands for; None for any other error."""
     text = str(exc)
-    for code in ("FENCED", "OVERLAP", "GAP"):
+    for code in ("FENCED", "OVERLAP", "GAP", "GONE"):
         if text.startswith(code):
             return ArchiveConflict(f"archive commit refused: {text}", fenced=code == "FENCED")
     return None

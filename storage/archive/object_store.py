@@ -18,9 +18,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage.archive.names import is_segment_file, partition_dir
+from storage.archive.row_groups import RowGroupCache
 from storage.errors import ArchiveUnavailable
 
 T = TypeVar("T")
+# decoded row groups a store keeps for paged reads (a row group is a few MiB decoded)
+CACHE_BYTES = 64 << 20
 # What pyarrow raises for a failed call: I/O errors (ArrowIOError and FileNotFoundError are
 # OSErrors, as are the AWS SDK's) and Arrow's own (a truncated or corrupt file).
 _FAILURES = (OSError, pa.ArrowException)
@@ -70,12 +73,14 @@ class ArchiveStore:
     """Files named relative to the store's root (``topic/partition/segment.parquet``), written
     whole or not at all. An async context manager; ``aclose`` is idempotent."""
 
-    def __init__(self, url: str, filesystem: pafs.FileSystem, root: str, io_threads: int) -> None:
+    def __init__(self, url: str, filesystem: pafs.FileSystem, root: str, io_threads: int,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         self.url = url
         self._fs = filesystem
         self._root = root
         self._local = isinstance(filesystem, pafs.LocalFileSystem)
         self._executor = ThreadPoolExecutor(io_threads, thread_name_prefix="archive-io")
+        self.row_groups = RowGroupCache(cache_bytes)  # decoded row groups, for paged reads
         self._closed = False
 
     async def __aenter__(self) -> Self:

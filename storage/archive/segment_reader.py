@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.archive.object_store import ArchiveStore
+from storage.archive.row_groups import Footer, RowGroupCache
 from storage.archive.segments import SCHEMA, SegmentInfo, offset_at, summary_of
 from storage.codec import decode_raw_entries, offset_key, validate_offset
 from storage.entry_fields import KEYED
@@ -26,7 +27,7 @@ async def read_range(store: ArchiveStore, name: str, after: str | None = None,
                      until: str | None = None, limit: int | None = None) -> list[StoredEntry]:
     """The segment's entries after ``after`` (exclusive) up to ``until`` (inclusive), at most
     ``limit``, in offset order (None: from the first, to the last, all)."""
-    return await store.read(name, partial(_entries, name, after, until, limit))
+    return await store.read(name, partial(_entries, name, after, until, limit, store.row_groups))
 
 
 async def read_table(store: ArchiveStore, name: str, columns: Sequence[str] | None = None,
@@ -53,8 +54,8 @@ async def read_summary(store: ArchiveStore, name: str) -> SegmentInfo:
 
 
 def _entries(name: str, after: str | None, until: str | None, limit: int | None,
-             file: pa.NativeFile) -> list[StoredEntry]:
-    return SegmentFile(file, name).entries(after, until, limit)
+             cache: RowGroupCache, file: pa.NativeFile) -> list[StoredEntry]:
+    return SegmentFile(file, name, cache).entries(after, until, limit)
 
 
 def _table(name: str, columns: Sequence[str] | None, after: str | None, until: str | None,
@@ -79,18 +80,29 @@ class SegmentFile:
     """One segment open for reading (blocking calls: run it on the store's I/O threads).
     ``row_groups_read`` lists the row groups decoded so far, in order."""
 
-    def __init__(self, file: pa.NativeFile, name: str) -> None:
+    def __init__(self, file: pa.NativeFile, name: str, cache: RowGroupCache | None = None) -> None:
+        self._name, self._cache = name, cache
+        footer = None if cache is None else cache.footer(name)
         # pre_buffer: a row group's column chunks fetched in few large reads (an object store's
-        # requests cost more than their bytes)
-        self._parquet = pq.ParquetFile(file, pre_buffer=True)
+        # requests cost more than their bytes); a footer read before is not read again
+        self._parquet = pq.ParquetFile(file, pre_buffer=True,
+                                       metadata=None if footer is None else footer[0])
+        if footer is None:
+            footer = self._read_footer(file, name)
+            if cache is not None:
+                cache.keep_footer(name, footer)
+        self.info: SegmentInfo = footer[1]
+        self._ms_bounds = footer[2]
+        self.row_groups_read: list[int] = []
+
+    def _read_footer(self, file: pa.NativeFile, name: str) -> Footer:
         metadata = self._parquet.metadata
         try:
-            self.info = summary_of(self._parquet.schema_arrow.metadata, name, file.size())
+            info = summary_of(self._parquet.schema_arrow.metadata, name, file.size())
         except ValueError as exc:  # a Parquet file, but none this tier wrote
             raise ArchiveUnavailable(str(exc)) from exc
-        self._ms_bounds = [_min_max(metadata.row_group(group), _OFFSET_MS_COLUMN)
-                           for group in range(metadata.num_row_groups)]
-        self.row_groups_read: list[int] = []
+        return metadata, info, [_min_max(metadata.row_group(group), _OFFSET_MS_COLUMN)
+                                for group in range(metadata.num_row_groups)]
 
     def entries(self, after: str | None = None, until: str | None = None,
                 limit: int | None = None) -> list[StoredEntry]:
@@ -159,6 +171,12 @@ class SegmentFile:
         return bool(statistics.min <= key <= statistics.max)
 
     def _read(self, group: int, columns: list[str] | None) -> pa.Table:
+        if self._cache is None:
+            return self._decode(group, columns)
+        key = (self._name, group, None if columns is None else tuple(columns))
+        return self._cache.get(key, lambda: self._decode(group, columns))
+
+    def _decode(self, group: int, columns: list[str] | None) -> pa.Table:
         self.row_groups_read.append(group)
         return self._parquet.read_row_group(group, columns=columns)
 

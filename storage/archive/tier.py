@@ -3,6 +3,7 @@ committed with the trim), reading across both tiers in offset order, and droppin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,25 +11,33 @@ from typing import Any
 from storage.archive.manifest import (
     COMMIT,
     CONSUMED,
+    EXPIRE,
     SegmentRef,
     archive_key,
     commit_call,
     conflict_of,
+    expire_call,
+    expired_prefix,
     segment_refs,
     segments_key,
 )
 from storage.archive.names import parse_segment_name, topic_dir
 from storage.archive.object_store import ArchiveStore
-from storage.archive.segment_reader import read_range
+from storage.archive.segment_reader import read_range, read_table
 from storage.archive.segments import SegmentInfo, SegmentSettings, write_segment
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries, offset_key
+from storage.errors import ArchiveUnavailable
 from storage.keys import log_key, slot_of
 from storage.models import StoredEntry
 from storage.wire.lanes import NodeLanes
 from storage.wire.scripts import run_script
 
 MAX_SEQ = 2**64 - 1
+# deleting a topic's folder races an owner's last move into it: a few tries
+DROP_ATTEMPTS, DROP_RETRY_S = 5, 0.2
+# segments one retention round looks at per partition: a round's work stays bounded
+EXPIRE_BATCH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,9 @@ class ArchiveTier:
         self._lanes = lanes
         self.store = store
         self.settings = settings
+        # the last offset of the newest segment each read met, per partition: a read from below
+        # it asks the manifest alone (it may be stale: a read into the stream checks again)
+        self._tips: dict[tuple[str, int], str] = {}
 
     async def _on_partition(self, what: str, topic: str, partition: int,
                             commands: list[tuple[Any, ...]]) -> list[Any]:
@@ -111,9 +123,10 @@ class ArchiveTier:
                                     commit)
         except Exception as exc:
             conflict = conflict_of(exc.__cause__ or exc)
-            if conflict is not None:
-                raise conflict from exc
-            raise
+            if conflict is None:
+                raise
+            await self.store.delete(info.name)  # ours, and never to be committed
+            raise conflict from exc
         return info
 
     async def _oldest(self, topic: str, partition: int, until: str | None) -> list[Any]:
@@ -134,22 +147,37 @@ class ArchiveTier:
                    decode: Callable[[int, Any], list[StoredEntry]] = decode_raw_entries,
                    ) -> list[StoredEntry]:
         """Up to ``limit`` entries from ``start`` (XRANGE syntax: ``-``, ``(<offset>``, or
-        ``<offset>`` inclusive), archived ones first, then the stream's, in offset order: one
-        round trip when ``start`` lies in the stream. Each step asks the manifest and the stream
-        in one transaction, so a move committed meanwhile cannot open a gap between them."""
+        ``<offset>`` inclusive), archived ones first, then the stream's, in offset order. A step
+        into the stream asks the manifest and the stream in one transaction, so a move committed
+        meanwhile cannot open a gap between them: one round trip for a read in the stream. A start
+        below the archive's last offset seen asks the manifest alone."""
         after = _exclusive(start)
         entries: list[StoredEntry] = []
         while len(entries) < limit:
-            first, hot = await self._manifest_and_stream(topic, partition, start,
-                                                         limit - len(entries))
-            refs = segment_refs(first)
+            refs = (await self._segment_from(topic, partition, start)
+                    if self._below_tip(topic, partition, after) else [])
             if not refs:
-                return entries + decode(partition, hot or [])
+                first, hot = await self._manifest_and_stream(topic, partition, start,
+                                                             limit - len(entries))
+                refs = segment_refs(first)
+                if not refs:
+                    return entries + decode(partition, hot or [])
+            self._tips[(topic, partition)] = refs[0].last_offset
             entries += await read_range(self.store, refs[0].name, after=after,
                                         limit=limit - len(entries))
             after = refs[0].last_offset
             start = "(" + after
         return entries
+
+    def _below_tip(self, topic: str, partition: int, after: str | None) -> bool:
+        tip = self._tips.get((topic, partition))
+        return tip is not None and (after is None or offset_key(after) < offset_key(tip))
+
+    async def _segment_from(self, topic: str, partition: int, start: str) -> list[SegmentRef]:
+        (items,) = await self._on_partition(
+            "archive_segments", topic, partition,
+            [("XRANGE", segments_key(topic, partition), start, "+", "COUNT", 1)])
+        return segment_refs(items)
 
     async def _manifest_and_stream(self, topic: str, partition: int, start: str,
                                    count: int) -> tuple[Any, Any]:
@@ -174,9 +202,48 @@ class ArchiveTier:
                 removed += 1
         return removed
 
+    async def expiring(self, topic: str, partition: int, *, before: str | None,
+                       max_length: int | None) -> list[SegmentRef]:
+        """The partition's oldest segments retention takes now (``expired_prefix``), read with the
+        archived total and the stream's length at one instant."""
+        replies = await self._on_partition(
+            "archive_expiring", topic, partition,
+            [("MULTI",), ("XRANGE", segments_key(topic, partition), "-", "+", "COUNT",
+                          EXPIRE_BATCH),
+             ("HGET", archive_key(topic, partition), "entries"),
+             ("XLEN", log_key(topic, partition)), ("EXEC",)])
+        items, archived, hot = replies[-1]
+        return expired_prefix(segment_refs(items), int(archived or 0) + int(hot), before,
+                              max_length)
+
+    async def expire(self, topic: str, partition: int,
+                     refs: list[SegmentRef]) -> list[SegmentRef]:
+        """Drop ``refs`` (the oldest segments, oldest first): their manifest entries in one script
+        (no read finds them afterwards; each only while it is still the first), then their files.
+        Those dropped; a file left by a failure here is an orphan ``remove_orphans`` deletes."""
+        if not refs:
+            return []
+        keys, args = expire_call(topic, partition, refs)
+        slot = slot_of(topic, partition)
+
+        async def drop() -> Any:
+            return await run_script(self._lanes, self._router.node_for_slot(slot), EXPIRE, keys,
+                                    args)
+
+        dropped = refs[:int(await self._router.call(
+            "archive_expire", self._router.settings.write_deadline_s, drop))]
+        for ref in dropped:
+            await self.store.delete(ref.name)
+        return dropped
+
+    async def count_after(self, ref: SegmentRef, offset: str) -> int:
+        """How many entries of the segment come after ``offset``."""
+        return int((await read_table(self.store, ref.name, ["offset_ms"], after=offset)).num_rows)
+
     async def drop_partition(self, topic: str, partition: int) -> None:
         """Forget the partition's archive: its manifest first (no read finds the segments
         afterwards), then the files."""
+        self._tips.pop((topic, partition), None)
         await self._on_partition("archive_drop", topic, partition,
                                  [("DEL", segments_key(topic, partition),
                                    archive_key(topic, partition))])
@@ -185,7 +252,15 @@ class ArchiveTier:
 
     async def drop_topic(self, topic: str) -> None:
         """Every file of the topic (its manifests go with its Redis keys)."""
-        await self.store.delete_prefix(topic_dir(topic))
+        self._tips = {key: tip for key, tip in self._tips.items() if key[0] != topic}
+        for attempt in range(DROP_ATTEMPTS):
+            try:
+                await self.store.delete_prefix(topic_dir(topic))
+                return
+            except ArchiveUnavailable:  # an owner's last move wrote a file meanwhile
+                if attempt == DROP_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(DROP_RETRY_S)
 
 
 def _text(raw: Any) -> str:

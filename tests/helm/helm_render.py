@@ -54,6 +54,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                  "extraVolumeMounts": [{"name": "tls", "mountPath": "/tls",
                                                         "readOnly": True}]},
                      "metrics": {"serviceMonitor": {"enabled": True}}},
+    "archive-path": {"archive": {"enabled": True, "url": "/archive",
+                                 "persistence": {"storageClass": "nfs", "size": "1Ti"}}},
+    "archive-s3": {"archive": {"enabled": True, "url": "s3://sg-archive/prod",
+                               "s3": {"endpoint": "minio.storage:9000", "region": "eu-1",
+                                      "scheme": "http", "accessKey": "AKIDEXAMPLE",
+                                      "secretKey": "wJalrXUtnFEMI/K7MDENG"}}},
 }
 
 

@@ -121,9 +121,11 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(
     dev_dir: Path, tmp_path: Path
 ) -> None:
     port = free_port()
-    first = DevProcess(dev_dir, port, "--redis-maxmemory", "64mb")
+    first = DevProcess(dev_dir, port, "--redis-maxmemory", "64mb",
+                       "--archive-url", f"file://{tmp_path}/archive")
     try:
         first.wait_ready()
+        assert f"archive   file://{tmp_path}/archive" in first.output()
         assert "curl" in first.output()
         assert "memory    64.0 MiB per Redis node (noeviction" in first.output()
         assert redis_caps(first.output()) == [(str(64 * 1024 * 1024), "noeviction")] * 6

@@ -13,7 +13,8 @@ from grafana_queries import GRAFANA_DIR, RULES_FILE, alert_expressions
 EXPECTED_ALERTS = {"StreamgateGroupLagGrowing", "StreamgateOldestUnackedTooOld",
                    "StreamgateDeadLettersGrowing", "StreamgateAcksAllFailures",
                    "StreamgatePartitionWithoutOwner", "StreamgateRedisMemoryHigh",
-                   "StreamgateRedisMemoryFull", "StreamgateRedisMaxmemoryUnset"}
+                   "StreamgateRedisMemoryFull", "StreamgateRedisMaxmemoryUnset",
+                   "StreamgateArchiveBehind", "StreamgateArchiveFailing"}
 
 
 @pytest.fixture

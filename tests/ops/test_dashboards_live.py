@@ -7,7 +7,9 @@ its acks=all publishes fail with NotEnoughReplicas) and a topic rate limit. Traf
 with acks 0/1/all, a delayed message, a WebSocket group subscriber that acks and nacks until a
 message is dead-lettered, HTTP pull, a group with lag, retention trimming un-acked entries, a
 broadcast subscriber too slow to drain (closed with 4008), a rate-limited publish, a publish into
-full Redis memory (507; the nodes run with a maxmemory for the test), and finally etcd going away
+full Redis memory (507; the nodes run with a maxmemory for the test) that also makes both gateways'
+archive (a shared tmp path, moving entries under memory pressure only) move the consumed entries,
+a topic whose archive folder is blocked by a file (failing moves), and finally etcd going away
 (etcd errors). Prometheus 2.x (Debian) scrapes both gateways every second; then each
 panel target is evaluated over the test's time range with the dashboard variables set to ``.*``. A
 result only counts if it has at least one finite sample; no query may carry an ``or vector(...)``
@@ -31,6 +33,7 @@ from grafana_queries import PanelQuery, dashboards, panel_queries
 from live_stack import gateways, prometheus, raw_websocket, redis_maxmemory
 
 from devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
+from storage.archive.names import topic_dir
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +49,8 @@ def _binary(name: str, report_missing: Callable[[str], NoReturn]) -> str:
     return path
 
 
-def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
-                 prefix: str) -> dict[str, str]:
+def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess, prefix: str,
+                 archive: Path) -> dict[str, str]:
     return {
         "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in redis_cluster.startup_nodes),
         "STREAMGATE_ETCD_ENDPOINTS": etcd.endpoint,
@@ -61,6 +64,10 @@ def _gateway_env(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
         "STREAMGATE_WAIT_TIMEOUT_MS": "200",
         "STREAMGATE_ETCD_TIMEOUT_S": "1",
         "STREAMGATE_MEMORY_POLL_INTERVAL_S": "0.5",
+        # moves by memory only: none before the full-memory step, so every read before it is hot
+        "STREAMGATE_ARCHIVE_URL": archive.as_uri(),
+        "STREAMGATE_HOT_RETENTION_MS": "0",
+        "STREAMGATE_ARCHIVE_INTERVAL_S": "0.5",
         # The heaviest-keys panel reads keys, exported only where /metrics is for operators; group
         # names stay pseudonyms, so the groups dashboard and alerts are checked as they run by
         # default.
@@ -200,10 +207,13 @@ async def _wait_for_metric(http: aiohttp.ClientSession, urls: str | tuple[str, .
     raise AssertionError(f"{prefix} did not appear on {urls}")
 
 
-async def _publish_into_full_memory(http: aiohttp.ClientSession, a: str, orders: str,
-                                    redis_cluster: RedisClusterProcess) -> None:
+async def _publish_into_full_memory(http: aiohttp.ClientSession, urls: tuple[str, str],
+                                    orders: str, redis_cluster: RedisClusterProcess) -> None:
     """Every node capped below what it holds: a publish gets 507 with Retry-After (refused by Redis
-    or, once the gateway has polled, by its watermark before writing); then the caps go back."""
+    or, once the gateway has polled, by its watermark before writing), and the partitions' owners
+    move what their groups consumed into the archive (but the blocked topic's); then the caps go
+    back."""
+    a = urls[0]
     with redis_maxmemory(redis_cluster, 1):
         async with http.post(f"{a}/v1/topics/{orders}/messages",
                              json={"messages": [{"value": "no room"}]}) as response:
@@ -211,6 +221,8 @@ async def _publish_into_full_memory(http: aiohttp.ClientSession, a: str, orders:
             assert response.status == 507
             assert int(response.headers["Retry-After"]) > 0
         await _wait_for_metric(http, a, "streamgate_publish_refused_full_total{", 10)
+        await _wait_for_metric(http, urls, "streamgate_archive_entries_total{", 15)
+        await _wait_for_metric(http, urls, 'streamgate_duty_errors_total{duty="archive"}', 15)
 
 
 async def _trickle(http: aiohttp.ClientSession, a: str, orders: str, seconds: float) -> None:
@@ -247,32 +259,39 @@ async def test_every_panel_query_returns_data_from_live_prometheus(
     except MissingBinary as exc:
         report_missing(str(exc))
     try:
-        base = _gateway_env(redis_cluster, etcd, f"/streamgate-live-{uuid.uuid4().hex[:8]}/")
+        archive = tmp_path / "archive"
+        archive.mkdir()
+        base = _gateway_env(redis_cluster, etcd, f"/streamgate-live-{uuid.uuid4().hex[:8]}/",
+                            archive)
         limited = {**base, "STREAMGATE_MIN_INSYNC_REPLICAS": "2",
                    "STREAMGATE_RATE_LIMIT_TOPIC_MESSAGES_PER_S": "5"}
         # a cap far above what the test writes, so that the nodes report headroom
         with redis_maxmemory(redis_cluster, 1 << 30), gateways([base, limited]) as (a, b):
             targets = [a.removeprefix("http://"), b.removeprefix("http://")]
             with prometheus(prometheus_binary, targets, tmp_path / "prometheus") as prom:
-                await _drive_and_check(redis_cluster, etcd, (a, b), prom)
+                await _drive_and_check(redis_cluster, etcd, (a, b), prom, archive)
     finally:
         etcd.stop()
 
 
 async def _drive_and_check(redis_cluster: RedisClusterProcess, etcd: EtcdProcess,
-                           urls: tuple[str, str], prom: str) -> None:
+                           urls: tuple[str, str], prom: str, archive: Path) -> None:
     a, b = urls
     started = time.time()
     suffix = uuid.uuid4().hex[:6]
     orders, short, bulk = f"orders-{suffix}", f"short-{suffix}", f"bulk-{suffix}"
     profiles, expiring = f"profiles-{suffix}", f"expiring-{suffix}"
+    blocked = f"blocked-{suffix}"
+    # a file where the topic's archive folder goes: every move of it fails (as root too)
+    (archive / topic_dir(blocked)).write_text("not a folder")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         await _create_topics(http, a,
                              {orders: {"partitions": 4},
                               short: {"partitions": 2, "retention_ms": 1000},
                               bulk: {"partitions": 1},
                               profiles: {"partitions": 1, "compact": True, "retention_ms": 1},
-                              expiring: {"partitions": 1}})
+                              expiring: {"partitions": 1}, blocked: {"partitions": 1}})
+        assert await _publish(http, a, blocked, [{"value": "stays hot"}]) == 200
         # a compacted topic's superseded values, compacted by its partition's owner
         assert await _publish(http, a, profiles, [{"key": "p", "value": n} for n in range(5)]) \
             == 200
@@ -287,7 +306,7 @@ async def _drive_and_check(redis_cluster: RedisClusterProcess, etcd: EtcdProcess
         await _wait_for_metric(http, (a, b), "streamgate_compacted_entries_total{", 15)
         await _trickle(http, a, orders, 3.0)  # lag duties, a few scrapes, and publishes spread
                                               # across them
-        await _publish_into_full_memory(http, a, orders, redis_cluster)
+        await _publish_into_full_memory(http, urls, orders, redis_cluster)
         etcd.stop()  # from here on etcd calls fail: keepalives, and the readiness probe below
         for url in (a, b):
             async with http.get(f"{url}/readyz") as response:

@@ -36,3 +36,24 @@ def test_options_are_case_insensitive_strings_and_validated() -> None:
     assert parsed.consumer_name == "spark-t"
     with pytest.raises(InvalidSourceOption, match="partitions"):
         parse_options({"topic": "t", "redisNodes": "h:1"})
+
+
+def test_archive_options_give_the_segment_store_and_need_archive_url() -> None:
+    base = {"topic": "t", "redisNodes": "h:1", "partitions": "0"}
+    assert parse_options(base).archive is None
+    local = parse_options({**base, "archiveUrl": "file:///data/archive/"}).archive
+    assert local is not None
+    assert (local.root(), local.s3) == ("/data/archive", None)
+    s3 = parse_options({**base, "archiveUrl": "s3://bucket/tier", "archiveS3Endpoint": "h:9000",
+                        "archiveS3Scheme": "http", "archiveS3AccessKey": "a",
+                        "archiveS3SecretKey": "s"}).archive
+    assert s3 is not None
+    assert s3.s3 is not None
+    assert (s3.root(), s3.s3.endpoint_override, s3.s3.scheme, s3.s3.access_key) == (
+        "bucket/tier", "h:9000", "http", "a")
+    with pytest.raises(InvalidSourceOption, match=r"archiveS3Endpoint.*needs archiveUrl"):
+        parse_options({**base, "archiveS3Endpoint": "h:9000"})
+    with pytest.raises(InvalidSourceOption, match="archiveUrl"):
+        parse_options({**base, "archiveUrl": "/data/archive"})
+    with pytest.raises(InvalidSourceOption, match="archiveS3Scheme"):
+        parse_options({**base, "archiveUrl": "s3://b", "archiveS3Scheme": "ftp"})

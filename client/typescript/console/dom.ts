@@ -110,6 +110,18 @@ export function formatDuration(ms: number): string {
   return `${Math.round(ms / 86_400_000)} d`;
 }
 
+/** A size in bytes, in binary units. */
+export function formatBytes(n: number): string {
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let size = n;
+  let unit = -1;
+  while (size >= 1024 && unit < units.length - 1) {
+    size /= 1024;
+    unit += 1;
+  }
+  return unit < 0 ? `${n} B` : `${size.toFixed(size < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
 /** A count with thousands separators. */
 export function formatCount(n: number): string {
   return n.toLocaleString("en-US");

@@ -1,11 +1,13 @@
 /** A topic's page: its partitions with a publish-rate chart, publishing a test message, the
  * message browser and the live tail. */
 
-import { Acks, ProducerMessage, TopicDetails } from "../src/index.js";
+import {
+  Acks, ArchivedRange, ProducerMessage, TierRange, TopicDetails,
+} from "../src/index.js";
 import { TimeChart } from "./chart.js";
 import { Context } from "./context.js";
 import {
-  changed, field, formatCount, formatDuration, h, replace, statusLine, table,
+  changed, field, formatBytes, formatCount, formatDuration, h, replace, statusLine, table,
 } from "./dom.js";
 import { renderBrowser } from "./browser.js";
 import { renderTail } from "./tail.js";
@@ -55,14 +57,28 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
 
 function partitionTable(topic: TopicDetails): HTMLTableElement {
   return table(`Partitions of ${topic.name}`,
-               ["Partition", "Messages", "First offset", "Last offset", "Publish rate (msg/s)",
-                "Hot", "Top keys"],
+               ["Partition", "Messages", "First offset", "Last offset", "In Redis", "Archived",
+                "Publish rate (msg/s)", "Hot", "Top keys"],
                topic.partitionDetails.map((p) => [
                  p.partition, formatCount(p.length), p.firstOffset ?? "-", p.lastOffset ?? "-",
+                 tierCell(p.tiers.hot), archivedCell(p.tiers.archive),
                  p.publishRatePerS.toFixed(p.publishRatePerS < 10 ? 2 : 0),
                  p.hot ? h("strong", { class: "hot" }, "hot") : "no",
                  p.topKeys.map((k) => `${k.key} (${k.messages})`).join(", ") || "-",
                ]));
+}
+
+/** A tier's entries and, when it holds some, its offset range. */
+function tierCell(range: TierRange): string {
+  return range.entries === 0 ? "0"
+    : `${formatCount(range.entries)} (${range.firstOffset ?? "?"} to ${range.lastOffset ?? "?"})`;
+}
+
+function archivedCell(range: ArchivedRange | null): string {
+  if (range === null) return "no archive tier";
+  if (range.segments === 0) return "0";
+  const segments = range.segments === 1 ? "1 segment" : `${formatCount(range.segments)} segments`;
+  return `${tierCell(range)} in ${segments}, ${formatBytes(range.bytes)}`;
 }
 
 function publishForm(context: Context, topic: TopicDetails): HTMLElement {

@@ -18,11 +18,29 @@ export interface Topic {
   growingTo: number | null;
 }
 
-export interface PartitionDetails {
-  partition: number;
-  length: number;
+/** The offsets one tier of a partition holds (null when it holds none). */
+export interface TierRange {
   firstOffset: string | null;
   lastOffset: string | null;
+  entries: number;
+}
+
+/** What a partition's archive tier holds. */
+export interface ArchivedRange extends TierRange {
+  segments: number;
+  /** Bytes of its segment files. */
+  bytes: number;
+}
+
+export interface PartitionDetails {
+  partition: number;
+  /** Entries in the whole log, archived and hot. */
+  length: number;
+  /** The archive's first offset when it holds one, else the first in Redis. */
+  firstOffset: string | null;
+  lastOffset: string | null;
+  /** The range in Redis, and the archived one (null when the gateway has no archive tier). */
+  tiers: { hot: TierRange; archive: ArchivedRange | null };
   /** Messages per second recently published through the gateway that answered. */
   publishRatePerS: number;
   /** The partition takes far more than its share of the topic's messages. */
@@ -143,14 +161,16 @@ export class Admin {
     return answer.body.topics.map(topicOf);
   }
 
-  /** A topic with each partition's length, first and last offsets and recent publish rate. */
+  /** A topic with each partition's length, first and last offsets, tiers and recent publish
+   * rate. */
   async describeTopic(name: string): Promise<TopicDetails> {
     const answer = await this.transport.request<api.TopicDetails>("GET", topicPath(name));
     return {
       ...topicOf(answer.body),
       partitionDetails: answer.body.partition_details.map((d) => ({
         partition: d.partition, length: d.length, firstOffset: d.first_offset,
-        lastOffset: d.last_offset, publishRatePerS: d.publish_rate_per_s ?? 0,
+        lastOffset: d.last_offset, tiers: tiersOf(d.tiers),
+        publishRatePerS: d.publish_rate_per_s ?? 0,
         hot: d.hot ?? false, topKeys: d.top_keys ?? [],
       })),
     };
@@ -307,6 +327,17 @@ function topicPath(name: string): string {
 
 function groupPath(group: string): string {
   return `/v1/groups/${encodeURIComponent(group)}`;
+}
+
+function tiersOf(raw: api.PartitionTiers): PartitionDetails["tiers"] {
+  const { hot, archive } = raw;
+  return {
+    hot: { firstOffset: hot.first_offset, lastOffset: hot.last_offset, entries: hot.entries },
+    archive: archive === null ? null : {
+      firstOffset: archive.first_offset, lastOffset: archive.last_offset,
+      entries: archive.entries, segments: archive.segments, bytes: archive.bytes,
+    },
+  };
 }
 
 function topicOf(raw: api.Topic): Topic {

@@ -12,9 +12,9 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  GroupMember, GroupPartition, GroupTopic, HistoryPage, ParkedKey, ParkedKeyAction,
-  PartitionDetails, PurgeResult, ReplayPage, SeekTarget, SettledParkedKey, StoredMessage, Topic,
-  TopicDetails,
+  ArchivedRange, GroupMember, GroupPartition, GroupTopic, HistoryPage, ParkedKey, ParkedKeyAction,
+  PartitionDetails, PurgeResult, ReplayPage, SeekTarget, SettledParkedKey, StoredMessage,
+  TierRange, Topic, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

@@ -60,9 +60,13 @@ export interface TopicList {
 
 export interface PartitionDetails {
   partition: number;
+  /** entries in the whole log: archived and hot */
   length: number;
+  /** the archive's first offset when it holds one, else the stream's */
   first_offset: string | null;
+  /** the stream's last offset, else the archive's */
   last_offset: string | null;
+  tiers: PartitionTiers;
   /** this gateway's view, 60 s window */
   publish_rate_per_s?: number;
   /** rate over 3x the topic's mean partition rate */
@@ -71,6 +75,24 @@ export interface PartitionDetails {
     key: string;
     messages: number;
   }>;
+}
+
+/** where a partition's entries live: the hot range in Redis and the archived one */
+export interface PartitionTiers {
+  hot: {
+    first_offset: string | null;
+    last_offset: string | null;
+    entries: number;
+  };
+  /** null when the gateway has no archive tier */
+  archive: {
+    first_offset: string | null;
+    last_offset: string | null;
+    entries: number;
+    segments: number;
+    /** segment file bytes */
+    bytes: number;
+  } | null;
 }
 
 export type TopicDetails = Topic & {

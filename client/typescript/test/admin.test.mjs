@@ -48,6 +48,9 @@ test("listings show the topic, and replay pages through a partition by offset an
   const details = await admin().describeTopic(topic);
   assert.equal(details.partitionDetails[0].length, 3);
   assert.equal(typeof details.partitionDetails[0].publishRatePerS, "number");
+  const { hot } = details.partitionDetails[0].tiers;  // nothing is old enough to be archived
+  assert.deepEqual(hot, { firstOffset: first.messages[0].offset,
+                          lastOffset: details.partitionDetails[0].lastOffset, entries: 3 });
 });
 
 test("a topic grows partitions, changes retention and length cap, and never shrinks",

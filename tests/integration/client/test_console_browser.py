@@ -153,6 +153,10 @@ def test_console_walkthrough_from_create_to_redrive(
         with timed("publish and see the message in the browser"):
             partition, offset = publish_in_form(page, "alice", '{"n": 1, "items": ["a", "b"]}',
                                                 "tag=a")
+            partitions = page.get_by_role("table", name=f"Partitions of {topic}")
+            # the partition's range in Redis; this gateway has no archive tier
+            expect(partitions).to_contain_text(f"1 ({offset} to {offset})", timeout=WAIT_MS)
+            expect(partitions).to_contain_text("no archive tier")
             page.get_by_label("Browse partition").select_option(str(partition))
             page.get_by_role("button", name="Read messages").click()
             page.get_by_role("button", name=f"Show message {offset}").click()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 
 import pytest
-from processes import GatewayProcess, start_gateway, wait_ready
+from processes import GatewayProcess, start_gateway, stop_gateways, wait_ready
 
 from devstack.ports import free_port
 from gateway.settings import GatewaySettings
@@ -38,12 +37,4 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[Gatewa
             wait_ready(url, process)
         yield [GatewayProcess(url, process) for url, process in zip(urls, processes, strict=True)]
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_gateways(processes)

@@ -4,6 +4,7 @@ readiness waits."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,19 @@ def start_gateway(port: int, env: dict[str, str], *args: str,
     """`streamgate serve` on ``port`` with ``env`` (and more ``args``)."""
     command = [sys.executable, "-m", "gateway.cli", "--log-level", log_level, "serve"]
     return subprocess.Popen([*command, "--port", str(port), *args], env=env)
+
+
+def stop_gateways(processes: list[subprocess.Popen[bytes]], timeout_s: float = 20) -> None:
+    """SIGTERM to every gateway still running, then wait for each (SIGKILL past ``timeout_s``)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -101,7 +101,8 @@ async def test_a_stale_owner_is_fenced_and_trims_nothing(tiered: RedisStreamStor
     assert refused.value.fenced
     assert await tiered.length(topic, 0) == 50
     assert await _replay(tiered, topic) == offsets
-    assert await _tier(tiered).remove_orphans(topic, 0, epoch=5) == 1  # the stale owner's file
+    committed = [ref.name for ref in await _tier(tiered).segments(topic, 0)]
+    assert await _tier(tiered).store.list_segments(topic, 0) == committed  # it took its file back
 
 
 async def test_a_move_cut_short_before_its_commit_loses_nothing(
@@ -173,3 +174,41 @@ async def test_a_purge_takes_the_archived_part_too(tiered: RedisStreamStore, top
     assert await _tier(tiered).store.list_segments(topic, 0) == []
     later = await _publish(tiered, topic, 3, start=50)
     assert await _replay(tiered, topic) == later
+
+
+async def test_a_cursor_in_the_archive_is_no_gap(tiered: RedisStreamStore, topic: str) -> None:
+    offsets = await _publish(tiered, topic, 60)
+    await tiered.groups.ensure_group(topic, 0, "g", "earliest")
+    read = await tiered.groups.read_new(topic, 0, "g", "c", count=60, block_ms=0)
+    await tiered.groups.ack(topic, 0, "g", [entry.offset for entry in read])
+    assert await _tier(tiered).move_oldest(topic, 0, epoch=1, until=offsets[29]) is not None
+    for cursor in (offsets[0], offsets[17], offsets[29], offsets[30]):
+        assert await tiered.groups.lost_after(topic, 0, cursor) is None
+    assert await tiered.groups.lost_after(topic, 0, offsets[29], "g") is None
+    assert await tiered.groups.lost_after(topic, 0, offsets[40], "g") is None
+    # a group's reads come from the stream: archived entries past its position are a gap to it
+    skipped = await tiered.groups.lost_after(topic, 0, offsets[17], "g")
+    assert skipped is not None
+    assert (skipped.after, skipped.first_kept) == (offsets[17], offsets[30])
+    new_group = await tiered.groups.lost_after(topic, 0, "0-0", "fresh")
+    assert new_group is not None
+    assert new_group.first_kept == offsets[30]
+    await tiered.delete_entries(topic, 0, offsets[30:35])  # a hole in the stream is a gap
+    assert await tiered.groups.lost_after(topic, 0, offsets[31]) is not None
+
+
+async def test_a_move_racing_a_topic_deletion_leaves_nothing_behind(
+        tiered: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    await _publish(tiered, topic, 20)
+    tier = _tier(tiered)
+
+    async def written_then_deleted(*args: object, **kwargs: object) -> object:
+        info = await write_segment(*args, **kwargs)  # type: ignore[arg-type]
+        await tiered.delete_topic(topic, 1)  # the topic goes between the write and the commit
+        return info
+
+    monkeypatch.setattr("storage.archive.tier.write_segment", written_then_deleted)
+    with pytest.raises(ArchiveConflict, match="GONE"):
+        await tier.move_oldest(topic, 0, epoch=1, until=None)
+    assert await tier.segments(topic, 0) == []  # no manifest brought back to life
+    assert await tier.store.list_segments(topic, 0) == []

@@ -192,6 +192,14 @@ async def test_retention_counts_unacked_drops(runner_parts: Any) -> None:
     assert runner.metrics.retention_trimmed.labels("t")._value.get() >= 10
 
 
+async def test_retention_counts_archived_entries_it_dropped(runner_parts: Any) -> None:
+    runner, ownership, stores = runner_parts
+    stores.trim_report = TrimReport(2, 0, {}, archived_removed=300, segments_removed=3)
+    ownership.set({("t", 2)})
+    await eventually(lambda: stores.trim_calls)
+    await eventually(lambda: runner.metrics.retention_trimmed.labels("t")._value.get() >= 300)
+
+
 async def test_unknown_lag_is_exported_as_nan_never_zero(runner_parts: Any) -> None:
     runner, ownership, _ = runner_parts
     ownership.set({("t", 0)})

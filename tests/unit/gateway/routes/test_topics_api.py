@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from storage.models import ArchivedRange, PartitionInfo
+from tests.unit.gateway.memory_store import InMemoryStreamStore
+
 Client = TestClient[Any, Any]
 
 
@@ -71,11 +74,35 @@ async def test_describe_topic_has_partition_details(client: Client, orders: str)
     assert details[2]["first_offset"] == details[2]["last_offset"] is not None
     assert details[0]["length"] == 0
     assert details[0]["first_offset"] is details[0]["last_offset"] is None
+    assert details[2]["tiers"] == {"hot": {"first_offset": details[2]["first_offset"],
+                                           "last_offset": details[2]["last_offset"],
+                                           "entries": 1},
+                                   "archive": None}  # this store has no archive tier
     assert details[2]["publish_rate_per_s"] > 0
     assert details[0]["publish_rate_per_s"] == 0
     # With 3 partitions no partition can exceed 3x the mean (the hot rule is tested with 4 in
     # test_hotspots).
     assert [d["hot"] for d in details] == [False, False, False]
+
+
+async def test_describe_topic_spans_both_tiers(client: Client, orders: str,
+                                                store: InMemoryStreamStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    archived = ArchivedRange("5-0", "9-3", 40, 2, 4096)
+
+    async def tiered_info(topic: str, partitions: int) -> list[PartitionInfo]:
+        return [PartitionInfo(0, 3, "10-0", "12-0", archived),
+                PartitionInfo(1, 0, None, None, archived),
+                PartitionInfo(2, 0, None, None, ArchivedRange(None, None, 0, 0, 0))]
+
+    monkeypatch.setattr(store, "partition_info", tiered_info)
+    details = (await (await client.get(f"/v1/topics/{orders}")).json())["partition_details"]
+    bounds = [(d["length"], d["first_offset"], d["last_offset"]) for d in details]
+    assert bounds == [(43, "5-0", "12-0"), (40, "5-0", "9-3"), (0, None, None)]
+    assert details[0]["tiers"] == {
+        "hot": {"first_offset": "10-0", "last_offset": "12-0", "entries": 3},
+        "archive": {"first_offset": "5-0", "last_offset": "9-3", "entries": 40, "segments": 2,
+                    "bytes": 4096}}
 
 
 async def test_describe_topic_lists_heavy_keys(client: Client, orders: str) -> None:

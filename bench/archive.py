@@ -1,0 +1,162 @@
+"""The archive tier's costs, in one run on a local stack (3 primaries x 1 replica, AOF everysec):
+
+- Redis memory per million hot messages (the primaries' used_memory before and after);
+- a move: entries per second and the mover's CPU per million (this process: XRANGE, Parquet
+  encoding, the commit script), and bytes per message in the segments (zstd; 200-byte JSON values
+  of which about half is random hex, as ids and notes are);
+- replay through the gateway's API (pages of 1000) of the same entries from Redis, then from the
+  archive, alternated over ``--rounds``: the ratio archive/hot.
+
+    .venv/bin/python bench/archive.py [--entries 300000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.services import GatewayProcess
+from devstack import DevStack, DevStackConfig
+from storage.archive.object_store import open_archive
+from storage.archive.tier import ArchiveSettings
+from storage.models import AppendOptions, Records, ValueFormat
+from storage.redis_store import RedisStreamStore
+from storage.settings import RedisStoreSettings
+
+PARTITIONS = 6
+
+
+def value(n: int) -> bytes:
+    """A 200-byte JSON order of its own: ids and amounts vary, as real events' do (identical values
+    would compress to nothing)."""
+    head = b'{"order":%d,"customer":"c-%05d","sku":"%s","qty":%d,"total":%d.%02d,"note":"' % (
+        n, random.randrange(100_000), random.randbytes(6).hex().encode(), random.randrange(1, 9),
+        random.randrange(10_000), random.randrange(100))
+    return head + random.randbytes((198 - len(head)) // 2).hex().encode().ljust(
+        198 - len(head), b"0") + b'"}'
+BATCH = 1000
+EPOCH = 1 << 40  # above any etcd revision: the bench's own moves are never fenced
+
+
+async def fill(store: RedisStreamStore, topic: str, entries: int) -> None:
+    for start in range(0, entries, BATCH):
+        count = min(BATCH, entries - start)
+        partitions = [(start + i) % PARTITIONS for i in range(count)]
+        await store.append(topic, Records(partitions, [value(start + i) for i in range(count)],
+                                          [b"k%d" % (i % 100) for i in range(count)],
+                                          ValueFormat.JSON), AppendOptions())
+
+
+def used_memory(stack: DevStack) -> int:
+    total = 0
+    for node in stack.redis.primaries:
+        client = node.client()
+        total += int(client.info("memory")["used_memory"])
+        client.close()
+    return total
+
+
+async def replay(base: str, topic: str) -> tuple[int, float]:
+    """Every partition read through the API from the first offset; (messages, seconds)."""
+    started, count = time.perf_counter(), 0
+    async with aiohttp.ClientSession(base) as session:
+        for partition in range(PARTITIONS):
+            cursor = "earliest"
+            while True:
+                async with session.get(f"/v1/topics/{topic}/partitions/{partition}/messages",
+                                       params={"from": cursor, "limit": "1000"}) as response:
+                    page = await response.json()
+                if not page["messages"]:
+                    break
+                count += len(page["messages"])
+                cursor = page["next_offset"]
+    return count, time.perf_counter() - started
+
+
+async def move_all(store: RedisStreamStore, topic: str) -> tuple[int, int, float, float]:
+    """Every entry moved; (entries, segment bytes, wall seconds, CPU seconds of this process)."""
+    assert store.archive is not None
+    entries = size = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for partition in range(PARTITIONS):
+        while info := await store.archive.move_oldest(topic, partition, epoch=EPOCH, until=None):
+            entries, size = entries + info.count, size + info.bytes
+    return entries, size, time.perf_counter() - wall, time.process_time() - cpu
+
+
+async def create_topic(base: str, topic: str) -> None:
+    async with aiohttp.ClientSession(base) as session:
+        for _ in range(100):
+            async with session.post("/v1/topics", json={"name": topic,
+                                                       "partitions": PARTITIONS}) as response:
+                if response.status in (201, 409):
+                    return
+            await asyncio.sleep(0.2)
+
+
+async def wait_ready(base: str) -> None:
+    async with aiohttp.ClientSession(base) as session:
+        for _ in range(300):
+            try:
+                async with session.get("/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("gateway not ready")
+
+
+async def run(stack: DevStack, base: str, archive_url: str, args: argparse.Namespace) -> None:
+    settings = RedisStoreSettings(startup_nodes=list(stack.redis_startup_nodes))
+    async with open_archive(archive_url) as archive, \
+            RedisStreamStore(settings, archive=archive,
+                             archive_settings=ArchiveSettings(segment_max_entries=100_000)) \
+            as store:
+        hot, cold = [], []
+        for round_ in range(args.rounds):
+            topic = f"bench-archive-{round_}"
+            await create_topic(base, topic)
+            before = used_memory(stack)
+            await fill(store, topic, args.entries)
+            per_million = (used_memory(stack) - before) / args.entries * 1e6
+            hot.append(await replay(base, topic))
+            moved, size, wall, cpu = await move_all(store, topic)
+            cold.append(await replay(base, topic))
+            print(f"round {round_ + 1}: hot {per_million / 2**20:7.1f} MiB per million in the "
+                  f"primaries; moved {moved} in {wall:.2f} s ({moved / wall:,.0f}/s, "
+                  f"{cpu / moved * 1e6:.2f} CPU s per million); {size / moved:.1f} B per message "
+                  f"on disk; replay hot {hot[-1][0] / hot[-1][1]:,.0f}/s, archived "
+                  f"{cold[-1][0] / cold[-1][1]:,.0f}/s")
+        ratios = [c[0] / c[1] / (h[0] / h[1]) for h, c in zip(hot, cold, strict=True)]
+        print(f"replay archived/hot: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f}) over {args.rounds} rounds")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=300_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp:
+        archive_url = f"file://{tmp}/archive"
+        with DevStack(DevStackConfig(data_dir=Path(tmp) / "stack")) as stack, \
+                GatewayProcess(stack, extra_env={"STREAMGATE_ARCHIVE_URL": archive_url,
+                                                 "STREAMGATE_HOT_RETENTION_MS": "0"}) as gateway:
+            asyncio.run(wait_ready(gateway.base))
+            asyncio.run(run(stack, gateway.base, archive_url, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The archive tier under faults, while producers publish with acks=all and owners move entries into
+segments every tenth of a second: kill -9 of a Redis primary, kill -9 of gateways that own
+partitions. Afterwards every acknowledged message replays from the first offset exactly once, in
+offset order, and the manifests' segments never overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, create, log_key
+from failure_traffic import Producers, duplicated, missing_acked, replay_topic
+
+from devstack import EtcdProcess, RedisClusterProcess
+from devstack.ports import free_port
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from storage.archive.manifest import segment_refs, segments_key
+from storage.codec import offset_key
+from tests.integration.gateway.processes import start_gateway, stop_gateways, wait_ready
+
+PARTITIONS = 4
+ARCHIVING = {"hot_retention_ms": 100, "archive_interval_s": 0.1,
+             "archive_segment_max_entries": 40}
+
+
+def archive_env(archive: Path) -> dict[str, str]:
+    return {f"STREAMGATE_{name.upper()}": str(value) for name, value in ARCHIVING.items()} | {
+        "STREAMGATE_ARCHIVE_URL": f"file://{archive}"}
+
+
+def overlapping_segments(cluster: RedisClusterProcess, topic: str) -> list[str]:
+    """Manifest entries of a partition that do not start after the one before them."""
+    client = cluster.client()
+    bad = []
+    try:
+        for partition in range(PARTITIONS):
+            refs = segment_refs(client.xrange(segments_key(topic, partition)))
+            for before, after in itertools.pairwise(refs):
+                if offset_key(after.first_offset) <= offset_key(before.last_offset):
+                    bad.append(f"{partition}: {before.name} / {after.name}")
+    finally:
+        client.close()
+    return bad
+
+
+def archived_entries(cluster: RedisClusterProcess, topic: str) -> int:
+    client = cluster.client()
+    try:
+        return sum(ref.count for p in range(PARTITIONS)
+                   for ref in segment_refs(client.xrange(segments_key(topic, p))))
+    finally:
+        client.close()
+
+
+async def test_acked_messages_survive_a_primary_kill_during_moves(
+        cluster_3x2: RedisClusterProcess, etcd_server: EtcdProcess, aiohttp_client: Any,
+        tmp_path: Path, topic_name: str) -> None:
+    settings = GatewaySettings(
+        auth_mode="none", etcd_endpoints=(etcd_server.endpoint,),
+        redis_nodes=tuple(f"{host}:{port}" for host, port in cluster_3x2.startup_nodes),
+        etcd_prefix=f"/archfail-{uuid.uuid4().hex[:8]}/", wait_timeout_ms=WAIT_TIMEOUT_MS,
+        redis_write_deadline_s=WRITE_DEADLINE_S, redis_read_deadline_s=WRITE_DEADLINE_S,
+        archive_url=f"file://{tmp_path}/archive", **ARCHIVING)
+    gateway = await aiohttp_client(create_app(settings))
+    await create(gateway, topic_name, PARTITIONS)
+    victim = cluster_3x2.primary_for_key(log_key(topic_name, 0))
+    producers = Producers(gateway, topic_name, PARTITIONS, acks="all", deadline_s=WRITE_DEADLINE_S)
+    producers.start()
+    try:
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(victim.kill)
+        await asyncio.sleep(8.0)  # failover, then moves on the promoted replica
+    finally:
+        await producers.finish()
+    await asyncio.sleep(1.0)  # the last moves
+    stored = await replay_topic(gateway, topic_name, PARTITIONS)
+    assert producers.acked
+    assert archived_entries(cluster_3x2, topic_name) > 0
+    assert missing_acked(producers.acked, stored) == []
+    assert duplicated(stored) == []
+    assert overlapping_segments(cluster_3x2, topic_name) == []
+    for entries in stored.values():
+        offsets = [offset_key(offset) for offset, _ in entries]
+        assert offsets == sorted(set(offsets))
+
+
+async def test_acked_messages_survive_owners_killed_during_moves(
+        redis_cluster: RedisClusterProcess, etcd_server: EtcdProcess, tmp_path: Path) -> None:
+    topic = f"archkill-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **archive_env(tmp_path / "archive"),
+           "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in redis_cluster.startup_nodes),
+           "STREAMGATE_ETCD_ENDPOINTS": etcd_server.endpoint,
+           "STREAMGATE_ETCD_PREFIX": f"/archkill-{uuid.uuid4().hex[:8]}/",
+           "STREAMGATE_AUTH_MODE": "none", "STREAMGATE_OWNER_LEASE_TTL_S": "2",
+           "STREAMGATE_MEMBER_LEASE_TTL_S": "2"}
+    ports = [free_port(), free_port()]
+    processes = [start_gateway(port, env) for port in ports]
+    try:
+        for port, process in zip(ports, processes, strict=True):
+            await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}", process)
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{ports[0]}") as session:
+            await create(session, topic, PARTITIONS)
+            producers = Producers(session, topic, PARTITIONS, acks="all",
+                                  deadline_s=WRITE_DEADLINE_S)
+            producers.start()
+            try:
+                for _ in range(3):  # the second gateway dies mid-move, comes back, dies again
+                    await asyncio.sleep(1.5)
+                    processes[1].send_signal(signal.SIGKILL)
+                    processes[1].wait()
+                    processes[1] = start_gateway(ports[1], env)
+                    await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{ports[1]}",
+                                            processes[1])
+            finally:
+                await producers.finish()
+            await asyncio.sleep(3.0)  # lease TTL: a killed owner's partitions move on
+            stored = await replay_topic(session, topic, PARTITIONS)
+    finally:
+        stop_gateways(processes)
+    assert producers.acked
+    assert archived_entries(redis_cluster, topic) > 0
+    assert missing_acked(producers.acked, stored) == []
+    assert duplicated(stored) == []
+    assert overlapping_segments(redis_cluster, topic) == []
