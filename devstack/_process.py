@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from devstack.errors import MissingBinary, ProcessExitedError, StartupTimeoutErr
 
 LOOPBACK = "127.0.0.1"
 POLL_INTERVAL_S = 0.05
+PAUSE_TIMEOUT_S = 5.0  # a paused process's threads all stopped by then
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 30
 
@@ -142,8 +144,12 @@ class ServerProcess:
                 self._popen.send_signal(sig)
 
     def pause(self) -> None:
-        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing."""
+        """Freeze the process (SIGSTOP): it keeps its sockets but answers nothing. Returns once
+        every thread has stopped: a thread inside a slow system call (an fsync on a busy disk)
+        stops only when the call returns, and could answer a request meanwhile."""
         self.send(signal.SIGSTOP)
+        if self._popen is not None and sys.platform == "linux":
+            _until_stopped(self._popen.pid, PAUSE_TIMEOUT_S)
 
     def resume(self) -> None:
         """Continue a paused process (SIGCONT)."""
@@ -233,3 +239,20 @@ def _kill_leftovers() -> None:
         proc.send(signal.SIGCONT)
     for proc in leftovers:
         proc._reap(2.0)
+
+
+def _until_stopped(pid: int, timeout_s: float) -> None:
+    """Wait until every thread of ``pid`` is stopped (state T), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not _all_stopped(pid):
+        time.sleep(0.005)
+
+
+def _all_stopped(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [Path(f"/proc/{pid}/task/{task}/stat").read_text().rpartition(")")[2].split()[0]
+                  for task in tasks]
+    except (OSError, IndexError):  # gone, or a thread ended while being read
+        return False
+    return all(state in ("T", "t") for state in states)
