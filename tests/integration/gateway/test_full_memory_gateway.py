@@ -79,7 +79,8 @@ def _pull_all(url: str, topic: str, group: str) -> list[str]:
         acked = requests.post(f"{url}/v1/groups/{group}/ack", json={"receipts": receipts},
                               timeout=30)
         assert acked.json() == {"acked": len(receipts)}
-        seen += [m["value"]["n"] for m in messages]
+        # the test's acks=0 batch (plain numbers) may have found room: only filled ones count
+        seen += [m["value"]["n"] for m in messages if isinstance(m["value"], dict)]
 
 
 def test_a_full_cluster_refuses_with_507_and_keeps_what_it_acknowledged(
