@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pipeline.errors import ArchiveReadFailed
-from storage.archive.object_store import S3Settings
+from storage.archive.object_store import S3Settings, archive_location
 from storage.archive.segment_reader import SegmentFile
 from storage.errors import ArchiveUnavailable
 
@@ -31,23 +30,14 @@ class ArchiveAccess:
     url: str
     s3: S3Settings | None = None
 
-    def root(self) -> str:
-        """The folder segment names are relative to (``open_archive``'s rule); ValueError for a
-        URL that is neither form."""
-        parts = urlsplit(self.url)
-        if parts.scheme == "file" and parts.netloc in ("", "localhost") \
-                and parts.path.startswith("/"):
-            return unquote(parts.path).rstrip("/")
-        if parts.scheme == "s3" and parts.netloc:
-            return f"{parts.netloc}{unquote(parts.path)}".rstrip("/")
-        raise ValueError(f"an archive URL is file:///absolute/path or s3://bucket/prefix: "
-                         f"{self.url!r}")
+    def location(self) -> tuple[pafs.FileSystem, str]:
+        """A filesystem reaching the archive and the folder segment names are relative to
+        (nothing is contacted yet); ValueError for a URL that is neither form."""
+        return archive_location(self.url, self.s3)
 
-    def filesystem(self) -> pafs.FileSystem:
-        """A filesystem reaching the archive (nothing is contacted yet)."""
-        if self.url.startswith("file:"):
-            return pafs.LocalFileSystem()
-        return (self.s3 or S3Settings()).filesystem()
+    def root(self) -> str:
+        """The folder segment names are relative to; ValueError for a URL of neither form."""
+        return self.location()[1]
 
 
 class SegmentFiles:
@@ -55,16 +45,17 @@ class SegmentFiles:
 
     def __init__(self, access: ArchiveAccess) -> None:
         self.access = access
-        self._filesystem: pafs.FileSystem | None = None
+        self._location: tuple[pafs.FileSystem, str] | None = None
 
     def table(self, name: str, columns: Sequence[str] | None, after: str,
               until: str) -> pa.Table:
         """The segment's entries in (after, until] as a table of ``columns`` (None: all);
         ArchiveReadFailed when the file cannot be read."""
-        if self._filesystem is None:
-            self._filesystem = self.access.filesystem()
+        if self._location is None:
+            self._location = self.access.location()
+        filesystem, root = self._location
         try:
-            with self._filesystem.open_input_file(f"{self.access.root()}/{name}") as file:
+            with filesystem.open_input_file(f"{root}/{name}") as file:
                 return SegmentFile(file, name).table(columns, after, until)
         except _FAILURES as exc:
             raise ArchiveReadFailed(self.access.url, name, str(exc)) from exc

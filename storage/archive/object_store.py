@@ -56,17 +56,23 @@ class S3Settings:
             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=self.max_attempts))
 
 
-def open_archive(url: str, s3: S3Settings | None = None, io_threads: int = 4) -> ArchiveStore:
-    """The store at ``url``: ``file:///absolute/path`` or ``s3://bucket/prefix`` (reached with
-    ``s3``). Nothing is contacted yet; ``check`` does. ValueError for any other URL."""
+def archive_location(url: str, s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and the root folder of the archive at ``url``: ``file:///absolute/path`` or
+    ``s3://bucket/prefix`` (reached with ``s3``). Nothing is contacted yet. ValueError for any
+    other URL."""
     parts = urlsplit(url)
     if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
-        root = unquote(parts.path).rstrip("/") or "/"
-        return ArchiveStore(url, pafs.LocalFileSystem(), root, io_threads)
+        return pafs.LocalFileSystem(), unquote(parts.path).rstrip("/") or "/"
     if parts.scheme == "s3" and parts.netloc:
-        root = f"{parts.netloc}{unquote(parts.path)}".rstrip("/")
-        return ArchiveStore(url, (s3 or S3Settings()).filesystem(), root, io_threads)
+        return ((s3 or S3Settings()).filesystem(),
+                f"{parts.netloc}{unquote(parts.path)}".rstrip("/"))
     raise ValueError(f"an archive URL is file:///absolute/path or s3://bucket/prefix: {url!r}")
+
+
+def open_archive(url: str, s3: S3Settings | None = None, io_threads: int = 4) -> ArchiveStore:
+    """The store at ``url`` (``archive_location``); ``check`` contacts it."""
+    filesystem, root = archive_location(url, s3)
+    return ArchiveStore(url, filesystem, root, io_threads)
 
 
 class ArchiveStore:
