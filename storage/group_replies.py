@@ -63,8 +63,10 @@ def present(items: Sequence[Any]) -> list[Any]:
             and item[1] is not None]
 
 
-def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
-    """Entries of a raw XREADGROUP/XREAD reply for one stream (empty on a BLOCK timeout).
+def parse_read_reply(partition: int, reply: Any, *, present_only: bool = False
+                     ) -> list[StoredEntry]:
+    """Entries of a raw XREADGROUP/XREAD reply for one stream (empty on a BLOCK timeout);
+    ``present_only`` drops the deleted entries a read of pending history names.
 
     RESP3 (redis-py's default protocol) answers with a map {stream: items}, RESP2 with [[stream,
     items]].
@@ -72,7 +74,7 @@ def parse_read_reply(partition: int, reply: Any) -> list[StoredEntry]:
     if not reply:
         return []
     items = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-    return decode_raw_entries(partition, items)
+    return decode_raw_entries(partition, present(items) if present_only else items)
 
 
 def info_row(flat: Sequence[Any]) -> dict[str, Any]:

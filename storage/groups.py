@@ -61,9 +61,10 @@ class RedisGroupStore:
     the appends, as do admin commands (XINFO, XPENDING, XCLAIM, XGROUP); a blocking read holds a
     connection of its own (``NodeLanes.execute_blocking``), so blocked readers never hold up a
     write. A cancelled or timed-out read closes its connection, so no late reply answers the next
-    command; entries Redis handed to such a read stay pending and come back through
-    ``expired``/``claim``. Everything is retried on transient errors inside the store's deadline
-    (``ClusterRouter.call``); nothing above this module sees a redis exception.
+    command; entries Redis handed to such a read stay pending and come first in the consumer's
+    next read when it names its ``last_read`` (else through ``expired``/``claim``). Everything
+    is retried on transient errors inside the store's deadline (``ClusterRouter.call``); nothing
+    above this module sees a redis exception.
     """
 
     def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
@@ -92,10 +93,16 @@ class RedisGroupStore:
 
     async def read_new(
         self, topic: str, partition: int, group: str, consumer: str, *, count: int, block_ms: int,
-        until: str | None = None
+        until: str | None = None, last_read: str | None = None, lost: bool = False
     ) -> list[StoredEntry]:
         """Never-delivered entries (XREADGROUP >), blocking up to ``block_ms`` (0 = no block);
         with ``until``, none after that offset and no blocking (``READ_UNTIL_LUA``).
+
+        ``last_read`` (the newest offset this consumer's reads returned, or where it started)
+        makes a read whose reply may have been lost recoverable: after a failed attempt, or with
+        ``lost`` (the caller's own last read failed), the consumer's pending entries after it
+        come first (XREADGROUP with that id), so a reply lost with a failed primary is not
+        redelivered behind newer entries after its ack timeout.
 
         A missing group (or stream) is created from "earliest" and the read retried once. A read
         that does not block goes on the node connection of the slot's primary (pipelined with the
@@ -106,10 +113,29 @@ class RedisGroupStore:
         key, slot = log_key(topic, partition), slot_of(topic, partition)
         cap = None if until is None else validate_offset(until)
 
+        recovery = (None if last_read is None else encode_command((
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", key,
+            validate_offset(last_read))))
+        maybe_lost = lost
+
+        async def attempt(read: Callable[[], Awaitable[Any]]) -> list[StoredEntry]:
+            nonlocal maybe_lost
+            if recovery is not None and maybe_lost:
+                recovered = await self._read_on_node(slot, recovery, 0)
+                entries = parse_read_reply(partition, recovered, present_only=True)
+                if entries:
+                    maybe_lost = False
+                    return entries
+            maybe_lost = True  # until the reply is in: a failure from here on may lose it
+            entries = parse_read_reply(partition, await read())
+            maybe_lost = False
+            return entries
+
         async def read() -> list[StoredEntry]:
             if cap is None:
-                return await self._read_once(key, slot, partition, group, consumer, count, block_ms)
-            return await self._read_until(key, slot, partition, group, consumer, count, cap)
+                return await self._read_once(slot, group, consumer, count, block_ms, key,
+                                             attempt)
+            return await self._read_until(key, slot, group, consumer, count, cap, attempt)
 
         try:
             return await read()
@@ -121,19 +147,20 @@ class RedisGroupStore:
             raise StorageError(f"read_new: group {group!r} vanished again on {key}") from exc
 
     async def _read_once(
-        self, key: str, slot: int, partition: int, group: str, consumer: str, count: int,
-        block_ms: int
+        self, slot: int, group: str, consumer: str, count: int, block_ms: int, key: str,
+        attempt: Callable[[Callable[[], Awaitable[Any]]], Awaitable[list[StoredEntry]]]
     ) -> list[StoredEntry]:
         block = ("BLOCK", block_ms) if block_ms else ()
         command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block,
                                   "STREAMS", key, ">"))
-        reply = await self._router.call("read_new",
-                                        self._settings.read_deadline_s + block_ms / 1000,
-                                        lambda: self._read_on_node(slot, command, block_ms))
-        return parse_read_reply(partition, reply)
+        return await self._router.call(
+            "read_new", self._settings.read_deadline_s + block_ms / 1000,
+            lambda: attempt(lambda: self._read_on_node(slot, command, block_ms)))
 
-    async def _read_until(self, key: str, slot: int, partition: int, group: str, consumer: str,
-                          count: int, until: str) -> list[StoredEntry]:
+    async def _read_until(
+        self, key: str, slot: int, group: str, consumer: str, count: int, until: str,
+        attempt: Callable[[Callable[[], Awaitable[Any]]], Awaitable[list[StoredEntry]]]
+    ) -> list[StoredEntry]:
         async def op() -> Any:
             try:
                 return await run_script(self._lanes, self._router.node_for_slot(slot),
@@ -143,8 +170,8 @@ class RedisGroupStore:
                     raise _MissingGroup(str(exc)) from exc
                 raise
 
-        reply = await self._router.call("read_new", self._settings.read_deadline_s, op)
-        return parse_read_reply(partition, reply)
+        return await self._router.call("read_new", self._settings.read_deadline_s,
+                                       lambda: attempt(op))
 
     async def _read_on_node(self, slot: int, command: bytes, block_ms: int) -> Any:
         """An XREADGROUP or XREAD on the node connections of the slot's primary: the shared one

@@ -27,9 +27,14 @@ class GroupStore(Protocol):
         ...
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None, last_read: str | None = None,
+                       lost: bool = False) -> list[StoredEntry]:
         """Entries never delivered to the group (XREADGROUP ... >), blocking up to ``block_ms`` (0 =
         no block); with ``until``, none after that offset (and ``block_ms`` 0).
+
+        With ``last_read`` (the newest offset the consumer's reads returned), a read retried after
+        a failure, or one with ``lost`` set (the caller's last read failed), first returns the
+        consumer's pending entries after it: what a lost reply handed to the consumer.
 
         The entries enter the group's pending list under ``consumer`` with delivery count 1. A group
         that vanished (e.g. the stream was deleted) is re-created from "earliest" before reading.

@@ -16,7 +16,7 @@ from gateway.delivery.reclaim import Redelivery
 from gateway.delivery.wire import gap_frame
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
-from storage.models import first_deliveries
+from storage.models import StoredEntry, first_deliveries
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ class ReadLoop:
         self._keyed = keyed
         self._gate = gate  # holds the partition past a growth's fence (grown topics)
         self._more_waiting = False  # the last read filled its count
+        # the newest offset this reader's reads returned (the group's position at the start), and
+        # whether the last read failed: its reply may be lost with entries handed to it
+        self._last_read: str | None = None
+        self._read_failed = False
         self.stopping = False
 
     async def run(self) -> None:
@@ -66,22 +70,22 @@ class ReadLoop:
                 await asyncio.sleep(ERROR_BACKOFF_S)
 
     async def _start(self) -> None:
-        scope = self._scope
-        await self._store.ensure_group(scope.topic, scope.partition, scope.group,
-                                       self._config.start)
+        store, scope = self._store, self._scope
+        await store.ensure_group(scope.topic, scope.partition, scope.group, self._config.start)
         if self._keyed is not None:
             await self._keyed.start()
-        await self._tell_of_gap()
+        last = (await store.state(scope.topic, scope.partition, scope.group)
+                ).last_delivered_offset
+        self._last_read = last or "0-0"
+        await self._tell_of_gap(last)
         if self._config.exclusive:
             await self._take_over()
 
-    async def _tell_of_gap(self) -> None:
-        """A group resuming where retention has passed, or starting where entries moved into the
-        archive (its reads skip them): its sessions get a ``gap`` frame before anything of the
-        partition."""
+    async def _tell_of_gap(self, last: str | None) -> None:
+        """A group resuming (from ``last``) where retention has passed, or starting where entries
+        moved into the archive (its reads skip them): its sessions get a ``gap`` frame before
+        anything of the partition."""
         store, scope = self._store, self._scope
-        last = (await store.state(scope.topic, scope.partition, scope.group)
-                ).last_delivered_offset
         lost = (None if last is None
                 else await store.lost_after(scope.topic, scope.partition, last, scope.group))
         if lost is not None:
@@ -130,18 +134,13 @@ class ReadLoop:
             return
         # After a full read more is likely waiting: read without blocking (the store's pipelined
         # connection); after a short one, block for what comes next.
-        scope = self._scope
-        entries = await self._store.read_new(scope.topic, scope.partition, scope.group,
-                                             scope.consumer, count=count,
-                                             block_ms=0 if self._more_waiting else READ_BLOCK_MS)
+        entries = await self._read_new(count, 0 if self._more_waiting else READ_BLOCK_MS)
         self._more_waiting = len(entries) == count
         await dispatcher.accept_new(first_deliveries(entries))
 
     async def _read_up_to(self, cap: str, count: int) -> None:
         """A read of a grown topic's partition held at the growth's fence."""
-        scope = self._scope
-        entries = await self._store.read_new(scope.topic, scope.partition, scope.group,
-                                             scope.consumer, count=count, block_ms=0, until=cap)
+        entries = await self._read_new(count, 0, until=cap)
         if not entries:
             await asyncio.sleep(GATE_POLL_S)
         await self._dispatcher.accept_new(first_deliveries(entries))
@@ -151,10 +150,7 @@ class ReadLoop:
         moment, so the read never blocks (it waits for an ack or credit instead), and it stops
         while ``MAX_HELD`` messages wait behind their keys."""
         assert self._keyed is not None
-        scope = self._scope
-        entries = ([] if not self._keyed.may_read else
-                   await self._store.read_new(scope.topic, scope.partition, scope.group,
-                                              scope.consumer, count=count, block_ms=0))
+        entries = [] if not self._keyed.may_read else await self._read_new(count, 0)
         if entries:
             await self._dispatcher.accept_new(first_deliveries(entries))
             return
@@ -162,6 +158,24 @@ class ReadLoop:
         credit.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(credit.wait(), READ_BLOCK_MS / 1000)
+
+    async def _read_new(self, count: int, block_ms: int, until: str | None = None
+                        ) -> list[StoredEntry]:
+        """Entries never delivered to the group; after a failed read, first those its lost reply
+        handed to this reader (so they go out in offset order, not after their ack timeout)."""
+        scope = self._scope
+        try:
+            entries = await self._store.read_new(
+                scope.topic, scope.partition, scope.group, scope.consumer, count=count,
+                block_ms=block_ms, until=until, last_read=self._last_read,
+                lost=self._read_failed)
+        except StorageError:
+            self._read_failed = True
+            raise
+        self._read_failed = False
+        if entries:
+            self._last_read = entries[-1].offset
+        return entries
 
     async def _wait_for_credit(self) -> None:
         credit, dispatcher = self._dispatcher.credit, self._dispatcher

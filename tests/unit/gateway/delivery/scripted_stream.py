@@ -6,7 +6,11 @@ import asyncio
 from collections.abc import Sequence
 
 import orjson
+from multidict import MultiDict
 
+from gateway.delivery.group_reader import GroupReader
+from gateway.delivery.params import parse_subscribe_params
+from gateway.delivery.session import Session
 from storage.models import Delivery, GroupPartitionState, StoredEntry, ValueFormat
 
 
@@ -35,7 +39,8 @@ class ScriptedStream:
         return []
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None, last_read: str | None = None,
+                       lost: bool = False) -> list[StoredEntry]:
         taken, self.entries = self.entries[:count], self.entries[count:]
         self.reads.append((count, block_ms, len(taken)))
         if not taken:
@@ -49,3 +54,28 @@ class ScriptedStream:
 
 async def no_dead_letters(topic: str, group: str, delivery: Delivery, reason: str) -> None:
     raise AssertionError("no dead letters here")
+
+
+async def deliver_all(reader: GroupReader, store: ScriptedStream, max_in_flight: int,
+                      timeout_s: float = 5) -> list[int]:
+    """The ``n`` of every message a session attached to ``reader`` gets until ``store`` has been
+    read to its end, acking each page as it comes."""
+    delivered: list[int] = []
+    session_ref: list[Session] = []
+
+    async def send(frames: Sequence[bytes]) -> None:
+        refs = [(0, orjson.loads(frame)["offset"]) for frame in frames]
+        delivered.extend(orjson.loads(frame)["value"]["n"] for frame in frames)
+        for held in session_ref[0].settle(refs).values():
+            await reader.ack(held)
+
+    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g",
+                                               "max_in_flight": str(max_in_flight)}))
+    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
+        session_ref.append(session)
+        reader.attach(session)
+        try:
+            await asyncio.wait_for(store.read_all.wait(), timeout_s)
+        finally:
+            await reader.aclose()
+    return delivered

@@ -3,42 +3,22 @@ comes back short."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-
-import orjson
-from multidict import MultiDict
-
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.group_reader import GroupReader
-from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.read_loop import READ_BLOCK_MS
-from gateway.delivery.session import Session
-from tests.unit.gateway.delivery.scripted_stream import ScriptedStream, no_dead_letters
+from tests.unit.gateway.delivery.scripted_stream import (
+    ScriptedStream,
+    deliver_all,
+    no_dead_letters,
+)
 
 
 async def test_reads_block_only_after_a_short_one() -> None:
     store = ScriptedStream(250)
     config = GroupConfig(30_000, 5, HeaderFilter(), "earliest", auto_ack=False, exclusive=True)
     reader = GroupReader("t", 0, "g", config, store, "c", no_dead_letters)  # type: ignore[arg-type]
-    delivered: list[int] = []
-    session_ref: list[Session] = []
-
-    async def send(frames: Sequence[bytes]) -> None:  # the client: acks everything it gets at once
-        refs = [(0, orjson.loads(frame)["offset"]) for frame in frames]
-        delivered.extend(orjson.loads(frame)["value"]["n"] for frame in frames)
-        for held in session_ref[0].settle(refs).values():
-            await reader.ack(held)
-
-    params = parse_subscribe_params(MultiDict({"topic": "t", "group": "g", "max_in_flight": "100"}))
-    async with Session("s", "t", params, send, slow_client_timeout_s=5) as session:
-        session_ref.append(session)
-        reader.attach(session)
-        try:
-            await asyncio.wait_for(store.read_all.wait(), 5)
-        finally:
-            await reader.aclose()
+    delivered = await deliver_all(reader, store, max_in_flight=100)
     assert delivered == list(range(250))
     first, *rest = store.reads
     assert first[:2] == (100, READ_BLOCK_MS), (

@@ -37,7 +37,8 @@ class FailingPartitionStore:
         return None
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None, last_read: str | None = None,
+                       lost: bool = False) -> list[StoredEntry]:
         self._check("read_new", partition)
         self.taken.append((partition, f"{2000 + partition}-0"))
         return [entry(partition, f"{2000 + partition}-0")]

@@ -38,7 +38,8 @@ class EndlessPartition:
         return []
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None, last_read: str | None = None,
+                       lost: bool = False) -> list[StoredEntry]:
         first, self.next = self.next, self.next + count
         return [
             StoredEntry(

@@ -80,7 +80,8 @@ class RecordingGroupStore:
         return None
 
     async def read_new(self, topic: str, partition: int, group: str, consumer: str, *, count: int,
-                       block_ms: int, until: str | None = None) -> list[StoredEntry]:
+                       block_ms: int, until: str | None = None, last_read: str | None = None,
+                       lost: bool = False) -> list[StoredEntry]:
         return [
             StoredEntry(partition, f"{1000 + partition}-0", b"1", ValueFormat.JSON, None, {}, 1000)
         ]
