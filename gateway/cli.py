@@ -175,7 +175,9 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
             settings = settings.with_overrides(redis_nodes=nodes,
                                                etcd_endpoints=(stack.etcd_endpoint,),
                                                min_insync_replicas=min(args.replicas, 1),
-                                               **archive_override(args.archive_url))
+                                               archive_url=dev_archive_url(
+                                                   args.archive_url, settings,
+                                                   config.data_dir))
             memory = (f"{format_size(maxmemory)} per Redis node (noeviction; publishes answer "
                       f"507 past {settings.publish_memory_watermark:.0%})")
             print(dev_banner(settings, config.data_dir, memory), flush=True)
@@ -196,9 +198,15 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     return 0
 
 
-def archive_override(url: str | None) -> dict[str, str]:
-    """``--archive-url`` as a settings override (absent: the environment's or "none")."""
-    return {} if url is None else {"archive_url": url}
+def dev_archive_url(flag: str | None, settings: GatewaySettings, data_dir: Path) -> str:
+    """The local stack's archive: ``--archive-url`` (``none`` turns it off), else
+    STREAMGATE_ARCHIVE_URL, else a directory in the data dir, so that a local stack keeps more
+    than its Redis holds."""
+    if flag is not None:
+        return flag
+    if "STREAMGATE_ARCHIVE_URL" in os.environ:
+        return settings.archive_url
+    return (data_dir / "archive").as_uri()
 
 
 def run_add_shard(args: argparse.Namespace) -> int:
@@ -284,8 +292,9 @@ def _parser() -> argparse.ArgumentParser:
                           "node refuses publishes with 507 and keeps what it has); default: "
                           "half the machine's memory shared by the nodes")
     dev.add_argument("--archive-url", default=None, metavar="URL",
-                     help="the archive tier: none (default), file:///absolute/path or "
-                          "s3://bucket/prefix (STREAMGATE_ARCHIVE_S3_* reach the store)")
+                     help="the archive tier: file:///absolute/path (default: the data "
+                          "dir's archive/), s3://bucket/prefix (STREAMGATE_ARCHIVE_S3_* reach "
+                          "the store) or none")
     dev.add_argument("--cluster-node-timeout-ms", type=int, default=3000)
     dev.add_argument("--etcd-port", type=int, default=DEV_ETCD_CLIENT_PORT, help="0: a free port")
     dev.add_argument("--etcd-peer-port", type=int, default=DEV_ETCD_PEER_PORT,

@@ -147,6 +147,7 @@ def test_dev_stack_serves_and_keeps_messages_across_a_restart(
     second = DevProcess(dev_dir, port)
     try:
         second.wait_ready()
+        assert f"archive   {(dev_dir / 'archive').resolve().as_uri()}" in second.output()
         status, page = call(
             "GET", second.base + "/v1/topics/orders/partitions/1/messages?limit=100"
         )
