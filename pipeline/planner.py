@@ -126,8 +126,8 @@ class Planner:
             if self._published.get(partition) == position:
                 continue
             try:
-                publish_position(self.client, self.key(partition), self.options.consumer_name,
-                                 position)
+                publish_position(self.client, self.options.topic, partition,
+                                 self.options.consumer_name, position)
             except Exception:  # progress is advisory: never fail a batch for it
                 log.warning("could not publish progress of partition %d", partition, exc_info=True)
                 continue

@@ -17,12 +17,19 @@ from redis.exceptions import ResponseError
 from pipeline import stream_ids
 from pipeline.data_loss import GroupPosition
 from pipeline.streams import StreamState, count_after, stream_state
+from storage.archive.manifest import archive_readers_key
+from storage.keys import log_key
 
 ENTRIES_READ_PROBE = 10_000
 
 
-def publish_position(client: RedisCluster, key: str, group: str, position: str) -> None:
-    """Create ``group`` on ``key`` if absent and set its last-delivered ID to ``position``."""
+def publish_position(client: RedisCluster, topic: str, partition: int, group: str,
+                     position: str) -> None:
+    """Create ``group`` on the partition's stream if absent and set its last-delivered ID to
+    ``position``; it is one of the partition's archive readers (the source reads archived ranges
+    from the segments), so the archive mover does not wait for it."""
+    key = log_key(topic, partition)
+    client.sadd(archive_readers_key(topic, partition), group)
     try:
         client.xgroup_create(key, group, id=position, mkstream=True)
     except ResponseError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from storage.archive.manifest import segment_refs, segments_key
+from storage.archive.manifest import archive_readers_key, segment_refs, segments_key
 from storage.cluster import ClusterRouter
 from storage.codec import (
     decode_offset,
@@ -453,8 +453,8 @@ class RedisGroupStore:
         return [text(info["name"]) for info in infos]
 
     async def delete_group(self, topic: str, partition: int, group: str) -> None:
-        """XGROUP DESTROY; a missing group or stream is fine."""
-        key = log_key(topic, partition)
+        """XGROUP DESTROY (and off the archive readers); a missing group or stream is fine."""
+        key, readers = log_key(topic, partition), archive_readers_key(topic, partition)
 
         async def op() -> None:
             try:
@@ -462,6 +462,7 @@ class RedisGroupStore:
             except ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
+            await self._on(readers, ("SREM", readers, group))
 
         await self._write("delete_group", op)
 

@@ -55,9 +55,10 @@ return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[4])
 """)
 
 
-# KEYS[1]: the stream. The end (XRANGE syntax) of what every consumer group of the stream has
-# delivered and settled: the tightest of each group's last delivered offset (inclusive) and its
-# oldest pending one (exclusive); false when the stream has no group.
+# KEYS[1]: the stream, KEYS[2]: its archive readers (``archive_readers_key``). The end (XRANGE
+# syntax) of what every consumer group of the stream that reads it has delivered and settled: the
+# tightest of each group's last delivered offset (inclusive) and its oldest pending one
+# (exclusive); false when no such group.
 CONSUMED = LuaScript.of(_OLDER + """
 local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
 if not ok or #groups == 0 then
@@ -70,14 +71,19 @@ for _, group in ipairs(groups) do
     if group[i] == 'name' then name = group[i + 1] end
     if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
   end
-  local id, excl = delivered, false
-  local pending = redis.call('XPENDING', KEYS[1], name)
-  if pending[1] > 0 then
-    id, excl = pending[2], true
+  if redis.call('SISMEMBER', KEYS[2], name) == 0 then
+    local id, excl = delivered, false
+    local pending = redis.call('XPENDING', KEYS[1], name)
+    if pending[1] > 0 then
+      id, excl = pending[2], true
+    end
+    if bound == nil or older(id, bound) or (id == bound and excl) then
+      bound, exclusive = id, excl
+    end
   end
-  if bound == nil or older(id, bound) or (id == bound and excl) then
-    bound, exclusive = id, excl
-  end
+end
+if bound == nil then
+  return false
 end
 if exclusive then
   return '(' .. bound
@@ -120,6 +126,12 @@ class SegmentRef:
 def segments_key(topic: str, partition: int) -> str:
     """The manifest's stream of committed segments (entry ID = a segment's last offset)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:segments"
+
+
+def archive_readers_key(topic: str, partition: int) -> str:
+    """The set of the partition's groups that read archived entries from the segments themselves
+    (the Spark source's published progress): the mover does not wait for them."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:archive-readers"
 
 
 def archive_key(topic: str, partition: int) -> str:

@@ -14,6 +14,7 @@ from storage.archive.manifest import (
     EXPIRE,
     SegmentRef,
     archive_key,
+    archive_readers_key,
     commit_call,
     conflict_of,
     expire_call,
@@ -88,12 +89,13 @@ class ArchiveTier:
 
     async def consumed(self, topic: str, partition: int) -> str | None:
         """The end (XRANGE syntax, ``(`` exclusive) of what every consumer group of the partition
-        has delivered and settled; None when it has no group."""
+        has delivered and settled; None when it has none (archive readers do not count)."""
         slot = slot_of(topic, partition)
 
         async def op() -> Any:
             return await run_script(self._lanes, self._router.node_for_slot(slot), CONSUMED,
-                                    [log_key(topic, partition)], [])
+                                    [log_key(topic, partition),
+                                     archive_readers_key(topic, partition)], [])
 
         bound = await self._router.call("archive_consumed", self._router.settings.read_deadline_s,
                                         op)

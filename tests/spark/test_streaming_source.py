@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from redis.cluster import RedisCluster
 
 from pipeline.jobs import to_parquet
+from storage.archive.manifest import archive_readers_key
 from storage.keys import log_key
 
 pytestmark = pytest.mark.spark
@@ -102,6 +103,9 @@ def test_checkpoint_holds_stream_ids_the_group_shows(
         assert (group["name"].decode(), group["last-delivered-id"].decode()) == (
             f"spark-{topic}", last)
         assert group["lag"] == 0
+        # it reads archived ranges from the segments itself: the archive mover need not wait
+        assert cluster.smembers(archive_readers_key(topic, partition)) == {
+            f"spark-{topic}".encode()}
 
 
 def test_max_entries_per_trigger_bounds_every_batch(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from moto_server import MotoServer
 
+from storage.archive.manifest import archive_readers_key
 from storage.archive.object_store import ArchiveStore, open_archive
 from storage.archive.segments import write_segment
 from storage.archive.tier import ArchiveSettings, ArchiveTier
@@ -164,6 +165,20 @@ async def test_what_a_group_has_not_consumed_stays_hot(tiered: RedisStreamStore,
     assert moved.last_offset == offsets[11]
     await groups.ack(topic, 0, "slow", [entry.offset for entry in read[12:]])
     assert await tier.consumed(topic, 0) == offsets[19]
+
+
+async def test_a_group_that_reads_the_archive_itself_holds_nothing_hot(
+        tiered: RedisStreamStore, topic: str) -> None:
+    offsets = await _publish(tiered, topic, 10)
+    tier, groups = _tier(tiered), tiered.groups
+    await groups.ensure_group(topic, 0, "spark-job", "earliest")
+    await tiered.router.cluster.sadd(archive_readers_key(topic, 0), "spark-job")
+    assert await tier.consumed(topic, 0) is None
+    await groups.ensure_group(topic, 0, "slow", "earliest")
+    await groups.read_new(topic, 0, "slow", "c", count=4, block_ms=0)
+    assert await tier.consumed(topic, 0) == "(" + offsets[0]
+    await groups.delete_group(topic, 0, "spark-job")
+    assert await tiered.router.cluster.smembers(archive_readers_key(topic, 0)) == set()
 
 
 async def test_a_purge_takes_the_archived_part_too(tiered: RedisStreamStore, topic: str) -> None:
