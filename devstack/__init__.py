@@ -14,7 +14,8 @@ from devstack.errors import (
     StartupTimeoutError,
 )
 from devstack.etcd import EtcdConfig, EtcdProcess
-from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess, RedisNode
+from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
+from devstack.redis_node import RedisNode
 from devstack.stack import DevStack, DevStackConfig
 
 __all__ = [
