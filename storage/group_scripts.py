@@ -6,26 +6,40 @@ from __future__ import annotations
 
 from storage.wire.scripts import LuaScript
 
+# groups_of(key): the stream's consumer groups by name, each its XINFO GROUPS fields by name (nil
+# when the key holds no stream); stream_info(key): its XINFO STREAM fields by name.
+INFO_LUA = """local function by_name(flat)
+  local fields = {}
+  for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  return fields
+end
+local function groups_of(key)
+  local ok, rows = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then return nil end
+  local groups = {}
+  for _, row in ipairs(rows) do
+    local fields = by_name(row)
+    groups[fields['name']] = fields
+  end
+  return groups
+end
+local function stream_info(key)
+  return by_name(redis.call('XINFO', 'STREAM', key))
+end
+"""
+
 # XREADGROUP > of at most ARGV[3] entries, none after offset ARGV[4]: counts what lies between the
 # group's last delivered entry and the cap, then reads that many (one script, so no other reader
 # of the group moves it in between).
-READ_UNTIL_LUA = """
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if not ok then
+READ_UNTIL_LUA = INFO_LUA + """
+local groups = groups_of(KEYS[1])
+if not groups then
   return redis.error_reply('NOGROUP no stream ' .. KEYS[1])
 end
-local last
-for _, row in ipairs(groups) do
-  local name, delivered
-  for i = 1, #row, 2 do
-    if row[i] == 'name' then name = row[i + 1] end
-    if row[i] == 'last-delivered-id' then delivered = row[i + 1] end
-  end
-  if name == ARGV[1] then last = delivered end
-end
-if not last then
+if not groups[ARGV[1]] then
   return redis.error_reply('NOGROUP no group ' .. ARGV[1])
 end
+local last = groups[ARGV[1]]['last-delivered-id']
 local ahead = redis.call('XRANGE', KEYS[1], '(' .. last, ARGV[4], 'COUNT', ARGV[3])
 if #ahead == 0 then
   return false

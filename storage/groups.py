@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
+from storage.archive.catch_up import CatchUp, catch_up_key, catching_up_key
 from storage.archive.manifest import archive_readers_key, segment_refs, segments_key
 from storage.cluster import ClusterRouter
 from storage.codec import (
@@ -51,6 +54,10 @@ from storage.wire.resp import encode_command, encode_command_with_ids
 from storage.wire.scripts import run_script
 
 T = TypeVar("T")
+# a read of a key, the store's retry of it, and what a lost reply handed out first
+_Attempt = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[list[StoredEntry]]]
+# how long a read waits while a caught-up group's last deliveries settle
+CATCH_UP_WAIT_MS = 50
 
 
 class RedisGroupStore:
@@ -67,17 +74,59 @@ class RedisGroupStore:
     above this module sees a redis exception.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes,
+                 catch_up: CatchUp | None = None) -> None:
         self._router = router
         self._settings = router.settings
         self._lanes = lanes  # reads (blocking ones on connections of their own) and XACK
+        # with an archive: groups placed inside it read through catch-up streams; where this
+        # store last found each group (tried first)
+        self._catch_up = catch_up
+        self._catching_up: set[tuple[str, int, str]] = set()
 
     async def ensure_group(self, topic: str, partition: int, group: str, start: str) -> None:
         """Create the group at ``start`` (earliest/latest/offset) with MKSTREAM; an existing group
-        stays put."""
+        stays put. With an archive, a start before its last offset reads through a catch-up
+        stream (``storage/archive/catch_up.py``)."""
         first_id = start_id(start)
+        if self._catch_up is not None:
+            placed = await self._catch_up.place(topic, partition, group, _full_id(first_id),
+                                                seek=False)
+            self._note_place(topic, partition, group, placed)
+            return
         key = log_key(topic, partition)
         await self._write("ensure_group", lambda: self._create(key, group, first_id))
+
+    def _note_place(self, topic: str, partition: int, group: str, placed: int) -> None:
+        if placed == 1:
+            self._catching_up.add((topic, partition, group))
+        elif placed == 0:
+            self._catching_up.discard((topic, partition, group))
+
+    def _group_keys(self, topic: str, partition: int, group: str) -> tuple[str, ...]:
+        """The keys that may hold the group, the likelier first: the log, and with an archive the
+        group's catch-up stream."""
+        log = log_key(topic, partition)
+        if self._catch_up is None:
+            return (log,)
+        behind = catch_up_key(topic, partition, group)
+        return (behind, log) if (topic, partition, group) in self._catching_up else (log, behind)
+
+    async def _on_group(self, topic: str, partition: int, group: str,
+                        run: Callable[[str], Awaitable[T]], missing: T) -> T:
+        """``run`` on the key that holds the group (``run`` raises ``_MissingGroup`` on a key
+        without it); ``missing`` when none does."""
+        for key in self._group_keys(topic, partition, group):
+            try:
+                result = await run(key)
+            except _MissingGroup:
+                continue
+            if key == log_key(topic, partition):
+                self._catching_up.discard((topic, partition, group))
+            else:
+                self._catching_up.add((topic, partition, group))
+            return result
+        return missing
 
     async def _on(self, key: str, command: tuple[Any, ...]) -> Any:
         """One command on the node connection of the primary of ``key``'s slot (asked at each
@@ -110,17 +159,15 @@ class RedisGroupStore:
         """
         if count <= 0 or block_ms < 0 or (until is not None and block_ms):
             raise ValueError("count must be > 0, block_ms >= 0, and 0 with until")
-        key, slot = log_key(topic, partition), slot_of(topic, partition)
+        slot = slot_of(topic, partition)
         cap = None if until is None else validate_offset(until)
-
-        recovery = (None if last_read is None else encode_command((
-            "XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", key,
-            validate_offset(last_read))))
         maybe_lost = lost
 
-        async def attempt(read: Callable[[], Awaitable[Any]]) -> list[StoredEntry]:
+        async def attempt(key: str, read: Callable[[], Awaitable[Any]]) -> list[StoredEntry]:
             nonlocal maybe_lost
-            if recovery is not None and maybe_lost:
+            if last_read is not None and maybe_lost:
+                recovery = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+                                           "STREAMS", key, validate_offset(last_read)))
                 recovered = await self._read_on_node(slot, recovery, 0)
                 entries = parse_read_reply(partition, recovered, present_only=True)
                 if entries:
@@ -131,35 +178,57 @@ class RedisGroupStore:
             maybe_lost = False
             return entries
 
-        async def read() -> list[StoredEntry]:
+        async def read(key: str, block: int) -> list[StoredEntry]:
             if cap is None:
-                return await self._read_once(slot, group, consumer, count, block_ms, key,
-                                             attempt)
+                return await self._read_once(slot, group, consumer, count, block, key, attempt)
             return await self._read_until(key, slot, group, consumer, count, cap, attempt)
 
-        try:
-            return await read()
-        except _MissingGroup:
-            await self._write("read_new", lambda: self._create(key, group, "0"))
-        try:
-            return await read()
-        except _MissingGroup as exc:
-            raise StorageError(f"read_new: group {group!r} vanished again on {key}") from exc
+        async def read_on(key: str) -> list[StoredEntry] | None:
+            if key == log_key(topic, partition):
+                return await read(key, block_ms)
+            return await self._read_behind(topic, partition, group, key, read, block_ms)
+
+        for _ in range(2):
+            entries = await self._on_group(topic, partition, group, read_on, None)
+            if entries is not None:
+                return entries
+            await self.ensure_group(topic, partition, group, "earliest")
+        raise StorageError(f"read_new: group {group!r} vanished again on "
+                           f"{log_key(topic, partition)}")
+
+    async def _read_behind(self, topic: str, partition: int, group: str, key: str,
+                           read: Callable[[str, int], Awaitable[list[StoredEntry]]],
+                           block_ms: int) -> list[StoredEntry]:
+        """A read of a group catching up: its catch-up stream, refilled from the archive once read
+        to its end; once everything was read and settled there, the group moves onto the log and
+        reads it."""
+        assert self._catch_up is not None
+        entries = await read(key, 0)
+        if entries:
+            return entries
+        if await self._catch_up.fill(topic, partition, group):
+            return await read(key, 0)
+        if await self._catch_up.finish(topic, partition, group) != 0:
+            self._catching_up.discard((topic, partition, group))
+            return await read(log_key(topic, partition), block_ms)
+        # the last deliveries are not settled yet: the group waits on its catch-up stream
+        await asyncio.sleep(min(block_ms, CATCH_UP_WAIT_MS) / 1000)
+        return []
 
     async def _read_once(
         self, slot: int, group: str, consumer: str, count: int, block_ms: int, key: str,
-        attempt: Callable[[Callable[[], Awaitable[Any]]], Awaitable[list[StoredEntry]]]
+        attempt: _Attempt
     ) -> list[StoredEntry]:
         block = ("BLOCK", block_ms) if block_ms else ()
         command = encode_command(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block,
                                   "STREAMS", key, ">"))
         return await self._router.call(
             "read_new", self._settings.read_deadline_s + block_ms / 1000,
-            lambda: attempt(lambda: self._read_on_node(slot, command, block_ms)))
+            lambda: attempt(key, lambda: self._read_on_node(slot, command, block_ms)))
 
     async def _read_until(
         self, key: str, slot: int, group: str, consumer: str, count: int, until: str,
-        attempt: Callable[[Callable[[], Awaitable[Any]]], Awaitable[list[StoredEntry]]]
+        attempt: _Attempt
     ) -> list[StoredEntry]:
         async def op() -> Any:
             try:
@@ -171,7 +240,7 @@ class RedisGroupStore:
                 raise
 
         return await self._router.call("read_new", self._settings.read_deadline_s,
-                                       lambda: attempt(op))
+                                       lambda: attempt(key, op))
 
     async def _read_on_node(self, slot: int, command: bytes, block_ms: int) -> Any:
         """An XREADGROUP or XREAD on the node connections of the slot's primary: the shared one
@@ -215,8 +284,14 @@ class RedisGroupStore:
         if not offsets:
             return 0
         ids = validate_offsets(offsets)
-        key, slot = log_key(topic, partition), slot_of(topic, partition)
-        return await self._write("ack", lambda: self._ack_on_node(slot, key, group, ids))
+        slot = slot_of(topic, partition)
+        acked = 0
+        # XACK answers 0 for a group its key does not hold: the other key is asked only then
+        for key in self._group_keys(topic, partition, group):
+            acked += await self._write("ack", partial(self._ack_on_node, slot, key, group, ids))
+            if acked >= len(ids):
+                break
+        return acked
 
     async def _ack_on_node(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
         """XACK on the node connection of the slot's primary (far less client CPU than through
@@ -243,20 +318,23 @@ class RedisGroupStore:
         """
         if count <= 0:
             return []
-        key = log_key(topic, partition)
         low = f"({validate_offset(after)}" if after is not None else "-"
 
-        async def op() -> list[Any]:
-            try:
-                return list(await self._on(key, (
-                    "XPENDING", key, group, "IDLE", max(0, min_idle_ms), low, "+", count,
-                    *(() if consumer is None else (consumer,)))))
-            except ResponseError as exc:
-                if is_missing_group(exc):
-                    return []
-                raise
+        async def on(key: str) -> list[Any]:
+            return list(await self._read("expired", partial(self._group_command, key, (
+                "XPENDING", key, group, "IDLE", max(0, min_idle_ms), low, "+", count,
+                *(() if consumer is None else (consumer,))))))
 
-        return parse_pending(partition, await self._read("expired", op))
+        return parse_pending(partition, await self._on_group(topic, partition, group, on, []))
+
+    async def _group_command(self, key: str, command: tuple[Any, ...]) -> Any:
+        """One command on a group of ``key``; ``_MissingGroup`` when the key holds no group."""
+        try:
+            return await self._on(key, command)
+        except ResponseError as exc:
+            if is_missing_group(exc):
+                raise _MissingGroup(str(exc)) from exc
+            raise
 
     async def claim(
         self,
@@ -278,16 +356,18 @@ class RedisGroupStore:
         if not pending:
             return []
         counts = {validate_offset(p.offset): p.delivery_count for p in pending}
-        key = log_key(topic, partition)
-        reply = await self._write("claim",
-                                  lambda: self._xclaim(key, group, consumer, list(counts),
-                                                       min_idle_ms))
-        claimed = present(reply)
-        if len(claimed) < len(reply):
-            await self._ack_trimmed(key, slot_of(topic, partition), group, list(counts))
-        entries = decode_raw_entries(partition, claimed)
-        return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
-                if entry.offset in counts]
+
+        async def on(key: str) -> list[Delivery]:
+            reply = list(await self._write("claim", partial(self._group_command, key, (
+                "XCLAIM", key, group, consumer, max(0, min_idle_ms), *counts))))
+            claimed = present(reply)
+            if len(claimed) < len(reply):
+                await self._ack_trimmed(key, slot_of(topic, partition), group, list(counts))
+            entries = decode_raw_entries(partition, claimed)
+            return [Delivery(entry, counts[entry.offset] + 1) for entry in entries
+                    if entry.offset in counts]
+
+        return await self._on_group(topic, partition, group, on, [])
 
     async def claim_offsets(self, topic: str, partition: int, group: str, consumer: str,
                             offsets: Sequence[str], *, min_idle_ms: int) -> list[Delivery]:
@@ -298,36 +378,29 @@ class RedisGroupStore:
         skipped; so are trimmed entries, as in ``claim``."""
         if not offsets:
             return []
-        key, slot = log_key(topic, partition), slot_of(topic, partition)
+        slot = slot_of(topic, partition)
         ids = [validate_offset(offset) for offset in offsets]
 
-        async def op() -> Any:
-            try:
-                return await run_script(self._lanes, self._router.node_for_slot(slot),
-                                        CLAIM_IDS_SCRIPT, [key],
-                                        [group, consumer, max(0, min_idle_ms), *ids])
-            except ResponseError as exc:
-                if is_missing_group(exc):
-                    return [[], [], []]
-                raise
+        async def on(key: str) -> list[Delivery]:
+            async def op() -> Any:
+                try:
+                    return await run_script(self._lanes, self._router.node_for_slot(slot),
+                                            CLAIM_IDS_SCRIPT, [key],
+                                            [group, consumer, max(0, min_idle_ms), *ids])
+                except ResponseError as exc:
+                    if is_missing_group(exc):
+                        raise _MissingGroup(str(exc)) from exc
+                    raise
 
-        taken, counts_before, reply = await self._write("claim", op)
-        counts = {text(i): int(n) for i, n in zip(taken, counts_before, strict=True)}
-        claimed = present(reply)
-        if len(claimed) < len(reply):  # an older server's nil for a trimmed entry
-            await self._ack_trimmed(key, slot, group, list(counts))
-        return [Delivery(entry, counts[entry.offset] + 1)
-                for entry in decode_raw_entries(partition, claimed) if entry.offset in counts]
+            taken, counts_before, reply = await self._write("claim", op)
+            counts = {text(i): int(n) for i, n in zip(taken, counts_before, strict=True)}
+            claimed = present(reply)
+            if len(claimed) < len(reply):  # an older server's nil for a trimmed entry
+                await self._ack_trimmed(key, slot, group, list(counts))
+            return [Delivery(entry, counts[entry.offset] + 1)
+                    for entry in decode_raw_entries(partition, claimed) if entry.offset in counts]
 
-    async def _xclaim(self, key: str, group: str, consumer: str, ids: list[str],
-                      min_idle_ms: int) -> list[Any]:
-        try:
-            return list(await self._on(key, ("XCLAIM", key, group, consumer,
-                                             max(0, min_idle_ms), *ids)))
-        except ResponseError as exc:
-            if is_missing_group(exc):
-                return []
-            raise
+        return await self._on_group(topic, partition, group, on, [])
 
     async def _ack_trimmed(self, key: str, slot: int, group: str, ids: list[str]) -> None:
         """Ack the ids that no longer exist in the stream (they can never be delivered)."""
@@ -355,34 +428,33 @@ class RedisGroupStore:
             return
         ids = [validate_offset(o) for o in offsets]
         idle = clamp_idle_ms(idle_ms)
-        key = log_key(topic, partition)
 
-        async def op() -> None:
-            try:
-                await self._on(key, ("XCLAIM", key, group, consumer, 0, *ids, "IDLE", idle,
-                                     "JUSTID"))
-            except ResponseError as exc:
-                if not is_missing_group(exc):
-                    raise
+        async def on(key: str) -> None:
+            await self._write("set_idle", partial(self._group_command, key, (
+                "XCLAIM", key, group, consumer, 0, *ids, "IDLE", idle, "JUSTID")))
 
-        await self._write("set_idle", op)
+        await self._on_group(topic, partition, group, on, None)
 
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         """Last delivered offset, pending count, oldest pending offset and lag (None when Redis
         cannot tell)."""
-        key = log_key(topic, partition)
-        return await self._read("state", lambda: self._state(key, partition, group))
+        async def on(key: str) -> GroupPartitionState:
+            behind = key != log_key(topic, partition)
+            return await self._read("state", partial(self._state, key, partition, group, behind))
 
-    async def _state(self, key: str, partition: int, group: str) -> GroupPartitionState:
+        return await self._on_group(topic, partition, group, on,
+                                    state_from(partition, None, None))
+
+    async def _state(self, key: str, partition: int, group: str,
+                     behind: bool = False) -> GroupPartitionState:
         info = find_group(await self._group_infos(key), group)
-        if info is None or not int(info.get("pending") or 0):
+        if info is None:
+            raise _MissingGroup(f"no group {group!r} on {key}")
+        if behind:  # a catch-up stream's lag would count its window alone: unknown
+            info = {**info, "lag": None}
+        if not int(info.get("pending") or 0):
             return state_from(partition, info, None)
-        try:
-            summary = await self._on(key, ("XPENDING", key, group))
-        except ResponseError as exc:
-            if is_missing_group(exc):  # destroyed between the two calls
-                return state_from(partition, None, None)
-            raise
+        summary = await self._group_command(key, ("XPENDING", key, group))
         return state_from(partition, info, decode_offset(summary[1]))
 
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
@@ -402,14 +474,13 @@ class RedisGroupStore:
         went; once it is gone, something was removed and the first entry left is past it, whatever
         lay between went. How many only ``group``'s read counter can tell (when Redis kept it
         valid): entries added past the group's position less those still there. A compacted
-        topic's holes leave its first entry in place: no gap. A ``group``'s reads come from the
-        stream alone: archived entries past its position are lost to it too (a new group, or a
-        seek, into the archive).
+        topic's holes leave its first entry in place: no gap. A group placed inside the archive
+        reads it through its catch-up stream: archived entries are no gap to it either.
         """
         key, position = log_key(topic, partition), validate_offset(after)
         segments = segments_key(topic, partition)
 
-        async def op() -> tuple[Any, Any, Any, Any]:
+        async def op() -> tuple[Any, Any, Any]:
             at = await self._on(key, ("XRANGE", key, position, position))
             beyond = segment_refs(await self._on(
                 segments, ("XRANGE", segments, "(" + position, "+", "COUNT", 1)))
@@ -421,15 +492,12 @@ class RedisGroupStore:
                 info = await self._on(key, ("XINFO", "STREAM", key))
             except ResponseError as exc:
                 if is_missing_group(exc):
-                    return at, beyond, None, None
+                    return at, None, None
                 raise
             row = None if group is None else find_group(await self._group_infos(key), group)
-            return at, beyond, info, row
+            return at, info, row
 
-        at, beyond, flat, row = await self._read("lost_after", op)
-        if group is not None and beyond:
-            first = info_row(flat).get("first-entry") if flat is not None else None
-            return LostRange(partition, position, decode_offset(first[0]) if first else None)
+        at, flat, row = await self._read("lost_after", op)
         if position == "0-0":  # a reader from the very start lost nothing it ever had
             return None
         return None if at or flat is None else lost_range(partition, position, flat, row)
@@ -438,6 +506,11 @@ class RedisGroupStore:
         """Move the group to ``start`` (XGROUP SETID), creating group and stream if absent. Pending
         stays."""
         new_id = start_id(start)
+        if self._catch_up is not None:
+            placed = await self._catch_up.place(topic, partition, group, _full_id(new_id),
+                                                seek=True)
+            self._note_place(topic, partition, group, placed)
+            return
         key = log_key(topic, partition)
 
         async def op() -> None:
@@ -447,14 +520,22 @@ class RedisGroupStore:
         await self._write("seek", op)
 
     async def groups(self, topic: str, partition: int) -> list[str]:
-        """Names of the groups on a partition; [] when its stream does not exist."""
-        key = log_key(topic, partition)
+        """Names of the groups on a partition (those catching up too); [] when its stream does
+        not exist."""
+        key, behind = log_key(topic, partition), catching_up_key(topic, partition)
         infos = await self._read("groups", lambda: self._group_infos(key))
-        return [text(info["name"]) for info in infos]
+        names = [text(info["name"]) for info in infos]
+        if self._catch_up is not None:
+            members = await self._read("groups", lambda: self._on(behind, ("SMEMBERS", behind)))
+            names += sorted(set(map(text, members)) - set(names))
+        return names
 
     async def delete_group(self, topic: str, partition: int, group: str) -> None:
-        """XGROUP DESTROY (and off the archive readers); a missing group or stream is fine."""
+        """XGROUP DESTROY, its catch-up stream deleted, off the archive readers; a missing group
+        or stream is fine."""
         key, readers = log_key(topic, partition), archive_readers_key(topic, partition)
+        behind = catching_up_key(topic, partition)
+        self._catching_up.discard((topic, partition, group))
 
         async def op() -> None:
             try:
@@ -462,6 +543,8 @@ class RedisGroupStore:
             except ResponseError as exc:
                 if not is_missing_group(exc):
                     raise
+            await self._on(key, ("DEL", catch_up_key(topic, partition, group)))
+            await self._on(key, ("SREM", behind, group))
             await self._on(readers, ("SREM", readers, group))
 
         await self._write("delete_group", op)
@@ -495,6 +578,11 @@ class RedisGroupStore:
 
     async def _write(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await self._router.call(what, self._settings.write_deadline_s, op)
+
+
+def _full_id(position: str) -> str:
+    """A group position as the scripts compare it: ``0`` is ``0-0``; ``$`` stays."""
+    return "0-0" if position == "0" else position
 
 
 class _MissingGroup(StorageError):

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from redis.asyncio import RedisCluster
 
 from storage.append.batch import BatchAppender
+from storage.archive.catch_up import CatchUp
 from storage.archive.manifest import archived_range, range_commands
 from storage.archive.object_store import ArchiveStore
 from storage.archive.tier import ArchiveSettings, ArchiveTier
@@ -68,6 +69,7 @@ class RedisStreamStore:
         self._archive_store = archive
         self._archive_settings = archive_settings or ArchiveSettings()
         self._archive: ArchiveTier | None = None
+        self._catch_up: CatchUp | None = None  # groups placed inside the archive
         # appends, reads and acks over pipelined node connections (storage.wire.lanes)
         self._lanes = NodeLanes(settings)
         # told about every Redis attempt: (operation, seconds, error class or None)
@@ -105,6 +107,7 @@ class RedisStreamStore:
         if self._archive_store is not None:
             self._archive = ArchiveTier(router, lanes, self._archive_store,
                                         self._archive_settings)
+            self._catch_up = CatchUp(router, lanes, self._archive)
 
     async def open(self) -> None:
         """Connect to the cluster and load its slot map (raises StorageUnavailable); no-op when
@@ -159,7 +162,7 @@ class RedisStreamStore:
         """Consumer groups on the same connections (created on first use, closed with this
         store)."""
         if self._groups is None:
-            self._groups = RedisGroupStore(self.router, self._lanes)
+            self._groups = RedisGroupStore(self.router, self._lanes, self._catch_up)
         return self._groups
 
     @property
@@ -363,9 +366,10 @@ class RedisStreamStore:
     async def purge_partition(self, topic: str, partition: int) -> PurgeReport:
         """Remove every entry and scheduled message of a partition at one cut; each group's
         position moves to the cut and its pending entries below it are acked. The archived part goes
-        first (its manifest, then its files)."""
-        if self._archive is not None:
+        first (its manifest, then its files), and groups catching up on it return to the log."""
+        if self._archive is not None and self._catch_up is not None:
             await self._archive.drop_partition(topic, partition)
+            await self._catch_up.abandon(topic, partition)
         return await Purge(self.router, self._lanes).partition(topic, partition)
 
     async def delete_topic(self, topic: str, partitions: int) -> None:

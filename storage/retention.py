@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from storage.archive.catch_up import CatchUp
 from storage.archive.manifest import SegmentRef
 from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
@@ -120,7 +121,7 @@ class RedisRetention:
             return report
         unacked = await self._router.call(
             "trim", self._settings.read_deadline_s,
-            lambda: self._count_archived_unacked(archive, log_key(topic, partition), refs))
+            lambda: self._count_archived_unacked(archive, topic, partition, refs))
         dropped = await archive.expire(topic, partition, refs)
         lost = dict(report.unacked_removed)
         for group, count in unacked.items():
@@ -128,11 +129,18 @@ class RedisRetention:
         return TrimReport(partition, report.removed, lost,
                           sum(ref.count for ref in dropped), len(dropped))
 
-    async def _count_archived_unacked(self, archive: ArchiveTier, key: str,
+    async def _count_archived_unacked(self, archive: ArchiveTier, topic: str, partition: int,
                                       refs: list[SegmentRef]) -> dict[str, int]:
         """Per group, the entries of ``refs`` it has not acked: pending ones, and those after its
-        last delivered offset."""
+        last delivered offset; for a group catching up, those after what its catch-up stream
+        copied (its pending ones are copies)."""
         counts: dict[str, int] = {}
+        catch_up = CatchUp(self._router, self._lanes, archive)
+        for group, position in (await catch_up.positions(topic, partition)).items():
+            lost = sum([await _undelivered(archive, ref, position) for ref in refs])
+            if lost:
+                counts[group] = lost
+        key = log_key(topic, partition)
         for info in await self._group_infos(key):
             group = text(info["name"])
             delivered = decode_offset(info.get("last-delivered-id")) or "0-0"

@@ -11,13 +11,14 @@ from typing import Any
 from storage.archive.segments import SegmentInfo
 from storage.codec import offset_key
 from storage.errors import ArchiveConflict
+from storage.group_scripts import INFO_LUA
 from storage.keys import PREFIX, log_key, partition_tag
 from storage.models import ArchivedRange
 from storage.wire.scripts import LuaScript
 
 # older(a, b): stream ID a is before b (Lua numbers: exact for every ms, and for sequences below
 # 2**53, which a stream never reaches in practice)
-_OLDER = """local function older(a, b)
+OLDER_LUA = """local function older(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
   ams, bms = tonumber(ams), tonumber(bms)
@@ -25,14 +26,27 @@ _OLDER = """local function older(a, b)
 end
 """
 
-# ARGV: epoch, first, last, the ID after last, count, bytes, name. Refused when the stream is gone
-# (GONE: its topic was deleted), when an owner of a later epoch committed (FENCED), when the
-# segment does not start after the last one (OVERLAP), or when the stream still holds an entry
-# older than the segment (GAP: it would be stranded).
+# KEYS: the stream, the manifest's stream and hash, the archive readers. ARGV: epoch, first, last,
+# the ID after last, count, bytes, name. Refused when the stream is gone (GONE: its topic was
+# deleted), when an owner of a later epoch committed (FENCED), when the segment does not start
+# after the last one (OVERLAP), when the stream still holds an entry older than the segment (GAP:
+# it would be stranded), or when a group reading the stream has not delivered and settled it all
+# (BEHIND: created or moved back since the mover looked).
 # Runs on a full node too (allow-oom): it frees the stream far more than it adds.
-COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + _OLDER + """
+COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + OLDER_LUA + INFO_LUA + """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('GONE the partition was deleted')
+end
+for name, group in pairs(groups_of(KEYS[1])) do
+  if redis.call('SISMEMBER', KEYS[4], name) == 0 then
+    local behind = older(group['last-delivered-id'], ARGV[3])
+    if not behind and group['pending'] > 0 then
+      behind = not older(ARGV[3], redis.call('XPENDING', KEYS[1], name)[2])
+    end
+    if behind then
+      return redis.error_reply('BEHIND ' .. name)
+    end
+  end
 end
 local held = tonumber(redis.call('HGET', KEYS[3], 'epoch') or '0')
 if tonumber(ARGV[1]) < held then
@@ -59,23 +73,13 @@ return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[4])
 # syntax) of what every consumer group of the stream that reads it has delivered and settled: the
 # tightest of each group's last delivered offset (inclusive) and its oldest pending one
 # (exclusive); false when no such group.
-CONSUMED = LuaScript.of(_OLDER + """
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if not ok or #groups == 0 then
-  return false
-end
+CONSUMED = LuaScript.of(OLDER_LUA + INFO_LUA + """
 local bound, exclusive = nil, false
-for _, group in ipairs(groups) do
-  local name, delivered
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then name = group[i + 1] end
-    if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
-  end
+for name, group in pairs(groups_of(KEYS[1]) or {}) do
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
-    local id, excl = delivered, false
-    local pending = redis.call('XPENDING', KEYS[1], name)
-    if pending[1] > 0 then
-      id, excl = pending[2], true
+    local id, excl = group['last-delivered-id'], false
+    if group['pending'] > 0 then
+      id, excl = redis.call('XPENDING', KEYS[1], name)[2], true
     end
     if bound == nil or older(id, bound) or (id == bound and excl) then
       bound, exclusive = id, excl
@@ -143,7 +147,8 @@ def commit_call(info: SegmentInfo, epoch: int) -> tuple[list[str], list[Any]]:
     """The keys and arguments of ``COMMIT`` for a written segment."""
     ms, seq = offset_key(info.last_offset)
     keys = [log_key(info.topic, info.partition), segments_key(info.topic, info.partition),
-            archive_key(info.topic, info.partition)]
+            archive_key(info.topic, info.partition),
+            archive_readers_key(info.topic, info.partition)]
     return keys, [epoch, info.first_offset, info.last_offset, f"{ms}-{seq + 1}", info.count,
                   info.bytes, info.name]
 
@@ -188,7 +193,7 @@ def archived_range(replies: Sequence[Any]) -> ArchivedRange:
 def conflict_of(exc: BaseException) -> ArchiveConflict | None:
     """The conflict a refused commit's error reply stands for; None for any other error."""
     text = str(exc)
-    for code in ("FENCED", "OVERLAP", "GAP", "GONE"):
+    for code in ("FENCED", "OVERLAP", "GAP", "GONE", "BEHIND"):
         if text.startswith(code):
             return ArchiveConflict(f"archive commit refused: {text}", fenced=code == "FENCED")
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,9 +54,20 @@ async def read_summary(store: ArchiveStore, name: str) -> SegmentInfo:
     return await store.read(name, partial(_summary, name))
 
 
+async def read_raw_range(store: ArchiveStore, name: str, after: str | None = None,
+                         limit: int | None = None) -> list[list[Any]]:
+    """As ``read_range``, as the ``[id, fields]`` items XRANGE would have returned."""
+    return await store.read(name, partial(_raw_items, name, after, limit, store.row_groups))
+
+
 def _entries(name: str, after: str | None, until: str | None, limit: int | None,
              cache: RowGroupCache, file: pa.NativeFile) -> list[StoredEntry]:
     return SegmentFile(file, name, cache).entries(after, until, limit)
+
+
+def _raw_items(name: str, after: str | None, limit: int | None, cache: RowGroupCache,
+               file: pa.NativeFile) -> list[list[Any]]:
+    return SegmentFile(file, name, cache).raw_items(after, limit)
 
 
 def _table(name: str, columns: Sequence[str] | None, after: str | None, until: str | None,
@@ -110,6 +122,11 @@ class SegmentFile:
         bounds = _bounds(after, until)
         tables = list(self._groups_within(bounds, None, limit))
         return self._stored(_concat(tables, limit))
+
+    def raw_items(self, after: str | None = None, limit: int | None = None) -> list[list[Any]]:
+        """As ``read_raw_range``."""
+        tables = list(self._groups_within(_bounds(after, None), None, limit))
+        return _items(_concat(tables, limit))
 
     def table(self, columns: Sequence[str] | None = None, after: str | None = None,
               until: str | None = None) -> pa.Table:
@@ -181,22 +198,25 @@ class SegmentFile:
         return self._parquet.read_row_group(group, columns=columns)
 
     def _stored(self, table: pa.Table) -> list[StoredEntry]:
-        """The rows as StoredEntry objects, through the hot tier's decoder (compiled where built)
-        from the fields XRANGE would have returned."""
-        ids = pc.cast(pc.binary_join_element_wise(
-            pc.cast(table["offset_ms"], pa.string()), pc.cast(table["offset_seq"], pa.string()),
-            "-"), pa.binary()).to_pylist()
-        # the value field's name: K + the key, or v without one
-        names = pc.fill_null(pc.binary_join_element_wise(KEYED, table["key"], b""), b"v")
-        columns = [ids, names.to_pylist(), table["value"].to_pylist()]
-        count = table.num_rows
-        if table["format"].null_count == count and table["headers"].null_count == count:
-            items = [[i, [name, value]] for i, name, value in zip(*columns, strict=True)]
-        else:
-            columns += [table["format"].to_pylist(), table["headers"].to_pylist()]
-            items = [[i, _fields(name, value, fmt, headers)]
-                     for i, name, value, fmt, headers in zip(*columns, strict=True)]
-        return decode_raw_entries(self.info.partition, items)
+        """The rows as StoredEntry objects, through the hot tier's decoder (compiled where
+        built)."""
+        return decode_raw_entries(self.info.partition, _items(table))
+
+
+def _items(table: pa.Table) -> list[list[Any]]:
+    """The rows as the ``[id, fields]`` items XRANGE would have returned."""
+    ids = pc.cast(pc.binary_join_element_wise(
+        pc.cast(table["offset_ms"], pa.string()), pc.cast(table["offset_seq"], pa.string()),
+        "-"), pa.binary()).to_pylist()
+    # the value field's name: K + the key, or v without one
+    names = pc.fill_null(pc.binary_join_element_wise(KEYED, table["key"], b""), b"v")
+    columns = [ids, names.to_pylist(), table["value"].to_pylist()]
+    count = table.num_rows
+    if table["format"].null_count == count and table["headers"].null_count == count:
+        return [[i, [name, value]] for i, name, value in zip(*columns, strict=True)]
+    columns += [table["format"].to_pylist(), table["headers"].to_pylist()]
+    return [[i, _fields(name, value, fmt, headers)]
+            for i, name, value, fmt, headers in zip(*columns, strict=True)]
 
 
 def _fields(name: bytes, value: bytes, fmt: str | None, headers: bytes | None) -> list[bytes]:

@@ -24,7 +24,7 @@ from storage.archive.manifest import (
 )
 from storage.archive.names import parse_segment_name, topic_dir
 from storage.archive.object_store import ArchiveStore
-from storage.archive.segment_reader import read_range, read_table
+from storage.archive.segment_reader import read_range, read_raw_range, read_table
 from storage.archive.segments import SegmentInfo, SegmentSettings, write_segment
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries, offset_key
@@ -170,6 +170,21 @@ class ArchiveTier:
             after = refs[0].last_offset
             start = "(" + after
         return entries
+
+    async def archived_after(self, topic: str, partition: int, after: str,
+                             limit: int) -> list[list[Any]]:
+        """Up to ``limit`` archived entries after ``after``, none from the stream, as the
+        ``[id, fields]`` items XRANGE would have returned: what a catch-up stream is filled
+        with."""
+        items: list[list[Any]] = []
+        while len(items) < limit:
+            refs = await self._segment_from(topic, partition, "(" + after)
+            if not refs:
+                break
+            items += await read_raw_range(self.store, refs[0].name, after=after,
+                                          limit=limit - len(items))
+            after = refs[0].last_offset
+        return items
 
     def _below_tip(self, topic: str, partition: int, after: str | None) -> bool:
         tip = self._tips.get((topic, partition))

@@ -1,7 +1,7 @@
 """A soak in the suite's budget: several times the cluster's memory published through a gateway on
 capped nodes with the archive on. No node passes its cap, a publisher that honours 507 gets
 everything in, every acknowledged message replays intact from the first offset, and a group that
-consumes along the way gets all of it."""
+consumes along the way gets all of it, as does a group created afterwards from the first offset."""
 
 from __future__ import annotations
 
@@ -66,19 +66,21 @@ class MemoryProbe(threading.Thread):
 class Consumer(threading.Thread):
     """A group member pulling and acking until told to stop and nothing is left."""
 
-    def __init__(self, url: str, topic: str) -> None:
+    def __init__(self, url: str, topic: str, group: str = "live") -> None:
         super().__init__(daemon=True)
         self.url, self.topic, self.seen = url, topic, []  # type: ignore[var-annotated]
+        self.group = group
         self.done = threading.Event()
 
     def run(self) -> None:
         while True:
-            pulled = requests.post(f"{self.url}/v1/groups/live/pull", timeout=60, json={
-                "topic": self.topic, "max_messages": 300, "wait_ms": 200}).json()["messages"]
+            pulled = requests.post(f"{self.url}/v1/groups/{self.group}/pull", timeout=60,
+                                   json={"topic": self.topic, "max_messages": 300,
+                                         "wait_ms": 200}).json()["messages"]
             if not pulled and self.done.is_set():
                 return
             if pulled:
-                requests.post(f"{self.url}/v1/groups/live/ack", timeout=60,
+                requests.post(f"{self.url}/v1/groups/{self.group}/ack", timeout=60,
                               json={"receipts": [m["receipt"] for m in pulled]})
                 self.seen += [m["value"]["n"] for m in pulled]
 
@@ -132,6 +134,11 @@ def test_three_times_the_memory_goes_in_and_replays_whole(
     assert sorted(consumer.seen) == list(range(TOTAL))
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert _archived(metrics, topic) > TOTAL // 2
+    late = Consumer(url, topic, "late")  # created now, from the first offset: mostly archived
+    late.done.set()
+    late.start()
+    late.join(180)
+    assert sorted(late.seen) == list(range(TOTAL))
 
 
 def _archived(metrics: str, topic: str) -> float:
