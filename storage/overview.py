@@ -5,10 +5,12 @@ round trip."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storage.archive.catch_up import catch_up_states, catching_up_key
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset
 from storage.group_replies import info_row, state_from, text
@@ -18,8 +20,10 @@ from storage.wire.connection import NodeAddress
 from storage.wire.errors import ResponseError
 from storage.wire.lanes import NodeLanes
 
-# ``XLEN``, ``XINFO GROUPS`` and the first entry (``XRANGE - + COUNT 1``: how old the hot tier
-# is) of every asked partition go out as one pipeline per owning node on the node connections
+# ``XLEN``, ``XINFO GROUPS``, the first entry (``XRANGE - + COUNT 1``: how old the hot tier is)
+# and how many groups read the archive through catch-up streams (their states then come from one
+# script: ``storage.archive.catch_up.STATES``) of every asked partition go out as one pipeline per
+# owning node on the node connections
 # (``storage.wire.lanes``), far less client CPU per command than through redis-py. A partition
 # whose replies are not plain answers (a slot moved: MOVED/ASK, a node failing) is left out of
 # the result; the caller reads it the slow, retrying way.
@@ -94,17 +98,30 @@ async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
     commands: list[tuple[Any, ...] | bytes] = []
     for partition in partitions:
         key = log_key(topic, partition)
-        commands += [("XLEN", key), ("XINFO", "GROUPS", key), ("XRANGE", key, "-", "+", "COUNT", 1)]
+        commands += [("XLEN", key), ("XINFO", "GROUPS", key), ("XRANGE", key, "-", "+", "COUNT", 1),
+                     ("SCARD", catching_up_key(topic, partition))]
     try:
         replies = await lanes.execute(addr, commands, exclusive=False)
     except Exception:  # connection lost or timed out: these partitions go the slow way
         return {}
     found: dict[int, PartitionOverview] = {}
     for index, partition in enumerate(partitions):
-        overview = _overview(partition, *replies[3 * index:3 * index + 3])
+        length, groups, first, behind = replies[4 * index:4 * index + 4]
+        overview = _overview(partition, length, groups, first)
+        if overview is not None and behind != 0:  # groups reading the archive: their states
+            overview = await _with_catch_ups(lanes, addr, topic, overview)
         if overview is not None:
             found[partition] = overview
     return found
+
+
+async def _with_catch_ups(lanes: NodeLanes, addr: NodeAddress, topic: str,
+                          overview: PartitionOverview) -> PartitionOverview | None:
+    try:
+        states = await catch_up_states(lanes, addr, topic, overview.partition)
+    except Exception:  # a failing node or a moved slot: the slow way
+        return None
+    return dataclasses.replace(overview, groups={**overview.groups, **states})
 
 
 def _overview(partition: int, length: Any, groups: Any, first: Any) -> PartitionOverview | None:

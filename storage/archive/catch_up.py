@@ -13,6 +13,8 @@ from storage.cluster import ClusterRouter
 from storage.codec import offset_key
 from storage.group_scripts import INFO_LUA
 from storage.keys import PREFIX, log_key, partition_tag, slot_of
+from storage.models import GroupPartitionState
+from storage.wire.connection import NodeAddress
 from storage.wire.lanes import NodeLanes
 from storage.wire.scripts import LuaScript, run_script
 
@@ -104,6 +106,28 @@ return redis.call('DEL', KEYS[2])
 """)
 
 
+# KEYS: the log, the partition's set of groups catching up, the manifest's segments; ARGV[1]: the
+# prefix of their catch-up streams. Per group catching up: its name, last delivered offset, pending
+# count and lag: the log's length and the entries of every archived segment after its position
+# (the segment it reads counted whole).
+STATES = LuaScript.of(INFO_LUA + """
+local states, hot = {}, redis.call('XLEN', KEYS[1])
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local group = (groups_of(ARGV[1] .. name) or {})[name]
+  if group then
+    local delivered, lag = group['last-delivered-id'], hot
+    for _, segment in ipairs(redis.call('XRANGE', KEYS[3], '(' .. delivered, '+')) do
+      lag = lag + tonumber(by_name(segment[2])['count'])
+    end
+    for _, part in ipairs({name, delivered, group['pending'], lag}) do
+      table.insert(states, part)
+    end
+  end
+end
+return states
+""")
+
+
 def catch_up_key(topic: str, partition: int, group: str) -> str:
     """The stream a group reads archived entries from while it catches up."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:catchup:{group}"
@@ -112,6 +136,18 @@ def catch_up_key(topic: str, partition: int, group: str) -> str:
 def catching_up_key(topic: str, partition: int) -> str:
     """The set of the partition's groups that read through a catch-up stream."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:catching-up"
+
+
+async def catch_up_states(lanes: NodeLanes, address: NodeAddress, topic: str,
+                          partition: int) -> dict[str, GroupPartitionState]:
+    """The partition's groups catching up (asked of the node holding its slot): each one's
+    position in the archive, pending count and lag (``STATES``)."""
+    keys = [log_key(topic, partition), catching_up_key(topic, partition),
+            segments_key(topic, partition)]
+    flat = await run_script(lanes, address, STATES, keys, [catch_up_key(topic, partition, "")])
+    return {_text(flat[i]): GroupPartitionState(partition, True, _text(flat[i + 1]),
+                                                int(flat[i + 2]), None, int(flat[i + 3]))
+            for i in range(0, len(flat), 4)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,13 +101,28 @@ async def test_a_group_switches_to_the_log_only_once_its_archived_entries_are_se
     await groups.ack(topic, 0, G, offsets[1:20])
     state = await groups.state(topic, 0, G)
     assert (state.pending, state.oldest_pending_offset) == (1, offsets[0])
-    assert (state.last_delivered_offset, state.lag) == (offsets[19], None)
+    assert (state.last_delivered_offset, state.lag) == (offsets[19], 10)  # what Redis holds
     (pending,) = await groups.expired(topic, 0, G, min_idle_ms=0, count=10)
     (claimed,) = await groups.claim(topic, 0, G, "other", [pending], min_idle_ms=0)
     assert (claimed.entry.offset, claimed.delivery_count) == (offsets[0], 2)
     assert await groups.read_new(topic, 0, G, "c", count=100, block_ms=0) == []
     assert await groups.ack(topic, 0, G, [offsets[0]]) == 1
     assert await _drain(groups, topic) == offsets[20:]
+
+
+async def test_overviews_count_a_catching_up_groups_lag_across_both_tiers(
+        tiered: RedisStreamStore, topic: str) -> None:
+    offsets = await _archived_group(tiered, topic, 50, 40)
+    groups = tiered.groups
+    first = await groups.read_new(topic, 0, G, "c", count=3, block_ms=0)
+    (state,) = [overview.groups[G] for overview in
+                (await tiered.partition_overviews(topic, [0])).values()]
+    # the two segments after its position, counted whole, and the ten entries still in Redis
+    assert (state.last_delivered_offset, state.pending, state.lag) == (offsets[2], 3, 50)
+    await groups.ack(topic, 0, G, [entry.offset for entry in first])
+    await _drain(groups, topic)
+    (overview,) = (await tiered.partition_overviews(topic, [0])).values()
+    assert (overview.groups[G].last_delivered_offset, overview.groups[G].lag) == (offsets[-1], 0)
 
 
 async def test_the_mover_keeps_moving_while_a_group_catches_up(

@@ -46,7 +46,8 @@ async def test_a_retried_attempt_recovers_the_entries_its_failed_attempt_took(
         store: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
     offsets = await _group_over(store, topic, 5)
     groups = store.groups
-    real = groups._read_on_node
+    reads = groups._reads
+    real = reads.read_on_node
     failures = []
 
     async def runs_then_fails_once(slot: int, command: bytes, block_ms: int) -> Any:
@@ -56,7 +57,7 @@ async def test_a_retried_attempt_recovers_the_entries_its_failed_attempt_took(
             raise ConnectionLost("connection lost before the reply")
         return reply
 
-    monkeypatch.setattr(groups, "_read_on_node", runs_then_fails_once)
+    monkeypatch.setattr(reads, "read_on_node", runs_then_fails_once)
     assert await _offsets(groups, topic, 3, last_read="0-0") == offsets[:3]
     assert failures
     assert await _offsets(groups, topic, 10, last_read=offsets[2]) == offsets[3:]

@@ -68,7 +68,7 @@ async def test_ack_counts_only_pending_entries(store: RedisGroupStore, redis: An
 
 
 async def test_empty_ack_makes_no_call(store: RedisGroupStore) -> None:
-    store._router = None  # type: ignore[assignment]  # any redis call would now fail
+    store._calls.router = None  # type: ignore[assignment]  # any redis call would now fail
     assert await store.ack(T, P, G, []) == 0
 
 
