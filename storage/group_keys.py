@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from storage.archive.catch_up import CatchUp, catch_up_key
+from storage.archive.catch_up import CatchUp
+from storage.archive.manifest import catch_up_key
 from storage.errors import StorageError
 from storage.keys import log_key
 

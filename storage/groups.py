@@ -8,8 +8,14 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from storage.archive.catch_up import CatchUp, catch_up_key, catch_up_states, catching_up_key
-from storage.archive.manifest import archive_readers_key, segment_refs, segments_key
+from storage.archive.catch_up import CatchUp, catch_up_states
+from storage.archive.manifest import (
+    archive_readers_key,
+    catch_up_key,
+    catching_up_key,
+    segment_refs,
+    segments_key,
+)
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset, offset_key, validate_offset, validate_offsets
 from storage.group_calls import GroupCalls

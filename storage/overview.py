@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage.archive.catch_up import catch_up_states, catching_up_key
+from storage.archive.catch_up import catch_up_states
+from storage.archive.manifest import catching_up_key
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset
 from storage.group_replies import info_row, state_from, text

@@ -1,6 +1,6 @@
-"""The archive duty of an owned partition: when its Redis node passes the archive watermark, or its
-oldest entries pass ``hot_retention_ms``, move them into segments, never past what every consumer
-group of the partition has delivered and settled (those entries stay hot for the group)."""
+"""The archive duty of an owned partition: when its oldest entries pass ``hot_retention_ms``, move
+them into segments up to what every consumer group has delivered and settled; when its Redis node
+passes the archive watermark, move them whatever the groups read (those behind read the archive)."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ class ArchivePolicy:
 
 
 def archive_end(consumed: str | None, pressed: bool, age_cut_ms: int | None) -> str | None:
-    """The XRANGE end of what may move now (``(`` exclusive), or None for nothing: everything
-    the groups consumed when memory is pressed, else what is older than ``age_cut_ms`` too."""
-    end = consumed or "+"
+    """The XRANGE end of what may move now (``(`` exclusive), or None for nothing: everything when
+    memory is pressed (groups behind it move to catch-up streams), else what the groups consumed
+    and is older than ``age_cut_ms``."""
     if pressed:
-        return end
+        return "+"
     if age_cut_ms is None:
         return None
-    return tighter(end, f"({age_cut_ms}-0")
+    return tighter(consumed or "+", f"({age_cut_ms}-0")
 
 
 def tighter(a: str, b: str) -> str:
@@ -70,11 +70,13 @@ class ArchiveDuty:
         if metadata.key_index or metadata.compact:
             return 0
         topic = metadata.name
-        end = archive_end(await self._tier.consumed(topic, partition),
-                          self._pressed(topic, partition), self._age_cut_ms())
+        pressed = self._pressed(topic, partition)
+        end = archive_end(None if pressed else await self._tier.consumed(topic, partition),
+                          pressed, self._age_cut_ms())
         moved = 0
         while end is not None and moved < SEGMENTS_PER_TURN:
-            info = await self._tier.move_oldest(topic, partition, epoch=epoch, until=end)
+            info = await self._tier.move_oldest(topic, partition, epoch=epoch, until=end,
+                                                pass_behind=pressed)
             if info is None:
                 break
             moved += 1

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from storage.archive.manifest import OLDER_LUA, segments_key
+from storage.archive.manifest import OLDER_LUA, catch_up_key, catching_up_key, segments_key
 from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import offset_key
 from storage.group_scripts import INFO_LUA
-from storage.keys import PREFIX, log_key, partition_tag, slot_of
+from storage.keys import log_key, slot_of
 from storage.models import GroupPartitionState
 from storage.wire.connection import NodeAddress
 from storage.wire.lanes import NodeLanes
@@ -126,16 +126,6 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
 end
 return states
 """)
-
-
-def catch_up_key(topic: str, partition: int, group: str) -> str:
-    """The stream a group reads archived entries from while it catches up."""
-    return f"{PREFIX}:{partition_tag(topic, partition)}:catchup:{group}"
-
-
-def catching_up_key(topic: str, partition: int) -> str:
-    """The set of the partition's groups that read through a catch-up stream."""
-    return f"{PREFIX}:{partition_tag(topic, partition)}:catching-up"
 
 
 async def catch_up_states(lanes: NodeLanes, address: NodeAddress, topic: str,

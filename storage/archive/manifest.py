@@ -16,6 +16,10 @@ from storage.keys import PREFIX, log_key, partition_tag
 from storage.models import ArchivedRange
 from storage.wire.scripts import LuaScript
 
+# the most pending entries a group may have for a pressed move to pass it (they are copied, in one
+# script): one with more holds the move
+PASS_MAX_PENDING = 10_000
+
 # older(a, b): stream ID a is before b (Lua numbers: exact for every ms, and for sequences below
 # 2**53, which a stream never reaches in practice)
 OLDER_LUA = """local function older(a, b)
@@ -26,27 +30,43 @@ OLDER_LUA = """local function older(a, b)
 end
 """
 
-# KEYS: the stream, the manifest's stream and hash, the archive readers. ARGV: epoch, first, last,
-# the ID after last, count, bytes, name. Refused when the stream is gone (GONE: its topic was
-# deleted), when an owner of a later epoch committed (FENCED), when the segment does not start
-# after the last one (OVERLAP), when the stream still holds an entry older than the segment (GAP:
-# it would be stranded), or when a group reading the stream has not delivered and settled it all
-# (BEHIND: created or moved back since the mover looked).
-# Runs on a full node too (allow-oom): it frees the stream far more than it adds.
-COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + OLDER_LUA + INFO_LUA + """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return redis.error_reply('GONE the partition was deleted')
-end
-for name, group in pairs(groups_of(KEYS[1])) do
-  if redis.call('SISMEMBER', KEYS[4], name) == 0 then
-    local behind = older(group['last-delivered-id'], ARGV[3])
-    if not behind and group['pending'] > 0 then
-      behind = not older(ARGV[3], redis.call('XPENDING', KEYS[1], name)[2])
-    end
-    if behind then
-      return redis.error_reply('BEHIND ' .. name)
+# pass_behind(name, group): a group reading the stream that is behind the segment moved onto a
+# catch-up stream (prefix ARGV[9]): its pending entries copied there and pending again for the same
+# consumers with their idle times and delivery counts, its position kept, its group on the stream
+# destroyed; it then reads the archive (storage/archive/catch_up.py).
+PASS_BEHIND_LUA = """local function pass_behind(name, group)
+  local key = ARGV[9] .. name
+  redis.call('DEL', key)
+  redis.call('XGROUP', 'CREATE', key, name, '0-0', 'MKSTREAM')
+  if group['pending'] > 0 then
+    for _, row in ipairs(redis.call('XPENDING', KEYS[1], name, '-', '+', group['pending'])) do
+      local entry = redis.call('XRANGE', KEYS[1], row[1], row[1])[1]
+      if entry then
+        redis.call('XADD', key, row[1], unpack(entry[2]))
+        redis.call('XREADGROUP', 'GROUP', name, row[2], 'COUNT', 1, 'STREAMS', key, '>')
+        redis.call('XCLAIM', key, name, row[2], 0, row[1], 'IDLE', row[3], 'RETRYCOUNT', row[4],
+                   'JUSTID')
+      end
     end
   end
+  redis.call('XGROUP', 'SETID', key, name, group['last-delivered-id'])
+  redis.call('XGROUP', 'DESTROY', KEYS[1], name)
+  redis.call('SADD', KEYS[5], name)
+end
+"""
+
+# KEYS: the stream, the manifest's stream and hash, the archive readers, the groups catching up.
+# ARGV: epoch, first, last, the ID after last, count, bytes, name, mode, the catch-up streams'
+# prefix, the most pending entries a group passed may have. Refused when the stream is gone (GONE:
+# its topic was deleted), when an owner of a later epoch committed (FENCED), when the segment does
+# not start after the last one (OVERLAP), when the stream still holds an entry older than the
+# segment (GAP: it would be stranded), or when a group reading the stream has not delivered and
+# settled it all (BEHIND: created or moved back since the mover looked) unless the mode is `pass`
+# (memory pressed) and it has few enough pending entries: then it moves to a catch-up stream.
+# Runs on a full node too (allow-oom): it frees the stream far more than it adds.
+COMMIT = LuaScript.of("#!lua flags=allow-oom\n" + OLDER_LUA + INFO_LUA + PASS_BEHIND_LUA + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('GONE the partition was deleted')
 end
 local held = tonumber(redis.call('HGET', KEYS[3], 'epoch') or '0')
 if tonumber(ARGV[1]) < held then
@@ -59,6 +79,22 @@ end
 local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
 if head and older(head[1], ARGV[2]) then
   return redis.error_reply('GAP ' .. head[1])
+end
+local behind = {}
+for name, group in pairs(groups_of(KEYS[1])) do
+  if redis.call('SISMEMBER', KEYS[4], name) == 0 then
+    local late = older(group['last-delivered-id'], ARGV[3])
+    if not late and group['pending'] > 0 then
+      late = not older(ARGV[3], redis.call('XPENDING', KEYS[1], name)[2])
+    end
+    if late and (ARGV[8] ~= 'pass' or group['pending'] > tonumber(ARGV[10])) then
+      return redis.error_reply('BEHIND ' .. name)
+    end
+    if late then behind[name] = group end
+  end
+end
+for name, group in pairs(behind) do
+  pass_behind(name, group)
 end
 redis.call('HSET', KEYS[3], 'epoch', ARGV[1])
 redis.call('HINCRBY', KEYS[3], 'entries', ARGV[5])
@@ -138,19 +174,34 @@ def archive_readers_key(topic: str, partition: int) -> str:
     return f"{PREFIX}:{partition_tag(topic, partition)}:archive-readers"
 
 
+def catch_up_key(topic: str, partition: int, group: str) -> str:
+    """The stream a group reads archived entries from while it catches up
+    (``storage/archive/catch_up.py``)."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:catchup:{group}"
+
+
+def catching_up_key(topic: str, partition: int) -> str:
+    """The set of the partition's groups that read through a catch-up stream."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:catching-up"
+
+
 def archive_key(topic: str, partition: int) -> str:
     """The manifest's hash: the epoch that committed last, entries and bytes archived."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:archive"
 
 
-def commit_call(info: SegmentInfo, epoch: int) -> tuple[list[str], list[Any]]:
-    """The keys and arguments of ``COMMIT`` for a written segment."""
+def commit_call(info: SegmentInfo, epoch: int,
+                pass_behind: bool) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ``COMMIT`` for a written segment; ``pass_behind``: groups that
+    have not consumed it move to catch-up streams instead of refusing it."""
+    topic, partition = info.topic, info.partition
     ms, seq = offset_key(info.last_offset)
-    keys = [log_key(info.topic, info.partition), segments_key(info.topic, info.partition),
-            archive_key(info.topic, info.partition),
-            archive_readers_key(info.topic, info.partition)]
+    keys = [log_key(topic, partition), segments_key(topic, partition),
+            archive_key(topic, partition), archive_readers_key(topic, partition),
+            catching_up_key(topic, partition)]
     return keys, [epoch, info.first_offset, info.last_offset, f"{ms}-{seq + 1}", info.count,
-                  info.bytes, info.name]
+                  info.bytes, info.name, "pass" if pass_behind else "hold",
+                  catch_up_key(topic, partition, ""), PASS_MAX_PENDING]
 
 
 def expire_call(topic: str, partition: int,

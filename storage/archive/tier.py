@@ -102,18 +102,19 @@ class ArchiveTier:
         return None if bound is None else _text(bound)
 
     async def move_oldest(self, topic: str, partition: int, *, epoch: int,
-                          until: str | None) -> SegmentInfo | None:
+                          until: str | None, pass_behind: bool = False) -> SegmentInfo | None:
         """Move the partition's oldest entries, none after ``until`` (None: any), into one
         segment: written whole, then committed to the manifest and trimmed from the stream in one
-        script. None when there is nothing to move. ArchiveConflict when a later owner committed
-        or the stream moved under it (the file written stays an orphan, removed by
-        ``remove_orphans``)."""
+        script. None when there is nothing to move. ArchiveConflict when a later owner committed,
+        the stream moved under it, or a group has not consumed it (without ``pass_behind``, which
+        moves such groups to catch-up streams instead); the file written stays an orphan, removed
+        by ``remove_orphans``."""
         entries = await self._oldest(topic, partition, until)
         if not entries:
             return None
         info = await write_segment(self.store, topic, partition, entries, self.settings.segment,
                                    epoch)
-        keys, args = commit_call(info, epoch)
+        keys, args = commit_call(info, epoch, pass_behind)
         slot = slot_of(topic, partition)
 
         async def commit() -> Any:

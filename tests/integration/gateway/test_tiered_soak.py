@@ -1,7 +1,8 @@
 """A soak in the suite's budget: several times the cluster's memory published through a gateway on
 capped nodes with the archive on. No node passes its cap, a publisher that honours 507 gets
 everything in, every acknowledged message replays intact from the first offset, and a group that
-consumes along the way gets all of it, as does a group created afterwards from the first offset."""
+consumes along the way gets all of it, as do a group that read nothing meanwhile (holding no
+memory: it reads the archive) and one created afterwards from the first offset."""
 
 from __future__ import annotations
 
@@ -111,8 +112,9 @@ def test_three_times_the_memory_goes_in_and_replays_whole(
     assert requests.post(f"{url}/v1/topics", json={"name": topic, "partitions": PARTITIONS},
                          timeout=30).status_code == 201
     probe, consumer = MemoryProbe(cluster), Consumer(url, topic)
-    requests.post(f"{url}/v1/groups/live/pull", json={"topic": topic, "max_messages": 1},
-                  timeout=30)  # the group exists from the first offset on
+    for group in ("live", "stalled"):  # from the first offset on; "stalled" reads only at the end
+        requests.post(f"{url}/v1/groups/{group}/pull", json={"topic": topic, "max_messages": 1},
+                      timeout=30)
     probe.start()
     consumer.start()
     try:
@@ -134,11 +136,15 @@ def test_three_times_the_memory_goes_in_and_replays_whole(
     assert sorted(consumer.seen) == list(range(TOTAL))
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert _archived(metrics, topic) > TOTAL // 2
-    late = Consumer(url, topic, "late")  # created now, from the first offset: mostly archived
-    late.done.set()
-    late.start()
-    late.join(180)
-    assert sorted(late.seen) == list(range(TOTAL))
+    # one group created now from the first offset, one that was far behind as memory filled:
+    # both read the archive first
+    late = [Consumer(url, topic, group) for group in ("late", "stalled")]
+    for consumer in late:
+        consumer.done.set()
+        consumer.start()
+    for consumer in late:
+        consumer.join(180)
+        assert sorted(consumer.seen) == list(range(TOTAL)), consumer.group
 
 
 def _archived(metrics: str, topic: str) -> float:

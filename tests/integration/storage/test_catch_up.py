@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from storage.archive import catch_up
-from storage.archive.catch_up import catch_up_key, catching_up_key
+from storage.archive.manifest import catch_up_key, catching_up_key
 from storage.archive.object_store import open_archive
 from storage.archive.tier import ArchiveSettings, ArchiveTier
 from storage.errors import ArchiveConflict
 from storage.groups import RedisGroupStore
+from storage.keys import log_key
 from storage.models import AppendOptions, Records, ValueFormat
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
@@ -159,6 +160,29 @@ async def test_a_move_past_a_group_that_has_not_consumed_is_refused(
     with pytest.raises(ArchiveConflict, match="BEHIND"):
         await _tier(tiered).move_oldest(topic, 0, epoch=1, until=offsets[9])
     assert await _drain(tiered.groups, topic) == offsets
+
+
+async def test_a_pressed_move_passes_a_group_behind_with_its_pending_entries(
+        tiered: RedisStreamStore, topic: str) -> None:
+    offsets = await _publish(tiered, topic, 40)
+    groups = tiered.groups
+    await groups.ensure_group(topic, 0, G, "earliest")
+    first = await groups.read_new(topic, 0, G, "c1", count=6, block_ms=0)
+    await groups.ack(topic, 0, G, [offsets[0], offsets[2]])
+    await groups.claim(topic, 0, G, "c2", await groups.expired(topic, 0, G, min_idle_ms=0,
+                                                                count=1), min_idle_ms=0)
+    before = await tiered.router.cluster.xpending_range(log_key(topic, 0), G, "-", "+", 10)
+    while await _tier(tiered).move_oldest(topic, 0, epoch=1, until=offsets[29],
+                                          pass_behind=True):
+        pass
+    assert await _keys(tiered, topic) == (True, {G.encode()})
+    after = await tiered.router.cluster.xpending_range(catch_up_key(topic, 0, G), G, "-", "+", 10)
+    assert [(row["message_id"], row["consumer"], row["times_delivered"]) for row in after] == [
+        (row["message_id"], row["consumer"], row["times_delivered"]) for row in before]
+    assert [row["message_id"].decode() for row in after] == [
+        offsets[1], offsets[3], offsets[4], offsets[5]]
+    assert await groups.ack(topic, 0, G, [entry.offset for entry in first]) == 4
+    assert await _drain(groups, topic) == offsets[6:]
 
 
 async def test_a_purge_or_deletion_ends_a_catch_up(tiered: RedisStreamStore, topic: str) -> None:

@@ -16,9 +16,9 @@ def test_the_nearer_end_wins(a: str, b: str, nearer: str) -> None:
     assert tighter(a, b) == nearer
 
 
-def test_memory_pressure_moves_everything_the_groups_consumed() -> None:
-    assert archive_end(None, True, None) == "+"  # no group: all of it
-    assert archive_end("(40-0", True, 10) == "(40-0"
+def test_memory_pressure_moves_everything_whatever_the_groups_read() -> None:
+    assert archive_end(None, True, None) == "+"
+    assert archive_end("(40-0", True, 10) == "+"  # the group behind reads the archive
 
 
 def test_without_pressure_only_entries_past_the_hot_retention_move() -> None:
