@@ -172,7 +172,7 @@ TOPICS = DashboardSpec(
               "Age of the oldest entry still in Redis, the oldest partition of each topic. With "
               "the archive on it stays near hot_retention_ms; far above it the archive is behind "
               "(failing moves, or a consumer group that has not consumed the entries: they stay "
-              "hot for it). Key-indexed and compacted topics stay hot whole.",
+              "hot for it until memory presses). Compacted topics stay hot whole.",
               (f"max by (topic) (streamgate_archive_hot_age_seconds{T})", "{{topic}}")),
         panel("Archive duty errors", "short",
               "Failed archive moves per second by gateway (the store unreachable, a fenced "

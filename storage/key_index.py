@@ -3,6 +3,7 @@ and the sweep that follows retention (``KeyHistory``)."""
 
 from __future__ import annotations
 
+from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries
 from storage.keys import (
@@ -26,7 +27,16 @@ local function id_before(a, b)
   if am ~= bm then return am < bm end
   return as < bs
 end
+-- the whole log's first offset: its archive's first segment's (the manifest beside the stream,
+-- named after it, in its slot), else the stream's first entry's
 local function first_id(log)
+  local segments = string.sub(log, 1, -4) .. 'segments'
+  local oldest = redis.call('XRANGE', segments, '-', '+', 'COUNT', 1)[1]
+  if oldest then
+    for i = 1, #oldest[2], 2 do
+      if oldest[2][i] == 'first' then return oldest[2][i + 1] end
+    end
+  end
   local head = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
   return head and head[1] or false
 end
@@ -61,8 +71,8 @@ end
 
 # KEYS[1] = the key's index, KEYS[2] = the log. ARGV[1] = lowest offset ('-' for the first; a
 # leading '(' excludes it), ARGV[2] = highest ('+' for the newest; '(' excludes), ARGV[3] = how
-# many, ARGV[4] = 1 for newest first. Reply: XRANGE items of the log; offsets retention removed
-# are never read.
+# many, ARGV[4] = 1 for newest first. Reply: XRANGE items of the log, an archived entry as its
+# offset alone (the caller reads it from the segments); offsets retention removed are never read.
 HISTORY_LUA = INDEX_LUA + """
 local index, log = KEYS[1], KEYS[2]
 local first = first_id(log)
@@ -86,9 +96,14 @@ local ids = redis.call('LRANGE', index, start, stop)
 local out = {}
 local from, to, step = 1, #ids, 1
 if ARGV[4] == '1' then from, to, step = #ids, 1, -1 end
+local head = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
 for k = from, to, step do
   local entry = redis.call('XRANGE', log, ids[k], ids[k])[1]
-  if entry then out[#out + 1] = entry end
+  if entry then
+    out[#out + 1] = entry
+  elseif not head or id_before(ids[k], head[1]) then
+    out[#out + 1] = ids[k]
+  end
 end
 return out
 """
@@ -129,14 +144,17 @@ class KeyHistory:
     entries are all gone.
     """
 
-    def __init__(self, router: ClusterRouter, lanes: NodeLanes) -> None:
+    def __init__(self, router: ClusterRouter, lanes: NodeLanes,
+                 archive: ArchiveTier | None = None) -> None:
         self._router = router
         self._lanes = lanes
+        self._archive = archive  # where offsets older than the stream's first are read
 
     async def read(self, topic: str, partition: int, key: bytes, *, low: str, high: str,
                    limit: int, newest_first: bool) -> list[StoredEntry]:
         """Up to ``limit`` of the key's entries with offsets in [low, high] (``-``/``+`` open,
-        ``(`` exclusive), oldest or newest first; entries retention removed are never returned."""
+        ``(`` exclusive), oldest or newest first, archived ones read from their segments; entries
+        retention removed are never returned."""
         keys: list[str | bytes] = [key_index_key(topic, partition, key), log_key(topic, partition)]
         args = [low, high, limit, 1 if newest_first else 0]
         slot = slot_of(topic, partition)
@@ -144,7 +162,15 @@ class KeyHistory:
             "key_history", self._router.settings.read_deadline_s,
             lambda: run_script(self._lanes, self._router.node_for_slot(slot), HISTORY_SCRIPT,
                                keys, args))
-        return decode_raw_entries(partition, raw or [])
+        items = list(raw or [])
+        archived = [_text(item) for item in items if not isinstance(item, list)]
+        if not archived:
+            return decode_raw_entries(partition, items)
+        found = ({} if self._archive is None else
+                 await self._archive.entries_at(topic, partition, archived))
+        return [entry for item in items for entry in (
+            decode_raw_entries(partition, [item]) if isinstance(item, list)
+            else [found[_text(item)]] if _text(item) in found else [])]
 
     async def sweep(self, topic: str, partition: int) -> int:
         """Drop the key indexes of the partition whose offsets retention removed from the log
@@ -161,3 +187,7 @@ class KeyHistory:
             # first offset's ms, which stay in the range)
             if int(looked) < SWEEP_PAGE or not int(gone):
                 return dropped
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

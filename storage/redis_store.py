@@ -220,13 +220,14 @@ class RedisStreamStore:
                           high: str = "+", limit: int = 100,
                           newest_first: bool = False) -> list[StoredEntry]:
         """Up to ``limit`` of a key's retained entries with offsets in [low, high] (``-``/``+``
-        open, a leading ``(`` exclusive), from its index (never a scan of the partition)."""
+        open, a leading ``(`` exclusive), from its index (never a scan of the partition), archived
+        ones from their segments."""
         for bound in (low, high):
             if bound not in ("-", "+"):
                 validate_offset(bound.removeprefix("("))
         if limit <= 0:
             return []
-        return await KeyHistory(self.router, self._lanes).read(
+        return await KeyHistory(self.router, self._lanes, self._archive).read(
             topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first)
 
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str,

@@ -65,9 +65,9 @@ class ArchiveDuty:
 
     async def turn(self, metadata: TopicMetadata, partition: int, epoch: int) -> int:
         """Move up to SEGMENTS_PER_TURN segments of what may leave Redis now; how many moved.
-        Key-indexed and compacted topics stay hot whole (their key index points into the
-        stream)."""
-        if metadata.key_index or metadata.compact:
+        Compacted topics stay hot whole (compaction and snapshots work on the stream); a key's
+        index keeps the offsets of its archived entries."""
+        if metadata.compact:
             return 0
         topic = metadata.name
         pressed = self._pressed(topic, partition)

@@ -172,6 +172,25 @@ class ArchiveTier:
             start = "(" + after
         return entries
 
+    async def entries_at(self, topic: str, partition: int,
+                         offsets: list[str]) -> dict[str, StoredEntry]:
+        """The archived entries at ``offsets`` by offset (those no segment holds are missing):
+        each segment that holds some read once, over the range they span."""
+        wanted = sorted(set(offsets), key=offset_key)
+        found: dict[str, StoredEntry] = {}
+        while wanted:
+            refs = await self._segment_from(topic, partition, wanted[0])
+            if not refs:
+                break
+            ref = refs[0]
+            inside = [o for o in wanted if offset_key(o) <= offset_key(ref.last_offset)]
+            entries = await read_range(self.store, ref.name, after=_before(inside[0]),
+                                       until=inside[-1])
+            asked = set(inside)
+            found.update((entry.offset, entry) for entry in entries if entry.offset in asked)
+            wanted = wanted[len(inside):]
+        return found
+
     async def archived_after(self, topic: str, partition: int, after: str,
                              limit: int) -> list[list[Any]]:
         """Up to ``limit`` archived entries after ``after``, none from the stream, as the
@@ -292,6 +311,15 @@ def _exclusive(start: str) -> str | None:
     if start.startswith("("):
         return start[1:]
     ms, seq = offset_key(start)
+    if seq:
+        return f"{ms}-{seq - 1}"
+    return f"{ms - 1}-{MAX_SEQ}" if ms else None
+
+
+def _before(offset: str) -> str | None:
+    """The offset right before ``offset`` (None before the very first): an exclusive start that
+    includes it."""
+    ms, seq = offset_key(offset)
     if seq:
         return f"{ms}-{seq - 1}"
     return f"{ms - 1}-{MAX_SEQ}" if ms else None
