@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from storage.archive.object_store import open_archive
-from storage.archive.tier import ArchiveSettings, ArchiveTier
 from storage.key_index import KeyHistory
 from storage.keys import key_index_key
 from storage.models import AppendOptions, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from tests.integration.storage.local_archive import archived_store, tier_of
 
 pytestmark = pytest.mark.integration
 
@@ -25,24 +24,18 @@ INDEXED = AppendOptions(key_index=True)
 @pytest.fixture
 async def tiered(store_settings: RedisStoreSettings,
                  tmp_path: Path) -> AsyncIterator[RedisStreamStore]:
-    async with open_archive(f"file://{tmp_path}/archive") as archive, \
-            RedisStreamStore(store_settings, archive=archive,
-                             archive_settings=ArchiveSettings(segment_max_entries=25)) as store:
+    async with archived_store(store_settings, tmp_path / "archive", 25) as store:
         yield store
 
 
-def _tier(store: RedisStreamStore) -> ArchiveTier:
-    assert store.archive is not None
-    return store.archive
-
-
 async def _keyed_log(store: RedisStreamStore, topic: str, archived: int) -> list[str]:
-    """60 entries, keys a and b (every third), the first ``archived`` moved; their offsets."""
+    """60 entries, keys a and b (every third), everything up to the ``archived``-th moved; their
+    offsets."""
     keyed = [(b"b" if i % 3 == 0 else b"a", b"%d" % i) for i in range(60)]
     results = await store.append(topic, Records([0] * 60, [v for _, v in keyed],
                                                 [k for k, _ in keyed]), INDEXED)
     offsets = [result.offset for result in results]
-    while await _tier(store).move_oldest(topic, 0, epoch=1, until=offsets[archived - 1]):
+    while await tier_of(store).move_oldest(topic, 0, epoch=1, until=offsets[archived - 1]):
         pass
     return offsets
 
@@ -64,11 +57,16 @@ async def test_a_keys_history_reads_the_archive_then_the_stream(
 
 async def test_an_index_keeps_archived_offsets_until_retention_drops_their_segments(
         tiered: RedisStreamStore, topic: str) -> None:
-    offsets = await _keyed_log(tiered, topic, 50)
-    await KeyHistory(tiered.router, tiered._lanes).sweep(topic, 0)
-    index = key_index_key(topic, 0, b"b")
-    assert await tiered.router.cluster.llen(index) == 20
-    await tiered.retention.trim(topic, 0, min_offset=offsets[30])
-    assert await _values(tiered, topic, b"b", limit=100) == list(range(27, 60, 3))
-    await KeyHistory(tiered.router, tiered._lanes).sweep(topic, 0)
-    assert await tiered.router.cluster.llen(index) == 11
+    await tiered.append(topic, Records([0] * 5, [b"%d" % i for i in range(5)], [b"old"] * 5),
+                        INDEXED)
+    offsets = await _keyed_log(tiered, topic, 45)  # segments: old's 5 and 0..19, then 20..44
+    sweep = KeyHistory(tiered.router, tiered._lanes).sweep
+    index = key_index_key(topic, 0, b"old")
+    await sweep(topic, 0)
+    assert await tiered.router.cluster.llen(index) == 5
+    assert await _values(tiered, topic, b"old") == list(range(5))
+    await tiered.retention.trim(topic, 0, min_offset=offsets[25])
+    assert await _values(tiered, topic, b"old") == []
+    assert await _values(tiered, topic, b"b", limit=100) == list(range(21, 60, 3))
+    assert await sweep(topic, 0) >= 1
+    assert await tiered.router.cluster.exists(index) == 0

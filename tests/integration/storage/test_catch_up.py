@@ -11,14 +11,13 @@ import pytest
 
 from storage.archive import catch_up
 from storage.archive.manifest import catch_up_key, catching_up_key
-from storage.archive.object_store import open_archive
-from storage.archive.tier import ArchiveSettings, ArchiveTier
 from storage.errors import ArchiveConflict
 from storage.groups import RedisGroupStore
 from storage.keys import log_key
 from storage.models import AppendOptions, Records, ValueFormat
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from tests.integration.storage.local_archive import archived_store, tier_of
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +28,8 @@ G = "g"
 async def tiered(store_settings: RedisStoreSettings, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RedisStreamStore]:
     monkeypatch.setattr(catch_up, "WINDOW_ENTRIES", 7)  # several windows per test
-    async with open_archive(f"file://{tmp_path}/archive") as archive, \
-            RedisStreamStore(store_settings, archive=archive,
-                             archive_settings=ArchiveSettings(segment_max_entries=20)) as store:
+    async with archived_store(store_settings, tmp_path / "archive", 20) as store:
         yield store
-
-
-def _tier(store: RedisStreamStore) -> ArchiveTier:
-    assert store.archive is not None
-    return store.archive
 
 
 async def _publish(store: RedisStreamStore, topic: str, count: int) -> list[str]:
@@ -48,7 +40,7 @@ async def _publish(store: RedisStreamStore, topic: str, count: int) -> list[str]
 
 
 async def _archive(store: RedisStreamStore, topic: str, until: str) -> None:
-    while await _tier(store).move_oldest(topic, 0, epoch=1, until=until):
+    while await tier_of(store).move_oldest(topic, 0, epoch=1, until=until):
         pass
 
 
@@ -132,7 +124,7 @@ async def test_the_mover_keeps_moving_while_a_group_catches_up(
     groups = tiered.groups
     first = await groups.read_new(topic, 0, G, "c", count=5, block_ms=0)
     await groups.ack(topic, 0, G, [entry.offset for entry in first])
-    assert await _tier(tiered).consumed(topic, 0) is None, "the group holds nothing hot"
+    assert await tier_of(tiered).consumed(topic, 0) is None, "the group holds nothing hot"
     await _archive(tiered, topic, offsets[49])
     assert [entry.offset for entry in first] + await _drain(groups, topic) == offsets
 
@@ -158,7 +150,7 @@ async def test_a_move_past_a_group_that_has_not_consumed_is_refused(
     offsets = await _publish(tiered, topic, 30)
     await tiered.groups.ensure_group(topic, 0, G, "earliest")
     with pytest.raises(ArchiveConflict, match="BEHIND"):
-        await _tier(tiered).move_oldest(topic, 0, epoch=1, until=offsets[9])
+        await tier_of(tiered).move_oldest(topic, 0, epoch=1, until=offsets[9])
     assert await _drain(tiered.groups, topic) == offsets
 
 
@@ -172,7 +164,7 @@ async def test_a_pressed_move_passes_a_group_behind_with_its_pending_entries(
     await groups.claim(topic, 0, G, "c2", await groups.expired(topic, 0, G, min_idle_ms=0,
                                                                 count=1), min_idle_ms=0)
     before = await tiered.router.cluster.xpending_range(log_key(topic, 0), G, "-", "+", 10)
-    while await _tier(tiered).move_oldest(topic, 0, epoch=1, until=offsets[29],
+    while await tier_of(tiered).move_oldest(topic, 0, epoch=1, until=offsets[29],
                                           pass_behind=True):
         pass
     assert await _keys(tiered, topic) == (True, {G.encode()})
@@ -208,8 +200,7 @@ async def test_another_gateway_resumes_a_catch_up_where_it_stood(
     groups = tiered.groups
     first = await groups.read_new(topic, 0, G, "c", count=5, block_ms=0)
     await groups.ack(topic, 0, G, [entry.offset for entry in first[:3]])
-    async with open_archive(f"file://{tmp_path}/archive") as archive, \
-            RedisStreamStore(store_settings, archive=archive) as other:
+    async with archived_store(store_settings, tmp_path / "archive", 20) as other:
         await other.groups.ensure_group(topic, 0, G, "earliest")  # left where it is
         pending = await other.groups.expired(topic, 0, G, min_idle_ms=0, count=10)
         assert [p.offset for p in pending] == offsets[3:5]
