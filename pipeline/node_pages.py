@@ -1,5 +1,5 @@
 """Paged XRANGE of one partition over a socket of its own to the primary holding it: each reply is
-read as raw bytes and decoded straight into Arrow buffers (``pipeline.pages``); redis-py's cluster
+read as raw bytes and decoded straight into Arrow buffers (``storage.pages``); redis-py's cluster
 client only says which node holds the key.
 """
 
@@ -15,9 +15,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from pipeline import stream_ids
-from pipeline._speedups import page_columns
 from pipeline.options import RedisTls
-from pipeline.pages import PageColumns
+from storage._speedups import page_columns
+from storage.pages import PageColumns
 from storage.wire.resp import encode_command
 
 ATTEMPTS = 5  # per page, across redirects and broken connections
@@ -99,6 +99,11 @@ class NodePages:
                     raise ConnectionResetError("the Redis node closed the connection")
                 filled += received
                 reply = page_columns(view[:filled])
+            if isinstance(reply, tuple):
+                columns, end = reply
+                if end != filled:  # a reply nobody asked for after it
+                    raise ValueError("not an XRANGE reply")
+                return columns
             if reply is not None:
                 return reply
 

@@ -18,12 +18,12 @@ from pipeline.archived import first_piece
 from pipeline.errors import ArchiveNotConfigured, StreamgateDataLoss, StreamgateSnapshotExpired
 from pipeline.node_pages import NodePages
 from pipeline.options import RedisTls
-from pipeline.pages import columns_of_items
 from pipeline.rows import SEGMENT_COLUMNS, record_batch, segment_batch
 from pipeline.streams import open_cluster
 from storage.archive.manifest import SegmentRef
 from storage.compaction import SNAPSHOT_LUA
 from storage.keys import key_registry_key, log_key
+from storage.pages import columns_of_items
 
 log = logging.getLogger(__name__)
 

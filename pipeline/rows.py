@@ -1,4 +1,4 @@
-"""The source's row schema, and a page's column buffers (``pipeline.pages``) or a segment file's
+"""The source's row schema, and a page's column buffers (``storage.pages``) or a segment file's
 rows (the archive tier) as an Arrow record batch.
 
 The timestamp is the ms part of the ID; Spark reads Arrow timestamps in microseconds. Headers are a
@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.pages import PageColumns, is_utf8
+from storage.pages import PageColumns, is_utf8
 
 SCHEMA_DDL = (
     "topic STRING, partition INT, offset STRING, key BINARY, value BINARY, value_str STRING, "

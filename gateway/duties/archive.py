@@ -16,8 +16,9 @@ from storage.keys import slot_of
 from storage.memory import MemoryWatch
 from storage.wire.connection import NodeAddress
 
-# segments one partition moves per turn at most: a turn's work stays bounded
-SEGMENTS_PER_TURN = 4
+# segments one partition moves per turn at most: a turn's work stays bounded; under memory pressure
+# one, so that the node settles just under the watermark instead of emptying in bursts
+SEGMENTS_PER_TURN, SEGMENTS_PER_PRESSED_TURN = 4, 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,8 @@ class ArchiveDuty:
         await self._tier.remove_orphans(topic, partition, epoch=epoch)
 
     async def turn(self, metadata: TopicMetadata, partition: int, epoch: int) -> int:
-        """Move up to SEGMENTS_PER_TURN segments of what may leave Redis now; how many moved.
+        """Move up to SEGMENTS_PER_TURN segments of what may leave Redis now (its node pressed:
+        SEGMENTS_PER_PRESSED_TURN); how many moved.
         Compacted topics stay hot whole (compaction and snapshots work on the stream); a key's
         index keeps the offsets of its archived entries."""
         if metadata.compact:
@@ -73,8 +75,8 @@ class ArchiveDuty:
         pressed = self._pressed(topic, partition)
         end = archive_end(None if pressed else await self._tier.consumed(topic, partition),
                           pressed, self._age_cut_ms())
-        moved = 0
-        while end is not None and moved < SEGMENTS_PER_TURN:
+        moved, most = 0, SEGMENTS_PER_PRESSED_TURN if pressed else SEGMENTS_PER_TURN
+        while end is not None and moved < most:
             info = await self._tier.move_oldest(topic, partition, epoch=epoch, until=end,
                                                 pass_behind=pressed)
             if info is None:

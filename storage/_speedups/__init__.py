@@ -13,10 +13,12 @@ from storage._speedups.wire_py import PartitionColumns, TransactionsRead
 from storage._speedups.wire_py import fold_transaction as fold_transaction_python
 from storage.entry_fields import FORMATS, decode_headers
 from storage.models import StoredEntry, ValueFormat
+from storage.pages import PageColumns
 
 __all__ = ["ENTRY_LAYOUT", "OFF", "PartitionColumns", "TransactionsRead",
            "decode_raw_entries_or_none", "decode_raw_entries_python", "fold_transaction_or_none",
-           "fold_transaction_python", "in_input_order", "read_transactions", "reply_offsets",
+           "fold_transaction_python", "in_input_order", "page_columns", "read_transactions",
+           "reply_offsets",
            "split_by_partition", "xadd_transaction"]
 
 # Read at import, before settings exist; each package's _speedups reads it by the same rule
@@ -74,3 +76,20 @@ else:
             from storage._speedups._entries import (
                 decode_raw_entries as decode_raw_entries_or_none,
             )
+
+if TYPE_CHECKING or OFF:
+    from storage._speedups.pages_py import page_columns
+else:
+    try:
+        from storage._speedups._pages import page_columns as _compiled_pages
+    except ImportError:  # built without a C compiler: the reference, same columns
+        from storage._speedups.pages_py import page_columns
+    else:
+        def page_columns(data: bytes | bytearray | memoryview,
+                         offset: int = 0) -> tuple[PageColumns, int] | str | None:
+            """The columns of the XRANGE reply at ``offset`` read in C and where it ends; None
+            while it is incomplete; an error reply's text."""
+            raw = _compiled_pages(data, offset)
+            if isinstance(raw, tuple):
+                return PageColumns(*raw[1:]), raw[0]
+            return raw

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from storage.archive.names import segment_name
 from storage.archive.object_store import ArchiveStore
-from storage.entry_fields import KEYED
+from storage.pages import PageColumns, columns_of_items
 
 FORMAT_VERSION = 1
 SCHEMA = pa.schema([
@@ -26,7 +26,6 @@ SCHEMA = pa.schema([
     pa.field("format", pa.dictionary(pa.int32(), pa.string())),  # the f field; null: JSON
     pa.field("headers", pa.binary()),  # the h field as stored (an orjson map); null: none
 ])
-_MAX_BINARY = 2**31 - 1  # binary_slice without a stop fails on some inputs (pyarrow 26)
 _META = "streamgate."  # the footer's key-value metadata: the segment's summary under this prefix
 
 RawEntry = tuple[bytes | str, Sequence[bytes] | Mapping[bytes, bytes]]  # as XRANGE returns one
@@ -40,7 +39,8 @@ class SegmentSettings:
 
     row_group_bytes: int = 4 << 20
     row_group_max_rows: int = 1 << 16
-    compression_level: int = 3
+    # zstd's fastest level: half the CPU of its default on stream values, files hardly larger
+    compression_level: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ async def write_segment(store: ArchiveStore, topic: str, partition: int,
 def encode_segment(topic: str, partition: int, entries: Sequence[RawEntry] | EntryColumns,
                    settings: SegmentSettings) -> tuple[pa.Table, pa.Buffer]:
     """The entries as a table and as the bytes of their segment file."""
-    columns = entries if isinstance(entries, EntryColumns) else columns_from_entries(entries)
+    columns = entries if isinstance(entries, EntryColumns) else columns_of_raw(entries)
     table = entries_table(columns)
     summary = _summary(table, topic, partition)
     sink = pa.BufferOutputStream()
@@ -102,66 +102,20 @@ def encode_segment(topic: str, partition: int, entries: Sequence[RawEntry] | Ent
     return table, sink.getvalue()
 
 
-def columns_from_entries(entries: Sequence[RawEntry]) -> EntryColumns:
-    """Raw stream entries (an ID and a flat field list or a field map each) as columns."""
-    names, values, formats, headers = _split_fields([fields for _, fields in entries])
-    offset_ms, offset_seq = split_offsets([entry[0] for entry in entries])
-    return EntryColumns(offset_ms, offset_seq, values, _keys(names), formats, headers)
+def columns_of_raw(entries: Sequence[RawEntry]) -> EntryColumns:
+    """Raw stream entries (an ID and a flat field list or a field map each) as columns, read as
+    the XRANGE page decoder reads a reply."""
+    return entry_columns([columns_of_items([[_bytes(entry_id), _flat(fields)]
+                                            for entry_id, fields in entries])])
 
 
-_Other = tuple[bytes, bytes, str | None, bytes | None]  # value field name, value, format, headers
-
-
-def _split_fields(all_fields: Sequence[Sequence[bytes] | Mapping[bytes, bytes]]
-                  ) -> tuple[pa.Array, list[bytes], list[str | None] | None,
-                             list[bytes | None] | None]:
-    """Each entry's value field name and value, and the format and headers columns (None when no
-    entry has more than its value field, the common segment)."""
-    names: list[bytes] = []
-    values: list[bytes] = []
-    others: dict[int, _Other] = {}
-    for index, fields in enumerate(all_fields):
-        if type(fields) is list and len(fields) == 2:  # most entries: the value field only
-            names.append(fields[0])
-            values.append(fields[1])
-        else:
-            others[index] = other = _other_entry(fields)
-            names.append(other[0])
-            values.append(other[1])
-    names_column = pa.array(names, pa.binary())
-    not_value = pc.invert(pc.or_(pc.equal(names_column, b"v"),
-                                 pc.starts_with(names_column, pattern=KEYED)))
-    odd = pc.indices_nonzero(not_value).to_pylist()  # one field, but not the value's
-    for index in odd:
-        others[index] = other = _other_entry(all_fields[index])
-        names[index], values[index] = other[0], other[1]
-    if odd:
-        names_column = pa.array(names, pa.binary())
-    return names_column, values, *_other_columns(others, len(values))
-
-
-def _other_columns(others: dict[int, _Other], count: int
-                   ) -> tuple[list[str | None] | None, list[bytes | None] | None]:
-    if not others:
-        return None, None
-    formats: list[str | None] = [None] * count
-    headers: list[bytes | None] = [None] * count
-    for index, (_, _, fmt, header) in others.items():
-        formats[index], headers[index] = fmt, header
-    return formats, headers
-
-
-def split_offsets(ids: Sequence[bytes | str]) -> tuple[pa.Array, pa.Array]:
-    """Stream IDs (``<ms>-<seq>``) as their two parts; ValueError for anything else."""
-    text = pa.array(ids, pa.binary() if ids and isinstance(ids[0], bytes) else pa.string())
-    parts = pc.split_pattern(text, "-", max_splits=1)
-    try:
-        if pc.any(pc.not_equal(pc.list_value_length(parts), 2)).as_py():
-            raise ValueError("an ID without its two parts")
-        return (pc.cast(pc.cast(pc.list_element(parts, 0), pa.string()), pa.uint64()),
-                pc.cast(pc.cast(pc.list_element(parts, 1), pa.string()), pa.uint64()))
-    except (ValueError, pa.ArrowException) as exc:
-        raise ValueError(f"not stream IDs (<ms>-<seq>): {exc}") from exc
+def entry_columns(pages: Sequence[PageColumns]) -> EntryColumns:
+    """XRANGE pages (``storage.pages``) as a segment's columns, over the pages' own buffers."""
+    return EntryColumns(
+        offset_ms=pc.cast(pc.divide(_concat(pages, _timestamps_us), 1000), pa.uint64()),
+        offset_seq=_concat(pages, _sequences), values=_concat(pages, _values),
+        keys=_concat(pages, _keys), formats=_concat(pages, _formats),
+        headers=_concat(pages, _headers))
 
 
 def entries_table(columns: EntryColumns) -> pa.Table:
@@ -244,27 +198,57 @@ def _column(values: pa.Array | Sequence[Any] | None, kind: pa.DataType, count: i
     return column
 
 
-def _keys(names_column: pa.Array) -> pa.Array:
-    """The key column from each entry's value field name: ``K<key>``, or ``v`` without a key."""
-    return pc.if_else(pc.equal(names_column, b"v"), pa.scalar(None, pa.binary()),
-                      pc.binary_slice(names_column, 1, _MAX_BINARY))
+def _bytes(raw: bytes | str) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw
 
 
-def _other_entry(fields: Sequence[bytes] | Mapping[bytes, bytes]
-                 ) -> tuple[bytes, bytes, str | None, bytes | None]:
-    """An entry with more than its value field: (value field name, value, format, headers).
-    Entries of earlier versions held the key under ``k`` (a key-less ``v`` name then); as in
-    ``codec.value_and_key``, the last of several wins."""
-    pairs = fields.items() if isinstance(fields, Mapping) else zip(fields[::2], fields[1::2],
-                                                                   strict=True)
-    name, value, key, fmt, header = b"v", b"", None, None, None
-    for field_name, data in pairs:
-        if field_name == b"v" or field_name[:1] == KEYED:
-            name, value = (b"v" if field_name == b"v" else bytes(field_name)), data
-        elif field_name == b"k":
-            key = data
-        elif field_name == b"f":
-            fmt = bytes(data).decode()
-        elif field_name == b"h":
-            header = data
-    return (KEYED + key if key is not None and name == b"v" else name), value, fmt, header
+def _flat(fields: Sequence[bytes] | Mapping[bytes, bytes]) -> list[bytes]:
+    if isinstance(fields, Mapping):
+        return [part for pair in fields.items() for part in pair]
+    return list(fields)
+
+
+def _concat(pages: Sequence[PageColumns], column: Callable[[PageColumns], pa.Array]) -> pa.Array:
+    arrays = [column(page) for page in pages]
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _buffer(data: bytes | None) -> pa.Buffer | None:
+    return None if data is None else pa.py_buffer(data)
+
+
+def _timestamps_us(page: PageColumns) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), page.rows, [None, pa.py_buffer(page.timestamps_us)])
+
+
+def _sequences(page: PageColumns) -> pa.Array:
+    return pa.Array.from_buffers(pa.uint64(), page.rows, [None, pa.py_buffer(page.sequences)])
+
+
+def _values(page: PageColumns) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), page.rows, [
+        None, pa.py_buffer(page.value_offsets), pa.py_buffer(page.value_data)])
+
+
+def _keys(page: PageColumns) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), page.rows, [
+        _buffer(page.key_validity), pa.py_buffer(page.key_offsets), pa.py_buffer(page.key_data)],
+        page.key_nulls)
+
+
+def _formats(page: PageColumns) -> pa.Array:
+    """The ``f`` fields as text; ValueError for one that is not UTF-8 (the gateway writes none)."""
+    formats = pa.Array.from_buffers(pa.string(), page.rows, [
+        _buffer(page.format_validity), pa.py_buffer(page.format_offsets),
+        pa.py_buffer(page.format_data)], page.format_nulls)
+    try:
+        formats.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"a format that is not text: {exc}") from exc
+    return formats
+
+
+def _headers(page: PageColumns) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), page.rows, [
+        _buffer(page.header_validity), pa.py_buffer(page.header_offsets),
+        pa.py_buffer(page.header_data)], page.header_nulls)

@@ -24,14 +24,23 @@ from storage.archive.manifest import (
 )
 from storage.archive.names import parse_segment_name, topic_dir
 from storage.archive.object_store import ArchiveStore
+from storage.archive.oldest import PageShape, oldest_pages
 from storage.archive.segment_reader import read_range, read_raw_range, read_table
-from storage.archive.segments import SegmentInfo, SegmentSettings, write_segment
+from storage.archive.segments import (
+    EntryColumns,
+    SegmentInfo,
+    SegmentSettings,
+    entry_columns,
+    write_segment,
+)
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries, offset_key
 from storage.errors import ArchiveUnavailable
 from storage.keys import log_key, slot_of
 from storage.models import StoredEntry
+from storage.pages import PageColumns
 from storage.wire.lanes import NodeLanes
+from storage.wire.resp import encode_command
 from storage.wire.scripts import run_script
 
 MAX_SEQ = 2**64 - 1
@@ -39,6 +48,7 @@ MAX_SEQ = 2**64 - 1
 DROP_ATTEMPTS, DROP_RETRY_S = 5, 0.2
 # segments one retention round looks at per partition: a round's work stays bounded
 EXPIRE_BATCH = 64
+PAGE_SHAPE = PageShape()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +120,7 @@ class ArchiveTier:
         moves such groups to catch-up streams instead); the file written stays an orphan, removed
         by ``remove_orphans``."""
         entries = await self._oldest(topic, partition, until)
-        if not entries:
+        if entries is None:
             return None
         info = await write_segment(self.store, topic, partition, entries, self.settings.segment,
                                    epoch)
@@ -132,19 +142,28 @@ class ArchiveTier:
             raise conflict from exc
         return info
 
-    async def _oldest(self, topic: str, partition: int, until: str | None) -> list[Any]:
-        """The raw oldest entries of the stream, cut at the segment's entry and byte caps."""
-        settings = self.settings
-        (raw,) = await self._on_partition(
-            "archive_read", topic, partition,
-            [("XRANGE", log_key(topic, partition), "-", until or "+", "COUNT",
-              settings.segment_max_entries)])
-        entries, size = list(raw or []), 0
-        for index, (_, fields) in enumerate(entries):
-            size += sum(len(part) for part in fields)
-            if size >= settings.segment_max_bytes:
-                return entries[:index + 1]
-        return entries
+    async def _oldest(self, topic: str, partition: int,
+                      until: str | None) -> EntryColumns | None:
+        """The oldest entries of the stream as columns, cut at the segment's entry and byte caps;
+        None when there is none. Pages come on a connection of their own, read from the reply's
+        bytes straight into Arrow buffers, the event loop free between them."""
+        slot = slot_of(topic, partition)
+        log = log_key(topic, partition)
+
+        async def fetch(start: str, count: int) -> PageColumns:
+            payload = encode_command(("XRANGE", log, start, until or "+", "COUNT", count))
+
+            async def op() -> PageColumns:
+                page: PageColumns = await self._lanes.execute_shaped(
+                    self._router.node_for_slot(slot), payload, PAGE_SHAPE, exclusive=True)
+                return page
+
+            return await self._router.call("archive_read", self._router.settings.read_deadline_s,
+                                           op)
+
+        pages = await oldest_pages(fetch, self.settings.segment_max_entries,
+                                   self.settings.segment_max_bytes)
+        return entry_columns(pages) if pages else None
 
     async def read(self, topic: str, partition: int, start: str, limit: int,
                    decode: Callable[[int, Any], list[StoredEntry]] = decode_raw_entries,

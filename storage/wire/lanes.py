@@ -143,10 +143,17 @@ class NodeLanes:
             return None
         return connection.submit(payload, shape.replies, [shape])
 
-    async def execute_shaped(self, address: NodeAddress, payload: bytes,
-                             shape: ReplyShape) -> Any:
-        """``payload`` on the node's shared connection: its replies as ``shape`` answers them."""
-        connection = await self._shared(address, self._lane(address))
+    async def execute_shaped(self, address: NodeAddress, payload: bytes, shape: ReplyShape, *,
+                             exclusive: bool = False) -> Any:
+        """``payload`` on the node's shared connection (``exclusive``: one nobody else writes to
+        meanwhile, so that a large reply is read from its first byte by ``shape``): its replies as
+        ``shape`` answers them."""
+        lane = self._lane(address)
+        if exclusive:
+            (answer,) = await self._execute_exclusive(address, lane, payload, shape.replies,
+                                                      [shape])
+            return answer
+        connection = await self._shared(address, lane)
         (answer,) = await connection.execute(payload, shape.replies, [shape])
         return answer
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "partitioner", "pipeline", "storage")
+PACKAGES = ("gateway", "partitioner", "storage")  # the packages with compiled parts
 BOUNDARIES = [f"{package}._speedups" for package in PACKAGES
               if (ROOT / package / "_speedups" / "__init__.py").exists()]
 SWITCH_VALUES = {"": False, "0": False, "false": False, " No ": False, "1": True, "yes": True,

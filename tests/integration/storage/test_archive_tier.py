@@ -223,3 +223,38 @@ async def test_a_move_racing_a_topic_deletion_leaves_nothing_behind(
         await tier.move_oldest(topic, 0, epoch=1, until=None)
     assert await tier.segments(topic, 0) == []  # no manifest brought back to life
     assert await tier.store.list_segments(topic, 0) == []
+
+
+async def test_a_move_read_in_many_pages_keeps_every_field(store_settings: RedisStoreSettings,
+                                                           archive: ArchiveStore,
+                                                           topic: str) -> None:
+    count = 3000
+    keys = [None if i % 5 == 0 else b"key-%d" % (i % 37) for i in range(count)]
+    values = [bytes([i % 256]) * (i % 300) if i % 3 == 0 else b'{"n":%d}' % i
+              for i in range(count)]
+    formats = [ValueFormat.BINARY if i % 3 == 0 else ValueFormat.JSON for i in range(count)]
+    headers = [{"h": str(i)} if i % 7 == 0 else {} for i in range(count)]
+    settings = ArchiveSettings(segment_max_entries=count)
+    async with RedisStreamStore(store_settings, archive=archive,
+                                archive_settings=settings) as store:
+        await store.append(topic, Records([0] * count, values, keys, formats, headers),
+                           AppendOptions())
+        hot = await store.read(topic, 0, limit=count)
+        moved = await _tier(store).move_oldest(topic, 0, epoch=1, until=None)
+        assert moved is not None
+        assert (moved.count, await store.length(topic, 0)) == (count, 0)
+        assert await store.read(topic, 0, limit=count) == hot
+
+
+async def test_a_move_stops_at_about_its_byte_cap(store_settings: RedisStoreSettings,
+                                                  archive: ArchiveStore, topic: str) -> None:
+    settings = ArchiveSettings(segment_max_entries=100_000, segment_max_bytes=64 << 10)
+    async with RedisStreamStore(store_settings, archive=archive,
+                                archive_settings=settings) as store:
+        await store.append(topic, Records([0] * 2000, [b'"%s"' % (b"x" * 1000)] * 2000,
+                                          [None] * 2000), AppendOptions())
+        moved = await _tier(store).move_oldest(topic, 0, epoch=1, until=None)
+        assert moved is not None
+        # the page that reaches the cap is the last: at most a page's worth of ~1 MiB beyond it
+        assert 64 <= moved.count < 2000
+        assert moved.count + await store.length(topic, 0) == 2000

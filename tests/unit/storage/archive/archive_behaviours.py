@@ -159,7 +159,7 @@ class ArchiveBehaviours:
         out_of_order = [*numbered(5, first=5), *numbered(5)]
         with pytest.raises(ValueError, match="increasing offset order"):
             await write_segment(store, "t", 0, out_of_order)
-        with pytest.raises(ValueError, match="stream IDs"):
+        with pytest.raises(ValueError, match="stream ID"):
             await write_segment(store, "t", 0, [(b"not-an-id", [b"v", b"1"])])
         assert await store.list_segments("t", 0) == []
 

@@ -1,9 +1,10 @@
-"""The compiled XRANGE page decoder (pipeline._speedups._pages) against its Python reference, and
+"""The compiled XRANGE page decoder (storage._speedups._pages) against its Python reference, and
 the record batches built on its buffers against storage.codec's reading of the same entries."""
 
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
@@ -14,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import _speedups
-from pipeline._speedups import page_columns
-from pipeline._speedups.pages_py import page_columns as page_columns_python
-from pipeline.pages import PageColumns
 from pipeline.rows import record_batch
+from storage import _speedups
+from storage._speedups import page_columns
+from storage._speedups.pages_py import page_columns as page_columns_python
 from storage.codec import decode_entry
+from storage.pages import PageColumns
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LAST_MS = 253_402_300_799_999  # the end of year 9999, the last a datetime holds
@@ -27,13 +28,14 @@ LAST_MS = 253_402_300_799_999  # the end of year 9999, the last a datetime holds
 
 @pytest.fixture(scope="module")
 def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
-    return compiled_part("pipeline._speedups._pages")
+    return compiled_part("storage._speedups._pages")
 
 
 def test_compiled_page_decoder_is_chosen_unless_switched_off(compiled: ModuleType) -> None:
     assert (page_columns is page_columns_python) is _speedups.OFF
     reply = b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nv\r\n$2\r\n{}\r\n"
-    assert PageColumns(*compiled.page_columns(reply)) == page_columns_python(reply)
+    raw = compiled.page_columns(reply)
+    assert (PageColumns(*raw[1:]), raw[0]) == page_columns_python(reply)
 
 
 def bulk(data: bytes) -> bytes:
@@ -80,11 +82,42 @@ def test_every_cut_reply_is_incomplete_for_both(items: list[tuple[bytes, list[by
         assert page_columns_python(reply[:end]) is None
 
 
+@settings(max_examples=100)
+@given(items=ITEMS, before=st.binary(max_size=8), after=st.binary(max_size=8))
+def test_a_reply_among_other_bytes_is_read_from_its_offset_to_its_end(
+        items: list[tuple[bytes, list[bytes]]], before: bytes, after: bytes) -> None:
+    reply = xrange_reply(items)
+    data = before + reply + after
+    for decode in (page_columns, page_columns_python):
+        read = decode(data, len(before))
+        assert isinstance(read, tuple)
+        assert read == (_outcome(decode, reply), len(before) + len(reply))
+
+
+def test_sequences_and_formats_are_columns_of_their_own() -> None:
+    reply = xrange_reply([(b"5-18446744073709551615", [b"Kk", b"\x00", b"f", b"binary"]),
+                          (b"6-0", [b"v", b"{}"])])
+    for decode in (page_columns, page_columns_python):
+        page = _outcome(decode, reply)
+        assert isinstance(page, PageColumns)
+        assert list(array("Q", page.sequences)) == [2**64 - 1, 0]
+        assert list(array("q", page.timestamps_us)) == [5000, 6000]
+        assert (page.format_data, page.format_nulls, page.format_validity) == (b"binary", 1,
+                                                                                b"\x01")
+        assert page.value_bytes() == len(b"k" + b"\x00" + b"{}")
+
+
 def _outcome(decode: Any, reply: bytes) -> Any:
+    """What a reader of whole replies gets: the columns, an error's text, or ValueError (bytes
+    after the reply included)."""
     try:
-        return decode(reply)
+        read = decode(reply)
     except ValueError:
         return ValueError
+    if isinstance(read, tuple):
+        columns, end = read
+        return columns if end == len(reply) else ValueError
+    return read
 
 
 @settings(max_examples=400)
@@ -123,7 +156,7 @@ def test_an_error_reply_is_its_text() -> None:
 
 
 def test_an_empty_reply_is_an_empty_page() -> None:
-    page = page_columns(b"*0\r\n")
+    page = _outcome(page_columns, b"*0\r\n")
     assert isinstance(page, PageColumns)
     assert page.rows == 0
     assert record_batch("t", 0, page).num_rows == 0
@@ -133,7 +166,7 @@ def test_an_empty_reply_is_an_empty_page() -> None:
 @given(items=ITEMS)
 def test_rows_hold_what_storage_reads_from_the_same_entries(
         items: list[tuple[bytes, list[bytes]]]) -> None:
-    page = page_columns(xrange_reply(items))
+    page = _outcome(page_columns, xrange_reply(items))
     assert isinstance(page, PageColumns)
     chosen = [_last(list(zip(fields[0::2], fields[1::2], strict=True))) for _, fields in items]
     try:

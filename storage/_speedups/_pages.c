@@ -1,9 +1,9 @@
 /*
  * An XRANGE reply's raw RESP bytes straight into Arrow column buffers, without a Python object per entry:
- * pipeline._speedups.pages_py's page_columns is the reference (hiredis items, then the same buffers), and
- * tests/unit/pipeline/test_page_columns.py pins this one to it. Fields follow storage.codec: the value under
- * ``K`` + the key or ``v`` (earlier versions: ``v`` and ``k``), headers' JSON under ``h``; in an entry's
- * order, the last one wins.
+ * storage._speedups.pages_py's page_columns is the reference (hiredis items, then the same buffers), and
+ * tests/unit/storage/test_page_columns.py pins this one to it. Fields follow storage.codec: the value under
+ * ``K`` + the key or ``v`` (earlier versions: ``v`` and ``k``), headers' JSON under ``h``, the value's
+ * format under ``f``; in an entry's order, the last one wins.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,8 +19,8 @@ typedef struct {
 } Cursor;
 
 typedef struct {
-    const char *id, *key, *value, *headers;
-    Py_ssize_t id_size, key_size, value_size, headers_size;  /* key/headers: -1 when absent */
+    const char *id, *key, *value, *headers, *format;
+    Py_ssize_t id_size, key_size, value_size, headers_size, format_size;  /* -1 when absent */
 } Entry;
 
 /* "<digits>\r\n" after a type byte (a leading '-' allowed, no leading zeros), as a length. */
@@ -106,8 +106,8 @@ read_entry(Cursor *cursor, Entry *entry)
         return READ_BAD;
     entry->value = "";
     entry->value_size = 0;
-    entry->key = entry->headers = NULL;
-    entry->key_size = entry->headers_size = -1;
+    entry->key = entry->headers = entry->format = NULL;
+    entry->key_size = entry->headers_size = entry->format_size = -1;
     for (long long i = 0; i + 1 < fields; i += 2) {
         const char *name, *data;
         Py_ssize_t name_size, data_size;
@@ -131,6 +131,9 @@ read_entry(Cursor *cursor, Entry *entry)
         } else if (name_size == 1 && name[0] == 'h') {
             entry->headers = data_size > 0 ? data : NULL;
             entry->headers_size = data_size > 0 ? data_size : -1;
+        } else if (name_size == 1 && name[0] == 'f') {
+            entry->format = data;
+            entry->format_size = data_size;
         }
     }
     return READ_OK;
@@ -176,20 +179,27 @@ valid_utf8(const unsigned char *s, Py_ssize_t size)
     return 1;
 }
 
-/* The ms part of an ID in microseconds; -1 when it is not 1-19 digits and a '-'. */
+/* An ID's ms part in microseconds and its sequence; -1 unless it is 1-15 digits, '-', 1-20 digits. */
 static int
-timestamp_us(const char *id, Py_ssize_t size, int64_t *out)
+split_id(const char *id, Py_ssize_t size, int64_t *us, uint64_t *sequence)
 {
-    uint64_t ms = 0;
+    uint64_t ms = 0, seq = 0;
     Py_ssize_t i = 0;
     for (; i < size && id[i] != '-'; i++) {
         if (id[i] < '0' || id[i] > '9' || i >= 15)
             return -1;  /* beyond 15 digits the microseconds overflow int64 */
         ms = ms * 10 + (uint64_t)(id[i] - '0');
     }
-    if (i == 0 || i == size)
+    if (i == 0 || i + 1 >= size)
         return -1;
-    *out = (int64_t)(ms * 1000);
+    for (++i; i < size; i++) {
+        uint64_t digit = (uint64_t)(id[i] - '0');
+        if (id[i] < '0' || id[i] > '9' || seq > (UINT64_MAX - digit) / 10)
+            return -1;
+        seq = seq * 10 + digit;
+    }
+    *us = (int64_t)(ms * 1000);
+    *sequence = seq;
     return 0;
 }
 
@@ -276,48 +286,59 @@ text_validity(Entry *entries, Py_ssize_t n, Py_ssize_t *nulls)
     return bitmap.bytes;
 }
 
-static PyObject *
-timestamps(Entry *entries, Py_ssize_t n)
+/* The IDs' ms parts (int64 microseconds) and sequences (uint64). */
+static int
+split_ids(Entry *entries, Py_ssize_t n, Out *stamps, Out *sequences)
 {
-    Out out;
-    if (out_new(&out, n * (Py_ssize_t)sizeof(int64_t)) < 0)
-        return NULL;
+    if (out_new(stamps, n * (Py_ssize_t)sizeof(int64_t)) < 0
+        || out_new(sequences, n * (Py_ssize_t)sizeof(uint64_t)) < 0)
+        return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t us;
-        if (timestamp_us(entries[i].id, entries[i].id_size, &us) < 0) {
-            Py_DECREF(out.bytes);
+        uint64_t seq;
+        if (split_id(entries[i].id, entries[i].id_size, &us, &seq) < 0) {
             PyErr_SetString(PyExc_ValueError, "not a stream ID in an XRANGE reply");
-            return NULL;
+            return -1;
         }
-        memcpy(out.at + i * sizeof(int64_t), &us, sizeof(int64_t));
+        memcpy(stamps->at + i * sizeof(int64_t), &us, sizeof(int64_t));
+        memcpy(sequences->at + i * sizeof(uint64_t), &seq, sizeof(uint64_t));
     }
-    return out.bytes;
+    return 0;
 }
 
 #define COLUMN(name, offsets, data) \
     fill_column(entries, n, offsetof(Entry, name), offsetof(Entry, name##_size), offsets, data)
 
 static PyObject *
-columns(Entry *entries, Py_ssize_t n)
+columns(Entry *entries, Py_ssize_t n, Py_ssize_t end)
 {
     Out id_offsets = {0}, id_data = {0}, key_offsets = {0}, key_data = {0}, value_offsets = {0},
-        value_data = {0}, header_offsets = {0}, header_data = {0};
-    PyObject *stamps = NULL, *keys_valid = NULL, *text_valid = NULL, *headers_valid = NULL, *result = NULL;
-    Py_ssize_t key_nulls, text_nulls, header_nulls;
+        value_data = {0}, header_offsets = {0}, header_data = {0}, format_offsets = {0}, format_data = {0},
+        stamps = {0}, sequences = {0};
+    PyObject *keys_valid = NULL, *text_valid = NULL, *headers_valid = NULL, *formats_valid = NULL,
+        *result = NULL;
+    Py_ssize_t key_nulls, text_nulls, header_nulls, format_nulls;
     if (COLUMN(id, &id_offsets, &id_data) < 0
         || COLUMN(key, &key_offsets, &key_data) < 0
         || COLUMN(value, &value_offsets, &value_data) < 0
         || COLUMN(headers, &header_offsets, &header_data) < 0
-        || (stamps = timestamps(entries, n)) == NULL
+        || COLUMN(format, &format_offsets, &format_data) < 0
+        || split_ids(entries, n, &stamps, &sequences) < 0
         || (keys_valid = validity(entries, n, offsetof(Entry, key_size), &key_nulls)) == NULL
         || (text_valid = text_validity(entries, n, &text_nulls)) == NULL
-        || (headers_valid = validity(entries, n, offsetof(Entry, headers_size), &header_nulls)) == NULL)
+        || (headers_valid = validity(entries, n, offsetof(Entry, headers_size), &header_nulls)) == NULL
+        || (formats_valid = validity(entries, n, offsetof(Entry, format_size), &format_nulls)) == NULL)
         goto done;
-    result = Py_BuildValue("(nOOOOOOnOOOnOOOn)", n, id_offsets.bytes, id_data.bytes, stamps, keys_valid,
-                           key_offsets.bytes, key_data.bytes, key_nulls, value_offsets.bytes,
-                           value_data.bytes, text_valid, text_nulls, headers_valid, header_offsets.bytes,
-                           header_data.bytes, header_nulls);
+    result = Py_BuildValue("(nnOOOOOOnOOOnOOOnOOOOn)", end, n, id_offsets.bytes, id_data.bytes,
+                           stamps.bytes, keys_valid, key_offsets.bytes, key_data.bytes, key_nulls,
+                           value_offsets.bytes, value_data.bytes, text_valid, text_nulls, headers_valid,
+                           header_offsets.bytes, header_data.bytes, header_nulls, sequences.bytes,
+                           formats_valid, format_offsets.bytes, format_data.bytes, format_nulls);
 done:
+    Py_XDECREF(format_offsets.bytes);
+    Py_XDECREF(format_data.bytes);
+    Py_XDECREF(sequences.bytes);
+    Py_XDECREF(formats_valid);
     Py_XDECREF(id_offsets.bytes);
     Py_XDECREF(id_data.bytes);
     Py_XDECREF(key_offsets.bytes);
@@ -326,7 +347,7 @@ done:
     Py_XDECREF(value_data.bytes);
     Py_XDECREF(header_offsets.bytes);
     Py_XDECREF(header_data.bytes);
-    Py_XDECREF(stamps);
+    Py_XDECREF(stamps.bytes);
     Py_XDECREF(keys_valid);
     Py_XDECREF(text_valid);
     Py_XDECREF(headers_valid);
@@ -341,21 +362,34 @@ bad_reply(void)
 }
 
 static PyObject *
-page_columns(PyObject *module, PyObject *arg)
+page_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    Py_ssize_t start = 0;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "page_columns(data, offset=0)");
         return NULL;
-    Cursor cursor = {view.buf, (const char *)view.buf + view.len};
+    }
+    if (nargs == 2 && (start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "offset outside the data");
+        return NULL;
+    }
+    Cursor cursor = {(const char *)view.buf + start, (const char *)view.buf + view.len};
+    Py_ssize_t left = view.len - start;
     PyObject *result = NULL;
     Entry *entries = NULL;
     long long count;
     int status;
-    if (view.len > 0 && cursor.at[0] == '-') {  /* an error reply: its text */
-        const char *line = memchr(cursor.at, '\r', (size_t)view.len);
+    if (left > 0 && cursor.at[0] == '-') {  /* an error reply: its text */
+        const char *line = memchr(cursor.at, '\r', (size_t)left);
         if (line == NULL || line + 1 >= cursor.end)
             result = Py_NewRef(Py_None);
-        else if (line[1] != '\n' || line + 2 != cursor.end)
+        else if (line[1] != '\n')
             result = bad_reply();
         else
             result = PyUnicode_DecodeUTF8(cursor.at + 1, line - cursor.at - 1, "replace");
@@ -366,7 +400,7 @@ page_columns(PyObject *module, PyObject *arg)
         status = READ_BAD;
     if (status == READ_OK && count > (long long)(PY_SSIZE_T_MAX / sizeof(Entry)))
         status = READ_BAD;
-    if (status == READ_OK && count > (long long)(view.len / 8)) {
+    if (status == READ_OK && count > (long long)(left / 8)) {
         /* more entries than these bytes can hold (each takes at least 8): incomplete, unless what is
          * here is bad already; read through it without allocating for the count */
         Entry scratch;
@@ -386,10 +420,10 @@ page_columns(PyObject *module, PyObject *arg)
     }
     if (status == READ_INCOMPLETE)
         result = Py_NewRef(Py_None);
-    else if (status == READ_BAD || cursor.at != cursor.end)
+    else if (status == READ_BAD)
         result = bad_reply();
     else
-        result = columns(entries, (Py_ssize_t)count);
+        result = columns(entries, (Py_ssize_t)count, cursor.at - (const char *)view.buf);
 done:
     PyMem_Free(entries);
     PyBuffer_Release(&view);
@@ -397,12 +431,12 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"page_columns", page_columns, METH_O,
-     "An XRANGE reply's bytes as column buffers; None while incomplete, an error reply's text as str."},
+    {"page_columns", (PyCFunction)(void (*)(void))page_columns, METH_FASTCALL,
+     "The XRANGE reply at offset as (end, column buffers...); None while incomplete, an error's text."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pipeline._speedups._pages", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "storage._speedups._pages", NULL, -1, methods};
 
 PyMODINIT_FUNC
 PyInit__pages(void)
