@@ -38,7 +38,7 @@ PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "
                          *RETRY_BACKOFF_FIELDS})
 SETTLE_FIELDS = {"nack": frozenset({"receipts", "delay_ms"}),
                  "reject": frozenset({"receipts", "reason"})}
-SEEK_FIELDS = frozenset({"topic", "to", "partitions"})
+SEEK_FIELDS = frozenset({"topic", "to"})
 MAX_PULL = 1000
 MAX_WAIT_MS = 30_000
 MAX_RECEIPTS = 10_000

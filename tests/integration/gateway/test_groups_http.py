@@ -179,6 +179,10 @@ async def test_seek_to_earliest_replays_and_latest_skips(gateway: Client, topic_
     assert await drain() == []
     bad = await gateway.post("/v1/groups/g/seek", json={"topic": topic_name, "to": "yesterday"})
     assert bad.status == 422
+    # a field seek does not honour is refused, never silently dropped
+    bad = await gateway.post("/v1/groups/g/seek",
+                             json={"topic": topic_name, "to": "earliest", "partitions": [0]})
+    assert (bad.status, (await bad.json())["pointer"]) == (422, "/partitions")
 
 
 async def test_dead_letters_can_be_redriven_to_the_source_topic(
