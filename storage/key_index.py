@@ -3,6 +3,7 @@ and the sweep that follows retention (``KeyHistory``)."""
 
 from __future__ import annotations
 
+from storage.archive.manifest import segments_key
 from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries
@@ -27,18 +28,21 @@ local function id_before(a, b)
   if am ~= bm then return am < bm end
   return as < bs
 end
--- the whole log's first offset: its archive's first segment's (the manifest beside the stream,
--- named after it, in its slot), else the stream's first entry's
-local function first_id(log)
-  local segments = string.sub(log, 1, -4) .. 'segments'
+-- the stream's first offset, false when it is empty
+local function head_id(log)
+  local head = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
+  return head and head[1] or false
+end
+-- the whole log's first offset: its archive's first segment's (the manifest's segments, a key the
+-- caller declares), else the stream's first
+local function first_id(log, segments)
   local oldest = redis.call('XRANGE', segments, '-', '+', 'COUNT', 1)[1]
   if oldest then
     for i = 1, #oldest[2], 2 do
       if oldest[2][i] == 'first' then return oldest[2][i + 1] end
     end
   end
-  local head = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
-  return head and head[1] or false
+  return head_id(log)
 end
 -- the first position of a key's index (a list of offsets, ascending) whose offset is not before
 -- id (after id when exclusive), by binary search
@@ -61,21 +65,46 @@ local function trim_index(index, first)
     redis.call('LTRIM', index, lower_bound(index, first, false), -1)
   end
 end
--- an index's registry hint (the ms of an offset of it), on its first and every 64th offset; there
--- the offsets retention removed go too
-local function note_index(registry, index, id, first)
+-- the first offsets of the stream (head) and of the whole log (first) for one call, each read at
+-- most once and only when asked: a call that writes keeps an older one, which trims less
+local function log_bounds(log, segments)
+  return {log = log, segments = segments}
+end
+local function head_of(bounds)
+  if bounds.head == nil then bounds.head = head_id(bounds.log) end
+  return bounds.head
+end
+local function first_of(bounds)
+  if bounds.first == nil then bounds.first = first_id(bounds.log, bounds.segments) end
+  return bounds.first
+end
+-- whether offset id is in the whole log (not before its first offset): one from the stream's
+-- first on is, and only an older one asks the manifest
+local function retained(bounds, id)
+  local head = head_of(bounds)
+  if head and not id_before(id, head) then return true end
+  local first = first_of(bounds)
+  return first and not id_before(id, first)
+end
+-- an index's registry hint (the ms of an offset of it), on its first and every 64th offset (length:
+-- the index's length with id); there the offsets retention removed go too (none from an index of
+-- the newest offset alone, nor from one whose oldest is retained)
+local function note_index(registry, index, id, length, bounds)
   redis.call('ZADD', registry, (split_id(id)), index)
-  trim_index(index, first)
+  if length > 1 and not retained(bounds, redis.call('LINDEX', index, 0)) then
+    trim_index(index, first_of(bounds))
+  end
 end
 """
 
-# KEYS[1] = the key's index, KEYS[2] = the log. ARGV[1] = lowest offset ('-' for the first; a
-# leading '(' excludes it), ARGV[2] = highest ('+' for the newest; '(' excludes), ARGV[3] = how
-# many, ARGV[4] = 1 for newest first. Reply: XRANGE items of the log, an archived entry as its
-# offset alone (the caller reads it from the segments); offsets retention removed are never read.
+# KEYS[1] = the key's index, KEYS[2] = the log, KEYS[3] = the manifest's segments. ARGV[1] = lowest
+# offset ('-' for the first; a leading '(' excludes it), ARGV[2] = highest ('+' for the newest; '('
+# excludes), ARGV[3] = how many, ARGV[4] = 1 for newest first. Reply: XRANGE items of the log, an
+# archived entry as its offset alone (the caller reads it from the segments); offsets retention
+# removed are never read.
 HISTORY_LUA = INDEX_LUA + """
 local index, log = KEYS[1], KEYS[2]
-local first = first_id(log)
+local first = first_id(log, KEYS[3])
 if not first then return {} end
 local low, low_open = ARGV[1], false
 if string.sub(low, 1, 1) == '(' then low, low_open = string.sub(low, 2), true end
@@ -96,25 +125,25 @@ local ids = redis.call('LRANGE', index, start, stop)
 local out = {}
 local from, to, step = 1, #ids, 1
 if ARGV[4] == '1' then from, to, step = #ids, 1, -1 end
-local head = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)[1]
+local head = head_id(log)
 for k = from, to, step do
   local entry = redis.call('XRANGE', log, ids[k], ids[k])[1]
   if entry then
     out[#out + 1] = entry
-  elseif not head or id_before(ids[k], head[1]) then
+  elseif not head or id_before(ids[k], head) then
     out[#out + 1] = ids[k]
   end
 end
 return out
 """
 
-# KEYS[1] = the registry, KEYS[2] = the log. ARGV[1] = at most how many indexes to look at.
-# Indexes hinted no newer than the ms of the log's first offset are checked: dropped whole when
-# all their offsets are gone, else trimmed and their hint refreshed. Reply: how many were looked
-# at, and how many dropped.
+# KEYS[1] = the registry, KEYS[2] = the log, KEYS[3] = the manifest's segments. ARGV[1] = at most
+# how many indexes to look at. Indexes hinted no newer than the ms of the log's first offset are
+# checked: dropped whole when all their offsets are gone, else trimmed and their hint refreshed.
+# Reply: how many were looked at, and how many dropped.
 SWEEP_LUA = INDEX_LUA + """
 local registry, log = KEYS[1], KEYS[2]
-local first = first_id(log)
+local first = first_id(log, KEYS[3])
 local below = first and (split_id(first)) or '+inf'
 local stale = redis.call('ZRANGEBYSCORE', registry, '-inf', below, 'LIMIT', 0, ARGV[1])
 local dropped = 0
@@ -155,7 +184,8 @@ class KeyHistory:
         """Up to ``limit`` of the key's entries with offsets in [low, high] (``-``/``+`` open,
         ``(`` exclusive), oldest or newest first, archived ones read from their segments; entries
         retention removed are never returned."""
-        keys: list[str | bytes] = [key_index_key(topic, partition, key), log_key(topic, partition)]
+        keys: list[str | bytes] = [key_index_key(topic, partition, key), log_key(topic, partition),
+                                   segments_key(topic, partition)]
         args = [low, high, limit, 1 if newest_first else 0]
         slot = slot_of(topic, partition)
         raw = await self._router.call(
@@ -175,7 +205,8 @@ class KeyHistory:
     async def sweep(self, topic: str, partition: int) -> int:
         """Drop the key indexes of the partition whose offsets retention removed from the log
         (trimming those it removed part of); how many went."""
-        keys: list[str | bytes] = [key_registry_key(topic, partition), log_key(topic, partition)]
+        keys: list[str | bytes] = [key_registry_key(topic, partition), log_key(topic, partition),
+                                   segments_key(topic, partition)]
         slot, dropped = slot_of(topic, partition), 0
         while True:
             looked, gone = await self._router.call(

@@ -14,6 +14,7 @@ from storage.append.encoding import (
     without_array_header,
 )
 from storage.append.lua import XADD_LUA
+from storage.archive.manifest import segments_key
 from storage.codec import encode_fields
 from storage.errors import ConditionFailed
 from storage.key_index import INDEX_LUA
@@ -33,7 +34,8 @@ from storage.wire.scripts import LuaScript
 CONFLICT = "SG_CONFLICT"  # the script's error code for an expectation that does not hold
 
 # KEYS[1] = the log, KEYS[2] = the registry, KEYS[3] = the set of indexes compaction has work in,
-# KEYS[4] = the batch marker when ARGV[4] is 1, then dedup keys and key indexes.
+# KEYS[4] = the archive manifest's segments, KEYS[5] = the batch marker when ARGV[4] is 1, then
+# dedup keys and key indexes.
 # ARGV[1] = approximate max length (0 = unbounded), ARGV[2] = dedup TTL in ms, ARGV[3] = the
 # partition's expected last offset ('' = none expected, 'none' = empty), ARGV[4] = 1 with a batch
 # marker, then per record, space-separated in one argument each: ARGV[5] its dedup key's index in
@@ -50,9 +52,9 @@ local function numbers(packed)
   for token in string.gmatch(packed, '%d+') do found[#found + 1] = tonumber(token) end
   return found
 end
-local log, registry = KEYS[1], KEYS[2]
+local log, registry, segments = KEYS[1], KEYS[2], KEYS[4]
 local maxlen, ttl = tonumber(ARGV[1]), ARGV[2]
-local marker = ARGV[4] == '1' and KEYS[4] or nil
+local marker = ARGV[4] == '1' and KEYS[5] or nil
 local compact = ARGV[8] == '1'
 local indexes = numbers(ARGV[6])
 local count = #indexes
@@ -82,7 +84,7 @@ if dedups then
     if not found[r] then fresh = true end
   end
 end
-local first = nil
+local bounds = log_bounds(log, segments)
 -- a request that wrote before is a duplicate, never a conflict: expectations are checked only for
 -- a request with something new to write
 if fresh and ARGV[3] ~= '' then
@@ -99,10 +101,7 @@ if fresh and ARGV[7] ~= '' then
     if expected ~= '.' then
       local newest = redis.call('LINDEX', KEYS[indexes[r]], -1)
       local current = 'none'
-      if newest then
-        if first == nil then first = first_id(log) end
-        if first and not id_before(newest, first) then current = newest end
-      end
+      if newest and retained(bounds, newest) then current = newest end
       if current ~= expected then
         return redis.error_reply('""" + CONFLICT + """ ' .. (r - 1) .. ' ' .. expected .. ' '
                                  .. current)
@@ -112,7 +111,6 @@ if fresh and ARGV[7] ~= '' then
 end
 local ids, written = {}, {}
 local i = 9
-first = nil
 for r = 1, count do
   local last = i + tonumber(ARGV[i])
   local d = dedups and dedups[r] or 0
@@ -139,8 +137,7 @@ for r = 1, count do
           redis.call('SADD', KEYS[3], KEYS[x])
         end
       elseif length % 64 == 1 then
-        if first == nil then first = first_id(log) end
-        note_index(registry, KEYS[x], id, first)
+        note_index(registry, KEYS[x], id, length, bounds)
       end
     end
     ids[#ids + 1] = id
@@ -204,10 +201,12 @@ class IndexedAppendCall:
                       "" if expected is None else " ".join(e or "." for e in expected)]
 
     def _base_keys(self) -> list[str | bytes]:
-        """The log, the registry, the compaction set and the batch's marker (when it has one)."""
+        """The log, the registry, the compaction set, the archive's segments and the batch's
+        marker (when it has one)."""
         topic, partition, records = self.topic, self.partition, self.records
         keys: list[str | bytes] = [log_key(topic, partition), key_registry_key(topic, partition),
-                                   compaction_key(topic, partition)]
+                                   compaction_key(topic, partition),
+                                   segments_key(topic, partition)]
         if records.batch_key is not None and records.idempotency_keys is None:
             keys.append(batch_dedup_key(topic, partition, records.batch_key))
         return keys

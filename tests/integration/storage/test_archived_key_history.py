@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from storage.errors import ConditionFailed
 from storage.key_index import KeyHistory
 from storage.keys import key_index_key
-from storage.models import AppendOptions, Records
+from storage.models import NO_MESSAGE, AppendOptions, Conditions, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 from tests.integration.storage.local_archive import archived_store, tier_of
@@ -70,3 +71,27 @@ async def test_an_index_keeps_archived_offsets_until_retention_drops_their_segme
     assert await _values(tiered, topic, b"b", limit=100) == list(range(21, 60, 3))
     assert await sweep(topic, 0) >= 1
     assert await tiered.router.cluster.exists(index) == 0
+
+
+async def test_a_keys_65th_offset_keeps_the_offsets_that_moved_to_the_archive(
+        tiered: RedisStreamStore, topic: str) -> None:
+    written = await tiered.append(topic, Records([0] * 64, [b"%d" % i for i in range(64)],
+                                                 [b"k"] * 64), INDEXED)
+    while await tier_of(tiered).move_oldest(topic, 0, epoch=1, until=written.offsets[29]):
+        pass
+    await tiered.append(topic, Records([0], [b"64"], [b"k"]), INDEXED)
+    assert await tiered.router.cluster.llen(key_index_key(topic, 0, b"k")) == 65
+    assert await _values(tiered, topic, b"k", limit=100) == list(range(65))
+
+
+async def test_a_keys_archived_newest_offset_is_its_expected_position(
+        tiered: RedisStreamStore, topic: str) -> None:
+    old = await tiered.append(topic, Records([0] * 3, [b"0", b"1", b"2"], [b"old"] * 3), INDEXED)
+    await _keyed_log(tiered, topic, 50)  # old's entries and 50 more moved
+    with pytest.raises(ConditionFailed) as refused:
+        await tiered.append(topic, Records([0], [b"3"], [b"old"]), INDEXED,
+                            Conditions(key_offsets=[NO_MESSAGE]))
+    assert refused.value.current == old.offsets[2]
+    await tiered.append(topic, Records([0], [b"3"], [b"old"]), INDEXED,
+                        Conditions(key_offsets=[old.offsets[2]]))
+    assert await _values(tiered, topic, b"old") == [0, 1, 2, 3]

@@ -149,3 +149,20 @@ async def test_idempotency_key_twice_in_one_request_writes_once(
     assert first.offsets[2] == first.offsets[0]
     assert first.duplicates == [False, False, True]
     assert [e.value for e in await store.key_history(topic, 0, b"k")] == [b"1", b"2"]
+
+
+async def test_a_keys_65th_offset_drops_the_offsets_trimmed_from_under_its_index(
+    store: RedisStreamStore, topic: str
+) -> None:
+    written = await store.append(topic, _records(*[(b"k", b"%d" % i) for i in range(64)]),
+                                 INDEXED)
+    primary = await _primary(store, topic)
+    try:
+        # trimmed as a max length trims, with no sweep after it
+        await primary.xtrim(log_key(topic, 0), minid=written[10].offset, approximate=False)
+        await store.append(topic, _records((b"k", b"64")), INDEXED)
+        assert await primary.llen(key_index_key(topic, 0, b"k")) == 55
+    finally:
+        await primary.aclose()
+    history = await store.key_history(topic, 0, b"k", limit=100)
+    assert [e.value for e in history] == [b"%d" % i for i in range(10, 65)]

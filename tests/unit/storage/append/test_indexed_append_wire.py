@@ -38,12 +38,13 @@ def test_each_key_is_indexed_once_per_call_keyless_never() -> None:
     call = IndexedAppendCall("t", 3, SHAPES["plain"], AppendOptions(key_index=True), None)
     command = call.evalsha_command()
     keys = command[3:3 + command[2]]
-    assert keys == ("sg:{t/3}:log", "sg:{t/3}:keys", "sg:{t/3}:compact", b"sg:{t/3}:key:k1",
-                    b"sg:{t/3}:key:k2", b"sg:{t/3}:key:k0", b"sg:{t/3}:key:k3")
+    assert keys == ("sg:{t/3}:log", "sg:{t/3}:keys", "sg:{t/3}:compact", "sg:{t/3}:segments",
+                    b"sg:{t/3}:key:k1", b"sg:{t/3}:key:k2", b"sg:{t/3}:key:k0",
+                    b"sg:{t/3}:key:k3")
     # then max length, dedup TTL, the expected last offset, the marker flag, and per record, packed:
     # dedup keys (none), key indexes' places, expected offsets (none); not a compacted topic
     assert command[3 + len(keys) + 7] == 0
-    assert command[3 + len(keys) + 4:3 + len(keys) + 7] == ("", "0 4 5 0 6 4 0 7 6 0 5 7", "")
+    assert command[3 + len(keys) + 4:3 + len(keys) + 7] == ("", "0 5 6 0 7 5 0 8 7 0 6 8", "")
 
 
 def test_a_conflict_reply_names_the_record_and_both_offsets() -> None:
