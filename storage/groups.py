@@ -121,14 +121,16 @@ class RedisGroupStore:
             return 0
         ids = validate_offsets(offsets)
         slot = slot_of(topic, partition)
-        acked = 0
-        # XACK answers 0 for a group its key does not hold: the other key is asked only then
+        # A group and its pending entries live on one key at a time (the catch-up scripts move
+        # them atomically): an XACK that acked any offset found it there, the rest were settled
+        # before. XACK answers 0 for a group its key does not hold, so the other key is asked
+        # only then.
         for key in self._keys.keys(topic, partition, group):
-            acked += await self._calls.write(
+            acked = await self._calls.write(
                 "ack", partial(self._calls.ack_on_node, slot, key, group, ids))
-            if acked >= len(ids):
-                break
-        return acked
+            if acked:
+                return acked
+        return 0
 
     async def expired(
         self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,

@@ -18,6 +18,14 @@ from storage.wire.connection import NodeAddress
 from storage.wire.lanes import NodeLanes
 from storage.wire.scripts import LuaScript, run_script
 
+# Undeclared keys. Redis asks a script to name in KEYS every key it touches. ABANDON and STATES here
+# and COMMIT's pass-behind (storage/archive/manifest.py) also touch the catch-up streams of groups
+# they find as they run (in the partition's set, or behind a segment), named from a prefix: a
+# caller could list them only with a read before the script and a retry when they changed. They
+# are safe as they are: every key of a partition carries its hash tag, so these streams live in
+# the slot, and on the node, of the keys the script declares, and Redis Cluster runs the script
+# there atomically and refuses any access to another slot.
+
 # what one fill copies at most: the catch-up stream's undelivered part stays this small
 WINDOW_ENTRIES = 1_000
 WINDOW_BYTES = 1 << 20
@@ -96,7 +104,8 @@ return 1
 """)
 
 # KEYS: the log, the partition's set of groups catching up; ARGV[1]: the prefix of their catch-up
-# streams. Every group catching up back on the log at its start (a purge then moves it to its cut).
+# streams (undeclared keys: see above). Every group catching up back on the log at its start (a
+# purge then moves it to its cut).
 ABANDON = LuaScript.of("#!lua flags=allow-oom\n" + """
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   redis.call('DEL', ARGV[1] .. name)
@@ -107,9 +116,9 @@ return redis.call('DEL', KEYS[2])
 
 
 # KEYS: the log, the partition's set of groups catching up, the manifest's segments; ARGV[1]: the
-# prefix of their catch-up streams. Per group catching up: its name, last delivered offset, pending
-# count and lag: the log's length and the entries of every archived segment after its position
-# (the segment it reads counted whole).
+# prefix of their catch-up streams (undeclared keys: see above). Per group catching up: its name,
+# last delivered offset, pending count and lag: the log's length and the entries of every archived
+# segment after its position (the segment it reads counted whole).
 STATES = LuaScript.of(INFO_LUA + """
 local states, hot = {}, redis.call('XLEN', KEYS[1])
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do

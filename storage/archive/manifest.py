@@ -33,7 +33,8 @@ end
 # pass_behind(name, group): a group reading the stream that is behind the segment moved onto a
 # catch-up stream (prefix ARGV[9]): its pending entries copied there and pending again for the same
 # consumers with their idle times and delivery counts, its position kept, its group on the stream
-# destroyed; it then reads the archive (storage/archive/catch_up.py).
+# destroyed; it then reads the archive (storage/archive/catch_up.py, where "Undeclared keys" says
+# why its catch-up stream is not in KEYS).
 PASS_BEHIND_LUA = """local function pass_behind(name, group)
   local key = ARGV[9] .. name
   redis.call('DEL', key)

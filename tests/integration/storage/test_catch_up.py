@@ -207,3 +207,18 @@ async def test_another_gateway_resumes_a_catch_up_where_it_stood(
         claimed = await other.groups.claim(topic, 0, G, "c2", pending, min_idle_ms=0)
         assert await other.groups.ack(topic, 0, G, [d.entry.offset for d in claimed]) == 2
         assert await _drain(other.groups, topic) == offsets[5:]
+
+
+async def test_an_ack_counts_only_what_was_pending_on_the_log_or_a_catch_up_stream(
+        tiered: RedisStreamStore, topic: str) -> None:
+    offsets = await _archived_group(tiered, topic, 30, 20)
+    groups = tiered.groups
+    await groups.ensure_group(topic, 0, "hot", offsets[24])  # after the archive: on the log
+    for group in (G, "hot"):
+        read = [e.offset for e in await groups.read_new(topic, 0, group, "c", count=4,
+                                                        block_ms=0)]
+        assert await groups.ack(topic, 0, group, read[:2]) == 2
+        assert await groups.ack(topic, 0, group, read) == 2  # half of it settled before
+        assert await groups.ack(topic, 0, group, read) == 0  # all of it settled before
+    assert await _keys(tiered, topic) == (True, {G.encode()})
+    assert await _keys(tiered, topic, "hot") == (False, {G.encode()})
