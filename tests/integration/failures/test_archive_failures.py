@@ -7,34 +7,39 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from archive_gateways import ARCHIVING, GatewayProcesses, gateways_env
 from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, create, log_key
 from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked, replay_topic
 
 from devstack import EtcdProcess, RedisClusterProcess
-from devstack.ports import free_port
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from storage.archive.manifest import segment_refs, segments_key
 from storage.codec import offset_key
-from tests.integration.gateway.processes import start_gateway, stop_gateways, wait_ready
 
 PARTITIONS = 4
-ARCHIVING = {"hot_retention_ms": 100, "archive_interval_s": 0.1,
-             "archive_segment_max_entries": 40}
 
 
-def archive_env(archive: Path) -> dict[str, str]:
-    return {f"STREAMGATE_{name.upper()}": str(value) for name, value in ARCHIVING.items()} | {
-        "STREAMGATE_ARCHIVE_URL": f"file://{archive}"}
+@pytest.fixture
+async def gateways(redis_cluster: RedisClusterProcess, etcd_server: EtcdProcess,
+                   tmp_path: Path) -> AsyncIterator[GatewayProcesses]:
+    """Two ready gateway processes over the session's cluster, archiving into one path; stopped
+    after the test."""
+    processes = GatewayProcesses(gateways_env(redis_cluster, etcd_server, tmp_path / "archive"),
+                                 2)
+    try:
+        await processes.start()
+        yield processes
+    finally:
+        processes.stop()
 
 
 def overlapping_segments(cluster: RedisClusterProcess, topic: str) -> list[str]:
@@ -93,17 +98,6 @@ async def test_acked_messages_survive_a_primary_kill_during_moves(
         assert offsets == sorted(set(offsets))
 
 
-def gateways_env(cluster: RedisClusterProcess, etcd: EtcdProcess,
-                 archive: Path) -> dict[str, str]:
-    """Two gateway processes' settings: archiving fast, leases short."""
-    return {**os.environ, **archive_env(archive),
-            "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in cluster.startup_nodes),
-            "STREAMGATE_ETCD_ENDPOINTS": etcd.endpoint,
-            "STREAMGATE_ETCD_PREFIX": f"/archkill-{uuid.uuid4().hex[:8]}/",
-            "STREAMGATE_AUTH_MODE": "none", "STREAMGATE_OWNER_LEASE_TTL_S": "2",
-            "STREAMGATE_MEMBER_LEASE_TTL_S": "2"}
-
-
 async def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -112,33 +106,22 @@ async def until(condition: Callable[[], bool], timeout_s: float, what: str) -> N
 
 
 async def test_acked_messages_survive_owners_killed_during_moves(
-        redis_cluster: RedisClusterProcess, etcd_server: EtcdProcess, tmp_path: Path) -> None:
+        redis_cluster: RedisClusterProcess, gateways: GatewayProcesses) -> None:
     topic = f"archkill-{uuid.uuid4().hex[:8]}"
-    env = gateways_env(redis_cluster, etcd_server, tmp_path / "archive")
-    ports = [free_port(), free_port()]
-    processes = [start_gateway(port, env) for port in ports]
-    try:
-        for port, process in zip(ports, processes, strict=True):
-            await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}", process)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{ports[0]}") as session:
-            await create(session, topic, PARTITIONS)
-            producers = Producers(session, topic, PARTITIONS, acks="all",
-                                  deadline_s=WRITE_DEADLINE_S)
-            producers.start()
-            try:
-                for _ in range(3):  # the second gateway dies mid-move, comes back, dies again
-                    await asyncio.sleep(1.5)
-                    processes[1].send_signal(signal.SIGKILL)
-                    processes[1].wait()
-                    processes[1] = start_gateway(ports[1], env)
-                    await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{ports[1]}",
-                                            processes[1])
-            finally:
-                await producers.finish()
-            await asyncio.sleep(3.0)  # lease TTL: a killed owner's partitions move on
-            stored = await replay_topic(session, topic, PARTITIONS)
-    finally:
-        stop_gateways(processes)
+    async with aiohttp.ClientSession(gateways.url(0)) as session:
+        await create(session, topic, PARTITIONS)
+        producers = Producers(session, topic, PARTITIONS, acks="all",
+                              deadline_s=WRITE_DEADLINE_S)
+        producers.start()
+        try:
+            for _ in range(3):  # the second gateway dies mid-move, comes back, dies again
+                await asyncio.sleep(1.5)
+                gateways.kill(1)
+                await gateways.restart(1)
+        finally:
+            await producers.finish()
+        await asyncio.sleep(3.0)  # lease TTL: a killed owner's partitions move on
+        stored = await replay_topic(session, topic, PARTITIONS)
     assert producers.acked
     assert archived_entries(redis_cluster, topic) > 0
     assert missing_acked(producers.acked, stored) == []
@@ -147,38 +130,28 @@ async def test_acked_messages_survive_owners_killed_during_moves(
 
 
 async def test_a_group_reading_the_archive_survives_its_gateway_killed(
-        redis_cluster: RedisClusterProcess, etcd_server: EtcdProcess, tmp_path: Path) -> None:
+        redis_cluster: RedisClusterProcess, gateways: GatewayProcesses) -> None:
     """An exclusive group created from the first offset once most of the topic is archived: the
     gateway serving half its partitions is killed mid catch-up; the other takes them over from
     the catch-up streams' pending lists and the group gets every acknowledged message."""
     topic = f"archlate-{uuid.uuid4().hex[:8]}"
-    env = gateways_env(redis_cluster, etcd_server, tmp_path / "archive")
-    ports = [free_port(), free_port()]
-    processes = [start_gateway(port, env) for port in ports]
-    try:
-        for port, process in zip(ports, processes, strict=True):
-            await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}", process)
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{ports[0]}") as first, \
-                aiohttp.ClientSession(f"http://127.0.0.1:{ports[1]}") as second:
-            await create(first, topic, PARTITIONS)
-            producers = Producers(first, topic, PARTITIONS, acks="all",
-                                  deadline_s=WRITE_DEADLINE_S)
-            producers.start()
-            await asyncio.sleep(3.0)
-            await producers.finish()
-            acked = set(producers.acked)
-            await until(lambda: archived_entries(redis_cluster, topic) >= len(acked) * 3 // 4,
-                        30, "the archive never took most of the topic")
-            members = [await GroupConsumer.join(session, topic, "late")
-                       for session in (first, second)]
-            await until(lambda: sum(members[1].received.values()) >= 50, 30,
-                        "the second gateway's member got nothing")
-            processes[1].send_signal(signal.SIGKILL)
-            processes[1].wait()
-            await until(lambda: acked <= set(members[0].received) | set(members[1].received),
-                        60, "acknowledged messages never reached the group")
-            for member in members:
-                await member.close()
-    finally:
-        stop_gateways(processes)
+    async with aiohttp.ClientSession(gateways.url(0)) as first, \
+            aiohttp.ClientSession(gateways.url(1)) as second:
+        await create(first, topic, PARTITIONS)
+        producers = Producers(first, topic, PARTITIONS, acks="all", deadline_s=WRITE_DEADLINE_S)
+        producers.start()
+        await asyncio.sleep(3.0)
+        await producers.finish()
+        acked = set(producers.acked)
+        await until(lambda: archived_entries(redis_cluster, topic) >= len(acked) * 3 // 4,
+                    30, "the archive never took most of the topic")
+        members = [await GroupConsumer.join(session, topic, "late")
+                   for session in (first, second)]
+        await until(lambda: sum(members[1].received.values()) >= 50, 30,
+                    "the second gateway's member got nothing")
+        gateways.kill(1)
+        await until(lambda: acked <= set(members[0].received) | set(members[1].received),
+                    60, "acknowledged messages never reached the group")
+        for member in members:
+            await member.close()
     assert len(acked) > 200
