@@ -211,9 +211,11 @@ class RedisGroupStore:
             if key == log_key(topic, partition):
                 return state
             # a catch-up stream's own lag counts its window alone: the lag across both tiers
+            catch_up = self._keys.catch_up
             behind = await self._calls.read("state", partial(
                 catch_up_states, self._calls.lanes, self._calls.router.node_for_slot(
-                    slot_of(topic, partition)), topic, partition))
+                    slot_of(topic, partition)), topic, partition,
+                None if catch_up is None else catch_up.tier))
             lag = behind[group].lag if group in behind else None
             return dataclasses.replace(state, lag=lag)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from storage.archive.catch_up import catch_up_states
 from storage.archive.manifest import catching_up_key
+from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import decode_offset
 from storage.group_replies import info_row, state_from, text
@@ -44,11 +45,13 @@ class PartitionOverview:
 
 
 async def read_overviews(router: ClusterRouter, lanes: NodeLanes, topic: str,
-                         partitions: Sequence[int]) -> dict[int, PartitionOverview]:
-    """Overviews of the partitions that answered plainly; the others are missing from the result."""
+                         partitions: Sequence[int],
+                         tier: ArchiveTier | None) -> dict[int, PartitionOverview]:
+    """Overviews of the partitions that answered plainly; the others are missing from the result.
+    ``tier`` counts the lag of groups catching up exactly (``catch_up_states``)."""
     by_node = partitions_by_node(router, topic, partitions)
     found: dict[int, PartitionOverview] = {}
-    for answered in await asyncio.gather(*(_read_on_node(lanes, addr, topic, group)
+    for answered in await asyncio.gather(*(_read_on_node(lanes, addr, topic, group, tier)
                                            for addr, group in by_node.items())):
         found.update(answered)
     return found
@@ -94,8 +97,8 @@ async def _last_offsets_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
             if isinstance(reply, list)}
 
 
-async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
-                        partitions: list[int]) -> dict[int, PartitionOverview]:
+async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str, partitions: list[int],
+                        tier: ArchiveTier | None) -> dict[int, PartitionOverview]:
     commands: list[tuple[Any, ...] | bytes] = []
     for partition in partitions:
         key = log_key(topic, partition)
@@ -110,16 +113,17 @@ async def _read_on_node(lanes: NodeLanes, addr: NodeAddress, topic: str,
         length, groups, first, behind = replies[4 * index:4 * index + 4]
         overview = _overview(partition, length, groups, first)
         if overview is not None and behind != 0:  # groups reading the archive: their states
-            overview = await _with_catch_ups(lanes, addr, topic, overview)
+            overview = await _with_catch_ups(lanes, addr, topic, overview, tier)
         if overview is not None:
             found[partition] = overview
     return found
 
 
 async def _with_catch_ups(lanes: NodeLanes, addr: NodeAddress, topic: str,
-                          overview: PartitionOverview) -> PartitionOverview | None:
+                          overview: PartitionOverview,
+                          tier: ArchiveTier | None) -> PartitionOverview | None:
     try:
-        states = await catch_up_states(lanes, addr, topic, overview.partition)
+        states = await catch_up_states(lanes, addr, topic, overview.partition, tier)
     except Exception:  # a failing node or a moved slot: the slow way
         return None
     return dataclasses.replace(overview, groups={**overview.groups, **states})

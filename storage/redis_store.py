@@ -320,7 +320,7 @@ class RedisStreamStore:
         pipelined round per node on the node connections; a partition that did not answer plainly
         there is read one call at a time with the usual retries, its oldest pending offsets
         included."""
-        found = await read_overviews(self.router, self._lanes, topic, partitions)
+        found = await read_overviews(self.router, self._lanes, topic, partitions, self.archive)
         for partition in partitions:
             if partition not in found:
                 found[partition] = await self._overview_one(topic, partition)

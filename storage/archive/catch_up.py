@@ -7,7 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from storage.archive.manifest import OLDER_LUA, catch_up_key, catching_up_key, segments_key
+from storage.archive.manifest import (
+    OLDER_LUA,
+    catch_up_key,
+    catching_up_key,
+    segment_refs,
+    segments_key,
+)
 from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import offset_key
@@ -117,18 +123,21 @@ return redis.call('DEL', KEYS[2])
 
 # KEYS: the log, the partition's set of groups catching up, the manifest's segments; ARGV[1]: the
 # prefix of their catch-up streams (undeclared keys: see above). Per group catching up: its name,
-# last delivered offset, pending count and lag: the log's length and the entries of every archived
-# segment after its position (the segment it reads counted whole).
-STATES = LuaScript.of(INFO_LUA + """
+# last delivered offset, pending count, lag counting every archived segment after its position
+# whole and the log's length, and the manifest entry of the segment its position is inside (its
+# entries after the position are then counted from the file), else false.
+STATES = LuaScript.of(OLDER_LUA + INFO_LUA + """
 local states, hot = {}, redis.call('XLEN', KEYS[1])
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local group = (groups_of(ARGV[1] .. name) or {})[name]
   if group then
-    local delivered, lag = group['last-delivered-id'], hot
-    for _, segment in ipairs(redis.call('XRANGE', KEYS[3], '(' .. delivered, '+')) do
-      lag = lag + tonumber(by_name(segment[2])['count'])
+    local delivered, lag, inside = group['last-delivered-id'], hot, false
+    for i, segment in ipairs(redis.call('XRANGE', KEYS[3], '(' .. delivered, '+')) do
+      local fields = by_name(segment[2])
+      lag = lag + tonumber(fields['count'])
+      if i == 1 and not older(delivered, fields['first']) then inside = segment end
     end
-    for _, part in ipairs({name, delivered, group['pending'], lag}) do
+    for _, part in ipairs({name, delivered, group['pending'], lag, inside}) do
       table.insert(states, part)
     end
   end
@@ -137,16 +146,23 @@ return states
 """)
 
 
-async def catch_up_states(lanes: NodeLanes, address: NodeAddress, topic: str,
-                          partition: int) -> dict[str, GroupPartitionState]:
+async def catch_up_states(lanes: NodeLanes, address: NodeAddress, topic: str, partition: int,
+                          tier: ArchiveTier | None) -> dict[str, GroupPartitionState]:
     """The partition's groups catching up (asked of the node holding its slot): each one's
-    position in the archive, pending count and lag (``STATES``)."""
+    position in the archive, pending count and lag across both tiers (``STATES``; with ``tier``,
+    the segment a position is inside counted from its file, else whole)."""
     keys = [log_key(topic, partition), catching_up_key(topic, partition),
             segments_key(topic, partition)]
     flat = await run_script(lanes, address, STATES, keys, [catch_up_key(topic, partition, "")])
-    return {_text(flat[i]): GroupPartitionState(partition, True, _text(flat[i + 1]),
-                                                int(flat[i + 2]), None, int(flat[i + 3]))
-            for i in range(0, len(flat), 4)}
+    states = {}
+    for i in range(0, len(flat), 5):
+        delivered, lag = _text(flat[i + 1]), int(flat[i + 3])
+        inside = segment_refs([flat[i + 4]]) if flat[i + 4] else []
+        if inside and tier is not None:
+            lag += await tier.count_after(inside[0], delivered) - inside[0].count
+        states[_text(flat[i])] = GroupPartitionState(partition, True, delivered,
+                                                     int(flat[i + 2]), None, lag)
+    return states
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +191,7 @@ class CatchUp:
     def __init__(self, router: ClusterRouter, lanes: NodeLanes, tier: ArchiveTier) -> None:
         self._router = router
         self._lanes = lanes
-        self._tier = tier
+        self.tier = tier
 
     async def place(self, topic: str, partition: int, group: str, position: str, *,
                     seek: bool) -> int:
@@ -205,7 +221,7 @@ class CatchUp:
         progress = await self.progress(topic, partition, group)
         if progress is None:
             return 0
-        items = _window(await self._tier.archived_after(topic, partition, progress.copy_after,
+        items = _window(await self.tier.archived_after(topic, partition, progress.copy_after,
                                                         WINDOW_ENTRIES))
         if not items:
             return 0
