@@ -87,25 +87,27 @@ class DeliveryHub:
                 del self._readers[key]
                 await reader.aclose()
 
-    async def settle(self, session: Session, refs: list[MessageRef], action: str,
+    async def settle(self, session: Session, partition: int, refs: list[MessageRef], action: str,
                      delay_ms: int = 0, reason: str = "") -> int:
-        """Apply ack / nack / extend / reject from a session; returns how many deliveries it
-        concerned."""
-        grouped = session.extend(refs) if action == "extend" else session.settle(refs)
-        group = session.params.group
-        for partition, partition_refs in grouped.items():
-            reader = self._readers.get((session.topic, partition, group or ""))
-            if reader is None:  # detached meanwhile: its deliveries went back to the group then
-                continue
-            if action == "ack":
-                await reader.ack(partition_refs)
-            elif action == "nack":
-                await reader.nack(partition_refs, delay_ms)
-            elif action == "reject":
-                await reader.reject(partition_refs, reason)
-            else:
-                await reader.extend(partition_refs)
-        return sum(len(v) for v in grouped.values())
+        """Apply ack / nack / extend / reject of one partition's deliveries from a session; how
+        many it concerned. The session forgets them only once the store took it: after a failure
+        (raised) they are still held, and the same refs sent again settle them."""
+        held = session.extend(refs).get(partition, []) if action == "extend" \
+            else session.held(refs)
+        reader = self._readers.get((session.topic, partition, session.params.group or ""))
+        if reader is None:  # detached meanwhile: its deliveries went back to the group then
+            return 0
+        if action == "ack":
+            await reader.ack(held)
+        elif action == "nack":
+            await reader.nack(held, delay_ms)
+        elif action == "reject":
+            await reader.reject(held, reason)
+        else:
+            await reader.extend(held)
+        if action != "extend":
+            session.settle(held)
+        return len(held)
 
 
 def _differs(current: GroupConfig, wanted: GroupConfig) -> bool:

@@ -247,6 +247,11 @@ class Session:
             self._writer = asyncio.create_task(self._write_frames(),
                                                name=f"session-writer-{self.id}")
 
+    def held(self, refs: Iterable[MessageRef]) -> list[MessageRef]:
+        """Those of ``refs`` this session holds (delivered, not yet settled or taken back)."""
+        in_flight = self.in_flight
+        return [ref for ref in refs if ref in in_flight]
+
     def settle(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by partition."""
         refs = refs if isinstance(refs, list) else list(refs)

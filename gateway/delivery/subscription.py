@@ -16,7 +16,8 @@ from gateway.delivery.modes import serve, start_broadcast
 from gateway.delivery.params import Mode
 from gateway.delivery.ports import DeliveryPorts, OpenSubscription
 from gateway.delivery.session import CloseRequest, Session
-from gateway.delivery.settle_frames import SettleFrame, parse_settle
+from gateway.delivery.settle_frames import parse_settle
+from gateway.delivery.settle_lanes import SettleLanes, SettlePart
 from gateway.delivery.tail import BroadcastFollow
 from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket
 from gateway.delivery.wire import error_frame
@@ -35,7 +36,8 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 TASK_STOP_TIMEOUT_S = 5.0
-# settle frames waiting for the store; past this the socket stops reading (TCP pushes back)
+# settle frames' partition parts waiting for the store; past this the socket stops reading (TCP
+# pushes back)
 INBOX_FRAMES = 64
 
 
@@ -44,14 +46,15 @@ class ServedSubscription:
     closes.
 
     No task stays behind for an idle socket (idle sockets must cost little memory): client frames
-    arrive as ``on_text``, settle frames of a group session go through a bounded inbox drained by a
-    task that exists only while frames wait, a close requested by the session (slow consumer, token
-    expiry, shutdown, a failed runner) becomes the socket's close frame, and the socket closing
-    starts the cleanup (runner and tails detached, writer stopped, counters released) exactly once.
+    arrive as ``on_text``, settle frames of a group session go through bounded lanes, one per
+    partition, each drained by a task that exists only while parts wait (``SettleLanes``), a close
+    requested by the session (slow consumer, token expiry, shutdown, a failed runner) becomes the
+    socket's close frame, and the socket closing starts the cleanup (runner and tails detached,
+    writer stopped, counters released) exactly once.
     """
 
-    __slots__ = ("_cleanup", "_drainer", "_expiry", "_follow", "_inbox", "_release", "_runner",
-                 "ports", "session", "socket")
+    __slots__ = ("_cleanup", "_expiry", "_follow", "_release", "_runner", "_settles", "ports",
+                 "session", "socket")
 
     def __init__(self, socket: LeanWebSocket, session: Session, ports: DeliveryPorts,
                  release: Callable[[], None], deadline_s: float | None) -> None:
@@ -63,8 +66,7 @@ class ServedSubscription:
         self._release = release
         self._follow: BroadcastFollow | None = None
         self._runner: asyncio.Task[None] | None = None
-        self._inbox: list[SettleFrame] | None = None
-        self._drainer: asyncio.Task[None] | None = None
+        self._settles: SettleLanes | None = None
         self._cleanup: asyncio.Task[None] | None = None
         self._expiry = _close_at_expiry(session, deadline_s)
         ports.subscriptions.add(self)
@@ -101,13 +103,11 @@ class ServedSubscription:
             session.send_control(error_frame(
                 "bad-frame", f"{frame[0]} is only meaningful in a group subscription"))
             return
-        if self._inbox is None:
-            self._inbox = []
-        self._inbox.append(frame)
-        if len(self._inbox) >= INBOX_FRAMES:
-            self.socket.pause_reading()
-        if self._drainer is None:
-            self._drainer = asyncio.create_task(self._settle_inbox(), name=f"settle-{session.id}")
+        if self._settles is None:
+            self._settles = SettleLanes(self._settle, self._settle_failed,
+                                        lambda exc: close_for(session, exc), INBOX_FRAMES,
+                                        self.socket.pause_reading, self.socket.resume_reading)
+        self._settles.add(frame)
 
     def on_binary(self, data: bytes) -> None:
         self.session.send_control(error_frame("bad-frame", "frames must be JSON text"))
@@ -134,26 +134,17 @@ class ServedSubscription:
             await self._cleanup
 
     # --- internals --------------------------------------------------------------------------------
-    async def _settle_inbox(self) -> None:
-        """Settle queued frames in order; ends when the inbox is empty (the next frame starts
-        another)."""
-        inbox, session, hub = self._inbox, self.session, self.ports.hub
-        assert inbox is not None
+    async def _settle(self, partition: int, part: SettlePart) -> None:
+        hub = self.ports.hub
         assert hub is not None
-        try:
-            while inbox:
-                action, refs, delay_ms, reason = inbox.pop(0)
-                if len(inbox) < INBOX_FRAMES // 2:
-                    self.socket.resume_reading()
-                try:
-                    await hub.settle(session, refs, action, delay_ms, reason)
-                except StorageError as exc:
-                    session.send_control(error_frame("unavailable",
-                                                     f"{action} failed, retry: {exc.message}"))
-        except Exception as exc:
-            close_for(session, exc)
-        finally:
-            self._drainer = None
+        action, refs, delay_ms, reason = part
+        await hub.settle(self.session, partition, refs, action, delay_ms, reason)
+
+    def _settle_failed(self, partition: int, action: str, exc: StorageError) -> None:
+        # the deliveries stay held: the same frame sent again settles what is still to settle
+        self.session.send_control(error_frame(
+            "unavailable", f"{action} of partition {partition} failed, send it again: "
+                           f"{exc.message}", partition=partition, action=action))
 
     def _close_socket(self, closing: asyncio.Future[CloseRequest]) -> None:
         request = closing.result()
@@ -175,7 +166,8 @@ class ServedSubscription:
                 self._expiry.cancel()
             # Acks sent before the client's close frame are settled before the runner releases what
             # is held.
-            await _finished_or_cancelled(self._drainer)
+            if self._settles is not None:
+                await self._settles.finished(TASK_STOP_TIMEOUT_S)
             if self._runner is not None:
                 self._runner.cancel()
                 # Bounded: a task stuck in a backend call must not keep the cleanup (and shutdown)
@@ -191,16 +183,6 @@ class ServedSubscription:
             if session.closing.done() and session.closing.result().code == WS_CLOSE_SLOW_CONSUMER:
                 ports.metrics.websocket_slow_closes.labels(mode).inc()
             ports.subscriptions.discard(self)
-
-
-async def _finished_or_cancelled(task: asyncio.Task[None] | None) -> None:
-    """Let ``task`` finish within TASK_STOP_TIMEOUT_S, else cancel it."""
-    if task is None:
-        return
-    await asyncio.wait([task], timeout=TASK_STOP_TIMEOUT_S)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def close_subscriptions(subscriptions: set[OpenSubscription]) -> None:

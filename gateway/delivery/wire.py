@@ -113,7 +113,7 @@ def gap_frame(lost: LostRange) -> dict[str, Any]:
             "first_kept": lost.first_kept, "count": lost.count}
 
 
-def error_frame(code: str, detail: str, **extra: str) -> dict[str, Any]:
+def error_frame(code: str, detail: str, **extra: str | int) -> dict[str, Any]:
     """An ``error`` frame (``bad-frame``, ``unavailable`` or ``slow-consumer`` with a cursor)."""
     return {"type": "error", "code": code, "detail": detail, **extra}
 

@@ -1,5 +1,5 @@
-"""A served subscription's client frames: settled in order through a bounded inbox, before the
-cleanup ends it."""
+"""A served subscription's client frames: settled in order per partition through bounded lanes,
+partitions side by side, a failed part kept for a resend, all before the cleanup ends it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gateway.delivery.settle_frames import parse_settle
 from gateway.delivery.subscription import INBOX_FRAMES, ServedSubscription
 from gateway.delivery.websocket import LeanWebSocket, SocketEvents
 from gateway.services import Services
+from storage.errors import StorageError
 
 
 class FakeSocket:
@@ -46,17 +47,25 @@ class FakeSocket:
 
 
 class GatedHub:
-    """A delivery hub whose settle waits for the test to open the gate."""
+    """A delivery hub whose settle waits for the test to open the gate (partitions in
+    ``frozen`` wait for their own gate; those in ``failing`` fail while it holds)."""
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()
+        self.frozen: dict[int, asyncio.Event] = {}
+        self.failing: set[int] = set()
         self.settled: list[tuple[str, list[MessageRef]]] = []
 
     async def settle(
-        self, session: Session, refs: list[MessageRef], action: str, delay_ms: int,
-        reason: str = ""
+        self, session: Session, partition: int, refs: list[MessageRef], action: str,
+        delay_ms: int, reason: str = ""
     ) -> None:
+        assert {ref[0] for ref in refs} == {partition}
         await self.gate.wait()
+        if partition in self.frozen:
+            await self.frozen[partition].wait()
+        if partition in self.failing:
+            raise StorageError("XACK failed")
         self.settled.append((action, refs))
 
 
@@ -100,7 +109,44 @@ async def test_settles_keep_order_and_full_inbox_stops_reading(services: Service
     await until(lambda: len(hub.settled) == INBOX_FRAMES + 6)
     assert [refs[0][1] for _, refs in hub.settled] == [f"{n}-0" for n in range(INBOX_FRAMES + 6)]
     assert socket.reading_changes[-1] == "resume"
-    assert subscription._drainer is None, "no task once the inbox is empty"
+    assert not subscription._settles._tasks, "no task once the lanes are empty"
+
+
+def ack_of(*refs: tuple[int, int]) -> str:
+    return orjson.dumps({"type": "ack", "messages": [
+        {"partition": partition, "offset": f"{n}-0"} for partition, n in refs]}).decode()
+
+
+async def test_a_stalled_partition_holds_up_no_other(services: Services) -> None:
+    socket, hub = FakeSocket(), GatedHub()
+    hub.gate.set()
+    hub.frozen[0] = asyncio.Event()
+    subscription = served(services, socket, hub)
+    subscription.on_text(ack_of((0, 1), (1, 1), (2, 1)))
+    subscription.on_text(ack_of((1, 2), (0, 2)))
+    await until(lambda: len(hub.settled) == 3)
+    assert sorted(refs for _, refs in hub.settled) == [[(1, "1-0")], [(1, "2-0")], [(2, "1-0")]]
+    hub.frozen[0].set()
+    await until(lambda: len(hub.settled) == 5)
+    assert [refs for _, refs in hub.settled[3:]] == [[(0, "1-0")], [(0, "2-0")]], (
+        "one partition's parts keep their order")
+
+
+async def test_a_failed_part_says_which_partition_and_the_rest_settle(
+        services: Services) -> None:
+    socket, hub = FakeSocket(), GatedHub()
+    hub.gate.set()
+    hub.failing.add(1)
+    subscription = served(services, socket, hub)
+    subscription.on_text(ack_of((0, 1), (1, 1), (2, 1)))
+    await until(lambda: len(hub.settled) == 2 and socket.sent)
+    (error,) = [orjson.loads(frame) for frame in socket.sent]
+    assert error["code"] == "unavailable"
+    assert "partition 1" in error["detail"]
+    hub.failing.clear()
+    subscription.on_text(ack_of((0, 1), (1, 1), (2, 1)))  # sent again, as the error asks
+    await until(lambda: len(hub.settled) == 5)
+    assert [(1, "1-0")] in [refs for _, refs in hub.settled[2:]]
 
 
 async def test_frames_received_before_disconnect_settle_before_cleanup(services: Services) -> None:
