@@ -97,6 +97,19 @@ class ArchiveBehaviours:
             f"{BASE_MS + 5}-0", f"{BASE_MS + 5}-1"]
         assert await read_range(store, info.name, after=every[-1]) == []
 
+    @pytest.mark.parametrize("page", [1, 4, 7, 10, 25])
+    async def test_paging_through_a_segment_gives_every_entry_once(
+            self, store: ArchiveStore, page: int) -> None:
+        entries = numbered(60)
+        info = await write_segment(store, "t", 2, entries, SMALL_GROUPS)
+        for _ in range(2):  # decoded from the file, then again from the decoded row groups
+            read: list[StoredEntry] = []
+            while chunk := await read_range(store, info.name, after=read[-1].offset if read
+                                            else None, limit=page):
+                assert len(chunk) <= page
+                read += chunk
+            assert read == expected(2, entries)
+
     async def test_adjacent_segments_read_back_without_gap_or_duplicate(
             self, store: ArchiveStore) -> None:
         entries = numbered(50)

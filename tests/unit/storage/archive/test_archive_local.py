@@ -3,6 +3,7 @@ filesystem shows (row groups decoded, the temporary file of an atomic put)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from storage.archive import segment_reader
 from storage.archive.names import segment_name
 from storage.archive.object_store import ArchiveStore, open_archive
 from storage.archive.segment_reader import SegmentFile, read_range
@@ -60,6 +62,28 @@ async def test_time_and_key_lookups_skip_row_groups(store: ArchiveStore, tmp_pat
     # the groups holding only "early" are passed over by their key statistics; the last holds
     # both: its key and offset columns are read, then its rows
     assert segment.row_groups_read == [9, 9]
+
+
+async def test_pages_of_a_decoded_row_group_need_no_file(store: ArchiveStore,
+                                                          tmp_path: Path) -> None:
+    want = expected(0, entries := numbered(300))
+    info = await write_segment(store, "t", 0, entries, SegmentSettings(row_group_max_rows=100))
+    assert await read_range(store, info.name, limit=10) == want[:10]
+    (tmp_path / "archive" / info.name).rename(tmp_path / "elsewhere")
+    # the rest of the first row group comes from memory; the second was never decoded
+    assert await read_range(store, info.name, after=want[9].offset, limit=80) == want[10:90]
+    with pytest.raises(ArchiveUnavailable):
+        await read_range(store, info.name, after=want[149].offset, limit=10)
+
+
+async def test_a_page_ending_near_its_row_group_end_has_the_next_decoded_ahead(
+        store: ArchiveStore, tmp_path: Path) -> None:
+    want = expected(0, entries := numbered(300))
+    info = await write_segment(store, "t", 0, entries, SegmentSettings(row_group_max_rows=100))
+    assert await read_range(store, info.name, after=want[84].offset, limit=10) == want[85:95]
+    await asyncio.gather(*segment_reader._AHEAD)
+    (tmp_path / "archive" / info.name).rename(tmp_path / "elsewhere")
+    assert await read_range(store, info.name, after=want[94].offset, limit=10) == want[95:105]
 
 
 async def test_segments_from_columns_read_like_raw_entries(store: ArchiveStore) -> None:
