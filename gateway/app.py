@@ -40,6 +40,7 @@ from gateway.tls import etcd_tls
 from partitioner.cache import TopicCache
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd_registry import EtcdTopicRegistry
+from partitioner.group_binding import GroupBindings
 from partitioner.group_ledger import GroupLedger
 from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
@@ -206,6 +207,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
             group_quota=_group_quota(settings, etcd, group_store, cache),
             growth=growth,
+            group_bindings=(None if settings.auth_mode == "none"
+                            else GroupBindings(etcd, prefix=settings.etcd_prefix)),
         )
         yield
 

@@ -23,6 +23,7 @@ from gateway.throttle import Throttle
 from partitioner.cache import TopicCache
 from partitioner.errors import CoordinationUnavailable, TopicNotFound
 from partitioner.etcd.connection import EtcdConnection
+from partitioner.group_binding import GroupBindings
 from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, RetryBackoff
 from partitioner.hashing import KeylessSpreader
 from partitioner.registry import TopicRegistry
@@ -53,6 +54,8 @@ class Services:
     throttle: Throttle | None = None
     group_quota: GroupQuota | None = None  # groups per principal (etcd ledger); None without etcd
     growth: Growth | None = None  # grows topics; None without etcd
+    # the forced filter each group's members read through; None with auth off or without etcd
+    group_bindings: GroupBindings | None = None
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)

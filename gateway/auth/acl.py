@@ -5,8 +5,9 @@ A rule's ``principals`` are exact names, ``*`` (anyone authenticated) or claim m
 ``claim:<name>=<value>`` (a JWT claim equal to the value, or a list claim containing it). ``topics``
 and ``groups`` are fnmatch globs. Actions: ``publish`` (on a dead-letter topic ``<topic>.dlq`` only
 through a pattern that ends in ``.dlq``); ``subscribe`` (replay, WebSocket subscribe, HTTP
-pull/ack/nack/extend, group list and describe); ``admin`` (topic create/change/delete, group seek,
-DLQ redrive; also sees groups).
+pull/ack/nack/extend, group list and describe); ``admin`` (topic create/change/delete, purge,
+group seek, parked keys, DLQ redrive; also sees groups), of which a principal with a forced header
+filter keeps only what reaches its own tenant (docs/security.md).
 """
 
 from __future__ import annotations

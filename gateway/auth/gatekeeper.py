@@ -112,6 +112,13 @@ class Gatekeeper:
         except ValueError as exc:
             raise Forbidden(str(exc)) from None
 
+    def require_unfiltered(self, principal: Principal, action: str, reach: str) -> None:
+        """Forbidden when ``principal`` reads and writes through a forced header filter: ``action``
+        reaches ``reach``, every tenant's messages and not only its own."""
+        if self.forced_headers(principal):
+            raise Forbidden(f"{principal.name!r} works through a forced header filter; {action} "
+                            f"reaches {reach}, not only its own: ask a principal without a filter")
+
     def stamp(self, principal: Principal, headers_of_messages: Iterable[dict[str, str]]) -> None:
         """Set the forced headers on messages that lack them; Forbidden when a message carries
         another value."""

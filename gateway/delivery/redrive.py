@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 
 from gateway.delivery.dead_letters import dlq_name
 from gateway.offsets import predecessor
@@ -65,12 +66,16 @@ async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata,
 
 
 async def redrive_one(store: StreamStore, source: TopicMetadata, dlq: TopicMetadata, partition: int,
-                      offset: str, dedup_ttl_ms: int) -> bool:
+                      offset: str, dedup_ttl_ms: int,
+                      required: Mapping[str, str] | None = None) -> bool:
     """Move the dead letter at ``offset`` of the DLQ's ``partition`` back; False when there is no
-    such letter (never one, or already moved)."""
+    such letter (never one, or already moved) or it lacks one of the ``required`` headers (a
+    filtered caller's tenant: another tenant's letter looks missing)."""
     before = predecessor(offset)
     found = await store.read(dlq.name, partition, after=before, limit=1) if before else []
     if not found or found[0].offset != offset:
+        return False
+    if any(found[0].headers.get(name) != value for name, value in (required or {}).items()):
         return False
     await store.append(source.name, [source_record(found[0], partition, source)],
                        AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))

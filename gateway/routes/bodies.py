@@ -151,3 +151,14 @@ def optional_int(doc: dict[str, Any], name: str, *, minimum: int = 1) -> int | N
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise invalid_field(f"/{name}", f"'{name}' must be an integer >= {minimum}")
     return value
+
+
+def bounded_int(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """An optional integer field between ``low`` and ``high`` (``default`` when absent); 422 with a
+    pointer otherwise."""
+    value = optional_int(doc, name, minimum=low)
+    if value is None:
+        return default
+    if value > high:
+        raise invalid_field(f"/{name}", f"'{name}' must be at most {high}")
+    return value

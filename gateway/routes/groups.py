@@ -1,4 +1,5 @@
-"""Consumer groups over HTTP: pull with receipts, ack/nack/extend, list, describe, seek."""
+"""Consumer groups over HTTP: pull with receipts, ack/nack/extend/reject, list, describe, seek,
+parked keys."""
 
 from __future__ import annotations
 
@@ -12,12 +13,10 @@ from aiohttp import web
 from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
-from gateway.delivery.dead_letters import dlq_name
 from gateway.delivery.key_shared import is_seat
 from gateway.delivery.params import GROUP_NAME, RETRY_BACKOFF_FIELDS, parse_retry_backoff
 from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
-from gateway.delivery.redrive import redrive, redrive_one
 from gateway.delivery.settle_frames import reject_reason
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, unavailable
@@ -26,7 +25,8 @@ from gateway.offsets import parse_offset, predecessor
 from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
-from gateway.routes.bodies import optional_int, read_json_object
+from gateway.routes.bodies import bounded_int, optional_int, read_json_object
+from gateway.routes.tenancy import bind_group, require_own_group
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
@@ -51,7 +51,8 @@ def _group(request: web.Request) -> str:
     return group
 
 
-def _puller(services: Services) -> Puller:
+def puller_of(services: Services) -> Puller:
+    """The gateway's puller of group messages; 503 where consumer groups are not available."""
     if services.puller is None:
         raise unavailable("consumer groups are not available on this gateway",
                           services.settings.retry_after_s)
@@ -88,18 +89,19 @@ async def pull(request: web.Request) -> web.Response:
     topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
     limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
     await admit_group(services, principal_of(request), topic.name, group)
+    await bind_group(services, gatekeeper_of(request), principal_of(request), topic, group)
     pull_request = PullRequest(
         topic=topic.name,
-        max_messages=_bounded(doc, "max_messages", 10, 1, MAX_PULL),
-        wait_ms=_bounded(doc, "wait_ms", 0, 0, MAX_WAIT_MS),
-        ack_timeout_ms=_bounded(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS,
-                                MAX_ACK_TIMEOUT_MS),
-        max_deliveries=_bounded(doc, "max_deliveries", 5, 1, 1000),
+        max_messages=bounded_int(doc, "max_messages", 10, 1, MAX_PULL),
+        wait_ms=bounded_int(doc, "wait_ms", 0, 0, MAX_WAIT_MS),
+        ack_timeout_ms=bounded_int(doc, "ack_timeout_ms", 30_000, MIN_ACK_TIMEOUT_MS,
+                                   MAX_ACK_TIMEOUT_MS),
+        max_deliveries=bounded_int(doc, "max_deliveries", 5, 1, 1000),
         retry_backoff=parse_retry_backoff(doc),
     )
     services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms,
                                pull_request.max_deliveries, pull_request.retry_backoff)
-    puller = _puller(services)
+    puller = puller_of(services)
     deliveries = await puller.pull(group, pull_request, topic.partitions)
     issued_ms, holder = _now_ms(), principal_of(request).name
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
@@ -114,15 +116,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _bounded(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = optional_int(doc, name, minimum=low)
-    if value is None:
-        return default
-    if value > high:
-        raise invalid_field(f"/{name}", f"'{name}' must be at most {high}")
-    return value
-
-
 async def _settle(request: web.Request, action: str) -> web.Response:
     services, group = services_of(request), _group(request)
     _refuse_filtered(request)
@@ -132,9 +125,9 @@ async def _settle(request: web.Request, action: str) -> web.Response:
     if not isinstance(raw, list) or not raw or len(raw) > MAX_RECEIPTS:
         raise invalid_field("/receipts",
                             f"'receipts' must be a list of 1 to {MAX_RECEIPTS} receipt handles")
-    puller = _puller(services)
+    puller = puller_of(services)
     receipts = _verified_receipts(request, puller, group, raw)
-    delay_ms = _bounded(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
+    delay_ms = bounded_int(doc, "delay_ms", 0, 0, 86_400_000) if action == "nack" else 0
     backoffs = ({topic: await services.retry_backoff_of(topic, group)
                  for topic in {receipt.topic for receipt in receipts}} if action == "nack" else {})
     try:
@@ -201,7 +194,7 @@ async def _readable_topics(services: Services, request: web.Request,
 
 
 async def _groups_in_redis(services: Services, topics: list[TopicMetadata]) -> set[tuple[str, str]]:
-    store = _puller(services).store
+    store = puller_of(services).store
     pairs: set[tuple[str, str]] = set()
     for topic in topics:  # one topic at a time, its partitions through the bounded fan-out
         names = await gather_bounded(functools.partial(store.groups, topic.name),
@@ -264,7 +257,7 @@ async def describe_group(request: web.Request) -> web.Response:
 async def _describe_on(services: Services, group: str, name: str,
                        show_keys: bool = True) -> dict[str, Any]:
     topic = await services.topic(name)
-    store = _puller(services).store
+    store = puller_of(services).store
     states = await gather_bounded(lambda p: store.state(name, p, group), range(topic.partitions))
     unread = await gather_bounded(lambda state: _oldest_unread_age_ms(services, name, state),
                                   states)
@@ -319,8 +312,10 @@ async def seek(request: web.Request) -> web.Response:
     doc = await read_json_object(request)
     reject_unknown_fields(doc, SEEK_FIELDS)
     topic = await _topic_field(request, doc, Action.ADMIN, group)
+    await require_own_group(services, gatekeeper_of(request), principal_of(request), topic, group,
+                            "a seek")
     positions = _seek_positions(doc.get("to"), topic)
-    store = _puller(services).store
+    store = puller_of(services).store
     for partition, start in positions.items():
         await store.seek(topic.name, partition, group, start)
     return json_response({"topic": topic.name, "group": group,
@@ -339,6 +334,8 @@ async def settle_parked_key(request: web.Request) -> web.Response:
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PARKED_FIELDS)
     topic = await _topic_field(request, doc, Action.ADMIN, group)
+    await require_own_group(services, gatekeeper_of(request), principal_of(request), topic, group,
+                            "settling a parked key")
     partition = optional_int(doc, "partition", minimum=0)
     if partition is None or partition >= topic.partitions:
         raise invalid_field("/partition", f"'partition' must be one of {topic.name}'s "
@@ -352,7 +349,7 @@ async def settle_parked_key(request: web.Request) -> web.Response:
         reason = reject_reason(doc.get("reason", "parked key sent to the dead letters"))
     except ValueError as exc:
         raise invalid_field("/reason", str(exc)) from None
-    puller = _puller(services)
+    puller = puller_of(services)
     parked = {p.key: p for p in await puller.store.parked(topic.name, partition, group)}
     found = parked.get(key.encode())
     if found is None:
@@ -390,50 +387,6 @@ def _seek_positions(to: Any, topic: TopicMetadata) -> dict[int, str]:
                                "{\"timestamp_ms\": t}")
 
 
-REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s", "partition", "offset"})
-
-
-async def redrive_dead_letters(request: web.Request) -> web.Response:
-    """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} or {partition, offset}
-    (one letter) -> {"redriven": n}."""
-    services = services_of(request)
-    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
-    doc = await read_json_object(request) if request.can_read_body else {}
-    reject_unknown_fields(doc, REDRIVE_FIELDS)
-    one = _one_letter(doc)
-    source = await services.topic(request.match_info["topic"])
-    dlq = await services.topic(dlq_name(source.name))
-    if one is not None:
-        partition, offset = one
-        if partition >= dlq.partitions or not await redrive_one(
-                services.store, source, dlq, partition, offset, services.settings.dedup_ttl_ms):
-            raise Problem(404, "dead-letter-not-found", "Dead letter not found",
-                          f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
-                          "redriven)")
-        return json_response({"redriven": 1})
-    moved = await redrive(services.store, _puller(services).store, source, dlq,
-                          max_messages=_bounded(doc, "max_messages", 1000, 1, 100_000),
-                          rate_per_s=_bounded(doc, "rate_per_s", 1000, 1, 100_000),
-                          dedup_ttl_ms=services.settings.dedup_ttl_ms)
-    return json_response({"redriven": moved})
-
-
-def _one_letter(doc: dict[str, Any]) -> tuple[int, str] | None:
-    """The (partition, offset) of a redrive of one letter; None for a redrive of many."""
-    if "partition" not in doc and "offset" not in doc:
-        return None
-    if "max_messages" in doc or "rate_per_s" in doc:
-        raise invalid_field("/partition", "a redrive names one letter (partition and offset) or "
-                                          "sets max_messages/rate_per_s, not both")
-    partition = optional_int(doc, "partition", minimum=0)
-    offset = doc.get("offset")
-    if partition is None or not isinstance(offset, str):
-        raise invalid_field("/offset" if partition is not None else "/partition",
-                            "one letter needs both 'partition' (an integer) and 'offset'")
-    parse_offset(offset, "/offset")
-    return partition, offset
-
-
 def add_routes(app: web.Application) -> None:
     """Register the group routes."""
     app.router.add_get("/v1/groups", list_all_groups)
@@ -445,4 +398,3 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/groups/{group}/reject", reject)
     app.router.add_post("/v1/groups/{group}/seek", seek)
     app.router.add_post("/v1/groups/{group}/parked", settle_parked_key)
-    app.router.add_post("/v1/topics/{topic}/dlq/redrive", redrive_dead_letters)

@@ -1,19 +1,25 @@
-"""Purging a topic, one partition of it, or its dead letters: admin-only, audited, in one call."""
+"""Admin over a topic's stored messages: purging the topic, one partition of it or its dead letters
+(audited, in one call), and redriving dead letters to the topic."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiohttp import web
 
 from gateway.auth.acl import Action
 from gateway.auth.gatekeeper import gatekeeper_of, principal_of
 from gateway.delivery.dead_letters import dlq_name
-from gateway.errors import invalid_field
+from gateway.delivery.redrive import redrive, redrive_one
+from gateway.errors import Problem, invalid_field
+from gateway.offsets import parse_offset
 from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
-from gateway.routes.bodies import optional_int, read_json_object
+from gateway.routes.bodies import bounded_int, optional_int, read_json_object
+from gateway.routes.groups import puller_of
 from gateway.services import services_of
+from partitioner.topics import TopicMetadata
 from storage.models import PurgeReport
 
 audit = logging.getLogger("streamgate.audit")
@@ -35,7 +41,9 @@ async def purge_dead_letters(request: web.Request) -> web.Response:
 async def _purge(request: web.Request, name: str) -> web.Response:
     services = services_of(request)
     principal = principal_of(request)
-    gatekeeper_of(request).require(principal, Action.ADMIN, request.match_info["topic"])
+    gatekeeper = gatekeeper_of(request)
+    gatekeeper.require(principal, Action.ADMIN, request.match_info["topic"])
+    gatekeeper.require_unfiltered(principal, f"a purge of {name}", "every tenant's messages")
     doc = await read_json_object(request) if request.can_read_body else {}
     reject_unknown_fields(doc, PURGE_FIELDS)
     partition = optional_int(doc, "partition", minimum=0)
@@ -61,7 +69,65 @@ def _partition_document(report: PurgeReport) -> dict[str, object]:
             "scheduled": report.scheduled, "cut": report.cut}
 
 
+REDRIVE_FIELDS = frozenset({"max_messages", "rate_per_s", "partition", "offset"})
+
+
+async def redrive_dead_letters(request: web.Request) -> web.Response:
+    """POST /v1/topics/{topic}/dlq/redrive {max_messages?, rate_per_s?} or {partition, offset}
+    (one letter) -> {"redriven": n}. A filtered principal redrives one letter of its own tenant at
+    a time."""
+    services, principal, gatekeeper = (services_of(request), principal_of(request),
+                                       gatekeeper_of(request))
+    gatekeeper.require(principal, Action.ADMIN, request.match_info["topic"])
+    doc = await read_json_object(request) if request.can_read_body else {}
+    reject_unknown_fields(doc, REDRIVE_FIELDS)
+    one = _one_letter(doc)
+    if one is None:
+        gatekeeper.require_unfiltered(principal, "a redrive of many letters",
+                                      "every tenant's dead letters")
+    source = await services.topic(request.match_info["topic"])
+    dlq = await services.topic(dlq_name(source.name))
+    if one is not None:
+        return await _redrive_one_letter(request, source, dlq, *one)
+    moved = await redrive(services.store, puller_of(services).store, source, dlq,
+                          max_messages=bounded_int(doc, "max_messages", 1000, 1, 100_000),
+                          rate_per_s=bounded_int(doc, "rate_per_s", 1000, 1, 100_000),
+                          dedup_ttl_ms=services.settings.dedup_ttl_ms)
+    return json_response({"redriven": moved})
+
+
+async def _redrive_one_letter(request: web.Request, source: TopicMetadata, dlq: TopicMetadata,
+                              partition: int, offset: str) -> web.Response:
+    """One letter back; 404 when there is none there, or none the caller's filter lets through."""
+    services = services_of(request)
+    required = gatekeeper_of(request).forced_headers(principal_of(request))
+    if partition >= dlq.partitions or not await redrive_one(
+            services.store, source, dlq, partition, offset, services.settings.dedup_ttl_ms,
+            required):
+        raise Problem(404, "dead-letter-not-found", "Dead letter not found",
+                      f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
+                      "redriven)")
+    return json_response({"redriven": 1})
+
+
+def _one_letter(doc: dict[str, Any]) -> tuple[int, str] | None:
+    """The (partition, offset) of a redrive of one letter; None for a redrive of many."""
+    if "partition" not in doc and "offset" not in doc:
+        return None
+    if "max_messages" in doc or "rate_per_s" in doc:
+        raise invalid_field("/partition", "a redrive names one letter (partition and offset) or "
+                                          "sets max_messages/rate_per_s, not both")
+    partition = optional_int(doc, "partition", minimum=0)
+    offset = doc.get("offset")
+    if partition is None or not isinstance(offset, str):
+        raise invalid_field("/offset" if partition is not None else "/partition",
+                            "one letter needs both 'partition' (an integer) and 'offset'")
+    parse_offset(offset, "/offset")
+    return partition, offset
+
+
 def add_routes(app: web.Application) -> None:
-    """Register the purge routes."""
+    """Register the purge and redrive routes."""
     app.router.add_post("/v1/topics/{topic}/purge", purge_topic)
     app.router.add_post("/v1/topics/{topic}/dlq/purge", purge_dead_letters)
+    app.router.add_post("/v1/topics/{topic}/dlq/redrive", redrive_dead_letters)

@@ -35,6 +35,7 @@ from gateway.errors import (
     unavailable,
 )
 from gateway.routes.admission import admit, admit_group, admit_or_refuse
+from gateway.routes.tenancy import bind_group
 from gateway.services import SERVICES, Services, services_of
 from gateway.throttle import RateAction
 from partitioner.errors import PartitionerError
@@ -153,7 +154,8 @@ def _too_many(services: Services, principal: Principal) -> str:
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
                      params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
     """Check the ACL (403), then find the topic (404), then the principal's groups cap (403
-    groups-limit); the principal's forced filter is ANDed in."""
+    groups-limit) and the group's filter binding (403); the principal's forced filter is ANDed
+    in."""
     gatekeeper.require(principal, Action.SUBSCRIBE, params.topic, params.group)
     forced = gatekeeper.forced_headers(principal)
     params = (dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced
@@ -161,6 +163,7 @@ async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Prin
     topic = await services.topic(params.topic)
     if params.group is not None:
         await admit_group(services, principal, topic.name, params.group)
+        await bind_group(services, gatekeeper, principal, topic, params.group)
     return params, topic
 
 

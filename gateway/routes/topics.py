@@ -147,7 +147,8 @@ async def update_topic(request: web.Request) -> web.Response:
     """PATCH /v1/topics/{topic}: partitions may only grow; retention_ms and max_length (null
     clears)."""
     services = services_of(request)
-    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
+    _require_unfiltered_admin(request, "changing a topic",
+                              "every tenant's messages (retention, length, partitions)")
     doc = await read_json_object(request)
     for fixed in ("key_index", "compact"):
         if fixed in doc:
@@ -180,23 +181,33 @@ async def update_topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     """DELETE /v1/topics/{topic} -> 204; metadata first, so publishers stop before the data goes."""
     services = services_of(request)
-    gatekeeper_of(request).require(principal_of(request), Action.ADMIN, request.match_info["topic"])
+    _require_unfiltered_admin(request, "deleting a topic", "every tenant's messages")
     topic = await services.registry.delete(request.match_info["topic"])
     services.cache.forget(topic.name, topic.version + 1)
     services.stats.forget(topic.name)
     await services.store.delete_topic(topic.name, topic.partitions)
-    await _forget_group_policies(services, topic.name)
+    await _forget_groups(services, topic.name)
     return web.Response(status=204)
 
 
-async def _forget_group_policies(services: Services, topic: str) -> None:
-    if services.policies is None:
-        return
-    try:
-        await services.policies.forget_topic(topic)
-    except PartitionerError as exc:
-        # the topic is gone; stale policies only matter if the name is reused
-        log.warning("group policies of deleted topic %s not removed: %s", topic, exc)
+def _require_unfiltered_admin(request: web.Request, action: str, reach: str) -> None:
+    """Admin on the topic, and no forced header filter: ``action`` reaches ``reach``."""
+    principal, gatekeeper = principal_of(request), gatekeeper_of(request)
+    gatekeeper.require(principal, Action.ADMIN, request.match_info["topic"])
+    gatekeeper.require_unfiltered(principal, action, reach)
+
+
+async def _forget_groups(services: Services, topic: str) -> None:
+    """Forget the group policies and filter bindings of a deleted topic."""
+    for what, forget in (("policies", services.policies), ("bindings", services.group_bindings)):
+        if forget is None:
+            continue
+        try:
+            await forget.forget_topic(topic)
+        except PartitionerError as exc:
+            # the topic is gone; stale entries only matter if the name is reused (bindings
+            # carry the topic's creation time and are replaced then)
+            log.warning("group %s of deleted topic %s not removed: %s", what, topic, exc)
 
 
 def add_routes(app: web.Application) -> None:
