@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.delivery.heap import trim_soon
-from gateway.delivery.params import DEFAULT_MAX_IN_FLIGHT, SubscribeParams, format_cursor
+from gateway.delivery.params import SubscribeParams, format_cursor
 from gateway.delivery.wire import Send, batched, error_frame, message_frame, message_frames
 from gateway.delivery.ws_frames import CLOSE_REASON_MAX_BYTES
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
@@ -46,6 +46,7 @@ SLOW_CLOSE_FRAME_WAIT_S = 0.05
 WRITE_BATCH_FRAMES = 1024
 WRITE_BATCH_BYTES = 256 * 1024  # a write never queues much more than this in the transport
 DEFAULT_OUTBOX_BYTES = 4 * 1024 * 1024
+FIRST_READ_FRAMES = 4  # a session's first read, before any frame's size is known
 # An outbox item: one frame or a page of frames, the credit their write gives back, the partition
 # and the offset of the frame (of each frame of a page) the cursor moves to once written
 # (partition -1: a control frame).
@@ -87,10 +88,10 @@ class Session:
         self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
         self.outbox_bytes = 0  # encoded bytes of the frames in the outbox
         self._max_outbox_bytes = max_outbox_bytes
-        # The size of this session's last message frames; until one is seen, a read fetches at most
-        # a default window (a first read of large messages must not fetch a whole wide window only
-        # for the outbox to refuse most of it).
-        self._frame_bytes = max(1, max_outbox_bytes // DEFAULT_MAX_IN_FLIGHT)
+        # The largest of this session's last message frames: a read fetches what fits the outbox's
+        # room at that size (what it fetches beyond waits in memory). Until a frame is seen a read
+        # fetches a few: messages may be as large as the outbox allows.
+        self._frame_bytes = max(1, max_outbox_bytes // FIRST_READ_FRAMES)
         self._credit_waiters: set[Waker] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
@@ -196,7 +197,7 @@ class Session:
         fit, size = self._fitting_frames(frames)
         if fit < len(frames):  # the rest stays with the reader: redelivered later, never lost
             taken, frames = taken[:fit], frames[:fit]
-        self._frame_bytes = max(1, size // fit)
+        self._frame_bytes = max(map(len, frames))
         self.credit -= len(taken)
         tracked = not self.params.auto_ack
         partition = taken[0].entry.partition
@@ -223,7 +224,7 @@ class Session:
             fit, size = self._fitting_frames(frames)
         if fit < len(frames):
             frames, offsets = frames[:fit], offsets[:fit]
-        self._frame_bytes = max(1, size // fit)
+        self._frame_bytes = max(map(len, frames))
         self.credit -= fit
         self._enqueue((frames, fit, partition, offsets), size)
         return fit

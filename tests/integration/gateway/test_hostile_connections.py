@@ -69,8 +69,11 @@ class Tally:
     peak_rss_mib: float = 0.0
 
 
-@pytest.fixture
-def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gateway]:
+@contextlib.contextmanager
+def hostile_gateway(gateway_settings: GatewaySettings, tmp_path: Path,
+                    **env_overrides: str) -> Iterator[Gateway]:
+    """A `streamgate serve` with auth on (CONFIG) and the hostile tests' deadlines, stopped by
+    PID; ``env_overrides`` replace its STREAMGATE_* settings."""
     config = tmp_path / "auth.toml"
     config.write_text(CONFIG)
     port = free_port()
@@ -83,7 +86,8 @@ def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gatew
            "STREAMGATE_SLOW_CLIENT_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_BODY_READ_TIMEOUT_S": str(DEADLINE_S),
            "STREAMGATE_AUTH_FRAME_TIMEOUT_S": str(DEADLINE_S),
-           "STREAMGATE_MAX_UNAUTHENTICATED_CONNECTIONS": str(UNAUTHENTICATED_CAP)}
+           "STREAMGATE_MAX_UNAUTHENTICATED_CONNECTIONS": str(UNAUTHENTICATED_CAP),
+           **env_overrides}
     process = start_gateway(port, env, log_level="error")
     url = f"http://127.0.0.1:{port}"
     try:
@@ -96,6 +100,12 @@ def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gatew
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def gateway(gateway_settings: GatewaySettings, tmp_path: Path) -> Iterator[Gateway]:
+    with hostile_gateway(gateway_settings, tmp_path) as started:
+        yield started
 
 
 # --- hostile clients ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.group_reader import GroupReader
+from gateway.delivery.session import FIRST_READ_FRAMES
 from storage.errors import StorageUnavailable
 from storage.models import StoredEntry
 from tests.unit.gateway.delivery.scripted_stream import (
@@ -52,5 +53,7 @@ async def test_entries_of_a_lost_read_are_delivered_next_in_order() -> None:
     delivered = await deliver_all(reader, store, max_in_flight=10, timeout_s=10)
     assert delivered == list(range(30))
     assert store.calls[0] == ("0-0", False), "a new group's reader starts from the beginning"
-    assert store.calls[2] == ("1009-0", True), "the read after the failure says so"
+    # the first read fetched a session's first few, its last one is where the lost read started
+    last_read = f"{1000 + FIRST_READ_FRAMES - 1}-0"
+    assert store.calls[2] == (last_read, True), "the read after the failure says so"
     assert all(not lost for _, lost in store.calls[3:])

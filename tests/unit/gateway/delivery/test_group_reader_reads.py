@@ -7,6 +7,7 @@ from gateway.delivery.filters import HeaderFilter
 from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.group_reader import GroupReader
 from gateway.delivery.read_loop import READ_BLOCK_MS
+from gateway.delivery.session import FIRST_READ_FRAMES
 from tests.unit.gateway.delivery.scripted_stream import (
     ScriptedStream,
     deliver_all,
@@ -21,8 +22,8 @@ async def test_reads_block_only_after_a_short_one() -> None:
     delivered = await deliver_all(reader, store, max_in_flight=100)
     assert delivered == list(range(250))
     first, *rest = store.reads
-    assert first[:2] == (100, READ_BLOCK_MS), (
-        "the first read blocks: nothing says more is waiting yet"
+    assert first[:2] == (FIRST_READ_FRAMES, READ_BLOCK_MS), (
+        "the first read (a session's first few) blocks: nothing says more is waiting yet"
     )
     assert any(block == 0 for _, block, _ in rest), (
         "full reads were followed by reads that do not block"
