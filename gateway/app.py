@@ -21,6 +21,7 @@ from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
 from gateway.growth import Growth, GrowthPauses
 from gateway.observe.metrics import GatewayMetrics
+from gateway.observe.server_log import server_log
 from gateway.observe.tracing import tracing
 from gateway.publish.publisher import Publisher
 from gateway.routes import (
@@ -97,7 +98,9 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
                       # not complete: the head gets the body's deadline (and an idle keep-alive
                       # connection is closed after it).
                       "keepalive_timeout": settings.body_read_timeout_s,
-                      "lingering_time": LINGERING_S},
+                      "lingering_time": LINGERING_S,
+                      # a refused request head is one line in the log, never its bytes
+                      "logger": server_log()},
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})

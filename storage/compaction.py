@@ -4,11 +4,13 @@ goes after the lag too), and snapshots read the newest value of every key as of 
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries
 from storage.errors import SnapshotExpired
+from storage.group_scripts import INFO_LUA
 from storage.key_index import INDEX_LUA
 from storage.keys import compaction_key, key_index_key, key_registry_key, log_key, slot_of
 from storage.models import StoredEntry
@@ -17,6 +19,7 @@ from storage.wire.lanes import NodeLanes
 from storage.wire.scripts import LuaScript, run_script
 
 EXPIRED = "SG_SNAPSHOT_GONE"
+BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 SCAN_PAGE = 200
 
 _COMPACTION_LUA = """
@@ -77,12 +80,23 @@ return removed
 # KEYS[1] = the registry, KEYS[2] = the log. ARGV[1] = the index the page starts after ('' from
 # the first), ARGV[2] = the snapshot's offset, ARGV[3] = how many indexes, ARGV[4] = the lag in ms.
 # Reply: the page's last index ('' when none) and, per key, its newest entry at or before the
-# offset unless that is a tombstone. A snapshot older than the lag may have lost values to
-# compaction: SG_SNAPSHOT_GONE.
-SNAPSHOT_LUA = INDEX_LUA + _COMPACTION_LUA + """
+# offset unless that is a tombstone. A snapshot compaction may have taken values from:
+# SG_SNAPSHOT_GONE.
+SNAPSHOT_LUA = INDEX_LUA + _COMPACTION_LUA + INFO_LUA + """
+-- Compaction removes an offset once the one superseding it is older than the lag: only offsets
+-- written after as_of and older than the lag take from its snapshot, however old as_of is. One
+-- deleted after as_of counts as old (its time is gone with it).
+local function snapshot_gone(log, as_of, cutoff)
+  if as_of == '0-0' or not id_before(as_of, cutoff) then return false end
+  local ok, after = pcall(redis.call, 'XRANGE', log, '(' .. as_of, '+', 'COUNT', 1)
+  if not ok or (after[1] and id_before(after[1][1], cutoff)) then return true end
+  return redis.call('EXISTS', log) == 1
+    and id_before(as_of, stream_info(log)['max-deleted-entry-id'])
+end
 local registry, log, as_of = KEYS[1], KEYS[2], ARGV[2]
-if as_of ~= '0-0' and (split_id(as_of)) <= now_ms() - tonumber(ARGV[4]) then
-  return redis.error_reply('""" + EXPIRED + """ the snapshot is older than the compaction lag')
+if snapshot_gone(log, as_of, (now_ms() - tonumber(ARGV[4])) .. '-0') then
+  return redis.error_reply('""" + EXPIRED + """ messages written after the snapshot are older '
+    .. 'than the compaction lag')
 end
 local start = ARGV[1] == '' and '-' or ('(' .. ARGV[1])
 local indexes = redis.call('ZRANGEBYLEX', registry, start, '+', 'LIMIT', 0, ARGV[3])
@@ -101,8 +115,16 @@ end
 return {indexes[#indexes] or '', entries}
 """
 
+# KEYS[1] = the log. Reply: the newest offset the partition ever had ('0-0' when none), a
+# compacted one included: a snapshot as of it misses nothing later.
+SNAPSHOT_OFFSET_LUA = INFO_LUA + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return '0-0' end
+return stream_info(KEYS[1])['last-generated-id']
+"""
+
 COMPACT_SCRIPT = LuaScript.of(COMPACT_LUA)
 SNAPSHOT_SCRIPT = LuaScript.of(SNAPSHOT_LUA)
+SNAPSHOT_OFFSET_SCRIPT = LuaScript.of(SNAPSHOT_OFFSET_LUA)
 
 
 def snapshot_cursor(topic: str, partition: int, index: bytes) -> str:
@@ -112,8 +134,12 @@ def snapshot_cursor(topic: str, partition: int, index: bytes) -> str:
 
 
 def cursor_index(topic: str, partition: int, cursor: str) -> bytes:
-    """The index a cursor names (ValueError when it is not base64url)."""
-    return key_index_key(topic, partition, base64.urlsafe_b64decode(cursor.encode()))
+    """The index a cursor names (ValueError when it is not base64url: the lenient decoder would
+    drop what is not, and page from elsewhere)."""
+    if BASE64URL.fullmatch(cursor) is None:
+        raise ValueError("a snapshot cursor is base64url")
+    key = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True)
+    return key_index_key(topic, partition, key)
 
 
 class Compaction:
@@ -154,11 +180,26 @@ class Compaction:
         return int(await self._router.call("compaction", self._router.settings.write_deadline_s,
                                            compact))
 
+    async def snapshot_offset(self, topic: str, partition: int) -> str:
+        """The offset a snapshot taken now is as of: the partition's newest ever, '0-0' when it
+        has none. Not its newest retained one: that may be older than a compacted tombstone,
+        which a snapshot as of it would need."""
+        slot, log = slot_of(topic, partition), log_key(topic, partition)
+
+        async def newest() -> Any:
+            return await run_script(self._lanes, self._router.node_for_slot(slot),
+                                    SNAPSHOT_OFFSET_SCRIPT, [log], [])
+
+        offset = await self._router.call("snapshot", self._router.settings.read_deadline_s,
+                                         newest)
+        return offset.decode() if isinstance(offset, bytes) else str(offset)
+
     async def snapshot_page(self, topic: str, partition: int, *, after: str | None, as_of: str,
                             limit: int, lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
         """Up to ``limit`` keys after the cursor ``after``: each one's newest value at or before
         ``as_of`` (tombstones and keys created later left out), and the cursor of the next page
-        (None at the end). ``SnapshotExpired`` once the snapshot is older than the lag."""
+        (None at the end). ``SnapshotExpired`` once messages written after ``as_of`` are older
+        than the lag (compaction may have taken values it needs)."""
         slot = slot_of(topic, partition)
         keys: list[str | bytes] = [key_registry_key(topic, partition), log_key(topic, partition)]
         start = b"" if after is None else cursor_index(topic, partition, after)

@@ -64,11 +64,16 @@ class StreamStore(Protocol):
         open, a leading ``(`` exclusive), from the key's index (a topic with ``key_index``)."""
         ...
 
+    async def snapshot_offset(self, topic: str, partition: int) -> str:
+        """The offset a snapshot taken now is as of: the partition's newest ever ('0-0')."""
+        ...
+
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str,
                             after: str | None = None, limit: int = 100,
                             lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
         """One page of a compacted partition's newest values as of ``as_of`` and the next page's
-        cursor (None at the end); ``SnapshotExpired`` once ``as_of`` is older than ``lag_ms``."""
+        cursor (None at the end); ``SnapshotExpired`` once messages written after ``as_of`` are
+        older than ``lag_ms``."""
         ...
 
     async def last_offset(self, topic: str, partition: int) -> str | None:

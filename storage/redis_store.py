@@ -230,13 +230,18 @@ class RedisStreamStore:
         return await KeyHistory(self.router, self._lanes, self._archive).read(
             topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first)
 
+    async def snapshot_offset(self, topic: str, partition: int) -> str:
+        """The offset a snapshot taken now is as of (the partition's newest ever, '0-0' when
+        none)."""
+        return await Compaction(self.router, self._lanes).snapshot_offset(topic, partition)
+
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str,
                             after: str | None = None, limit: int = 100,
                             lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
         """One page of a compacted partition's snapshot: the newest value at or before ``as_of``
         of up to ``limit`` keys after the cursor ``after``, and the next page's cursor (None at the
-        end). ``SnapshotExpired`` once ``as_of`` is older than ``lag_ms``; ``ValueError`` for a
-        cursor that is not one."""
+        end). ``SnapshotExpired`` once messages written after ``as_of`` are older than ``lag_ms``;
+        ``ValueError`` for a cursor that is not one."""
         validate_offset(as_of)
         return await Compaction(self.router, self._lanes).snapshot_page(
             topic, partition, after=after, as_of=as_of, limit=limit, lag_ms=lag_ms)

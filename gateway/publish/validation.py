@@ -18,14 +18,9 @@ import orjson
 from gateway._speedups import parse_plain, scan_plain_body
 from gateway.delivery.expiry import EXPIRES_AT
 from gateway.errors import bad_request, invalid_field, too_large
-from gateway.observe.tracing import (
-    MAX_TRACESTATE_CHARS,
-    TRACEPARENT,
-    TRACESTATE,
-    valid_traceparent,
-    valid_tracestate,
-)
+from gateway.observe.tracing import TRACEPARENT, TRACESTATE
 from gateway.offsets import parse_offset
+from gateway.publish.headers import check_trace_context, parse_headers, pointer_token
 from gateway.settings import GatewaySettings
 from storage.models import NO_MESSAGE, ValueFormat
 
@@ -148,7 +143,8 @@ def reject_unknown_fields(doc: dict[str, Any], allowed: frozenset[str], prefix: 
     """422 naming the first field that is not in ``allowed``."""
     unknown = sorted(doc.keys() - allowed)
     if unknown:
-        raise invalid_field(f"{prefix}/{_escape(unknown[0])}", f"unknown field {unknown[0]!r}")
+        raise invalid_field(f"{prefix}/{pointer_token(unknown[0])}",
+                            f"unknown field {unknown[0]!r}")
 
 
 def parse_publish_body(body: bytes, limits: PublishLimits,
@@ -260,11 +256,11 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
         idempotency_key = f"{idem_header}:{index}"
     has_due = "delay_ms" in raw or "deliver_at_ms" in raw
     due_ms = _parse_due(raw, pointer, now_ms) if has_due else None
-    headers = _parse_headers(raw.get("headers"), pointer, limits)
+    headers = parse_headers(raw.get("headers"), pointer, limits)
     if "ttl_ms" in raw or EXPIRES_AT in headers:
         headers = _with_expiry(raw, headers, pointer, due_ms or now_ms)
-    if TRACEPARENT in headers:
-        _check_trace_context(headers, pointer)
+    if TRACEPARENT in headers or TRACESTATE in headers:
+        check_trace_context(headers, pointer)
     return IncomingMessage(
         value,
         value_format,
@@ -276,18 +272,6 @@ def _parse_message(raw: Any, index: int, limits: PublishLimits, idem_header: str
         (None if (expected := raw.get("expected_offset")) is None
          else parse_expected(expected, f"{pointer}/expected_offset")),
     )
-
-
-def _check_trace_context(headers: dict[str, str], pointer: str) -> None:
-    """422 unless a message's own ``traceparent`` (and ``tracestate``) are W3C trace context."""
-    if not valid_traceparent(headers[TRACEPARENT]):
-        raise invalid_field(f"{pointer}/headers/{TRACEPARENT}",
-                            "'traceparent' must be W3C trace context: "
-                            "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, ids not zero")
-    if TRACESTATE in headers and not valid_tracestate(headers[TRACESTATE]):
-        raise invalid_field(f"{pointer}/headers/{TRACESTATE}",
-                            f"'tracestate' must be printable ASCII of at most "
-                            f"{MAX_TRACESTATE_CHARS} characters")
 
 
 def _with_expiry(raw: dict[str, Any], headers: dict[str, str], pointer: str,
@@ -375,28 +359,6 @@ def _parse_key(raw: Any, pointer: str, limits: PublishLimits) -> bytes | None:
     return key
 
 
-def _parse_headers(raw: Any, pointer: str, limits: PublishLimits) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise invalid_field(f"{pointer}/headers", "'headers' must be an object of strings")
-    if len(raw) > limits.max_headers:
-        raise too_large(f"{len(raw)} headers is over the limit of {limits.max_headers}",
-                        pointer=f"{pointer}/headers")
-    size = 0
-    for name, value in raw.items():
-        if not isinstance(value, str):
-            raise invalid_field(f"{pointer}/headers/{_escape(name)}",
-                                "header values must be strings")
-        # UTF-8 bytes, as stored: "é" counts 2 and an emoji 4 (JSON strings never hold lone
-        # surrogates).
-        size += len(name.encode()) + len(value.encode())
-    if size > limits.max_header_bytes:
-        raise too_large(f"headers of {size} bytes are over the limit of {limits.max_header_bytes}",
-                        pointer=f"{pointer}/headers")
-    return raw
-
-
 def _parse_partition(raw: Any, pointer: str) -> int | None:
     if raw is None:
         return None
@@ -413,8 +375,3 @@ def _parse_idempotency_key(raw: Any, pointer: str) -> str | None:
                             "'idempotency_key' must be a string of 1 to "
                             f"{MAX_IDEMPOTENCY_KEY_CHARS} characters")
     return raw
-
-
-def _escape(name: str) -> str:
-    """Escape a JSON pointer reference token (RFC 6901)."""
-    return name.replace("~", "~0").replace("/", "~1")

@@ -43,7 +43,10 @@ def console_file(path: str) -> Traversable | None:
     if "." + parts[-1].rpartition(".")[2] not in CONTENT_TYPES:
         return None
     found = console_files().joinpath(*parts)
-    return found if found.is_file() else None
+    try:
+        return found if found.is_file() else None
+    except OSError:  # a name the filesystem refuses (too long, say) names no file of ours
+        return None
 
 
 def console_is_built() -> bool:

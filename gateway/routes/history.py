@@ -99,7 +99,7 @@ async def snapshot(request: web.Request) -> web.Response:
                       services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
     as_of = request.query.get("as_of")
     if as_of is None:
-        as_of = await services.store.last_offset(topic.name, partition) or "0-0"
+        as_of = await services.store.snapshot_offset(topic.name, partition)
     else:
         ms, seq = parse_offset(as_of, "/as_of")
         as_of = f"{ms}-{seq}"

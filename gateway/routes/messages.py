@@ -17,6 +17,7 @@ from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field, rate_limited, too_large, unavailable
 from gateway.observe.tracing import TRACEPARENT, incoming_context, publish_span, spans_on
 from gateway.offsets import parse_offset, predecessor, successor
+from gateway.publish.headers import stored_header_bytes
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
 from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response
@@ -58,9 +59,24 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     if gatekeeper.forced_headers(principal):
         batch = batch.with_headers()
         gatekeeper.stamp(principal, batch.headers or ())
-    throttled = ({} if services.throttle is None
-                 else await _admit(request, services, topic, len(batch), batch.value_bytes))
     incoming = incoming_context(request.headers) if TRACEPARENT in request.headers else None
+    if spans_on():
+        with publish_span(topic.name, len(batch), incoming) as context:
+            return await _admit_and_write(request, services, topic, _traced(batch, context),
+                                          gatekeeper, principal)
+    return await _admit_and_write(request, services, topic, _traced(batch, incoming), gatekeeper,
+                                  principal)
+
+
+async def _admit_and_write(request: web.Request, services: Services, topic: TopicMetadata,
+                           batch: PublishBatch, gatekeeper: Gatekeeper,
+                           principal: Principal) -> web.Response:
+    """The batch as stored, trace context included, within the header limits and charged to the
+    bytes rate limit with its headers; then placed and written."""
+    header_bytes = stored_header_bytes(batch, services.limits)
+    throttled = ({} if services.throttle is None
+                 else await _admit(request, services, topic, len(batch),
+                                   batch.value_bytes + header_bytes))
     in_flight = services.publisher.in_flight
     # Counted before the partition count is read, and until written: a growth's pause waits for
     # every publish placed by the old count.
@@ -68,12 +84,7 @@ async def _publish_to(request: web.Request, services: Services, topic: TopicMeta
     try:
         topic = services.cache.get(topic.name) or topic
         _refuse_while_growing(topic, services.settings.retry_after_s)
-        if spans_on():
-            with publish_span(topic.name, len(batch), incoming) as context:
-                return await _place_and_write(services, topic, _traced(batch, context),
-                                              gatekeeper, principal, throttled)
-        return await _place_and_write(services, topic, _traced(batch, incoming), gatekeeper,
-                                      principal, throttled)
+        return await _place_and_write(services, topic, batch, gatekeeper, principal, throttled)
     finally:
         in_flight.end(topic.name)
 

@@ -1,5 +1,6 @@
 """Compacted partitions on a real cluster: compaction keeps each key's newest message, drops
-tombstones, spares what a young snapshot needs; snapshots are consistent as of one offset."""
+tombstones, spares what a young snapshot needs; snapshots are consistent as of one offset, and
+expire only once messages written after them are older than the lag (never for being idle)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.store_settings(write_deadline
 
 COMPACTED = AppendOptions(key_index=True, compact=True)
 MINUTE_MS = 60_000
+LAG_MS = 200
 
 
 async def put(store: RedisStreamStore, topic: str, *pairs: tuple[bytes, bytes]) -> str:
@@ -27,12 +29,12 @@ async def put(store: RedisStreamStore, topic: str, *pairs: tuple[bytes, bytes]) 
 
 
 async def whole_snapshot(store: RedisStreamStore, topic: str, as_of: str,
-                         page: int) -> list[StoredEntry]:
+                         page: int, lag_ms: int = MINUTE_MS) -> list[StoredEntry]:
     entries: list[StoredEntry] = []
     after = None
     while True:
         after, more = await store.snapshot_page(topic, 0, as_of=as_of, after=after, limit=page,
-                                                lag_ms=MINUTE_MS)
+                                                lag_ms=lag_ms)
         entries += more
         if after is None:
             return entries
@@ -83,10 +85,60 @@ async def test_compaction_spares_what_a_young_snapshot_needs(
     assert [e.value for e in await whole_snapshot(store, topic, as_of, page=10)] == [b"1"]
 
 
-async def test_a_snapshot_older_than_the_lag_has_expired(
+async def test_a_snapshot_followed_by_messages_older_than_the_lag_has_expired(
         store: RedisStreamStore, topic: str) -> None:
     await put(store, topic, (b"a", b"1"))
+    await asyncio.sleep(0.05)  # the message written after the snapshot grows older than the lag
     with pytest.raises(SnapshotExpired):
-        await store.snapshot_page(topic, 0, as_of="1-0", lag_ms=1000)
-    after, empty = await store.snapshot_page(topic, 0, as_of="0-0", lag_ms=1000)
+        await store.snapshot_page(topic, 0, as_of="1-0", lag_ms=10)
+    after, empty = await store.snapshot_page(topic, 0, as_of="0-0", lag_ms=10)
     assert (after, empty) == (None, [])
+
+
+async def past_the_lag() -> None:
+    await asyncio.sleep(2 * LAG_MS / 1000)
+
+
+async def short_lag_snapshot(store: RedisStreamStore, topic: str, as_of: str) -> list[StoredEntry]:
+    return await whole_snapshot(store, topic, as_of, page=1, lag_ms=LAG_MS)
+
+
+async def test_an_idle_partition_keeps_its_snapshot_past_the_lag(
+        store: RedisStreamStore, topic: str) -> None:
+    last = await put(store, topic, (b"a", b"1"), (b"b", b"1"), (b"a", b"2"))
+    await past_the_lag()
+    assert await store.retention.compact(topic, 0, lag_ms=LAG_MS) == 1
+    assert await store.snapshot_offset(topic, 0) == last
+    snapshot = await short_lag_snapshot(store, topic, last)
+    assert [(e.key, e.value) for e in snapshot] == [(b"a", b"2"), (b"b", b"1")]
+
+
+async def test_a_snapshot_now_is_as_of_a_compacted_tombstone(
+        store: RedisStreamStore, topic: str) -> None:
+    before = await put(store, topic, (b"b", b"1"), (b"a", b"1"))
+    tombstone = await put(store, topic, (b"b", b"null"))
+    await past_the_lag()
+    assert await store.retention.compact(topic, 0, lag_ms=LAG_MS) == 2
+    assert await store.last_offset(topic, 0) == before
+    assert await store.snapshot_offset(topic, 0) == tombstone
+    assert [e.key for e in await short_lag_snapshot(store, topic, tombstone)] == [b"a"]
+    # as of before the tombstone, b's value is gone: that snapshot has expired
+    with pytest.raises(SnapshotExpired):
+        await short_lag_snapshot(store, topic, before)
+
+
+async def test_an_old_snapshot_lives_while_what_follows_it_is_young(
+        store: RedisStreamStore, topic: str) -> None:
+    as_of = await put(store, topic, (b"a", b"1"))
+    await past_the_lag()
+    await put(store, topic, (b"a", b"2"))
+    assert [e.value for e in await short_lag_snapshot(store, topic, as_of)] == [b"1"]
+    await past_the_lag()
+    with pytest.raises(SnapshotExpired):
+        await short_lag_snapshot(store, topic, as_of)
+
+
+async def test_an_empty_partition_snapshots_as_of_zero(store: RedisStreamStore,
+                                                       topic: str) -> None:
+    assert await store.snapshot_offset(topic, 0) == "0-0"
+    assert await short_lag_snapshot(store, topic, "0-0") == []
