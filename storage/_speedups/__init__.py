@@ -8,7 +8,11 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from storage._speedups.entries_py import decode_raw_entries as decode_raw_entries_python
+from storage._speedups.entries_py import entries_of_columns as entries_of_columns_python
+from storage._speedups.entries_py import items_of_columns
 from storage._speedups.wire_py import PartitionColumns, TransactionsRead
 from storage._speedups.wire_py import fold_transaction as fold_transaction_python
 from storage.entry_fields import FORMATS, decode_headers
@@ -16,14 +20,18 @@ from storage.models import StoredEntry, ValueFormat
 from storage.pages import PageColumns
 
 __all__ = ["ENTRY_LAYOUT", "OFF", "PartitionColumns", "TransactionsRead",
-           "decode_raw_entries_or_none", "decode_raw_entries_python", "fold_transaction_or_none",
-           "fold_transaction_python", "in_input_order", "page_columns", "read_transactions",
-           "reply_offsets",
-           "split_by_partition", "xadd_transaction"]
+           "decode_raw_entries_or_none", "decode_raw_entries_python", "entries_of_columns",
+           "entries_of_columns_python", "fold_transaction_or_none", "fold_transaction_python",
+           "in_input_order", "items_of_columns", "page_columns", "read_transactions",
+           "reply_offsets", "split_by_partition", "xadd_transaction"]
 
 # Read at import, before settings exist; each package's _speedups reads it by the same rule
 # (tests/unit/test_speedups.py keeps them in step) so that no package imports another's.
 OFF = os.environ.get("STREAMGATE_NO_EXTENSIONS", "").strip().lower() not in ("", "0", "false", "no")
+
+# An archived item table's column types the compiled part reads (others: the reference)
+_BINARY, _FORMATS_TYPE = pa.binary(), pa.dictionary(pa.int32(), pa.string())
+_BINARY_FORMAT = ValueFormat.BINARY
 
 # What the compiled entry decoder reads, in its order: the class, its slot descriptors in
 # declaration order, the f values, JSON, binary, the headers decoder, the empty value.
@@ -93,3 +101,49 @@ else:
             if isinstance(raw, tuple):
                 return PageColumns(*raw[1:]), raw[0]
             return raw
+
+if TYPE_CHECKING or OFF:
+    from storage._speedups.entries_py import entries_of_columns
+else:
+    try:
+        from storage._speedups._entries import entries_of_columns as _compiled_columns
+    except ImportError:  # built without a C compiler: the reference, same entries
+        from storage._speedups.entries_py import entries_of_columns
+    else:
+        def entries_of_columns(partition: int, ids: pa.Array, names: pa.Array, values: pa.Array,
+                               formats: pa.Array, headers: pa.Array) -> list[StoredEntry]:
+            """The entries of an item table's columns (one chunk each), built in C from their
+            buffers; the reference builds those the compiled part is unsure of."""
+            columns = ids, names, values, formats, headers
+            buffers = _column_buffers(columns)
+            entries = None if buffers is None else _compiled_columns(partition, len(ids), *buffers,
+                                                                     ENTRY_LAYOUT)
+            return entries if entries is not None else entries_of_columns_python(partition,
+                                                                                 *columns)
+
+
+def _column_buffers(columns: tuple[pa.Array, ...]) -> tuple[Any, ...] | None:
+    """The item columns as the compiled part reads them (None for a column of nulls); None when
+    one is not of the item table's types or lengths (the reference decides)."""
+    ids, names, values, formats, headers = columns
+    if not all(isinstance(column, pa.Array) and len(column) == len(ids) for column in columns) or (
+            formats.type != _FORMATS_TYPE
+            or any(column.type != _BINARY for column in (ids, names, values, headers))):
+        return None
+    return (_buffers(ids), _buffers(names), _buffers(values),
+            None if formats.null_count == len(formats) else _format_buffers(formats),
+            None if headers.null_count == len(headers) else _buffers(headers))
+
+
+def _buffers(column: pa.Array) -> tuple[Any, ...]:
+    """A binary column's validity, offsets and data buffers and its offset into them."""
+    return (*column.buffers(), column.offset)
+
+
+def _format_buffers(formats: pa.DictionaryArray) -> tuple[Any, ...]:
+    """The formats' validity and indices, the format each dictionary entry stands for (its
+    ``f`` field's, JSON for a null one) and the offset into them."""
+    validity, indices = formats.buffers()
+    known = tuple(ValueFormat.JSON if text is None else FORMATS.get(text.encode(), _BINARY_FORMAT)
+                  for text in formats.dictionary.to_pylist())
+    return validity, indices, known, formats.offset

@@ -1,13 +1,18 @@
-"""The Python reference of ``storage._speedups._entries``: a raw stream reply's entries decoded into
-StoredEntry objects (same entries, slower)."""
+"""The Python reference of ``storage._speedups._entries``: a raw stream reply's entries, or an
+archived item table's columns, decoded into StoredEntry objects (same entries, slower)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from storage.entry_fields import FORMATS, KEYED, decode_headers
 from storage.models import StoredEntry, ValueFormat
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    Column: TypeAlias = pa.Array | pa.ChunkedArray
 
 _new_entry = object.__new__
 _ENTRY_SETTERS = tuple(getattr(StoredEntry, name).__set__ for name in StoredEntry.__slots__)
@@ -49,3 +54,31 @@ def decode_raw_entries(partition: int, items: Sequence[Any]) -> list[StoredEntry
         set_timestamp(entry, int(offset[:offset.index("-")]))
         entries.append(entry)
     return entries
+
+
+def entries_of_columns(partition: int, ids: Column, names: Column, values: Column,
+                       formats: Column, headers: Column) -> list[StoredEntry]:
+    """The entries of an item table's columns (see ``items_of_columns``)."""
+    return decode_raw_entries(partition, items_of_columns(ids, names, values, formats, headers))
+
+
+def items_of_columns(ids: Column, names: Column, values: Column, formats: Column,
+                     headers: Column) -> list[list[Any]]:
+    """An item table's columns (each row's ID, value field name, value, format's text and raw
+    headers) as the ``[id, fields]`` items XRANGE would have returned."""
+    columns = [ids.to_pylist(), names.to_pylist(), values.to_pylist()]
+    count = len(ids)
+    if formats.null_count == count and headers.null_count == count:
+        return [[i, [name, value]] for i, name, value in zip(*columns, strict=True)]
+    columns += [formats.to_pylist(), headers.to_pylist()]
+    return [[i, _fields(name, value, fmt, raw_headers)]
+            for i, name, value, fmt, raw_headers in zip(*columns, strict=True)]
+
+
+def _fields(name: bytes, value: bytes, fmt: str | None, headers: bytes | None) -> list[bytes]:
+    fields = [name, value]
+    if fmt is not None:
+        fields += (b"f", fmt.encode())
+    if headers is not None:
+        fields += (b"h", headers)
+    return fields

@@ -15,10 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storage._speedups import entries_of_columns, items_of_columns
 from storage.archive.object_store import ArchiveStore
 from storage.archive.row_groups import Footer, RowGroupCache
 from storage.archive.segments import SCHEMA, SegmentInfo, offset_at, summary_of
-from storage.codec import decode_raw_entries, offset_key, validate_offset
+from storage.codec import offset_key, validate_offset
 from storage.entry_fields import KEYED
 from storage.errors import ArchiveUnavailable
 from storage.models import StoredEntry
@@ -31,6 +32,7 @@ _Bounds = tuple[tuple[int, int] | None, tuple[int, int] | None]  # (after, until
 # page converts only its own rows, with no per-page arithmetic over the whole group.
 _ITEMS = ("#items",)
 _ITEM_SOURCE = ["offset_ms", "offset_seq", "key", "value", "format", "headers"]
+_ITEM_COLUMNS = ("id", "field", "value", "format", "headers")  # as entries_of_columns takes them
 # decodes ahead under way (the loop keeps only weak references to its tasks)
 _AHEAD: set[asyncio.Task[None]] = set()
 
@@ -186,8 +188,7 @@ class SegmentFile:
                 limit: int | None = None) -> list[StoredEntry]:
         """As ``read_range``."""
         tables = self._groups_within(_bounds(after, until), _ITEMS, limit)
-        return decode_raw_entries(self.info.partition,
-                                  [item for table in tables for item in _item_rows(table)])
+        return _item_entries(self.info.partition, tables)
 
     def raw_items(self, after: str | None = None, limit: int | None = None) -> list[list[Any]]:
         """As ``read_raw_range``."""
@@ -230,8 +231,7 @@ class SegmentFile:
                 count += found[-1].num_rows
                 if limit is not None and count >= limit:
                     break
-        return decode_raw_entries(self.info.partition,
-                                  _item_rows(_item_table(_concat(found, limit))))
+        return _item_entries(self.info.partition, [_item_table(_concat(found, limit))])
 
     def _groups_within(self, bounds: _Bounds, columns: Sequence[str] | None,
                        limit: int | None) -> list[pa.Table]:
@@ -313,22 +313,16 @@ def _item_table(table: pa.Table) -> pa.Table:
 
 def _item_rows(table: pa.Table) -> list[list[Any]]:
     """An item table's rows as the ``[id, fields]`` items XRANGE would have returned."""
-    columns = [table["id"].to_pylist(), table["field"].to_pylist(), table["value"].to_pylist()]
-    count = table.num_rows
-    if table["format"].null_count == count and table["headers"].null_count == count:
-        return [[i, [name, value]] for i, name, value in zip(*columns, strict=True)]
-    columns += [table["format"].to_pylist(), table["headers"].to_pylist()]
-    return [[i, _fields(name, value, fmt, headers)]
-            for i, name, value, fmt, headers in zip(*columns, strict=True)]
+    return items_of_columns(*(table[name] for name in _ITEM_COLUMNS))
 
 
-def _fields(name: bytes, value: bytes, fmt: str | None, headers: bytes | None) -> list[bytes]:
-    fields = [name, value]
-    if fmt is not None:
-        fields += (b"f", fmt.encode())
-    if headers is not None:
-        fields += (b"h", headers)
-    return fields
+def _item_entries(partition: int, tables: Sequence[pa.Table]) -> list[StoredEntry]:
+    """Item tables' entries, built from their columns without a Python object per cell first."""
+    entries: list[StoredEntry] = []
+    for table in tables:
+        for batch in table.to_batches():
+            entries += entries_of_columns(partition, *(batch[name] for name in _ITEM_COLUMNS))
+    return entries
 
 
 def _bounds(after: str | None, until: str | None) -> _Bounds:
