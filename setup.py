@@ -6,11 +6,12 @@ under the one ``STREAMGATE_NO_EXTENSIONS`` switch. ``partitioner._speedups._murm
 partitioner hash; ``gateway._speedups._plain`` and ``storage._speedups._wire`` are the plain
 publish's codec (request messages to columns, offsets to the response) and its RESP encoder;
 ``gateway._speedups._sketch`` counts keys in the hot-key sketches; ``storage._speedups._entries``
-decodes read stream entries (and archived ones from Arrow columns) and ``gateway._speedups._frames`` frames them for group deliveries;
-``storage._speedups._pages`` turns XRANGE pages into Arrow buffers (the archive's moves, the Spark
-source). Each is optional to build: without a C compiler the package installs and uses the
-pure-Python references (same results, slower); a compiled part's own tests fail under CI=true when
-it is missing, so CI always has them, and CI runs the unit tests once more with the switch on.
+decodes read stream entries (and archived ones from Arrow columns) and ``gateway._speedups._frames``
+frames them for group deliveries; ``storage._speedups._pages`` turns XRANGE pages into Arrow buffers
+(the archive's moves, the Spark source). Each is optional to build: without a C compiler the package
+installs and uses the pure-Python references (same results, slower); a compiled part's own tests
+fail under CI=true when it is missing, so CI always has them, and CI runs the unit tests once more
+with the switch on.
 """
 
 from setuptools import Extension, setup
