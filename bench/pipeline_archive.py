@@ -5,9 +5,13 @@ partitions into two topics in the gateway's field format, moves every entry of o
 segment files on a local path (the archive tier's own move), then alternates ``--rounds`` times:
   - bare:     sync redis-py (hiredis) paged XRANGE of the hot topic, partition after partition;
   - hot:      a batch read of the hot topic by the source into Spark's ``noop`` sink;
-  - archived: the same read of the archived topic (``archiveUrl``), from its segment files.
-The JVM is warmed up first by both reads. Prints rows/s of each and the ratios archived/hot and
-archived/bare (medians), with each series' spread. Nothing here is a test assertion.
+  - archived: the same read of the archived topic (``archiveUrl``), from its segment files;
+  - ceiling:  as many rows of the same shape, built once in memory by each task and handed to Spark
+              as they are: what Spark's Python data source path costs by itself (its per-query
+              and per-task overhead, the Arrow transfer, the JVM's rows), the archived read's limit.
+The JVM is warmed up first by every read. Prints rows/s of each and the ratios archived/hot,
+archived/bare, ceiling/bare and archived/ceiling (medians), with each series' spread. Nothing here
+is a test assertion.
 
     python bench/pipeline_archive.py --entries 1000000
 """
@@ -30,10 +34,13 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH]
 
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
 from devstack import DevStack, DevStackConfig  # noqa: E402
 from pipeline.jobs import common  # noqa: E402
+from pipeline.rows import SCHEMA_DDL, segment_batch  # noqa: E402
 from storage.archive.object_store import open_archive  # noqa: E402
 from storage.redis_store import RedisStreamStore  # noqa: E402
 from storage.settings import RedisStoreSettings  # noqa: E402
@@ -54,8 +61,55 @@ def _bench_pipeline() -> Any:
 
 SPARK_BENCH = _bench_pipeline()
 PARTITIONS: int = SPARK_BENCH.PARTITIONS
+VALUE: bytes = SPARK_BENCH.VALUE
 
 Run = tuple[int, float]  # rows, seconds
+CEILING_BATCH = 1 << 14  # rows per batch, about a segment's row group here
+FIRST_MS = 1_765_000_000_000  # offsets and timestamps as long as today's
+
+
+def ceiling_batch(partition: int, rows: int) -> pa.RecordBatch:
+    """``rows`` entries shaped as the archived read yields them (200-byte values, keys k0..k99,
+    no headers), converted by the same code."""
+    stored = pa.record_batch({
+        "offset_ms": pa.array(range(FIRST_MS, FIRST_MS + rows), pa.uint64()),
+        "offset_seq": pa.array([0] * rows, pa.uint64()),
+        "timestamp": pa.array(range(FIRST_MS, FIRST_MS + rows), pa.timestamp("ms", tz="UTC")),
+        "key": pa.array([b"k%d" % (n % 100) for n in range(rows)], pa.binary()),
+        "value": pa.array([VALUE] * rows, pa.binary()),
+        "headers": pa.nulls(rows, pa.binary()),
+    })
+    return segment_batch("cold", partition, stored)
+
+
+class CeilingReader(DataSourceReader):
+    """One task per partition, each yielding its share of ``rows`` from one batch built once."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(partition) for partition in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition) -> Any:
+        batch, left = ceiling_batch(partition.value, CEILING_BATCH), self.rows // PARTITIONS
+        while left > 0:
+            yield batch.slice(0, min(left, CEILING_BATCH))
+            left -= CEILING_BATCH
+
+
+class CeilingSource(DataSource):
+    """``format("streamgate-ceiling")``: the source's schema, rows from memory."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "streamgate-ceiling"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return CeilingReader(int(self.options["rows"]))
 
 
 async def archive_all(nodes: list[tuple[str, int]], url: str, topic: str) -> int:
@@ -70,10 +124,11 @@ async def archive_all(nodes: list[tuple[str, int]], url: str, topic: str) -> int
     return segments
 
 
-def noop_read(spark: Any, options: dict[str, str], rows: int) -> Run:
+def noop_read(spark: Any, options: dict[str, str], rows: int,
+              source: str = "streamgate") -> Run:
     """(rows, seconds) of one batch read of the topic's ``rows`` into the ``noop`` sink."""
     started = time.perf_counter()
-    frame = spark.read.format("streamgate").options(**options).load()
+    frame = spark.read.format(source).options(**options).load()
     frame.write.format("noop").mode("overwrite").save()
     return rows, time.perf_counter() - started
 
@@ -81,13 +136,14 @@ def noop_read(spark: Any, options: dict[str, str], rows: int) -> Run:
 def rounds(client: RedisCluster, spark: Any, hot: dict[str, str], cold: dict[str, str],
            rows: int, count: int) -> dict[str, list[Run]]:
     """(rows, seconds) of each read, alternating."""
-    runs: dict[str, list[Run]] = {"bare": [], "hot": [], "archived": []}
+    runs: dict[str, list[Run]] = {"bare": [], "hot": [], "archived": [], "ceiling": []}
     for _ in range(count):
         started = time.perf_counter()
         read = SPARK_BENCH.bare_read(client, "hot")
         runs["bare"].append((read, time.perf_counter() - started))
         runs["hot"].append(noop_read(spark, hot, rows))
         runs["archived"].append(noop_read(spark, cold, rows))
+        runs["ceiling"].append(noop_read(spark, {"rows": str(rows)}, rows, CeilingSource.name()))
     return runs
 
 
@@ -118,8 +174,10 @@ def main() -> None:
         hot = SPARK_BENCH.source_options(nodes, "hot")
         cold = {**SPARK_BENCH.source_options(nodes, "cold"), "archiveUrl": url}
         spark = common.session("bench-pipeline-archive", "local[2]")
+        spark.dataSource.register(CeilingSource)
         noop_read(spark, hot, rows)
         noop_read(spark, cold, rows)
+        noop_read(spark, {"rows": str(rows)}, rows, CeilingSource.name())
         runs = rounds(client, spark, hot, cold, rows, args.rounds)
         spark.stop()
         client.close()
@@ -131,7 +189,8 @@ def main() -> None:
         print(f"{name:<34} {spread(series)}")
     medians = {name: statistics.median(r / s for r, s in series) for name, series in runs.items()}
     print(f"{'ratio archived/hot (medians)':<34} {medians['archived'] / medians['hot']:>11.2f}")
-    print(f"{'ratio archived/bare (medians)':<34} {medians['archived'] / medians['bare']:>11.2f}")
+    for top, bottom in (("archived", "bare"), ("ceiling", "bare"), ("archived", "ceiling")):
+        print(f"{f'ratio {top}/{bottom} (medians)':<34} {medians[top] / medians[bottom]:>11.2f}")
 
 
 if __name__ == "__main__":

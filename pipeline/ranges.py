@@ -19,7 +19,7 @@ from pipeline.errors import ArchiveNotConfigured, StreamgateDataLoss, Streamgate
 from pipeline.node_pages import NodePages
 from pipeline.options import RedisTls
 from pipeline.rows import SEGMENT_COLUMNS, record_batch, segment_batch
-from pipeline.streams import open_cluster
+from pipeline.streams import forget_cluster, kept_cluster, open_cluster
 from storage.archive.manifest import SegmentRef
 from storage.compaction import SNAPSHOT_LUA
 from storage.keys import key_registry_key, log_key
@@ -47,9 +47,9 @@ class StreamRange(InputPartition):
 
 def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every entry in the range, archived ones from their segment files, then the
-    stream's, opening (and closing) a cluster client and a socket to the partition's primary
-    here."""
-    client = open_cluster(planned.redis_nodes, planned.redis_tls)
+    stream's, over the process's kept cluster client (dropped after a failure) and a socket of
+    its own to the partition's primary."""
+    client = kept_cluster(planned.redis_nodes, planned.redis_tls)
     key = log_key(planned.topic, planned.partition)
     try:
         with NodePages(client, key, planned.redis_tls) as node:
@@ -61,8 +61,9 @@ def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
                 yield batch
             if not checked:
                 _check_first(planned, None)
-    finally:
-        client.close()
+    except Exception:
+        forget_cluster()
+        raise
 
 
 def _tiered(planned: StreamRange, client: RedisCluster,

@@ -36,6 +36,28 @@ def open_cluster(nodes: Sequence[tuple[str, int]], tls: RedisTls | None = None) 
                         **(tls.client_options() if tls else {}))
 
 
+# The cluster client each executor process keeps between its tasks (at most one cluster's).
+_kept: dict[tuple[tuple[tuple[str, int], ...], RedisTls | None], RedisCluster] = {}
+
+
+def kept_cluster(nodes: Sequence[tuple[str, int]], tls: RedisTls | None = None) -> RedisCluster:
+    """A cluster client this process keeps for its next tasks: Spark reuses a worker for many
+    ranges, and starting a client (slot map, command table) costs as much as reading a few
+    thousand entries. Another cluster's client is closed; ``forget_cluster`` after a failure."""
+    key = (tuple(nodes), tls)
+    client = _kept.get(key)
+    if client is None:
+        forget_cluster()
+        client = _kept[key] = open_cluster(nodes, tls)
+    return client
+
+
+def forget_cluster() -> None:
+    """Close the kept client, if any: the next task starts a new one."""
+    while _kept:
+        _kept.popitem()[1].close()
+
+
 @dataclass(frozen=True)
 class StreamState:
     """What retention left of a stream: enough to tell whether a position's successors still
