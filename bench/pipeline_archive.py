@@ -6,12 +6,14 @@ segment files on a local path (the archive tier's own move), then alternates ``-
   - bare:     sync redis-py (hiredis) paged XRANGE of the hot topic, partition after partition;
   - hot:      a batch read of the hot topic by the source into Spark's ``noop`` sink;
   - archived: the same read of the archived topic (``archiveUrl``), from its segment files;
+  - one copy: the same with a schema of every column but ``value_str`` (each value crosses into
+              the JVM once);
   - ceiling:  as many rows of the same shape, built once in memory by each task and handed to Spark
               as they are: what Spark's Python data source path costs by itself (its per-query
               and per-task overhead, the Arrow transfer, the JVM's rows), the archived read's limit.
 The JVM is warmed up first by every read. Prints rows/s of each and the ratios archived/hot,
-archived/bare, ceiling/bare and archived/ceiling (medians), with each series' spread. Nothing here
-is a test assertion.
+archived/bare, one copy/bare, ceiling/bare and archived/ceiling (medians), with each series'
+spread. Nothing here is a test assertion.
 
     python bench/pipeline_archive.py --entries 1000000
 """
@@ -40,7 +42,7 @@ from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
 from devstack import DevStack, DevStackConfig  # noqa: E402
 from pipeline.jobs import common  # noqa: E402
-from pipeline.rows import SCHEMA_DDL, segment_batch  # noqa: E402
+from pipeline.rows import COLUMNS, SCHEMA_DDL, segment_batch  # noqa: E402
 from storage.archive.object_store import open_archive  # noqa: E402
 from storage.redis_store import RedisStreamStore  # noqa: E402
 from storage.settings import RedisStoreSettings  # noqa: E402
@@ -124,11 +126,16 @@ async def archive_all(nodes: list[tuple[str, int]], url: str, topic: str) -> int
     return segments
 
 
+# the source's columns but value_str: each value crosses into the JVM once
+ONE_COPY = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items() if name != "value_str")
+
+
 def noop_read(spark: Any, options: dict[str, str], rows: int,
-              source: str = "streamgate") -> Run:
+              source: str = "streamgate", schema: str | None = None) -> Run:
     """(rows, seconds) of one batch read of the topic's ``rows`` into the ``noop`` sink."""
     started = time.perf_counter()
-    frame = spark.read.format(source).options(**options).load()
+    reader = spark.read.format(source)
+    frame = (reader if schema is None else reader.schema(schema)).options(**options).load()
     frame.write.format("noop").mode("overwrite").save()
     return rows, time.perf_counter() - started
 
@@ -136,13 +143,15 @@ def noop_read(spark: Any, options: dict[str, str], rows: int,
 def rounds(client: RedisCluster, spark: Any, hot: dict[str, str], cold: dict[str, str],
            rows: int, count: int) -> dict[str, list[Run]]:
     """(rows, seconds) of each read, alternating."""
-    runs: dict[str, list[Run]] = {"bare": [], "hot": [], "archived": [], "ceiling": []}
+    runs: dict[str, list[Run]] = {"bare": [], "hot": [], "archived": [], "one copy": [],
+                                  "ceiling": []}
     for _ in range(count):
         started = time.perf_counter()
         read = SPARK_BENCH.bare_read(client, "hot")
         runs["bare"].append((read, time.perf_counter() - started))
         runs["hot"].append(noop_read(spark, hot, rows))
         runs["archived"].append(noop_read(spark, cold, rows))
+        runs["one copy"].append(noop_read(spark, cold, rows, schema=ONE_COPY))
         runs["ceiling"].append(noop_read(spark, {"rows": str(rows)}, rows, CeilingSource.name()))
     return runs
 
@@ -189,7 +198,8 @@ def main() -> None:
         print(f"{name:<34} {spread(series)}")
     medians = {name: statistics.median(r / s for r, s in series) for name, series in runs.items()}
     print(f"{'ratio archived/hot (medians)':<34} {medians['archived'] / medians['hot']:>11.2f}")
-    for top, bottom in (("archived", "bare"), ("ceiling", "bare"), ("archived", "ceiling")):
+    for top, bottom in (("archived", "bare"), ("one copy", "bare"), ("ceiling", "bare"),
+                        ("archived", "ceiling")):
         print(f"{f'ratio {top}/{bottom} (medians)':<34} {medians[top] / medians[bottom]:>11.2f}")
 
 

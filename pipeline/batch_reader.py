@@ -10,14 +10,15 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pipeline import stream_ids
 from pipeline.options import LATEST
 from pipeline.planner import Planner
-from pipeline.ranges import SnapshotRange, StreamRange, read_range, read_snapshot
+from pipeline.ranges import read_planned
 
 
 class StreamgateBatchReader(DataSourceReader):
     """Plans its ranges on the driver; read() runs on executors with their own clients."""
 
-    def __init__(self, planner: Planner) -> None:
+    def __init__(self, planner: Planner, columns: tuple[str, ...] | None = None) -> None:
         self.planner = planner
+        self.columns = columns  # a user-given schema's columns (None: all)
 
     def partitions(self) -> Sequence[InputPartition]:
         """One task per partition with entries between the starting and ending offsets."""
@@ -36,10 +37,7 @@ class StreamgateBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """One planned range (segment files, then paged XRANGE) or a snapshot's pages, as Arrow
         batches."""
-        if isinstance(partition, SnapshotRange):
-            return read_snapshot(partition)
-        assert isinstance(partition, StreamRange)
-        return read_range(partition)
+        return read_planned(partition, self.columns)
 
     def _end(self, partition: int, start: str) -> str:
         position = self.planner.options.end_for(partition)

@@ -45,6 +45,25 @@ class StreamRange(InputPartition):
     archive: ArchiveAccess | None = None
 
 
+def read_planned(planned: InputPartition,
+                 columns: tuple[str, ...] | None) -> Iterator[pa.RecordBatch]:
+    """What a reader's ``read`` runs on an executor: a planned range or a snapshot's pages, each
+    batch cut to ``columns`` (None: all) before it goes to the JVM, which copies every column of
+    every row."""
+    batches = (read_snapshot(planned) if isinstance(planned, SnapshotRange)
+               else read_range(_stream_range(planned)))
+    if columns is None:
+        yield from batches
+        return
+    for batch in batches:
+        yield batch.select(list(columns))
+
+
+def _stream_range(planned: InputPartition) -> StreamRange:
+    assert isinstance(planned, StreamRange)
+    return planned
+
+
 def read_range(planned: StreamRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every entry in the range, archived ones from their segment files, then the
     stream's, over the process's kept cluster client (dropped after a failure) and a socket of

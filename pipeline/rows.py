@@ -8,16 +8,19 @@ Python object.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.pages import PageColumns, is_utf8
 
-SCHEMA_DDL = (
-    "topic STRING, partition INT, offset STRING, key BINARY, value BINARY, value_str STRING, "
-    "headers MAP<STRING, STRING>, timestamp TIMESTAMP"
-)
+# the source's columns and their Spark types (simpleString), in order
+COLUMNS = {"topic": "string", "partition": "int", "offset": "string", "key": "binary",
+           "value": "binary", "value_str": "string", "headers": "map<string,string>",
+           "timestamp": "timestamp"}
+SCHEMA_DDL = ", ".join(f"{name} {kind.upper()}" for name, kind in COLUMNS.items())
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema([
@@ -108,3 +111,17 @@ def _header_pairs(raw: bytes) -> list[tuple[str, str]] | None:
     if not isinstance(doc, dict):
         return None
     return [(str(name), str(value)) for name, value in doc.items()]
+
+
+def projection(fields: Sequence[tuple[str, str]]) -> tuple[str, ...] | None:
+    """The columns a user-given schema asks for, as (name, simpleString) pairs: None for the
+    whole schema, else the names in their order; ValueError for a column the source has not (or
+    not of that type)."""
+    names = tuple(name for name, _ in fields)
+    for name, kind in fields:
+        if COLUMNS.get(name) != kind:
+            raise ValueError(f"the streamgate source has no column {name} {kind}: its columns are "
+                             f"{SCHEMA_DDL}")
+    if len(set(names)) != len(names):
+        raise ValueError("a column is named twice in the schema")
+    return None if names == tuple(COLUMNS) else names

@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 from pipeline.batch_reader import StreamgateBatchReader
 from pipeline.options import parse_options
 from pipeline.planner import Planner
-from pipeline.rows import SCHEMA_DDL
+from pipeline.rows import SCHEMA_DDL, projection
 from pipeline.sink import StreamgateStreamWriter
 from pipeline.sink_options import parse_sink_options
 from pipeline.stream_reader import StreamgateStreamReader
@@ -40,13 +40,14 @@ class StreamgateDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """The batch reader."""
-        return StreamgateBatchReader(self._planner())
+        """The batch reader; a user-given ``schema`` (a subset of the columns) cuts each batch to
+        it before the JVM copies it."""
+        return StreamgateBatchReader(self._planner(), _columns(schema))
 
     # Spark's method name
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        """The micro-batch reader."""
-        return StreamgateStreamReader(self._planner())
+        """The micro-batch reader, as ``reader``."""
+        return StreamgateStreamReader(self._planner(), _columns(schema))
 
     # Spark's method name
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
@@ -56,6 +57,10 @@ class StreamgateDataSource(DataSource):
     def _planner(self) -> Planner:
         options = parse_options(self.options)
         return Planner(options, source_partitions(options))
+
+
+def _columns(schema: StructType) -> tuple[str, ...] | None:
+    return projection([(field.name, field.dataType.simpleString()) for field in schema.fields])
 
 
 def register(spark: SparkSession) -> None:

@@ -16,15 +16,16 @@ from pyspark.sql.streaming.datasource import (
 
 from pipeline import stream_ids
 from pipeline.planner import Offsets, Planner, from_json, starts_from_snapshot, to_json
-from pipeline.ranges import SnapshotRange, StreamRange, read_range, read_snapshot
+from pipeline.ranges import read_planned
 
 
 class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Admission control maps maxEntriesPerTrigger to ReadMaxRows; availableNow stops at the
     prepared target."""
 
-    def __init__(self, planner: Planner) -> None:
+    def __init__(self, planner: Planner, columns: tuple[str, ...] | None = None) -> None:
         self.planner = planner
+        self.columns = columns  # a user-given schema's columns (None: all)
         self._target: Offsets | None = None
 
     def initialOffset(self) -> dict[str, str]:  # noqa: N802 - Spark's method name
@@ -65,10 +66,7 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the planned range's archived entries from their segment files,
         then paged XRANGE, as Arrow batches."""
-        if isinstance(partition, SnapshotRange):
-            return read_snapshot(partition)
-        assert isinstance(partition, StreamRange)
-        return read_range(partition)
+        return read_planned(partition, self.columns)
 
     def commit(self, end: dict[str, str]) -> None:
         """Spark finished every batch up to ``end``: publish it as the consumer group's position."""

@@ -212,3 +212,18 @@ def test_a_range_in_the_archive_fails_clearly_without_archive_url(
     archive.move(topic, 0)
     with pytest.raises(ArchiveNotConfigured, match="archiveUrl"):
         list(read_range(hot))
+
+
+def test_a_schema_of_some_columns_reads_only_those(
+        spark: SparkSession, redis_nodes: str, topic: str, publish: Any,
+        archive: Archive) -> None:
+    published = {0: publish(topic, 0, 60)}
+    archive.move(topic, 0)
+    frame = (spark.read.format("streamgate").schema("partition INT, offset STRING, value BINARY")
+             .options(**tiered(topic, redis_nodes, archive)).load())
+    assert frame.columns == ["partition", "offset", "value"]
+    assert [(row.partition, row.offset, bytes(row.value)) for row in frame.collect()] == [
+        (0, offset, orjson.dumps({"n": n})) for n, offset in enumerate(published[0])]
+    odd = spark.read.format("streamgate").schema("offset STRING, value STRING")
+    with pytest.raises(Exception, match="no column value string"):
+        odd.options(**tiered(topic, redis_nodes, archive)).load().collect()
