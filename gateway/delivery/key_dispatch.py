@@ -1,5 +1,6 @@
 """A key_shared reader's dispatch: the backlog handed out by key (``KeyOrder``), keys of failed
-messages parked visibly in the store, and parked keys settled on another gateway freed."""
+messages parked visibly in the store, parked keys settled on another gateway freed, and keys still
+held by members when the reader started fenced (``key_fence``)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,12 @@ from operator import attrgetter
 
 from gateway.delivery.expiry import now_ms
 from gateway.delivery.group_config import ReaderScope
+from gateway.delivery.key_fence import HandOverFence, gone_from_pending
 from gateway.delivery.key_order import KeyOrder
-from gateway.delivery.retry_policy import LOOKUP_PAGE
 from gateway.delivery.session import Session
 from gateway.delivery.settler import Settler
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
-from gateway.offsets import predecessor
-from storage.codec import offset_key
 from storage.errors import StorageError
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, ParkedKey
@@ -41,6 +40,8 @@ class KeyedDispatch:
         self._settler = settler
         self._metrics = metrics
         self._keys = KeyOrder()
+        self._fence = HandOverFence(store, scope, self.settled)
+        self._open = True
         self._last_reconcile = 0.0  # when parked keys were last checked against the group
         self._parked = metrics.group_parked_keys.labels(scope.topic, scope.group,
                                                         str(scope.partition))
@@ -63,12 +64,19 @@ class KeyedDispatch:
         """A session left: its keys go to whoever gets their redelivered message."""
         self._keys.forget_session(session)
 
-    async def start(self) -> None:
-        """A new owner of the partition: what it parks, it records afresh."""
+    async def start(self, ack_timeout_ms: int) -> None:
+        """A new owner of the partition: what it parks, it records afresh; keys whose message a
+        member still holds (within ``ack_timeout_ms``) wait until it is settled."""
         await self._unpark_all()
+        await self._fence.raise_on(self._keys, ack_timeout_ms)
 
     async def aclose(self) -> list[str]:
-        """Forget every key; the offsets of messages held behind their keys, for release."""
+        """Forget every key; the offsets of messages held behind their keys, for release. Once:
+        the partition's parked keys belong to its next owner by then."""
+        if not self._open:
+            return []
+        self._open = False
+        await self._fence.aclose()
         held = self._keys.held_offsets()
         self._keys = KeyOrder()
         self._parked.set(0)
@@ -128,16 +136,7 @@ class KeyedDispatch:
             return
         self._last_reconcile = now_s
         offsets = [keys.in_flight[key] for key in keys.parked if key in keys.in_flight]
-        if not offsets:
-            return
-        scope = self._scope
-        pending = await self._store.expired(scope.topic, scope.partition, scope.group,
-                                            min_idle_ms=0, count=LOOKUP_PAGE,
-                                            after=predecessor(min(offsets, key=offset_key)))
-        still = {entry.offset for entry in pending}
-        seen_to = offset_key(pending[-1].offset) if len(pending) == LOOKUP_PAGE else None
-        gone = [offset for offset in offsets if offset not in still
-                and (seen_to is None or offset_key(offset) <= seen_to)]
+        gone = await gone_from_pending(self._store, self._scope, offsets)
         if gone:
             self.settled(gone)
 

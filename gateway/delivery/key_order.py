@@ -72,6 +72,11 @@ class KeyOrder:
                 self.in_flight[key], self.flight[offset], self.owner[key] = offset, key, target
         return pages, waiting
 
+    def held_elsewhere(self, key: bytes, offset: str) -> None:
+        """``offset`` of ``key`` is in the hands of a member this reader does not serve: the key's
+        messages wait for it as for one in flight here (``key_fence``)."""
+        self.in_flight[key], self.flight[offset] = offset, key
+
     def untaken(self, deliveries: Iterable[Delivery]) -> None:
         """Deliveries routed but not taken by their session: no longer in flight."""
         for delivery in deliveries:

@@ -2,14 +2,17 @@
 an exclusive member does, and shares them among its local sessions by key (``key_order``).
 
 One reader per partition in the whole group keeps a key on one session at a time; more sessions
-than partitions all get keys, as long as they are on gateways that hold partitions.
+than partitions all get keys, as long as they are on gateways that hold partitions. A partition
+moving away keeps what its members hold theirs until they settle it or its ack timeout passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from gateway.delivery.group_config import GroupConfig
@@ -25,12 +28,19 @@ SeatKey = tuple[str, str]  # (topic, group)
 SEAT_PREFIX = "seat-"  # a seat's member id in the group's membership
 
 
+class Reader(Protocol):
+    """What a seat needs of a partition's reader: to stop it reading and handing out (its sessions
+    stay attached, so what they hold can still be settled)."""
+
+    async def aclose(self) -> None: ...
+
+
 class Readers(Protocol):
     """What a seat needs of the delivery hub: a session attached to a partition's reader, and
     detached."""
 
     async def attach(self, session: Session, partition: int, group: str,
-                     config: GroupConfig) -> object: ...
+                     config: GroupConfig) -> Reader: ...
 
     async def detach(self, session: Session, partition: int, group: str) -> None: ...
 
@@ -49,6 +59,9 @@ class Seat:
         self._membership, self._hub, self._topic, self._group = membership, hub, topic, group
         self._sessions: dict[Session, GroupConfig] = {}
         self._serving: list[int] = []
+        self._readers: dict[int, Reader] = {}  # of the partitions served
+        # revoked partitions whose sessions still hold deliveries: detached once those are settled
+        self._draining: dict[int, asyncio.Task[None]] = {}
         self._generation: int | None = None  # None until the first assignment
         self._lock = asyncio.Lock()
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -70,7 +83,8 @@ class Seat:
             session.send_control(assignment_frame(self._serving, self._generation))
             try:
                 for partition in self._serving:
-                    await self._hub.attach(session, partition, self._group, config)
+                    if partition not in self._draining:  # attached once the drain is over
+                        await self._attach(session, partition, config)
             except BaseException:
                 await self._detach(session)
                 raise
@@ -83,11 +97,17 @@ class Seat:
     async def aclose(self) -> None:
         """Leave the group (its partitions go to other gateways' seats)."""
         await cancel_until_done([self._task])
+        await cancel_until_done(list(self._draining.values()))
+
+    async def _attach(self, session: Session, partition: int, config: GroupConfig) -> None:
+        self._readers[partition] = await self._hub.attach(session, partition, self._group, config)
 
     async def _detach(self, session: Session) -> None:
+        """A session gone: what it held goes back to the group at once (drained partitions'
+        too: its member is gone)."""
         if self._sessions.pop(session, None) is None:
             return
-        for partition in self._serving:
+        for partition in sorted({*self._serving, *self._draining}):
             with contextlib.suppress(StorageError):
                 await self._hub.detach(session, partition, self._group)
 
@@ -119,19 +139,79 @@ class Seat:
                     await self._detach(session)
 
     async def _apply(self, wanted: list[int], generation: int) -> None:
-        """Revoked partitions detached before the frame, new ones attached after it (as an
+        """Revoked partitions stopped before the frame, new ones attached after it (as an
         exclusive member does)."""
         async with self._lock:
             for partition in sorted(set(self._serving) - set(wanted)):
-                for session in self._sessions:
-                    with contextlib.suppress(StorageError):
-                        await self._hub.detach(session, partition, self._group)
+                await self._retire(partition)
             added = sorted(set(wanted) - set(self._serving))
             self._serving, self._generation = wanted, generation
             for session, config in list(self._sessions.items()):
                 session.send_control(assignment_frame(wanted, generation))
                 for partition in added:
-                    await self._hub.attach(session, partition, self._group, config)
+                    if partition not in self._draining:  # attached once the drain is over
+                        await self._attach(session, partition, config)
+
+    async def _retire(self, partition: int) -> None:
+        """A revoked partition's reader reads and hands out nothing more. What its sessions hold
+        stays theirs (an ack still counts; the partition's next reader waits for those keys,
+        ``key_fence``) until settled or past its ack timeout; then they detach (``_drain``)."""
+        reader = self._readers.pop(partition, None)
+        if reader is not None:
+            await reader.aclose()
+        if partition in self._draining:
+            return
+        if any(_holding(session, partition) for session in self._sessions):
+            self._draining[partition] = asyncio.create_task(
+                self._drain(partition), name=f"drain-{self._topic.name}/{self._group}/{partition}")
+            return
+        for session in self._sessions:
+            with contextlib.suppress(StorageError):
+                await self._hub.detach(session, partition, self._group)
+
+    async def _drain(self, partition: int) -> None:
+        """Wait until the sessions hold nothing of a revoked partition within its ack timeout,
+        detach them, and attach them again if the partition came back meanwhile."""
+        await until_settled(lambda: list(self._sessions), partition)
+        async with self._lock:
+            del self._draining[partition]
+            for session in self._sessions:
+                # past their ack timeout: not released, the next reader may have them already
+                for ref in [ref for ref in session.in_flight if ref[0] == partition]:
+                    session.forget(ref)
+                with contextlib.suppress(StorageError):
+                    await self._hub.detach(session, partition, self._group)
+            if partition in self._serving:
+                for session, config in list(self._sessions.items()):
+                    await self._attach(session, partition, config)
+
+
+def _holding(session: Session, partition: int) -> bool:
+    return any(ref[0] == partition for ref in session.in_flight)
+
+
+async def until_settled(sessions: Callable[[], Iterable[Session]], partition: int) -> None:
+    """Until no session holds a delivery of ``partition`` within its ack deadline (woken by any
+    credit a session gets back: a settle, a session gone)."""
+    wake = asyncio.Event()
+    watched: set[Session] = set()
+    try:
+        while True:
+            now, deadlines = time.monotonic(), []
+            for session in sessions():
+                if session not in watched:
+                    session.watch_credit(wake)
+                    watched.add(session)
+                deadlines += [deadline for ref, deadline in session.in_flight.items()
+                              if ref[0] == partition and deadline > now]
+            if not deadlines:
+                return
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), min(deadlines) - now)
+    finally:
+        for session in watched:
+            session.unwatch_credit(wake)
 
 
 class Seats:

@@ -12,6 +12,7 @@ from gateway.delivery.dispatch import Dispatcher
 from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.key_dispatch import KeyedDispatch
+from gateway.delivery.key_fence import held_elsewhere
 from gateway.delivery.reclaim import Redelivery
 from gateway.delivery.wire import gap_frame
 from storage.errors import StorageError
@@ -73,7 +74,7 @@ class ReadLoop:
         store, scope = self._store, self._scope
         await store.ensure_group(scope.topic, scope.partition, scope.group, self._config.start)
         if self._keyed is not None:
-            await self._keyed.start()
+            await self._keyed.start(self._config.ack_timeout_ms)
         last = (await store.state(scope.topic, scope.partition, scope.group)
                 ).last_delivered_offset
         self._last_read = last or "0-0"
@@ -98,11 +99,15 @@ class ReadLoop:
         """A new exclusive owner first takes the partition's pending entries, in offset order.
 
         One page: entries beyond it (more than TAKEOVER_PAGE un-acked) follow through the
-        ack-timeout reclaim.
+        ack-timeout reclaim. A key-ordered reader leaves what members on other gateways still hold
+        with them (their keys are fenced: ``key_fence``).
         """
         store, scope = self._store, self._scope
         pending = await store.expired(scope.topic, scope.partition, scope.group, min_idle_ms=0,
                                       count=TAKEOVER_PAGE)
+        if self._keyed is not None:
+            timeout_ms = self._config.ack_timeout_ms
+            pending = [p for p in pending if not held_elsewhere(p, scope, timeout_ms)]
         if pending:
             claimed = await store.claim(scope.topic, scope.partition, scope.group,
                                         scope.consumer, pending, min_idle_ms=0)
