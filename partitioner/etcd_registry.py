@@ -40,7 +40,8 @@ class EtcdTopicRegistry:
         validate_settings(settings)
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
                                  settings.max_length, _now_ms(), owner,
-                                 key_index=settings.key_index, compact=settings.compact)
+                                 key_index=settings.key_index, compact=settings.compact,
+                                 key_spaces=True)
         revision = await self._conn.put_if_absent(self._key(settings.name), metadata.to_json())
         if revision is None:
             raise TopicExists(settings.name)

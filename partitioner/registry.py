@@ -51,7 +51,7 @@ class InMemoryTopicRegistry:
         metadata = TopicMetadata(settings.name, settings.partitions, settings.retention_ms,
                                  settings.max_length, int(time.time() * 1000), owner,
                                  self._revision, key_index=settings.key_index,
-                                 compact=settings.compact)
+                                 compact=settings.compact, key_spaces=True)
         self._topics[settings.name] = metadata
         return metadata
 

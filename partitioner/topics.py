@@ -45,6 +45,9 @@ class TopicMetadata:
     # while partitions grow: the count asked for and when (publishes pause until it is reached)
     growing_to: int | None = None
     growth_since_ms: int | None = None
+    # each writer's key state kept in its tenant's key space (docs/security.md): every topic
+    # created since spaces exist; False for one stored before, whose keys all share one space
+    key_spaces: bool = False
     epochs: tuple[Epoch, ...] = ()  # every growth so far, oldest first
 
     def to_json(self) -> bytes:
@@ -61,6 +64,7 @@ class TopicMetadata:
                 "compact": self.compact,
                 "growth": (None if self.growing_to is None
                            else {"to": self.growing_to, "since_ms": self.growth_since_ms}),
+                "key_spaces": self.key_spaces,
                 "epochs": [epoch.to_dict() for epoch in self.epochs],
             }
         )
@@ -83,6 +87,7 @@ class TopicMetadata:
             growing_to=None if growth is None else int(growth["to"]),
             growth_since_ms=None if growth is None else int(growth["since_ms"]),
             epochs=tuple(Epoch.from_dict(epoch) for epoch in data.get("epochs") or ()),
+            key_spaces=bool(data.get("key_spaces", False)),
         )
 
     def with_changes(self, retention_ms: int | None, max_length: int | None,

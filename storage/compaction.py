@@ -12,7 +12,15 @@ from storage.codec import decode_raw_entries
 from storage.errors import SnapshotExpired
 from storage.group_scripts import INFO_LUA
 from storage.key_index import INDEX_LUA
-from storage.keys import compaction_key, key_index_key, key_registry_key, log_key, slot_of
+from storage.keys import (
+    compaction_key,
+    key_identity,
+    key_index_key,
+    key_registry_key,
+    key_space_range,
+    log_key,
+    slot_of,
+)
 from storage.models import StoredEntry
 from storage.wire.errors import ResponseError
 from storage.wire.lanes import NodeLanes
@@ -78,10 +86,11 @@ return removed
 """
 
 # KEYS[1] = the registry, KEYS[2] = the log. ARGV[1] = the index the page starts after ('' from
-# the first), ARGV[2] = the snapshot's offset, ARGV[3] = how many indexes, ARGV[4] = the lag in ms.
-# Reply: the page's last index ('' when none) and, per key, its newest entry at or before the
-# offset unless that is a tombstone. A snapshot compaction may have taken values from:
-# SG_SNAPSHOT_GONE.
+# the first), ARGV[2] = the snapshot's offset, ARGV[3] = how many indexes, ARGV[4] = the lag in ms,
+# ARGV[5] and ARGV[6] = the ZRANGEBYLEX bounds of the key space's indexes (absent: every index;
+# the first page starts at ARGV[5], every page ends before ARGV[6]). Reply: the page's last index
+# ('' when none) and, per key, its newest entry at or before the offset unless that is a
+# tombstone. A snapshot compaction may have taken values from: SG_SNAPSHOT_GONE.
 SNAPSHOT_LUA = INDEX_LUA + _COMPACTION_LUA + INFO_LUA + """
 -- Compaction removes an offset once the one superseding it is older than the lag: only offsets
 -- written after as_of and older than the lag take from its snapshot, however old as_of is. One
@@ -98,8 +107,8 @@ if snapshot_gone(log, as_of, (now_ms() - tonumber(ARGV[4])) .. '-0') then
   return redis.error_reply('""" + EXPIRED + """ messages written after the snapshot are older '
     .. 'than the compaction lag')
 end
-local start = ARGV[1] == '' and '-' or ('(' .. ARGV[1])
-local indexes = redis.call('ZRANGEBYLEX', registry, start, '+', 'LIMIT', 0, ARGV[3])
+local start = ARGV[1] == '' and (ARGV[5] or '-') or ('(' .. ARGV[1])
+local indexes = redis.call('ZRANGEBYLEX', registry, start, ARGV[6] or '+', 'LIMIT', 0, ARGV[3])
 local entries = {}
 for _, index in ipairs(indexes) do
   local at = lower_bound(index, as_of, true) - 1
@@ -127,19 +136,21 @@ SNAPSHOT_SCRIPT = LuaScript.of(SNAPSHOT_LUA)
 SNAPSHOT_OFFSET_SCRIPT = LuaScript.of(SNAPSHOT_OFFSET_LUA)
 
 
-def snapshot_cursor(topic: str, partition: int, index: bytes) -> str:
-    """A page's end as the API's cursor: the key, base64url (keys are bytes)."""
-    prefix = key_index_key(topic, partition, b"")
+def snapshot_cursor(topic: str, partition: int, index: bytes, key_space: bytes = b"") -> str:
+    """A page's end as the API's cursor: the key within ``key_space``, base64url (keys are
+    bytes). The space is not in it: ``cursor_index`` puts the reader's own back."""
+    prefix = key_index_key(topic, partition, key_identity(key_space, b""))
     return base64.urlsafe_b64encode(index[len(prefix):]).decode()
 
 
-def cursor_index(topic: str, partition: int, cursor: str) -> bytes:
-    """The index a cursor names (ValueError when it is not base64url: the lenient decoder would
-    drop what is not, and page from elsewhere)."""
+def cursor_index(topic: str, partition: int, cursor: str, key_space: bytes = b"") -> bytes:
+    """The index a cursor names in ``key_space``: whatever a cursor holds, it names a key of the
+    reader's own space (ValueError when it is not base64url: the lenient decoder would drop what
+    is not, and page from elsewhere)."""
     if BASE64URL.fullmatch(cursor) is None:
         raise ValueError("a snapshot cursor is base64url")
     key = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True)
-    return key_index_key(topic, partition, key)
+    return key_index_key(topic, partition, key_identity(key_space, key))
 
 
 class Compaction:
@@ -195,19 +206,23 @@ class Compaction:
         return offset.decode() if isinstance(offset, bytes) else str(offset)
 
     async def snapshot_page(self, topic: str, partition: int, *, after: str | None, as_of: str,
-                            limit: int, lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
-        """Up to ``limit`` keys after the cursor ``after``: each one's newest value at or before
-        ``as_of`` (tombstones and keys created later left out), and the cursor of the next page
-        (None at the end). ``SnapshotExpired`` once messages written after ``as_of`` are older
-        than the lag (compaction may have taken values it needs)."""
+                            limit: int, lag_ms: int, key_space: bytes = b""
+                            ) -> tuple[str | None, list[StoredEntry]]:
+        """Up to ``limit`` keys of ``key_space`` after the cursor ``after`` (the empty space's
+        snapshot holds every space's keys): each one's newest value at or before ``as_of``
+        (tombstones and keys created later left out), and the cursor of the next page (None at
+        the end). ``SnapshotExpired`` once messages written after ``as_of`` are older than the
+        lag (compaction may have taken values it needs)."""
         slot = slot_of(topic, partition)
         keys: list[str | bytes] = [key_registry_key(topic, partition), log_key(topic, partition)]
-        start = b"" if after is None else cursor_index(topic, partition, after)
+        start = b"" if after is None else cursor_index(topic, partition, after, key_space)
+        low, high = key_space_range(topic, partition, key_space)
 
         async def page() -> Any:
             try:
                 return await run_script(self._lanes, self._router.node_for_slot(slot),
-                                        SNAPSHOT_SCRIPT, keys, [start, as_of, limit, lag_ms])
+                                        SNAPSHOT_SCRIPT, keys,
+                                        [start, as_of, limit, lag_ms, low, high])
             except ResponseError as exc:
                 if str(exc).startswith(EXPIRED):
                     raise SnapshotExpired(str(exc).removeprefix(EXPIRED).strip()) from exc
@@ -216,11 +231,12 @@ class Compaction:
         last, raw = await self._router.call("snapshot", self._router.settings.read_deadline_s,
                                             page)
         entries = decode_raw_entries(partition, raw or [])
-        more = bool(last) and await self._has_after(slot, keys[0], last)
-        return (snapshot_cursor(topic, partition, last) if more else None), entries
+        more = bool(last) and await self._has_after(slot, keys[0], last, high)
+        return (snapshot_cursor(topic, partition, last, key_space) if more else None), entries
 
-    async def _has_after(self, slot: int, registry: str | bytes, last: bytes) -> bool:
+    async def _has_after(self, slot: int, registry: str | bytes, last: bytes,
+                         high: bytes) -> bool:
         after = await self._router.call_on_slot(
             self._lanes, "snapshot", self._router.settings.read_deadline_s, slot,
-            ("ZRANGEBYLEX", registry, b"(" + last, "+", "LIMIT", 0, 1))
+            ("ZRANGEBYLEX", registry, b"(" + last, high, "LIMIT", 0, 1))
         return bool(after)

@@ -8,6 +8,7 @@ from storage.archive.tier import ArchiveTier
 from storage.cluster import ClusterRouter
 from storage.codec import decode_raw_entries
 from storage.keys import (
+    key_identity,
     key_index_key,
     key_registry_key,
     log_key,
@@ -180,11 +181,12 @@ class KeyHistory:
         self._archive = archive  # where offsets older than the stream's first are read
 
     async def read(self, topic: str, partition: int, key: bytes, *, low: str, high: str,
-                   limit: int, newest_first: bool) -> list[StoredEntry]:
-        """Up to ``limit`` of the key's entries with offsets in [low, high] (``-``/``+`` open,
-        ``(`` exclusive), oldest or newest first, archived ones read from their segments; entries
-        retention removed are never returned."""
-        keys: list[str | bytes] = [key_index_key(topic, partition, key), log_key(topic, partition),
+                   limit: int, newest_first: bool, key_space: bytes = b"") -> list[StoredEntry]:
+        """Up to ``limit`` of the key's entries in ``key_space`` with offsets in [low, high]
+        (``-``/``+`` open, ``(`` exclusive), oldest or newest first, archived ones read from their
+        segments; entries retention removed are never returned."""
+        index = key_index_key(topic, partition, key_identity(key_space, key))
+        keys: list[str | bytes] = [index, log_key(topic, partition),
                                    segments_key(topic, partition)]
         args = [low, high, limit, 1 if newest_first else 0]
         slot = slot_of(topic, partition)

@@ -44,6 +44,34 @@ def key_index_key(topic: str, partition: int, key: bytes) -> bytes:
     return b"%s:key:%s" % (_tagged(topic, partition), key)
 
 
+# A key's identity within its key space (docs/security.md, "Key spaces"): the key itself in the
+# empty space (unfiltered writers; data stored before spaces existed), else the marker, the space
+# and the separator before the key. Published keys are UTF-8, which never holds the marker byte, so
+# no key of the empty space can pass for a spaced one; a space holds no separator byte, so one
+# space's identities never fall inside another's range, even where one space prefixes the other.
+KEY_SPACE_MARKER = b"\xff"
+KEY_SPACE_SEPARATOR = b"\x00"
+
+
+def key_identity(space: bytes, key: bytes) -> bytes:
+    """What a key's state (index, compaction, snapshot page) is kept under in ``space``."""
+    if not space:
+        return key
+    if KEY_SPACE_SEPARATOR in space:
+        raise ValueError("a key space holds no separator byte")
+    return KEY_SPACE_MARKER + space + KEY_SPACE_SEPARATOR + key
+
+
+def key_space_range(topic: str, partition: int, space: bytes) -> tuple[bytes, bytes]:
+    """ZRANGEBYLEX bounds of the registry members (index names) of ``space``: every index for the
+    empty space, else from the space's first identity (inclusive) to the next byte string after
+    all of them (exclusive)."""
+    if not space:
+        return b"-", b"+"
+    prefix = key_index_key(topic, partition, key_identity(space, b""))
+    return b"[" + prefix, b"(" + prefix[:-1] + bytes([prefix[-1] + 1])
+
+
 def key_registry_key(topic: str, partition: int) -> str:
     """The sorted set of a partition's key indexes, scored by the ms of each one's newest entry."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:keys"

@@ -50,7 +50,9 @@ class Records:
     every record or one per record; ``headers`` and ``idempotency_keys`` are None when no record has
     any (the common publish, which then costs no object per record). ``batch_key`` (without
     per-record keys) makes the whole batch idempotent: each partition's records are written once,
-    under one marker, and a retry of the same batch answers their first offsets.
+    under one marker, and a retry of the same batch answers their first offsets. ``key_space``
+    is the key space whose key state (indexes, expected positions) the records' keys reach: one
+    per batch, a batch comes from one writer (``storage.keys.key_identity``).
     """
 
     partitions: list[int]
@@ -60,6 +62,7 @@ class Records:
     headers: Sequence[Mapping[str, str]] | None = None
     idempotency_keys: list[str | None] | None = None
     batch_key: str | None = None
+    key_space: bytes = b""
 
     def __len__(self) -> int:
         return len(self.values)
@@ -79,13 +82,15 @@ class Records:
         """Several batches as one, in order."""
         if len(batches) == 1:
             return batches[0]
+        if len({b.key_space for b in batches}) > 1:
+            raise ValueError("batches of two key spaces are never joined")
         batches = [b.with_record_keys() for b in batches]
         return cls([p for b in batches for p in b.partitions],
                    [v for b in batches for v in b.values], [k for b in batches for k in b.keys],
                    [f for b in batches for f in b.format_column()],
                    _joined_column([b.headers for b in batches], [len(b) for b in batches], {}),
                    _joined_column([b.idempotency_keys for b in batches], [len(b) for b in batches],
-                                  None))
+                                  None), key_space=batches[0].key_space)
 
     def with_record_keys(self) -> Records:
         """The same records with a batch key turned into per-record keys ``<batch key>:<i>`` (for
@@ -93,7 +98,8 @@ class Records:
         if self.batch_key is None:
             return self
         keys: list[str | None] = [f"{self.batch_key}:{i}" for i in range(len(self.values))]
-        return Records(self.partitions, self.values, self.keys, self.formats, self.headers, keys)
+        return Records(self.partitions, self.values, self.keys, self.formats, self.headers, keys,
+                       key_space=self.key_space)
 
     def format_column(self) -> list[ValueFormat]:
         """Each record's value format."""
@@ -105,14 +111,14 @@ class Records:
         values, keys, partitions = self.values, self.keys, self.partitions
         return Records([partitions[i] for i in indexes], [values[i] for i in indexes],
                        [keys[i] for i in indexes], *self._other_columns(indexes),
-                       self.batch_key)
+                       self.batch_key, self.key_space)
 
     def partition_of(self, partition: int, indexes: Sequence[int], values: list[bytes],
                      keys: list[bytes | None]) -> Records:
         """One partition's records, at ``indexes``, with their values and keys already taken (as
         ``split_by_partition`` gives them)."""
         return Records([partition] * len(values), values, keys, *self._other_columns(indexes),
-                       self.batch_key)
+                       self.batch_key, self.key_space)
 
     def _other_columns(self, indexes: Sequence[int]) -> _OtherColumns:
         formats, headers, idempotency_keys = self.formats, self.headers, self.idempotency_keys

@@ -58,10 +58,11 @@ class StreamStore(Protocol):
         ...
 
     async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
-                          high: str = "+", limit: int = 100,
-                          newest_first: bool = False) -> list[StoredEntry]:
-        """Up to ``limit`` of a key's retained entries with offsets in [low, high] (``-``/``+``
-        open, a leading ``(`` exclusive), from the key's index (a topic with ``key_index``)."""
+                          high: str = "+", limit: int = 100, newest_first: bool = False,
+                          key_space: bytes = b"") -> list[StoredEntry]:
+        """Up to ``limit`` of a key's retained entries in ``key_space`` with offsets in [low, high]
+        (``-``/``+`` open, a leading ``(`` exclusive), from the key's index (a topic with
+        ``key_index``)."""
         ...
 
     async def snapshot_offset(self, topic: str, partition: int) -> str:
@@ -69,11 +70,12 @@ class StreamStore(Protocol):
         ...
 
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str,
-                            after: str | None = None, limit: int = 100,
-                            lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
-        """One page of a compacted partition's newest values as of ``as_of`` and the next page's
-        cursor (None at the end); ``SnapshotExpired`` once messages written after ``as_of`` are
-        older than ``lag_ms``."""
+                            after: str | None = None, limit: int = 100, lag_ms: int,
+                            key_space: bytes = b"") -> tuple[str | None, list[StoredEntry]]:
+        """One page of a compacted partition's newest values as of ``as_of`` (the keys of
+        ``key_space``; every space's for the empty one) and the next page's cursor (None at the
+        end); ``SnapshotExpired`` once messages written after ``as_of`` are older than
+        ``lag_ms``."""
         ...
 
     async def last_offset(self, topic: str, partition: int) -> str | None:

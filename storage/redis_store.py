@@ -217,18 +217,19 @@ class RedisStreamStore:
             memory.check_room(topic, partitions, self.router.node_for_slot)
 
     async def key_history(self, topic: str, partition: int, key: bytes, *, low: str = "-",
-                          high: str = "+", limit: int = 100,
-                          newest_first: bool = False) -> list[StoredEntry]:
-        """Up to ``limit`` of a key's retained entries with offsets in [low, high] (``-``/``+``
-        open, a leading ``(`` exclusive), from its index (never a scan of the partition), archived
-        ones from their segments."""
+                          high: str = "+", limit: int = 100, newest_first: bool = False,
+                          key_space: bytes = b"") -> list[StoredEntry]:
+        """Up to ``limit`` of a key's retained entries in ``key_space`` with offsets in [low, high]
+        (``-``/``+`` open, a leading ``(`` exclusive), from its index (never a scan of the
+        partition), archived ones from their segments."""
         for bound in (low, high):
             if bound not in ("-", "+"):
                 validate_offset(bound.removeprefix("("))
         if limit <= 0:
             return []
         return await KeyHistory(self.router, self._lanes, self._archive).read(
-            topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first)
+            topic, partition, key, low=low, high=high, limit=limit, newest_first=newest_first,
+            key_space=key_space)
 
     async def snapshot_offset(self, topic: str, partition: int) -> str:
         """The offset a snapshot taken now is as of (the partition's newest ever, '0-0' when
@@ -236,15 +237,17 @@ class RedisStreamStore:
         return await Compaction(self.router, self._lanes).snapshot_offset(topic, partition)
 
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str,
-                            after: str | None = None, limit: int = 100,
-                            lag_ms: int) -> tuple[str | None, list[StoredEntry]]:
+                            after: str | None = None, limit: int = 100, lag_ms: int,
+                            key_space: bytes = b"") -> tuple[str | None, list[StoredEntry]]:
         """One page of a compacted partition's snapshot: the newest value at or before ``as_of``
-        of up to ``limit`` keys after the cursor ``after``, and the next page's cursor (None at the
-        end). ``SnapshotExpired`` once messages written after ``as_of`` are older than ``lag_ms``;
-        ``ValueError`` for a cursor that is not one."""
+        of up to ``limit`` keys of ``key_space`` (every space's for the empty one) after the
+        cursor ``after``, and the next page's cursor (None at the end). ``SnapshotExpired`` once
+        messages written after ``as_of`` are older than ``lag_ms``; ``ValueError`` for a cursor
+        that is not one."""
         validate_offset(as_of)
         return await Compaction(self.router, self._lanes).snapshot_page(
-            topic, partition, after=after, as_of=as_of, limit=limit, lag_ms=lag_ms)
+            topic, partition, after=after, as_of=as_of, limit=limit, lag_ms=lag_ms,
+            key_space=key_space)
 
     async def read(
         self,

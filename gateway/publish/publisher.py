@@ -81,14 +81,16 @@ _Acks0Item = tuple[TopicMetadata, Records, list[int | None] | None, int]
 
 
 def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader,
-          scope: str) -> Records:
+          scope: str, key_space: bytes = b"") -> Records:
     """Choose each message's partition: explicit, else by key, else by idempotency key, else sticky.
 
     Idempotency keys are stored behind ``scope``, the publishing principal's name space
-    (``principal_scope``), so no other principal's key can match them. A batch idempotent as a
-    whole (``batch_key``) puts its keyless messages where its key hashes, so that a retry splits
-    over the partitions as the first attempt did; with acks=0 (joined with other batches before
-    the write) its messages get keys of their own, ``<batch key>:<i>``.
+    (``principal_scope``), so no other principal's key can match them; message keys' state is
+    kept in ``key_space``, the publishing principal's tenant's (``storage.keys.key_identity``). A
+    batch idempotent as a whole (``batch_key``) puts its keyless messages where its key hashes,
+    so that a retry splits over the partitions as the first attempt did; with acks=0 (joined
+    with other batches before the write) its messages get keys of their own,
+    ``<batch key>:<i>``.
     """
     idempotency_keys = batch.idempotency_keys
     if batch.partitions is None and idempotency_keys is None:
@@ -104,7 +106,7 @@ def place(batch: PublishBatch, topic: TopicMetadata, spreader: KeylessSpreader,
     scoped = None if idempotency_keys is None else [None if key is None else scope + key
                                                      for key in idempotency_keys]
     records = Records(partitions, batch.values, batch.keys, batch.formats, batch.headers, scoped,
-                      None if batch.batch_key is None else scope + batch.batch_key)
+                      None if batch.batch_key is None else scope + batch.batch_key, key_space)
     return records.with_record_keys() if batch.acks == "0" else records
 
 
@@ -306,16 +308,16 @@ class Publisher:
 
     async def _drain_acks0(self) -> None:
         """The acks=0 writer: in rounds, each the first queued batch and those queued behind it (up
-        to ``ACKS0_ROUND_MESSAGES``), one write per topic, the topics' writes at once. One batch per
-        round trip was the limit before: under load acks=0 wrote slower than acks=1 and answered 503
-        (its queue full)."""
+        to ``ACKS0_ROUND_MESSAGES``), one write per topic and key space (a write has one), the
+        writes at once. One batch per round trip was the limit before: under load acks=0 wrote
+        slower than acks=1 and answered 503 (its queue full)."""
         while True:
             batches = await self._acks0_round()
             try:
-                by_topic: dict[str, list[_Acks0Item]] = {}
+                writes: dict[tuple[str, bytes], list[_Acks0Item]] = {}
                 for item in batches:
-                    by_topic.setdefault(item[0].name, []).append(item)
-                await asyncio.gather(*(self._write_acks0(items) for items in by_topic.values()))
+                    writes.setdefault((item[0].name, item[1].key_space), []).append(item)
+                await asyncio.gather(*(self._write_acks0(items) for items in writes.values()))
             finally:
                 for topic, _, _, size in batches:
                     self.queued_bytes -= size
@@ -332,8 +334,9 @@ class Publisher:
         return batches
 
     async def _write_acks0(self, batches: list[_Acks0Item]) -> None:
-        """One topic's queued batches as one write, in queue order (so each partition keeps it); a
-        failure loses them all, counted (``acks0_lost``) and logged, never silently."""
+        """One topic's queued batches of one key space as one write, in queue order (so each
+        partition keeps each writer's); a failure loses them all, counted (``acks0_lost``) and
+        logged, never silently."""
         topic = batches[0][0]
         count = sum(len(records) for _, records, _, _ in batches)
         try:

@@ -8,12 +8,15 @@ import binascii
 
 from aiohttp import web
 
+from gateway.auth.gatekeeper import gatekeeper_of, principal_of
 from gateway.documents import entry_document
 from gateway.errors import invalid_field
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.responses import json_response
 from gateway.routes.messages import DEFAULT_REPLAY_LIMIT, int_param, partition_param, reader_of
+from gateway.routes.tenancy import key_space_of
 from partitioner.hashing import partition_for
+from partitioner.topics import TopicMetadata
 from storage.models import StoredEntry
 
 ORDERS = ("asc", "desc")
@@ -21,12 +24,14 @@ ORDERS = ("asc", "desc")
 
 async def key_history(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic}/history?key=|key_b64=&from=&from_time_ms=&limit=&order=&partition=
-    -> the key's messages and the offset to continue from."""
+    -> the key's messages and the offset to continue from (the key of the caller's key space:
+    another tenant's reads as a key nobody wrote)."""
     services, topic, visible, limited = await reader_of(request)
     key = _key_param(request)
     if not topic.key_index:
         raise invalid_field("/key", f"topic {topic.name!r} keeps no key index (create it with "
                                     "\"key_index\": true)")
+    space = _caller_space(request, topic, "key history")
     raw_partition = request.query.get("partition")
     partition = (partition_for(key, topic.partitions) if raw_partition is None
                  else partition_param(raw_partition, topic))
@@ -38,12 +43,17 @@ async def key_history(request: web.Request) -> web.Response:
     newest_first = order == "desc"
     low, high = _bounds(request, newest_first)
     entries = await services.store.key_history(topic.name, partition, key, low=low, high=high,
-                                               limit=limit, newest_first=newest_first)
+                                               limit=limit, newest_first=newest_first,
+                                               key_space=space)
     return json_response({"partition": partition,
                           "messages": [entry_document(e) for e in entries
                                        if visible.matches(e.headers)],
                           "next_offset": _next_offset(entries, low, limit, newest_first)},
                          headers=limited)
+
+
+def _caller_space(request: web.Request, topic: TopicMetadata, action: str) -> bytes:
+    return key_space_of(gatekeeper_of(request), principal_of(request), topic, action)
 
 
 def _key_param(request: web.Request) -> bytes:
@@ -89,12 +99,14 @@ def _next_offset(entries: list[StoredEntry], low: str, limit: int,
 
 async def snapshot(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic}/partitions/{p}/snapshot?as_of=&after=&limit= -> the newest value of
-    every key of a compacted partition as of one offset, a page at a time."""
+    every key of a compacted partition as of one offset, a page at a time (the keys of the
+    caller's key space; every space's for an unfiltered caller)."""
     services, topic, visible, limited = await reader_of(request)
     partition = partition_param(request.match_info["partition"], topic)
     if not topic.compact:
         raise invalid_field("/topic", f"topic {topic.name!r} is not compacted (create it with "
                                       "\"compact\": true): replay reads it instead")
+    space = _caller_space(request, topic, "a snapshot")
     limit = int_param(request, "limit", 1,
                       services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
     as_of = request.query.get("as_of")
@@ -106,7 +118,7 @@ async def snapshot(request: web.Request) -> web.Response:
     try:
         after, entries = await services.store.snapshot_page(
             topic.name, partition, as_of=as_of, after=request.query.get("after"), limit=limit,
-            lag_ms=topic.retention_ms)
+            lag_ms=topic.retention_ms, key_space=space)
     except ValueError:
         raise invalid_field("/after", "'after' is not a cursor this route gave") from None
     return json_response({"partition": partition, "as_of": as_of,

@@ -23,6 +23,7 @@ from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
+from gateway.routes.tenancy import key_space_of
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
@@ -111,7 +112,8 @@ async def _place_and_write(services: Services, topic: TopicMetadata, batch: Publ
         index = next(i for i, due in enumerate(batch.due_ms) if due is not None)
         raise invalid_field(f"/messages/{index}", f"topic {topic.name!r} keeps key indexes: it "
                             "takes no delayed messages (they would join the stream outside them)")
-    records = place(batch, topic, services.spreader, principal_scope(principal.name))
+    records = place(batch, topic, services.spreader, principal_scope(principal.name),
+                    _key_space(gatekeeper, principal, topic, batch))
     metrics = services.metrics
     if batch.acks == "0":
         await services.publisher.enqueue_waiting(topic, records, batch.due_ms, batch.value_bytes)
@@ -121,7 +123,8 @@ async def _place_and_write(services: Services, topic: TopicMetadata, batch: Publ
         return json_response({"accepted": len(records)}, status=202, headers=throttled)
     conditions = None
     if batch.conditional:
-        _refuse_filtered(gatekeeper, principal)
+        if batch.expected_last_offset is not None:
+            _refuse_filtered(gatekeeper, principal)
         conditions = _conditions(batch, topic, records.partitions)
     results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms,
                                                conditions)
@@ -139,13 +142,22 @@ def _refuse_while_growing(topic: TopicMetadata, retry_after_s: float) -> None:
                           "publishes resume in a moment", min(retry_after_s, 1))
 
 
+def _key_space(gatekeeper: Gatekeeper, principal: Principal, topic: TopicMetadata,
+               batch: PublishBatch) -> bytes:
+    """The key space a batch's keys reach: its writer's, on a topic that keeps key state."""
+    if not topic.key_index or all(key is None for key in batch.keys):
+        return b""
+    return key_space_of(gatekeeper, principal, topic, "a keyed publish")
+
+
 def _refuse_filtered(gatekeeper: Gatekeeper, principal: Principal) -> None:
-    """A position counts every tenant's messages: expecting one would tell a filtered principal of
-    other tenants' writes, and let it block theirs. Refused."""
+    """A partition's position counts every tenant's messages: expecting one would tell a filtered
+    principal of other tenants' writes, and let it block theirs. Refused (a key's position is
+    its own tenant's: ``expected_offset`` is checked in its key space)."""
     if gatekeeper.forced_headers(principal):
-        raise Forbidden(f"{principal.name!r} writes through a forced header filter; conditional "
-                        "appends are not available to it: positions count other tenants' "
-                        "messages")
+        raise Forbidden(f"{principal.name!r} writes through a forced header filter; "
+                        "'expected_last_offset' is not available to it: a partition's position "
+                        "counts other tenants' messages")
 
 
 def _conditions(batch: PublishBatch, topic: TopicMetadata, partitions: list[int]) -> Conditions:

@@ -1,11 +1,17 @@
-"""Groups and forced header filters: every member of a group reads through one filter, and a
-filtered principal administers only groups bound to its own filter (docs/security.md)."""
+"""Groups and forced header filters: every member of a group reads through one filter, a filtered
+principal administers only groups bound to its own filter, and its keys' state is kept in its own
+key space (docs/security.md)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
 
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import Gatekeeper
 from gateway.auth.principal import Principal
+from gateway.errors import Problem
 from gateway.services import Services
 from partitioner.topics import TopicMetadata
 
@@ -37,3 +43,28 @@ async def require_own_group(services: Services, gatekeeper: Gatekeeper, principa
         raise Forbidden(f"{principal.name!r} works through a forced header filter; {action} is "
                         f"allowed only on a group its own filter's members joined, and group "
                         f"{group!r} on topic {topic.name!r} is not one")
+
+
+def key_space(forced: Mapping[str, str]) -> bytes:
+    """The key space of a principal reading and writing through ``forced`` headers: its
+    ``name=value`` pairs in name order, joined by the unit separator; empty for an unfiltered
+    principal. Names hold no ``=``; values are JSON-escaped, so they hold no control byte and no
+    two filters share a space."""
+    return b"\x1f".join(b"%s=%s" % (name.encode(), orjson.dumps(value)[1:-1])
+                         for name, value in sorted(forced.items()))
+
+
+def key_space_of(gatekeeper: Gatekeeper, principal: Principal, topic: TopicMetadata,
+                 action: str) -> bytes:
+    """The key space ``principal``'s ``action`` reaches on ``topic`` (one that keeps key state);
+    409 for a filtered principal on a topic stored before key spaces, where every tenant's keys
+    share one space. Decided by the topic alone: no key is consulted."""
+    forced = gatekeeper.forced_headers(principal)
+    if not forced:
+        return b""
+    if not topic.key_spaces:
+        raise Problem(409, "key-spaces-required", "Key spaces required",
+                      f"topic {topic.name!r} predates tenant key spaces: its keys are shared by "
+                      f"every tenant, so {action} is refused to a principal with a forced header "
+                      "filter; recreate the topic to give each tenant its own keys")
+    return key_space(forced)

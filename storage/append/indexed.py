@@ -22,6 +22,7 @@ from storage.keys import (
     batch_dedup_key,
     compaction_key,
     dedup_key,
+    key_identity,
     key_index_key,
     key_registry_key,
     log_key,
@@ -213,8 +214,10 @@ class IndexedAppendCall:
 
     def _index_places(self, keys: list[str | bytes], expected: list[str | None] | None
                       ) -> list[str]:
-        """Each record's key index's place in KEYS ("0": none), appending each key's once."""
+        """Each record's key index's place in KEYS ("0": none), appending each key's once: the
+        index of the key's identity in the records' key space."""
         topic, partition, every = self.topic, self.partition, self.options.key_index
+        space = self.records.key_space
         places: dict[bytes, str] = {}
         indexes = []
         for i, key in enumerate(self.records.keys):
@@ -223,7 +226,7 @@ class IndexedAppendCall:
                 continue
             place = places.get(key)
             if place is None:
-                keys.append(key_index_key(topic, partition, key))
+                keys.append(key_index_key(topic, partition, key_identity(space, key)))
                 place = places[key] = str(len(keys))
             indexes.append(place)
         return indexes

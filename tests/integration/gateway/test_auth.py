@@ -297,18 +297,23 @@ async def test_tenant_reads_only_its_own_history(secured: Client, topic_name: st
                                       json={"messages": [{"key": "shared", "value": tenant}]},
                                       headers=as_tenant(tenant))
         assert response.status == 200
+    b_offset = (await response.json())["results"][0]["offset"]
     history = await secured.get(f"/v1/topics/{topic_name}/history?key=shared",
                                 headers=as_tenant("b"))
     assert [m["value"] for m in (await history.json())["messages"]] == ["b"]
-    # a position involves every tenant's messages: it would tell b of a's, and let b block a
-    for body in ({"messages": [{"key": "shared", "value": 1, "expected_offset": "none"}]},
-                 {"expected_last_offset": "none", "messages": [{"value": 1}]}):
-        refused = await secured.post(f"/v1/topics/{topic_name}/messages", json=body,
-                                     headers=as_tenant("b"))
-        assert refused.status == 403
-        assert "forced header filter" in (await refused.json())["detail"]
+    # a key's position is the tenant's own key's; a partition's involves every tenant's messages:
+    # it would tell b of a's, and let b block a
+    moved = await secured.post(f"/v1/topics/{topic_name}/messages", headers=as_tenant("b"),
+                               json={"messages": [{"key": "shared", "value": 1,
+                                                   "expected_offset": "none"}]})
+    assert (moved.status, (await moved.json())["current"]) == (409, b_offset)
+    refused = await secured.post(f"/v1/topics/{topic_name}/messages", headers=as_tenant("b"),
+                                 json={"expected_last_offset": "none", "messages": [{"value": 1}]})
+    assert refused.status == 403
+    assert "forced header filter" in (await refused.json())["detail"]
+    # each tenant's keys are its own: an unfiltered reader's key is the unfiltered writers'
     everything = await secured.get(f"/v1/topics/{topic_name}/history?key=shared", headers=ADMIN)
-    assert [m["value"] for m in (await everything.json())["messages"]] == ["a", "b"]
+    assert (await everything.json())["messages"] == []
 
 
 async def test_websocket_authenticates_by_header(secured: Client, topic: str) -> None:
