@@ -204,14 +204,19 @@ def storage_full(exc: StorageFull) -> Problem:
                    retry_after_s=exc.retry_after_s, extra=extra)
 
 
-def condition_failed(exc: ConditionFailed) -> Problem:
-    """409 for a conditional append whose expectation did not hold, pointing at it."""
+def condition_failed(exc: ConditionFailed, reveal_current: bool = True) -> Problem:
+    """409 for a conditional append whose expectation did not hold, pointing at it; the current
+    position only when ``reveal_current`` (a caller that may read the topic)."""
     pointer = ("/expected_last_offset" if exc.index is None
                else f"/messages/{exc.index}/expected_offset")
-    return Problem(409, "unexpected-offset", "Expected offset does not match", exc.message,
-                   pointer=pointer,
-                   extra={"partition": exc.partition, "index": exc.index,
-                          "expected": exc.expected, "current": exc.current})
+    extra = {"partition": exc.partition, "index": exc.index, "expected": exc.expected}
+    if reveal_current:
+        extra["current"] = exc.current
+    detail = exc.message if reveal_current else (
+        f"partition {exc.partition}: the expected offset {exc.expected} does not match (the "
+        "current one is told only to a caller that may read the topic)")
+    return Problem(409, "unexpected-offset", "Expected offset does not match", detail,
+                   pointer=pointer, extra=extra)
 
 
 def problem_response(problem: Problem, instance: str) -> web.Response:

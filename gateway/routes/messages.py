@@ -14,7 +14,14 @@ from gateway.auth.gatekeeper import Gatekeeper, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.filters import HeaderFilter
 from gateway.documents import entry_document
-from gateway.errors import Problem, invalid_field, rate_limited, too_large, unavailable
+from gateway.errors import (
+    Problem,
+    condition_failed,
+    invalid_field,
+    rate_limited,
+    too_large,
+    unavailable,
+)
 from gateway.observe.tracing import TRACEPARENT, incoming_context, publish_span, spans_on
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.publish.headers import stored_header_bytes
@@ -27,6 +34,7 @@ from gateway.routes.tenancy import key_space_of
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
+from storage.errors import ConditionFailed
 from storage.models import Acks, Appended, Conditions, ScheduledResult, StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -126,8 +134,13 @@ async def _place_and_write(services: Services, topic: TopicMetadata, batch: Publ
         if batch.expected_last_offset is not None:
             _refuse_filtered(gatekeeper, principal)
         conditions = _conditions(batch, topic, records.partitions)
-    results = await services.publisher.publish(topic, records, ACKS[batch.acks], batch.due_ms,
-                                               conditions)
+    try:
+        results = await services.publisher.publish(topic, records, ACKS[batch.acks],
+                                                   batch.due_ms, conditions)
+    except ConditionFailed as exc:
+        # a publish-only caller learns nothing of positions it may not read
+        raise condition_failed(exc, gatekeeper.may_see(principal, topic.name,
+                                                       (Action.SUBSCRIBE,))) from None
     _count_heat(services, topic, records.partitions, records.keys)
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)

@@ -25,6 +25,7 @@ from gateway.settings import GatewaySettings
 Client = TestClient[Any, Any]
 SECRET = "t" * 40
 ADMIN_KEY, OUTSIDER_KEY = "sgk_admin-key-for-tests", "sgk_outsider-key-for-tests"
+WRITER_KEY = "sgk_publish-only-key-for-tests"
 CONFIG = f'''
 [jwt]
 algorithms = ["HS256"]
@@ -40,6 +41,10 @@ sha256 = "{hash_api_key(ADMIN_KEY)}"
 principal = "outsider"
 sha256 = "{hash_api_key(OUTSIDER_KEY)}"
 
+[[api_keys]]
+principal = "writer"
+sha256 = "{hash_api_key(WRITER_KEY)}"
+
 [[rules]]
 principals = ["admin"]
 topics = ["*"]
@@ -49,6 +54,11 @@ actions = ["publish", "subscribe", "admin"]
 principals = ["outsider"]
 topics = ["outsider-*"]
 actions = ["subscribe"]
+
+[[rules]]
+principals = ["writer"]
+topics = ["it-*"]
+actions = ["publish"]
 
 [[rules]]
 principals = ["claim:tenant=a", "claim:tenant=b"]
@@ -314,6 +324,25 @@ async def test_tenant_reads_only_its_own_history(secured: Client, topic_name: st
     # each tenant's keys are its own: an unfiltered reader's key is the unfiltered writers'
     everything = await secured.get(f"/v1/topics/{topic_name}/history?key=shared", headers=ADMIN)
     assert (await everything.json())["messages"] == []
+
+
+async def test_a_publish_only_principal_learns_no_position_from_a_409(
+        secured: Client, topic_name: str) -> None:
+    created = await secured.post("/v1/topics", json={"name": topic_name, "partitions": 1,
+                                                     "key_index": True}, headers=ADMIN)
+    assert created.status == 201
+    await secured.post(f"/v1/topics/{topic_name}/messages", headers=ADMIN,
+                       json={"messages": [{"key": "k", "value": 1}]})
+    conditional = {"messages": [{"key": "k", "value": 2, "expected_offset": "none"}]}
+    blind = await secured.post(f"/v1/topics/{topic_name}/messages", json=conditional,
+                               headers=as_key(WRITER_KEY))
+    told = await secured.post(f"/v1/topics/{topic_name}/messages", json=conditional,
+                              headers=ADMIN)
+    blind_doc, told_doc = await blind.json(), await told.json()
+    assert (blind.status, told.status) == (409, 409)
+    assert "current" not in blind_doc
+    assert "-" not in blind_doc["detail"].replace("expected offset none", "")
+    assert told_doc["current"] != "none"
 
 
 async def test_websocket_authenticates_by_header(secured: Client, topic: str) -> None:
