@@ -185,7 +185,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                       settings.acks0_queue_bytes, settings.acks0_queue_wait_ms))
 
         growth = Growth(registry, cache, store, GrowthAcks(etcd, prefix=settings.etcd_prefix),
-                        pause_limit_s=settings.owner_lease_ttl_s + GROWTH_PAUSE_SLACK_S)
+                        pause_limit_s=settings.owner_lease_ttl_s + GROWTH_PAUSE_SLACK_S,
+                        node_id=settings.node_id)
         await stack.enter_async_context(GrowthPauses(cache, publisher.in_flight, growth,
                                                      settings.node_id))
 

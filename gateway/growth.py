@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+from collections import Counter
 from types import TracebackType
 
 from gateway.errors import unavailable
@@ -30,27 +32,41 @@ from storage.protocol import StreamStore
 log = logging.getLogger(__name__)
 
 ACK_POLL_S = 0.02
+# how often a gateway paused for a growth looks whether the gateway growing it is still alive
+GROWER_CHECK_S = 0.1
 EMPTY_FENCE = "0-0"
 
 
 class Growth:
-    """Grows topics for the PATCH route (one per gateway process)."""
+    """Grows topics for the PATCH route (one per gateway process, ``node_id`` its node's)."""
 
     def __init__(self, registry: TopicRegistry, cache: TopicCache, store: StreamStore,
-                 acks: PauseAcks, pause_limit_s: float) -> None:
+                 acks: PauseAcks, pause_limit_s: float, node_id: str = "") -> None:
         self._registry, self._cache, self._store, self.acks = registry, cache, store, acks
-        self.pause_limit_s = pause_limit_s
+        self.pause_limit_s, self.node_id = pause_limit_s, node_id
+        self.running: Counter[str] = Counter()  # the topics this process is growing now
 
     async def grow(self, name: str, partitions: int) -> TopicMetadata:
         """Grow ``name`` to ``partitions`` (or finish such a growth under way); 503 when some
         gateway did not pause in time (nothing changed then)."""
+        self.running[name] += 1
+        try:
+            return await self._grow(name, partitions)
+        finally:
+            self.running -= Counter({name: 1})  # drops the topic at 0
+
+    async def _grow(self, name: str, partitions: int) -> TopicMetadata:
         current = await self._registry.get(name)
         if current.growing_to is None and current.partitions == partitions:
             return current
         if current.growing_to is None:
-            current = await self._step(current.growing(partitions, time.time_ns() // 1_000_000))
+            current = await self._step(current.growing(partitions, time.time_ns() // 1_000_000,
+                                                       by=self.node_id or None))
         elif current.growing_to != partitions:
             raise ConcurrentModification(name)
+        elif current.growth_by != (self.node_id or None):
+            # finishing another gateway's growth: if that one dies, this one carries it on
+            current = await self._step(dataclasses.replace(current, growth_by=self.node_id or None))
         if not current.fenced:
             await self._wait_for_pauses(current)
             last = await self._store.last_offsets(name, range(current.partitions))
@@ -144,17 +160,28 @@ class GrowthPauses:
                     self._changed.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(),
-                                       self._growth.pause_limit_s if self._pending else None)
+                                       GROWER_CHECK_S if self._pending else None)
 
     async def _step(self, growing: TopicMetadata, acked: dict[str, int]) -> None:
         if acked.get(growing.name) != growing.version:
             await self._in_flight.drained(growing.name)
             await self._growth.acks.acknowledge(growing.name, self._node_id, growing.version)
             acked[growing.name] = growing.version
-        elif _stale(growing, self._growth.pause_limit_s * 2):
-            # the gateway that asked went away mid-way: publishes must not pause for good
-            log.warning("abandoning the stale growth of %s", growing.name)
+        elif await self._grower_gone(growing) or _stale(growing, self._growth.pause_limit_s * 2):
+            # the gateway growing it went away mid-way: publishes must not pause for good
+            log.warning("abandoning the growth of %s by %s: that gateway is gone", growing.name,
+                        growing.growth_by)
             await self._growth.abandon(growing)
+
+    async def _grower_gone(self, growing: TopicMetadata) -> bool:
+        """Whether the gateway growing the topic is known to be dead: its node key is gone (its
+        lease expired), or it is this process, which is not growing it (it restarted)."""
+        grower = growing.growth_by
+        if grower is None:
+            return False  # written before growths named their gateway: only the age tells
+        if grower == self._node_id:
+            return growing.name not in self._growth.running
+        return not await self._growth.acks.is_live(grower)
 
 
 def _stale(topic: TopicMetadata, older_than_s: float) -> bool:

@@ -22,7 +22,9 @@ __all__ = ["AssignmentStep", "GroupCoordinator", "plan_step"]
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_POLL_S = 1.0  # the coordinator re-reads partition_count() at least this often
+COORDINATOR_POLL_S = 1.0  # the coordinator re-reads the group at least this often
+# ...and partition_count() (no I/O) this often: a grown topic's partitions are handed out at once
+COUNT_CHECK_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class GroupCoordinator:
         self._initial_delay_s = initial_assignment_delay_s
         self._forming_since: float | None = None  # loop clock when coordination saw it empty
         self._look_again_s = COORDINATOR_POLL_S
+        self._planned_for: int | None = None  # the partition count of the last rebalance step
 
     @property
     def holds_key(self) -> bool:
@@ -134,15 +137,26 @@ class GroupCoordinator:
                     await backoff.sleep()
                     continue
                 backoff.reset()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self._look_again_s)
+                await self._wait_for_change()
         finally:
             self._revision = 0
+
+    async def _wait_for_change(self) -> None:
+        """Until the group changes, the partition count moves, or it is time to look again."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._look_again_s
+        while (left_s := until - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(COUNT_CHECK_S, left_s))
+                return
+            with contextlib.suppress(Exception):  # a failing count is logged by the next step
+                if self._partition_count() != self._planned_for:
+                    return
 
     async def _rebalance_step(self, state: GroupState, revision: int) -> None:
         """Write at most one generation towards the target; the resulting watch event brings the
         next step."""
-        partitions = self._read_partition_count()
+        partitions = self._planned_for = self._read_partition_count()
         if partitions is None:
             return
         self._look_again_s = COORDINATOR_POLL_S

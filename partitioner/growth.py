@@ -45,6 +45,10 @@ class GrowthAcks:
         """Forget a growth's acknowledgements (it finished or was abandoned)."""
         await self._conn.delete_prefix(self._topic_prefix(topic))
 
+    async def is_live(self, node_id: str) -> bool:
+        """Whether ``node_id``'s leased node key exists (gone: it died, or lost its lease)."""
+        return await self._conn.get(self._nodes + node_id.encode()) is not None
+
 
 class PauseAcks(Protocol):
     """Where pause acknowledgements live (etcd in production)."""
@@ -54,6 +58,8 @@ class PauseAcks(Protocol):
     async def waiting_for(self, topic: str, version: int) -> list[str]: ...
 
     async def clear(self, topic: str) -> None: ...
+
+    async def is_live(self, node_id: str) -> bool: ...
 
 
 class InMemoryGrowthAcks:
@@ -75,3 +81,7 @@ class InMemoryGrowthAcks:
     async def clear(self, topic: str) -> None:
         """Forget ``topic``'s acknowledgements."""
         self._acks = {k: v for k, v in self._acks.items() if k[0] != topic}
+
+    async def is_live(self, node_id: str) -> bool:
+        """Whether ``node_id`` is among the live nodes."""
+        return node_id in self.nodes

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import orjson
 
-from partitioner.backoff import MAX_BACKOFF_S, Backoff
+from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable, MembershipLost
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import DEFAULT_PREFIX, WatchEvent
@@ -203,8 +203,7 @@ class GroupMember:
                                                      deadline - sent)
             except (TimeoutError, CoordinationUnavailable) as exc:
                 log.warning("member %s: keepalive failed: %s", self.member_id, exc)
-                await asyncio.sleep(max(0.0, min(backoff.delay_s, deadline - loop.time())))
-                backoff.delay_s = min(backoff.delay_s * 2, MAX_BACKOFF_S)
+                await backoff.sleep(at_most_s=deadline - loop.time())
                 continue
             if remaining_s <= 0:
                 log.warning("member %s: etcd no longer knows our lease", self.member_id)

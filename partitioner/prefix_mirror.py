@@ -11,10 +11,10 @@ everything).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
+from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import StoredValue, WatchEvent
@@ -22,9 +22,6 @@ from partitioner.etcd.values import StoredValue, WatchEvent
 __all__ = ["PrefixMirror"]
 
 log = logging.getLogger(__name__)
-
-INITIAL_BACKOFF_S = 0.05
-MAX_BACKOFF_S = 1.0
 
 
 class PrefixMirror:
@@ -39,7 +36,7 @@ class PrefixMirror:
         self.revision = 0
         self._snapshot_revision = 0
         self.healthy = False
-        self._backoff_s = INITIAL_BACKOFF_S
+        self._backoff = Backoff()
 
     async def load(self) -> None:
         """Replace the mirror with a snapshot; ``CoordinationUnavailable`` if etcd does not
@@ -59,14 +56,13 @@ class PrefixMirror:
                 await self._reload()
                 continue
             except CoordinationUnavailable as exc:
-                log.warning("watch on %r lost: %s; retrying in %.2fs", self.prefix, exc,
-                            self._backoff_s)
-            await self._sleep_backoff()
+                log.warning("watch on %r lost: %s; retrying", self.prefix, exc)
+            await self._backoff.sleep()
 
     async def _follow_once(self) -> None:
         watch = await self._conn.watch_prefix(self.prefix, self.revision + 1)
         self.healthy = True
-        self._backoff_s = INITIAL_BACKOFF_S
+        self._backoff.reset()
         try:
             async for event in watch.events():
                 self.apply(event)
@@ -79,11 +75,7 @@ class PrefixMirror:
             await self.load()
         except CoordinationUnavailable as exc:
             log.warning("snapshot of %r failed: %s", self.prefix, exc)
-            await self._sleep_backoff()
-
-    async def _sleep_backoff(self) -> None:
-        await asyncio.sleep(self._backoff_s)
-        self._backoff_s = min(self._backoff_s * 2, MAX_BACKOFF_S)
+            await self._backoff.sleep()
 
     def apply(self, event: WatchEvent) -> None:
         """Apply one event (events the snapshot already holds are ignored) and tell the owner.

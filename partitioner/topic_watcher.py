@@ -6,6 +6,7 @@ import asyncio
 import logging
 from types import TracebackType
 
+from partitioner.backoff import MAX_BACKOFF_S, Backoff
 from partitioner.cache import TopicCache
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
 from partitioner.etcd.connection import EtcdConnection
@@ -30,13 +31,11 @@ class TopicWatcher:
     """
 
     def __init__(self, conn: EtcdConnection, cache: TopicCache, prefix: str = DEFAULT_PREFIX,
-                 initial_backoff_s: float = 0.1, max_backoff_s: float = 2.0) -> None:
+                 initial_backoff_s: float = 0.1, max_backoff_s: float = MAX_BACKOFF_S) -> None:
         self._conn = conn
         self._cache = cache
         self._topics_prefix = topics_prefix(prefix).encode()
-        self._initial_backoff_s = initial_backoff_s
-        self._max_backoff_s = max_backoff_s
-        self._backoff_s = initial_backoff_s
+        self._backoff = Backoff(initial_backoff_s, max_backoff_s)
         self._synced = asyncio.Event()
         self._progress = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
@@ -96,15 +95,15 @@ class TopicWatcher:
                 await self._reload_after_compaction()
                 continue
             except CoordinationUnavailable as exc:
-                log.warning("topic watch lost: %s; retrying in %.2fs", exc, self._backoff_s)
+                log.warning("topic watch lost: %s; retrying", exc)
             self._synced.clear()
-            await self._sleep_backoff()
+            await self._backoff.sleep()
 
     async def _follow(self) -> None:
         """Watch from the cache's revision until the watch ends or fails."""
         watch = await self._conn.watch_prefix(self._topics_prefix, self._cache.revision + 1)
         self._synced.set()
-        self._backoff_s = self._initial_backoff_s
+        self._backoff.reset()
         try:
             async for event in watch.events():
                 self._apply(event)
@@ -119,11 +118,7 @@ class TopicWatcher:
             await self._load_snapshot()
         except CoordinationUnavailable as exc:
             log.warning("topic snapshot reload failed: %s", exc)
-            await self._sleep_backoff()
-
-    async def _sleep_backoff(self) -> None:
-        await asyncio.sleep(self._backoff_s)
-        self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+            await self._backoff.sleep()
 
     def _apply(self, event: WatchEvent) -> None:
         if event.kind == "delete":

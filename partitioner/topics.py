@@ -42,13 +42,15 @@ class TopicMetadata:
     version: int = 0  # etcd mod_revision of the key; 0 before it is stored
     key_index: bool = False
     compact: bool = False
-    # while partitions grow: the count asked for and when (publishes pause until it is reached)
+    # while partitions grow: the count asked for, when, and by which gateway (publishes pause until
+    # it is reached; the others abandon it once that gateway's node key is gone)
     growing_to: int | None = None
     growth_since_ms: int | None = None
+    growth_by: str | None = None
+    epochs: tuple[Epoch, ...] = ()  # every growth so far, oldest first
     # each writer's key state kept in its tenant's key space (docs/security.md): every topic
     # created since spaces exist; False for one stored before, whose keys all share one space
     key_spaces: bool = False
-    epochs: tuple[Epoch, ...] = ()  # every growth so far, oldest first
 
     def to_json(self) -> bytes:
         """Serialise for etcd (the version is etcd's, not stored in the value)."""
@@ -63,9 +65,10 @@ class TopicMetadata:
                 "key_index": self.key_index,
                 "compact": self.compact,
                 "growth": (None if self.growing_to is None
-                           else {"to": self.growing_to, "since_ms": self.growth_since_ms}),
-                "key_spaces": self.key_spaces,
+                           else {"to": self.growing_to, "since_ms": self.growth_since_ms,
+                                 "by": self.growth_by}),
                 "epochs": [epoch.to_dict() for epoch in self.epochs],
+                "key_spaces": self.key_spaces,
             }
         )
 
@@ -86,6 +89,7 @@ class TopicMetadata:
             compact=bool(data.get("compact", False)),
             growing_to=None if growth is None else int(growth["to"]),
             growth_since_ms=None if growth is None else int(growth["since_ms"]),
+            growth_by=None if growth is None or growth.get("by") is None else str(growth["by"]),
             epochs=tuple(Epoch.from_dict(epoch) for epoch in data.get("epochs") or ()),
             key_spaces=bool(data.get("key_spaces", False)),
         )
@@ -103,14 +107,14 @@ class TopicMetadata:
                                         updated.max_length, updated.key_index, updated.compact))
         return updated
 
-    def growing(self, partitions: int, now_ms: int) -> TopicMetadata:
-        """The topic while publishes pause for a growth to ``partitions``; partitions may only
-        grow."""
+    def growing(self, partitions: int, now_ms: int, by: str | None = None) -> TopicMetadata:
+        """The topic while publishes pause for a growth to ``partitions`` asked of gateway ``by``;
+        partitions may only grow."""
         if partitions <= self.partitions:
             raise InvalidTopic(f"partitions may only grow: topic has {self.partitions}, asked for "
                                f"{partitions}", field="partitions")
         validate_settings(TopicSettings(self.name, partitions, self.retention_ms))
-        return replace(self, growing_to=partitions, growth_since_ms=now_ms)
+        return replace(self, growing_to=partitions, growth_since_ms=now_ms, growth_by=by)
 
     @property
     def fenced(self) -> bool:
@@ -130,12 +134,14 @@ class TopicMetadata:
         """The topic after its growth: the new count, publishes resume."""
         if self.growing_to is None or not self.fenced:
             raise ValueError("grown() needs a fenced growth")
-        return replace(self, partitions=self.growing_to, growing_to=None, growth_since_ms=None)
+        return replace(self, partitions=self.growing_to, growing_to=None, growth_since_ms=None,
+                       growth_by=None)
 
     def growth_abandoned(self) -> TopicMetadata:
         """The topic as before a growth that did not finish (its fences dropped)."""
         epochs = self.epochs[:-1] if self.fenced else self.epochs
-        return replace(self, growing_to=None, growth_since_ms=None, epochs=epochs)
+        return replace(self, growing_to=None, growth_since_ms=None, growth_by=None,
+                       epochs=epochs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,18 @@ log = logging.getLogger(__name__)
 # at once, instead of letting requests time out and watches fall silent
 REQUIRE_LEADER = (("hasleader", "true"),)
 
+# gRPC waits ever longer between reconnects to a member that is down (by default growing towards
+# minutes), and a call meanwhile fails without trying: a member back after an outage would only be
+# seen at the next attempt gRPC scheduled. Capped, with gRPC's own jitter on each wait, a restarted
+# member is seen within one short wait and a member that stays down costs few connection attempts.
+RECONNECT_BACKOFF_MS = 100
+MAX_RECONNECT_BACKOFF_MS = 500
+CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+    "grpc.min_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+    "grpc.max_reconnect_backoff_ms": MAX_RECONNECT_BACKOFF_MS,
+}
+
 
 @contextlib.contextmanager
 def etcd_errors(operation: str) -> Iterator[None]:
@@ -104,7 +116,9 @@ class TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd is untyped
     def __init__(self, host: str, port: int, timeout: float, tls: EtcdTls,
                  credentials: grpc.ChannelCredentials,
                  ) -> None:
-        options = {"grpc.ssl_target_name_override": tls.server_name} if tls.server_name else {}
+        options: dict[str, Any] = dict(CHANNEL_OPTIONS)
+        if tls.server_name:
+            options["grpc.ssl_target_name_override"] = tls.server_name
         super().__init__(host=host, port=port, timeout=timeout, options=options)
         self._credentials = credentials
 
@@ -128,7 +142,7 @@ def new_client(host: str, port: int, timeout_s: float, tls: EtcdTls | None,
     """An unconnected aetcd client (it connects on first use) that asks for a member with a
     leader."""
     if tls is None or credentials is None:
-        client = aetcd.Client(host=host, port=port, timeout=timeout_s)
+        client = aetcd.Client(host=host, port=port, timeout=timeout_s, options=CHANNEL_OPTIONS)
     else:
         client = TlsClient(host, port, timeout_s, tls, credentials)
     # aetcd has no parameter for call metadata; its calls send whatever this attribute holds

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, cast
 
+from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted, PartitionerError
 from partitioner.etcd.aetcd_client import (
     EtcdWatch,
@@ -32,8 +33,6 @@ __all__ = ["EtcdConnection", "open_etcd"]
 log = logging.getLogger(__name__)
 
 REVOKE_RETRY_S = 300.0  # how long a lease that could not be revoked is retried
-REVOKE_BACKOFF_S = 0.2  # between revocation attempts, doubling...
-REVOKE_BACKOFF_MAX_S = 1.0  # ...up to this: a recovered etcd is seen within about a second
 PING_KEY = b"/streamgate-ping"
 RETIRE_MARGIN_S = 1.0  # past the call timeout, before a replaced client is closed
 
@@ -246,17 +245,16 @@ class EtcdConnection:
 
     async def _revoke_until_done(self, lease_id: int) -> None:
         give_up_at = time.monotonic() + REVOKE_RETRY_S
-        delay_s = REVOKE_BACKOFF_S
+        backoff = Backoff()  # capped: a recovered etcd is seen within about half a second
         while self._client is not None:
             try:
                 await self.revoke_lease(lease_id)
                 log.info("revoked lease %x once etcd answered again", lease_id)
                 return
             except CoordinationUnavailable as exc:
-                if "not found" in str(exc) or time.monotonic() + delay_s > give_up_at:
+                if "not found" in str(exc) or time.monotonic() + backoff.delay_s > give_up_at:
                     return  # expired meanwhile, or it will expire on etcd's clock
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, REVOKE_BACKOFF_MAX_S)
+            await backoff.sleep()
 
     async def put_if_unchanged(self, key: bytes, value: bytes,
                                mod_revision: int) -> tuple[int | None, StoredValue | None]:
