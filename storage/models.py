@@ -68,14 +68,15 @@ class Records:
         return len(self.values)
 
     @classmethod
-    def of(cls, rows: Sequence[Record]) -> Records:
-        """Records given one object each, as columns."""
+    def of(cls, rows: Sequence[Record], key_space: bytes = b"") -> Records:
+        """Records given one object each, as columns, their keys in ``key_space``."""
         headers = [row.headers for row in rows]
         idempotency_keys = [row.idempotency_key for row in rows]
         return cls([row.partition for row in rows], [row.value for row in rows],
                    [row.key for row in rows], [row.value_format for row in rows],
                    headers if any(headers) else None,
-                   None if all(k is None for k in idempotency_keys) else idempotency_keys)
+                   None if all(k is None for k in idempotency_keys) else idempotency_keys,
+                   key_space=key_space)
 
     @classmethod
     def joined(cls, batches: Sequence[Records]) -> Records:

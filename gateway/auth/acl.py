@@ -137,5 +137,9 @@ class Acl:
                                          f"{principal.name!r}")
         return headers
 
+    def forced_header_names(self) -> frozenset[str]:
+        """Every header name some filter forces."""
+        return frozenset(name for forced in self._filters for name in forced.headers)
+
     def _rules_for(self, principal: Principal) -> Iterable[Rule]:
         return (rule for rule in self._rules if rule.applies_to(principal))

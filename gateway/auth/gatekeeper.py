@@ -105,6 +105,10 @@ class Gatekeeper:
         """Whether ``topic`` (and ``group``) may appear in a listing for ``principal``."""
         return self.acl.allows_any(principal, topic, actions, group)
 
+    def forced_header_names(self) -> frozenset[str]:
+        """Every header name a forced filter sets (a tenant's messages carry its values)."""
+        return self.acl.forced_header_names()
+
     def forced_headers(self, principal: Principal) -> dict[str, str]:
         """Headers every message ``principal`` reads or writes must carry ({} when unfiltered)."""
         try:

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gateway.delivery.dead_letters import dlq_name
 from gateway.offsets import predecessor
-from gateway.publish.publisher import internal_key
+from gateway.publish.publisher import append_options, internal_key
 from partitioner.hashing import partition_for
 from partitioner.topics import TopicMetadata
 from storage.groups_protocol import GroupStore
-from storage.models import Acks, AppendOptions, Record, StoredEntry
+from storage.models import Acks, Record, Records, StoredEntry
 from storage.protocol import StreamStore
 
 REDRIVE_GROUP = "sg-redrive"
@@ -41,10 +41,31 @@ def source_record(entry: StoredEntry, dlq_partition: int, source: TopicMetadata)
                                                entry.offset))
 
 
+# the key space a letter's key goes back to, from its headers (its writer's tenant)
+SpaceOf = Callable[[Mapping[str, str]], bytes]
+
+
+def _no_space(headers: Mapping[str, str]) -> bytes:
+    return b""
+
+
+async def _put_back(store: StreamStore, source: TopicMetadata, records: list[Record],
+                    space_of: SpaceOf, dedup_ttl_ms: int) -> None:
+    """Append letters' records, each batch in one key space (their writers' tenants')."""
+    by_space: dict[bytes, list[Record]] = {}
+    for record in records:
+        by_space.setdefault(space_of(record.headers or {}), []).append(record)
+    for space, rows in by_space.items():
+        # the source topic's own options: its key index, compaction and length
+        await store.append(source.name, Records.of(rows, key_space=space),
+                           append_options(source, Acks.LEADER, dedup_ttl_ms))
+
+
 async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata, dlq: TopicMetadata,
-                  max_messages: int, rate_per_s: int, dedup_ttl_ms: int) -> int:
-    """Move up to ``max_messages`` dead letters back, no faster than ``rate_per_s``; returns how
-    many."""
+                  max_messages: int, rate_per_s: int, dedup_ttl_ms: int,
+                  space_of: SpaceOf = _no_space) -> int:
+    """Move up to ``max_messages`` dead letters back, no faster than ``rate_per_s``, each key in
+    the key space ``space_of`` its headers; returns how many."""
     moved = 0
     started = time.monotonic()
     for partition in range(dlq.partitions):
@@ -55,8 +76,7 @@ async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata,
             if not entries:
                 break
             records = [source_record(entry, partition, source) for entry in entries]
-            await store.append(source.name, records,
-                               AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
+            await _put_back(store, source, records, space_of, dedup_ttl_ms)
             offsets = [entry.offset for entry in entries]
             await groups.ack(dlq.name, partition, REDRIVE_GROUP, offsets)
             await store.delete_entries(dlq.name, partition, offsets)
@@ -67,7 +87,8 @@ async def redrive(store: StreamStore, groups: GroupStore, source: TopicMetadata,
 
 async def redrive_one(store: StreamStore, source: TopicMetadata, dlq: TopicMetadata, partition: int,
                       offset: str, dedup_ttl_ms: int,
-                      required: Mapping[str, str] | None = None) -> bool:
+                      required: Mapping[str, str] | None = None,
+                      space_of: SpaceOf = _no_space) -> bool:
     """Move the dead letter at ``offset`` of the DLQ's ``partition`` back; False when there is no
     such letter (never one, or already moved) or it lacks one of the ``required`` headers (a
     filtered caller's tenant: another tenant's letter looks missing)."""
@@ -77,8 +98,8 @@ async def redrive_one(store: StreamStore, source: TopicMetadata, dlq: TopicMetad
         return False
     if any(found[0].headers.get(name) != value for name, value in (required or {}).items()):
         return False
-    await store.append(source.name, [source_record(found[0], partition, source)],
-                       AppendOptions(acks=Acks.LEADER, dedup_ttl_ms=dedup_ttl_ms))
+    await _put_back(store, source, [source_record(found[0], partition, source)], space_of,
+                    dedup_ttl_ms)
     await store.delete_entries(dlq.name, partition, [offset])
     return True
 

@@ -18,6 +18,7 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
 from gateway.routes.groups import puller_of
+from gateway.routes.tenancy import letter_spaces
 from gateway.services import services_of
 from partitioner.topics import TopicMetadata
 from storage.models import PurgeReport
@@ -92,18 +93,20 @@ async def redrive_dead_letters(request: web.Request) -> web.Response:
     moved = await redrive(services.store, puller_of(services).store, source, dlq,
                           max_messages=bounded_int(doc, "max_messages", 1000, 1, 100_000),
                           rate_per_s=bounded_int(doc, "rate_per_s", 1000, 1, 100_000),
-                          dedup_ttl_ms=services.settings.dedup_ttl_ms)
+                          dedup_ttl_ms=services.settings.dedup_ttl_ms,
+                          space_of=letter_spaces(gatekeeper, principal, source))
     return json_response({"redriven": moved})
 
 
 async def _redrive_one_letter(request: web.Request, source: TopicMetadata, dlq: TopicMetadata,
                               partition: int, offset: str) -> web.Response:
     """One letter back; 404 when there is none there, or none the caller's filter lets through."""
-    services = services_of(request)
-    required = gatekeeper_of(request).forced_headers(principal_of(request))
+    services, gatekeeper, principal = (services_of(request), gatekeeper_of(request),
+                                       principal_of(request))
+    required = gatekeeper.forced_headers(principal)
     if partition >= dlq.partitions or not await redrive_one(
             services.store, source, dlq, partition, offset, services.settings.dedup_ttl_ms,
-            required):
+            required, letter_spaces(gatekeeper, principal, source)):
         raise Problem(404, "dead-letter-not-found", "Dead letter not found",
                       f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
                       "redriven)")

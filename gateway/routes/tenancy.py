@@ -4,7 +4,7 @@ key space (docs/security.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -68,3 +68,18 @@ def key_space_of(gatekeeper: Gatekeeper, principal: Principal, topic: TopicMetad
                       f"every tenant, so {action} is refused to a principal with a forced header "
                       "filter; recreate the topic to give each tenant its own keys")
     return key_space(forced)
+
+
+def letter_spaces(gatekeeper: Gatekeeper, principal: Principal,
+                  topic: TopicMetadata) -> Callable[[Mapping[str, str]], bytes]:
+    """The key space each redriven letter's key goes back to on ``topic``: a filtered caller's
+    own; for an unfiltered one, its writer's tenant's, read from the forced headers it carries
+    (a filtered writer's messages always carry them)."""
+    if not (topic.key_index and topic.key_spaces):
+        return lambda headers: b""
+    forced = gatekeeper.forced_headers(principal)
+    if forced:
+        own = key_space(forced)
+        return lambda headers: own
+    names = gatekeeper.forced_header_names()
+    return lambda headers: key_space({name: headers[name] for name in names if name in headers})

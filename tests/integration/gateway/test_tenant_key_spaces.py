@@ -204,3 +204,22 @@ async def test_a_topic_from_before_key_spaces_refuses_tenants_key_state(secured:
     assert [m["value"] for m in (await history(secured, topic, ADMIN, "k"))["messages"]] == [
         "admin"]
     assert (await snapshot(secured, topic, ADMIN))[0] == {"k": "admin"}
+
+
+async def test_a_redriven_letter_goes_back_to_its_tenants_key_space(secured: Client) -> None:
+    topic = await new_topic(secured, key_index=True)
+    await publish(secured, topic, A, {"key": "cart", "value": "a1"})
+    await publish(secured, topic, B, {"key": "cart", "value": "b1"})
+    pulled = await secured.post("/v1/groups/ops/pull", json={"topic": topic, "max_messages": 10},
+                                headers=ADMIN)
+    receipts = [m["receipt"] for m in (await pulled.json())["messages"]]
+    rejected = await secured.post("/v1/groups/ops/reject", json={"receipts": receipts},
+                                  headers=ADMIN)
+    assert (await rejected.json()) == {"rejected": 2}
+    redriven = await secured.post(f"/v1/topics/{topic}/dlq/redrive", json={}, headers=ADMIN)
+    assert (await redriven.json()) == {"redriven": 2}
+    for tenant, who in (("a", A), ("b", B)):
+        history = await secured.get(f"/v1/topics/{topic}/history", params={"key": "cart"},
+                                    headers=who)
+        values = [m["value"] for m in (await history.json())["messages"]]
+        assert values == [f"{tenant}1", f"{tenant}1"], "the original and the redriven one"
