@@ -32,9 +32,12 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 FORGED = ("sg-dlq-reason", "SG-DLQ-Topic", "sg-dlq-", "sg-dlq-partition")
 
 
+DAY_S = 24 * 3600  # tokens made at import: they outlive a whole run
+
+
 def as_tenant(tenant: str) -> dict[str, str]:
     claims = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate",
-              "exp": int(time.time() + 300)}
+              "exp": int(time.time() + DAY_S)}
     return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
 
 

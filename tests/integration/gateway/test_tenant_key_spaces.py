@@ -33,9 +33,12 @@ CONFIG = "".join([
 ])
 
 
+DAY_S = 24 * 3600  # tokens made at import: they outlive a whole run
+
+
 def as_tenant(tenant: str) -> dict[str, str]:
     claims = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate",
-              "exp": int(time.time() + 300)}
+              "exp": int(time.time() + DAY_S)}
     return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
 
 
