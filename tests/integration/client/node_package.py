@@ -1,13 +1,16 @@
 """client/typescript as the tests see it: node and its dev dependencies required, ``npm run build``
-into dist/, commands run in the package with a kill-the-group timeout."""
+into dist/ under a lock shared by every test worker, commands run in the package with a
+kill-the-group timeout."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -44,11 +47,41 @@ def run(args: list[str], timeout_s: float, env: dict[str, str] | None = None,
     return subprocess.CompletedProcess(args, process.returncode, output)
 
 
-def build_package(report_missing: Callable[[str], NoReturn]) -> None:
-    """Compile the client to dist/ with the dev dependencies ``make node-deps`` installed."""
+BUILT_STAMP = PACKAGE / "node_modules" / ".dist-built"
+
+
+@contextmanager
+def dist_lock(exclusive: bool) -> Iterator[None]:
+    """dist/ held against the other test workers: a build empties it first, so whoever reads it
+    holds it shared and whoever builds or packs (``prepack`` builds) holds it alone."""
+    with open(PACKAGE / "node_modules" / ".dist.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def dist_is_current() -> bool:
+    if not (BUILT_STAMP.is_file() and (PACKAGE / "dist" / "index.js").is_file()):
+        return False
+    sources = [PACKAGE / "tsconfig.json", PACKAGE / "package.json",
+               *(PACKAGE / "src").rglob("*")]
+    return max(path.stat().st_mtime for path in sources) <= BUILT_STAMP.stat().st_mtime
+
+
+@contextmanager
+def built_package(report_missing: Callable[[str], NoReturn]) -> Iterator[None]:
+    """The client compiled to dist/ with the dev dependencies ``make node-deps`` installed, and
+    dist/ left as it is (no worker rebuilds it) until the block ends."""
     require_node_modules(report_missing)
-    built = run(["npm", "run", "build"], timeout_s=180)
-    assert built.returncode == 0, built.stdout
+    with dist_lock(exclusive=True):
+        if not dist_is_current():
+            built = run(["npm", "run", "build"], timeout_s=180)
+            assert built.returncode == 0, built.stdout
+            BUILT_STAMP.touch()
+    with dist_lock(exclusive=False):
+        yield
 
 
 def build_console(report_missing: Callable[[str], NoReturn]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import orjson
 import pytest
-from node_package import PACKAGE, build_package, require_node, run
+from node_package import PACKAGE, built_package, require_node, run
 from served import serve_gateway
 
 from gateway.auth.keys import hash_api_key, new_api_key
@@ -47,12 +47,12 @@ def trimmed_topic(url: str, redis_cluster: Any) -> str:
 def test_typescript_suite_passes_against_a_gateway(
         served_gateway: str, redis_cluster: Any, report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
-    build_package(report_missing)
     env = os.environ | {"STREAMGATE_URL": served_gateway, "NODE_NO_WARNINGS": "1",
                         "STREAMGATE_GAP": trimmed_topic(served_gateway, redis_cluster)}
-    done = run(["node", "--test", "--test-concurrency=1", *sorted(
-        str(path.relative_to(PACKAGE)) for path in (PACKAGE / "test").glob("*.test.mjs"))],
-        timeout_s=300, env=env)
+    with built_package(report_missing):
+        done = run(["node", "--test", "--test-concurrency=1", *sorted(
+            str(path.relative_to(PACKAGE)) for path in (PACKAGE / "test").glob("*.test.mjs"))],
+            timeout_s=300, env=env)
     print(done.stdout)  # node's report, shown with -rP (and on failure below)
     assert done.returncode == 0, f"node --test failed:\n{done.stdout}"
     # a suite that found no tests would also exit 0
@@ -109,12 +109,13 @@ def test_typescript_client_refreshes_tokens_and_uses_keys(
         secured_gateway: tuple[str, dict[str, str]],
         report_missing: Callable[[str], NoReturn]) -> None:
     require_node(report_missing)
-    build_package(report_missing)
     url, secrets_env = secured_gateway
     env = os.environ | secrets_env | {"STREAMGATE_URL": url, "NODE_NO_WARNINGS": "1"}
-    done = run(["node", "--test", "--test-concurrency=1", *sorted(
-        str(path.relative_to(PACKAGE)) for path in (PACKAGE / "test" / "auth").glob("*.test.mjs"))],
-        timeout_s=240, env=env)
+    with built_package(report_missing):
+        done = run(["node", "--test", "--test-concurrency=1", *sorted(
+            str(path.relative_to(PACKAGE))
+            for path in (PACKAGE / "test" / "auth").glob("*.test.mjs"))],
+            timeout_s=240, env=env)
     print(done.stdout)
     assert done.returncode == 0, f"node --test failed:\n{done.stdout}"
     assert "# fail 0" in done.stdout, done.stdout

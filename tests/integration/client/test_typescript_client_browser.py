@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import pytest
 from chromium import browser_page, require_browser
-from node_package import PACKAGE, build_package, require_node
+from node_package import PACKAGE, built_package, require_node
 from page_server import serve_page
 
 PAGE_DIR = Path(__file__).with_name("browser")
@@ -46,7 +46,6 @@ def test_typescript_client_works_in_headless_chromium(
         served_gateway: str, report_missing: Callable[[str], NoReturn], tmp_path: Path) -> None:
     chromium = require_browser(report_missing)
     require_node(report_missing)
-    build_package(report_missing)
     topic, group = f"browser-{uuid.uuid4().hex[:10]}", f"g-{uuid.uuid4().hex[:8]}"
     log: list[str] = []
     timings: dict[str, float] = {}
@@ -54,7 +53,7 @@ def test_typescript_client_works_in_headless_chromium(
 
     # The gateway sends no CORS headers: a page on an origin of its own could not read its answers,
     # so the page's server passes the gateway's paths on to it (one origin, as behind an ingress).
-    with serve_page(served_gateway, page_files()) as origin, \
+    with built_package(report_missing), serve_page(served_gateway, page_files()) as origin, \
             browser_page(chromium, tmp_path / "profile") as page:
         page.on("console", lambda message: log.append(f"console.{message.type}: {message.text}"))
         page.on("pageerror", lambda error: log.append(f"page error: {error}"))
@@ -71,7 +70,10 @@ def test_typescript_client_works_in_headless_chromium(
 
         try:
             page.goto(f"{origin}/index.html")
-            page.wait_for_function("window.ready === true", timeout=30_000)
+            try:
+                page.wait_for_function("window.ready === true", timeout=30_000)
+            except Exception as error:
+                raise AssertionError("the page never became ready:\n" + "\n".join(log)) from error
             scenario("createTopic", topic, PARTITIONS)
             published = scenario("publish", topic, COUNT)
             broadcast = scenario("broadcast", topic, COUNT)

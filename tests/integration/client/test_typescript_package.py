@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from node_package import PACKAGE, require_node, run
+from node_package import PACKAGE, dist_lock, require_node, run
 
 WS = PACKAGE / "node_modules" / "ws"
 TSC = PACKAGE / "node_modules" / ".bin" / "tsc"
@@ -70,7 +70,8 @@ TSCONFIG = {"compilerOptions": {
 
 def pack(into: Path) -> Path:
     """``npm pack`` (its prepack script builds dist/ afresh) into ``into``: the tarball."""
-    packed = run(["npm", "pack", "--pack-destination", str(into)], timeout_s=180)
+    with dist_lock(exclusive=True):
+        packed = run(["npm", "pack", "--pack-destination", str(into)], timeout_s=180)
     assert packed.returncode == 0, packed.stdout
     [tarball] = into.glob("*.tgz")
     return tarball
