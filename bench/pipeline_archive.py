@@ -10,10 +10,12 @@ segment files on a local path (the archive tier's own move), then alternates ``-
               the JVM once);
   - ceiling:  as many rows of the same shape, built once in memory by each task and handed to Spark
               as they are: what Spark's Python data source path costs by itself (its per-query
-              and per-task overhead, the Arrow transfer, the JVM's rows), the archived read's limit.
+              and per-task overhead, the Arrow transfer, the JVM's rows), the archived read's limit;
+  - parquet job, hot / archived: pipeline.jobs.to_parquet (availableNow, a new query and output
+              each time) over the hot topic, then over the archived one.
 The JVM is warmed up first by every read. Prints rows/s of each and the ratios archived/hot,
-archived/bare, one copy/bare, ceiling/bare and archived/ceiling (medians), with each series'
-spread. Nothing here is a test assertion.
+archived/bare, one copy/bare, ceiling/bare, archived/ceiling and of the two Parquet jobs
+(medians), with each series' spread. Nothing here is a test assertion.
 
     python bench/pipeline_archive.py --entries 1000000
 """
@@ -41,7 +43,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition 
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
 from devstack import DevStack, DevStackConfig  # noqa: E402
-from pipeline.jobs import common  # noqa: E402
+from pipeline.jobs import common, to_parquet  # noqa: E402
 from pipeline.rows import COLUMNS, SCHEMA_DDL, segment_batch  # noqa: E402
 from storage.archive.object_store import open_archive  # noqa: E402
 from storage.redis_store import RedisStreamStore  # noqa: E402
@@ -140,12 +142,20 @@ def noop_read(spark: Any, options: dict[str, str], rows: int,
     return rows, time.perf_counter() - started
 
 
+def parquet_job(spark: Any, options: dict[str, str], out: Path) -> Run:
+    """(rows, seconds) of the to_parquet job landing the topic in ``out``."""
+    run: Run = SPARK_BENCH.timed_query(lambda: to_parquet.start(
+        spark, options, str(out / "data"), str(out / "checkpoint")))
+    return run
+
+
 def rounds(client: RedisCluster, spark: Any, hot: dict[str, str], cold: dict[str, str],
-           rows: int, count: int) -> dict[str, list[Run]]:
+           rows: int, count: int, out: Path) -> dict[str, list[Run]]:
     """(rows, seconds) of each read, alternating."""
     runs: dict[str, list[Run]] = {"bare": [], "hot": [], "archived": [], "one copy": [],
-                                  "ceiling": []}
-    for _ in range(count):
+                                  "ceiling": [], "parquet job, hot": [],
+                                  "parquet job, archived": []}
+    for number in range(count):
         started = time.perf_counter()
         read = SPARK_BENCH.bare_read(client, "hot")
         runs["bare"].append((read, time.perf_counter() - started))
@@ -153,6 +163,8 @@ def rounds(client: RedisCluster, spark: Any, hot: dict[str, str], cold: dict[str
         runs["archived"].append(noop_read(spark, cold, rows))
         runs["one copy"].append(noop_read(spark, cold, rows, schema=ONE_COPY))
         runs["ceiling"].append(noop_read(spark, {"rows": str(rows)}, rows, CeilingSource.name()))
+        runs["parquet job, hot"].append(parquet_job(spark, hot, out / f"hot-{number}"))
+        runs["parquet job, archived"].append(parquet_job(spark, cold, out / f"cold-{number}"))
     return runs
 
 
@@ -187,7 +199,8 @@ def main() -> None:
         noop_read(spark, hot, rows)
         noop_read(spark, cold, rows)
         noop_read(spark, {"rows": str(rows)}, rows, CeilingSource.name())
-        runs = rounds(client, spark, hot, cold, rows, args.rounds)
+        parquet_job(spark, cold, Path(tmp) / "warm-up")
+        runs = rounds(client, spark, hot, cold, rows, args.rounds, Path(tmp) / "jobs")
         spark.stop()
         client.close()
     print(f"# {rows} entries of 200 B over {PARTITIONS} partitions, {segments} segments, "
@@ -199,7 +212,7 @@ def main() -> None:
     medians = {name: statistics.median(r / s for r, s in series) for name, series in runs.items()}
     print(f"{'ratio archived/hot (medians)':<34} {medians['archived'] / medians['hot']:>11.2f}")
     for top, bottom in (("archived", "bare"), ("one copy", "bare"), ("ceiling", "bare"),
-                        ("archived", "ceiling")):
+                        ("archived", "ceiling"), ("parquet job, archived", "parquet job, hot")):
         print(f"{f'ratio {top}/{bottom} (medians)':<34} {medians[top] / medians[bottom]:>11.2f}")
 
 

@@ -14,6 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage._speedups import id_texts
 from storage.pages import PageColumns, is_utf8
 
 # the source's columns and their Spark types (simpleString), in order
@@ -81,18 +82,20 @@ def segment_batch(topic: str, partition: int, rows: pa.RecordBatch) -> pa.Record
     """A segment file's rows (``SEGMENT_COLUMNS``) as the source's batch: Arrow compute over the
     columns, Python only for headers and for values that are not UTF-8."""
     count = rows.num_rows
-    offsets = pc.binary_join_element_wise(pc.cast(rows["offset_ms"], pa.string()),
-                                          pc.cast(rows["offset_seq"], pa.string()), "-")
+    offsets = id_texts(rows["offset_ms"], rows["offset_seq"])
+    stamps = pc.cast(pc.cast(rows["offset_ms"], pa.int64()), _MS)
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count),
         offsets, rows["key"], rows["value"], _text(rows["value"]), headers_of(rows["headers"]),
-        pc.cast(rows["timestamp"], ARROW_SCHEMA.field("timestamp").type),
+        pc.cast(stamps, ARROW_SCHEMA.field("timestamp").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-SEGMENT_COLUMNS = ("offset_ms", "offset_seq", "timestamp", "key", "value", "headers")
+_MS = pa.timestamp("ms", tz="UTC")
+# an entry's timestamp is its offset's ms part: the file's timestamp column is for other readers
+SEGMENT_COLUMNS = ("offset_ms", "offset_seq", "key", "value", "headers")
 
 
 def _text(values: pa.Array) -> pa.Array:

@@ -13,6 +13,7 @@ import pyarrow as pa
 from storage._speedups.entries_py import decode_raw_entries as decode_raw_entries_python
 from storage._speedups.entries_py import entries_of_columns as entries_of_columns_python
 from storage._speedups.entries_py import items_of_columns
+from storage._speedups.pages_py import id_texts as id_texts_python
 from storage._speedups.wire_py import PartitionColumns, TransactionsRead
 from storage._speedups.wire_py import fold_transaction as fold_transaction_python
 from storage.entry_fields import FORMATS, decode_headers
@@ -22,8 +23,8 @@ from storage.pages import PageColumns
 __all__ = ["ENTRY_LAYOUT", "OFF", "PartitionColumns", "TransactionsRead",
            "decode_raw_entries_or_none", "decode_raw_entries_python", "entries_of_columns",
            "entries_of_columns_python", "fold_transaction_or_none", "fold_transaction_python",
-           "in_input_order", "items_of_columns", "page_columns", "read_transactions",
-           "reply_offsets", "split_by_partition", "xadd_transaction"]
+           "id_texts", "id_texts_python", "in_input_order", "items_of_columns", "page_columns",
+           "read_transactions", "reply_offsets", "split_by_partition", "xadd_transaction"]
 
 # Read at import, before settings exist; each package's _speedups reads it by the same rule
 # (tests/unit/test_speedups.py keeps them in step) so that no package imports another's.
@@ -31,6 +32,7 @@ OFF = os.environ.get("STREAMGATE_NO_EXTENSIONS", "").strip().lower() not in ("",
 
 # An archived item table's column types the compiled part reads (others: the reference)
 _BINARY, _FORMATS_TYPE = pa.binary(), pa.dictionary(pa.int32(), pa.string())
+_UINT64 = pa.uint64()
 _BINARY_FORMAT = ValueFormat.BINARY
 
 # What the compiled entry decoder reads, in its order: the class, its slot descriptors in
@@ -86,13 +88,25 @@ else:
             )
 
 if TYPE_CHECKING or OFF:
-    from storage._speedups.pages_py import page_columns
+    from storage._speedups.pages_py import id_texts, page_columns
 else:
     try:
+        from storage._speedups._pages import id_texts as _compiled_ids
         from storage._speedups._pages import page_columns as _compiled_pages
     except ImportError:  # built without a C compiler: the reference, same columns
-        from storage._speedups.pages_py import page_columns
+        from storage._speedups.pages_py import id_texts, page_columns
     else:
+        def id_texts(ms: pa.Array, seq: pa.Array) -> pa.Array:
+            """Stream IDs' text, ``<ms>-<seq>``, from their two uint64 columns, written in C."""
+            if ms.type != _UINT64 or seq.type != _UINT64 or ms.null_count or seq.null_count:
+                return id_texts_python(ms, seq)
+            if len(ms) != len(seq):
+                raise ValueError("an ID needs both its parts")
+            offsets, data = _compiled_ids(ms.buffers()[1], ms.offset, seq.buffers()[1], seq.offset,
+                                          len(ms))
+            return pa.StringArray.from_buffers(len(ms), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
         def page_columns(data: bytes | bytearray | memoryview,
                          offset: int = 0) -> tuple[PageColumns, int] | str | None:
             """The columns of the XRANGE reply at ``offset`` read in C and where it ends; None

@@ -3,7 +3,8 @@
  * storage._speedups.pages_py's page_columns is the reference (hiredis items, then the same buffers), and
  * tests/unit/storage/test_page_columns.py pins this one to it. Fields follow storage.codec: the value under
  * ``K`` + the key or ``v`` (earlier versions: ``v`` and ``k``), headers' JSON under ``h``, the value's
- * format under ``f``; in an entry's order, the last one wins.
+ * format under ``f``; in an entry's order, the last one wins. Also the text of IDs kept as two numbers
+ * (archived entries), for the same string column.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -430,9 +431,101 @@ done:
     return result;
 }
 
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* Digits of value at out (no NUL), two at a time; returns the end. */
+static char *
+put_unsigned(char *out, uint64_t value)
+{
+    char digits[20];
+    char *at = digits + sizeof digits;
+    while (value >= 100) {
+        at -= 2;
+        memcpy(at, DIGIT_PAIRS + (value % 100) * 2, 2);
+        value /= 100;
+    }
+    if (value >= 10) {
+        at -= 2;
+        memcpy(at, DIGIT_PAIRS + value * 2, 2);
+    } else {
+        *--at = (char)('0' + value);
+    }
+    size_t width = (size_t)(digits + sizeof digits - at);
+    memcpy(out, at, width);
+    return out + width;
+}
+
+/* Stream IDs' text "<ms>-<seq>" from their two uint64 columns (each a buffer and the index of its first value):
+ * a string column's int32 offsets and data, as (offsets, data). */
+static PyObject *
+id_texts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer ms, seq;
+    Py_ssize_t ms_first, seq_first, n;
+    PyObject *result = NULL;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "id_texts(ms, ms_first, seq, seq_first, count)");
+        return NULL;
+    }
+    ms_first = PyLong_AsSsize_t(args[1]);
+    seq_first = PyLong_AsSsize_t(args[3]);
+    n = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &ms, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &seq, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ms);
+        return NULL;
+    }
+    if (ms_first < 0 || seq_first < 0 || n < 0 || n > INT32_MAX / 41
+        || ms.len / (Py_ssize_t)sizeof(uint64_t) - ms_first < n
+        || seq.len / (Py_ssize_t)sizeof(uint64_t) - seq_first < n) {
+        PyErr_SetString(PyExc_ValueError, "the buffers hold fewer IDs than asked for");
+        goto done;
+    }
+    Out offsets, data;
+    if (out_new(&offsets, (n + 1) * (Py_ssize_t)sizeof(int32_t)) < 0)
+        goto done;
+    /* 20 digits, '-', 20 digits at most; not zeroed: every byte kept is written */
+    data.bytes = PyBytes_FromStringAndSize(NULL, n * 41);
+    if (data.bytes == NULL) {
+        Py_DECREF(offsets.bytes);
+        goto done;
+    }
+    data.at = PyBytes_AS_STRING(data.bytes);
+    const char *ms_at = (const char *)ms.buf + ms_first * (Py_ssize_t)sizeof(uint64_t);
+    const char *seq_at = (const char *)seq.buf + seq_first * (Py_ssize_t)sizeof(uint64_t);
+    char *start = data.at, *at = data.at;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t first, second;
+        memcpy(&first, ms_at + i * (Py_ssize_t)sizeof(uint64_t), sizeof first);
+        memcpy(&second, seq_at + i * (Py_ssize_t)sizeof(uint64_t), sizeof second);
+        at = put_unsigned(at, first);
+        *at++ = '-';
+        at = put_unsigned(at, second);
+        int32_t end = (int32_t)(at - start);
+        memcpy(offsets.at + (i + 1) * (Py_ssize_t)sizeof(int32_t), &end, sizeof end);
+    }
+    if (_PyBytes_Resize(&data.bytes, at - start) < 0) {
+        Py_DECREF(offsets.bytes);
+        goto done;
+    }
+    result = Py_BuildValue("(NN)", offsets.bytes, data.bytes);
+done:
+    PyBuffer_Release(&ms);
+    PyBuffer_Release(&seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"page_columns", (PyCFunction)(void (*)(void))page_columns, METH_FASTCALL,
      "The XRANGE reply at offset as (end, column buffers...); None while incomplete, an error's text."},
+    {"id_texts", (PyCFunction)(void (*)(void))id_texts, METH_FASTCALL,
+     "Stream IDs' text from their ms and sequence uint64 buffers: (int32 offsets, data)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,16 +1,18 @@
 """An XRANGE reply's columns in Python, the reference of the compiled ``_pages``: hiredis parses
 the reply, ``storage.pages.columns_of_items`` builds the buffers (test_page_columns.py pins the two
-together)."""
+together); IDs' text from their two numbers by Arrow compute."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import hiredis
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage.pages import PageColumns, columns_of_items
 
-__all__ = ["page_columns"]
+__all__ = ["id_texts", "page_columns"]
 
 
 def page_columns(data: bytes | bytearray | memoryview,
@@ -44,3 +46,11 @@ def _encoded_size(reply: Any) -> int:
     if isinstance(reply, bytes):
         return len(b"$%d\r\n" % len(reply)) + len(reply) + 2
     raise ValueError("not an XRANGE reply")
+
+
+def id_texts(ms: pa.Array, seq: pa.Array) -> pa.Array:
+    """Stream IDs' text, ``<ms>-<seq>``, from their two uint64 columns; ValueError unless both
+    have a value for each ID."""
+    if len(ms) != len(seq) or ms.null_count or seq.null_count:
+        raise ValueError("an ID needs both its parts")
+    return pc.binary_join_element_wise(pc.cast(ms, pa.string()), pc.cast(seq, pa.string()), "-")

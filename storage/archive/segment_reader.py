@@ -287,9 +287,32 @@ class SegmentFile:
     def _decode(self, group: int, columns: Sequence[str] | None) -> pa.Table:
         self.row_groups_read.append(group)
         if columns == _ITEMS:  # on one thread: Arrow's pool costs more CPU than it saves here
-            return _item_table(self._parquet.read_row_group(group, columns=_ITEM_SOURCE,
-                                                            use_threads=False))
-        return self._parquet.read_row_group(group, columns=columns)
+            return _item_table(self._decode_columns(group, _ITEM_SOURCE, use_threads=False))
+        return self._decode_columns(group, SCHEMA.names if columns is None else columns)
+
+    def _decode_columns(self, group: int, columns: Sequence[str], use_threads: bool = True
+                        ) -> pa.Table:
+        """The row group's ``columns``; one that its statistics say holds only nulls (headers,
+        keys, formats seldom set) is made as nulls: decoding a chunk costs even when empty."""
+        empty = self._null_columns(group, columns)
+        read = [name for name in columns if name not in empty]
+        table = self._parquet.read_row_group(group, columns=read, use_threads=use_threads)
+        if not empty:
+            return table
+        rows = self._metadata.row_group(group).num_rows
+        fields = [SCHEMA.field(name) for name in columns]
+        return pa.table([pa.nulls(rows, field.type) if field.name in empty else table[field.name]
+                         for field in fields], schema=pa.schema(fields, table.schema.metadata))
+
+    def _null_columns(self, group: int, columns: Sequence[str]) -> set[str]:
+        meta = self._metadata.row_group(group)
+        empty = set()
+        for name in columns:
+            statistics = meta.column(SCHEMA.get_field_index(name)).statistics
+            if statistics is not None and statistics.has_null_count \
+                    and statistics.null_count == meta.num_rows:
+                empty.add(name)
+        return empty
 
 
 def _open(file: pa.NativeFile, metadata: pq.FileMetaData | None) -> pq.ParquetFile:

@@ -1,5 +1,6 @@
-"""The compiled XRANGE page decoder (storage._speedups._pages) against its Python reference, and
-the record batches built on its buffers against storage.codec's reading of the same entries."""
+"""The compiled XRANGE page decoder and ID texts (storage._speedups._pages) against their Python
+references, and the record batches built on its buffers against storage.codec's reading of the
+same entries."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from types import ModuleType
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.rows import record_batch
 from storage import _speedups
-from storage._speedups import page_columns
+from storage._speedups import id_texts, id_texts_python, page_columns
 from storage._speedups.pages_py import page_columns as page_columns_python
 from storage.codec import decode_entry
 from storage.pages import PageColumns
@@ -207,3 +209,26 @@ def _headers(raw: bytes | None) -> list[tuple[str, str]] | None:
     if not isinstance(doc, dict):
         return None
     return [(str(name), str(value)) for name, value in doc.items()]
+
+
+UINT64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.tuples(UINT64, UINT64), max_size=50), cut=st.integers(0, 5),
+       shift=st.integers(0, 5))
+def test_id_texts_are_the_references_for_any_numbers_and_slices(
+        compiled: ModuleType, pairs: list[tuple[int, int]], cut: int, shift: int) -> None:
+    ms = pa.array([a for a, _ in pairs] + [7] * shift, pa.uint64())
+    seq = pa.array([0] * shift + [b for _, b in pairs], pa.uint64())
+    # slices of the two columns starting at different indices into their buffers
+    ms, seq = ms.slice(0, len(pairs))[cut:], seq.slice(shift, len(pairs))[cut:]
+    assert id_texts(ms, seq).to_pylist() == [f"{a}-{b}" for a, b in pairs[cut:]]
+    assert id_texts(ms, seq).equals(id_texts_python(ms, seq))
+
+
+def test_id_texts_refuse_a_missing_part() -> None:
+    with pytest.raises(ValueError, match="both its parts"):
+        id_texts(pa.array([1, 2], pa.uint64()), pa.array([1], pa.uint64()))
+    with pytest.raises(ValueError, match="both its parts"):
+        id_texts(pa.array([1, None], pa.uint64()), pa.array([1, 2], pa.uint64()))

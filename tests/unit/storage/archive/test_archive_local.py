@@ -155,3 +155,26 @@ async def test_segment_is_plain_parquet_with_its_summary_and_statistics(
 
 def _utc(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+async def test_columns_of_nulls_in_a_row_group_are_not_decoded_yet_read_as_nulls(
+        store: ArchiveStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first row group has neither keys nor headers, the second both
+    entries = [(f"{BASE_MS + i}-0", [b"v", b"1"] if i < 10 else [b"Kk", b"2", b"h", b'{"a":"b"}'])
+               for i in range(20)]
+    info = await write_segment(store, "t", 0, entries, SegmentSettings(row_group_max_rows=10))
+    asked: list[list[str]] = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def spied(self: pq.ParquetFile, group: int, columns: list[str], **kwargs: object) -> pa.Table:
+        asked.append(list(columns))
+        return read_row_group(self, group, columns=columns, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spied)
+    with pa.OSFile(str(tmp_path / "archive" / info.name)) as file:
+        table = SegmentFile(file, info.name).table(["offset_ms", "key", "headers"])
+    assert asked == [["offset_ms", "offset_seq"], ["offset_ms", "offset_seq", "key", "headers"]]
+    assert table.column_names == ["offset_ms", "key", "headers"]
+    assert table["key"].to_pylist() == [None] * 10 + [b"k"] * 10
+    assert table["headers"].to_pylist() == [None] * 10 + [b'{"a":"b"}'] * 10
+    assert table["offset_ms"].to_pylist() == [BASE_MS + i for i in range(20)]
