@@ -30,6 +30,7 @@ from gateway.routes import (
     health,
     history,
     messages,
+    publish_socket,
     purge,
     subscribe,
     topics,
@@ -104,7 +105,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
-    for module in (topics, messages, history, subscribe, groups, purge, health):
+    for module in (topics, messages, publish_socket, history, subscribe, groups, purge, health):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)

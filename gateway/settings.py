@@ -91,6 +91,8 @@ class GatewaySettings:
     ws_compression: bool = True
     # encoded frames queued per subscription; past it no delivery is taken
     ws_max_outbox_bytes: int = 4 * MIB
+    # publish frames of one WebSocket awaiting their answers; past it a frame is refused (429)
+    ws_publish_max_in_flight: int = 256
     # `serve` worker processes sharing the port (SO_REUSEPORT), node ids <node_id>-w<i>
     workers: int = 1
     # with workers > 1, worker i also listens on this port + i (its own /metrics)

@@ -164,7 +164,7 @@ def gatekeeper_from_settings(settings: GatewaySettings, env: Mapping[str, str]) 
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 PRINCIPAL = web.RequestKey("principal", Principal)
 # WebSocket routes that accept an ``auth`` first frame
-FRAME_AUTH_PATHS = frozenset({"/v1/subscribe"})
+FRAME_AUTH_PATHS = frozenset({"/v1/subscribe", "/v1/publish"})
 
 
 def gatekeeper_of(request: web.Request) -> Gatekeeper:

@@ -4,10 +4,10 @@ served, one close and one cleanup."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -19,7 +19,7 @@ from gateway.delivery.session import CloseRequest, Session
 from gateway.delivery.settle_frames import parse_settle
 from gateway.delivery.settle_lanes import SettleLanes, SettlePart
 from gateway.delivery.tail import BroadcastFollow
-from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket
+from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket, closed_within
 from gateway.delivery.wire import error_frame
 from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
@@ -34,6 +34,8 @@ from partitioner.topics import TopicMetadata
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
+
+TakePublish = Callable[[str, Any], None]  # a publish frame's text and parsed document
 
 TASK_STOP_TIMEOUT_S = 5.0
 # settle frames' partition parts waiting for the store; past this the socket stops reading (TCP
@@ -53,13 +55,16 @@ class ServedSubscription:
     writer stopped, counters released) exactly once.
     """
 
-    __slots__ = ("_cleanup", "_expiry", "_follow", "_release", "_runner", "_settles", "ports",
-                 "session", "socket")
+    __slots__ = ("_cleanup", "_expiry", "_follow", "_publish", "_release", "_runner", "_settles",
+                 "ports", "session", "socket")
 
     def __init__(self, socket: LeanWebSocket, session: Session, ports: DeliveryPorts,
-                 release: Callable[[], None], deadline_s: float | None) -> None:
+                 release: Callable[[], None], deadline_s: float | None,
+                 publish: TakePublish | None = None) -> None:
         """Takes over the principal's connection slot (already acquired): ``release`` gives it back
-        once the cleanup ran."""
+        once the cleanup ran. ``publish`` takes the socket's ``publish`` frames (text and parsed
+        document)."""
+        self._publish = publish
         self.socket = socket
         self.session = session
         self.ports = ports
@@ -95,7 +100,12 @@ class ServedSubscription:
     def on_text(self, text: str) -> None:
         session = self.session
         try:
-            frame = parse_settle(orjson.loads(text))
+            doc = orjson.loads(text)
+            if self._publish is not None and isinstance(doc, dict) \
+                    and doc.get("type") == "publish":
+                self._publish(text, doc)
+                return
+            frame = parse_settle(doc)
         except (orjson.JSONDecodeError, ValueError) as exc:
             session.send_control(error_frame("bad-frame", str(exc)))
             return
@@ -125,11 +135,7 @@ class ServedSubscription:
     async def finished(self, timeout_s: float) -> None:
         """Until the socket closed and the cleanup ran; a socket still open after ``timeout_s`` is
         dropped."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.socket.wait_closed(), timeout_s)
-        self.socket.abort()
-        await self.socket.wait_closed()
-        await asyncio.sleep(0)  # the transport's connection_lost callback starts the cleanup
+        await closed_within(self.socket, timeout_s)
         if self._cleanup is not None:
             await self._cleanup
 

@@ -4,6 +4,7 @@ socket idles (gateway.delivery.upgrade hands the connection over from aiohttp)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections.abc import Sequence
 from typing import Protocol
@@ -365,3 +366,13 @@ class LeanWebSocket(asyncio.Protocol):
             raise ProtocolViolation(CLOSE_INVALID_TEXT, "undecodable compressed message") from None
         self._check_size(len(data) + (1 if decompressor.unconsumed_tail else 0))
         return data
+
+
+async def closed_within(socket: LeanWebSocket, timeout_s: float) -> None:
+    """Until ``socket`` is closed: dropped if still open after ``timeout_s``; then one loop turn,
+    in which the transport's ``connection_lost`` callback starts the socket's cleanup."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(socket.wait_closed(), timeout_s)
+    socket.abort()
+    await socket.wait_closed()
+    await asyncio.sleep(0)

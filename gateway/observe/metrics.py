@@ -248,7 +248,7 @@ def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
                                "Messages not delivered because their time to live had passed "
                                "(acked for a group)", labels, registry=registry),
         "websocket_connections": Gauge("streamgate_websocket_connections",
-                                       "Open WebSocket subscriptions by mode", ["mode"],
+                                       "Open WebSockets by mode (publish: publish-only)", ["mode"],
                                        registry=registry),
         "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
                                          "Subscriptions closed with 4008 because the client did "

@@ -163,6 +163,13 @@ def parse_publish_body(body: bytes, limits: PublishLimits,
             return _plain_batch(*scanned, idempotency_header)
     doc = decode_json_object(body, limits.max_batch_bytes)
     reject_unknown_fields(doc, BODY_FIELDS)
+    return parse_publish_doc(doc, limits, idempotency_header)
+
+
+def parse_publish_doc(doc: dict[str, Any], limits: PublishLimits,
+                      idempotency_header: str | None) -> PublishBatch:
+    """Validate a publish body already parsed (its fields checked by the caller) as
+    ``parse_publish_body`` does."""
     acks = _parse_acks(doc.get("acks", "1"))
     raw_messages = doc.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:

@@ -11,8 +11,10 @@ per connection.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -24,7 +26,13 @@ from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
 from gateway.delivery.session import Session
 from gateway.delivery.subscription import ServedSubscription, close_subscriptions
-from gateway.delivery.upgrade import UpgradedResponse, detach_handler, handshake, upgrade
+from gateway.delivery.upgrade import (
+    Handshake,
+    UpgradedResponse,
+    detach_handler,
+    handshake,
+    upgrade,
+)
 from gateway.delivery.websocket import LeanWebSocket
 from gateway.delivery.wire import authenticated_frame
 from gateway.errors import (
@@ -34,6 +42,8 @@ from gateway.errors import (
     too_many_connections,
     unavailable,
 )
+from gateway.publish.channel import PublishChannel
+from gateway.publish.socket import publish_frame_or_error
 from gateway.routes.admission import admit, admit_group, admit_or_refuse
 from gateway.routes.tenancy import bind_group
 from gateway.services import SERVICES, Services, services_of
@@ -67,26 +77,38 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         principal = principal_of(request)
         authorized = principal, *await _authorize(services, gatekeeper, principal, params)
         if services.connections.full(principal.name):
-            raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
+            raise too_many_connections(too_many(services, principal), settings.retry_after_s)
     # A request that is not a WebSocket handshake is refused before the rate limit charges anything.
     # permessage-deflate only if the client asks
     answer = handshake(request.headers, settings.ws_compression)
     if authorized is not None:
         await admit_or_refuse(services, authorized[0], RateAction.SUBSCRIBE)
-    elif not services.connections.acquire_unauthenticated():
+    return await serve_upgrade(
+        request, services, answer, settings.ws_max_frame_bytes, authorized is None,
+        lambda socket: _serve_upgraded(socket, services, gatekeeper, params, authorized))
+
+
+async def serve_upgrade(request: web.Request, services: Services, answer: Handshake,
+                        max_message_bytes: int, by_frame: bool,
+                        serve: Callable[[LeanWebSocket], Awaitable[None]]) -> web.StreamResponse:
+    """Upgrade (taking one of the slots of sockets awaiting an auth frame when ``by_frame``: 503
+    when none is left), ``serve`` the socket (which gives that slot back), and hand the connection
+    over; a failure to serve closes the socket with 4503."""
+    settings = services.settings
+    if by_frame and not services.connections.acquire_unauthenticated():
         raise unavailable(f"{services.connections.unauthenticated} connections already await "
                           "their auth frame on this gateway (max_unauthenticated_connections)",
                           settings.retry_after_s)
     try:
-        socket = upgrade(request, answer, settings.ws_max_frame_bytes, settings.ws_heartbeat_s)
+        socket = upgrade(request, answer, max_message_bytes, settings.ws_heartbeat_s)
     except BaseException:
-        if authorized is None:
+        if by_frame:
             services.connections.release_unauthenticated()
         raise
     try:
-        await _serve_upgraded(socket, services, gatekeeper, params, authorized)
+        await serve(socket)
     except Exception:
-        log.exception("subscription setup failed")
+        log.exception("WebSocket setup failed: %s", request.path)
         socket.close(WS_CLOSE_UNAVAILABLE, "internal error")
     except BaseException:
         socket.abort()
@@ -109,7 +131,7 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
             return
     principal, params, topic = authorized
     if not services.connections.acquire(principal.name):
-        socket.close(WS_CLOSE_TOO_MANY_CONNECTIONS, _too_many(services, principal))
+        socket.close(WS_CLOSE_TOO_MANY_CONNECTIONS, too_many(services, principal))
         return
     try:
         # As with header credentials: the connection cap first, then the subscribe rate limit.
@@ -124,9 +146,11 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
     session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params,
                       socket.send_texts, settings.slow_client_timeout_s,
                       settings.ws_max_outbox_bytes)
+    channel = PublishChannel(services, gatekeeper, principal, socket.send_texts)
     served = ServedSubscription(socket, session, services.delivery_ports(),
                                 lambda: services.connections.release(principal.name),
-                                gatekeeper.session_deadline_s(principal))
+                                gatekeeper.session_deadline_s(principal),
+                                functools.partial(publish_frame_or_error, channel))
     await served.start(topic)
 
 
@@ -145,9 +169,10 @@ async def _admitted_after_upgrade(socket: LeanWebSocket, services: Services,
     return decision.allowed
 
 
-def _too_many(services: Services, principal: Principal) -> str:
+def too_many(services: Services, principal: Principal) -> str:
+    """Why ``principal`` may open no more WebSockets here."""
     return (f"{principal.name!r} already holds "
-            f"{services.connections.open_count(principal.name)} subscriptions on "
+            f"{services.connections.open_count(principal.name)} WebSockets on "
             f"this gateway (max_connections_per_principal)")
 
 
@@ -171,7 +196,7 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
                               params: SubscribeParams) -> Authorized | None:
     """Authenticate with the first frame; on failure close with 4401/4403/4404 and return None."""
     try:
-        principal = await _principal_from_first_frame(socket, gatekeeper,
+        principal = await principal_from_first_frame(socket, gatekeeper,
                                                       services.settings.auth_frame_timeout_s)
         params, topic = await _authorize(services, gatekeeper, principal, params)
     except (AuthError, StorageError, PartitionerError) as exc:
@@ -183,7 +208,7 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
     return principal, params, topic
 
 
-async def _principal_from_first_frame(socket: LeanWebSocket, gatekeeper: Gatekeeper,
+async def principal_from_first_frame(socket: LeanWebSocket, gatekeeper: Gatekeeper,
                                       timeout_s: float) -> Principal:
     """The principal of a ``{"type": "auth", "token": <jwt>}`` or ``{"type": "auth", "api_key":
     <key>}`` frame."""

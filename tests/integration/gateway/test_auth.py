@@ -400,3 +400,63 @@ async def test_websocket_is_closed_with_4401_when_its_token_expires(
     assert frame.data == WS_CLOSE_UNAUTHENTICATED
     assert frame.extra == "token expired"
     assert 0.5 < time.monotonic() - started < 5
+
+
+async def publish_frame(ws: aiohttp.ClientWebSocketResponse, frame_id: str, topic: str,
+                        **message: Any) -> dict[str, Any]:
+    await ws.send_json({"type": "publish", "id": frame_id, "topic": topic,
+                        "messages": [{"partition": 0, **message}]})
+    answer: dict[str, Any] = await ws.receive_json(timeout=5)
+    assert answer["id"] == frame_id
+    return answer
+
+
+async def test_a_publish_socket_stamps_its_tenant_and_refuses_a_foreign_one(
+        secured: Client, topic: str) -> None:
+    async with secured.ws_connect("/v1/publish", headers=as_tenant("a")) as ws:
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        ok = await publish_frame(ws, "ok", topic, value=1)
+        refused = await publish_frame(ws, "foreign", topic, value=2, headers={"tenant": "b"})
+    assert ok["type"] == "published"
+    assert (refused["type"], refused["problem"]["status"]) == ("problem", 403)
+    replay = await secured.get(f"/v1/topics/{topic}/partitions/0/messages", headers=ADMIN)
+    assert [(m["value"], m["headers"]) for m in (await replay.json())["messages"]] == [
+        (1, {"tenant": "a"})]
+
+
+async def test_a_publish_socket_authenticates_by_first_frame_and_ignores_a_later_auth(
+        secured: Client, topic: str) -> None:
+    async with secured.ws_connect("/v1/publish") as ws:
+        await ws.send_json({"type": "auth", "api_key": OUTSIDER_KEY})
+        assert await ws.receive_json(timeout=5) == {"type": "authenticated",
+                                                     "principal": "outsider"}
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        # no grant to publish here: refused frame by frame, the socket goes on
+        refused = await publish_frame(ws, "one", topic, value=1)
+        # a later auth frame changes nothing: the socket stays the outsider's
+        await ws.send_json({"type": "auth", "api_key": ADMIN_KEY})
+        error = await ws.receive_json(timeout=5)
+        still = await publish_frame(ws, "two", topic, value=2)
+    assert (refused["problem"]["status"], still["problem"]["status"]) == (403, 403)
+    assert (error["type"], error["code"]) == ("error", "bad-frame")
+    replay = await secured.get(f"/v1/topics/{topic}/partitions/0/messages", headers=ADMIN)
+    assert (await replay.json())["messages"] == []
+
+
+@pytest.mark.parametrize("frame", [None, {"type": "auth", "token": "not-a-token"},
+                                   {"type": "publish", "id": "1", "topic": "t", "messages": []}])
+async def test_a_publish_socket_without_a_valid_auth_frame_is_closed_with_4401(
+        secured: Client, frame: dict[str, Any] | None) -> None:
+    async with secured.ws_connect("/v1/publish") as ws:
+        if frame is not None:
+            await ws.send_json(frame)
+        closed = await ws.receive(timeout=5)
+    assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, WS_CLOSE_UNAUTHENTICATED)
+
+
+async def test_a_publish_socket_is_closed_with_4401_when_its_token_expires(
+        secured: Client, topic: str) -> None:
+    async with secured.ws_connect("/v1/publish", headers=as_tenant("a", ttl_s=2)) as ws:
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        closed = await ws.receive(timeout=10)
+    assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, WS_CLOSE_UNAUTHENTICATED)

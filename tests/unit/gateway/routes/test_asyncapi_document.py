@@ -9,6 +9,7 @@ import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import jsonschema
@@ -20,6 +21,7 @@ from gateway import errors as gateway_errors
 from gateway.auth.errors import Unauthenticated
 from gateway.auth.gatekeeper import ALWAYS_PUBLIC_PATHS, Gatekeeper
 from gateway.auth.keys import hash_api_key
+from gateway.auth.principal import Principal
 from gateway.delivery import params as subscribe_params
 from gateway.delivery import ws_frames
 from gateway.delivery.settle_frames import SETTLE_ACTIONS, parse_settle
@@ -32,16 +34,23 @@ from gateway.delivery.wire import (
     message_frame,
     message_frames,
 )
+from gateway.errors import Problem, invalid_field
+from gateway.publish.channel import PublishChannel
+from gateway.publish.flow import PublishAnswer
+from gateway.publish.frames import BadFrame, problem_frame, publish_frame_of, published_frame
+from gateway.publish.validation import PublishLimits
 from gateway.routes.health import API_DOCUMENTS, api_document, openapi_document
-from gateway.routes.subscribe import _principal_from_first_frame
+from gateway.routes.subscribe import principal_from_first_frame
 from gateway.settings import GatewaySettings
 from storage.models import Delivery, LostRange, StoredEntry, ValueFormat
 
 Client = TestClient[Any, Any]
 ROOT = Path(__file__).resolve().parents[4]
-# the modules that build or parse subscription frames
+# the modules that build or parse subscription and publish frames
 FRAME_MODULES = [*sorted((ROOT / "gateway" / "delivery").glob("*.py")),
-                 ROOT / "gateway" / "routes" / "subscribe.py"]
+                 *sorted((ROOT / "gateway" / "publish").glob("*.py")),
+                 ROOT / "gateway" / "routes" / "subscribe.py",
+                 ROOT / "gateway" / "routes" / "publish_socket.py"]
 DOCUMENT: dict[str, Any] = orjson.loads(api_document("asyncapi.json"))
 CHANNEL: dict[str, Any] = DOCUMENT["channels"]["subscribe"]
 
@@ -60,18 +69,21 @@ def resolved(node: Any) -> Any:
     return {key: resolved(value) for key, value in node.items()}
 
 
-def documented(action: str) -> dict[str, dict[str, Any]]:
-    """Frame type -> message, for the messages of the operations with ``action``."""
+def documented(action: str, channel: str = "subscribe") -> dict[str, dict[str, Any]]:
+    """Frame type -> message, for the messages of ``channel``'s operations with ``action``."""
     found: dict[str, dict[str, Any]] = {}
-    for operation in resolved(DOCUMENT["operations"]).values():
-        if operation["action"] == action:
-            for message in operation["messages"]:
+    for operation in DOCUMENT["operations"].values():
+        if (operation["action"], operation["channel"]["$ref"]) == (action,
+                                                                    f"#/channels/{channel}"):
+            for message in resolved(operation["messages"]):
                 found[message["payload"]["properties"]["type"]["const"]] = message
     return found
 
 
 SERVER = documented("receive")  # the subscriber receives the server's frames
 CLIENT = documented("send")
+PUBLISHER_SERVER = documented("receive", "publish")  # a publish socket's
+PUBLISHER_CLIENT = documented("send", "publish")
 
 
 def fits(message: dict[str, Any], frame: Any) -> bool:
@@ -89,9 +101,11 @@ def examples(messages: dict[str, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
 def test_document_is_asyncapi_3_with_resolving_refs() -> None:
     assert DOCUMENT["asyncapi"] == "3.0.0"
     resolved(DOCUMENT)
-    channel_messages = set(CHANNEL["messages"])
-    assert set(SERVER) | set(CLIENT) == channel_messages
+    assert set(SERVER) | set(CLIENT) == set(CHANNEL["messages"])
     assert not set(SERVER) & set(CLIENT)
+    publish_channel = DOCUMENT["channels"]["publish"]
+    assert set(PUBLISHER_SERVER) | set(PUBLISHER_CLIENT) == set(publish_channel["messages"])
+    assert set(PUBLISHER_CLIENT) == {"auth", "publish"}
 
 
 # --- (a) frames the server sends ---------------------------------------------------------------
@@ -111,7 +125,18 @@ def frames_the_server_builds() -> list[Any]:
             gap_frame(LostRange(0, "5-0", None)),
             error_frame("bad-frame", "frames must be JSON text"),
             error_frame("slow-consumer", "closing: too slow to drain", cursor="0:1-0,3:2-5"),
-            authenticated_frame("billing")]
+            authenticated_frame("billing"), *publish_answers()]
+
+
+def publish_answers() -> list[Any]:
+    """A publish frame's answers, from the real builders."""
+    written = PublishAnswer(200, b'{"results":[{"partition":0,"offset":"1-0","duplicate":false}]}',
+                            {})
+    problem = Problem(503, "unavailable", "Unavailable", "later", retry_after_s=1.5)
+    return [orjson.loads(published_frame("7", written)),
+            orjson.loads(published_frame("8", PublishAnswer(202, b'{"accepted":3}', {}))),
+            orjson.loads(problem_frame("9", problem, "/v1/publish")),
+            orjson.loads(problem_frame("10", invalid_field("/messages", "empty"), "/v1/publish"))]
 
 
 def test_every_server_frame_is_documented_and_valid() -> None:
@@ -119,6 +144,17 @@ def test_every_server_frame_is_documented_and_valid() -> None:
     assert {frame["type"] for frame in built} == set(SERVER)
     for frame in built:
         assert fits(SERVER[frame["type"]], frame), frame
+
+
+def test_every_publish_socket_frame_is_documented_and_valid() -> None:
+    services = SimpleNamespace(settings=GatewaySettings())
+    ready = PublishChannel(cast(Any, services), Gatekeeper(None), Principal("p", "api_key"),
+                           cast(Any, None)).ready_frame()
+    built = [ready, authenticated_frame("p"), error_frame("bad-frame", "not JSON"),
+             *publish_answers()]
+    assert {frame["type"] for frame in built} == set(PUBLISHER_SERVER)
+    for frame in built:
+        assert fits(PUBLISHER_SERVER[frame["type"]], frame), frame
 
 
 def frame_types_in_source() -> set[str]:
@@ -140,7 +176,7 @@ def frame_types_in_source() -> set[str]:
 
 
 def test_every_delivery_frame_type_is_documented() -> None:
-    assert frame_types_in_source() == set(SERVER)
+    assert frame_types_in_source() == set(SERVER) | set(PUBLISHER_SERVER)
 
 
 def error_codes_in_source() -> set[str]:
@@ -175,7 +211,7 @@ class FirstFrame:
 def accepted_as_first_frame(frame: Any) -> bool:
     socket = cast(Any, FirstFrame(orjson.dumps(frame).decode()))
     try:
-        asyncio.run(_principal_from_first_frame(socket, Gatekeeper(None), 1.0))
+        asyncio.run(principal_from_first_frame(socket, Gatekeeper(None), 1.0))
     except Unauthenticated:
         return False
     return True
@@ -189,21 +225,35 @@ def accepted_as_settle_frame(frame: Any) -> bool:
     return True
 
 
+def accepted_as_publish_frame(frame: Any) -> bool:
+    """As a socket takes it: a ``publish`` type, then an id to answer and a topic."""
+    if frame.get("type") != "publish":
+        return False
+    try:
+        publish_frame_of(frame, 100)
+    except BadFrame:
+        return False
+    return True
+
+
 def test_only_documented_client_frames_are_accepted() -> None:
-    candidates = {*SETTLE_ACTIONS, *CLIENT, *SERVER, "ping", "pong", "credit", "subscribe",
-                  "unsubscribe", "revoked", "seek", "close", "", "ACK", "Auth"}
+    candidates = {*SETTLE_ACTIONS, *CLIENT, *SERVER, *PUBLISHER_SERVER, "ping", "pong", "credit",
+                  "subscribe", "unsubscribe", "revoked", "seek", "close", "", "ACK", "Auth",
+                  "Publish", "produce"}
     for frame_type in candidates:
-        # everything either parser asks for besides the type
+        # everything the parsers ask for besides the type
         frame = {"type": frame_type, "messages": [{"partition": 0, "offset": "1-0"}],
-                 "token": "a.b.c"}
-        accepted = accepted_as_first_frame(frame) or accepted_as_settle_frame(frame)
+                 "token": "a.b.c", "id": "1", "topic": "t"}
+        accepted = (accepted_as_first_frame(frame) or accepted_as_settle_frame(frame)
+                    or accepted_as_publish_frame(frame))
         assert accepted == (frame_type in CLIENT), frame_type
 
 
 def test_auth_is_only_ever_a_first_frame() -> None:
     for frame_type, example in examples(CLIENT):
         assert accepted_as_first_frame(example) == (frame_type == "auth"), example
-        assert accepted_as_settle_frame(example) == (frame_type != "auth"), example
+        assert accepted_as_settle_frame(example) == (frame_type in SETTLE_ACTIONS), example
+        assert accepted_as_publish_frame(example) == (frame_type == "publish"), example
 
 
 # --- (c) the examples --------------------------------------------------------------------------
@@ -212,6 +262,11 @@ def test_documented_client_examples_are_valid() -> None:
         assert fits(CLIENT[frame_type], example), example
         if frame_type == "auth":
             assert accepted_as_first_frame(example)
+            continue
+        if frame_type == "publish":
+            limits = PublishLimits.from_settings(GatewaySettings())
+            batch = publish_frame_of(example, 100).batch(limits)
+            assert len(batch) == len(example["messages"])
             continue
         action, refs, delay_ms, _ = parse_settle(example)
         assert action == frame_type

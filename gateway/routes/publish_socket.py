@@ -1,0 +1,89 @@
+"""``GET /v1/publish``: a WebSocket for publishing, many frames in flight over one connection,
+each through the same publish flow as ``POST /v1/topics/{topic}/messages``.
+
+Credentials as for subscriptions: on the upgrade request, or an ``auth`` frame first. Once
+authenticated the gateway sends a ``ready`` frame with the in-flight limits; then ``publish`` frames
+are answered by ``published`` or ``problem`` frames carrying their id (docs/api.md,
+gateway/asyncapi.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import orjson
+from aiohttp import web
+
+from gateway.auth.errors import AuthError
+from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of, principal_of
+from gateway.auth.principal import Principal
+from gateway.delivery.upgrade import handshake
+from gateway.delivery.websocket import LeanWebSocket
+from gateway.delivery.wire import authenticated_frame
+from gateway.errors import (
+    WS_CLOSE_TOO_MANY_CONNECTIONS,
+    close_code_for,
+    too_many_connections,
+)
+from gateway.publish.channel import PublishChannel
+from gateway.publish.frames import ENVELOPE_BYTES
+from gateway.publish.socket import PublishSocket
+from gateway.routes.subscribe import principal_from_first_frame, serve_upgrade, too_many
+from gateway.services import Services, services_of
+
+
+async def publish_socket(request: web.Request) -> web.StreamResponse:
+    """Upgrade to a publishing WebSocket and serve it; returns once it is handed over."""
+    services, gatekeeper = services_of(request), gatekeeper_of(request)
+    settings = services.settings
+    principal = None if awaits_auth_frame(request) else principal_of(request)
+    if principal is not None and services.connections.full(principal.name):
+        raise too_many_connections(too_many(services, principal), settings.retry_after_s)
+    answer = handshake(request.headers, settings.ws_compression)
+    return await serve_upgrade(request, services, answer,
+                               settings.max_batch_bytes + ENVELOPE_BYTES, principal is None,
+                               lambda socket: _serve(socket, services, gatekeeper, principal))
+
+
+async def _serve(socket: LeanWebSocket, services: Services, gatekeeper: Gatekeeper,
+                 principal: Principal | None) -> None:
+    """Authenticate by frame if needed, take a connection slot, say ``ready`` and serve."""
+    if principal is None:
+        try:
+            principal = await _principal_by_frame(socket, services, gatekeeper)
+        finally:
+            services.connections.release_unauthenticated()
+        if principal is None:
+            return
+    if not services.connections.acquire(principal.name):
+        socket.close(WS_CLOSE_TOO_MANY_CONNECTIONS, too_many(services, principal))
+        return
+    name = principal.name
+    channel = PublishChannel(services, gatekeeper, principal, socket.send_texts)
+    served = PublishSocket(socket, channel, lambda: services.connections.release(name),
+                           gatekeeper.session_deadline_s(principal), services.subscriptions,
+                           services.metrics.websocket_connections)
+    # a client gone already: the cleanup its close starts releases the slot
+    with contextlib.suppress(ConnectionResetError):
+        await socket.send_texts([orjson.dumps(channel.ready_frame())])
+    socket.serve(served)
+
+
+async def _principal_by_frame(socket: LeanWebSocket, services: Services,
+                              gatekeeper: Gatekeeper) -> Principal | None:
+    """The principal of the first frame; on failure the socket closes with 4401 and None."""
+    try:
+        principal = await principal_from_first_frame(socket, gatekeeper,
+                                                     services.settings.auth_frame_timeout_s)
+    except AuthError as exc:
+        socket.close(close_code_for(exc), exc.message)
+        return None
+    except ConnectionResetError:  # the client went away
+        return None
+    await socket.send_texts([orjson.dumps(authenticated_frame(principal.name))])
+    return principal
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the publishing WebSocket's route."""
+    app.router.add_get("/v1/publish", publish_socket)
