@@ -32,9 +32,9 @@ export class Client {
       ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
   }
 
-  /** A producer with its own batches and idempotency keys. */
+  /** A producer with its own batches, idempotency keys and publish WebSocket. */
   producer(options: ProducerOptions = {}): Producer {
-    return new Producer(this.transport, options);
+    return new Producer(this.transport, options, this.WebSocketImpl);
   }
 
   /** Subscribe to a topic over a WebSocket; connects at once, in the background. */

@@ -4,7 +4,7 @@
  */
 
 import {
-  ConnectionError, ProblemDocument, ProblemError, problemError, retryAfterMs,
+  ConnectionError, ProblemDocument, ProblemError, StreamgateError, problemError, retryAfterMs,
 } from "./errors.js";
 
 /** The `fetch` this client calls: the global one unless another is injected. */
@@ -121,6 +121,27 @@ export class Transport {
       this.forgetToken(token);
       return this.requestOnce<T>(method, path, options, await this.providedToken());
     }
+  }
+
+  /** Why a WebSocket upgrade to `wsUrl` failed (the WebSocket API hides the answer): parameters,
+   * credentials, grants and the route itself are checked before the upgrade, so a plain GET of the
+   * same URL answers with the same problem; a 400 means the request itself was fine but is not an
+   * upgrade, so the failure was the connection's. */
+  async upgradeRefusal(wsUrl: string): Promise<StreamgateError> {
+    const url = wsUrl.replace(/^ws/, "http");
+    try {
+      const response = await this.fetch(url, {
+        headers: await this.authHeaders(), signal: AbortSignal.timeout(this.timeoutMs),
+      });
+      const text = await response.text();
+      if (response.status > 400) {
+        return problemError(response.status, problemDocument(response.status, text),
+                            retryAfterMs(response.headers));
+      }
+    } catch (error) {
+      return new ConnectionError(`connect ${wsUrl}: ${String(error)}`, { cause: error });
+    }
+    return new ConnectionError(`connect ${wsUrl}: the WebSocket upgrade failed`);
   }
 
   private providedToken(): Promise<string | undefined> {

@@ -1,9 +1,12 @@
-/** @streamgate/client: HTTP publish and WebSocket subscribe for the streamgate gateway. */
+/** @streamgate/client: publish and subscribe over WebSockets (HTTP where need be) for the
+ * streamgate gateway. */
 
 export { Client } from "./client.js";
 export type { ClientOptions } from "./client.js";
 export { Producer, encodeMessage } from "./producer.js";
-export type { Acks, ProducerMessage, ProducerOptions, RecordMetadata } from "./producer.js";
+export type {
+  Acks, ProducerMessage, ProducerOptions, PublishTransport, RecordMetadata,
+} from "./producer.js";
 export { Subscription, closeError } from "./subscription.js";
 export type {
   Assignment, Gap, Mode, SubscribeOptions, SubscriptionEvents, SubscriptionState,

@@ -1,7 +1,8 @@
 /**
  * The producer: messages sent to a topic in the same tick (or linger window) leave together in one
- * `POST /v1/topics/{topic}/messages`, retried with the same `Idempotency-Key` so that a retry after
- * a lost answer, a 429 or a 503 never writes a message twice.
+ * publish frame on the producer's WebSocket (`/v1/publish`), or one
+ * `POST /v1/topics/{topic}/messages` where the gateway does not offer it, retried with the same
+ * idempotency key so that a retry after a lost answer, a 429 or a 503 never writes a message twice.
  *
  * Each topic has one batch in flight at a time, and the next one gathers what is sent meanwhile:
  * the messages of a topic are written in the order they were sent, and batches grow by themselves
@@ -13,12 +14,20 @@ import { StreamgateError } from "./errors.js";
 import { Omittable, Transport } from "./http.js";
 import { toBase64 } from "./base64.js";
 import type * as api from "./openapi.gen.js";
+import { PublishAnswer, PublishSocket, UseHttp } from "./socket.js";
+import type { WebSocketConstructor } from "./subscription.js";
 
 /** `"0"`: queued in the gateway (no offsets); `"1"`: written on the primary; `"all"`: confirmed by
  * the replicas too. */
 export type Acks = NonNullable<api.PublishRequest["acks"]>;
 
 const ACKS: readonly Acks[] = ["0", "1", "all"];
+
+/** How batches travel: `"websocket"` on one persistent WebSocket (`/v1/publish`), `"http"` one
+ * POST each, `"auto"` the WebSocket where the gateway offers it, else HTTP. */
+export type PublishTransport = "auto" | "websocket" | "http";
+
+const TRANSPORTS: readonly PublishTransport[] = ["auto", "websocket", "http"];
 
 /** One message to publish: exactly one of `value` (any JSON) and `valueBytes`. */
 export interface ProducerMessage {
@@ -68,10 +77,10 @@ export interface ProducerOptions {
   retry?: BackoffOptions;
   /** Per request attempt (default: the client's). */
   timeoutMs?: number;
+  /** Default `"auto"`: the WebSocket, opened on the first send, unless the gateway answers its
+   * upgrade with 404 (or there is no WebSocket class): then HTTP for the producer's life. */
+  transport?: PublishTransport;
 }
-
-/** 200 with offsets, or 202 with a count for acks "0". */
-type PublishAnswer = api.PublishResults | api.PublishAccepted;
 
 interface Waiter {
   resolve: (result: RecordMetadata) => void;
@@ -120,14 +129,30 @@ export class Producer {
   private readonly maxRetries: number;
   private readonly backoff: Backoff;
   private readonly timeoutMs: number | undefined;
+  /** The publish socket; undefined while none is open yet, or when HTTP is used. */
+  private socket: PublishSocket | undefined;
+  private via: PublishTransport;
+  private readonly WebSocketImpl: WebSocketConstructor | undefined;
   private readonly lanes = new Map<string, Lane>();
   private idleWaiters: Array<() => void> = [];
   private batchNumber = 0;
   private closed = false;
+  /** `sendConditional` calls not answered yet (they travel outside the lanes). */
+  private readonly conditionals = new Set<Promise<RecordMetadata[]>>();
 
-  constructor(transport: Transport, options: ProducerOptions = {}) {
+  constructor(transport: Transport, options: ProducerOptions = {},
+              WebSocketImpl?: WebSocketConstructor) {
     const acks = options.acks ?? "1";
     if (!ACKS.includes(acks)) throw new TypeError("acks must be '0', '1' or 'all'");
+    this.via = options.transport ?? "auto";
+    if (!TRANSPORTS.includes(this.via)) {
+      throw new TypeError("transport must be 'auto', 'websocket' or 'http'");
+    }
+    if (this.via === "websocket" && WebSocketImpl === undefined) {
+      throw new TypeError("no WebSocket class: pass the client's 'WebSocket' option");
+    }
+    if (WebSocketImpl === undefined) this.via = "http";
+    this.WebSocketImpl = WebSocketImpl;
     this.transport = transport;
     this.acks = acks;
     this.lingerMs = Math.max(0, options.lingerMs ?? 0);
@@ -164,7 +189,13 @@ export class Producer {
     batch.idempotencyKey = `${this.producerId}-c${++this.batchNumber}`;
     const expected = options.expectedLastOffset === undefined ? undefined
       : JSON.stringify(options.expectedLastOffset);
-    return await this.postWithRetries(topic, batch, expected);
+    const sent = this.postWithRetries(topic, batch, expected);
+    this.conditionals.add(sent);
+    try {
+      return await sent;
+    } finally {
+      this.conditionals.delete(sent);
+    }
   }
 
   /** Send every open batch now and wait until everything sent so far is answered. */
@@ -177,10 +208,19 @@ export class Producer {
     await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** Flush, then refuse further sends; idempotent. */
+  /** Flush, then refuse further sends and close the WebSocket once conditional sends under way
+   * are answered too; idempotent. */
   async close(): Promise<void> {
     this.closed = true;
     await this.flush();
+    await Promise.allSettled(this.conditionals);
+    this.socket?.close();
+  }
+
+  /** How batches travel now: `"auto"` turns `"http"` once the gateway turned the WebSocket
+   * down. */
+  get transportInUse(): PublishTransport {
+    return this.via;
   }
 
   private enqueue(topic: string, encoded: string, waiter: Waiter): void {
@@ -257,21 +297,17 @@ export class Producer {
     });
   }
 
-  /** POST the batch, again with the same body and key after a retriable failure: the gateway
+  /** Publish the batch, again with the same body and key after a retriable failure: the gateway
    * answers a retry with the first offsets and `duplicate: true`. */
   private async postWithRetries(topic: string, batch: Batch,
                                 expectedLastOffset?: string): Promise<RecordMetadata[]> {
     const expected = expectedLastOffset === undefined ? ""
       : `,"expected_last_offset":${expectedLastOffset}`;
-    const body = `{"acks":"${this.acks}"${expected},"messages":[${batch.encoded.join(",")}]}`;
-    const path = `/v1/topics/${encodeURIComponent(topic)}/messages`;
-    const headers = { "Idempotency-Key": batch.idempotencyKey };
+    const fields = `"acks":"${this.acks}"${expected},"messages":[${batch.encoded.join(",")}]`;
     for (let attempt = 1; ; attempt++) {
       try {
-        const answer = await this.transport.request<PublishAnswer>("POST", path, {
-          body, headers, ...(this.timeoutMs === undefined ? {} : { timeoutMs: this.timeoutMs }),
-        });
-        return this.resultsOf(answer.body, batch.encoded.length);
+        const answer = await this.attempt(topic, batch.idempotencyKey, fields);
+        return this.resultsOf(answer, batch.encoded.length);
       } catch (error) {
         if (!(error instanceof StreamgateError) || !error.retriable || attempt > this.maxRetries) {
           throw error;
@@ -280,6 +316,42 @@ export class Producer {
         await sleep(this.backoff.delayMs(attempt, asked ?? 0));
       }
     }
+  }
+
+  /** One try over the WebSocket, or over HTTP where the socket cannot take it. */
+  private async attempt(topic: string, key: string, fields: string): Promise<PublishAnswer> {
+    const socket = this.publishSocket();
+    if (socket !== undefined) {
+      try {
+        return await socket.publish(
+          `"topic":${JSON.stringify(topic)},"idempotency_key":${JSON.stringify(key)},${fields}`,
+          this.timeoutMs ?? this.transport.timeoutMs);
+      } catch (error) {
+        if (!(error instanceof UseHttp)) throw error;
+        if (error.forGood) this.leaveSocket(error);
+      }
+    }
+    const answer = await this.transport.request<PublishAnswer>(
+      "POST", `/v1/topics/${encodeURIComponent(topic)}/messages`, {
+        body: `{${fields}}`, headers: { "Idempotency-Key": key },
+        ...(this.timeoutMs === undefined ? {} : { timeoutMs: this.timeoutMs }),
+      });
+    return answer.body;
+  }
+
+  private publishSocket(): PublishSocket | undefined {
+    if (this.via === "http" || this.WebSocketImpl === undefined) return undefined;
+    this.socket ??= new PublishSocket(this.transport, this.WebSocketImpl);
+    return this.socket;
+  }
+
+  /** The gateway does not offer the WebSocket: HTTP from now on, unless it was asked for. */
+  private leaveSocket(error: UseHttp): void {
+    if (this.via === "websocket") throw error;
+    this.via = "http";
+    // a batch that reached the socket meanwhile goes over HTTP too
+    this.socket?.close(error);
+    this.socket = undefined;
   }
 
   private resultsOf(body: PublishAnswer, count: number): RecordMetadata[] {

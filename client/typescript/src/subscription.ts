@@ -12,9 +12,9 @@ import { Cursor, formatCursor, parseCursor } from "./cursor.js";
 import { Emitter } from "./emitter.js";
 import {
   AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
-  SubscriptionClosedError, problemError, retryAfterMs,
+  SubscriptionClosedError,
 } from "./errors.js";
-import { Transport, problemDocument } from "./http.js";
+import { Transport } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
 import type * as api from "./openapi.gen.js";
 
@@ -280,7 +280,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
         if (!opened && this.closing) {
           resolve();
         } else if (!opened) {
-          this.refusal(url).then(reject, reject);
+          this.transport.upgradeRefusal(url).then(reject, reject);
         } else {
           this.onClose(socket, event.code, event.reason);
         }
@@ -315,27 +315,6 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       query.append("filter", `${header}:${([] as string[]).concat(values).join(",")}`);
     }
     return this.transport.url(`/v1/subscribe?${query}`).replace(/^http/, "ws");
-  }
-
-  /** Why an upgrade failed: parameters, credentials, grants and the topic are checked before the
-   * upgrade, so a plain GET of the same URL answers with the same problem; a 400 means the request
-   * itself was fine but is not an upgrade, so the failure was the connection's. */
-  private async refusal(wsUrl: string): Promise<StreamgateError> {
-    const url = wsUrl.replace(/^ws/, "http");
-    try {
-      const response = await this.transport.fetch(url, {
-        headers: await this.transport.authHeaders(),
-        signal: AbortSignal.timeout(this.transport.timeoutMs),
-      });
-      const text = await response.text();
-      if (response.status >= 400 && response.status !== 400) {
-        return problemError(response.status, problemDocument(response.status, text),
-                            retryAfterMs(response.headers));
-      }
-    } catch (error) {
-      return new ConnectionError(`connect ${wsUrl}: ${String(error)}`, { cause: error });
-    }
-    return new ConnectionError(`connect ${wsUrl}: the WebSocket upgrade failed`);
   }
 
   // --- frames ------------------------------------------------------------------------------------

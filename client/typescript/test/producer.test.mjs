@@ -1,4 +1,5 @@
-// The producer against a real gateway: batching, idempotent retries, Retry-After, problem errors.
+// The producer over HTTP against a real gateway: batching, idempotent retries, Retry-After, problem
+// errors (test/producer_socket.test.mjs has the WebSocket).
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import { ProblemError } from "../dist/index.js";
@@ -9,6 +10,13 @@ afterEach(async () => {
   await runCleanup(cleanup);
   cleanup = [];
 });
+
+/** A producer publishing over HTTP (one POST a batch), closed after the test. */
+function httpProducer(clientOptions, options = {}) {
+  const producer = makeClient(clientOptions).producer({ transport: "http", ...options });
+  cleanup.push(() => producer.close());
+  return producer;
+}
 
 /** A fetch that records each POST's Idempotency-Key and lets `intercept` stand in for the
  * network on chosen calls (index counts POSTs from 0). */
@@ -28,7 +36,7 @@ test("messages sent in one tick leave as one request and get their offsets in or
      { timeout: 30_000 }, async () => {
   const topic = await createTopic(3, cleanup);
   const { posts, fetchImpl } = recordingFetch();
-  const producer = makeClient({ fetch: fetchImpl }).producer({ acks: "all" });
+  const producer = httpProducer({ fetch: fetchImpl }, { acks: "all" });
   const sent = Array.from({ length: 50 }, (_, i) =>
     producer.send(topic, { key: `k${i % 5}`, value: { n: i }, headers: { source: "ts" } }));
   const results = await Promise.all(sent);
@@ -61,8 +69,7 @@ test("a batch whose answer was lost is retried with its key and not written twic
       throw new TypeError("simulated: connection reset before the answer arrived");
     });
   });
-  const producer = makeClient({ fetch: fetchImpl })
-    .producer({ retry: { baseMs: 10, maxMs: 50 } });
+  const producer = httpProducer({ fetch: fetchImpl }, { retry: { baseMs: 10, maxMs: 50 } });
   const results = await Promise.all(
     [0, 1, 2, 3, 4, 5].map((n) => producer.send(topic, { key: `k${n}`, value: n })));
 
@@ -78,7 +85,7 @@ test("a batch whose answer was lost is retried with its key and not written twic
 test("a repeated message idempotency key returns the first offset", { timeout: 30_000 },
      async () => {
   const topic = await createTopic(3, cleanup);
-  const producer = makeClient().producer();
+  const producer = httpProducer({});
   const first = await producer.send(topic, { value: "order", idempotencyKey: "order-17" });
   const again = await producer.send(topic, { value: "order", idempotencyKey: "order-17" });
 
@@ -96,8 +103,7 @@ test("a 503 with Retry-After is retried no sooner than asked", { timeout: 30_000
                    { status: 503, headers: { "Content-Type": "application/problem+json",
                                              "Retry-After": "1" } })
     : undefined);
-  const producer = makeClient({ fetch: fetchImpl })
-    .producer({ retry: { baseMs: 1, maxMs: 5 } });
+  const producer = httpProducer({ fetch: fetchImpl }, { retry: { baseMs: 1, maxMs: 5 } });
   const started = performance.now();
   const result = await producer.send(topic, { value: "after the outage" });
 
@@ -112,7 +118,7 @@ test("a 4xx problem document surfaces as a ProblemError with its fields, without
      { timeout: 30_000 }, async () => {
   const topic = await createTopic(1, cleanup);
   const { posts, fetchImpl } = recordingFetch();
-  const producer = makeClient({ fetch: fetchImpl }).producer();
+  const producer = httpProducer({ fetch: fetchImpl });
 
   const error = await producer.send(topic, { value: 1, partition: 7 }).then(
     () => assert.fail("a partition out of range must be refused"), (e) => e);

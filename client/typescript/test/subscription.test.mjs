@@ -22,7 +22,12 @@ function subscribe(client, options) {
 
 async function publish(client, topic, values) {
   const producer = client.producer();
-  return Promise.all(values.map((value, i) => producer.send(topic, { key: `k${i % 7}`, value })));
+  try {
+    return await Promise.all(values.map((value, i) => producer.send(topic, { key: `k${i % 7}`,
+                                                                             value })));
+  } finally {
+    await producer.close();
+  }
 }
 
 const key = (m) => `${m.partition}/${m.offset}`;

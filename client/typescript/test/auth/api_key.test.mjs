@@ -33,6 +33,13 @@ function subscribe(client, options) {
   return subscription;
 }
 
+/** A producer closed after the test (its WebSocket would keep the test process alive). */
+function producer(client, options) {
+  const made = client.producer(options);
+  cleanup.push(() => made.close());
+  return made;
+}
+
 /** The error a subscription ends with. */
 function refusal(subscription) {
   return within(10_000, "the refusal", subscription.next().then(
@@ -61,7 +68,7 @@ test("a wrong API key is an AuthError, over HTTP and on a WebSocket", { timeout:
   const client = makeClient({ apiKey: `sgk_${randomUUID().replaceAll("-", "")}` });
   await assert.rejects(client.admin().listTopics(), (e) => e instanceof AuthError
     && e.status === 401);
-  await assert.rejects(client.producer({ maxRetries: 0 }).send(topic, { value: 1 }),
+  await assert.rejects(producer(client, { maxRetries: 0 }).send(topic, { value: 1 }),
                        (e) => e instanceof AuthError);
   const error = await refusal(subscribe(client, { topic, from: "earliest" }));
   assert.ok(error instanceof AuthError, String(error));
@@ -73,7 +80,7 @@ test("a key without the grant is a ForbiddenError; where it has one it works",
   const closed = await topicNamed("key");
   const open = await topicNamed("open");
   const client = makeClient({ apiKey: limitedKey });
-  await assert.rejects(client.producer({ maxRetries: 0 }).send(closed, { value: 1 }),
+  await assert.rejects(producer(client, { maxRetries: 0 }).send(closed, { value: 1 }),
                        (e) => e instanceof ForbiddenError && e.status === 403);
   const error = await refusal(subscribe(client, { topic: closed, group: "g" }));
   assert.ok(error instanceof ForbiddenError, String(error));
@@ -83,6 +90,6 @@ test("a key without the grant is a ForbiddenError; where it has one it works",
                        (e) => e instanceof ForbiddenError);
 
   const subscription = subscribe(client, { topic: open, from: "earliest" });
-  await client.producer({ acks: "all" }).send(open, { key: "a", value: "allowed" });
+  await producer(client, { acks: "all" }).send(open, { key: "a", value: "allowed" });
   assert.deepEqual((await take(subscription, 1)).map((m) => m.value), ["allowed"]);
 });
