@@ -29,6 +29,7 @@ from client.errors import (
     UnexpectedOffset,
 )
 from client.producer import Producer, RetryPolicy, SendResult
+from client.publish_socket import PublishNotOffered
 
 __all__ = [
     "Admin",
@@ -40,6 +41,7 @@ __all__ = [
     "Message",
     "ProblemError",
     "Producer",
+    "PublishNotOffered",
     "RetryPolicy",
     "SendResult",
     "SubscriptionClosed",

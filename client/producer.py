@@ -7,6 +7,7 @@ retry after a timeout, a dropped connection or a 503 never writes a message twic
 answers it with the first offset and ``duplicate: true``).
 Messages are spread over ``max_in_flight`` lanes by key (or partition), each with one batch in
 flight and its retries in order, so a key's messages are written in the order they were sent.
+Batches leave as frames over one WebSocket when the gateway offers it, else as HTTP requests.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import orjson
 from client.compression import Compression, compress_body
 from client.credentials import auth_headers
 from client.errors import ClientError, ProblemError, request_body
+from client.publish_socket import PublishSocket
 
 log = logging.getLogger(__name__)
 
 Acks = Literal["0", "1", "all"]
+Transport = Literal["auto", "websocket", "http"]
 _MISSING: Any = object()
 _dumps = orjson.dumps
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -135,6 +138,13 @@ class Producer:
     primary) or ``"all"`` (confirmed by the replicas). ``compression`` (``"gzip"`` or ``"zstd"``)
     sends each batch body compressed; ``max_batch_bytes`` still counts the uncompressed body. A
     batch that fails for good (after ``max_retries``) fails its messages; later messages go on.
+
+    ``transport``: ``"auto"`` sends batches as frames over one WebSocket (``/v1/publish``, opened
+    at the first publish, reopened after a close; unanswered frames are resent under their
+    idempotency keys), or over HTTP for the producer's life when the gateway does not offer it;
+    ``"websocket"`` raises ``PublishNotOffered`` then; ``"http"`` always posts. A frame larger
+    than the gateway takes goes over HTTP. With ``compression`` the socket offers
+    permessage-deflate (the gateway may decline it) and HTTP bodies use that coding.
     """
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 1000,
@@ -143,15 +153,21 @@ class Producer:
                  max_retries: int = 5, timeout_s: float = 10, retry: RetryPolicy | None = None,
                  api_key: str | None = None, token: str | None = None,
                  session: aiohttp.ClientSession | None = None,
-                 compression: Compression | None = None) -> None:
+                 compression: Compression | None = None, transport: Transport = "auto") -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
+        if transport not in ("auto", "websocket", "http"):
+            raise ValueError("transport must be 'auto', 'websocket' or 'http'")
         self.topic = topic
         self.acks: Acks = acks
         self.producer_id = uuid.uuid4().hex
         self._topic_url = f"{base_url.rstrip('/')}/v1/topics/{topic}"
         self._url = f"{self._topic_url}/messages"
-        self._headers = {**auth_headers(api_key, token), "Content-Type": "application/json"}
+        self._base_url = base_url
+        self._auth = auth_headers(api_key, token)
+        self._headers = {**self._auth, "Content-Type": "application/json"}
+        self._transport = transport
+        self._socket: PublishSocket | None = None
         self._compression = compression
         if compression is not None:
             compress_body(b"", compression)  # an unknown coding fails here, not at the first send
@@ -163,6 +179,7 @@ class Producer:
         self._max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
         self._retry = retry or RetryPolicy(max_retries=max_retries)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._session = session
         self._owns_session = session is None
         self._batch_numbers = itertools.count(1)
@@ -189,9 +206,14 @@ class Producer:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the HTTP session (unless one was given)."""
+        """Open the HTTP session (unless one was given); the socket opens at the first publish."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        if self._transport != "http" and self._socket is None:
+            self._socket = PublishSocket(self._session, self._base_url, self.topic, self._auth,
+                                         required=self._transport == "websocket",
+                                         timeout_s=self._timeout_s,
+                                         deflate=self._compression is not None)
         self._loop = asyncio.get_running_loop()
 
     async def _until_queueable(self) -> None:
@@ -227,7 +249,7 @@ class Producer:
         return count if isinstance(count, int) else None
 
     async def aclose(self) -> None:
-        """Send what is queued, then close the session it opened; idempotent."""
+        """Send what is queued, then close the socket and the session it opened; idempotent."""
         if self._closed:
             return
         with contextlib.suppress(ClientError):
@@ -238,6 +260,8 @@ class Producer:
         for sender in list(self._senders):
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
+        if self._socket is not None:
+            await self._socket.aclose()
         if self._owns_session and self._session is not None:
             await self._session.close()
 
@@ -512,14 +536,11 @@ class Producer:
 
     async def _post_with_retries(self, body: bytes, count: int,
                                  idempotency_key: str) -> list[SendResult]:
-        if self._compression is not None:
-            body = compress_body(body, self._compression)
-        headers = {**self._headers, IDEMPOTENCY_HEADER: idempotency_key}
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._post(body, count, headers)
+                return await self._publish(body, count, idempotency_key)
             except ClientError as exc:
                 if not self._retry.should_retry(attempt, exc):
                     raise
@@ -529,11 +550,26 @@ class Producer:
                             attempt, delay)
                 await asyncio.sleep(delay)
 
-    async def _post(self, body: bytes, count: int, headers: dict[str, str]) -> list[SendResult]:
+    async def _publish(self, body: bytes, count: int, idempotency_key: str) -> list[SendResult]:
+        """One attempt: a frame over the socket, or a POST when the socket does not take it."""
+        if self._socket is not None:
+            answer = await self._socket.publish(body, idempotency_key)
+            if answer is not None:
+                return self._results(answer, count)
+        return await self._post(body, count, idempotency_key)
+
+    async def _post(self, body: bytes, count: int, idempotency_key: str) -> list[SendResult]:
         assert self._session is not None
+        if self._compression is not None:
+            body = compress_body(body, self._compression)
         payload = await request_body(self._session, "POST", self._url, data=body,
-                                     timeout=self._timeout, headers=headers)
-        if self.acks == "0":
+                                     timeout=self._timeout,
+                                     headers={**self._headers, IDEMPOTENCY_HEADER: idempotency_key})
+        return self._results(None if self.acks == "0" else orjson.loads(payload), count)
+
+    def _results(self, answer: dict[str, Any] | None, count: int) -> list[SendResult]:
+        """The results of an answered batch (none to read with ``acks="0"``)."""
+        if self.acks == "0" or answer is None:
             return [SendResult(None, None) for _ in range(count)]
         return [SendResult(r["partition"], r["offset"], r["duplicate"])
-                for r in orjson.loads(payload)["results"]]
+                for r in answer["results"]]

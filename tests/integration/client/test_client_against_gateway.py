@@ -24,7 +24,7 @@ async def test_producer_writes_once_when_a_response_is_lost(base_url: str, topic
     async with Admin(base_url) as admin, aiohttp.ClientSession(middlewares=(drop,)) as session:
         await admin.create_topic(topic_name, 3)
         async with Producer(
-            base_url, topic_name, acks="all", batch_size=200, session=session
+            base_url, topic_name, acks="all", batch_size=200, session=session, transport="http"
         ) as producer:
             results = await producer.send_many(
                 [{"key": f"k{i % 10}", "value": {"n": i}} for i in range(1000)]

@@ -37,7 +37,8 @@ async def test_lost_conditional_append_is_retried_as_duplicate(
     drop = DropFirstResponse()
     async with Admin(base_url) as admin, aiohttp.ClientSession(middlewares=(drop,)) as session:
         await admin.create_topic(topic_name, 1, key_index=True)
-        async with Producer(base_url, topic_name, session=session) as producer:
+        async with Producer(base_url, topic_name, session=session,
+                            transport="http") as producer:
             (result,) = await producer.send_conditional(
                 [{"value": 1, "key": "k", "expected_offset": "none"}])
         assert drop.dropped == 1

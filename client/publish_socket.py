@@ -1,0 +1,290 @@
+"""The producer's WebSocket transport: publish frames over one connection to ``/v1/publish``,
+their answers matched by id, a new connection after the gateway closes one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from typing import Any
+
+import aiohttp
+import orjson
+
+from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
+
+log = logging.getLogger(__name__)
+
+# permessage-deflate with the full 32 KiB window, offered when asked for: for small frames it
+# costs more CPU on both ends than it saves
+WS_DEFLATE_WINDOW_BITS = 15
+# a close that says what an HTTP publish would have answered
+CLOSE_STATUSES = {4401: 401, 4403: 403, 4429: 429, 4503: 503}
+_TEXT = aiohttp.WSMsgType.TEXT
+_ENDED = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                    aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR})
+
+
+class PublishNotOffered(ClientError):
+    """The gateway answered the upgrade to ``/v1/publish`` with 404: it publishes over HTTP
+    only."""
+
+
+def closed_error(code: int | None, reason: str) -> ClientError:
+    """What a frame left unanswered by a close fails with: retriable unless the close says the
+    credentials or the permissions are wrong."""
+    status = CLOSE_STATUSES.get(code or 0)
+    detail = f"the publish socket closed with {code}: {reason or 'no reason given'}"
+    if status is None:
+        return ConnectionFailed(detail)
+    return ProblemError(status, {"status": status, "title": "Publish socket closed",
+                                 "detail": detail})
+
+
+def problem_of_answer(answer: dict[str, Any]) -> ProblemError:
+    """The ``ProblemError`` an HTTP publish would have raised for a ``problem`` frame."""
+    document = answer.get("problem")
+    if not isinstance(document, dict):
+        document = {"status": 500, "detail": f"a malformed problem frame: {answer!r}"[:500]}
+    status = document.get("status")
+    return problem_of(status if isinstance(status, int) else 500, orjson.dumps(document),
+                      {"Retry-After": answer.get("retry_after_s")})
+
+
+class _Room:
+    """The frames and bytes awaiting their answers on one connection, within the gateway's
+    limits; callers wait their turn in order."""
+
+    __slots__ = ("bytes", "frames", "max_bytes", "max_frames", "waiters")
+
+    def __init__(self, max_frames: int, max_bytes: int) -> None:
+        self.frames = self.bytes = 0
+        self.max_frames, self.max_bytes = max_frames, max_bytes
+        self.waiters: deque[tuple[asyncio.Future[None], int]] = deque()
+
+    def fits(self, size: int) -> bool:
+        # a frame alone may be as large as the gateway takes at all
+        return self.frames < self.max_frames and (
+            not self.frames or self.bytes + size <= self.max_bytes)
+
+    async def take(self, size: int) -> None:
+        if not self.waiters and self.fits(size):
+            self.frames += 1
+            self.bytes += size
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append((waiter, size))
+        try:
+            await waiter  # given its room by give_back
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back(size)
+            raise
+
+    def give_back(self, size: int) -> None:
+        self.frames -= 1
+        self.bytes -= size
+        while self.waiters:
+            waiter, wanted = self.waiters[0]
+            if not waiter.done():
+                if not self.fits(wanted):
+                    return
+                self.frames += 1
+                self.bytes += wanted
+                waiter.set_result(None)
+            self.waiters.popleft()
+
+
+class _Connection:
+    """One open socket: the frames awaiting their answer by id, and room for ``max_in_flight``
+    of them."""
+
+    __slots__ = ("close_code", "close_reason", "max_frame_bytes", "open", "pending", "reader",
+                 "room", "ws")
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any]) -> None:
+        self.ws = ws
+        self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.max_frame_bytes = int(ready.get("max_frame_bytes", 1 << 20))
+        self.room = _Room(max(1, int(ready.get("max_in_flight", 1))),
+                          int(ready.get("max_in_flight_bytes", 0)) or 1 << 62)
+        self.open = True
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self.reader: asyncio.Task[None] | None = None
+
+    def error(self) -> ClientError:
+        return closed_error(self.close_code, self.close_reason)
+
+
+class PublishSocket:
+    """Publishes batch bodies (``{"acks":..,"messages":[..]}``) as frames over one WebSocket,
+    opened on first use and again after a close. ``publish`` answers the gateway's ``published``
+    frame, raises what HTTP would, or returns None: that body goes over HTTP (the gateway does
+    not offer the socket, or the frame is larger than it takes). ``deflate`` offers
+    permessage-deflate."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, topic: str,
+                 headers: dict[str, str], *, required: bool, timeout_s: float,
+                 deflate: bool = False) -> None:
+        self.url = f"{base_url.rstrip('/')}/v1/publish"
+        self.offered = True  # until the upgrade is answered with 404
+        self.connections = 0
+        self._session = session
+        self._headers = headers
+        self._frame_head = b'{"type":"publish","topic":' + orjson.dumps(topic) + b',"id":"'
+        self._required = required
+        self._timeout_s = timeout_s
+        self._compress = WS_DEFLATE_WINDOW_BITS if deflate else 0
+        self._ids = itertools.count(1)
+        self._connection: _Connection | None = None
+        self._connecting = asyncio.Lock()
+        self._closers: set[asyncio.Task[bool]] = set()
+        self._closed = False
+
+    async def publish(self, body: bytes, idempotency_key: str) -> dict[str, Any] | None:
+        """Send ``body`` as one publish frame under ``idempotency_key`` and return its answer."""
+        connection = self._connection
+        if connection is None or not connection.open:
+            connection = await self._connected()
+            if connection is None:
+                return None
+        frame_id = str(next(self._ids))
+        # spliced, not re-encoded: the body's messages are already JSON
+        frame = (self._frame_head + frame_id.encode() + b'","idempotency_key":'
+                 + orjson.dumps(idempotency_key) + b"," + body[1:])
+        if len(frame) > connection.max_frame_bytes:
+            return None
+        await connection.room.take(len(frame))
+        try:
+            answer = await self._exchange(connection, frame_id, frame)
+        finally:
+            connection.room.give_back(len(frame))
+        if answer.get("type") == "published":
+            return answer
+        raise problem_of_answer(answer)
+
+    async def _exchange(self, connection: _Connection, frame_id: str,
+                        frame: bytes) -> dict[str, Any]:
+        """One frame out and its answer back; a close or a silence fails it, retriably."""
+        if not connection.open:
+            raise connection.error()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        connection.pending[frame_id] = future
+        try:
+            await connection.ws.send_frame(frame, _TEXT)
+            async with asyncio.timeout(self._timeout_s):
+                return await future
+        except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+            raise ConnectionFailed(f"publish over {self.url}: {type(exc).__name__}: {exc}"
+                                   ) from exc
+        except TimeoutError as exc:
+            # a connection that stopped answering is replaced; its frames are sent again
+            self._retire(connection, 1001, "no answer in time")
+            raise ConnectionFailed(f"no answer over {self.url} in {self._timeout_s}s") from exc
+        finally:
+            connection.pending.pop(frame_id, None)
+
+    async def _connected(self) -> _Connection | None:
+        """The open connection, opened now if needed (once for concurrent callers); None when
+        the gateway does not offer it."""
+        async with self._connecting:
+            connection = self._connection
+            if connection is not None and connection.open:
+                return connection
+            if self._closed:
+                raise ConnectionFailed("the producer's publish socket is closed")
+            if not self.offered:
+                return None
+            self._connection = await self._open()
+            return self._connection
+
+    async def _open(self) -> _Connection | None:
+        try:
+            ws = await self._session.ws_connect(self.url, headers=self._headers,
+                                                compress=self._compress)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status != 404:
+                raise ProblemError(exc.status, {"status": exc.status, "detail": exc.message}
+                                   ) from exc
+            if self._required:
+                raise PublishNotOffered(f"{self.url} answered 404: this gateway publishes over "
+                                        "HTTP only (use transport='auto' or 'http')") from exc
+            log.info("%s answered 404: publishing over HTTP", self.url)
+            self.offered = False
+            return None
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise ConnectionFailed(f"connect {self.url}: {type(exc).__name__}: {exc}") from exc
+        connection = _Connection(ws, await self._ready(ws))
+        connection.reader = asyncio.ensure_future(self._read(connection))
+        self.connections += 1
+        return connection
+
+    async def _ready(self, ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+        """The gateway's ``ready`` frame, the first after the upgrade; a close instead raises."""
+        try:
+            message = await ws.receive(timeout=self._timeout_s)
+        except TimeoutError as exc:
+            await ws.close()
+            raise ConnectionFailed(f"no ready frame from {self.url}") from exc
+        if message.type is _TEXT:
+            ready = orjson.loads(message.data)
+            if isinstance(ready, dict) and ready.get("type") == "ready":
+                return ready
+        await ws.close()
+        if message.type in _ENDED:
+            raise closed_error(ws.close_code, str(message.extra or ""))
+        raise ConnectionFailed(f"{self.url} sent {message.data!r:.200} instead of a ready frame")
+
+    async def _read(self, connection: _Connection) -> None:
+        """Hand each answer to the frame of its id until the socket closes; then every frame
+        still unanswered fails with what the close means."""
+        ws, pending = connection.ws, connection.pending
+        try:
+            while (message := await ws.receive()).type not in _ENDED:
+                if message.type is not _TEXT:
+                    continue
+                answer = orjson.loads(message.data)
+                future = pending.pop(answer.get("id"), None)
+                if future is not None and not future.done():
+                    future.set_result(answer)
+                elif answer.get("type") == "error":
+                    log.warning("%s refused a frame: %s", self.url, answer.get("message"))
+            connection.close_reason = str(message.extra or "")
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            log.warning("%s sent what is not an answer (%s): reconnecting", self.url, exc)
+            connection.close_code, connection.close_reason = 1002, "not an answer"
+            await ws.close()
+        finally:
+            connection.open = False
+            connection.close_code = connection.close_code or ws.close_code
+            for future in pending.values():
+                if not future.done():
+                    future.set_exception(connection.error())
+            pending.clear()
+
+    def _retire(self, connection: _Connection, code: int, reason: str) -> None:
+        """Stop sending on ``connection`` and close it in the background."""
+        if not connection.open:
+            return
+        connection.open = False
+        connection.close_code, connection.close_reason = code, reason
+        closer = asyncio.ensure_future(connection.ws.close())
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
+
+    async def aclose(self) -> None:
+        """Close the connection cleanly (after the producer flushed); idempotent."""
+        async with self._connecting:
+            self._closed = True
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
+                await connection.ws.close()
+            if connection.reader is not None:
+                await connection.reader
+        for closer in list(self._closers):
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
+                await closer
