@@ -8,6 +8,7 @@ import contextlib
 import shutil
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
@@ -162,20 +163,64 @@ async def nats_task_per_publish_rate(url: str, seconds: float, stream: str = "BE
         await connection.close()
 
 
-async def nats_one_at_a_time_rate(url: str, seconds: float, stream: str = "BENCHONE") -> float:
-    """JetStream ``await js.publish()`` in a loop (each waits for its ack): msg/s."""
+async def nats_one_at_a_time(url: str, seconds: float,
+                             stream: str = "BENCHONE") -> tuple[float, list[float]]:
+    """JetStream ``await js.publish()`` in a loop (each waits for its ack): msg/s, and each
+    publish's latency (s)."""
     connection, js = await _jetstream(url, stream)
     try:
-        sent = 0
+        await js.publish(f"{stream}.k", VALUE)
+        latencies: list[float] = []
         started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            for _ in range(100):
-                await js.publish(f"{stream}.k", VALUE)
-            sent += 100
-        return sent / (time.perf_counter() - started)
+        while (sent_at := time.perf_counter()) - started < seconds:
+            await js.publish(f"{stream}.k", VALUE)
+            latencies.append(time.perf_counter() - sent_at)
+        return len(latencies) / (time.perf_counter() - started), latencies
     finally:
         await js.delete_stream(stream)
         await connection.close()
+
+
+async def nats_delivery_latencies(url: str, rate_per_s: int, seconds: float,
+                                  stream: str = "BENCHLAT") -> list[float]:
+    """JetStream ``await js.publish()`` of one message every ``1 / rate_per_s`` s to a push
+    consumer in the same process: each message's publish -> delivery latency (s)."""
+    connection, js = await _jetstream(url, stream)
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+
+    async def received(message: Any) -> None:
+        latencies.append(time.perf_counter() - sent[int(message.data)])
+
+    try:
+        subscription = await js.subscribe(f"{stream}.>", cb=received)
+        await paced(rate_per_s, seconds, lambda n: js.publish(f"{stream}.k", b"%d" % n), sent)
+        await wait_for_count(latencies, len(sent))
+        await subscription.unsubscribe()
+        return latencies
+    finally:
+        await js.delete_stream(stream)
+        await connection.close()
+
+
+async def paced(rate_per_s: int, seconds: float, publish: Callable[[int], Awaitable[Any]],
+                sent: dict[int, float]) -> None:
+    """``publish(n)`` for n = 0, 1, ... one every ``1 / rate_per_s`` s on the clock, noting when
+    each was sent in ``sent``."""
+    started = time.perf_counter()
+    for n in range(int(rate_per_s * seconds)):
+        sent[n] = time.perf_counter()
+        await publish(n)
+        await asyncio.sleep(max(0.0, started + (n + 1) / rate_per_s - time.perf_counter()))
+
+
+async def wait_for_count(items: list[Any], count: int, timeout_s: float = 30) -> None:
+    """Until ``items`` holds ``count`` (a consumer filling it meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while len(items) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(items)} of {count} delivered within {timeout_s} s")
+        await asyncio.sleep(0.01)
 
 
 PUBLISH_PENDING_SWEEP = (1000, 4000)  # nats-py's unacknowledged publishes; 1,000 was its best

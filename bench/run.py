@@ -716,7 +716,7 @@ class Harness:
     async def client(self) -> None:
         """The Python client and CLI next to nats-py in the same patterns (bench/client_rows.py)."""
         self.rows += await client_rows(self.gateway.base, self.nats.url, self.plan.seconds,
-                                       self.plan.group_messages)
+                                       self.plan.group_messages, self.gateway.cpu_seconds)
 
 
     # --- event sourcing --------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_quick_client_and_event_sourcing_rows_sit_by_anchors(
     require_binaries(report_missing)
     done, every_row, _ = quick_run(tmp_path, "client,event_sourcing", timeout_s=750)
     rows = [row for row in every_row if row["goal"].startswith("c")]
-    assert [row["goal"] for row in rows] == ["c1"] * 4 + ["c2"] + ["c3"] * 2 + ["c4"]
+    assert [row["goal"] for row in rows] == ["c1"] * 4 + ["c2"] * 4 + ["c5"] + ["c3"] * 2 + ["c4"]
     events = every_row[len(rows):]
     assert [row["anchor_name"] for row in events] == [
         "plain publish, same load", "plain publish, same load",
