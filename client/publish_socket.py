@@ -251,7 +251,7 @@ class PublishSocket:
                 if future is not None and not future.done():
                     future.set_result(answer)
                 elif answer.get("type") == "error":
-                    log.warning("%s refused a frame: %s", self.url, answer.get("message"))
+                    log.warning("%s refused a frame: %s", self.url, answer.get("detail"))
             connection.close_reason = str(message.extra or "")
         except (orjson.JSONDecodeError, AttributeError) as exc:
             log.warning("%s sent what is not an answer (%s): reconnecting", self.url, exc)

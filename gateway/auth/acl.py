@@ -116,6 +116,11 @@ class Acl:
         """Whether ``principal`` may do at least one of ``actions`` on ``topic``."""
         return any(self.allows(principal, action, topic, group) for action in actions)
 
+    def allows_somewhere(self, principal: Principal, action: Action) -> bool:
+        """Whether some rule lets ``principal`` do ``action`` on some topic."""
+        return self._allow_all or any(action in rule.actions
+                                      for rule in self._rules_for(principal))
+
     def may_know_group(self, principal: Principal, group: str) -> bool:
         """Whether some rule could let ``principal`` read or administer ``group`` (on any topic)."""
         if self._allow_all:

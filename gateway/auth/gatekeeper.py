@@ -94,6 +94,11 @@ class Gatekeeper:
             where = f"topic {topic!r}" + (f" with group {group!r}" if group is not None else "")
             raise Forbidden(f"{principal.name!r} may not {action.value} on {where}")
 
+    def require_somewhere(self, principal: Principal, action: Action) -> None:
+        """Forbidden unless ``principal`` may do ``action`` on some topic."""
+        if not self.acl.allows_somewhere(principal, action):
+            raise Forbidden(f"{principal.name!r} may not {action.value} on any topic")
+
     def require_any(self, principal: Principal, topic: str,
                     actions: Iterable[Action] = tuple(Action), group: str | None = None) -> None:
         """Forbidden unless ``principal`` may do at least one of ``actions`` on ``topic``."""

@@ -14,6 +14,7 @@ import contextlib
 import orjson
 from aiohttp import web
 
+from gateway.auth.acl import Action
 from gateway.auth.errors import AuthError
 from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
@@ -37,8 +38,12 @@ async def publish_socket(request: web.Request) -> web.StreamResponse:
     services, gatekeeper = services_of(request), gatekeeper_of(request)
     settings = services.settings
     principal = None if awaits_auth_frame(request) else principal_of(request)
-    if principal is not None and services.connections.full(principal.name):
-        raise too_many_connections(too_many(services, principal), settings.retry_after_s)
+    if principal is not None:
+        # each frame's topic is checked as it comes; a principal who may publish nowhere
+        # is refused before the upgrade
+        gatekeeper.require_somewhere(principal, Action.PUBLISH)
+        if services.connections.full(principal.name):
+            raise too_many_connections(too_many(services, principal), settings.retry_after_s)
     answer = handshake(request.headers, settings.ws_compression)
     return await serve_upgrade(request, services, answer,
                                settings.max_batch_bytes + ENVELOPE_BYTES, principal is None,
@@ -75,6 +80,7 @@ async def _principal_by_frame(socket: LeanWebSocket, services: Services,
     try:
         principal = await principal_from_first_frame(socket, gatekeeper,
                                                      services.settings.auth_frame_timeout_s)
+        gatekeeper.require_somewhere(principal, Action.PUBLISH)
     except AuthError as exc:
         socket.close(close_code_for(exc), exc.message)
         return None

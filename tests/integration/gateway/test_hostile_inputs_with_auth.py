@@ -268,6 +268,7 @@ def request_for(
         "keyHistory": ("?key=k1", None),
         "snapshot": ("", None),
         "subscribe": (f"?topic={topic}&mode=broadcast&from=earliest", None),
+        "publishSocket": ("", None),
         "listGroups": ("", None), "describeGroup": (f"?topic={topic}", None),
         "pull": ("", {"topic": topic, "max_messages": 100}),
         "ackReceipts": ("", {"receipts": [receipt]}), "nackReceipts": ("", {"receipts": [receipt]}),
@@ -322,6 +323,20 @@ async def seed_topic_with_a_group(client: Client, topic: str) -> str:
     return receipt
 
 
+async def refused_frame_status(client: Client, topic: str) -> int:
+    """The status of the problem answering the outsider's publish frame to ``topic`` on a publish
+    socket it may open (it publishes to topics of its own)."""
+    async with client.ws_connect("/v1/publish", headers=OUTSIDER) as ws:
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        await ws.send_json({"type": "publish", "id": "1", "topic": topic,
+                            "messages": [{"value": "intruder"}]})
+        answer = await ws.receive_json(timeout=5)
+    assert answer["type"] == "problem", answer
+    assert answer["problem"]["type"].endswith("/forbidden"), answer
+    status: int = answer["problem"]["status"]
+    return status
+
+
 async def test_every_route_refuses_bad_credentials(
     secured: Client, topic_name: str, redis_cluster: Any
 ) -> None:
@@ -345,6 +360,10 @@ async def test_every_route_refuses_bad_credentials(
                 assert "Bearer" in response.headers["WWW-Authenticate"]
                 await assert_problem(response, f"{what} {method} {url}")
                 outcomes["401"] += 1
+            if operation == "publishSocket":  # its ACL is the frames': each names its topic
+                assert await refused_frame_status(secured, topic) == 403
+                outcomes["403 frame"] += 1
+                continue
             response = await secured.request(method, url, json=body, headers=OUTSIDER)
             if operation in LISTINGS:
                 assert response.status == 200, (method, url, await response.text())
