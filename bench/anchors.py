@@ -119,12 +119,25 @@ async def _jetstream(url: str, stream: str, replicas: int = 1,  # type: ignore[n
         try:
             await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE,
                                 num_replicas=replicas)
+            # a replicated stream answers "service unavailable" until its own leader is elected
+            # and its replicas have caught up
+            while not _led(await js.stream_info(stream)):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"stream {stream} has no leader and current replicas")
+                await asyncio.sleep(0.2)
             return connection, js
-        except (JetStreamError, nats.errors.TimeoutError):
+        except (JetStreamError, nats.errors.TimeoutError, TimeoutError):
             if time.monotonic() > deadline:
                 await connection.close()
                 raise
             await asyncio.sleep(0.5)
+
+
+def _led(info: Any) -> bool:
+    """Whether a stream has its leader and every replica current (a lone server's always has)."""
+    cluster = info.cluster
+    return cluster is None or (bool(cluster.leader)
+                               and all(peer.current for peer in cluster.replicas or ()))
 
 
 async def nats_publish_async_rate(url: str, seconds: float, stream: str = "BENCHPUB",
@@ -240,6 +253,21 @@ async def nats_best_publish_async_rate(url: str, seconds: float,
     return best, f"JetStream the best of {figures}"
 
 
+async def _pull_consumer(js: Any, stream: str, attempts: int = 20) -> Any:
+    """The stream's durable pull consumer, asked again while a replicated one is still being
+    placed ("service unavailable")."""
+    from nats.js.errors import ServiceUnavailableError
+
+    for attempt in range(attempts):
+        try:
+            return await js.pull_subscribe(f"{stream}.>", durable="bench")
+        except ServiceUnavailableError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL",
                              replicas: int = 1) -> float:
     """JetStream pull consumer: fetch batches of 500 and ack every message; msg/s for ``messages``
@@ -250,7 +278,7 @@ async def nats_pull_ack_rate(url: str, messages: int, stream: str = "BENCHPULL",
             for _ in range(min(1000, messages - start)):
                 await js.publish_async(f"{stream}.k", VALUE)
         await js.publish_async_completed()
-        subscription = await js.pull_subscribe(f"{stream}.>", durable="bench")
+        subscription = await _pull_consumer(js, stream)
         acked = 0
         started = time.perf_counter()
         while acked < messages:
