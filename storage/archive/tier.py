@@ -4,9 +4,9 @@ committed with the trim), reading across both tiers in offset order, and droppin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from storage.archive.manifest import (
     COMMIT,
@@ -49,6 +49,7 @@ DROP_ATTEMPTS, DROP_RETRY_S = 5, 0.2
 # segments one retention round looks at per partition: a round's work stays bounded
 EXPIRE_BATCH = 64
 PAGE_SHAPE = PageShape()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,14 @@ class ArchiveTier:
         entries = await self._oldest(topic, partition, until)
         if entries is None:
             return None
+        # the file is written on I/O threads a cancel does not stop: a cancelled move still ends
+        # in its commit or its file's deletion, never in a file no owner would remove (the
+        # partition's owner is cancelled when its topic is deleted)
+        return await _to_the_end(self._write_and_commit(topic, partition, entries, epoch,
+                                                        pass_behind))
+
+    async def _write_and_commit(self, topic: str, partition: int, entries: EntryColumns,
+                                epoch: int, pass_behind: bool) -> SegmentInfo:
         info = await write_segment(self.store, topic, partition, entries, self.settings.segment,
                                    epoch)
         keys, args = commit_call(info, epoch, pass_behind)
@@ -317,6 +326,23 @@ class ArchiveTier:
                 if attempt == DROP_ATTEMPTS - 1:
                     raise
                 await asyncio.sleep(DROP_RETRY_S)
+
+
+async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` run to its end even when the caller is cancelled meanwhile; the cancel is raised
+    once it has ended."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # a cancel of the wait leaves the task running
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancel is what the caller hears
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def _text(raw: Any) -> str:

@@ -12,14 +12,17 @@ from processes import GatewayProcess
 from subscribers import subscribe_at, wait_until
 
 
+async def create_topic(http: aiohttp.ClientSession, url: str, topic: str, partitions: int) -> None:
+    async with http.post(f"{url}/v1/topics",
+                         json={"name": topic, "partitions": partitions}) as r:
+        assert r.status == 201
+
+
 async def test_killed_gateway_loses_members_but_no_messages(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     survivor_gw, doomed_gw = gateway_processes
     async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"{survivor_gw.url}/v1/topics", json={"name": topic_name, "partitions": 6}
-        ) as r:
-            assert r.status == 201
+        await create_topic(http, survivor_gw.url, topic_name, 6)
         survivor = await subscribe_at(
             http, survivor_gw.url, "survivor", topic=topic_name, group="g"
         )
@@ -56,10 +59,7 @@ async def test_graceful_shutdown_closes_subscriptions_with_1001(
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     gateway = gateway_processes[0]
     async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"{gateway.url}/v1/topics", json={"name": topic_name, "partitions": 1}
-        ) as r:
-            assert r.status == 201
+        await create_topic(http, gateway.url, topic_name, 1)
         member: Any = await subscribe_at(http, gateway.url, "m", topic=topic_name, group="g")
         await wait_until(lambda: member.partitions == [0], what="assignment")
         gateway.process.send_signal(signal.SIGTERM)
@@ -75,10 +75,7 @@ async def test_graceful_shutdown_answers_publish_frames_in_flight_then_closes_wi
         gateway_processes: list[GatewayProcess], topic_name: str) -> None:
     gateway = gateway_processes[0]
     async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"{gateway.url}/v1/topics", json={"name": topic_name, "partitions": 1}
-        ) as r:
-            assert r.status == 201
+        await create_topic(http, gateway.url, topic_name, 1)
         answers: dict[str, Any] = {}
         async with http.ws_connect(f"{gateway.url}/v1/publish") as ws:
             assert (await ws.receive_json(timeout=5))["type"] == "ready"

@@ -225,6 +225,35 @@ async def test_a_move_racing_a_topic_deletion_leaves_nothing_behind(
     assert await tier.store.list_segments(topic, 0) == []
 
 
+async def test_a_move_cancelled_while_its_file_is_written_leaves_nothing_behind(
+        tiered: RedisStreamStore, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    await _publish(tiered, topic, 20)
+    tier = _tier(tiered)
+    writing, deleted = asyncio.Event(), asyncio.Event()
+    writes: list[asyncio.Future[object]] = []
+
+    async def written_after_the_deletion(*args: object, **kwargs: object) -> object:
+        async def write() -> object:
+            await deleted.wait()
+            return await write_segment(*args, **kwargs)  # type: ignore[arg-type]
+
+        # a file is written on I/O threads, which a cancel does not stop
+        writes.append(asyncio.ensure_future(write()))
+        writing.set()
+        return await asyncio.shield(writes[0])
+
+    monkeypatch.setattr("storage.archive.tier.write_segment", written_after_the_deletion)
+    move = asyncio.create_task(tier.move_oldest(topic, 0, epoch=1, until=None))
+    await writing.wait()
+    move.cancel()  # the owner stops as the topic goes
+    await tiered.delete_topic(topic, 1)
+    deleted.set()
+    with pytest.raises(asyncio.CancelledError):
+        await move
+    await asyncio.wait(writes)
+    assert await tier.store.list_segments(topic, 0) == []
+
+
 async def test_a_move_read_in_many_pages_keeps_every_field(store_settings: RedisStoreSettings,
                                                            archive: ArchiveStore,
                                                            topic: str) -> None:
