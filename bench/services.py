@@ -95,11 +95,13 @@ class GatewayProcess(ServerProcess):
     supports it."""
 
     def __init__(self, stack: DevStack, workers: int | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, profile_to: Path | None = None) -> None:
         env = {**os.environ, **BENCH_GATEWAY_ENV,
                "STREAMGATE_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in stack.redis_startup_nodes),
                "STREAMGATE_ETCD_ENDPOINTS": stack.etcd_endpoint, **(extra_env or {})}
-        argv = [sys.executable, "-m", "gateway.cli", "--log-level", "warning", "serve"]
+        # under cProfile, its statistics written to ``profile_to`` as the process ends
+        profiler = [] if profile_to is None else ["-m", "cProfile", "-o", str(profile_to)]
+        argv = [sys.executable, *profiler, "-m", "gateway.cli", "--log-level", "warning", "serve"]
         if workers is not None:
             argv += ["--workers", str(workers)]
         super().__init__(argv, env)
