@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 from storage.cluster import ClusterRouter
 from storage.group_keys import MissingGroup
 from storage.group_replies import is_missing_group
-from storage.group_scripts import CREATE_GROUP_SCRIPT
+from storage.group_scripts import ACK_SCRIPT, CREATE_GROUP_SCRIPT
 from storage.keys import slot_of_key
-from storage.wire.errors import ResponseError
+from storage.wire.errors import NoScriptError, ResponseError
 from storage.wire.lanes import NodeLanes
 from storage.wire.resp import encode_command_with_ids
 from storage.wire.scripts import LuaScript, run_script
@@ -67,13 +67,19 @@ class GroupCalls:
                                    CREATE_GROUP_SCRIPT, [key], [group, first_id])
         return bool(created)
 
-    async def ack_on_node(self, slot: int, key: str, group: str, ids: Sequence[str]) -> int:
-        """XACK on the node connection of the slot's primary (far less client CPU than through
-        redis-py); an error reply is raised for ``write`` to retry (MOVED refreshes the slot map
-        first)."""
-        (reply,) = await self.lanes.execute(self.router.node_for_slot(slot),
-                                            [encode_command_with_ids(("XACK", key, group), ids)],
-                                            exclusive=False)
+    async def ack_on_node(self, slot: int, keys: Sequence[str], group: str,
+                          ids: Sequence[str]) -> int:
+        """XACK on every key of ``keys`` at once (``ACK_SCRIPT`` for more than one), on the node
+        connection of the slot's primary (far less client CPU than through redis-py); an error
+        reply is raised for ``write`` to retry (MOVED refreshes the slot map first)."""
+        head: tuple[Any, ...] = (("XACK", keys[0], group) if len(keys) == 1 else
+                                 ("EVALSHA", ACK_SCRIPT.sha, len(keys), *keys, group))
+        command = encode_command_with_ids(head, ids)
+        address = self.router.node_for_slot(slot)
+        (reply,) = await self.lanes.execute(address, [command], exclusive=False)
+        if isinstance(reply, NoScriptError):
+            _, reply = await self.lanes.execute(address, [("SCRIPT", "LOAD", ACK_SCRIPT.lua),
+                                                          command], exclusive=False)
         if isinstance(reply, BaseException):
             if is_missing_group(reply):
                 return 0

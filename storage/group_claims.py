@@ -74,6 +74,6 @@ class GroupClaims:
         async def op() -> None:
             gone = [i for i in ids if not await exists(i)]
             if gone:
-                await self._calls.ack_on_node(slot, key, group, gone)
+                await self._calls.ack_on_node(slot, [key], group, gone)
 
         await self._calls.write("claim", op)

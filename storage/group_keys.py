@@ -22,7 +22,7 @@ class MissingGroup(StorageError):
 class GroupKeys:
     """The keys of the groups of one store. Without an archive a group lives on its log alone;
     with one, a group placed inside the archive reads through its catch-up stream, and this store
-    remembers where it last found each group so that key is tried first."""
+    remembers where it last found (or moved) each group so that key is tried first."""
 
     def __init__(self, catch_up: CatchUp | None) -> None:
         self.catch_up = catch_up
@@ -61,17 +61,18 @@ class GroupKeys:
     async def on_group(self, topic: str, partition: int, group: str,
                        run: Callable[[str], Awaitable[T]], missing: T) -> T:
         """``run`` on the key that holds the group (``run`` raises ``MissingGroup`` on a key
-        without it); ``missing`` when none does."""
+        without it); ``missing`` when none does. Each key is noted as the group's before ``run``
+        goes on it, so a run that moves the group (a read ending its catch-up) has the last
+        word."""
         for key in self.keys(topic, partition, group):
-            try:
-                result = await run(key)
-            except MissingGroup:
-                continue
             if key == log_key(topic, partition):
                 self.forget(topic, partition, group)
             else:
                 self._catching_up.add((topic, partition, group))
-            return result
+            try:
+                return await run(key)
+            except MissingGroup:
+                continue
         return missing
 
 

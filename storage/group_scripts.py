@@ -69,6 +69,39 @@ return {ids, counts, redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], un
 """
 CLAIM_IDS_SCRIPT = LuaScript.of(CLAIM_IDS_LUA)
 
+# XACK of the IDs ARGV[2..] for group ARGV[1] on every key in KEYS (a partition's log and the
+# group's catch-up stream): a group moves between them atomically with its pending entries, so
+# acking both in one script counts the acks wherever it is; asked one after the other, a move in
+# between would answer 0 on each. IDs go in runs that Lua's unpack takes. Allow-oom: it frees.
+ACK_SCRIPT = LuaScript.of("""#!lua flags=allow-oom
+local acked = 0
+for first = 2, #ARGV, 4000 do
+  local last = math.min(first + 3999, #ARGV)
+  for _, key in ipairs(KEYS) do
+    acked = acked + redis.call('XACK', key, ARGV[1], unpack(ARGV, first, last))
+  end
+end
+return acked
+""")
+
+# XCLAIM ... IDLE ARGV[3] JUSTID of the IDs ARGV[4..] for consumer ARGV[2] of group ARGV[1], on the
+# key of KEYS that holds the group (as ACK_SCRIPT: found and claimed in one script); 0 when none
+# does. Allow-oom, as XCLAIM itself: a nack or an extend works on a full node (a few bytes at most).
+SET_IDLE_SCRIPT = LuaScript.of("#!lua flags=allow-oom\n" + INFO_LUA + """
+for _, key in ipairs(KEYS) do
+  if (groups_of(key) or {})[ARGV[1]] then
+    for first = 4, #ARGV, 4000 do
+      local claim = {'XCLAIM', key, ARGV[1], ARGV[2], 0}
+      for i = first, math.min(first + 3999, #ARGV) do claim[#claim + 1] = ARGV[i] end
+      for _, word in ipairs({'IDLE', ARGV[3], 'JUSTID'}) do claim[#claim + 1] = word end
+      redis.call(unpack(claim))
+    end
+    return 1
+  end
+end
+return 0
+""")
+
 # The group bookkeeping a full node still takes (``allow-oom``): creating a group and parking a
 # key are a few bytes each, bounded by the group quota and the keys in flight, and without them a
 # full partition could not be consumed, which is what makes room again.

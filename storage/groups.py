@@ -34,7 +34,7 @@ from storage.group_replies import (
     state_from,
     text,
 )
-from storage.group_scripts import PARK_SCRIPT
+from storage.group_scripts import PARK_SCRIPT, SET_IDLE_SCRIPT
 from storage.keys import log_key, parked_keys_key, slot_of, slot_of_key
 from storage.models import (
     Delivery,
@@ -120,17 +120,11 @@ class RedisGroupStore:
         if not offsets:
             return 0
         ids = validate_offsets(offsets)
-        slot = slot_of(topic, partition)
-        # A group and its pending entries live on one key at a time (the catch-up scripts move
-        # them atomically): an XACK that acked any offset found it there, the rest were settled
-        # before. XACK answers 0 for a group its key does not hold, so the other key is asked
-        # only then.
-        for key in self._keys.keys(topic, partition, group):
-            acked = await self._calls.write(
-                "ack", partial(self._calls.ack_on_node, slot, key, group, ids))
-            if acked:
-                return acked
-        return 0
+        # every key that may hold the group, in one script: the group and its pending entries
+        # may move between them (a pressed move, the end of a catch-up) at any time
+        keys = self._keys.keys(topic, partition, group)
+        return await self._calls.write("ack", partial(
+            self._calls.ack_on_node, slot_of(topic, partition), keys, group, ids))
 
     async def expired(
         self, topic: str, partition: int, group: str, *, min_idle_ms: int, count: int,
@@ -197,11 +191,11 @@ class RedisGroupStore:
         ids = [validate_offset(o) for o in offsets]
         idle = clamp_idle_ms(idle_ms)
 
-        async def on(key: str) -> None:
-            await self._calls.write("set_idle", partial(self._calls.group_command, key, (
-                "XCLAIM", key, group, consumer, 0, *ids, "IDLE", idle, "JUSTID")))
-
-        await self._keys.on_group(topic, partition, group, on, None)
+        # on whichever key holds the group when it runs (``SET_IDLE_SCRIPT``), as ``ack``
+        keys = self._keys.keys(topic, partition, group)
+        await self._calls.write("set_idle", lambda: run_script(
+            self._calls.lanes, self._calls.router.node_for_slot(slot_of(topic, partition)),
+            SET_IDLE_SCRIPT, keys, [group, consumer, idle, *ids]))
 
     async def state(self, topic: str, partition: int, group: str) -> GroupPartitionState:
         """Last delivered offset, pending count, oldest pending offset and lag (None when Redis

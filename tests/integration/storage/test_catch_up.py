@@ -14,10 +14,9 @@ from storage.archive.manifest import catch_up_key, catching_up_key
 from storage.errors import ArchiveConflict
 from storage.groups import RedisGroupStore
 from storage.keys import log_key
-from storage.models import AppendOptions, Records, ValueFormat
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
-from tests.integration.storage.local_archive import archived_store, tier_of
+from tests.integration.storage.local_archive import archived_store, publish, tier_of
 
 pytestmark = pytest.mark.integration
 
@@ -32,13 +31,6 @@ async def tiered(store_settings: RedisStoreSettings, tmp_path: Path,
         yield store
 
 
-async def _publish(store: RedisStreamStore, topic: str, count: int) -> list[str]:
-    values = [b'{"n":%d}' % i for i in range(count)]
-    appended = await store.append(topic, Records([0] * count, values, [None] * count,
-                                                 ValueFormat.JSON), AppendOptions())
-    return [result.offset for result in appended]
-
-
 async def _archive(store: RedisStreamStore, topic: str, until: str) -> None:
     while await tier_of(store).move_oldest(topic, 0, epoch=1, until=until):
         pass
@@ -48,7 +40,7 @@ async def _archived_group(store: RedisStreamStore, topic: str, total: int,
                           archived: int) -> list[str]:
     """``total`` entries of which the first ``archived`` moved into the archive, and the group
     created from the first offset after the move; their offsets."""
-    offsets = await _publish(store, topic, total)
+    offsets = await publish(store, topic, total)
     await _archive(store, topic, offsets[archived - 1])
     await store.groups.ensure_group(topic, 0, G, "earliest")
     return offsets
@@ -79,7 +71,7 @@ async def test_a_new_group_reads_the_archive_then_the_log_in_order(
     assert await _keys(tiered, topic) == (False, set()), "caught up: back on the log"
     state = await groups.state(topic, 0, G)
     assert (state.exists, state.last_delivered_offset, state.pending) == (True, offsets[-1], 0)
-    later = await _publish(tiered, topic, 3)
+    later = await publish(tiered, topic, 3)
     assert await _drain(groups, topic) == later
 
 
@@ -132,7 +124,7 @@ async def test_the_mover_keeps_moving_while_a_group_catches_up(
 
 async def test_a_seek_back_replays_the_archive_and_a_seek_to_latest_leaves_it(
         tiered: RedisStreamStore, topic: str) -> None:
-    offsets = await _publish(tiered, topic, 40)
+    offsets = await publish(tiered, topic, 40)
     groups = tiered.groups
     await groups.ensure_group(topic, 0, G, "earliest")
     assert await _drain(groups, topic) == offsets
@@ -148,7 +140,7 @@ async def test_a_seek_back_replays_the_archive_and_a_seek_to_latest_leaves_it(
 
 async def test_a_move_past_a_group_that_has_not_consumed_is_refused(
         tiered: RedisStreamStore, topic: str) -> None:
-    offsets = await _publish(tiered, topic, 30)
+    offsets = await publish(tiered, topic, 30)
     await tiered.groups.ensure_group(topic, 0, G, "earliest")
     with pytest.raises(ArchiveConflict, match="BEHIND"):
         await tier_of(tiered).move_oldest(topic, 0, epoch=1, until=offsets[9])
@@ -157,7 +149,7 @@ async def test_a_move_past_a_group_that_has_not_consumed_is_refused(
 
 async def test_a_pressed_move_passes_a_group_behind_with_its_pending_entries(
         tiered: RedisStreamStore, topic: str) -> None:
-    offsets = await _publish(tiered, topic, 40)
+    offsets = await publish(tiered, topic, 40)
     groups = tiered.groups
     await groups.ensure_group(topic, 0, G, "earliest")
     first = await groups.read_new(topic, 0, G, "c1", count=6, block_ms=0)
@@ -179,7 +171,7 @@ async def test_a_pressed_move_passes_a_group_behind_with_its_pending_entries(
 
 
 async def test_a_purge_or_deletion_ends_a_catch_up(tiered: RedisStreamStore, topic: str) -> None:
-    offsets = await _publish(tiered, topic, 30)
+    offsets = await publish(tiered, topic, 30)
     await _archive(tiered, topic, offsets[19])
     groups = tiered.groups
     for group in ("a", "b"):
@@ -190,7 +182,7 @@ async def test_a_purge_or_deletion_ends_a_catch_up(tiered: RedisStreamStore, top
     report = await tiered.purge_partition(topic, 0)
     assert await _keys(tiered, topic, "a") == (False, set())
     assert report.groups == ("a",)
-    later = await _publish(tiered, topic, 2)
+    later = await publish(tiered, topic, 2)
     assert await _drain(groups, topic, "a") == later
 
 
