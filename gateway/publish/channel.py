@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from gateway.auth.gatekeeper import Gatekeeper
@@ -60,7 +60,7 @@ class PublishChannel:
         self._last = mine
         self._start(self._publish(frame, previous, mine))
 
-    def send_soon(self, work: bytes | Awaitable[None]) -> None:
+    def send_soon(self, work: bytes | Coroutine[Any, Any, None]) -> None:
         """Send a frame (or run a step) once the loop turns, tracked as a frame in flight is."""
         self._start(self._answer(work) if isinstance(work, bytes) else work)
 
@@ -70,8 +70,8 @@ class PublishChannel:
         if others:
             await asyncio.wait(others, timeout=timeout_s)
 
-    def _start(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

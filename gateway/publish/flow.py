@@ -61,9 +61,14 @@ async def publish_batch(services: Services, gatekeeper: Gatekeeper, principal: P
     # the cache first: no coroutine on a hit
     topic = services.cache.get(name) or await services.topic(name)
     try:
-        batch = await read_batch()
-        answer = await _stamped_and_traced(services, gatekeeper, principal, topic, batch,
-                                           incoming, placed)
+        batch = _stamped(gatekeeper, principal, await read_batch())
+        if spans_on():
+            with publish_span(topic.name, len(batch), incoming) as context:
+                answer = await _admit_and_write(services, topic, _traced(batch, context),
+                                                gatekeeper, principal, placed)
+        else:
+            answer = await _admit_and_write(services, topic, _traced(batch, incoming),
+                                            gatekeeper, principal, placed)
     except Exception:
         services.metrics.publish_requests.labels(topic.name, "error").inc()
         raise
@@ -71,19 +76,12 @@ async def publish_batch(services: Services, gatekeeper: Gatekeeper, principal: P
     return answer
 
 
-async def _stamped_and_traced(services: Services, gatekeeper: Gatekeeper, principal: Principal,
-                              topic: TopicMetadata, batch: PublishBatch,
-                              incoming: dict[str, str] | None,
-                              placed: Placed | None) -> PublishAnswer:
+def _stamped(gatekeeper: Gatekeeper, principal: Principal, batch: PublishBatch) -> PublishBatch:
+    """The batch with the principal's forced tenant headers on every message."""
     if gatekeeper.forced_headers(principal):
         batch = batch.with_headers()
         gatekeeper.stamp(principal, batch.headers or ())
-    if spans_on():
-        with publish_span(topic.name, len(batch), incoming) as context:
-            return await _admit_and_write(services, topic, _traced(batch, context), gatekeeper,
-                                          principal, placed)
-    return await _admit_and_write(services, topic, _traced(batch, incoming), gatekeeper,
-                                  principal, placed)
+    return batch
 
 
 async def _admit_and_write(services: Services, topic: TopicMetadata, batch: PublishBatch,

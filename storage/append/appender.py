@@ -76,7 +76,11 @@ class Appender(Generic[R]):
                  lanes: NodeLanes, memory: MemoryWatch | None = None) -> None:
         self._router = router
         self._memory = memory  # told what each node was sent, for its estimate between polls
-        self._settings = router.settings
+        self._settings = s = router.settings
+        # the longest a write attempt can take on the node connections: a connect, then the
+        # reply watchdog's timeout with a WAIT's grace on top
+        self._bounded_s = (s.socket_connect_timeout_s + s.node_socket_timeout_s
+                           + s.wait_timeout_ms / 1000)
         self._parse = parse
         self._lanes = lanes
         self._loading: dict[tuple[NodeAddress, str], asyncio.Future[Any]] = {}
@@ -109,10 +113,15 @@ class Appender(Generic[R]):
             groups = self._group_by_node(topic, pending, asking)
         except Exception as exc:  # the slot map lost a slot (failover in progress)
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
+        # queued on the nodes' node connections: no task, whatever the count
+        writing = self._write_nodes_at_once(self._lanes, groups, asking, wait)
+        if deadline.remaining() > self._bounded_s:
+            # the connections' own bounds (connect timeout, reply watchdog) end the attempt
+            # first: no timer of its own to arm and cancel on every write
+            return await writing
         try:
             async with asyncio.timeout(deadline.remaining()):
-                # queued on the nodes' node connections: no task, whatever the count
-                return await self._write_nodes_at_once(self._lanes, groups, asking, wait)
+                return await writing
         except TimeoutError as exc:
             return [_NodeOutcome(retry=dict.fromkeys(pending, exc))]
 
