@@ -4,16 +4,17 @@ their answers matched by id, a new connection after the gateway closes one."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
 
 from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
+from client.ws_takeover import take_over
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,16 @@ class _Room:
         return self.frames < self.max_frames and (
             not self.frames or self.bytes + size <= self.max_bytes)
 
+    def try_take(self, size: int) -> bool:
+        """Take room for a frame of ``size`` bytes if there is some and nobody waits for it."""
+        if self.waiters or not self.fits(size):
+            return False
+        self.frames += 1
+        self.bytes += size
+        return True
+
     async def take(self, size: int) -> None:
-        if not self.waiters and self.fits(size):
-            self.frames += 1
-            self.bytes += size
+        if self.try_take(size):
             return
         waiter = asyncio.get_running_loop().create_future()
         self.waiters.append((waiter, size))
@@ -98,25 +105,110 @@ class _Room:
 
 
 class _Connection:
-    """One open socket: the frames awaiting their answer by id, and room for ``max_in_flight``
-    of them."""
+    """One open socket: the frames awaiting their answer by id (with when each was sent), room
+    for ``max_in_flight`` of them, and a watchdog that retires the socket once the oldest has
+    waited ``timeout_s``."""
 
-    __slots__ = ("close_code", "close_reason", "max_frame_bytes", "open", "pending", "reader",
-                 "room", "ws")
+    __slots__ = ("close_code", "close_reason", "closers", "loop", "max_frame_bytes", "open",
+                 "pending", "room", "timeout_s", "url", "watchdog", "wire", "ws")
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any]) -> None:
-        self.ws = ws
-        self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any], url: str,
+                 timeout_s: float, closers: set[asyncio.Task[None]], ready_text: bytes) -> None:
+        self.ws, self.url, self.timeout_s, self.closers = ws, url, timeout_s, closers
+        self.loop = asyncio.get_running_loop()
+        self.pending: dict[str, tuple[asyncio.Future[dict[str, Any]], float]] = {}
         self.max_frame_bytes = int(ready.get("max_frame_bytes", 1 << 20))
         self.room = _Room(max(1, int(ready.get("max_in_flight", 1))),
                           int(ready.get("max_in_flight_bytes", 0)) or 1 << 62)
         self.open = True
         self.close_code: int | None = None
         self.close_reason = ""
-        self.reader: asyncio.Task[None] | None = None
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.wire = take_over(ws, self.answered, self.ended, received=ready_text)
+        if not self.open:  # refused at once, by what aiohttp had read past the ready frame
+            self._close_wire(self.close_code or 1000, self.close_reason)
 
     def error(self) -> ClientError:
         return closed_error(self.close_code, self.close_reason)
+
+    def send(self, frame_id: str, frame: bytes) -> asyncio.Future[dict[str, Any]]:
+        """Write ``frame`` and return the future its answer resolves."""
+        future = self.loop.create_future()
+        now = self.loop.time()
+        self.pending[frame_id] = (future, now)
+        if self.watchdog is None:
+            self.watchdog = self.loop.call_at(now + self.timeout_s, self._watch)
+        self.wire.send_text(frame)
+        return future
+
+    def answered(self, payload: bytes) -> None:
+        """The wire's callback for each text message: the answer resolves its frame's future."""
+        try:
+            answer = orjson.loads(payload)
+            waiting = self.pending.pop(answer.get("id"), None)
+        except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
+            log.warning("%s sent what is not an answer (%s): reconnecting", self.url, exc)
+            self.retire(1002, "not an answer")
+            return
+        if waiting is not None:
+            if not waiting[0].done():
+                waiting[0].set_result(answer)
+        elif answer.get("type") == "error":
+            log.warning("%s refused a frame: %s", self.url, answer.get("detail"))
+
+    def ended(self, code: int, reason: str) -> None:
+        """The wire's callback once the socket closes: every frame unanswered fails with what
+        the close means."""
+        self.open = False
+        if self.close_code is None:
+            self.close_code, self.close_reason = code, reason
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        self._fail(self.pending, self.error)
+
+    def retire(self, code: int, reason: str) -> None:
+        """Stop sending on this socket, fail what it has in flight, close it in the
+        background."""
+        if not self.open:
+            return
+        self.open = False
+        self.close_code, self.close_reason = code, reason
+        self._fail(self.pending, self.error)
+        if hasattr(self, "wire"):  # else __init__ closes it once taken over
+            self._close_wire(code, reason)
+
+    def _close_wire(self, code: int, reason: str) -> None:
+        closer = asyncio.ensure_future(self.wire.close(code, reason))
+        self.closers.add(closer)
+        closer.add_done_callback(self.closers.discard)
+
+    def _watch(self) -> None:
+        """Armed while frames may be pending: a socket whose oldest frame has waited
+        ``timeout_s`` stopped answering and is replaced (its frames are sent again)."""
+        self.watchdog = None
+        if not self.pending or not self.open:
+            return
+        due = next(iter(self.pending.values()))[1] + self.timeout_s
+        if due > self.loop.time():
+            self.watchdog = self.loop.call_at(due, self._watch)
+            return
+        late = {frame_id: waiting for frame_id, waiting in self.pending.items()
+                if waiting[1] + self.timeout_s <= self.loop.time()}
+        self._fail(late, lambda: ConnectionFailed(f"no answer over {self.url} in "
+                                                  f"{self.timeout_s}s"))
+        self.retire(1001, "no answer in time")
+
+    def _fail(self, frames: dict[str, tuple[asyncio.Future[dict[str, Any]], float]],
+              error: Callable[[], ClientError]) -> None:
+        for future, _ in frames.values():
+            if not future.done():
+                future.set_exception(error())  # one each: each caller's traceback grows on it
+        if frames is self.pending:
+            frames.clear()
+        else:
+            for frame_id in frames:
+                self.pending.pop(frame_id, None)
 
 
 class PublishSocket:
@@ -141,7 +233,7 @@ class PublishSocket:
         self._ids = itertools.count(1)
         self._connection: _Connection | None = None
         self._connecting = asyncio.Lock()
-        self._closers: set[asyncio.Task[bool]] = set()
+        self._closers: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def publish(self, body: bytes, idempotency_key: str) -> dict[str, Any] | None:
@@ -157,33 +249,31 @@ class PublishSocket:
                  + orjson.dumps(idempotency_key) + b"," + body[1:])
         if len(frame) > connection.max_frame_bytes:
             return None
-        await connection.room.take(len(frame))
+        room = connection.room
+        if not room.try_take(len(frame)):
+            await room.take(len(frame))
         try:
             answer = await self._exchange(connection, frame_id, frame)
         finally:
-            connection.room.give_back(len(frame))
+            room.give_back(len(frame))
         if answer.get("type") == "published":
             return answer
         raise problem_of_answer(answer)
 
     async def _exchange(self, connection: _Connection, frame_id: str,
                         frame: bytes) -> dict[str, Any]:
-        """One frame out and its answer back; a close or a silence fails it, retriably."""
+        """One frame out and its answer back; a close or a silence (the connection's watchdog)
+        fails it, retriably."""
         if not connection.open:
             raise connection.error()
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        connection.pending[frame_id] = future
         try:
-            await connection.ws.send_frame(frame, _TEXT)
-            async with asyncio.timeout(self._timeout_s):
-                return await future
-        except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+            future = connection.send(frame_id, frame)
+            if connection.wire.writing_paused:
+                await connection.wire.drain()
+            return await future
+        except ConnectionError as exc:
             raise ConnectionFailed(f"publish over {self.url}: {type(exc).__name__}: {exc}"
                                    ) from exc
-        except TimeoutError as exc:
-            # a connection that stopped answering is replaced; its frames are sent again
-            self._retire(connection, 1001, "no answer in time")
-            raise ConnectionFailed(f"no answer over {self.url} in {self._timeout_s}s") from exc
         finally:
             connection.pending.pop(frame_id, None)
 
@@ -217,13 +307,24 @@ class PublishSocket:
             return None
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             raise ConnectionFailed(f"connect {self.url}: {type(exc).__name__}: {exc}") from exc
-        connection = _Connection(ws, await self._ready(ws))
-        connection.reader = asyncio.ensure_future(self._read(connection))
+        ready, text = await self._ready(ws)
+        try:
+            connection = _Connection(ws, ready, self.url, self._timeout_s, self._closers, text)
+        except ConnectionError as exc:  # dropped: aiohttp held part of a frame, or failed
+            raise ConnectionFailed(f"{self.url}: {exc}") from exc
+        except RuntimeError as exc:  # an aiohttp whose internals the take-over does not know
+            await ws.close()
+            if self._required:
+                raise
+            log.warning("%s: %s; publishing over HTTP", self.url, exc)
+            self.offered = False
+            return None
         self.connections += 1
         return connection
 
-    async def _ready(self, ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-        """The gateway's ``ready`` frame, the first after the upgrade; a close instead raises."""
+    async def _ready(self, ws: aiohttp.ClientWebSocketResponse) -> tuple[dict[str, Any], bytes]:
+        """The gateway's ``ready`` frame (parsed, and as sent), the first after the upgrade; a
+        close instead raises."""
         try:
             message = await ws.receive(timeout=self._timeout_s)
         except TimeoutError as exc:
@@ -232,48 +333,11 @@ class PublishSocket:
         if message.type is _TEXT:
             ready = orjson.loads(message.data)
             if isinstance(ready, dict) and ready.get("type") == "ready":
-                return ready
+                return ready, message.data.encode()
         await ws.close()
         if message.type in _ENDED:
             raise closed_error(ws.close_code, str(message.extra or ""))
         raise ConnectionFailed(f"{self.url} sent {message.data!r:.200} instead of a ready frame")
-
-    async def _read(self, connection: _Connection) -> None:
-        """Hand each answer to the frame of its id until the socket closes; then every frame
-        still unanswered fails with what the close means."""
-        ws, pending = connection.ws, connection.pending
-        try:
-            while (message := await ws.receive()).type not in _ENDED:
-                if message.type is not _TEXT:
-                    continue
-                answer = orjson.loads(message.data)
-                future = pending.pop(answer.get("id"), None)
-                if future is not None and not future.done():
-                    future.set_result(answer)
-                elif answer.get("type") == "error":
-                    log.warning("%s refused a frame: %s", self.url, answer.get("detail"))
-            connection.close_reason = str(message.extra or "")
-        except (orjson.JSONDecodeError, AttributeError) as exc:
-            log.warning("%s sent what is not an answer (%s): reconnecting", self.url, exc)
-            connection.close_code, connection.close_reason = 1002, "not an answer"
-            await ws.close()
-        finally:
-            connection.open = False
-            connection.close_code = connection.close_code or ws.close_code
-            for future in pending.values():
-                if not future.done():
-                    future.set_exception(connection.error())
-            pending.clear()
-
-    def _retire(self, connection: _Connection, code: int, reason: str) -> None:
-        """Stop sending on ``connection`` and close it in the background."""
-        if not connection.open:
-            return
-        connection.open = False
-        connection.close_code, connection.close_reason = code, reason
-        closer = asyncio.ensure_future(connection.ws.close())
-        self._closers.add(closer)
-        closer.add_done_callback(self._closers.discard)
 
     async def aclose(self) -> None:
         """Close the connection cleanly (after the producer flushed); idempotent."""
@@ -281,10 +345,6 @@ class PublishSocket:
             self._closed = True
             connection, self._connection = self._connection, None
         if connection is not None:
-            with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
-                await connection.ws.close()
-            if connection.reader is not None:
-                await connection.reader
+            await connection.wire.close()
         for closer in list(self._closers):
-            with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
-                await closer
+            await closer

@@ -269,6 +269,22 @@ async def test_websocket_transport_fails_clearly_when_the_gateway_lacks_it(
     assert gateway.posts == []
 
 
+async def test_an_aiohttp_the_take_over_does_not_know_publishes_over_http(
+        aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unknown_internals(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("this aiohttp keeps a WebSocket's connection otherwise")
+
+    monkeypatch.setattr("client.publish_socket.take_over", unknown_internals)
+    gateway = SocketGateway()
+    url = await start_gateway(aiohttp_server, gateway)
+    async with Producer(url, "t") as producer:
+        assert (await producer.send_and_wait({"n": 1})).offset == "1-0"
+    async with Producer(url, "t", transport="websocket") as producer:
+        with pytest.raises(RuntimeError, match="otherwise"):
+            await producer.send_and_wait({"n": 2})
+    assert (len(gateway.posts), gateway.frames) == (1, [])
+
+
 async def test_http_transport_never_opens_the_socket(aiohttp_server: Any) -> None:
     gateway = SocketGateway()
     url = await start_gateway(aiohttp_server, gateway)
