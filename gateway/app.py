@@ -71,7 +71,9 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     extra layer costs CPU on every request, a measurable share of a small publish's.
     """
     try:
-        authenticate(request)
+        pending = authenticate(request)
+        if pending is not None:  # a token naming a key id the JWKS URL may have published since
+            await pending
         response = await handler(request)
     except Exception as exc:
         response = problem_for(request, exc)
@@ -135,6 +137,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     metrics = GatewayMetrics.create()
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(tracing(settings.otel_enabled, "streamgate-gateway"))
+        key_checks = await app[GATEKEEPER].keep_keys_fresh(stack, metrics.registry)
         archive = None if settings.archive_url == "none" else await stack.enter_async_context(
             open_archive(settings.archive_url, archive_s3_settings(settings)))
         store = await stack.enter_async_context(
@@ -203,7 +206,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             publisher=publisher,
             metrics=metrics,
             readiness_checks=[("redis", store.ping), ("etcd", etcd.ping),
-                              ("topic_watch", watch_is_live), ("duties", duties_are_healthy)],
+                              ("topic_watch", watch_is_live), ("duties", duties_are_healthy),
+                              *key_checks],
             delivery=hub,
             etcd=etcd,
             puller=Puller(group_store, dead_letters.acting_as("pull"), metrics,

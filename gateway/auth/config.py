@@ -15,16 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.auth.acl import Acl, Action, ForcedFilter, Rule
 from gateway.auth.errors import AuthConfigError
+from gateway.auth.jwks import JwksUrl, checked_jwks_url
 from gateway.auth.keys import SHA256_HEX_LENGTH, ApiKeyTable, StoredKey
 from gateway.auth.limits import RATE_KEYS, UNLIMITED, LimitOverride, LimitOverrides
 from gateway.auth.tokens import JwtSettings, JwtVerifier, read_jwks
 
 TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters", "limits"})
-JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "audience",
-                      "issuer", "leeway_s", "principal_claim", "required_claims"})
+JWKS_URL_OPTIONS = frozenset({"jwks_ca_file", "jwks_refresh_s", "jwks_min_refresh_s"})
+JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "jwks_url",
+                      "audience", "issuer", "leeway_s", "principal_claim", "required_claims",
+                      *JWKS_URL_OPTIONS})
 HEX = re.compile(f"[0-9a-f]{{{SHA256_HEX_LENGTH}}}")
 HEADER_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -68,6 +72,7 @@ def parse_auth_config(doc: Mapping[str, Any], base_dir: Path, env: Mapping[str, 
 
 def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> JwtSettings:
     _no_unknown(table, JWT_KEYS, "[jwt]")
+    jwks_url = _jwks_url(table, base_dir)  # first: it refuses a jwks_file beside it
     jwks_file = table.get("jwks_file")
     defaults = JwtSettings()
     return JwtSettings(
@@ -75,6 +80,7 @@ def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, st
                                   "jwt.algorithms")),
         hmac_secret=_hmac_secret(table, base_dir, env),
         jwks=read_jwks(base_dir / str(jwks_file)) if jwks_file else None,
+        jwks_url=jwks_url,
         audience=_optional_str(table, "audience"),
         issuer=_optional_str(table, "issuer"),
         leeway_s=float(table.get("leeway_s", defaults.leeway_s)),
@@ -82,6 +88,40 @@ def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, st
         required_claims=tuple(_strings(table.get("required_claims", list(defaults.required_claims)),
                                        "jwt.required_claims", allow_empty=True)),
     )
+
+
+def _jwks_url(table: Mapping[str, Any], base_dir: Path) -> JwksUrl | None:
+    if "jwks_url" not in table:
+        stray = sorted(JWKS_URL_OPTIONS & table.keys())
+        if stray:
+            raise AuthConfigError(f"jwt: {stray} apply only with jwks_url")
+        return None
+    if "jwks_file" in table:
+        raise AuthConfigError("jwt: give jwks_file or jwks_url, not both")
+    url = table["jwks_url"]
+    if not isinstance(url, str):
+        raise AuthConfigError("jwt.jwks_url: expected a string")
+    ca_file = _optional_str(table, "jwks_ca_file")
+    if ca_file is not None and urlsplit(url).scheme != "https":
+        raise AuthConfigError("jwt.jwks_ca_file: applies only to an https:// jwks_url")
+    defaults = JwksUrl(url)
+    source = JwksUrl(
+        checked_jwks_url(url), base_dir / ca_file if ca_file is not None else None,
+        refresh_s=_seconds(table, "jwks_refresh_s", defaults.refresh_s, allow_zero=False),
+        min_refresh_s=_seconds(table, "jwks_min_refresh_s", defaults.min_refresh_s))
+    if source.min_refresh_s > source.refresh_s:
+        raise AuthConfigError("jwt.jwks_min_refresh_s: must not exceed jwks_refresh_s")
+    return source
+
+
+def _seconds(table: Mapping[str, Any], key: str, default: float, *, allow_zero: bool = True
+             ) -> float:
+    raw = table.get(key, default)
+    if (isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw < float("inf")
+            or (raw == 0 and not allow_zero)):
+        least = "at least 0" if allow_zero else "more than 0"
+        raise AuthConfigError(f"jwt.{key}: expected a number of seconds, {least}, got {raw!r}")
+    return float(raw)
 
 
 def _hmac_secret(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> bytes | None:

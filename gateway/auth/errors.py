@@ -41,3 +41,12 @@ class GroupsLimitReached(Forbidden):
 class AuthConfigError(AuthError):
     """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not
     start."""
+
+
+class UnknownKeyId(Unauthenticated):
+    """A token names a key id the JWKS read from a URL lacks: worth one refresh of the key set
+    before it is refused (401 / close 4401)."""
+
+    def __init__(self, message: str, kid: str) -> None:
+        super().__init__(message, credentials_given=True)
+        self.kid = kid

@@ -4,14 +4,16 @@ handlers; ``authenticate`` runs it on every request and keeps the request's prin
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from aiohttp import hdrs, web
+from prometheus_client import CollectorRegistry
 
 from gateway.auth.acl import Acl, Action
 from gateway.auth.config import AuthConfig, load_auth_config
-from gateway.auth.errors import AuthConfigError, Forbidden, Unauthenticated
+from gateway.auth.errors import AuthConfigError, Forbidden, Unauthenticated, UnknownKeyId
 from gateway.auth.keys import ApiKeyTable
 from gateway.auth.limits import LimitOverrides
 from gateway.auth.principal import ANONYMOUS, Principal
@@ -27,6 +29,7 @@ ALWAYS_PUBLIC_PATHS = frozenset({"/openapi.json", "/asyncapi.json", "/console"})
 # the web console's files (gateway.routes.console): its API calls carry the user's credentials
 ALWAYS_PUBLIC_PREFIXES = ("/console/",)
 READ_ACTIONS = (Action.SUBSCRIBE, Action.ADMIN)
+ReadinessCheck = Callable[[], Awaitable[None]]
 
 
 class Gatekeeper:
@@ -40,6 +43,22 @@ class Gatekeeper:
         self.acl = config.acl if config is not None else Acl.open()
         self.limit_overrides = config.limits if config is not None else LimitOverrides()
         self.public_paths = frozenset(public_paths) | ALWAYS_PUBLIC_PATHS
+
+    async def keep_keys_fresh(self, stack: AsyncExitStack,
+                              registry: CollectorRegistry) -> list[tuple[str, ReadinessCheck]]:
+        """Start reading the JWKS URL, if the config names one, until ``stack`` closes; its
+        metrics go on ``registry``; the readiness checks it adds."""
+        remote = self._jwt.remote_keys if self._jwt is not None else None
+        if remote is None:
+            return []
+        await stack.enter_async_context(remote)
+        registry.register(remote.collector())
+        return [("jwks", remote.check_ready)]
+
+    async def refresh_keys(self) -> None:
+        """After UnknownKeyId: wait (bounded) for the JWKS URL to be read again."""
+        if self._jwt is not None:
+            await self._jwt.refresh_keys()
 
     # --- authentication ---------------------------------------------------------------------------
     def authenticate_headers(self, headers: Mapping[str, str]) -> Principal | None:
@@ -62,8 +81,17 @@ class Gatekeeper:
             return self.authenticate_api_key(api_key.strip())
         return None
 
+    async def authenticate_token_refreshing(self, token: str) -> Principal:
+        """A JWT bearer token's principal, reading the JWKS URL again (bounded) first when the
+        token names a key id it lacked."""
+        try:
+            return self.authenticate_token(token)
+        except UnknownKeyId:
+            await self.refresh_keys()
+        return self.authenticate_token(token)
+
     def authenticate_token(self, token: str) -> Principal:
-        """A JWT bearer token's principal."""
+        """A JWT bearer token's principal; UnknownKeyId when the JWKS URL may hold its key."""
         if not self.required:
             return ANONYMOUS
         if self._jwt is None or not looks_like_jwt(token):
@@ -195,10 +223,12 @@ def _is_websocket_upgrade(request: web.Request) -> bool:
     return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
 
 
-def authenticate(request: web.Request) -> None:
+def authenticate(request: web.Request) -> Awaitable[None] | None:
     """Authenticate a request to a non-public route and keep its principal; 401 (raised) without
     credentials.
 
+    None when done, the usual case, with no await; an awaitable to finish it when the request's
+    token names a key id the JWKS URL may have published since it was read.
     A WebSocket upgrade to a frame-auth route may come without credentials: its first frame carries
     them.
     """
@@ -206,8 +236,21 @@ def authenticate(request: web.Request) -> None:
     path = request.path
     if (request.match_info.http_exception is not None or path in gatekeeper.public_paths
             or path.startswith(ALWAYS_PUBLIC_PREFIXES)):
-        return
-    principal = gatekeeper.authenticate_headers(request.headers)
+        return None
+    try:
+        principal = gatekeeper.authenticate_headers(request.headers)
+    except UnknownKeyId:
+        return _authenticate_after_refresh(request, gatekeeper)
+    _keep_principal(request, principal)
+    return None
+
+
+async def _authenticate_after_refresh(request: web.Request, gatekeeper: Gatekeeper) -> None:
+    await gatekeeper.refresh_keys()
+    _keep_principal(request, gatekeeper.authenticate_headers(request.headers))
+
+
+def _keep_principal(request: web.Request, principal: Principal | None) -> None:
     if principal is not None:
         request[PRINCIPAL] = principal
     elif not (request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request)):

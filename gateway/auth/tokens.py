@@ -1,5 +1,5 @@
 """JWT bearer tokens: HS256 with a shared secret, RS256/ES256 (and friends) with keys from a JWKS
-file.
+file or URL.
 
 The algorithm comes from an allow-list and decides the key: HMAC algorithms use only the shared
 secret, public-key algorithms use only the JWKS key named by the token's ``kid`` (a JWKS with one
@@ -17,7 +17,8 @@ from typing import Any
 
 import jwt
 
-from gateway.auth.errors import AuthConfigError, Unauthenticated
+from gateway.auth.errors import AuthConfigError, Unauthenticated, UnknownKeyId
+from gateway.auth.jwks import JwksUrl, RemoteJwks, jwks_keys
 from gateway.auth.principal import Principal
 
 HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
@@ -36,6 +37,7 @@ class JwtSettings:
     algorithms: tuple[str, ...] = ("HS256", "RS256", "ES256")
     hmac_secret: bytes | None = None
     jwks: Mapping[str, Any] | None = None  # the parsed JWKS document
+    jwks_url: JwksUrl | None = None  # or where to fetch it
     audience: str | None = None
     issuer: str | None = None
     leeway_s: float = 30.0
@@ -50,15 +52,23 @@ class JwtVerifier:
     def __init__(self, settings: JwtSettings) -> None:
         self._settings = settings
         self._algorithms = _checked_algorithms(settings)
-        self._keys = _jwks_keys(settings.jwks) if settings.jwks is not None else {}
+        self._file_keys = jwks_keys(settings.jwks) if settings.jwks is not None else {}
+        # the key set of a URL, refreshed while the gateway runs (it enters this)
+        self.remote_keys = RemoteJwks(settings.jwks_url) if settings.jwks_url is not None else None
 
     @property
     def leeway_s(self) -> float:
         """Clock skew allowed on ``exp`` and ``nbf``."""
         return self._settings.leeway_s
 
+    async def refresh_keys(self) -> None:
+        """After UnknownKeyId: wait (bounded) for the JWKS URL to be read again."""
+        if self.remote_keys is not None:
+            await self.remote_keys.refresh_for_unknown_kid()
+
     def verify(self, token: str) -> Principal:
-        """The principal a valid token names; Unauthenticated (with a reason) otherwise."""
+        """The principal a valid token names; Unauthenticated (with a reason) otherwise, its leaf
+        UnknownKeyId when the key set read from a URL lacks the token's key id."""
         settings = self._settings
         algorithm, key = self._key_for(token)
         try:
@@ -96,14 +106,22 @@ class JwtVerifier:
                                   credentials_given=True)
         if algorithm in HMAC_ALGORITHMS:
             return algorithm, self._settings.hmac_secret
-        kid = header.get("kid")
-        if kid is None and len(self._keys) == 1:
-            kid = next(iter(self._keys))
-        found = self._keys.get(kid) if isinstance(kid, str) else None
-        if found is None or found.algorithm_name != algorithm:
-            raise Unauthenticated(f"no key {kid!r} for {algorithm} in the JWKS",
-                                  credentials_given=True)
-        return algorithm, found.key
+        return algorithm, self._public_key(algorithm, header.get("kid"))
+
+    def _public_key(self, algorithm: str, kid: Any) -> Any:
+        remote = self.remote_keys
+        keys = remote.keys if remote is not None else self._file_keys
+        if kid is None and len(keys) == 1:
+            kid = next(iter(keys))
+        found = keys.get(kid) if isinstance(kid, str) else None
+        if found is not None and found.algorithm_name == algorithm:
+            return found.key
+        message = f"no key {kid!r} for {algorithm} in the JWKS"
+        if remote is not None and not remote.fetched:
+            message = remote.missing_reason()
+        if remote is None or not isinstance(kid, str) or found is not None:
+            raise Unauthenticated(message, credentials_given=True)
+        raise UnknownKeyId(message, kid)
 
 
 def _check_time_claims(claims: dict[str, Any]) -> None:
@@ -132,26 +150,9 @@ def _checked_algorithms(settings: JwtSettings) -> frozenset[str]:
     elif settings.hmac_secret is not None and len(settings.hmac_secret) < MIN_HMAC_SECRET_BYTES:
         raise AuthConfigError(f"jwt: the HMAC secret must be at least {MIN_HMAC_SECRET_BYTES} "
                               "bytes")
-    if algorithms & PUBLIC_KEY_ALGORITHMS and settings.jwks is None:
+    if algorithms & PUBLIC_KEY_ALGORITHMS and (settings.jwks, settings.jwks_url) == (None, None):
         algorithms -= PUBLIC_KEY_ALGORITHMS
     return algorithms
-
-
-def _jwks_keys(document: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
-    raw = document.get("keys")
-    if not isinstance(raw, list):
-        raise AuthConfigError("jwks: expected {\"keys\": [...]}")
-    keys: dict[str, jwt.PyJWK] = {}
-    for index, item in enumerate(raw):
-        try:
-            key = jwt.PyJWK(item)
-        except (jwt.PyJWKError, jwt.InvalidKeyError, TypeError, ValueError) as exc:
-            raise AuthConfigError(f"jwks key {index}: {exc}") from exc
-        if key.key_type == "oct":
-            raise AuthConfigError(f"jwks key {index}: symmetric keys do not belong in a JWKS (use "
-                                  "the HMAC secret)")
-        keys[key.key_id or f"#{index}"] = key
-    return keys
 
 
 def read_jwks(path: Path) -> dict[str, Any]:

@@ -225,7 +225,7 @@ async def principal_from_first_frame(socket: LeanWebSocket, gatekeeper: Gatekeep
                               "{\"type\": \"auth\", \"token\" | \"api_key\": ...}")
     token, api_key = frame.get("token"), frame.get("api_key")
     if isinstance(token, str) and token:
-        return gatekeeper.authenticate_token(token)
+        return await gatekeeper.authenticate_token_refreshing(token)
     if isinstance(api_key, str) and api_key:
         return gatekeeper.authenticate_api_key(api_key)
     raise Unauthenticated("the auth frame needs a non-empty 'token' or 'api_key'")
