@@ -4,26 +4,31 @@ document."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
 import orjson
 
-from client.credentials import auth_headers
-from client.errors import request_body
+from client.credentials import Credentials, TokenProvider, authorized_body
 
 
 class Admin:
     """The gateway's HTTP admin API. ``async with Admin("http://127.0.0.1:8080") as admin: ...``.
 
     Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing
-    is retried.
+    is retried, except a 401 when ``token`` is a provider: once, with a fresh token from it.
+    ``token`` is a JWT or a provider of them (see ``Producer``); ``ssl`` an ``SSLContext`` for
+    HTTPS (a private CA, a client certificate) or False to skip verification.
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 10, api_key: str | None = None,
-                 token: str | None = None, session: aiohttp.ClientSession | None = None) -> None:
+                 token: str | TokenProvider | None = None,
+                 session: aiohttp.ClientSession | None = None,
+                 ssl: SSLContext | bool | None = None) -> None:
         self._base_url = base_url.rstrip("/")
-        self._auth = auth_headers(api_key, token)
+        self._credentials = Credentials(api_key, token)
+        self._ssl: SSLContext | bool = True if ssl is None else ssl
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = session
         self._owns_session = session is None
@@ -211,10 +216,9 @@ class Admin:
             raise RuntimeError("the admin client is not open (use 'async with Admin(...)')")
         url = self._base_url + path
         data = orjson.dumps(body) if body is not None else None
-        headers = (
-            {**self._auth, "Content-Type": "application/json"} if data is not None else self._auth
-        )
-        payload = await request_body(self._session, method, url, data=data, params=params,
-                                     headers=headers, timeout=self._timeout)
+        payload = await authorized_body(
+            self._credentials, self._session, method, url, data=data, params=params,
+            headers=None if data is None else {"Content-Type": "application/json"},
+            timeout=self._timeout, ssl=self._ssl)
         document = orjson.loads(payload) if payload else {}
         return document if isinstance(document, dict) else {"result": document}

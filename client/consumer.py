@@ -18,12 +18,13 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any, Literal
 
 import aiohttp
 import orjson
 
-from client.credentials import auth_headers
+from client.credentials import Credentials, TokenProvider, authorized_body, tls_hint
 from client.errors import (
     ClientError,
     ConnectionFailed,
@@ -269,6 +270,12 @@ class Consumer:
     ``max_reconnects`` failed attempts in a row the iterator raises ``ConnectionFailed``; a 4429
     reconnects no sooner than the ``retry in <n> s`` it names; 4401, 4403, 4404 (topic deleted) and
     4409 (group conflict) raise ``SubscriptionClosed`` at once.
+    ``token`` is a JWT or a provider of them (``Callable[[], str | Awaitable[str]]``): with a
+    provider, a 4401 (the token expired) reconnects at once with a fresh token and resumes like
+    any reconnect, and an upgrade refused with 401 is tried once more with a fresh one; its token
+    is also replaced shortly before its ``exp`` (the gateway takes no new token on an open
+    socket, so that only spares the next connection a stale one). ``ssl``: an ``SSLContext`` for
+    WSS and HTTPS (a private CA, a client certificate), or False to skip verification.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
     ``retry_backoff_ms`` (with ``retry_backoff_multiplier`` and ``retry_backoff_max_ms``) makes a
@@ -284,11 +291,13 @@ class Consumer:
                  auto_ack: bool = False, filters: Sequence[str] = (), ack_linger_ms: float = 5,
                  max_reconnects: int = 10, backoff_base_s: float = 0.1, backoff_max_s: float = 5.0,
                  heartbeat_s: float | None = 20.0, api_key: str | None = None,
-                 token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 token: str | TokenProvider | None = None,
+                 session: aiohttp.ClientSession | None = None,
                  compress: bool = False, on_gap: Callable[[Gap], None] | None = None,
                  retry_backoff_ms: int | None = None,
                  retry_backoff_multiplier: float | None = None,
-                 retry_backoff_max_ms: int | None = None) -> None:
+                 retry_backoff_max_ms: int | None = None,
+                 ssl: SSLContext | bool | None = None) -> None:
         self.topic = topic
         self.group = group
         self.mode: Mode = mode or ("exclusive" if group else "broadcast")
@@ -303,7 +312,9 @@ class Consumer:
         self._on_gap = on_gap
         self.connections = 0  # successful connects: more than 1 means it reconnected
         self._base_url = base_url.rstrip("/")
-        self._auth = auth_headers(api_key, token)  # sent with the upgrade request
+        self._credentials = Credentials(api_key, token)
+        self._sent_auth: dict[str, str] = {}  # the headers of the last upgrade
+        self._ssl: SSLContext | bool = True if ssl is None else ssl
         self._start = from_
         self._from_time_ms = from_time_ms
         self._max_in_flight = max_in_flight
@@ -469,6 +480,11 @@ class Consumer:
         await self._drop_connection()
         if self._closed:
             return
+        if code == 4401 and self._credentials.refreshable:
+            # the token expired: no failure, a fresh token right away
+            self._credentials.forget(self._sent_auth)
+            log.info("subscription to %s: token expired; reconnecting", self.topic)
+            return
         if code in FATAL_CODES:
             raise SubscriptionClosed(code, reason)
         if explicit and code not in RECONNECT_CODES:
@@ -488,11 +504,8 @@ class Consumer:
         """Turn broadcast ``latest`` into an explicit cursor so a resume never skips what came
         meanwhile."""
         assert self._session is not None
-        async with self._session.get(f"{self._base_url}/v1/topics/{self.topic}",
-                                     headers=self._auth) as response:
-            body = await response.read()
-            if response.status >= 400:
-                raise problem_of(response.status, body, response.headers)
+        body = await authorized_body(self._credentials, self._session, "GET",
+                                     f"{self._base_url}/v1/topics/{self.topic}", ssl=self._ssl)
         details = orjson.loads(body).get("partition_details", [])
         self.cursor = {d["partition"]: d["last_offset"] for d in details if d.get("last_offset")}
         self._start = "earliest"  # partitions that were empty: everything in them is new
@@ -512,7 +525,8 @@ class Consumer:
 
     async def _connect_with_retries(self) -> None:
         """Connect, backing off after drops and failures; give up after ``max_reconnects`` failures
-        in a row."""
+        in a row; an upgrade refused with 401 is tried once more with a provider's fresh token."""
+        refreshed = False
         while True:
             if self._failures:
                 base_s, max_s = self._backoff
@@ -523,6 +537,9 @@ class Consumer:
                 await self._connect()
                 return
             except ClientError as exc:
+                if not refreshed and self._credentials.fresh_token_may_fix(exc):
+                    refreshed = True
+                    continue
                 self._failures += 1
                 if not exc.retriable or self._failures > self._max_reconnects:
                     raise
@@ -532,14 +549,19 @@ class Consumer:
         assert self._session is not None
         url = f"{self._base_url}/v1/subscribe"
         query = self._query()
+        self._sent_auth = auth = await self._credentials.headers()
         try:
             ws = await self._session.ws_connect(
-                url, params=query, heartbeat=self._heartbeat_s, headers=self._auth,
+                url, params=query, heartbeat=self._heartbeat_s, headers=auth, ssl=self._ssl,
                 compress=WS_DEFLATE_WINDOW_BITS if self._compress else 0)
         except aiohttp.WSServerHandshakeError as exc:
-            raise await self._handshake_problem(url, query, exc) from exc
+            problem = await self._handshake_problem(url, query, exc)
+            if problem.status == 401:
+                self._credentials.forget(auth)
+            raise problem from exc
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}") from exc
+            raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}"
+                                   f"{tls_hint(url, exc)}") from exc
         self._ws = ws
         self._settler = _Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
         self.connections += 1
@@ -550,7 +572,8 @@ class Consumer:
         upgrade)."""
         assert self._session is not None
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._session.get(url, params=query, headers=self._auth) as response:
+            async with self._session.get(url, params=query, headers=self._sent_auth,
+                                         ssl=self._ssl) as response:
                 if response.status == exc.status:
                     return problem_of(response.status, await response.read(), response.headers)
         return ProblemError(exc.status, {"status": exc.status, "detail": exc.message})

@@ -22,14 +22,15 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any, Literal
 
 import aiohttp
 import orjson
 
 from client.compression import Compression, compress_body
-from client.credentials import auth_headers
-from client.errors import ClientError, ProblemError, request_body
+from client.credentials import Credentials, TokenProvider, authorized_body
+from client.errors import ClientError, ProblemError
 from client.publish_socket import PublishSocket
 
 log = logging.getLogger(__name__)
@@ -145,15 +146,23 @@ class Producer:
     ``"websocket"`` raises ``PublishNotOffered`` then; ``"http"`` always posts. A frame larger
     than the gateway takes goes over HTTP. With ``compression`` the socket offers
     permessage-deflate (the gateway may decline it) and HTTP bodies use that coding.
+
+    ``token`` is a JWT or a provider of them (``Callable[[], str | Awaitable[str]]``): its token
+    is cached, asked for again shortly before its ``exp`` and when the gateway refuses it (a 401,
+    a publish socket closed with 4401), and the refused request is retried once with the fresh
+    one. ``ssl``: an ``SSLContext`` for HTTPS and WSS (a private CA, a client certificate for
+    mutual TLS), or False to skip verification; with a given ``session`` it overrides that
+    session's setting.
     """
 
     def __init__(self, base_url: str, topic: str, *, acks: Acks = "1", batch_size: int = 1000,
                  max_batch_bytes: int = 4 * 1024 * 1024, linger_ms: float = 0,
                  max_in_flight: int = 4, max_buffer_bytes: int = 32 * 1024 * 1024,
                  max_retries: int = 5, timeout_s: float = 10, retry: RetryPolicy | None = None,
-                 api_key: str | None = None, token: str | None = None,
+                 api_key: str | None = None, token: str | TokenProvider | None = None,
                  session: aiohttp.ClientSession | None = None,
-                 compression: Compression | None = None, transport: Transport = "auto") -> None:
+                 compression: Compression | None = None, transport: Transport = "auto",
+                 ssl: SSLContext | bool | None = None) -> None:
         if acks not in ("0", "1", "all"):
             raise ValueError("acks must be '0', '1' or 'all'")
         if transport not in ("auto", "websocket", "http"):
@@ -164,8 +173,9 @@ class Producer:
         self._topic_url = f"{base_url.rstrip('/')}/v1/topics/{topic}"
         self._url = f"{self._topic_url}/messages"
         self._base_url = base_url
-        self._auth = auth_headers(api_key, token)
-        self._headers = {**self._auth, "Content-Type": "application/json"}
+        self._credentials = Credentials(api_key, token)
+        self._ssl: SSLContext | bool = True if ssl is None else ssl
+        self._headers = {"Content-Type": "application/json"}
         self._transport = transport
         self._socket: PublishSocket | None = None
         self._compression = compression
@@ -210,10 +220,11 @@ class Producer:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         if self._transport != "http" and self._socket is None:
-            self._socket = PublishSocket(self._session, self._base_url, self.topic, self._auth,
+            self._socket = PublishSocket(self._session, self._base_url, self.topic,
+                                         self._credentials,
                                          required=self._transport == "websocket",
                                          timeout_s=self._timeout_s,
-                                         deflate=self._compression is not None)
+                                         deflate=self._compression is not None, ssl=self._ssl)
         self._loop = asyncio.get_running_loop()
 
     async def _until_queueable(self) -> None:
@@ -241,8 +252,9 @@ class Producer:
         principal) or the gateway does not answer: then only each key's order is kept."""
         assert self._session is not None
         try:
-            payload = await request_body(self._session, "GET", self._topic_url,
-                                         timeout=self._timeout, headers=self._headers)
+            payload = await authorized_body(self._credentials, self._session, "GET",
+                                            self._topic_url, timeout=self._timeout,
+                                            ssl=self._ssl)
             count = orjson.loads(payload).get("partitions")
         except (ClientError, orjson.JSONDecodeError, AttributeError):
             return None
@@ -537,11 +549,15 @@ class Producer:
     async def _post_with_retries(self, body: bytes, count: int,
                                  idempotency_key: str) -> list[SendResult]:
         attempt = 0
+        refreshed = False
         while True:
-            attempt += 1
             try:
                 return await self._publish(body, count, idempotency_key)
             except ClientError as exc:
+                if not refreshed and self._credentials.fresh_token_may_fix(exc):
+                    refreshed = True  # expired or revoked: once more, with a fresh token
+                    continue
+                attempt += 1
                 if not self._retry.should_retry(attempt, exc):
                     raise
                 retry_after = exc.retry_after_s if isinstance(exc, ProblemError) else None
@@ -562,9 +578,10 @@ class Producer:
         assert self._session is not None
         if self._compression is not None:
             body = compress_body(body, self._compression)
-        payload = await request_body(self._session, "POST", self._url, data=body,
-                                     timeout=self._timeout,
-                                     headers={**self._headers, IDEMPOTENCY_HEADER: idempotency_key})
+        payload = await authorized_body(
+            self._credentials, self._session, "POST", self._url, data=body, refresh_once=False,
+            timeout=self._timeout, ssl=self._ssl,
+            headers={**self._headers, IDEMPOTENCY_HEADER: idempotency_key})
         return self._results(None if self.acks == "0" else orjson.loads(payload), count)
 
     def _results(self, answer: dict[str, Any] | None, count: int) -> list[SendResult]:

@@ -8,11 +8,13 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
 import orjson
 
+from client.credentials import Credentials, tls_hint
 from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
 from client.ws_takeover import take_over
 
@@ -109,12 +111,14 @@ class _Connection:
     for ``max_in_flight`` of them, and a watchdog that retires the socket once the oldest has
     waited ``timeout_s``."""
 
-    __slots__ = ("close_code", "close_reason", "closers", "loop", "max_frame_bytes", "open",
-                 "pending", "room", "timeout_s", "url", "watchdog", "wire", "ws")
+    __slots__ = ("auth", "close_code", "close_reason", "closers", "loop", "max_frame_bytes",
+                 "open", "pending", "room", "timeout_s", "url", "watchdog", "wire", "ws")
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any], url: str,
-                 timeout_s: float, closers: set[asyncio.Task[None]], ready_text: bytes) -> None:
+                 timeout_s: float, closers: set[asyncio.Task[None]], ready_text: bytes,
+                 auth: dict[str, str]) -> None:
         self.ws, self.url, self.timeout_s, self.closers = ws, url, timeout_s, closers
+        self.auth = auth  # the headers of its upgrade: forgotten when a 4401 ends it
         self.loop = asyncio.get_running_loop()
         self.pending: dict[str, tuple[asyncio.Future[dict[str, Any]], float]] = {}
         self.max_frame_bytes = int(ready.get("max_frame_bytes", 1 << 20))
@@ -216,16 +220,18 @@ class PublishSocket:
     opened on first use and again after a close. ``publish`` answers the gateway's ``published``
     frame, raises what HTTP would, or returns None: that body goes over HTTP (the gateway does
     not offer the socket, or the frame is larger than it takes). ``deflate`` offers
-    permessage-deflate."""
+    permessage-deflate. Each connection's upgrade carries the credentials' current token; a 4401
+    close (the token expired) makes them forget it, so the next connection asks for a fresh one."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, topic: str,
-                 headers: dict[str, str], *, required: bool, timeout_s: float,
-                 deflate: bool = False) -> None:
+                 credentials: Credentials, *, required: bool, timeout_s: float,
+                 deflate: bool = False, ssl: SSLContext | bool = True) -> None:
         self.url = f"{base_url.rstrip('/')}/v1/publish"
         self.offered = True  # until the upgrade is answered with 404
         self.connections = 0
         self._session = session
-        self._headers = headers
+        self._credentials = credentials
+        self._ssl = ssl
         self._frame_head = b'{"type":"publish","topic":' + orjson.dumps(topic) + b',"id":"'
         self._required = required
         self._timeout_s = timeout_s
@@ -254,6 +260,10 @@ class PublishSocket:
             await room.take(len(frame))
         try:
             answer = await self._exchange(connection, frame_id, frame)
+        except ProblemError as exc:
+            if exc.status == 401:
+                self._credentials.forget(connection.auth)
+            raise
         finally:
             room.give_back(len(frame))
         if answer.get("type") == "published":
@@ -292,9 +302,18 @@ class PublishSocket:
             return self._connection
 
     async def _open(self) -> _Connection | None:
+        auth = await self._credentials.headers()
         try:
-            ws = await self._session.ws_connect(self.url, headers=self._headers,
-                                                compress=self._compress)
+            return await self._open_with(auth)
+        except ProblemError as exc:
+            if exc.status == 401:  # refused at the upgrade, or closed with 4401 before ready
+                self._credentials.forget(auth)
+            raise
+
+    async def _open_with(self, auth: dict[str, str]) -> _Connection | None:
+        try:
+            ws = await self._session.ws_connect(self.url, headers=auth, compress=self._compress,
+                                                ssl=self._ssl)
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status != 404:
                 raise ProblemError(exc.status, {"status": exc.status, "detail": exc.message}
@@ -306,10 +325,12 @@ class PublishSocket:
             self.offered = False
             return None
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            raise ConnectionFailed(f"connect {self.url}: {type(exc).__name__}: {exc}") from exc
+            raise ConnectionFailed(f"connect {self.url}: {type(exc).__name__}: {exc}"
+                                   f"{tls_hint(self.url, exc)}") from exc
         ready, text = await self._ready(ws)
         try:
-            connection = _Connection(ws, ready, self.url, self._timeout_s, self._closers, text)
+            connection = _Connection(ws, ready, self.url, self._timeout_s, self._closers, text,
+                                     auth)
         except ConnectionError as exc:  # dropped: aiohttp held part of a frame, or failed
             raise ConnectionFailed(f"{self.url}: {exc}") from exc
         except RuntimeError as exc:  # an aiohttp whose internals the take-over does not know
