@@ -19,17 +19,42 @@ async with Consumer("http://127.0.0.1:8080", "orders", group="billing") as consu
 ```
 """
 
-from client.admin import Admin
-from client.consumer import Assignment, Consumer, Gap, Message
-from client.errors import (
-    ClientError,
-    ConnectionFailed,
-    ProblemError,
-    SubscriptionClosed,
-    UnexpectedOffset,
-)
-from client.producer import Producer, RetryPolicy, SendResult
-from client.publish_socket import PublishNotOffered
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from client.admin import Admin
+    from client.consumer import Assignment, Consumer, Gap, Message
+    from client.errors import (
+        ClientError,
+        ConnectionFailed,
+        ProblemError,
+        SubscriptionClosed,
+        UnexpectedOffset,
+    )
+    from client.producer import Producer, RetryPolicy, SendResult
+    from client.publish_socket import PublishNotOffered
+
+# Imported on first use (PEP 562), so that the CLI's parser and ``--version`` start without
+# aiohttp: the name each module gives.
+_HOMES = {
+    "Admin": "client.admin",
+    "Assignment": "client.consumer",
+    "ClientError": "client.errors",
+    "ConnectionFailed": "client.errors",
+    "Consumer": "client.consumer",
+    "Gap": "client.consumer",
+    "Message": "client.consumer",
+    "ProblemError": "client.errors",
+    "Producer": "client.producer",
+    "PublishNotOffered": "client.publish_socket",
+    "RetryPolicy": "client.producer",
+    "SendResult": "client.producer",
+    "SubscriptionClosed": "client.errors",
+    "UnexpectedOffset": "client.errors",
+}
 
 __all__ = [
     "Admin",
@@ -47,3 +72,16 @@ __all__ = [
     "SubscriptionClosed",
     "UnexpectedOffset",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -23,23 +23,6 @@ from client.output import emit
 from client.producer import Producer
 
 
-def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser],
-                      url: argparse.ArgumentParser) -> None:
-    """Register ``bench`` (its handler is ``bench``)."""
-    parser = commands.add_parser("bench", parents=[url],
-                                 help="measure publish and subscribe rates and latency")
-    parser.add_argument("topic", help="created with --partitions when it does not exist")
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=128, help="value bytes per message")
-    parser.add_argument("--keys", type=int, default=1000, help="distinct message keys (0: none)")
-    parser.add_argument("--acks", default="1", choices=["0", "1", "all"])
-    parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--subscribers", type=int, default=0,
-                        help="broadcast subscribers, or members of --group")
-    parser.add_argument("--group", default=None,
-                        help="subscribers share this exclusive group instead of broadcasting")
-
-
 async def bench(args: argparse.Namespace) -> int:
     """Publish ``--messages`` with the Python producer while the subscribers count them."""
     if args.messages < 1 or args.size < 1:

@@ -4,32 +4,28 @@ loopback."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import json
 import logging
 import os
-import socket
-import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from client.cli import CLIENT_COMMANDS, add_client_commands, add_version, run_client_command
-from gateway.app import create_app
 from gateway.auth.cli import add_auth_commands, run_auth_command
-from gateway.auth.errors import AuthConfigError
-from gateway.gc_tuning import tuned_collector
-from gateway.observe.access_log import ScrubbingAccessLogger
-from gateway.routes.console import console_is_built
-from gateway.settings import ENV_PREFIX, GatewaySettings, settings_from_env
-from gateway.tls import check_backend_tls, server_ssl_context
-from gateway.workers import run_workers
-from partitioner.errors import PartitionerError
-from storage.errors import StorageError
+
+if TYPE_CHECKING:
+    import asyncio
+    import ssl
+
+    from aiohttp import web
+
+    from gateway.settings import GatewaySettings
+
+# The server's modules (aiohttp's web, storage, partitioner...) are imported by the functions that
+# run a server, not here: client commands, --help and --version start without them.
 
 log = logging.getLogger("streamgate")
 
@@ -49,6 +45,8 @@ def access_logger(settings: GatewaySettings) -> logging.Logger | None:
 def access_log_options(settings: GatewaySettings) -> dict[str, Any]:
     """The access-log arguments of ``web.run_app``: the logger, and a line format that masks
     query-string credentials."""
+    from gateway.observe.access_log import ScrubbingAccessLogger
+
     return {"access_log": access_logger(settings), "access_log_class": ScrubbingAccessLogger}
 
 
@@ -63,6 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_auth_command(args, sys.stdin)
     if args.command == "dev-add-shard":
         return run_add_shard(args)
+    return run_server(args)
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """``serve`` (one gateway process, or its workers) or ``dev``; 2 on a bad setting."""
+    from gateway.app import create_app
+    from gateway.auth.errors import AuthConfigError
+    from gateway.settings import ENV_PREFIX, settings_from_env
+    from gateway.tls import check_backend_tls, server_ssl_context
+    from gateway.workers import run_workers
+
     try:
         settings = settings_from_env(os.environ).with_overrides(
             host=args.host, port=args.port, workers=getattr(args, "workers", None))
@@ -101,6 +110,8 @@ def check_event_loop(settings: GatewaySettings) -> None:
 def new_event_loop(settings: GatewaySettings) -> asyncio.AbstractEventLoop:
     """The loop a gateway process runs on: libuv's (uvloop: less gateway CPU per published or
     delivered message than asyncio's, docs/performance.md has the figures) or the standard one."""
+    import asyncio
+
     if settings.event_loop == "uvloop":
         import uvloop
 
@@ -124,6 +135,14 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
           worker_index: int | None) -> int:
     """Run one gateway process until SIGTERM/SIGINT; a worker shares the port and may listen on its
     own one."""
+    import socket
+
+    from aiohttp import web
+
+    from gateway.gc_tuning import tuned_collector
+    from partitioner.errors import PartitionerError
+    from storage.errors import StorageError
+
     extra_sockets: list[socket.socket] = []
     # after the backends opened
     app.cleanup_ctx.append(tuned_collector(settings.gc_young_threshold))
@@ -148,9 +167,13 @@ def serve(app: web.Application, settings: GatewaySettings, ssl_context: ssl.SSLC
 def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     """Start Redis Cluster + etcd on loopback, then the gateway; stop everything on
     Ctrl-C/SIGTERM."""
+    from aiohttp import web
+
     from devstack import DevStack, DevStackConfig, MissingBinary
     from devstack.memory import default_node_maxmemory, format_size, parse_size
     from devstack.scale import add_shard_hook, write_pid
+    from gateway.app import create_app
+    from gateway.gc_tuning import tuned_collector
 
     nodes = args.primaries * (1 + args.replicas)
     try:
@@ -224,6 +247,8 @@ def run_add_shard(args: argparse.Namespace) -> int:
 
 def console_line(settings: GatewaySettings, base: str) -> str:
     """Where the web console is, or why it is not there."""
+    from gateway.routes.console import console_is_built
+
     if not settings.console_enabled:
         return "off (console_enabled=false)"
     if not console_is_built():

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from client import SendResult
 from client.cli import main as client_main
-from client.cli import parse_headers, parse_value, result_lines
+from client.cli_commands import parse_headers, parse_value, result_lines
 from gateway.cli import main
 
 
