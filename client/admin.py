@@ -1,5 +1,5 @@
-"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the JSON
-document."""
+"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the
+gateway's JSON document as a typed, read-only record (client/admin_types.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,32 @@ from typing import Any
 import aiohttp
 import orjson
 
+from client.admin_types import (
+    GroupDetails,
+    GroupList,
+    GroupRef,
+    HistoryPage,
+    MessageOut,
+    ParkedKeyResult,
+    PurgeResult,
+    RedriveResult,
+    ReplayPage,
+    SeekResult,
+    SnapshotPage,
+    Topic,
+    TopicDetails,
+    TopicList,
+)
 from client.credentials import Credentials, TokenProvider, authorized_body
 
 
 class Admin:
     """The gateway's HTTP admin API. ``async with Admin("http://127.0.0.1:8080") as admin: ...``.
+
+    Each call returns the gateway's document as a record of client/admin_types.py: typed
+    attributes (``topic.partitions``; None for a field the gateway left out), and a read-only
+    mapping of the document as sent (extra fields of a newer gateway too; what ``orjson.dumps``
+    writes); ``to_dict()`` is a plain copy.
 
     Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing
     is retried, except a 401 when ``token`` is a provider: once, with a fresh token from it.
@@ -50,7 +71,7 @@ class Admin:
     # --- topics -----------------------------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, *, retention_ms: int | None = None,
                            max_length: int | None = None, key_index: bool = False,
-                           compact: bool = False) -> dict[str, Any]:
+                           compact: bool = False) -> Topic:
         """POST /v1/topics -> the topic; ``key_index`` keeps each key's history (for
         ``key_history`` and expected key offsets), ``compact`` keeps each key's newest message
         (``retention_ms`` is then the compaction lag; ``snapshot`` reads it)."""
@@ -63,133 +84,134 @@ class Admin:
             body["retention_ms"] = retention_ms
         if max_length is not None:
             body["max_length"] = max_length
-        return await self._call("POST", "/v1/topics", body=body)
+        return Topic(await self._call("POST", "/v1/topics", body=body))
 
-    async def grow_topic(self, name: str, partitions: int) -> dict[str, Any]:
+    async def grow_topic(self, name: str, partitions: int) -> Topic:
         """PATCH /v1/topics/{name} with more partitions -> the topic (like Kafka's
         ``create_partitions``, but keys keep their order: publishes pause for a moment and consumers
         hold a grown partition until the keys that moved there were consumed where they were)."""
-        return await self._call("PATCH", f"/v1/topics/{name}", body={"partitions": partitions})
+        return Topic(await self._call("PATCH", f"/v1/topics/{name}",
+                                      body={"partitions": partitions}))
 
-    async def list_topics(self) -> list[dict[str, Any]]:
+    async def list_topics(self) -> list[Topic]:
         """GET /v1/topics -> the topics, sorted by name."""
-        document = await self._call("GET", "/v1/topics")
-        return list(document["topics"])
+        return list(TopicList(await self._call("GET", "/v1/topics")).topics)
 
-    async def describe_topic(self, name: str) -> dict[str, Any]:
+    async def describe_topic(self, name: str) -> TopicDetails:
         """GET /v1/topics/{name} -> the topic with ``partition_details``: each partition's whole
         log (length, first and last offset) and its ``tiers`` (the hot range in Redis, the
         archived one)."""
-        return await self._call("GET", f"/v1/topics/{name}")
+        return TopicDetails(await self._call("GET", f"/v1/topics/{name}"))
 
     async def delete_topic(self, name: str) -> None:
         """DELETE /v1/topics/{name}: the metadata and every partition's data."""
         await self._call("DELETE", f"/v1/topics/{name}")
 
     async def replay(self, topic: str, partition: int, *, from_: str | None = None,
-                     from_time_ms: int | None = None, limit: int | None = None) -> dict[str, Any]:
-        """GET one page of a partition -> ``{"messages": [...], "next_offset": ...}`` (``from_``
-        inclusive)."""
+                     from_time_ms: int | None = None, limit: int | None = None) -> ReplayPage:
+        """GET one page of a partition -> its ``messages`` and the ``next_offset`` to pass as
+        ``from_`` for the next page (``from_`` inclusive)."""
         params = {name: str(value) for name, value in
                   (("from", from_), ("from_time_ms", from_time_ms), ("limit", limit))
                   if value is not None}
-        return await self._call("GET", f"/v1/topics/{topic}/partitions/{partition}/messages",
-                                params=params)
+        return ReplayPage(await self._call(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/messages", params=params))
 
     async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
-                         page_size: int = 1000) -> list[dict[str, Any]]:
+                         page_size: int = 1000) -> list[MessageOut]:
         """Every message of a partition from ``from_`` to its current end, page by page."""
-        messages: list[dict[str, Any]] = []
+        messages: list[MessageOut] = []
         start = from_
         while True:
             page = await self.replay(topic, partition, from_=start, limit=page_size)
-            messages += page["messages"]
-            if len(page["messages"]) < page_size:
+            messages += page.messages
+            if len(page.messages) < page_size:
                 return messages
-            start = page["next_offset"]
+            start = page.next_offset
 
     async def key_history(self, topic: str, key: str, *, newest_first: bool = False,
                           from_: str | None = None, from_time_ms: int | None = None,
                           limit: int | None = None,
-                          partition: int | None = None) -> dict[str, Any]:
-        """GET one page of a key's messages (a topic with ``key_index``) -> ``{"partition",
-        "messages", "next_offset"}``; ``from_`` inclusive; ``next_offset`` is None once a
+                          partition: int | None = None) -> HistoryPage:
+        """GET one page of a key's messages (a topic with ``key_index``) -> its ``partition``,
+        ``messages`` and ``next_offset``; ``from_`` inclusive; ``next_offset`` is None once a
         newest-first read is exhausted. The newest offset (``newest_first=True, limit=1``) is
         what an ``expected_offset`` names."""
         params = {name: str(value) for name, value in
                   (("key", key), ("order", "desc" if newest_first else "asc"), ("from", from_),
                    ("from_time_ms", from_time_ms), ("limit", limit), ("partition", partition))
                   if value is not None}
-        return await self._call("GET", f"/v1/topics/{topic}/history", params=params)
+        return HistoryPage(await self._call("GET", f"/v1/topics/{topic}/history", params=params))
 
     async def key_position(self, topic: str, key: str) -> str:
         """The offset of a key's newest retained message, or ``"none"``: what to expect next."""
         page = await self.key_history(topic, key, newest_first=True, limit=1)
-        return str(page["messages"][0]["offset"]) if page["messages"] else "none"
+        return page.messages[0].offset if page.messages else "none"
 
     async def snapshot_page(self, topic: str, partition: int, *, as_of: str | None = None,
                             after: str | None = None,
-                            limit: int | None = None) -> dict[str, Any]:
-        """GET one page of a compacted partition's snapshot -> ``{"partition", "as_of",
-        "messages", "after"}``; pass ``as_of`` and ``after`` back for the next page (``after``
+                            limit: int | None = None) -> SnapshotPage:
+        """GET one page of a compacted partition's snapshot -> its ``partition``, ``as_of``,
+        ``messages`` and ``after``; pass ``as_of`` and ``after`` back for the next page (``after``
         None: the end)."""
         params = {name: str(value) for name, value in
                   (("as_of", as_of), ("after", after), ("limit", limit)) if value is not None}
-        return await self._call("GET", f"/v1/topics/{topic}/partitions/{partition}/snapshot",
-                                params=params)
+        return SnapshotPage(await self._call(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/snapshot", params=params))
 
     async def snapshot(self, topic: str, partition: int, *,
-                       page_size: int = 1000) -> tuple[str, list[dict[str, Any]]]:
+                       page_size: int = 1000) -> tuple[str, list[MessageOut]]:
         """Every key's newest value in a compacted partition, as of one offset, and that offset:
         follow the partition strictly after it (``Consumer(..., from_=f"{partition}:{as_of}")``)
         for no gap and no duplicate. ``ProblemError`` 410 when reading took longer than the
         topic's compaction lag."""
         page = await self.snapshot_page(topic, partition, limit=page_size)
-        as_of, messages = str(page["as_of"]), list(page["messages"])
-        while page["after"] is not None:
-            page = await self.snapshot_page(topic, partition, as_of=as_of, after=page["after"],
+        as_of, messages = page.as_of, list(page.messages)
+        while page.after is not None:
+            page = await self.snapshot_page(topic, partition, as_of=as_of, after=page.after,
                                             limit=page_size)
-            messages += page["messages"]
+            messages += page.messages
         return as_of, messages
 
     # --- consumer groups and dead letters ---------------------------------------------------------
-    async def list_groups(self) -> list[dict[str, Any]]:
-        """GET /v1/groups -> ``[{topic, group}, ...]``."""
-        document = await self._call("GET", "/v1/groups")
-        return list(document["groups"])
+    async def list_groups(self) -> list[GroupRef]:
+        """GET /v1/groups -> each group's ``topic`` and ``group``."""
+        return list(GroupList(await self._call("GET", "/v1/groups")).groups)
 
-    async def describe_group(self, group: str, topic: str | None = None) -> dict[str, Any]:
+    async def describe_group(self, group: str, topic: str | None = None) -> GroupDetails:
         """GET /v1/groups/{group}[?topic=] -> per topic: members, generation, assignment,
         partitions' lag."""
-        return await self._call("GET", f"/v1/groups/{group}",
-                                params={"topic": topic} if topic else None)
+        return GroupDetails(await self._call("GET", f"/v1/groups/{group}",
+                                             params={"topic": topic} if topic else None))
 
-    async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> dict[str, Any]:
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> SeekResult:
         """POST /v1/groups/{group}/seek ``{topic, to}``.
 
         ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly
         after) or ``{"timestamp_ms": t}``. Pending messages stay pending.
         """
         target = to if isinstance(to, str) else dict(to)
-        return await self._call("POST", f"/v1/groups/{group}/seek",
-                                body={"topic": topic, "to": target})
+        return SeekResult(await self._call("POST", f"/v1/groups/{group}/seek",
+                                           body={"topic": topic, "to": target}))
 
     async def redrive(self, topic: str, max_messages: int | None = None, *,
                       rate_per_s: int | None = None,
-                      letter: tuple[int, str] | None = None) -> dict[str, Any]:
+                      letter: tuple[int, str] | None = None) -> RedriveResult:
         """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic (and out of
-        the DLQ) -> ``{"redriven": n}``; ``letter`` = (partition, offset) moves that one only."""
+        the DLQ) -> how many were ``redriven``; ``letter`` = (partition, offset) moves that one
+        only."""
         body: dict[str, Any] = {
             name: value
             for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
             if value is not None}
         if letter is not None:
             body |= {"partition": letter[0], "offset": letter[1]}
-        return await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body)
+        return RedriveResult(await self._call("POST", f"/v1/topics/{topic}/dlq/redrive",
+                                              body=body))
 
     async def settle_parked_key(self, group: str, topic: str, partition: int, key: str, *,
                                 dead_letter: bool = False,
-                                reason: str | None = None) -> dict[str, Any]:
+                                reason: str | None = None) -> ParkedKeyResult:
         """POST /v1/groups/{group}/parked: a key_shared group's parked key goes on now, its failed
         message redelivered at once or (``dead_letter``) sent to the dead letters with
         ``reason``. The parked keys are in ``describe_group``'s ``parked_keys``."""
@@ -197,17 +219,18 @@ class Admin:
                                 "action": "dead_letter" if dead_letter else "release"}
         if reason is not None:
             body["reason"] = reason
-        return await self._call("POST", f"/v1/groups/{group}/parked", body=body)
+        return ParkedKeyResult(await self._call("POST", f"/v1/groups/{group}/parked", body=body))
 
     async def purge(self, topic: str, partition: int | None = None, *,
-                    dead_letters: bool = False) -> dict[str, Any]:
+                    dead_letters: bool = False) -> PurgeResult:
         """POST /v1/topics/{topic}/purge (or ``.../dlq/purge`` with ``dead_letters``): remove every
         message of the topic, or of one partition, at one cut; consumer groups move to the cut
-        (like SQS's PurgeQueue, per partition atomic) -> ``{"topic", "purged", "scheduled",
-        "partitions"}``. Admin only; audited by the gateway."""
+        (like SQS's PurgeQueue, per partition atomic) -> the ``topic``, the entries ``purged``
+        and ``scheduled`` messages removed, and each partition's cut. Admin only; audited by the
+        gateway."""
         path = f"/v1/topics/{topic}/dlq/purge" if dead_letters else f"/v1/topics/{topic}/purge"
-        return await self._call("POST", path,
-                                body={} if partition is None else {"partition": partition})
+        return PurgeResult(await self._call(
+            "POST", path, body={} if partition is None else {"partition": partition}))
 
     # --- transport --------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,

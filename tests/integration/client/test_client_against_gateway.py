@@ -6,8 +6,10 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from dropped_responses import DropFirstResponse
+from typed_records import assert_typed
 
 from client import Admin, Consumer, Message, ProblemError, Producer
 
@@ -58,6 +60,39 @@ async def test_admin_creates_lists_describes_and_deletes_a_topic(
         with pytest.raises(ProblemError) as gone:
             await admin.describe_topic(topic_name)
         assert gone.value.status == 404
+
+
+async def test_every_topic_call_returns_a_typed_record_of_the_document_sent(
+        base_url: str, topic_name: str) -> None:
+    compacted = f"{topic_name}-compacted"
+    async with Admin(base_url) as admin, aiohttp.ClientSession() as session:
+        created = await admin.create_topic(topic_name, 1, key_index=True)
+        await admin.create_topic(compacted, 1, compact=True)
+        for topic in (topic_name, compacted):
+            async with Producer(base_url, topic) as producer:
+                await producer.send_many([{"key": "k", "value": n} for n in range(3)])
+        page = await admin.replay(topic_name, 0, from_="earliest")
+        async with session.get(f"{base_url}/v1/topics/{topic_name}/partitions/0/messages",
+                               params={"from": "earliest"}) as response:
+            sent = await response.read()
+        records = [created, page, *await admin.list_topics(),
+                   await admin.describe_topic(topic_name), *await admin.replay_all(topic_name, 0),
+                   history := await admin.key_history(topic_name, "k", newest_first=True),
+                   await admin.snapshot_page(compacted, 0)]
+        as_of, latest = await admin.snapshot(compacted, 0)
+        position = await admin.key_position(topic_name, "k")
+        records += [*latest, grown := await admin.grow_topic(topic_name, 2),
+                    purged := await admin.purge(topic_name)]
+        for topic in (topic_name, compacted):
+            await admin.delete_topic(topic)
+    for record in records:
+        assert_typed(record)
+    assert orjson.dumps(page) == orjson.dumps(orjson.loads(sent))  # every field, in its order
+    assert (created.partitions, created.key_index, created.compact) == (1, True, False)
+    assert [m.value for m in page.messages] == [0, 1, 2]
+    assert position == history.messages[0].offset == page.messages[-1].offset
+    assert ([(m.key, m.value) for m in latest], as_of) == ([("k", 2)], latest[0].offset)
+    assert (grown.partitions, purged.topic, purged.purged) == (2, topic_name, 3)
 
 
 async def test_replay_pages_through_a_partition_with_next_offset(

@@ -44,6 +44,14 @@ def test_the_event_sourcing_example_runs_as_written(served_gateway: str, topic_n
     assert out.splitlines() == ["['fig', 'pear']"]
 
 
+def test_the_admin_example_runs_as_written(served_gateway: str, topic_name: str) -> None:
+    code = example("python", 2).replace('"http://127.0.0.1:8080"', repr(served_gateway)).replace(
+        '"orders"', repr(topic_name))
+    returncode, out, err = run(sys.executable, "-c", code)
+    assert returncode == 0, err
+    assert out.splitlines() == ["2 3600000 None", "0 0 0", "1 0 0", "True 2"]
+
+
 def test_the_shell_example_runs_as_written(served_gateway: str, topic_name: str) -> None:
     for line in example("sh").splitlines():
         command = shlex.split(line, comments=True)
