@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from client.cli_args import API_KEY_ENV, DEFAULT_URL, TOKEN_ENV, URL_ENV, add_client_commands
+from client.cli_args import add_client_commands
 
 __all__ = ["CLIENT_COMMANDS", "add_client_commands", "add_version", "installed_version", "main",
            "run_client_command"]
@@ -24,9 +24,9 @@ _HANDLERS = {
     "tail": ("client.cli_reading", "tail"), "replay": ("client.cli_reading", "replay"),
     "history": ("client.cli_reading", "history"), "snapshot": ("client.cli_reading", "snapshot"),
     "peek": ("client.cli_reading", "peek"), "dlq": ("client.cli_reading", "dlq"),
-    "bench": ("client.cli_bench", "bench"),
+    "bench": ("client.cli_bench", "bench"), "status": ("client.cli_status", "status"),
 }
-CLIENT_COMMANDS = frozenset({*_HANDLERS, "completion"})
+CLIENT_COMMANDS = frozenset({*_HANDLERS, "completion", "context"})
 # what a process killed by SIGPIPE reports (128 + 13), as kcat and coreutils do under `| head`
 CLOSED_PIPE_STATUS = 141
 
@@ -75,8 +75,9 @@ def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None =
     """Run one client command; 0 on success, 1 on a gateway or connection error, 141 when stdout
     was closed (``| head``), quietly.
 
-    The gateway: ``--url``, else ``$STREAMGATE_URL``, else the local default. Credentials:
-    ``--token``/``--api-key``, else ``$STREAMGATE_TOKEN``/``$STREAMGATE_API_KEY`` from ``env``.
+    The gateway, credentials and TLS files: each flag, else its variable in ``env``
+    (``$STREAMGATE_URL``...), else the field of ``--context`` or of the current context, else
+    the default (client.cli_contexts).
     """
     try:
         if args.command == "completion":
@@ -85,6 +86,10 @@ def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None =
             sys.stdout.write(completion_script(args.shell, args.completion_commands))
             sys.stdout.flush()
             return 0
+        if args.command == "context":
+            from client.cli_contexts import context_command
+
+            return context_command(args, env or {})
         return _run_handler(args, env or {})
     except BrokenPipeError:
         return closed_stdout()
@@ -93,14 +98,14 @@ def run_client_command(args: argparse.Namespace, env: Mapping[str, str] | None =
 def _run_handler(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import asyncio
 
+    from client.cli_contexts import resolve, ssl_of
     from client.errors import ClientError, ProblemError
 
-    args.url = args.url or env.get(URL_ENV) or DEFAULT_URL
-    args.token = args.token or env.get(TOKEN_ENV) or None
-    args.api_key = args.api_key or env.get(API_KEY_ENV) or None
     module, name = _HANDLERS[args.command]
     command: Handler = getattr(importlib.import_module(module), name)
     try:
+        resolve(args, env)
+        args.ssl = ssl_of(args)
         return asyncio.run(command(args))
     except ProblemError as exc:
         print(f"streamgate {args.command}: {exc.describe()}", file=sys.stderr)

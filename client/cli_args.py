@@ -6,13 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TypeAlias
 
+from client.cli_contexts import DEFAULT_URL
 from client.completion import add_completion_command
 from client.output import FORMAT_HELP, OUTPUTS, compile_format
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-URL_ENV = "STREAMGATE_URL"
-API_KEY_ENV = "STREAMGATE_API_KEY"
-TOKEN_ENV = "STREAMGATE_TOKEN"
 
 if TYPE_CHECKING:
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -22,11 +18,11 @@ def add_client_commands(commands: Commands) -> None:
     """Register the client commands on a sub-command parser (``streamgate``'s or
     ``streamgate-client``'s)."""
     url = argparse.ArgumentParser(add_help=False)
-    url.add_argument("--url", default=None,
-                     help=f"gateway base URL (default: ${URL_ENV}, else {DEFAULT_URL})")
-    url.add_argument("--api-key", default=None,
-                     help=f"API key (default: ${API_KEY_ENV}; prefer the variable)")
-    url.add_argument("--token", default=None, help=f"JWT bearer token (default: ${TOKEN_ENV})")
+    url.add_argument("--context", default=None, metavar="NAME",
+                     help="a saved context (streamgate context); default: the current one")
+    add_connection_options(url)
+    url.add_argument("--insecure", action="store_true",
+                     help="skip TLS verification of the gateway (tests only; warns)")
     messages = argparse.ArgumentParser(add_help=False, parents=[url])
     messages.add_argument("-o", "--output", default="json", choices=OUTPUTS,
                           help="json: one JSON line per message (default); raw: the value alone "
@@ -34,14 +30,66 @@ def add_client_commands(commands: Commands) -> None:
     messages.add_argument("-f", "--format", type=compile_format, default=None, metavar="FMT",
                           help=FORMAT_HELP)
     listing = argparse.ArgumentParser(add_help=False, parents=[url])
-    listing.add_argument("-o", "--output", default="json", choices=("json", "table"))
+    listing.add_argument("-o", "--output", default="json", choices=("json", "table", "names"),
+                         help="json: one JSON line each (default); table: aligned columns; "
+                              "names: one name a line")
     _add_produce(commands, url)
     _add_consume(commands, messages)
     _add_topics(commands, url, listing)
     _add_groups(commands, url, listing)
     _add_reading(commands, url, messages)
     _add_bench(commands, url)
+    _add_status(commands, url)
+    _add_context(commands)
     add_completion_command(commands)
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """The gateway's URL, credentials and TLS files (each also a variable and a context field)."""
+    parser.add_argument("--url", default=None,
+                        help=f"gateway base URL (default: $STREAMGATE_URL, else the context's, "
+                             f"else {DEFAULT_URL})")
+    parser.add_argument("--api-key", default=None,
+                        help="API key (default: $STREAMGATE_API_KEY; prefer the variable)")
+    parser.add_argument("--token", default=None,
+                        help="JWT bearer token (default: $STREAMGATE_TOKEN)")
+    parser.add_argument("--ca-file", default=None, metavar="PATH",
+                        help="PEM CA certificates the gateway's certificate must chain to "
+                             "(default: $STREAMGATE_CA_FILE, else the system's)")
+    parser.add_argument("--cert", default=None, metavar="PATH",
+                        help="PEM client certificate, for mutual TLS (default: $STREAMGATE_CERT)")
+    parser.add_argument("--cert-key", default=None, metavar="PATH",
+                        help="PEM private key of --cert when not in its file (default: "
+                             "$STREAMGATE_KEY)")
+
+
+def _add_status(commands: Commands, url: argparse.ArgumentParser) -> None:
+    """``status`` (handled by client.cli_status.status)."""
+    status = commands.add_parser(
+        "status", parents=[url],
+        help="the gateway's version and readiness, its Redis and etcd checks, its partitions")
+    status.add_argument("-o", "--output", default="table", choices=("table", "json"),
+                        help="table: for a person (default); json: one JSON document")
+
+
+def _add_context(commands: Commands) -> None:
+    """``context add|use|list|show|remove`` (handled by client.cli_contexts.context_command)."""
+    actions = commands.add_parser(
+        "context", help="save gateways with their credentials and TLS files under a name",
+        description="Contexts live in $XDG_CONFIG_HOME/streamgate/contexts.toml (else "
+                    "~/.config/streamgate/contexts.toml), readable by you alone. A flag or "
+                    "variable overrides the context's field; --context NAME picks another "
+                    "context than the current one.").add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="save (or replace) a context; the first is current")
+    add.add_argument("name")
+    add_connection_options(add)
+    add.add_argument("--use", action="store_true", help="make it the current context")
+    actions.add_parser("use", help="make a context the current one").add_argument("name")
+    actions.add_parser("list", help="every context, the current one marked *").add_argument(
+        "-o", "--output", default="table", choices=("table", "json"))
+    actions.add_parser("show", help="a context's fields (secrets hidden)").add_argument(
+        "name", nargs="?", default=None, help="default: the current context")
+    actions.add_parser("remove", help="forget a context").add_argument("name")
 
 
 def _add_produce(commands: Commands, url: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.admin import Admin
+from client.cli_contexts import connection
 from client.consumer import Consumer, offset_key
 from client.errors import ProblemError
 from client.output import emit
@@ -69,7 +70,7 @@ async def bench(args: argparse.Namespace) -> int:
 async def _ensure_topic(args: argparse.Namespace) -> str:
     """Create the topic unless it exists; a cursor past its current end (``<p>:<offset>,...``),
     where a group of subscribers starts, however late the group is created."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         try:
             topic = await admin.describe_topic(args.topic)
         except ProblemError as exc:
@@ -88,8 +89,8 @@ async def _publish(args: argparse.Namespace) -> float:
     """Send every message (``send`` in a loop, then ``flush``); the seconds it took."""
     padding = "x" * max(0, args.size - 30)
     keys: list[str | None] = [f"k{n}" for n in range(args.keys)] or [None]
-    async with Producer(args.url, args.topic, acks=args.acks, api_key=args.api_key,
-                        token=args.token) as producer:
+    async with Producer(args.url, args.topic, acks=args.acks,
+                        **connection(args)) as producer:
         futures = []
         started = time.perf_counter()
         for n in range(args.messages):
@@ -107,7 +108,7 @@ class _Subscriber:
                  seen: set[tuple[int, str]]) -> None:
         self.consumer = Consumer(args.url, args.topic, group=args.group,
                                  from_=end if args.group else "latest", max_in_flight=5000,
-                                 api_key=args.api_key, token=args.token)
+                                 **connection(args))
         self.latencies = latencies
         self.seen = seen
         self.received = self.redelivered = 0

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import orjson
 
 from client.admin import Admin
+from client.cli_contexts import connection
 from client.cli_reading import print_messages
 from client.consumer import Consumer, Gap
 from client.output import emit, write_listing
@@ -70,8 +71,8 @@ def _result_document(result: SendResult) -> dict[str, Any]:
 async def produce(args: argparse.Namespace) -> int:
     """Publish the VALUEs, the ``--value-file``s or stdin's lines; one JSON line per result."""
     headers = parse_headers(args.header) or None
-    async with Producer(args.url, args.topic, acks=args.acks, api_key=args.api_key,
-                        token=args.token) as producer:
+    async with Producer(args.url, args.topic, acks=args.acks,
+                        **connection(args)) as producer:
         if args.values or args.value_file:
             messages = ([message_fields(v.encode(), args, headers) for v in args.values]
                         + [message_fields(await _read_file(path), args, headers, whole_file=True)
@@ -212,8 +213,8 @@ async def consume(args: argparse.Namespace) -> int:
     """Print a subscription's messages (acking each) until a limit."""
     consumer = Consumer(args.url, args.topic, group=args.group, mode=args.mode, from_=args.from_,
                         from_time_ms=args.from_time_ms, filters=args.filter,
-                        max_in_flight=args.max_in_flight, api_key=args.api_key,
-                        token=args.token, ack_timeout_ms=args.ack_timeout_ms,
+                        max_in_flight=args.max_in_flight, **connection(args),
+                        ack_timeout_ms=args.ack_timeout_ms,
                         max_deliveries=args.max_deliveries,
                         retry_backoff_ms=args.retry_backoff_ms,
                         retry_backoff_multiplier=args.retry_backoff_multiplier,
@@ -231,7 +232,7 @@ def _report_gap(gap: Gap) -> None:
 # --- topics and groups ----------------------------------------------------------------------------
 async def topics(args: argparse.Namespace) -> int:
     """``topics list|create|grow|describe|purge|delete``: the gateway's answer as JSON."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         if args.action == "list":
             write_listing(await admin.list_topics(), args.output)
         elif args.action == "create":
@@ -253,7 +254,7 @@ async def topics(args: argparse.Namespace) -> int:
 
 async def groups(args: argparse.Namespace) -> int:
     """``groups list|describe|unpark|seek``: the gateway's answer as JSON."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         if args.action == "list":
             write_listing(await admin.list_groups(), args.output)
         elif args.action == "describe":

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from client.admin import Admin
+from client.cli_contexts import connection
 from client.consumer import Consumer, offset_key
 from client.errors import ProblemError
 from client.output import MessageWriter, emit, message_writer
@@ -23,7 +24,7 @@ PAGE = 1000
 async def tail(args: argparse.Namespace) -> int:
     """Every message published from now on (like ``kcat -C -o end``), until a limit."""
     consumer = Consumer(args.url, args.topic, from_="latest", filters=args.filter,
-                        api_key=args.api_key, token=args.token)
+                        **connection(args))
     async with consumer:
         await print_messages(consumer, args, ack=False)
     return 0
@@ -47,7 +48,7 @@ async def print_messages(consumer: Consumer, args: argparse.Namespace, *, ack: b
 
 async def replay(args: argparse.Namespace) -> int:
     """A partition's (or every partition's) messages from an offset or a time to its end."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         partitions = ([args.partition] if args.partition is not None
                       else range((await admin.describe_topic(args.topic))["partitions"]))
         left, write = args.max_messages, message_writer(args)
@@ -81,7 +82,7 @@ async def _print_partition(admin: Admin, topic: str, partition: int, from_: str,
 
 async def history(args: argparse.Namespace) -> int:
     """A key's messages, oldest (or newest) first, page by page up to the end of its history."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         start, left, write = args.from_, args.max_messages, message_writer(args)
         while left is None or left > 0:
             limit = PAGE if left is None else min(PAGE, left)
@@ -100,7 +101,7 @@ async def history(args: argparse.Namespace) -> int:
 async def snapshot(args: argparse.Namespace) -> int:
     """Each partition's snapshot as JSON lines; on stderr the cursor to follow them from
     (``consume --from`` / ``tail``-like readers resume strictly after it)."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         partitions = ([args.partition] if args.partition is not None
                       else range((await admin.describe_topic(args.topic))["partitions"]))
         cursor, write = [], message_writer(args)
@@ -116,7 +117,7 @@ async def snapshot(args: argparse.Namespace) -> int:
 async def peek(args: argparse.Namespace) -> int:
     """The messages a group has not been delivered yet, oldest first, read by offset: the group,
     its pending messages and its position stay as they are."""
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         described = await admin.describe_group(args.group, args.topic)
         positions = {p["partition"]: p.get("last_delivered_offset")
                      for t in described.get("topics", []) if t.get("topic") == args.topic
@@ -137,7 +138,7 @@ async def dlq(args: argparse.Namespace) -> int:
     """``list``: the dead letters of a topic; ``redrive``: send them back to it; ``purge``: remove
     them."""
     if args.action in ("redrive", "purge"):
-        async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+        async with Admin(args.url, **connection(args)) as admin:
             if args.action == "purge":
                 emit(await admin.purge(args.topic, args.partition, dead_letters=True))
             else:
@@ -153,6 +154,6 @@ async def dlq(args: argparse.Namespace) -> int:
         if exc.status != 404:
             raise
     # the dead-letter topic is created with the first dead letter: none yet, if the topic exists
-    async with Admin(args.url, api_key=args.api_key, token=args.token) as admin:
+    async with Admin(args.url, **connection(args)) as admin:
         await admin.describe_topic(source)
     return 0

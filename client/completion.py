@@ -1,19 +1,29 @@
-"""Shell completion for the CLI: ``streamgate completion bash`` (or ``zsh``) prints a script made
-from the argument parser itself, so it never lags behind the commands.
+"""Shell completion for the CLI: ``streamgate completion bash`` (or ``zsh``, ``fish``) prints a
+script made from the argument parser itself, so it never lags behind the commands; topic and group
+names come live from ``streamgate topics|groups list -o names`` (nothing when unreachable).
 
     source <(streamgate completion bash)      # in ~/.bashrc
     source <(streamgate completion zsh)       # in ~/.zshrc
+    streamgate completion fish | source       # in ~/.config/fish/config.fish
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+from typing import TYPE_CHECKING, TypeAlias
 
-SHELLS = ("bash", "zsh")
+SHELLS = ("bash", "zsh", "fish")
+# how long the script waits for the gateway's names before offering none
+LIVE_TIMEOUT_S = 2
+# a command's first argument named so is a topic or a group, whose names come from the gateway
+_LIVE_DESTS = {"topic": "topics", "group": "groups"}
+
+if TYPE_CHECKING:
+    Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
-def add_completion_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_completion_command(commands: Commands) -> None:
     """Register ``completion SHELL``; the script covers every command registered on
     ``commands``."""
     parser = commands.add_parser("completion", help="print a shell completion script")
@@ -21,10 +31,10 @@ def add_completion_command(commands: argparse._SubParsersAction[argparse.Argumen
     parser.set_defaults(completion_commands=commands)
 
 
-def command_words(commands: argparse._SubParsersAction[argparse.ArgumentParser]
-                  ) -> dict[str, list[str]]:
+def command_words(commands: Commands) -> dict[str, list[str]]:
     """Per command path (``""`` for the top, ``"topics"``, ``"topics create"``...), the words that
-    may follow it: sub-commands, options and fixed choices."""
+    may follow it: sub-commands, options (short and long, never a hidden one) and fixed
+    choices; per option with choices (``"topics list -o"``), its choices."""
     words: dict[str, list[str]] = {"": sorted(commands.choices)}
     for name, parser in commands.choices.items():
         _collect(parser, name, words)
@@ -34,44 +44,174 @@ def command_words(commands: argparse._SubParsersAction[argparse.ArgumentParser]
 def _collect(parser: argparse.ArgumentParser, path: str, words: dict[str, list[str]]) -> None:
     found: list[str] = []
     for action in parser._actions:
+        if action.help == argparse.SUPPRESS:
+            continue
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 found.append(name)
                 _collect(sub, f"{path} {name}", words)
         elif action.option_strings:
-            found += [o for o in action.option_strings if o.startswith("--")]
+            found += action.option_strings
+            for option in action.option_strings if action.choices else ():
+                words[f"{path} {option}"] = [str(choice) for choice in action.choices or ()]
         elif action.choices:
             found += [str(choice) for choice in action.choices]
     words[path] = sorted(found)
 
 
-def completion_script(shell: str, commands: argparse._SubParsersAction[argparse.ArgumentParser],
-                      program: str = "streamgate") -> str:
-    """The bash script (zsh loads it through ``bashcompinit``): the longest command path among the
-    words typed so far picks the candidates."""
+def live_arguments(commands: Commands) -> dict[str, str]:
+    """Per command path, ``topics`` or ``groups`` when its first argument is a topic or a group
+    (``topics create``'s is a new name: none offered)."""
+    live: dict[str, str] = {}
+    for name, parser in commands.choices.items():
+        _find_live(parser, name, live)
+    return live
+
+
+def _find_live(parser: argparse.ArgumentParser, path: str, live: dict[str, str]) -> None:
+    positionals = [a for a in parser._actions if not a.option_strings]
+    for action in positionals:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                _find_live(sub, f"{path} {name}", live)
+    first = next((a for a in positionals if not isinstance(a, argparse._SubParsersAction)), None)
+    if first is None:
+        return
+    dest = "topic" if first.dest == "name" and path.startswith("topics ") else first.dest
+    if dest in _LIVE_DESTS and path != "topics create":
+        live[path] = _LIVE_DESTS[dest]
+
+
+def completion_script(shell: str, commands: Commands, program: str = "streamgate") -> str:
+    """The script for ``shell`` (zsh loads the bash one through ``bashcompinit``)."""
+    if shell == "fish":
+        return fish_script(commands, program)
+    script = bash_script(commands, program, shell)
+    if shell == "zsh":
+        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
+    return script
+
+
+def _bash_table(table: dict[str, str]) -> str:
     # bash keys may not be empty: every path starts with "_"
-    table = "\n".join(f"    [{shlex.quote(' '.join(['_', *path.split()]))}]="
-                      f"{shlex.quote(' '.join(found))}"
-                      for path, found in command_words(commands).items())
+    return "\n".join(f"    [{shlex.quote(' '.join(['_', *path.split()]))}]={shlex.quote(found)}"
+                     for path, found in table.items())
+
+
+def bash_script(commands: Commands, program: str, shell: str = "bash") -> str:
+    """The bash script: the longest command path among the words typed so far picks the
+    candidates; after ``--topic``, ``--group`` or as a topic or group argument, the gateway's
+    names (with the ``--url`` and ``--context`` typed so far)."""
+    words = _bash_table({p: " ".join(found) for p, found in command_words(commands).items()})
+    live = _bash_table(live_arguments(commands))
     function = f"_{program.replace('-', '_')}_complete"
-    script = f"""# {program} completion ({shell}); generated by `{program} completion {shell}`
+    return f"""# {program} completion ({shell}); generated by `{program} completion {shell}`
+{function}_live() {{
+  local -a run=({program} "$1" list -o names)
+  local i
+  for ((i = 1; i < COMP_CWORD - 1; i++)); do
+    case "${{COMP_WORDS[i]}}" in
+      --url|--context) run+=("${{COMP_WORDS[i]}}" "${{COMP_WORDS[i + 1]}}") ;;
+    esac
+  done
+  command -v timeout >/dev/null 2>&1 && run=(timeout {LIVE_TIMEOUT_S} "${{run[@]}}")
+  "${{run[@]}}" 2>/dev/null
+}}
 {function}() {{
   local -A words=(
-{table}
+{words}
   )
-  local cur="${{COMP_WORDS[COMP_CWORD]}}" path="_" candidate="" word i
+  local -A live=(
+{live}
+  )
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD - 1]}}"
+  local path="_" last=0 candidate="" kind="" word i
   for ((i = 1; i < COMP_CWORD; i++)); do
     word="${{COMP_WORDS[i]}}"
     [[ "$word" == -* ]] && continue
     if [[ -n "${{words[$path $word]+x}}" ]]; then
       path="$path $word"
+      last=$i
     fi
   done
-  candidate="${{words[$path]}}"
+  case "$prev" in
+    --topic) kind=topics ;;
+    --group) kind=groups ;;
+    *) [[ "$cur" != -* && $COMP_CWORD -eq $((last + 1)) ]] && kind="${{live[$path]}}" ;;
+  esac
+  if [[ -n "$kind" ]]; then
+    candidate="$({function}_live "$kind")"
+  elif [[ "$prev" == -* && -n "${{words[$path $prev]+x}}" ]]; then
+    candidate="${{words[$path $prev]}}"
+  else
+    candidate="${{words[$path]}}"
+  fi
   COMPREPLY=($(compgen -W "$candidate" -- "$cur"))
 }}
 complete -o default -F {function} {program}
 """
-    if shell == "zsh":
-        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
-    return script
+
+
+def _fish_cases(table: dict[str, str], default: str) -> str:
+    cases = [f"        case {shlex.quote(' '.join(['_', *path.split()]))}\n"
+             f"            printf '%s\\n' {found}" for path, found in table.items()]
+    return "\n".join([*cases, f"        case '*'\n            {default}"])
+
+
+def fish_script(commands: Commands, program: str) -> str:
+    """The fish script: the same paths and live names as bash's, as fish functions."""
+    words = _fish_cases({p: " ".join(shlex.quote(w) for w in found)
+                         for p, found in command_words(commands).items()}, "return 1")
+    live = _fish_cases(live_arguments(commands), "return 1")
+    prefix = f"__{program.replace('-', '_')}"
+    return f"""# {program} completion (fish); generated by `{program} completion fish`
+function {prefix}_words
+    switch $argv[1]
+{words}
+    end
+end
+function {prefix}_live_kind
+    switch $argv[1]
+{live}
+    end
+end
+function {prefix}_live
+    set -l run {program} $argv[1] list -o names
+    set -l tokens (commandline -opc)
+    for i in (seq 2 (math (count $tokens) - 1))
+        if contains -- $tokens[$i] --url --context
+            set -a run $tokens[$i] $tokens[(math $i + 1)]
+        end
+    end
+    command -q timeout; and set run timeout {LIVE_TIMEOUT_S} $run
+    $run 2>/dev/null
+end
+function {prefix}_candidates
+    set -l tokens (commandline -opc)
+    set -l cur (commandline -ct)
+    set -l path _
+    set -l last 1
+    for i in (seq 2 (count $tokens))
+        string match -q -- '-*' $tokens[$i]; and continue
+        if {prefix}_words "$path $tokens[$i]" >/dev/null
+            set path "$path $tokens[$i]"
+            set last $i
+        end
+    end
+    switch $tokens[-1]
+        case --topic
+            {prefix}_live topics; return
+        case --group
+            {prefix}_live groups; return
+    end
+    if string match -q -- '-*' $tokens[-1]; and {prefix}_words "$path $tokens[-1]"
+        return
+    end
+    set -l kind ({prefix}_live_kind $path)
+    if test -n "$kind" -a (count $tokens) -eq $last; and not string match -q -- '-*' "$cur"
+        {prefix}_live $kind; return
+    end
+    {prefix}_words $path
+end
+complete -c {program} -f -a '({prefix}_candidates)'
+"""

@@ -156,8 +156,14 @@ def as_document(item: Any) -> Document:
 
 
 def write_listing(rows: Sequence[Any], output: str) -> None:
-    """A listing (topics, groups): JSON lines, or with ``table`` one aligned column per field
-    (in the order the rows first name them) under an upper-case header."""
+    """A listing (topics, groups): JSON lines; with ``table`` one aligned column per field (in
+    the order the rows first name them) under an upper-case header; with ``names`` each distinct
+    name (or group) on a line, for scripts and shell completion."""
+    if output == "names":
+        names = (as_document(row) for row in rows)
+        found = dict.fromkeys(str(d.get("name", d.get("group", ""))) for d in names)
+        write_bytes("".join(f"{name}\n" for name in found if name).encode())
+        return
     if output != "table":
         for row in rows:
             emit(row)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -53,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+    # the CLI reads saved contexts from the user's config dir: the suite never sees the developer's
+    config_home = tempfile.mkdtemp(prefix="sg-test-config-")
+    os.environ["XDG_CONFIG_HOME"] = config_home
+    config.add_cleanup(lambda: shutil.rmtree(config_home, ignore_errors=True))
 
 
 def pytest_asyncio_loop_factories(

@@ -87,6 +87,15 @@ def test_listing_json_is_one_line_per_row(capsysbinary: pytest.CaptureFixture[by
     assert orjson.loads(capsysbinary.readouterr().out) == {"topic": "t", "group": "g"}
 
 
+
+def test_listing_names_are_each_distinct_name_or_group_on_a_line(
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    write_listing([{"name": "orders"}, {"name": "payments"}], "names")
+    write_listing([{"topic": "t", "group": "g"}, {"topic": "u", "group": "g"},
+                   {"topic": "t", "group": "h"}], "names")
+    assert capsysbinary.readouterr().out == b"orders\npayments\ng\nh\n"
+
+
 SERVER_SIDE = ("gateway.app", "storage", "partitioner", "pyarrow", "pyspark", "aiohttp", "redis",
                "devstack")
 BOUNDARY = """
@@ -108,6 +117,8 @@ print(",".join(loaded))
     ("gateway.cli", ["produce", "--help"]),
     ("gateway.cli", ["consume", "--help"]),
     ("gateway.cli", ["completion", "bash"]),
+    ("gateway.cli", ["context", "list"]),
+    ("gateway.cli", ["status", "--help"]),
     ("client.cli", ["--version"]),
 ])
 def test_cli_parses_without_importing_the_server_or_the_network_stack(
