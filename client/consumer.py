@@ -32,6 +32,7 @@ from client.errors import (
     SubscriptionClosed,
     problem_of,
 )
+from client.token_refresh import SocketTokenRefresh
 
 log = logging.getLogger(__name__)
 
@@ -272,10 +273,11 @@ class Consumer:
     4409 (group conflict) raise ``SubscriptionClosed`` at once.
     ``token`` is a JWT or a provider of them (``Callable[[], str | Awaitable[str]]``): with a
     provider, a 4401 (the token expired) reconnects at once with a fresh token and resumes like
-    any reconnect, and an upgrade refused with 401 is tried once more with a fresh one; its token
-    is also replaced shortly before its ``exp`` (the gateway takes no new token on an open
-    socket, so that only spares the next connection a stale one). ``ssl``: an ``SSLContext`` for
-    WSS and HTTPS (a private CA, a client certificate), or False to skip verification.
+    any reconnect, and an upgrade refused with 401 is tried once more with a fresh one; shortly
+    before its ``exp`` a fresh token goes over the open socket (an ``auth`` frame), so the
+    connection outlives its token: no reconnect, no redelivery of what waited for its ack.
+    ``ssl``: an ``SSLContext`` for WSS and HTTPS (a private CA, a client certificate), or False
+    to skip verification.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
     ``retry_backoff_ms`` (with ``retry_backoff_multiplier`` and ``retry_backoff_max_ms``) makes a
@@ -340,6 +342,7 @@ class Consumer:
         self._owns_session = session is None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._settler: _Settler | None = None
+        self._token_refresh: SocketTokenRefresh | None = None
         self._failures = 0
         self._closed = False
         self._received: deque[Message] = deque()  # decoded, not yet yielded
@@ -444,6 +447,9 @@ class Consumer:
         elif kind == "message":
             self._failures = 0
             self._take([doc])
+        elif kind == "authenticated" and self._token_refresh is not None:
+            self._token_refresh.authenticated(doc)
+            self._sent_auth = self._token_refresh.auth
         elif kind == "assignment":
             self.assignment = Assignment(int(doc["generation"]), tuple(doc["partitions"]))
         elif kind == "gap":
@@ -564,6 +570,8 @@ class Consumer:
                                    f"{tls_hint(url, exc)}") from exc
         self._ws = ws
         self._settler = _Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
+        self._token_refresh = SocketTokenRefresh(self._credentials, auth,
+                                                 lambda frame: ws.send_str(frame.decode()))
         self.connections += 1
 
     async def _handshake_problem(self, url: str, query: list[tuple[str, str]],
@@ -581,6 +589,9 @@ class Consumer:
     async def _drop_connection(self) -> None:
         ws, self._ws = self._ws, None
         settler, self._settler = self._settler, None
+        if self._token_refresh is not None:
+            self._token_refresh.cancel()
+            self._token_refresh = None
         if settler is not None:
             await settler.aclose()
         if ws is not None and not ws.closed:

@@ -57,6 +57,12 @@ def refresh_due_s(token: str, now_s: float) -> float:
     return exp - min(REFRESH_MARGIN_S, REFRESH_MARGIN_SHARE * life_s)
 
 
+def bearer_token(headers: dict[str, str]) -> str | None:
+    """The JWT an ``Authorization: Bearer`` header carries; None for an API key or no header."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    return token if scheme == "Bearer" and token else None
+
+
 def _payload(token: str) -> dict[str, object]:
     parts = token.split(".")
     if len(parts) != 3:

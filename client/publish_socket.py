@@ -16,6 +16,7 @@ import orjson
 
 from client.credentials import Credentials, tls_hint
 from client.errors import ClientError, ConnectionFailed, ProblemError, problem_of
+from client.token_refresh import SocketTokenRefresh
 from client.ws_takeover import take_over
 
 log = logging.getLogger(__name__)
@@ -108,17 +109,20 @@ class _Room:
 
 class _Connection:
     """One open socket: the frames awaiting their answer by id (with when each was sent), room
-    for ``max_in_flight`` of them, and a watchdog that retires the socket once the oldest has
-    waited ``timeout_s``."""
+    for ``max_in_flight`` of them, a watchdog that retires the socket once the oldest has
+    waited ``timeout_s``, and a provider's fresh token sent before the socket's expires."""
 
     __slots__ = ("auth", "close_code", "close_reason", "closers", "loop", "max_frame_bytes",
-                 "open", "pending", "room", "timeout_s", "url", "watchdog", "wire", "ws")
+                 "open", "pending", "refresh", "room", "timeout_s", "url", "watchdog", "wire",
+                 "ws")
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, ready: dict[str, Any], url: str,
                  timeout_s: float, closers: set[asyncio.Task[None]], ready_text: bytes,
-                 auth: dict[str, str]) -> None:
+                 credentials: Credentials, auth: dict[str, str]) -> None:
         self.ws, self.url, self.timeout_s, self.closers = ws, url, timeout_s, closers
-        self.auth = auth  # the headers of its upgrade: forgotten when a 4401 ends it
+        # the headers whose token the socket holds (its upgrade's, then the last fresh one the
+        # gateway took): forgotten when a 4401 ends it
+        self.auth = auth
         self.loop = asyncio.get_running_loop()
         self.pending: dict[str, tuple[asyncio.Future[dict[str, Any]], float]] = {}
         self.max_frame_bytes = int(ready.get("max_frame_bytes", 1 << 20))
@@ -128,8 +132,11 @@ class _Connection:
         self.close_code: int | None = None
         self.close_reason = ""
         self.watchdog: asyncio.TimerHandle | None = None
+        self.refresh: SocketTokenRefresh | None = None
         self.wire = take_over(ws, self.answered, self.ended, received=ready_text)
-        if not self.open:  # refused at once, by what aiohttp had read past the ready frame
+        if self.open:
+            self.refresh = SocketTokenRefresh(credentials, auth, self.wire.send_text)
+        else:  # refused at once, by what aiohttp had read past the ready frame
             self._close_wire(self.close_code or 1000, self.close_reason)
 
     def error(self) -> ClientError:
@@ -157,6 +164,10 @@ class _Connection:
         if waiting is not None:
             if not waiting[0].done():
                 waiting[0].set_result(answer)
+        elif answer.get("type") == "authenticated":  # a fresh token was taken: not an answer
+            if self.refresh is not None:
+                self.refresh.authenticated(answer)
+                self.auth = self.refresh.auth
         elif answer.get("type") == "error":
             log.warning("%s refused a frame: %s", self.url, answer.get("detail"))
 
@@ -164,6 +175,7 @@ class _Connection:
         """The wire's callback once the socket closes: every frame unanswered fails with what
         the close means."""
         self.open = False
+        self._stop_refresh()
         if self.close_code is None:
             self.close_code, self.close_reason = code, reason
         if self.watchdog is not None:
@@ -177,10 +189,15 @@ class _Connection:
         if not self.open:
             return
         self.open = False
+        self._stop_refresh()
         self.close_code, self.close_reason = code, reason
         self._fail(self.pending, self.error)
         if hasattr(self, "wire"):  # else __init__ closes it once taken over
             self._close_wire(code, reason)
+
+    def _stop_refresh(self) -> None:
+        if self.refresh is not None:
+            self.refresh.cancel()
 
     def _close_wire(self, code: int, reason: str) -> None:
         closer = asyncio.ensure_future(self.wire.close(code, reason))
@@ -220,8 +237,9 @@ class PublishSocket:
     opened on first use and again after a close. ``publish`` answers the gateway's ``published``
     frame, raises what HTTP would, or returns None: that body goes over HTTP (the gateway does
     not offer the socket, or the frame is larger than it takes). ``deflate`` offers
-    permessage-deflate. Each connection's upgrade carries the credentials' current token; a 4401
-    close (the token expired) makes them forget it, so the next connection asks for a fresh one."""
+    permessage-deflate. Each connection's upgrade carries the credentials' current token, and a
+    provider's fresh one goes over the open connection before it expires; a 4401 close (the
+    token expired anyway) makes them forget it, so the next connection asks for a fresh one."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, topic: str,
                  credentials: Credentials, *, required: bool, timeout_s: float,
@@ -330,7 +348,7 @@ class PublishSocket:
         ready, text = await self._ready(ws)
         try:
             connection = _Connection(ws, ready, self.url, self._timeout_s, self._closers, text,
-                                     auth)
+                                     self._credentials, auth)
         except ConnectionError as exc:  # dropped: aiohttp held part of a frame, or failed
             raise ConnectionFailed(f"{self.url}: {exc}") from exc
         except RuntimeError as exc:  # an aiohttp whose internals the take-over does not know

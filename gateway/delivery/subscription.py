@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from gateway.delivery.hub import GroupConflict
 from gateway.delivery.modes import serve, start_broadcast
 from gateway.delivery.params import Mode
 from gateway.delivery.ports import DeliveryPorts, OpenSubscription
+from gateway.delivery.reauth import AUTH, SocketCredential
 from gateway.delivery.session import CloseRequest, Session
 from gateway.delivery.settle_frames import parse_settle
 from gateway.delivery.settle_lanes import SettleLanes, SettlePart
@@ -25,7 +25,6 @@ from gateway.errors import (
     WS_CLOSE_GOING_AWAY,
     WS_CLOSE_GROUP_CONFLICT,
     WS_CLOSE_SLOW_CONSUMER,
-    WS_CLOSE_UNAUTHENTICATED,
     WS_CLOSE_UNAVAILABLE,
     close_code_for,
 )
@@ -55,14 +54,15 @@ class ServedSubscription:
     writer stopped, counters released) exactly once.
     """
 
-    __slots__ = ("_cleanup", "_expiry", "_follow", "_publish", "_release", "_runner", "_settles",
-                 "ports", "session", "socket")
+    __slots__ = ("_cleanup", "_credential", "_follow", "_publish", "_release", "_runner",
+                 "_settles", "ports", "session", "socket")
 
     def __init__(self, socket: LeanWebSocket, session: Session, ports: DeliveryPorts,
-                 release: Callable[[], None], deadline_s: float | None,
+                 release: Callable[[], None], credential: SocketCredential | None,
                  publish: TakePublish | None = None) -> None:
         """Takes over the principal's connection slot (already acquired): ``release`` gives it back
-        once the cleanup ran. ``publish`` takes the socket's ``publish`` frames (text and parsed
+        once the cleanup ran. ``credential`` takes the socket's later ``auth`` frames and closes it
+        when its token expires; ``publish`` takes its ``publish`` frames (text and parsed
         document)."""
         self._publish = publish
         self.socket = socket
@@ -73,7 +73,7 @@ class ServedSubscription:
         self._runner: asyncio.Task[None] | None = None
         self._settles: SettleLanes | None = None
         self._cleanup: asyncio.Task[None] | None = None
-        self._expiry = _close_at_expiry(session, deadline_s)
+        self._credential = credential
         ports.subscriptions.add(self)
         ports.metrics.websocket_connections.labels(session.params.mode.value).inc()
         session.closing.add_done_callback(self._close_socket)
@@ -101,9 +101,7 @@ class ServedSubscription:
         session = self.session
         try:
             doc = orjson.loads(text)
-            if self._publish is not None and isinstance(doc, dict) \
-                    and doc.get("type") == "publish":
-                self._publish(text, doc)
+            if isinstance(doc, dict) and self._took_other(text, doc):
                 return
             frame = parse_settle(doc)
         except (orjson.JSONDecodeError, ValueError) as exc:
@@ -118,6 +116,17 @@ class ServedSubscription:
                                         lambda exc: close_for(session, exc), INBOX_FRAMES,
                                         self.socket.pause_reading, self.socket.resume_reading)
         self._settles.add(frame)
+
+    def _took_other(self, text: str, doc: dict[str, Any]) -> bool:
+        """Whether ``doc`` was a publish or an auth frame, now handed on."""
+        kind = doc.get("type")
+        if kind == "publish" and self._publish is not None:
+            self._publish(text, doc)
+        elif kind == AUTH and self._credential is not None:
+            self._credential.take(doc)
+        else:
+            return False
+        return True
 
     def on_binary(self, data: bytes) -> None:
         self.session.send_control(error_frame("bad-frame", "frames must be JSON text"))
@@ -168,8 +177,8 @@ class ServedSubscription:
     async def _clean_up(self) -> None:
         session, ports = self.session, self.ports
         try:
-            if self._expiry is not None:
-                self._expiry.cancel()
+            if self._credential is not None:
+                self._credential.cancel()
             # Acks sent before the client's close frame are settled before the runner releases what
             # is held.
             if self._settles is not None:
@@ -214,11 +223,3 @@ def close_for(session: Session, exc: BaseException | None) -> None:
         log.error("subscription %s failed", session.id, exc_info=exc)
         session.request_close(WS_CLOSE_UNAVAILABLE, "internal error")
 
-
-def _close_at_expiry(session: Session, deadline_s: float | None) -> asyncio.TimerHandle | None:
-    """Close the session with 4401 when its token expires."""
-    if deadline_s is None:
-        return None
-    return asyncio.get_running_loop().call_later(max(0.0, deadline_s - time.time()),
-                                                 session.request_close, WS_CLOSE_UNAUTHENTICATED,
-                                                 "token expired")

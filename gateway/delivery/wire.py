@@ -118,9 +118,12 @@ def error_frame(code: str, detail: str, **extra: str | int) -> dict[str, Any]:
     return {"type": "error", "code": code, "detail": detail, **extra}
 
 
-def authenticated_frame(principal: str) -> dict[str, Any]:
-    """The answer to a valid ``auth`` frame."""
-    return {"type": "authenticated", "principal": principal}
+def authenticated_frame(principal: str, expires_at_s: float | None = None) -> dict[str, Any]:
+    """The answer to a valid ``auth`` frame; a later one (a fresh token on an open socket) also
+    says when the socket's new token expires (``exp``, epoch s)."""
+    if expires_at_s is None:
+        return {"type": "authenticated", "principal": principal}
+    return {"type": "authenticated", "principal": principal, "expires_at_s": expires_at_s}
 
 
 def text_frames(payloads: Sequence[bytes]) -> bytes:

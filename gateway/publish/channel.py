@@ -42,6 +42,11 @@ class PublishChannel:
         self._last: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def use_principal(self, principal: Principal) -> None:
+        """Check the frames taken from now on for ``principal``: the same one, its token
+        refreshed (its claims may grant other topics)."""
+        self._principal = principal
+
     def ready_frame(self) -> dict[str, Any]:
         """What the client may have in flight: the ``ready`` frame."""
         return {"type": "ready", "max_in_flight": self.max_in_flight,

@@ -1,19 +1,20 @@
-"""A publish-only WebSocket once upgraded and authenticated: client frames to its publish channel,
-its token's expiry and the gateway's shutdown as close frames, one cleanup."""
+"""A publish-only WebSocket once upgraded and authenticated: client frames to its publish channel
+(or, an ``auth`` frame, to its credential), its token's expiry and the gateway's shutdown as close
+frames, one cleanup."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 from prometheus_client import Gauge
 
+from gateway.delivery.reauth import AUTH, SocketCredential
 from gateway.delivery.websocket import CLOSE_TIMEOUT_S, LeanWebSocket, closed_within
 from gateway.delivery.wire import error_frame
-from gateway.errors import WS_CLOSE_GOING_AWAY, WS_CLOSE_UNAUTHENTICATED
+from gateway.errors import WS_CLOSE_GOING_AWAY
 from gateway.publish.channel import PublishChannel
 from gateway.publish.frames import PUBLISH, BadFrame, publish_frame_of
 
@@ -30,24 +31,24 @@ def publish_frame_or_error(channel: PublishChannel, text: str, doc: Any) -> None
 
 
 class PublishSocket:
-    """The socket's events: every text frame must be a ``publish`` frame."""
+    """The socket's events: every text frame must be a ``publish`` frame, or an ``auth`` frame
+    with a fresh token."""
 
-    __slots__ = ("_cleanup", "_connections", "_expiry", "_release", "_subscriptions", "channel",
+    __slots__ = ("_cleanup", "_connections", "_credential", "_release", "_subscriptions", "channel",
                  "socket")
 
     def __init__(self, socket: LeanWebSocket, channel: PublishChannel,
-                 release: Callable[[], None], deadline_s: float | None,
+                 release: Callable[[], None], credential: SocketCredential,
                  subscriptions: set[Any], connections: Gauge) -> None:
         """Takes over the principal's connection slot: ``release`` gives it back at the end;
-        counted in ``connections`` (the WebSocket gauge) as mode ``publish``."""
+        counted in ``connections`` (the WebSocket gauge) as mode ``publish``; ``credential``
+        closes the socket when its token expires."""
         self.socket, self.channel, self._release = socket, channel, release
         self._subscriptions = subscriptions
         self._connections = connections.labels(PUBLISH)
         self._connections.inc()
         self._cleanup: asyncio.Task[None] | None = None
-        self._expiry = None if deadline_s is None else asyncio.get_running_loop().call_later(
-            max(0.0, deadline_s - time.time()), socket.close, WS_CLOSE_UNAUTHENTICATED,
-            "token expired")
+        self._credential = credential
         subscriptions.add(self)
 
     def on_text(self, text: str) -> None:
@@ -55,6 +56,9 @@ class PublishSocket:
             doc = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             self.channel.send_soon(orjson.dumps(error_frame("bad-frame", f"not JSON: {exc}")))
+            return
+        if isinstance(doc, dict) and doc.get("type") == AUTH:
+            self._credential.take(doc)
             return
         if not isinstance(doc, dict) or doc.get("type") != PUBLISH:
             self.channel.send_soon(orjson.dumps(error_frame(
@@ -87,8 +91,7 @@ class PublishSocket:
         self.socket.close(WS_CLOSE_GOING_AWAY, "gateway shutting down")
 
     async def _clean_up(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
+        self._credential.cancel()
         try:
             await self.channel.drain(CLOSE_TIMEOUT_S)
         finally:

@@ -3,13 +3,14 @@ each through the same publish flow as ``POST /v1/topics/{topic}/messages``.
 
 Credentials as for subscriptions: on the upgrade request, or an ``auth`` frame first. Once
 authenticated the gateway sends a ``ready`` frame with the in-flight limits; then ``publish`` frames
-are answered by ``published`` or ``problem`` frames carrying their id (docs/api.md,
-gateway/asyncapi.json).
+are answered by ``published`` or ``problem`` frames carrying their id, and a later ``auth`` frame
+with a fresh token moves a JWT socket's expiry (docs/api.md, gateway/asyncapi.json).
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -18,6 +19,7 @@ from gateway.auth.acl import Action
 from gateway.auth.errors import AuthError
 from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
+from gateway.delivery.reauth import SocketCredential
 from gateway.delivery.upgrade import handshake
 from gateway.delivery.websocket import LeanWebSocket
 from gateway.delivery.wire import authenticated_frame
@@ -66,12 +68,33 @@ async def _serve(socket: LeanWebSocket, services: Services, gatekeeper: Gatekeep
     name = principal.name
     channel = PublishChannel(services, gatekeeper, principal, socket.send_texts)
     served = PublishSocket(socket, channel, lambda: services.connections.release(name),
-                           gatekeeper.session_deadline_s(principal), services.subscriptions,
-                           services.metrics.websocket_connections)
+                           _credential(socket, gatekeeper, principal, channel),
+                           services.subscriptions, services.metrics.websocket_connections)
     # a client gone already: the cleanup its close starts releases the slot
     with contextlib.suppress(ConnectionResetError):
         await socket.send_texts([orjson.dumps(channel.ready_frame())])
     socket.serve(served)
+
+
+def _credential(socket: LeanWebSocket, gatekeeper: Gatekeeper, principal: Principal,
+                channel: PublishChannel) -> SocketCredential:
+    """The socket's credential: a fresh token's claims must still let it publish somewhere, and
+    the frames after it are checked for them."""
+    def regrant(fresh: Principal) -> None:
+        gatekeeper.require_somewhere(fresh, Action.PUBLISH)
+        channel.use_principal(fresh)
+
+    def reply(frame: dict[str, Any]) -> None:
+        channel.send_soon(orjson.dumps(frame))
+
+    def close(code: int, reason: str) -> None:
+        channel.send_soon(_close(socket, code, reason))  # after the answers queued before it
+
+    return SocketCredential(gatekeeper, principal, close, reply, regrant)
+
+
+async def _close(socket: LeanWebSocket, code: int, reason: str) -> None:
+    socket.close(code, reason)
 
 
 async def _principal_by_frame(socket: LeanWebSocket, services: Services,

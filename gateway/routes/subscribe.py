@@ -24,6 +24,7 @@ from gateway.auth.errors import AuthError, Unauthenticated
 from gateway.auth.gatekeeper import Gatekeeper, awaits_auth_frame, gatekeeper_of, principal_of
 from gateway.auth.principal import Principal
 from gateway.delivery.params import Mode, SubscribeParams, parse_subscribe_params
+from gateway.delivery.reauth import SocketCredential
 from gateway.delivery.session import Session
 from gateway.delivery.subscription import ServedSubscription, close_subscriptions
 from gateway.delivery.upgrade import (
@@ -149,9 +150,21 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
     channel = PublishChannel(services, gatekeeper, principal, socket.send_texts)
     served = ServedSubscription(socket, session, services.delivery_ports(),
                                 lambda: services.connections.release(principal.name),
-                                gatekeeper.session_deadline_s(principal),
+                                _credential(gatekeeper, principal, params, session, channel),
                                 functools.partial(publish_frame_or_error, channel))
     await served.start(topic)
+
+
+def _credential(gatekeeper: Gatekeeper, principal: Principal, params: SubscribeParams,
+                session: Session, channel: PublishChannel) -> SocketCredential:
+    """The subscription's credential: a fresh token's claims must still grant its topic and
+    group; the frames it publishes are checked for the fresh token's principal."""
+    def regrant(fresh: Principal) -> None:
+        gatekeeper.require(fresh, Action.SUBSCRIBE, params.topic, params.group)
+        channel.use_principal(fresh)
+
+    return SocketCredential(gatekeeper, principal, session.request_close, session.send_control,
+                            regrant)
 
 
 async def _admitted_after_upgrade(socket: LeanWebSocket, services: Services,

@@ -24,6 +24,7 @@ from gateway.auth.keys import hash_api_key
 from gateway.auth.principal import Principal
 from gateway.delivery import params as subscribe_params
 from gateway.delivery import ws_frames
+from gateway.delivery.reauth import AUTH_FRAME_BURST, AUTH_FRAME_REFILL_S
 from gateway.delivery.settle_frames import SETTLE_ACTIONS, parse_settle
 from gateway.delivery.wire import (
     assignment_frame,
@@ -125,7 +126,8 @@ def frames_the_server_builds() -> list[Any]:
             gap_frame(LostRange(0, "5-0", None)),
             error_frame("bad-frame", "frames must be JSON text"),
             error_frame("slow-consumer", "closing: too slow to drain", cursor="0:1-0,3:2-5"),
-            authenticated_frame("billing"), *publish_answers()]
+            authenticated_frame("billing"), authenticated_frame("billing", 1796000000.0),
+            *publish_answers()]
 
 
 def publish_answers() -> list[Any]:
@@ -150,7 +152,8 @@ def test_every_publish_socket_frame_is_documented_and_valid() -> None:
     services = SimpleNamespace(settings=GatewaySettings())
     ready = PublishChannel(cast(Any, services), Gatekeeper(None), Principal("p", "api_key"),
                            cast(Any, None)).ready_frame()
-    built = [ready, authenticated_frame("p"), error_frame("bad-frame", "not JSON"),
+    built = [ready, authenticated_frame("p"), authenticated_frame("p", 1796000000.0),
+             error_frame("bad-frame", "not JSON"),
              *publish_answers()]
     assert {frame["type"] for frame in built} == set(PUBLISHER_SERVER)
     for frame in built:
@@ -249,11 +252,17 @@ def test_only_documented_client_frames_are_accepted() -> None:
         assert accepted == (frame_type in CLIENT), frame_type
 
 
-def test_auth_is_only_ever_a_first_frame() -> None:
+def test_auth_is_the_only_frame_taken_first() -> None:
     for frame_type, example in examples(CLIENT):
         assert accepted_as_first_frame(example) == (frame_type == "auth"), example
         assert accepted_as_settle_frame(example) == (frame_type in SETTLE_ACTIONS), example
         assert accepted_as_publish_frame(example) == (frame_type == "publish"), example
+
+
+def test_the_documented_auth_frame_rate_is_the_gateways() -> None:
+    described = CLIENT["auth"]["description"]
+    assert (f"takes {AUTH_FRAME_BURST} auth frames in a row, then one per "
+            f"{AUTH_FRAME_REFILL_S:g} s") in described
 
 
 # --- (c) the examples --------------------------------------------------------------------------
