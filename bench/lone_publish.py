@@ -212,7 +212,27 @@ def main() -> int:
         print(f"| {mode} | " + " | ".join(summary(measured, field) for field in (
             "rate", "p50_ms", "p99_ms", "client_us", "broker_us", "store_us")) + " |")
     print("broker: the gateway (nats: nats-server, its store inside); Redis: every node")
+    print_ratios(rounds)
     return 0
+
+
+def print_ratios(rounds: dict[str, list[dict[str, float]]]) -> None:
+    """Each round against its own anchors: rate and p50 against nats-py's in the same round, the
+    WebSocket's gateway CPU against HTTP's."""
+    ratios: dict[str, list[float]] = {}
+    for index, nats in enumerate(rounds.get("nats", [])):
+        for mode in (m for m in rounds if m != "nats"):
+            ours = rounds[mode][index]
+            ratios.setdefault(f"{mode} msg/s / nats-py's", []).append(ours["rate"] / nats["rate"])
+            ratios.setdefault(f"{mode} p50 / nats-py's", []).append(ours["p50_ms"]
+                                                                    / nats["p50_ms"])
+    pairs = zip(rounds.get("producer-websocket", []), rounds.get("producer-http", []),
+                strict=False)
+    for socket, http in pairs:
+        ratios.setdefault("gateway CPU, WebSocket / HTTP", []).append(
+            socket["broker_us"] / http["broker_us"])
+    for name, values in ratios.items():
+        print(f"{name}: {statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
 
 
 async def _ready(base: str) -> None:
