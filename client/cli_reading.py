@@ -14,7 +14,8 @@ from typing import Any
 
 from client.admin import Admin
 from client.cli_contexts import connection
-from client.consumer import Consumer, offset_key
+from client.consumer import Consumer
+from client.cursors import offset_key
 from client.errors import ProblemError
 from client.output import MessageWriter, emit, message_writer
 

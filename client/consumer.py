@@ -14,9 +14,8 @@ import base64
 import contextlib
 import logging
 import random
-import re
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any, Literal
@@ -25,6 +24,13 @@ import aiohttp
 import orjson
 
 from client.credentials import Credentials, TokenProvider, authorized_body, tls_hint
+from client.cursors import (
+    cursor_from_close_reason,
+    format_cursor,
+    merge_cursors,
+    parse_cursor,
+    retry_delay_from_close_reason,
+)
 from client.errors import (
     ClientError,
     ConnectionFailed,
@@ -32,6 +38,7 @@ from client.errors import (
     SubscriptionClosed,
     problem_of,
 )
+from client.settle import Settler
 from client.token_refresh import SocketTokenRefresh
 
 log = logging.getLogger(__name__)
@@ -39,60 +46,8 @@ log = logging.getLogger(__name__)
 Mode = Literal["exclusive", "shared", "key_shared", "broadcast"]
 RECONNECT_CODES = frozenset({1001, 1006, 1012, 1013, 4008, 4429, 4503})
 FATAL_CODES = frozenset({4401, 4403, 4404, 4409})
-RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) s")
-# a WebSocket close reason is at most 123 bytes: a long cursor is cut short
-CLOSE_REASON_MAX_BYTES = 123
-MAX_REFS_PER_FRAME = 10_000
 # what ``compress=True`` offers: permessage-deflate with the full 32 KiB window
 WS_DEFLATE_WINDOW_BITS = 15
-
-
-def offset_key(offset: str) -> tuple[int, int]:
-    """Sort key of an offset ``<ms>-<seq>``."""
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def format_cursor(cursor: Mapping[int, str]) -> str:
-    """``<partition>:<offset>,...``: the ``from`` that resumes strictly after each offset."""
-    return ",".join(f"{partition}:{offset}" for partition, offset in sorted(cursor.items()))
-
-
-def parse_cursor(text: str, *, truncated: bool = False) -> dict[int, str]:
-    """The inverse of ``format_cursor``; with ``truncated`` the last (possibly cut) entry is
-    dropped."""
-    parts = [part for part in text.strip().split(",") if part]
-    if truncated and parts:
-        parts = parts[:-1]
-    cursor: dict[int, str] = {}
-    for part in parts:
-        partition, _, offset = part.partition(":")
-        if (partition.isascii() and partition.isdigit()) and "-" in offset:
-            cursor[int(partition)] = offset
-    return cursor
-
-
-def cursor_from_close_reason(reason: str) -> dict[int, str]:
-    """The resume cursor a 4008 close carries as ``...; from=<cursor>`` (empty if there is none)."""
-    _, sep, tail = reason.partition("from=")
-    if not sep:
-        return {}
-    return parse_cursor(tail, truncated=len(reason.encode()) >= CLOSE_REASON_MAX_BYTES)
-
-
-def retry_delay_from_close_reason(reason: str) -> float:
-    """The wait a 4429 close asks for (``...; retry in <n> s``); 1 s when it names none."""
-    match = RETRY_IN.search(reason)
-    return float(match.group(1)) if match else 1.0
-
-
-def merge_cursors(mine: Mapping[int, str], theirs: Mapping[int, str]) -> dict[int, str]:
-    """Per partition, the later of two cursors."""
-    merged = dict(mine)
-    for partition, offset in theirs.items():
-        if partition not in merged or offset_key(offset) > offset_key(merged[partition]):
-            merged[partition] = offset
-    return merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +84,7 @@ class Message:
     headers: dict[str, str]
     timestamp_ms: int
     delivery_count: int
-    _settler: _Settler | None = field(default=None, repr=False, compare=False)
+    _settler: Settler | None = field(default=None, repr=False, compare=False)
 
     @property
     def value_bytes(self) -> bytes | None:
@@ -169,94 +124,6 @@ class Message:
         if self._settler is not None:
             await self._settler.send_now("reject", self.partition, self.offset,
                                          {} if reason is None else {"reason": reason})
-
-
-class _Settler:
-    """Collects ack/nack/extend for one connection and sends them as few frames a few milliseconds
-    later, or at once when they settle half the credit (``flush_at``): the gateway sends more only
-    as acks come back."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, linger_s: float,
-                 flush_at: int) -> None:
-        self._ws = ws
-        self._linger_s = linger_s
-        self._flush_at = max(1, flush_at)
-        self._pending: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        self._count = 0
-        self._flusher: asyncio.Task[None] | None = None  # while it waits out the linger
-        self._sending: set[asyncio.Future[None]] = set()  # flushes that half the credit started
-
-    def add(self, action: str, partition: int, offset: str, delay_ms: int = 0) -> None:
-        if self._ws.closed:
-            # the gateway redelivers what this connection held; a late ack would be ignored anyway
-            return
-        self._pending.setdefault((action, delay_ms), []).append({"partition": partition,
-                                                                 "offset": offset})
-        self._count += 1
-        self._schedule()
-
-    def add_many(self, action: str, messages: Sequence[Message]) -> None:
-        """``add`` for each of ``messages`` delivered on this connection."""
-        if self._ws.closed:
-            return
-        refs = [{"partition": m.partition, "offset": m.offset} for m in messages
-                if m._settler is self]
-        self._pending.setdefault((action, 0), []).extend(refs)
-        self._count += len(refs)
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if self._count >= self._flush_at:
-            if self._flusher is not None:
-                self._flusher.cancel()
-            self._flusher = None
-            sending = asyncio.ensure_future(self.flush())
-            self._sending.add(sending)
-            sending.add_done_callback(self._sending.discard)
-        elif self._flusher is None:
-            self._flusher = asyncio.ensure_future(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self._linger_s)
-        self._flusher = None
-        await self.flush()
-
-    async def flush(self) -> None:
-        """Send every pending settle now."""
-        pending, self._pending = self._pending, {}
-        self._count = 0
-        for (action, delay_ms), refs in pending.items():
-            for start in range(0, len(refs), MAX_REFS_PER_FRAME):
-                frame: dict[str, Any] = {"type": action,
-                                         "messages": refs[start:start + MAX_REFS_PER_FRAME]}
-                if action == "nack":
-                    frame["delay_ms"] = delay_ms
-                try:
-                    await self._ws.send_str(orjson.dumps(frame).decode())
-                except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
-                    log.info("could not send %s for %d messages (they will be redelivered): %s",
-                             action, len(refs), exc)
-                    return
-
-    async def send_now(self, action: str, partition: int, offset: str,
-                       extra: dict[str, Any]) -> None:
-        """One settle frame of its own, at once (rare ones, such as a reject with its reason)."""
-        if self._ws.closed:
-            return
-        frame = {"type": action, "messages": [{"partition": partition, "offset": offset}],
-                 **extra}
-        await self._ws.send_str(orjson.dumps(frame).decode())
-
-    async def aclose(self) -> None:
-        """Send what is pending and stop the timer; idempotent."""
-        flusher, self._flusher = self._flusher, None
-        if flusher is not None:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
-        if self._sending:
-            await asyncio.gather(*self._sending)
-        await self.flush()
 
 
 class Consumer:
@@ -341,7 +208,7 @@ class Consumer:
         self._session = session
         self._owns_session = session is None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._settler: _Settler | None = None
+        self._settler: Settler | None = None
         self._token_refresh: SocketTokenRefresh | None = None
         self._failures = 0
         self._closed = False
@@ -569,7 +436,7 @@ class Consumer:
             raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}"
                                    f"{tls_hint(url, exc)}") from exc
         self._ws = ws
-        self._settler = _Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
+        self._settler = Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
         self._token_refresh = SocketTokenRefresh(self._credentials, auth,
                                                  lambda frame: ws.send_str(frame.decode()))
         self.connections += 1

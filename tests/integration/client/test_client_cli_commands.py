@@ -11,7 +11,7 @@ from typing import Any
 from served import json_lines, streamgate
 
 from client import Admin, Consumer, Producer
-from client.consumer import offset_key
+from client.cursors import offset_key
 
 
 async def cli(base_url: str, *args: str) -> tuple[int, list[Any], str]:

@@ -14,7 +14,7 @@ from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
 from client import Assignment, Consumer, ProblemError, SubscriptionClosed
-from client.consumer import (
+from client.cursors import (
     cursor_from_close_reason,
     format_cursor,
     merge_cursors,
