@@ -11,6 +11,7 @@ import aiohttp
 import orjson
 
 from client.admin_types import (
+    Cluster,
     GroupDetails,
     GroupList,
     GroupRef,
@@ -172,6 +173,11 @@ class Admin:
                                             limit=page_size)
             messages += page.messages
         return as_of, messages
+
+    async def cluster(self) -> Cluster:
+        """GET /v1/cluster -> the answering gateway, every live gateway node and the owner of each
+        partition (admin)."""
+        return Cluster(await self._call("GET", "/v1/cluster"))
 
     # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[GroupRef]:

@@ -11,6 +11,10 @@ from client.admin_record import Field, Record, each
 
 __all__ = [
     "ArchiveTier",
+    "Cluster",
+    "ClusterNode",
+    "ClusterPartition",
+    "ClusterTopic",
     "GroupDetails",
     "GroupList",
     "GroupMember",
@@ -317,3 +321,51 @@ class ParkedKeyResult(Record):
     offset: Field[str] = Field()
     """The parked message's offset."""
     action: Field[Literal["release", "dead_letter"]] = Field()
+
+
+class ClusterNode(Record):
+    """``ClusterNode`` in /openapi.json."""
+
+    __slots__ = ()
+
+    node_id: Field[str] = Field()
+    address: Field[str | None] = Field()
+    """Where the node is reached, when it advertises it."""
+    started_at_ms: Field[int | None] = Field()
+    """When the node registered (epoch ms), when known."""
+
+
+class ClusterPartition(Record):
+    """``ClusterPartition`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int] = Field()
+    owner: Field[str | None] = Field()
+    """The node that runs its duties, null while none does."""
+
+
+class ClusterTopic(Record):
+    """``ClusterTopic`` in /openapi.json."""
+
+    __slots__ = ()
+
+    name: Field[str] = Field()
+    partitions: Field[Sequence[ClusterPartition]] = Field(each(ClusterPartition))
+    unowned: Field[Sequence[int]] = Field()
+    """The partitions no node owns now."""
+
+
+class Cluster(Record):
+    """``Cluster`` in /openapi.json."""
+
+    __slots__ = ()
+
+    node_id: Field[str] = Field()
+    """The gateway that answered."""
+    version: Field[str] = Field()
+    """Its streamgate version."""
+    nodes: Field[Sequence[ClusterNode]] = Field(each(ClusterNode))
+    """Every live gateway node, by id."""
+    topics: Field[Sequence[ClusterTopic]] = Field(each(ClusterTopic))
+    """The topics the caller administers, by name."""

@@ -1,5 +1,5 @@
 """``streamgate status``: what an operator asks first — the gateway's version and readiness (its
-Redis, etcd and metadata checks), the Redis nodes it sees, the partitions whose duties it runs."""
+Redis, etcd and metadata checks), the Redis nodes it sees, the gateways and who owns what."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from client.credentials import auth_headers, tls_hint
 from client.errors import ConnectionFailed
 
 TIMEOUT_S = 5.0
-# what the gateway does not expose yet, said rather than left out
+# what an older gateway (no /v1/cluster) does not expose, said rather than left out
 NOT_EXPOSED = "not exposed by the gateway (its /metrics counts this gateway's own partitions)"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -30,7 +30,9 @@ async def status(args: argparse.Namespace) -> int:
                                      timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
         readiness = await _get(session, args, "/readyz")
         metrics = await _get(session, args, "/metrics")
+        cluster = await _get(session, args, "/v1/cluster")
     document = status_document(args.url, readiness, metrics)
+    document.update(cluster_part(cluster))
     if args.output == "json":
         sys.stdout.write(orjson.dumps(document).decode() + "\n")
     else:
@@ -61,7 +63,7 @@ def status_document(url: str, readiness: tuple[int, str], metrics: tuple[int, st
     document: dict[str, Any] = {
         "url": url, "ready": ready_code == 200, "checks": answer.get("checks", {}),
         "version": None, "redis_nodes": [], "partitions_owned": None, "topics": [],
-        "gateways": NOT_EXPOSED}
+        "gateways": NOT_EXPOSED, "owners": []}
     metrics_code, metrics_body = metrics
     if metrics_code != 200:
         document["metrics"] = f"/metrics answered {metrics_code}"
@@ -118,5 +120,43 @@ def status_lines(document: Mapping[str, Any]) -> list[str]:
     width = max([len(t["topic"]) for t in document["topics"]] + [5])
     lines += [f"  {t['topic']:<{width}}  {t['owned_here']}/{t['partitions']}"
               for t in document["topics"]]
-    lines.append(f"gateways  {document['gateways']}")
+    return lines + cluster_lines(document)
+
+
+def cluster_part(cluster: tuple[int, str]) -> dict[str, Any]:
+    """The gateways and the owner of each partition from /v1/cluster's answer (said when
+    refused)."""
+    code, body = cluster
+    if code == 404:
+        return {"gateways": NOT_EXPOSED, "owners": []}
+    if code != 200:
+        return {"gateways": f"/v1/cluster answered {code}", "owners": []}
+    answer = orjson.loads(body)
+    owners = [{"topic": topic["name"],
+               "owners": {str(p["partition"]): p["owner"] for p in topic["partitions"]},
+               "unowned": topic["unowned"]} for topic in answer["topics"]]
+    gateways = [{**node, "this": node["node_id"] == answer["node_id"],
+                 "partitions_owned": sum(owner == node["node_id"] for topic in owners
+                                         for owner in topic["owners"].values())}
+                for node in answer["nodes"]]
+    return {"gateways": gateways, "owners": owners}
+
+
+def cluster_lines(document: Mapping[str, Any]) -> list[str]:
+    """The gateways, one line each, then per topic the partitions each gateway owns."""
+    gateways = document["gateways"]
+    if isinstance(gateways, str):
+        return [f"gateways  {gateways}"]
+    lines = [f"gateways  {len(gateways)} live"]
+    width = max([len(g["node_id"]) for g in gateways] + [4])
+    lines += [f"  {g['node_id']:<{width}}  {g['address'] or '-':<21}  "
+              f"{g['partitions_owned']:>5} partitions{'  (this gateway)' if g['this'] else ''}"
+              for g in gateways]
+    lines.append(f"owners    {len(document['owners'])} topics")
+    for topic in document["owners"]:
+        held: dict[str, list[str]] = {}
+        for partition, owner in topic["owners"].items():
+            held.setdefault(owner or "unowned", []).append(partition)
+        lines.append(f"  {topic['topic']}  " + "  ".join(
+            f"{owner}: {','.join(partitions)}" for owner, partitions in sorted(held.items())))
     return lines

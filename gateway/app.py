@@ -25,6 +25,7 @@ from gateway.observe.server_log import server_log
 from gateway.observe.tracing import tracing
 from gateway.publish.publisher import Publisher
 from gateway.routes import (
+    cluster,
     console,
     groups,
     health,
@@ -107,7 +108,8 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
-    for module in (topics, messages, publish_socket, history, subscribe, groups, purge, health):
+    for module in (topics, messages, publish_socket, history, subscribe, groups, purge, health,
+                   cluster):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)
@@ -216,6 +218,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
             group_quota=_group_quota(settings, etcd, group_store, cache),
             growth=growth,
+            ownership=ownership,
             group_bindings=(None if settings.auth_mode == "none"
                             else GroupBindings(etcd, prefix=settings.etcd_prefix)),
         )

@@ -26,6 +26,7 @@ from partitioner.etcd.connection import EtcdConnection
 from partitioner.group_binding import GroupBindings
 from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, RetryBackoff
 from partitioner.hashing import KeylessSpreader
+from partitioner.ownership import PartitionOwnership
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
 from storage.protocol import StreamStore
@@ -54,6 +55,7 @@ class Services:
     throttle: Throttle | None = None
     group_quota: GroupQuota | None = None  # groups per principal (etcd ledger); None without etcd
     growth: Growth | None = None  # grows topics; None without etcd
+    ownership: PartitionOwnership | None = None  # who owns what; None without etcd
     # the forced filter each group's members read through; None with auth off or without etcd
     group_bindings: GroupBindings | None = None
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal

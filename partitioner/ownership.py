@@ -16,7 +16,7 @@ from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import DEFAULT_PREFIX, Guard, StoredValue, WatchEvent
-from partitioner.ownership_keys import OwnershipKeys, Partition
+from partitioner.ownership_keys import ClusterView, OwnershipKeys, Partition
 from partitioner.prefix_mirror import PrefixMirror
 from partitioner.rendezvous import desired_partitions
 from partitioner.tasks import cancel_until_done
@@ -184,6 +184,14 @@ class PartitionOwnership:
         """The registered node ids as this node sees them, sorted."""
         return sorted(key[len(self._keys.nodes):].decode(errors="replace")
                       for key in self._nodes.values)
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        """Every live node and partition owner as this node's watches mirror them; None while a
+        watch is down (the mirror may be stale then)."""
+        if not (self._nodes.healthy and self._owners.healthy):
+            return None
+        return self._keys.view(self._nodes.values.values(), self._owners.values.values())
 
     @property
     def healthy(self) -> bool:

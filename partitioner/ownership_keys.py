@@ -3,12 +3,36 @@ who owns each partition."""
 
 from __future__ import annotations
 
-from partitioner.etcd.connection import EtcdConnection
-from partitioner.etcd.values import DEFAULT_PREFIX
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-__all__ = ["OwnershipKeys", "Partition", "partition_owners"]
+import orjson
+
+from partitioner.etcd.connection import EtcdConnection
+from partitioner.etcd.values import DEFAULT_PREFIX, StoredValue
+
+__all__ = ["ClusterView", "NodeRecord", "OwnershipKeys", "Partition", "cluster_view",
+           "partition_owners"]
 
 Partition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A registered gateway node as its leased key describes it (fields it did not write are
+    None)."""
+
+    node_id: str
+    started_at_ms: int | None = None
+    address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """The live nodes, sorted by id, and the holder of each owner key."""
+
+    nodes: tuple[NodeRecord, ...]
+    owners: dict[Partition, str]
 
 
 class OwnershipKeys:
@@ -41,15 +65,39 @@ class OwnershipKeys:
         topic, _, number = key[len(self.owners):].decode(errors="replace").rpartition("/")
         return (topic, int(number)) if topic and (number.isascii() and number.isdigit()) else None
 
+    def parse_node(self, stored: StoredValue) -> NodeRecord:
+        """The node a registry key announces; a value it cannot read still names the node."""
+        node_id = stored.key[len(self.nodes):].decode(errors="replace")
+        try:
+            info = orjson.loads(stored.value)
+        except orjson.JSONDecodeError:
+            info = None
+        if not isinstance(info, dict):
+            return NodeRecord(node_id)
+        started, address = info.get("started_at_ms"), info.get("address")
+        return NodeRecord(node_id, started if isinstance(started, int) else None,
+                          address if isinstance(address, str) else None)
+
+    def view(self, nodes: Iterable[StoredValue], owners: Iterable[StoredValue]) -> ClusterView:
+        """The cluster as the node registry and owner keys given describe it."""
+        records = sorted((self.parse_node(stored) for stored in nodes), key=lambda n: n.node_id)
+        held: dict[Partition, str] = {}
+        for stored in owners:
+            parsed = self.parse_owner(stored.key)
+            if parsed is not None:
+                held[parsed] = stored.value.decode(errors="replace")
+        return ClusterView(tuple(records), held)
+
 
 async def partition_owners(conn: EtcdConnection, *,
                            prefix: str = DEFAULT_PREFIX) -> dict[Partition, str]:
     """Who holds each partition's owner key right now (for admin and metrics); read-only."""
     keys = OwnershipKeys(prefix)
-    snapshot = await conn.get_prefix(keys.owners)
-    owners: dict[Partition, str] = {}
-    for stored in snapshot.values:
-        parsed = keys.parse_owner(stored.key)
-        if parsed is not None:
-            owners[parsed] = stored.value.decode(errors="replace")
-    return owners
+    return keys.view((), (await conn.get_prefix(keys.owners)).values).owners
+
+
+async def cluster_view(conn: EtcdConnection, *, prefix: str = DEFAULT_PREFIX) -> ClusterView:
+    """The live nodes and the partition owners read from etcd now (two prefix reads); read-only."""
+    keys = OwnershipKeys(prefix)
+    nodes = await conn.get_prefix(keys.nodes)
+    return keys.view(nodes.values, (await conn.get_prefix(keys.owners)).values)

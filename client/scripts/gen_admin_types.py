@@ -19,7 +19,7 @@ OUTPUT = ROOT / "client" / "admin_types.py"
 # the response schemas Admin returns, in the order the module lists them
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
-           "ParkedKeyResult")
+           "ParkedKeyResult", "Cluster")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",

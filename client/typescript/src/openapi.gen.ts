@@ -366,3 +366,35 @@ export interface ParkedKeyResult {
   offset: string;
   action: "release" | "dead_letter";
 }
+
+export interface Cluster {
+  /** The gateway that answered */
+  node_id: string;
+  /** Its streamgate version */
+  version: string;
+  /** Every live gateway node, by id */
+  nodes: ClusterNode[];
+  /** The topics the caller administers, by name */
+  topics: ClusterTopic[];
+}
+
+export interface ClusterNode {
+  node_id: string;
+  /** Where the node is reached, when it advertises it */
+  address: string | null;
+  /** When the node registered (epoch ms), when known */
+  started_at_ms: number | null;
+}
+
+export interface ClusterTopic {
+  name: string;
+  partitions: ClusterPartition[];
+  /** The partitions no node owns now */
+  unowned: number[];
+}
+
+export interface ClusterPartition {
+  partition: number;
+  /** The node that runs its duties, null while none does */
+  owner: string | null;
+}

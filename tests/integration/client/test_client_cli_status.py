@@ -48,6 +48,13 @@ def completed(env: dict[str, str], typed: str) -> list[str]:
     return done.stdout.split()
 
 
+def owned_by_one(document: dict[str, Any], topic: str) -> bool:
+    """Whether /v1/cluster, as ``status`` shows it, has every partition of ``topic`` owned by the
+    one gateway."""
+    rows = [row for row in document["owners"] if row["topic"] == topic]
+    return bool(rows) and not rows[0]["unowned"] and len(set(rows[0]["owners"].values())) == 1
+
+
 def status_until(env: dict[str, str], topic: str, partitions: int) -> dict[str, Any]:
     """``status -o json`` once it counts every partition of ``topic`` as this lone gateway's
     (ownership settles after the topic is created)."""
@@ -57,7 +64,8 @@ def status_until(env: dict[str, str], topic: str, partitions: int) -> dict[str, 
         assert done.returncode == 0, done.stderr
         document: dict[str, Any] = orjson.loads(done.stdout)
         row = {"topic": topic, "partitions": partitions, "owned_here": partitions}
-        if row in document["topics"] or time.monotonic() > deadline:
+        settled = row in document["topics"] and owned_by_one(document, topic)
+        if settled or time.monotonic() > deadline:
             return document
         time.sleep(0.2)
 
@@ -75,11 +83,19 @@ def test_status_shows_version_readiness_backends_and_owned_partitions(
     assert document["checks"]["etcd"] == "ok"
     assert document["partitions_owned"] >= 3
     assert {node["role"] for node in document["redis_nodes"]} >= {"primary"}
+    [gateway] = document["gateways"]
+    assert gateway["this"]
+    assert gateway["partitions_owned"] >= 3
+    owners = next(row for row in document["owners"] if row["topic"] == topic)
+    assert owners == {"topic": topic, "unowned": [],
+                      "owners": dict.fromkeys(("0", "1", "2"), gateway["node_id"])}
     table = run_cli(env, "status")
     assert table.returncode == 0, table.stderr
     assert f"gateway   {served_gateway}  version {installed_version()}" in table.stdout
     assert "ready     yes\n" in table.stdout
     assert f"  {topic}" in table.stdout
+    assert "gateways  1 live\n" in table.stdout
+    assert f"  {topic}  {gateway['node_id']}: 0,1,2\n" in table.stdout
 
 
 def test_status_of_an_unreachable_gateway_fails_with_one_line(tmp_path: Path) -> None:

@@ -1,0 +1,38 @@
+"""``status``'s cluster part from /v1/cluster's answer: the gateways and who owns each partition,
+and what it says when an older gateway has no such route."""
+
+from __future__ import annotations
+
+import orjson
+
+from client.cli_status import NOT_EXPOSED, cluster_lines, cluster_part
+
+CLUSTER = {"node_id": "gw-a", "version": "1.2.3",
+           "nodes": [{"node_id": "gw-a", "address": None, "started_at_ms": 1},
+                     {"node_id": "gw-b", "address": "10.0.0.2:8080", "started_at_ms": 2}],
+           "topics": [{"name": "orders", "unowned": [3],
+                       "partitions": [{"partition": 0, "owner": "gw-a"},
+                                      {"partition": 1, "owner": "gw-b"},
+                                      {"partition": 2, "owner": "gw-a"},
+                                      {"partition": 3, "owner": None}]}]}
+
+
+def test_status_counts_each_gateways_partitions_and_marks_the_one_asked() -> None:
+    part = cluster_part((200, orjson.dumps(CLUSTER).decode()))
+    assert [(g["node_id"], g["partitions_owned"], g["this"]) for g in part["gateways"]] == [
+        ("gw-a", 2, True), ("gw-b", 1, False)]
+    assert part["owners"] == [{"topic": "orders", "unowned": [3],
+                               "owners": {"0": "gw-a", "1": "gw-b", "2": "gw-a", "3": None}}]
+
+
+def test_status_table_lists_gateways_then_owners_per_topic() -> None:
+    lines = cluster_lines(cluster_part((200, orjson.dumps(CLUSTER).decode())))
+    assert lines[0] == "gateways  2 live"
+    assert lines[1].split() == ["gw-a", "-", "2", "partitions", "(this", "gateway)"]
+    assert lines[2].split() == ["gw-b", "10.0.0.2:8080", "1", "partitions"]
+    assert lines[3:] == ["owners    1 topics", "  orders  gw-a: 0,2  gw-b: 1  unowned: 3"]
+
+
+def test_status_of_a_gateway_without_the_cluster_route_keeps_saying_so() -> None:
+    assert cluster_lines(cluster_part((404, ""))) == [f"gateways  {NOT_EXPOSED}"]
+    assert cluster_lines(cluster_part((403, ""))) == ["gateways  /v1/cluster answered 403"]
