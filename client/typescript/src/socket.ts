@@ -8,6 +8,7 @@ import { ConnectionError, ProblemError, StreamgateError, problemError } from "./
 import { Transport } from "./http.js";
 import type * as api from "./openapi.gen.js";
 import { WebSocketConstructor, WebSocketLike, closeError } from "./subscription.js";
+import { SocketTokenRefresh } from "./token_refresh.js";
 
 /** 200 with offsets, or 202 with a count for acks "0": a `published` frame carries the same. */
 export type PublishAnswer = api.PublishResults | api.PublishAccepted;
@@ -30,6 +31,8 @@ export class UseHttp extends StreamgateError {
 
 interface Connection {
   readonly socket: WebSocketLike;
+  /** Sends a fresh token before the one the socket authenticated with expires. */
+  readonly refresh: SocketTokenRefresh;
   opened: boolean;
   /** Set by the `ready` frame: nothing is sent before it. */
   ready: boolean;
@@ -65,9 +68,8 @@ export class PublishSocket {
   private frameNumber = 0;
   private opening = false;
   private closed = false;
-  /** The token the current connection authenticated with, and whether a 4401 already led to a
-   * fresh one since the last `ready` (another one is then final). */
-  private sentToken: string | undefined;
+  /** Whether a 4401 already led to a fresh token since the last `ready` (another one is then
+   * final). */
   private refreshedToken = false;
 
   constructor(transport: Transport, WebSocketImpl: WebSocketConstructor) {
@@ -98,6 +100,7 @@ export class PublishSocket {
     this.closed = true;
     const connection = this.connection;
     this.connection = undefined;
+    connection?.refresh.cancel();
     connection?.socket.close(1000, "producer closing");
     this.failAll(error);
   }
@@ -131,7 +134,6 @@ export class PublishSocket {
     try {
       const token = await this.transport.currentToken();
       if (this.closed) return;
-      this.sentToken = token;
       await this.open(token);
     } catch (error) {
       this.failAll(error instanceof StreamgateError
@@ -148,20 +150,23 @@ export class PublishSocket {
   private open(token: string | undefined): Promise<void> {
     const url = this.transport.url("/v1/publish").replace(/^http/, "ws");
     const socket = new this.WebSocketImpl(url);
-    const connection: Connection = { socket, opened: false, ready: false, maxInFlight: 1,
-                                     maxFrameBytes: 0, inFlight: 0 };
+    const connection: Connection = {
+      socket, refresh: new SocketTokenRefresh(this.transport, socket, token), opened: false,
+      ready: false, maxInFlight: 1, maxFrameBytes: 0, inFlight: 0,
+    };
     this.connection = connection;
     return new Promise((resolve, reject) => {
       // a close event always follows; without a listener the `ws` package throws the error
       socket.addEventListener("error", () => undefined);
       socket.addEventListener("open", () => {
         connection.opened = true;
-        if (this.connection === connection) this.sendAuthFrame(socket, token);
+        if (this.connection === connection) connection.refresh.start();
         else socket.close(1000, "producer closing");
         resolve();
       });
       socket.addEventListener("message", (event) => this.onFrame(connection, event.data));
       socket.addEventListener("close", (event) => {
+        connection.refresh.cancel();
         if (connection.opened) {
           this.onClose(connection, event.code, event.reason);
         } else if (this.connection !== connection) {
@@ -172,13 +177,6 @@ export class PublishSocket {
         }
       });
     });
-  }
-
-  /** Credentials go in a first frame: browsers cannot set headers on a WebSocket upgrade. */
-  private sendAuthFrame(socket: WebSocketLike, token: string | undefined): void {
-    const { apiKey } = this.transport.credentials;
-    if (token) socket.send(JSON.stringify({ type: "auth", token }));
-    else if (apiKey) socket.send(JSON.stringify({ type: "auth", api_key: apiKey }));
   }
 
   /** Why an upgrade failed (browsers do not tell the status): a plain GET of `/v1/publish` is
@@ -204,6 +202,11 @@ export class PublishSocket {
       connection.maxFrameBytes = Number(frame["max_frame_bytes"]) || Infinity;
       this.refreshedToken = false;
       this.pump();
+      return;
+    }
+    if (frame.type === "authenticated") {
+      // a fresh token was taken: not an answer, whatever its fields
+      connection.refresh.authenticated();
       return;
     }
     if (frame.type !== "published" && frame.type !== "problem") return;
@@ -258,7 +261,7 @@ export class PublishSocket {
     if (code === 4401 && this.transport.refreshable && !this.refreshedToken) {
       // the token expired (or was stale from the start): once more with a fresh one
       this.refreshedToken = true;
-      this.transport.forgetToken(this.sentToken);
+      connection.refresh.forgetTokens();
       this.reconnect(connection);
     } else if (connection.ready && RECONNECT_CODES.has(code)) {
       this.reconnect(connection);

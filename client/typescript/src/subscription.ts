@@ -17,6 +17,7 @@ import {
 import { Transport } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
 import type * as api from "./openapi.gen.js";
+import { SocketTokenRefresh } from "./token_refresh.js";
 
 export type Mode = "exclusive" | "shared" | "key_shared" | "broadcast";
 export type SubscriptionState = "connecting" | "connected" | "reconnecting" | "closed";
@@ -101,6 +102,7 @@ const RECONNECT_CODES = new Set([1001, 1006, 1011, 1012, 1013, 4008, 4429, 4503]
 interface Connection {
   socket: WebSocketLike;
   settler: Settler;
+  refresh: SocketTokenRefresh;
 }
 
 /** A subscription; made by `client.subscribe()`. Connects at once, in the background. */
@@ -135,8 +137,6 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
                            reject: (e: unknown) => void }> = [];
   private failure: StreamgateError | undefined;
   private closing = false;
-  /** The token the current connection authenticated with (a provider's may be refreshed). */
-  private sentToken: string | undefined;
   /** A 4401 already led to a fresh token since the last assignment: another one is fatal. */
   private refreshedToken = false;
 
@@ -192,6 +192,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     const connection = this.connection;
     this.connection = undefined;
     if (connection !== undefined) {
+      connection.refresh.cancel();
       connection.settler.flush();
       connection.socket.close(1000, "client closing");
     }
@@ -248,9 +249,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   /** Open one socket; resolves once it is open. A refused upgrade rejects with the problem the
    * gateway gives for the same request without the upgrade (the WebSocket API hides it). */
   private async connect(): Promise<void> {
-    const token = await this.transport.currentToken();
-    this.sentToken = token;
-    return this.open(token);
+    return this.open(await this.transport.currentToken());
   }
 
   private open(token: string | undefined): Promise<void> {
@@ -258,6 +257,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     const socket = new this.WebSocketImpl(url);
     const flushAt = Math.floor((this.options.maxInFlight ?? 100) / 2);
     const settler = new Settler(socket, this.options.ackLingerMs ?? 5, flushAt);
+    const refresh = new SocketTokenRefresh(this.transport, socket, token);
     return new Promise((resolve, reject) => {
       let opened = false;
       // a close event always follows; without a listener the `ws` package throws the error
@@ -269,14 +269,15 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
           resolve();
           return;
         }
-        this.connection = { socket, settler };
+        this.connection = { socket, settler, refresh };
         this.connections++;
-        this.sendAuthFrame(socket, token);
+        refresh.start();
         this.setState("connected");
         resolve();
       });
       socket.addEventListener("message", (event) => this.onFrame(socket, settler, event.data));
       socket.addEventListener("close", (event) => {
+        refresh.cancel();
         if (!opened && this.closing) {
           resolve();
         } else if (!opened) {
@@ -286,13 +287,6 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
         }
       });
     });
-  }
-
-  /** Credentials go in a first frame: browsers cannot set headers on a WebSocket upgrade. */
-  private sendAuthFrame(socket: WebSocketLike, token: string | undefined): void {
-    const { apiKey } = this.transport.credentials;
-    if (token) socket.send(JSON.stringify({ type: "auth", token }));
-    else if (apiKey) socket.send(JSON.stringify({ type: "auth", api_key: apiKey }));
   }
 
   private subscribeUrl(): string {
@@ -340,6 +334,8 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       this.assignment = { generation: Number(frame["generation"]),
                           partitions: frame["partitions"] as number[] };
       this.emit("assignment", this.assignment);
+    } else if (frame.type === "authenticated") {
+      this.connection.refresh.authenticated();
     } else if (frame.type === "gap") {
       const gap: Gap = {
         partition: Number(frame["partition"]), firstLost: String(frame["first_lost"]),
@@ -397,7 +393,8 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   // --- closing -----------------------------------------------------------------------------------
 
   private onClose(socket: WebSocketLike, code: number, reason: string): void {
-    if (this.connection?.socket !== socket) return;
+    const connection = this.connection;
+    if (connection?.socket !== socket) return;
     this.connection = undefined;
     if (this.closing) return;
     if (code === 1000) {
@@ -407,7 +404,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     if (code === 4401 && this.transport.refreshable && !this.refreshedToken) {
       // the token expired: rejoin once with a fresh one from the provider
       this.refreshedToken = true;
-      this.transport.forgetToken(this.sentToken);
+      connection.refresh.forgetTokens();
       this.failures++;
       void this.connectLoop(false);
       return;

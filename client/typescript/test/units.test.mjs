@@ -1,5 +1,5 @@
 // The client's pure parts, no gateway needed: close codes to typed errors, message encoding,
-// cursors, backoff bounds.
+// cursors, backoff bounds, when a token is due for refresh.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
@@ -7,6 +7,7 @@ import {
   formatCursor, parseCursor,
 } from "../dist/index.js";
 import { Backoff } from "../dist/backoff.js";
+import { refreshDueMs } from "../dist/token_refresh.js";
 
 test("close codes that reconnecting cannot fix map to typed errors", () => {
   const expired = closeError(4401, "token expired");
@@ -51,4 +52,26 @@ test("backoff stays within its doubling ceiling and honours what the server aske
     assert.ok(delay >= 0 && delay <= Math.min(1000, 100 * 2 ** (attempt - 1)), String(delay));
   }
   assert.ok(backoff.delayMs(1, 2000) >= 2000);
+});
+
+/** An unsigned JWT of `claims`: the client reads the payload, never the signature. */
+const unsignedJwt = (claims) => ["{}", JSON.stringify(claims), "sig"]
+  .map((part) => Buffer.from(part).toString("base64url")).join(".");
+
+test("a token is due for refresh 30 s or a tenth of its life before its expiry", () => {
+  const hour = unsignedJwt({ iat: 1_000, exp: 4_600 });
+  assert.equal(refreshDueMs(hour, 1_000_000), 4_570_000);
+  const short = unsignedJwt({ iat: 1_000, exp: 1_003 });
+  assert.equal(refreshDueMs(short, 1_000_000), 1_002_700);
+  // without `iat` the life counts from now
+  assert.equal(refreshDueMs(unsignedJwt({ exp: 1_010 }), 1_000_000), 1_009_000);
+  // base64url payloads decode whatever characters they hold
+  assert.equal(refreshDueMs(unsignedJwt({ sub: "é?>>~~", iat: 0, exp: 7_200 }), 0), 7_170_000);
+});
+
+test("a token without a readable expiry is never due for refresh", () => {
+  for (const token of ["opaque", "a.b.c", unsignedJwt({ sub: "x" }),
+                       unsignedJwt({ exp: "soon" }), unsignedJwt([1, 2])]) {
+    assert.equal(refreshDueMs(token, 0), Infinity, token);
+  }
 });
