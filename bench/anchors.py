@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from devstack import RedisClusterProcess
+from streamgate_devstack import RedisClusterProcess
 
 VALUE = b"x" * 200
 

@@ -30,12 +30,12 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.services import GatewayProcess
-from devstack import DevStack, DevStackConfig
 from storage.archive.object_store import open_archive
 from storage.archive.tier import ArchiveSettings
 from storage.models import AppendOptions, Records, ValueFormat
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_devstack import DevStack, DevStackConfig
 
 PARTITIONS = 6
 

@@ -33,8 +33,8 @@ from publish import http_publish_for, publish_body, wait_ready
 from services import GatewayProcess, NatsServer
 from table import Row, at_least, below, render_text
 
-from client import Consumer, Producer
-from devstack import DevStack, DevStackConfig
+from streamgate_client import Consumer, Producer
+from streamgate_devstack import DevStack, DevStackConfig
 
 CpuClock = Callable[[], float]
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import orjson
 
-from client.compression import compress_body
 from gateway.routes.bodies import inflate
+from streamgate_client.compression import compress_body
 
 
 def order_event(rng: random.Random, index: int) -> dict[str, object]:

@@ -28,8 +28,8 @@ import aiohttp
 import orjson
 from publish import start_gateway, wait_ready
 
-from devstack import DevStack, DevStackConfig
-from devstack.ports import free_port
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 
 PARTITIONS = 8
 GROUP_DRAIN = Path(__file__).resolve().parent / "group_drain.py"

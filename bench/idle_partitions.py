@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 from publish import process_cpu_seconds, serving_gateway
 
-from devstack import DevStack, DevStackConfig
+from streamgate_devstack import DevStack, DevStackConfig
 
 
 async def run(args: argparse.Namespace, stack: DevStack) -> None:

@@ -20,7 +20,7 @@ import orjson
 from services import on_own_gateway
 from table import Row, at_least, below, render_text
 
-from client import Consumer, Message
+from streamgate_client import Consumer, Message
 
 MEMBERS = 8
 PARTITIONS = 2

@@ -27,8 +27,8 @@ from deliver import create_topic
 from publish import process_cpu_seconds, redis_cpu_seconds, wait_ready
 from services import GatewayProcess, NatsServer
 
-from client import Producer
-from devstack import DevStack, DevStackConfig
+from streamgate_client import Producer
+from streamgate_devstack import DevStack, DevStackConfig
 
 TOPIC, PARTITIONS = "lone", 8
 TEXT_VALUE = VALUE.decode()

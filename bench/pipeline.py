@@ -3,10 +3,10 @@
 Starts its own Redis Cluster and etcd (devstack) and a gateway, writes entries of 200 bytes over 4
 partitions in the gateway's field format, then measures:
   - bare:    sync redis-py (hiredis) paged XRANGE of every partition, one after the other;
-  - source:  pipeline.jobs.to_parquet with availableNow in local[2], a new query each time, its
-             start and end included;
+  - source:  streamgate_spark.jobs.to_parquet with availableNow in local[2], a new query each
+             time, its start and end included;
   - publish: the project's Python client (Producer.send_many) publishing rows, acks=all;
-  - sink:    pipeline.jobs.to_topic republishing as many rows through the gateway, acks=all.
+  - sink:    streamgate_spark.jobs.to_topic republishing as many rows through the gateway, acks=all.
 The JVM is warmed up first by both queries on a smaller topic; bare and source then alternate
 ``--rounds`` times. Prints rows/s for each, and the ratios source/bare (medians) and sink/publish.
 Nothing here is a test assertion.
@@ -33,12 +33,12 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BE
 
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
-from client import Admin, Producer  # noqa: E402
-from devstack import DevStack, DevStackConfig  # noqa: E402
-from pipeline.jobs import common, to_parquet, to_topic  # noqa: E402
 from storage.codec import encode_fields  # noqa: E402
 from storage.keys import log_key  # noqa: E402
 from storage.models import Record, ValueFormat  # noqa: E402
+from streamgate_client import Admin, Producer  # noqa: E402
+from streamgate_devstack import DevStack, DevStackConfig  # noqa: E402
+from streamgate_spark.jobs import common, to_parquet, to_topic  # noqa: E402
 
 sys.path.append(str(BENCH))
 from publish import wait_ready  # noqa: E402

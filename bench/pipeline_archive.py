@@ -11,8 +11,8 @@ segment files on a local path (the archive tier's own move), then alternates ``-
   - ceiling:  as many rows of the same shape, built once in memory by each task and handed to Spark
               as they are: what Spark's Python data source path costs by itself (its per-query
               and per-task overhead, the Arrow transfer, the JVM's rows), the archived read's limit;
-  - parquet job, hot / archived: pipeline.jobs.to_parquet (availableNow, a new query and output
-              each time) over the hot topic, then over the archived one.
+  - parquet job, hot / archived: streamgate_spark.jobs.to_parquet (availableNow, a new query and
+              output each time) over the hot topic, then over the archived one.
 The JVM is warmed up first by every read. Prints rows/s of each and the ratios archived/hot,
 archived/bare, one copy/bare, ceiling/bare, archived/ceiling and of the two Parquet jobs
 (medians), with each series' spread. Nothing here is a test assertion.
@@ -42,12 +42,12 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 from redis.cluster import ClusterNode, RedisCluster  # noqa: E402
 
-from devstack import DevStack, DevStackConfig  # noqa: E402
-from pipeline.jobs import common, to_parquet  # noqa: E402
-from pipeline.rows import COLUMNS, SCHEMA_DDL, segment_batch  # noqa: E402
 from storage.archive.object_store import open_archive  # noqa: E402
 from storage.redis_store import RedisStreamStore  # noqa: E402
 from storage.settings import RedisStoreSettings  # noqa: E402
+from streamgate_devstack import DevStack, DevStackConfig  # noqa: E402
+from streamgate_spark.jobs import common, to_parquet  # noqa: E402
+from streamgate_spark.rows import COLUMNS, SCHEMA_DDL, segment_batch  # noqa: E402
 
 sys.path.append(str(BENCH))
 

@@ -32,9 +32,9 @@ from deliver import create_topic, latency, lean_group_drain, publish, throughput
 from publish import process_cpu_seconds, redis_cpu_seconds, start_gateway, wait_ready
 from redis.asyncio.cluster import RedisCluster
 
-from devstack import DevStack, DevStackConfig
-from devstack.ports import free_port
 from storage.keys import log_key
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 
 PARTITIONS = 8
 

@@ -46,11 +46,11 @@ from publish import (  # bench/ is not a package
 )
 from wrk import wrk_binary
 
-from devstack import DevStack, DevStackConfig
-from devstack.ports import free_port
 from storage.keys import slot_of
 from storage.settings import RedisStoreSettings
 from storage.wire.lanes import NodeLanes
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 
 
 async def bench_gateway(base: str, topic: str, batch: int, messages: int, concurrency: int,

@@ -30,13 +30,13 @@ import aiohttp
 import orjson
 from redis.asyncio.cluster import RedisCluster
 
-from devstack import DevStack, DevStackConfig
-from devstack.redis_cluster import RedisClusterProcess
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wrk import wrk_binary, wrk_post_for
 
-from devstack.ports import free_port
+from streamgate_devstack.ports import free_port
 
 VALUE = "x" * 200
 PARTITIONS = 6

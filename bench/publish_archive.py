@@ -37,8 +37,8 @@ from publish import http_publish_for, wait_ready
 from run import CpuReading, cpu_per_message, cpu_reading, realistic_body, settle
 from services import GatewayProcess
 
-from devstack import DevStack, DevStackConfig
-from devstack.redis_cluster import RedisClusterProcess
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 MIB = 1 << 20
 PARTITIONS = 6

@@ -70,9 +70,9 @@ from services import (
 from table import ERROR, UNSUPPORTED, Row, at_least, below, render_markdown, render_text, write_json
 from tracing import tracing_rows_beside
 
-from devstack import DevStack, DevStackConfig
-from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
          "event_sourcing", "tracing", "key_shared")

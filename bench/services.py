@@ -19,8 +19,8 @@ from typing import Self, TypeVar
 
 from publish import wait_ready
 
-from devstack import DevStack, DevStackConfig
-from devstack.ports import free_port
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 
 T = TypeVar("T")
 

@@ -21,9 +21,9 @@ from publish import http_publish_for, publish_body, wait_ready
 from services import GatewayProcess
 from table import Row, below, render_text
 
-from devstack import DevStack, DevStackConfig
 from gateway.observe.tracing import TRACEPARENT, delivery_span, spans_on
 from gateway.publish.validation import PublishBatch
+from streamgate_devstack import DevStack, DevStackConfig
 
 PARTITIONS = 6
 WORKERS = 32

@@ -32,8 +32,8 @@ import aiohttp
 import orjson
 from redis.cluster import RedisCluster
 
-from devstack import DevStack, DevStackConfig
-from devstack.ports import free_port
+from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 
 VALUE = "x" * 200
 PARTITIONS = 12

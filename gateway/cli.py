@@ -13,8 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from client.cli import CLIENT_COMMANDS, add_client_commands, add_version, run_client_command
 from gateway.auth.cli import add_auth_commands, run_auth_command
+from streamgate_client.cli import (
+    CLIENT_COMMANDS,
+    add_client_commands,
+    add_version,
+    run_client_command,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -169,11 +174,11 @@ def run_dev(args: argparse.Namespace, settings: GatewaySettings) -> int:
     Ctrl-C/SIGTERM."""
     from aiohttp import web
 
-    from devstack import DevStack, DevStackConfig, MissingBinary
-    from devstack.memory import default_node_maxmemory, format_size, parse_size
-    from devstack.scale import add_shard_hook, write_pid
     from gateway.app import create_app
     from gateway.gc_tuning import tuned_collector
+    from streamgate_devstack import DevStack, DevStackConfig, MissingBinary
+    from streamgate_devstack.memory import default_node_maxmemory, format_size, parse_size
+    from streamgate_devstack.scale import add_shard_hook, write_pid
 
     nodes = args.primaries * (1 + args.replicas)
     try:
@@ -234,7 +239,7 @@ def dev_archive_url(flag: str | None, settings: GatewaySettings, data_dir: Path)
 
 def run_add_shard(args: argparse.Namespace) -> int:
     """Ask the running `streamgate dev` of a data dir to add a Redis shard, and wait for it."""
-    from devstack.scale import request_add_shard
+    from streamgate_devstack.scale import request_add_shard
 
     try:
         result = request_add_shard(Path(args.data_dir).resolve())

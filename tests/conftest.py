@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, settings
 from moto_server import moto_s3  # noqa: F401  (a session fixture)
 from workers import first_out
 
-from devstack import (
+from streamgate_devstack import (
     EtcdConfig,
     EtcdProcess,
     MissingBinary,
     RedisClusterConfig,
     RedisClusterProcess,
 )
-from devstack._process import require_binary
+from streamgate_devstack._process import require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION_DIR = ROOT / "tests" / "integration"

@@ -12,8 +12,8 @@ from typing import NoReturn
 
 import pytest
 
-from devstack._process import ServerProcess, wait_until
-from devstack.ports import LOOPBACK, free_port
+from streamgate_devstack._process import ServerProcess, wait_until
+from streamgate_devstack.ports import LOOPBACK, free_port
 
 START_TIMEOUT_S = 60.0
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
+from streamgate_devstack.redis_cluster import RedisClusterConfig, RedisClusterProcess
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from devstack.ports import free_port
+from streamgate_devstack.ports import free_port
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Every top-level package of the repository: the folders holding an __init__.py.
-PACKAGES = sorted(init.parent.name for init in ROOT.glob("*/__init__.py"))
+# Every package of the repository: the top-level folders holding an __init__.py, and the ones users
+# import under names of their own, each inside its folder (client/streamgate_client).
+INITS = [*ROOT.glob("*/__init__.py"), *ROOT.glob("*/streamgate_*/__init__.py")]
+PACKAGES = sorted(init.parent.name for init in INITS)
+FOLDERS = sorted(str(init.parent.relative_to(ROOT)) for init in INITS)
 
 pytestmark = pytest.mark.quality
 
@@ -34,5 +37,5 @@ def test_mypy_strict_is_clean() -> None:
 
 
 def test_ruff_is_clean() -> None:
-    result = run("ruff", "check", *PACKAGES, "tests", "bench")
+    result = run("ruff", "check", *FOLDERS, "tests", "bench")
     assert result.returncode == 0, result.stdout + result.stderr

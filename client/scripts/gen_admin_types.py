@@ -1,6 +1,6 @@
-"""Writes client/admin_types.py from gateway/openapi.json: a typed record per response schema
-``Admin`` returns. ``python client/scripts/gen_admin_types.py [openapi.json] [output]``; the
-standard library only."""
+"""Writes client/streamgate_client/admin_types.py from gateway/openapi.json: a typed record per
+response schema ``Admin`` returns. ``python client/scripts/gen_admin_types.py [openapi.json]
+[output]``; the standard library only."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENT = ROOT / "gateway" / "openapi.json"
-OUTPUT = ROOT / "client" / "admin_types.py"
+OUTPUT = ROOT / "client" / "streamgate_client" / "admin_types.py"
 
 # the response schemas Admin returns, in the order the module lists them
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
@@ -37,7 +37,7 @@ edit, run it again."""
 from __future__ import annotations
 
 {imports}
-from client.admin_record import {helpers}
+from streamgate_client.admin_record import {helpers}
 
 __all__ = [
 {names}]

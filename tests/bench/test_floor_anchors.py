@@ -13,7 +13,7 @@ import redis
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
-from devstack import RedisClusterProcess
+from streamgate_devstack import RedisClusterProcess
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from helm_render import manifests, one
 
-from devstack._process import ServerProcess
+from streamgate_devstack._process import ServerProcess
 
 REDIS_HEADLESS = "sg-streamgate-redis-headless.streaming.svc.cluster.local"
 GIB = 1024**3

@@ -21,11 +21,11 @@ import redis
 from chart_redis import REDIS_HEADLESS, chart_redis_pod, ping_problem, redis_files
 from helm_render import manifests, one
 
-from devstack._process import ServerProcess, terminate_all, wait_until
-from devstack.ports import free_ports
 from storage.models import Acks, AppendOptions, AppendResult, Record
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_devstack._process import ServerProcess, terminate_all, wait_until
+from streamgate_devstack.ports import free_ports
 
 ETCD_HEADLESS = "sg-streamgate-etcd-headless.streaming.svc.cluster.local"
 

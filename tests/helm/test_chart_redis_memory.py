@@ -25,8 +25,8 @@ from chart_redis import (
 )
 from helm_render import CHART_DIR, manifests, one, render_files
 
-from devstack._process import terminate_all, wait_until
-from devstack.ports import free_ports
+from streamgate_devstack._process import terminate_all, wait_until
+from streamgate_devstack.ports import free_ports
 
 MIB = 1024**2
 

@@ -9,7 +9,7 @@ import aetcd
 import pytest
 import redis
 
-from devstack import (
+from streamgate_devstack import (
     DevStack,
     DevStackConfig,
     EtcdConfig,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from devstack.ports import free_port
 from gateway.routes.console import console_is_built
+from streamgate_devstack.ports import free_port
 
 START_TIMEOUT_S = 90
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from devstack import RedisClusterProcess
-from devstack.ports import free_port
+from streamgate_devstack import RedisClusterProcess
+from streamgate_devstack.ports import free_port
 
 LOOPBACK = "127.0.0.1"
 

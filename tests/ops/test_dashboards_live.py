@@ -32,8 +32,8 @@ import pytest
 from grafana_queries import PanelQuery, dashboards, panel_queries
 from live_stack import gateways, prometheus, raw_websocket, redis_maxmemory
 
-from devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
 from storage.archive.names import topic_dir
+from streamgate_devstack import EtcdConfig, EtcdProcess, MissingBinary, RedisClusterProcess
 
 pytestmark = pytest.mark.integration
 

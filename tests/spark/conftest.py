@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The session's SparkSession with the streamgate source registered; stopped at session end."""
-    from pipeline import register
+    from streamgate_spark import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = _started_session()

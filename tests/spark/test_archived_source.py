@@ -15,15 +15,15 @@ import pytest
 from moto_server import MotoServer
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from pipeline.archive_files import ArchiveAccess
-from pipeline.errors import ArchiveNotConfigured
-from pipeline.ranges import StreamRange, read_range
 from storage.archive.object_store import S3Settings, open_archive
 from storage.archive.segments import SegmentInfo
 from storage.archive.tier import ArchiveSettings
 from storage.codec import offset_key
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_spark.archive_files import ArchiveAccess
+from streamgate_spark.errors import ArchiveNotConfigured
+from streamgate_spark.ranges import StreamRange, read_range
 from tests.spark.test_streaming_source import options, run_to_parquet
 
 pytestmark = pytest.mark.spark

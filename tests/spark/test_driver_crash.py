@@ -81,7 +81,7 @@ class RunScanner:
 
 
 def job_argv(topic: str, redis_nodes: str, tmp_path: Path) -> list[str]:
-    return [sys.executable, "-m", "pipeline.jobs.to_parquet", "--master", "local[2]",
+    return [sys.executable, "-m", "streamgate_spark.jobs.to_parquet", "--master", "local[2]",
             "--topic", topic, "--redis-nodes", redis_nodes, "--partitions", "0,1",
             "--max-entries-per-trigger", str(MAX_ENTRIES_PER_TRIGGER),
             "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "checkpoint"),

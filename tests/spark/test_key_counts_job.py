@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.jobs import key_counts
+from streamgate_spark.jobs import key_counts
 
 pytestmark = pytest.mark.spark
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.budget import allocate
-from pipeline.data_loss import GroupPosition, Loss, find_loss
-from pipeline.errors import InvalidSourceOption
-from pipeline.options import parse_options
-from pipeline.streams import StreamState
+from streamgate_spark.budget import allocate
+from streamgate_spark.data_loss import GroupPosition, Loss, find_loss
+from streamgate_spark.errors import InvalidSourceOption
+from streamgate_spark.options import parse_options
+from streamgate_spark.streams import StreamState
 
 pytestmark = pytest.mark.spark
 

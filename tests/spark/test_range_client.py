@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import StreamgateDataLoss
-from pipeline.ranges import StreamRange, read_range
-from pipeline.streams import forget_cluster, kept_cluster
+from streamgate_spark.errors import StreamgateDataLoss
+from streamgate_spark.ranges import StreamRange, read_range
+from streamgate_spark.streams import forget_cluster, kept_cluster
 
 Publish = Callable[..., list[str]]
 

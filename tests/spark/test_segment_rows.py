@@ -9,11 +9,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.archive_files import ArchiveAccess, SegmentFiles
-from pipeline.errors import ArchiveReadFailed
-from pipeline.rows import ARROW_SCHEMA, SEGMENT_COLUMNS, segment_batch
 from storage.archive.object_store import open_archive
 from storage.archive.segments import SegmentInfo, write_segment
+from streamgate_spark.archive_files import ArchiveAccess, SegmentFiles
+from streamgate_spark.errors import ArchiveReadFailed
+from streamgate_spark.rows import ARROW_SCHEMA, SEGMENT_COLUMNS, segment_batch
 
 pytestmark = pytest.mark.spark
 

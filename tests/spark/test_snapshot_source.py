@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.jobs import to_parquet
 from storage.models import AppendOptions, Records
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_spark.jobs import to_parquet
 
 pytestmark = pytest.mark.spark
 

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from spark_processes import ROOT, SPARK_HOME, ProcessGroup, spark_env, wait_for
 
-from devstack.ports import free_ports
+from streamgate_devstack.ports import free_ports
 
 pytestmark = pytest.mark.spark
 
@@ -77,9 +77,11 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
 
 
 def package_zip(tmp_path: Path) -> Path:
-    """``python -m zipfile -c streamgate.zip pipeline storage`` in the repository root."""
+    """``python -m zipfile -c streamgate.zip pipeline/streamgate_spark storage`` in the repository
+    root."""
     archive = tmp_path / "streamgate.zip"
-    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(archive), "pipeline", "storage"],
+    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(archive),
+                    "pipeline/streamgate_spark", "storage"],
                    cwd=ROOT, check=True)
     return archive
 
@@ -111,7 +113,8 @@ def test_standalone_cluster_lands_every_entry_once(
          "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
          "--driver-memory", "512m", "--driver-java-options", QUICK_JVM,
          "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}",
-         "pipeline/jobs/to_parquet.py", "--topic", topic, "--redis-nodes", redis_nodes,
+         "pipeline/streamgate_spark/jobs/to_parquet.py",
+         "--topic", topic, "--redis-nodes", redis_nodes,
          "--partitions", "0,1", "--max-entries-per-trigger", "50",
          "--output", str(output), "--checkpoint", str(checkpoint), "--available-now"],
         spark_env(tmp_path), tmp_path / "logs" / "spark-submit.log")

@@ -17,11 +17,11 @@ from pyspark.sql import DataFrame, SparkSession
 from redis.cluster import RedisCluster
 from spark_processes import ProcessGroup, newest, spark_env
 
-from client.admin import Admin
-from client.producer import Producer
-from pipeline.errors import InvalidSinkOption
 from storage.codec import decode_entry
 from storage.keys import log_key
+from streamgate_client.admin import Admin
+from streamgate_client.producer import Producer
+from streamgate_spark.errors import InvalidSinkOption
 
 pytestmark = pytest.mark.spark
 
@@ -125,7 +125,7 @@ REQUEST_ROWS = 50  # rows per publish request: a batch takes many requests
 
 
 def job_argv(topic: str, copy: str, redis_nodes: str, gateway: str, tmp_path: Path) -> list[str]:
-    return [sys.executable, "-m", "pipeline.jobs.to_topic", "--master", "local[2]",
+    return [sys.executable, "-m", "streamgate_spark.jobs.to_topic", "--master", "local[2]",
             "--topic", topic, "--redis-nodes", redis_nodes, "--gateway", gateway,
             "--output-topic", copy, "--value-format", "json", "--batch-size", str(REQUEST_ROWS),
             "--max-entries-per-trigger", str(PER_TRIGGER),

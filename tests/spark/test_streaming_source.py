@@ -13,9 +13,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from redis.cluster import RedisCluster
 
-from pipeline.jobs import to_parquet
 from storage.archive.manifest import archive_readers_key
 from storage.keys import log_key
+from streamgate_spark.jobs import to_parquet
 
 pytestmark = pytest.mark.spark
 

@@ -10,11 +10,11 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from devstack import RedisClusterConfig, RedisClusterProcess
-from devstack.certs import TlsFiles, make_pki
-from pipeline.errors import InvalidSourceOption
-from pipeline.options import RedisTls, parse_options
 from storage.keys import log_key
+from streamgate_devstack import RedisClusterConfig, RedisClusterProcess
+from streamgate_devstack.certs import TlsFiles, make_pki
+from streamgate_spark.errors import InvalidSourceOption
+from streamgate_spark.options import RedisTls, parse_options
 
 pytestmark = pytest.mark.spark
 

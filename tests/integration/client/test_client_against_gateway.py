@@ -11,7 +11,7 @@ import pytest
 from dropped_responses import DropFirstResponse
 from typed_records import assert_typed
 
-from client import Admin, Consumer, Message, ProblemError, Producer
+from streamgate_client import Admin, Consumer, Message, ProblemError, Producer
 
 
 async def replay_everything(admin: Admin, topic: str, partitions: int) -> list[dict[str, Any]]:

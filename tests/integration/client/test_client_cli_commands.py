@@ -10,8 +10,8 @@ from typing import Any
 
 from served import json_lines, streamgate
 
-from client import Admin, Consumer, Producer
-from client.cursors import offset_key
+from streamgate_client import Admin, Consumer, Producer
+from streamgate_client.cursors import offset_key
 
 
 async def cli(base_url: str, *args: str) -> tuple[int, list[Any], str]:

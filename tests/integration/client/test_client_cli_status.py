@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from client.cli import installed_version
-from devstack.ports import free_port
+from streamgate_client.cli import installed_version
+from streamgate_devstack.ports import free_port
 
 pytestmark = pytest.mark.integration
 VARIABLES = ("STREAMGATE_URL", "STREAMGATE_TOKEN", "STREAMGATE_API_KEY", "STREAMGATE_CA_FILE",

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from test_client_tls import serve_tls
 
-from client.cli import main
-from devstack.certs import TlsFiles, make_pki
 from gateway.settings import GatewaySettings
+from streamgate_client.cli import main
+from streamgate_devstack.certs import TlsFiles, make_pki
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 from dropped_responses import DropFirstResponse
 from served import json_lines, streamgate
 
-from client import Admin, Consumer, Producer, UnexpectedOffset
+from streamgate_client import Admin, Consumer, Producer, UnexpectedOffset
 
 
 async def test_read_model_loses_to_a_faster_writer(base_url: str, topic_name: str) -> None:

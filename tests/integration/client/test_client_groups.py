@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typed_records import assert_typed
 
-from client import Admin, Consumer, Message, ProblemError, Producer
+from streamgate_client import Admin, Consumer, Message, ProblemError, Producer
 
 
 async def consume(

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from client import Admin, ConnectionFailed, Consumer, Producer
-from devstack.certs import TlsFiles, make_pki
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.tls import server_ssl_context
+from streamgate_client import Admin, ConnectionFailed, Consumer, Producer
+from streamgate_devstack.certs import TlsFiles, make_pki
 
 pytestmark = pytest.mark.integration
 

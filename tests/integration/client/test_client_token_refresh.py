@@ -14,10 +14,10 @@ import jwt
 import pytest
 from aiohttp.test_utils import TestClient
 
-from client import Admin, Consumer, Message, Producer
-from client.producer import Transport
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_client import Admin, Consumer, Message, Producer
+from streamgate_client.producer import Transport
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from client import Admin, ProblemError, Producer, RetryPolicy, SendResult
-from devstack.ports import free_port
 from gateway.settings import GatewaySettings
+from streamgate_client import Admin, ProblemError, Producer, RetryPolicy, SendResult
+from streamgate_devstack.ports import free_port
 from tests.integration.gateway.processes import start_gateway, stop_gateways, wait_ready
 
 KEYS = 5

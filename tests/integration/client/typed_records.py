@@ -1,5 +1,5 @@
 """Checks that an ``Admin`` result holds, field by field, what its typed attributes say (the
-types client/admin_types.py has from /openapi.json), nested records included."""
+types client/streamgate_client/admin_types.py has from /openapi.json), nested records included."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from client.admin_record import Field, Record
+from streamgate_client.admin_record import Field, Record
 
 
 def assert_typed(record: Record) -> None:

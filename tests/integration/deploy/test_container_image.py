@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from containers import ROOT, podman
 
-from devstack.ports import free_ports
+from streamgate_devstack.ports import free_ports
 
 
 def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, dict[str, str], bytes]:

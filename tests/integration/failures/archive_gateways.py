@@ -10,8 +10,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from devstack import EtcdProcess, RedisClusterProcess
-from devstack.ports import free_port
+from streamgate_devstack import EtcdProcess, RedisClusterProcess
+from streamgate_devstack.ports import free_port
 from tests.integration.gateway.processes import start_gateway, stop_gateways, wait_ready
 
 ARCHIVING = {"hot_retention_ms": 100, "archive_interval_s": 0.1,

@@ -23,9 +23,9 @@ from failure_cluster import (
     GatewayFactory,
 )
 
-from devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_devstack import EtcdProcess, RedisClusterConfig, RedisClusterProcess
 
 
 def start_cluster(data_dir: Path, primaries: int, replicas: int) -> RedisClusterProcess:

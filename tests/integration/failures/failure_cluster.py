@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from devstack import RedisClusterProcess
+from streamgate_devstack import RedisClusterProcess
 
 # Short enough that a killed primary is failed over in ~2-3 s, long enough not to
 # fire on a busy 2-core box.

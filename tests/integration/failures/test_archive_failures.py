@@ -19,11 +19,11 @@ from archive_gateways import ARCHIVING, GatewayProcesses, gateways_env
 from failure_cluster import WAIT_TIMEOUT_MS, WRITE_DEADLINE_S, create, log_key
 from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked, replay_topic
 
-from devstack import EtcdProcess, RedisClusterProcess
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from storage.archive.manifest import segment_refs, segments_key
 from storage.codec import offset_key
+from streamgate_devstack import EtcdProcess, RedisClusterProcess
 
 PARTITIONS = 4
 

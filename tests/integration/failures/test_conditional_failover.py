@@ -9,7 +9,7 @@ from typing import Any
 
 from failure_cluster import Client, GatewayFactory
 
-from devstack import RedisClusterProcess
+from streamgate_devstack import RedisClusterProcess
 
 RETRY_FOR_S = 30.0
 

@@ -16,13 +16,13 @@ import aiohttp
 import pytest
 from failure_cluster import Client
 
-from devstack import EtcdConfig, EtcdProcess
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from partitioner.backoff import MAX_BACKOFF_S
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd.aetcd_client import MAX_RECONNECT_BACKOFF_MS
 from partitioner.etcd.connection import open_etcd
+from streamgate_devstack import EtcdConfig, EtcdProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory
 from test_frozen_primary import log_key
 
-from devstack import RedisClusterProcess, RedisNode
+from streamgate_devstack import RedisClusterProcess, RedisNode
 from tests.own_cluster import own_cluster
 
 PARTITIONS = 6

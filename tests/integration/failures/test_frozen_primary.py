@@ -15,9 +15,9 @@ import pytest
 from failure_cluster import Client
 from failure_traffic import Outcome, Producers, duplicated, replay_topic
 
-from devstack import EtcdProcess, RedisClusterProcess, RedisNode
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_devstack import EtcdProcess, RedisClusterProcess, RedisNode
 from tests.own_cluster import own_cluster
 
 PARTITIONS = 6

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from archive_gateways import GatewayProcesses
 
-from devstack import EtcdProcess, RedisClusterProcess
 from partitioner.group_coordinator import COUNT_CHECK_S
+from streamgate_devstack import EtcdProcess, RedisClusterProcess
 
 pytestmark = pytest.mark.integration
 

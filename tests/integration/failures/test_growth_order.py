@@ -17,9 +17,9 @@ import aiohttp
 from failure_cluster import WRITE_DEADLINE_S, Client, create, log_key
 from failure_traffic import HANG_MARGIN_S
 
-from devstack import EtcdProcess, RedisClusterProcess
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_devstack import EtcdProcess, RedisClusterProcess
 
 KEYS_PER_PRODUCER = 6
 PRODUCERS = 4

@@ -9,8 +9,8 @@ import time
 from failure_cluster import WRITE_DEADLINE_S, GatewayFactory, create, log_key
 from failure_traffic import Producers, duplicated, missing_acked, replay_topic
 
-from devstack import RedisClusterProcess, RedisNode
-from devstack.errors import DevStackError
+from streamgate_devstack import RedisClusterProcess, RedisNode
+from streamgate_devstack.errors import DevStackError
 
 PARTITIONS = 6
 RESUME_TIMEOUT_S = 25.0

@@ -18,7 +18,7 @@ from failure_cluster import (
 )
 from failure_traffic import missing_acked, replay_topic
 
-from devstack import RedisClusterProcess, RedisNode
+from streamgate_devstack import RedisClusterProcess, RedisNode
 
 
 def replica_of(cluster: RedisClusterProcess, primary: RedisNode) -> RedisNode:

@@ -13,8 +13,8 @@ from failure_cluster import WRITE_DEADLINE_S, Client, GatewayFactory, create, lo
 from failure_traffic import GroupConsumer, Producers, duplicated, missing_acked, replay_topic
 from redis.crc import key_slot
 
-from devstack import RedisClusterProcess
 from storage.codec import offset_key
+from streamgate_devstack import RedisClusterProcess
 
 PARTITIONS = 6
 DELIVERY_TIMEOUT_S = 20.0

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from processes import GatewayProcess, start_gateway, stop_gateways, wait_ready
 
-from devstack.ports import free_port
 from gateway.settings import GatewaySettings
+from streamgate_devstack.ports import free_port
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import pytest
 import requests
 from http_reads import replay_all
 
-from devstack.etcd import EtcdProcess
-from devstack.redis_cluster import RedisClusterProcess
 from storage.keys import log_key
+from streamgate_devstack.etcd import EtcdProcess
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 from tests.served import serve_gateway
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,11 @@ import pytest
 from auth_config import api_keys, rule, secured_client
 from processes import GatewayProcess, until_ready
 
-from client.admin import Admin
-from client.cli_status import parse_metrics
 from gateway.app import create_app
 from gateway.services import SERVICES
 from gateway.settings import GatewaySettings
+from streamgate_client.admin import Admin
+from streamgate_client.cli_status import parse_metrics
 
 pytestmark = pytest.mark.integration
 ADMIN_KEY, OPS_KEY, READER_KEY = "sgk_cluster-admin", "sgk_cluster-ops", "sgk_cluster-reader"

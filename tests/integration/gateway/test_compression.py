@@ -13,10 +13,10 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from client import Admin, Consumer, Producer
-from client.compression import Compression, compress_body
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_client import Admin, Consumer, Producer
+from streamgate_client.compression import Compression, compress_body
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 import requests
 from http_reads import replay_all
 
-from devstack.etcd import EtcdProcess
-from devstack.redis_cluster import RedisClusterProcess
+from streamgate_devstack.etcd import EtcdProcess
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 from tests.own_cluster import own_cluster
 from tests.served import serve_gateway
 

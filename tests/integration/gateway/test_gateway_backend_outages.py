@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from devstack import EtcdConfig, EtcdProcess
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from streamgate_devstack import EtcdConfig, EtcdProcess
 
 Client = TestClient[Any, Any]
 

@@ -29,8 +29,8 @@ import pytest
 from auth_config import api_keys, rule
 from processes import start_gateway, wait_ready
 
-from devstack.ports import free_port
 from gateway.settings import GatewaySettings
+from streamgate_devstack.ports import free_port
 
 KEY = "sgk_hostile-connections-key"
 HEADERS = {"X-API-Key": KEY}

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from devstack import RedisClusterProcess
 from gateway.duties.lag import LagExporter
 from gateway.observe.metrics import GatewayMetrics
 from storage.keys import log_key
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_devstack import RedisClusterProcess
 
 pytestmark = pytest.mark.integration
 

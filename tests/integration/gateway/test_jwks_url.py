@@ -11,8 +11,8 @@ from typing import Any
 from auth_config import Client, secured_client
 from processes import until_ready
 
-from devstack.ports import free_port
 from gateway.settings import GatewaySettings
+from streamgate_devstack.ports import free_port
 from tests.jwks_idp import Idp, serving_jwks
 
 ROUTE = "/v1/topics"

@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from devstack.ports import free_port
 from gateway.auth.keys import hash_api_key
+from streamgate_devstack.ports import free_port
 
 pytestmark = pytest.mark.integration
 

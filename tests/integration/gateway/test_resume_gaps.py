@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestClient
 
-from client import Consumer, Gap
-from devstack import RedisClusterProcess
+from streamgate_client import Consumer, Gap
+from streamgate_devstack import RedisClusterProcess
 
 Client = TestClient[Any, Any]
 

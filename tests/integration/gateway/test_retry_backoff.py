@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from client import Consumer
 from partitioner.group_policy import RetryBackoff
+from streamgate_client import Consumer
 
 Client = TestClient[Any, Any]
 BACKOFF = RetryBackoff(400, 2.0, 60_000)

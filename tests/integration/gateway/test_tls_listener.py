@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 from processes import start_gateway
 
-from devstack.certs import self_signed
-from devstack.ports import free_port
 from gateway.settings import GatewaySettings
+from streamgate_devstack.certs import self_signed
+from streamgate_devstack.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from processes import start_gateway, wait_ready
 
-from devstack.certs import self_signed
-from devstack.ports import free_port, free_port_block
 from gateway.settings import GatewaySettings
+from streamgate_devstack.certs import self_signed
+from streamgate_devstack.ports import free_port, free_port_block
 
 pytestmark = pytest.mark.integration
 

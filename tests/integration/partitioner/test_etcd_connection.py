@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from devstack.etcd import EtcdConfig, EtcdProcess
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
 from partitioner.etcd.connection import EtcdConnection, open_etcd
 from partitioner.etcd.values import Guard
+from streamgate_devstack.etcd import EtcdConfig, EtcdProcess
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ import pyarrow.fs as pafs
 import pytest
 from moto_server import MotoServer
 
-from devstack.ports import LOOPBACK, free_port
 from storage.archive.object_store import ArchiveStore, S3Settings, open_archive
 from storage.archive.segments import write_segment
 from storage.errors import ArchiveUnavailable
+from streamgate_devstack.ports import LOOPBACK, free_port
 from tests.unit.storage.archive.archive_behaviours import ArchiveBehaviours, numbered
 
 BUCKET = "streamgate-archive"

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from devstack.redis_cluster import RedisClusterProcess
 from storage.errors import StorageFull
 from storage.keys import log_key
 from storage.models import Acks, AppendOptions, ParkedKey, Record, Records, ValueFormat
 from storage.rate_limit import Charge, Limit, bucket_key
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
+from streamgate_devstack.redis_cluster import RedisClusterProcess
 from tests.own_cluster import own_cluster
 
 pytestmark = pytest.mark.integration

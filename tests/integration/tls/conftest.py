@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from devstack import EtcdConfig, EtcdProcess, RedisClusterConfig, RedisClusterProcess
-from devstack.certs import TlsFiles, make_pki
 from gateway.settings import GatewaySettings
+from streamgate_devstack import EtcdConfig, EtcdProcess, RedisClusterConfig, RedisClusterProcess
+from streamgate_devstack.certs import TlsFiles, make_pki
 
 
 @pytest.fixture(scope="module")

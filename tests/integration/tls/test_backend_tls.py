@@ -17,14 +17,14 @@ from aiohttp.test_utils import TestClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from devstack import EtcdProcess, RedisClusterProcess
-from devstack.certs import TlsFiles
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import EtcdTls
 from storage.keys import log_key
+from streamgate_devstack import EtcdProcess, RedisClusterProcess
+from streamgate_devstack.certs import TlsFiles
 
 Client = TestClient[Any, Any]
 # What a refused `streamgate serve` may take at most: its connect deadlines (3 s

@@ -1,6 +1,6 @@
-"""Admin's typed results: client/admin_types.py is what client/scripts/gen_admin_types.py makes of
-gateway/openapi.json (a document that drifts from it fails here), and each record keeps the
-document as the gateway sent it."""
+"""Admin's typed results: ``streamgate_client.admin_types`` is what
+client/scripts/gen_admin_types.py makes of gateway/openapi.json (a document that drifts from it
+fails here), and each record keeps the document as the gateway sent it."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from typing import Any
 import orjson
 import pytest
 
-from client import admin_types
-from client.admin import Admin
-from client.admin_types import MessageOut, ReplayPage, TopicDetails
+from streamgate_client import admin_types
+from streamgate_client.admin import Admin
+from streamgate_client.admin_types import MessageOut, ReplayPage, TopicDetails
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCUMENT = ROOT / "gateway" / "openapi.json"
-COMMITTED = ROOT / "client" / "admin_types.py"
+COMMITTED = ROOT / "client" / "streamgate_client" / "admin_types.py"
 Schemas = dict[str, Any]
 
 
@@ -55,9 +55,9 @@ def test_committed_types_match_the_generator(tmp_path: Path) -> None:
     GENERATOR.main([str(DOCUMENT), str(tmp_path / "admin_types.py")])
     made, committed = (tmp_path / "admin_types.py").read_text(), COMMITTED.read_text()
     diff = "".join(difflib.unified_diff(committed.splitlines(True), made.splitlines(True),
-                                        "client/admin_types.py", "generated", n=1))
+                                        "admin_types.py", "generated", n=1))
     assert made == committed, (
-        "client/admin_types.py is stale: run `python client/scripts/gen_admin_types.py`\n"
+        "admin_types.py is stale: run `python client/scripts/gen_admin_types.py`\n"
         + diff[:4000])
 
 

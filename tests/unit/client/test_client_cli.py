@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from client import SendResult
-from client.cli import main as client_main
-from client.cli_commands import parse_headers, parse_value, result_lines
 from gateway.cli import main
+from streamgate_client import SendResult
+from streamgate_client.cli import main as client_main
+from streamgate_client.cli_commands import parse_headers, parse_value, result_lines
 
 
 def test_values_are_json_or_else_strings() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from client.cli_status import NOT_EXPOSED, cluster_lines, cluster_part
+from streamgate_client.cli_status import NOT_EXPOSED, cluster_lines, cluster_part
 
 CLUSTER = {"node_id": "gw-a", "version": "1.2.3",
            "nodes": [{"node_id": "gw-a", "address": None, "started_at_ms": 1},

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from client.cli import main
-from client.cli_contexts import config_path, load, resolve, ssl_of
-from client.cli_status import parse_metrics, status_document, status_lines
-from devstack.certs import TlsFiles, make_pki
+from streamgate_client.cli import main
+from streamgate_client.cli_contexts import config_path, load, resolve, ssl_of
+from streamgate_client.cli_status import parse_metrics, status_document, status_lines
+from streamgate_devstack.certs import TlsFiles, make_pki
 
 CONNECTION = ("url", "token", "api_key", "ca_file", "cert", "cert_key")
 

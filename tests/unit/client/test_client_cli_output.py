@@ -12,7 +12,13 @@ from typing import Any
 import orjson
 import pytest
 
-from client.output import MessageTable, compile_format, format_writer, write_listing, write_raw
+from streamgate_client.output import (
+    MessageTable,
+    compile_format,
+    format_writer,
+    write_listing,
+    write_raw,
+)
 
 MESSAGE = {"topic": "orders", "partition": 2, "offset": "1795418703164-0", "key": "alice",
            "value": {"total": 42}, "headers": {"tag": "a", "source": "cli"},
@@ -97,7 +103,7 @@ def test_listing_names_are_each_distinct_name_or_group_on_a_line(
 
 
 SERVER_SIDE = ("gateway.app", "storage", "partitioner", "pyarrow", "pyspark", "aiohttp", "redis",
-               "devstack")
+               "streamgate_devstack")
 BOUNDARY = """
 import sys
 from {module} import main
@@ -119,7 +125,7 @@ print(",".join(loaded))
     ("gateway.cli", ["completion", "bash"]),
     ("gateway.cli", ["context", "list"]),
     ("gateway.cli", ["status", "--help"]),
-    ("client.cli", ["--version"]),
+    ("streamgate_client.cli", ["--version"]),
 ])
 def test_cli_parses_without_importing_the_server_or_the_network_stack(
         module: str, argv: list[str]) -> None:
@@ -132,7 +138,8 @@ def test_cli_parses_without_importing_the_server_or_the_network_stack(
 def test_version_needs_neither_the_client_nor_the_gateway_modules() -> None:
     done = subprocess.run(
         [sys.executable, "-c", BOUNDARY.format(module="gateway.cli", argv=["--version"],
-                                               forbidden=("client.cli_commands", "client.admin",
+                                               forbidden=("streamgate_client.cli_commands",
+                                                          "streamgate_client.admin",
                                                           "gateway.settings", "asyncio"))],
         capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.splitlines()[-1] == ""

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from client import Assignment, Consumer, ProblemError, SubscriptionClosed
-from client.cursors import (
+from streamgate_client import Assignment, Consumer, ProblemError, SubscriptionClosed
+from streamgate_client.cursors import (
     cursor_from_close_reason,
     format_cursor,
     merge_cursors,

@@ -15,8 +15,15 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from client import Admin, ConnectionFailed, Consumer, ProblemError, Producer, SubscriptionClosed
-from client.credentials import refresh_due_s
+from streamgate_client import (
+    Admin,
+    ConnectionFailed,
+    Consumer,
+    ProblemError,
+    Producer,
+    SubscriptionClosed,
+)
+from streamgate_client.credentials import refresh_due_s
 
 
 @dataclass

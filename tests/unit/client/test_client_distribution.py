@@ -10,8 +10,8 @@ from pathlib import Path
 
 CLIENT = Path(__file__).resolve().parents[3] / "client"
 SERVER_ONLY = (
-    "gateway", "partitioner", "storage", "pipeline", "devstack", "redis", "aetcd", "grpc",
-    "prometheus_client", "jwt", "uvloop", "pyspark"
+    "gateway", "partitioner", "storage", "streamgate_spark", "streamgate_devstack", "redis",
+    "aetcd", "grpc", "prometheus_client", "jwt", "uvloop", "pyspark"
 )
 BLOCKER = f"""
 import importlib.abc, sys
@@ -21,9 +21,9 @@ class Refuse(importlib.abc.MetaPathFinder):
             raise ImportError(f"the client imported {{name}}")
         return None
 sys.meta_path.insert(0, Refuse())
-import client, client.cli
+import streamgate_client, streamgate_client.cli
 try:
-    client.cli.main(["produce", "--help"])
+    streamgate_client.cli.main(["produce", "--help"])
 except SystemExit as exit:
     assert exit.code == 0
 """

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
-from client.producer import encode_message
+from streamgate_client import ConnectionFailed, ProblemError, Producer, RetryPolicy, SendResult
+from streamgate_client.producer import encode_message
 
 
 @dataclass

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from client import ConnectionFailed, ProblemError, Producer, SendResult
-from client.publish_socket import PublishNotOffered
+from streamgate_client import ConnectionFailed, ProblemError, Producer, SendResult
+from streamgate_client.publish_socket import PublishNotOffered
 
 TOO_MANY = "https://streamgate.dev/problems/too-many-in-flight"
 
@@ -274,7 +274,7 @@ async def test_an_aiohttp_the_take_over_does_not_know_publishes_over_http(
     def unknown_internals(*args: object, **kwargs: object) -> None:
         raise RuntimeError("this aiohttp keeps a WebSocket's connection otherwise")
 
-    monkeypatch.setattr("client.publish_socket.take_over", unknown_internals)
+    monkeypatch.setattr("streamgate_client.publish_socket.take_over", unknown_internals)
     gateway = SocketGateway()
     url = await start_gateway(aiohttp_server, gateway)
     async with Producer(url, "t") as producer:

@@ -9,8 +9,8 @@ import time
 import jwt
 import orjson
 
-from client.credentials import Credentials, auth_headers
-from client.token_refresh import SocketTokenRefresh
+from streamgate_client.credentials import Credentials, auth_headers
+from streamgate_client.token_refresh import SocketTokenRefresh
 
 
 def token(exp_in_s: float, sub: str = "app") -> str:

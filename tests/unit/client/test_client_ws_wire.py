@@ -18,9 +18,9 @@ import pytest
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from client.ws_takeover import take_over
-from client.ws_wire import WebSocketWire
-from devstack.certs import self_signed
+from streamgate_client.ws_takeover import take_over
+from streamgate_client.ws_wire import WebSocketWire
+from streamgate_devstack.certs import self_signed
 
 READY = b'{"type":"ready","note":"the first frame, read through aiohttp before the take-over"}'
 Serve = Callable[[web.WebSocketResponse, web.Request], Awaitable[None]]

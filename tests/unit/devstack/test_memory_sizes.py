@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from devstack.memory import MIN_NODE_MAXMEMORY, default_node_maxmemory, format_size, parse_size
-from devstack.redis_cluster import RedisClusterConfig
+from streamgate_devstack.memory import (
+    MIN_NODE_MAXMEMORY,
+    default_node_maxmemory,
+    format_size,
+    parse_size,
+)
+from streamgate_devstack.redis_cluster import RedisClusterConfig
 
 
 @pytest.mark.parametrize(("text", "size"), [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack import ports
+from streamgate_devstack import ports
 
 
 @pytest.fixture(autouse=True)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from devstack.certs import TlsFiles, make_pki
 from gateway.app import redis_store_settings
 from gateway.settings import GatewaySettings, parse_bool, settings_from_env
 from gateway.tls import check_backend_tls, etcd_tls
 from partitioner.etcd.values import EtcdTls
 from storage.settings import RedisStoreSettings
+from streamgate_devstack.certs import TlsFiles, make_pki
 
 
 @pytest.fixture(scope="module")

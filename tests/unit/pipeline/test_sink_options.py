@@ -12,8 +12,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pipeline.errors import InvalidSinkOption
-from pipeline.sink_options import SinkColumns, parse_sink_options, sink_columns
+from streamgate_spark.errors import InvalidSinkOption
+from streamgate_spark.sink_options import SinkColumns, parse_sink_options, sink_columns
 
 GIVEN = {"topic": "orders", "gateway": "http://127.0.0.1:8080/"}
 

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.rows import record_batch
 from storage import _speedups
 from storage._speedups import id_texts, id_texts_python, page_columns
 from storage._speedups.pages_py import page_columns as page_columns_python
 from storage.codec import decode_entry
 from storage.pages import PageColumns
+from streamgate_spark.rows import record_batch
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LAST_MS = 253_402_300_799_999  # the end of year 9999, the last a datetime holds

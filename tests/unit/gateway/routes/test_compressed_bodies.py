@@ -12,10 +12,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from backports import zstd
 
-from client.compression import Compression, compress_body
 from gateway.errors import Problem
 from gateway.routes import bodies
 from gateway.routes.bodies import inflate
+from streamgate_client.compression import Compression, compress_body
 
 Client = TestClient[Any, Any]
 LIMIT = 64 * 1024  # the unit settings' max_batch_bytes

@@ -1,0 +1,253 @@
+"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the
+gateway's JSON document as a typed, read-only record (client/streamgate_client/admin_types.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from ssl import SSLContext
+from typing import Any
+
+import aiohttp
+import orjson
+
+from streamgate_client.admin_types import (
+    Cluster,
+    GroupDetails,
+    GroupList,
+    GroupRef,
+    HistoryPage,
+    MessageOut,
+    ParkedKeyResult,
+    PurgeResult,
+    RedriveResult,
+    ReplayPage,
+    SeekResult,
+    SnapshotPage,
+    Topic,
+    TopicDetails,
+    TopicList,
+)
+from streamgate_client.credentials import Credentials, TokenProvider, authorized_body
+
+
+class Admin:
+    """The gateway's HTTP admin API. ``async with Admin("http://127.0.0.1:8080") as admin: ...``.
+
+    Each call returns the gateway's document as a record of ``streamgate_client.admin_types``:
+    typed attributes (``topic.partitions``; None for a field the gateway left out), and a read-only
+    mapping of the document as sent (extra fields of a newer gateway too; what ``orjson.dumps``
+    writes); ``to_dict()`` is a plain copy.
+
+    Errors raise ``ProblemError`` (carrying the problem document) or ``ConnectionFailed``; nothing
+    is retried, except a 401 when ``token`` is a provider: once, with a fresh token from it.
+    ``token`` is a JWT or a provider of them (see ``Producer``); ``ssl`` an ``SSLContext`` for
+    HTTPS (a private CA, a client certificate) or False to skip verification.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = 10, api_key: str | None = None,
+                 token: str | TokenProvider | None = None,
+                 session: aiohttp.ClientSession | None = None,
+                 ssl: SSLContext | bool | None = None) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._credentials = Credentials(api_key, token)
+        self._ssl: SSLContext | bool = True if ssl is None else ssl
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session = session
+        self._owns_session = session is None
+
+    async def __aenter__(self) -> Admin:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session this client opened; idempotent."""
+        session, self._session = self._session, None
+        if self._owns_session and session is not None:
+            await session.close()
+
+    # --- topics -----------------------------------------------------------------------------------
+    async def create_topic(self, name: str, partitions: int, *, retention_ms: int | None = None,
+                           max_length: int | None = None, key_index: bool = False,
+                           compact: bool = False) -> Topic:
+        """POST /v1/topics -> the topic; ``key_index`` keeps each key's history (for
+        ``key_history`` and expected key offsets), ``compact`` keeps each key's newest message
+        (``retention_ms`` is then the compaction lag; ``snapshot`` reads it)."""
+        body: dict[str, Any] = {"name": name, "partitions": partitions}
+        if key_index:
+            body["key_index"] = True
+        if compact:
+            body["compact"] = True
+        if retention_ms is not None:
+            body["retention_ms"] = retention_ms
+        if max_length is not None:
+            body["max_length"] = max_length
+        return Topic(await self._call("POST", "/v1/topics", body=body))
+
+    async def grow_topic(self, name: str, partitions: int) -> Topic:
+        """PATCH /v1/topics/{name} with more partitions -> the topic (like Kafka's
+        ``create_partitions``, but keys keep their order: publishes pause for a moment and consumers
+        hold a grown partition until the keys that moved there were consumed where they were)."""
+        return Topic(await self._call("PATCH", f"/v1/topics/{name}",
+                                      body={"partitions": partitions}))
+
+    async def list_topics(self) -> list[Topic]:
+        """GET /v1/topics -> the topics, sorted by name."""
+        return list(TopicList(await self._call("GET", "/v1/topics")).topics)
+
+    async def describe_topic(self, name: str) -> TopicDetails:
+        """GET /v1/topics/{name} -> the topic with ``partition_details``: each partition's whole
+        log (length, first and last offset) and its ``tiers`` (the hot range in Redis, the
+        archived one)."""
+        return TopicDetails(await self._call("GET", f"/v1/topics/{name}"))
+
+    async def delete_topic(self, name: str) -> None:
+        """DELETE /v1/topics/{name}: the metadata and every partition's data."""
+        await self._call("DELETE", f"/v1/topics/{name}")
+
+    async def replay(self, topic: str, partition: int, *, from_: str | None = None,
+                     from_time_ms: int | None = None, limit: int | None = None) -> ReplayPage:
+        """GET one page of a partition -> its ``messages`` and the ``next_offset`` to pass as
+        ``from_`` for the next page (``from_`` inclusive)."""
+        params = {name: str(value) for name, value in
+                  (("from", from_), ("from_time_ms", from_time_ms), ("limit", limit))
+                  if value is not None}
+        return ReplayPage(await self._call(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/messages", params=params))
+
+    async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
+                         page_size: int = 1000) -> list[MessageOut]:
+        """Every message of a partition from ``from_`` to its current end, page by page."""
+        messages: list[MessageOut] = []
+        start = from_
+        while True:
+            page = await self.replay(topic, partition, from_=start, limit=page_size)
+            messages += page.messages
+            if len(page.messages) < page_size:
+                return messages
+            start = page.next_offset
+
+    async def key_history(self, topic: str, key: str, *, newest_first: bool = False,
+                          from_: str | None = None, from_time_ms: int | None = None,
+                          limit: int | None = None,
+                          partition: int | None = None) -> HistoryPage:
+        """GET one page of a key's messages (a topic with ``key_index``) -> its ``partition``,
+        ``messages`` and ``next_offset``; ``from_`` inclusive; ``next_offset`` is None once a
+        newest-first read is exhausted. The newest offset (``newest_first=True, limit=1``) is
+        what an ``expected_offset`` names."""
+        params = {name: str(value) for name, value in
+                  (("key", key), ("order", "desc" if newest_first else "asc"), ("from", from_),
+                   ("from_time_ms", from_time_ms), ("limit", limit), ("partition", partition))
+                  if value is not None}
+        return HistoryPage(await self._call("GET", f"/v1/topics/{topic}/history", params=params))
+
+    async def key_position(self, topic: str, key: str) -> str:
+        """The offset of a key's newest retained message, or ``"none"``: what to expect next."""
+        page = await self.key_history(topic, key, newest_first=True, limit=1)
+        return page.messages[0].offset if page.messages else "none"
+
+    async def snapshot_page(self, topic: str, partition: int, *, as_of: str | None = None,
+                            after: str | None = None,
+                            limit: int | None = None) -> SnapshotPage:
+        """GET one page of a compacted partition's snapshot -> its ``partition``, ``as_of``,
+        ``messages`` and ``after``; pass ``as_of`` and ``after`` back for the next page (``after``
+        None: the end)."""
+        params = {name: str(value) for name, value in
+                  (("as_of", as_of), ("after", after), ("limit", limit)) if value is not None}
+        return SnapshotPage(await self._call(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/snapshot", params=params))
+
+    async def snapshot(self, topic: str, partition: int, *,
+                       page_size: int = 1000) -> tuple[str, list[MessageOut]]:
+        """Every key's newest value in a compacted partition, as of one offset, and that offset:
+        follow the partition strictly after it (``Consumer(..., from_=f"{partition}:{as_of}")``)
+        for no gap and no duplicate. ``ProblemError`` 410 when reading took longer than the
+        topic's compaction lag."""
+        page = await self.snapshot_page(topic, partition, limit=page_size)
+        as_of, messages = page.as_of, list(page.messages)
+        while page.after is not None:
+            page = await self.snapshot_page(topic, partition, as_of=as_of, after=page.after,
+                                            limit=page_size)
+            messages += page.messages
+        return as_of, messages
+
+    async def cluster(self) -> Cluster:
+        """GET /v1/cluster -> the answering gateway, every live gateway node and the owner of each
+        partition (admin)."""
+        return Cluster(await self._call("GET", "/v1/cluster"))
+
+    # --- consumer groups and dead letters ---------------------------------------------------------
+    async def list_groups(self) -> list[GroupRef]:
+        """GET /v1/groups -> each group's ``topic`` and ``group``."""
+        return list(GroupList(await self._call("GET", "/v1/groups")).groups)
+
+    async def describe_group(self, group: str, topic: str | None = None) -> GroupDetails:
+        """GET /v1/groups/{group}[?topic=] -> per topic: members, generation, assignment,
+        partitions' lag."""
+        return GroupDetails(await self._call("GET", f"/v1/groups/{group}",
+                                             params={"topic": topic} if topic else None))
+
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> SeekResult:
+        """POST /v1/groups/{group}/seek ``{topic, to}``.
+
+        ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly
+        after) or ``{"timestamp_ms": t}``. Pending messages stay pending.
+        """
+        target = to if isinstance(to, str) else dict(to)
+        return SeekResult(await self._call("POST", f"/v1/groups/{group}/seek",
+                                           body={"topic": topic, "to": target}))
+
+    async def redrive(self, topic: str, max_messages: int | None = None, *,
+                      rate_per_s: int | None = None,
+                      letter: tuple[int, str] | None = None) -> RedriveResult:
+        """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic (and out of
+        the DLQ) -> how many were ``redriven``; ``letter`` = (partition, offset) moves that one
+        only."""
+        body: dict[str, Any] = {
+            name: value
+            for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
+            if value is not None}
+        if letter is not None:
+            body |= {"partition": letter[0], "offset": letter[1]}
+        return RedriveResult(await self._call("POST", f"/v1/topics/{topic}/dlq/redrive",
+                                              body=body))
+
+    async def settle_parked_key(self, group: str, topic: str, partition: int, key: str, *,
+                                dead_letter: bool = False,
+                                reason: str | None = None) -> ParkedKeyResult:
+        """POST /v1/groups/{group}/parked: a key_shared group's parked key goes on now, its failed
+        message redelivered at once or (``dead_letter``) sent to the dead letters with
+        ``reason``. The parked keys are in ``describe_group``'s ``parked_keys``."""
+        body: dict[str, Any] = {"topic": topic, "partition": partition, "key": key,
+                                "action": "dead_letter" if dead_letter else "release"}
+        if reason is not None:
+            body["reason"] = reason
+        return ParkedKeyResult(await self._call("POST", f"/v1/groups/{group}/parked", body=body))
+
+    async def purge(self, topic: str, partition: int | None = None, *,
+                    dead_letters: bool = False) -> PurgeResult:
+        """POST /v1/topics/{topic}/purge (or ``.../dlq/purge`` with ``dead_letters``): remove every
+        message of the topic, or of one partition, at one cut; consumer groups move to the cut
+        (like SQS's PurgeQueue, per partition atomic) -> the ``topic``, the entries ``purged``
+        and ``scheduled`` messages removed, and each partition's cut. Admin only; audited by the
+        gateway."""
+        path = f"/v1/topics/{topic}/dlq/purge" if dead_letters else f"/v1/topics/{topic}/purge"
+        return PurgeResult(await self._call(
+            "POST", path, body={} if partition is None else {"partition": partition}))
+
+    # --- transport --------------------------------------------------------------------------------
+    async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
+                    params: dict[str, str] | None = None) -> dict[str, Any]:
+        if self._session is None:
+            raise RuntimeError("the admin client is not open (use 'async with Admin(...)')")
+        url = self._base_url + path
+        data = orjson.dumps(body) if body is not None else None
+        payload = await authorized_body(
+            self._credentials, self._session, method, url, data=data, params=params,
+            headers=None if data is None else {"Content-Type": "application/json"},
+            timeout=self._timeout, ssl=self._ssl)
+        document = orjson.loads(payload) if payload else {}
+        return document if isinstance(document, dict) else {"result": document}

@@ -1,0 +1,1 @@
+"""Sample jobs over the ``streamgate`` source: ``python -m streamgate_spark.jobs.<name>``."""
