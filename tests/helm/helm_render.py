@@ -79,24 +79,27 @@ def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:
             target[key] = value
 
 
-def lint(values: dict[str, Any]) -> dict[str, Any]:
-    """`helm lint --strict` of the chart directory with these values."""
-    return helm.lint(str(CHART_DIR), values, strict=True, namespace=NAMESPACE,
+def lint(values: dict[str, Any], chart: Path = CHART_DIR) -> dict[str, Any]:
+    """`helm lint --strict` of the chart directory (or a packaged chart) with these values."""
+    return helm.lint(str(chart), values, strict=True, namespace=NAMESPACE,
                      kube_version=f"v{KUBE_VERSION}")
 
 
-def render_files(values: dict[str, Any], revision: int = 1) -> dict[str, str]:
+def render_files(values: dict[str, Any], revision: int = 1,
+                 chart_path: Path = CHART_DIR) -> dict[str, str]:
     """Template path -> rendered text (`helm template`), NOTES.txt included; revision 1 is the
     install, a later one an upgrade."""
-    with helm.Chart.load(str(CHART_DIR)) as chart:
+    with helm.Chart.load(str(chart_path)) as chart:
         return chart.render(values, name=RELEASE, namespace=NAMESPACE, revision=revision,
                             is_install=revision == 1, is_upgrade=revision > 1)
 
 
-def manifests(values: dict[str, Any], revision: int = 1) -> list[dict[str, Any]]:
-    """Every Kubernetes object the chart renders with these values at this revision."""
+def manifests(values: dict[str, Any], revision: int = 1,
+              chart: Path = CHART_DIR) -> list[dict[str, Any]]:
+    """Every Kubernetes object the chart (a directory or package) renders with these values at
+    this revision."""
     found: list[dict[str, Any]] = []
-    for path, text in render_files(values, revision).items():
+    for path, text in render_files(values, revision, chart).items():
         if path.endswith(".yaml"):
             found.extend(doc for doc in yaml.safe_load_all(text) if doc)
     return found
