@@ -5,9 +5,9 @@ It opens ``--members`` WebSocket members of one exclusive group (bare HTTP upgra
 permessage-deflate), finds each message frame's partition and offset in the received bytes with one
 regular expression (C-speed, no per-frame JSON parsing: the gateway writes
 ``"type":"message","topic":...,"partition":N,"offset":"..."`` at the head of every message frame,
-docs/api.md), and acks what it got in masked text frames of up to ``--ack-batch`` messages (the same
-``{"type":"ack","messages":[...]}`` frames any client sends). It stops once the process acked
-``--total`` messages or after ``--idle-s`` without a message, and prints one JSON line: acked,
+docs/websocket.md), and acks what it got in masked text frames of up to ``--ack-batch`` messages
+(the same ``{"type":"ack","messages":[...]}`` frames any client sends). It stops once the process
+acked ``--total`` messages or after ``--idle-s`` without a message, and prints one JSON line: acked,
 first_ts (first message) and last_ts (last ack sent). With ``--ack-each-read`` it acks what each
 read of the socket brought at once, as a client acking message by message would, instead of
 collecting up to ``--ack-batch``.

@@ -82,7 +82,7 @@ PUBLISH_PARTITIONS = 6
 # The absolute goals (>= 8,000 single requests/s, p99 < 15 ms; publish -> WebSocket p50 < 5 ms,
 # p99 < 25 ms; fan-out >= 500,000 deliveries/s; group >= 100,000 msg/s) as ratios to their
 # same-run anchor: each is the absolute goal over what its anchor gives on the machine the goal was
-# set on (bench/README.md, "Absolute goals, judged by ratio"), so a machine twice as slow is
+# set on (docs/performance.md, "Goals set as figures"), so a machine twice as slow is
 # held to the same bar.
 SINGLE_REQUESTS_RATIO = 0.5
 SINGLE_P99_RATIO = 2.0

@@ -266,7 +266,7 @@ def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
     return problem_response(problem_from(RuntimeError()), request.path)
 
 
-# WebSocket close codes (4000-4999 are the application's own; docs/api.md lists them).
+# WebSocket close codes (4000-4999 are the application's own; docs/websocket.md lists them).
 WS_CLOSE_GOING_AWAY = 1001  # the gateway is shutting down: reconnect (to any gateway) and resume
 # the client did not drain its buffer in time; reason carries the resume cursor
 WS_CLOSE_SLOW_CONSUMER = 4008

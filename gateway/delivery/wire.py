@@ -1,10 +1,10 @@
 """Bytes on the wire: message frames encoded once, the control frames, several WebSocket text frames
 coalesced into one write.
 
-The client protocol is unchanged: every message is still its own WebSocket text frame (docs/api.md).
-What changes is how they reach the socket: ``text_frames`` frames everything a session has queued
-for one transport ``write`` (one syscall instead of one per message; gateway.delivery.websocket
-sends them).
+The client protocol is unchanged: every message is still its own WebSocket text frame
+(docs/websocket.md). What changes is how they reach the socket: ``text_frames`` frames everything a
+session has queued for one transport ``write`` (one syscall instead of one per message;
+gateway.delivery.websocket sends them).
 """
 
 from __future__ import annotations

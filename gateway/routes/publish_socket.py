@@ -4,7 +4,7 @@ each through the same publish flow as ``POST /v1/topics/{topic}/messages``.
 Credentials as for subscriptions: on the upgrade request, or an ``auth`` frame first. Once
 authenticated the gateway sends a ``ready`` frame with the in-flight limits; then ``publish`` frames
 are answered by ``published`` or ``problem`` frames carrying their id, and a later ``auth`` frame
-with a fresh token moves a JWT socket's expiry (docs/api.md, gateway/asyncapi.json).
+with a fresh token moves a JWT socket's expiry (docs/websocket.md, gateway/asyncapi.json).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Parameters are validated before the upgrade (problem+json 4xx). After it, the server sends
 ``authenticated``, ``assignment``, ``message``/``messages`` and ``error`` frames; the client sends
-``auth``, ``ack``, ``nack`` and ``extend`` frames. See docs/api.md and gateway/asyncapi.json. The
-upgrade hands the connection to a lean WebSocket (gateway.delivery.upgrade) and the handler
+``auth``, ``ack``, ``nack`` and ``extend`` frames. See docs/websocket.md and gateway/asyncapi.json.
+The upgrade hands the connection to a lean WebSocket (gateway.delivery.upgrade) and the handler
 returns once the subscription is served (gateway.delivery.subscription): nothing of aiohttp's stays
 per connection.
 """
