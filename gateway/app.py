@@ -165,7 +165,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                                                           dead_letters, metrics, gates))
         ownership = await stack.enter_async_context(PartitionOwnership(
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix,
-            lease_ttl_s=settings.owner_lease_ttl_s,
+            lease_ttl_s=settings.owner_lease_ttl_s, address=settings.advertised_url,
             partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
         sweep = GroupSweep(
             group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,

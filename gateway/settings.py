@@ -13,9 +13,11 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 ENV_PREFIX = "STREAMGATE_"
 MIB = 1024 * 1024
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 def default_node_id() -> str:
@@ -30,6 +32,9 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8080
     node_id: str = field(default_factory=default_node_id)
+    # the http(s) URL clients reach this gateway at, announced in etcd's node registry; unset:
+    # derived from host, port and TLS (the machine's hostname when bound to every address)
+    advertise_url: str | None = None
     redis_nodes: tuple[str, ...] = ("127.0.0.1:7000",)
     redis_password: str | None = None
     min_insync_replicas: int = 1
@@ -159,6 +164,18 @@ class GatewaySettings:
     rate_limit_principal_subscribes_per_s: float | None = None
     rate_limit_burst_s: float = 1.0  # a bucket holds this many seconds' worth of its rate
 
+    def __post_init__(self) -> None:
+        if self.advertise_url is not None:
+            check_advertise_url(self.advertise_url)
+
+    @property
+    def advertised_url(self) -> str | None:
+        """The URL announced for this gateway: ``advertise_url``, else derived from the listener;
+        None when the port is chosen at bind time (0) and so not known here."""
+        if self.advertise_url is not None:
+            return self.advertise_url
+        return listener_url(self.host, self.port, tls=bool(self.tls_cert_path))
+
     @property
     def etcd_uses_tls(self) -> bool:
         """TLS to etcd: ``etcd_tls`` set or an ``https://`` endpoint."""
@@ -182,6 +199,35 @@ def split_host_port(address: str) -> tuple[str, int]:
     if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"expected host:port, got {address!r}")
     return host, int(port)
+
+
+def listener_url(host: str, port: int, *, tls: bool) -> str | None:
+    """``http(s)://host:port`` of a listener; a wildcard host becomes this machine's hostname."""
+    if port == 0:
+        return None
+    name = socket.gethostname() if host in WILDCARD_HOSTS else host
+    bracketed = f"[{name}]" if ":" in name else name
+    return f"{'https' if tls else 'http'}://{bracketed}:{port}"
+
+
+def check_advertise_url(url: str) -> None:
+    """An advertise URL clients could not use: ValueError naming the variable."""
+    problem = _url_problem(url)
+    if problem is not None:
+        raise ValueError(f"{ENV_PREFIX}ADVERTISE_URL={url!r}: {problem}")
+
+
+def _url_problem(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a bracket left open, a port out of range
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        return "expected an absolute http:// or https:// URL with a host (and a port not 0)"
+    if parts.query or parts.fragment:
+        return "expected no query or fragment"
+    return None
 
 
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})

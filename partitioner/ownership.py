@@ -10,13 +10,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 
-import orjson
-
 from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import DEFAULT_PREFIX, Guard, StoredValue, WatchEvent
-from partitioner.ownership_keys import ClusterView, OwnershipKeys, Partition
+from partitioner.ownership_keys import ClusterView, NodeRecord, OwnershipKeys, Partition
 from partitioner.prefix_mirror import PrefixMirror
 from partitioner.rendezvous import desired_partitions
 from partitioner.tasks import cancel_until_done
@@ -31,8 +29,8 @@ _TIMER_SLACK_S = 0.001  # the expiry timer fires just after the deadline, never 
 
 
 class PartitionOwnership:
-    """This node's registration and the partitions it owns. An async context manager; ``aclose`` is
-    idempotent.
+    """This node's registration (with ``address``, the URL clients reach it at, written with each
+    new lease) and the partitions it owns. An async context manager; ``aclose`` is idempotent.
 
     ``partitions()`` returns ``{topic: partition count}`` (the gateway passes its topic cache); it
     is read on every reconcile. Use ``owned`` before every duty action and ``wait_changed`` to
@@ -57,13 +55,13 @@ class PartitionOwnership:
 
     def __init__(self, conn: EtcdConnection, *, node_id: str,
                  partitions: Callable[[], Mapping[str, int]], prefix: str = DEFAULT_PREFIX,
-                 lease_ttl_s: float = 10.0) -> None:
+                 lease_ttl_s: float = 10.0, address: str | None = None) -> None:
         if not node_id or "/" in node_id or not node_id.isprintable():
             raise ValueError(f"node_id must be printable and without '/', got {node_id!r}")
         if lease_ttl_s <= 0:
             raise ValueError("lease_ttl_s must be positive")
         self._conn = conn
-        self.node_id = node_id
+        self.node_id, self.address = node_id, address
         self._partitions = partitions
         self._keys = OwnershipKeys(prefix)
         self.lease_ttl_s = lease_ttl_s
@@ -222,10 +220,9 @@ class PartitionOwnership:
         """Grant a lease and register the node with it; raises ``CoordinationUnavailable``."""
         sent = asyncio.get_running_loop().time()
         lease_id, _ = await self._conn.grant_lease(self.lease_ttl_s)
-        info = orjson.dumps({"node_id": self.node_id, "started_at_ms": time.time_ns() // 1_000_000})
         try:
-            self._registered_revision = await self._conn.put(self._keys.node(self.node_id), info,
-                                                              lease_id=lease_id)
+            self._registered_revision = await self._conn.put(
+                self._keys.node(self.node_id), self._registration(), lease_id=lease_id)
         except CoordinationUnavailable:
             await self._revoke(lease_id)
             raise
@@ -368,9 +365,11 @@ class PartitionOwnership:
         """Put our node key back if the registry, newer than our registration, lacks it."""
         key = self._keys.node(self.node_id)
         if self._nodes.revision > self._registered_revision and key not in self._nodes.values:
-            info = orjson.dumps({"node_id": self.node_id,
-                                 "started_at_ms": time.time_ns() // 1_000_000})
-            self._registered_revision = await self._conn.put(key, info, lease_id=lease_id)
+            self._registered_revision = await self._conn.put(key, self._registration(),
+                                                              lease_id=lease_id)
+
+    def _registration(self) -> bytes:
+        return NodeRecord(self.node_id, time.time_ns() // 1_000_000, self.address).value()
 
     async def _release(self, desired: frozenset[Partition]) -> None:
         """Stop acting on partitions we no longer win, then delete their keys (guarded on being

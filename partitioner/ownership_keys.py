@@ -26,6 +26,12 @@ class NodeRecord:
     started_at_ms: int | None = None
     address: str | None = None
 
+    def value(self) -> bytes:
+        """The registry value announcing this node (a field it lacks is left out)."""
+        fields = {"node_id": self.node_id, "started_at_ms": self.started_at_ms,
+                  "address": self.address}
+        return orjson.dumps({name: value for name, value in fields.items() if value is not None})
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
@@ -38,7 +44,8 @@ class ClusterView:
 class OwnershipKeys:
     """The etcd keys of the node registry and the partition owners under one prefix.
 
-    - ``nodes/<node_id>``: leased by the node; ``{node_id, started_at_ms}``. The live node set.
+    - ``nodes/<node_id>``: leased by the node; ``{node_id, started_at_ms, address}`` (the URL
+      clients reach it at, when it announces one). The live node set.
     - ``owners/<topic>/<partition>``: leased by the owner; the owner's node id. Created only in a
       transaction guarded on ``create_revision == 0``, so at most one node holds it; its
       create_revision is the owner's ``epoch`` (a fencing token: it grows with every change of

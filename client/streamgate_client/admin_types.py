@@ -330,7 +330,7 @@ class ClusterNode(Record):
 
     node_id: Field[str] = Field()
     address: Field[str | None] = Field()
-    """Where the node is reached, when it advertises it."""
+    """The URL clients reach the node at (its advertise_url), when it announces one."""
     started_at_ms: Field[int | None] = Field()
     """When the node registered (epoch ms), when known."""
 

@@ -143,13 +143,15 @@ def cluster_part(cluster: tuple[int, str]) -> dict[str, Any]:
 
 
 def cluster_lines(document: Mapping[str, Any]) -> list[str]:
-    """The gateways, one line each, then per topic the partitions each gateway owns."""
+    """The gateways, one line each (id, the URL it announces, its partitions), then per topic the
+    partitions each gateway owns."""
     gateways = document["gateways"]
     if isinstance(gateways, str):
         return [f"gateways  {gateways}"]
     lines = [f"gateways  {len(gateways)} live"]
     width = max([len(g["node_id"]) for g in gateways] + [4])
-    lines += [f"  {g['node_id']:<{width}}  {g['address'] or '-':<21}  "
+    reach = max([len(g["address"] or "-") for g in gateways] + [1])
+    lines += [f"  {g['node_id']:<{width}}  {g['address'] or '-':<{reach}}  "
               f"{g['partitions_owned']:>5} partitions{'  (this gateway)' if g['this'] else ''}"
               for g in gateways]
     lines.append(f"owners    {len(document['owners'])} topics")

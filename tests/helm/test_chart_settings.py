@@ -22,7 +22,7 @@ CHART_COMPUTED = frozenset({"host", "port", "node_id", "redis_nodes", "etcd_endp
                             "archive_url", "hot_retention_ms", "archive_memory_watermark",
                             "archive_s3_endpoint", "archive_s3_region", "archive_s3_scheme",
                             "archive_s3_credentials_chain", "archive_s3_access_key",
-                            "archive_s3_secret_key"})
+                            "archive_s3_secret_key", "advertise_url"})
 SCHEMA_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 

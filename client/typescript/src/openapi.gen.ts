@@ -380,7 +380,7 @@ export interface Cluster {
 
 export interface ClusterNode {
   node_id: string;
-  /** Where the node is reached, when it advertises it */
+  /** The URL clients reach the node at (its advertise_url), when it announces one */
   address: string | null;
   /** When the node registered (epoch ms), when known */
   started_at_ms: number | null;

@@ -85,6 +85,7 @@ def test_status_shows_version_readiness_backends_and_owned_partitions(
     assert {node["role"] for node in document["redis_nodes"]} >= {"primary"}
     [gateway] = document["gateways"]
     assert gateway["this"]
+    assert gateway["address"] == served_gateway  # what it announces: its listener's URL
     assert gateway["partitions_owned"] >= 3
     owners = next(row for row in document["owners"] if row["topic"] == topic)
     assert owners == {"topic": topic, "unowned": [],
@@ -95,6 +96,7 @@ def test_status_shows_version_readiness_backends_and_owned_partitions(
     assert "ready     yes\n" in table.stdout
     assert f"  {topic}" in table.stdout
     assert "gateways  1 live\n" in table.stdout
+    assert f"  {gateway['node_id']}  {served_gateway}  " in table.stdout
     assert f"  {topic}  {gateway['node_id']}: 0,1,2\n" in table.stdout
 
 

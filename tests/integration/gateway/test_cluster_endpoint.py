@@ -1,5 +1,6 @@
-"""GET /v1/cluster on real gateways: two processes list each other and agree on every partition's
-owner, the survivor of a kill takes every partition, and only admins may ask."""
+"""GET /v1/cluster on real gateways: two processes list each other (with the URL each announces)
+and agree on every partition's owner, the survivor of a kill takes every partition, and only admins
+may ask."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from streamgate_client.cli_status import parse_metrics
 
 pytestmark = pytest.mark.integration
 ADMIN_KEY, OPS_KEY, READER_KEY = "sgk_cluster-admin", "sgk_cluster-ops", "sgk_cluster-reader"
+ADVERTISED = "https://gw-typed.example.com:8443"
 CONFIG = (api_keys({"admin": ADMIN_KEY, "ops": OPS_KEY, "reader": READER_KEY})
           + rule(["admin"], ["*"], ["publish", "subscribe", "admin"])
           + rule(["ops"], ["ops-*"], ["admin"])
@@ -81,6 +83,8 @@ async def test_cluster_lists_both_gateways_and_moves_every_partition_to_the_surv
         assert {node["node_id"] for node in first["nodes"]} == node_ids
         assert first["nodes"] == second["nodes"]
         assert all(node["started_at_ms"] > 0 for node in first["nodes"])
+        # each announces its listener: the URL it was reached at here
+        assert {node["address"] for node in first["nodes"]} == set(urls)
         owners = owners_of(first, topic_name)
         assert sorted(owners) == list(range(6))
         assert set(owners.values()) == node_ids
@@ -130,19 +134,21 @@ async def owned_in_process(client: Any, topic: str) -> dict[str, Any]:
 
 async def test_cluster_is_typed_for_admin_and_read_from_etcd_when_the_mirror_is_not_at_hand(
         aiohttp_client: Any, gateway_settings: GatewaySettings, topic_name: str) -> None:
-    client = await aiohttp_client(create_app(gateway_settings))
+    settings = gateway_settings.with_overrides(advertise_url=ADVERTISED)
+    client = await aiohttp_client(create_app(settings))
     await until_ready(client)
     response = await client.post("/v1/topics", json={"name": topic_name, "partitions": 3})
     assert response.status == 201
     mirrored = await owned_in_process(client, topic_name)
     async with Admin(str(client.make_url(""))) as admin:
         typed = await admin.cluster()
-    assert typed.node_id == gateway_settings.node_id
-    assert [node.node_id for node in typed.nodes] == [gateway_settings.node_id]
+    assert typed.node_id == settings.node_id
+    assert [(node.node_id, node.address) for node in typed.nodes] == [
+        (settings.node_id, ADVERTISED)]
     [row] = [row for row in typed.topics if row.name == topic_name]
-    assert [p.owner for p in row.partitions] == [gateway_settings.node_id] * 3
+    assert [p.owner for p in row.partitions] == [settings.node_id] * 3
     client.app[SERVICES].ownership = None
     response = await client.get("/v1/cluster")
     assert response.status == 200
     assert await response.json() == mirrored
-    assert set(owners_of(mirrored, topic_name).values()) == {gateway_settings.node_id}
+    assert set(owners_of(mirrored, topic_name).values()) == {settings.node_id}

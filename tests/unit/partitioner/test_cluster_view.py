@@ -17,11 +17,11 @@ def stored(key: bytes, value: bytes) -> StoredValue:
 
 def test_view_lists_nodes_by_id_and_owners_by_partition() -> None:
     nodes = [stored(KEYS.node("b"), orjson.dumps({"node_id": "b", "started_at_ms": 20,
-                                                   "address": "10.0.0.2:8080"})),
+                                                   "address": "http://10.0.0.2:8080"})),
              stored(KEYS.node("a"), orjson.dumps({"node_id": "a", "started_at_ms": 10}))]
     owners = [stored(KEYS.owner(("orders", 0)), b"a"), stored(KEYS.owner(("a/b", 11)), b"b")]
     view = KEYS.view(nodes, owners)
-    assert view.nodes == (NodeRecord("a", 10), NodeRecord("b", 20, "10.0.0.2:8080"))
+    assert view.nodes == (NodeRecord("a", 10), NodeRecord("b", 20, "http://10.0.0.2:8080"))
     assert view.owners == {("orders", 0): "a", ("a/b", 11): "b"}
 
 
@@ -34,3 +34,9 @@ def test_a_node_whose_value_is_unreadable_is_still_listed_by_its_key() -> None:
 def test_keys_that_name_no_partition_are_not_owners() -> None:
     owners = [stored(KEYS.owners + b"orders/x", b"a"), stored(KEYS.owners + b"7", b"a")]
     assert KEYS.view([], owners).owners == {}
+
+
+def test_a_node_record_reads_back_from_the_value_it_writes() -> None:
+    record = NodeRecord("gw-1", 1_700_000_000_000, "https://gw-1.example:8443")
+    assert KEYS.parse_node(stored(KEYS.node("gw-1"), record.value())) == record
+    assert orjson.loads(NodeRecord("gw-2", 5).value()) == {"node_id": "gw-2", "started_at_ms": 5}

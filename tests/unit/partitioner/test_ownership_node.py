@@ -135,10 +135,10 @@ class FakeEtcd:
 
 
 def _node(fake: FakeEtcd, node_id: str, partitions: Callable[[], Mapping[str, int]],
-          ttl_s: float = TTL_S) -> PartitionOwnership:
+          ttl_s: float = TTL_S, address: str | None = None) -> PartitionOwnership:
     return PartitionOwnership(
         cast(EtcdConnection, fake), node_id=node_id, partitions=partitions, prefix=PREFIX,
-        lease_ttl_s=ttl_s
+        lease_ttl_s=ttl_s, address=address
     )
 
 
@@ -289,6 +289,31 @@ async def test_new_lease_reacquires_partitions_with_new_epochs() -> None:
         assert old_epoch is not None
         assert new_epoch is not None
         assert new_epoch > old_epoch
+
+
+async def test_registration_announces_the_address_once_per_lease() -> None:
+    fake = FakeEtcd()
+    async with _node(fake, "a", lambda: TOPICS, address="http://10.0.0.7:8080") as node:
+        await _eventually(lambda: node.owned == _all(TOPICS))
+        registered = fake.kv[KEYS.node("a")]
+        assert KEYS.parse_node(registered).address == "http://10.0.0.7:8080"
+        assert registered.mod_revision == registered.create_revision  # owning wrote no more
+        node.simulate_keepalive_failure()
+        await _eventually(lambda: not node.owned, TTL_S)
+        [lease] = fake.leases
+        fake.expire_lease(lease)
+        node.simulate_keepalive_failure(False)
+        await _eventually(lambda: KEYS.node("a") in fake.kv, 2.0)
+        again = KEYS.parse_node(fake.kv[KEYS.node("a")])
+    assert again.address == "http://10.0.0.7:8080"
+    assert again.started_at_ms is not None
+
+
+async def test_a_node_without_an_address_registers_none() -> None:
+    fake = FakeEtcd()
+    async with _node(fake, "a", lambda: {}):
+        info = orjson.loads(fake.kv[KEYS.node("a")].value)
+    assert set(info) == {"node_id", "started_at_ms"}
 
 
 async def test_partition_held_elsewhere_is_taken_only_once_released() -> None:
