@@ -14,7 +14,7 @@ BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promt
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps venv node-deps console image run test lint bench clean
+.PHONY: help deps venv node-deps console image dist version constraints run test lint bench clean
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
@@ -25,6 +25,10 @@ help:
 	@echo "make node-deps  npm ci in client/typescript (the TypeScript client's compiler and test deps)"
 	@echo "make console  build the web console's scripts into gateway/console/js (npm)"
 	@echo "make image  build the gateway's container image $(IMAGE) with podman (BASE_IMAGE=, BUILD_IMAGE=)"
+	@echo "make dist   the artifacts into $(DIST): server and client wheels and sdists, the npm tarball,"
+	@echo "            the chart package, SHA256SUMS"
+	@echo "make version V=X.Y.Z  write a new version into pyproject.toml and every copy of it"
+	@echo "make constraints  regenerate constraints.txt (UPGRADE=1: move every pin to the newest allowed)"
 	@echo "make run    start 'streamgate dev' (Redis Cluster + etcd + gateway + console)"
 	@echo "make test   run the full test suite (unit, integration, quality)"
 	@echo "make lint   mypy --strict and ruff"
@@ -48,7 +52,7 @@ deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard */_speedups/*.c */_speedups/*.h)
+$(STAMP): pyproject.toml setup.py constraints.txt $(wildcard */_speedups/*.c */_speedups/*.h)
 	@if [ ! -x "$(VENV_PY)" ]; then \
 		$(PYTHON) -m venv $(VENV) || { \
 			echo "venv creation failed; installing python3-venv"; \
@@ -59,7 +63,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard */_speedups/*.c */_speedups/*.h)
 		}; \
 	fi
 	$(VENV_PY) -m pip install -q --upgrade pip
-	$(VENV_PY) -m pip install -q -e '.[dev,spark,bench]'
+	# PIP_CONSTRAINT rather than -c: the isolated build's setuptools is pinned too
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(VENV_PY) -m pip install -q -e '.[dev,spark,bench]'
 	touch $@
 
 node-deps: client/typescript/node_modules/.package-lock.json
@@ -78,11 +83,28 @@ $(CONSOLE_JS): client/typescript/node_modules/.package-lock.json client/typescri
 	cd client/typescript && npm run build:console
 	touch $@
 
+# constraints.txt pins every dependency of every extra (and the client's): the venv, CI and the
+# image install from it. `make constraints` keeps its pins and adds what pyproject.toml newly asks
+# for; UPGRADE=1 moves every pin to the newest version the ranges allow.
+constraints: venv
+	$(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --all-extras \
+		$(if $(UPGRADE),--upgrade) -o constraints.txt pyproject.toml client/pyproject.toml
+
+# pyproject.toml's version is the one source; scripts/version.py writes every copy of it
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+version: venv
+	@[ -n "$(V)" ] || { echo "usage: make version V=X.Y.Z"; exit 2; }
+	$(VENV_PY) scripts/version.py set $(V)
+	$(VENV_PY) helm/chart_package.py readme
+
 # the name the chart's default values pull (image.repository, tag = the chart's appVersion)
 IMAGE ?= streamgate:$(VERSION)
+# OCI labels: the commit and the build time (SOURCE_DATE_EPOCH, when set, for reproducible builds)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+CREATED := $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
 IMAGE_ARGS := $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
-	$(if $(BUILD_IMAGE),--build-arg BUILD_IMAGE=$(BUILD_IMAGE)) --build-arg VERSION=$(VERSION)
+	$(if $(BUILD_IMAGE),--build-arg BUILD_IMAGE=$(BUILD_IMAGE)) --build-arg VERSION=$(VERSION) \
+	--build-arg REVISION=$(REVISION) --build-arg CREATED=$(CREATED)
 
 # The dependencies' wheels are fetched here, so the image build itself needs no network.
 image: venv console
@@ -92,9 +114,25 @@ image: venv console
 		> build/requirements.txt
 	# async-timeout: redis needs it on Pythons before 3.11.3 (Debian 12 has 3.11.2), which the host
 	# may not be
-	$(VENV_PY) -m pip wheel -q -w build/wheelhouse -r build/requirements.txt "setuptools>=68" wheel \
-		"async-timeout>=4.0.3"
+	$(VENV_PY) -m pip wheel -q -w build/wheelhouse -c constraints.txt -r build/requirements.txt \
+		setuptools "async-timeout>=4.0.3"
 	podman build $(IMAGE_ARGS) -t $(IMAGE) -f Containerfile .
+
+DIST ?= build/dist
+# What is handed to users. Each wheel is built from its sdist (never from a stale build/lib*), the
+# server's with the compiled parts and the built console inside; the npm tarball as the TypeScript
+# client packs it (its prepack rebuilds dist/, under the lock its tests take); the chart package
+# needs its README current (helm/chart_package.py readme); constraints.txt goes along, the pins
+# the wheels were tested with (pip install -c).
+dist: venv console node-deps
+	$(VENV_PY) scripts/version.py check
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	$(VENV_PY) -m build --no-isolation --outdir $(DIST) .
+	$(VENV_PY) -m build --no-isolation --outdir $(DIST) client
+	cd client/typescript && flock node_modules/.dist.lock npm pack --pack-destination $(abspath $(DIST))
+	$(VENV_PY) helm/chart_package.py package --out $(DIST)
+	cp constraints.txt $(DIST)/
+	cd $(DIST) && sha256sum -- *.whl *.tar.gz *.tgz constraints.txt > SHA256SUMS
 
 run: deps venv
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory console; \

@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -32,10 +32,10 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30
     raise AssertionError(f"gateway at {url} not ready after {timeout_s}s")
 
 
-def serve_gateway(redis_cluster: Any, etcd_server: Any,
-                  settings: dict[str, str] | None = None) -> Iterator[str]:
-    """``python -m gateway.cli serve`` on a free port (auth off unless ``settings``, environment
-    variables, say otherwise); stopped by PID afterwards."""
+def serve_gateway(redis_cluster: Any, etcd_server: Any, settings: dict[str, str] | None = None,
+                  program: Sequence[str] = (sys.executable, "-m", "gateway.cli")) -> Iterator[str]:
+    """``python -m gateway.cli serve`` (or ``program serve``) on a free port (auth off unless
+    ``settings``, environment variables, say otherwise); stopped by PID afterwards."""
     port = free_port()
     env = os.environ | {
         "STREAMGATE_REDIS_NODES": ",".join(
@@ -46,7 +46,7 @@ def serve_gateway(redis_cluster: Any, etcd_server: Any,
         "STREAMGATE_AUTH_MODE": "none",
     } | (settings or {})
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
+        [*program, "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -5,6 +5,7 @@ Names follow ``streamgate_<area>_<noun>_<unit|total>``.
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 from collections import Counter as Counter_
 from collections.abc import Iterable, Mapping
@@ -77,8 +78,9 @@ class GatewayMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None,
-               version: str = "0.1.0") -> GatewayMetrics:
-        """Register the gateway's metrics on ``registry`` (a fresh one by default)."""
+               version: str | None = None) -> GatewayMetrics:
+        """Register the gateway's metrics on ``registry`` (a fresh one by default); ``version``
+        (streamgate_build_info) defaults to the installed distribution's."""
         registry = registry or CollectorRegistry()
         metrics = cls(
             registry=registry,
@@ -179,7 +181,8 @@ class GatewayMetrics:
             **_archive_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
-        metrics.build.info({"version": version, "python": platform.python_version()})
+        metrics.build.info({"version": version or importlib.metadata.version("streamgate"),
+                            "python": platform.python_version()})
         return metrics
 
     def watch_redis_memory(self, nodes: NodesMemory) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
 import time
 import tomllib
 import urllib.error
@@ -72,8 +73,16 @@ def test_image_is_non_root_with_streamgate_entry_point(image: str) -> None:
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"] == ["streamgate"]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert config["Labels"]["org.opencontainers.image.version"] == version
-    assert config["Labels"]["org.opencontainers.image.title"] == "streamgate"
+    labels = {key.removeprefix("org.opencontainers.image."): value
+              for key, value in config["Labels"].items()}
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert (labels["version"], labels["revision"]) == (version, head)
+    assert (labels["title"], labels["licenses"]) == ("streamgate", "Apache-2.0")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels["created"])  # RFC 3339, UTC
+    for key in ("source", "documentation", "url"):
+        assert labels[key].startswith("https://"), key
+    assert labels["description"]
     printed = podman("run", "--rm", image, "--version").stdout
     assert version in printed
     # the runtime stage carries no compiler: only the build stage had one
