@@ -17,6 +17,7 @@ from gateway.delivery.receipts import ReceiptSigner, signer_for
 from gateway.duties.archive import ArchiveDuty, ArchivePolicy
 from gateway.duties.runner import DutyRunner, DutySettings
 from gateway.duties.sweep import GroupSweep, SweepSettings
+from gateway.duties.verdict_duty import VerdictKeeper, VerdictSources, etcd_holders, ttl_ms_for
 from gateway.errors import Handler, problem_for
 from gateway.group_quota import GroupNames, GroupQuota
 from gateway.growth import Growth, GrowthPauses
@@ -178,7 +179,12 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             settings=DutySettings(settings.promote_interval_s, settings.retention_interval_s,
                                   settings.lag_interval_s, settings.sweep_interval_s,
                                   settings.archive_interval_s),
-            sweep=sweep, archive=_archive_duty(store, settings, metrics)))
+            sweep=sweep, archive=_archive_duty(store, settings, metrics),
+            verdicts=VerdictKeeper(VerdictSources(
+                group_store, store.consumers, policies, store.verdicts, cache.get,
+                etcd_holders(etcd, settings.etcd_prefix),
+                settings.hot_retention_ms if store.archive is not None else 0,
+                ttl_ms_for(settings.lag_interval_s)), metrics)))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
@@ -221,6 +227,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             ownership=ownership,
             group_bindings=(None if settings.auth_mode == "none"
                             else GroupBindings(etcd, prefix=settings.etcd_prefix)),
+            verdicts=store.verdicts,
         )
         yield
 

@@ -30,6 +30,7 @@ from partitioner.ownership import PartitionOwnership
 from partitioner.registry import TopicRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
 from storage.protocol import StreamStore
+from storage.verdicts import RedisVerdictBoard
 
 ReadinessCheck = Callable[[], Awaitable[None]]
 
@@ -58,6 +59,7 @@ class Services:
     ownership: PartitionOwnership | None = None  # who owns what; None without etcd
     # the forced filter each group's members read through; None with auth off or without etcd
     group_bindings: GroupBindings | None = None
+    verdicts: RedisVerdictBoard | None = None  # the partition owners' group verdicts
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)

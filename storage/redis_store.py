@@ -45,6 +45,7 @@ from storage.purge import Purge
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.settings import RedisStoreSettings
+from storage.verdicts import RedisVerdictBoard
 from storage.wire.connection import NodeAddress
 from storage.wire.errors import ClusterDownError
 from storage.wire.lanes import NodeLanes
@@ -187,6 +188,11 @@ class RedisStreamStore:
         if self._consumers is None:
             self._consumers = RedisGroupConsumers(self.router, self._lanes)
         return self._consumers
+
+    @property
+    def verdicts(self) -> RedisVerdictBoard:
+        """The partitions' group verdicts as their owners post them, on the same connections."""
+        return RedisVerdictBoard(self.router, self._lanes)
 
     @property
     def rate_limiter(self) -> RedisRateLimiter:

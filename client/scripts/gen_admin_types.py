@@ -28,6 +28,7 @@ INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "
           ("PurgeResult", "partitions"): "PurgedPartition"}
 SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
 RESERVED = set(dir(dict)) | {"to_dict"}
+NULL = {"type": "null"}  # the other option of a value that may be null (oneOf)
 Schema = dict[str, Any]
 
 HEADER = '''"""Typed, read-only results of ``Admin``, one per response schema of the gateway's
@@ -100,7 +101,8 @@ class Generator:
 
     def _attribute(self, owner: str, key: str, schema: Schema, required: bool) -> Attribute:
         annotation, convert = self.annotate(owner, key, schema)
-        nullable = isinstance(schema.get("type"), list) and "null" in schema["type"]
+        nullable = ((isinstance(schema.get("type"), list) and "null" in schema["type"])
+                    or NULL in schema.get("oneOf", ()))
         if (nullable or not required) and annotation != "object":
             annotation += " | None"
         name = key + "_" if keyword.iskeyword(key) or key in RESERVED else key
@@ -111,6 +113,9 @@ class Generator:
         if "$ref" in schema:
             name = self.reference(schema["$ref"])
             return name, name
+        if NULL in schema.get("oneOf", ()):  # a value or null
+            (inner,) = [option for option in schema["oneOf"] if option != NULL]
+            return self.annotate(owner, key, inner)
         kinds = schema.get("type", [])
         kind = next((k for k in ([kinds] if isinstance(kinds, str) else kinds) if k != "null"),
                     None)

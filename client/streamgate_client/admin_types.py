@@ -21,6 +21,7 @@ __all__ = [
     "GroupPartition",
     "GroupRef",
     "GroupTopic",
+    "GroupVerdict",
     "HistoryPage",
     "HotTier",
     "MessageOut",
@@ -225,6 +226,24 @@ class ParkedKey(Record):
     since_ms: Field[int] = Field()
 
 
+class GroupVerdict(Record):
+    """The partition owner's judgement of the group on this partition, renewed every lag round
+    (docs/api.md, Stall verdicts)."""
+
+    __slots__ = ()
+
+    state: Field[Literal["ok", "idle", "behind", "stalled"]] = Field()
+    reason: Field[str | None] = Field()
+    """Why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or
+    behind (retention_overrun_in, archive_behind); null for ok, idle and a plain behind."""
+    since_ms: Field[int] = Field()
+    """When the state began (epoch ms); for a stall, the group's last progress."""
+    detail: Field[str] = Field()
+    """The verdict in a sentence for people."""
+    warnings: Field[Sequence[str]] = Field()
+    """Other reasons that apply too (the same names as reason)."""
+
+
 class GroupPartition(Record):
     """``GroupPartition`` in /openapi.json."""
 
@@ -243,6 +262,8 @@ class GroupPartition(Record):
     parked_keys: Field[Sequence[ParkedKey] | None] = Field(each(ParkedKey), required=False)
     """Key_shared groups only: keys waiting for the redelivery of a failed message (key null for a
     principal that may not see message keys)."""
+    verdict: Field[GroupVerdict | None] = Field(GroupVerdict, required=False)
+    """Null while the partition's owner has posted none lately (a new group, an owner moving)."""
 
 
 class GroupTopic(Record):

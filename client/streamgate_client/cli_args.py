@@ -194,9 +194,12 @@ def _add_groups(commands: Commands, url: argparse.ArgumentParser,
     actions = _listing_command(commands, "groups",
                                "list, describe, seek consumer groups; unpark a parked key", listing)
     describe = actions.add_parser("describe", parents=[url],
-                                  help="a group's topics and partitions: positions, pending")
+                                  help="a group's topics and partitions: positions, pending, "
+                                       "verdicts (ok, idle, behind, stalled and why)")
     describe.add_argument("group")
     describe.add_argument("--topic", default=None)
+    describe.add_argument("-o", "--output", default="json", choices=("json", "table"),
+                          help="table: a row per partition with its lag, pending and verdict")
     parked = actions.add_parser("unpark", parents=[url],
                                 help="let a key_shared group's parked key go on: its message "
                                      "again now, or to the dead letters")

@@ -258,10 +258,30 @@ async def groups(args: argparse.Namespace) -> int:
         if args.action == "list":
             write_listing(await admin.list_groups(), args.output)
         elif args.action == "describe":
-            emit(await admin.describe_group(args.group, args.topic))
+            described = await admin.describe_group(args.group, args.topic)
+            if args.output == "table":
+                write_listing(verdict_rows(described), "table")
+            else:
+                emit(described)
         elif args.action == "unpark":
             emit(await admin.settle_parked_key(args.group, args.topic, args.partition, args.key,
                                                dead_letter=args.dead_letter, reason=args.reason))
         else:
             emit(await admin.seek(args.group, args.topic, args.to))
     return 0
+
+
+def verdict_rows(described: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A described group as a row per partition: its position and its owner's verdict (state
+    ``unknown`` while none is posted)."""
+    rows = []
+    for topic in described["topics"]:
+        for partition in topic["partitions"]:
+            verdict = partition.get("verdict") or {}
+            rows.append({"topic": topic["topic"], "partition": partition["partition"],
+                         "lag": partition["lag"], "pending": partition["pending"],
+                         "state": verdict.get("state", "unknown"),
+                         "reason": verdict.get("reason") or "",
+                         "warnings": ",".join(verdict.get("warnings", ())),
+                         "detail": verdict.get("detail", "")})
+    return rows

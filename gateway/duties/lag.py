@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.duties.ports import StreamReader
 from gateway.observe.metrics import GatewayMetrics
@@ -29,6 +30,20 @@ class GroupLag:
     lag_entries: int | None
     oldest_unacked_age_ms: int | None
     oldest_unread_age_ms: int | None
+    pending: int = 0
+    last_delivered_offset: str | None = None
+
+
+class VerdictJudge(Protocol):
+    """Judges the groups of a partition from their lag (``duties.verdict_duty``)."""
+
+    async def judge(self, topic: str, partition: int, lags: Sequence[GroupLag]) -> None:
+        """Judge, export and post the verdicts of a partition's groups."""
+        ...
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Drop what is kept of a partition (another node owns it now)."""
+        ...
 
 
 def age_ms(offset: str | None, now_ms: int) -> int | None:
@@ -53,7 +68,8 @@ async def lag_from_overview(streams: StreamReader, groups: GroupStore, topic: st
                   if behind else [])
         unread_age = age_ms(unread[0].offset, now_ms) if unread else (0 if state.lag == 0 else None)
         unacked_age = 0 if state.pending == 0 else age_ms(state.oldest_pending_offset, now_ms)
-        result.append(GroupLag(group, state.lag, unacked_age, unread_age))
+        result.append(GroupLag(group, state.lag, unacked_age, unread_age, state.pending,
+                               state.last_delivered_offset))
     return result
 
 
@@ -110,10 +126,12 @@ def _seconds_or_nan(value_ms: int | None) -> float:
 
 class LagExporter:
     """The lag, length and hot age gauges of the partitions this node owns, measured a topic at a
-    time."""
+    time; with ``verdicts``, each group's verdict judged from the same round."""
 
-    def __init__(self, streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics) -> None:
+    def __init__(self, streams: StreamReader, groups: GroupStore, metrics: GatewayMetrics,
+                 verdicts: VerdictJudge | None = None) -> None:
         self.streams, self.groups, self.metrics = streams, groups, metrics
+        self.verdicts = verdicts
         # groups with gauges, per exported partition
         self._seen: dict[tuple[str, int], set[str]] = {}
 
@@ -133,12 +151,16 @@ class LagExporter:
             self._seen[(topic, partition)] = groups
             export_lag(self.metrics, topic, partition, lags)
             export_partition(self.metrics, topic, overview)
+            if self.verdicts is not None:
+                await self.verdicts.judge(topic, partition, lags)
 
     def forget(self, topic: str, partition: int) -> None:
         """Drop a partition's gauges (another node owns it now)."""
         forget_lag(self.metrics, topic, partition,
                    sorted(self._seen.pop((topic, partition), set())))
         forget_partition(self.metrics, topic, partition)
+        if self.verdicts is not None:
+            self.verdicts.forget(topic, partition)
 
     def exported(self) -> list[tuple[str, int]]:
         """The partitions with gauges set by this exporter."""

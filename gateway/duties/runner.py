@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from gateway.duties.archive import ArchiveDuty
-from gateway.duties.lag import LagExporter
+from gateway.duties.lag import LagExporter, VerdictJudge
 from gateway.duties.ports import DelayedStore, Ownership, RetentionStore, StreamReader
 from gateway.duties.sweep import GroupSweep
 from gateway.observe.metrics import GatewayMetrics
@@ -152,7 +152,8 @@ class DutyRunner:
     def __init__(self, ownership: Ownership, cache: TopicCache, *, delayed: DelayedStore,
                  retention: RetentionStore, streams: StreamReader, groups: GroupStore,
                  metrics: GatewayMetrics, settings: DutySettings,
-                 sweep: GroupSweep | None = None, archive: ArchiveDuty | None = None) -> None:
+                 sweep: GroupSweep | None = None, archive: ArchiveDuty | None = None,
+                 verdicts: VerdictJudge | None = None) -> None:
         self.ownership, self.cache, self.streams, self.groups = ownership, cache, streams, groups
         self.sweep = sweep
         self.archive = archive
@@ -162,7 +163,7 @@ class DutyRunner:
         self._supervisor: asyncio.Task[None] | None = None
         self._promoter: asyncio.Task[None] | None = None
         self._lag_exporter: asyncio.Task[None] | None = None
-        self.lag = LagExporter(streams, groups, metrics)
+        self.lag = LagExporter(streams, groups, metrics, verdicts)
         self.crashed: BaseException | None = None
 
     async def __aenter__(self) -> DutyRunner:

@@ -50,6 +50,7 @@ class GatewayMetrics:
     group_oldest_unread_age: Gauge
     group_dead_lettered: Counter
     group_parked_keys: Gauge
+    group_verdict: Gauge
     group_orphans_released: Counter
     group_consumers_removed: Counter
     rate_limited: Counter
@@ -153,6 +154,11 @@ class GatewayMetrics:
                                     "Keys of a key_shared group waiting for the redelivery of a "
                                     "failed message (nacked or timed out), on this gateway",
                                     ["topic", "group", "partition"], registry=registry),
+            group_verdict=Gauge("streamgate_group_verdict",
+                                "1 for a group's current verdict on a partition (state: ok, idle, "
+                                "behind, stalled; reason empty when none), set by the partition's "
+                                "owner with the lag", ["topic", "group", "partition", "state",
+                                                       "reason"], registry=registry),
             group_orphans_released=Counter("streamgate_group_orphans_released_total",
                                            "Un-acked entries of consumers on dead gateway nodes "
                                            "made redeliverable", ["topic", "group"],

@@ -19,6 +19,7 @@ from gateway.delivery.pull import Puller, PullRequest
 from gateway.delivery.receipts import MAX_ACK_TIMEOUT_MS, MIN_ACK_TIMEOUT_MS, Receipt
 from gateway.delivery.settle_frames import reject_reason
 from gateway.documents import entry_document
+from gateway.duties.verdict_duty import read_verdict
 from gateway.errors import Problem, invalid_field, unavailable
 from gateway.fanout import gather_bounded
 from gateway.offsets import parse_offset, predecessor
@@ -231,8 +232,8 @@ async def list_all_groups(request: web.Request) -> web.Response:
 
 
 async def describe_group(request: web.Request) -> web.Response:
-    """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag and
-    pending."""
+    """GET /v1/groups/{group}?topic= -> members, assignment and per-partition position, lag,
+    pending and the owner's verdict."""
     services, group = services_of(request), _group(request)
     principal, gatekeeper = principal_of(request), gatekeeper_of(request)
     wanted = request.query.get("topic")
@@ -261,9 +262,12 @@ async def _describe_on(services: Services, group: str, name: str,
     states = await gather_bounded(lambda p: store.state(name, p, group), range(topic.partitions))
     unread = await gather_bounded(lambda state: _oldest_unread_age_ms(services, name, state),
                                   states)
+    verdicts = await gather_bounded(lambda p: read_verdict(services.verdicts, name, p, group),
+                                    range(topic.partitions))
     doc: dict[str, Any] = {"topic": name, "members": [], "generation": None, "assignment": {},
-                           "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age}
-                                          for state, age in zip(states, unread, strict=True)]}
+                           "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age,
+                                           "verdict": verdict} for state, age, verdict
+                                          in zip(states, unread, verdicts, strict=True)]}
     if services.etcd is not None:
         view = await group_view(services.etcd, topic=name, group=group,
                                 prefix=services.settings.etcd_prefix)

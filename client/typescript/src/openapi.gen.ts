@@ -248,6 +248,27 @@ export interface GroupPartition {
     offset: string;
     since_ms: number;
   }>;
+  /** null while the partition's owner has posted none lately (a new group, an owner moving) */
+  verdict?: GroupVerdict | null;
+}
+
+/**
+ * The partition owner's judgement of the group on this partition, renewed every lag round
+ * (docs/api.md, Stall verdicts)
+ */
+export interface GroupVerdict {
+  state: "ok" | "idle" | "behind" | "stalled";
+  /**
+   * why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or behind
+   * (retention_overrun_in, archive_behind); null for ok, idle and a plain behind
+   */
+  reason: string | null;
+  /** when the state began (epoch ms); for a stall, the group's last progress */
+  since_ms: number;
+  /** the verdict in a sentence for people */
+  detail: string;
+  /** other reasons that apply too (the same names as reason) */
+  warnings: string[];
 }
 
 export interface GroupDetails {
