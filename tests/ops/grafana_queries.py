@@ -44,10 +44,15 @@ def panel_queries() -> Iterator[PanelQuery]:
                 yield PanelQuery(name, panel["title"], target["refId"], target["expr"])
 
 
+def alert_rules() -> dict[str, dict[str, Any]]:
+    """Alert name -> its rule as written."""
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    return {rule["alert"]: rule for group in rules["groups"] for rule in group["rules"]}
+
+
 def alert_expressions() -> dict[str, str]:
     """Alert name -> PromQL expression."""
-    rules = yaml.safe_load(RULES_FILE.read_text())
-    return {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    return {name: rule["expr"] for name, rule in alert_rules().items()}
 
 
 def family_name(sample_name: str) -> str:
