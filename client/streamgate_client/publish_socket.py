@@ -1,5 +1,5 @@
-"""The producer's WebSocket transport: publish frames over one connection to ``/v1/publish``,
-their answers matched by id, a new connection after the gateway closes one."""
+"""The producer's WebSocket transport: publish frames to any topic over one connection to
+``/v1/publish``, their answers matched by id, a new connection after the gateway closes one."""
 
 from __future__ import annotations
 
@@ -234,14 +234,15 @@ class _Connection:
 
 class PublishSocket:
     """Publishes batch bodies (``{"acks":..,"messages":[..]}``) as frames over one WebSocket,
-    opened on first use and again after a close. ``publish`` answers the gateway's ``published``
-    frame, raises what HTTP would, or returns None: that body goes over HTTP (the gateway does
-    not offer the socket, or the frame is larger than it takes). ``deflate`` offers
-    permessage-deflate. Each connection's upgrade carries the credentials' current token, and a
-    provider's fresh one goes over the open connection before it expires; a 4401 close (the
-    token expired anyway) makes them forget it, so the next connection asks for a fresh one."""
+    each frame naming its topic, opened on first use and again after a close. ``publish``
+    answers the gateway's ``published`` frame, raises what HTTP would, or returns None: that body
+    goes over HTTP (the gateway does not offer the socket, or the frame is larger than it takes).
+    ``deflate`` offers permessage-deflate. Each connection's upgrade carries the credentials'
+    current token, and a provider's fresh one goes over the open connection before it expires; a
+    4401 close (the token expired anyway) makes them forget it, so the next connection asks for a
+    fresh one."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, topic: str,
+    def __init__(self, session: aiohttp.ClientSession, base_url: str,
                  credentials: Credentials, *, required: bool, timeout_s: float,
                  deflate: bool = False, ssl: SSLContext | bool = True) -> None:
         self.url = f"{base_url.rstrip('/')}/v1/publish"
@@ -250,7 +251,6 @@ class PublishSocket:
         self._session = session
         self._credentials = credentials
         self._ssl = ssl
-        self._frame_head = b'{"type":"publish","topic":' + orjson.dumps(topic) + b',"id":"'
         self._required = required
         self._timeout_s = timeout_s
         self._compress = WS_DEFLATE_WINDOW_BITS if deflate else 0
@@ -260,8 +260,10 @@ class PublishSocket:
         self._closers: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    async def publish(self, body: bytes, idempotency_key: str) -> dict[str, Any] | None:
-        """Send ``body`` as one publish frame under ``idempotency_key`` and return its answer."""
+    async def publish(self, topic: str, body: bytes,
+                      idempotency_key: str) -> dict[str, Any] | None:
+        """Send ``body`` as one publish frame to ``topic`` under ``idempotency_key`` and return
+        its answer."""
         connection = self._connection
         if connection is None or not connection.open:
             connection = await self._connected()
@@ -269,8 +271,9 @@ class PublishSocket:
                 return None
         frame_id = str(next(self._ids))
         # spliced, not re-encoded: the body's messages are already JSON
-        frame = (self._frame_head + frame_id.encode() + b'","idempotency_key":'
-                 + orjson.dumps(idempotency_key) + b"," + body[1:])
+        frame = (b'{"type":"publish","topic":' + orjson.dumps(topic) + b',"id":"'
+                 + frame_id.encode() + b'","idempotency_key":' + orjson.dumps(idempotency_key)
+                 + b"," + body[1:])
         if len(frame) > connection.max_frame_bytes:
             return None
         room = connection.room

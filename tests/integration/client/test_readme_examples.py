@@ -28,7 +28,7 @@ def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
 
 def test_the_python_example_runs_as_written(served_gateway: str, topic_name: str) -> None:
     code = example("python").replace('"http://127.0.0.1:8080"', repr(served_gateway)).replace(
-        '"orders"', repr(topic_name))
+        '"orders"', repr(topic_name)).replace('"payments"', repr(f"{topic_name}-payments"))
     returncode, out, err = run(sys.executable, "-c", code)
     assert returncode == 0, err
     lines = out.splitlines()
