@@ -64,7 +64,8 @@ $(STAMP): pyproject.toml setup.py constraints.txt $(wildcard */_speedups/*.c */_
 	fi
 	$(VENV_PY) -m pip install -q --upgrade pip
 	# PIP_CONSTRAINT rather than -c: the isolated build's setuptools is pinned too
-	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(VENV_PY) -m pip install -q -e '.[dev,spark,bench]'
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(VENV_PY) -m pip install -q -e ./client \
+		-e '.[dev,spark,bench]'
 	touch $@
 
 node-deps: client/typescript/node_modules/.package-lock.json
@@ -86,9 +87,12 @@ $(CONSOLE_JS): client/typescript/node_modules/.package-lock.json client/typescri
 # constraints.txt pins every dependency of every extra (and the client's): the venv, CI and the
 # image install from it. `make constraints` keeps its pins and adds what pyproject.toml newly asks
 # for; UPGRADE=1 moves every pin to the newest version the ranges allow.
+# The server's streamgate-client comes from ./client (build/local.in), never from an index.
 constraints: venv
+	mkdir -p build && printf './client\n' > build/local.in
 	$(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --all-extras \
-		$(if $(UPGRADE),--upgrade) -o constraints.txt pyproject.toml client/pyproject.toml
+		--no-emit-package streamgate-client $(if $(UPGRADE),--upgrade) -o constraints.txt \
+		pyproject.toml client/pyproject.toml build/local.in
 
 # pyproject.toml's version is the one source; scripts/version.py writes every copy of it
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -113,9 +117,9 @@ image: venv console
 	$(VENV_PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["otel"]))' \
 		> build/requirements.txt
 	# async-timeout: redis needs it on Pythons before 3.11.3 (Debian 12 has 3.11.2), which the host
-	# may not be
+	# may not be; ./client: the streamgate-client the server depends on, built here
 	$(VENV_PY) -m pip wheel -q -w build/wheelhouse -c constraints.txt -r build/requirements.txt \
-		setuptools "async-timeout>=4.0.3"
+		./client setuptools "async-timeout>=4.0.3"
 	podman build $(IMAGE_ARGS) -t $(IMAGE) -f Containerfile .
 
 DIST ?= build/dist

@@ -35,7 +35,7 @@ def script() -> str:
     """The installed ``streamgate`` console script beside this interpreter."""
     found = Path(sys.executable).with_name("streamgate")
     if not found.exists():
-        raise SystemExit(f"no streamgate script at {found}: pip install -e . first")
+        raise SystemExit(f"no streamgate script at {found}: pip install -e ./client -e . first")
     return str(found)
 
 

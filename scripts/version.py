@@ -17,6 +17,7 @@ SOURCE = "pyproject.toml"
 # npm and Helm take semantic versions, Python PEP 440 ones: plain releases read the same to all
 RELEASE = re.compile(r"\d+\.\d+\.\d+")
 _TOML_VERSION = re.compile(r'(?m)^(version = ")([^"]+)(")$')  # the first is [project]'s
+_CLIENT_PIN = re.compile(r'(?m)^(    "streamgate-client==)([^"]+)(",)')  # the server's dependency
 _CHART_VERSIONS = re.compile(r'(?m)^((?:version|appVersion): "?)([^"\n]+)("?)$')
 
 
@@ -53,6 +54,7 @@ def _json_copy(path: str, *keys: tuple[str, ...]) -> Copy:
 
 SOURCE_COPY = _pattern_copy(SOURCE, _TOML_VERSION, 1)
 COPIES = (
+    _pattern_copy(SOURCE, _CLIENT_PIN, 1),
     _pattern_copy("client/pyproject.toml", _TOML_VERSION, 1),
     _json_copy("client/typescript/package.json", ("version",)),
     _json_copy("client/typescript/package-lock.json", ("version",), ("packages", "", "version")),

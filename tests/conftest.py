@@ -114,7 +114,7 @@ def compiled_or_skip(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError:
-        missing(f"{name} is not built: pip install -e . with a C compiler")
+        missing(f"{name} is not built: pip install -e ./client -e . with a C compiler")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from packaging.version import Version
 from scripts.version import ROOT
 
 PROJECTS = ("pyproject.toml", "client/pyproject.toml")
+OWN = {"streamgate", "streamgate-client"}  # built from this repository, never from an index
 _PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)")
 
 
@@ -25,13 +26,13 @@ def pins() -> dict[str, Version]:
 
 
 def requirements(path: str) -> list[Requirement]:
-    """Every requirement ``path`` names: its dependencies and each extra's (the project's own
-    extras, which name itself, left out)."""
+    """Every requirement ``path`` names: its dependencies and each extra's (the projects of this
+    repository left out: the extras naming their own project, the server's client)."""
     project = tomllib.loads((ROOT / path).read_text())["project"]
     named = [*project["dependencies"],
              *(item for extra in project.get("optional-dependencies", {}).values()
                for item in extra)]
-    return [req for req in map(Requirement, named) if req.name != project["name"]]
+    return [req for req in map(Requirement, named) if req.name not in OWN]
 
 
 @pytest.mark.parametrize("path", PROJECTS)

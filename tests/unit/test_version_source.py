@@ -41,7 +41,7 @@ def test_set_rewrites_the_source_and_every_copy(tree: Path) -> None:
     assert project_version(tree) == "2.3.4"
     assert drifted(tree) == []
     assert [copy.read((tree / copy.path).read_text()) for copy in COPIES] == [
-        ["2.3.4"], ["2.3.4"], ["2.3.4", "2.3.4"], ["2.3.4", "2.3.4"]]
+        ["2.3.4"], ["2.3.4"], ["2.3.4"], ["2.3.4", "2.3.4"], ["2.3.4", "2.3.4"]]
 
 
 def test_set_back_leaves_every_file_as_it_was(tree: Path) -> None:

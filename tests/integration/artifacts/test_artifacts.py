@@ -25,8 +25,7 @@ from scripts.version import ROOT, project_version
 COMPILED = ("partitioner/_speedups/_murmur2", "gateway/_speedups/_plain",
             "gateway/_speedups/_sketch", "gateway/_speedups/_frames", "storage/_speedups/_wire",
             "storage/_speedups/_entries", "storage/_speedups/_pages")
-SERVER_PACKAGES = {"gateway", "partitioner", "storage", "streamgate_client", "streamgate_spark",
-                   "streamgate_devstack"}
+SERVER_PACKAGES = {"gateway", "partitioner", "storage", "streamgate_spark", "streamgate_devstack"}
 CLIENT_SCRIPT = """\
 import asyncio, json, sys
 
@@ -89,15 +88,16 @@ def build(source: Path, out: Path) -> None:
     assert done.returncode == 0, f"build of {source} failed:\n{done.stdout[-4000:]}{done.stderr}"
 
 
-def install(wheel: Path, venv: Path) -> Venv:
-    """``python -m venv``, then the wheel with its dependencies as constraints.txt pins them (pip's
-    cache serves those the suite's venv already fetched)."""
+def install(venv: Path, *wheels: Path) -> Venv:
+    """``python -m venv``, then the wheels with their dependencies as constraints.txt pins them
+    (pip's cache serves those the suite's venv already fetched)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                           "install", "-q", "-c", str(ROOT / "constraints.txt"), str(wheel)],
+                           "install", "-q", "-c", str(ROOT / "constraints.txt"), *map(str, wheels)],
                           capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, f"installing {wheel.name} failed:\n{done.stdout}{done.stderr}"
+    names = ", ".join(wheel.name for wheel in wheels)
+    assert done.returncode == 0, f"installing {names} failed:\n{done.stdout}{done.stderr}"
     return Venv(venv)
 
 
@@ -114,13 +114,15 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory,
 
 @pytest.fixture(scope="session")
 def server_venv(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return install(artifacts.one("streamgate-*.whl"), tmp_path_factory.mktemp("server") / "venv")
+    """The server's wheel and its one dependency built here, the client's."""
+    return install(tmp_path_factory.mktemp("server") / "venv", artifacts.one("streamgate-*.whl"),
+                   artifacts.one("streamgate_client-*.whl"))
 
 
 @pytest.fixture(scope="session")
 def client_venv(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    return install(artifacts.one("streamgate_client-*.whl"),
-                   tmp_path_factory.mktemp("client") / "venv")
+    return install(tmp_path_factory.mktemp("client") / "venv",
+                   artifacts.one("streamgate_client-*.whl"))
 
 
 @pytest.fixture
