@@ -7,6 +7,10 @@ async with Producer("http://127.0.0.1:8080", "orders", acks="all") as producer:
     results = await producer.send_many([{"value": n, "key": "bob"} for n in range(1000)])
     result = await producer.send_and_wait({"total": 42}, key="alice")
 
+async with Producer("http://127.0.0.1:8080") as producer:  # any topic, one connection
+    await producer.send({"n": 1}, key="bob", topic="orders")
+    await producer.send_and_wait({"paid": 1}, key="bob", topic="payments")
+
 async with Admin("http://127.0.0.1:8080") as admin, Producer(url, "carts", acks="all") as producer:
     position = await admin.key_position("carts", "cart-1")  # a topic created with key_index=True
     await producer.send_conditional([{"value": {"added": "pear"}, "key": "cart-1",
