@@ -43,6 +43,50 @@ helm test sg -n streaming
 
 From a checkout, `./helm/streamgate` installs the same chart.
 
+## Declarative topics
+
+Topics listed in `topics` are applied after every install and upgrade by the Job
+`<release>-streamgate-topics`, which runs `streamgate topics apply` (the same command works from a
+laptop: `streamgate topics apply -f topics.json --dry-run`) through the gateway Service:
+
+```yaml
+topics:
+  - {{name: orders, partitions: 6, retention_ms: 604800000, max_length: 1000000}}
+  - {{name: accounts, partitions: 3, compact: true}}
+  - {{name: old-events, state: absent}}
+topicsJob:
+  apiKeySecret: {{name: streamgate-ops, key: api-key}}  # with auth_mode=required
+```
+
+A missing topic is created; a larger `partitions` grows it (keys keep their order); a different
+`retention_ms` or `max_length` is changed; a setting left out is not managed. A smaller
+`partitions`, or a `key_index`/`compact` other than the topic's (both fixed at creation), is
+refused: the Job logs `refused <topic>: ...`, applies the rest and fails, so the release shows it.
+Nothing is deleted but a topic with `state: absent`, or, with `topicsJob.deleteUnlisted: true`,
+every topic the list does not name (a listed topic's `<topic>.dlq` stays). Running it again
+changes nothing.
+
+## Network policy
+
+`networkPolicy.enabled` (on by default) adds three NetworkPolicies. The gateway takes connections on
+its port from anywhere, or from `networkPolicy.ingressFrom` plus `metricsFrom` (Prometheus) and the
+chart's own Jobs. It connects only to the in-chart Redis and etcd (or to the ports of
+`externalRedis.nodes` and `externalEtcd.endpoints`, within `externalRedisCIDRs` and
+`externalEtcdCIDRs`), to kube-dns on port 53 and to an `s3://` archive's endpoint (`archiveCIDRs`,
+`archivePorts`). Anything else it must reach (an OTLP collector, an identity provider's `jwks_url`,
+an instance-metadata endpoint for `archive.s3.credentialsChain`) needs a rule in
+`networkPolicy.extraEgress`. Redis and etcd take connections only from the gateway, their own peers
+and the chart's Job that forms the Redis Cluster or announces etcd members. The policies are
+enforced only by a network plugin that implements them (Calico, Cilium, ...).
+
+## Shutdown and scheduling
+
+A deleted gateway pod keeps serving for `gateway.preStopSleepSeconds` while the Service drops it,
+then drains on SIGTERM for up to `gateway.settings.shutdown_timeout_s`; the chart refuses a
+`gateway.terminationGracePeriodSeconds` that is not above the two together. A startup probe on
+`/readyz` gives a start up to five minutes before liveness applies; the pods spread over nodes and
+zones (`gateway.topologySpread`) and take `gateway.priorityClassName`.
+
 ## Values
 
 Every value the chart takes, from `values.schema.json` (which refuses unknown keys and wrong types),

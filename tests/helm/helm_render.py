@@ -60,6 +60,16 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                "s3": {"endpoint": "minio.storage:9000", "region": "eu-1",
                                       "scheme": "http", "accessKey": "AKIDEXAMPLE",
                                       "secretKey": "wJalrXUtnFEMI/K7MDENG"}}},
+    "declared-topics": {"topics": [{"name": "orders", "partitions": 6, "retention_ms": 60000},
+                                   {"name": "accounts", "partitions": 3, "compact": True},
+                                   {"name": "old", "state": "absent"}],
+                        "topicsJob": {"apiKeySecret": {"name": "streamgate-ops"}}},
+    "narrowed-network": {"networkPolicy": {
+        "ingressFrom": [{"namespaceSelector": {"matchLabels": {"name": "ingress-nginx"}}}],
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        "extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}]},
+        "gateway": {"priorityClassName": "streaming-critical"}},
+    "no-network-policy": {"networkPolicy": {"enabled": False}},
 }
 
 

@@ -1,6 +1,7 @@
 """The chart's workloads run as rendered (kubelet.py): its Job forms the Redis Cluster of 3+3 pods,
-3 etcd members reach quorum, 2 gateways serve through them, and SIGTERM drains a gateway within
-terminationGracePeriodSeconds while its partitions move to the other."""
+3 etcd members reach quorum, 2 gateways serve through them, the topics hook applies the declared
+topics, and SIGTERM drains a gateway within terminationGracePeriodSeconds while its partitions move
+to the other."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import uuid
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from kubelet import Kubelet, Pod
-from release import HEADERS
+from release import DECLARED_TOPICS, HEADERS
 
 
 def redis_cli(kubelet: Kubelet, pod: Pod, *args: str) -> str:
@@ -79,6 +81,31 @@ async def publish_and_consume(publisher: str, subscriber: str) -> list[str]:
 def test_helm_test_hook_publishes_replays_and_consumes(kube: Kubelet) -> None:
     [log] = kube.run_hook("test")
     assert "published 3, replayed 3, consumed 3" in log, log
+
+
+@pytest.mark.timeout(600)
+def test_topics_hook_creates_the_declared_topics_then_changes_nothing(kube: Kubelet) -> None:
+    [installed] = kube.run_hook("post-install")
+    assert step_actions(installed) == {t["name"]: "create" for t in DECLARED_TOPICS}, installed
+    found = asyncio.run(listed_topics(kube.component("gateway")[0].url))
+    for declared in DECLARED_TOPICS:
+        topic = found[declared["name"]]
+        assert {key: topic[key] for key in declared} == declared
+    [upgraded] = kube.run_hook("post-upgrade")
+    assert step_actions(upgraded) == {t["name"]: "unchanged" for t in DECLARED_TOPICS}, upgraded
+
+
+def step_actions(log: str) -> dict[str, str]:
+    """Topic -> the action of the topics Job's JSON line for it."""
+    lines = [orjson.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return {line["topic"]: line["action"] for line in lines}
+
+
+async def listed_topics(url: str) -> dict[str, dict[str, Any]]:
+    async with aiohttp.ClientSession(headers=HEADERS) as http, \
+            http.get(f"{url}/v1/topics") as listed:
+        assert listed.status == 200, await listed.text()
+        return {topic["name"]: topic for topic in (await listed.json())["topics"]}
 
 
 @pytest.mark.timeout(600)
