@@ -12,6 +12,7 @@ from gateway.auth.limits import LimitOverrides
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.growth_gate import Gate, group_gate
 from gateway.delivery.hub import DeliveryHub
+from gateway.delivery.pause_gate import PauseGate
 from gateway.delivery.pull import PULL_CONSUMER, Puller
 from gateway.delivery.receipts import ReceiptSigner, signer_for
 from gateway.duties.archive import ArchiveDuty, ArchivePolicy
@@ -28,6 +29,8 @@ from gateway.publish.publisher import Publisher
 from gateway.routes import (
     cluster,
     console,
+    group_pause,
+    group_scale,
     groups,
     health,
     history,
@@ -46,6 +49,7 @@ from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd_registry import EtcdTopicRegistry
 from partitioner.group_binding import GroupBindings
 from partitioner.group_ledger import GroupLedger
+from partitioner.group_pause import GroupPauses
 from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
@@ -109,8 +113,8 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
-    for module in (topics, messages, publish_socket, history, subscribe, groups, purge, health,
-                   cluster):
+    for module in (topics, messages, publish_socket, history, subscribe, groups, group_scale,
+                   group_pause, purge, health, cluster):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)
@@ -162,8 +166,10 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
         def gates(topic: str, group: str) -> Gate:
             return group_gate(cache, topic, group, group_store, store)
 
+        pauses = PauseGate(await stack.enter_async_context(
+            GroupPauses(etcd, prefix=settings.etcd_prefix)), cache)
         hub = await stack.enter_async_context(DeliveryHub(group_store, settings.node_id,
-                                                          dead_letters, metrics, gates))
+                                                          dead_letters, metrics, gates, pauses))
         ownership = await stack.enter_async_context(PartitionOwnership(
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix,
             lease_ttl_s=settings.owner_lease_ttl_s, address=settings.advertised_url,
@@ -172,7 +178,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
             SweepSettings(settings.node_id,
                           dead_consumer_idle_ms=int(settings.owner_lease_ttl_s * 2000),
-                          service_consumers=frozenset({PULL_CONSUMER})))
+                          service_consumers=frozenset({PULL_CONSUMER}),
+                          paused=pauses.paused))
         duties = await stack.enter_async_context(DutyRunner(
             ownership, cache, delayed=store.delayed, retention=store.retention, streams=store,
             groups=group_store, metrics=metrics,
@@ -184,7 +191,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                 group_store, store.consumers, policies, store.verdicts, cache.get,
                 etcd_holders(etcd, settings.etcd_prefix),
                 settings.hot_retention_ms if store.archive is not None else 0,
-                ttl_ms_for(settings.lag_interval_s)), metrics)))
+                ttl_ms_for(settings.lag_interval_s),
+                paused=lambda topic, group: pauses.pause_of(topic, group) is not None), metrics)))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
@@ -219,7 +227,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             delivery=hub,
             etcd=etcd,
             puller=Puller(group_store, dead_letters.acting_as("pull"), metrics,
-                          app[RECEIPT_SIGNER], gates=gates),
+                          app[RECEIPT_SIGNER], gates=gates, pauses=pauses),
             policies=policies,
             throttle=_throttle(store, settings, app[GATEKEEPER].limit_overrides),
             group_quota=_group_quota(settings, etcd, group_store, cache),

@@ -104,7 +104,13 @@ def state_from(partition: int, info: Mapping[str, Any] | None,
         pending=int(info.get("pending") or 0),
         oldest_pending_offset=oldest,
         lag=None if lag is None else int(lag),
+        entries_read=_count_or_none(info.get("entries-read")),
     )
+
+
+def _count_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
 
 def lost_range(partition: int, position: str, flat: Sequence[Any],
                row: Mapping[str, Any] | None) -> LostRange | None:

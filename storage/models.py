@@ -337,6 +337,7 @@ class GroupPartitionState:
     pending: int
     oldest_pending_offset: str | None
     lag: int | None
+    entries_read: int | None = None  # entries ever delivered to the group (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)

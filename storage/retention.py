@@ -3,6 +3,7 @@ entries a group had not acked."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,14 +88,47 @@ class RedisRetention:
         ``TrimReport.unacked_removed`` names every group that lost entries it had not acked, with
         how many.
         """
-        if min_offset is not None:
-            validate_offset(min_offset)
-        if max_length is not None and max_length < 0:
-            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        _check_bounds(min_offset, max_length)
         report = await self._trim_stream(topic, partition, min_offset, max_length)
         if self._archive is None:
             return report
         return await self._expire_archive(self._archive, report, topic, min_offset, max_length)
+
+    async def preview(
+        self, topic: str, partition: int, *, min_offset: str | None = None,
+        max_length: int | None = None
+    ) -> TrimReport:
+        """What ``trim`` would remove now, counted by reads alone (a dry run writes nothing).
+
+        The stream's figures are exact at the instant of the reads; the archive's segments are
+        chosen before the stream is trimmed, so their length rule is an estimate.
+        """
+        _check_bounds(min_offset, max_length)
+        key = log_key(topic, partition)
+        read_s = self._settings.read_deadline_s
+        cut = await self._router.call("trim_preview", read_s,
+                                      lambda: self._cut(key, min_offset, max_length))
+        report = TrimReport(partition, 0)
+        if cut is not None:
+            removed = await self._router.call("trim_preview", read_s,
+                                              lambda: self._count_entries(key, "-", "(" + cut))
+            unacked = await self._router.call("trim_preview", read_s,
+                                              lambda: self._count_unacked(key, cut))
+            report = TrimReport(partition, removed, unacked)
+        if self._archive is None:
+            return report
+        refs = await self._archive.expiring(topic, partition, before=min_offset,
+                                            max_length=max_length)
+        return await self._with_archived(self._archive, report, topic, refs)
+
+    async def count_between(self, topic: str, partition: int, after: str, through: str,
+                            limit: int) -> int:
+        """How many entries of the partition's stream have ids in (``after``, ``through``],
+        counting no further than ``limit`` (a bounded read: ``limit`` means at least that)."""
+        key = log_key(topic, partition)
+        return await self._router.call(
+            "count_between", self._settings.read_deadline_s,
+            lambda: self._count_entries(key, "(" + after, through, limit))
 
     async def _trim_stream(self, topic: str, partition: int, min_offset: str | None,
                            max_length: int | None) -> TrimReport:
@@ -119,15 +153,26 @@ class RedisRetention:
         refs = await archive.expiring(topic, partition, before=min_offset, max_length=max_length)
         if not refs:
             return report
+        counted = await self._with_archived(archive, report, topic, refs)
+        dropped = await archive.expire(topic, partition, refs)
+        return dataclasses.replace(counted, archived_removed=sum(ref.count for ref in dropped),
+                                   segments_removed=len(dropped))
+
+    async def _with_archived(self, archive: ArchiveTier, report: TrimReport, topic: str,
+                             refs: list[SegmentRef]) -> TrimReport:
+        """``report`` with the segments ``refs`` going too, and each group's unacked entries in
+        them."""
+        if not refs:
+            return report
+        partition = report.partition
         unacked = await self._router.call(
             "trim", self._settings.read_deadline_s,
             lambda: self._count_archived_unacked(archive, topic, partition, refs))
-        dropped = await archive.expire(topic, partition, refs)
         lost = dict(report.unacked_removed)
         for group, count in unacked.items():
             lost[group] = lost.get(group, 0) + count
-        return TrimReport(partition, report.removed, lost,
-                          sum(ref.count for ref in dropped), len(dropped))
+        return TrimReport(partition, report.removed, lost, sum(ref.count for ref in refs),
+                          len(refs))
 
     async def _count_archived_unacked(self, archive: ArchiveTier, topic: str, partition: int,
                                       refs: list[SegmentRef]) -> dict[str, int]:
@@ -217,7 +262,7 @@ class RedisRetention:
         delivered = offset_key(last_delivered)
         if delivered < offset_key(cut):
             start = first if delivered < offset_key(first) else "(" + last_delivered
-            lost += await self._count_entries(key, start, cut)
+            lost += await self._count_entries(key, start, "(" + cut)
         return lost
 
     async def _count_pending(self, key: str, group: str, start: str, cut: str) -> int:
@@ -235,17 +280,19 @@ class RedisRetention:
                 return total
             start = "(" + text(rows[-1][0])
 
-    async def _count_entries(self, key: str, start: str, cut: str) -> int:
-        """Stream entries with ids from ``start`` (inclusive, or exclusive with a leading '(') to
-        ``cut``."""
+    async def _count_entries(self, key: str, start: str, end: str,
+                             limit: int | None = None) -> int:
+        """Stream entries with ids from ``start`` to ``end`` (each inclusive, or exclusive with a
+        leading '('), no more than ``limit`` when given."""
         total = 0
-        while True:
-            items = list(await self._on(key, ("XRANGE", key, start, "(" + cut, "COUNT", _PAGE))
-                         or [])
+        while limit is None or total < limit:
+            page = _PAGE if limit is None else min(_PAGE, limit - total)
+            items = list(await self._on(key, ("XRANGE", key, start, end, "COUNT", page)) or [])
             total += len(items)
-            if len(items) < _PAGE:
+            if len(items) < page:
                 return total
             start = "(" + _id_of(items[-1])
+        return total
 
     async def _group_infos(self, key: str) -> list[Mapping[str, Any]]:
         try:
@@ -263,6 +310,13 @@ async def _undelivered(archive: ArchiveTier, ref: SegmentRef, delivered: str) ->
     if offset_key(delivered) < offset_key(ref.first_offset):
         return ref.count
     return await archive.count_after(ref, delivered)
+
+
+def _check_bounds(min_offset: str | None, max_length: int | None) -> None:
+    if min_offset is not None:
+        validate_offset(min_offset)
+    if max_length is not None and max_length < 0:
+        raise ValueError(f"max_length must be >= 0, got {max_length}")
 
 
 def _id_of(item: Any) -> str:

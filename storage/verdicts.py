@@ -1,6 +1,7 @@
 """The verdict board of a partition: one small hash beside its stream, group -> the owner's
-latest verdict (opaque bytes), replaced whole each round and expiring unless renewed, so any
-gateway reads what the owner judged and a gone owner's verdicts vanish instead of going stale."""
+latest verdict and flow (opaque bytes), replaced whole each round and expiring unless renewed, so
+any gateway reads what the owner judged and a gone owner's verdicts vanish instead of going
+stale."""
 
 from __future__ import annotations
 

@@ -19,13 +19,19 @@ OUTPUT = ROOT / "client" / "streamgate_client" / "admin_types.py"
 # the response schemas Admin returns, in the order the module lists them
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
-           "ParkedKeyResult", "Cluster")
+           "ParkedKeyResult", "Cluster", "PurgeDryRun", "SeekDryRun", "TopicDryRun",
+           "RedriveDryRun", "GroupPauseState")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",
           ("GroupDetails", "topics"): "GroupTopic", ("GroupTopic", "members"): "GroupMember",
           ("GroupPartition", "parked_keys"): "ParkedKey",
-          ("PurgeResult", "partitions"): "PurgedPartition"}
+          ("PurgeResult", "partitions"): "PurgedPartition",
+          ("PurgeDryRun", "partitions"): "PurgePreview", ("SeekDryRun", "partitions"): "SeekMove",
+          ("GrowthImpact", "groups"): "GroupBacklog", ("GroupBacklog", "partitions"): "Backlog",
+          ("RetentionImpact", "partitions"): "TrimPreview",
+          ("TopicDryRun", "impact"): "TopicImpact",
+          ("RedriveDryRun", "partitions"): "RedrivePreview"}
 SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
 RESERVED = set(dir(dict)) | {"to_dict"}
 NULL = {"type": "null"}  # the other option of a value that may be null (oneOf)

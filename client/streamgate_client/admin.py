@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from ssl import SSLContext
-from typing import Any
+from typing import Any, Literal, overload
 
 import aiohttp
 import orjson
@@ -14,17 +14,22 @@ from streamgate_client.admin_types import (
     Cluster,
     GroupDetails,
     GroupList,
+    GroupPauseState,
     GroupRef,
     HistoryPage,
     MessageOut,
     ParkedKeyResult,
+    PurgeDryRun,
     PurgeResult,
+    RedriveDryRun,
     RedriveResult,
     ReplayPage,
+    SeekDryRun,
     SeekResult,
     SnapshotPage,
     Topic,
     TopicDetails,
+    TopicDryRun,
     TopicList,
 )
 from streamgate_client.credentials import Credentials, TokenProvider, authorized_body
@@ -87,12 +92,50 @@ class Admin:
             body["max_length"] = max_length
         return Topic(await self._call("POST", "/v1/topics", body=body))
 
-    async def grow_topic(self, name: str, partitions: int) -> Topic:
+    @overload
+    async def grow_topic(self, name: str, partitions: int, *,
+                         dry_run: Literal[False] = False) -> Topic: ...
+    @overload
+    async def grow_topic(self, name: str, partitions: int, *,
+                         dry_run: Literal[True]) -> TopicDryRun: ...
+    @overload
+    async def grow_topic(self, name: str, partitions: int, *,
+                         dry_run: bool) -> Topic | TopicDryRun: ...
+
+    async def grow_topic(self, name: str, partitions: int, *,
+                         dry_run: bool = False) -> Topic | TopicDryRun:
         """PATCH /v1/topics/{name} with more partitions -> the topic (like Kafka's
         ``create_partitions``, but keys keep their order: publishes pause for a moment and consumers
-        hold a grown partition until the keys that moved there were consumed where they were)."""
-        return Topic(await self._call("PATCH", f"/v1/topics/{name}",
-                                      body={"partitions": partitions}))
+        hold a grown partition until the keys that moved there were consumed where they were).
+        ``dry_run``: what the growth would do (``impact.growth``), nothing changed."""
+        return _topic(await self._call("PATCH", f"/v1/topics/{name}", params=_dry(dry_run),
+                                       body={"partitions": partitions}), dry_run)
+
+    @overload
+    async def update_topic(self, name: str, *, retention_ms: int | None = None,
+                           max_length: int | None = None, clear_max_length: bool = False,
+                           dry_run: Literal[False] = False) -> Topic: ...
+    @overload
+    async def update_topic(self, name: str, *, retention_ms: int | None = None,
+                           max_length: int | None = None, clear_max_length: bool = False,
+                           dry_run: Literal[True]) -> TopicDryRun: ...
+    @overload
+    async def update_topic(self, name: str, *, retention_ms: int | None = None,
+                           max_length: int | None = None, clear_max_length: bool = False,
+                           dry_run: bool) -> Topic | TopicDryRun: ...
+
+    async def update_topic(self, name: str, *, retention_ms: int | None = None,
+                           max_length: int | None = None, clear_max_length: bool = False,
+                           dry_run: bool = False) -> Topic | TopicDryRun:
+        """PATCH /v1/topics/{name} with a new ``retention_ms`` and/or ``max_length`` (None leaves
+        each as it is; ``clear_max_length`` removes the length cap) -> the topic. ``dry_run``:
+        what the new retention would trim now, per group (``impact.retention``), nothing
+        changed."""
+        body: dict[str, Any] = {} if retention_ms is None else {"retention_ms": retention_ms}
+        if max_length is not None or clear_max_length:
+            body["max_length"] = max_length
+        return _topic(await self._call("PATCH", f"/v1/topics/{name}", body=body,
+                                       params=_dry(dry_run)), dry_run)
 
     async def list_topics(self) -> list[Topic]:
         """GET /v1/topics -> the topics, sorted by name."""
@@ -190,30 +233,57 @@ class Admin:
         return GroupDetails(await self._call("GET", f"/v1/groups/{group}",
                                              params={"topic": topic} if topic else None))
 
-    async def seek(self, group: str, topic: str, to: str | Mapping[str, int]) -> SeekResult:
+    @overload
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int], *,
+                   dry_run: Literal[False] = False) -> SeekResult: ...
+    @overload
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int], *,
+                   dry_run: Literal[True]) -> SeekDryRun: ...
+    @overload
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int], *,
+                   dry_run: bool) -> SeekResult | SeekDryRun: ...
+
+    async def seek(self, group: str, topic: str, to: str | Mapping[str, int], *,
+                   dry_run: bool = False) -> SeekResult | SeekDryRun:
         """POST /v1/groups/{group}/seek ``{topic, to}``.
 
         ``to``: ``earliest``, ``latest``, a cursor ``<partition>:<offset>,...`` (deliver strictly
-        after) or ``{"timestamp_ms": t}``. Pending messages stay pending.
+        after) or ``{"timestamp_ms": t}``. Pending messages stay pending. ``dry_run``: per
+        partition, the entries the seek would skip or deliver again, nothing changed.
         """
         target = to if isinstance(to, str) else dict(to)
-        return SeekResult(await self._call("POST", f"/v1/groups/{group}/seek",
-                                           body={"topic": topic, "to": target}))
+        document = await self._call("POST", f"/v1/groups/{group}/seek", params=_dry(dry_run),
+                                    body={"topic": topic, "to": target})
+        return SeekDryRun(document) if dry_run else SeekResult(document)
+
+    @overload
+    async def redrive(self, topic: str, max_messages: int | None = None, *,
+                      rate_per_s: int | None = None, letter: tuple[int, str] | None = None,
+                      dry_run: Literal[False] = False) -> RedriveResult: ...
+    @overload
+    async def redrive(self, topic: str, max_messages: int | None = None, *,
+                      rate_per_s: int | None = None, letter: tuple[int, str] | None = None,
+                      dry_run: Literal[True]) -> RedriveDryRun: ...
+    @overload
+    async def redrive(self, topic: str, max_messages: int | None = None, *,
+                      rate_per_s: int | None = None, letter: tuple[int, str] | None = None,
+                      dry_run: bool) -> RedriveResult | RedriveDryRun: ...
 
     async def redrive(self, topic: str, max_messages: int | None = None, *,
-                      rate_per_s: int | None = None,
-                      letter: tuple[int, str] | None = None) -> RedriveResult:
+                      rate_per_s: int | None = None, letter: tuple[int, str] | None = None,
+                      dry_run: bool = False) -> RedriveResult | RedriveDryRun:
         """POST /v1/topics/{topic}/dlq/redrive: move dead letters back to the topic (and out of
         the DLQ) -> how many were ``redriven``; ``letter`` = (partition, offset) moves that one
-        only."""
+        only. ``dry_run``: how many would go, per DLQ partition, nothing moved."""
         body: dict[str, Any] = {
             name: value
             for name, value in (("max_messages", max_messages), ("rate_per_s", rate_per_s))
             if value is not None}
         if letter is not None:
             body |= {"partition": letter[0], "offset": letter[1]}
-        return RedriveResult(await self._call("POST", f"/v1/topics/{topic}/dlq/redrive",
-                                              body=body))
+        document = await self._call("POST", f"/v1/topics/{topic}/dlq/redrive", body=body,
+                                    params=_dry(dry_run))
+        return RedriveDryRun(document) if dry_run else RedriveResult(document)
 
     async def settle_parked_key(self, group: str, topic: str, partition: int, key: str, *,
                                 dead_letter: bool = False,
@@ -227,16 +297,41 @@ class Admin:
             body["reason"] = reason
         return ParkedKeyResult(await self._call("POST", f"/v1/groups/{group}/parked", body=body))
 
-    async def purge(self, topic: str, partition: int | None = None, *,
-                    dead_letters: bool = False) -> PurgeResult:
+    async def pause_group(self, group: str, topic: str, *,
+                          until_ms: int | None = None) -> GroupPauseState:
+        """POST /v1/groups/{group}/pause?topic=: no delivery to the group's members on any gateway
+        until ``resume_group`` or ``until_ms`` (epoch ms) (like NATS's consumer pause); members
+        stay, are told, and may still settle what they hold."""
+        body = {} if until_ms is None else {"until_ms": until_ms}
+        return GroupPauseState(await self._call("POST", f"/v1/groups/{group}/pause",
+                                                params={"topic": topic}, body=body))
+
+    async def resume_group(self, group: str, topic: str) -> GroupPauseState:
+        """POST /v1/groups/{group}/resume?topic=: deliveries go on from where they stopped."""
+        return GroupPauseState(await self._call("POST", f"/v1/groups/{group}/resume",
+                                                params={"topic": topic}))
+
+    @overload
+    async def purge(self, topic: str, partition: int | None = None, *, dead_letters: bool = False,
+                    dry_run: Literal[False] = False) -> PurgeResult: ...
+    @overload
+    async def purge(self, topic: str, partition: int | None = None, *, dead_letters: bool = False,
+                    dry_run: Literal[True]) -> PurgeDryRun: ...
+    @overload
+    async def purge(self, topic: str, partition: int | None = None, *, dead_letters: bool = False,
+                    dry_run: bool) -> PurgeResult | PurgeDryRun: ...
+
+    async def purge(self, topic: str, partition: int | None = None, *, dead_letters: bool = False,
+                    dry_run: bool = False) -> PurgeResult | PurgeDryRun:
         """POST /v1/topics/{topic}/purge (or ``.../dlq/purge`` with ``dead_letters``): remove every
         message of the topic, or of one partition, at one cut; consumer groups move to the cut
         (like SQS's PurgeQueue, per partition atomic) -> the ``topic``, the entries ``purged``
         and ``scheduled`` messages removed, and each partition's cut. Admin only; audited by the
-        gateway."""
+        gateway. ``dry_run``: the same figures and each group's losses, nothing removed."""
         path = f"/v1/topics/{topic}/dlq/purge" if dead_letters else f"/v1/topics/{topic}/purge"
-        return PurgeResult(await self._call(
-            "POST", path, body={} if partition is None else {"partition": partition}))
+        document = await self._call("POST", path, params=_dry(dry_run),
+                                    body={} if partition is None else {"partition": partition})
+        return PurgeDryRun(document) if dry_run else PurgeResult(document)
 
     # --- transport --------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
@@ -251,3 +346,12 @@ class Admin:
             timeout=self._timeout, ssl=self._ssl)
         document = orjson.loads(payload) if payload else {}
         return document if isinstance(document, dict) else {"result": document}
+
+
+def _dry(dry_run: bool) -> dict[str, str] | None:
+    """The ``dry_run`` query parameter of a destructive call (absent for the real one)."""
+    return {"dry_run": "true"} if dry_run else None
+
+
+def _topic(document: dict[str, Any], dry_run: bool) -> Topic | TopicDryRun:
+    return TopicDryRun(document) if dry_run else Topic(document)

@@ -11,17 +11,23 @@ from streamgate_client.admin_record import Field, Record, each
 
 __all__ = [
     "ArchiveTier",
+    "Backlog",
     "Cluster",
     "ClusterNode",
     "ClusterPartition",
     "ClusterTopic",
+    "GroupBacklog",
     "GroupDetails",
     "GroupList",
+    "GroupLoss",
     "GroupMember",
     "GroupPartition",
+    "GroupPauseState",
     "GroupRef",
     "GroupTopic",
+    "GroupTrimLoss",
     "GroupVerdict",
+    "GrowthImpact",
     "HistoryPage",
     "HotTier",
     "MessageOut",
@@ -29,16 +35,26 @@ __all__ = [
     "ParkedKeyResult",
     "PartitionDetails",
     "PartitionTiers",
+    "PurgeDryRun",
+    "PurgePreview",
     "PurgeResult",
     "PurgedPartition",
+    "RedriveDryRun",
+    "RedrivePreview",
     "RedriveResult",
     "ReplayPage",
+    "RetentionImpact",
+    "SeekDryRun",
+    "SeekMove",
     "SeekResult",
     "SnapshotPage",
     "TopKey",
     "Topic",
     "TopicDetails",
+    "TopicDryRun",
+    "TopicImpact",
     "TopicList",
+    "TrimPreview",
 ]
 
 
@@ -232,10 +248,11 @@ class GroupVerdict(Record):
 
     __slots__ = ()
 
-    state: Field[Literal["ok", "idle", "behind", "stalled"]] = Field()
+    state: Field[Literal["ok", "idle", "behind", "stalled", "paused"]] = Field()
     reason: Field[str | None] = Field()
     """Why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or
-    behind (retention_overrun_in, archive_behind); null for ok, idle and a plain behind."""
+    behind (retention_overrun_in, archive_behind); null for ok, idle and a plain behind; null while
+    paused (an operator paused the group: it is never judged stalled then)."""
     since_ms: Field[int] = Field()
     """When the state began (epoch ms); for a stall, the group's last progress."""
     detail: Field[str] = Field()
@@ -276,6 +293,10 @@ class GroupTopic(Record):
     generation: Field[int | None] = Field(required=False)
     assignment: Field[Mapping[str, Sequence[int]] | None] = Field(required=False)
     partitions: Field[Sequence[GroupPartition]] = Field(each(GroupPartition))
+    paused: Field[bool | None] = Field(required=False)
+    """The group is paused on this topic (POST /v1/groups/{group}/pause)."""
+    until_ms: Field[int | None] = Field(required=False)
+    """When the pause ends by itself (epoch ms); null: until resumed, or not paused."""
 
 
 class GroupDetails(Record):
@@ -390,3 +411,210 @@ class Cluster(Record):
     """Every live gateway node, by id."""
     topics: Field[Sequence[ClusterTopic]] = Field(each(ClusterTopic))
     """The topics the caller administers, by name."""
+
+
+class GroupLoss(Record):
+    """``GroupLoss`` in /openapi.json."""
+
+    __slots__ = ()
+
+    group: Field[str] = Field()
+    pending_dropped: Field[int] = Field()
+    """Delivered, un-acked entries that would go (acked by the purge)."""
+    unread_dropped: Field[int | None] = Field()
+    """Entries never delivered to the group that would go (null: Redis cannot tell)."""
+    parked_keys: Field[int] = Field()
+    """Parked keys of a key_shared group whose messages would go."""
+
+
+class PurgePreview(Record):
+    """One of ``PurgeDryRun.partitions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int] = Field()
+    purged: Field[int] = Field()
+    scheduled: Field[int] = Field()
+    cut: Field[str | None] = Field()
+    """The partition's last offset now."""
+    groups: Field[Sequence[GroupLoss]] = Field(each(GroupLoss))
+
+
+class PurgeDryRun(Record):
+    """``PurgeDryRun`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    dry_run: Field[bool] = Field()
+    purged: Field[int] = Field()
+    """Entries a purge would remove now (the hot tier)."""
+    scheduled: Field[int] = Field()
+    """Scheduled (delayed) messages it would remove."""
+    partitions: Field[Sequence[PurgePreview]] = Field(each(PurgePreview))
+    groups: Field[Sequence[GroupLoss]] = Field(each(GroupLoss))
+    """Each group's losses over the partitions purged."""
+
+
+class SeekMove(Record):
+    """One of ``SeekDryRun.partitions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int] = Field()
+    from_: Field[str | None] = Field(key="from")
+    """The group's last delivered offset now (null: no group there yet)."""
+    to: Field[str] = Field()
+    """The offset the seek would place it at."""
+    created: Field[bool] = Field()
+    """The seek would create the group on the partition."""
+    skipped: Field[int] = Field()
+    """Entries moved past, never delivered (forward)."""
+    redelivered: Field[int] = Field()
+    """Entries delivered again (backward)."""
+    pending_kept: Field[int] = Field()
+    """Un-acked entries, which a seek leaves pending."""
+    exact: Field[bool] = Field()
+    """False: the count stopped at 100000 (at least that many); hot tier only."""
+
+
+class SeekDryRun(Record):
+    """``SeekDryRun`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    group: Field[str] = Field()
+    dry_run: Field[bool] = Field()
+    positions: Field[Mapping[str, str]] = Field()
+    partitions: Field[Sequence[SeekMove]] = Field(each(SeekMove))
+
+
+class Backlog(Record):
+    """One of ``GroupBacklog.partitions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int | None] = Field(required=False)
+    unread: Field[int | None] = Field(required=False)
+    pending: Field[int | None] = Field(required=False)
+
+
+class GroupBacklog(Record):
+    """One of ``GrowthImpact.groups`` in /openapi.json."""
+
+    __slots__ = ()
+
+    group: Field[str | None] = Field(required=False)
+    partitions: Field[Sequence[Backlog] | None] = Field(each(Backlog), required=False)
+
+
+class GrowthImpact(Record):
+    """``GrowthImpact`` in /openapi.json."""
+
+    __slots__ = ()
+
+    from_: Field[int] = Field(key="from")
+    to: Field[int] = Field()
+    added: Field[Sequence[int]] = Field()
+    keys_staying: Field[float] = Field()
+    """Share of the key hash space whose partition stays (from / lcm(from, to)); new keys' messages
+    of the rest land on their new partition."""
+    sources: Field[Mapping[str, Sequence[int]]] = Field()
+    """Per partition, the old partitions whose keys may move to it."""
+    publishes_pause: Field[bool] = Field()
+    """Publishes to the topic pause (503) while every gateway reaches the cut."""
+    groups: Field[Sequence[GroupBacklog]] = Field(each(GroupBacklog))
+    """Each group's backlog on the old partitions: consumed before it gets the moved keys' new
+    messages (order per key kept)."""
+
+
+class GroupTrimLoss(Record):
+    """``GroupTrimLoss`` in /openapi.json."""
+
+    __slots__ = ()
+
+    group: Field[str] = Field()
+    unacked_dropped: Field[int] = Field()
+    """Entries the group had not acked (pending or never delivered) that would go."""
+
+
+class TrimPreview(Record):
+    """One of ``RetentionImpact.partitions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int | None] = Field(required=False)
+    trimmed: Field[int | None] = Field(required=False)
+    archived_trimmed: Field[int | None] = Field(required=False)
+    segments: Field[int | None] = Field(required=False)
+    groups: Field[Sequence[GroupTrimLoss] | None] = Field(each(GroupTrimLoss), required=False)
+
+
+class RetentionImpact(Record):
+    """``RetentionImpact`` in /openapi.json."""
+
+    __slots__ = ()
+
+    compacted: Field[bool] = Field()
+    """A compacted topic's retention is its compaction lag: not previewed."""
+    trimmed: Field[int | None] = Field()
+    """Entries the new retention would trim now."""
+    archived_trimmed: Field[int | None] = Field(required=False)
+    """Entries of archived segments it would drop."""
+    estimate: Field[bool | None] = Field(required=False)
+    """True with an archive tier: which segments go is chosen before the hot trim, an estimate."""
+    partitions: Field[Sequence[TrimPreview]] = Field(each(TrimPreview))
+    groups: Field[Sequence[GroupTrimLoss]] = Field(each(GroupTrimLoss))
+
+
+class TopicImpact(Record):
+    """One of ``TopicDryRun.impact`` in /openapi.json."""
+
+    __slots__ = ()
+
+    growth: Field[GrowthImpact | None] = Field(GrowthImpact)
+    retention: Field[RetentionImpact | None] = Field(RetentionImpact)
+
+
+class TopicDryRun(Topic):
+    """The topic as the PATCH would leave it, and what it would do."""
+
+    __slots__ = ()
+
+    dry_run: Field[bool] = Field()
+    impact: Field[TopicImpact] = Field(TopicImpact)
+
+
+class RedrivePreview(Record):
+    """One of ``RedriveDryRun.partitions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    partition: Field[int | None] = Field(required=False)
+    waiting: Field[int | None] = Field(required=False)
+    redriven: Field[int | None] = Field(required=False)
+
+
+class RedriveDryRun(Record):
+    """``RedriveDryRun`` in /openapi.json."""
+
+    __slots__ = ()
+
+    redriven: Field[int] = Field()
+    """Letters a redrive would move back now."""
+    dry_run: Field[bool] = Field()
+    partitions: Field[Sequence[RedrivePreview] | None] = Field(each(RedrivePreview), required=False)
+    """Per DLQ partition (absent for one letter)."""
+
+
+class GroupPauseState(Record):
+    """``GroupPauseState`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    group: Field[str] = Field()
+    paused: Field[bool] = Field()
+    until_ms: Field[int | None] = Field()
+    """When the pause ends by itself (epoch ms); null: until resumed, or not paused."""

@@ -164,8 +164,8 @@ def _listing_command(commands: Commands, name: str, help_text: str,
 
 def _add_topics(commands: Commands, url: argparse.ArgumentParser,
                 listing: argparse.ArgumentParser) -> None:
-    actions = _listing_command(commands, "topics",
-                               "list, create, grow, describe, purge and delete topics", listing)
+    actions = _listing_command(
+        commands, "topics", "list, create, grow, describe, purge, delete and apply topics", listing)
     create = actions.add_parser("create", parents=[url])
     create.add_argument("name")
     create.add_argument("--partitions", type=int, required=True)
@@ -180,19 +180,40 @@ def _add_topics(commands: Commands, url: argparse.ArgumentParser,
                               help="add partitions; every key keeps its order for consumers")
     grow.add_argument("name")
     grow.add_argument("--partitions", type=int, required=True)
+    add_dry_run(grow)
     purge = actions.add_parser("purge", parents=[url],
                                help="remove every message (of one partition with --partition); "
                                     "consumer groups move past them")
     purge.add_argument("name")
     purge.add_argument("--partition", type=int, default=None)
+    add_dry_run(purge)
     for name in ("describe", "delete"):
         actions.add_parser(name, parents=[url]).add_argument("name")
+    _add_topics_apply(actions, url)
+
+
+def _add_topics_apply(actions: Commands, url: argparse.ArgumentParser) -> None:
+    """``topics apply`` (handled by client.cli_topics_apply.apply)."""
+    apply = actions.add_parser(
+        "apply", parents=[url], help="bring the topics to a declared list (a JSON file)",
+        description="Create missing topics, grow partitions and change retention_ms/max_length "
+                    "to match FILE ({\"topics\": [{\"name\": ..., \"partitions\": ...}, ...]}); "
+                    "never shrinks and never deletes a topic unless it is declared with "
+                    "\"state\": \"absent\" or --delete-unlisted is given. One JSON line per "
+                    "topic; exit 1 when a change was refused.")
+    apply.add_argument("-f", "--file", required=True, metavar="FILE")
+    apply.add_argument("--delete-unlisted", action="store_true",
+                       help="delete the topics FILE does not list (their .dlq kept with them)")
+    apply.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
+    apply.add_argument("--wait-s", type=float, default=0.0,
+                       help="retry this long while the gateway cannot answer yet")
 
 
 def _add_groups(commands: Commands, url: argparse.ArgumentParser,
                 listing: argparse.ArgumentParser) -> None:
     actions = _listing_command(commands, "groups",
-                               "list, describe, seek consumer groups; unpark a parked key", listing)
+                               "list, describe, seek, pause, resume consumer groups; unpark a "
+                               "parked key", listing)
     describe = actions.add_parser("describe", parents=[url],
                                   help="a group's topics and partitions: positions, pending, "
                                        "verdicts (ok, idle, behind, stalled and why)")
@@ -213,6 +234,24 @@ def _add_groups(commands: Commands, url: argparse.ArgumentParser,
     seek.add_argument("group")
     seek.add_argument("--topic", required=True)
     seek.add_argument("--to", required=True, metavar="earliest|latest|CURSOR")
+    add_dry_run(seek)
+    _add_pause(actions, url)
+
+
+def _add_pause(actions: Commands, url: argparse.ArgumentParser) -> None:
+    pause = actions.add_parser("pause", parents=[url],
+                               help="no delivery to the group's members on any gateway until "
+                                    "resumed (members stay connected and are told)")
+    resume = actions.add_parser("resume", parents=[url],
+                                help="a paused group's deliveries go on where they stopped")
+    for parser in (pause, resume):
+        parser.add_argument("group")
+        parser.add_argument("--topic", required=True)
+    until = pause.add_mutually_exclusive_group()
+    until.add_argument("--until-ms", type=int, default=None,
+                       help="resume by itself at this time (epoch ms)")
+    until.add_argument("--for-s", type=float, default=None,
+                       help="resume by itself after this many seconds")
 
 
 def _add_reading(commands: Commands, url: argparse.ArgumentParser,
@@ -277,9 +316,17 @@ def _add_dlq(commands: Commands, url: argparse.ArgumentParser,
     redrive.add_argument("--rate-per-s", type=int, default=None)
     redrive.add_argument("--letter", type=dead_letter, default=None, metavar="PARTITION:OFFSET",
                          help="only this dead letter (its partition and offset in <topic>.dlq)")
+    add_dry_run(redrive)
     purge = actions.add_parser("purge", parents=[url], help="remove the dead letters (admin)")
     purge.add_argument("topic")
     purge.add_argument("--partition", type=int, default=None)
+    add_dry_run(purge)
+
+
+def add_dry_run(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run`` on a destructive command: the gateway answers what it would do."""
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what it would do, per consumer group; change nothing")
 
 
 def dead_letter(text: str) -> tuple[int, str]:

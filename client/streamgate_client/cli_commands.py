@@ -231,7 +231,12 @@ def _report_gap(gap: Gap) -> None:
 
 # --- topics and groups ----------------------------------------------------------------------------
 async def topics(args: argparse.Namespace) -> int:
-    """``topics list|create|grow|describe|purge|delete``: the gateway's answer as JSON."""
+    """``topics list|create|grow|describe|purge|delete``: the gateway's answer as JSON;
+    ``topics apply`` is client.cli_topics_apply's."""
+    if args.action == "apply":
+        from streamgate_client.cli_topics_apply import apply
+
+        return await apply(args)
     async with Admin(args.url, **connection(args)) as admin:
         if args.action == "list":
             write_listing(await admin.list_topics(), args.output)
@@ -241,11 +246,11 @@ async def topics(args: argparse.Namespace) -> int:
                                           max_length=args.max_length,
                                           key_index=args.key_index, compact=args.compact))
         elif args.action == "grow":
-            emit(await admin.grow_topic(args.name, args.partitions))
+            emit(await admin.grow_topic(args.name, args.partitions, dry_run=args.dry_run))
         elif args.action == "describe":
             emit(await admin.describe_topic(args.name))
         elif args.action == "purge":
-            emit(await admin.purge(args.name, args.partition))
+            emit(await admin.purge(args.name, args.partition, dry_run=args.dry_run))
         else:
             await admin.delete_topic(args.name)
             emit({"deleted": args.name})
@@ -253,7 +258,7 @@ async def topics(args: argparse.Namespace) -> int:
 
 
 async def groups(args: argparse.Namespace) -> int:
-    """``groups list|describe|unpark|seek``: the gateway's answer as JSON."""
+    """``groups list|describe|unpark|seek|pause|resume``: the gateway's answer as JSON."""
     async with Admin(args.url, **connection(args)) as admin:
         if args.action == "list":
             write_listing(await admin.list_groups(), args.output)
@@ -266,9 +271,20 @@ async def groups(args: argparse.Namespace) -> int:
         elif args.action == "unpark":
             emit(await admin.settle_parked_key(args.group, args.topic, args.partition, args.key,
                                                dead_letter=args.dead_letter, reason=args.reason))
+        elif args.action == "pause":
+            emit(await admin.pause_group(args.group, args.topic, until_ms=pause_until_ms(args)))
+        elif args.action == "resume":
+            emit(await admin.resume_group(args.group, args.topic))
         else:
-            emit(await admin.seek(args.group, args.topic, args.to))
+            emit(await admin.seek(args.group, args.topic, args.to, dry_run=args.dry_run))
     return 0
+
+
+def pause_until_ms(args: argparse.Namespace) -> int | None:
+    """When a pause ends by itself: ``--until-ms``, or ``--for-s`` from now (None: never)."""
+    if args.for_s is not None:
+        return int(time.time() * 1000 + args.for_s * 1000)
+    return int(args.until_ms) if args.until_ms is not None else None
 
 
 def verdict_rows(described: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -141,10 +141,12 @@ async def dlq(args: argparse.Namespace) -> int:
     if args.action in ("redrive", "purge"):
         async with Admin(args.url, **connection(args)) as admin:
             if args.action == "purge":
-                emit(await admin.purge(args.topic, args.partition, dead_letters=True))
+                emit(await admin.purge(args.topic, args.partition, dead_letters=True,
+                                       dry_run=args.dry_run))
             else:
                 emit(await admin.redrive(args.topic, args.max_messages,
-                                         rate_per_s=args.rate_per_s, letter=args.letter))
+                                         rate_per_s=args.rate_per_s, letter=args.letter,
+                                         dry_run=args.dry_run))
         return 0
     source = args.topic
     args.topic, args.partition, args.from_, args.from_time_ms = (f"{source}.dlq", None,

@@ -151,6 +151,8 @@ class Consumer:
     group's failed deliveries (a ``nack()`` without a delay, an ack timeout) wait longer each time.
     A resume (a cursor, a reconnect, a group's reader starting again) past what retention kept is
     never a silent jump: each lost range is a ``Gap`` in ``gaps`` and goes to ``on_gap``.
+    While an operator has the group paused (``Admin.pause_group``), ``paused`` is True (until
+    ``paused_until_ms``, when set) and no message arrives; acks of what arrived still work.
     """
 
     def __init__(self, base_url: str, topic: str, *, group: str | None = None,
@@ -178,6 +180,9 @@ class Consumer:
         )
         self.last_error: dict[str, Any] | None = None
         self.gaps: list[Gap] = []  # every range found lost on a resume, in arrival order
+        # the group is paused (a ``paused`` frame, until ``resumed``): no message comes meanwhile
+        self.paused = False
+        self.paused_until_ms: int | None = None  # when the pause ends by itself (None: resumed)
         self._on_gap = on_gap
         self.connections = 0  # successful connects: more than 1 means it reconnected
         self._base_url = base_url.rstrip("/")
@@ -327,6 +332,9 @@ class Consumer:
                         gap.partition, gap.first_lost, gap.first_kept)
             if self._on_gap is not None:
                 self._on_gap(gap)
+        elif kind in ("paused", "resumed"):
+            self.paused, self.paused_until_ms = kind == "paused", doc.get("until_ms")
+            log.info("group %s %s on %s", self.group, kind, self.topic)
         elif kind == "error":
             self.last_error = doc
             log.warning("gateway reported %s: %s", doc.get("code"), doc.get("detail"))
@@ -436,6 +444,7 @@ class Consumer:
             raise ConnectionFailed(f"connect {url}: {type(exc).__name__}: {exc}"
                                    f"{tls_hint(url, exc)}") from exc
         self._ws = ws
+        self.paused, self.paused_until_ms = False, None  # a paused group says so again on join
         self._settler = Settler(ws, self._ack_linger_s, self._max_in_flight // 2)
         self._token_refresh = SocketTokenRefresh(self._credentials, auth,
                                                  lambda frame: ws.send_str(frame.decode()))

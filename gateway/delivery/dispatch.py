@@ -29,8 +29,10 @@ class Dispatcher:
     def __init__(self, scope: ReaderScope, config: GroupConfig, settler: Settler,
                  keyed: KeyedDispatch | None, dead_letter_later: DeadLetterLater,
                  metrics: GatewayMetrics, backlog: deque[Delivery],
-                 credit: asyncio.Event) -> None:
+                 credit: asyncio.Event, paused: Callable[[], bool] | None = None) -> None:
         self.sessions: list[Session] = []
+        # the group is paused: what a read in flight at the pause returned waits in the backlog
+        self._paused = paused
         self.backlog = backlog
         self.credit = credit  # set whenever a session gains credit (or the loop must look again)
         self._next_session = 0
@@ -123,6 +125,8 @@ class Dispatcher:
         A page is at most the backlog's even share over the attached sessions (so a shared group
         still spreads a small backlog over its members) and at most the session's credit.
         """
+        if self._paused is not None and self._paused():
+            return
         if self._keyed is not None:
             self._keyed.dispatch(self.sessions)
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Sequence
 from operator import itemgetter
@@ -13,6 +14,7 @@ from gateway.delivery.dispatch import Dispatcher
 from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.key_dispatch import KeyedDispatch
+from gateway.delivery.pause_gate import PauseGate
 from gateway.delivery.read_loop import READ_BLOCK_MS, ReadLoop
 from gateway.delivery.reclaim import DeadLetterChain, Redelivery
 from gateway.delivery.retry_policy import DeadLetterSink
@@ -31,7 +33,8 @@ class GroupReader:
 
     def __init__(self, topic: str, partition: int, group: str, config: GroupConfig,
                  store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
-                 metrics: GatewayMetrics | None = None, gate: Gate | None = None) -> None:
+                 metrics: GatewayMetrics | None = None, gate: Gate | None = None,
+                 pauses: PauseGate | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.group = group
@@ -45,11 +48,12 @@ class GroupReader:
         self._keyed = keyed = (KeyedDispatch(store, scope, backlog, credit, settler, metrics)
                                if config.key_ordered else None)
         chain = DeadLetterChain(scope, dead_letters, settler, keyed)
+        paused = None if pauses is None else functools.partial(pauses.paused, topic, group)
         self._dispatcher = dispatcher = Dispatcher(scope, config, settler, keyed, chain.later,
-                                                   metrics, backlog, credit)
+                                                   metrics, backlog, credit, paused)
         self._redelivery = redelivery = Redelivery(store, scope, config, dispatcher, settler,
                                                    keyed, dead_letters, metrics)
-        self._loop = ReadLoop(store, scope, config, dispatcher, redelivery, keyed, gate)
+        self._loop = ReadLoop(store, scope, config, dispatcher, redelivery, keyed, gate, pauses)
         self._task: asyncio.Task[None] | None = None
 
     # --- sessions ---------------------------------------------------------------------------------

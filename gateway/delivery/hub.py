@@ -12,6 +12,7 @@ from gateway.delivery.group_config import GroupConfig
 from gateway.delivery.group_reader import GroupReader
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.key_shared import Seats
+from gateway.delivery.pause_gate import PauseGate
 from gateway.delivery.retry_policy import DeadLetterSink
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.tail import BroadcastTails
@@ -31,9 +32,11 @@ class DeliveryHub:
 
     def __init__(self, store: GroupStore, consumer: str, dead_letters: DeadLetterSink,
                  metrics: GatewayMetrics | None = None,
-                 gates: Callable[[str, str], Gate] | None = None) -> None:
+                 gates: Callable[[str, str], Gate] | None = None,
+                 pauses: PauseGate | None = None) -> None:
         self.store = store
         self.gates = gates  # (topic, group) -> the group's growth gate; None: never held
+        self.pauses = pauses or PauseGate()  # paused groups (none without a source)
         self._metrics = metrics or GatewayMetrics.create()
         self._consumer = consumer
         self._dead_letters = dead_letters
@@ -70,7 +73,8 @@ class DeliveryHub:
             if reader is None:
                 gate = None if self.gates is None else self.gates(session.topic, group)
                 reader = GroupReader(session.topic, partition, group, config, self.store,
-                                     self._consumer, self._dead_letters, self._metrics, gate)
+                                     self._consumer, self._dead_letters, self._metrics, gate,
+                                     self.pauses)
                 self._readers[key] = reader
             reader.attach(session)
             return reader

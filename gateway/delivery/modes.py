@@ -42,13 +42,23 @@ async def _run_group(session: Session, ports: DeliveryPorts, topic: TopicMetadat
                          params.mode in (Mode.EXCLUSIVE, Mode.KEY_SHARED), params.retry_backoff)
     ports.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
                             params.max_deliveries, params.retry_backoff)
-    if params.mode is Mode.SHARED:
-        await _run_shared(session, ports, hub, params.group, config, topic)
-    elif params.mode is Mode.KEY_SHARED:
-        await hub.seats.serve(session, ports.membership, params.group,
+    hub.pauses.join(session, params.group)  # told of the group's pauses while a member
+    try:
+        await _run_mode(session, ports, hub, params.group, config, topic)
+    finally:
+        hub.pauses.leave(session, params.group)
+
+
+async def _run_mode(session: Session, ports: DeliveryPorts, hub: DeliveryHub, group: str,
+                    config: GroupConfig, topic: TopicMetadata) -> None:
+    mode = session.params.mode
+    if mode is Mode.SHARED:
+        await _run_shared(session, ports, hub, group, config, topic)
+    elif mode is Mode.KEY_SHARED:
+        await hub.seats.serve(session, ports.membership, group,
                               dataclasses.replace(config, key_ordered=True), topic)
     else:
-        await _run_exclusive(session, ports.membership, hub, params.group, config, topic)
+        await _run_exclusive(session, ports.membership, hub, group, config, topic)
 
 
 def _group_start(params: SubscribeParams) -> str:

@@ -15,9 +15,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.growth_gate import Gate
+from gateway.delivery.pause_gate import PauseGate, pause_fields
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.delivery.retry_policy import (
     RELEASE_IDLE_MS,
@@ -58,8 +60,10 @@ class Puller:
     def __init__(self, store: GroupStore, dead_letters: DeadLetterSink,
                  metrics: GatewayMetrics | None = None,
                  signer: ReceiptSigner | None = None,
-                 gates: Callable[[str, str], Gate] | None = None) -> None:
+                 gates: Callable[[str, str], Gate] | None = None,
+                 pauses: PauseGate | None = None) -> None:
         self.store = store
+        self.pauses = pauses or PauseGate()  # a paused group's pulls get nothing new
         self._gate_of = gates  # (topic, group) -> its growth gate; None: never held
         self._gates: dict[tuple[str, str], Gate] = {}
         self.signer = signer or ReceiptSigner.random()
@@ -77,8 +81,9 @@ class Puller:
         while True:
             deliveries: list[Delivery] = []
             try:
-                await self._reclaim(group, request, order, deliveries)
-                await self._read_new(group, request, order, deliveries)
+                if self.pauses.pause_of(request.topic, group) is None:
+                    await self._reclaim(group, request, order, deliveries)
+                    await self._read_new(group, request, order, deliveries)
                 broken = False
             except UNAVAILABLE:
                 # What was claimed or read is this pull's: failing it would leave those entries
@@ -95,6 +100,11 @@ class Puller:
                 delivery_span(request.topic, group, "pull", deliveries)
                 return deliveries
             await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+    def pause_fields(self, topic: str, group: str) -> dict[str, Any]:
+        """``paused`` and ``until_ms`` of a pull's answer: a paused group's pull answers no
+        message (after waiting ``wait_ms`` for a resume)."""
+        return pause_fields(self.pauses.pause_of(topic, group))
 
     async def _read_new(self, group: str, request: PullRequest, order: Sequence[int],
                         deliveries: list[Delivery]) -> None:

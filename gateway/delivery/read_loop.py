@@ -1,6 +1,6 @@
 """A group reader's loop: wait for credit, hand out the backlog, reclaim, else read new entries
 (coalescing reads while the sessions' credit is a sliver), after a start that takes over and tells
-of gaps."""
+of gaps; nothing of it while the group is paused."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.growth_gate import GATE_POLL_S, Gate
 from gateway.delivery.key_dispatch import KeyedDispatch
 from gateway.delivery.key_fence import held_elsewhere
+from gateway.delivery.pause_gate import PauseGate
 from gateway.delivery.reclaim import Redelivery
 from gateway.delivery.wire import gap_frame
 from storage.errors import StorageError
@@ -40,8 +41,9 @@ class ReadLoop:
 
     def __init__(self, store: GroupStore, scope: ReaderScope, config: GroupConfig,
                  dispatcher: Dispatcher, redelivery: Redelivery, keyed: KeyedDispatch | None,
-                 gate: Gate | None) -> None:
+                 gate: Gate | None, pauses: PauseGate | None = None) -> None:
         self._store = store
+        self._pauses = pauses  # holds every turn while the group is paused
         self._scope = scope
         self._config = config
         self._dispatcher = dispatcher
@@ -63,7 +65,9 @@ class ReadLoop:
                 if not started:
                     await self._start()
                     started = True
-                await self._turn()
+                await self._hold_while_paused()
+                if not self.stopping:
+                    await self._turn()
             except StorageError as exc:
                 scope = self._scope
                 log.warning("reader %s/%s/%s: %s; retrying", scope.topic, scope.partition,
@@ -116,7 +120,7 @@ class ReadLoop:
     async def _turn(self) -> None:
         dispatcher = self._dispatcher
         await self._wait_for_credit()
-        if self.stopping:
+        if self.stopping or self._paused():
             return
         if dispatcher.backlog:
             await dispatcher.dispatch()
@@ -142,6 +146,33 @@ class ReadLoop:
         entries = await self._read_new(count, 0 if self._more_waiting else READ_BLOCK_MS)
         self._more_waiting = len(entries) == count
         await dispatcher.accept_new(first_deliveries(entries))
+
+    def _paused(self) -> bool:
+        return self._pauses is not None and self._pauses.paused(self._scope.topic,
+                                                                self._scope.group)
+
+    async def _hold_while_paused(self) -> None:
+        """While the group is paused nothing goes out: no backlog, no reclaim (an entry whose
+        ack timeout passes meanwhile is redelivered after the resume), no read. Acks still settle
+        (they wake this wait, which looks again)."""
+        if not self._paused():
+            return
+        await self._hand_back_backlog()
+        while self._pauses is not None and not self.stopping and self._paused():
+            credit = self._dispatcher.credit
+            credit.clear()
+            await self._pauses.hold(self._scope.topic, self._scope.group, credit)
+
+    async def _hand_back_backlog(self) -> None:
+        """What a read in flight at the pause returned goes back to the group, due at once (after
+        the resume whichever reader looks first takes it): kept here, it would age past its ack
+        timeout and be taken by another gateway's reader too. A key-ordered reader keeps its
+        backlog (its keys are fenced to it)."""
+        backlog = self._dispatcher.backlog
+        if self._keyed is None and backlog:
+            offsets = [delivery.entry.offset for delivery in backlog]
+            backlog.clear()
+            await self._redelivery.release(offsets)
 
     async def _read_up_to(self, cap: str, count: int) -> None:
         """A read of a grown topic's partition held at the growth's fence."""

@@ -32,6 +32,7 @@ class GroupLag:
     oldest_unread_age_ms: int | None
     pending: int = 0
     last_delivered_offset: str | None = None
+    entries_read: int | None = None  # entries ever delivered to the group (None: unknown)
 
 
 class VerdictJudge(Protocol):
@@ -69,7 +70,7 @@ async def lag_from_overview(streams: StreamReader, groups: GroupStore, topic: st
         unread_age = age_ms(unread[0].offset, now_ms) if unread else (0 if state.lag == 0 else None)
         unacked_age = 0 if state.pending == 0 else age_ms(state.oldest_pending_offset, now_ms)
         result.append(GroupLag(group, state.lag, unacked_age, unread_age, state.pending,
-                               state.last_delivered_offset))
+                               state.last_delivered_offset, state.entries_read))
     return result
 
 

@@ -20,7 +20,7 @@ Groups without a stored policy (made by hand, or by the Spark pipeline) are left
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +64,8 @@ class SweepSettings:
     node_id: str
     dead_consumer_idle_ms: int
     service_consumers: frozenset[str] = frozenset()
+    # whether a group is paused on a topic: a pause holds its deliveries, dead letters included
+    paused: Callable[[str, str], bool] = lambda topic, group: False
 
 
 class GroupSweep:
@@ -86,7 +88,8 @@ class GroupSweep:
             policy = policies.get(group)
             if policy is None:
                 continue
-            await self._dead_letter_exhausted(topic, partition, group, policy)
+            if not self._settings.paused(topic, group):
+                await self._dead_letter_exhausted(topic, partition, group, policy)
             # else this node's view of the live set is not to be trusted
             if self._settings.node_id in live_nodes:
                 await self._release_dead_consumers(topic, partition, group, live_nodes)

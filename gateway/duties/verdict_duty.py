@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.duties.lag import GroupLag
+from gateway.duties.scale import Flow, observe
 from gateway.duties.sweep import SWEEP_CONSUMER, ConsumerStore, PolicySource
 from gateway.duties.verdicts import (
     GroupSample,
@@ -66,7 +67,8 @@ class VerdictReader(Protocol):
 class VerdictSources:
     """What a verdict round reads and writes: ``holders`` gives a group's members and their
     partitions (None: no coordination), ``topics`` the cached metadata, ``hot_retention_ms`` the
-    archive's target (0: no archive), ``ttl_ms`` how long a posted verdict lasts unrenewed."""
+    archive's target (0: no archive), ``ttl_ms`` how long a posted verdict lasts unrenewed,
+    ``paused`` whether a group is paused (judged ``paused``, never stalled)."""
 
     groups: GroupStore
     consumers: ConsumerStore
@@ -76,6 +78,7 @@ class VerdictSources:
     holders: Holders | None
     hot_retention_ms: int
     ttl_ms: int
+    paused: Callable[[str, str], bool] = lambda topic, group: False  # (topic, group) paused now
 
 
 def etcd_holders(etcd: EtcdConnection, prefix: str) -> Holders:
@@ -94,6 +97,14 @@ async def read_verdict(board: VerdictReader | None, topic: str, partition: int,
     """The verdict the partition's owner posted for the group, None when it posted none lately."""
     raw = None if board is None else await board.read(topic, partition, group)
     return None if raw is None else Verdict.from_dict(orjson.loads(raw)).to_dict()
+
+
+async def read_flow(board: VerdictReader | None, topic: str, partition: int,
+                    group: str) -> Flow | None:
+    """The group's flow on the partition as its owner last posted it (None: none lately)."""
+    raw = None if board is None else await board.read(topic, partition, group)
+    flow = None if raw is None else orjson.loads(raw).get("flow")
+    return None if flow is None else Flow.from_dict(flow)
 
 
 def ttl_ms_for(lag_interval_s: float) -> int:
@@ -124,6 +135,7 @@ class VerdictKeeper:
         self._history: dict[tuple[str, int, str], History] = {}
         self._labels: dict[tuple[str, int, str], tuple[str, str]] = {}  # (state, reason) set
         self._posted: set[tuple[str, int]] = set()  # partitions whose board holds verdicts
+        self._flows: dict[tuple[str, int, str], Flow] = {}  # the scale hint's inputs
 
     async def judge(self, topic: str, partition: int, lags: Sequence[GroupLag]) -> None:
         """Judge every group of a partition from its lag, set the gauges, post the verdicts."""
@@ -133,7 +145,8 @@ class VerdictKeeper:
         for lag in lags:
             config = config_of(metadata, policies.get(lag.group), self.sources.hot_retention_ms)
             verdict = await self._judge_group(topic, partition, lag, config)
-            posted[lag.group] = orjson.dumps(verdict.to_dict())
+            posted[lag.group] = orjson.dumps({**verdict.to_dict(),
+                                              "flow": self._flow(topic, partition, lag)})
         self._drop(topic, partition, keep=set(posted))
         if posted or (topic, partition) in self._posted:  # a partition without groups costs none
             await self.sources.board.post(topic, partition, posted, self.sources.ttl_ms)
@@ -146,6 +159,16 @@ class VerdictKeeper:
         or the new owner replaces it)."""
         self._drop(topic, partition, keep=set())
         self._posted.discard((topic, partition))
+
+    def _flow(self, topic: str, partition: int, lag: GroupLag) -> dict[str, Any] | None:
+        key = (topic, partition, lag.group)
+        flow = observe(self._flows.get(key), self._clock_ms(), lag.entries_read,
+                       lag.lag_entries, lag.pending)
+        if flow is None:
+            self._flows.pop(key, None)
+            return None
+        self._flows[key] = flow
+        return flow.to_dict()
 
     async def _policies(self, topic: str) -> Mapping[str, GroupPolicy]:
         try:
@@ -174,7 +197,8 @@ class VerdictKeeper:
             parked = len(await self.sources.groups.parked(topic, partition, lag.group))
         return GroupSample(self._clock_ms(), lag.lag_entries, lag.pending,
                            lag.last_delivered_offset, lag.oldest_unacked_age_ms,
-                           lag.oldest_unread_age_ms, deliveries, parked)
+                           lag.oldest_unread_age_ms, deliveries, parked,
+                           paused=self.sources.paused(topic, lag.group))
 
     async def _present(self, topic: str, partition: int, group: str, window_ms: int) -> bool | None:
         """Someone read the partition for the group within the window, or a member holds it (None:
@@ -202,6 +226,8 @@ class VerdictKeeper:
         for key in [k for k in self._history if k[:2] == (topic, partition) and k[2] not in keep]:
             del self._history[key]
             self._remove_gauge(key)
+        for key in [k for k in self._flows if k[:2] == (topic, partition) and k[2] not in keep]:
+            del self._flows[key]
 
     def _remove_gauge(self, key: tuple[str, int, str]) -> None:
         labels = self._labels.pop(key, None)

@@ -1,14 +1,14 @@
 """Stall verdicts: whether a group keeps up on a partition (``ok``, ``idle``, ``behind``,
-``stalled``) and why, judged from the owner's lag samples one after another (``advance`` is pure;
-``docs/api.md`` defines each state and reason)."""
+``stalled``, or ``paused`` by an operator) and why, judged from the owner's lag samples one after
+another (``advance`` is pure; ``docs/api.md`` defines each state and reason)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-OK, IDLE, BEHIND, STALLED = "ok", "idle", "behind", "stalled"
-STATES = (OK, IDLE, BEHIND, STALLED)
+OK, IDLE, BEHIND, STALLED, PAUSED = "ok", "idle", "behind", "stalled", "paused"
+STATES = (OK, IDLE, BEHIND, STALLED, PAUSED)
 NO_MEMBER, PARKED_KEY, REDELIVERY_LOOP = "no_member", "parked_key", "redelivery_loop"
 MEMBER_NOT_ACKING = "member_not_acking"
 RETENTION_OVERRUN_IN, ARCHIVE_BEHIND = "retention_overrun_in", "archive_behind"
@@ -48,6 +48,7 @@ class GroupSample:
     max_delivery_count: int = 0
     parked_keys: int = 0
     present: bool | None = None
+    paused: bool = False  # the group is paused: no delivery is expected
 
     @property
     def work_waits(self) -> bool:
@@ -119,13 +120,16 @@ def quiet_ms(history: History | None, sample: GroupSample) -> int:
 def needs_presence(history: History | None, sample: GroupSample, config: VerdictConfig) -> bool:
     """Whether the verdict will hang on who holds the partition: work waits without progress for
     the window (the caller then looks at members and readers)."""
-    return sample.work_waits and quiet_ms(history, sample) >= config.window_ms
+    return (not sample.paused and sample.work_waits
+            and quiet_ms(history, sample) >= config.window_ms)
 
 
 def advance(history: History | None, sample: GroupSample,
             config: VerdictConfig) -> tuple[History, Verdict]:
-    """The verdict as of ``sample`` and what to remember for the next one."""
-    quiet = quiet_ms(history, sample)
+    """The verdict as of ``sample`` and what to remember for the next one. A paused group is never
+    quiet: its stall clock starts again at the first sample after the resume."""
+    resumed = history is not None and history.verdict.state == PAUSED
+    quiet = 0 if sample.paused or resumed else quiet_ms(history, sample)
     baseline = sample if history is None else history.baseline
     if history is not None and sample.at_ms - baseline.at_ms >= config.window_ms:
         baseline = history.last  # the trend is read over about one window
@@ -141,6 +145,10 @@ def advance(history: History | None, sample: GroupSample,
 
 def _judge(sample: GroupSample, baseline: GroupSample, quiet: int,
            config: VerdictConfig) -> tuple[str, str | None, str, tuple[str, ...]]:
+    if sample.paused:
+        waits = f"{sample.unconsumed} entries wait" if sample.work_waits else "nothing waits"
+        return PAUSED, None, f"paused by an operator; {waits}", tuple(
+            _risks(sample, baseline, config))
     if not sample.work_waits:
         return IDLE, None, "nothing unread and nothing pending", ()
     risks = _risks(sample, baseline, config)

@@ -51,6 +51,7 @@ class GatewayMetrics:
     group_dead_lettered: Counter
     group_parked_keys: Gauge
     group_verdict: Gauge
+    group_desired_members: Gauge
     group_orphans_released: Counter
     group_consumers_removed: Counter
     rate_limited: Counter
@@ -159,6 +160,10 @@ class GatewayMetrics:
                                 "behind, stalled; reason empty when none), set by the partition's "
                                 "owner with the lag", ["topic", "group", "partition", "state",
                                                        "reason"], registry=registry),
+            group_desired_members=Gauge("streamgate_group_desired_members",
+                                        "The scale hint: members a group wants to drain its "
+                                        "backlog within the target, as this gateway last "
+                                        "answered it", ["topic", "group"], registry=registry),
             group_orphans_released=Counter("streamgate_group_orphans_released_total",
                                            "Un-acked entries of consumers on dead gateway nodes "
                                            "made redeliverable", ["topic", "group"],

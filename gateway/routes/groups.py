@@ -27,6 +27,7 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
+from gateway.routes.dry_runs import dry_run, seek_impact
 from gateway.routes.tenancy import bind_group, require_own_group
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
@@ -110,7 +111,8 @@ async def pull(request: web.Request) -> web.Response:
                                                         d.entry.offset, pull_request.ack_timeout_ms,
                                                         issued_ms), holder, group)}
                 for d in deliveries]
-    return json_response({"messages": messages}, headers=limited)
+    return json_response({"messages": messages} | puller.pause_fields(topic.name, group),
+                         headers=limited)
 
 
 def _now_ms() -> int:
@@ -268,6 +270,7 @@ async def _describe_on(services: Services, group: str, name: str,
                            "partitions": [{**_partition_state(state), "oldest_unread_age_ms": age,
                                            "verdict": verdict} for state, age, verdict
                                           in zip(states, unread, verdicts, strict=True)]}
+    doc.update(puller_of(services).pause_fields(name, group))  # paused, until_ms
     if services.etcd is not None:
         view = await group_view(services.etcd, topic=name, group=group,
                                 prefix=services.settings.etcd_prefix)
@@ -320,6 +323,8 @@ async def seek(request: web.Request) -> web.Response:
                             "a seek")
     positions = _seek_positions(doc.get("to"), topic)
     store = puller_of(services).store
+    if dry_run(request):
+        return json_response(await seek_impact(services, topic, group, positions))
     for partition, start in positions.items():
         await store.seek(topic.name, partition, group, start)
     return json_response({"topic": topic.name, "group": group,

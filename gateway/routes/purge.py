@@ -17,6 +17,7 @@ from gateway.offsets import parse_offset
 from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
+from gateway.routes.dry_runs import dry_run, letter_waiting, purge_impact, redrive_impact
 from gateway.routes.groups import puller_of
 from gateway.routes.tenancy import letter_spaces
 from gateway.services import services_of
@@ -52,6 +53,8 @@ async def _purge(request: web.Request, name: str) -> web.Response:
     if partition is not None and partition >= topic.partitions:
         raise invalid_field("/partition", f"{name} has partitions 0..{topic.partitions - 1}")
     partitions = range(topic.partitions) if partition is None else (partition,)
+    if dry_run(request):
+        return json_response(await purge_impact(services, name, partitions))
     reports = [await services.store.purge_partition(name, p) for p in partitions]
     removed = sum(report.removed + report.scheduled for report in reports)
     services.metrics.purges.labels(name).inc()
@@ -90,9 +93,13 @@ async def redrive_dead_letters(request: web.Request) -> web.Response:
     dlq = await services.topic(dlq_name(source.name))
     if one is not None:
         return await _redrive_one_letter(request, source, dlq, *one)
-    moved = await redrive(services.store, puller_of(services).store, source, dlq,
-                          max_messages=bounded_int(doc, "max_messages", 1000, 1, 100_000),
-                          rate_per_s=bounded_int(doc, "rate_per_s", 1000, 1, 100_000),
+    max_messages = bounded_int(doc, "max_messages", 1000, 1, 100_000)
+    rate_per_s = bounded_int(doc, "rate_per_s", 1000, 1, 100_000)
+    groups = puller_of(services).store
+    if dry_run(request):
+        return json_response(await redrive_impact(services, dlq, max_messages))
+    moved = await redrive(services.store, groups, source, dlq,
+                          max_messages=max_messages, rate_per_s=rate_per_s,
                           dedup_ttl_ms=services.settings.dedup_ttl_ms,
                           space_of=letter_spaces(gatekeeper, principal, source))
     return json_response({"redriven": moved})
@@ -104,13 +111,21 @@ async def _redrive_one_letter(request: web.Request, source: TopicMetadata, dlq: 
     services, gatekeeper, principal = (services_of(request), gatekeeper_of(request),
                                        principal_of(request))
     required = gatekeeper.forced_headers(principal)
+    if dry_run(request):
+        if not await letter_waiting(services, dlq, partition, offset, required):
+            raise _no_letter(dlq, partition, offset)
+        return json_response({"redriven": 1, "dry_run": True})
     if partition >= dlq.partitions or not await redrive_one(
             services.store, source, dlq, partition, offset, services.settings.dedup_ttl_ms,
             required, letter_spaces(gatekeeper, principal, source)):
-        raise Problem(404, "dead-letter-not-found", "Dead letter not found",
-                      f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
-                      "redriven)")
+        raise _no_letter(dlq, partition, offset)
     return json_response({"redriven": 1})
+
+
+def _no_letter(dlq: TopicMetadata, partition: int, offset: str) -> Problem:
+    return Problem(404, "dead-letter-not-found", "Dead letter not found",
+                   f"{dlq.name} has no letter at {partition}:{offset} (never, or it was "
+                   "redriven)")
 
 
 def _one_letter(doc: dict[str, Any]) -> tuple[int, str] | None:

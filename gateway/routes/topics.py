@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import optional_int, read_json_object
+from gateway.routes.dry_runs import dry_run, patch_impact
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.errors import ConcurrentModification, PartitionerError
@@ -160,7 +162,11 @@ async def update_topic(request: web.Request) -> web.Response:
     clear_max_length = "max_length" in doc and doc["max_length"] is None
     name = request.match_info["topic"]
     # checked before anything is written: a PATCH applies whole or not at all
-    (await services.registry.get(name)).with_changes(retention_ms, max_length, clear_max_length)
+    current = await services.registry.get(name)
+    changed = current.with_changes(retention_ms, max_length, clear_max_length)
+    if dry_run(request):
+        return await _patch_dry_run(services, current, changed, partitions,
+                                    bool({"retention_ms", "max_length"} & set(doc)))
     if partitions is not None:
         if services.growth is None:
             raise PartitionerError("growing partitions needs etcd")
@@ -188,6 +194,15 @@ async def delete_topic(request: web.Request) -> web.Response:
     await services.store.delete_topic(topic.name, topic.partitions)
     await _forget_groups(services, topic.name)
     return web.Response(status=204)
+
+
+async def _patch_dry_run(services: Services, current: TopicMetadata, changed: TopicMetadata,
+                         partitions: int | None, retention: bool) -> web.Response:
+    """The PATCH's answer had it run now, with ``dry_run`` and its impact."""
+    impact = await patch_impact(services, current, changed, partitions, retention)
+    after = changed if impact["growth"] is None else dataclasses.replace(
+        changed, partitions=impact["growth"]["to"], growing_to=None)
+    return json_response({**topic_document(after), "dry_run": True, "impact": impact})
 
 
 def _require_unfiltered_admin(request: web.Request, action: str, reach: str) -> None:

@@ -20,7 +20,7 @@ SCRIPT = CHART_DIR.parent / "chart_package.py"
 # What belongs in the package, each path under the chart's top-level directory.
 LAYOUT = ("Chart.yaml", "values.yaml", "values.schema.json", "README.md", ".helmignore",
           "templates/*.yaml", "templates/_*.tpl", "templates/NOTES.txt", "templates/tests/*.yaml",
-          "dashboards/*.json", "alerts/*.rules.yml")
+          "dashboards/*.json", "alerts/*.rules.yml", "examples/*.yaml")
 WARNING = 2  # lint severities: 1 info, 2 warning, 3 error
 REQUIRED = {"Chart.yaml", "values.yaml", "values.schema.json", "README.md", "templates/NOTES.txt"}
 # Leftovers of editors, merges and caches that a working copy of the chart may hold.

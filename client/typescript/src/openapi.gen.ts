@@ -203,6 +203,10 @@ export type PulledMessage = MessageOut & {
 
 export interface PullResponse {
   messages: PulledMessage[];
+  /** the group is paused: no message is given (after waiting wait_ms for a resume) */
+  paused?: boolean;
+  /** when the pause ends by itself (epoch ms); null: until resumed, or not paused */
+  until_ms?: number | null;
 }
 
 export interface Receipts {
@@ -257,10 +261,11 @@ export interface GroupPartition {
  * (docs/api.md, Stall verdicts)
  */
 export interface GroupVerdict {
-  state: "ok" | "idle" | "behind" | "stalled";
+  state: "ok" | "idle" | "behind" | "stalled" | "paused";
   /**
    * why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or behind
-   * (retention_overrun_in, archive_behind); null for ok, idle and a plain behind
+   * (retention_overrun_in, archive_behind); null for ok, idle and a plain behind; null while paused
+   * (an operator paused the group: it is never judged stalled then)
    */
   reason: string | null;
   /** when the state began (epoch ms); for a stall, the group's last progress */
@@ -283,7 +288,27 @@ export interface GroupDetails {
     generation?: number | null;
     assignment?: Record<string, number[]>;
     partitions: GroupPartition[];
+    /** the group is paused on this topic (POST /v1/groups/{group}/pause) */
+    paused?: boolean;
+    /** when the pause ends by itself (epoch ms); null: until resumed, or not paused */
+    until_ms?: number | null;
   }>;
+}
+
+export interface ScaleHint {
+  /** The hint (KEDA: valueLocation desired_members) */
+  desired_members: number;
+  current_members: number;
+  /**
+   * Entries appended per second, summed over partitions, smoothed over lag rounds (null: fewer than
+   * two rounds yet)
+   */
+  arrival_rate: number | null;
+  /** Entries acked per second per current member (null: not known yet) */
+  ack_rate_per_member: number | null;
+  /** Entries not acked yet, unread and pending, summed over partitions */
+  lag: number | null;
+  target_drain_s: number;
 }
 
 export interface SeekRequest {
@@ -418,4 +443,143 @@ export interface ClusterPartition {
   partition: number;
   /** The node that runs its duties, null while none does */
   owner: string | null;
+}
+
+export interface GroupLoss {
+  group: string;
+  /** Delivered, un-acked entries that would go (acked by the purge) */
+  pending_dropped: number;
+  /** Entries never delivered to the group that would go (null: Redis cannot tell) */
+  unread_dropped: number | null;
+  /** Parked keys of a key_shared group whose messages would go */
+  parked_keys: number;
+}
+
+export interface PurgeDryRun {
+  topic: string;
+  dry_run: true;
+  /** Entries a purge would remove now (the hot tier) */
+  purged: number;
+  /** Scheduled (delayed) messages it would remove */
+  scheduled: number;
+  partitions: Array<{
+    partition: number;
+    purged: number;
+    scheduled: number;
+    /** The partition's last offset now */
+    cut: string | null;
+    groups: GroupLoss[];
+  }>;
+  /** Each group's losses over the partitions purged */
+  groups: GroupLoss[];
+}
+
+export interface SeekDryRun {
+  topic: string;
+  group: string;
+  dry_run: true;
+  positions: Record<string, string>;
+  partitions: Array<{
+    partition: number;
+    /** The group's last delivered offset now (null: no group there yet) */
+    from: string | null;
+    /** The offset the seek would place it at */
+    to: string;
+    /** The seek would create the group on the partition */
+    created: boolean;
+    /** Entries moved past, never delivered (forward) */
+    skipped: number;
+    /** Entries delivered again (backward) */
+    redelivered: number;
+    /** Un-acked entries, which a seek leaves pending */
+    pending_kept: number;
+    /** false: the count stopped at 100000 (at least that many); hot tier only */
+    exact: boolean;
+  }>;
+}
+
+export interface GrowthImpact {
+  from: number;
+  to: number;
+  added: number[];
+  /**
+   * Share of the key hash space whose partition stays (from / lcm(from, to)); new keys' messages of
+   * the rest land on their new partition
+   */
+  keys_staying: number;
+  /** Per partition, the old partitions whose keys may move to it */
+  sources: Record<string, number[]>;
+  /** Publishes to the topic pause (503) while every gateway reaches the cut */
+  publishes_pause: boolean;
+  /**
+   * Each group's backlog on the old partitions: consumed before it gets the moved keys' new
+   * messages (order per key kept)
+   */
+  groups: Array<{
+    group?: string;
+    partitions?: Array<{
+      partition?: number;
+      unread?: number | null;
+      pending?: number;
+    }>;
+  }>;
+}
+
+export interface RetentionImpact {
+  /** A compacted topic's retention is its compaction lag: not previewed */
+  compacted: boolean;
+  /** Entries the new retention would trim now */
+  trimmed: number | null;
+  /** Entries of archived segments it would drop */
+  archived_trimmed?: number;
+  /** true with an archive tier: which segments go is chosen before the hot trim, an estimate */
+  estimate?: boolean;
+  partitions: Array<{
+    partition?: number;
+    trimmed?: number;
+    archived_trimmed?: number;
+    segments?: number;
+    groups?: GroupTrimLoss[];
+  }>;
+  groups: GroupTrimLoss[];
+}
+
+export interface GroupTrimLoss {
+  group: string;
+  /** Entries the group had not acked (pending or never delivered) that would go */
+  unacked_dropped: number;
+}
+
+/** The topic as the PATCH would leave it, and what it would do */
+export type TopicDryRun = Topic & {
+  dry_run: true;
+  impact: {
+    growth: GrowthImpact | null;
+    retention: RetentionImpact | null;
+  };
+};
+
+export interface RedriveDryRun {
+  /** Letters a redrive would move back now */
+  redriven: number;
+  dry_run: true;
+  /** Per DLQ partition (absent for one letter) */
+  partitions?: Array<{
+    partition?: number;
+    waiting?: number;
+    redriven?: number;
+  }>;
+}
+
+export interface PauseRequest {
+  /** resume by itself at this time (epoch ms, in the future); absent: paused until resumed */
+  until_ms?: number;
+}
+
+export interface GroupPauseState {
+  topic: string;
+  group: string;
+  paused: boolean;
+  /** when the pause ends by itself (epoch ms); null: until resumed, or not paused */
+  until_ms: number | null;
 }

@@ -112,6 +112,20 @@ async def test_groups_positioned_before_dropped_segments_are_counted(
     assert report.unacked_removed == {"late": 80, "midway": 70}
 
 
+async def test_a_preview_counts_what_the_trim_then_removes_and_removes_nothing(
+        tiered: RedisStreamStore, topic: str) -> None:
+    offsets, _ = await _archived_log(tiered, topic)
+    await tiered.groups.ensure_group(topic, 0, "midway", offsets[9])
+    totals = await _totals(tiered, topic)
+    preview = await tiered.retention.preview(topic, 0, min_offset=offsets[90])
+    assert await _replay(tiered, topic) == offsets  # a replay reads the archive on
+    assert (await _totals(tiered, topic), len(await _tier(tiered).segments(topic, 0))) == (
+        totals, 2)
+    assert await tiered.retention.trim(topic, 0, min_offset=offsets[90]) == preview
+    assert (preview.removed, preview.archived_removed, list(preview.unacked_removed)) == (
+        10, 80, ["midway"])
+
+
 async def test_a_stale_expiry_drops_nothing_twice(tiered: RedisStreamStore, topic: str) -> None:
     offsets, _ = await _archived_log(tiered, topic)
     tier = _tier(tiered)

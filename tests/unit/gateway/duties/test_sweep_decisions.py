@@ -112,11 +112,12 @@ class Letters:
 
 
 def sweep_of(groups: FakeGroups, consumers: FakeConsumers, policies: Mapping[str, GroupPolicy],
-             letters: Letters) -> GroupSweep:
+             letters: Letters, paused: frozenset[str] = frozenset()) -> GroupSweep:
     return GroupSweep(
         groups, consumers, FakePolicies(policies), letters,  # type: ignore[arg-type]
         GatewayMetrics.create(),
-        SweepSettings(ME, dead_consumer_idle_ms=4_000, service_consumers=frozenset({"http-pull"})),
+        SweepSettings(ME, dead_consumer_idle_ms=4_000, service_consumers=frozenset({"http-pull"}),
+                      paused=lambda topic, group: group in paused),
     )
 
 
@@ -135,6 +136,18 @@ async def test_only_exhausted_expired_entries_are_dead_lettered(letters: Letters
     assert letters.sent == [("1", 4), ("4", 5)]
     assert groups.acked == ["1", "4"]
     assert set(groups.pending) == {"2", "3"}
+
+
+async def test_a_paused_groups_exhausted_entries_wait_for_the_resume(letters: Letters) -> None:
+    groups = FakeGroups({"1": (ME, 5_000, 3), "2": (ME, 5_000, 4)})
+    policies = {"g": GroupPolicy(1_000, 3)}
+    consumers = FakeConsumers(groups, {ME: 0})
+    await sweep_of(groups, consumers, policies, letters, paused=frozenset({"g"})).sweep(
+        "t", 0, [ME])
+    assert letters.sent == []
+    assert set(groups.pending) == {"1", "2"}
+    await sweep_of(groups, consumers, policies, letters).sweep("t", 0, [ME])
+    assert letters.sent == [("1", 4), ("2", 5)]
 
 
 async def test_dead_lettering_pages_past_entries_with_deliveries_left(letters: Letters) -> None:

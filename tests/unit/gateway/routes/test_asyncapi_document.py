@@ -24,6 +24,7 @@ from gateway.auth.keys import hash_api_key
 from gateway.auth.principal import Principal
 from gateway.delivery import params as subscribe_params
 from gateway.delivery import ws_frames
+from gateway.delivery.pause_gate import paused_frame, resumed_frame
 from gateway.delivery.reauth import AUTH_FRAME_BURST, AUTH_FRAME_REFILL_S
 from gateway.delivery.settle_frames import SETTLE_ACTIONS, parse_settle
 from gateway.delivery.wire import (
@@ -43,6 +44,7 @@ from gateway.publish.validation import PublishLimits
 from gateway.routes.health import API_DOCUMENTS, api_document, openapi_document
 from gateway.routes.subscribe import principal_from_first_frame
 from gateway.settings import GatewaySettings
+from partitioner.group_pause import GroupPause
 from storage.models import Delivery, LostRange, StoredEntry, ValueFormat
 
 Client = TestClient[Any, Any]
@@ -127,7 +129,9 @@ def frames_the_server_builds() -> list[Any]:
             error_frame("bad-frame", "frames must be JSON text"),
             error_frame("slow-consumer", "closing: too slow to drain", cursor="0:1-0,3:2-5"),
             authenticated_frame("billing"), authenticated_frame("billing", 1796000000.0),
-            *publish_answers()]
+            paused_frame("orders", "billing", GroupPause(1795418703164)),
+            paused_frame("orders", "billing", GroupPause(1795418703164, 1796000000000)),
+            resumed_frame("orders", "billing"), *publish_answers()]
 
 
 def publish_answers() -> list[Any]:
