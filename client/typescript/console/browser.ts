@@ -1,10 +1,10 @@
 /** The message browser: one partition from an offset or a time, a page at a time; a selected
  * message shown whole. */
 
-import { StoredMessage, TopicDetails } from "../src/index.js";
+import { TopicDetails } from "../src/index.js";
 import { Context } from "./context.js";
-import { field, formatTime, h, replace, statusLine, table } from "./dom.js";
-import { details, headerText, preview } from "./messages.js";
+import { field, h, replace, statusLine } from "./dom.js";
+import { messageTable } from "./messages.js";
 
 export function renderBrowser(context: Context, area: HTMLElement, topic: TopicDetails): void {
   const partition = h("select", {}, ...Array.from(
@@ -28,7 +28,7 @@ export function renderBrowser(context: Context, area: HTMLElement, topic: TopicD
       nextOffset = page.nextOffset;
       next.disabled = false;
       replace(results, page.messages.length === 0 ? h("p", {}, "No messages there.")
-        : messageTable(page.messages, selected));
+        : messageTable("Messages", page.messages, selected));
       status.show(`${page.messages.length} messages from partition ${partition.value}.`);
     } catch (error) {
       context.fail(error, status);
@@ -58,19 +58,4 @@ export function renderBrowser(context: Context, area: HTMLElement, topic: TopicD
   });
   replace(area, h("section", { "aria-labelledby": "browse" },
                   h("h2", { id: "browse" }, "Browse messages"), form, results, selected));
-}
-
-function messageTable(messages: StoredMessage[], selected: HTMLElement): HTMLTableElement {
-  return table("Messages", ["Offset", "Time", "Key", "Headers", "Value", ""], messages.map((m) => [
-    m.offset, formatTime(m.timestampMs), m.key ?? "-", headerText(m.headers) || "-",
-    h("code", {}, preview(m)),
-    h("button", {
-      type: "button", class: "secondary", "aria-label": `Show message ${m.offset}`,
-      onclick: () => {
-        replace(selected, h("h3", { tabindex: -1 }, `Message ${m.partition}:${m.offset}`),
-                details(m));
-        selected.querySelector("h3")?.focus();
-      },
-    }, "Show"),
-  ]));
 }

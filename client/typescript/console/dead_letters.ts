@@ -1,9 +1,14 @@
-/** A topic's dead letters: why each died, the whole letter, and redrive of one or all. */
+/** A topic's dead letters: why each died, the whole letter, redrive of one or all, and their
+ * purge after its dry run. */
 
 import { ProblemError, StoredMessage } from "../src/index.js";
+import { confirmPanel } from "./confirm.js";
 import { Context } from "./context.js";
-import { formatTime, h, keepFocus, replace, statusLine, table } from "./dom.js";
+import {
+  formatCount, formatTime, h, keepFocus, replace, statusLine, StatusLine, table,
+} from "./dom.js";
 import { details, preview } from "./messages.js";
+import { purgeImpact } from "./topic_ops.js";
 
 const PER_PARTITION = 100;
 
@@ -12,22 +17,19 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
   const listing = h("div", {}, h("p", {}, "Loading…"));
   const selected = h("div", { class: "selected", "aria-live": "polite" });
   const redriveAll = h("button", { type: "button" }, "Redrive all");
+  const purgeAll = h("button", { type: "button", class: "danger" }, "Purge dead letters");
   const refresh = h("button", { type: "button", class: "secondary" }, "Refresh");
-  const dialog = confirmDialog(`Send every dead letter of ${topic} back to it?`, async () => {
-    try {
-      const moved = await context.admin.redrive(topic, {});
-      status.show(`Redrove ${moved} dead letters to ${topic}.`, "ok");
-      await load();
-      keepFocus(status);
-    } catch (error) {
-      context.fail(error, status);
-    }
-  });
+  const settled = async (text: string): Promise<void> => {
+    status.show(text, "ok");
+    await load();
+    keepFocus(status);
+  };
 
   const load = async (): Promise<void> => {
     try {
       const letters = await deadLetters(context, topic);
       redriveAll.disabled = letters.length === 0;
+      purgeAll.disabled = letters.length === 0;
       replace(listing, letters.length === 0 ? h("p", {}, "No dead letters.")
         : letterTable(letters, async (letter) => {
           try {
@@ -48,16 +50,39 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
       context.fail(error, status);
     }
   };
-  redriveAll.addEventListener("click", () => dialog.showModal());
+  redriveAll.addEventListener("click", () => confirmPanel(context, {
+    title: `Send every dead letter of ${topic} back to it?`,
+    impact: [h("p", {}, "They are published to the topic again and leave the dead letters.")],
+    action: "Confirm redrive", run: async () => context.admin.redrive(topic, {}),
+    after: (moved) => void settled(`Redrove ${moved} dead letters to ${topic}.`),
+  }));
+  purgeAll.addEventListener("click", () => void previewPurge(context, topic, status, settled));
   refresh.addEventListener("click", () => void load());
   replace(main, h("h1", { tabindex: -1 }, `Dead letters of ${topic}`),
           h("p", { class: "lead" }, "Messages a group gave up on after their last delivery "
             + "attempt. Redriving sends a letter back to its original partition and removes it "
             + "from here."),
           h("p", {}, h("a", { href: `#/topics/${encodeURIComponent(topic)}` }, `Topic ${topic}`)),
-          h("div", { class: "actions" }, redriveAll, " ", refresh), status, listing, selected,
-          dialog);
+          h("div", { class: "actions" }, redriveAll, " ", purgeAll, " ", refresh), status, listing,
+          selected);
   void load();
+}
+
+/** The dead letters' purge, after its dry run in a confirmation panel. */
+async function previewPurge(context: Context, topic: string, status: StatusLine,
+                            settled: (text: string) => Promise<void>): Promise<void> {
+  try {
+    const preview = await context.admin.purgeDryRun(topic, { deadLetters: true });
+    confirmPanel(context, {
+      title: `Purge every dead letter of ${topic}?`, impact: purgeImpact(preview),
+      action: "Purge dead letters",
+      run: async () => context.admin.purge(topic, { deadLetters: true }),
+      after: (done) => void settled(`Purged ${formatCount(done.purged)} dead letters of `
+        + `${topic}.`),
+    });
+  } catch (error) {
+    context.fail(error, status);
+  }
 }
 
 /** The first letters of every partition of `<topic>.dlq`; none before it exists. */
@@ -93,20 +118,4 @@ function letterTable(letters: StoredMessage[], redrive: (letter: StoredMessage) 
                            h("button", { type: "button", "aria-label": `Redrive letter ${name}`,
                                          onclick: () => void redrive(letter) }, "Redrive"))];
                }));
-}
-
-/** A modal question: Escape or "Cancel" closes it, "Confirm" runs `confirmed`. */
-function confirmDialog(question: string, confirmed: () => Promise<void>): HTMLDialogElement {
-  const dialog = h("dialog", { "aria-labelledby": "confirm-title" });
-  // the safe answer has the focus: Enter alone must not send every letter back
-  const cancel = h("button", { type: "button", class: "secondary", autofocus: true,
-                               onclick: () => dialog.close() }, "Cancel");
-  const confirm = h("button", { type: "button", onclick: () => {
-    dialog.close();
-    void confirmed();
-  } }, "Confirm redrive");
-  replace(dialog, h("h2", { id: "confirm-title" }, question), h("p", {},
-          "They are published to the topic again and leave the dead letters."), confirm, " ",
-          cancel);
-  return dialog;
 }

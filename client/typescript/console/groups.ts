@@ -1,121 +1,103 @@
-/** Consumer groups: the list, and one group's members, assignment, lag (with a chart), parked
- * keys and seek. */
+/** The consumer groups: each with its lag (summed over partitions) and its worst verdict. */
 
-import { GroupTopic, SeekTarget } from "../src/index.js";
-import { TimeChart } from "./chart.js";
+import { GroupTopic, GroupVerdict } from "../src/index.js";
 import { Context } from "./context.js";
-import {
-  changed, field, formatCount, formatDuration, formatTime, h, replace, statusLine, table,
-} from "./dom.js";
-import { ParkedKeys } from "./parked_keys.js";
+import { changed, formatCount, h, replace, statusLine, table } from "./dom.js";
 
-const POLL_MS = 2000;
+const POLL_MS = 5000;
+// describes in flight at once while the list is filled: many groups must not flood the gateway
+const CONCURRENT_DESCRIBES = 4;
+// the worse a state, the later: a group shows its worst partition's verdict
+const SEVERITY: Array<GroupVerdict["state"]> = ["idle", "ok", "paused", "behind", "stalled"];
 
-function groupHref(group: string, topic: string): string {
+interface Listed {
+  group: string;
+  topic: string;
+  /** null: some partition's lag is unknown, or the group could not be described. */
+  lag: number | null;
+  worst: GroupVerdict | null;
+  paused: boolean;
+}
+
+export function groupHref(group: string, topic: string): string {
   return `#/groups/${encodeURIComponent(group)}/${encodeURIComponent(topic)}`;
 }
 
 export function renderGroups(context: Context, main: HTMLElement): void {
   const listing = h("div", {}, h("p", {}, "Loading…"));
   const status = statusLine();
-  replace(main, h("h1", { tabindex: -1 }, "Consumer groups"), listing, status);
-  context.every(5000, async () => {
+  replace(main, h("h1", { tabindex: -1 }, "Consumer groups"),
+          h("p", { class: "lead" }, "Lag is what waits to be delivered, summed over the "
+            + "partitions; the verdict is the worst partition's (ok, idle, behind, stalled, "
+            + "paused) with its reason."), listing, status);
+  context.every(POLL_MS, async () => {
     try {
       const groups = await context.admin.listGroups();
-      if (!changed(listing, groups)) return;
-      replace(listing, groups.length === 0 ? h("p", {}, "No consumer groups yet.")
-        : table("Consumer groups you may see", ["Group", "Topic"], groups.map((g) => [
-          h("a", { href: groupHref(g.group, g.topic) }, g.group),
-          h("a", { href: `#/topics/${encodeURIComponent(g.topic)}` }, g.topic)])));
+      const rows = await mapBounded(groups, CONCURRENT_DESCRIBES,
+                                    (g) => listed(context, g.group, g.topic));
+      if (context.active && changed(listing, rows)) replace(listing, groupTable(rows));
     } catch (error) {
       context.fail(error, status);
     }
   });
 }
 
-export function renderGroup(context: Context, main: HTMLElement, group: string,
-                            topic: string): void {
-  const summary = h("p", { class: "lead" }, "Loading…");
-  const status = statusLine();
-  const members = h("div", {});
-  const partitions = h("div", {});
-  const totalLag = h("p", { class: "total", "aria-live": "polite" });
-  const chart = new TimeChart(`Lag per partition of group ${group} on ${topic}, messages`,
-                              "messages");
-  const parked = new ParkedKeys(context, group, topic, () => load());
-  replace(main, h("h1", { tabindex: -1 }, `Group ${group} on ${topic}`), summary, status,
-          h("section", { "aria-labelledby": "lag" }, h("h2", { id: "lag" }, "Lag"), totalLag,
-            chart.element, partitions),
-          parked.element,
-          h("section", { "aria-labelledby": "members" },
-            h("h2", { id: "members" }, "Members and assignment"), members),
-          seekForm(context, group, topic));
-  const load = async (): Promise<void> => {
-    try {
-      const state = await context.admin.describeGroup(group, topic);
-      if (state === undefined) {
-        status.show(`Group ${group} has no state on ${topic}.`, "error");
-        return;
-      }
-      const lag = state.partitions.reduce((sum, p) => sum + (p.lag ?? 0), 0);
-      const pending = state.partitions.reduce((sum, p) => sum + p.pending, 0);
-      replace(summary, `Generation ${state.generation ?? "-"} · ${state.members.length} members`
-        + ` · ${formatCount(pending)} pending`);
-      replace(totalLag, `Total lag: ${formatCount(lag)} messages`);
-      chart.add(new Map(state.partitions.map((p) => [`p${p.partition}`, p.lag ?? 0])));
-      if (changed(partitions, state.partitions)) replace(partitions, partitionTable(state));
-      if (changed(members, [state.members, state.assignment])) {
-        replace(members, memberTable(state));
-      }
-      parked.show(state);
-    } catch (error) {
-      context.fail(error, status);
+async function listed(context: Context, group: string, topic: string): Promise<Listed> {
+  let state: GroupTopic | undefined;
+  try {
+    state = await context.admin.describeGroup(group, topic);
+  } catch {
+    state = undefined;  // gone since the listing, or not readable: the row shows "unknown"
+  }
+  const lags = state?.partitions.map((p) => p.lag) ?? [null];
+  return {
+    group, topic, paused: state?.paused ?? false,
+    lag: lags.includes(null) ? null : lags.reduce<number>((sum, lag) => sum + (lag ?? 0), 0),
+    worst: worstVerdict(state?.partitions.map((p) => p.verdict) ?? []),
+  };
+}
+
+/** The most severe of some partitions' verdicts (null when none has one). */
+export function worstVerdict(verdicts: Array<GroupVerdict | null>): GroupVerdict | null {
+  let worst: GroupVerdict | null = null;
+  for (const verdict of verdicts) {
+    if (verdict === null) continue;
+    if (worst === null || SEVERITY.indexOf(verdict.state) > SEVERITY.indexOf(worst.state)) {
+      worst = verdict;
+    }
+  }
+  return worst;
+}
+
+/** A verdict as a badge: its state, then its reason. */
+export function verdictBadge(verdict: GroupVerdict | null): HTMLElement {
+  if (verdict === null) return h("span", { class: "verdict" }, "no verdict yet");
+  return h("span", { class: `verdict verdict-${verdict.state}`, title: verdict.detail },
+           verdict.reason === null ? verdict.state : `${verdict.state}: ${verdict.reason}`);
+}
+
+function groupTable(rows: Listed[]): HTMLElement {
+  if (rows.length === 0) return h("p", {}, "No consumer groups yet.");
+  return table("Consumer groups you may see", ["Group", "Topic", "Lag", "Verdict"],
+               rows.map((row) => [
+                 h("a", { href: groupHref(row.group, row.topic) }, row.group),
+                 h("a", { href: `#/topics/${encodeURIComponent(row.topic)}` }, row.topic),
+                 row.lag === null ? "unknown" : formatCount(row.lag),
+                 h("span", {}, verdictBadge(row.worst),
+                   row.paused && row.worst?.state !== "paused" ? " (paused)" : "")]));
+}
+
+/** `work` over every item, at most `limit` at once, the results in the items' order. */
+async function mapBounded<T, R>(items: T[], limit: number,
+                                work: (item: T) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const at = next++;
+      results[at] = await work(items[at] as T);
     }
   };
-  context.every(POLL_MS, load);
-}
-
-function partitionTable(state: GroupTopic): HTMLTableElement {
-  return table("Position per partition", ["Partition", "Lag", "Pending", "Last delivered",
-                                          "Oldest un-acked age"],
-               state.partitions.map((p) => [
-                 p.partition, p.lag === null ? "unknown" : formatCount(p.lag), p.pending,
-                 p.lastDeliveredOffset ?? "-",
-                 p.oldestPendingAgeMs === null ? "-" : formatDuration(p.oldestPendingAgeMs)]));
-}
-
-function memberTable(state: GroupTopic): HTMLElement {
-  if (state.members.length === 0) {
-    return h("p", {}, "No exclusive members now (shared members and HTTP pull hold no "
-      + "assignment).");
-  }
-  return table("Members", ["Member", "Gateway node", "Joined", "Partitions"],
-               state.members.map((m) => [m.memberId, m.node, formatTime(m.joinedAtMs),
-                                         (state.assignment[m.memberId] ?? []).join(", ") || "-"]));
-}
-
-function seekForm(context: Context, group: string, topic: string): HTMLElement {
-  const to = h("select", {}, h("option", { value: "earliest" }, "the earliest message"),
-               h("option", { value: "latest" }, "the latest (skip everything)"),
-               h("option", { value: "time" }, "a time"),
-               h("option", { value: "cursor" }, "a cursor"));
-  const time = h("input", { type: "datetime-local", step: 1 });
-  const cursor = h("input", { type: "text", placeholder: "0:1700000000000-0,1:…",
-                              autocomplete: "off" });
-  const status = statusLine();
-  const form = h("form", { class: "card" },
-                 h("div", { class: "row" }, field("Move the group to", to),
-                   field("Seek time", time),
-                   field("Seek cursor", cursor, "Delivery goes on strictly after these offsets.")),
-                 h("button", { type: "submit" }, "Seek"), status);
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const target: SeekTarget = to.value === "time"
-      ? { timestampMs: new Date(time.value).getTime() }
-      : to.value === "cursor" ? cursor.value.trim() : to.value;
-    context.admin.seek(group, topic, target).then(
-      () => status.show("Moved. Pending messages stay pending.", "ok"),
-      (error: unknown) => context.fail(error, status));
-  });
-  return h("section", { "aria-labelledby": "seek" }, h("h2", { id: "seek" }, "Seek"), form);
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
 }

@@ -4,7 +4,9 @@ import { AuthError, Client } from "../src/index.js";
 import { Context } from "./context.js";
 import { renderDeadLetters } from "./dead_letters.js";
 import { field, h, replace, statusLine } from "./dom.js";
-import { renderGroup, renderGroups } from "./groups.js";
+import { renderGroup } from "./group.js";
+import { renderGroups } from "./groups.js";
+import { renderNodes } from "./nodes.js";
 import { renderTopic } from "./topic.js";
 import { renderTopics } from "./topics.js";
 
@@ -22,6 +24,7 @@ const ROUTES: Array<[RegExp, Page]> = [
   [/^#\/topics\/([^/]+)$/, renderTopic],
   [/^#\/groups\/([^/]+)\/([^/]+)$/, renderGroup],
   [/^#\/groups$/, renderGroups],
+  [/^#\/nodes$/, renderNodes],
   [/^#\/topics$/, renderTopics],
 ];
 

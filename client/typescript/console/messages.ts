@@ -1,7 +1,7 @@
 /** How a message is shown: JSON pretty-printed, binary as base64 and a hex dump, all as text. */
 
 import { StoredMessage } from "../src/index.js";
-import { h } from "./dom.js";
+import { formatTime, h, replace, table } from "./dom.js";
 
 const HEX_DUMP_BYTES = 512;
 const PREVIEW_CHARS = 80;
@@ -59,4 +59,21 @@ export function hexDump(bytes: Uint8Array): string {
   }
   if (bytes.length > shown.length) lines.push(`… ${bytes.length - shown.length} more bytes`);
   return lines.join("\n");
+}
+
+/** Messages as a table, each with a button that shows it whole in `selected`. */
+export function messageTable(caption: string, messages: StoredMessage[],
+                             selected: HTMLElement): HTMLTableElement {
+  return table(caption, ["Offset", "Time", "Key", "Headers", "Value", ""], messages.map((m) => [
+    m.offset, formatTime(m.timestampMs), m.key ?? "-", headerText(m.headers) || "-",
+    h("code", {}, preview(m)),
+    h("button", {
+      type: "button", class: "secondary", "aria-label": `Show message ${m.offset}`,
+      onclick: () => {
+        replace(selected, h("h3", { tabindex: -1 }, `Message ${m.partition}:${m.offset}`),
+                details(m));
+        selected.querySelector("h3")?.focus();
+      },
+    }, "Show"),
+  ]));
 }

@@ -1,5 +1,5 @@
 /** A topic's page: its partitions with a publish-rate chart, publishing a test message, the
- * message browser and the live tail. */
+ * message browser, search, key history and snapshots, the live tail, and its management. */
 
 import {
   Acks, ArchivedRange, ProducerMessage, TierRange, TopicDetails,
@@ -7,10 +7,14 @@ import {
 import { TimeChart } from "./chart.js";
 import { Context } from "./context.js";
 import {
-  changed, field, formatBytes, formatCount, formatDuration, h, replace, statusLine, table,
+  changed, field, formatBytes, formatCount, formatDuration, h, keepFocus, replace, statusLine,
+  table,
 } from "./dom.js";
 import { renderBrowser } from "./browser.js";
+import { keyHistorySection, snapshotSection } from "./history.js";
+import { renderSearch } from "./search.js";
 import { renderTail } from "./tail.js";
+import { renderTopicOps } from "./topic_ops.js";
 
 const POLL_MS = 2000;
 
@@ -23,6 +27,10 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
   const browserArea = h("div", {});
   const tailArea = h("div", {});
   const publishArea = h("div", {});
+  const searchArea = h("div", {});
+  const historyArea = h("div", {});
+  const opsArea = h("div", {});
+  const opsStatus = statusLine();
   replace(main,
           h("h1", { tabindex: -1 }, `Topic ${name}`), summary,
           h("p", {}, h("a", { href: `#/topics/${encodeURIComponent(name)}/dead-letters` },
@@ -33,21 +41,29 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
             h("h2", { id: "partitions" }, "Partitions"), partitions,
             h("h3", {}, "Publish rate through this gateway (mean of the last minute)"),
             chart.element),
-          publishArea, browserArea, tailArea);
-  let first = true;
+          publishArea, browserArea, searchArea, historyArea, tailArea, opsArea);
+  let shownPartitions = 0;
   context.every(POLL_MS, async () => {
     try {
       const topic = await context.admin.describeTopic(name);
+      const kind = topic.compact ? " · compacted" : topic.keyIndex ? " · key index" : "";
       replace(summary, `${topic.partitions} partitions · retention `
-        + `${formatDuration(topic.retentionMs)} · owner ${topic.owner}`);
+        + `${formatDuration(topic.retentionMs)} · owner ${topic.owner}${kind}`);
       if (changed(partitions, topic.partitionDetails)) replace(partitions, partitionTable(topic));
       chart.add(new Map(topic.partitionDetails.map((p) => [`p${p.partition}`,
                                                             p.publishRatePerS])));
-      if (first) {
-        first = false;
+      if (shownPartitions === 0) renderTail(context, tailArea, topic.name);
+      if (shownPartitions !== topic.partitions) {
+        // the forms that name partitions follow a growth
+        const grown = shownPartitions !== 0;
+        shownPartitions = topic.partitions;
         replace(publishArea, publishForm(context, topic));
         renderBrowser(context, browserArea, topic);
-        renderTail(context, tailArea, topic.name);
+        renderSearch(context, searchArea, topic);
+        replace(historyArea, keyHistorySection(context, topic), snapshotSection(context, topic));
+        renderTopicOps(context, opsArea, topic, opsStatus);
+        // a growth replaced the button that had the focus: its result takes it
+        if (grown) keepFocus(opsStatus);
       }
     } catch (error) {
       context.fail(error, status);

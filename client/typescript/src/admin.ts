@@ -65,6 +65,19 @@ export interface GroupPartition {
   /** key_shared groups: the keys waiting for the redelivery of a failed message (empty for
    * other groups). */
   parkedKeys: ParkedKey[];
+  /** The partition owner's judgement of the group here; null while it has posted none lately. */
+  verdict: GroupVerdict | null;
+}
+
+/** ok, idle, behind, stalled or paused, with the reason of a stall or of data at risk. */
+export interface GroupVerdict {
+  state: api.GroupVerdict["state"];
+  reason: string | null;
+  /** When the state began (epoch ms); for a stall, the group's last progress. */
+  sinceMs: number;
+  detail: string;
+  /** Other reasons that hold too. */
+  warnings: string[];
 }
 
 /** A key of a key_shared group that waits, alone, for the redelivery of its failed message. */
@@ -103,6 +116,9 @@ export interface GroupTopic {
   /** Member id -> the partitions it is served (exclusive groups). */
   assignment: Record<string, number[]>;
   partitions: GroupPartition[];
+  /** The group is paused on the topic (until `untilMs`, or until resumed when that is null). */
+  paused: boolean;
+  untilMs: number | null;
 }
 
 /** Where a seek moves a group: a cursor string is `"<partition>:<offset>,..."`. */
@@ -178,14 +194,23 @@ export class Admin {
 
   /** Grow partitions (every key keeps its order for consumers) or change retention (`maxLength:
    * null` clears the cap). */
-  async updateTopic(name: string, change: { partitions?: number; retentionMs?: number;
-                                            maxLength?: number | null }): Promise<Topic> {
+  async updateTopic(name: string, change: TopicChange): Promise<Topic> {
+    return topicOf(await this.patchTopic<api.Topic>(name, change, ""));
+  }
+
+  /** What `updateTopic` would do now (per group, the backlog a growth holds back or a retention
+   * change drops), changing nothing. */
+  async updateTopicDryRun(name: string, change: TopicChange): Promise<api.TopicDryRun> {
+    return this.patchTopic<api.TopicDryRun>(name, change, "?dry_run=true");
+  }
+
+  private async patchTopic<T>(name: string, change: TopicChange, query: string): Promise<T> {
     const body: Omittable<api.TopicPatch> = {
       partitions: change.partitions, retention_ms: change.retentionMs, max_length: change.maxLength,
     };
-    const answer = await this.transport.request<api.Topic>("PATCH", topicPath(name),
-                                                           { body: JSON.stringify(body) });
-    return topicOf(answer.body);
+    const answer = await this.transport.request<T>("PATCH", `${topicPath(name)}${query}`,
+                                                   { body: JSON.stringify(body) });
+    return answer.body;
   }
 
   /** Delete a topic's metadata and every partition's data. */
@@ -233,19 +258,27 @@ export class Admin {
   async snapshot(topic: string, partition: number,
                  pageSize = 1000): Promise<{ asOf: string; messages: StoredMessage[] }> {
     const messages: StoredMessage[] = [];
-    let asOf: string | undefined;
-    let after: string | null | undefined;
+    let page: SnapshotPage | undefined;
     do {
-      const query = new URLSearchParams({ limit: String(pageSize) });
-      if (asOf !== undefined) query.set("as_of", asOf);
-      if (after) query.set("after", after);
-      const answer = await this.transport.request<api.SnapshotPage>(
-        "GET", `${topicPath(topic)}/partitions/${partition}/snapshot?${query}`);
-      asOf = answer.body.as_of;
-      after = answer.body.after;
-      messages.push(...answer.body.messages.map(storedMessage));
-    } while (after);
-    return { asOf, messages };
+      page = await this.snapshotPage(topic, partition, { limit: pageSize, asOf: page?.asOf,
+                                                        after: page?.after ?? undefined });
+      messages.push(...page.messages);
+    } while (page.after);
+    return { asOf: page.asOf, messages };
+  }
+
+  /** One page of a compacted partition's snapshot, in key order: the first page fixes `asOf`;
+   * pass it and the page's `after` for the next (null at the end). */
+  async snapshotPage(topic: string, partition: number,
+                     options: { asOf?: string | undefined; after?: string | undefined;
+                                limit?: number } = {}): Promise<SnapshotPage> {
+    const query = new URLSearchParams({ limit: String(options.limit ?? 100) });
+    if (options.asOf !== undefined) query.set("as_of", options.asOf);
+    if (options.after !== undefined) query.set("after", options.after);
+    const answer = await this.transport.request<api.SnapshotPage>(
+      "GET", `${topicPath(topic)}/partitions/${partition}/snapshot?${query}`);
+    return { asOf: answer.body.as_of, after: answer.body.after,
+             messages: answer.body.messages.map(storedMessage) };
   }
 
   /** Every (topic, group) the caller may see. */
@@ -269,6 +302,40 @@ export class Admin {
     };
     await this.transport.request("POST", `${groupPath(group)}/seek`,
                                  { body: JSON.stringify(body) });
+  }
+
+  /** What `seek` would do now, per partition (entries skipped or delivered again), changing
+   * nothing. */
+  async seekDryRun(group: string, topic: string, to: SeekTarget): Promise<api.SeekDryRun> {
+    const body: api.SeekRequest = {
+      topic, to: typeof to === "object" ? { timestamp_ms: to.timestampMs } : to,
+    };
+    const answer = await this.transport.request<api.SeekDryRun>(
+      "POST", `${groupPath(group)}/seek?dry_run=true`, { body: JSON.stringify(body) });
+    return answer.body;
+  }
+
+  /** Stop every delivery of the group on the topic until `resumeGroup` or `untilMs` (admin
+   * only); members stay connected and positions stay. */
+  async pauseGroup(group: string, topic: string,
+                   untilMs?: number): Promise<api.GroupPauseState> {
+    const body: api.PauseRequest = untilMs === undefined ? {} : { until_ms: untilMs };
+    const answer = await this.transport.request<api.GroupPauseState>(
+      "POST", `${groupPath(group)}/pause?topic=${encodeURIComponent(topic)}`,
+      { body: JSON.stringify(body) });
+    return answer.body;
+  }
+
+  /** Deliveries of a paused group go on where they stopped (admin only). */
+  async resumeGroup(group: string, topic: string): Promise<api.GroupPauseState> {
+    const answer = await this.transport.request<api.GroupPauseState>(
+      "POST", `${groupPath(group)}/resume?topic=${encodeURIComponent(topic)}`);
+    return answer.body;
+  }
+
+  /** The gateway nodes and, per topic the caller administers, each partition's owner. */
+  async cluster(): Promise<api.Cluster> {
+    return (await this.transport.request<api.Cluster>("GET", "/v1/cluster")).body;
   }
 
   /** Let a key_shared group's parked key go on now (admin only): `release` redelivers its failed
@@ -304,13 +371,43 @@ export class Admin {
   /** Remove every message of a topic (or of one partition; `deadLetters`: of `<topic>.dlq`) at
    * one cut; consumer groups move to the cut (admin only, audited by the gateway). */
   async purge(topic: string,
-              options: { partition?: number; deadLetters?: boolean } = {}): Promise<PurgeResult> {
+              options: PurgeOptions = {}): Promise<PurgeResult> {
+    return this.purgeCall<PurgeResult>(topic, options, "");
+  }
+
+  /** What `purge` would remove now and what each group would lose, changing nothing. */
+  async purgeDryRun(topic: string, options: PurgeOptions = {}): Promise<api.PurgeDryRun> {
+    return this.purgeCall<api.PurgeDryRun>(topic, options, "?dry_run=true");
+  }
+
+  private async purgeCall<T>(topic: string, options: PurgeOptions, query: string): Promise<T> {
     const path = `${topicPath(topic)}/${options.deadLetters === true ? "dlq/purge" : "purge"}`;
     const body: Omittable<api.PurgeRequest> = { partition: options.partition };
-    const answer = await this.transport.request<api.PurgeResult>("POST", path,
-                                                                 { body: JSON.stringify(body) });
+    const answer = await this.transport.request<T>("POST", `${path}${query}`,
+                                                   { body: JSON.stringify(body) });
     return answer.body;
   }
+}
+
+/** A change to a topic: more partitions, another retention or length cap (null clears it). */
+export interface TopicChange {
+  partitions?: number;
+  retentionMs?: number;
+  maxLength?: number | null;
+}
+
+/** Which messages a purge removes: one partition's or all; the topic's or its dead letters. */
+export interface PurgeOptions {
+  partition?: number;
+  deadLetters?: boolean;
+}
+
+/** One page of a snapshot. */
+export interface SnapshotPage {
+  asOf: string;
+  /** The next page's cursor; null at the end. */
+  after: string | null;
+  messages: StoredMessage[];
 }
 
 /** What a purge removed, per partition up to its `cut` (its last offset; null when empty). */
@@ -362,7 +459,11 @@ function groupTopicOf(raw: api.GroupDetails["topics"][number]): GroupTopic {
       oldestPendingAgeMs: p.oldest_pending_age_ms ?? null,
       parkedKeys: (p.parked_keys ?? []).map((k) => ({ key: k.key, offset: k.offset,
                                                       sinceMs: k.since_ms })),
+      verdict: p.verdict ? { state: p.verdict.state, reason: p.verdict.reason,
+                             sinceMs: p.verdict.since_ms, detail: p.verdict.detail,
+                             warnings: p.verdict.warnings } : null,
     })),
+    paused: raw.paused ?? false, untilMs: raw.until_ms ?? null,
   };
 }
 

@@ -15,9 +15,9 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  ArchivedRange, GroupMember, GroupPartition, GroupTopic, HistoryPage, ParkedKey, ParkedKeyAction,
-  PartitionDetails, PurgeResult, ReplayPage, SeekTarget, SettledParkedKey, StoredMessage,
-  TierRange, Topic, TopicDetails,
+  ArchivedRange, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage, ParkedKey,
+  ParkedKeyAction, PartitionDetails, PurgeOptions, PurgeResult, ReplayPage, SeekTarget,
+  SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic, TopicChange, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

@@ -118,3 +118,30 @@ async def test_console_can_be_switched_off(aiohttp_client: Any, services: Servic
     client: Client = await aiohttp_client(app_with_services(off))
     assert (await client.get("/console/")).status == 404
     assert (await client.get("/console/js/console/main.js")).status == 404
+
+
+async def test_console_file_fetched_again_with_its_etag_answers_304(
+        client: Client, built: Path) -> None:
+    first = await client.get("/console/js/console/main.js")
+    tag = first.headers["ETag"]
+    assert tag.startswith('"')  # strong: no W/ prefix
+    assert first.headers["Cache-Control"] == "no-cache"
+    again = await client.get("/console/js/console/main.js", headers={"If-None-Match": tag})
+    assert again.status == 304
+    assert again.headers["ETag"] == tag
+    assert await again.read() == b""
+    assert (await client.get("/console/js/console/main.js",
+                             headers={"If-None-Match": f'"other", W/{tag}'})).status == 304
+    assert (await client.get("/console/", headers={"If-None-Match": "*"})).status == 304
+
+
+async def test_console_files_have_distinct_etags_that_follow_their_content(
+        client: Client, built: Path) -> None:
+    index = (await client.get("/console/")).headers["ETag"]
+    style = (await client.get("/console/console.css")).headers["ETag"]
+    assert index != style
+    (built / "console.css").write_text("body { margin: 1px }")
+    changed = await client.get("/console/console.css", headers={"If-None-Match": style})
+    assert changed.status == 200
+    assert changed.headers["ETag"] != style
+    assert await changed.text() == "body { margin: 1px }"
