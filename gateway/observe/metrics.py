@@ -5,7 +5,6 @@ Names follow ``streamgate_<area>_<noun>_<unit|total>``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 from collections import Counter as Counter_
 from collections.abc import Iterable, Mapping
@@ -16,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway.observe.metric_cells import CellCounter, CellHistogram
 from gateway.observe.redis_memory import NodesMemory, RedisMemoryCollector
+from gateway.observe.version import installed_version
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                      10.0)
@@ -192,7 +192,7 @@ class GatewayMetrics:
             **_archive_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
-        metrics.build.info({"version": version or importlib.metadata.version("streamgate"),
+        metrics.build.info({"version": version or installed_version(),
                             "python": platform.python_version()})
         return metrics
 

@@ -4,10 +4,11 @@ optional extra: off, a delivery costs one global lookup and a publish one header
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
+
+from gateway.observe.version import installed_version
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -117,20 +118,13 @@ async def tracing(enabled: bool, service_name: str) -> AsyncIterator[None]:
     owned = None
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         owned = provider = _exporting_provider(service_name)
-    _tracer = provider.get_tracer(SCOPE, _version())
+    _tracer = provider.get_tracer(SCOPE, installed_version())
     try:
         yield
     finally:
         _tracer = None
         if owned is not None:
             owned.shutdown()
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("streamgate")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _exporting_provider(service_name: str) -> Any:

@@ -4,8 +4,6 @@ topic (GET /v1/cluster, an admin read)."""
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib.metadata
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +11,7 @@ from aiohttp import web
 from gateway.auth.acl import Action
 from gateway.auth.gatekeeper import gatekeeper_of, principal_of
 from gateway.errors import unavailable
+from gateway.observe.version import installed_version
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.services import Services, services_of
@@ -22,15 +21,6 @@ from partitioner.ownership_keys import ClusterView, NodeRecord, cluster_view
 from partitioner.topics import TopicMetadata
 
 ADMIN_ONLY = (Action.ADMIN,)
-
-
-@functools.cache
-def gateway_version() -> str:
-    """The installed streamgate distribution's version ("unknown" when run from a bare tree)."""
-    try:
-        return importlib.metadata.version("streamgate")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 async def describe_cluster(request: web.Request) -> web.Response:
@@ -45,7 +35,7 @@ async def describe_cluster(request: web.Request) -> web.Response:
     view = await _current_view(services)
     topics = [topic for topic in sorted(services.cache.all(), key=lambda t: t.name)
               if gatekeeper.may_see(principal, topic.name, ADMIN_ONLY)]
-    return json_response({"node_id": services.settings.node_id, "version": gateway_version(),
+    return json_response({"node_id": services.settings.node_id, "version": installed_version(),
                           "nodes": [_node_document(node) for node in view.nodes],
                           "topics": [_topic_document(topic, view) for topic in topics]},
                          headers=limited)

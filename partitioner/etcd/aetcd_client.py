@@ -33,11 +33,15 @@ REQUIRE_LEADER = (("hasleader", "true"),)
 # minutes), and a call meanwhile fails without trying: a member back after an outage would only be
 # seen at the next attempt gRPC scheduled. Capped, with gRPC's own jitter on each wait, a restarted
 # member is seen within one short wait and a member that stays down costs few connection attempts.
+# gRPC reads its "min reconnect backoff" as the least time one connection attempt is given: that one
+# stays long enough for a member that is slow to answer (a loaded host, a member just started) to
+# finish its handshake, or every attempt would time out before the member's first HTTP/2 frame.
 RECONNECT_BACKOFF_MS = 100
 MAX_RECONNECT_BACKOFF_MS = 500
+MIN_CONNECT_TIMEOUT_MS = 3000
 CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
-    "grpc.min_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+    "grpc.min_reconnect_backoff_ms": MIN_CONNECT_TIMEOUT_MS,
     "grpc.max_reconnect_backoff_ms": MAX_RECONNECT_BACKOFF_MS,
 }
 
