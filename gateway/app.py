@@ -9,6 +9,7 @@ from aiohttp import web
 
 from gateway.auth.gatekeeper import GATEKEEPER, authenticate, gatekeeper_from_settings
 from gateway.auth.limits import LimitOverrides
+from gateway.auth.quotas import QuotaRules
 from gateway.delivery.dead_letters import DeadLetterWriter
 from gateway.delivery.growth_gate import Gate, group_gate
 from gateway.delivery.hub import DeliveryHub
@@ -236,6 +237,9 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             group_bindings=(None if settings.auth_mode == "none"
                             else GroupBindings(etcd, prefix=settings.etcd_prefix)),
             verdicts=store.verdicts,
+            quota_rules=QuotaRules(app[GATEKEEPER].quota_entries,
+                                   settings.max_retained_bytes_per_principal,
+                                   settings.max_in_flight_per_principal),
         )
         yield
 

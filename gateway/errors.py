@@ -14,7 +14,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.auth.errors import AuthError, Forbidden, GroupsLimitReached, Unauthenticated
+from gateway.auth.errors import (
+    AuthError,
+    Forbidden,
+    GroupsLimitReached,
+    QuotaExceeded,
+    Unauthenticated,
+)
 from partitioner.errors import (
     ConcurrentModification,
     CoordinationUnavailable,
@@ -163,6 +169,8 @@ def problem_from(exc: Exception) -> Problem:
                        extra={"limit": exc.limit})
     if isinstance(exc, Forbidden):
         return Problem(403, "forbidden", "Forbidden", exc.message)
+    if isinstance(exc, QuotaExceeded):
+        return quota_exceeded(exc)
     if isinstance(exc, NotEnoughReplicas):
         return Problem(503, "not-enough-replicas", "Not enough in-sync replicas", exc.message,
                        retry_after_s=exc.retry_after_s,
@@ -202,6 +210,17 @@ def storage_full(exc: StorageFull) -> Problem:
         extra["node"] = exc.node
     return Problem(507, "storage-full", "Insufficient storage", exc.message,
                    retry_after_s=exc.retry_after_s, extra=extra)
+
+
+def quota_exceeded(exc: QuotaExceeded) -> Problem:
+    """507 (bytes retained) or 429 (messages in flight) + Retry-After: the caller's quota has no
+    room for the request; nothing of it was done."""
+    status, slug, title = ((507, "quota-retained-bytes", "Retained bytes quota exceeded")
+                           if exc.kind == "retained_bytes" else
+                           (429, "quota-in-flight", "In-flight messages quota exceeded"))
+    return Problem(status, slug, title, exc.message, retry_after_s=exc.retry_after_s,
+                   extra={"quota": exc.kind, "subject": exc.subject, "limit": exc.limit,
+                          "used": exc.used})
 
 
 def condition_failed(exc: ConditionFailed, reveal_current: bool = True) -> Problem:

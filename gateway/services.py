@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.auth.quotas import QuotaRules
 from gateway.connections import ConnectionLimits
 from gateway.delivery.hub import DeliveryHub
 from gateway.delivery.membership import Membership
@@ -60,6 +61,8 @@ class Services:
     # the forced filter each group's members read through; None with auth off or without etcd
     group_bindings: GroupBindings | None = None
     verdicts: RedisVerdictBoard | None = None  # the partition owners' group verdicts
+    # who each principal's retained bytes and in-flight messages count against, with the caps
+    quota_rules: QuotaRules = field(default_factory=QuotaRules)
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)

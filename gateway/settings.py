@@ -129,6 +129,13 @@ class GatewaySettings:
     max_connections_per_principal: int = 1000
     # consumer groups a principal may create, across replicas; 0 = no cap
     max_groups_per_principal: int = 100
+    # bytes (keys, values, headers as published) a principal may keep in the log, across replicas;
+    # 0 = no cap ([[quotas]] in the auth config: per principal or per tenant)
+    max_retained_bytes_per_principal: int = 0
+    # un-acked deliveries a principal's consumers may hold, across replicas; 0 = no cap
+    max_in_flight_per_principal: int = 0
+    # how often a gateway shares its quota usage with the others and reads theirs
+    quota_sync_interval_s: float = 1.0
     # /metrics exports the heaviest message keys (message data) per partition
     metrics_expose_keys: bool = False
     # /metrics labels carry group names (false: a stable pseudonym g-<hash>)

@@ -1,5 +1,5 @@
 """The auth config file (TOML): JWT checking, hashed API keys, ACL rules, forced header filters,
-rate limits.
+rate limits, quotas.
 
 Secrets are never required inline: the HMAC secret comes from a file (``hmac_secret_file``) or from
 an environment variable named in the file (``hmac_secret_env``). Relative paths are relative to the
@@ -22,9 +22,10 @@ from gateway.auth.errors import AuthConfigError
 from gateway.auth.jwks import JwksUrl, checked_jwks_url
 from gateway.auth.keys import SHA256_HEX_LENGTH, ApiKeyTable, StoredKey
 from gateway.auth.limits import RATE_KEYS, UNLIMITED, LimitOverride, LimitOverrides
+from gateway.auth.quotas import MAX_TENANT_CHARS, QUOTA_KEYS, QuotaEntry
 from gateway.auth.tokens import JwtSettings, JwtVerifier, read_jwks
 
-TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters", "limits"})
+TOP_LEVEL = frozenset({"jwt", "api_keys", "rules", "filters", "limits", "quotas"})
 JWKS_URL_OPTIONS = frozenset({"jwks_ca_file", "jwks_refresh_s", "jwks_min_refresh_s"})
 JWT_KEYS = frozenset({"algorithms", "hmac_secret_file", "hmac_secret_env", "jwks_file", "jwks_url",
                       "audience", "issuer", "leeway_s", "principal_claim", "required_claims",
@@ -42,6 +43,8 @@ class AuthConfig:
     acl: Acl
     # per-principal rate-limit overrides
     limits: LimitOverrides = field(default_factory=LimitOverrides)
+    # per-principal and per-tenant quota entries, in config order
+    quotas: tuple[QuotaEntry, ...] = ()
 
 
 def load_auth_config(path: Path, env: Mapping[str, str]) -> AuthConfig:
@@ -67,7 +70,8 @@ def parse_auth_config(doc: Mapping[str, Any], base_dir: Path, env: Mapping[str, 
     rules = [_rule(item, i) for i, item in enumerate(_tables(doc, "rules"))]
     filters = [_filter(item, i) for i, item in enumerate(_tables(doc, "filters"))]
     limits = LimitOverrides([_limit(item, i) for i, item in enumerate(_tables(doc, "limits"))])
-    return AuthConfig(keys, verifier, Acl(rules, filters), limits)
+    quotas = tuple(_quota(item, i) for i, item in enumerate(_tables(doc, "quotas")))
+    return AuthConfig(keys, verifier, Acl(rules, filters), limits, quotas)
 
 
 def _jwt_settings(table: Mapping[str, Any], base_dir: Path, env: Mapping[str, str]) -> JwtSettings:
@@ -185,6 +189,30 @@ def _limit(item: Mapping[str, Any], index: int) -> LimitOverride:
     if not rates:
         raise AuthConfigError(f"{where}: give at least one of {', '.join(RATE_KEYS)}")
     return LimitOverride(tuple(_selectors(item.get("principals"), f"{where}.principals")), rates)
+
+
+def _quota(item: Mapping[str, Any], index: int) -> QuotaEntry:
+    where = f"quotas[{index}]"
+    _no_unknown(item, frozenset({"principals", "tenant", *QUOTA_KEYS}), where)
+    caps = {key: _cap(item[key], f"{where}.{key}") for key in QUOTA_KEYS if key in item}
+    if not caps:
+        raise AuthConfigError(f"{where}: give at least one of {', '.join(QUOTA_KEYS)}")
+    tenant = item.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant.isprintable()
+                               or not 0 < len(tenant) <= MAX_TENANT_CHARS):
+        raise AuthConfigError(f"{where}.tenant: a name of 1 to {MAX_TENANT_CHARS} printable "
+                              f"characters, got {tenant!r}")
+    return QuotaEntry(tuple(_selectors(item.get("principals"), f"{where}.principals")), tenant,
+                      caps)
+
+
+def _cap(raw: Any, where: str) -> int | None:
+    if raw == UNLIMITED:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+        raise AuthConfigError(f"{where}: expected a positive integer or \"{UNLIMITED}\", "
+                              f"got {raw!r}")
+    return raw
 
 
 def _rate(raw: Any, where: str) -> float | None:

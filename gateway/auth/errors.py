@@ -38,6 +38,19 @@ class GroupsLimitReached(Forbidden):
         self.limit = limit
 
 
+class QuotaExceeded(AuthError):
+    """A principal's or tenant's quota of ``kind`` (``retained_bytes``: 507 quota-retained-bytes;
+    ``in_flight_messages``: 429 quota-in-flight) has no room for the request; nothing was done."""
+
+    retriable = True
+
+    def __init__(self, message: str, kind: str, subject: str, limit: int, used: int,
+                 retry_after_s: float) -> None:
+        super().__init__(message)
+        self.kind, self.subject, self.limit, self.used = kind, subject, limit, used
+        self.retry_after_s = retry_after_s
+
+
 class AuthConfigError(AuthError):
     """The auth configuration (settings, TOML file, JWKS, secrets) is unusable; the gateway does not
     start."""

@@ -42,6 +42,7 @@ class Gatekeeper:
         self._jwt = config.jwt if config is not None else None
         self.acl = config.acl if config is not None else Acl.open()
         self.limit_overrides = config.limits if config is not None else LimitOverrides()
+        self.quota_entries = config.quotas if config is not None else ()
         self.public_paths = frozenset(public_paths) | ALWAYS_PUBLIC_PATHS
 
     async def keep_keys_fresh(self, stack: AsyncExitStack,
