@@ -62,6 +62,9 @@ class GatewayMetrics:
     archive_entries: Counter
     archive_bytes: Counter
     archive_hot_age: Gauge
+    quota_used: Gauge
+    quota_limit: Gauge
+    quota_refused: Counter
     deliveries: CellCounter
     redeliveries: CellCounter
     acks: CellCounter
@@ -190,6 +193,7 @@ class GatewayMetrics:
             **_delivery_metrics(registry),
             **_backend_metrics(registry),
             **_archive_metrics(registry),
+            **_quota_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version or installed_version(),
@@ -285,6 +289,24 @@ def _archive_metrics(registry: CollectorRegistry) -> dict[str, Any]:
                                  "Age of a partition's oldest entry still in Redis (0 when empty, "
                                  "NaN when unknown), exported by its owner with the lag",
                                  ["topic", "partition"], registry=registry),
+    }
+
+
+def _quota_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    # one series per quota subject (principal or tenant) with a cap, active on this gateway
+    return {
+        "quota_used": Gauge("streamgate_quota_used",
+                            "What a quota subject holds across every gateway, as this gateway last "
+                            "read it: quota retained_bytes (bytes in the log) or "
+                            "in_flight_messages (un-acked deliveries)", ["subject", "quota"],
+                            registry=registry),
+        "quota_limit": Gauge("streamgate_quota_limit",
+                             "A quota subject's cap (absent: no cap of that kind)",
+                             ["subject", "quota"], registry=registry),
+        "quota_refused": Counter("streamgate_quota_refused_total",
+                                 "Requests refused for a quota: publishes past retained_bytes "
+                                 "(507), pulls past in_flight_messages (429)", ["subject", "quota"],
+                                 registry=registry),
     }
 
 
