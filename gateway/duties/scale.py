@@ -13,6 +13,8 @@ from typing import Any
 SMOOTHING = 0.5  # weight of the newest round in a rate's moving average
 CAPACITY_TTL_MS = 600_000  # how long a per-member ack rate seen under backlog stays believed
 MAX_MEMOS = 10_000
+PULLER_WINDOW_MS = 60_000  # a puller busy with its last batch still counts for this long
+MAX_PULLERS = 10_000  # callers remembered per group
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +182,34 @@ class ScaleMemo:
         while len(self._memos) > MAX_MEMOS:
             self._memos.popitem(last=False)
         return memo
+
+
+class PullerRoster:
+    """The distinct HTTP pull callers of each group this gateway saw lately. A puller holds one
+    call at a time, so the callers seen within a window are the group's pull members; the oldest
+    groups and callers are forgotten past the bounds."""
+
+    def __init__(self, window_ms: int = PULLER_WINDOW_MS, max_callers: int = MAX_PULLERS) -> None:
+        self.window_ms = window_ms
+        self.max_callers = max_callers
+        self._groups: OrderedDict[tuple[str, str], OrderedDict[str, int]] = OrderedDict()
+
+    def saw(self, key: tuple[str, str], caller: str, now_ms: int) -> None:
+        """Record a pull by ``caller`` for the group ``key`` (topic, group)."""
+        callers = self._groups.pop(key, None) or OrderedDict()
+        callers.pop(caller, None)
+        callers[caller] = now_ms
+        while len(callers) > self.max_callers:
+            callers.popitem(last=False)
+        self._groups[key] = callers
+        while len(self._groups) > MAX_MEMOS:
+            self._groups.popitem(last=False)
+
+    def count(self, key: tuple[str, str], now_ms: int) -> int:
+        """The callers that pulled for ``key`` within the window."""
+        callers = self._groups.get(key)
+        if callers is None:
+            return 0
+        while callers and now_ms - next(iter(callers.values())) >= self.window_ms:
+            callers.popitem(last=False)
+        return len(callers)

@@ -12,7 +12,15 @@ from aiohttp import web
 from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
 from gateway.delivery.key_shared import is_seat
 from gateway.delivery.params import GROUP_NAME
-from gateway.duties.scale import Bounds, Hint, ScaleMemo, desired, per_member, total
+from gateway.duties.scale import (
+    Bounds,
+    Hint,
+    PullerRoster,
+    ScaleMemo,
+    desired,
+    per_member,
+    total,
+)
 from gateway.duties.verdict_duty import read_flow
 from gateway.errors import invalid_field
 from gateway.fanout import gather_bounded
@@ -24,6 +32,7 @@ from partitioner.group_state import group_view
 from partitioner.topics import TopicMetadata
 
 SCALE_MEMO = web.AppKey("scale_memo", ScaleMemo)
+PULL_ROSTER = web.AppKey("pull_roster", PullerRoster)
 DEFAULT_TARGET_DRAIN_S = 60.0
 MAX_TARGET_DRAIN_S = 86_400.0
 DEFAULT_STABILISE_S = 60.0  # a lower hint is given once every hint of this window was lower
@@ -67,6 +76,15 @@ async def _members(services: Services, topic: str, group: str) -> int | None:
     return len(sessions) or None
 
 
+def note_puller(request: web.Request, topic: str, group: str) -> None:
+    """Count the caller of a pull among the group's pull members: its principal from its
+    address, so pods sharing a credential count apart."""
+    roster = request.app.get(PULL_ROSTER)
+    if roster is not None:
+        caller = f"{principal_of(request).name}@{request.remote or ''}"
+        roster.saw((topic, group), caller, int(time.time() * 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleAsk:
     """What a read of the hint asks: the drain target, the stabilisation window, the members
@@ -88,15 +106,17 @@ class ScaleAsk:
 
 
 async def hint_for(services: Services, memo: ScaleMemo, topic: TopicMetadata, group: str,
-                   ask: ScaleAsk) -> Hint:
+                   ask: ScaleAsk, pullers: PullerRoster | None = None) -> Hint:
     """The group's hint on ``topic``: its flows summed, its members counted (etcd for exclusive
-    groups, bounded by the partitions; else the ask's, else one), settled by ``memo``."""
+    groups, bounded by the partitions; else the ask's, else its recent pull callers, else one),
+    settled by ``memo``."""
     flows = await gather_bounded(lambda p: read_flow(services.verdicts, topic.name, p, group),
                                  range(topic.partitions))
-    exclusive = await _members(services, topic.name, group)
-    members = exclusive if exclusive is not None else (ask.members or 1)
-    bounds = Bounds(ask.min_members, topic.partitions if exclusive is not None else None)
     flow, key, now_ms = total(flows), (topic.name, group), int(time.time() * 1000)
+    exclusive = await _members(services, topic.name, group)
+    pulling = 0 if pullers is None else pullers.count(key, now_ms)
+    members = exclusive if exclusive is not None else (ask.members or pulling or 1)
+    bounds = Bounds(ask.min_members, topic.partitions if exclusive is not None else None)
     window_ms, target = int(ask.stabilise_s * 1000), ask.target_drain_s
     if flow is None:
         count = memo.settle(key, bounds.clamp(members), now_ms, window_ms)
@@ -122,7 +142,8 @@ async def group_scale(request: web.Request) -> web.Response:
     limited = await admit_or_refuse(services, principal, RateAction.READ)
     ask = ScaleAsk.of(request)
     topic = await services.topic(name)
-    hint = await hint_for(services, request.app[SCALE_MEMO], topic, group, ask)
+    hint = await hint_for(services, request.app[SCALE_MEMO], topic, group, ask,
+                          request.app[PULL_ROSTER])
     services.metrics.group_desired_members.labels(topic.name, group).set(hint.desired_members)
     return json_response(hint.to_dict(), headers=limited)
 
@@ -130,4 +151,5 @@ async def group_scale(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     """Register the scale hint route."""
     app[SCALE_MEMO] = ScaleMemo()
+    app[PULL_ROSTER] = PullerRoster()
     app.router.add_get("/v1/groups/{group}/scale", group_scale)

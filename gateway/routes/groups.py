@@ -29,6 +29,7 @@ from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
 from gateway.routes.dry_runs import dry_run, seek_impact
 from gateway.routes.tenancy import bind_group, require_own_group
+from gateway.routes.group_scale import note_puller
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
@@ -105,6 +106,7 @@ async def pull(request: web.Request) -> web.Response:
                                pull_request.max_deliveries, pull_request.retry_backoff)
     puller = puller_of(services)
     deliveries = await puller.pull(group, pull_request, topic.partitions)
+    note_puller(request, topic.name, group)
     issued_ms, holder = _now_ms(), principal_of(request).name
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
                  "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition,

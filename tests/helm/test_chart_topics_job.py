@@ -87,3 +87,49 @@ def test_schema_refuses_a_malformed_topic(bad: dict[str, Any]) -> None:
     with helm.Chart.load(str(CHART_DIR)) as chart, pytest.raises(helm.HelmValuesError):
         chart.validate_schema({"topics": [bad]})
 
+
+
+def ca_parts(job: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Job's CA flag and value, and its CA mounts and volumes (empty: none)."""
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    flag = args[args.index("--ca-file"):][:2] if "--ca-file" in args else []
+    mounts = [m for m in container["volumeMounts"] if m["name"] == "ca"]
+    return flag, mounts, [v for v in pod["volumes"] if v["name"] == "ca"]
+
+
+TLS_TOPICS = merged(SCENARIOS["declared-topics"], SCENARIOS["tls-listener"])
+
+
+@pytest.mark.parametrize(("source", "volume"), [
+    ({"secretName": "gw-ca"}, {"secret": {"secretName": "gw-ca"}}),
+    ({"configMapName": "gw-ca", "key": "root.pem"}, {"configMap": {"name": "gw-ca"}}),
+])
+def test_job_trusts_the_private_ca_of_a_tls_gateway(source: dict[str, str],
+                                                     volume: dict[str, Any]) -> None:
+    _, job = topics_objects(merged(TLS_TOPICS, {"topicsJob": {"caCert": source}}))
+    key = source.get("key", "ca.crt")
+    flag, mounts, volumes = ca_parts(job)
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMGATE_URL"]["value"] == "https://sg-streamgate:80"
+    assert flag == ["--ca-file", f"{mounts[0]['mountPath']}/{key}"]
+    assert mounts[0]["readOnly"] is True
+    (kind,) = volume
+    assert volumes[0][kind] == {**volume[kind], "items": [{"key": key, "path": key}]}
+
+
+@pytest.mark.parametrize("values", [
+    TLS_TOPICS,  # TLS under a public CA: the system's CAs
+    merged(SCENARIOS["declared-topics"], {"topicsJob": {"caCert": {"secretName": "gw-ca"}}}),
+], ids=["tls-without-ca", "ca-without-tls"])
+def test_job_takes_no_ca_unless_tls_and_a_ca_are_both_set(values: dict[str, Any]) -> None:
+    _, job = topics_objects(values)
+    assert ca_parts(job) == ([], [], [])
+
+
+def test_chart_refuses_a_ca_from_both_a_secret_and_a_config_map() -> None:
+    values = merged(TLS_TOPICS, {"topicsJob": {"caCert": {"secretName": "a",
+                                                          "configMapName": "b"}}})
+    with pytest.raises(helm.HelmError, match=r"topicsJob\.caCert"):
+        render_files(values)

@@ -1,7 +1,7 @@
-/** A topic's dead letters: why each died, the whole letter, redrive of one or all, and their
- * purge after its dry run. */
+/** A topic's dead letters: why each died, the whole letter, redrive of one or all (all after
+ * its dry run), and their purge after its dry run. */
 
-import { ProblemError, StoredMessage } from "../src/index.js";
+import { openapi, ProblemError, StoredMessage } from "../src/index.js";
 import { confirmPanel } from "./confirm.js";
 import { Context } from "./context.js";
 import {
@@ -50,12 +50,7 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
       context.fail(error, status);
     }
   };
-  redriveAll.addEventListener("click", () => confirmPanel(context, {
-    title: `Send every dead letter of ${topic} back to it?`,
-    impact: [h("p", {}, "They are published to the topic again and leave the dead letters.")],
-    action: "Confirm redrive", run: async () => context.admin.redrive(topic, {}),
-    after: (moved) => void settled(`Redrove ${moved} dead letters to ${topic}.`),
-  }));
+  redriveAll.addEventListener("click", () => void previewRedrive(context, topic, status, settled));
   purgeAll.addEventListener("click", () => void previewPurge(context, topic, status, settled));
   refresh.addEventListener("click", () => void load());
   replace(main, h("h1", { tabindex: -1 }, `Dead letters of ${topic}`),
@@ -66,6 +61,42 @@ export function renderDeadLetters(context: Context, main: HTMLElement, topic: st
           h("div", { class: "actions" }, redriveAll, " ", purgeAll, " ", refresh), status, listing,
           selected);
   void load();
+}
+
+/** The redrive of every dead letter, after its dry run in a confirmation panel. */
+async function previewRedrive(context: Context, topic: string, status: StatusLine,
+                              settled: (text: string) => Promise<void>): Promise<void> {
+  try {
+    const preview = await context.admin.redriveDryRun(topic);
+    confirmPanel(context, {
+      title: `Send every dead letter of ${topic} back to it?`,
+      impact: redriveImpact(topic, preview), action: "Confirm redrive",
+      run: async () => context.admin.redrive(topic),
+      after: (moved) => void settled(`Redrove ${formatCount(moved)} dead letters to ${topic}.`),
+    });
+  } catch (error) {
+    context.fail(error, status);
+  }
+}
+
+/** What a redrive of every letter would move back, per partition of the dead letters, as its
+ * dry run tells. */
+function redriveImpact(topic: string, preview: openapi.RedriveDryRun): Node[] {
+  const partitions = preview.partitions ?? [];
+  const waiting = partitions.reduce((sum, p) => sum + (p.waiting ?? 0), 0);
+  const capped = preview.redriven < waiting
+    ? [h("p", {}, "A redrive takes the oldest first, up to its limit; redrive again for the "
+      + "rest.")] : [];
+  return [
+    h("p", { class: "impact" }, `${formatCount(preview.redriven)} of ${formatCount(waiting)} `
+      + `dead ${waiting === 1 ? "letter" : "letters"} would go back to ${topic} and leave the `
+      + "dead letters."),
+    ...capped,
+    partitions.length === 0 ? h("p", {}, "No dead letters wait.")
+      : table("What each partition would send back", ["Partition", "Waiting", "Going back"],
+              partitions.map((p) => [String(p.partition ?? "?"), formatCount(p.waiting ?? 0),
+                                     formatCount(p.redriven ?? 0)])),
+  ];
 }
 
 /** The dead letters' purge, after its dry run in a confirmation panel. */

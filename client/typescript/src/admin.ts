@@ -357,15 +357,23 @@ export class Admin {
 
   /** Move dead letters of `<topic>.dlq` back to the topic: all of them (paced), or the one named
    * by `partition` and `offset`. Returns how many went back. */
-  async redrive(topic: string,
-                which: { maxMessages?: number; ratePerS?: number }
-                  | { partition: number; offset: string } = {}): Promise<number> {
+  async redrive(topic: string, which: RedriveWhich = {}): Promise<number> {
+    return (await this.redriveCall<api.RedriveResult>(topic, which, "")).redriven;
+  }
+
+  /** What `redrive` would move back now (per DLQ partition: letters waiting and those it would
+   * take), changing nothing; for one letter, a 404 `ProblemError` when the real call would. */
+  async redriveDryRun(topic: string, which: RedriveWhich = {}): Promise<api.RedriveDryRun> {
+    return this.redriveCall<api.RedriveDryRun>(topic, which, "?dry_run=true");
+  }
+
+  private async redriveCall<T>(topic: string, which: RedriveWhich, query: string): Promise<T> {
     const body: Omittable<api.RedriveRequest> = "offset" in which
       ? { partition: which.partition, offset: which.offset }
       : { max_messages: which.maxMessages, rate_per_s: which.ratePerS };
-    const answer = await this.transport.request<api.RedriveResult>(
-      "POST", `${topicPath(topic)}/dlq/redrive`, { body: JSON.stringify(body) });
-    return answer.body.redriven;
+    const answer = await this.transport.request<T>(
+      "POST", `${topicPath(topic)}/dlq/redrive${query}`, { body: JSON.stringify(body) });
+    return answer.body;
   }
 
   /** Remove every message of a topic (or of one partition; `deadLetters`: of `<topic>.dlq`) at
@@ -395,6 +403,11 @@ export interface TopicChange {
   retentionMs?: number;
   maxLength?: number | null;
 }
+
+/** Which dead letters a redrive moves back: all of them (up to `maxMessages`, at `ratePerS`),
+ * or the one at `partition` and `offset` of `<topic>.dlq`. */
+export type RedriveWhich = { maxMessages?: number; ratePerS?: number }
+  | { partition: number; offset: string };
 
 /** Which messages a purge removes: one partition's or all; the topic's or its dead letters. */
 export interface PurgeOptions {

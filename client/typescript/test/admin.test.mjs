@@ -1,5 +1,6 @@
 // Administration and replay against a real gateway: listings, replay pages, group state and seek,
-// dead letters redriven one by one and all together, purges, messages with a time to live.
+// dead letters redriven (after dry runs) one by one and all together, purges, messages with a
+// time to live.
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import { ProblemError } from "../dist/index.js";
@@ -86,7 +87,7 @@ test("a group's lag, pending and oldest un-acked age, and a seek to latest",
                        (e) => e instanceof ProblemError && e.status === 422);
 });
 
-test("dead letters go back one by one and all together, and leave the dead-letter topic",
+test("dead letters go back one by one and all together after dry runs, and leave the DLQ",
      { timeout: 60_000 }, async () => {
   const topic = await createTopic(1, cleanup);
   cleanup.push(() => admin().deleteTopic(`${topic}.dlq`));
@@ -105,7 +106,15 @@ test("dead letters go back one by one and all together, and leave the dead-lette
   assert.equal(letters[0].headers["sg-dlq-group"], "fails");
 
   const [one] = letters.filter((m) => m.value === "first");
+  const preview = await admin().redriveDryRun(topic, { maxMessages: 1 });
+  assert.deepEqual(preview, { redriven: 1, dry_run: true,
+                              partitions: [{ partition: 0, waiting: 2, redriven: 1 }] });
+  assert.deepEqual(await admin().redriveDryRun(topic, { partition: 0, offset: one.offset }),
+                   { redriven: 1, dry_run: true });
+  assert.equal((await admin().readPartition(`${topic}.dlq`, 0)).messages.length, 2);
   assert.equal(await admin().redrive(topic, { partition: 0, offset: one.offset }), 1);
+  await assert.rejects(admin().redriveDryRun(topic, { partition: 0, offset: one.offset }),
+                       (e) => e instanceof ProblemError && e.status === 404);
   await assert.rejects(admin().redrive(topic, { partition: 0, offset: one.offset }),
                        (e) => e instanceof ProblemError && e.status === 404);
   const left = (await admin().readPartition(`${topic}.dlq`, 0)).messages;

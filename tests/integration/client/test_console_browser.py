@@ -258,6 +258,7 @@ def test_console_walkthrough_from_create_to_redrive(
             page.get_by_role("button", name="Redrive all").click()
             question = page.get_by_role("dialog")
             expect(question).to_be_visible()
+            expect(question).to_contain_text(f"1 of 1 dead letter would go back to {topic}")
             expect(question.get_by_role("button", name="Cancel")).to_be_focused()
             page.keyboard.press("Escape")
             expect(question).to_be_hidden()

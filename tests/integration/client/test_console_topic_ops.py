@@ -1,6 +1,6 @@
 """The console's topic operations in Debian's headless Chromium against a gateway process on the
-real cluster: grow, purge and delete a topic and purge its dead letters, each after its dry run;
-key history, a compacted partition's snapshot, and search within a partition."""
+real cluster: grow, purge and delete a topic, purge and redrive its dead letters, each after its
+dry run; key history, a compacted partition's snapshot, and search within a partition."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ def group_row(panel: Locator, group: str) -> list[str]:
     """The cells of a group's row in the panel's table of losses."""
     row = panel.get_by_role("table", name="What each group would lose").get_by_role(
         "row").filter(has=panel.page.get_by_role("rowheader", name=group, exact=True))
+    return [cell.inner_text() for cell in row.get_by_role("cell").all()]
+
+
+def partition_row(panel: Locator, partition: int) -> list[str]:
+    """The cells of a dead-letter partition's row in the panel's table of a redrive."""
+    row = panel.get_by_role("table", name="What each partition would send back").get_by_role(
+        "row").filter(has=panel.page.get_by_role("rowheader", name=str(partition), exact=True))
     return [cell.inner_text() for cell in row.get_by_role("cell").all()]
 
 
@@ -127,33 +134,71 @@ def test_a_topic_grows_is_purged_and_deleted_each_after_its_dry_run(
             expect(page.get_by_role("link", name=topic, exact=True)).to_have_count(0)
 
 
+@contextmanager
+def dead_letter_panel(base: str, page: Page, operation: str,
+                      button: str) -> Iterator[tuple[str, Locator, dict[str, Any]]]:
+    """A topic with two dead letters, then ``button`` on its dead-letter page: the topic, the
+    confirmation panel it opens and the dry run of ``operation`` (purge, redrive) fetched beside
+    it; timed, the topic deleted afterwards."""
+    from playwright.sync_api import expect
+    with new_topic(base, f"dlq-{operation}", partitions=2) as topic, timed(
+            f"{operation} dead letters after the dry run"):
+        dead_letter(base, topic, "poison-1")
+        dead_letter(base, topic, "poison-2")
+        page.goto(f"{base}/console/#/topics/{topic}/dead-letters")
+        expect(page.get_by_role("table", name="2 dead letters")).to_be_visible(timeout=WAIT_MS)
+        page.get_by_role("button", name=button).click()
+        panel = page.get_by_role("dialog")
+        expect(panel.get_by_role("button", name="Cancel")).to_be_focused(timeout=WAIT_MS)
+        status, preview = call(base, "POST", f"/v1/topics/{topic}/dlq/{operation}?dry_run=true",
+                               {})
+        assert status == 200, preview
+        yield topic, panel, preview
+
+
+def dead_letters_left(base: str, topic: str) -> int:
+    return sum(p["length"] for p in call(base, "GET", f"/v1/topics/{topic}.dlq")[1][
+        "partition_details"])
+
+
+def confirm_until_none_left(base: str, topic: str, confirm: Locator, done: str) -> None:
+    """Confirm a panel's operation on every dead letter: its outcome shown, none left."""
+    from playwright.sync_api import expect
+    confirm.click()
+    expect(confirm.page.get_by_text(done)).to_be_visible(timeout=WAIT_MS)
+    expect(confirm.page.get_by_text("No dead letters.")).to_be_visible(timeout=WAIT_MS)
+    assert dead_letters_left(base, topic) == 0
+
+
 @pytest.mark.timeout(300)
 def test_dead_letters_are_purged_after_their_dry_run(
         served_gateway: str, console_page: Page) -> None:
     from playwright.sync_api import expect
-    base, page = served_gateway, console_page
-    with new_topic(base, "dlq-purge", partitions=2) as topic, timed(
-            "purge dead letters after the dry run"):
-        dead_letter(base, topic, "poison-1")
-        dead_letter(base, topic, "poison-2")
-        page.goto(f"{base}/console/#/topics/{topic}/dead-letters")
-        expect(page.get_by_role("table", name="2 dead letters")).to_be_visible(
-            timeout=WAIT_MS)
-        page.get_by_role("button", name="Purge dead letters").click()
-        panel = dialog(page, f"Purge every dead letter of {topic}?")
-        status, preview = call(base, "POST", f"/v1/topics/{topic}/dlq/purge?dry_run=true",
-                               {})
-        assert status == 200, preview
+    with dead_letter_panel(served_gateway, console_page, "purge",
+                           "Purge dead letters") as (topic, panel, preview):
+        expect(panel.get_by_role("heading")).to_have_text(f"Purge every dead letter of {topic}?")
         assert preview["purged"] == 2
         expect(panel).to_contain_text("2 messages and 0 scheduled ones would go.")
-        expect(panel.get_by_role("button", name="Cancel")).to_be_focused()
-        panel.get_by_role("button", name="Purge dead letters").click()
-        expect(page.get_by_text(f"Purged 2 dead letters of {topic}.")).to_be_visible(
-            timeout=WAIT_MS)
-        expect(page.get_by_text("No dead letters.")).to_be_visible(timeout=WAIT_MS)
-        letters = [p["length"] for p in call(base, "GET", f"/v1/topics/{topic}.dlq")[1][
-            "partition_details"]]
-        assert sum(letters) == 0
+        confirm_until_none_left(served_gateway, topic, panel.get_by_role(
+            "button", name="Purge dead letters"), f"Purged 2 dead letters of {topic}.")
+
+
+@pytest.mark.timeout(300)
+def test_dead_letters_are_redriven_after_their_dry_run(
+        served_gateway: str, console_page: Page) -> None:
+    from playwright.sync_api import expect
+    with dead_letter_panel(served_gateway, console_page, "redrive",
+                           "Redrive all") as (topic, panel, preview):
+        expect(panel.get_by_role("heading")).to_have_text(
+            f"Send every dead letter of {topic} back to it?")
+        assert preview["redriven"] == 2
+        expect(panel).to_contain_text(f"2 of 2 dead letters would go back to {topic}")
+        for part in preview["partitions"]:
+            assert partition_row(panel, part["partition"]) == [str(part["waiting"]),
+                                                               str(part["redriven"])]
+        assert dead_letters_left(served_gateway, topic) == 2  # the preview moved nothing
+        confirm_until_none_left(served_gateway, topic, panel.get_by_role(
+            "button", name="Confirm redrive"), f"Redrove 2 dead letters to {topic}.")
 
 
 @pytest.mark.timeout(300)

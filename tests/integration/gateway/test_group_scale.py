@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 from group_readings import group_partitions, metric
@@ -157,3 +158,47 @@ async def test_hint_settles_on_the_members_that_drain_within_the_target(
         await paced.stop()
         for member in members:
             await member.close()
+
+
+def pull_member(client: Client, http: aiohttp.ClientSession,
+                topic: str) -> Callable[[], Awaitable[None]]:
+    """Pulls one message for group "g" through ``http`` and acks it, one per call."""
+    async def pull_and_ack() -> None:
+        async with http.post(client.make_url("/v1/groups/g/pull"),
+                             json={"topic": topic, "max_messages": 1}) as pulled:
+            assert pulled.status == 200, await pulled.text()
+            receipts = [m["receipt"] for m in (await pulled.json())["messages"]]
+        if receipts:
+            async with http.post(client.make_url("/v1/groups/g/ack"),
+                                 json={"receipts": receipts}) as acked:
+                assert acked.status == 200, await acked.text()
+
+    return pull_and_ack
+
+
+async def test_a_group_drained_by_pull_alone_counts_each_puller_as_a_member(
+        scaling_gateway: Client, topic_name: str) -> None:
+    client, paced = scaling_gateway, Paced()
+    response = await client.post(f"/v1/topics/{topic_name}/messages", json={
+        "messages": [{"key": f"burst{i}", "value": i} for i in range(BURST * 3)]})
+    assert response.status == 200, await response.text()
+    # two pullers on two addresses: two members, though neither holds a session
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(host, 0)))
+                for host in ("127.0.0.1", "127.0.0.2")]
+    try:
+        for http in sessions:
+            paced.start(ACK_EVERY_S, pull_member(client, http, topic_name))
+        deadline, answer = time.monotonic() + SETTLE_WITHIN_S, await hint(client, topic_name)
+        while answer["arrival_rate"] is None or not answer["ack_rate_per_member"]:
+            assert time.monotonic() < deadline, f"no rates in the hint: {answer}"
+            await asyncio.sleep(0.25)
+            answer = await hint(client, topic_name)
+        assert answer["current_members"] == 2
+        assert answer["desired_members"] >= 1  # work waits and arrives
+        told = await client.get("/v1/groups/g/scale", params={"topic": topic_name,
+                                                              "members": "5"})
+        assert (await told.json())["current_members"] == 5  # the caller's count wins
+    finally:
+        await paced.stop()
+        for http in sessions:
+            await http.close()

@@ -12,6 +12,7 @@ from gateway.duties.scale import (
     Bounds,
     Flow,
     GroupFlow,
+    PullerRoster,
     ScaleMemo,
     desired,
     observe,
@@ -138,3 +139,21 @@ async def test_a_partition_given_up_loses_its_flows() -> None:
     flow = await read_flow(fakes, "t", 0, "g")
     assert flow is not None
     assert flow.arrival_rate is None
+
+
+def test_pull_callers_count_once_each_until_they_fall_out_of_the_window() -> None:
+    roster, key = PullerRoster(window_ms=10_000), ("t", "g")
+    roster.saw(key, "app@10.0.0.1", 0)
+    roster.saw(key, "app@10.0.0.2", 1_000)
+    roster.saw(key, "app@10.0.0.1", 5_000)
+    assert roster.count(key, 6_000) == 2
+    assert roster.count(key, 12_000) == 1  # the second one stopped pulling
+    assert roster.count(key, 16_000) == 0
+    assert roster.count(("t", "other"), 0) == 0
+
+
+def test_a_group_remembers_no_more_pull_callers_than_its_bound() -> None:
+    roster, key = PullerRoster(max_callers=3), ("t", "g")
+    for index in range(5):
+        roster.saw(key, f"caller{index}", index)
+    assert roster.count(key, 10) == 3
