@@ -27,6 +27,8 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.server_log import server_log
 from gateway.observe.tracing import tracing
 from gateway.publish.publisher import Publisher
+from gateway.quotas.in_flight import InFlightQuota
+from gateway.quotas.retained import RetainedQuota
 from gateway.routes import (
     cluster,
     console,
@@ -46,6 +48,7 @@ from gateway.settings import GatewaySettings
 from gateway.throttle import RateLimits, Throttle
 from gateway.tls import etcd_tls
 from partitioner.cache import TopicCache
+from partitioner.errors import TopicNotFound
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd_registry import EtcdTopicRegistry
 from partitioner.group_binding import GroupBindings
@@ -55,6 +58,7 @@ from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
 from partitioner.topic_watcher import TopicWatcher
+from partitioner.topics import TopicMetadata
 from storage.archive.object_store import S3Settings, open_archive
 from storage.archive.tier import ArchiveSettings
 from storage.redis_store import RedisStoreSettings, RedisStreamStore
@@ -215,6 +219,17 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             if not watcher.healthy:
                 raise RuntimeError("topic metadata watch is down")
 
+        quota_rules = QuotaRules(app[GATEKEEPER].quota_entries,
+                                 settings.max_retained_bytes_per_principal,
+                                 settings.max_in_flight_per_principal)
+        retained_quota = None
+        if quota_rules.enabled("retained_bytes"):
+            retained_quota = await stack.enter_async_context(
+                _retained_quota(store, registry, cache, metrics, settings))
+        in_flight_quota = None
+        if quota_rules.enabled("in_flight_messages"):
+            in_flight_quota = await stack.enter_async_context(InFlightQuota(
+                store.in_flight, settings.node_id, settings.quota_sync_interval_s, metrics))
         app[SERVICES] = Services(
             settings=settings,
             store=store,
@@ -237,11 +252,24 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             group_bindings=(None if settings.auth_mode == "none"
                             else GroupBindings(etcd, prefix=settings.etcd_prefix)),
             verdicts=store.verdicts,
-            quota_rules=QuotaRules(app[GATEKEEPER].quota_entries,
-                                   settings.max_retained_bytes_per_principal,
-                                   settings.max_in_flight_per_principal),
+            quota_rules=quota_rules,
+            retained_quota=retained_quota,
+            in_flight_quota=in_flight_quota,
         )
         yield
+
+
+def _retained_quota(store: RedisStreamStore, registry: EtcdTopicRegistry, cache: TopicCache,
+                    metrics: GatewayMetrics, settings: GatewaySettings) -> RetainedQuota:
+    async def topic(name: str) -> TopicMetadata | None:
+        # the registry on a miss: a topic this gateway's watch has not seen yet keeps its buckets
+        try:
+            return cache.get(name) or await registry.get(name)
+        except TopicNotFound:
+            return None
+
+    return RetainedQuota(store.quotas, topic, store.partition_info, metrics,
+                         settings.quota_sync_interval_s)
 
 
 def _group_quota(settings: GatewaySettings, etcd: EtcdConnection, groups: GroupNames,

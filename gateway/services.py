@@ -19,6 +19,8 @@ from gateway.observe.hotspots import PublishStats
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
 from gateway.publish.validation import PublishLimits
+from gateway.quotas.in_flight import InFlightQuota
+from gateway.quotas.retained import RetainedQuota
 from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
 from partitioner.cache import TopicCache
@@ -63,6 +65,8 @@ class Services:
     verdicts: RedisVerdictBoard | None = None  # the partition owners' group verdicts
     # who each principal's retained bytes and in-flight messages count against, with the caps
     quota_rules: QuotaRules = field(default_factory=QuotaRules)
+    retained_quota: RetainedQuota | None = None  # None when no principal has a retained-bytes cap
+    in_flight_quota: InFlightQuota | None = None  # None when no principal has an in-flight cap
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)

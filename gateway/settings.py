@@ -174,6 +174,10 @@ class GatewaySettings:
     def __post_init__(self) -> None:
         if self.advertise_url is not None:
             check_advertise_url(self.advertise_url)
+        if min(self.max_retained_bytes_per_principal, self.max_in_flight_per_principal) < 0:
+            raise ValueError("quota caps are 0 (no cap) or positive")
+        if not self.quota_sync_interval_s > 0:
+            raise ValueError("quota_sync_interval_s must be positive")
 
     @property
     def advertised_url(self) -> str | None:

@@ -42,6 +42,8 @@ from storage.overview import (
     read_overviews,
 )
 from storage.purge import Purge
+from storage.quota_in_flight import RedisInFlightBoard
+from storage.quota_ledger import RedisQuotaLedger
 from storage.rate_limit import RedisRateLimiter
 from storage.retention import RedisRetention
 from storage.settings import RedisStoreSettings
@@ -193,6 +195,16 @@ class RedisStreamStore:
     def verdicts(self) -> RedisVerdictBoard:
         """The partitions' group verdicts as their owners post them, on the same connections."""
         return RedisVerdictBoard(self.router, self._lanes)
+
+    @property
+    def in_flight(self) -> RedisInFlightBoard:
+        """Each gateway's in-flight count per quota subject, shared on the same connections."""
+        return RedisInFlightBoard(self.router, self._lanes)
+
+    @property
+    def quotas(self) -> RedisQuotaLedger:
+        """The quota ledger shared by every gateway replica, on the same connections."""
+        return RedisQuotaLedger(self.router, self._lanes)
 
     @property
     def rate_limiter(self) -> RedisRateLimiter:

@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
@@ -30,6 +31,7 @@ from gateway.delivery.retry_policy import (
 )
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
+from gateway.quotas.in_flight import InFlightWindow
 from partitioner.errors import CoordinationUnavailable
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 from storage.errors import StorageUnavailable
@@ -192,25 +194,31 @@ class Puller:
     async def settle(self, group: str, receipts: Sequence[Receipt], action: str,
                      delay_ms: int = 0,
                      backoffs: Mapping[str, RetryBackoff] | None = None,
-                     reason: str = "") -> int:
+                     reason: str = "", window: InFlightWindow | None = None) -> int:
         """ack / nack / extend / reject by receipt; returns how many receipts were applied. A
         nack waits the group's backoff on the receipt's topic (``backoffs``, its stored policy)
-        unless it names a delay; a reject dead-letters with ``reason``."""
-        by_partition: dict[tuple[str, int, int], list[str]] = defaultdict(list)
+        unless it names a delay; a reject dead-letters with ``reason``. What an ack, nack or
+        reject settled is credited to ``window`` (the caller's in-flight quota), at most once per
+        delivery."""
+        by_partition: dict[tuple[str, int, int], list[Receipt]] = defaultdict(list)
         for receipt in receipts:
             by_partition[(receipt.topic, receipt.partition,
-                          receipt.ack_timeout_ms)].append(receipt.offset)
-        for (topic, partition, ack_timeout_ms), offsets in by_partition.items():
+                          receipt.ack_timeout_ms)].append(receipt)
+        for (topic, partition, ack_timeout_ms), held in by_partition.items():
+            offsets = [receipt.offset for receipt in held]
             if action == "ack":
-                await self.store.ack(topic, partition, group, offsets)
+                acked = await self.store.ack(topic, partition, group, offsets)
+                _credit(window, held, acked)
                 self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
             elif action == "extend":
                 await self.store.set_idle(topic, partition, group, PULL_CONSUMER, offsets, 0)
             elif action == "reject":
-                await dead_letter_now(self.store, self._dead_letters, topic, partition, group,
-                                      PULL_CONSUMER, offsets, reason)
+                _credit(window, held, await dead_letter_now(
+                    self.store, self._dead_letters, topic, partition, group, PULL_CONSUMER,
+                    offsets, reason))
                 self._metrics.acks.labels(topic, group, "pull").inc(len(offsets))
             else:
+                _credit(window, held, len(held))
                 backoff = (backoffs or {}).get(topic, NO_BACKOFF)
                 idles = await nack_idles(self.store, topic, partition, group, offsets, delay_ms,
                                          ack_timeout_ms, backoff)
@@ -219,3 +227,14 @@ class Puller:
                                               idle_ms)
                 self._metrics.nacks.labels(topic, group, "pull").inc(len(offsets))
         return len(receipts)
+
+
+def _credit(window: InFlightWindow | None, receipts: Sequence[Receipt], settled: int) -> None:
+    """Credit ``settled`` of the receipts' deliveries (each once, however often its receipt came):
+    the latest deadlines, whose charges are the likeliest still counted."""
+    if window is None or settled <= 0:
+        return
+    unique = {f"{r.topic}\x1f{r.partition}\x1f{r.offset}\x1f{r.issued_ms}":
+              r.issued_ms + r.ack_timeout_ms for r in receipts}
+    latest = sorted(unique.items(), key=itemgetter(1), reverse=True)
+    window.credit_receipts(latest[:settled])

@@ -24,20 +24,32 @@ import contextlib
 import logging
 import time
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate, compress, groupby, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from gateway.delivery.heap import trim_soon
 from gateway.delivery.params import SubscribeParams, format_cursor
-from gateway.delivery.wire import Send, batched, error_frame, message_frame, message_frames
+from gateway.delivery.wire import (
+    Send,
+    batched,
+    error_frame,
+    message_frame,
+    message_frames,
+    quota_frame,
+)
 from gateway.delivery.ws_frames import CLOSE_REASON_MAX_BYTES
 from gateway.errors import WS_CLOSE_SLOW_CONSUMER
+from gateway.quotas.in_flight import epoch_ms_of
 from storage.models import Delivery
+
+if TYPE_CHECKING:
+    from gateway.quotas.in_flight import InFlightWindow
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +107,8 @@ class Session:
         self._credit_waiters: set[Waker] = set()
         self._writer: asyncio.Task[None] | None = None  # running only while the outbox has frames
         self._open = True
+        # the principal's or tenant's in-flight quota; None: uncapped, or nothing held to count
+        self.quota: InFlightWindow | None = None
 
     # --- lifetime ---------------------------------------------------------------------------------
     async def __aenter__(self) -> Session:
@@ -106,6 +120,8 @@ class Session:
     async def aclose(self) -> None:
         """Stop the writer, start no other and drop every frame still queued; idempotent."""
         self._open = False
+        if self.quota is not None:
+            self.quota.leave(self)
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.cancel()
@@ -130,7 +146,7 @@ class Session:
         """Whether the session may take one more delivery (window open, outbox under its byte
         bound)."""
         return (self.credit > 0 and self.outbox_bytes < self._max_outbox_bytes
-                and not self.closing.done())
+                and not self.closing.done() and (self.quota is None or self.quota.room > 0))
 
     @property
     def read_allowance(self) -> int:
@@ -139,8 +155,9 @@ class Session:
         it waits in memory)."""
         if not self.has_credit:
             return 0
-        return max(1, min(self.credit,
-                          (self._max_outbox_bytes - self.outbox_bytes) // self._frame_bytes))
+        allowance = max(1, min(self.credit,
+                               (self._max_outbox_bytes - self.outbox_bytes) // self._frame_bytes))
+        return allowance if self.quota is None else min(allowance, self.quota.room)
 
     def _fitting_frames(self, frames: list[bytes]) -> tuple[int, int]:
         """How many leading frames the outbox's byte bound lets in (at least one) and their size."""
@@ -167,8 +184,22 @@ class Session:
         if amount <= 0:
             return
         self.credit = min(self.params.max_in_flight, self.credit + amount)
+        self.wake_credit_waiters()
+
+    def wake_credit_waiters(self) -> None:
+        """Wake the readers waiting for this session's credit (also when its quota has room
+        again)."""
         for event in self._credit_waiters:
             event.set()
+
+    def use_quota(self, window: InFlightWindow) -> None:
+        """Count this session's un-acked deliveries against ``window`` (its subject's quota)."""
+        self.quota = window
+        window.join(self)
+
+    def quota_held(self, limit: int, used: int) -> None:
+        """Tell the member its deliveries wait for the in-flight quota (it stays connected)."""
+        self.send_control(quota_frame(limit, used))
 
     # --- deliveries -------------------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> bool:
@@ -192,7 +223,9 @@ class Session:
         """
         if not self.has_credit or not deliveries:
             return 0
-        taken = deliveries if len(deliveries) <= self.credit else deliveries[:self.credit]
+        quota = self.quota
+        credit = self.credit if quota is None else min(self.credit, quota.room)
+        taken = deliveries if len(deliveries) <= credit else deliveries[:credit]
         frames = message_frames(self.topic, taken)
         fit, size = self._fitting_frames(frames)
         if fit < len(frames):  # the rest stays with the reader: redelivered later, never lost
@@ -205,6 +238,8 @@ class Session:
         if tracked:
             deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
             self.in_flight.update(zip(zip(repeat(partition), offsets), repeat(deadline)))
+            if quota is not None:
+                quota.charge(len(taken), epoch_ms_of(deadline))
         self._enqueue((frames, 0 if tracked else len(frames), partition, offsets), size)
         return len(taken)
 
@@ -256,13 +291,27 @@ class Session:
     def settle(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
         """Forget acked/nacked deliveries, give their credit back, and group them by partition."""
         refs = refs if isinstance(refs, list) else list(refs)
+        if self.quota is not None:
+            return self._settle_counted(refs, self.quota)
         held = list(compress(refs, map(self.in_flight.pop, refs, repeat(0.0))))  # deadlines are > 0
+        self._give_credit(len(held))
+        return _by_partition(held)
+
+    def _settle_counted(self, refs: list[MessageRef],
+                        quota: InFlightWindow) -> dict[int, list[MessageRef]]:
+        """``settle`` for a session under a quota: each delivery credited at its deadline."""
+        in_flight = self.in_flight
+        held = [ref for ref in refs if ref in in_flight]
+        quota.credit_each([epoch_ms_of(in_flight.pop(ref)) for ref in held])
         self._give_credit(len(held))
         return _by_partition(held)
 
     def forget(self, ref: MessageRef) -> None:
         """A reader took a delivery back (ack timeout passed): free its credit."""
-        if self.in_flight.pop(ref, None) is not None:
+        deadline = self.in_flight.pop(ref, None)
+        if deadline is not None:
+            if self.quota is not None:
+                self.quota.credit(1, epoch_ms_of(deadline))
             self._give_credit(1)
 
     def extend(self, refs: Iterable[MessageRef]) -> dict[int, list[MessageRef]]:
@@ -270,6 +319,10 @@ class Session:
         deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
         in_flight = self.in_flight
         held = [ref for ref in refs if ref in in_flight]
+        if self.quota is not None:
+            moved = Counter(epoch_ms_of(in_flight[ref]) for ref in held)
+            for old_ms, count in moved.items():
+                self.quota.move(count, old_ms, epoch_ms_of(deadline))
         in_flight.update(zip(held, repeat(deadline)))
         return _by_partition(held)
 
@@ -281,8 +334,9 @@ class Session:
         must not stay smaller by them (an ack arriving later for one of them concerns nothing
         here)."""
         held = [ref for ref in self.in_flight if ref[0] == partition]
-        for ref in held:
-            del self.in_flight[ref]
+        deadlines = [self.in_flight.pop(ref) for ref in held]
+        if self.quota is not None:
+            self.quota.credit_each(map(epoch_ms_of, deadlines))
         self._give_credit(len(held))
         return held
 

@@ -118,6 +118,11 @@ def error_frame(code: str, detail: str, **extra: str | int) -> dict[str, Any]:
     return {"type": "error", "code": code, "detail": detail, **extra}
 
 
+def quota_frame(limit: int, used: int) -> dict[str, Any]:
+    """A ``quota`` frame: the member's in-flight-messages quota has no room, deliveries wait."""
+    return {"type": "quota", "quota": "in_flight_messages", "limit": limit, "used": used}
+
+
 def authenticated_frame(principal: str, expires_at_s: float | None = None) -> dict[str, Any]:
     """The answer to a valid ``auth`` frame; a later one (a fresh token on an open socket) also
     says when the socket's new token expires (``exp``, epoch s)."""

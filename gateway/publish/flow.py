@@ -4,6 +4,7 @@ sends; errors raise (``gateway.errors`` maps them)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -93,6 +94,8 @@ async def _admit_and_write(services: Services, topic: TopicMetadata, batch: Publ
     throttled = ({} if services.throttle is None
                  else await _admit(services, principal, topic, len(batch),
                                    batch.value_bytes + header_bytes))
+    retained = (None if services.retained_quota is None
+                else await _admit_retained(services, principal, topic, batch, header_bytes))
     in_flight = services.publisher.in_flight
     # Counted before the partition count is read, and until written: a growth's pause waits for
     # every publish placed by the old count.
@@ -100,10 +103,25 @@ async def _admit_and_write(services: Services, topic: TopicMetadata, batch: Publ
     try:
         topic = services.cache.get(topic.name) or topic
         _refuse_while_growing(topic, services.settings.retry_after_s)
-        return await _place_and_write(services, topic, batch, gatekeeper, principal, throttled,
-                                      placed)
+        answer = await _place_and_write(services, topic, batch, gatekeeper, principal, throttled,
+                                        placed)
     finally:
         in_flight.end(topic.name)
+    if retained is not None:
+        retained()
+    return answer
+
+
+async def _admit_retained(services: Services, principal: Principal, topic: TopicMetadata,
+                          batch: PublishBatch, header_bytes: int) -> Callable[[], None] | None:
+    """Admit the batch's stored bytes (keys, values, headers) against the caller's retained-bytes
+    quota (507 past it); what charges them once written or queued (None: no cap)."""
+    quota, subject = services.retained_quota, services.quota_rules.subject_for(principal)
+    if quota is None or subject.retained_bytes is None:
+        return None
+    nbytes = batch.value_bytes + header_bytes + sum(len(key) for key in batch.keys if key)
+    await quota.admit(subject, topic, nbytes)
+    return functools.partial(quota.charge, subject, topic, nbytes)
 
 
 def _traced(batch: PublishBatch, context: dict[str, str] | None) -> PublishBatch:

@@ -24,12 +24,13 @@ from gateway.errors import Problem, invalid_field, unavailable
 from gateway.fanout import gather_bounded
 from gateway.offsets import parse_offset, predecessor
 from gateway.publish.validation import reject_unknown_fields
+from gateway.quotas.in_flight import InFlightWindow
 from gateway.responses import json_response
 from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
 from gateway.routes.dry_runs import dry_run, seek_impact
-from gateway.routes.tenancy import bind_group, require_own_group
 from gateway.routes.group_scale import note_puller
+from gateway.routes.tenancy import bind_group, require_own_group
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
@@ -90,6 +91,7 @@ async def pull(request: web.Request) -> web.Response:
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PULL_FIELDS)
     topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
+    window = await _room_to_pull(services, request)
     limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
     await admit_group(services, principal_of(request), topic.name, group)
     await bind_group(services, gatekeeper_of(request), principal_of(request), topic, group)
@@ -104,10 +106,17 @@ async def pull(request: web.Request) -> web.Response:
     )
     services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms,
                                pull_request.max_deliveries, pull_request.retry_backoff)
-    puller = puller_of(services)
-    deliveries = await puller.pull(group, pull_request, topic.partitions)
     note_puller(request, topic.name, group)
+    puller = puller_of(services)
+    if window is not None:  # at most the room: what it was at the check, less what went since
+        pull_request = dataclasses.replace(
+            pull_request, max_messages=max(1, min(pull_request.max_messages, window.room)))
+    deliveries = await puller.pull(group, pull_request, topic.partitions)
     issued_ms, holder = _now_ms(), principal_of(request).name
+    # asked again, not the window of the check: a long poll may outlast an idle window
+    charged = None if window is None else _in_flight_window(services, request)
+    if charged is not None:
+        charged.charge(len(deliveries), issued_ms + pull_request.ack_timeout_ms)
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
                  "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition,
                                                         d.entry.offset, pull_request.ack_timeout_ms,
@@ -115,6 +124,25 @@ async def pull(request: web.Request) -> web.Response:
                 for d in deliveries]
     return json_response({"messages": messages} | puller.pause_fields(topic.name, group),
                          headers=limited)
+
+
+def _in_flight_window(services: Services, request: web.Request) -> InFlightWindow | None:
+    """The caller's in-flight quota (None: uncapped)."""
+    quota = services.in_flight_quota
+    if quota is None:
+        return None
+    return quota.window_for(services.quota_rules.subject_for(principal_of(request)))
+
+
+async def _room_to_pull(services: Services, request: web.Request) -> InFlightWindow | None:
+    """The caller's in-flight quota when it has room; 429 quota-in-flight when it has none."""
+    quota = services.in_flight_quota
+    if quota is None:
+        return None
+    window = await quota.known_window(services.quota_rules.subject_for(principal_of(request)))
+    if window is not None and window.room <= 0:
+        raise quota.refuse(window)
+    return window
 
 
 def _now_ms() -> int:
@@ -139,12 +167,19 @@ async def _settle(request: web.Request, action: str) -> web.Response:
         reason = reject_reason(doc.get("reason")) if action == "reject" else ""
     except ValueError as exc:
         raise invalid_field("/reason", str(exc)) from None
-    count = await puller.settle(group, receipts, action, delay_ms, backoffs, reason)
+    window = _in_flight_window(services, request)
+    count = await puller.settle(group, receipts, action, delay_ms, backoffs, reason, window)
     body: dict[str, Any] = {{"ack": "acked", "nack": "nacked", "extend": "extended",
                              "reject": "rejected"}[action]: count}
     # the ack timeout starts again, so does the receipt's validity: hand out new ones
     if action == "extend":
-        body["receipts"] = _reissued(puller, receipts, principal_of(request).name, group)
+        issued_ms = _now_ms()
+        body["receipts"] = _reissued(puller, receipts, principal_of(request).name, group,
+                                     issued_ms)
+        if window is not None:  # due back at the new receipts' deadline
+            for receipt in {r.offset: r for r in receipts}.values():
+                window.move(1, receipt.issued_ms + receipt.ack_timeout_ms,
+                            issued_ms + receipt.ack_timeout_ms)
     return json_response(body)
 
 
@@ -161,8 +196,8 @@ def _verified_receipts(request: web.Request, puller: Puller, group: str,
     return [puller.signer.verify(s, principal.name, group, now_ms) for s in sealed]
 
 
-def _reissued(puller: Puller, receipts: list[Receipt], principal: str, group: str) -> list[str]:
-    issued_ms = _now_ms()
+def _reissued(puller: Puller, receipts: list[Receipt], principal: str, group: str,
+              issued_ms: int) -> list[str]:
     return [puller.signer.issue(dataclasses.replace(r, issued_ms=issued_ms), principal, group)
             for r in receipts]
 

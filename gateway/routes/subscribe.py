@@ -147,12 +147,25 @@ async def _serve_upgraded(socket: LeanWebSocket, services: Services, gatekeeper:
     session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params,
                       socket.send_texts, settings.slow_client_timeout_s,
                       settings.ws_max_outbox_bytes)
+    await _count_in_flight(services, principal, params, session)
     channel = PublishChannel(services, gatekeeper, principal, socket.send_texts)
     served = ServedSubscription(socket, session, services.delivery_ports(),
                                 lambda: services.connections.release(principal.name),
                                 _credential(gatekeeper, principal, params, session, channel),
                                 functools.partial(publish_frame_or_error, channel))
     await served.start(topic)
+
+
+async def _count_in_flight(services: Services, principal: Principal, params: SubscribeParams,
+                     session: Session) -> None:
+    """Put a group session's un-acked deliveries under its principal's (or tenant's) in-flight
+    quota; broadcast and auto-ack deliveries hold nothing."""
+    quota = services.in_flight_quota
+    if quota is None or params.mode is Mode.BROADCAST or params.auto_ack:
+        return
+    window = await quota.known_window(services.quota_rules.subject_for(principal))
+    if window is not None:
+        session.use_quota(window)
 
 
 def _credential(gatekeeper: Gatekeeper, principal: Principal, params: SubscribeParams,

@@ -35,6 +35,7 @@ from gateway.delivery.wire import (
     gap_frame,
     message_frame,
     message_frames,
+    quota_frame,
 )
 from gateway.errors import Problem, invalid_field
 from gateway.publish.channel import PublishChannel
@@ -131,7 +132,7 @@ def frames_the_server_builds() -> list[Any]:
             authenticated_frame("billing"), authenticated_frame("billing", 1796000000.0),
             paused_frame("orders", "billing", GroupPause(1795418703164)),
             paused_frame("orders", "billing", GroupPause(1795418703164, 1796000000000)),
-            resumed_frame("orders", "billing"), *publish_answers()]
+            resumed_frame("orders", "billing"), quota_frame(100, 100), *publish_answers()]
 
 
 def publish_answers() -> list[Any]:

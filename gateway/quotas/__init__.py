@@ -1,0 +1,1 @@
+"""Quotas counted across gateways: bytes retained in the log, messages in flight."""
