@@ -40,6 +40,7 @@ from gateway.routes import (
     messages,
     publish_socket,
     purge,
+    quotas,
     subscribe,
     topics,
 )
@@ -119,7 +120,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
     for module in (topics, messages, publish_socket, history, subscribe, groups, group_scale,
-                   group_pause, purge, health, cluster):
+                   group_pause, purge, health, cluster, quotas):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)

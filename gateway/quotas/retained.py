@@ -109,6 +109,15 @@ class RetainedQuota:
             f"fit on topic {topic.name!r} until older messages leave retention", KIND,
             subject.name, cap, used, self._retry_after_s(usage))
 
+    async def used(self, subject: QuotaSubject) -> int | None:
+        """The bytes ``subject`` holds in the log as this gateway knows them, read first if it was
+        never read here (None: no retained cap, so nothing is counted)."""
+        if subject.retained_bytes is None:
+            return None
+        self._touch(subject)
+        usage = self._usage.get(subject.name) or await self._read_first(subject.name)
+        return usage.used + self._unread(subject.name)
+
     def charge(self, subject: QuotaSubject, topic: TopicMetadata, nbytes: int) -> None:
         """Count ``nbytes`` written (or queued) to ``topic`` for ``subject``."""
         if nbytes <= 0 or subject.retained_bytes is None:

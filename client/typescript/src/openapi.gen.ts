@@ -583,3 +583,24 @@ export interface GroupPauseState {
   /** when the pause ends by itself (epoch ms); null: until resumed, or not paused */
   until_ms: number | null;
 }
+
+export interface QuotaUsage {
+  /** The cap (null: no cap of this kind) */
+  limit: number | null;
+  /**
+   * What the subject holds across every gateway, as this gateway last read it (null: not counted,
+   * no cap)
+   */
+  used: number | null;
+}
+
+export interface Quotas {
+  /** Who the caller's use counts against: principal:<name> or tenant:<name> */
+  subject: string;
+  quotas: {
+    /** Bytes its publishes hold in the log (507 quota-retained-bytes past the cap) */
+    retained_bytes: QuotaUsage;
+    /** Deliveries to it not yet acked (429 quota-in-flight past the cap) */
+    in_flight_messages: QuotaUsage;
+  };
+}

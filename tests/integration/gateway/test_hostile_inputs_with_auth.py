@@ -243,7 +243,8 @@ async def test_hostile_publish_bodies_are_refused_with_auth_on(
 # what each public operation answers without credentials (the console's page: its index)
 PUBLIC = {"healthz": 200, "readyz": 200, "metrics": 200, "openapi": 200, "asyncapi": 200,
           "consoleRedirect": 308, "consoleFile": 200 if console_is_built() else 503}
-LISTINGS = {"listTopics", "listGroups", "describeCluster"}
+# answered 200 to anyone authenticated, with only what the caller may see
+LISTINGS = {"listTopics", "listGroups", "describeCluster", "describeQuotas"}
 
 
 def documented_operations() -> list[tuple[str, str, str]]:
@@ -270,7 +271,7 @@ def request_for(
         "subscribe": (f"?topic={topic}&mode=broadcast&from=earliest", None),
         "publishSocket": ("", None),
         "listGroups": ("", None), "describeGroup": (f"?topic={topic}", None),
-        "describeCluster": ("", None),
+        "describeCluster": ("", None), "describeQuotas": ("", None),
         "pull": ("", {"topic": topic, "max_messages": 100}),
         "ackReceipts": ("", {"receipts": [receipt]}), "nackReceipts": ("", {"receipts": [receipt]}),
         "extendReceipts": ("", {"receipts": [receipt]}),

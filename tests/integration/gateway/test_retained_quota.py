@@ -139,3 +139,31 @@ async def test_no_retained_cap_anywhere_means_no_retained_quota_at_all(
     client = await secured_client(aiohttp_client, gateway_settings, tmp_path,
                                   api_keys(KEYS), max_retained_bytes_per_principal=0)
     assert client.app[SERVICES].retained_quota is None
+
+
+async def test_each_principal_reads_its_own_quota_subject_and_use_from_any_gateway(
+        aiohttp_client: Any, gateway_settings: GatewaySettings, tmp_path: Path,
+        topic_name: str) -> None:
+    first = await quota_gateway(aiohttp_client, gateway_settings, tmp_path, "rq-a")
+    second = await quota_gateway(aiohttp_client, gateway_settings, tmp_path, "rq-b")
+    await create_topic(first, topic_name)
+    assert (await publish(first, topic_name, "a1")).status == 200
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        answer = await second.get("/v1/quotas", headers=AS["a2"])
+        assert answer.status == 200, await answer.text()
+        document = await answer.json()
+        if document["quotas"]["retained_bytes"]["used"]:
+            break
+        assert time.monotonic() < deadline, f"gateway B never saw team-a's bytes: {document}"
+        await asyncio.sleep(0.05)
+    assert document["subject"] == "tenant:team-a"
+    assert document["quotas"]["retained_bytes"]["limit"] == CAP
+    assert 400 <= document["quotas"]["retained_bytes"]["used"] <= CAP
+    assert document["quotas"]["in_flight_messages"] == {"limit": None, "used": None}
+    other = await (await second.get("/v1/quotas", headers=AS["other"])).json()
+    assert other == {"subject": "principal:other",
+                     "quotas": {"retained_bytes": {"limit": CAP, "used": 0},
+                                "in_flight_messages": {"limit": None, "used": None}}}
+    refused = await second.get("/v1/quotas")
+    assert refused.status == 401
