@@ -1,0 +1,1 @@
+"""Topic schemas: the JSON Schema engine, compatibility between versions, validation at the door."""
