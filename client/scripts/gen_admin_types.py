@@ -20,7 +20,7 @@ OUTPUT = ROOT / "client" / "streamgate_client" / "admin_types.py"
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
            "ParkedKeyResult", "Cluster", "PurgeDryRun", "SeekDryRun", "TopicDryRun",
-           "RedriveDryRun", "GroupPauseState")
+           "RedriveDryRun", "GroupPauseState", "Quotas")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",
@@ -31,7 +31,8 @@ INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "
           ("GrowthImpact", "groups"): "GroupBacklog", ("GroupBacklog", "partitions"): "Backlog",
           ("RetentionImpact", "partitions"): "TrimPreview",
           ("TopicDryRun", "impact"): "TopicImpact",
-          ("RedriveDryRun", "partitions"): "RedrivePreview"}
+          ("RedriveDryRun", "partitions"): "RedrivePreview",
+          ("Quotas", "quotas"): "QuotaUsages"}
 SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
 RESERVED = set(dir(dict)) | {"to_dict"}
 NULL = {"type": "null"}  # the other option of a value that may be null (oneOf)

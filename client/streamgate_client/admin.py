@@ -21,6 +21,7 @@ from streamgate_client.admin_types import (
     ParkedKeyResult,
     PurgeDryRun,
     PurgeResult,
+    Quotas,
     RedriveDryRun,
     RedriveResult,
     ReplayPage,
@@ -221,6 +222,12 @@ class Admin:
         """GET /v1/cluster -> the answering gateway, every live gateway node and the owner of each
         partition (admin)."""
         return Cluster(await self._call("GET", "/v1/cluster"))
+
+    async def quotas(self) -> Quotas:
+        """GET /v1/quotas -> the caller's own quota ``subject`` (``principal:<name>`` or
+        ``tenant:<name>``) and, per quota, its ``limit`` and ``used`` (None: no cap of that kind,
+        nothing counted)."""
+        return Quotas(await self._call("GET", "/v1/quotas"))
 
     # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[GroupRef]:

@@ -39,6 +39,9 @@ __all__ = [
     "PurgePreview",
     "PurgeResult",
     "PurgedPartition",
+    "QuotaUsage",
+    "QuotaUsages",
+    "Quotas",
     "RedriveDryRun",
     "RedrivePreview",
     "RedriveResult",
@@ -618,3 +621,36 @@ class GroupPauseState(Record):
     paused: Field[bool] = Field()
     until_ms: Field[int | None] = Field()
     """When the pause ends by itself (epoch ms); null: until resumed, or not paused."""
+
+
+class QuotaUsage(Record):
+    """``QuotaUsage`` in /openapi.json."""
+
+    __slots__ = ()
+
+    limit: Field[int | None] = Field()
+    """The cap (null: no cap of this kind)."""
+    used: Field[int | None] = Field()
+    """What the subject holds across every gateway, as this gateway last read it (null: not counted,
+    no cap)."""
+
+
+class QuotaUsages(Record):
+    """One of ``Quotas.quotas`` in /openapi.json."""
+
+    __slots__ = ()
+
+    retained_bytes: Field[QuotaUsage] = Field(QuotaUsage)
+    """Bytes its publishes hold in the log (507 quota-retained-bytes past the cap)."""
+    in_flight_messages: Field[QuotaUsage] = Field(QuotaUsage)
+    """Deliveries to it not yet acked (429 quota-in-flight past the cap)."""
+
+
+class Quotas(Record):
+    """``Quotas`` in /openapi.json."""
+
+    __slots__ = ()
+
+    subject: Field[str] = Field()
+    """Who the caller's use counts against: principal:<name> or tenant:<name>."""
+    quotas: Field[QuotaUsages] = Field(QuotaUsages)

@@ -28,6 +28,7 @@ _HANDLERS = {
     "peek": (_READING, "peek"), "dlq": (_READING, "dlq"),
     "bench": ("streamgate_client.cli_bench", "bench"),
     "status": ("streamgate_client.cli_status", "status"),
+    "quotas": ("streamgate_client.cli_quotas", "quotas"),
 }
 CLIENT_COMMANDS = frozenset({*_HANDLERS, "completion", "context"})
 # what a process killed by SIGPIPE reports (128 + 13), as kcat and coreutils do under `| head`

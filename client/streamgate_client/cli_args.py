@@ -39,7 +39,10 @@ def add_client_commands(commands: Commands) -> None:
     _add_groups(commands, url, listing)
     _add_reading(commands, url, messages)
     _add_bench(commands, url)
-    _add_status(commands, url)
+    _add_report(commands, url, "status", "the gateway's version and readiness, its Redis and "
+                "etcd checks, its partitions")
+    _add_report(commands, url, "quotas",
+                "who your use counts against, and each quota's cap and use across gateways")
     _add_context(commands)
     add_completion_command(commands)
 
@@ -63,12 +66,12 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
                              "$STREAMGATE_KEY)")
 
 
-def _add_status(commands: Commands, url: argparse.ArgumentParser) -> None:
-    """``status`` (handled by client.cli_status.status)."""
-    status = commands.add_parser(
-        "status", parents=[url],
-        help="the gateway's version and readiness, its Redis and etcd checks, its partitions")
-    status.add_argument("-o", "--output", default="table", choices=("table", "json"),
+def _add_report(commands: Commands, url: argparse.ArgumentParser, name: str,
+                help_text: str) -> None:
+    """A command printing one document of the gateway's, for a person or as JSON (``status``:
+    client.cli_status; ``quotas``: client.cli_quotas)."""
+    report = commands.add_parser(name, parents=[url], help=help_text)
+    report.add_argument("-o", "--output", default="table", choices=("table", "json"),
                         help="table: for a person (default); json: one JSON document")
 
 

@@ -7,6 +7,7 @@ import { field, h, replace, statusLine } from "./dom.js";
 import { renderGroup } from "./group.js";
 import { renderGroups } from "./groups.js";
 import { renderNodes } from "./nodes.js";
+import { renderQuotas } from "./quotas.js";
 import { renderTopic } from "./topic.js";
 import { renderTopics } from "./topics.js";
 
@@ -25,6 +26,7 @@ const ROUTES: Array<[RegExp, Page]> = [
   [/^#\/groups\/([^/]+)\/([^/]+)$/, renderGroup],
   [/^#\/groups$/, renderGroups],
   [/^#\/nodes$/, renderNodes],
+  [/^#\/quotas$/, renderQuotas],
   [/^#\/topics$/, renderTopics],
 ];
 

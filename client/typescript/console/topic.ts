@@ -12,6 +12,7 @@ import {
 } from "./dom.js";
 import { renderBrowser } from "./browser.js";
 import { keyHistorySection, snapshotSection } from "./history.js";
+import { quotaRefusal } from "./quotas.js";
 import { renderSearch } from "./search.js";
 import { renderTail } from "./tail.js";
 import { renderTopicOps } from "./topic_ops.js";
@@ -129,7 +130,11 @@ function publishForm(context: Context, topic: TopicDetails): HTMLElement {
       status.show(result.offset === null
         ? "Accepted (acks=0: no offset is returned)."
         : `Published to partition ${result.partition} at offset ${result.offset}.`, "ok");
-    }, (error: unknown) => context.fail(error, status)).finally(() => void producer.close());
+    }, (error: unknown) => {
+      const refusal = quotaRefusal(error);
+      if (refusal === undefined) context.fail(error, status);
+      else status.show(refusal, "error");
+    }).finally(() => void producer.close());
   });
   return h("section", { "aria-labelledby": "publish" },
            h("h2", { id: "publish" }, "Publish a test message"), form);

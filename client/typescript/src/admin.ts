@@ -150,6 +150,11 @@ export interface ReplayPage {
   nextOffset: string;
 }
 
+/** The caller's quota subject and, per quota, its cap and use (`Admin.quotas`). */
+export type Quotas = api.Quotas;
+/** One quota's cap and use (both null: no cap of that kind). */
+export type QuotaUsage = api.QuotaUsage;
+
 export class Admin {
   private readonly transport: Transport;
 
@@ -336,6 +341,13 @@ export class Admin {
   /** The gateway nodes and, per topic the caller administers, each partition's owner. */
   async cluster(): Promise<api.Cluster> {
     return (await this.transport.request<api.Cluster>("GET", "/v1/cluster")).body;
+  }
+
+  /** The caller's own quotas: its `subject` (`principal:<name>` or `tenant:<name>`, whom its use
+   * counts against) and, per quota, its `limit` and `used` across gateways (null: no cap of that
+   * kind, nothing counted). Any authenticated principal. */
+  async quotas(): Promise<Quotas> {
+    return (await this.transport.request<Quotas>("GET", "/v1/quotas")).body;
   }
 
   /** Let a key_shared group's parked key go on now (admin only): `release` redelivers its failed

@@ -16,9 +16,9 @@ export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
   ArchivedRange, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage, ParkedKey,
-  ParkedKeyAction, PartitionDetails, PurgeOptions, PurgeResult, RedriveWhich, ReplayPage,
-  SeekTarget, SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic, TopicChange,
-  TopicDetails,
+  ParkedKeyAction, PartitionDetails, PurgeOptions, PurgeResult, QuotaUsage, Quotas, RedriveWhich,
+  ReplayPage, SeekTarget, SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic,
+  TopicChange, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

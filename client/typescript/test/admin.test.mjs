@@ -144,3 +144,15 @@ test("a purge empties a partition, then the dead letters; an expired message rea
   await assert.rejects(admin().purge(topic, { deadLetters: true }),
                        (e) => e instanceof ProblemError && e.status === 404);
 });
+
+test("quotas answer the caller's own subject, and null caps and use where the gateway sets none",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  await publish(topic, [{ value: "counted nowhere" }]);
+  const quotas = await admin().quotas();
+  assert.equal(quotas.subject, "principal:anonymous");
+  assert.deepEqual(quotas.quotas, {
+    retained_bytes: { limit: null, used: null },
+    in_flight_messages: { limit: null, used: null },
+  });
+});
