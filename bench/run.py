@@ -59,6 +59,7 @@ from publish import (
     redis_cpu_by_role,
     wait_ready,
 )
+from schema_validation import schema_rows
 from services import (
     BareProcess,
     GatewayProcess,
@@ -75,7 +76,7 @@ from streamgate_devstack import DevStack, DevStackConfig
 from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
-         "event_sourcing", "tracing", "key_shared")
+         "event_sourcing", "tracing", "key_shared", "schemas")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
@@ -734,6 +735,12 @@ class Harness:
     async def tracing(self) -> None:
         """Trace context and OpenTelemetry spans next to plain publish (bench/tracing.py)."""
         self.rows += await tracing_rows_beside(self.stack, self.gateway, self.plan.seconds)
+
+    # --- topic schemas ---------------------------------------------------------------------------
+    async def schemas(self) -> None:
+        """Publish to a topic with a schema next to one without; validation alone per message
+        (bench/schema_validation.py)."""
+        self.rows += await schema_rows(self.gateway.base, min(self.plan.seconds, 3.0), 3)
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:

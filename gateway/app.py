@@ -41,6 +41,7 @@ from gateway.routes import (
     publish_socket,
     purge,
     quotas,
+    schemas,
     subscribe,
     topics,
 )
@@ -58,6 +59,7 @@ from partitioner.group_pause import GroupPauses
 from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
+from partitioner.schemas import SchemaMirror, SchemaRegistry
 from partitioner.topic_watcher import TopicWatcher
 from partitioner.topics import TopicMetadata
 from storage.archive.object_store import S3Settings, open_archive
@@ -120,7 +122,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
     for module in (topics, messages, publish_socket, history, subscribe, groups, group_scale,
-                   group_pause, purge, health, cluster, quotas):
+                   group_pause, purge, health, cluster, quotas, schemas):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)
@@ -256,6 +258,9 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             quota_rules=quota_rules,
             retained_quota=retained_quota,
             in_flight_quota=in_flight_quota,
+            schemas=await stack.enter_async_context(
+                SchemaMirror(etcd, prefix=settings.etcd_prefix)),
+            schema_registry=SchemaRegistry(etcd, prefix=settings.etcd_prefix),
         )
         yield
 

@@ -21,6 +21,7 @@ from gateway.auth.errors import (
     QuotaExceeded,
     Unauthenticated,
 )
+from gateway.schemas.errors import SchemaError, SchemaIncompatible, SchemaRejected
 from partitioner.errors import (
     ConcurrentModification,
     CoordinationUnavailable,
@@ -189,6 +190,8 @@ def problem_from(exc: Exception) -> Problem:
     if isinstance(exc, IdempotencyConflict):
         return Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
                        f"{exc.message}: a retry must send the same messages")
+    if isinstance(exc, SchemaError):
+        return schema_problem(exc)
     if isinstance(exc, TopicNotFound):
         return Problem(404, "topic-not-found", "Topic not found", exc.message)
     if isinstance(exc, TopicExists):
@@ -200,6 +203,18 @@ def problem_from(exc: Exception) -> Problem:
     if isinstance(exc, StorageError | PartitionerError):
         return Problem(500, "internal", "Internal error", exc.message)
     return Problem(500, "internal", "Internal error", "an unexpected error occurred")
+
+
+def schema_problem(exc: SchemaError) -> Problem:
+    """409 naming each incompatible change (path in the schema, its name, why), or 422 pointing
+    at what was refused in the schema."""
+    if isinstance(exc, SchemaIncompatible):
+        return Problem(409, "schema-incompatible", "Schema incompatible", exc.message,
+                       extra={"compatibility": exc.mode, "changes": [
+                           {"path": c.path, "change": c.change, "detail": c.detail}
+                           for c in exc.changes]})
+    pointer = exc.pointer if isinstance(exc, SchemaRejected) else "/schema"
+    return Problem(422, "schema-refused", "Schema refused", exc.message, pointer=pointer)
 
 
 def storage_full(exc: StorageFull) -> Problem:
@@ -276,7 +291,7 @@ def problem_for(request: web.Request, exc: Exception) -> web.StreamResponse:
         if exc.status < 400:
             raise exc
         return problem_response(_from_http_exception(exc), request.path)
-    if isinstance(exc, Problem | AuthError | StorageError | PartitionerError):
+    if isinstance(exc, Problem | AuthError | StorageError | PartitionerError | SchemaError):
         problem = problem_from(exc)
         if problem.status >= 500 and problem.status not in (503, 507):
             log.exception("request failed: %s %s", request.method, request.path)

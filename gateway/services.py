@@ -21,6 +21,7 @@ from gateway.publish.publisher import Publisher
 from gateway.publish.validation import PublishLimits
 from gateway.quotas.in_flight import InFlightQuota
 from gateway.quotas.retained import RetainedQuota
+from gateway.schemas.validation import SchemaGate, SchemaSource
 from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
 from partitioner.cache import TopicCache
@@ -31,6 +32,7 @@ from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, Ret
 from partitioner.hashing import KeylessSpreader
 from partitioner.ownership import PartitionOwnership
 from partitioner.registry import TopicRegistry
+from partitioner.schemas import SchemaRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
 from storage.protocol import StreamStore
 from storage.verdicts import RedisVerdictBoard
@@ -67,6 +69,9 @@ class Services:
     quota_rules: QuotaRules = field(default_factory=QuotaRules)
     retained_quota: RetainedQuota | None = None  # None when no principal has a retained-bytes cap
     in_flight_quota: InFlightQuota | None = None  # None when no principal has an in-flight cap
+    schemas: SchemaSource | None = None  # topics' schema versions (watch-fed); None without etcd
+    schema_registry: SchemaRegistry | None = None  # registers versions in etcd; None without etcd
+    schema_gate: SchemaGate | None = field(init=False)  # validation at the door, from ``schemas``
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)
@@ -76,6 +81,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.limits = PublishLimits.from_settings(self.settings)
+        self.schema_gate = None if self.schemas is None else SchemaGate(self.schemas)
         self.connections = ConnectionLimits(self.settings.max_connections_per_principal,
                                             self.settings.max_unauthenticated_connections)
 

@@ -1,6 +1,6 @@
 """One publish, whatever brought it (an HTTP request or a WebSocket frame): the ACL, forced tenant
-headers, trace context, rate limits, placement and the write, answered as the JSON body HTTP
-sends; errors raise (``gateway.errors`` maps them)."""
+headers, the topic's schema, trace context, rate limits, placement and the write, answered as the
+JSON body HTTP sends; errors raise (``gateway.errors`` maps them)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,9 @@ async def publish_batch(services: Services, gatekeeper: Gatekeeper, principal: P
     topic = services.cache.get(name) or await services.topic(name)
     try:
         batch = _stamped(gatekeeper, principal, await read_batch())
+        if services.schema_gate is not None:
+            # before any limit is charged: a refused batch costs the caller nothing
+            services.schema_gate.check(topic, batch)
         if spans_on():
             with publish_span(topic.name, len(batch), incoming) as context:
                 answer = await _admit_and_write(services, topic, _traced(batch, context),

@@ -20,11 +20,14 @@ if TYPE_CHECKING:
 # the dead letters' own headers (gateway.delivery.dead_letters): a publisher may not forge them
 DLQ_HEADER_PREFIX = "sg-dlq-"
 RESERVED_PREFIX_CHARS = len(DLQ_HEADER_PREFIX)
+# the schema version a validated message was checked against (gateway.schemas.validation)
+SCHEMA_VERSION_HEADER = "sg-schema-version"
 STORED_HEADERS = "headers as stored (with the expiry, forced headers and request's trace context)"
 
 
 def parse_headers(raw: Any, pointer: str, limits: PublishLimits) -> dict[str, str]:
-    """A message's ``headers``: strings, none of the dead letters' own, within the limits."""
+    """A message's ``headers``: strings, none of the gateway's own (the dead letters', the schema
+    version), within the limits."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -38,6 +41,10 @@ def parse_headers(raw: Any, pointer: str, limits: PublishLimits) -> dict[str, st
                 raise invalid_field(f"{pointer}/headers/{pointer_token(name)}",
                                     f"'{DLQ_HEADER_PREFIX}*' headers are the gateway's own: only "
                                     "its dead letters carry them")
+            if name.lower() == SCHEMA_VERSION_HEADER:
+                raise invalid_field(f"{pointer}/headers/{pointer_token(name)}",
+                                    f"'{SCHEMA_VERSION_HEADER}' is the gateway's own: it stamps "
+                                    "the schema version a message was checked against")
     header_size(raw, f"{pointer}/headers", limits)
     return raw
 

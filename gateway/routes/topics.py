@@ -213,8 +213,9 @@ def _require_unfiltered_admin(request: web.Request, action: str, reach: str) -> 
 
 
 async def _forget_groups(services: Services, topic: str) -> None:
-    """Forget the group policies and filter bindings of a deleted topic."""
-    for what, forget in (("policies", services.policies), ("bindings", services.group_bindings)):
+    """Forget the group policies, filter bindings and schemas of a deleted topic."""
+    for what, forget in (("policies", services.policies), ("bindings", services.group_bindings),
+                         ("schemas", services.schema_registry)):
         if forget is None:
             continue
         try:

@@ -259,7 +259,7 @@ def request_for(
 ) -> tuple[str, dict[str, Any] | None]:
     """A well-formed request (URL, JSON body) for an operation; a new operation must get a case
     here."""
-    url = path.format(topic=topic, partition="0", group=GROUP)
+    url = path.format(topic=topic, partition="0", group=GROUP, version="latest")
     cases: dict[str, tuple[str, dict[str, Any] | None]] = {
         "createTopic": ("", {"name": f"{topic}-new", "partitions": 1}),
         "listTopics": ("", None), "describeTopic": ("", None), "deleteTopic": ("", None),
@@ -282,6 +282,8 @@ def request_for(
         "groupScaleHint": (f"?topic={topic}&target_drain_s=60", None),
         "redrive": ("", {"max_messages": 10}),
         "purgeTopic": ("", {"partition": 0}), "purgeDeadLetters": ("", {}),
+        "registerSchema": ("", {"schema": {"type": "object"}}),
+        "listSchemas": ("", None), "getSchema": ("", None),
         "settleParkedKey": ("", {"topic": topic, "partition": 0, "key": "k1",
                                  "action": "dead_letter"}),
     }

@@ -1,0 +1,109 @@
+"""Validation at the door: every message of a batch for a topic with a schema must be JSON that
+matches the topic's latest version, and each is stamped with that version's number."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.errors import Problem
+from gateway.publish.headers import SCHEMA_VERSION_HEADER
+from gateway.publish.validation import PublishBatch
+from gateway.schemas.engine import CompiledSchema, compile_schema
+from partitioner.schemas import SchemaRecord
+from partitioner.topics import TopicMetadata
+from storage.models import ValueFormat
+
+# compiled validators kept: a topic's latest version each, with room for versions moving on
+MAX_COMPILED_SCHEMAS = 256
+
+
+class SchemaSource(Protocol):
+    """Where the gate learns a topic's latest schema (the registry's watch-fed mirror)."""
+
+    def latest(self, topic: str, created_at_ms: int) -> SchemaRecord | None:
+        """The newest version registered for the topic incarnation, None when it has none."""
+
+
+class SchemaGate:
+    """Checks publish batches against their topic's latest schema, with a bounded cache of
+    compiled validators by fingerprint (least recently used out first)."""
+
+    __slots__ = ("_compiled", "_max_compiled", "_source")
+
+    def __init__(self, source: SchemaSource, max_compiled: int = MAX_COMPILED_SCHEMAS) -> None:
+        self._source = source
+        self._max_compiled = max_compiled
+        self._compiled: OrderedDict[str, CompiledSchema] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+    def check(self, topic: TopicMetadata, batch: PublishBatch) -> int | None:
+        """The version every message of ``batch`` matches and now carries as a header (None: the
+        topic has no schema, the batch is untouched); 422 at the first message that fails."""
+        record = self._source.latest(topic.name, topic.created_at_ms)
+        if record is None:
+            return None
+        _refuse_binary(batch, record.version)
+        compiled = self._compiled_for(record)
+        # one parse for the batch: every value is JSON as stored, so the array is too
+        instances = orjson.loads(b"[" + b",".join(batch.values) + b"]")
+        if not compiled.all_valid(instances):
+            index, instance = next((i, each) for i, each in enumerate(instances)
+                                   if not compiled.is_valid(each))
+            raise _mismatch(compiled, instance, index, record.version)
+        _stamp(batch, record.version)
+        return record.version
+
+    def _compiled_for(self, record: SchemaRecord) -> CompiledSchema:
+        compiled = self._compiled.get(record.fingerprint)
+        if compiled is not None:
+            self._compiled.move_to_end(record.fingerprint)
+            return compiled
+        compiled = compile_schema(record.schema)
+        self._compiled[record.fingerprint] = compiled
+        if len(self._compiled) > self._max_compiled:
+            self._compiled.popitem(last=False)
+        return compiled
+
+
+def schema_mismatch(pointer: str, detail: str, version: int, failure: str) -> Problem:
+    """422: a message does not match its topic's schema; ``pointer`` reaches the failing path."""
+    return Problem(422, "schema-mismatch", "Message does not match the topic's schema", detail,
+                   pointer=pointer, extra={"schema_version": version, "schema_error": failure})
+
+
+def _mismatch(compiled: CompiledSchema, instance: Any, index: int, version: int) -> Problem:
+    failure = compiled.first_failure(instance)
+    # is_valid and first_failure agree; the fallback only keeps the refusal well formed
+    path, message = ("", "does not match") if failure is None else (failure.pointer,
+                                                                   failure.message)
+    return schema_mismatch(f"/messages/{index}/value{path}",
+                           f"message {index} does not match schema version {version}: {message}",
+                           version, message)
+
+
+def _refuse_binary(batch: PublishBatch, version: int) -> None:
+    """A topic with a schema takes JSON values only: an opaque value cannot be checked."""
+    if batch.formats is ValueFormat.JSON:
+        return
+    formats = batch.formats if isinstance(batch.formats, list) else [batch.formats]
+    index = next(i for i, each in enumerate(formats) if each is not ValueFormat.JSON)
+    raise schema_mismatch(f"/messages/{index}/value_b64",
+                          f"message {index} is not JSON: this topic checks every value against "
+                          f"its schema (version {version}); send it as 'value'",
+                          version, "a value_b64 value cannot be checked against a schema")
+
+
+def _stamp(batch: PublishBatch, version: int) -> None:
+    """The version header on every message (one shared dict where none had headers: the store
+    encodes it once)."""
+    header = {SCHEMA_VERSION_HEADER: str(version)}
+    if batch.headers is None:
+        batch.headers = [header] * len(batch)
+        return
+    for headers in batch.headers:
+        headers.update(header)
