@@ -604,3 +604,54 @@ export interface Quotas {
     in_flight_messages: QuotaUsage;
   };
 }
+
+export interface SchemaRegistration {
+  /** A JSON Schema, draft 2020-12 ($schema, if given, must say so) */
+  schema: Record<string, unknown>;
+  /**
+   * Checked against the earlier versions (Confluent's meanings); default: the latest version's
+   * mode, else backward
+   */
+  compatibility?: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none" | null;
+}
+
+export interface SchemaVersion {
+  topic: string;
+  version: number;
+  compatibility: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none";
+  /** SHA-256 (hex) of the schema's canonical JSON */
+  fingerprint: string;
+  created_at_ms: number;
+  created_by: string;
+  schema: Record<string, unknown>;
+}
+
+export interface SchemaVersions {
+  topic: string;
+  versions: Array<{
+    topic: string;
+    version: number;
+    compatibility: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none";
+    /** SHA-256 (hex) of the schema's canonical JSON */
+    fingerprint: string;
+    created_at_ms: number;
+    created_by: string;
+  }>;
+}
+
+export type SchemaIncompatible = Problem & {
+  compatibility: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none";
+  changes: Array<{
+    /** JSON pointer into the new schema */
+    path: string;
+    /**
+     * property_added, property_removed, type_narrowed, type_widened, required_added,
+     * required_removed, enum_narrowed, enum_widened, additional_properties_closed,
+     * additional_properties_opened, min_increased, min_decreased, max_decreased, max_increased,
+     * multiple_of_changed, pattern_changed, format_changed, unique_items_added,
+     * unique_items_removed, undecidable_change
+     */
+    change: string;
+    detail: string;
+  }>;
+};
