@@ -20,7 +20,7 @@ OUTPUT = ROOT / "client" / "streamgate_client" / "admin_types.py"
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
            "ParkedKeyResult", "Cluster", "PurgeDryRun", "SeekDryRun", "TopicDryRun",
-           "RedriveDryRun", "GroupPauseState", "Quotas")
+           "RedriveDryRun", "GroupPauseState", "Quotas", "SchemaVersion", "SchemaVersions")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",
@@ -32,7 +32,8 @@ INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "
           ("RetentionImpact", "partitions"): "TrimPreview",
           ("TopicDryRun", "impact"): "TopicImpact",
           ("RedriveDryRun", "partitions"): "RedrivePreview",
-          ("Quotas", "quotas"): "QuotaUsages"}
+          ("Quotas", "quotas"): "QuotaUsages",
+          ("SchemaVersions", "versions"): "SchemaVersionRef"}
 SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
 RESERVED = set(dir(dict)) | {"to_dict"}
 NULL = {"type": "null"}  # the other option of a value that may be null (oneOf)
@@ -185,7 +186,18 @@ def _field(attribute: Attribute) -> list[str]:
     line = head + ", ".join(arguments) + ")"
     if len(line) <= 100:
         return [line]
+    if len(head) > 100 and attribute.annotation.startswith("Literal["):
+        return _long_literal_field(attribute, arguments)
     return [head, *(f"        {argument}," for argument in arguments), "    )"]
+
+
+def _long_literal_field(attribute: Attribute, arguments: list[str]) -> list[str]:
+    """A field whose ``Literal[...]`` alone is over the line length: its values wrapped."""
+    values, tail = attribute.annotation.removeprefix("Literal[").rsplit("]", 1)
+    wrapped = textwrap.wrap(values, 100 - 8, break_long_words=False, break_on_hyphens=False)
+    lines = [f"    {attribute.name}: Field[Literal[", *(f"        {part}" for part in wrapped)]
+    lines[-1] += f"]{tail}] = Field({', '.join(arguments)})"
+    return lines
 
 
 def _docstring(text: str, indent: int) -> list[str]:

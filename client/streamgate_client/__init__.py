@@ -29,12 +29,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streamgate_client.admin import Admin
+    from streamgate_client.admin import Admin, Decoded
     from streamgate_client.consumer import Assignment, Consumer, Gap, Message
     from streamgate_client.errors import (
         ClientError,
         ConnectionFailed,
+        DecodeFailed,
         ProblemError,
+        SchemaChange,
+        SchemaIncompatible,
+        SchemaMismatch,
         SubscriptionClosed,
         UnexpectedOffset,
     )
@@ -49,12 +53,17 @@ _HOMES = {
     "ClientError": "streamgate_client.errors",
     "ConnectionFailed": "streamgate_client.errors",
     "Consumer": "streamgate_client.consumer",
+    "DecodeFailed": "streamgate_client.errors",
+    "Decoded": "streamgate_client.admin",
     "Gap": "streamgate_client.consumer",
     "Message": "streamgate_client.consumer",
     "ProblemError": "streamgate_client.errors",
     "Producer": "streamgate_client.producer",
     "PublishNotOffered": "streamgate_client.publish_socket",
     "RetryPolicy": "streamgate_client.producer",
+    "SchemaChange": "streamgate_client.errors",
+    "SchemaIncompatible": "streamgate_client.errors",
+    "SchemaMismatch": "streamgate_client.errors",
     "SendResult": "streamgate_client.producer",
     "SubscriptionClosed": "streamgate_client.errors",
     "UnexpectedOffset": "streamgate_client.errors",
@@ -66,12 +75,17 @@ __all__ = [
     "ClientError",
     "ConnectionFailed",
     "Consumer",
+    "DecodeFailed",
+    "Decoded",
     "Gap",
     "Message",
     "ProblemError",
     "Producer",
     "PublishNotOffered",
     "RetryPolicy",
+    "SchemaChange",
+    "SchemaIncompatible",
+    "SchemaMismatch",
     "SendResult",
     "SubscriptionClosed",
     "UnexpectedOffset",

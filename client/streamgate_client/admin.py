@@ -4,8 +4,9 @@ gateway's JSON document as a typed, read-only record (client/streamgate_client/a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from ssl import SSLContext
-from typing import Any, Literal, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import aiohttp
 import orjson
@@ -25,6 +26,9 @@ from streamgate_client.admin_types import (
     RedriveDryRun,
     RedriveResult,
     ReplayPage,
+    SchemaVersion,
+    SchemaVersionRef,
+    SchemaVersions,
     SeekDryRun,
     SeekResult,
     SnapshotPage,
@@ -34,6 +38,19 @@ from streamgate_client.admin_types import (
     TopicList,
 )
 from streamgate_client.credentials import Credentials, TokenProvider, authorized_body
+from streamgate_client.typed import decode_value, decoder_for, type_name
+
+T = TypeVar("T")
+Compatibility = Literal["backward", "backward_transitive", "forward", "forward_transitive",
+                        "full", "full_transitive", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded(Generic[T]):
+    """A replayed message and its value decoded into the ``decode_as`` type."""
+
+    message: MessageOut
+    data: T
 
 
 class Admin:
@@ -162,9 +179,29 @@ class Admin:
         return ReplayPage(await self._call(
             "GET", f"/v1/topics/{topic}/partitions/{partition}/messages", params=params))
 
+    @overload
     async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
-                         page_size: int = 1000) -> list[MessageOut]:
-        """Every message of a partition from ``from_`` to its current end, page by page."""
+                         page_size: int = 1000, decode_as: None = None) -> list[MessageOut]: ...
+    @overload
+    async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
+                         page_size: int = 1000, decode_as: type[T]) -> list[Decoded[T]]: ...
+
+    async def replay_all(self, topic: str, partition: int, *, from_: str = "earliest",
+                         page_size: int = 1000, decode_as: type[T] | None = None,
+                         ) -> list[MessageOut] | list[Decoded[T]]:
+        """Every message of a partition from ``from_`` to its current end, page by page.
+        ``decode_as`` (a dataclass, a pydantic model or a msgspec Struct): each as ``Decoded``
+        with its value as that type; ``DecodeFailed`` names the first message that does not
+        decode."""
+        messages = await self._replay_all(topic, partition, from_, page_size)
+        if decode_as is None:
+            return messages
+        decoder = (decoder_for(decode_as), type_name(decode_as))
+        return [Decoded(m, decode_value(decoder, (topic, partition, m.offset), m.value,
+                                        m.value_b64 is not None)) for m in messages]
+
+    async def _replay_all(self, topic: str, partition: int, from_: str,
+                          page_size: int) -> list[MessageOut]:
         messages: list[MessageOut] = []
         start = from_
         while True:
@@ -228,6 +265,32 @@ class Admin:
         ``tenant:<name>``) and, per quota, its ``limit`` and ``used`` (None: no cap of that kind,
         nothing counted)."""
         return Quotas(await self._call("GET", "/v1/quotas"))
+
+    # --- schemas ---------------------------------------------------------------------------------
+    async def register_schema(self, topic: str, schema: Mapping[str, Any], *,
+                              compatibility: Compatibility | None = None,
+                              migrations: Mapping[str, Any] | None = None) -> SchemaVersion:
+        """POST /v1/topics/{topic}/schemas -> the new version (or the latest, when ``schema`` is
+        the same). ``compatibility`` defaults to the latest version's mode, else ``backward``;
+        ``migrations`` are the version's declared conversions (docs/api.md, "Schemas").
+        ``SchemaIncompatible`` (409) names each incompatible change; a refused schema is a
+        ``ProblemError`` 422 pointing into it."""
+        body: dict[str, Any] = {"schema": dict(schema)}
+        if compatibility is not None:
+            body["compatibility"] = compatibility
+        if migrations is not None:
+            body["migrations"] = dict(migrations)
+        return SchemaVersion(await self._call("POST", f"/v1/topics/{topic}/schemas", body=body))
+
+    async def schemas(self, topic: str) -> list[SchemaVersionRef]:
+        """GET /v1/topics/{topic}/schemas -> its versions, oldest first, without their schema."""
+        return list(SchemaVersions(await self._call("GET", f"/v1/topics/{topic}/schemas")).versions)
+
+    async def schema(self, topic: str, version: int | Literal["latest"] = "latest",
+                     ) -> SchemaVersion:
+        """GET /v1/topics/{topic}/schemas/{version} -> that version with its schema;
+        ``ProblemError`` 404 ``schema-not-found`` when there is none."""
+        return SchemaVersion(await self._call("GET", f"/v1/topics/{topic}/schemas/{version}"))
 
     # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[GroupRef]:

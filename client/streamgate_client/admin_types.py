@@ -31,6 +31,8 @@ __all__ = [
     "HistoryPage",
     "HotTier",
     "MessageOut",
+    "MigrationOperation",
+    "Migrations",
     "ParkedKey",
     "ParkedKeyResult",
     "PartitionDetails",
@@ -47,6 +49,9 @@ __all__ = [
     "RedriveResult",
     "ReplayPage",
     "RetentionImpact",
+    "SchemaVersion",
+    "SchemaVersionRef",
+    "SchemaVersions",
     "SeekDryRun",
     "SeekMove",
     "SeekResult",
@@ -170,6 +175,9 @@ class MessageOut(Record):
     value_b64: Field[str | None] = Field(required=False)
     headers: Field[Mapping[str, str]] = Field()
     timestamp_ms: Field[int] = Field()
+    schema_error: Field[str | None] = Field(required=False)
+    """Read at a schema_version: why this value could not be converted (it is as written, with its
+    own sg-schema-version)."""
 
 
 class ReplayPage(Record):
@@ -654,3 +662,82 @@ class Quotas(Record):
     subject: Field[str] = Field()
     """Who the caller's use counts against: principal:<name> or tenant:<name>."""
     quotas: Field[QuotaUsages] = Field(QuotaUsages)
+
+
+class MigrationOperation(Record):
+    """One data-only operation on JSON pointers: rename {from, to} (same parent), move {from, to}
+    (objects on the way created), default {path, value} (set when missing), drop {path}; nothing
+    when from or path is absent."""
+
+    __slots__ = ()
+
+    op: Field[Literal["rename", "move", "default", "drop"]] = Field()
+    from_: Field[str | None] = Field(required=False, key="from")
+    """Rename, move: the member taken."""
+    to: Field[str | None] = Field(required=False)
+    """Rename, move: where it goes."""
+    path: Field[str | None] = Field(required=False)
+    """Default, drop: the member."""
+    value: Field[object] = Field(required=False)
+    """Default: any JSON, at most 4096 bytes."""
+
+
+class Migrations(Record):
+    """Data-only migrations from the previous version; a direction left out cannot be converted. The
+    first version takes none."""
+
+    __slots__ = ()
+
+    upgrade: Field[Sequence[MigrationOperation] | None] = Field(
+        each(MigrationOperation),
+        required=False,
+    )
+    """Turns a value of the previous version into this one."""
+    downgrade: Field[Sequence[MigrationOperation] | None] = Field(
+        each(MigrationOperation),
+        required=False,
+    )
+    """Turns a value of this version into the previous one."""
+
+
+class SchemaVersion(Record):
+    """``SchemaVersion`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    version: Field[int] = Field()
+    compatibility: Field[Literal[
+        "backward", "backward_transitive", "forward", "forward_transitive", "full",
+        "full_transitive", "none"]] = Field()
+    fingerprint: Field[str] = Field()
+    """SHA-256 (hex) of the schema's canonical JSON."""
+    created_at_ms: Field[int] = Field()
+    created_by: Field[str] = Field()
+    schema: Field[Mapping[str, object]] = Field()
+    migrations: Field[Migrations | None] = Field(Migrations, required=False)
+
+
+class SchemaVersionRef(Record):
+    """One of ``SchemaVersions.versions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    version: Field[int] = Field()
+    compatibility: Field[Literal[
+        "backward", "backward_transitive", "forward", "forward_transitive", "full",
+        "full_transitive", "none"]] = Field()
+    fingerprint: Field[str] = Field()
+    """SHA-256 (hex) of the schema's canonical JSON."""
+    created_at_ms: Field[int] = Field()
+    created_by: Field[str] = Field()
+
+
+class SchemaVersions(Record):
+    """``SchemaVersions`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    versions: Field[Sequence[SchemaVersionRef]] = Field(each(SchemaVersionRef))

@@ -43,6 +43,7 @@ def add_client_commands(commands: Commands) -> None:
                 "etcd checks, its partitions")
     _add_report(commands, url, "quotas",
                 "who your use counts against, and each quota's cap and use across gateways")
+    _add_schemas(commands, url)
     _add_context(commands)
     add_completion_command(commands)
 
@@ -73,6 +74,31 @@ def _add_report(commands: Commands, url: argparse.ArgumentParser, name: str,
     report = commands.add_parser(name, parents=[url], help=help_text)
     report.add_argument("-o", "--output", default="table", choices=("table", "json"),
                         help="table: for a person (default); json: one JSON document")
+
+
+def _add_schemas(commands: Commands, url: argparse.ArgumentParser) -> None:
+    """``schemas list|get|register <topic>`` (client.cli_schemas)."""
+    shown = argparse.ArgumentParser(add_help=False, parents=[url])
+    shown.add_argument("-o", "--output", default="table", choices=("table", "json"),
+                       help="table: for a person (default); json: the gateway's documents")
+    actions = commands.add_parser(
+        "schemas", help="a topic's JSON Schema versions: list, get, register").add_subparsers(
+        dest="action", required=True)
+    actions.add_parser("list", parents=[shown],
+                       help="the topic's versions, oldest first").add_argument("topic")
+    get = actions.add_parser("get", parents=[shown], help="one version with its schema")
+    get.add_argument("topic")
+    get.add_argument("--version", default="latest", help="a number or latest (default)")
+    register = actions.add_parser(
+        "register", parents=[shown],
+        help="register a new version (admin); refused with each incompatible change named")
+    register.add_argument("topic")
+    register.add_argument("--file", default="-", metavar="PATH",
+                          help="the JSON Schema (default: - , stdin)")
+    register.add_argument("--compatibility", default=None,
+                          choices=("backward", "backward_transitive", "forward",
+                                   "forward_transitive", "full", "full_transitive", "none"),
+                          help="default: the latest version's mode, else backward")
 
 
 def _add_context(commands: Commands) -> None:

@@ -14,11 +14,12 @@ import base64
 import contextlib
 import logging
 import random
+import typing
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ssl import SSLContext
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import aiohttp
 import orjson
@@ -40,6 +41,17 @@ from streamgate_client.errors import (
 )
 from streamgate_client.settle import Settler
 from streamgate_client.token_refresh import SocketTokenRefresh
+from streamgate_client.typed import Decoder, decode_value, decoders_for
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    # without ``decode_as``, a message's ``data`` is its JSON value as parsed
+    T = TypeVar("T", default=Any)
+else:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +83,13 @@ class Gap:
     count: int | None
 
 
+_UNDECODED: Any = object()
+
+
 @dataclass(slots=True)
-class Message:
-    """One delivered message. In a group, ``ack`` it when done (or ``nack`` / ``extend``)."""
+class Message(Generic[T]):
+    """One delivered message. In a group, ``ack`` it when done (or ``nack`` / ``extend``).
+    ``data`` is its value decoded into the consumer's ``decode_as`` type."""
 
     topic: str
     partition: int
@@ -85,6 +101,20 @@ class Message:
     timestamp_ms: int
     delivery_count: int
     _settler: Settler | None = field(default=None, repr=False, compare=False)
+    _decoder: tuple[Decoder, str] | None = field(default=None, repr=False, compare=False)
+    _data: Any = field(default=_UNDECODED, repr=False, compare=False)
+
+    @property
+    def data(self) -> T:
+        """The value as the ``decode_as`` type (decoded once, on first use); the JSON value
+        itself without one. ``DecodeFailed`` (naming this message's offset) when it does not
+        decode: the message may still be ``reject``-ed."""
+        if self._data is _UNDECODED:
+            if self._decoder is None:
+                return typing.cast(T, self.value)
+            where = (self.topic, self.partition, self.offset)
+            self._data = decode_value(self._decoder, where, self.value, self.value_b64 is not None)
+        return typing.cast(T, self._data)
 
     @property
     def value_bytes(self) -> bytes | None:
@@ -126,7 +156,7 @@ class Message:
                                          {} if reason is None else {"reason": reason})
 
 
-class Consumer:
+class Consumer(Generic[T]):
     """Subscribes to a topic. ``async with Consumer(url, topic, group="g") as c:``, then
     ``async for batch in c.batches(): ...; await c.ack(batch)`` (what has arrived, at once: the
     fastest) or ``async for m in c: ...; await m.ack()``. Messages arrive as batch frames.
@@ -145,6 +175,8 @@ class Consumer:
     connection outlives its token: no reconnect, no redelivery of what waited for its ack.
     ``ssl``: an ``SSLContext`` for WSS and HTTPS (a private CA, a client certificate), or False
     to skip verification.
+    ``decode_as`` (a dataclass, a pydantic model or a msgspec Struct; or one per topic) makes each
+    message's ``data`` that type, or ``DecodeFailed`` naming the message.
     ``compress=True`` offers permessage-deflate (fewer bytes on the wire for CPU on both ends); the
     gateway accepts it unless its ``ws_compression`` is off (see ``compressed``).
     ``retry_backoff_ms`` (with ``retry_backoff_multiplier`` and ``retry_backoff_max_ms``) makes a
@@ -168,8 +200,10 @@ class Consumer:
                  retry_backoff_ms: int | None = None,
                  retry_backoff_multiplier: float | None = None,
                  retry_backoff_max_ms: int | None = None,
-                 ssl: SSLContext | bool | None = None) -> None:
+                 ssl: SSLContext | bool | None = None,
+                 decode_as: type[T] | Mapping[str, type[Any]] | None = None) -> None:
         self.topic = topic
+        self._decoders = decoders_for(decode_as)
         self.group = group
         self.mode: Mode = mode or ("exclusive" if group else "broadcast")
         self.assignment: Assignment | None = None
@@ -217,7 +251,7 @@ class Consumer:
         self._token_refresh: SocketTokenRefresh | None = None
         self._failures = 0
         self._closed = False
-        self._received: deque[Message] = deque()  # decoded, not yet yielded
+        self._received: deque[Message[T]] = deque()  # decoded, not yet yielded
 
     @property
     def compressed(self) -> bool:
@@ -230,14 +264,14 @@ class Consumer:
         """Whether this is a broadcast (group-less) subscription."""
         return self.mode == "broadcast"
 
-    async def __aenter__(self) -> Consumer:
+    async def __aenter__(self) -> Consumer[T]:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def __aiter__(self) -> Consumer:
+    def __aiter__(self) -> Consumer[T]:
         return self
 
     async def start(self) -> None:
@@ -258,12 +292,12 @@ class Consumer:
         if self._owns_session and self._session is not None:
             await self._session.close()
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> Message[T]:
         if not self._received:
             await self._receive()
         return self._received.popleft()
 
-    async def batches(self, max_messages: int = 1000) -> AsyncIterator[list[Message]]:
+    async def batches(self, max_messages: int = 1000) -> AsyncIterator[list[Message[T]]]:
         """Iterate over lists of messages: each holds what has arrived (at least one, at most
         ``max_messages``); ``await consumer.ack(batch)`` settles a whole list at once."""
         while True:
@@ -280,15 +314,15 @@ class Consumer:
                 batch = [received.popleft() for _ in range(max_messages)]
             yield batch
 
-    async def ack(self, messages: Sequence[Message]) -> None:
+    async def ack(self, messages: Sequence[Message[Any]]) -> None:
         """Settle ``messages`` (from this consumer) as one, batched like ``Message.ack``."""
         self._settle("ack", messages)
 
-    async def nack(self, messages: Sequence[Message]) -> None:
+    async def nack(self, messages: Sequence[Message[Any]]) -> None:
         """Give ``messages`` back for redelivery at once."""
         self._settle("nack", messages)
 
-    def _settle(self, action: str, messages: Sequence[Message]) -> None:
+    def _settle(self, action: str, messages: Sequence[Message[Any]]) -> None:
         settlers = {m._settler for m in messages if m._settler is not None}
         for settler in settlers:
             settler.add_many(action, messages)
@@ -343,11 +377,12 @@ class Consumer:
         """Message frames' documents into ``_received`` (and, broadcast, the cursor)."""
         broadcast = self.is_broadcast
         settler = None if broadcast or self._auto_ack else self._settler
-        topic = self.topic
+        topic, decoders = self.topic, self._decoders
         self._received.extend([
             Message(d.get("topic", topic), d["partition"], d["offset"], d.get("key"),
                     d.get("value"), d.get("value_b64"), d.get("headers") or {},
-                    d.get("timestamp_ms", 0), d.get("delivery_count", 1), settler)
+                    d.get("timestamp_ms", 0), d.get("delivery_count", 1), settler,
+                    decoders(d.get("topic", topic)))
             for d in docs])
         if broadcast:
             cursor = self.cursor

@@ -3,6 +3,7 @@ flag."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -55,6 +56,62 @@ class UnexpectedOffset(ProblemError):
         self.current = str(document.get("current", ""))
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """One change that made a schema incompatible: where in the new schema (a JSON pointer), its
+    name (``required_added``, ``type_narrowed``, ...) and a human line."""
+
+    path: str
+    change: str
+    detail: str
+
+
+class SchemaIncompatible(ProblemError):
+    """409: a schema was refused by its compatibility mode; ``changes`` names each change."""
+
+    def __init__(self, status: int, document: dict[str, Any],
+                 retry_after_s: float | None = None) -> None:
+        # before the base's __init__, whose message (``describe``) lists them
+        self.compatibility = str(document.get("compatibility", ""))
+        self.changes: tuple[SchemaChange, ...] = tuple(
+            SchemaChange(str(c.get("path", "")), str(c.get("change", "")),
+                         str(c.get("detail", "")))
+            for c in document.get("changes") or () if isinstance(c, dict))
+        super().__init__(status, document, retry_after_s)
+
+    def describe(self) -> str:
+        """The problem's line, then each change on a line of its own."""
+        return "\n".join([super().describe(), *(f"  {c.path}: {c.change}: {c.detail}"
+                                                 for c in self.changes)])
+
+
+class SchemaMismatch(ProblemError):
+    """422: a published message did not match its topic's schema and nothing of the batch was
+    written; ``pointer`` is the failing place (``/messages/3/value/total``)."""
+
+    def __init__(self, status: int, document: dict[str, Any],
+                 retry_after_s: float | None = None) -> None:
+        super().__init__(status, document, retry_after_s)
+        version = document.get("schema_version")
+        self.schema_version: int | None = version if isinstance(version, int) else None
+        self.schema_error = str(document.get("schema_error", ""))
+
+
+class DecodeFailed(ClientError):
+    """A message's value did not decode into the type asked for (``decode_as``): names the
+    message's place and why, never a silent None."""
+
+    def __init__(self, topic: str, partition: int, offset: str, target: str,
+                 reason: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.target = target
+        self.reason = reason
+        super().__init__(f"{topic} partition {partition} offset {offset}: "
+                         f"the value is not a {target}: {reason}")
+
+
 class ConnectionFailed(ClientError):
     """The gateway could not be reached, or did not answer in time, after every retry."""
 
@@ -69,6 +126,14 @@ class SubscriptionClosed(ClientError):
         self.code = code
         self.reason = reason
         super().__init__(f"subscription closed with {code}: {reason or 'no reason given'}")
+
+
+# the problems with a typed leaf: (status, the last segment of the problem type)
+PROBLEM_KINDS: dict[tuple[int, str], type[ProblemError]] = {
+    (409, "unexpected-offset"): UnexpectedOffset,
+    (409, "schema-incompatible"): SchemaIncompatible,
+    (422, "schema-mismatch"): SchemaMismatch,
+}
 
 
 def retry_after_of(headers: Any) -> float | None:
@@ -96,9 +161,8 @@ def problem_of(status: int, body: bytes, headers: Any = None) -> ProblemError:
             "status": status,
             "detail": body.decode(errors="replace")[:500] or f"HTTP {status}",
         }
-    if status == 409 and str(document.get("type", "")).endswith("/unexpected-offset"):
-        return UnexpectedOffset(status, document, retry_after_of(headers))
-    return ProblemError(status, document, retry_after_of(headers))
+    kind = PROBLEM_KINDS.get((status, str(document.get("type", "")).rsplit("/", 1)[-1]))
+    return (kind or ProblemError)(status, document, retry_after_of(headers))
 
 
 async def request_body(session: aiohttp.ClientSession, method: str, url: str,

@@ -1,5 +1,6 @@
-/** A topic's page: its partitions with a publish-rate chart, publishing a test message, the
- * message browser, search, key history and snapshots, the live tail, and its management. */
+/** A topic's page: its partitions with a publish-rate chart, its schema versions, publishing a
+ * test message, the message browser, search, key history and snapshots, the live tail, and its
+ * management. */
 
 import {
   Acks, ArchivedRange, ProducerMessage, TierRange, TopicDetails,
@@ -13,6 +14,7 @@ import {
 import { renderBrowser } from "./browser.js";
 import { keyHistorySection, snapshotSection } from "./history.js";
 import { quotaRefusal } from "./quotas.js";
+import { renderSchemas, schemaRefusal } from "./schemas.js";
 import { renderSearch } from "./search.js";
 import { renderTail } from "./tail.js";
 import { renderTopicOps } from "./topic_ops.js";
@@ -27,6 +29,7 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
                               "msg/s");
   const browserArea = h("div", {});
   const tailArea = h("div", {});
+  const schemaArea = h("div", {});
   const publishArea = h("div", {});
   const searchArea = h("div", {});
   const historyArea = h("div", {});
@@ -42,8 +45,9 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
             h("h2", { id: "partitions" }, "Partitions"), partitions,
             h("h3", {}, "Publish rate through this gateway (mean of the last minute)"),
             chart.element),
-          publishArea, browserArea, searchArea, historyArea, tailArea, opsArea);
+          schemaArea, publishArea, browserArea, searchArea, historyArea, tailArea, opsArea);
   let shownPartitions = 0;
+  renderSchemas(context, schemaArea, name);
   context.every(POLL_MS, async () => {
     try {
       const topic = await context.admin.describeTopic(name);
@@ -131,7 +135,7 @@ function publishForm(context: Context, topic: TopicDetails): HTMLElement {
         ? "Accepted (acks=0: no offset is returned)."
         : `Published to partition ${result.partition} at offset ${result.offset}.`, "ok");
     }, (error: unknown) => {
-      const refusal = quotaRefusal(error);
+      const refusal = schemaRefusal(error) ?? quotaRefusal(error);
       if (refusal === undefined) context.fail(error, status);
       else status.show(refusal, "error");
     }).finally(() => void producer.close());

@@ -155,6 +155,13 @@ export type Quotas = api.Quotas;
 /** One quota's cap and use (both null: no cap of that kind). */
 export type QuotaUsage = api.QuotaUsage;
 
+/** A topic's schema version with its JSON Schema (`Admin.schema`, `Admin.registerSchema`). */
+export type SchemaVersion = api.SchemaVersion;
+/** A schema version as `Admin.schemas` lists it (without its schema). */
+export type SchemaVersionRef = api.SchemaVersions["versions"][number];
+/** How a new schema version must relate to the earlier ones (Confluent's meanings). */
+export type Compatibility = api.SchemaVersion["compatibility"];
+
 export class Admin {
   private readonly transport: Transport;
 
@@ -348,6 +355,34 @@ export class Admin {
    * kind, nothing counted). Any authenticated principal. */
   async quotas(): Promise<Quotas> {
     return (await this.transport.request<Quotas>("GET", "/v1/quotas")).body;
+  }
+
+  /** Register a JSON Schema (draft 2020-12) as the topic's next version (admin only); the same
+   * schema as the latest registers nothing and answers the latest. `compatibility` defaults to
+   * the latest version's mode, else `backward`; `migrations` are the version's declared
+   * conversions (docs/api.md, "Schemas"). A `SchemaIncompatibleError` (409) names each
+   * incompatible change; a refused schema is a 422 `ProblemError` pointing into it. */
+  async registerSchema(topic: string, schema: Record<string, unknown>,
+                       options: { compatibility?: Compatibility;
+                                  migrations?: api.Migrations } = {}): Promise<SchemaVersion> {
+    const body: Omittable<api.SchemaRegistration> = {
+      schema, compatibility: options.compatibility, migrations: options.migrations,
+    };
+    return (await this.transport.request<SchemaVersion>(
+      "POST", `${topicPath(topic)}/schemas`, { body: JSON.stringify(body) })).body;
+  }
+
+  /** The topic's schema versions, oldest first, without their schemas. */
+  async schemas(topic: string): Promise<SchemaVersionRef[]> {
+    return (await this.transport.request<api.SchemaVersions>(
+      "GET", `${topicPath(topic)}/schemas`)).body.versions;
+  }
+
+  /** One schema version (a number, or `latest`) with its schema; a 404 `ProblemError`
+   * (`schema-not-found`) when there is none. */
+  async schema(topic: string, version: number | "latest" = "latest"): Promise<SchemaVersion> {
+    return (await this.transport.request<SchemaVersion>(
+      "GET", `${topicPath(topic)}/schemas/${version}`)).body;
   }
 
   /** Let a key_shared group's parked key go on now (admin only): `release` redelivers its failed

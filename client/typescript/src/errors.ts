@@ -92,6 +92,39 @@ export class UnexpectedOffsetError extends ProblemError {
   }
 }
 
+/** One change that made a schema incompatible: where in the new schema (a JSON pointer), its
+ * name (`required_added`, `type_narrowed`, ...) and a human line. */
+export type SchemaChange = api.SchemaIncompatible["changes"][number];
+
+/** 409 `schema-incompatible`: a schema refused by its compatibility mode, each change named. */
+export class SchemaIncompatibleError extends ProblemError {
+  readonly compatibility: string;
+  readonly changes: SchemaChange[];
+
+  constructor(status: number, document: ProblemDocument) {
+    super(status, document);
+    this.compatibility = String(document["compatibility"] ?? "");
+    const changes = Array.isArray(document["changes"]) ? document["changes"] : [];
+    this.changes = changes.map((c: Partial<SchemaChange>) => ({
+      path: String(c.path ?? ""), change: String(c.change ?? ""), detail: String(c.detail ?? ""),
+    }));
+  }
+}
+
+/** 422 `schema-mismatch`: a published message did not match its topic's schema and nothing of
+ * the batch was written; `pointer` is the failing place (`/messages/3/value/total`). */
+export class SchemaMismatchError extends ProblemError {
+  readonly schemaVersion: number | null;
+  readonly schemaError: string;
+
+  constructor(status: number, document: ProblemDocument) {
+    super(status, document);
+    const version = document["schema_version"];
+    this.schemaVersion = typeof version === "number" ? version : null;
+    this.schemaError = String(document["schema_error"] ?? "");
+  }
+}
+
 /** The gateway could not be reached, or the answer broke off or timed out. */
 export class ConnectionError extends StreamgateError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -129,9 +162,14 @@ export function problemError(status: number, document: ProblemDocument,
                              retryAfterMs?: number): ProblemError {
   if (status === 401) return new AuthError(status, document);
   if (status === 403) return new ForbiddenError(status, document);
-  if (status === 409 && (document.type ?? "").endsWith("/unexpected-offset")) {
+  const kind = (document.type ?? "").split("/").pop();
+  if (status === 409 && kind === "unexpected-offset") {
     return new UnexpectedOffsetError(status, document);
   }
+  if (status === 409 && kind === "schema-incompatible") {
+    return new SchemaIncompatibleError(status, document);
+  }
+  if (status === 422 && kind === "schema-mismatch") return new SchemaMismatchError(status, document);
   return new ProblemError(status, document, retryAfterMs);
 }
 

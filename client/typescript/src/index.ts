@@ -15,18 +15,19 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  ArchivedRange, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage, ParkedKey,
+  ArchivedRange, Compatibility, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage, ParkedKey,
   ParkedKeyAction, PartitionDetails, PurgeOptions, PurgeResult, QuotaUsage, Quotas, RedriveWhich,
-  ReplayPage, SeekTarget, SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic,
-  TopicChange, TopicDetails,
+  ReplayPage, SchemaVersion, SchemaVersionRef, SeekTarget, SettledParkedKey, SnapshotPage,
+  StoredMessage, TierRange, Topic, TopicChange, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";
 export {
-  AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
-  SubscriptionClosedError, UnexpectedOffsetError,
+  AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, SchemaIncompatibleError,
+  SchemaMismatchError, StreamgateError, SubscriptionClosedError, UnexpectedOffsetError,
 } from "./errors.js";
-export type { ProblemDocument } from "./errors.js";
+export type { ProblemDocument, SchemaChange } from "./errors.js";
+export { typeName, typesFromSchema } from "./schema_types.js";
 export type { FetchLike, TokenProvider } from "./http.js";
 /** The gateway's documents as its OpenAPI document (/openapi.json) types them. */
 export type * as openapi from "./openapi.gen.js";

@@ -125,6 +125,33 @@ export interface MessageIn {
   ttl_ms?: number;
 }
 
+/**
+ * A CloudEvents 1.0 event in the JSON format. Attribute names are 1 to 20 lower-case ASCII letters
+ * or digits; extension values are strings, booleans or 32-bit integers (read back in their string
+ * form). At most one of data and data_base64. Read back, a message published without CloudEvents
+ * gets id = its offset, source = /v1/topics/<topic>/partitions/<p>, type = streamgate.message and
+ * time from its timestamp; every event carries sgpartition and sgoffset, and a pulled one sgtopic,
+ * sgreceipt and sgdeliverycount.
+ */
+export interface CloudEvent {
+  specversion: "1.0";
+  id: string;
+  source: string;
+  type: string;
+  subject?: string;
+  time?: string;
+  datacontenttype?: string;
+  dataschema?: string;
+  partitionkey?: string;
+  data?: unknown;
+  data_base64?: string;
+  sgpartition?: number;
+  sgoffset?: string;
+  sgtopic?: string;
+  sgreceipt?: string;
+  sgdeliverycount?: number;
+}
+
 export interface PublishRequest {
   messages: MessageIn[];
   /** (default: "1") */
@@ -160,6 +187,11 @@ export interface MessageOut {
   value_b64?: string;
   headers: Record<string, string>;
   timestamp_ms: number;
+  /**
+   * read at a schema_version: why this value could not be converted (it is as written, with its own
+   * sg-schema-version)
+   */
+  schema_error?: string;
 }
 
 export interface ReplayPage {
@@ -193,6 +225,13 @@ export interface PullRequest {
   retry_backoff_multiplier?: number;
   /** 0..3600000: the longest a retry waits (default: 300000) */
   retry_backoff_max_ms?: number;
+  /**
+   * a topic with schemas: every message returned converted to this version (its sg-schema-version
+   * header set to it); one that cannot be converted goes to <topic>.dlq with the reason and is
+   * acked for the group, never returned as written. 404 schema-version-not-found, 409
+   * topic-without-schema
+   */
+  schema_version?: number;
 }
 
 export type PulledMessage = MessageOut & {
@@ -613,6 +652,7 @@ export interface SchemaRegistration {
    * mode, else backward
    */
   compatibility?: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none" | null;
+  migrations?: Migrations;
 }
 
 export interface SchemaVersion {
@@ -624,6 +664,7 @@ export interface SchemaVersion {
   created_at_ms: number;
   created_by: string;
   schema: Record<string, unknown>;
+  migrations?: Migrations;
 }
 
 export interface SchemaVersions {
@@ -655,3 +696,31 @@ export type SchemaIncompatible = Problem & {
     detail: string;
   }>;
 };
+
+/**
+ * One data-only operation on JSON pointers: rename {from, to} (same parent), move {from, to}
+ * (objects on the way created), default {path, value} (set when missing), drop {path}; nothing when
+ * from or path is absent
+ */
+export interface MigrationOperation {
+  op: "rename" | "move" | "default" | "drop";
+  /** rename, move: the member taken */
+  from?: string;
+  /** rename, move: where it goes */
+  to?: string;
+  /** default, drop: the member */
+  path?: string;
+  /** default: any JSON, at most 4096 bytes */
+  value?: unknown;
+}
+
+/**
+ * Data-only migrations from the previous version; a direction left out cannot be converted. The
+ * first version takes none.
+ */
+export interface Migrations {
+  /** turns a value of the previous version into this one */
+  upgrade?: MigrationOperation[];
+  /** turns a value of this version into the previous one */
+  downgrade?: MigrationOperation[];
+}

@@ -159,10 +159,11 @@ def test_packed_client_installs_offline_and_works(
 
     names = packed_names(tarball)
     modules = {path.stem for path in (PACKAGE / "src").glob("*.ts")}
-    assert names == {"package.json", "README.md", "LICENSE"} | {
+    assert names == {"package.json", "README.md", "LICENSE", "bin/streamgate-types.mjs"} | {
         f"dist/{m}.js" for m in modules} | {f"dist/{m}.d.ts" for m in modules}, sorted(names)
     manifest = packed_manifest(tarball)
     check_manifest(manifest, names)
+    assert set(manifest["bin"].values()) <= {f"./{name}" for name in names}, manifest["bin"]
 
     app = tmp_path / "app"
     install(tarball, app)

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from streamgate_client import admin_types
-from streamgate_client.admin import Admin
+from streamgate_client.admin import Admin, Decoded
 from streamgate_client.admin_types import MessageOut, ReplayPage, TopicDetails
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -122,9 +122,12 @@ def test_each_admin_call_returns_the_record_of_its_response_schema() -> None:
 def test_the_listings_return_the_items_of_their_list_schema() -> None:
     hints = {name: typing.get_type_hints(getattr(Admin, name))["return"]
              for name in ("list_topics", "list_groups", "replay_all")}
+    replayed = typing.get_args(hints.pop("replay_all"))
     assert hints == {"list_topics": list[admin_types.Topic],
-                     "list_groups": list[admin_types.GroupRef],
-                     "replay_all": list[MessageOut]}
+                     "list_groups": list[admin_types.GroupRef]}
+    # without decode_as the replayed records; with it, each decoded beside its record
+    assert replayed[0] == list[MessageOut]
+    assert typing.get_origin(typing.get_args(replayed[1])[0]) is Decoded
 
 
 DESCRIBED = (b'{"name":"orders","partitions":1,"retention_ms":60000,"max_length":null,'
