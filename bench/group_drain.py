@@ -97,13 +97,15 @@ class Totals:
         return self.acked >= self.total
 
 
-async def open_member(port: int, topic: str, group: str, max_in_flight: int
+async def open_member(port: int, topic: str, group: str, max_in_flight: int,
+                      schema_version: int | None = None
                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Upgrade one exclusive-group member (from the earliest entry) and return its stream after the
-    101."""
+    """Upgrade one exclusive-group member (from the earliest entry, pinned to ``schema_version``
+    if given) and return its stream after the 101."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    pin = {} if schema_version is None else {"schema_version": schema_version}
     query = urlencode({"topic": topic, "group": group, "max_in_flight": max_in_flight,
-                       "from": "earliest"})
+                       "from": "earliest", **pin})
     key = base64.b64encode(os.urandom(16)).decode()
     writer.write((f"GET /v1/subscribe?{query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                   "Upgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -166,7 +168,7 @@ async def drain_acking_each_read(reader: asyncio.StreamReader, writer: asyncio.S
 async def main_async(args: argparse.Namespace) -> None:
     totals = Totals(args.total)
     members = await asyncio.gather(*(open_member(args.port, args.topic, args.group,
-                                                 args.max_in_flight)
+                                                 args.max_in_flight, args.schema_version)
                                      for _ in range(args.members)))
     run = drain_acking_each_read if args.ack_each_read else drain
     await asyncio.gather(*(run(reader, writer, totals, args.ack_batch, args.idle_s)
@@ -189,6 +191,8 @@ def main() -> None:
                         help="stop once this process acked so many")
     parser.add_argument("--max-in-flight", type=int, default=2000)
     parser.add_argument("--ack-batch", type=int, default=500)
+    parser.add_argument("--schema-version", type=int, default=None,
+                        help="pin the members to this schema version of the topic")
     parser.add_argument("--ack-each-read", action="store_true",
                         help="ack what each read brought at once instead of up to "
                              "--ack-batch at a time")

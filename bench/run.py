@@ -59,6 +59,7 @@ from publish import (
     redis_cpu_by_role,
     wait_ready,
 )
+from schema_pinned import pinned_rows
 from schema_validation import schema_rows
 from services import (
     BareProcess,
@@ -91,6 +92,7 @@ LATENCY_P50_RATIO = 2.5
 LATENCY_P99_RATIO = 4.0
 FANOUT_RATIO = 2.5
 GROUP_RATIO = 0.6
+PINNED_MESSAGES = 50_000  # per drain of the pinned-delivery rows (each round drains twice)
 WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call",
          "before", "monday", "morning", "office", "reception", "please", "thanks")
 
@@ -739,8 +741,11 @@ class Harness:
     # --- topic schemas ---------------------------------------------------------------------------
     async def schemas(self) -> None:
         """Publish to a topic with a schema next to one without; validation alone per message
-        (bench/schema_validation.py)."""
+        (bench/schema_validation.py); a group pinned to another version next to an unpinned one
+        (bench/schema_pinned.py)."""
         self.rows += await schema_rows(self.gateway.base, min(self.plan.seconds, 3.0), 3)
+        self.rows += await pinned_rows(self.gateway.base,
+                                       min(self.plan.group_messages, PINNED_MESSAGES), 3)
 
 
 def zstd_compressor() -> Callable[[bytes], bytes] | None:

@@ -15,7 +15,7 @@ import statistics
 import sys
 import tempfile
 import timeit
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -220,11 +220,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    return run_alone(lambda base: schema_rows(base, args.seconds, args.rounds))
 
+
+def run_alone(rows_of: Callable[[str], Awaitable[list[Row]]]) -> int:
+    """Print the rows ``rows_of`` takes against a gateway of a stack of its own, and their
+    notes."""
     async def run(stack: DevStack) -> list[Row]:
         with GatewayProcess(stack) as gateway:
             await wait_ready(gateway.base)
-            return await schema_rows(gateway.base, args.seconds, args.rounds)
+            return await rows_of(gateway.base)
 
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp, \
             DevStack(DevStackConfig(data_dir=Path(tmp))) as stack:

@@ -21,6 +21,7 @@ from gateway.publish.publisher import Publisher
 from gateway.publish.validation import PublishLimits
 from gateway.quotas.in_flight import InFlightQuota
 from gateway.quotas.retained import RetainedQuota
+from gateway.schemas.migrate import SchemaVersions, ValueConverter
 from gateway.schemas.validation import SchemaGate, SchemaSource
 from gateway.settings import GatewaySettings
 from gateway.throttle import Throttle
@@ -72,6 +73,8 @@ class Services:
     schemas: SchemaSource | None = None  # topics' schema versions (watch-fed); None without etcd
     schema_registry: SchemaRegistry | None = None  # registers versions in etcd; None without etcd
     schema_gate: SchemaGate | None = field(init=False)  # validation at the door, from ``schemas``
+    # values converted to the schema version a reader asks for; None without a registry mirror
+    value_converter: ValueConverter | None = field(init=False)
     connections: ConnectionLimits = field(init=False)  # open subscriptions per principal
     # closed with 1001 on shutdown
     subscriptions: set[OpenSubscription] = field(default_factory=set)
@@ -82,6 +85,8 @@ class Services:
     def __post_init__(self) -> None:
         self.limits = PublishLimits.from_settings(self.settings)
         self.schema_gate = None if self.schemas is None else SchemaGate(self.schemas)
+        self.value_converter = (ValueConverter(self.schemas)
+                                if isinstance(self.schemas, SchemaVersions) else None)
         self.connections = ConnectionLimits(self.settings.max_connections_per_principal,
                                             self.settings.max_unauthenticated_connections)
 

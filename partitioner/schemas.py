@@ -8,7 +8,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -29,7 +29,9 @@ MAX_REGISTER_ATTEMPTS = 16  # registrations racing this one, each winning a vers
 @dataclass(frozen=True, slots=True)
 class SchemaRecord:
     """One registered version of a topic's schema: ``version`` counts from 1 per topic incarnation
-    (``topic_created_at_ms``); ``fingerprint`` is the SHA-256 of the schema's canonical JSON."""
+    (``topic_created_at_ms``); ``fingerprint`` is the SHA-256 of the schema's canonical JSON;
+    ``migrations`` holds the declared ``upgrade`` (previous version to this one) and ``downgrade``
+    (this one to the previous) operations, each direction absent when it cannot be done."""
 
     topic: str
     topic_created_at_ms: int
@@ -39,6 +41,7 @@ class SchemaRecord:
     fingerprint: str
     created_at_ms: int
     created_by: str
+    migrations: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         """The stored JSON document."""
@@ -46,7 +49,8 @@ class SchemaRecord:
                              "version": self.version, "schema": self.schema,
                              "compatibility": self.compatibility,
                              "fingerprint": self.fingerprint,
-                             "created_at_ms": self.created_at_ms, "created_by": self.created_by})
+                             "created_at_ms": self.created_at_ms, "created_by": self.created_by,
+                             "migrations": self.migrations})
 
     @classmethod
     def decode(cls, raw: bytes) -> SchemaRecord | None:
@@ -55,7 +59,8 @@ class SchemaRecord:
             doc = orjson.loads(raw)
             return cls(str(doc["topic"]), int(doc["topic_created_at_ms"]), int(doc["version"]),
                        dict(doc["schema"]), str(doc["compatibility"]), str(doc["fingerprint"]),
-                       int(doc["created_at_ms"]), str(doc["created_by"]))
+                       int(doc["created_at_ms"]), str(doc["created_by"]),
+                       dict(doc.get("migrations") or {}))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             log.warning("ignoring a malformed schema record: %r", raw[:200])
             return None
@@ -100,24 +105,26 @@ class SchemaRegistry:
         return sorted(records, key=lambda record: record.version)
 
     async def register(self, topic: str, topic_created_at_ms: int, schema: Mapping[str, Any],
-                       compatibility: str | None, created_by: str,
-                       check: CompatibilityCheck) -> tuple[SchemaRecord, bool]:
-        """Register ``schema`` as the next version: (the record, whether it is new). A schema
-        identical to the latest returns the latest. ``compatibility`` None keeps the latest's mode
-        (else backward). ``check``'s error propagates; ConcurrentModification when other
-        registrations kept winning the race."""
-        fingerprint = fingerprint_of(schema)
+                       compatibility: str | None, created_by: str, check: CompatibilityCheck,
+                       migrations: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                       ) -> tuple[SchemaRecord, bool]:
+        """Register ``schema`` (with its ``migrations`` from the previous version) as the next
+        version: (the record, whether it is new). A schema and migrations identical to the
+        latest's return the latest. ``compatibility`` None keeps the latest's mode (else
+        backward). ``check`` sees every earlier version (none for a first one) and its error
+        propagates; ConcurrentModification when other registrations kept winning the race."""
+        fingerprint, migrations = fingerprint_of(schema), dict(migrations or {})
         for _ in range(MAX_REGISTER_ATTEMPTS):
             previous = await self.versions(topic, topic_created_at_ms)
-            if previous and previous[-1].fingerprint == fingerprint:
+            if previous and (previous[-1].fingerprint, previous[-1].migrations) == (fingerprint,
+                                                                                    migrations):
                 return previous[-1], False
             mode = compatibility or (previous[-1].compatibility if previous else "backward")
             if mode not in COMPATIBILITY_MODES:
                 raise ValueError(f"unknown compatibility mode {mode!r}")
-            if previous:
-                check(previous, mode)
+            check(previous, mode)
             record = SchemaRecord(topic, topic_created_at_ms, len(previous) + 1, schema, mode,
-                                  fingerprint, _now_ms(), created_by)
+                                  fingerprint, _now_ms(), created_by, migrations)
             key = _incarnation_prefix(self._root, topic, topic_created_at_ms) + \
                 f"{record.version:08d}".encode()
             # absent only while no other registration took this version number meanwhile

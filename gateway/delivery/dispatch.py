@@ -11,14 +11,15 @@ from operator import attrgetter
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.key_dispatch import KeyedDispatch
+from gateway.delivery.retry_policy import EXHAUSTED, DeadLetter
 from gateway.delivery.session import MessageRef, Session
 from gateway.delivery.settler import Settler
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
 from storage.models import Delivery, StoredEntry
 
-# exhausted deliveries, moved to the dead letters beside the loop
-DeadLetterLater = Callable[[Sequence[Delivery]], None]
+# exhausted (or unconvertible) deliveries with why, moved to the dead letters beside the loop
+DeadLetterLater = Callable[[Sequence[DeadLetter]], None]
 _DELIVERY_COUNT = attrgetter("delivery_count")
 _ENTRY_OFFSET = attrgetter("entry.offset")
 
@@ -82,7 +83,8 @@ class Dispatcher:
         """Route first deliveries: without a filter every one goes out (a delivery count of 1 is
         always within max_deliveries, which is at least 1), so the whole read joins the backlog at
         once."""
-        if (self._config.filter.is_empty and self._keyed is None
+        config = self._config
+        if (config.filter.is_empty and self._keyed is None and config.pinned is None
                 and not deliveries_may_expire(deliveries)):
             self.backlog.extend(deliveries)
             await self.dispatch()
@@ -90,11 +92,12 @@ class Dispatcher:
             await self.accept(deliveries)
 
     async def accept(self, deliveries: Sequence[Delivery]) -> None:
-        """Route fresh deliveries: expired and filtered-out ones acked, dead letters, the rest to
-        the backlog and out."""
+        """Route fresh deliveries: expired and filtered-out ones acked, dead letters (also those a
+        pinned schema version cannot be given), the rest to the backlog and out."""
         to_ack: list[str] = []
         expired: list[StoredEntry] = []
-        dead: list[Delivery] = []
+        dead: list[DeadLetter] = []
+        live: list[Delivery] = []
         at_ms = now_ms()
         config = self._config
         for delivery in deliveries:
@@ -103,11 +106,15 @@ class Dispatcher:
                 expired.append(entry)
                 to_ack.append(entry.offset)
             elif delivery.delivery_count > config.max_deliveries:
-                dead.append(delivery)
+                dead.append((delivery, EXHAUSTED))
             elif not config.filter.matches(entry.headers):
                 to_ack.append(entry.offset)
             else:
-                self.backlog.append(delivery)
+                live.append(delivery)
+        if config.pinned is not None:
+            live, unconverted = config.pinned.split(live)
+            dead += unconverted
+        self.backlog.extend(live)
         if to_ack:
             await self._settler.ack_now(to_ack)
             if self._keyed is not None:

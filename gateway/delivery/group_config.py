@@ -4,9 +4,13 @@ serves (``ReaderScope``): what every room of a group reader is built with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.delivery.filters import HeaderFilter
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
+
+if TYPE_CHECKING:
+    from gateway.delivery.pinning import PinnedVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +26,8 @@ class GroupConfig:
     retry_backoff: RetryBackoff = NO_BACKOFF
     # key_shared: one message of a key in flight at a time (gateway.delivery.key_order)
     key_ordered: bool = False
+    # every delivery converted to this schema version (None: values as written)
+    pinned: PinnedVersion | None = None
 
     @property
     def mode(self) -> str:

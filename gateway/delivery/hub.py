@@ -68,8 +68,8 @@ class DeliveryHub:
             reader = self._readers.get(key)
             if reader is not None and _differs(reader.config, config):
                 raise GroupConflict(f"group {group!r} is served here with other settings "
-                                    "(mode, filter, ack timeout, max deliveries or auto_ack "
-                                    "must match)")
+                                    "(mode, filter, ack timeout, max deliveries, auto_ack "
+                                    "or schema_version must match)")
             if reader is None:
                 gate = None if self.gates is None else self.gates(session.topic, group)
                 reader = GroupReader(session.topic, partition, group, config, self.store,

@@ -39,7 +39,8 @@ async def _run_group(session: Session, ports: DeliveryPorts, topic: TopicMetadat
         raise PartitionerError("group subscriptions need a group and a delivery hub")
     config = GroupConfig(params.ack_timeout_ms, params.max_deliveries, params.filter,
                          _group_start(params), params.auto_ack,
-                         params.mode in (Mode.EXCLUSIVE, Mode.KEY_SHARED), params.retry_backoff)
+                         params.mode in (Mode.EXCLUSIVE, Mode.KEY_SHARED), params.retry_backoff,
+                         pinned=params.pinned)
     ports.note_group_policy(topic.name, params.group, params.ack_timeout_ms,
                             params.max_deliveries, params.retry_backoff)
     hub.pauses.join(session, params.group)  # told of the group's pauses while a member

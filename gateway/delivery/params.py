@@ -7,6 +7,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from multidict import MultiMapping
 
@@ -15,12 +16,16 @@ from gateway.errors import invalid_field
 from gateway.offsets import parse_offset
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
 
+if TYPE_CHECKING:
+    from gateway.delivery.pinning import PinnedVersion
+
 GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_MAX_IN_FLIGHT = 100
 MAX_MAX_IN_FLIGHT = 10_000
 DEFAULT_ACK_TIMEOUT_MS = 30_000
 DEFAULT_MAX_DELIVERIES = 5
 MAX_BACKOFF_MS = 3_600_000
+MAX_SCHEMA_VERSION = 999_999_999
 RETRY_BACKOFF_FIELDS = ("retry_backoff_ms", "retry_backoff_multiplier", "retry_backoff_max_ms")
 
 
@@ -52,6 +57,8 @@ class SubscribeParams:
     filter: HeaderFilter
     batch: bool = False  # message frames sent as ``messages`` frames of many
     retry_backoff: RetryBackoff = NO_BACKOFF  # between a group's failed deliveries
+    schema_version: int | None = None  # deliver every value converted to this version
+    pinned: PinnedVersion | None = None  # what converts to it, once the topic is known
 
 
 def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
@@ -81,6 +88,7 @@ def parse_subscribe_params(query: MultiMapping[str]) -> SubscribeParams:
         filter=parse_filters(query.getall("filter", [])),
         batch=_bool(query.get("batch", "false"), "batch"),
         retry_backoff=parse_retry_backoff(query),
+        schema_version=_int(query, "schema_version", None, 1, MAX_SCHEMA_VERSION),
     )
 
 

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.delivery.expiry import deliveries_may_expire, is_expired, now_ms, report_expired
 from gateway.delivery.growth_gate import Gate
 from gateway.delivery.pause_gate import PauseGate, pause_fields
 from gateway.delivery.receipts import Receipt, ReceiptSigner
 from gateway.delivery.retry_policy import (
+    EXHAUSTED,
     RELEASE_IDLE_MS,
     DeadLetterSink,
+    dead_letter_delivered,
     dead_letter_now,
     due_again,
     nack_idles,
@@ -32,11 +35,16 @@ from gateway.delivery.retry_policy import (
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.tracing import delivery_span
 from gateway.quotas.in_flight import InFlightWindow
-from partitioner.errors import CoordinationUnavailable
+from partitioner.errors import CoordinationUnavailable, PartitionerError
 from partitioner.group_policy import NO_BACKOFF, RetryBackoff
-from storage.errors import StorageUnavailable
+from storage.errors import StorageError, StorageUnavailable
 from storage.groups_protocol import GroupStore
 from storage.models import Delivery, StoredEntry, first_deliveries
+
+if TYPE_CHECKING:
+    from gateway.delivery.pinning import PinnedVersion
+
+log = logging.getLogger(__name__)
 
 PULL_CONSUMER = "http-pull"
 UNAVAILABLE = (StorageUnavailable, CoordinationUnavailable)
@@ -54,6 +62,7 @@ class PullRequest:
     ack_timeout_ms: int
     max_deliveries: int
     retry_backoff: RetryBackoff = NO_BACKOFF
+    pinned: PinnedVersion | None = None  # every delivery converted to this schema version
 
 
 class Puller:
@@ -95,6 +104,9 @@ class Puller:
                 broken = True
             if deliveries_may_expire(deliveries):
                 deliveries = await self._drop_expired(group, request.topic, deliveries)
+            if request.pinned is not None and deliveries:
+                deliveries = await self._converted(group, request.topic, request.pinned,
+                                                   deliveries)
             remaining = deadline - time.monotonic()
             if deliveries or broken or remaining <= 0:
                 self._metrics.count_deliveries(request.topic, group, "pull",
@@ -140,6 +152,20 @@ class Puller:
             report_expired(counter, topic, group, entries)
         return live
 
+    async def _converted(self, group: str, topic: str, pinned: PinnedVersion,
+                         deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries at the pinned version; those that cannot be converted go to the dead
+        letters with the reason and are acked for the group (never handed out unconverted)."""
+        converted, failed = pinned.split(deliveries)
+        if failed:
+            try:
+                await dead_letter_delivered(self.store, self._dead_letters, topic, group, failed)
+            except (StorageError, PartitionerError) as exc:
+                # left pending: they come back after their ack timeout and are tried again
+                log.warning("dead letters of %s for group %s not written yet: %s", topic, group,
+                            exc)
+        return converted
+
     async def _cap(self, topic: str, group: str, partition: int) -> str | None:
         if self._gate_of is None:
             return None
@@ -168,15 +194,12 @@ class Puller:
                 continue
             claimed = await self.store.claim(request.topic, partition, group, PULL_CONSUMER,
                                              expired, min_idle_ms=request.ack_timeout_ms)
-            deliveries += await self._drop_dead(group, request, partition, claimed)
+            deliveries += await self._drop_dead(group, request, claimed)
 
-    async def _drop_dead(self, group: str, request: PullRequest, partition: int,
+    async def _drop_dead(self, group: str, request: PullRequest,
                          claimed: list[Delivery]) -> list[Delivery]:
-        dead = [d for d in claimed if d.delivery_count > request.max_deliveries]
-        for delivery in dead:
-            await self._dead_letters(request.topic, group, delivery, "max_deliveries exceeded")
-        if dead:
-            await self.store.ack(request.topic, partition, group, [d.entry.offset for d in dead])
+        dead = [(d, EXHAUSTED) for d in claimed if d.delivery_count > request.max_deliveries]
+        await dead_letter_delivered(self.store, self._dead_letters, request.topic, group, dead)
         return [d for d in claimed if d.delivery_count <= request.max_deliveries]
 
     async def release(self, topic: str, partition: int, group: str,

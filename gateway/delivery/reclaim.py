@@ -13,6 +13,7 @@ from gateway.delivery.group_config import GroupConfig, ReaderScope
 from gateway.delivery.key_dispatch import KeyedDispatch
 from gateway.delivery.retry_policy import (
     RELEASE_IDLE_MS,
+    DeadLetter,
     DeadLetterSink,
     dead_letter_now,
     due_again,
@@ -43,13 +44,14 @@ class DeadLetterChain:
         self._keyed = keyed
         self._last: asyncio.Future[int] | None = None  # the latest move, beside the loop
 
-    def later(self, dead: Sequence[Delivery]) -> None:
-        """Move ``dead`` once the moves before it are done."""
+    def later(self, dead: Sequence[DeadLetter]) -> None:
+        """Move ``dead`` (exhausted, or not convertible to a pinned schema version) once the moves
+        before it are done."""
         task = asyncio.ensure_future(self._move(dead, self._last))
         self._last = task
         self._settler.keep(task)
 
-    async def _move(self, dead: Sequence[Delivery], after: asyncio.Future[int] | None) -> int:
+    async def _move(self, dead: Sequence[DeadLetter], after: asyncio.Future[int] | None) -> int:
         """Move exhausted deliveries to the dead letters once the move before (``after``) is done,
         then ack them; a failure leaves them pending, to be dead-lettered on their next reclaim
         (the move is idempotent)."""
@@ -57,9 +59,9 @@ class DeadLetterChain:
             await asyncio.wait([after])  # in the partition's order
         scope = self._scope
         try:
-            for delivery in dead:  # one at a time: the dead letters keep the partition's order
-                await self._sink(scope.topic, scope.group, delivery, "max_deliveries exceeded")
-            offsets = [delivery.entry.offset for delivery in dead]
+            for delivery, reason in dead:  # one at a time: the dead letters keep the order
+                await self._sink(scope.topic, scope.group, delivery, reason)
+            offsets = [delivery.entry.offset for delivery, _ in dead]
             acked = await self._settler.ack_now(offsets)
         except (StorageError, PartitionerError) as exc:
             log.warning("dead letters of %s/%s for group %s not written yet: %s", scope.topic,

@@ -17,6 +17,8 @@ from storage.groups_protocol import GroupStore
 from storage.models import Delivery, PendingEntry
 
 DeadLetterSink = Callable[[str, str, Delivery, str], Awaitable[None]]
+DeadLetter = tuple[Delivery, str]  # a delivery bound for the dead letters, with why
+EXHAUSTED = "max_deliveries exceeded"  # the reason of a delivery that failed too often
 
 # "idle forever": reclaimable by the next reclaim pass
 RELEASE_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
@@ -67,6 +69,18 @@ async def dead_letter_now(store: GroupStore, dead_letters: DeadLetterSink, topic
     if claimed:
         await store.ack(topic, partition, group, [d.entry.offset for d in claimed])
     return len(claimed)
+
+
+async def dead_letter_delivered(store: GroupStore, dead_letters: DeadLetterSink, topic: str,
+                                group: str, dead: Sequence[DeadLetter]) -> None:
+    """Move deliveries the caller holds (claimed or just read) to the dead letters, each with its
+    reason, in order, then ack them for the group."""
+    by_partition: dict[int, list[str]] = {}
+    for delivery, reason in dead:
+        await dead_letters(topic, group, delivery, reason)
+        by_partition.setdefault(delivery.entry.partition, []).append(delivery.entry.offset)
+    for partition, offsets in by_partition.items():
+        await store.ack(topic, partition, group, offsets)
 
 
 async def _delivery_counts(store: GroupStore, topic: str, partition: int, group: str,

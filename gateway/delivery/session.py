@@ -204,12 +204,14 @@ class Session:
     # --- deliveries -------------------------------------------------------------------------------
     def offer(self, delivery: Delivery) -> bool:
         """Take a delivery that needs no ack (its credit comes back once written) if there is
-        credit; False leaves it with the caller."""
+        credit, at the session's pinned schema version if any; False leaves it with the caller."""
         if not self.has_credit:
             return False
         self.credit -= 1
         entry = delivery.entry
-        frame = message_frame(self.topic, entry, delivery.delivery_count)
+        pinned = self.params.pinned
+        frame = (message_frame(self.topic, entry, delivery.delivery_count) if pinned is None
+                 else pinned.broadcast_frame(self.topic, entry))
         self._enqueue((frame, 1, entry.partition, entry.offset), len(frame))
         return True
 

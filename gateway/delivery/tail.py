@@ -83,7 +83,10 @@ class TailFollower:
         session = self.session
         taken = min(len(chosen), session.credit if session.has_credit else 0)
         if taken:
-            if chosen_frames is None:
+            pinned = session.params.pinned
+            if pinned is not None:  # converted for this session alone (an error frame if not)
+                page = [pinned.broadcast_frame(session.topic, entry) for entry in chosen[:taken]]
+            elif chosen_frames is None:
                 page = [message_frame(session.topic, entry, 1) for entry in chosen[:taken]]
             else:
                 page = chosen_frames if taken == len(chosen_frames) else chosen_frames[:taken]

@@ -13,6 +13,7 @@ from aiohttp import web
 from gateway.auth.acl import Action
 from gateway.auth.errors import Forbidden
 from gateway.auth.gatekeeper import READ_ACTIONS, gatekeeper_of, principal_of
+from gateway.cloudevents import accepts_batch, batch_response, pulled_events
 from gateway.delivery.key_shared import is_seat
 from gateway.delivery.params import GROUP_NAME, RETRY_BACKOFF_FIELDS, parse_retry_backoff
 from gateway.delivery.pull import Puller, PullRequest
@@ -30,6 +31,7 @@ from gateway.routes.admission import admit_group, admit_or_refuse
 from gateway.routes.bodies import bounded_int, optional_int, read_json_object
 from gateway.routes.dry_runs import dry_run, seek_impact
 from gateway.routes.group_scale import note_puller
+from gateway.routes.schema_reads import pinned_version
 from gateway.routes.tenancy import bind_group, require_own_group
 from gateway.routes.topics import may_see_keys
 from gateway.services import Services, services_of
@@ -39,13 +41,15 @@ from partitioner.topics import TopicMetadata
 from storage.models import GroupPartitionState
 
 PULL_FIELDS = frozenset({"topic", "max_messages", "wait_ms", "ack_timeout_ms", "max_deliveries",
-                         *RETRY_BACKOFF_FIELDS})
+                         "schema_version", *RETRY_BACKOFF_FIELDS})
 SETTLE_FIELDS = {"nack": frozenset({"receipts", "delay_ms"}),
                  "reject": frozenset({"receipts", "reason"})}
 SEEK_FIELDS = frozenset({"topic", "to"})
 MAX_PULL = 1000
 MAX_WAIT_MS = 30_000
 MAX_RECEIPTS = 10_000
+# a CloudEvents pull answers a bare array of events: whether the group is paused
+PAUSED_HEADER = "SG-Paused"
 
 
 def _group(request: web.Request) -> str:
@@ -85,12 +89,13 @@ def _refuse_filtered(request: web.Request) -> None:
 
 async def pull(request: web.Request) -> web.Response:
     """POST /v1/groups/{group}/pull {topic, max_messages?, wait_ms?, ack_timeout_ms?,
-    max_deliveries?}."""
+    max_deliveries?, schema_version?}."""
     services, group = services_of(request), _group(request)
     _refuse_filtered(request)
     doc = await read_json_object(request)
     reject_unknown_fields(doc, PULL_FIELDS)
     topic = await _topic_field(request, doc, Action.SUBSCRIBE, group)
+    pinned = pinned_version(services, topic, optional_int(doc, "schema_version", minimum=1))
     window = await _room_to_pull(services, request)
     limited = await admit_or_refuse(services, principal_of(request), RateAction.READ)
     await admit_group(services, principal_of(request), topic.name, group)
@@ -103,6 +108,7 @@ async def pull(request: web.Request) -> web.Response:
                                    MAX_ACK_TIMEOUT_MS),
         max_deliveries=bounded_int(doc, "max_deliveries", 5, 1, 1000),
         retry_backoff=parse_retry_backoff(doc),
+        pinned=pinned,
     )
     services.note_group_policy(topic.name, group, pull_request.ack_timeout_ms,
                                pull_request.max_deliveries, pull_request.retry_backoff)
@@ -117,13 +123,16 @@ async def pull(request: web.Request) -> web.Response:
     charged = None if window is None else _in_flight_window(services, request)
     if charged is not None:
         charged.charge(len(deliveries), issued_ms + pull_request.ack_timeout_ms)
-    messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
-                 "receipt": puller.signer.issue(Receipt(topic.name, d.entry.partition,
-                                                        d.entry.offset, pull_request.ack_timeout_ms,
-                                                        issued_ms), holder, group)}
+    receipts = [puller.signer.issue(Receipt(topic.name, d.entry.partition, d.entry.offset,
+                                            pull_request.ack_timeout_ms, issued_ms), holder, group)
                 for d in deliveries]
-    return json_response({"messages": messages} | puller.pause_fields(topic.name, group),
-                         headers=limited)
+    paused = puller.pause_fields(topic.name, group)
+    if accepts_batch(request):
+        return batch_response(pulled_events(topic.name, deliveries, receipts),
+                              {**limited, PAUSED_HEADER: "true" if paused["paused"] else "false"})
+    messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
+                 "receipt": receipt} for d, receipt in zip(deliveries, receipts, strict=True)]
+    return json_response({"messages": messages} | paused, headers=limited)
 
 
 def _in_flight_window(services: Services, request: web.Request) -> InFlightWindow | None:

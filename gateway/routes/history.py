@@ -14,6 +14,7 @@ from gateway.errors import invalid_field
 from gateway.offsets import parse_offset, predecessor, successor
 from gateway.responses import json_response
 from gateway.routes.messages import DEFAULT_REPLAY_LIMIT, int_param, partition_param, reader_of
+from gateway.routes.schema_reads import message_documents, reading_version
 from gateway.routes.tenancy import key_space_of
 from partitioner.hashing import partition_for
 from partitioner.topics import TopicMetadata
@@ -24,10 +25,12 @@ ORDERS = ("asc", "desc")
 
 async def key_history(request: web.Request) -> web.Response:
     """GET /v1/topics/{topic}/history?key=|key_b64=&from=&from_time_ms=&limit=&order=&partition=
-    -> the key's messages and the offset to continue from (the key of the caller's key space:
-    another tenant's reads as a key nobody wrote)."""
+    &schema_version= -> the key's messages (at the schema version, if asked) and the offset to
+    continue from (the key of the caller's key space: another tenant's reads as a key nobody
+    wrote)."""
     services, topic, visible, limited = await reader_of(request)
     key = _key_param(request)
+    reading = reading_version(request, services, topic)
     if not topic.key_index:
         raise invalid_field("/key", f"topic {topic.name!r} keeps no key index (create it with "
                                     "\"key_index\": true)")
@@ -46,8 +49,8 @@ async def key_history(request: web.Request) -> web.Response:
                                                limit=limit, newest_first=newest_first,
                                                key_space=space)
     return json_response({"partition": partition,
-                          "messages": [entry_document(e) for e in entries
-                                       if visible.matches(e.headers)],
+                          "messages": message_documents(
+                              [e for e in entries if visible.matches(e.headers)], topic, reading),
                           "next_offset": _next_offset(entries, low, limit, newest_first)},
                          headers=limited)
 

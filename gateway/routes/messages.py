@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from aiohttp import web
 
 from gateway.auth.acl import Action
 from gateway.auth.gatekeeper import gatekeeper_of, principal_of
+from gateway.cloudevents import accepts_batch, batch_response, event_document
 from gateway.delivery.filters import HeaderFilter
-from gateway.documents import entry_document
 from gateway.errors import (
     Problem,
     invalid_field,
 )
 from gateway.observe.tracing import TRACEPARENT, incoming_context
 from gateway.offsets import parse_offset, predecessor, successor
+from gateway.publish.cloudevents import Mode, event_pointer, mode_of, parse_events
 from gateway.publish.flow import publish_batch
 from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
+from gateway.routes.schema_reads import ReadingVersion, message_documents, reading_version
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
@@ -28,17 +31,42 @@ from storage.models import StoredEntry
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_REPLAY_LIMIT = 100
+# a CloudEvents page is a bare array of events: where it reads on from
+NEXT_OFFSET_HEADER = "SG-Next-Offset"
 
 
 async def publish(request: web.Request) -> web.Response:
-    """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0."""
+    """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0; a
+    CloudEvents request (structured, batched or binary mode) publishes its events."""
     services = services_of(request)
+    mode = mode_of(request.headers)
+    if mode is not None:
+        return await _publish_events(request, services, mode)
 
     async def read_batch() -> PublishBatch:
         # Content-Encoding gzip/zstd decoded
         body = await read_body(request, services.settings.max_batch_bytes)
         return parse_publish_body(body, services.limits, request.headers.get(IDEMPOTENCY_HEADER))
 
+    return await _publish_read(request, services, read_batch)
+
+
+async def _publish_events(request: web.Request, services: Services, mode: Mode) -> web.Response:
+    """A CloudEvents publish; refusals point into the events sent."""
+
+    async def read_batch() -> PublishBatch:
+        body = await read_body(request, services.settings.max_batch_bytes)
+        return parse_events(mode, body, request.headers, services.limits)
+
+    try:
+        return await _publish_read(request, services, read_batch)
+    except Problem as exc:
+        exc.pointer = event_pointer(exc.pointer, mode)
+        raise
+
+
+async def _publish_read(request: web.Request, services: Services,
+                        read_batch: Callable[[], Awaitable[PublishBatch]]) -> web.Response:
     incoming = incoming_context(request.headers) if TRACEPARENT in request.headers else None
     answer = await publish_batch(services, gatekeeper_of(request), principal_of(request),
                                  request.match_info["topic"], read_batch, incoming)
@@ -68,10 +96,11 @@ async def reader_of(request: web.Request) -> Reader:
 
 
 async def replay(request: web.Request) -> web.Response:
-    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit= -> messages,
-    next_offset."""
+    """GET /v1/topics/{topic}/partitions/{p}/messages?from=&from_time_ms=&limit=&schema_version=
+    -> messages (at the schema version, if asked), next_offset."""
     services, topic, visible, limited = await reader_of(request)
     partition = partition_param(request.match_info["partition"], topic)
+    reading = reading_version(request, services, topic)
     limit = int_param(request, "limit", 1,
                        services.settings.max_replay_limit) or DEFAULT_REPLAY_LIMIT
     start = request.query.get("from", "earliest")
@@ -80,9 +109,8 @@ async def replay(request: web.Request) -> web.Response:
         raise invalid_field("/from_time_ms", "'from_time_ms' cannot be combined with 'from'")
     if start == "latest":
         last = await services.store.last_offset(topic.name, partition)
-        return json_response({"messages": [],
-                              "next_offset": "0-0" if last is None else successor(last)},
-                             headers=limited)
+        return _page(request, topic, [], "0-0" if last is None else successor(last), limited,
+                     reading)
     after = None if start == "earliest" else _after(start)
     entries = await _read(services, topic, partition, after, from_time_ms, limit)
     next_offset = (successor(entries[-1].offset) if entries
@@ -91,8 +119,19 @@ async def replay(request: web.Request) -> web.Response:
         next_offset = f"{from_time_ms}-0"
     # A forced filter hides other tenants' messages; next_offset still moves past them, so pages may
     # be short.
-    return json_response({"messages": [entry_document(e) for e in entries
-                                       if visible.matches(e.headers)],
+    return _page(request, topic, [e for e in entries if visible.matches(e.headers)], next_offset,
+                 limited, reading)
+
+
+def _page(request: web.Request, topic: TopicMetadata, entries: list[StoredEntry],
+          next_offset: str, limited: dict[str, str],
+          reading: ReadingVersion | None = None) -> web.Response:
+    """A page of replay: messages and next_offset, or a CloudEvents batch when the request
+    accepts one (next_offset then in a header)."""
+    if accepts_batch(request):
+        return batch_response([event_document(topic.name, e) for e in entries],
+                              {**limited, NEXT_OFFSET_HEADER: next_offset})
+    return json_response({"messages": message_documents(entries, topic, reading),
                           "next_offset": next_offset}, headers=limited)
 
 

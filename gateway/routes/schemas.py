@@ -16,15 +16,15 @@ from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.bodies import read_json_object
 from gateway.schemas.compat import incompatible_changes
-from gateway.schemas.errors import SchemaIncompatible
-from gateway.schemas.limits import MAX_SCHEMA_BYTES, admit_schema
+from gateway.schemas.errors import SchemaIncompatible, SchemaRejected
+from gateway.schemas.limits import MAX_SCHEMA_BYTES, admit_migrations, admit_schema
 from gateway.services import Services, services_of
 from partitioner.schemas import COMPATIBILITY_MODES, SchemaMirror, SchemaRecord, SchemaRegistry
 from partitioner.topics import TopicMetadata
 
 audit = logging.getLogger("streamgate.audit")
 
-REGISTER_FIELDS = frozenset({"schema", "compatibility"})
+REGISTER_FIELDS = frozenset({"schema", "compatibility", "migrations"})
 # room past the schema's own bound, so an oversized schema is told as such (422), not as 413
 REGISTER_BODY_MAX_BYTES = 4 * MAX_SCHEMA_BYTES
 
@@ -37,12 +37,13 @@ def record_document(record: SchemaRecord, with_schema: bool = True) -> dict[str,
                            "created_at_ms": record.created_at_ms, "created_by": record.created_by}
     if with_schema:
         doc["schema"] = record.schema
+        doc["migrations"] = record.migrations
     return doc
 
 
 async def register_schema(request: web.Request) -> web.Response:
-    """POST /v1/topics/{topic}/schemas {schema, compatibility?} -> 201 the new version, 200 when
-    identical to the latest; 409 naming each incompatible change."""
+    """POST /v1/topics/{topic}/schemas {schema, compatibility?, migrations?} -> 201 the new
+    version, 200 when identical to the latest; 409 naming each incompatible change."""
     services, principal = services_of(request), principal_of(request)
     gatekeeper_of(request).require(principal, Action.ADMIN, request.match_info["topic"])
     registry, mirror = _registry_of(services)
@@ -52,9 +53,11 @@ async def register_schema(request: web.Request) -> web.Response:
         raise invalid_field("/schema", "'schema' (a JSON Schema object) is required")
     mode = _mode_of(doc)
     admit_schema(doc["schema"])
+    migrations = admit_migrations(doc["migrations"]) if "migrations" in doc else {}
     topic = await services.topic(request.match_info["topic"])
-    record, created = await registry.register(topic.name, topic.created_at_ms, doc["schema"],
-                                              mode, principal.name, _compatible(doc["schema"]))
+    record, created = await registry.register(
+        topic.name, topic.created_at_ms, doc["schema"], mode, principal.name,
+        _compatible(doc["schema"], bool(migrations)), migrations)
     mirror.remember(record)
     if created:
         audit.info("schema version %d of %s registered by %s (%s, %s)", record.version,
@@ -94,9 +97,15 @@ def _mode_of(doc: dict[str, Any]) -> str | None:
     return mode if isinstance(mode, str) else None
 
 
-def _compatible(schema: dict[str, Any]) -> Any:
-    """The registry's check: SchemaIncompatible naming every change the mode refuses."""
+def _compatible(schema: dict[str, Any], has_migrations: bool) -> Any:
+    """The registry's check: SchemaIncompatible naming every change the mode refuses; a first
+    version has nothing to migrate from."""
     def check(previous: Sequence[SchemaRecord], mode: str) -> None:
+        if not previous:
+            if has_migrations:
+                raise SchemaRejected("/migrations", "the first schema version takes no "
+                                                    "migrations: there is no version before it")
+            return
         changes = incompatible_changes(mode, schema, [record.schema for record in previous])
         if changes:
             raise SchemaIncompatible(mode, changes)

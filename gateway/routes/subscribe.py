@@ -39,6 +39,7 @@ from gateway.delivery.wire import authenticated_frame
 from gateway.errors import (
     WS_CLOSE_TOO_MANY_CONNECTIONS,
     WS_CLOSE_UNAVAILABLE,
+    Problem,
     close_code_for,
     too_many_connections,
     unavailable,
@@ -46,6 +47,7 @@ from gateway.errors import (
 from gateway.publish.channel import PublishChannel
 from gateway.publish.socket import publish_frame_or_error
 from gateway.routes.admission import admit, admit_group, admit_or_refuse
+from gateway.routes.schema_reads import pinned_version
 from gateway.routes.tenancy import bind_group
 from gateway.services import SERVICES, Services, services_of
 from gateway.throttle import RateAction
@@ -204,14 +206,17 @@ def too_many(services: Services, principal: Principal) -> str:
 
 async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
                      params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
-    """Check the ACL (403), then find the topic (404), then the principal's groups cap (403
-    groups-limit) and the group's filter binding (403); the principal's forced filter is ANDed
-    in."""
+    """Check the ACL (403), then find the topic (404) and the schema version pinned (404, 409),
+    then the principal's groups cap (403 groups-limit) and the group's filter binding (403); the
+    principal's forced filter is ANDed in."""
     gatekeeper.require(principal, Action.SUBSCRIBE, params.topic, params.group)
     forced = gatekeeper.forced_headers(principal)
     params = (dataclasses.replace(params, filter=params.filter.and_headers(forced)) if forced
               else params)
     topic = await services.topic(params.topic)
+    if params.schema_version is not None:
+        params = dataclasses.replace(
+            params, pinned=pinned_version(services, topic, params.schema_version))
     if params.group is not None:
         await admit_group(services, principal, topic.name, params.group)
         await bind_group(services, gatekeeper, principal, topic, params.group)
@@ -227,6 +232,9 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
         params, topic = await _authorize(services, gatekeeper, principal, params)
     except (AuthError, StorageError, PartitionerError) as exc:
         socket.close(close_code_for(exc), exc.message)  # close_payload cuts it to fit
+        return None
+    except Problem as exc:  # e.g. a schema_version the topic lacks: 4404, 4409
+        socket.close(4000 + exc.status, exc.detail)
         return None
     except ConnectionResetError:  # the client went away
         return None

@@ -3,6 +3,7 @@ linear-time patterns and no remote references, and the first place an instance f
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,31 @@ def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
     except (ValueError, jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
         raise SchemaRefused(f"not a usable JSON Schema: {_first_line(exc)}") from None
     return CompiledSchema(validator)
+
+
+class CompiledSchemas:
+    """A bounded cache of compiled schemas by fingerprint (least recently used out first)."""
+
+    __slots__ = ("_compiled", "_max_compiled")
+
+    def __init__(self, max_compiled: int) -> None:
+        self._max_compiled = max_compiled
+        self._compiled: OrderedDict[str, CompiledSchema] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._compiled)
+
+    def get(self, fingerprint: str, schema: Mapping[str, Any]) -> CompiledSchema:
+        """``schema`` (whose fingerprint is ``fingerprint``) compiled, once while it stays."""
+        compiled = self._compiled.get(fingerprint)
+        if compiled is not None:
+            self._compiled.move_to_end(fingerprint)
+            return compiled
+        compiled = compile_schema(schema)
+        self._compiled[fingerprint] = compiled
+        if len(self._compiled) > self._max_compiled:
+            self._compiled.popitem(last=False)
+        return compiled
 
 
 def pointer_of(path: Any) -> str:

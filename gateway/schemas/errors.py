@@ -1,5 +1,5 @@
-"""Errors of the schema registry's gateway side: a schema refused at registration, or one
-incompatible with the versions before it."""
+"""Errors of the schema registry's gateway side: a schema refused at registration, one
+incompatible with the versions before it, or a value that cannot be converted between versions."""
 
 from __future__ import annotations
 
@@ -35,3 +35,12 @@ class SchemaIncompatible(SchemaError):
         super().__init__(f"the schema is not {mode} compatible: {names}")
         self.mode = mode
         self.changes = tuple(changes)
+
+
+class ConversionFailed(SchemaError):
+    """A value that cannot be converted to the asked version: a migration not declared, a value
+    that is not JSON, or a result that does not match the target schema; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

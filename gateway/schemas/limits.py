@@ -1,5 +1,6 @@
 """What a registered schema may be: bounded in size, depth, enums and patterns, with local
-references only, and one the engine compiles; anything else is refused with a pointer to it."""
+references only, and one the engine compiles; its migrations: known data-only operations on valid
+pointers, bounded in number and size. Anything else is refused with a pointer to it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,25 @@ import orjson
 
 from gateway.schemas.engine import DRAFT_2020_12, SchemaRefused, compile_schema
 from gateway.schemas.errors import SchemaRejected
+from gateway.schemas.migrate import parse_pointer
 
-__all__ = ["MAX_DEPTH", "MAX_ENUM_ITEMS", "MAX_PATTERNS", "MAX_SCHEMA_BYTES", "admit_schema"]
+__all__ = ["MAX_DEPTH", "MAX_ENUM_ITEMS", "MAX_MIGRATION_OPERATIONS", "MAX_MIGRATION_VALUE_BYTES",
+           "MAX_PATTERNS", "MAX_POINTER_CHARS", "MAX_SCHEMA_BYTES", "admit_migrations",
+           "admit_schema"]
 
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DEPTH = 32
 MAX_ENUM_ITEMS = 1000
 MAX_PATTERNS = 256
 ROOT = "/schema"
+MAX_MIGRATION_OPERATIONS = 64  # per direction
+MAX_MIGRATION_VALUE_BYTES = 4096  # a default's value, as JSON
+MAX_POINTER_CHARS = 512
+MIGRATIONS = "/migrations"
+DIRECTIONS = ("upgrade", "downgrade")
+# each operation's members besides "op", and which of them are pointers
+OPERATION_MEMBERS = {"rename": ("from", "to"), "move": ("from", "to"), "default": ("path", "value"),
+                     "drop": ("path",)}
 # keywords whose value is one subschema, a list of them, or a map of names to them
 ONE_SCHEMA = frozenset({"items", "additionalProperties", "not", "if", "then", "else", "contains",
                         "propertyNames", "unevaluatedItems", "unevaluatedProperties",
@@ -49,6 +61,80 @@ def admit_schema(schema: Any) -> None:
         compile_schema(schema)
     except SchemaRefused as exc:
         raise SchemaRejected(ROOT, exc.message) from None
+
+
+def admit_migrations(migrations: Any) -> dict[str, list[dict[str, Any]]]:
+    """The declared migrations (each direction optional), or SchemaRejected pointing under
+    ``/migrations`` at the first operation that is unknown, malformed or past a bound."""
+    if not isinstance(migrations, Mapping):
+        raise SchemaRejected(MIGRATIONS, "'migrations' must be an object of 'upgrade' and "
+                                         "'downgrade' lists")
+    for name in migrations:
+        if name not in DIRECTIONS:
+            raise SchemaRejected(f"{MIGRATIONS}/{_escape(name)}",
+                                 "a migration direction is 'upgrade' or 'downgrade'")
+    return {direction: _admit_operations(migrations[direction], f"{MIGRATIONS}/{direction}")
+            for direction in DIRECTIONS if direction in migrations}
+
+
+def _admit_operations(operations: Any, pointer: str) -> list[dict[str, Any]]:
+    if not isinstance(operations, list):
+        raise SchemaRejected(pointer, "a migration direction is a list of operations")
+    if len(operations) > MAX_MIGRATION_OPERATIONS:
+        raise SchemaRejected(pointer, f"{len(operations)} operations; at most "
+                                      f"{MAX_MIGRATION_OPERATIONS}")
+    for index, operation in enumerate(operations):
+        _admit_operation(operation, f"{pointer}/{index}")
+    return [dict(operation) for operation in operations]
+
+
+def _admit_operation(operation: Any, pointer: str) -> None:
+    if not isinstance(operation, Mapping):
+        raise SchemaRejected(pointer, "an operation is an object with an 'op'")
+    op = operation.get("op")
+    members = OPERATION_MEMBERS.get(op) if isinstance(op, str) else None
+    if members is None:
+        raise SchemaRejected(f"{pointer}/op", f"'op' must be one of "
+                                              f"{', '.join(OPERATION_MEMBERS)}")
+    for name in operation:
+        if name != "op" and name not in members:
+            raise SchemaRejected(f"{pointer}/{_escape(name)}",
+                                 f"{operation['op']!r} takes {', '.join(members)}")
+    for name in members:
+        if name not in operation:
+            raise SchemaRejected(pointer, f"{operation['op']!r} needs {name!r}")
+        if name != "value":
+            _admit_pointer(operation[name], f"{pointer}/{name}")
+    if "value" in operation and len(orjson.dumps(operation["value"])) > MAX_MIGRATION_VALUE_BYTES:
+        raise SchemaRejected(f"{pointer}/value", f"a default's value is at most "
+                                                 f"{MAX_MIGRATION_VALUE_BYTES} bytes of JSON")
+    if "to" in operation:
+        _admit_destination(operation, pointer)
+
+
+def _admit_pointer(value: Any, pointer: str) -> None:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise SchemaRejected(pointer, "a JSON pointer to a member (starting with '/')")
+    if len(value) > MAX_POINTER_CHARS:
+        raise SchemaRejected(pointer, f"a pointer is at most {MAX_POINTER_CHARS} characters")
+    try:
+        tokens = parse_pointer(value)
+    except ValueError as exc:
+        raise SchemaRejected(pointer, str(exc)) from None
+    if len(tokens) > MAX_DEPTH:
+        raise SchemaRejected(pointer, f"a pointer is at most {MAX_DEPTH} levels deep")
+
+
+def _admit_destination(operation: Mapping[str, Any], pointer: str) -> None:
+    """A rename stays under its parent; a move never goes into what it moves."""
+    source, target = parse_pointer(operation["from"]), parse_pointer(operation["to"])
+    if source == target:
+        raise SchemaRejected(f"{pointer}/to", "'to' is the same member as 'from'")
+    if operation["op"] == "rename" and source[:-1] != target[:-1]:
+        raise SchemaRejected(f"{pointer}/to", "a rename keeps the member under the same parent; "
+                                              "use 'move' to change it")
+    if target[:len(source)] == source:
+        raise SchemaRejected(f"{pointer}/to", "a member cannot move inside itself")
 
 
 def _check_depth(node: Any, pointer: str, depth: int) -> None:

@@ -3,7 +3,6 @@ matches the topic's latest version, and each is stamped with that version's numb
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Protocol
 
 import orjson
@@ -11,7 +10,7 @@ import orjson
 from gateway.errors import Problem
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.publish.validation import PublishBatch
-from gateway.schemas.engine import CompiledSchema, compile_schema
+from gateway.schemas.engine import CompiledSchema, CompiledSchemas
 from partitioner.schemas import SchemaRecord
 from partitioner.topics import TopicMetadata
 from storage.models import ValueFormat
@@ -31,12 +30,11 @@ class SchemaGate:
     """Checks publish batches against their topic's latest schema, with a bounded cache of
     compiled validators by fingerprint (least recently used out first)."""
 
-    __slots__ = ("_compiled", "_max_compiled", "_source")
+    __slots__ = ("_compiled", "_source")
 
     def __init__(self, source: SchemaSource, max_compiled: int = MAX_COMPILED_SCHEMAS) -> None:
         self._source = source
-        self._max_compiled = max_compiled
-        self._compiled: OrderedDict[str, CompiledSchema] = OrderedDict()
+        self._compiled = CompiledSchemas(max_compiled)
 
     def __len__(self) -> int:
         return len(self._compiled)
@@ -48,7 +46,7 @@ class SchemaGate:
         if record is None:
             return None
         _refuse_binary(batch, record.version)
-        compiled = self._compiled_for(record)
+        compiled = self._compiled.get(record.fingerprint, record.schema)
         # one parse for the batch: every value is JSON as stored, so the array is too
         instances = orjson.loads(b"[" + b",".join(batch.values) + b"]")
         if not compiled.all_valid(instances):
@@ -57,17 +55,6 @@ class SchemaGate:
             raise _mismatch(compiled, instance, index, record.version)
         _stamp(batch, record.version)
         return record.version
-
-    def _compiled_for(self, record: SchemaRecord) -> CompiledSchema:
-        compiled = self._compiled.get(record.fingerprint)
-        if compiled is not None:
-            self._compiled.move_to_end(record.fingerprint)
-            return compiled
-        compiled = compile_schema(record.schema)
-        self._compiled[record.fingerprint] = compiled
-        if len(self._compiled) > self._max_compiled:
-            self._compiled.popitem(last=False)
-        return compiled
 
 
 def schema_mismatch(pointer: str, detail: str, version: int, failure: str) -> Problem:

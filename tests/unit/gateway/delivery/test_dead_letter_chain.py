@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from gateway.delivery.group_config import ReaderScope
 from gateway.delivery.reclaim import DeadLetterChain
+from gateway.delivery.retry_policy import EXHAUSTED
 from gateway.delivery.settler import Settler
 from partitioner.errors import PartitionerError
 from storage.models import Delivery, StoredEntry, ValueFormat
@@ -24,8 +25,9 @@ class AckRecorder:
         return len(offsets)
 
 
-def exhausted(offset: int) -> Delivery:
-    return Delivery(StoredEntry(0, f"1-{offset}", b"v", ValueFormat.JSON, None, {}, 1), 6)
+def exhausted(offset: int) -> tuple[Delivery, str]:
+    return (Delivery(StoredEntry(0, f"1-{offset}", b"v", ValueFormat.JSON, None, {}, 1), 6),
+            EXHAUSTED)
 
 
 async def until_settled(chain_store: AckRecorder, count: int) -> None:

@@ -1,0 +1,258 @@
+"""Converting values between a topic's schema versions by their declared, data-only migrations
+(rename, move, default, drop on JSON pointers); a result must match the target version's schema."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from gateway.publish.headers import SCHEMA_VERSION_HEADER
+from gateway.schemas.engine import CompiledSchema, CompiledSchemas
+from gateway.schemas.errors import ConversionFailed
+from partitioner.schemas import SchemaRecord
+
+__all__ = ["MAX_COMPILED_TARGETS", "ConversionFailed", "SchemaVersions", "ValueConverter",
+           "ValueStep", "apply_operations", "convert", "parse_pointer"]
+
+# compiled target schemas kept by a converter (the versions readers ask for)
+MAX_COMPILED_TARGETS = 256
+MAX_CACHED_POINTERS = 4096  # parsed migration pointers kept (process-wide)
+Operation = Mapping[str, Any]
+
+
+@runtime_checkable
+class SchemaVersions(Protocol):
+    """Where a converter finds a topic's versions (the registry's watch-fed mirror)."""
+
+    def get(self, topic: str, created_at_ms: int, version: int) -> SchemaRecord | None:
+        """One version of the topic incarnation; None when there is no such version."""
+
+
+def parse_pointer(pointer: str) -> list[str]:
+    """The tokens of a JSON pointer (RFC 6901); ValueError when it is not one."""
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise ValueError("a JSON pointer starts with '/'")
+    tokens = pointer[1:].split("/")
+    for token in tokens:
+        if "~" in token.replace("~0", "").replace("~1", ""):
+            raise ValueError("'~' in a JSON pointer must be escaped as '~0' or '~1'")
+    return [token.replace("~1", "/").replace("~0", "~") for token in tokens]
+
+
+def convert(instance: Any, from_version: int, to_version: int,
+            records: Mapping[int, SchemaRecord], compiled: CompiledSchemas | None = None) -> Any:
+    """``instance`` (parsed JSON of ``from_version``) as ``to_version``: the chain of upgrades (or
+    downgrades) between them applied to a copy, the result checked against the target's schema.
+    ConversionFailed when a version or a direction is missing or the result does not match."""
+    target = records.get(to_version)
+    if target is None:
+        raise ConversionFailed(f"there is no schema version {to_version}")
+    if from_version not in records:
+        raise ConversionFailed(f"the value's schema version {from_version} is not registered")
+    return _convert_own(copy.deepcopy(instance), from_version, target, records,
+                        CompiledSchemas(1) if compiled is None else compiled)
+
+
+def _convert_own(instance: Any, from_version: int, target: SchemaRecord,
+                 records: Mapping[int, SchemaRecord], compiled: CompiledSchemas) -> Any:
+    """``convert`` on an instance the caller owns (changed in place: no copy)."""
+    for operations in _chain(from_version, target.version, records):
+        instance = apply_operations(instance, operations)
+    _require_match(instance, target, compiled)
+    return instance
+
+
+def apply_operations(instance: Any, operations: Sequence[Operation]) -> Any:
+    """``instance`` with each operation applied in order (in place); ConversionFailed when one
+    cannot be."""
+    for operation in operations:
+        apply = _OPERATIONS.get(str(operation.get("op")))
+        if apply is None:
+            raise ConversionFailed(f"unknown migration operation {operation.get('op')!r}")
+        apply(instance, operation)
+    return instance
+
+
+class ValueConverter:
+    """Converts stored JSON values to the version a reader asks for, reading each value's version
+    from its ``sg-schema-version`` header; compiled target schemas are cached (bounded)."""
+
+    __slots__ = ("_compiled", "_versions")
+
+    def __init__(self, versions: SchemaVersions, max_compiled: int = MAX_COMPILED_TARGETS) -> None:
+        self._versions = versions
+        self._compiled = CompiledSchemas(max_compiled)
+
+    def knows(self, topic: str, created_at_ms: int, version: int) -> bool:
+        """Whether the topic incarnation has ``version``."""
+        return self._versions.get(topic, created_at_ms, version) is not None
+
+    def convert_value(self, value: bytes, headers: Mapping[str, str], topic: str,
+                      created_at_ms: int, target: int) -> tuple[bytes, dict[str, str]]:
+        """``value`` (JSON) as version ``target`` and its headers with that version; the same
+        bytes when it already is. A value without a version (written before the topic had a
+        schema) passes only if it matches the target as it is. ConversionFailed says why not."""
+        wanted = str(target)
+        written = headers.get(SCHEMA_VERSION_HEADER)
+        if written == wanted:
+            return value, dict(headers)
+        step = self.step(topic, created_at_ms, written, target)
+        return step(value), {**headers, SCHEMA_VERSION_HEADER: wanted}
+
+    def step(self, topic: str, created_at_ms: int, written: str | None,
+             target: int) -> ValueStep:
+        """What converts a value written at ``written`` (its ``sg-schema-version``; None: before
+        the topic had a schema) to ``target``, resolved once for many values of that version;
+        ConversionFailed when no value of that version can be converted (the step raises it for
+        one that cannot)."""
+        target_record = self._versions.get(topic, created_at_ms, target)
+        if target_record is None:
+            raise ConversionFailed(f"there is no schema version {target}")
+        if written is None:
+            return ValueStep((), target_record, self._compiled,
+                             "a value written before the topic had a schema")
+        if not (written.isascii() and written.isdigit() and len(written) <= 9):
+            raise ConversionFailed(f"the value's schema version {written[:20]!r} is not a number")
+        records = self._between(topic, created_at_ms, int(written), target)
+        if int(written) not in records:
+            raise ConversionFailed(f"the value's schema version {written} is not registered")
+        return ValueStep(tuple(_chain(int(written), target, records)), target_record,
+                         self._compiled)
+
+    def _between(self, topic: str, created_at_ms: int, one: int,
+                 other: int) -> dict[int, SchemaRecord]:
+        """The registered versions from ``one`` to ``other`` (either order), by number."""
+        numbers = range(min(one, other), max(one, other) + 1)
+        return {number: record for number in numbers
+                if (record := self._versions.get(topic, created_at_ms, number)) is not None}
+
+
+class ValueStep:
+    """Converts JSON values of one version to another by a resolved chain of operations lists;
+    the result must match the target's schema (no chain: the value as it is must)."""
+
+    __slots__ = ("_chain", "_schema", "_target", "_what")
+
+    def __init__(self, chain: tuple[Sequence[Operation], ...], target: SchemaRecord,
+                 compiled: CompiledSchemas, what: str = "the converted value") -> None:
+        self._chain = chain
+        self._target = target
+        self._schema = compiled.get(target.fingerprint, target.schema)
+        self._what = what
+
+    def __call__(self, value: bytes) -> bytes:
+        """``value`` converted (the same bytes when there is nothing to apply); ConversionFailed
+        says why it cannot be."""
+        instance = _parsed(value)  # parsed here: changed in place, no copy
+        for operations in self._chain:
+            instance = apply_operations(instance, operations)
+        if not self._schema.is_valid(instance):
+            _require_match(instance, self._target, self._schema, self._what)
+        return orjson.dumps(instance) if self._chain else value
+
+
+def _chain(from_version: int, to_version: int,
+           records: Mapping[int, SchemaRecord]) -> list[Sequence[Operation]]:
+    """The operations lists taking ``from_version`` to ``to_version``, in order."""
+    if from_version <= to_version:
+        steps = [(number, "upgrade") for number in range(from_version + 1, to_version + 1)]
+    else:
+        steps = [(number, "downgrade") for number in range(from_version, to_version, -1)]
+    chain = []
+    for number, direction in steps:
+        record = records.get(number)
+        if record is None:
+            raise ConversionFailed(f"schema version {number} is not registered")
+        operations = record.migrations.get(direction)
+        if operations is None:
+            raise ConversionFailed(f"schema version {number} declares no {direction}: a value "
+                                   f"cannot be converted from version {from_version} to "
+                                   f"{to_version}")
+        chain.append(operations)
+    return chain
+
+
+def _require_match(instance: Any, target: SchemaRecord, compiled: CompiledSchemas | CompiledSchema,
+                   what: str = "the converted value") -> None:
+    schema = (compiled.get(target.fingerprint, target.schema)
+              if isinstance(compiled, CompiledSchemas) else compiled)
+    # the engine's yes/no is several times cheaper than its errors: asked first
+    failure = None if schema.is_valid(instance) else schema.first_failure(instance)
+    if failure is not None:
+        raise ConversionFailed(f"{what} does not match schema version {target.version} at "
+                               f"{failure.pointer or '/'}: {failure.message}")
+
+
+def _parsed(value: bytes) -> Any:
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise ConversionFailed("the value is not JSON") from None
+
+
+def _parent(instance: Any, pointer: str, create: bool = False) -> tuple[dict[str, Any], str] | None:
+    """The object holding the pointer's last token and that token; None when a step on the way is
+    absent or not a container (``create`` makes absent objects on the way)."""
+    *steps, last = _tokens(pointer)
+    node = instance
+    for token in steps:
+        if isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        elif isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, dict) and create:
+            node = node.setdefault(token, {})
+        else:
+            return None
+    return (node, last) if isinstance(node, dict) else None
+
+
+@functools.lru_cache(maxsize=MAX_CACHED_POINTERS)
+def _tokens(pointer: str) -> tuple[str, ...]:
+    """``parse_pointer`` once per pointer: each delivery of a pinned group applies the same few."""
+    return tuple(parse_pointer(pointer))
+
+
+def _take(instance: Any, pointer: str) -> tuple[bool, Any]:
+    """(whether the member existed, its value), removed from the instance."""
+    found = _parent(instance, pointer)
+    if found is None or found[1] not in found[0]:
+        return False, None
+    return True, found[0].pop(found[1])
+
+
+def _put(instance: Any, pointer: str, value: Any, operation: str) -> None:
+    found = _parent(instance, pointer, create=True)
+    if found is None:
+        raise ConversionFailed(f"{operation}: {pointer!r} is not inside an object of the value")
+    holder, name = found
+    if name in holder:
+        raise ConversionFailed(f"{operation}: {pointer!r} already holds a value")
+    holder[name] = value
+
+
+def _move(instance: Any, operation: Operation) -> None:
+    present, value = _take(instance, operation["from"])
+    if present:
+        _put(instance, operation["to"], value, str(operation["op"]))
+
+
+def _default(instance: Any, operation: Operation) -> None:
+    found = _parent(instance, operation["path"])
+    # a default fills a member of an object the value has; it never creates the object
+    if found is not None and found[1] not in found[0]:
+        found[0][found[1]] = copy.deepcopy(operation["value"])
+
+
+def _drop(instance: Any, operation: Operation) -> None:
+    _take(instance, operation["path"])
+
+
+_OPERATIONS: dict[str, Callable[[Any, Operation], None]] = {
+    "rename": _move, "move": _move, "default": _default, "drop": _drop}
