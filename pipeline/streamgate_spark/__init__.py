@@ -12,6 +12,7 @@ from streamgate_spark.errors import (
     PipelineError,
     StreamgateDataLoss,
     TopicNotFound,
+    UnknownSchemaVersion,
 )
 from streamgate_spark.source import FORMAT, StreamgateDataSource, register
 
@@ -22,5 +23,6 @@ __all__ = [
     "StreamgateDataLoss",
     "StreamgateDataSource",
     "TopicNotFound",
+    "UnknownSchemaVersion",
     "register",
 ]

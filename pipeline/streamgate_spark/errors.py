@@ -55,6 +55,19 @@ class TopicNotFound(PipelineError):
         self.gateway = gateway
 
 
+class UnknownSchemaVersion(PipelineError):
+    """The ``schemaVersion`` the source was asked to read at is not one of the topic's registered
+    versions (``known``; empty: the topic has no schema)."""
+
+    def __init__(self, topic: str, version: int, known: tuple[int, ...]) -> None:
+        have = (f"its versions are {', '.join(map(str, known))}" if known
+                else "it has no schema: its values can only be read as written")
+        super().__init__(f"topic {topic!r} has no schema version {version} to read at: {have}")
+        self.topic = topic
+        self.version = version
+        self.known = known
+
+
 class StreamgateDataLoss(PipelineError):
     """A checkpointed offset is older than the oldest retained entry: retention trimmed unread
     entries.

@@ -72,6 +72,7 @@ class SourceOptions:
     redis_tls: RedisTls | None = None  # None: plaintext
     snapshot_lag_ms: int | None = None  # how old a snapshot may get (the topic's compaction lag)
     archive: ArchiveAccess | None = None  # None: a range reaching the archive tier fails
+    schema_version: int | None = None  # None: values as written
 
     @property
     def from_snapshot(self) -> bool:
@@ -115,7 +116,16 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         redis_tls=_redis_tls(options),
         snapshot_lag_ms=positive_int_option(options, "snapshotLagMs", None),
         archive=_archive(options),
+        schema_version=_schema_version(options, gateway),
     )
+
+
+def _schema_version(options: Mapping[str, Any], gateway: object) -> int | None:
+    version = positive_int_option(options, "schemaVersion", None)
+    if version is not None and not gateway:
+        raise InvalidSourceOption("schemaVersion", "needs 'gateway': the topic's schema versions "
+                                  "are read from it")
+    return version
 
 
 _S3_OPTIONS = ("archiveS3Endpoint", "archiveS3Region", "archiveS3AccessKey", "archiveS3SecretKey",

@@ -20,6 +20,7 @@ from streamgate_spark.data_loss import find_loss, handle_loss
 from streamgate_spark.options import EARLIEST, LATEST, SNAPSHOT, Position, SourceOptions
 from streamgate_spark.progress import group_position, publish_position
 from streamgate_spark.ranges import SnapshotRange, StreamRange
+from streamgate_spark.schema_reading import SchemaReading, refreshed
 from streamgate_spark.streams import last_id, open_cluster, stream_state
 from streamgate_spark.topic_partitions import snapshot_lag_ms
 
@@ -32,9 +33,11 @@ class Planner:
     """Resolves positions, bounds micro-batches, checks retention and publishes progress for one
     topic."""
 
-    def __init__(self, options: SourceOptions, partitions: tuple[int, ...]) -> None:
+    def __init__(self, options: SourceOptions, partitions: tuple[int, ...],
+                 reading: SchemaReading | None = None) -> None:
         self.options = options
         self.partitions = partitions
+        self.reading = reading  # the schema version to read at, planned into every range
         self.lost_entries = 0
         self._client: RedisCluster | None = None
         self._files: SegmentFiles | None = None
@@ -138,7 +141,8 @@ class Planner:
         lag_ms = snapshot_lag_ms(self.options)
         return [SnapshotRange(topic=self.options.topic, partition=partition, as_of=position,
                               lag_ms=lag_ms, redis_nodes=self.options.redis_nodes,
-                              page_size=self.options.page_size, redis_tls=self.options.redis_tls)
+                              page_size=self.options.page_size, redis_tls=self.options.redis_tls,
+                              reading=self.reading)
                 for partition, position in sorted(as_of.items())]
 
     def ranges(self, start: Offsets, end: Offsets) -> list[StreamRange]:
@@ -153,8 +157,21 @@ class Planner:
                 topic=self.options.topic, partition=partition, start=begin, end=end[partition],
                 first_id=first, redis_nodes=self.options.redis_nodes,
                 page_size=self.options.page_size, fail_on_data_loss=self.options.fail_on_data_loss,
-                redis_tls=self.options.redis_tls, archive=self.options.archive))
+                redis_tls=self.options.redis_tls, archive=self.options.archive,
+                reading=self.reading))
         return planned
+
+    def refresh_reading(self) -> None:
+        """Take the schema versions registered since the query started (a stream runs for long:
+        values of a newer version would otherwise all fail to convert); the versions known so far
+        stay when the gateway cannot be asked."""
+        if self.reading is None:
+            return
+        try:
+            self.reading = refreshed(self.reading, self.options)
+        except Exception:  # the versions known so far still convert what they did
+            log.warning("could not refresh the schema versions of %s", self.options.topic,
+                        exc_info=True)
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)

@@ -27,6 +27,7 @@ from streamgate_spark.errors import (
 from streamgate_spark.node_pages import NodePages
 from streamgate_spark.options import RedisTls
 from streamgate_spark.rows import SEGMENT_COLUMNS, record_batch, segment_batch
+from streamgate_spark.schema_reading import SchemaReading
 from streamgate_spark.streams import forget_cluster, kept_cluster, open_cluster
 
 log = logging.getLogger(__name__)
@@ -47,20 +48,30 @@ class StreamRange(InputPartition):
     fail_on_data_loss: bool
     redis_tls: RedisTls | None = None
     archive: ArchiveAccess | None = None
+    reading: SchemaReading | None = None  # the schema version to convert to (None: as written)
 
 
 def read_planned(planned: InputPartition,
                  columns: tuple[str, ...] | None) -> Iterator[pa.RecordBatch]:
     """What a reader's ``read`` runs on an executor: a planned range or a snapshot's pages, each
-    batch cut to ``columns`` (None: all) before it goes to the JVM, which copies every column of
-    every row."""
+    batch converted to the schema version the plan carries, if any, then cut to ``columns``
+    (None: all) before it goes to the JVM, which copies every column of every row."""
+    reading = _reading(planned)
     batches = (read_snapshot(planned) if isinstance(planned, SnapshotRange)
                else read_range(_stream_range(planned)))
+    if reading is not None:
+        # imported here: the gateway's schema engine is loaded only by a read at a version
+        from streamgate_spark.schema_conversion import BatchConversion
+        batches = map(BatchConversion(reading).batch, batches)
     if columns is None:
         yield from batches
         return
     for batch in batches:
         yield batch.select(list(columns))
+
+
+def _reading(planned: InputPartition) -> SchemaReading | None:
+    return planned.reading if isinstance(planned, (StreamRange, SnapshotRange)) else None
 
 
 def _stream_range(planned: InputPartition) -> StreamRange:
@@ -138,6 +149,7 @@ class SnapshotRange(InputPartition):
     redis_nodes: tuple[tuple[str, int], ...]
     page_size: int
     redis_tls: RedisTls | None = None
+    reading: SchemaReading | None = None  # as in StreamRange
 
 
 def read_snapshot(planned: SnapshotRange) -> Iterator[pa.RecordBatch]:

@@ -21,7 +21,16 @@ from storage.pages import PageColumns, is_utf8
 COLUMNS = {"topic": "string", "partition": "int", "offset": "string", "key": "binary",
            "value": "binary", "value_str": "string", "headers": "map<string,string>",
            "timestamp": "timestamp"}
-SCHEMA_DDL = ", ".join(f"{name} {kind.upper()}" for name, kind in COLUMNS.items())
+SCHEMA_ERROR = "schema_error"  # reading at a schema version: why a value could not be converted
+AT_VERSION_COLUMNS = {**COLUMNS, SCHEMA_ERROR: "string"}
+
+
+def schema_ddl(columns: dict[str, str]) -> str:
+    """The columns as Spark's DDL."""
+    return ", ".join(f"{name} {kind.upper()}" for name, kind in columns.items())
+
+
+SCHEMA_DDL = schema_ddl(COLUMNS)
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema([
@@ -87,7 +96,8 @@ def segment_batch(topic: str, partition: int, rows: pa.RecordBatch) -> pa.Record
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count),
-        offsets, rows["key"], rows["value"], _text(rows["value"]), headers_of(rows["headers"]),
+        offsets, rows["key"], rows["value"], utf8_text(rows["value"]),
+        headers_of(rows["headers"]),
         pc.cast(stamps, ARROW_SCHEMA.field("timestamp").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
@@ -98,13 +108,14 @@ _MS = pa.timestamp("ms", tz="UTC")
 SEGMENT_COLUMNS = ("offset_ms", "offset_seq", "key", "value", "headers")
 
 
-def _text(values: pa.Array) -> pa.Array:
+def utf8_text(values: pa.Array) -> pa.Array:
     """The values as strings where they are UTF-8, null elsewhere (over the same buffers)."""
     text = values.view(pa.string())
     try:
         text.validate(full=True)
     except pa.ArrowInvalid:
-        utf8 = pa.array([is_utf8(value) for value in values.to_pylist()], pa.bool_())
+        utf8 = pa.array([value is not None and is_utf8(value) for value in values.to_pylist()],
+                        pa.bool_())
         return pc.if_else(utf8, text, pa.scalar(None, pa.string()))
     return text
 
@@ -116,15 +127,16 @@ def _header_pairs(raw: bytes) -> list[tuple[str, str]] | None:
     return [(str(name), str(value)) for name, value in doc.items()]
 
 
-def projection(fields: Sequence[tuple[str, str]]) -> tuple[str, ...] | None:
+def projection(fields: Sequence[tuple[str, str]],
+               columns: dict[str, str] = COLUMNS) -> tuple[str, ...] | None:
     """The columns a user-given schema asks for, as (name, simpleString) pairs: None for the
-    whole schema, else the names in their order; ValueError for a column the source has not (or
-    not of that type)."""
+    whole schema (``columns``), else the names in their order; ValueError for a column the source
+    has not (or not of that type)."""
     names = tuple(name for name, _ in fields)
     for name, kind in fields:
-        if COLUMNS.get(name) != kind:
+        if columns.get(name) != kind:
             raise ValueError(f"the streamgate source has no column {name} {kind}: its columns are "
-                             f"{SCHEMA_DDL}")
+                             f"{schema_ddl(columns)}")
     if len(set(names)) != len(names):
         raise ValueError("a column is named twice in the schema")
-    return None if names == tuple(COLUMNS) else names
+    return None if names == tuple(columns) else names

@@ -58,6 +58,7 @@ class StreamgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         """One task per partition that has entries in (start, end]; on a start from snapshots, one
         more per partition reading its snapshot as of its start."""
+        self.planner.refresh_reading()
         ranges: list[InputPartition] = list(self.planner.ranges(from_json(start), from_json(end)))
         if starts_from_snapshot(start):
             ranges = [*self.planner.snapshot_ranges(from_json(start)), *ranges]

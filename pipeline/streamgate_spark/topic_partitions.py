@@ -36,9 +36,9 @@ def snapshot_lag_ms(options: SourceOptions) -> int:
     return lag
 
 
-def topic_document(gateway: str, topic: str) -> dict[str, object]:
-    """``GET {gateway}/v1/topics/{topic}`` (read on the driver)."""
-    url = f"{gateway}/v1/topics/{urllib.parse.quote(topic, safe='')}"
+def topic_document(gateway: str, topic: str, below: str = "") -> dict[str, object]:
+    """``GET {gateway}/v1/topics/{topic}{below}`` (read on the driver); TopicNotFound on 404."""
+    url = f"{gateway}/v1/topics/{urllib.parse.quote(topic, safe='')}{below}"
     try:
         with urllib.request.urlopen(url, timeout=GATEWAY_TIMEOUT_S) as response:
             doc = json.load(response)
