@@ -4,7 +4,7 @@ on its way out, or kept from the consumer with the reason when it cannot be (nev
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,11 @@ class PinnedVersion:
     topic: str
     created_at_ms: int
     converter: ValueConverter = dataclasses.field(compare=False, repr=False)
+    label: str = dataclasses.field(init=False, compare=False, repr=False)
+    """The version as the ``sg-schema-version`` header spells it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", str(self.version))
 
     def entry(self, entry: StoredEntry) -> StoredEntry:
         """``entry`` at this version (itself when written at it); ConversionFailed says why
@@ -34,52 +39,57 @@ class PinnedVersion:
         written = entry.headers.get(SCHEMA_VERSION_HEADER)
         if written == self.label:
             return entry
-        return self._converted(entry, self._step(written))
-
-    @property
-    def label(self) -> str:
-        """The version as the ``sg-schema-version`` header spells it."""
-        return str(self.version)
+        if entry.value_format is not ValueFormat.JSON:
+            raise ConversionFailed("the value is not JSON")
+        value = self._step(written)(entry.value)
+        return _with_value(entry, value, {**entry.headers, SCHEMA_VERSION_HEADER: self.label})
 
     def split(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[DeadLetter]]:
         """The deliveries at this version, and those that cannot be with the reason, in order;
-        what converts each written version is resolved once per page."""
-        converted: list[Delivery] = []
-        failed: list[DeadLetter] = []
-        label = self.label
-        steps: dict[str | None, ValueStep | ConversionFailed] = {}
-        for delivery in deliveries:
-            entry = delivery.entry
-            written = entry.headers.get(SCHEMA_VERSION_HEADER)
-            if written == label:
-                converted.append(delivery)
+        the values of each written version are converted together."""
+        written_at = _positions_by_version(
+            [delivery.entry.headers.get(SCHEMA_VERSION_HEADER) for delivery in deliveries],
+            self.label)
+        page = list(deliveries)
+        if not written_at:
+            return page, []
+        why: dict[int, str] = {}
+        for written, indexes in written_at.items():
+            self._convert(page, indexes, written, why)
+        if not why:
+            return page, []
+        return ([delivery for index, delivery in enumerate(page) if index not in why],
+                [(deliveries[index], why[index]) for index in sorted(why)])
+
+    def _convert(self, page: list[Delivery], indexes: list[int], written: str | None,
+                 why: dict[int, str]) -> None:
+        """The deliveries of ``page`` at ``indexes`` (all written at ``written``) replaced by
+        their conversions; ``why`` gets the reason of each that cannot be converted."""
+        try:
+            step = self._step(written)
+        except ConversionFailed as exc:
+            why.update(dict.fromkeys(indexes, conversion_reason(self.version, exc)))
+            return
+        json_at = [index for index in indexes
+                   if page[index].entry.value_format is ValueFormat.JSON]
+        if len(json_at) < len(indexes):
+            not_json = conversion_reason(self.version, ConversionFailed("the value is not JSON"))
+            why.update(dict.fromkeys(set(indexes).difference(json_at), not_json))
+        # the usual headers (the version alone) are one mapping for the page: entries never
+        # change theirs
+        alone, only_version = {SCHEMA_VERSION_HEADER: self.label}, 0 if written is None else 1
+        values = step.values([page[index].entry.value for index in json_at])
+        for index, value in zip(json_at, values, strict=True):
+            if isinstance(value, ConversionFailed):
+                why[index] = conversion_reason(self.version, value)
                 continue
-            step = steps.get(written)
-            if step is None:
-                step = steps[written] = self._step_or_why(written)
-            try:
-                if isinstance(step, ConversionFailed):
-                    raise step
-                converted.append(Delivery(self._converted(entry, step), delivery.delivery_count))
-            except ConversionFailed as exc:
-                failed.append((delivery, conversion_reason(self.version, exc)))
-        return converted, failed
+            delivery = page[index]
+            headers = delivery.entry.headers
+            page[index] = _delivered_at(delivery, value, alone if len(headers) == only_version
+                                        else {**headers, **alone})
 
     def _step(self, written: str | None) -> ValueStep:
         return self.converter.step(self.topic, self.created_at_ms, written, self.version)
-
-    def _step_or_why(self, written: str | None) -> ValueStep | ConversionFailed:
-        try:
-            return self._step(written)
-        except ConversionFailed as exc:
-            return exc
-
-    def _converted(self, entry: StoredEntry, step: ValueStep) -> StoredEntry:
-        if entry.value_format is not ValueFormat.JSON:
-            raise ConversionFailed("the value is not JSON")
-        return StoredEntry(entry.partition, entry.offset, step(entry.value), entry.value_format,
-                           entry.key, {**entry.headers, SCHEMA_VERSION_HEADER: self.label},
-                           entry.timestamp_ms)
 
     def broadcast_frame(self, topic: str, entry: StoredEntry) -> bytes:
         """A broadcast subscriber's frame for ``entry``: its ``message`` frame at this version, or
@@ -89,6 +99,49 @@ class PinnedVersion:
         except ConversionFailed as exc:
             return orjson.dumps(conversion_error_frame(entry, conversion_reason(self.version,
                                                                                  exc)))
+
+
+# every field of the two classes, in the order the helpers below unpack them
+_ENTRY_SETTERS = tuple(vars(StoredEntry)[field].__set__ for field in (
+    "partition", "offset", "value", "value_format", "key", "headers", "timestamp_ms"))
+_DELIVERY_SETTERS = tuple(vars(Delivery)[field].__set__ for field in ("entry", "delivery_count"))
+
+
+def _with_value(entry: StoredEntry, value: bytes, headers: Mapping[str, str]) -> StoredEntry:
+    """``entry`` with another value and headers, filled through the slots (the frozen dataclass
+    ``__init__`` costs about twice as much); as immutable afterwards."""
+    converted = object.__new__(StoredEntry)
+    partition, offset, set_value, value_format, key, set_headers, timestamp_ms = _ENTRY_SETTERS
+    partition(converted, entry.partition)
+    offset(converted, entry.offset)
+    set_value(converted, value)
+    value_format(converted, entry.value_format)
+    key(converted, entry.key)
+    set_headers(converted, headers)
+    timestamp_ms(converted, entry.timestamp_ms)
+    return converted
+
+
+def _delivered_at(delivery: Delivery, value: bytes, headers: Mapping[str, str]) -> Delivery:
+    """``delivery`` with its entry's value and headers replaced (filled through the slots)."""
+    converted = object.__new__(Delivery)
+    set_entry, set_count = _DELIVERY_SETTERS
+    set_entry(converted, _with_value(delivery.entry, value, headers))
+    set_count(converted, delivery.delivery_count)
+    return converted
+
+
+def _positions_by_version(versions: list[str | None],
+                          label: str) -> dict[str | None, list[int]]:
+    """The positions of the ``versions`` other than ``label``, by version (the usual page has
+    one version: no walk)."""
+    if versions and versions.count(versions[0]) == len(versions):
+        return {} if versions[0] == label else {versions[0]: list(range(len(versions)))}
+    positions: dict[str | None, list[int]] = {}
+    for index, written in enumerate(versions):
+        if written != label:
+            positions.setdefault(written, []).append(index)
+    return positions
 
 
 def conversion_reason(version: int, exc: ConversionFailed) -> str:

@@ -16,12 +16,16 @@ from gateway.schemas.errors import ConversionFailed
 from partitioner.schemas import SchemaRecord
 
 __all__ = ["MAX_COMPILED_TARGETS", "ConversionFailed", "SchemaVersions", "ValueConverter",
-           "ValueStep", "apply_operations", "convert", "parse_pointer"]
+           "ValueStep", "apply_operations", "compile_operations", "convert",
+           "parse_pointer"]
 
 # compiled target schemas kept by a converter (the versions readers ask for)
 MAX_COMPILED_TARGETS = 256
 MAX_CACHED_POINTERS = 4096  # parsed migration pointers kept (process-wide)
+MAX_CACHED_STEPS = 1024  # resolved (topic incarnation, written, target) conversions kept
 Operation = Mapping[str, Any]
+Migrate = Callable[[Any], None]  # one compiled operation (or chain) applied to a value in place
+Member = tuple[tuple[str, ...], str]  # a pointer as the steps to its holder and the member's name
 
 
 @runtime_checkable
@@ -71,23 +75,31 @@ def _convert_own(instance: Any, from_version: int, target: SchemaRecord,
 def apply_operations(instance: Any, operations: Sequence[Operation]) -> Any:
     """``instance`` with each operation applied in order (in place); ConversionFailed when one
     cannot be."""
-    for operation in operations:
-        apply = _OPERATIONS.get(str(operation.get("op")))
-        if apply is None:
-            raise ConversionFailed(f"unknown migration operation {operation.get('op')!r}")
-        apply(instance, operation)
+    compile_operations(operations)(instance)
     return instance
+
+
+def compile_operations(operations: Sequence[Operation]) -> Migrate:
+    """The operations as one call applying them in order to a value, in place (pointers parsed
+    once, for the many values it applies to); the call raises ConversionFailed when one cannot
+    be applied."""
+    return _compiled_chain((operations,)) or _unchanged
+
+
+def _unchanged(instance: Any) -> None:
+    """No operation to apply."""
 
 
 class ValueConverter:
     """Converts stored JSON values to the version a reader asks for, reading each value's version
     from its ``sg-schema-version`` header; compiled target schemas are cached (bounded)."""
 
-    __slots__ = ("_compiled", "_versions")
+    __slots__ = ("_compiled", "_steps", "_versions")
 
     def __init__(self, versions: SchemaVersions, max_compiled: int = MAX_COMPILED_TARGETS) -> None:
         self._versions = versions
         self._compiled = CompiledSchemas(max_compiled)
+        self._steps: dict[tuple[str, int, str | None, int], ValueStep] = {}
 
     def knows(self, topic: str, created_at_ms: int, version: int) -> bool:
         """Whether the topic incarnation has ``version``."""
@@ -111,6 +123,19 @@ class ValueConverter:
         the topic had a schema) to ``target``, resolved once for many values of that version;
         ConversionFailed when no value of that version can be converted (the step raises it for
         one that cannot)."""
+        # kept once resolved: a topic incarnation's versions never change once registered; a
+        # refusal is not kept (the registry's mirror may not have the written version yet)
+        key = (topic, created_at_ms, written, target)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._resolved(topic, created_at_ms, written, target)
+            if len(self._steps) >= MAX_CACHED_STEPS:
+                self._steps.clear()
+            self._steps[key] = step
+        return step
+
+    def _resolved(self, topic: str, created_at_ms: int, written: str | None,
+                  target: int) -> ValueStep:
         target_record = self._versions.get(topic, created_at_ms, target)
         if target_record is None:
             raise ConversionFailed(f"there is no schema version {target}")
@@ -134,14 +159,16 @@ class ValueConverter:
 
 
 class ValueStep:
-    """Converts JSON values of one version to another by a resolved chain of operations lists;
-    the result must match the target's schema (no chain: the value as it is must)."""
+    """Converts JSON values of one version to another by a resolved chain of operations lists,
+    compiled once; the result must match the target's schema (no chain: the value as it is
+    must)."""
 
-    __slots__ = ("_chain", "_schema", "_target", "_what")
+    __slots__ = ("_chain", "_migrate", "_schema", "_target", "_what")
 
     def __init__(self, chain: tuple[Sequence[Operation], ...], target: SchemaRecord,
                  compiled: CompiledSchemas, what: str = "the converted value") -> None:
         self._chain = chain
+        self._migrate = _compiled_chain(chain)
         self._target = target
         self._schema = compiled.get(target.fingerprint, target.schema)
         self._what = what
@@ -150,11 +177,36 @@ class ValueStep:
         """``value`` converted (the same bytes when there is nothing to apply); ConversionFailed
         says why it cannot be."""
         instance = _parsed(value)  # parsed here: changed in place, no copy
-        for operations in self._chain:
-            instance = apply_operations(instance, operations)
+        if self._migrate is not None:
+            self._migrate(instance)
         if not self._schema.is_valid(instance):
             _require_match(instance, self._target, self._schema, self._what)
         return orjson.dumps(instance) if self._chain else value
+
+    def values(self, values: Sequence[bytes]) -> Sequence[bytes | ConversionFailed]:
+        """Each of ``values`` converted, or why it cannot be, in order. A page goes through each
+        stage at once (one engine call checks them all); it is redone value by value only when
+        one of them fails, to tell which and why."""
+        try:
+            instances = list(map(orjson.loads, values))
+            migrate = self._migrate
+            if migrate is not None:
+                for instance in instances:
+                    migrate(instance)
+        except (orjson.JSONDecodeError, ConversionFailed):
+            return self._one_by_one(values)
+        if not self._schema.all_valid(instances):
+            return self._one_by_one(values)
+        return list(map(orjson.dumps, instances)) if self._chain else values
+
+    def _one_by_one(self, values: Sequence[bytes]) -> list[bytes | ConversionFailed]:
+        converted: list[bytes | ConversionFailed] = []
+        for value in values:
+            try:
+                converted.append(self(value))
+            except ConversionFailed as exc:
+                converted.append(exc)
+        return converted
 
 
 def _chain(from_version: int, to_version: int,
@@ -196,10 +248,47 @@ def _parsed(value: bytes) -> Any:
         raise ConversionFailed("the value is not JSON") from None
 
 
-def _parent(instance: Any, pointer: str, create: bool = False) -> tuple[dict[str, Any], str] | None:
-    """The object holding the pointer's last token and that token; None when a step on the way is
-    absent or not a container (``create`` makes absent objects on the way)."""
-    *steps, last = _tokens(pointer)
+def _compiled_chain(chain: Sequence[Sequence[Operation]]) -> Migrate | None:
+    """The chain's operations as one call (None: nothing to apply), pointers parsed once."""
+    compiled = tuple(_compiled_operation(operation)
+                     for operations in chain for operation in operations)
+    if not compiled:
+        return None
+    if len(compiled) == 1:
+        return compiled[0]
+
+    def migrate(instance: Any) -> None:
+        for apply in compiled:
+            apply(instance)
+
+    return migrate
+
+
+def _compiled_operation(operation: Operation) -> Migrate:
+    """One operation as a call on a value; a malformed one (never admitted) fails each value."""
+    op = operation.get("op")
+    try:
+        if op in ("rename", "move"):
+            return _mover(operation["from"], operation["to"], str(op))
+        if op == "default":
+            return _defaulter(_member(operation["path"]), operation["value"])
+        if op == "drop":
+            return _dropper(_member(operation["path"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        return _refusal(f"migration operation {op!r} is malformed: {exc}")
+    return _refusal(f"unknown migration operation {op!r}")
+
+
+def _member(pointer: str) -> Member:
+    tokens = _tokens(pointer)
+    if not tokens:
+        raise ValueError("the empty pointer names the whole value, not a member")
+    return tokens[:-1], tokens[-1]
+
+
+def _holder(instance: Any, steps: tuple[str, ...], create: bool = False) -> dict[str, Any] | None:
+    """The object the steps lead to; None when a step on the way is absent or not a container
+    (``create`` makes absent objects on the way)."""
     node = instance
     for token in steps:
         if isinstance(node, list) and token.isdigit() and int(token) < len(node):
@@ -210,7 +299,7 @@ def _parent(instance: Any, pointer: str, create: bool = False) -> tuple[dict[str
             node = node.setdefault(token, {})
         else:
             return None
-    return (node, last) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 @functools.lru_cache(maxsize=MAX_CACHED_POINTERS)
@@ -219,40 +308,65 @@ def _tokens(pointer: str) -> tuple[str, ...]:
     return tuple(parse_pointer(pointer))
 
 
-def _take(instance: Any, pointer: str) -> tuple[bool, Any]:
+def _mover(source: str, target: str, op: str) -> Migrate:
+    (from_steps, from_name), (to_steps, to_name) = _member(source), _member(target)
+
+    def move(instance: Any) -> None:
+        present, value = _take(instance, from_steps, from_name)
+        if not present:
+            return
+        holder = _holder(instance, to_steps, create=True)
+        if holder is None:
+            raise ConversionFailed(f"{op}: {target!r} is not inside an object of the value")
+        if to_name in holder:
+            raise ConversionFailed(f"{op}: {target!r} already holds a value")
+        holder[to_name] = value
+
+    def move_at_top(instance: Any) -> None:
+        # the usual rename: one member of the value's own object, no walk
+        if isinstance(instance, dict) and from_name in instance:
+            value = instance.pop(from_name)
+            if to_name in instance:
+                raise ConversionFailed(f"{op}: {target!r} already holds a value")
+            instance[to_name] = value
+
+    return move_at_top if not from_steps and not to_steps else move
+
+
+def _take(instance: Any, steps: tuple[str, ...], name: str) -> tuple[bool, Any]:
     """(whether the member existed, its value), removed from the instance."""
-    found = _parent(instance, pointer)
-    if found is None or found[1] not in found[0]:
+    holder = _holder(instance, steps)
+    if holder is None or name not in holder:
         return False, None
-    return True, found[0].pop(found[1])
+    return True, holder.pop(name)
 
 
-def _put(instance: Any, pointer: str, value: Any, operation: str) -> None:
-    found = _parent(instance, pointer, create=True)
-    if found is None:
-        raise ConversionFailed(f"{operation}: {pointer!r} is not inside an object of the value")
-    holder, name = found
-    if name in holder:
-        raise ConversionFailed(f"{operation}: {pointer!r} already holds a value")
-    holder[name] = value
+def _defaulter(member: Member, default: Any) -> Migrate:
+    steps, name = member
+    # a default of a container is copied into each value: later operations may change it there
+    fresh = ((lambda: default) if default is None or isinstance(default, (str, int, float))
+             else functools.partial(copy.deepcopy, default))
+
+    def fill(instance: Any) -> None:
+        holder = _holder(instance, steps)
+        # a default fills a member of an object the value has; it never creates the object
+        if holder is not None and name not in holder:
+            holder[name] = fresh()
+
+    return fill
 
 
-def _move(instance: Any, operation: Operation) -> None:
-    present, value = _take(instance, operation["from"])
-    if present:
-        _put(instance, operation["to"], value, str(operation["op"]))
+def _dropper(member: Member) -> Migrate:
+    steps, name = member
+
+    def drop(instance: Any) -> None:
+        _take(instance, steps, name)
+
+    return drop
 
 
-def _default(instance: Any, operation: Operation) -> None:
-    found = _parent(instance, operation["path"])
-    # a default fills a member of an object the value has; it never creates the object
-    if found is not None and found[1] not in found[0]:
-        found[0][found[1]] = copy.deepcopy(operation["value"])
+def _refusal(reason: str) -> Migrate:
+    def refuse(instance: Any) -> None:
+        raise ConversionFailed(reason)
 
-
-def _drop(instance: Any, operation: Operation) -> None:
-    _take(instance, operation["path"])
-
-
-_OPERATIONS: dict[str, Callable[[Any, Operation], None]] = {
-    "rename": _move, "move": _move, "default": _default, "drop": _drop}
+    return refuse

@@ -3,6 +3,7 @@ others are converted with their header, and those that cannot be come back apart
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -77,3 +78,28 @@ def test_a_broadcast_frame_is_the_converted_message_or_an_error_naming_the_offse
 def test_members_agree_on_a_version_whatever_converter_they_hold() -> None:
     assert pinned(2) == pinned(2)
     assert pinned(2) != pinned(1)
+
+
+def test_a_converted_entry_keeps_every_field_and_header_but_its_value_and_version() -> None:
+    traced = Delivery(StoredEntry(3, "1-0", b'{"qty": 1}', ValueFormat.JSON, b"k",
+                                  {"sg-schema-version": "1", "trace": "t"}, 7), 1)
+    unversioned = Delivery(StoredEntry(3, "1-1", b'{"quantity": 2}', ValueFormat.JSON, None,
+                                       {"trace": "u"}, 8), 4)
+    converted, failed = pinned(2).split([traced, unversioned])
+    assert not failed
+    assert [d.delivery_count for d in converted] == [1, 4]
+    assert converted[0].entry == dataclasses.replace(
+        traced.entry, value=converted[0].entry.value,
+        headers={"sg-schema-version": "2", "trace": "t"})
+    assert converted[1].entry == dataclasses.replace(
+        unversioned.entry, headers={"sg-schema-version": "2", "trace": "u"})
+
+
+def test_a_value_that_misses_the_target_is_kept_back_alone_from_its_page() -> None:
+    page = [delivery(0, {"qty": 1}, "1"), delivery(1, {"qty": "two"}, "1"),
+            delivery(2, {"qty": 3}, "1")]
+    converted, failed = pinned(2).split(page)
+    assert [orjson.loads(d.entry.value) for d in converted] == [{"quantity": 1},
+                                                                {"quantity": 3}]
+    assert [(d.entry.offset, "does not match schema version 2 at /quantity" in why)
+            for d, why in failed] == [("1-1", True)]

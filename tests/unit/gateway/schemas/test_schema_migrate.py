@@ -11,7 +11,7 @@ import pytest
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.errors import ConversionFailed, SchemaRejected
 from gateway.schemas.limits import admit_migrations
-from gateway.schemas.migrate import ValueConverter, apply_operations, convert
+from gateway.schemas.migrate import ValueConverter, apply_operations, compile_operations, convert
 from partitioner.schemas import SchemaRecord, fingerprint_of
 
 TOPIC, CREATED = "orders", 7
@@ -175,3 +175,26 @@ def test_declared_migrations_are_admitted_as_given() -> None:
 ])
 def test_a_bad_migration_is_refused_at_its_pointer(migrations: Any, pointer: str) -> None:
     assert rejected(migrations) == pointer
+
+
+def test_a_default_object_is_a_fresh_copy_in_each_value() -> None:
+    fill = compile_operations([{"op": "default", "path": "/tags", "value": {"seen": []}}])
+    first: dict[str, Any] = {}
+    second: dict[str, Any] = {}
+    fill(first)
+    fill(second)
+    first["tags"]["seen"].append("changed")
+    assert second == {"tags": {"seen": []}}
+
+
+def test_a_page_of_values_is_converted_with_why_for_each_that_cannot_be() -> None:
+    step = converter().step(TOPIC, CREATED, "1", 2)
+    page = [b'{"id": "a", "qty": 1}', b'{"id": "b", "qty": "two"}', b"{", b'{"id": "c", "qty": 3}']
+    outcomes = [orjson.loads(outcome) if isinstance(outcome, bytes) else outcome.reason
+                for outcome in step.values(page)]
+    assert outcomes[0] == {"id": "a", "quantity": 1, "currency": "EUR"}
+    assert "does not match schema version 2 at /quantity" in outcomes[1]
+    assert outcomes[2] == "the value is not JSON"
+    assert outcomes[3] == {"id": "c", "quantity": 3, "currency": "EUR"}
+    assert [orjson.loads(value) for value in step.values([page[0], page[3]])
+            if isinstance(value, bytes)] == [outcomes[0], outcomes[3]]
