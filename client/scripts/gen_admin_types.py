@@ -20,7 +20,8 @@ OUTPUT = ROOT / "client" / "streamgate_client" / "admin_types.py"
 SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "SnapshotPage",
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
            "ParkedKeyResult", "Cluster", "PurgeDryRun", "SeekDryRun", "TopicDryRun",
-           "RedriveDryRun", "GroupPauseState", "Quotas", "SchemaVersion", "SchemaVersions")
+           "RedriveDryRun", "GroupPauseState", "Quotas", "SchemaVersion", "SchemaVersions",
+           "PublishDryRun")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",

@@ -3,7 +3,7 @@ gateway's JSON document as a typed, read-only record (client/streamgate_client/a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -20,6 +20,7 @@ from streamgate_client.admin_types import (
     HistoryPage,
     MessageOut,
     ParkedKeyResult,
+    PublishDryRun,
     PurgeDryRun,
     PurgeResult,
     Quotas,
@@ -291,6 +292,17 @@ class Admin:
         """GET /v1/topics/{topic}/schemas/{version} -> that version with its schema;
         ``ProblemError`` 404 ``schema-not-found`` when there is none."""
         return SchemaVersion(await self._call("GET", f"/v1/topics/{topic}/schemas/{version}"))
+
+    async def validate(self, topic: str, messages: Sequence[Mapping[str, Any]]) -> PublishDryRun:
+        """POST /v1/topics/{topic}/messages?dry_run=true: check ``messages`` (each as a publish
+        body's message: ``value`` or ``value_b64``, ``key``, ``headers``...) as a publish would,
+        writing nothing -> the ``schema_version`` they match (None: no schema) and the partition
+        each would go to. A refusal is the publish's own: ``SchemaMismatch`` (422, its
+        ``pointer`` at the failing path), else a ``ProblemError``. Charged one read, never the
+        publish rate limits."""
+        return PublishDryRun(await self._call(
+            "POST", f"/v1/topics/{topic}/messages", params=_dry(True),
+            body={"messages": [dict(message) for message in messages]}))
 
     # --- consumer groups and dead letters ---------------------------------------------------------
     async def list_groups(self) -> list[GroupRef]:

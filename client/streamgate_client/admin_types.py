@@ -37,6 +37,7 @@ __all__ = [
     "ParkedKeyResult",
     "PartitionDetails",
     "PartitionTiers",
+    "PublishDryRun",
     "PurgeDryRun",
     "PurgePreview",
     "PurgeResult",
@@ -741,3 +742,20 @@ class SchemaVersions(Record):
 
     topic: Field[str] = Field()
     versions: Field[Sequence[SchemaVersionRef]] = Field(each(SchemaVersionRef))
+
+
+class PublishDryRun(Record):
+    """``PublishDryRun`` in /openapi.json."""
+
+    __slots__ = ()
+
+    dry_run: Field[bool] = Field()
+    valid: Field[bool] = Field()
+    """An invalid batch is refused with the publish's own problem."""
+    messages: Field[int] = Field()
+    schema_version: Field[int | None] = Field()
+    """The topic's schema version every message matches (the sg-schema-version header a publish
+    would store); null: no schema."""
+    partitions: Field[Sequence[int]] = Field()
+    """The partition each message would go to, in order (keyless messages: where the next publish
+    would put them, were none placed before it)."""

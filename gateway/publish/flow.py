@@ -4,6 +4,7 @@ JSON body HTTP sends; errors raise (``gateway.errors`` maps them)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
@@ -26,9 +27,11 @@ from gateway.observe.tracing import TRACEPARENT, publish_span, spans_on
 from gateway.publish.headers import stored_header_bytes
 from gateway.publish.publisher import Published, PublishResult, place, principal_scope
 from gateway.publish.validation import PublishBatch
+from gateway.routes.admission import admit_or_refuse
 from gateway.routes.tenancy import key_space_of
 from gateway.services import Services
 from gateway.throttle import RateAction
+from partitioner.hashing import KeylessSpreader
 from partitioner.topics import TopicMetadata
 from storage.errors import ConditionFailed
 from storage.models import Acks, Appended, Conditions, ScheduledResult
@@ -50,33 +53,49 @@ class PublishAnswer(NamedTuple):
 Placed = Callable[[], None]  # told right before the write is queued, with no await in between
 
 
+class DryRun(NamedTuple):
+    """A publish that stops before its write: what its answer reports besides the placement."""
+
+    schema_version: int | None
+
+    def answer(self, partitions: list[int], headers: dict[str, str]) -> PublishAnswer:
+        """200: the batch is valid, with the partition each message would go to."""
+        return PublishAnswer(200, orjson.dumps({
+            "dry_run": True, "valid": True, "messages": len(partitions),
+            "schema_version": self.schema_version, "partitions": partitions}), headers)
+
+
 async def publish_batch(services: Services, gatekeeper: Gatekeeper, principal: Principal,
                         name: str, read_batch: Callable[[], Awaitable[PublishBatch]],
                         incoming: dict[str, str] | None,
-                        placed: Placed | None = None) -> PublishAnswer:
+                        placed: Placed | None = None, dry_run: bool = False) -> PublishAnswer:
     """Publish the batch ``read_batch`` reads and validates (once the caller may publish to topic
     ``name`` and it exists) for ``principal``, with the caller's trace context ``incoming``;
     ``placed``, when given, is called once the batch passed every check, just before its write
-    is queued (a connection orders its frames by it)."""
+    is queued (a connection orders its frames by it). A ``dry_run`` makes every check and stops
+    before the write: nothing written, one read charged, no quota charged."""
     gatekeeper.require(principal, Action.PUBLISH, name)
     # the cache first: no coroutine on a hit
     topic = services.cache.get(name) or await services.topic(name)
     try:
         batch = _stamped(gatekeeper, principal, await read_batch())
-        if services.schema_gate is not None:
-            # before any limit is charged: a refused batch costs the caller nothing
-            services.schema_gate.check(topic, batch)
-        if spans_on():
+        # before any limit is charged: a refused batch costs the caller nothing
+        version = (None if services.schema_gate is None
+                   else services.schema_gate.check(topic, batch))
+        rehearsal = DryRun(version) if dry_run else None
+        if spans_on() and rehearsal is None:
             with publish_span(topic.name, len(batch), incoming) as context:
                 answer = await _admit_and_write(services, topic, _traced(batch, context),
                                                 gatekeeper, principal, placed)
         else:
             answer = await _admit_and_write(services, topic, _traced(batch, incoming),
-                                            gatekeeper, principal, placed)
+                                            gatekeeper, principal, placed, rehearsal)
     except Exception:
-        services.metrics.publish_requests.labels(topic.name, "error").inc()
+        if not dry_run:
+            services.metrics.publish_requests.labels(topic.name, "error").inc()
         raise
-    services.metrics.publish_requests.labels(topic.name, "ok").inc()
+    if not dry_run:
+        services.metrics.publish_requests.labels(topic.name, "ok").inc()
     return answer
 
 
@@ -90,13 +109,18 @@ def _stamped(gatekeeper: Gatekeeper, principal: Principal, batch: PublishBatch) 
 
 async def _admit_and_write(services: Services, topic: TopicMetadata, batch: PublishBatch,
                            gatekeeper: Gatekeeper, principal: Principal,
-                           placed: Placed | None) -> PublishAnswer:
+                           placed: Placed | None, rehearsal: DryRun | None = None) -> PublishAnswer:
     """The batch as stored, trace context included, within the header limits and charged to the
-    bytes rate limit with its headers; then placed and written."""
+    bytes rate limit with its headers; then placed and written (a dry run: charged one read,
+    admitted by the retained-bytes quota but not charged to it, placed, and answered)."""
     header_bytes = stored_header_bytes(batch, services.limits)
-    throttled = ({} if services.throttle is None
-                 else await _admit(services, principal, topic, len(batch),
-                                   batch.value_bytes + header_bytes))
+    if rehearsal is not None:
+        # charged as a read: a dry run cannot drain the publish buckets
+        throttled = await admit_or_refuse(services, principal, RateAction.READ)
+    else:
+        throttled = ({} if services.throttle is None
+                     else await _admit(services, principal, topic, len(batch),
+                                       batch.value_bytes + header_bytes))
     retained = (None if services.retained_quota is None
                 else await _admit_retained(services, principal, topic, batch, header_bytes))
     in_flight = services.publisher.in_flight
@@ -107,10 +131,10 @@ async def _admit_and_write(services: Services, topic: TopicMetadata, batch: Publ
         topic = services.cache.get(topic.name) or topic
         _refuse_while_growing(topic, services.settings.retry_after_s)
         answer = await _place_and_write(services, topic, batch, gatekeeper, principal, throttled,
-                                        placed)
+                                        placed, rehearsal)
     finally:
         in_flight.end(topic.name)
-    if retained is not None:
+    if retained is not None and rehearsal is None:
         retained()
     return answer
 
@@ -143,14 +167,19 @@ def _traced(batch: PublishBatch, context: dict[str, str] | None) -> PublishBatch
 
 async def _place_and_write(services: Services, topic: TopicMetadata, batch: PublishBatch,
                            gatekeeper: Gatekeeper, principal: Principal,
-                           throttled: dict[str, str], placed: Placed | None) -> PublishAnswer:
-    """Place and write (or queue, for acks=0) a batch."""
+                           throttled: dict[str, str], placed: Placed | None,
+                           rehearsal: DryRun | None = None) -> PublishAnswer:
+    """Place and write (or queue, for acks=0) a batch; a dry run stops once it is placed."""
     if topic.key_index and batch.due_ms is not None:
         index = next(i for i, due in enumerate(batch.due_ms) if due is not None)
         raise invalid_field(f"/messages/{index}", f"topic {topic.name!r} keeps key indexes: it "
                             "takes no delayed messages (they would join the stream outside them)")
-    records = place(batch, topic, services.spreader, principal_scope(principal.name),
+    records = place(batch, topic, _spreader(services, rehearsal), principal_scope(principal.name),
                     _key_space(gatekeeper, principal, topic, batch))
+    if rehearsal is not None:
+        if batch.conditional:
+            _checked_conditions(batch, topic, records.partitions, gatekeeper, principal)
+        return rehearsal.answer(records.partitions, throttled)
     metrics = services.metrics
     if batch.acks == "0":
         if placed is not None:
@@ -160,11 +189,8 @@ async def _place_and_write(services: Services, topic: TopicMetadata, batch: Publ
         metrics.publish_messages.labels(topic.name, "accepted").inc(len(records))
         metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
         return PublishAnswer(202, orjson.dumps({"accepted": len(records)}), throttled)
-    conditions = None
-    if batch.conditional:
-        if batch.expected_last_offset is not None:
-            _refuse_filtered(gatekeeper, principal)
-        conditions = _conditions(batch, topic, records.partitions)
+    conditions = (_checked_conditions(batch, topic, records.partitions, gatekeeper, principal)
+                  if batch.conditional else None)
     if placed is not None:
         placed()
     try:
@@ -178,6 +204,21 @@ async def _place_and_write(services: Services, topic: TopicMetadata, batch: Publ
     metrics.publish_messages.labels(topic.name, "written").inc(len(records))
     metrics.publish_bytes.labels(topic.name).inc(batch.value_bytes)
     return PublishAnswer(200, results_json(results), throttled)
+
+
+def _spreader(services: Services, rehearsal: DryRun | None) -> KeylessSpreader:
+    """The keyless spreader; a dry run's copy, so that rehearsals leave the real spread as is
+    (it shows where the next publish would go, were no other publish placed first)."""
+    return services.spreader if rehearsal is None else copy.copy(services.spreader)
+
+
+def _checked_conditions(batch: PublishBatch, topic: TopicMetadata, partitions: list[int],
+                        gatekeeper: Gatekeeper, principal: Principal) -> Conditions:
+    """A conditional batch's expectations, refused where its writer or placement cannot have
+    them checked."""
+    if batch.expected_last_offset is not None:
+        _refuse_filtered(gatekeeper, principal)
+    return _conditions(batch, topic, partitions)
 
 
 def _refuse_while_growing(topic: TopicMetadata, retry_after_s: float) -> None:

@@ -23,6 +23,7 @@ from gateway.publish.validation import PublishBatch, parse_publish_body
 from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
+from gateway.routes.dry_runs import dry_run
 from gateway.routes.schema_reads import ReadingVersion, message_documents, reading_version
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
@@ -37,7 +38,8 @@ NEXT_OFFSET_HEADER = "SG-Next-Offset"
 
 async def publish(request: web.Request) -> web.Response:
     """POST /v1/topics/{topic}/messages -> 200 with one result per message, or 202 for acks=0; a
-    CloudEvents request (structured, batched or binary mode) publishes its events."""
+    CloudEvents request (structured, batched or binary mode) publishes its events. With
+    ``?dry_run=true``: every check, nothing written, 200 with where each message would go."""
     services = services_of(request)
     mode = mode_of(request.headers)
     if mode is not None:
@@ -69,7 +71,8 @@ async def _publish_read(request: web.Request, services: Services,
                         read_batch: Callable[[], Awaitable[PublishBatch]]) -> web.Response:
     incoming = incoming_context(request.headers) if TRACEPARENT in request.headers else None
     answer = await publish_batch(services, gatekeeper_of(request), principal_of(request),
-                                 request.match_info["topic"], read_batch, incoming)
+                                 request.match_info["topic"], read_batch, incoming,
+                                 dry_run=dry_run(request))
     return web.Response(status=answer.status, body=answer.body, content_type="application/json",
                         headers=answer.headers)
 

@@ -1,11 +1,16 @@
 /** A topic's schema versions on its page (mode, fingerprint, when, by whom, the schema itself),
- * and a publish refused by the schema told plainly (which message, where in it, why). */
+ * a publish form checked against them as the user types, and a publish refused by the schema
+ * told plainly (which message, where in it, why). */
 
-import { SchemaMismatchError, SchemaVersion, SchemaVersionRef } from "../src/index.js";
+import {
+  AuthError, ProblemError, ProducerMessage, SchemaMismatchError, SchemaVersion, SchemaVersionRef,
+} from "../src/index.js";
 import { Context } from "./context.js";
 import { changed, formatTime, h, replace, statusLine, table } from "./dom.js";
 
 const POLL_MS = 5000;
+// long enough that a check is not sent per keystroke, short enough to answer before Publish
+const CHECK_DELAY_MS = 400;
 
 export function renderSchemas(context: Context, area: HTMLElement, topic: string): void {
   const body = h("div", {}, h("p", {}, "Loading…"));
@@ -50,13 +55,59 @@ function schemaView(topic: string, versions: SchemaVersionRef[],
 /** A publish refused by the topic's schema, said plainly; undefined for any other error. */
 export function schemaRefusal(error: unknown): string | undefined {
   if (!(error instanceof SchemaMismatchError)) return undefined;
+  return `${mismatch(error, "Refused by")} Nothing was written.`;
+}
+
+/** Which message does not match, where in its value and why. */
+function mismatch(error: SchemaMismatchError, verdict: string): string {
   const place = /^\/messages\/(\d+)\/(value(?:_b64)?)(.*)$/.exec(error.pointer ?? "");
   const version = error.schemaVersion === null ? "" : ` version ${error.schemaVersion}`;
   const why = error.schemaError || error.detail;
-  if (place === null) return `Refused by the topic's schema${version}: ${why}. Nothing was written.`;
+  if (place === null) return `${verdict} the topic's schema${version}: ${why}.`;
   const message = `Message ${Number(place[1]) + 1}`;
   const where = place[2] === "value_b64" ? "its value is binary, not JSON"
     : place[3] === "" ? `its value as a whole: ${why}` : `at ${place[3]}: ${why}`;
-  return `${message} does not match the topic's schema${version}, ${where}. `
-    + "Nothing was written.";
+  return `${message} does not match the topic's schema${version}, ${where}.`;
+}
+
+/** Check the publish form's message through the gateway's dry run a moment after each edit (the
+ * schema stays on the server: no JSON Schema engine here) and show the verdict in `line`. Returns
+ * the listener to call on each edit; Publish stays enabled, the gateway decides then anyway. */
+export function checkAsTyped(context: Context, topic: string, line: HTMLElement,
+                             message: () => ProducerMessage): () => void {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let asked = 0;
+  context.onLeave(() => clearTimeout(timer));
+  const check = async (): Promise<void> => {
+    const mine = ++asked;
+    let verdict: string;
+    let tone: "ok" | "error" = "error";
+    try {
+      const answer = await context.admin.validatePublish(topic, [message()]);
+      verdict = answer.schema_version === null ? "Valid: the topic has no schema."
+        : `Valid against schema version ${answer.schema_version}.`;
+      tone = "ok";
+    } catch (error) {
+      if (error instanceof AuthError) return context.fail(error, { show: () => undefined });
+      verdict = checkFailure(error);
+    }
+    // an answer to an older edit says nothing of the text shown now
+    if (mine !== asked || !context.active) return;
+    line.textContent = verdict;
+    line.className = `status ${tone}`;
+  };
+  return () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => void check(), CHECK_DELAY_MS);
+  };
+}
+
+/** Why the form's message would be refused: the schema's path and reason, or the problem's. */
+function checkFailure(error: unknown): string {
+  if (error instanceof SchemaMismatchError) return mismatch(error, "Not valid against");
+  if (error instanceof ProblemError) {
+    const where = error.pointer === undefined ? "" : ` (at ${error.pointer})`;
+    return `A publish would be refused${where}: ${error.detail}`;
+  }
+  return `Not checked: ${error instanceof Error ? error.message : String(error)}`;
 }

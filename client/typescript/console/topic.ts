@@ -14,7 +14,7 @@ import {
 import { renderBrowser } from "./browser.js";
 import { keyHistorySection, snapshotSection } from "./history.js";
 import { quotaRefusal } from "./quotas.js";
-import { renderSchemas, schemaRefusal } from "./schemas.js";
+import { checkAsTyped, renderSchemas, schemaRefusal } from "./schemas.js";
 import { renderSearch } from "./search.js";
 import { renderTail } from "./tail.js";
 import { renderTopicOps } from "./topic_ops.js";
@@ -114,12 +114,19 @@ function publishForm(context: Context, topic: TopicDetails): HTMLElement {
                  h("option", { value: "1" }, "1 (primary)"),
                  h("option", { value: "0" }, "0 (fire and forget)"));
   const status = statusLine();
+  // an <output>, not a second role=status: the publish's own result keeps that line
+  const check = h("output", { class: "status", "aria-live": "polite",
+                              "aria-label": "Schema check" });
   const form = h("form", { class: "card" },
                  field("Key", key, "Optional: messages with one key keep their order."),
                  field("Value", value, "JSON; text that is not JSON is sent as a JSON string."),
                  field("Headers", headers, "One name=value per line."),
                  h("div", { class: "row" }, field("Partition", partition), field("Acks", acks)),
-                 h("button", { type: "submit" }, "Publish"), status);
+                 check, h("button", { type: "submit" }, "Publish"), status);
+  const edited = checkAsTyped(context, topic.name, check, () => testMessage(
+    key.value, value.value, headers.value, partition.value));
+  form.addEventListener("input", edited);
+  form.addEventListener("change", edited);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     let message: ProducerMessage;

@@ -2,6 +2,7 @@
 
 import { Omittable, Transport } from "./http.js";
 import type * as api from "./openapi.gen.js";
+import { ProducerMessage, encodeMessage } from "./producer.js";
 
 export interface Topic {
   name: string;
@@ -161,6 +162,9 @@ export type SchemaVersion = api.SchemaVersion;
 export type SchemaVersionRef = api.SchemaVersions["versions"][number];
 /** How a new schema version must relate to the earlier ones (Confluent's meanings). */
 export type Compatibility = api.SchemaVersion["compatibility"];
+/** A publish checked and not written (`Admin.validatePublish`): the schema version its messages
+ * match (null: the topic has none) and the partition each would go to. */
+export type PublishDryRun = api.PublishDryRun;
 
 export class Admin {
   private readonly transport: Transport;
@@ -383,6 +387,16 @@ export class Admin {
   async schema(topic: string, version: number | "latest" = "latest"): Promise<SchemaVersion> {
     return (await this.transport.request<SchemaVersion>(
       "GET", `${topicPath(topic)}/schemas/${version}`)).body;
+  }
+
+  /** Check `messages` as a publish to `topic` would, writing nothing: the schema version they
+   * match and where each would go. A refusal is the publish's own: `SchemaMismatchError` (422,
+   * `pointer` at the failing path), a `ProblemError` otherwise. Charged one read, never the
+   * publish rate limits; a `TypeError` for a message without exactly one value, as `send`. */
+  async validatePublish(topic: string, messages: ProducerMessage[]): Promise<PublishDryRun> {
+    const body = `{"messages":[${messages.map(encodeMessage).join(",")}]}`;
+    return (await this.transport.request<PublishDryRun>(
+      "POST", `${topicPath(topic)}/messages?dry_run=true`, { body })).body;
   }
 
   /** Let a key_shared group's parked key go on now (admin only): `release` redelivers its failed

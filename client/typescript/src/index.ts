@@ -15,10 +15,10 @@ export type {
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {
-  ArchivedRange, Compatibility, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage, ParkedKey,
-  ParkedKeyAction, PartitionDetails, PurgeOptions, PurgeResult, QuotaUsage, Quotas, RedriveWhich,
-  ReplayPage, SchemaVersion, SchemaVersionRef, SeekTarget, SettledParkedKey, SnapshotPage,
-  StoredMessage, TierRange, Topic, TopicChange, TopicDetails,
+  ArchivedRange, Compatibility, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage,
+  ParkedKey, ParkedKeyAction, PartitionDetails, PublishDryRun, PurgeOptions, PurgeResult,
+  QuotaUsage, Quotas, RedriveWhich, ReplayPage, SchemaVersion, SchemaVersionRef, SeekTarget,
+  SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic, TopicChange, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

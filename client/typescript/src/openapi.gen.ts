@@ -724,3 +724,20 @@ export interface Migrations {
   /** turns a value of this version into the previous one */
   downgrade?: MigrationOperation[];
 }
+
+export interface PublishDryRun {
+  dry_run: true;
+  /** An invalid batch is refused with the publish's own problem */
+  valid: true;
+  messages: number;
+  /**
+   * The topic's schema version every message matches (the sg-schema-version header a publish would
+   * store); null: no schema
+   */
+  schema_version: number | null;
+  /**
+   * The partition each message would go to, in order (keyless messages: where the next publish
+   * would put them, were none placed before it)
+   */
+  partitions: number[];
+}

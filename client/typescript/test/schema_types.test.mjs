@@ -106,6 +106,24 @@ test("Admin registers, lists and reads schema versions; an incompatible one name
   assert.equal(mismatch.schemaVersion, 1);
 });
 
+test("Admin.validatePublish answers the version or the pointer and writes nothing",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  const admin = makeClient().admin();
+  await admin.registerSchema(topic, ORDER);
+  const valid = await admin.validatePublish(topic, [{ key: "k", value: { id: "a", total: 1,
+                                                                         lines: [] } }]);
+  assert.deepEqual(valid, { dry_run: true, valid: true, messages: 1, schema_version: 1,
+                            partitions: [0] });
+  const refused = await admin.validatePublish(topic, [
+    { value: { id: "a", total: 1, lines: [] } }, { value: { id: "b", total: "ten", lines: [] } },
+  ]).catch((error) => error);
+  assert.ok(refused instanceof SchemaMismatchError, String(refused));
+  assert.equal(refused.pointer, "/messages/1/value/total");
+  assert.equal(refused.schemaVersion, 1);
+  assert.deepEqual((await admin.readPartition(topic, 0)).messages, []);
+});
+
 test("streamgate-types writes types from a topic's schema that tsc compiles and enforces",
      { timeout: 60_000 }, async () => {
   const topic = await createTopic(1, cleanup);

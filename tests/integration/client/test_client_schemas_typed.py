@@ -113,6 +113,21 @@ async def test_a_publish_that_does_not_match_raises_schema_mismatch_with_its_poi
     assert refused.value.schema_version == 1
 
 
+async def test_admin_validate_answers_the_version_or_the_pointer_and_writes_nothing(
+        base_url: str, topic_name: str) -> None:
+    async with Admin(base_url) as admin:
+        await admin.create_topic(topic_name, 1)
+        await admin.register_schema(topic_name, ORDER)
+        valid = await admin.validate(topic_name, [{"key": "k", "value": {"id": "a", "total": 1}}])
+        with pytest.raises(SchemaMismatch) as refused:
+            await admin.validate(topic_name, [{"value": {"id": "a", "total": 1}},
+                                              {"value": {"id": "b", "total": "ten"}}])
+        assert (await admin.replay(topic_name, 0)).messages == []
+    assert (valid.dry_run, valid.valid, valid.messages) == (True, True, 1)
+    assert (valid.schema_version, list(valid.partitions)) == (1, [0])
+    assert refused.value.pointer == "/messages/1/value/total"
+
+
 async def test_a_consumer_decodes_each_value_into_a_dataclass_and_names_a_bad_ones_offset(
         base_url: str, topic_name: str) -> None:
     async with Admin(base_url) as admin:

@@ -1,6 +1,7 @@
 """The console's view of a topic's schema in Debian's headless Chromium against a gateway process:
 the versions (mode, fingerprint, when, by whom, each schema), a version registered meanwhile
-appearing, and a publish the schema refuses told plainly."""
+appearing, the publish form checked as the user types, and a publish the schema refuses told
+plainly."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def register(base: str, topic: str, schema: dict[str, Any], compatibility: str) 
 
 
 @pytest.mark.timeout(300)
-def test_the_topic_page_shows_schema_versions_and_a_refused_publish_plainly(
+def test_the_topic_page_shows_schema_versions_checks_the_form_and_a_refused_publish_plainly(
         served_gateway: str, console_page: Page, artifacts: Path) -> None:
     from playwright.sync_api import expect
     base, page = served_gateway, console_page
@@ -66,6 +67,18 @@ def test_the_topic_page_shows_schema_versions_and_a_refused_publish_plainly(
             expect(page.get_by_label("Schema version 1", exact=True)).to_be_hidden()
             page.get_by_text("Schema version 1", exact=True).click()
             expect(page.get_by_label("Schema version 1", exact=True)).to_contain_text('"total"')
+        with timed("schemas: the form checked as the user types, before Publish"):
+            check = page.get_by_label("Schema check", exact=True)
+            page.get_by_label("Value", exact=True).fill('{"id": "a", "total": "ten"}')
+            expect(check).to_contain_text(
+                "Message 1 does not match the topic's schema version 2, at /total:",
+                timeout=WAIT_MS)
+            expect(check).to_contain_text("is not of type")
+            expect(page.get_by_role("button", name="Publish", exact=True)).to_be_enabled()
+            page.get_by_label("Value", exact=True).fill('{"id": "a", "total": 10}')
+            expect(check).to_have_text("Valid against schema version 2.", timeout=WAIT_MS)
+            assert call(base, "GET", f"/v1/topics/{topic}/partitions/0/messages")[1][
+                "messages"] == []
         with timed("schemas: a publish that does not match, refused plainly"):
             status = page.locator("#publish ~ form [role=status]")
             publish_in_form(page, '{"id": "a", "total": "ten"}')

@@ -28,12 +28,17 @@ WAIT_S = 10.0
 async def client(aiohttp_client: Any, gateway_settings: GatewaySettings,
                  topic_name: str) -> Client:
     client: Client = await aiohttp_client(create_app(gateway_settings))
-    created = await client.post("/v1/topics", json={"name": topic_name, "partitions": 1})
-    assert created.status == 201, await created.text()
-    registered = await client.post(f"/v1/topics/{topic_name}/schemas", json={"schema": ORDER})
-    assert registered.status in (200, 201), await registered.text()
-    await schema_seen(client, topic_name)
+    await create_with_schema(client, topic_name, 1)
     return client
+
+
+async def create_with_schema(client: Client, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``ORDER`` as its schema, once this gateway's mirror holds it."""
+    created = await client.post("/v1/topics", json={"name": topic, "partitions": partitions})
+    assert created.status == 201, await created.text()
+    registered = await client.post(f"/v1/topics/{topic}/schemas", json={"schema": ORDER})
+    assert registered.status in (200, 201), await registered.text()
+    await schema_seen(client, topic)
 
 
 async def schema_seen(client: Client, topic: str) -> None:

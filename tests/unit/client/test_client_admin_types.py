@@ -119,6 +119,13 @@ def test_each_admin_call_returns_the_record_of_its_response_schema() -> None:
         assert (typing.get_args(returned) or (returned,)) == records, method
 
 
+def test_validate_returns_the_publish_dry_run_record() -> None:
+    publish = json.loads(DOCUMENT.read_text())["paths"]["/v1/topics/{topic}/messages"]["post"]
+    answers = publish["responses"]["200"]["content"]["application/json"]["schema"]["oneOf"]
+    assert {"$ref": "#/components/schemas/PublishDryRun"} in answers
+    assert typing.get_type_hints(Admin.validate)["return"] is admin_types.PublishDryRun
+
+
 def test_the_listings_return_the_items_of_their_list_schema() -> None:
     hints = {name: typing.get_type_hints(getattr(Admin, name))["return"]
              for name in ("list_topics", "list_groups", "replay_all")}
