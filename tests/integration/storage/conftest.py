@@ -3,12 +3,14 @@ settings overridable per module or test with ``pytest.mark.store_settings(...)``
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from storage.errors import StorageUnavailable
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -28,9 +30,21 @@ def store_settings(redis_cluster: Any, request: pytest.FixtureRequest) -> RedisS
 
 @pytest.fixture
 async def store(store_settings: RedisStoreSettings) -> AsyncIterator[RedisStreamStore]:
-    """An open store on the session's cluster, closed after the test."""
-    async with RedisStreamStore(store_settings) as opened:
+    """An open store on the session's cluster, closed after the test. Opening is tried twice: a
+    module's short socket timeout (set to test blocking reads past it) can meet a node busy with
+    another worker's test for a moment, which is not what any test here checks."""
+    opened = RedisStreamStore(store_settings)
+    try:
+        await opened.open()
+    except StorageUnavailable:
+        await opened.aclose()
+        await asyncio.sleep(0.5)
+        opened = RedisStreamStore(store_settings)
+        await opened.open()
+    try:
         yield opened
+    finally:
+        await opened.aclose()
 
 
 @pytest.fixture
