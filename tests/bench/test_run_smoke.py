@@ -41,7 +41,9 @@ def quick_run(tmp_path: Path, goals: str,
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only",
                            goals, "--json", str(json_path), "--markdown", str(markdown_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    errors = ([row.get("note") for row in orjson.loads(json_path.read_bytes())["rows"]
+               if row.get("status") == "error"] if json_path.exists() else [])
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}\nerrors: {errors}"
     return done, orjson.loads(json_path.read_bytes())["rows"], markdown_path.read_text()
 
 
