@@ -256,7 +256,7 @@ class ParkedKey(Record):
 
 class GroupVerdict(Record):
     """The partition owner's judgement of the group on this partition, renewed every lag round
-    (docs/api.md, Stall verdicts)."""
+    (docs/groups.md, Stall verdicts)."""
 
     __slots__ = ()
 

@@ -297,7 +297,7 @@ export interface GroupPartition {
 
 /**
  * The partition owner's judgement of the group on this partition, renewed every lag round
- * (docs/api.md, Stall verdicts)
+ * (docs/groups.md, Stall verdicts)
  */
 export interface GroupVerdict {
   state: "ok" | "idle" | "behind" | "stalled" | "paused";
