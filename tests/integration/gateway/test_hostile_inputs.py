@@ -4,7 +4,7 @@ Hypothesis drives the generated cases, but ``@given`` cannot wrap an async test 
 fixtures: each test draws its cases with a ``@given``-decorated inner sync function (derandomized,
 no database), then awaits every case against the gateway. Each test prints one summary line with the
 number of cases tried. The strategies live in ``hostile.py``; ``test_hostile_inputs_with_auth.py``
-runs the same cases with auth on.
+runs the same cases with auth on (every route: ``test_every_route_with_auth.py``).
 """
 
 from __future__ import annotations
