@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streamgate_client.admin import Admin, Decoded
-    from streamgate_client.consumer import Assignment, Consumer, Gap, Message
+    from streamgate_client.consumer import Consumer
     from streamgate_client.errors import (
         ClientError,
         ConnectionFailed,
@@ -44,19 +44,20 @@ if TYPE_CHECKING:
     )
     from streamgate_client.producer import Producer, RetryPolicy, SendResult
     from streamgate_client.publish_socket import PublishNotOffered
+    from streamgate_client.received import Assignment, Gap, Message
 
 # Imported on first use (PEP 562), so that the CLI's parser and ``--version`` start without
 # aiohttp: the name each module gives.
 _HOMES = {
     "Admin": "streamgate_client.admin",
-    "Assignment": "streamgate_client.consumer",
+    "Assignment": "streamgate_client.received",
     "ClientError": "streamgate_client.errors",
     "ConnectionFailed": "streamgate_client.errors",
     "Consumer": "streamgate_client.consumer",
     "DecodeFailed": "streamgate_client.errors",
     "Decoded": "streamgate_client.admin",
-    "Gap": "streamgate_client.consumer",
-    "Message": "streamgate_client.consumer",
+    "Gap": "streamgate_client.received",
+    "Message": "streamgate_client.received",
     "ProblemError": "streamgate_client.errors",
     "Producer": "streamgate_client.producer",
     "PublishNotOffered": "streamgate_client.publish_socket",

@@ -18,9 +18,10 @@ import orjson
 from streamgate_client.admin import Admin
 from streamgate_client.cli_contexts import connection
 from streamgate_client.cli_reading import print_messages
-from streamgate_client.consumer import Consumer, Gap
+from streamgate_client.consumer import Consumer
 from streamgate_client.output import emit, write_listing
 from streamgate_client.producer import Producer, SendResult
+from streamgate_client.received import Gap
 
 # stdin produce: blocks of lines in flight before waiting for the oldest's results
 MAX_PENDING_BLOCKS = 16

@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 
 if TYPE_CHECKING:
-    from streamgate_client.consumer import Message
+    from streamgate_client.received import Message
 
 log = logging.getLogger(__name__)
 
