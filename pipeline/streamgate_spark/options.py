@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from storage.archive.object_store import S3Settings
@@ -73,6 +73,9 @@ class SourceOptions:
     snapshot_lag_ms: int | None = None  # how old a snapshot may get (the topic's compaction lag)
     archive: ArchiveAccess | None = None  # None: a range reaching the archive tier fails
     schema_version: int | None = None  # None: values as written
+    # credentials of the gateway reads, kept out of repr: a plan or an error may print the options
+    api_key: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
 
     @property
     def from_snapshot(self) -> bool:
@@ -91,6 +94,17 @@ class SourceOptions:
         if isinstance(self.ending, dict):
             return self.ending.get(partition, LATEST)
         return self.ending
+
+    def gateway_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of the driver's gateway reads, sent as the client library
+        sends it (a token preferred); {} without credentials."""
+        if not (self.api_key or self.token):
+            return {}
+        # Imported here: the client library pulls in aiohttp, which only a driver with
+        # credentials needs.
+        from streamgate_client.credentials import auth_headers
+
+        return auth_headers(self.api_key, self.token)
 
 
 def parse_options(options: Mapping[str, Any]) -> SourceOptions:
@@ -117,6 +131,8 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         snapshot_lag_ms=positive_int_option(options, "snapshotLagMs", None),
         archive=_archive(options),
         schema_version=_schema_version(options, gateway),
+        api_key=options.get("apiKey") or None,
+        token=options.get("token") or None,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from streamgate_spark.errors import InvalidSourceOption, UnknownSchemaVersion
 from streamgate_spark.options import SourceOptions
-from streamgate_spark.topic_partitions import topic_document
+from streamgate_spark.topic_partitions import AUTH_HINTS, topic_document
 
 # A version as the gateway documents it (``GET .../schemas/{version}``): version, schema,
 # migrations, compatibility, fingerprint, created_at_ms, created_by. Kept as plain data: an
@@ -41,7 +41,8 @@ def schema_reading(options: SourceOptions) -> SchemaReading | None:
         return None
     assert options.gateway is not None  # parse_options requires it with schemaVersion
     reading = SchemaReading(options.topic, options.schema_version,
-                            tuple(fetch_documents(options.gateway, options.topic)))
+                            tuple(fetch_documents(options.gateway, options.topic,
+                                                  headers=options.gateway_headers())))
     if options.schema_version not in reading.versions:
         raise UnknownSchemaVersion(options.topic, options.schema_version, reading.versions)
     return reading
@@ -51,26 +52,29 @@ def refreshed(reading: SchemaReading, options: SourceOptions) -> SchemaReading:
     """``reading`` with the versions registered since it was read (a version never changes: only
     new ones are fetched)."""
     assert options.gateway is not None
-    documents = fetch_documents(options.gateway, options.topic, reading.documents)
+    documents = fetch_documents(options.gateway, options.topic, reading.documents,
+                                options.gateway_headers())
     if len(documents) == len(reading.documents):
         return reading
     return SchemaReading(reading.topic, reading.version, tuple(documents))
 
 
-def fetch_documents(gateway: str, topic: str,
-                    known: Sequence[VersionDocument] = ()) -> list[VersionDocument]:
+def fetch_documents(gateway: str, topic: str, known: Sequence[VersionDocument] = (),
+                    headers: Mapping[str, str] | None = None) -> list[VersionDocument]:
     """Every version of the topic, oldest first, from ``GET .../schemas`` and, for each not
-    ``known``, ``GET .../schemas/{version}`` (with its schema and migrations)."""
+    ``known``, ``GET .../schemas/{version}`` (with its schema and migrations), sent with
+    ``headers`` (the credentials)."""
     have = {int(doc["version"]): doc for doc in known}
     try:
-        listed = topic_document(gateway, topic, "/schemas").get("versions")
+        listed = topic_document(gateway, topic, "/schemas", headers).get("versions")
         numbers = [int(doc["version"]) for doc in _objects(listed)]
         return [have.get(number) or _checked(topic_document(gateway, topic,
-                                                            f"/schemas/{number}"))
+                                                            f"/schemas/{number}", headers))
                 for number in numbers]
     except urllib.error.HTTPError as exc:
         raise InvalidSourceOption("gateway", f"{gateway} cannot list the schemas of {topic!r} "
-                                  f"(HTTP {exc.code}): schemaVersion needs its registry") from None
+                                  f"(HTTP {exc.code}): schemaVersion needs its registry"
+                                  f"{AUTH_HINTS.get(exc.code, '')}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidSourceOption("gateway", f"{gateway} answered an unexpected schema document "
                                   f"for {topic!r}: {exc!r}") from None

@@ -4,7 +4,7 @@ the query starts."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
@@ -31,8 +31,9 @@ class SinkOptions:
     max_request_bytes: int  # a request is cut before it grows beyond this
     timeout_s: float
     max_retries: int
-    api_key: str | None = None
-    token: str | None = None
+    # kept out of repr: a plan or an error may print the options
+    api_key: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+import msgspec
 import orjson
 import pydantic
 import pytest
@@ -23,8 +24,10 @@ from streamgate_client import (
     SchemaIncompatible,
     SchemaMismatch,
 )
+from streamgate_client.received import Message
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 WAIT_S = 30.0
 ORDER: dict[str, Any] = {
     "type": "object",
@@ -62,6 +65,18 @@ class OrderModel(pydantic.BaseModel):
     id: str
     total: int
     status: Literal["open", "paid"] = "open"
+
+
+class LineStruct(msgspec.Struct):
+    sku: str
+    qty: int
+
+
+class OrderStruct(msgspec.Struct):
+    id: str
+    total: int
+    lines: list[LineStruct] = []
+    note: str | None = None
 
 
 async def test_admin_registers_lists_and_reads_schema_versions_typed(
@@ -128,18 +143,24 @@ async def test_admin_validate_answers_the_version_or_the_pointer_and_writes_noth
     assert refused.value.pointer == "/messages/1/value/total"
 
 
+async def consumed_as(target: type[T], base_url: str, topic: str,
+                      values: list[Any]) -> list[Message[T]]:
+    """``values`` published to a new one-partition topic, then read back by a consumer decoding
+    them as ``target``."""
+    async with Admin(base_url) as admin:
+        await admin.create_topic(topic, 1)
+    async with Producer(base_url, topic, acks="all") as producer:
+        await producer.send_many([{"value": value} for value in values])
+    async with Consumer(base_url, topic, from_="earliest", decode_as=target) as consumer:
+        return [await asyncio.wait_for(anext(consumer), WAIT_S) for _ in values]
+
+
 async def test_a_consumer_decodes_each_value_into_a_dataclass_and_names_a_bad_ones_offset(
         base_url: str, topic_name: str) -> None:
-    async with Admin(base_url) as admin:
-        await admin.create_topic(topic_name, 1)
-        async with Producer(base_url, topic_name, acks="all") as producer:
-            await producer.send_many([
-                {"value": {"id": "a", "total": 3, "status": "paid",
-                           "lines": [{"sku": "pear", "qty": 2}], "added_later": True}},
-                {"value": {"id": "b", "total": "ten"}}])
-        async with Consumer(base_url, topic_name, from_="earliest", decode_as=Order) as consumer:
-            received = [await asyncio.wait_for(anext(consumer), WAIT_S) for _ in range(2)]
-    good, bad = received
+    good, bad = await consumed_as(Order, base_url, topic_name, [
+        {"id": "a", "total": 3, "status": "paid", "lines": [{"sku": "pear", "qty": 2}],
+         "added_later": True},
+        {"id": "b", "total": "ten"}])
     assert good.data == Order("a", 3, Status.PAID, [Line("pear", 2)])
     with pytest.raises(DecodeFailed) as failed:
         _ = bad.data
@@ -163,6 +184,21 @@ async def test_replay_decodes_into_a_pydantic_model(base_url: str, topic_name: s
                                           OrderModel(id="b", total=2, status="paid")]
     assert (failed.value.partition, failed.value.offset) == (bad.partition, bad.offset)
     assert "OrderModel" in str(failed.value)
+
+
+async def test_a_consumer_decodes_into_a_msgspec_struct_and_names_a_bad_values_path(
+        base_url: str, topic_name: str) -> None:
+    nested, optional, bad = await consumed_as(OrderStruct, base_url, topic_name, [
+        {"id": "a", "total": 3, "lines": [{"sku": "pear", "qty": 2}]},
+        {"id": "b", "total": 1, "note": "gift"},
+        {"id": "c", "total": 1, "lines": [{"sku": "fig", "qty": "two"}]}])
+    assert nested.data == OrderStruct("a", 3, [LineStruct("pear", 2)])
+    assert optional.data == OrderStruct("b", 1, note="gift")
+    with pytest.raises(DecodeFailed) as failed:
+        _ = bad.data
+    assert (failed.value.partition, failed.value.offset) == (0, bad.offset)
+    assert "$.lines[0].qty" in failed.value.reason
+    assert "OrderStruct" in str(failed.value)
 
 
 def test_decode_as_refuses_a_type_it_cannot_build() -> None:

@@ -54,3 +54,9 @@ def test_missing_or_mistyped_sink_column_is_refused(columns: dict[str, object],
                                                                 option: str) -> None:
     with pytest.raises(InvalidSinkOption, match=f"sink option {option!r}"):
         sink_columns(schema(**columns))
+
+
+def test_the_credentials_stay_out_of_the_sink_options_repr() -> None:
+    options = parse_sink_options({**GIVEN, "apiKey": "sgk_never-shown", "token": "eyJ.never"})
+    assert (options.api_key, options.token) == ("sgk_never-shown", "eyJ.never")
+    assert "never" not in repr(options)
