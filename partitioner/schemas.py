@@ -31,7 +31,9 @@ class SchemaRecord:
     """One registered version of a topic's schema: ``version`` counts from 1 per topic incarnation
     (``topic_created_at_ms``); ``fingerprint`` is the SHA-256 of the schema's canonical JSON;
     ``migrations`` holds the declared ``upgrade`` (previous version to this one) and ``downgrade``
-    (this one to the previous) operations, each direction absent when it cannot be done."""
+    (this one to the previous) operations, each direction absent when it cannot be done;
+    ``event_types`` maps a CloudEvents ``type`` to a JSON pointer at its subschema (empty: every
+    value is checked against the whole schema)."""
 
     topic: str
     topic_created_at_ms: int
@@ -42,6 +44,7 @@ class SchemaRecord:
     created_at_ms: int
     created_by: str
     migrations: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    event_types: Mapping[str, str] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         """The stored JSON document."""
@@ -50,7 +53,7 @@ class SchemaRecord:
                              "compatibility": self.compatibility,
                              "fingerprint": self.fingerprint,
                              "created_at_ms": self.created_at_ms, "created_by": self.created_by,
-                             "migrations": self.migrations})
+                             "migrations": self.migrations, "event_types": self.event_types})
 
     @classmethod
     def decode(cls, raw: bytes) -> SchemaRecord | None:
@@ -60,7 +63,9 @@ class SchemaRecord:
             return cls(str(doc["topic"]), int(doc["topic_created_at_ms"]), int(doc["version"]),
                        dict(doc["schema"]), str(doc["compatibility"]), str(doc["fingerprint"]),
                        int(doc["created_at_ms"]), str(doc["created_by"]),
-                       dict(doc.get("migrations") or {}))
+                       dict(doc.get("migrations") or {}),
+                       {str(name): str(pointer)
+                        for name, pointer in (doc.get("event_types") or {}).items()})
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             log.warning("ignoring a malformed schema record: %r", raw[:200])
             return None
@@ -85,6 +90,13 @@ def _incarnation_prefix(root: bytes, topic: str, created_at_ms: int) -> bytes:
     return root + f"{topic}/{created_at_ms}/".encode()
 
 
+def _same_version(latest: SchemaRecord, fingerprint: str,
+                  migrations: Mapping[str, Sequence[Mapping[str, Any]]],
+                  event_types: Mapping[str, str]) -> bool:
+    return (latest.fingerprint, latest.migrations, latest.event_types) == (
+        fingerprint, migrations, event_types)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -107,24 +119,26 @@ class SchemaRegistry:
     async def register(self, topic: str, topic_created_at_ms: int, schema: Mapping[str, Any],
                        compatibility: str | None, created_by: str, check: CompatibilityCheck,
                        migrations: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                       event_types: Mapping[str, str] | None = None,
                        ) -> tuple[SchemaRecord, bool]:
-        """Register ``schema`` (with its ``migrations`` from the previous version) as the next
-        version: (the record, whether it is new). A schema and migrations identical to the
-        latest's return the latest. ``compatibility`` None keeps the latest's mode (else
-        backward). ``check`` sees every earlier version (none for a first one) and its error
-        propagates; ConcurrentModification when other registrations kept winning the race."""
+        """Register ``schema`` (with its ``migrations`` from the previous version and its
+        ``event_types``) as the next version: (the record, whether it is new). A schema,
+        migrations and event types identical to the latest's return the latest.
+        ``compatibility`` None keeps the latest's mode (else backward). ``check`` sees every
+        earlier version (none for a first one) and its error propagates; ConcurrentModification
+        when other registrations kept winning the race."""
         fingerprint, migrations = fingerprint_of(schema), dict(migrations or {})
+        types = dict(event_types or {})
         for _ in range(MAX_REGISTER_ATTEMPTS):
             previous = await self.versions(topic, topic_created_at_ms)
-            if previous and (previous[-1].fingerprint, previous[-1].migrations) == (fingerprint,
-                                                                                    migrations):
+            if previous and _same_version(previous[-1], fingerprint, migrations, types):
                 return previous[-1], False
             mode = compatibility or (previous[-1].compatibility if previous else "backward")
             if mode not in COMPATIBILITY_MODES:
                 raise ValueError(f"unknown compatibility mode {mode!r}")
             check(previous, mode)
             record = SchemaRecord(topic, topic_created_at_ms, len(previous) + 1, schema, mode,
-                                  fingerprint, _now_ms(), created_by, migrations)
+                                  fingerprint, _now_ms(), created_by, migrations, types)
             key = _incarnation_prefix(self._root, topic, topic_created_at_ms) + \
                 f"{record.version:08d}".encode()
             # absent only while no other registration took this version number meanwhile

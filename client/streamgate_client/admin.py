@@ -270,10 +270,13 @@ class Admin:
     # --- schemas ---------------------------------------------------------------------------------
     async def register_schema(self, topic: str, schema: Mapping[str, Any], *,
                               compatibility: Compatibility | None = None,
-                              migrations: Mapping[str, Any] | None = None) -> SchemaVersion:
+                              migrations: Mapping[str, Any] | None = None,
+                              event_types: Mapping[str, str] | None = None) -> SchemaVersion:
         """POST /v1/topics/{topic}/schemas -> the new version (or the latest, when ``schema`` is
         the same). ``compatibility`` defaults to the latest version's mode, else ``backward``;
-        ``migrations`` are the version's declared conversions (docs/api.md, "Schemas").
+        ``migrations`` are the version's declared conversions (docs/api.md, "Schemas");
+        ``event_types`` map CloudEvents types to pointers at their subschemas under ``$defs``
+        (docs/schemas.md, "Event types").
         ``SchemaIncompatible`` (409) names each incompatible change; a refused schema is a
         ``ProblemError`` 422 pointing into it."""
         body: dict[str, Any] = {"schema": dict(schema)}
@@ -281,6 +284,8 @@ class Admin:
             body["compatibility"] = compatibility
         if migrations is not None:
             body["migrations"] = dict(migrations)
+        if event_types is not None:
+            body["event_types"] = dict(event_types)
         return SchemaVersion(await self._call("POST", f"/v1/topics/{topic}/schemas", body=body))
 
     async def schemas(self, topic: str) -> list[SchemaVersionRef]:

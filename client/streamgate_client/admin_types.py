@@ -717,6 +717,9 @@ class SchemaVersion(Record):
     created_by: Field[str] = Field()
     schema: Field[Mapping[str, object]] = Field()
     migrations: Field[Migrations | None] = Field(Migrations, required=False)
+    event_types: Field[Mapping[str, str] | None] = Field(required=False)
+    """CloudEvents type (the ce-type header) -> JSON pointer under the version's $defs at the
+    subschema its events must match; a message without ce-type matches the whole schema."""
 
 
 class SchemaVersionRef(Record):

@@ -96,7 +96,9 @@ def parse_events(mode: Mode, body: bytes, headers: Mapping[str, str],
 
 def event_pointer(pointer: str | None, mode: Mode) -> str | None:
     """A pointer into the gateway's publish body (``/messages/3/value/total``) as the pointer
-    into the events sent (``/3/data/total``, or ``/data/total`` for one event)."""
+    into the events sent (``/3/data/total``, or ``/data/total`` for one event; an attribute's
+    header ``/messages/3/headers/ce-type`` as ``/3/type``, or the header ``ce-type`` in binary
+    mode)."""
     found = None if pointer is None else MESSAGE_POINTER.fullmatch(pointer)
     if found is None:
         return pointer
@@ -106,6 +108,10 @@ def event_pointer(pointer: str | None, mode: Mode) -> str | None:
         return f"{prefix}/data{rest}"
     if member == "/value_b64":
         return f"{prefix}/data_base64{rest}"
+    if member == "/headers" and rest.startswith("/" + HEADER_PREFIX):
+        # an attribute's header: the header itself in binary mode, else the event's member
+        attribute = rest[1 + len(HEADER_PREFIX):]
+        return rest[1:] if mode is Mode.BINARY else f"{prefix}/{attribute}"
     return prefix
 
 

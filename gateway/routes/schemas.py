@@ -15,16 +15,21 @@ from gateway.errors import Problem, invalid_field
 from gateway.publish.validation import reject_unknown_fields
 from gateway.responses import json_response
 from gateway.routes.bodies import read_json_object
-from gateway.schemas.compat import incompatible_changes
+from gateway.schemas.compat import event_type_changes, incompatible_changes
 from gateway.schemas.errors import SchemaIncompatible, SchemaRejected
-from gateway.schemas.limits import MAX_SCHEMA_BYTES, admit_migrations, admit_schema
+from gateway.schemas.limits import (
+    MAX_SCHEMA_BYTES,
+    admit_event_types,
+    admit_migrations,
+    admit_schema,
+)
 from gateway.services import Services, services_of
 from partitioner.schemas import COMPATIBILITY_MODES, SchemaMirror, SchemaRecord, SchemaRegistry
 from partitioner.topics import TopicMetadata
 
 audit = logging.getLogger("streamgate.audit")
 
-REGISTER_FIELDS = frozenset({"schema", "compatibility", "migrations"})
+REGISTER_FIELDS = frozenset({"schema", "compatibility", "migrations", "event_types"})
 # room past the schema's own bound, so an oversized schema is told as such (422), not as 413
 REGISTER_BODY_MAX_BYTES = 4 * MAX_SCHEMA_BYTES
 
@@ -38,12 +43,14 @@ def record_document(record: SchemaRecord, with_schema: bool = True) -> dict[str,
     if with_schema:
         doc["schema"] = record.schema
         doc["migrations"] = record.migrations
+        if record.event_types:
+            doc["event_types"] = record.event_types
     return doc
 
 
 async def register_schema(request: web.Request) -> web.Response:
-    """POST /v1/topics/{topic}/schemas {schema, compatibility?, migrations?} -> 201 the new
-    version, 200 when identical to the latest; 409 naming each incompatible change."""
+    """POST /v1/topics/{topic}/schemas {schema, compatibility?, migrations?, event_types?} -> 201
+    the new version, 200 when identical to the latest; 409 naming each incompatible change."""
     services, principal = services_of(request), principal_of(request)
     gatekeeper_of(request).require(principal, Action.ADMIN, request.match_info["topic"])
     registry, mirror = _registry_of(services)
@@ -54,10 +61,12 @@ async def register_schema(request: web.Request) -> web.Response:
     mode = _mode_of(doc)
     admit_schema(doc["schema"])
     migrations = admit_migrations(doc["migrations"]) if "migrations" in doc else {}
+    event_types = (admit_event_types(doc["event_types"], doc["schema"])
+                   if "event_types" in doc else {})
     topic = await services.topic(request.match_info["topic"])
     record, created = await registry.register(
         topic.name, topic.created_at_ms, doc["schema"], mode, principal.name,
-        _compatible(doc["schema"], bool(migrations)), migrations)
+        _compatible(doc["schema"], event_types, bool(migrations)), migrations, event_types)
     mirror.remember(record)
     if created:
         audit.info("schema version %d of %s registered by %s (%s, %s)", record.version,
@@ -97,7 +106,8 @@ def _mode_of(doc: dict[str, Any]) -> str | None:
     return mode if isinstance(mode, str) else None
 
 
-def _compatible(schema: dict[str, Any], has_migrations: bool) -> Any:
+def _compatible(schema: dict[str, Any], event_types: dict[str, str],
+                has_migrations: bool) -> Any:
     """The registry's check: SchemaIncompatible naming every change the mode refuses; a first
     version has nothing to migrate from."""
     def check(previous: Sequence[SchemaRecord], mode: str) -> None:
@@ -107,6 +117,8 @@ def _compatible(schema: dict[str, Any], has_migrations: bool) -> Any:
                                                     "migrations: there is no version before it")
             return
         changes = incompatible_changes(mode, schema, [record.schema for record in previous])
+        changes += event_type_changes(mode, (schema, event_types),
+                                      [(record.schema, record.event_types) for record in previous])
         if changes:
             raise SchemaIncompatible(mode, changes)
     return check

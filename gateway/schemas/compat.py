@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-__all__ = ["Change", "changes_between", "incompatible_changes"]
+from gateway.schemas.event_types import pointer_target, subschema_document
+
+__all__ = ["Change", "Version", "changes_between", "event_type_changes", "incompatible_changes"]
 
 # keywords that never change which instances a schema accepts
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "$id",
@@ -29,6 +31,9 @@ WIDENED = {"type_narrowed": "type_widened", "enum_narrowed": "enum_widened",
            "additional_properties_closed": "additional_properties_opened",
            "unique_items_added": "unique_items_removed"}
 MAX_REF_DEPTH = 64  # a reference followed deeper than this is judged undecidable
+# a version as the per-type check sees it: its schema and its event types (type -> pointer)
+Version = tuple[Mapping[str, Any], Mapping[str, str]]
+_Earlier = TypeVar("_Earlier")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,17 +49,46 @@ def incompatible_changes(mode: str, new: Mapping[str, Any],
                          previous: Sequence[Mapping[str, Any]]) -> list[Change]:
     """What makes ``new`` incompatible under ``mode`` with the earlier versions ``previous``
     (oldest first; a non-transitive mode looks at the last one only); empty when compatible."""
-    if mode == "none" or not previous:
+    return list(dict.fromkeys(change for old, direction in _comparisons(mode, previous)
+                              for change in changes_between(old, new, direction)))
+
+
+def event_type_changes(mode: str, new: Version, previous: Sequence[Version]) -> list[Change]:
+    """What makes ``new``'s event types incompatible under ``mode`` with the earlier versions'
+    (oldest first): each type both declare is compared as a schema, paths under
+    ``/event_types/<type>``; a type dropped refuses backward (new readers meet old events of it),
+    a type added refuses forward (old readers meet new ones)."""
+    return list(dict.fromkeys(change for old, direction in _comparisons(mode, previous)
+                              for change in _type_changes(old, new, direction)))
+
+
+def _comparisons(mode: str, previous: Sequence[_Earlier]) -> list[tuple[_Earlier, str]]:
+    """(earlier version, direction) for each comparison ``mode`` asks for: the last version (or,
+    transitive, every one), backward and/or forward."""
+    if mode == "none":
         return []
     against = previous if mode.endswith("_transitive") else previous[-1:]
     kind = mode.removesuffix("_transitive")
-    found: list[Change] = []
-    for old in against:
-        if kind in ("backward", "full"):
-            found += changes_between(old, new, "backward")
-        if kind in ("forward", "full"):
-            found += changes_between(old, new, "forward")
-    return list(dict.fromkeys(found))
+    return [(old, direction) for old in against for direction in ("backward", "forward")
+            if kind in (direction, "full")]
+
+
+def _type_changes(old: Version, new: Version, direction: str) -> Iterator[Change]:
+    (old_schema, old_types), (new_schema, new_types) = old, new
+    if direction == "backward":
+        missing, name, where = set(old_types) - set(new_types), "event_type_removed", "old"
+    else:
+        missing, name, where = set(new_types) - set(old_types), "event_type_added", "new"
+    for event_type in sorted(missing):
+        yield Change(f"/event_types/{_escape(event_type)}", name,
+                     f"{event_type!r} has a schema in the {where} version only")
+    for event_type in sorted(set(old_types) & set(new_types)):
+        prefix = f"/event_types/{_escape(event_type)}"
+        for change in changes_between(
+                subschema_document(old_schema, old_types[event_type]),
+                subschema_document(new_schema, new_types[event_type]), direction):
+            path = prefix if change.path == "/" else prefix + change.path
+            yield Change(path, change.change, change.detail)
 
 
 def changes_between(old: Mapping[str, Any], new: Mapping[str, Any],
@@ -320,13 +354,4 @@ def _pointer_target(root: Mapping[str, Any], ref: Any) -> Any:
     one."""
     if not isinstance(ref, str) or not ref.startswith("#"):
         return None
-    node: Any = root
-    for token in ref[1:].split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
+    return pointer_target(root, ref[1:])

@@ -1,6 +1,6 @@
 """What a registered schema may be: bounded in size, depth, enums and patterns, with local
-references only, and one the engine compiles; its migrations: known data-only operations on valid
-pointers, bounded in number and size. Anything else is refused with a pointer to it."""
+references only, and one the engine compiles; its migrations and event types: bounded, on valid
+pointers. Anything else is refused with a pointer to it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import orjson
 
 from gateway.schemas.engine import DRAFT_2020_12, SchemaRefused, compile_schema
 from gateway.schemas.errors import SchemaRejected
+from gateway.schemas.event_types import DEFS_PREFIX, pointer_target, subschema_document
 from gateway.schemas.migrate import parse_pointer
 
-__all__ = ["MAX_DEPTH", "MAX_ENUM_ITEMS", "MAX_MIGRATION_OPERATIONS", "MAX_MIGRATION_VALUE_BYTES",
-           "MAX_PATTERNS", "MAX_POINTER_CHARS", "MAX_SCHEMA_BYTES", "admit_migrations",
+__all__ = ["MAX_DEPTH", "MAX_ENUM_ITEMS", "MAX_EVENT_TYPES", "MAX_EVENT_TYPE_CHARS",
+           "MAX_MIGRATION_OPERATIONS", "MAX_MIGRATION_VALUE_BYTES", "MAX_PATTERNS",
+           "MAX_POINTER_CHARS", "MAX_SCHEMA_BYTES", "admit_event_types", "admit_migrations",
            "admit_schema"]
 
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -27,6 +29,9 @@ MAX_MIGRATION_VALUE_BYTES = 4096  # a default's value, as JSON
 MAX_POINTER_CHARS = 512
 MIGRATIONS = "/migrations"
 DIRECTIONS = ("upgrade", "downgrade")
+EVENT_TYPES = "/event_types"
+MAX_EVENT_TYPES = 256
+MAX_EVENT_TYPE_CHARS = 256
 # each operation's members besides "op", and which of them are pointers
 OPERATION_MEMBERS = {"rename": ("from", "to"), "move": ("from", "to"), "default": ("path", "value"),
                      "drop": ("path",)}
@@ -75,6 +80,46 @@ def admit_migrations(migrations: Any) -> dict[str, list[dict[str, Any]]]:
                                  "a migration direction is 'upgrade' or 'downgrade'")
     return {direction: _admit_operations(migrations[direction], f"{MIGRATIONS}/{direction}")
             for direction in DIRECTIONS if direction in migrations}
+
+
+def admit_event_types(event_types: Any, schema: Mapping[str, Any]) -> dict[str, str]:
+    """The declared event types (an admitted ``schema``'s), or SchemaRejected pointing under
+    ``/event_types`` at the first type or pointer that is malformed, past a bound, or reaches no
+    schema under ``$defs``."""
+    if not isinstance(event_types, Mapping):
+        raise SchemaRejected(EVENT_TYPES, "'event_types' must be an object of CloudEvents types "
+                                          "to JSON pointers into the schema")
+    if len(event_types) > MAX_EVENT_TYPES:  # refused before a pass over them
+        raise SchemaRejected(EVENT_TYPES, f"{len(event_types)} event types; at most "
+                                          f"{MAX_EVENT_TYPES}")
+    compiled: set[str] = set()
+    for name, pointer in event_types.items():
+        here = f"{EVENT_TYPES}/{_escape(name)}"
+        _admit_event_type(name, here)
+        if pointer not in compiled:
+            _admit_subschema(pointer, schema, here)
+            compiled.add(pointer)
+    return dict(event_types)
+
+
+def _admit_event_type(name: str, pointer: str) -> None:
+    if not name or len(name) > MAX_EVENT_TYPE_CHARS or not name.isprintable():
+        raise SchemaRejected(pointer, f"an event type is 1 to {MAX_EVENT_TYPE_CHARS} printable "
+                                      "characters")
+
+
+def _admit_subschema(value: Any, schema: Mapping[str, Any], pointer: str) -> None:
+    """A pointer under ``$defs`` at an object or boolean schema that compiles on its own."""
+    _admit_pointer(value, pointer)
+    if not value.startswith(DEFS_PREFIX):
+        raise SchemaRejected(pointer, f"an event type's schema is under '{DEFS_PREFIX}'")
+    target = pointer_target(schema, value)
+    if not isinstance(target, (Mapping, bool)):
+        raise SchemaRejected(pointer, f"{value[:200]!r} reaches no schema in this version")
+    try:
+        compile_schema(subschema_document(schema, value))
+    except SchemaRefused as exc:
+        raise SchemaRejected(pointer, exc.message) from None
 
 
 def _admit_operations(operations: Any, pointer: str) -> list[dict[str, Any]]:

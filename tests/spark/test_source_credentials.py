@@ -61,7 +61,7 @@ def test_schema_reads_without_credentials_are_refused_naming_http_401(
     with pytest.raises(InvalidSourceOption, match="HTTP 401") as refused:
         schema_reading(options)
     assert "apiKey" in str(refused.value)
-    with pytest.raises(InvalidSourceOption, match="HTTP 401.*apiKey"):
+    with pytest.raises(InvalidSourceOption, match=r"HTTP 401.*apiKey"):
         source_partitions(options)
 
 

@@ -364,13 +364,18 @@ export class Admin {
   /** Register a JSON Schema (draft 2020-12) as the topic's next version (admin only); the same
    * schema as the latest registers nothing and answers the latest. `compatibility` defaults to
    * the latest version's mode, else `backward`; `migrations` are the version's declared
-   * conversions (docs/api.md, "Schemas"). A `SchemaIncompatibleError` (409) names each
-   * incompatible change; a refused schema is a 422 `ProblemError` pointing into it. */
+   * conversions (docs/api.md, "Schemas"); `eventTypes` map CloudEvents types to pointers at
+   * their subschemas under `$defs` (docs/schemas.md, "Event types"). A `SchemaIncompatibleError`
+   * (409) names each incompatible change; a refused schema is a 422 `ProblemError` pointing
+   * into it. */
   async registerSchema(topic: string, schema: Record<string, unknown>,
                        options: { compatibility?: Compatibility;
-                                  migrations?: api.Migrations } = {}): Promise<SchemaVersion> {
+                                  migrations?: api.Migrations;
+                                  eventTypes?: Record<string, string> } = {},
+  ): Promise<SchemaVersion> {
     const body: Omittable<api.SchemaRegistration> = {
       schema, compatibility: options.compatibility, migrations: options.migrations,
+      event_types: options.eventTypes,
     };
     return (await this.transport.request<SchemaVersion>(
       "POST", `${topicPath(topic)}/schemas`, { body: JSON.stringify(body) })).body;

@@ -131,7 +131,8 @@ export interface MessageIn {
  * form). At most one of data and data_base64. Read back, a message published without CloudEvents
  * gets id = its offset, source = /v1/topics/<topic>/partitions/<p>, type = streamgate.message and
  * time from its timestamp; every event carries sgpartition and sgoffset, and a pulled one sgtopic,
- * sgreceipt and sgdeliverycount.
+ * sgreceipt and sgdeliverycount; a read at a schema version sgschemaversion (and sgschemaerror
+ * where conversion failed).
  */
 export interface CloudEvent {
   specversion: "1.0";
@@ -150,6 +151,10 @@ export interface CloudEvent {
   sgtopic?: string;
   sgreceipt?: string;
   sgdeliverycount?: number;
+  /** read at a schema version (replay's schema_version, a pinned pull): the version of data */
+  sgschemaversion?: number;
+  /** read at a schema version: why data could not be converted (it is then as written) */
+  sgschemaerror?: string;
 }
 
 export interface PublishRequest {
@@ -653,6 +658,11 @@ export interface SchemaRegistration {
    */
   compatibility?: "backward" | "backward_transitive" | "forward" | "forward_transitive" | "full" | "full_transitive" | "none" | null;
   migrations?: Migrations;
+  /**
+   * CloudEvents type (the ce-type header) -> JSON pointer under the version's $defs at the
+   * subschema its events must match; a message without ce-type matches the whole schema
+   */
+  event_types?: Record<string, string>;
 }
 
 export interface SchemaVersion {
@@ -665,6 +675,11 @@ export interface SchemaVersion {
   created_by: string;
   schema: Record<string, unknown>;
   migrations?: Migrations;
+  /**
+   * CloudEvents type (the ce-type header) -> JSON pointer under the version's $defs at the
+   * subschema its events must match; a message without ce-type matches the whole schema
+   */
+  event_types?: Record<string, string>;
 }
 
 export interface SchemaVersions {

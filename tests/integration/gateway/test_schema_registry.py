@@ -161,6 +161,26 @@ async def test_a_hostile_schema_is_refused_with_422_pointing_into_it(
     assert listed["versions"] == []
 
 
+WITH_DEFS: dict[str, Any] = {"$defs": {"c": {"type": "object"}}}
+HOSTILE_EVENT_TYPES = {
+    "pointer_outside_defs": ({"com.example.a": "/properties/id"}, "/event_types/com.example.a"),
+    "pointer_to_nothing": ({"com.example.a": "/$defs/missing"}, "/event_types/com.example.a"),
+    # short names: the map's count is refused, not the body's size
+    "ten_thousand_types": ({f"t{i}": "/$defs/c" for i in range(10_000)}, "/event_types"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_EVENT_TYPES))
+async def test_a_hostile_event_type_map_is_refused_with_422_pointing_into_it(
+        gateway: Client, topic_name: str, case: str) -> None:
+    event_types, pointer = HOSTILE_EVENT_TYPES[case]
+    await create_topic(gateway, topic_name)
+    problem = await register(gateway, topic_name, WITH_DEFS, 422, event_types=event_types)
+    assert problem["pointer"] == pointer, problem
+    listed = await (await gateway.get(f"/v1/topics/{topic_name}/schemas")).json()
+    assert listed["versions"] == []
+
+
 async def test_a_deleted_and_recreated_topic_starts_without_a_schema(
         gateway: Client, topic_name: str) -> None:
     await create_topic(gateway, topic_name)
