@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from storage.models import Delivery, StoredEntry, ValueFormat
 
 SPECVERSION = "1.0"
@@ -25,6 +26,9 @@ MESSAGE_TYPE = "streamgate.message"
 NULL_VALUE = b"null"
 # the event's data members, never attributes
 DATA_MEMBERS = frozenset({"data", "data_base64"})
+# a read at a schema version: the version of an event's data, and why it could not be converted
+SCHEMA_VERSION_ATTRIBUTE = "sgschemaversion"
+SCHEMA_ERROR_ATTRIBUTE = "sgschemaerror"
 
 
 def accepts_batch(request: web.Request) -> bool:
@@ -63,12 +67,27 @@ def event_document(topic: str, entry: StoredEntry) -> dict[str, Any]:
     return event
 
 
-def pulled_events(topic: str, deliveries: list[Delivery],
-                  receipts: list[str]) -> list[dict[str, Any]]:
+def versioned_event(topic: str, entry: StoredEntry,
+                    schema_error: str | None = None) -> dict[str, Any]:
+    """``event_document`` of a read at a schema version: its data's version as
+    ``sgschemaversion`` (none for a value written before the topic had a schema) and, for data
+    that could not be converted (then as written), why as ``sgschemaerror``."""
+    event = event_document(topic, entry)
+    version = entry.headers.get(SCHEMA_VERSION_HEADER)
+    if version is not None and version.isascii() and version.isdigit() and len(version) <= 9:
+        event[SCHEMA_VERSION_ATTRIBUTE] = int(version)
+    if schema_error is not None:
+        event[SCHEMA_ERROR_ATTRIBUTE] = schema_error
+    return event
+
+
+def pulled_events(topic: str, deliveries: list[Delivery], receipts: list[str],
+                  versioned: bool = False) -> list[dict[str, Any]]:
     """Pulled messages as events, each with its receipt (``sgreceipt``, to ack it by), delivery
-    count and topic as extensions."""
-    return [event_document(topic, d.entry) | {"sgtopic": topic, "sgreceipt": receipt,
-                                               "sgdeliverycount": d.delivery_count}
+    count and topic as extensions; ``versioned`` for a pull pinned to a schema version."""
+    document = versioned_event if versioned else event_document
+    return [document(topic, d.entry) | {"sgtopic": topic, "sgreceipt": receipt,
+                                         "sgdeliverycount": d.delivery_count}
             for d, receipt in zip(deliveries, receipts, strict=True)]
 
 

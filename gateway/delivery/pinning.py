@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from gateway.delivery.retry_policy import DeadLetter
-from gateway.delivery.wire import error_frame, message_frame
+from gateway.delivery.wire import error_frame, message_frames
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.errors import ConversionFailed
 from gateway.schemas.migrate import ValueConverter, ValueStep
@@ -79,26 +79,41 @@ class PinnedVersion:
         # change theirs
         alone, only_version = {SCHEMA_VERSION_HEADER: self.label}, 0 if written is None else 1
         values = step.values([page[index].entry.value for index in json_at])
+        # each delivery refilled through its slots here, not by a helper per value: the call
+        # costs about as much as the filling
+        set_entry, set_count = _DELIVERY_SETTERS
         for index, value in zip(json_at, values, strict=True):
             if isinstance(value, ConversionFailed):
                 why[index] = conversion_reason(self.version, value)
                 continue
-            delivery = page[index]
-            headers = delivery.entry.headers
-            page[index] = _delivered_at(delivery, value, alone if len(headers) == only_version
-                                        else {**headers, **alone})
+            delivery, converted = page[index], object.__new__(Delivery)
+            entry = delivery.entry
+            set_entry(converted, _with_value(entry, value, alone if len(entry.headers) ==
+                                             only_version else {**entry.headers, **alone}))
+            set_count(converted, delivery.delivery_count)
+            page[index] = converted
 
     def _step(self, written: str | None) -> ValueStep:
         return self.converter.step(self.topic, self.created_at_ms, written, self.version)
 
     def broadcast_frame(self, topic: str, entry: StoredEntry) -> bytes:
-        """A broadcast subscriber's frame for ``entry``: its ``message`` frame at this version, or
-        an ``error`` frame naming its offset and why it cannot be converted."""
-        try:
-            return message_frame(topic, self.entry(entry), 1)
-        except ConversionFailed as exc:
-            return orjson.dumps(conversion_error_frame(entry, conversion_reason(self.version,
-                                                                                 exc)))
+        """``broadcast_frames`` of one entry (a session offered entries one by one)."""
+        return self.broadcast_frames(topic, [entry])[0]
+
+    def broadcast_frames(self, topic: str, entries: Sequence[StoredEntry]) -> list[bytes]:
+        """A broadcast subscriber's frames for a page of ``entries``, in order: each ``message``
+        frame at this version, or an ``error`` frame naming the offset of one that cannot be
+        converted and why (converted a page at once, as ``split`` does)."""
+        page = [Delivery(entry, 1) for entry in entries]
+        converted, failed = self.split(page)
+        frames = message_frames(topic, converted)
+        if not failed:
+            return frames
+        why = {id(delivery): reason for delivery, reason in failed}
+        framed = iter(frames)
+        return [next(framed) if id(delivery) not in why
+                else orjson.dumps(conversion_error_frame(delivery.entry, why[id(delivery)]))
+                for delivery in page]
 
 
 # every field of the two classes, in the order the helpers below unpack them
@@ -119,15 +134,6 @@ def _with_value(entry: StoredEntry, value: bytes, headers: Mapping[str, str]) ->
     key(converted, entry.key)
     set_headers(converted, headers)
     timestamp_ms(converted, entry.timestamp_ms)
-    return converted
-
-
-def _delivered_at(delivery: Delivery, value: bytes, headers: Mapping[str, str]) -> Delivery:
-    """``delivery`` with its entry's value and headers replaced (filled through the slots)."""
-    converted = object.__new__(Delivery)
-    set_entry, set_count = _DELIVERY_SETTERS
-    set_entry(converted, _with_value(delivery.entry, value, headers))
-    set_count(converted, delivery.delivery_count)
     return converted
 
 

@@ -85,7 +85,7 @@ class TailFollower:
         if taken:
             pinned = session.params.pinned
             if pinned is not None:  # converted for this session alone (an error frame if not)
-                page = [pinned.broadcast_frame(session.topic, entry) for entry in chosen[:taken]]
+                page = pinned.broadcast_frames(session.topic, chosen[:taken])
             elif chosen_frames is None:
                 page = [message_frame(session.topic, entry, 1) for entry in chosen[:taken]]
             else:

@@ -128,7 +128,7 @@ async def pull(request: web.Request) -> web.Response:
                 for d in deliveries]
     paused = puller.pause_fields(topic.name, group)
     if accepts_batch(request):
-        return batch_response(pulled_events(topic.name, deliveries, receipts),
+        return batch_response(pulled_events(topic.name, deliveries, receipts, pinned is not None),
                               {**limited, PAUSED_HEADER: "true" if paused["paused"] else "false"})
     messages = [{"topic": topic.name, **entry_document(d.entry), "delivery_count": d.delivery_count,
                  "receipt": receipt} for d, receipt in zip(deliveries, receipts, strict=True)]

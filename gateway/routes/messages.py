@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.auth.acl import Action
 from gateway.auth.gatekeeper import gatekeeper_of, principal_of
-from gateway.cloudevents import accepts_batch, batch_response, event_document
+from gateway.cloudevents import accepts_batch, batch_response
 from gateway.delivery.filters import HeaderFilter
 from gateway.errors import (
     Problem,
@@ -24,7 +24,12 @@ from gateway.responses import json_response
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.bodies import read_body
 from gateway.routes.dry_runs import dry_run
-from gateway.routes.schema_reads import ReadingVersion, message_documents, reading_version
+from gateway.routes.schema_reads import (
+    ReadingVersion,
+    message_documents,
+    message_events,
+    reading_version,
+)
 from gateway.services import Services, services_of
 from gateway.throttle import RateAction
 from partitioner.topics import TopicMetadata
@@ -130,9 +135,10 @@ def _page(request: web.Request, topic: TopicMetadata, entries: list[StoredEntry]
           next_offset: str, limited: dict[str, str],
           reading: ReadingVersion | None = None) -> web.Response:
     """A page of replay: messages and next_offset, or a CloudEvents batch when the request
-    accepts one (next_offset then in a header)."""
+    accepts one (next_offset then in a header); either at the schema version asked for, if
+    any."""
     if accepts_batch(request):
-        return batch_response([event_document(topic.name, e) for e in entries],
+        return batch_response(message_events(entries, topic, reading),
                               {**limited, NEXT_OFFSET_HEADER: next_offset})
     return json_response({"messages": message_documents(entries, topic, reading),
                           "next_offset": next_offset}, headers=limited)

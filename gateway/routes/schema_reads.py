@@ -1,5 +1,6 @@
 """Reading messages at a schema version (replay, key history): each value converted to the version
-asked for, or returned as written with a ``schema_error`` saying why it could not be."""
+asked for, or returned as written with a ``schema_error`` (``sgschemaerror`` in an event) saying
+why it could not be."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.cloudevents import event_document, versioned_event
 from gateway.delivery.pinning import PinnedVersion
 from gateway.documents import entry_document
 from gateway.errors import Problem, invalid_field
@@ -71,17 +73,33 @@ def message_documents(entries: Sequence[StoredEntry], topic: TopicMetadata,
     """The entries' documents, at the version asked for, if any."""
     if reading is None:
         return [entry_document(entry) for entry in entries]
-    return [_document_at(entry, topic, reading) for entry in entries]
+    return [entry_document(entry) if error is None
+            else {**entry_document(entry), "schema_error": error}
+            for entry, error in _entries_at(entries, topic, reading)]
 
 
-def _document_at(entry: StoredEntry, topic: TopicMetadata,
-                 reading: ReadingVersion) -> dict[str, Any]:
-    """The entry converted, or as written with why it could not be (never silently changed)."""
+def message_events(entries: Sequence[StoredEntry], topic: TopicMetadata,
+                   reading: ReadingVersion | None) -> list[dict[str, Any]]:
+    """The entries as CloudEvents, at the version asked for, if any."""
+    if reading is None:
+        return [event_document(topic.name, entry) for entry in entries]
+    return [versioned_event(topic.name, entry, error)
+            for entry, error in _entries_at(entries, topic, reading)]
+
+
+def _entries_at(entries: Sequence[StoredEntry], topic: TopicMetadata,
+                reading: ReadingVersion) -> list[tuple[StoredEntry, str | None]]:
+    """Each entry converted, or as written with why it could not be (never silently changed)."""
+    return [_entry_at(entry, topic, reading) for entry in entries]
+
+
+def _entry_at(entry: StoredEntry, topic: TopicMetadata,
+              reading: ReadingVersion) -> tuple[StoredEntry, str | None]:
     try:
         if entry.value_format is not ValueFormat.JSON:
             raise ConversionFailed("the value is not JSON")
         value, headers = reading.converter.convert_value(
             entry.value, entry.headers, topic.name, topic.created_at_ms, reading.version)
     except ConversionFailed as exc:
-        return {**entry_document(entry), "schema_error": exc.reason}
-    return entry_document(dataclasses.replace(entry, value=value, headers=headers))
+        return entry, exc.reason
+    return dataclasses.replace(entry, value=value, headers=headers), None

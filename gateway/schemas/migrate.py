@@ -13,6 +13,7 @@ import orjson
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.engine import CompiledSchema, CompiledSchemas
 from gateway.schemas.errors import ConversionFailed
+from gateway.schemas.proof import proves
 from partitioner.schemas import SchemaRecord
 
 __all__ = ["MAX_COMPILED_TARGETS", "ConversionFailed", "SchemaVersions", "ValueConverter",
@@ -148,7 +149,7 @@ class ValueConverter:
         if int(written) not in records:
             raise ConversionFailed(f"the value's schema version {written} is not registered")
         return ValueStep(tuple(_chain(int(written), target, records)), target_record,
-                         self._compiled)
+                         self._compiled, written=records[int(written)])
 
     def _between(self, topic: str, created_at_ms: int, one: int,
                  other: int) -> dict[int, SchemaRecord]:
@@ -161,17 +162,25 @@ class ValueConverter:
 class ValueStep:
     """Converts JSON values of one version to another by a resolved chain of operations lists,
     compiled once; the result must match the target's schema (no chain: the value as it is
-    must)."""
+    must). Given the written version, a chain proven to keep every value its schema accepts
+    valid under the target's skips that check."""
 
-    __slots__ = ("_chain", "_migrate", "_schema", "_target", "_what")
+    __slots__ = ("_chain", "_checked", "_migrate", "_schema", "_target", "_what")
 
     def __init__(self, chain: tuple[Sequence[Operation], ...], target: SchemaRecord,
-                 compiled: CompiledSchemas, what: str = "the converted value") -> None:
+                 compiled: CompiledSchemas, what: str = "the converted value",
+                 written: SchemaRecord | None = None) -> None:
         self._chain = chain
         self._migrate = _compiled_chain(chain)
         self._target = target
         self._schema = compiled.get(target.fingerprint, target.schema)
         self._what = what
+        self._checked = not _proven(written, chain, target)
+
+    @property
+    def proven(self) -> bool:
+        """Whether every value of the written version converts to a valid one (none checked)."""
+        return not self._checked
 
     def __call__(self, value: bytes) -> bytes:
         """``value`` converted (the same bytes when there is nothing to apply); ConversionFailed
@@ -179,7 +188,7 @@ class ValueStep:
         instance = _parsed(value)  # parsed here: changed in place, no copy
         if self._migrate is not None:
             self._migrate(instance)
-        if not self._schema.is_valid(instance):
+        if self._checked and not self._schema.is_valid(instance):
             _require_match(instance, self._target, self._schema, self._what)
         return orjson.dumps(instance) if self._chain else value
 
@@ -195,7 +204,7 @@ class ValueStep:
                     migrate(instance)
         except (orjson.JSONDecodeError, ConversionFailed):
             return self._one_by_one(values)
-        if not self._schema.all_valid(instances):
+        if self._checked and not self._schema.all_valid(instances):
             return self._one_by_one(values)
         return list(map(orjson.dumps, instances)) if self._chain else values
 
@@ -207,6 +216,15 @@ class ValueStep:
             except ConversionFailed as exc:
                 converted.append(exc)
         return converted
+
+
+def _proven(written: SchemaRecord | None, chain: tuple[Sequence[Operation], ...],
+            target: SchemaRecord) -> bool:
+    """Whether every value written at ``written`` converts to one the target accepts. A value
+    matched its version's whole schema at the door (only the gateway writes the version header),
+    unless the version has event types: then only its type's subschema."""
+    return (written is not None and not written.event_types
+            and proves(written.schema, chain, target.schema, _tokens))
 
 
 def _chain(from_version: int, to_version: int,
