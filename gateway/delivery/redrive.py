@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 
-from gateway.delivery.dead_letters import dlq_name
+from gateway.delivery.dead_letters import dlq_name, restored_headers
 from gateway.offsets import predecessor
 from gateway.publish.publisher import append_options, internal_key
 from partitioner.hashing import partition_for
@@ -24,7 +24,6 @@ from storage.models import Acks, Record, Records, StoredEntry
 from storage.protocol import StreamStore
 
 REDRIVE_GROUP = "sg-redrive"
-DLQ_HEADER_PREFIX = "sg-dlq-"
 PAGE = 100
 
 
@@ -35,8 +34,8 @@ def source_record(entry: StoredEntry, dlq_partition: int, source: TopicMetadata)
     partition = int(original) if known else (
         partition_for(entry.key, source.partitions) if entry.key is not None
         else dlq_partition % source.partitions)
-    headers = {k: v for k, v in entry.headers.items() if not k.startswith(DLQ_HEADER_PREFIX)}
-    return Record(partition, entry.value, entry.value_format, entry.key, headers,
+    return Record(partition, entry.value, entry.value_format, entry.key,
+                  restored_headers(entry.headers, source),
                   idempotency_key=internal_key("redrive", dlq_name(source.name), dlq_partition,
                                                entry.offset))
 
