@@ -32,9 +32,10 @@ from typing import Any
 import aiohttp
 import redis.asyncio as aredis
 from anchors import compact_aofs
+from compression_rows import realistic_body
 from prometheus_client.parser import text_string_to_metric_families
 from publish import http_publish_for, wait_ready
-from run import CpuReading, cpu_per_message, cpu_reading, realistic_body, settle
+from run import CpuReading, cpu_per_message, cpu_reading, settle
 from services import GatewayProcess
 
 from streamgate_devstack import DevStack, DevStackConfig

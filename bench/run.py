@@ -20,16 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
-import importlib
 import os
 import platform
-import random
 import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +44,7 @@ from anchors import (
     raw_xadd_rate,
 )
 from client_rows import client_rows
+from compression_rows import PUBLISH_TOPIC, compression_rows
 from deliver import create_topic, lean_group_drain_window, paced_latencies, publish
 from event_sourcing import event_sourcing_rows
 from key_shared import key_shared_rows
@@ -79,7 +76,6 @@ from streamgate_devstack.redis_cluster import RedisClusterProcess
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
          "event_sourcing", "tracing", "key_shared", "schemas")
 BENCH_DIR = Path(__file__).resolve().parent
-PUBLISH_TOPIC = "bench"
 PUBLISH_PARTITIONS = 6
 # The absolute goals (>= 8,000 single requests/s, p99 < 15 ms; publish -> WebSocket p50 < 5 ms,
 # p99 < 25 ms; fan-out >= 500,000 deliveries/s; group >= 100,000 msg/s) as ratios to their
@@ -93,26 +89,7 @@ LATENCY_P99_RATIO = 4.0
 FANOUT_RATIO = 2.5
 GROUP_RATIO = 0.6
 PINNED_MESSAGES = 50_000  # per drain of the pinned-delivery rows (each round drains twice)
-WORDS = ("leave", "at", "the", "back", "door", "ring", "twice", "fragile", "gift", "wrap", "call",
-         "before", "monday", "morning", "office", "reception", "please", "thanks")
 
-
-def realistic_value(index: int) -> dict[str, Any]:
-    """A ~200-byte JSON order that differs per message (identical values would flatter every
-    codec)."""
-    rng = random.Random(index)
-    return {"order": 100_000 + index, "customer": f"cust-{rng.randrange(10_000):04d}",
-            "currency": rng.choice(("EUR", "USD", "GBP")), "total": round(rng.uniform(1, 5000), 2),
-            "items": [{"sku": f"sku-{rng.randrange(10_000)}", "qty": rng.randrange(1, 9)}
-                      for _ in range(2)],
-            "note": " ".join(rng.choice(WORDS) for _ in range(6)),
-            "ts": 1795418703164 + rng.randrange(10**6)}
-
-
-def realistic_body(batch: int) -> bytes:
-    """A publish body of ``batch`` distinct realistic messages, acks=1."""
-    return orjson.dumps({"acks": "1", "messages": [{"key": f"k{i}", "value": realistic_value(i)}
-                                                   for i in range(batch)]})
 
 
 @dataclass(frozen=True)
@@ -632,67 +609,9 @@ class Harness:
 
     # --- goal 6 -----------------------------------------------------------------------------------
     async def compression(self) -> None:
-        plain = realistic_body(100)
-        codecs: dict[str, Callable[[bytes], bytes] | None] = {"gzip": gzip.compress,
-                                                              "zstd": zstd_compressor()}
-        await self.fresh_publish_topic()
-        cpu0 = self.gateway.cpu_seconds()
-        base_rate = (await http_publish_for(self.gateway.base, PUBLISH_TOPIC, plain, 100,
-                                            self.plan.seconds, 16))
-        base_cpu = (self.gateway.cpu_seconds() - cpu0) / base_rate.messages * 1e6
-        for name, compress in codecs.items():
-            figure = f"publish, Content-Encoding {name}, batch 100"
-            refusal = "the client has no zstd module (backports.zstd)" if compress is None else \
-                await self.encoding_refusal(name, compress(plain))
-            if refusal:
-                self.rows.append(Row("6", figure, None, "msg/s", status=UNSUPPORTED, note=refusal))
-                continue
-            body = compress(plain)
-            await self.fresh_publish_topic()
-            cpu0 = self.gateway.cpu_seconds()
-            result = await http_publish_for(self.gateway.base, PUBLISH_TOPIC, body, 100,
-                                            self.plan.seconds, 16, {"content-encoding": name})
-            cpu = (self.gateway.cpu_seconds() - cpu0) / result.messages * 1e6
-            self.rows.append(Row("6", figure, result.rate, "msg/s", base_rate.rate, "identity",
-                                 "shows when it helps",
-                                 note=f"wire {len(body) / 100:.0f} B/msg vs {len(plain) / 100:.0f} "
-                                      f"B/msg identity; gateway CPU {cpu:.1f} us/msg vs "
-                                      f"{base_cpu:.1f} us/msg"))
-        await self.websocket_deflate()
-
-    async def encoding_refusal(self, name: str, body: bytes) -> str:
-        """Feature detection: '' when the gateway takes a body in this Content-Encoding, else its
-        answer."""
-        async with aiohttp.ClientSession() as http, http.post(
-                f"{self.gateway.base}/v1/topics/{PUBLISH_TOPIC}/messages", data=body,
-                headers={"content-type": "application/json", "content-encoding": name}) as response:
-            return "" if response.status == 200 else (f"refused: {response.status} "
-                                                      f"{(await response.text())[:160]}")
-
-    async def websocket_deflate(self) -> None:
-        figure = "WebSocket permessage-deflate"
-        async with aiohttp.ClientSession() as http, http.ws_connect(
-                f"{self.gateway.base}/v1/subscribe", params={"topic": PUBLISH_TOPIC},
-                compress=15) as ws:
-            negotiated = ws.compress
-        if not negotiated:
-            self.rows.append(Row("6", figure, None, "", status=UNSUPPORTED, note="not negotiated"))
-            return
-        frames = [orjson.dumps({"type": "message", "topic": PUBLISH_TOPIC, "partition": i % 6,
-                                "offset": f"{1795418703164 + i}-0", "key": f"k{i}",
-                                "value": realistic_value(i), "headers": {},
-                                "timestamp_ms": 1795418703164 + i, "delivery_count": 1})
-                  for i in range(1000)]
-        deflater = zlib.compressobj(wbits=-15)
-        sizes = [len(deflater.compress(frame) + deflater.flush(zlib.Z_SYNC_FLUSH)) - 4
-                 for frame in frames]
-        per_frame = sum(sizes) / len(sizes)
-        plain = sum(len(frame) for frame in frames) / len(frames)
-        self.rows.append(Row("6", figure + " (wire bytes per message frame)", per_frame, "B", plain,
-                             "uncompressed frame", "shows when it helps",
-                             note=f"negotiated (window bits {negotiated}); size computed with the "
-                                  "same raw deflate and context takeover over 1,000 distinct "
-                                  "frames, not captured on the wire"))
+        """Compressed publish bodies and delivery frames (bench/compression_rows.py)."""
+        self.rows += await compression_rows(self.gateway.base, self.plan.seconds,
+                                            self.gateway.cpu_seconds, self.fresh_publish_topic)
 
     # --- goal 7 -----------------------------------------------------------------------------------
     async def workers(self) -> None:
@@ -746,21 +665,6 @@ class Harness:
         self.rows += await schema_rows(self.gateway.base, min(self.plan.seconds, 3.0), 3)
         self.rows += await pinned_rows(self.gateway.base,
                                        min(self.plan.group_messages, PINNED_MESSAGES), 3)
-
-
-def zstd_compressor() -> Callable[[bytes], bytes] | None:
-    """zstd from the standard library (3.14+) or its backport (the gateway's own dependency), else
-    zstandard."""
-    for module in ("compression.zstd", "backports.zstd"):
-        try:
-            return importlib.import_module(module).compress  # type: ignore[no-any-return]
-        except ImportError:
-            continue
-    try:
-        import zstandard
-    except ImportError:
-        return None
-    return zstandard.ZstdCompressor().compress
 
 
 def stop_all(processes: list[subprocess.Popen[str]]) -> None:
