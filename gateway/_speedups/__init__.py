@@ -12,8 +12,8 @@ from gateway._speedups.frames_py import text_frames as text_frames_python
 from gateway._speedups.sketch_py import Sketch
 
 __all__ = ["OFF", "SHORT_MAX", "Sketch", "SpaceSaving", "count_batch", "frame_header",
-           "message_frames_or_none", "parse_plain", "plain_results_json", "scan_plain_body",
-           "text_frames_or_none", "text_frames_python"]
+           "message_frames_or_none", "parse_plain", "plain_results_json", "refilled_or_declined",
+           "scan_plain_body", "text_frames_or_none", "text_frames_python"]
 
 # Read at import, before settings exist; each package's _speedups reads it by the same rule
 # (tests/unit/test_speedups.py keeps them in step) so that no package imports another's.
@@ -38,16 +38,24 @@ else:
     except ImportError:
         from gateway._speedups.sketch_py import SpaceSaving, count_batch
 
+def _refills_nothing(*_: object) -> bool:
+    """The compiled refill's stand-in: it changes no delivery, the caller's reference does."""
+    return False
+
+
 # The framing in C declines (None) whatever it is not sure of; the references
 # (gateway.delivery.wire.message_frame, text_frames_python) then frame it.
 if TYPE_CHECKING:
     from gateway._speedups._frames import message_frames as message_frames_or_none
+    from gateway._speedups._frames import refill as refilled_or_declined
     from gateway._speedups._frames import text_frames as text_frames_or_none
 else:
     message_frames_or_none = text_frames_or_none = _declines
+    refilled_or_declined = _refills_nothing
     if not OFF:
         try:
             from gateway._speedups._frames import message_frames as message_frames_or_none
+            from gateway._speedups._frames import refill as refilled_or_declined
             from gateway._speedups._frames import text_frames as text_frames_or_none
         except ImportError:
             pass

@@ -3,7 +3,8 @@
  * (test_wire_frames.py pins them): the frame's fixed parts, integers and offsets are written
  * here; a key that is not plain printable ASCII, non-empty headers and binary values go through the Python
  * helpers the layout names (orjson, base64), exactly as the reference does. None whenever a field is not of the
- * type the reference is written for (the reference then frames the page).
+ * type the reference is written for (the reference then frames the page). And the converted deliveries of a page
+ * pinned to a schema version, new objects with the other slots copied (gateway.delivery.pinning refills them else).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -198,21 +199,29 @@ write_frame(PyObject *prefix, const Parts *parts)
     return frame;
 }
 
+/* Whether a layout starts with the two classes and their slots' descriptors (setters too when ``filled``). */
 static int
-layout_is_valid(PyObject *layout)
+classes_are_valid(PyObject *layout, Py_ssize_t size, int filled)
 {
-    if (!PyTuple_CheckExact(layout) || PyTuple_GET_SIZE(layout) != LAYOUT)
+    if (!PyTuple_CheckExact(layout) || PyTuple_GET_SIZE(layout) != size)
         return 0;
     PyObject *getters = PyTuple_GET_ITEM(layout, L_GETTERS);
     if (!PyType_Check(PyTuple_GET_ITEM(layout, L_DELIVERY)) || !PyType_Check(PyTuple_GET_ITEM(layout, L_ENTRY))
-        || !PyTuple_CheckExact(getters) || PyTuple_GET_SIZE(getters) != GETTERS
-        || !PyCallable_Check(PyTuple_GET_ITEM(layout, L_KEY_JSON)) || !PyCallable_Check(PyTuple_GET_ITEM(layout, L_DUMPS))
-        || !PyCallable_Check(PyTuple_GET_ITEM(layout, L_B64)))
+        || !PyTuple_CheckExact(getters) || PyTuple_GET_SIZE(getters) != GETTERS)
         return 0;
-    for (Py_ssize_t i = 0; i < GETTERS; i++)
-        if (Py_TYPE(PyTuple_GET_ITEM(getters, i))->tp_descr_get == NULL)
+    for (Py_ssize_t i = 0; i < GETTERS; i++) {
+        PyTypeObject *descriptor = Py_TYPE(PyTuple_GET_ITEM(getters, i));
+        if (descriptor->tp_descr_get == NULL || (filled && descriptor->tp_descr_set == NULL))
             return 0;
+    }
     return 1;
+}
+
+static int
+layout_is_valid(PyObject *layout)
+{
+    return classes_are_valid(layout, LAYOUT, 0) && PyCallable_Check(PyTuple_GET_ITEM(layout, L_KEY_JSON))
+        && PyCallable_Check(PyTuple_GET_ITEM(layout, L_DUMPS)) && PyCallable_Check(PyTuple_GET_ITEM(layout, L_B64));
 }
 
 static PyObject *
@@ -242,6 +251,111 @@ message_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyList_SET_ITEM(frames, i, frame);
     }
     return frames;
+}
+
+/* A new instance of a slotted class, as object.__new__ makes it (its slots unset). */
+static PyObject *
+blank(PyObject *type)
+{
+    return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+}
+
+static int
+put(PyObject *setter, PyObject *owner, PyObject *value)
+{
+    return Py_TYPE(setter)->tp_descr_set(setter, owner, value);
+}
+
+/* A new delivery of the same entry but its value and headers (a new entry) and the same count: the new reference,
+ * NULL with an exception set on error or without one when the reference must refill it. */
+static PyObject *
+refilled(PyObject *delivery, PyObject *value, PyObject *alone, Py_ssize_t only_version, PyObject *const *layout)
+{
+    PyObject *const *getters = &PyTuple_GET_ITEM(layout[L_GETTERS], 0);
+    if (Py_TYPE(delivery) != (PyTypeObject *)layout[L_DELIVERY] || !PyBytes_CheckExact(value))
+        return NULL;
+    PyObject *entry = get(getters[G_ENTRY], delivery), *headers = NULL, *fresh_entry = NULL, *fresh = NULL;
+    PyObject *field = NULL;
+    if (entry == NULL || Py_TYPE(entry) != (PyTypeObject *)layout[L_ENTRY])
+        goto done;
+    headers = get(getters[G_HEADERS], entry);
+    if (headers == NULL || !PyDict_CheckExact(headers))
+        goto done;
+    if (PyDict_GET_SIZE(headers) == only_version) {
+        Py_SETREF(headers, Py_NewRef(alone));
+    } else {
+        Py_SETREF(headers, PyDict_Copy(headers));
+        if (headers == NULL || PyDict_Update(headers, alone) < 0)
+            goto done;
+    }
+    fresh_entry = blank(layout[L_ENTRY]);
+    if (fresh_entry == NULL)
+        goto done;
+    for (int slot = G_PARTITION; slot < GETTERS; slot++) {
+        PyObject *kept = slot == G_VALUE ? value : slot == G_HEADERS ? headers : NULL;
+        Py_XSETREF(field, kept != NULL ? Py_NewRef(kept) : get(getters[slot], entry));
+        if (field == NULL || put(getters[slot], fresh_entry, field) < 0)
+            goto done;
+    }
+    fresh = blank(layout[L_DELIVERY]);
+    Py_XSETREF(field, get(getters[G_COUNT], delivery));
+    if (fresh == NULL || field == NULL || put(getters[G_ENTRY], fresh, fresh_entry) < 0
+        || put(getters[G_COUNT], fresh, field) < 0)
+        Py_CLEAR(fresh);
+done:
+    Py_XDECREF(field);
+    Py_XDECREF(fresh_entry);
+    Py_XDECREF(headers);
+    Py_XDECREF(entry);
+    return fresh;
+}
+
+/* refill(page, indexes, values, alone, only_version, layout): each delivery of page at indexes replaced by a new one
+ * whose entry has the value at the same place in values and the headers alone (when it had only_version headers;
+ * else its own updated by alone), every other slot the same; pinning.PinnedVersion._refill's, object for object.
+ * False, the page untouched, when a value is not bytes (a failed conversion) or anything is not of the type the
+ * reference is written for: the reference then refills them. */
+static PyObject *
+refill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyDict_CheckExact(args[3])
+        || !PyLong_CheckExact(args[4]) || !classes_are_valid(args[5], L_JSON, 1)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "refill(page: list, indexes: list, values, alone: dict, only_version: int, layout: tuple)");
+        return NULL;
+    }
+    PyObject *page = args[0], *indexes = args[1], *values = args[2], *alone = args[3];
+    PyObject *const *layout = &PyTuple_GET_ITEM(args[5], 0);
+    Py_ssize_t only_version = PyLong_AsSsize_t(args[4]), count = PyList_GET_SIZE(indexes);
+    if (only_version == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(values) || PyList_GET_SIZE(values) != count)
+        Py_RETURN_FALSE;
+    /* every new delivery made before the page changes: it changes whole or not at all */
+    PyObject *fresh = PyList_New(count);
+    if (fresh == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *index = PyList_GET_ITEM(indexes, i);
+        Py_ssize_t at = PyLong_CheckExact(index) ? PyLong_AsSsize_t(index) : -1;
+        PyObject *delivery = NULL;
+        if (at >= 0 && at < PyList_GET_SIZE(page))
+            delivery = refilled(PyList_GET_ITEM(page, at), PyList_GET_ITEM(values, i), alone, only_version, layout);
+        if (delivery == NULL) {
+            Py_DECREF(fresh);
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+                return NULL;
+            PyErr_Clear();  /* an unset slot: the reference raises its own */
+            Py_RETURN_FALSE;
+        }
+        PyList_SET_ITEM(fresh, i, delivery);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(indexes, i));
+        PyList_SetItem(page, at, Py_NewRef(PyList_GET_ITEM(fresh, i)));
+    }
+    Py_DECREF(fresh);
+    Py_RETURN_TRUE;
 }
 
 /* The size of an unmasked frame header for a payload of n bytes (RFC 6455 5.2). */
@@ -305,13 +419,15 @@ text_frames(PyObject *module, PyObject *payloads)
 static PyMethodDef methods[] = {
     {"message_frames", (PyCFunction)(void (*)(void))message_frames, METH_FASTCALL,
      "The message frames of a page of deliveries, or None (the Python reference frames it)."},
+    {"refill", (PyCFunction)(void (*)(void))refill, METH_FASTCALL,
+     "Deliveries of a page replaced by their converted ones, or False (the Python reference refills them)."},
     {"text_frames", (PyCFunction)text_frames, METH_O,
      "Payloads as consecutive final text frames in one bytes object, or None (the Python reference frames them)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway._speedups._frames", "Message frames of group deliveries, and text frames for the socket, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "gateway._speedups._frames", "Message frames of group deliveries, text frames for the socket, and converted deliveries, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

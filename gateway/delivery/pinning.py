@@ -10,10 +10,12 @@ from typing import Any
 
 import orjson
 
+from gateway._speedups import refilled_or_declined
 from gateway.delivery.retry_policy import DeadLetter
 from gateway.delivery.wire import error_frame, message_frames
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.errors import ConversionFailed
+from gateway.schemas.event_types import EVENT_TYPE_HEADER
 from gateway.schemas.migrate import ValueConverter, ValueStep
 from storage.models import Delivery, StoredEntry, ValueFormat
 
@@ -41,7 +43,7 @@ class PinnedVersion:
             return entry
         if entry.value_format is not ValueFormat.JSON:
             raise ConversionFailed("the value is not JSON")
-        value = self._step(written)(entry.value)
+        value = self._step(written)(entry.value, entry.headers.get(EVENT_TYPE_HEADER))
         return _with_value(entry, value, {**entry.headers, SCHEMA_VERSION_HEADER: self.label})
 
     def split(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[DeadLetter]]:
@@ -64,25 +66,37 @@ class PinnedVersion:
     def _convert(self, page: list[Delivery], indexes: list[int], written: str | None,
                  why: dict[int, str]) -> None:
         """The deliveries of ``page`` at ``indexes`` (all written at ``written``) replaced by
-        their conversions; ``why`` gets the reason of each that cannot be converted."""
+        their conversions, those of each event type together (each checked against its type's
+        subschema); ``why`` gets the reason of each that cannot be converted."""
         try:
             step = self._step(written)
         except ConversionFailed as exc:
             why.update(dict.fromkeys(indexes, conversion_reason(self.version, exc)))
             return
-        json_at = [index for index in indexes
-                   if page[index].entry.value_format is ValueFormat.JSON]
+        json = ValueFormat.JSON
+        json_at = [index for index in indexes if page[index].entry.value_format is json]
         if len(json_at) < len(indexes):
             not_json = conversion_reason(self.version, ConversionFailed("the value is not JSON"))
             why.update(dict.fromkeys(set(indexes).difference(json_at), not_json))
+        for event_type, typed_at in _positions_by_type(page, json_at).items():
+            values = step.values([page[index].entry.value for index in typed_at], event_type)
+            self._refill(page, typed_at, values, written, why)
+
+    def _refill(self, page: list[Delivery], indexes: list[int],
+                values: Sequence[bytes | ConversionFailed], written: str | None,
+                why: dict[int, str]) -> None:
+        """The deliveries of ``page`` at ``indexes`` given their converted ``values`` (or why
+        not, into ``why``)."""
         # the usual headers (the version alone) are one mapping for the page: entries never
         # change theirs
         alone, only_version = {SCHEMA_VERSION_HEADER: self.label}, 0 if written is None else 1
-        values = step.values([page[index].entry.value for index in json_at])
+        # the compiled refill makes the same objects (it declines a page with a failure)
+        if refilled_or_declined(page, indexes, values, alone, only_version, _REFILL_LAYOUT):
+            return
         # each delivery refilled through its slots here, not by a helper per value: the call
         # costs about as much as the filling
         set_entry, set_count = _DELIVERY_SETTERS
-        for index, value in zip(json_at, values, strict=True):
+        for index, value in zip(indexes, values, strict=True):
             if isinstance(value, ConversionFailed):
                 why[index] = conversion_reason(self.version, value)
                 continue
@@ -120,6 +134,11 @@ class PinnedVersion:
 _ENTRY_SETTERS = tuple(vars(StoredEntry)[field].__set__ for field in (
     "partition", "offset", "value", "value_format", "key", "headers", "timestamp_ms"))
 _DELIVERY_SETTERS = tuple(vars(Delivery)[field].__set__ for field in ("entry", "delivery_count"))
+# What the compiled refill (gateway/_speedups/_frames.c) reads and fills, in its order: the two
+# classes, then their slots as the dataclasses declare them
+_REFILL_LAYOUT = (Delivery, StoredEntry,
+                  tuple(vars(owner)[slot] for owner in (Delivery, StoredEntry)
+                        for slot in owner.__slots__))
 
 
 def _with_value(entry: StoredEntry, value: bytes, headers: Mapping[str, str]) -> StoredEntry:
@@ -147,6 +166,20 @@ def _positions_by_version(versions: list[str | None],
     for index, written in enumerate(versions):
         if written != label:
             positions.setdefault(written, []).append(index)
+    return positions
+
+
+def _positions_by_type(page: list[Delivery], indexes: list[int]) -> dict[str | None, list[int]]:
+    """The ``indexes`` of ``page`` by the event type (``ce-type``) of their entries (the usual
+    page has one type or none: no walk)."""
+    types = [page[index].entry.headers.get(EVENT_TYPE_HEADER) for index in indexes]
+    if not types:
+        return {}
+    if types.count(types[0]) == len(types):
+        return {types[0]: indexes}
+    positions: dict[str | None, list[int]] = {}
+    for index, event_type in zip(indexes, types, strict=True):
+        positions.setdefault(event_type, []).append(index)
     return positions
 
 

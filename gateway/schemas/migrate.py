@@ -13,6 +13,7 @@ import orjson
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.engine import CompiledSchema, CompiledSchemas
 from gateway.schemas.errors import ConversionFailed
+from gateway.schemas.event_types import EVENT_TYPE_HEADER, compiled_for_type
 from gateway.schemas.proof import proves
 from partitioner.schemas import SchemaRecord
 
@@ -24,6 +25,7 @@ __all__ = ["MAX_COMPILED_TARGETS", "ConversionFailed", "SchemaVersions", "ValueC
 MAX_COMPILED_TARGETS = 256
 MAX_CACHED_POINTERS = 4096  # parsed migration pointers kept (process-wide)
 MAX_CACHED_STEPS = 1024  # resolved (topic incarnation, written, target) conversions kept
+MAX_TYPE_SHOWN = 256  # characters of an event type a reason names (a declared one is no longer)
 Operation = Mapping[str, Any]
 Migrate = Callable[[Any], None]  # one compiled operation (or chain) applied to a value in place
 Member = tuple[tuple[str, ...], str]  # a pointer as the steps to its holder and the member's name
@@ -116,7 +118,8 @@ class ValueConverter:
         if written == wanted:
             return value, dict(headers)
         step = self.step(topic, created_at_ms, written, target)
-        return step(value), {**headers, SCHEMA_VERSION_HEADER: wanted}
+        return (step(value, headers.get(EVENT_TYPE_HEADER)),
+                {**headers, SCHEMA_VERSION_HEADER: wanted})
 
     def step(self, topic: str, created_at_ms: int, written: str | None,
              target: int) -> ValueStep:
@@ -161,11 +164,11 @@ class ValueConverter:
 
 class ValueStep:
     """Converts JSON values of one version to another by a resolved chain of operations lists,
-    compiled once; the result must match the target's schema (no chain: the value as it is
-    must). Given the written version, a chain proven to keep every value its schema accepts
-    valid under the target's skips that check."""
+    compiled once; the result must match the target's schema, or the subschema of the value's
+    event type (no chain: the value as it is must). Given the written version, a chain proven to
+    keep every value its schema accepts valid under the target's skips that check."""
 
-    __slots__ = ("_chain", "_checked", "_migrate", "_schema", "_target", "_what")
+    __slots__ = ("_chain", "_checked", "_compiled", "_migrate", "_schema", "_target", "_what")
 
     def __init__(self, chain: tuple[Sequence[Operation], ...], target: SchemaRecord,
                  compiled: CompiledSchemas, what: str = "the converted value",
@@ -173,6 +176,7 @@ class ValueStep:
         self._chain = chain
         self._migrate = _compiled_chain(chain)
         self._target = target
+        self._compiled = compiled
         self._schema = compiled.get(target.fingerprint, target.schema)
         self._what = what
         self._checked = not _proven(written, chain, target)
@@ -182,37 +186,53 @@ class ValueStep:
         """Whether every value of the written version converts to a valid one (none checked)."""
         return not self._checked
 
-    def __call__(self, value: bytes) -> bytes:
-        """``value`` converted (the same bytes when there is nothing to apply); ConversionFailed
-        says why it cannot be."""
+    def __call__(self, value: bytes, event_type: str | None = None) -> bytes:
+        """``value`` (of ``event_type``, its ``ce-type``) converted (the same bytes when there is
+        nothing to apply); ConversionFailed says why it cannot be."""
+        schema = self._schema_for(event_type) if self._checked else self._schema
         instance = _parsed(value)  # parsed here: changed in place, no copy
         if self._migrate is not None:
             self._migrate(instance)
-        if self._checked and not self._schema.is_valid(instance):
-            _require_match(instance, self._target, self._schema, self._what)
+        if self._checked and not schema.is_valid(instance):
+            _require_match(instance, self._target, schema, self._what, event_type)
         return orjson.dumps(instance) if self._chain else value
 
-    def values(self, values: Sequence[bytes]) -> Sequence[bytes | ConversionFailed]:
-        """Each of ``values`` converted, or why it cannot be, in order. A page goes through each
-        stage at once (one engine call checks them all); it is redone value by value only when
-        one of them fails, to tell which and why."""
+    def values(self, values: Sequence[bytes],
+               event_type: str | None = None) -> Sequence[bytes | ConversionFailed]:
+        """Each of ``values`` (all of ``event_type``) converted, or why it cannot be, in order.
+        A page goes through each stage at once (one engine call checks them all); it is redone
+        value by value only when one of them fails, to tell which and why."""
         try:
-            instances = list(map(orjson.loads, values))
+            schema = self._schema_for(event_type) if self._checked else self._schema
+        except ConversionFailed as exc:
+            return [exc] * len(values)
+        try:
+            instances = _page_parsed(values)
             migrate = self._migrate
             if migrate is not None:
                 for instance in instances:
                     migrate(instance)
         except (orjson.JSONDecodeError, ConversionFailed):
-            return self._one_by_one(values)
-        if self._checked and not self._schema.all_valid(instances):
-            return self._one_by_one(values)
+            return self._one_by_one(values, event_type)
+        if self._checked and not schema.all_valid(instances):
+            return self._one_by_one(values, event_type)
         return list(map(orjson.dumps, instances)) if self._chain else values
 
-    def _one_by_one(self, values: Sequence[bytes]) -> list[bytes | ConversionFailed]:
+    def _schema_for(self, event_type: str | None) -> CompiledSchema:
+        """What a converted value of ``event_type`` must match (the whole schema without a type
+        or when the target declares none); ConversionFailed when the target lacks the type."""
+        schema = compiled_for_type(self._compiled, self._target, event_type)
+        if schema is None:
+            raise ConversionFailed(f"version {self._target.version} has no schema for event type "
+                                   f"{str(event_type)[:MAX_TYPE_SHOWN]!r}")
+        return schema
+
+    def _one_by_one(self, values: Sequence[bytes],
+                    event_type: str | None = None) -> list[bytes | ConversionFailed]:
         converted: list[bytes | ConversionFailed] = []
         for value in values:
             try:
-                converted.append(self(value))
+                converted.append(self(value, event_type))
             except ConversionFailed as exc:
                 converted.append(exc)
         return converted
@@ -222,8 +242,9 @@ def _proven(written: SchemaRecord | None, chain: tuple[Sequence[Operation], ...]
             target: SchemaRecord) -> bool:
     """Whether every value written at ``written`` converts to one the target accepts. A value
     matched its version's whole schema at the door (only the gateway writes the version header),
-    unless the version has event types: then only its type's subschema."""
-    return (written is not None and not written.event_types
+    unless the version has event types: then only its type's subschema. A target with event types
+    checks a typed value against its type's subschema, which the proof does not model."""
+    return (written is not None and not written.event_types and not target.event_types
             and proves(written.schema, chain, target.schema, _tokens))
 
 
@@ -249,13 +270,16 @@ def _chain(from_version: int, to_version: int,
 
 
 def _require_match(instance: Any, target: SchemaRecord, compiled: CompiledSchemas | CompiledSchema,
-                   what: str = "the converted value") -> None:
+                   what: str = "the converted value", event_type: str | None = None) -> None:
     schema = (compiled.get(target.fingerprint, target.schema)
               if isinstance(compiled, CompiledSchemas) else compiled)
     # the engine's yes/no is several times cheaper than its errors: asked first
     failure = None if schema.is_valid(instance) else schema.first_failure(instance)
     if failure is not None:
-        raise ConversionFailed(f"{what} does not match schema version {target.version} at "
+        against = (f"schema version {target.version}" if event_type is None or
+                   not target.event_types else f"the schema of type "
+                   f"{event_type[:MAX_TYPE_SHOWN]!r} in version {target.version}")
+        raise ConversionFailed(f"{what} does not match {against} at "
                                f"{failure.pointer or '/'}: {failure.message}")
 
 
@@ -264,6 +288,21 @@ def _parsed(value: bytes) -> Any:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
         raise ConversionFailed("the value is not JSON") from None
+
+
+def _page_parsed(values: Sequence[bytes]) -> list[Any]:
+    """The JSON ``values`` parsed, in order; JSONDecodeError when one is not JSON."""
+    # One parse for the page: a stored JSON value is valid JSON on its own (every publish path,
+    # a body's or a WebSocket frame's ``value`` and a CloudEvent's ``data``, stores what orjson
+    # writes of the parsed document, or the scanned bytes when they are exactly that), so the
+    # page joined is an array of as many; anything else is parsed value by value.
+    try:
+        instances = orjson.loads(b"[" + b",".join(values) + b"]")
+    except orjson.JSONDecodeError:
+        instances = None
+    if isinstance(instances, list) and len(instances) == len(values):
+        return instances
+    return list(map(orjson.loads, values))
 
 
 def _compiled_chain(chain: Sequence[Sequence[Operation]]) -> Migrate | None:
