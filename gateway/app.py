@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 
 from aiohttp import web
 
+from gateway.auth.event_tokens import event_token_signer_for
 from gateway.auth.gatekeeper import GATEKEEPER, authenticate, gatekeeper_from_settings
 from gateway.auth.limits import LimitOverrides
 from gateway.auth.quotas import QuotaRules
@@ -32,6 +33,8 @@ from gateway.quotas.retained import RetainedQuota
 from gateway.routes import (
     cluster,
     console,
+    event_tokens,
+    events,
     group_pause,
     group_scale,
     groups,
@@ -121,8 +124,10 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     )
     app[SETTINGS] = settings
     app[GATEKEEPER] = gatekeeper_from_settings(settings, env or {})
+    app[event_tokens.EVENT_TOKENS] = event_token_signer_for(settings.receipt_secret)
     for module in (topics, messages, publish_socket, history, subscribe, groups, group_scale,
-                   group_pause, purge, health, cluster, quotas, schemas):
+                   group_pause, purge, health, cluster, quotas, schemas, event_tokens,
+                   events):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)

@@ -92,6 +92,8 @@ class GatewaySettings:
     shutdown_timeout_s: float = 20.0
     ws_max_frame_bytes: int = MIB
     ws_heartbeat_s: float = 30.0
+    # a comment on an idle event stream (GET /v1/topics/{topic}/events) so proxies keep it
+    sse_heartbeat_s: float = 15.0
     # accept permessage-deflate when a WebSocket client offers it (false: never)
     ws_compression: bool = True
     # encoded frames queued per subscription; past it no delivery is taken
@@ -178,6 +180,8 @@ class GatewaySettings:
             raise ValueError("quota caps are 0 (no cap) or positive")
         if not self.quota_sync_interval_s > 0:
             raise ValueError("quota_sync_interval_s must be positive")
+        if not self.sse_heartbeat_s > 0:
+            raise ValueError("sse_heartbeat_s must be positive")
 
     @property
     def advertised_url(self) -> str | None:

@@ -86,6 +86,13 @@ def selects(selector: str, principal: Principal) -> bool:
     return selector == principal.name
 
 
+def selector_claim(selector: str) -> str | None:
+    """The JWT claim a ``claim:<name>=<value>`` selector matches on; None for other selectors."""
+    if not selector.startswith("claim:"):
+        return None
+    return selector.removeprefix("claim:").partition("=")[0]
+
+
 def _any_glob(patterns: Iterable[str], name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
@@ -145,6 +152,12 @@ class Acl:
     def forced_header_names(self) -> frozenset[str]:
         """Every header name some filter forces."""
         return frozenset(name for forced in self._filters for name in forced.headers)
+
+    def selectors(self) -> frozenset[str]:
+        """Every principal selector of the rules and filters."""
+        return frozenset(selector for principals in [*(rule.principals for rule in self._rules),
+                                                     *(kept.principals for kept in self._filters)]
+                         for selector in principals)
 
     def _rules_for(self, principal: Principal) -> Iterable[Rule]:
         return (rule for rule in self._rules if rule.applies_to(principal))

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
 
-from gateway.auth.acl import Acl, Action
+from gateway.auth.acl import Acl, Action, selector_claim
 from gateway.auth.config import AuthConfig, load_auth_config
 from gateway.auth.errors import AuthConfigError, Forbidden, Unauthenticated, UnknownKeyId
 from gateway.auth.keys import ApiKeyTable
@@ -44,6 +44,14 @@ class Gatekeeper:
         self.limit_overrides = config.limits if config is not None else LimitOverrides()
         self.quota_entries = config.quotas if config is not None else ()
         self.public_paths = frozenset(public_paths) | ALWAYS_PUBLIC_PATHS
+        self.selector_claims = self._selector_claims()
+
+    def _selector_claims(self) -> frozenset[str]:
+        """The JWT claims some principal selector matches on: all a stand-in for a principal's
+        credentials (an event token) must carry to be treated as that principal."""
+        selectors = (*self.acl.selectors(), *self.limit_overrides.selectors(),
+                     *(selector for entry in self.quota_entries for selector in entry.principals))
+        return frozenset(claim for claim in map(selector_claim, selectors) if claim is not None)
 
     async def keep_keys_fresh(self, stack: AsyncExitStack,
                               registry: CollectorRegistry) -> list[tuple[str, ReadinessCheck]]:
@@ -199,6 +207,9 @@ GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 PRINCIPAL = web.RequestKey("principal", Principal)
 # WebSocket routes that accept an ``auth`` first frame
 FRAME_AUTH_PATHS = frozenset({"/v1/subscribe", "/v1/publish"})
+# routes a browser's EventSource opens: an event token in the query may stand for credentials
+QUERY_TOKEN_ROUTES = frozenset({"/v1/topics/{topic}/events"})
+QUERY_TOKEN = "access_token"
 
 
 def gatekeeper_of(request: web.Request) -> Gatekeeper:
@@ -222,6 +233,14 @@ def awaits_auth_frame(request: web.Request) -> bool:
 
 def _is_websocket_upgrade(request: web.Request) -> bool:
     return request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
+
+
+def _carries_query_token(request: web.Request) -> bool:
+    """True for a request to a route that accepts an event token in its query, carrying one: the
+    route checks it (``gateway.routes.event_tokens``)."""
+    resource = request.match_info.route.resource
+    return (resource is not None and resource.canonical in QUERY_TOKEN_ROUTES
+            and QUERY_TOKEN in request.query)
 
 
 def authenticate(request: web.Request) -> Awaitable[None] | None:
@@ -254,7 +273,8 @@ async def _authenticate_after_refresh(request: web.Request, gatekeeper: Gatekeep
 def _keep_principal(request: web.Request, principal: Principal | None) -> None:
     if principal is not None:
         request[PRINCIPAL] = principal
-    elif not (request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request)):
+    elif not ((request.path in FRAME_AUTH_PATHS and _is_websocket_upgrade(request))
+              or _carries_query_token(request)):
         raise Unauthenticated(
             "credentials required: 'Authorization: Bearer <jwt>', 'Authorization: ApiKey "
             "<key>' or 'X-API-Key: <key>'"

@@ -49,6 +49,11 @@ class LimitOverrides:
                 return override.rates
         return {}
 
+    def selectors(self) -> frozenset[str]:
+        """Every principal selector of the entries."""
+        return frozenset(selector for override in self._overrides
+                         for selector in override.principals)
+
     @property
     def sets_any_rate(self) -> bool:
         """Whether some entry sets a finite rate (then a throttle is needed even with no global

@@ -78,7 +78,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     authorized: Authorized | None = None
     if not awaits_auth_frame(request):
         principal = principal_of(request)
-        authorized = principal, *await _authorize(services, gatekeeper, principal, params)
+        authorized = principal, *await authorize_subscription(services, gatekeeper, principal,
+                                                              params)
         if services.connections.full(principal.name):
             raise too_many_connections(too_many(services, principal), settings.retry_after_s)
     # A request that is not a WebSocket handshake is refused before the rate limit charges anything.
@@ -204,8 +205,9 @@ def too_many(services: Services, principal: Principal) -> str:
             f"this gateway (max_connections_per_principal)")
 
 
-async def _authorize(services: Services, gatekeeper: Gatekeeper, principal: Principal,
-                     params: SubscribeParams) -> tuple[SubscribeParams, TopicMetadata]:
+async def authorize_subscription(services: Services, gatekeeper: Gatekeeper,
+                                 principal: Principal, params: SubscribeParams
+                                 ) -> tuple[SubscribeParams, TopicMetadata]:
     """Check the ACL (403), then find the topic (404) and the schema version pinned (404, 409),
     then the principal's groups cap (403 groups-limit) and the group's filter binding (403); the
     principal's forced filter is ANDed in."""
@@ -229,7 +231,7 @@ async def _authorize_by_frame(socket: LeanWebSocket, services: Services, gatekee
     try:
         principal = await principal_from_first_frame(socket, gatekeeper,
                                                       services.settings.auth_frame_timeout_s)
-        params, topic = await _authorize(services, gatekeeper, principal, params)
+        params, topic = await authorize_subscription(services, gatekeeper, principal, params)
     except (AuthError, StorageError, PartitionerError) as exc:
         socket.close(close_code_for(exc), exc.message)  # close_payload cuts it to fit
         return None

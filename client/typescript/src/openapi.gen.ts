@@ -756,3 +756,26 @@ export interface PublishDryRun {
    */
   partitions: number[];
 }
+
+export interface EventTokenRequest {
+  /**
+   * How long the token opens the stream (seconds); never past the caller's own credential (default:
+   * 60)
+   */
+  ttl_s?: number;
+}
+
+export interface EventToken {
+  /**
+   * Opaque and URL-safe; a secret: anyone holding it may open this topic's stream as the caller
+   * until it expires
+   */
+  token: string;
+  /**
+   * When the token stops opening the stream (epoch ms); a stream opened with it ends when the
+   * caller's own credential expires
+   */
+  expires_at_ms: number;
+  /** The events path with the token as access_token; add from=, filters or last_event_id= */
+  url: string;
+}
