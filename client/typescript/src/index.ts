@@ -12,6 +12,10 @@ export type {
   Assignment, Gap, Mode, SubscribeOptions, SubscriptionEvents, SubscriptionState,
   WebSocketConstructor, WebSocketLike,
 } from "./subscription.js";
+export { EventStream } from "./events.js";
+export type {
+  EventSourceConstructor, EventSourceLike, EventStreamEvents, EventStreamState, EventsOptions,
+} from "./events.js";
 export { Message } from "./message.js";
 export { Admin } from "./admin.js";
 export type {

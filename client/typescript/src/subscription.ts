@@ -7,16 +7,17 @@
  * last offset per partition received, so a reconnect neither skips nor repeats a message.
  */
 
-import { Backoff, BackoffOptions } from "./backoff.js";
+import { BackoffOptions, Reconnects, RetryHooks } from "./backoff.js";
 import { Cursor, formatCursor, parseCursor } from "./cursor.js";
 import { Emitter } from "./emitter.js";
 import {
-  AuthError, ConnectionError, ForbiddenError, FrameError, ProblemError, StreamgateError,
+  AuthError, ConnectionError, ForbiddenError, FrameError, StreamgateError,
   SubscriptionClosedError,
 } from "./errors.js";
 import { Transport } from "./http.js";
 import { Message, MessageFrame, Settler } from "./message.js";
 import type * as api from "./openapi.gen.js";
+import { Readers } from "./readers.js";
 import { SocketTokenRefresh } from "./token_refresh.js";
 
 export type Mode = "exclusive" | "shared" | "key_shared" | "broadcast";
@@ -121,20 +122,20 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
   private readonly transport: Transport;
   private readonly WebSocketImpl: WebSocketConstructor;
   private readonly options: SubscribeOptions;
-  private readonly backoff: Backoff;
   private start: string | undefined;
   private connection: Connection | undefined;
-  private failures = 0;
-  /** The next connect waits at least this long (a 4429's `retry in <n> s`). */
-  private minDelayMs = 0;
-  private pausedFor: { timer: ReturnType<typeof setTimeout>; wake: () => void } | undefined;
+  private readonly reconnects: Reconnects;
+  private readonly retryHooks: RetryHooks = {
+    stopped: () => this.closing,
+    waiting: () => this.setState("reconnecting"),
+    giveUp: (error) => this.fail(error),
+  };
   private readonly queue: Message[] = [];
   private readonly queuedSizes: number[] = [];
   private queuedBytes = 0;
   /** Broadcast closed its socket because too much waited unread: reconnect once it is read. */
   private heldBack = false;
-  private readers: Array<{ resolve: (r: IteratorResult<Message>) => void;
-                           reject: (e: unknown) => void }> = [];
+  private readonly readers = new Readers<Message>();
   private failure: StreamgateError | undefined;
   private closing = false;
   /** A 4401 already led to a fresh token since the last assignment: another one is fatal. */
@@ -149,7 +150,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     this.topic = options.topic;
     this.group = options.group;
     this.mode = options.mode ?? (options.group === undefined ? "broadcast" : "exclusive");
-    this.backoff = new Backoff(options.reconnect);
+    this.reconnects = new Reconnects(options.reconnect, options.maxReconnects);
     const from = options.from;
     this.start = from instanceof Map ? formatCursor(from) : from as string | undefined;
     if (this.mode === "broadcast" && this.start !== undefined
@@ -181,14 +182,14 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     }
     if (this.failure !== undefined) return Promise.reject(this.failure);
     if (this.state === "closed") return Promise.resolve({ done: true, value: undefined });
-    return new Promise((resolve, reject) => this.readers.push({ resolve, reject }));
+    return this.readers.wait();
   }
 
   /** Send pending acks and close the socket; the iteration ends. Idempotent. */
   async close(): Promise<void> {
     if (this.state === "closed") return;
     this.closing = true;
-    this.wakeFromPause();
+    this.reconnects.wake();
     const connection = this.connection;
     this.connection = undefined;
     if (connection !== undefined) {
@@ -197,35 +198,16 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       connection.socket.close(1000, "client closing");
     }
     this.setState("closed");
-    for (const reader of this.readers.splice(0)) reader.resolve({ done: true, value: undefined });
+    this.readers.end();
   }
 
   // --- connecting --------------------------------------------------------------------------------
 
-  private async connectLoop(first: boolean): Promise<void> {
-    while (!this.closing) {
-      if (this.failures > 0) {
-        this.setState("reconnecting");
-        await this.pause(this.backoff.delayMs(this.failures, this.minDelayMs));
-        this.minDelayMs = 0;
-        if (this.closing) return;
-      }
-      try {
-        if (first && this.needsPinnedLatest()) await this.pinLatest();
-        await this.connect();
-        return;
-      } catch (error) {
-        const failed = error instanceof StreamgateError
-          ? error : new ConnectionError(String(error), { cause: error });
-        this.failures++;
-        // a 429 or 503 before the upgrade says when to come back
-        if (failed instanceof ProblemError) this.minDelayMs = failed.retryAfterMs ?? 0;
-        if (!failed.retriable || this.failures > (this.options.maxReconnects ?? 10)) {
-          this.fail(failed);
-          return;
-        }
-      }
-    }
+  private connectLoop(first: boolean): Promise<void> {
+    return this.reconnects.run(async () => {
+      if (first && this.needsPinnedLatest()) await this.pinLatest();
+      await this.connect();
+    }, this.retryHooks);
   }
 
   private needsPinnedLatest(): boolean {
@@ -329,7 +311,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       this.deliver([frame as unknown as MessageFrame], settler, data.length);
     } else if (frame.type === "assignment") {
       // the connection is fully set up: the next drop backs off from the start again
-      this.failures = 0;
+      this.reconnects.failures = 0;
       this.refreshedToken = false;
       this.assignment = { generation: Number(frame["generation"]),
                           partitions: frame["partitions"] as number[] };
@@ -337,11 +319,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     } else if (frame.type === "authenticated") {
       this.connection.refresh.authenticated();
     } else if (frame.type === "gap") {
-      const gap: Gap = {
-        partition: Number(frame["partition"]), firstLost: String(frame["first_lost"]),
-        firstKept: (frame["first_kept"] as string | null) ?? null,
-        count: (frame["count"] as number | null) ?? null,
-      };
+      const gap = gapOf(frame);
       this.gaps.push(gap);
       this.emit("gap", gap);
     } else if (frame.type === "error") {
@@ -359,9 +337,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       if (listening) {
         this.emit("message", message);
       } else {
-        const reader = this.readers.shift();
-        if (reader !== undefined) reader.resolve({ done: false, value: message });
-        else this.enqueue(message, bytesEach);
+        if (!this.readers.hand(message)) this.enqueue(message, bytesEach);
       }
     }
   }
@@ -385,7 +361,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     const limit = this.options.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
     if (this.heldBack && !this.closing && this.queuedBytes <= limit / 2) {
       this.heldBack = false;
-      this.failures = 0;
+      this.reconnects.failures = 0;
       void this.connectLoop(false);
     }
   }
@@ -405,7 +381,7 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       // the token expired: rejoin once with a fresh one from the provider
       this.refreshedToken = true;
       connection.refresh.forgetTokens();
-      this.failures++;
+      this.reconnects.failures++;
       void this.connectLoop(false);
       return;
     }
@@ -413,12 +389,12 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
       this.fail(closeError(code, reason));
       return;
     }
-    this.failures++;
-    if (this.failures > (this.options.maxReconnects ?? 10)) {
+    this.reconnects.failures++;
+    if (this.reconnects.exhausted) {
       this.fail(new ConnectionError(`subscription closed with ${code} ${reason}; giving up`));
       return;
     }
-    this.minDelayMs = retryInMs(reason);
+    this.reconnects.minDelayMs = retryInMs(reason);
     void this.connectLoop(false);
   }
 
@@ -428,30 +404,13 @@ export class Subscription extends Emitter<SubscriptionEvents> implements AsyncIt
     this.closing = true;
     this.setState("closed");
     this.emit("error", error);
-    for (const reader of this.readers.splice(0)) reader.reject(error);
+    this.readers.fail(error);
   }
 
   private setState(state: SubscriptionState): void {
     if (this.state === state || this.state === "closed") return;
     this.state = state;
     this.emit("state", state);
-  }
-
-  /** Wait `ms`, or less if the subscription is closed meanwhile (no timer left behind). */
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const wake = (): void => {
-        clearTimeout(timer);
-        this.pausedFor = undefined;
-        resolve();
-      };
-      const timer = setTimeout(wake, ms);
-      this.pausedFor = { timer, wake };
-    });
-  }
-
-  private wakeFromPause(): void {
-    this.pausedFor?.wake();
   }
 }
 
@@ -461,6 +420,15 @@ export function closeError(code: number, reason: string): StreamgateError {
   if (code === 4401) return new AuthError(401, { ...document, status: 401 }, code);
   if (code === 4403) return new ForbiddenError(403, { ...document, status: 403 }, code);
   return new SubscriptionClosedError(code, reason);
+}
+
+/** A `gap` frame (WebSocket or event stream) as the client types it. */
+export function gapOf(frame: { [field: string]: unknown }): Gap {
+  return {
+    partition: Number(frame["partition"]), firstLost: String(frame["first_lost"]),
+    firstKept: (frame["first_kept"] as string | null) ?? null,
+    count: (frame["count"] as number | null) ?? null,
+  };
 }
 
 /** 4429's reason says `retry in <n> s` when the subscribe rate limit refused: wait that long. */

@@ -1,5 +1,5 @@
 """Debian's headless Chromium driven by Playwright for the browser tests: required in CI, one
-profile per page, and no browser process left behind."""
+profile per page, no browser process left behind, and the test page's files and scenarios."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from node_package import PACKAGE
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -69,3 +71,51 @@ def browser_page(chromium: str, profile: Path) -> Iterator[Page]:
     finally:
         killed = reap(profile)
     assert killed == [], f"browser processes outlived the browser and were killed: {killed}"
+
+
+PAGE_DIR = Path(__file__).with_name("browser")
+
+
+def page_files() -> dict[str, Path]:
+    """The page's files by URL path: its own from browser/, the Node tests' deadline helper, the
+    built client's from dist/."""
+    files = {f"/{path.name}": path for path in PAGE_DIR.iterdir()}
+    files["/deadline.mjs"] = PACKAGE / "test" / "deadline.mjs"
+    files |= {f"/dist/{path.name}": path for path in (PACKAGE / "dist").glob("*.js")}
+    return files
+
+
+# Chromium drops the requests in flight when the machine's network interfaces change (other tests
+# create network namespaces and veth pairs): such a load is tried again.
+NETWORK_CHANGED = "ERR_NETWORK_CHANGED"
+LOADS = 3
+
+
+def open_page(page: Any, url: str, log: list[str]) -> None:
+    """Load the page until its modules are in (``window.ready``)."""
+    for load in range(1, LOADS + 1):
+        changed = sum(NETWORK_CHANGED in line for line in log)
+        page.goto(url)
+        try:
+            page.wait_for_function("window.ready === true", timeout=20_000)
+            return
+        except Exception as error:
+            dropped = sum(NETWORK_CHANGED in line for line in log) > changed
+            if not dropped or load == LOADS:
+                raise AssertionError("the page never became ready:\n" + "\n".join(log)) from error
+
+
+def watch_page(page: Page, log: list[str]) -> None:
+    """The page's console lines and uncaught errors into ``log``, for failure messages."""
+    page.on("console", lambda message: log.append(f"console.{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: log.append(f"page error: {error}"))
+
+
+def run_scenario(page: Page, log: list[str], name: str, *args: Any) -> Any:
+    """``window.run(name, ...args)`` in the page (browser/page_runner.mjs): its result, or an
+    AssertionError with the page's log."""
+    try:
+        return page.evaluate("([name, args]) => window.run(name, ...args)", [name, args])
+    except Exception as error:
+        raise AssertionError(f"{name} failed in the browser: {error}\n"
+                             + "\n".join(log)) from error

@@ -1,5 +1,6 @@
-"""A loopback aiohttp server for the browser test: its page and files, and everything else passed on
-to the gateway (HTTP and WebSocket), so that the page and the gateway share one origin."""
+"""A loopback aiohttp server for the browser tests: its page and files, and everything else passed
+on to the gateway (HTTP, WebSocket and event streams), so that the page and the gateway share one
+origin; ``POST /__cut-event-streams`` drops every event stream it is passing on."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ def passed_on(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+# the event streams being passed on: the browser's request and the gateway's answer
+STREAMS: web.AppKey[list[tuple[web.Request, aiohttp.ClientResponse]]] = web.AppKey("streams")
+CUT_STREAMS = "/__cut-event-streams"
 
 
 async def pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
@@ -46,6 +50,7 @@ async def pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
 def make_app(gateway: str, files: dict[str, Path]) -> web.Application:
     """``files`` by URL path; any other path goes to ``gateway``."""
     app = web.Application()
+    app[STREAMS] = []
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         # bodies pass through as they came (compressed or not)
@@ -58,12 +63,16 @@ def make_app(gateway: str, files: dict[str, Path]) -> web.Application:
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.path in files:
             return web.FileResponse(files[request.path])
+        if request.path == CUT_STREAMS and request.method == "POST":
+            return web.json_response({"cut": cut_streams(request.app)})
         session = request.app[SESSION]
         target = gateway + str(request.rel_url)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return await proxy_websocket(request, session, target.replace("http", "ws", 1))
         async with session.request(request.method, target, headers=passed_on(request.headers),
                                    data=await request.read(), allow_redirects=False) as answer:
+            if answer.content_type == "text/event-stream":
+                return await proxy_stream(request, answer)
             return web.Response(status=answer.status, headers=passed_on(answer.headers),
                                 body=await answer.read())
 
@@ -83,6 +92,36 @@ async def proxy_websocket(request: web.Request, session: aiohttp.ClientSession,
     async with upstream:
         await asyncio.gather(pump(browser, upstream), pump(upstream, browser))
     return browser
+
+
+async def proxy_stream(request: web.Request,
+                       answer: aiohttp.ClientResponse) -> web.StreamResponse:
+    """An event stream passed on chunk by chunk as it comes (never buffered), until either side
+    ends it or ``cut_streams`` drops it."""
+    response = web.StreamResponse(status=answer.status, headers=passed_on(answer.headers))
+    await response.prepare(request)
+    entry = (request, answer)
+    request.app[STREAMS].append(entry)
+    try:
+        async for chunk in answer.content.iter_any():
+            await response.write(chunk)
+    except (aiohttp.ClientError, ConnectionError):
+        pass  # cut, or the browser left
+    finally:
+        request.app[STREAMS].remove(entry)
+    return response
+
+
+def cut_streams(app: web.Application) -> int:
+    """Drop every event stream being passed on, as a gateway that died would: the browser's
+    connection is reset and the gateway's answer closed. How many were cut."""
+    held = app[STREAMS]
+    streams = list(held)
+    for request, answer in streams:
+        if request.transport is not None:
+            request.transport.abort()
+        answer.close()
+    return len(streams)
 
 
 @contextmanager

@@ -13,23 +13,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from chromium import browser_page, require_browser
-from node_package import PACKAGE, built_package, require_node
+from chromium import browser_page, open_page, page_files, require_browser, run_scenario, watch_page
+from node_package import built_package, require_node
 from page_server import serve_page
 
-PAGE_DIR = Path(__file__).with_name("browser")
 COUNT = 30
 PARTITIONS = 3
 OFFSET = re.compile(r"^\d+-\d+$")
-
-
-def page_files() -> dict[str, Path]:
-    """The page's files by URL path: its own from browser/, the Node tests' deadline helper, the
-    built client's from dist/."""
-    files = {f"/{path.name}": path for path in PAGE_DIR.iterdir()}
-    files["/deadline.mjs"] = PACKAGE / "test" / "deadline.mjs"
-    files |= {f"/dist/{path.name}": path for path in (PACKAGE / "dist").glob("*.js")}
-    return files
 
 
 def delete_topic(gateway: str, topic: str) -> None:
@@ -39,26 +29,6 @@ def delete_topic(gateway: str, topic: str) -> None:
     except urllib.error.HTTPError as error:
         if error.code != 404:  # never created: the test failed before that
             raise
-
-
-# Chromium drops the requests in flight when the machine's network interfaces change (other tests
-# create network namespaces and veth pairs): such a load is tried again.
-NETWORK_CHANGED = "ERR_NETWORK_CHANGED"
-LOADS = 3
-
-
-def open_page(page: Any, url: str, log: list[str]) -> None:
-    """Load the page until its modules are in (``window.ready``)."""
-    for load in range(1, LOADS + 1):
-        changed = sum(NETWORK_CHANGED in line for line in log)
-        page.goto(url)
-        try:
-            page.wait_for_function("window.ready === true", timeout=20_000)
-            return
-        except Exception as error:
-            dropped = sum(NETWORK_CHANGED in line for line in log) > changed
-            if not dropped or load == LOADS:
-                raise AssertionError("the page never became ready:\n" + "\n".join(log)) from error
 
 
 @pytest.mark.timeout(300)
@@ -75,16 +45,12 @@ def test_typescript_client_works_in_headless_chromium(
     # so the page's server passes the gateway's paths on to it (one origin, as behind an ingress).
     with built_package(report_missing), serve_page(served_gateway, page_files()) as origin, \
             browser_page(chromium, tmp_path / "profile") as page:
-        page.on("console", lambda message: log.append(f"console.{message.type}: {message.text}"))
-        page.on("pageerror", lambda error: log.append(f"page error: {error}"))
+        watch_page(page, log)
 
         def scenario(name: str, *args: Any) -> Any:
             started = time.monotonic()
             try:
-                return page.evaluate("([name, args]) => window.run(name, ...args)", [name, args])
-            except Exception as error:
-                raise AssertionError(f"{name} failed in the browser: {error}\n"
-                                     + "\n".join(log)) from error
+                return run_scenario(page, log, name, *args)
             finally:
                 timings[name] = time.monotonic() - started
 

@@ -1,6 +1,8 @@
 // The TypeScript client's scenarios for test_typescript_client_browser.py: the browser's own fetch
 // and WebSocket against the gateway behind this page's origin. Each returns plain JSON for Python.
 import { within } from "./deadline.mjs";
+import { eventScenarios } from "./events.mjs";
+import { exposeScenarios } from "./page_runner.mjs";
 import { Client, ProblemError } from "./dist/index.js";
 
 const client = new Client({ url: location.origin });
@@ -90,21 +92,4 @@ const scenarios = {
   },
 };
 
-/** Run scenario `name` (called by Python through page.evaluate) and list its outcome on the page,
- * so that the screenshot shows what ran. */
-window.run = async (name, ...args) => {
-  const row = document.createElement("li");
-  document.querySelector("#results").append(row);
-  const started = performance.now();
-  try {
-    const result = await scenarios[name](...args);
-    row.textContent = `${name}: ok in ${Math.round(performance.now() - started)} ms `
-      + JSON.stringify(result).slice(0, 160);
-    return result;
-  } catch (error) {
-    row.className = "failed";
-    row.textContent = `${name}: ${error}`;
-    throw error;
-  }
-};
-window.ready = true;
+exposeScenarios({ ...scenarios, ...eventScenarios });
