@@ -8,9 +8,9 @@ VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := redis-server etcd-server etcd-client prometheus nats-server chromium podman runc mmdebstrap \
-	nftables
+	nftables nginx-light
 BINARIES := redis-server redis-cli redis-benchmark etcd etcdctl prometheus promtool nats-server chromium \
-	podman runc mmdebstrap nft
+	podman runc mmdebstrap nft nginx
 # Run apt-get as root directly, otherwise through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make deps   install redis-server, etcd-server, etcd-client, prometheus, nats-server, chromium,"
-	@echo "            podman, runc, mmdebstrap, nftables,"
+	@echo "            podman, runc, mmdebstrap, nftables, nginx-light,"
 	@echo "            gcc, python3-dev (apt)"
 	@echo "            where missing (gcc and the headers build the C parts: see setup.py)"
 	@echo "make venv   create $(VENV) and install the project with its dev extras"
@@ -36,7 +36,7 @@ help:
 	@echo "make clean  remove $(VENV) and caches"
 
 deps:
-	@missing=""; \
+	@export PATH="$$PATH:/usr/sbin:/sbin"; missing=""; \
 	for bin in $(BINARIES); do command -v "$$bin" >/dev/null 2>&1 || missing="$$missing $$bin"; done; \
 	packages=""; \
 	if [ -n "$$missing" ]; then echo "missing:$$missing"; packages="$(APT_PACKAGES)"; fi; \
@@ -48,7 +48,9 @@ deps:
 		echo "installing:$$packages"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$packages; \
-	fi
+	fi; \
+	if [ -f /run/nginx.pid ]; then echo "stopping the system nginx (tests start their own)"; \
+		$(SUDO) nginx -s quit || true; fi
 
 venv: $(STAMP)
 

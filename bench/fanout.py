@@ -18,13 +18,16 @@ import base64
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import orjson
 
 MARK = b'"type":"message"'
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Opener = Callable[[int, str], Awaitable[Stream]]
 
 
-async def open_socket(port: int, topic: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_socket(port: int, topic: str) -> Stream:
     """Upgrade a broadcast subscription and wait for its assignment frame."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     key = base64.b64encode(os.urandom(16)).decode()
@@ -60,8 +63,9 @@ async def count(reader: asyncio.StreamReader, expect: int, deadline: float,
     return got
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    sockets = await asyncio.gather(*(open_socket(args.port, args.topic)
+async def main_async(args: argparse.Namespace, opener: Opener = open_socket) -> None:
+    """Open every subscription with ``opener``, say READY, then count (or hold them idle)."""
+    sockets = await asyncio.gather(*(opener(args.port, args.topic)
                                      for _ in range(args.sockets)))
     print("READY", flush=True)
     if args.idle:
@@ -75,8 +79,9 @@ async def main_async(args: argparse.Namespace) -> None:
         writer.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+def arguments(description: str | None) -> argparse.Namespace:
+    """The command line shared by the lean fan-out clients."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--topic", required=True)
@@ -85,7 +90,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--idle", action="store_true",
                         help="only hold the sockets open until stdin closes")
-    asyncio.run(main_async(parser.parse_args()))
+    return parser.parse_args()
+
+
+def main() -> None:
+    asyncio.run(main_async(arguments(__doc__)))
 
 
 if __name__ == "__main__":

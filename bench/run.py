@@ -87,6 +87,7 @@ SINGLE_P99_RATIO = 2.0
 LATENCY_P50_RATIO = 2.5
 LATENCY_P99_RATIO = 4.0
 FANOUT_RATIO = 2.5
+SSE_FANOUT_RATIO = 0.7
 GROUP_RATIO = 0.6
 PINNED_MESSAGES = 50_000  # per drain of the pinned-delivery rows (each round drains twice)
 
@@ -418,17 +419,18 @@ class Harness:
 
     # --- goal 4 -----------------------------------------------------------------------------------
     def fan_client(self, server: ServerProcess, topic: str, sockets: int, expect: int,
-                   idle: bool) -> subprocess.Popen[str]:
-        argv = [sys.executable, str(BENCH_DIR / "fanout.py"), "--port", str(server.port),
+                   idle: bool, script: str = "fanout.py") -> subprocess.Popen[str]:
+        argv = [sys.executable, str(BENCH_DIR / script), "--port", str(server.port),
                 "--topic", topic, "--sockets", str(sockets), "--expect", str(expect), "--seconds",
                 str(self.plan.seconds * 3)]
         return subprocess.Popen(argv + (["--idle"] if idle else []), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
 
     async def start_fan_clients(self, server: ServerProcess, topic: str, total: int, expect: int,
-                                idle: bool) -> list[subprocess.Popen[str]]:
+                                idle: bool,
+                                script: str = "fanout.py") -> list[subprocess.Popen[str]]:
         per = total // self.plan.fan_clients
-        clients = [self.fan_client(server, topic, per, expect, idle)
+        clients = [self.fan_client(server, topic, per, expect, idle, script)
                    for _ in range(self.plan.fan_clients)]
         for client in clients:
             assert client.stdout is not None
@@ -438,13 +440,14 @@ class Harness:
                 raise RuntimeError(f"fan-out client did not connect: {line!r}")
         return clients
 
-    async def fan_rate(self, server: ServerProcess) -> tuple[float, str]:
-        """Deliveries/s to ``plan.fan_sockets`` broadcast subscribers of one topic, and a note."""
+    async def fan_rate(self, server: ServerProcess,
+                       script: str = "fanout.py") -> tuple[float, str]:
+        """Deliveries/s to ``plan.fan_sockets`` broadcast subscribers of the fan-out topic (created
+        beforehand) through the lean client ``script``, and a note."""
         plan = self.plan
         async with aiohttp.ClientSession() as http:
-            await create_topic(http, server.base, "bench-fanout", 1)
             clients = await self.start_fan_clients(server, "bench-fanout", plan.fan_sockets,
-                                                   plan.fan_messages, idle=False)
+                                                   plan.fan_messages, False, script)
             try:
                 started = time.time()
                 body = publish_body(100, "1", "x" * 200)
@@ -466,9 +469,14 @@ class Harness:
 
     async def fanout(self) -> None:
         plan = self.plan
+        async with aiohttp.ClientSession() as http:
+            await create_topic(http, self.gateway.base, "bench-fanout", 1)
         rate, note = await self.fan_rate(self.gateway)
         await settle()
-        async with bare_server() as bare:
+        await self.sse_fanout(rate)
+        await settle()
+        async with bare_server() as bare, aiohttp.ClientSession() as http:
+            await create_topic(http, bare.base, "bench-fanout", 1)
             floor, floor_note = await self.fan_rate(bare)
         note = (f"{note} to {plan.fan_sockets} sockets; gateway: 1 process; clients: "
                 f"{plan.fan_clients} processes (lean counters); all share {os.cpu_count()} cores; "
@@ -480,6 +488,19 @@ class Harness:
                                       f">= {FANOUT_RATIO}x bare (was >= 500,000)", note=note),
                                   FANOUT_RATIO, on_ratio=True))
         await self.idle_memory()
+
+    async def sse_fanout(self, websocket_rate: float) -> None:
+        """The same subscribers, topic and publish load as Server-Sent Events (bench/sse_fanout.py),
+        beside the WebSocket fan-out of the same run."""
+        rate, note = await self.fan_rate(self.gateway, "sse_fanout.py")
+        self.rows.append(at_least(Row("4", f"SSE fan-out, {self.plan.fan_sockets} broadcast "
+                                           "streams", rate, "msg/s", websocket_rate,
+                                      "WebSocket fan-out, same run",
+                                      f">= {SSE_FANOUT_RATIO}x WebSocket",
+                                      note=f"{note} to {self.plan.fan_sockets} event streams; the "
+                                           "WebSocket row's topic, publish load and client "
+                                           "processes (counting the same bytes)"),
+                                  SSE_FANOUT_RATIO, on_ratio=True))
 
     async def idle_memory(self) -> None:
         """RSS delta of a fresh gateway (warmed by a few sockets) over N idle broadcast sockets, per

@@ -25,7 +25,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate, compress, groupby, repeat
 from operator import attrgetter, itemgetter
@@ -63,6 +63,8 @@ FIRST_READ_FRAMES = 4  # a session's first read, before any frame's size is know
 # and the offset of the frame (of each frame of a page) the cursor moves to once written
 # (partition -1: a control frame).
 Outgoing = tuple[bytes | list[bytes], int, int, str | list[str]]
+# a transport that writes outbox items itself (it needs their partitions and offsets)
+SendItems = Callable[[list[Outgoing]], Awaitable[None]]
 _ENTRY_OFFSET = attrgetter("entry.offset")
 _PARTITION = itemgetter(0)
 
@@ -96,6 +98,9 @@ class Session:
         self.cursor: dict[int, str] = dict(params.cursor)
         self.closing: asyncio.Future[CloseRequest] = asyncio.get_running_loop().create_future()
         self._send = send
+        # set by a transport that frames each item (an event stream): then ``send`` only takes the
+        # last error frame of a slow client
+        self.send_items: SendItems | None = None
         self._slow_timeout_s = slow_client_timeout_s
         self._outbox: list[Outgoing] = []  # a list: an empty deque still holds a 64-slot block
         self.outbox_bytes = 0  # encoded bytes of the frames in the outbox
@@ -375,7 +380,10 @@ class Session:
                 frames = batched(frames)
             try:
                 async with asyncio.timeout(self._slow_timeout_s):
-                    await self._send(frames)
+                    if self.send_items is not None:
+                        await self.send_items(items)
+                    else:
+                        await self._send(frames)
             except TimeoutError:
                 # The frames are in the transport before the drain wait, so the client gets them
                 # ahead of the close frame: count them as sent, or the resume would repeat them.

@@ -6,12 +6,20 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 from multidict import MultiDict
 
 from gateway.delivery.params import parse_subscribe_params
 from gateway.delivery.pinning import conversion_error_frame
 from gateway.delivery.session import Session
-from gateway.delivery.sse import PING, SseStream, message_position, sse_events, stream_start
+from gateway.delivery.sse import (
+    PING,
+    SseStream,
+    message_position,
+    page_events,
+    sse_events,
+    stream_start,
+)
 from gateway.delivery.wire import error_frame, gap_frame, message_frame
 from gateway.routes.events import error_event
 from storage.models import LostRange, StoredEntry, ValueFormat
@@ -43,6 +51,42 @@ def test_each_message_is_one_event_whose_id_is_the_cursor_after_it() -> None:
     assert [e["event"] for e in events] == ["message"] * 3
     assert [orjson.loads(e["data"]) for e in events] == [orjson.loads(f) for f in frames]
     assert cursor == {0: "9-0", 1: "3-0", 2: "7-1"}
+
+
+@pytest.mark.parametrize("partition", [0, 2, 4])
+def test_a_page_of_one_partition_gives_the_events_frame_by_frame_gives(partition: int) -> None:
+    offsets = [f"{n}-{n % 3}" for n in range(10, 60)]
+    frames = [message_frame("orders", entry(partition, offset, {"n": offset}), 1)
+              for offset in offsets]
+    one_by_one, paged = {1: "3-0", 3: "4-0"}, {1: "3-0", 3: "4-0"}
+    assert page_events(partition, frames, offsets, paged) == sse_events(frames, one_by_one)
+    assert paged == one_by_one
+
+
+def test_a_stream_writes_pages_controls_and_errors_in_their_order() -> None:
+    async def scenario() -> list[dict[str, str]]:
+        written: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            written.append(data)
+
+        stream = SseStream(write, lambda: None)
+        params = parse_subscribe_params(MultiDict(topic="orders", mode="broadcast"))
+        session = Session("s", "orders", params, stream.send, 5.0)
+        session.cursor.update({1: "2-0"})
+        stream.serve(session, None)
+        page = [message_frame("orders", entry(0, f"{n}-0"), 1) for n in (5, 6)]
+        failed = orjson.dumps(conversion_error_frame(entry(1, "9-0"), "cannot convert"))
+        await stream.send_items([(page, 2, 0, ["5-0", "6-0"]), (b"{}", 0, -1, ""),
+                                 ([failed], 1, 1, ["9-0"]),
+                                 (message_frame("orders", entry(1, "10-0"), 1), 1, 1, "10-0")])
+        await session.aclose()
+        return parsed(b"".join(written).replace(PING, b""))
+
+    events = asyncio.run(scenario())
+    assert [(e["event"], e.get("id")) for e in events] == [
+        ("message", "0:5-0,1:2-0"), ("message", "0:6-0,1:2-0"), ("error", "0:6-0,1:9-0"),
+        ("message", "0:6-0,1:10-0")]
 
 
 def test_a_value_with_newlines_and_a_tricky_key_stays_on_one_data_line() -> None:
