@@ -84,9 +84,15 @@ class Dispatcher:
         always within max_deliveries, which is at least 1), so the whole read joins the backlog at
         once."""
         config = self._config
-        if (config.filter.is_empty and self._keyed is None and config.pinned is None
+        if (config.filter.is_empty and self._keyed is None
                 and not deliveries_may_expire(deliveries)):
-            self.backlog.extend(deliveries)
+            if config.pinned is None:
+                self.backlog.extend(deliveries)
+            else:  # the page converted at once, with no walk of its own before
+                live, unconverted = config.pinned.split(deliveries)
+                self.backlog.extend(live)
+                if unconverted:
+                    self._dead_letter_later(unconverted)
             await self.dispatch()
         else:
             await self.accept(deliveries)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, contains
 from typing import Any, NamedTuple
 
 from storage.models import Delivery, StoredEntry
@@ -31,14 +32,14 @@ def is_expired(headers: Mapping[str, str], at_ms: int) -> bool:
 
 
 def may_expire(entries: Sequence[StoredEntry]) -> bool:
-    """Whether any entry carries headers (only those can carry an expiry): the common page has
-    none, and skips the per-entry check."""
-    return any(map(_HEADERS, entries))
+    """Whether any entry carries an expiry: the common page has none (headers of other kinds, such
+    as a schema version, included), and skips the per-entry check."""
+    return any(map(contains, map(_HEADERS, entries), repeat(EXPIRES_AT)))
 
 
 def deliveries_may_expire(deliveries: Sequence[Delivery]) -> bool:
     """``may_expire`` of the deliveries' entries."""
-    return any(map(_DELIVERED_HEADERS, deliveries))
+    return any(map(contains, map(_DELIVERED_HEADERS, deliveries), repeat(EXPIRES_AT)))
 
 
 def split_expired(entries: Sequence[StoredEntry],
