@@ -7,7 +7,8 @@ partitioner hash; ``gateway._speedups._plain`` and ``storage._speedups._wire`` a
 publish's codec (request messages to columns, offsets to the response) and its RESP encoder;
 ``gateway._speedups._sketch`` counts keys in the hot-key sketches; ``storage._speedups._entries``
 decodes read stream entries (and archived ones from Arrow columns) and ``gateway._speedups._frames``
-frames them for group deliveries; ``storage._speedups._pages`` turns XRANGE pages into Arrow buffers
+frames them for group deliveries, ``gateway._speedups._rename`` renames top-level members of
+converted values on their bytes; ``storage._speedups._pages`` turns XRANGE pages into Arrow buffers
 (the archive's moves, the Spark source). Each is optional to build: without a C compiler the package
 installs and uses the pure-Python references (same results, slower); a compiled part's own tests
 fail under CI=true when it is missing, so CI always has them, and CI runs the unit tests once more
@@ -28,6 +29,7 @@ setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=[
                        ("gateway._speedups._plain", "gateway/_speedups/_plain.c"),
                        ("gateway._speedups._sketch", "gateway/_speedups/_sketch.c"),
                        ("gateway._speedups._frames", "gateway/_speedups/_frames.c"),
+                       ("gateway._speedups._rename", "gateway/_speedups/_rename.c"),
                        ("storage._speedups._wire", "storage/_speedups/_wire.c"),
                        ("storage._speedups._entries", "storage/_speedups/_entries.c"),
                        ("storage._speedups._pages", "storage/_speedups/_pages.c")]])

@@ -4,6 +4,7 @@ import the chosen functions from here, never a compiled module."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from gateway._speedups.sketch_py import Sketch
 
 __all__ = ["OFF", "SHORT_MAX", "Sketch", "SpaceSaving", "count_batch", "frame_header",
            "message_frames_or_none", "parse_plain", "plain_results_json", "refilled_or_declined",
-           "scan_plain_body", "text_frames_or_none", "text_frames_python"]
+           "renamed_or_none", "scan_plain_body", "text_frames_or_none", "text_frames_python"]
 
 # Read at import, before settings exist; each package's _speedups reads it by the same rule
 # (tests/unit/test_speedups.py keeps them in step) so that no package imports another's.
@@ -59,3 +60,13 @@ else:
             from gateway._speedups._frames import text_frames as text_frames_or_none
         except ImportError:
             pass
+
+# The renames on bytes decline (None) every value they are not sure of, and every value without
+# the extension; gateway.schemas.migrate.ValueStep then converts it the parsed way.
+if TYPE_CHECKING:
+    from gateway._speedups._rename import renamed as renamed_or_none
+else:
+    renamed_or_none = _declines
+    if not OFF:
+        with contextlib.suppress(ImportError):
+            from gateway._speedups._rename import renamed as renamed_or_none

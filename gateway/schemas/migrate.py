@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from gateway._speedups import renamed_or_none
 from gateway.publish.headers import SCHEMA_VERSION_HEADER
 from gateway.schemas.engine import CompiledSchema, CompiledSchemas
 from gateway.schemas.errors import ConversionFailed
@@ -26,9 +27,14 @@ MAX_COMPILED_TARGETS = 256
 MAX_CACHED_POINTERS = 4096  # parsed migration pointers kept (process-wide)
 MAX_CACHED_STEPS = 1024  # resolved (topic incarnation, written, target) conversions kept
 MAX_TYPE_SHOWN = 256  # characters of an event type a reason names (a declared one is no longer)
+# names a chain of top-level renames may involve to be applied on bytes (every subset is tried)
+MAX_RENAMED_NAMES = 8
 Operation = Mapping[str, Any]
 Migrate = Callable[[Any], None]  # one compiled operation (or chain) applied to a value in place
 Member = tuple[tuple[str, ...], str]  # a pointer as the steps to its holder and the member's name
+# a chain of top-level renames for renamed_or_none: the names involved (UTF-8), each one's final
+# key as JSON (None: it keeps its name), and per subset of them present whether the chain fails
+Renames = tuple[tuple[bytes, ...], tuple[bytes | None, ...], bytes]
 
 
 @runtime_checkable
@@ -168,7 +174,8 @@ class ValueStep:
     event type (no chain: the value as it is must). Given the written version, a chain proven to
     keep every value its schema accepts valid under the target's skips that check."""
 
-    __slots__ = ("_chain", "_checked", "_compiled", "_migrate", "_schema", "_target", "_what")
+    __slots__ = ("_chain", "_checked", "_compiled", "_migrate", "_renames", "_schema", "_target",
+                 "_what")
 
     def __init__(self, chain: tuple[Sequence[Operation], ...], target: SchemaRecord,
                  compiled: CompiledSchemas, what: str = "the converted value",
@@ -180,6 +187,8 @@ class ValueStep:
         self._schema = compiled.get(target.fingerprint, target.schema)
         self._what = what
         self._checked = not _proven(written, chain, target)
+        # a proven chain of top-level renames rewrites the keys' bytes, unparsed
+        self._renames = None if self._checked else _top_level_renames(chain)
 
     @property
     def proven(self) -> bool:
@@ -189,6 +198,10 @@ class ValueStep:
     def __call__(self, value: bytes, event_type: str | None = None) -> bytes:
         """``value`` (of ``event_type``, its ``ce-type``) converted (the same bytes when there is
         nothing to apply); ConversionFailed says why it cannot be."""
+        if self._renames is not None:
+            renamed = renamed_or_none(value, self._renames)
+            if renamed is not None:
+                return renamed
         schema = self._schema_for(event_type) if self._checked else self._schema
         instance = _parsed(value)  # parsed here: changed in place, no copy
         if self._migrate is not None:
@@ -202,6 +215,24 @@ class ValueStep:
         """Each of ``values`` (all of ``event_type``) converted, or why it cannot be, in order.
         A page goes through each stage at once (one engine call checks them all); it is redone
         value by value only when one of them fails, to tell which and why."""
+        renames = self._renames
+        if renames is None:
+            return self._parsed_values(values, event_type)
+        converted = [renamed_or_none(value, renames) for value in values]
+        if None not in converted:
+            return converted  # type: ignore[return-value]  # no None left in it
+        return self._declined_filled(values, converted, event_type)
+
+    def _declined_filled(self, values: Sequence[bytes], renamed: list[bytes | None],
+                         event_type: str | None) -> list[bytes | ConversionFailed]:
+        """``renamed`` with the values it declined (None) converted the parsed way, in order."""
+        declined = [value for value, done in zip(values, renamed, strict=True) if done is None]
+        parsed = iter(self._parsed_values(declined, event_type))
+        return [next(parsed) if done is None else done for done in renamed]
+
+    def _parsed_values(self, values: Sequence[bytes],
+                       event_type: str | None) -> Sequence[bytes | ConversionFailed]:
+        """``values`` the parsed way: parse, migrate, check when not proven, encode."""
         try:
             schema = self._schema_for(event_type) if self._checked else self._schema
         except ConversionFailed as exc:
@@ -236,6 +267,67 @@ class ValueStep:
             except ConversionFailed as exc:
                 converted.append(exc)
         return converted
+
+
+def _top_level_renames(chain: tuple[Sequence[Operation], ...]) -> Renames | None:
+    """The chain for renamed_or_none when it only renames (or moves) members of the value's own
+    object, else None. Each subset of the names involved is run through the chain once, so the
+    bytes fail exactly where the parsed value would; a chain in which a member's final name
+    depends on which others are present is left to the parsed way."""
+    moves = _top_level_moves(chain)
+    if moves is None:
+        return None
+    names = list(dict.fromkeys(name for move in moves for name in move))
+    if not moves or len(names) > MAX_RENAMED_NAMES:
+        return None
+    finals: dict[str, str] = {}
+    failing = bytearray(1 << len(names))
+    for subset in range(len(failing)):
+        outcome = _renamed_names([name for i, name in enumerate(names) if subset >> i & 1], moves)
+        if outcome is None:
+            failing[subset] = 1
+            continue
+        for name, final in outcome.items():
+            if finals.setdefault(name, final) != final:
+                return None
+    try:
+        encoded = tuple(name.encode() for name in names)
+    except UnicodeEncodeError:  # a lone surrogate: no value's key can be it
+        return None
+    keys = tuple(None if finals[name] == name else orjson.dumps(finals[name]) for name in names)
+    return encoded, keys, bytes(failing)
+
+
+def _top_level_moves(chain: tuple[Sequence[Operation], ...]) -> list[tuple[str, str]] | None:
+    """The chain's operations as (from, to) names of top-level members; None when one is not."""
+    moves = []
+    for operations in chain:
+        for operation in operations:
+            source, target = operation.get("from"), operation.get("to")
+            if (operation.get("op") not in ("rename", "move") or not isinstance(source, str)
+                    or not isinstance(target, str)):
+                return None
+            try:
+                source_tokens, target_tokens = _tokens(source), _tokens(target)
+            except ValueError:
+                return None
+            if len(source_tokens) != 1 or len(target_tokens) != 1:
+                return None
+            moves.append((source_tokens[0], target_tokens[0]))
+    return moves
+
+
+def _renamed_names(present: list[str], moves: list[tuple[str, str]]) -> dict[str, str] | None:
+    """Each present name's final name after the moves, as the parsed way applies them; None
+    when one of them fails (its target already holds a value)."""
+    holder: dict[str, str] = {name: name for name in present}  # current name -> original
+    for source, target in moves:
+        if source in holder:
+            original = holder.pop(source)
+            if target in holder:
+                return None
+            holder[target] = original
+    return {original: final for final, original in holder.items()}
 
 
 def _proven(written: SchemaRecord | None, chain: tuple[Sequence[Operation], ...],

@@ -130,7 +130,7 @@ def test_an_unproven_step_still_refuses_a_bad_converted_value_at_its_pointer() -
     assert isinstance(step.values([b'{"id": "a", "qty": 3}'])[0], ConversionFailed)
 
 
-def test_a_proven_step_delivers_the_same_bytes_as_the_checked_one() -> None:
+def test_a_proven_step_delivers_the_same_values_as_the_checked_one() -> None:
     target = record(2, V2_SCHEMA, **V2_MIGRATIONS)
     chain = (V2_MIGRATIONS["upgrade"],)
     fast = ValueStep(chain, target, CompiledSchemas(4), written=record(1, ORDER_SCHEMA))
@@ -138,5 +138,11 @@ def test_a_proven_step_delivers_the_same_bytes_as_the_checked_one() -> None:
     assert fast.proven
     assert not checked.proven
     values = [orjson.dumps(order(index)) for index in range(300)]
-    assert fast.values(values) == checked.values(values)
-    assert [fast(value) for value in values[:20]] == [checked(value) for value in values[:20]]
+    # the same members and values: a rename on bytes keeps the member where it was
+    delivered = [(orjson.loads(one), orjson.loads(other)) for one, other
+                 in zip(fast.values(values), checked.values(values), strict=True)
+                 if isinstance(one, bytes) and isinstance(other, bytes)]
+    assert len(delivered) == len(values)
+    assert all(one == other for one, other in delivered)
+    assert ([orjson.loads(fast(value)) for value in values[:20]]
+            == [orjson.loads(checked(value)) for value in values[:20]])

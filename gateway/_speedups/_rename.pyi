@@ -1,0 +1,3 @@
+Renames = tuple[tuple[bytes, ...], tuple[bytes | None, ...], bytes]
+
+def renamed(value: bytes, renames: Renames, /) -> bytes | None: ...
