@@ -110,7 +110,7 @@ def test_archived_history_replays_whole_and_groups_keep_what_they_need(
     assert requests.delete(f"{url}/v1/topics/{topic}", timeout=30).status_code == 204
     # a move under way as the topic went wrote its file after the drop: its commit finds the
     # partition gone and deletes it
-    _until(lambda: not list(archive_dir.rglob("*.parquet")), timeout_s=10)
+    _until(lambda: not list(archive_dir.rglob("*.parquet")))
 
 
 def _archived(url: str, cluster: RedisClusterProcess, topic: str) -> None:
