@@ -34,6 +34,7 @@ from gateway.errors import (
     too_many_connections,
     unavailable,
 )
+from gateway.offsets import predecessor
 from gateway.routes.admission import admit_or_refuse
 from gateway.routes.event_tokens import query_token_principal
 from gateway.routes.subscribe import authorize_subscription
@@ -179,6 +180,7 @@ async def _follow(services: Services, hub: DeliveryHub, stream: SseStream, sessi
     """Tell of gaps, then follow the partitions through the shared tails (also partitions added
     later when the stream takes the whole topic); a failure ends the stream with an error."""
     session.cursor.update({p: o for p, o in positions.items() if o is not None})
+    session.cursor.update(_before_the_time(session.params.from_time_ms, positions))
     try:
         if session.params.start == "cursor":
             await tell_of_gaps(session, hub.store, positions)
@@ -190,6 +192,18 @@ async def _follow(services: Services, hub: DeliveryHub, stream: SseStream, sessi
         close_for(session, exc)
         return
     stream.serve(session, follow)
+
+
+def _before_the_time(from_time_ms: int | None,
+                     positions: dict[int, str | None]) -> dict[int, str]:
+    """A stream from a time resumes each partition it has read nothing of yet from that time,
+    not from the partition's start: the cursor its ids carry holds the offset right before it."""
+    if not from_time_ms:
+        return {}
+    before = predecessor(f"{from_time_ms}-0")
+    if before is None:
+        return {}
+    return {partition: before for partition, at in positions.items() if at is None}
 
 
 def _too_many(services: Services, principal: Principal) -> str:

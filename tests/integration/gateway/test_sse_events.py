@@ -185,6 +185,29 @@ async def test_a_stream_from_a_time_starts_at_the_first_message_of_that_time(
     assert [e["data"]["value"] for e in got] == [0, 1, 2]
 
 
+async def test_a_resume_of_a_stream_from_a_time_keeps_to_that_time_where_nothing_was_read(
+        gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, 2)
+    old = await publish(gateway, topic_name, [{"value": "old", "partition": 1}] * 2)
+    await asyncio.sleep(0.01)  # so that the next messages get a later millisecond
+    new = await publish(gateway, topic_name, [{"value": n, "partition": 0} for n in range(3)])
+    since_ms = offset_order(new[0]["offset"])[0]
+    assert since_ms > offset_order(old[-1]["offset"])[0]
+    reader = await open_stream(gateway, topic_name, params={"from_time_ms": str(since_ms)})
+    [first] = await reader.events(1)
+    reader.response.close()
+    assert first["data"]["value"] == 0
+    assert set(parse_cursor(first["id"])) == {0, 1}  # partition 1: right before the time
+
+    resumed = await open_stream(gateway, topic_name, headers={"Last-Event-ID": first["id"]})
+    await publish(gateway, topic_name, [{"value": "live", "partition": 1}])
+    got = await resumed.events(3)
+    resumed.response.close()
+    messages = [e["data"] for e in got if e["event"] == "message"]
+    assert [m["value"] for m in messages if m["partition"] == 0] == [1, 2]
+    assert [m["value"] for m in messages if m["partition"] == 1] == ["live"]
+
+
 async def test_a_header_filter_and_a_partitions_subset_narrow_the_stream(
         gateway: Client, topic_name: str) -> None:
     await create(gateway, topic_name, 3)
