@@ -42,6 +42,7 @@ from gateway.publish.channel import PublishChannel
 from gateway.publish.flow import PublishAnswer
 from gateway.publish.frames import BadFrame, problem_frame, publish_frame_of, published_frame
 from gateway.publish.validation import PublishLimits
+from gateway.routes import events as events_route
 from gateway.routes.health import API_DOCUMENTS, api_document, openapi_document
 from gateway.routes.subscribe import principal_from_first_frame
 from gateway.settings import GatewaySettings
@@ -202,7 +203,8 @@ def error_codes_in_source() -> set[str]:
 
 def test_every_error_code_the_gateway_sends_is_documented() -> None:
     documented_codes = SERVER["error"]["payload"]["properties"]["code"]["enum"]
-    assert error_codes_in_source() == set(documented_codes)
+    stream_ends = {*events_route.ERROR_CODES.values(), "unavailable"}  # an event stream's last
+    assert error_codes_in_source() | stream_ends == set(documented_codes)
 
 
 # --- (b) frames the server accepts -------------------------------------------------------------
@@ -388,3 +390,13 @@ def test_api_documents_are_public_and_shipped() -> None:
     for name in API_DOCUMENTS:
         assert f"/{name}" in ALWAYS_PUBLIC_PATHS
         assert name in shipped
+
+
+def test_every_event_a_stream_ends_with_is_documented_on_the_events_channel() -> None:
+    channel = DOCUMENT["channels"]["events"]
+    assert set(channel["messages"]) == {"message", "gap", "error"}
+    error_schema = DOCUMENT["components"]["messages"]["error"]["payload"]
+    for code in {*events_route.ERROR_CODES.values(), "unavailable"}:
+        raw = events_route.error_event(code, "ended", "0:1-0")
+        data = orjson.loads(raw.split(b"data: ", 1)[1])
+        jsonschema.validate(data, error_schema)
