@@ -16,6 +16,7 @@ from gateway.schemas.engine import CompiledSchema, CompiledSchemas
 from gateway.schemas.errors import ConversionFailed
 from gateway.schemas.event_types import EVENT_TYPE_HEADER, compiled_for_type
 from gateway.schemas.proof import proves
+from gateway.schemas.renames import top_level_renames
 from partitioner.schemas import SchemaRecord
 
 __all__ = ["MAX_COMPILED_TARGETS", "ConversionFailed", "SchemaVersions", "ValueConverter",
@@ -27,14 +28,9 @@ MAX_COMPILED_TARGETS = 256
 MAX_CACHED_POINTERS = 4096  # parsed migration pointers kept (process-wide)
 MAX_CACHED_STEPS = 1024  # resolved (topic incarnation, written, target) conversions kept
 MAX_TYPE_SHOWN = 256  # characters of an event type a reason names (a declared one is no longer)
-# names a chain of top-level renames may involve to be applied on bytes (every subset is tried)
-MAX_RENAMED_NAMES = 8
 Operation = Mapping[str, Any]
 Migrate = Callable[[Any], None]  # one compiled operation (or chain) applied to a value in place
 Member = tuple[tuple[str, ...], str]  # a pointer as the steps to its holder and the member's name
-# a chain of top-level renames for renamed_or_none: the names involved (UTF-8), each one's final
-# key as JSON (None: it keeps its name), and per subset of them present whether the chain fails
-Renames = tuple[tuple[bytes, ...], tuple[bytes | None, ...], bytes]
 
 
 @runtime_checkable
@@ -188,7 +184,7 @@ class ValueStep:
         self._what = what
         self._checked = not _proven(written, chain, target)
         # a proven chain of top-level renames rewrites the keys' bytes, unparsed
-        self._renames = None if self._checked else _top_level_renames(chain)
+        self._renames = None if self._checked else top_level_renames(chain, _tokens)
 
     @property
     def proven(self) -> bool:
@@ -267,67 +263,6 @@ class ValueStep:
             except ConversionFailed as exc:
                 converted.append(exc)
         return converted
-
-
-def _top_level_renames(chain: tuple[Sequence[Operation], ...]) -> Renames | None:
-    """The chain for renamed_or_none when it only renames (or moves) members of the value's own
-    object, else None. Each subset of the names involved is run through the chain once, so the
-    bytes fail exactly where the parsed value would; a chain in which a member's final name
-    depends on which others are present is left to the parsed way."""
-    moves = _top_level_moves(chain)
-    if moves is None:
-        return None
-    names = list(dict.fromkeys(name for move in moves for name in move))
-    if not moves or len(names) > MAX_RENAMED_NAMES:
-        return None
-    finals: dict[str, str] = {}
-    failing = bytearray(1 << len(names))
-    for subset in range(len(failing)):
-        outcome = _renamed_names([name for i, name in enumerate(names) if subset >> i & 1], moves)
-        if outcome is None:
-            failing[subset] = 1
-            continue
-        for name, final in outcome.items():
-            if finals.setdefault(name, final) != final:
-                return None
-    try:
-        encoded = tuple(name.encode() for name in names)
-    except UnicodeEncodeError:  # a lone surrogate: no value's key can be it
-        return None
-    keys = tuple(None if finals[name] == name else orjson.dumps(finals[name]) for name in names)
-    return encoded, keys, bytes(failing)
-
-
-def _top_level_moves(chain: tuple[Sequence[Operation], ...]) -> list[tuple[str, str]] | None:
-    """The chain's operations as (from, to) names of top-level members; None when one is not."""
-    moves = []
-    for operations in chain:
-        for operation in operations:
-            source, target = operation.get("from"), operation.get("to")
-            if (operation.get("op") not in ("rename", "move") or not isinstance(source, str)
-                    or not isinstance(target, str)):
-                return None
-            try:
-                source_tokens, target_tokens = _tokens(source), _tokens(target)
-            except ValueError:
-                return None
-            if len(source_tokens) != 1 or len(target_tokens) != 1:
-                return None
-            moves.append((source_tokens[0], target_tokens[0]))
-    return moves
-
-
-def _renamed_names(present: list[str], moves: list[tuple[str, str]]) -> dict[str, str] | None:
-    """Each present name's final name after the moves, as the parsed way applies them; None
-    when one of them fails (its target already holds a value)."""
-    holder: dict[str, str] = {name: name for name in present}  # current name -> original
-    for source, target in moves:
-        if source in holder:
-            original = holder.pop(source)
-            if target in holder:
-                return None
-            holder[target] = original
-    return {original: final for final, original in holder.items()}
 
 
 def _proven(written: SchemaRecord | None, chain: tuple[Sequence[Operation], ...],

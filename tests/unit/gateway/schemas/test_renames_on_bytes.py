@@ -3,6 +3,7 @@ what the parsed way makes, and whatever could differ is declined (None) and conv
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import sys
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 import gateway._speedups
 from gateway.schemas import migrate
 from gateway.schemas.errors import ConversionFailed
-from gateway.schemas.migrate import Renames, ValueConverter, compile_operations
+from gateway.schemas.migrate import ValueConverter, compile_operations
+from gateway.schemas.renames import Renames, top_level_renames
 from partitioner.schemas import SchemaRecord
 
 
@@ -46,7 +48,7 @@ def compiled(compiled_part: Callable[[str], ModuleType]) -> ModuleType:
 
 
 def renames_of(chain: tuple[Sequence[Any], ...]) -> Renames:
-    renames = migrate._top_level_renames(chain)
+    renames = top_level_renames(chain, migrate._tokens)
     assert renames is not None
     return renames
 
@@ -194,7 +196,7 @@ def test_a_rename_onto_a_held_name_is_declined_where_the_parsed_way_fails(
 
 
 def test_only_top_level_rename_chains_go_on_bytes() -> None:
-    renames = migrate._top_level_renames
+    renames = functools.partial(top_level_renames, tokens=migrate._tokens)
     assert renames(([rename("a", "b")], [{"op": "drop", "path": "/c"}])) is None
     assert renames(([{"op": "rename", "from": "/a/b", "to": "/c"}],)) is None
     assert renames(([{"op": "rename", "from": "", "to": "/c"}],)) is None
