@@ -45,13 +45,25 @@ def test_each_xdist_worker_picks_from_its_own_slice(monkeypatch: pytest.MonkeyPa
     assert slices[2].stop <= ports.pick_range().stop
 
 
-def test_a_port_someone_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    start = ports.worker_slice().start
-    monkeypatch.setattr(ports, "_cursor", [0])
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", start))
+def listening_in_worker_slice() -> tuple[socket.socket, int]:
+    """A socket listening on the first port of this worker's slice that nobody holds yet."""
+    for index, port in enumerate(ports.worker_slice()):
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", port))
+        except OSError:
+            taken.close()
+            continue
         taken.listen()
-        assert ports.free_port() != start
+        return taken, index
+    raise AssertionError("no port of the worker's slice is free")
+
+
+def test_a_port_someone_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken, index = listening_in_worker_slice()
+    monkeypatch.setattr(ports, "_cursor", [index])
+    with taken:
+        assert ports.free_port() != taken.getsockname()[1]
 
 
 def test_a_block_is_consecutive_and_free() -> None:
