@@ -28,6 +28,8 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.server_log import server_log
 from gateway.observe.tracing import tracing
 from gateway.publish.publisher import Publisher
+from gateway.push.endpoint import EndpointPolicy
+from gateway.push.runner import PushRunner
 from gateway.quotas.in_flight import InFlightQuota
 from gateway.quotas.retained import RetainedQuota
 from gateway.routes import (
@@ -43,6 +45,7 @@ from gateway.routes import (
     messages,
     publish_socket,
     purge,
+    push,
     quotas,
     schemas,
     subscribe,
@@ -62,6 +65,7 @@ from partitioner.group_pause import GroupPauses
 from partitioner.group_policy import GroupPolicies
 from partitioner.growth import GrowthAcks
 from partitioner.ownership import PartitionOwnership
+from partitioner.push_subscriptions import PushSubscriptions
 from partitioner.schemas import SchemaMirror, SchemaRegistry
 from partitioner.topic_watcher import TopicWatcher
 from partitioner.topics import TopicMetadata
@@ -127,7 +131,7 @@ def build_app(settings: GatewaySettings, env: Mapping[str, str] | None = None) -
     app[event_tokens.EVENT_TOKENS] = event_token_signer_for(settings.receipt_secret)
     for module in (topics, messages, publish_socket, history, subscribe, groups, group_scale,
                    group_pause, purge, health, cluster, quotas, schemas, event_tokens,
-                   events):
+                   events, push):
         module.add_routes(app)
     if settings.console_enabled:
         console.add_routes(app)
@@ -187,6 +191,13 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             etcd, node_id=settings.node_id, prefix=settings.etcd_prefix,
             lease_ttl_s=settings.owner_lease_ttl_s, address=settings.advertised_url,
             partitions=lambda: {topic.name: topic.partitions for topic in cache.all()}))
+        push_subscriptions = await stack.enter_async_context(
+            PushSubscriptions(etcd, prefix=settings.etcd_prefix))
+        push_policy = EndpointPolicy.of(settings.push_allowed_hosts, settings.push_allowed_cidrs,
+                                        settings.push_allow_http)
+        push = await stack.enter_async_context(PushRunner(
+            push_subscriptions, hub, lambda: ownership.owned, cache.get, push_policy, metrics,
+            settings.push_ca_path))
         sweep = GroupSweep(
             group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
             SweepSettings(settings.node_id,
@@ -205,7 +216,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                 etcd_holders(etcd, settings.etcd_prefix),
                 settings.hot_retention_ms if store.archive is not None else 0,
                 ttl_ms_for(settings.lag_interval_s),
-                paused=lambda topic, group: pauses.pause_of(topic, group) is not None), metrics)))
+                paused=lambda topic, group: pauses.pause_of(topic, group) is not None,
+                push_health=push.health), metrics)))
 
         async def duties_are_healthy() -> None:
             if not duties.healthy:
@@ -263,6 +275,8 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
             quota_rules=quota_rules,
             retained_quota=retained_quota,
             in_flight_quota=in_flight_quota,
+            push_subscriptions=push_subscriptions,
+            push_policy=push_policy,
             schemas=await stack.enter_async_context(
                 SchemaMirror(etcd, prefix=settings.etcd_prefix)),
             schema_registry=SchemaRegistry(etcd, prefix=settings.etcd_prefix),

@@ -19,6 +19,7 @@ from gateway.observe.hotspots import PublishStats
 from gateway.observe.metrics import GatewayMetrics
 from gateway.publish.publisher import Publisher
 from gateway.publish.validation import PublishLimits
+from gateway.push.endpoint import EndpointPolicy
 from gateway.quotas.in_flight import InFlightQuota
 from gateway.quotas.retained import RetainedQuota
 from gateway.schemas.migrate import SchemaVersions, ValueConverter
@@ -32,6 +33,7 @@ from partitioner.group_binding import GroupBindings
 from partitioner.group_policy import NO_BACKOFF, GroupPolicies, GroupPolicy, RetryBackoff
 from partitioner.hashing import KeylessSpreader
 from partitioner.ownership import PartitionOwnership
+from partitioner.push_subscriptions import PushSubscriptions
 from partitioner.registry import TopicRegistry
 from partitioner.schemas import SchemaRegistry
 from partitioner.topics import TopicMetadata, validate_topic_name
@@ -70,6 +72,9 @@ class Services:
     quota_rules: QuotaRules = field(default_factory=QuotaRules)
     retained_quota: RetainedQuota | None = None  # None when no principal has a retained-bytes cap
     in_flight_quota: InFlightQuota | None = None  # None when no principal has an in-flight cap
+    # push subscriptions' definitions (etcd mirror) and where endpoints may be; None without etcd
+    push_subscriptions: PushSubscriptions | None = None
+    push_policy: EndpointPolicy = field(default_factory=lambda: EndpointPolicy.of((), (), False))
     schemas: SchemaSource | None = None  # topics' schema versions (watch-fed); None without etcd
     schema_registry: SchemaRegistry | None = None  # registers versions in etcd; None without etcd
     schema_gate: SchemaGate | None = field(init=False)  # validation at the door, from ``schemas``

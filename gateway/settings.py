@@ -172,6 +172,14 @@ class GatewaySettings:
     # new WebSocket subscriptions per second per principal
     rate_limit_principal_subscribes_per_s: float | None = None
     rate_limit_burst_s: float = 1.0  # a bucket holds this many seconds' worth of its rate
+    # push subscriptions' endpoints: host names (`*.example.com` for subdomains) and networks
+    # they may be at; with both empty, push is off. Private, loopback and link-local addresses
+    # are refused unless a listed network holds them
+    push_allowed_hosts: tuple[str, ...] = ()
+    push_allowed_cidrs: tuple[str, ...] = ()
+    push_allow_http: bool = False  # plain http:// endpoints too (a test bench or a sidecar)
+    push_ca_path: str | None = None  # PEM CAs that sign endpoints' certificates (unset: system)
+    push_max_subscriptions: int = 1000  # across the cluster
 
     def __post_init__(self) -> None:
         if self.advertise_url is not None:
@@ -182,6 +190,8 @@ class GatewaySettings:
             raise ValueError("quota_sync_interval_s must be positive")
         if not self.sse_heartbeat_s > 0:
             raise ValueError("sse_heartbeat_s must be positive")
+        if self.push_max_subscriptions < 0:
+            raise ValueError("push_max_subscriptions must be 0 or positive")
 
     @property
     def advertised_url(self) -> str | None:

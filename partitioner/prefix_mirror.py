@@ -11,6 +11,7 @@ everything).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from partitioner.backoff import Backoff
 from partitioner.errors import CoordinationUnavailable, HistoryCompacted
 from partitioner.etcd.connection import EtcdConnection
 from partitioner.etcd.values import StoredValue, WatchEvent
+from partitioner.tasks import cancel_until_done
 
 __all__ = ["PrefixMirror"]
 
@@ -37,6 +39,18 @@ class PrefixMirror:
         self._snapshot_revision = 0
         self.healthy = False
         self._backoff = Backoff()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, task_name: str) -> None:
+        """Load, then follow in a background task named ``task_name`` until ``stop``."""
+        await self.load()
+        self._task = asyncio.create_task(self.follow(), name=task_name)
+
+    async def stop(self) -> None:
+        """Stop following (idempotent)."""
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_until_done([task])
 
     async def load(self) -> None:
         """Replace the mirror with a snapshot; ``CoordinationUnavailable`` if etcd does not

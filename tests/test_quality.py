@@ -37,5 +37,11 @@ def test_mypy_strict_is_clean() -> None:
 
 
 def test_ruff_is_clean() -> None:
-    result = run("ruff", "check", *FOLDERS, "tests", "bench")
+    result = run("ruff", "check", *FOLDERS, "tests", "bench", "examples")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_examples_are_strictly_typed() -> None:
+    """The examples users copy are held to the packages' standard."""
+    result = run("mypy", "--strict", *map(str, sorted((ROOT / "examples").glob("*.py"))))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from streamgate_client.producer import Producer, RetryPolicy, SendResult
     from streamgate_client.publish_socket import PublishNotOffered
     from streamgate_client.received import Assignment, Gap, Message
+    from streamgate_client.webhooks import WebhookVerificationError, verify_webhook
 
 # Imported on first use (PEP 562), so that the CLI's parser and ``--version`` start without
 # aiohttp: the name each module gives.
@@ -68,6 +69,8 @@ _HOMES = {
     "SendResult": "streamgate_client.producer",
     "SubscriptionClosed": "streamgate_client.errors",
     "UnexpectedOffset": "streamgate_client.errors",
+    "WebhookVerificationError": "streamgate_client.webhooks",
+    "verify_webhook": "streamgate_client.webhooks",
 }
 
 __all__ = [
@@ -90,6 +93,8 @@ __all__ = [
     "SendResult",
     "SubscriptionClosed",
     "UnexpectedOffset",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]
 
 

@@ -68,7 +68,8 @@ class VerdictSources:
     """What a verdict round reads and writes: ``holders`` gives a group's members and their
     partitions (None: no coordination), ``topics`` the cached metadata, ``hot_retention_ms`` the
     archive's target (0: no archive), ``ttl_ms`` how long a posted verdict lasts unrenewed,
-    ``paused`` whether a group is paused (judged ``paused``, never stalled)."""
+    ``paused`` whether a group is paused (judged ``paused``, never stalled), ``push_health`` how a
+    push subscription's endpoint fares from a partition pushed from here."""
 
     groups: GroupStore
     consumers: ConsumerStore
@@ -79,6 +80,8 @@ class VerdictSources:
     hot_retention_ms: int
     ttl_ms: int
     paused: Callable[[str, str], bool] = lambda topic, group: False  # (topic, group) paused now
+    # how a push subscription's endpoint fares from (topic, partition, group) on this node
+    push_health: Callable[[str, int, str], dict[str, Any] | None] = lambda t, p, g: None
 
 
 def etcd_holders(etcd: EtcdConnection, prefix: str) -> Holders:
@@ -145,8 +148,10 @@ class VerdictKeeper:
         for lag in lags:
             config = config_of(metadata, policies.get(lag.group), self.sources.hot_retention_ms)
             verdict = await self._judge_group(topic, partition, lag, config)
+            push = self.sources.push_health(topic, partition, lag.group)
             posted[lag.group] = orjson.dumps({**verdict.to_dict(),
-                                              "flow": self._flow(topic, partition, lag)})
+                                              "flow": self._flow(topic, partition, lag),
+                                              **({} if push is None else {"push": push})})
         self._drop(topic, partition, keep=set(posted))
         if posted or (topic, partition) in self._posted:  # a partition without groups costs none
             await self.sources.board.post(topic, partition, posted, self.sources.ttl_ms)

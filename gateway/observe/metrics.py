@@ -65,6 +65,9 @@ class GatewayMetrics:
     quota_used: Gauge
     quota_limit: Gauge
     quota_refused: Counter
+    push_requests: Counter
+    push_request_seconds: Histogram
+    push_breaker_open: Gauge
     deliveries: CellCounter
     redeliveries: CellCounter
     acks: CellCounter
@@ -194,6 +197,7 @@ class GatewayMetrics:
             **_backend_metrics(registry),
             **_archive_metrics(registry),
             **_quota_metrics(registry),
+            **_push_metrics(registry),
             build=Info("streamgate_build", "Build information", registry=registry),
         )
         metrics.build.info({"version": version or installed_version(),
@@ -307,6 +311,23 @@ def _quota_metrics(registry: CollectorRegistry) -> dict[str, Any]:
                                  "Requests refused for a quota: publishes past retained_bytes "
                                  "(507), pulls past in_flight_messages (429)", ["subject", "quota"],
                                  registry=registry),
+    }
+
+
+def _push_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    return {
+        "push_requests": Counter("streamgate_push_requests_total",
+                                 "Requests of push subscriptions to their endpoints, by outcome "
+                                 "(ok, rejected, retried, timeout, error, refused)",
+                                 ["topic", "group", "outcome"], registry=registry),
+        "push_request_seconds": Histogram("streamgate_push_request_seconds",
+                                          "Time of a push request until its answer's status",
+                                          ["topic", "group"], buckets=LATENCY_BUCKETS_S,
+                                          registry=registry),
+        "push_breaker_open": Gauge("streamgate_push_breaker_open",
+                                   "1 while a push subscription's circuit breaker on this "
+                                   "gateway holds its requests back", ["topic", "group"],
+                                   registry=registry),
     }
 
 

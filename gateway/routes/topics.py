@@ -215,7 +215,8 @@ def _require_unfiltered_admin(request: web.Request, action: str, reach: str) -> 
 async def _forget_groups(services: Services, topic: str) -> None:
     """Forget the group policies, filter bindings and schemas of a deleted topic."""
     for what, forget in (("policies", services.policies), ("bindings", services.group_bindings),
-                         ("schemas", services.schema_registry)):
+                         ("schemas", services.schema_registry),
+                         ("push subscriptions", services.push_subscriptions)):
         if forget is None:
             continue
         try:

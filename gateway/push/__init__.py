@@ -1,0 +1,1 @@
+"""Push subscriptions: consumer groups whose member is an HTTP endpoint."""
