@@ -779,3 +779,125 @@ export interface EventToken {
   /** The events path with the token as access_token; add from=, filters or last_event_id= */
   url: string;
 }
+
+export interface PushSubscriptionRequest {
+  /** https URL (http only with push_allow_http); no credentials, no fragment */
+  endpoint: string;
+  /**
+   * json: {subscription, messages} batches; cloudevents: binary mode, one message a request
+   * (default: "json")
+   */
+  format?: "json" | "cloudevents";
+  /** (default: 1) */
+  batch_max_messages?: number;
+  /** (default: 1048576) */
+  batch_max_bytes?: number;
+  /**
+   * concurrent requests, shared by the owners in proportion to the partitions each owns (default:
+   * 16)
+   */
+  max_in_flight?: number;
+  /** requests per second (null: no cap), shared like max_in_flight */
+  rate_per_s?: number | null;
+  /** (default: 10000) */
+  timeout_ms?: number;
+  /** one message of a key in flight at a time (default: true) */
+  key_ordered?: boolean;
+  /** at least timeout_ms + 1000; default the larger of 60000 and that */
+  ack_timeout_ms?: number;
+  /** (default: 5) */
+  max_deliveries?: number;
+  /** (default: 1000) */
+  retry_backoff_ms?: number;
+  /** (default: 2) */
+  retry_backoff_multiplier?: number;
+  /** (default: 60000) */
+  retry_backoff_max_ms?: number;
+  /** (default: "latest") */
+  start?: "latest" | "earliest";
+  /** extra request headers (e.g. Authorization); never shown back */
+  headers?: Record<string, string>;
+  /** header filters as subscribe's filter: <header>:<value>[,<value>...] */
+  filter?: string[];
+  /** bring your own signing secret: whsec_ + base64 of 24 to 64 bytes */
+  secret?: string;
+}
+
+export interface PushSecret {
+  id: string;
+  created_at_ms: number;
+  expires_at_ms: number | null;
+}
+
+export interface PushSubscription {
+  topic: string;
+  group: string;
+  endpoint: string;
+  format: "json" | "cloudevents";
+  batch_max_messages: number;
+  batch_max_bytes: number;
+  max_in_flight: number;
+  rate_per_s: number | null;
+  timeout_ms: number;
+  key_ordered: boolean;
+  ack_timeout_ms: number;
+  max_deliveries: number;
+  retry_backoff_ms: number;
+  retry_backoff_multiplier: number;
+  retry_backoff_max_ms: number;
+  start: string;
+  /** header names; values hidden */
+  headers: Record<string, "***">;
+  filter: string[];
+  /** the live signing secrets, newest first, without their values */
+  secrets: PushSecret[];
+  created_by: string;
+  created_at_ms: number;
+  updated_at_ms: number;
+  topic_created_at_ms: number;
+  /** the group's pause (POST /v1/groups/{group}/pause) */
+  paused: boolean;
+  until_ms: number | null;
+}
+
+export type PushSubscriptionCreated = PushSubscription & {
+  /** the new signing secret: shown once */
+  secret?: string;
+};
+
+export type PartitionPushHealth = {
+  breaker: "closed" | "open" | "half_open";
+  consecutive_failures: number;
+  last_status: number | null;
+  last_error: string | null;
+  last_success_ms: number | null;
+  last_failure_ms: number | null;
+  in_flight: number;
+} | null;
+
+export interface PushHealth {
+  state: "healthy" | "failing" | "open" | "unknown";
+  partitions: Record<string, PartitionPushHealth>;
+}
+
+export type PushSubscriptionDescribed = PushSubscription & {
+  health: PushHealth;
+};
+
+export interface PushSubscriptionList {
+  subscriptions: PushSubscription[];
+}
+
+export interface PushRotateRequest {
+  /** bring your own: whsec_ + base64 of 24 to 64 bytes */
+  secret?: string;
+  /** (default: 86400) */
+  previous_expires_in_s?: number;
+}
+
+export interface PushRotation {
+  topic: string;
+  group: string;
+  secret: string;
+  secrets: PushSecret[];
+}

@@ -93,6 +93,10 @@ def request_for(
         "listSchemas": ("", None), "getSchema": ("", None),
         "settleParkedKey": ("", {"topic": topic, "partition": 0, "key": "k1",
                                  "action": "dead_letter"}),
+        "listPushSubscriptions": ("", None), "getPushSubscription": ("", None),
+        "putPushSubscription": ("", {"endpoint": "https://hooks.example.com/intruder"}),
+        "deletePushSubscription": ("", None),
+        "rotatePushSecret": ("", {"previous_expires_in_s": 0}),
     }
     assert operation in cases, f"add a hostile-auth case for the new operation {operation} ({path})"
     query, body = cases[operation]
@@ -113,6 +117,7 @@ async def state_of(client: Client, redis_cluster: Any, topic: str) -> dict[str, 
             for p in described["partition_details"]
         ],
         "groups": await (await client.get("/v1/groups", headers=WRITER)).json(),
+        "push": await (await client.get(f"/v1/topics/{topic}/push", headers=WRITER)).json(),
         "positions": [
             (p["last_delivered_offset"], p["pending"])
             for t in group["topics"]
