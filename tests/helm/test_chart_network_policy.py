@@ -1,5 +1,5 @@
 """The chart's NetworkPolicies: who reaches the gateway, Redis and etcd, and what the gateway
-reaches, for the in-chart datastores, external ones and an S3 archive."""
+reaches, for the in-chart datastores, external ones, an S3 archive and push endpoints."""
 
 from __future__ import annotations
 
@@ -84,6 +84,17 @@ def test_s3_archive_is_reached_on_its_endpoint_port_or_the_schemes() -> None:
                                            "networkPolicy": {"archiveCIDRs": ["52.0.0.0/8"]}})
     assert egress_by_ports(policies(aws)["gateway"])[frozenset({(443, "TCP")})] == [
         {"ipBlock": {"cidr": "52.0.0.0/8"}}]
+
+
+def test_push_endpoints_are_reached_only_once_push_is_allowed() -> None:
+    pushing = merged({"gateway": {"settings": {"push_allowed_hosts": ["*.hooks.example.com"]}},
+                      "networkPolicy": {"pushCIDRs": ["203.0.113.0/24"], "pushPorts": [443, 8443]}})
+    egress = egress_by_ports(policies(pushing)["gateway"])
+    assert egress[frozenset({(443, "TCP"), (8443, "TCP")})] == [
+        {"ipBlock": {"cidr": "203.0.113.0/24"}}]
+    assert frozenset({(443, "TCP")}) not in egress_by_ports(policies({})["gateway"])
+    configmap = one(manifests(pushing), "ConfigMap", "sg-streamgate")
+    assert configmap["data"]["STREAMGATE_PUSH_ALLOWED_HOSTS"] == "*.hooks.example.com"
 
 
 def test_network_policies_can_be_switched_off() -> None:
