@@ -4,6 +4,7 @@ message as a CloudEvent in binary mode; signed the Standard Webhooks way in both
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from storage.models import Delivery, ValueFormat
 
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"
+_UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a line break would split the header
 # the event's own attributes that binary mode carries elsewhere: its data and the data's type
 _NOT_HEADERS = frozenset({"data", "data_base64", "datacontenttype"})
 
@@ -64,7 +66,8 @@ def cloudevent_parts(topic: str, delivery: Delivery) -> tuple[bytes, dict[str, s
 
 def build_request(topic: str, group: str, fmt: str, deliveries: list[Delivery],
                   keys: list[bytes], extra_headers: dict[str, str]) -> PushRequest:
-    """The signed request for ``deliveries`` (one partition's, in order)."""
+    """The signed request for ``deliveries`` (one partition's, in order); ValueError when a
+    message's attribute cannot be an HTTP header (a control character in it)."""
     msg_id = message_id(topic, deliveries)
     if fmt == "cloudevents":
         body, headers = cloudevent_parts(topic, deliveries[0])
@@ -72,6 +75,8 @@ def build_request(topic: str, group: str, fmt: str, deliveries: list[Delivery],
         body, headers = json_body(topic, group, deliveries), {"Content-Type": JSON}
     headers = {**extra_headers, **headers, "User-Agent": USER_AGENT,
                **webhook_headers(keys, msg_id, body)}
+    if any(_UNSENDABLE.search(value) for value in headers.values()):
+        raise ValueError("a header value holds a control character")
     return PushRequest(body, headers, msg_id)
 
 

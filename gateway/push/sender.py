@@ -173,6 +173,8 @@ class Endpoint:
                               error=f"no answer within {definition.timeout_ms} ms")
         except (aiohttp.ClientError, OSError) as exc:
             outcome = Outcome("nack", "error", error=f"{type(exc).__name__}: {exc}"[:300])
+        except (ValueError, UnicodeError) as exc:  # the client cannot write it: never will
+            outcome = Outcome("reject", "rejected", error=f"not sendable: {exc}"[:300])
         labels = (definition.topic, definition.group)
         self._metrics.push_requests.labels(*labels, outcome.label).inc()
         self._metrics.push_request_seconds.labels(*labels).observe(time.monotonic() - started)
