@@ -203,7 +203,15 @@ class VerdictKeeper:
         return GroupSample(self._clock_ms(), lag.lag_entries, lag.pending,
                            lag.last_delivered_offset, lag.oldest_unacked_age_ms,
                            lag.oldest_unread_age_ms, deliveries, parked,
-                           paused=self.sources.paused(topic, lag.group))
+                           paused=self.sources.paused(topic, lag.group),
+                           endpoint_error=self._endpoint_error(topic, partition, lag.group))
+
+    def _endpoint_error(self, topic: str, partition: int, group: str) -> str | None:
+        """The last error of a push endpoint failing from the partition (None: it does not)."""
+        health = self.sources.push_health(topic, partition, group)
+        if health is None or not health["consecutive_failures"]:
+            return None
+        return str(health["last_error"])
 
     async def _present(self, topic: str, partition: int, group: str, window_ms: int) -> bool | None:
         """Someone read the partition for the group within the window, or a member holds it (None:

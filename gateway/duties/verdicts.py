@@ -10,10 +10,10 @@ from typing import Any
 OK, IDLE, BEHIND, STALLED, PAUSED = "ok", "idle", "behind", "stalled", "paused"
 STATES = (OK, IDLE, BEHIND, STALLED, PAUSED)
 NO_MEMBER, PARKED_KEY, REDELIVERY_LOOP = "no_member", "parked_key", "redelivery_loop"
-MEMBER_NOT_ACKING = "member_not_acking"
+MEMBER_NOT_ACKING, ENDPOINT_FAILING = "member_not_acking", "endpoint_failing"
 RETENTION_OVERRUN_IN, ARCHIVE_BEHIND = "retention_overrun_in", "archive_behind"
-REASONS = (NO_MEMBER, PARKED_KEY, REDELIVERY_LOOP, MEMBER_NOT_ACKING, RETENTION_OVERRUN_IN,
-           ARCHIVE_BEHIND)
+REASONS = (NO_MEMBER, ENDPOINT_FAILING, PARKED_KEY, REDELIVERY_LOOP, MEMBER_NOT_ACKING,
+           RETENTION_OVERRUN_IN, ARCHIVE_BEHIND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,9 @@ class GroupSample:
     parked_keys: int = 0
     present: bool | None = None
     paused: bool = False  # the group is paused: no delivery is expected
+    # a push subscription's endpoint fails from this partition (its last error); None: it does
+    # not, or the group is no push subscription here
+    endpoint_error: str | None = None
 
     @property
     def work_waits(self) -> bool:
@@ -157,6 +160,9 @@ def _judge(sample: GroupSample, baseline: GroupSample, quiet: int,
     if quiet >= config.window_ms:
         cause = stall_cause(sample, config)
         detail = f"no ack and no new delivery for {quiet // 1000}s while {waiting}: "
+        if cause == ENDPOINT_FAILING:
+            detail += f"{_CAUSES[cause]} ({sample.endpoint_error})"
+            return STALLED, cause, detail, _others(cause, side + list(risks))
         return STALLED, cause, detail + _CAUSES[cause], _others(cause, side + list(risks))
     if risks:
         reason = next(iter(risks))
@@ -171,13 +177,16 @@ _CAUSES = {
     PARKED_KEY: "keys are parked, waiting for the redelivery of a failed message",
     REDELIVERY_LOOP: "entries come back again and again without an ack",
     MEMBER_NOT_ACKING: "a member holds entries and does not ack them",
+    ENDPOINT_FAILING: "the push endpoint fails",
 }
 
 
 def stall_cause(sample: GroupSample, config: VerdictConfig) -> str:
-    """Why a stalled group is stuck, the first that holds of: nobody holds or reads the partition
-    (also when nothing is out to anyone), parked keys, entries delivered ``loop_deliveries`` times
+    """Why a stalled group is stuck, the first that holds of: its push endpoint fails, nobody
+    holds or reads the partition (also when nothing is out to anyone), parked keys, entries delivered ``loop_deliveries`` times
     without an ack, a member holding entries without acking them."""
+    if sample.endpoint_error is not None:
+        return ENDPOINT_FAILING
     if sample.present is False or sample.pending == 0:
         return NO_MEMBER
     if sample.parked_keys > 0:

@@ -73,7 +73,7 @@ async def settled_group(client: Client, topic: str, timeout_s: float = 30.0) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         doc = await (await client.get("/v1/groups/hooks", params={"topic": topic})).json()
-        if all(p["pending"] == 0 and p["lag"] == 0 for p in doc["topics"][0]["partitions"]):
+        if "topics" in doc and all(p["pending"] == 0 and p["lag"] == 0 for p in doc["topics"][0]["partitions"]):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"the push group never settled: {doc}")
@@ -200,6 +200,31 @@ async def test_retry_after_holds_the_next_request_back(
     assert first.status == 429
     assert second.at - first.at >= 1.9
     assert second.headers["webhook-id"] == first.headers["webhook-id"]
+
+
+async def test_a_failing_endpoint_is_named_as_the_cause_of_the_groups_stall(
+        gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
+    state, url = receiver
+    state.answer = lambda number, messages: (503, {})
+    client = await gateway()
+    await create_topic(client, topic_name, partitions=1)
+    await subscribe(client, topic_name, url, timeout_ms=500, ack_timeout_ms=2000,
+                    max_deliveries=1000)
+    await publish(client, topic_name, [{"key": "a", "value": 1}])
+    deadline = time.monotonic() + 2 * 2 + 5  # two ack timeouts and the lag rounds' slack
+    verdict: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        doc = await (await client.get("/v1/groups/hooks", params={"topic": topic_name})).json()
+        verdict = doc["topics"][0]["partitions"][0]["verdict"] if "topics" in doc else None
+        if verdict is not None and verdict["state"] == "stalled":
+            break
+        await asyncio.sleep(0.1)
+    assert verdict is not None
+    assert (verdict["state"], verdict["reason"]) == ("stalled", "endpoint_failing")
+    assert "HTTP 503" in verdict["detail"]
+    view = await describe(client, topic_name)
+    assert view["health"]["state"] in ("open", "failing")
+    assert view["health"]["partitions"]["0"]["last_status"] == 503
 
 
 async def test_a_paused_push_group_sends_nothing_until_resumed(

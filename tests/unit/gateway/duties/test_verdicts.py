@@ -11,6 +11,7 @@ import pytest
 from gateway.duties.verdicts import (
     ARCHIVE_BEHIND,
     BEHIND,
+    ENDPOINT_FAILING,
     IDLE,
     MEMBER_NOT_ACKING,
     NO_MEMBER,
@@ -81,6 +82,15 @@ def test_waiting_work_without_progress_for_the_window_is_stalled_since_the_last_
                    sample(11_000, lag=3, pending=2, delivered="2-0")])
     assert (verdict.state, verdict.reason, verdict.since_ms) == (STALLED, MEMBER_NOT_ACKING, 1_000)
     assert "no ack and no new delivery for 10s" in verdict.detail
+
+
+def test_a_push_group_whose_endpoint_fails_is_stalled_by_the_endpoint_with_its_error() -> None:
+    failing = "HTTP 503"
+    verdict = run([sample(0, lag=3, pending=2, endpoint_error=failing),
+                   sample(WINDOW, lag=3, pending=2, parked_keys=1, endpoint_error=failing)])
+    assert (verdict.state, verdict.reason) == (STALLED, ENDPOINT_FAILING)
+    assert verdict.detail.endswith("the push endpoint fails (HTTP 503)")
+    assert PARKED_KEY in verdict.warnings
 
 
 def test_no_progress_shorter_than_the_window_is_not_a_stall() -> None:
