@@ -21,7 +21,8 @@ SCHEMAS = ("Topic", "TopicList", "TopicDetails", "ReplayPage", "HistoryPage", "S
            "GroupList", "GroupDetails", "SeekResult", "RedriveResult", "PurgeResult",
            "ParkedKeyResult", "Cluster", "PurgeDryRun", "SeekDryRun", "TopicDryRun",
            "RedriveDryRun", "GroupPauseState", "Quotas", "SchemaVersion", "SchemaVersions",
-           "PublishDryRun")
+           "PublishDryRun", "PushSubscriptionCreated", "PushSubscriptionDescribed",
+           "PushSubscriptionList", "PushRotation")
 # names for the objects the document declares inline (an array's items, a nested object)
 INLINE = {("PartitionTiers", "hot"): "HotTier", ("PartitionTiers", "archive"): "ArchiveTier",
           ("PartitionDetails", "top_keys"): "TopKey", ("GroupList", "groups"): "GroupRef",
@@ -112,7 +113,8 @@ class Generator:
         annotation, convert = self.annotate(owner, key, schema)
         nullable = ((isinstance(schema.get("type"), list) and "null" in schema["type"])
                     or NULL in schema.get("oneOf", ()))
-        if (nullable or not required) and annotation != "object":
+        if (nullable or not required) and annotation != "object" \
+                and not annotation.endswith(" | None"):
             annotation += " | None"
         name = key + "_" if keyword.iskeyword(key) or key in RESERVED else key
         return Attribute(name, key, annotation, required, convert, schema.get("description"))
@@ -121,7 +123,8 @@ class Generator:
         """The Python type of a value and the converter that builds it (None: as parsed)."""
         if "$ref" in schema:
             name = self.reference(schema["$ref"])
-            return name, name
+            nullable = "null" in self.schemas[name].get("type", ())
+            return (f"{name} | None" if nullable else name), name
         if NULL in schema.get("oneOf", ()):  # a value or null
             (inner,) = [option for option in schema["oneOf"] if option != NULL]
             return self.annotate(owner, key, inner)

@@ -1,4 +1,4 @@
-"""Admin calls: topics, replay, consumer groups and dead-letter redrive. Thin: each returns the
+"""Admin calls: topics, replay, consumer groups, dead-letter redrive and push subscriptions. Thin:
 gateway's JSON document as a typed, read-only record (client/streamgate_client/admin_types.py)."""
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ from streamgate_client.admin_types import (
     PublishDryRun,
     PurgeDryRun,
     PurgeResult,
+    PushRotation,
+    PushSubscription,
+    PushSubscriptionCreated,
+    PushSubscriptionDescribed,
+    PushSubscriptionList,
     Quotas,
     RedriveDryRun,
     RedriveResult,
@@ -420,6 +425,68 @@ class Admin:
                                     body={} if partition is None else {"partition": partition})
         return PurgeDryRun(document) if dry_run else PurgeResult(document)
 
+    # --- push subscriptions ----------------------------------------------------------------------
+    async def put_push(self, topic: str, group: str, endpoint: str, *,
+                       format: Literal["json", "cloudevents"] | None = None,
+                       batch_max_messages: int | None = None, batch_max_bytes: int | None = None,
+                       max_in_flight: int | None = None, rate_per_s: float | None = None,
+                       timeout_ms: int | None = None, key_ordered: bool | None = None,
+                       ack_timeout_ms: int | None = None, max_deliveries: int | None = None,
+                       retry_backoff_ms: float | None = None,
+                       retry_backoff_multiplier: float | None = None,
+                       retry_backoff_max_ms: float | None = None,
+                       start: Literal["latest", "earliest"] | None = None,
+                       headers: Mapping[str, str] | None = None,
+                       filter: Sequence[str] | None = None,
+                       secret: str | None = None) -> PushSubscriptionCreated:
+        """PUT /v1/topics/{topic}/push/{group}: the group's member becomes ``endpoint``, which the
+        partitions' owners POST messages to, signed (``verify_webhook`` checks them). None leaves
+        a field at the gateway's default (on a replacement too: send every field you set).
+        ``secret`` (``whsec_...``) brings your own signing secret. -> the subscription, with
+        ``secret`` when a new one was made: the only time it is shown. ``ProblemError`` 422
+        ``push-endpoint-refused`` (pointer ``/endpoint``) when the gateway may not call it."""
+        settable = (("format", format), ("batch_max_messages", batch_max_messages),
+                    ("batch_max_bytes", batch_max_bytes), ("max_in_flight", max_in_flight),
+                    ("rate_per_s", rate_per_s), ("timeout_ms", timeout_ms),
+                    ("key_ordered", key_ordered), ("ack_timeout_ms", ack_timeout_ms),
+                    ("max_deliveries", max_deliveries), ("retry_backoff_ms", retry_backoff_ms),
+                    ("retry_backoff_multiplier", retry_backoff_multiplier),
+                    ("retry_backoff_max_ms", retry_backoff_max_ms), ("start", start),
+                    ("headers", None if headers is None else dict(headers)),
+                    ("filter", None if filter is None else list(filter)), ("secret", secret))
+        body = {"endpoint": endpoint} | {name: value for name, value in settable
+                                         if value is not None}
+        return PushSubscriptionCreated(await self._call("PUT", _push_path(topic, group),
+                                                        body=body))
+
+    async def push_subscriptions(self, topic: str) -> list[PushSubscription]:
+        """GET /v1/topics/{topic}/push -> the topic's push subscriptions, without secrets or
+        header values."""
+        document = await self._call("GET", f"/v1/topics/{topic}/push")
+        return list(PushSubscriptionList(document).subscriptions)
+
+    async def push_subscription(self, topic: str, group: str) -> PushSubscriptionDescribed:
+        """GET /v1/topics/{topic}/push/{group} -> the subscription and its endpoint's ``health``
+        as the partitions' owners last posted it; ``ProblemError`` 404
+        ``push-subscription-not-found`` when there is none."""
+        return PushSubscriptionDescribed(await self._call("GET", _push_path(topic, group)))
+
+    async def delete_push(self, topic: str, group: str) -> None:
+        """DELETE /v1/topics/{topic}/push/{group}: stop pushing; the group and its positions
+        stay."""
+        await self._call("DELETE", _push_path(topic, group))
+
+    async def rotate_push_secret(self, topic: str, group: str, *, secret: str | None = None,
+                                 previous_expires_in_s: int | None = None) -> PushRotation:
+        """POST .../push/{group}/rotate-secret -> the new signing ``secret`` (yours, or a new one)
+        and the live ``secrets``: the newest old one signs beside it for
+        ``previous_expires_in_s`` (the gateway's default a day; 0 retires it at once)."""
+        body = {name: value for name, value in (("secret", secret),
+                                                ("previous_expires_in_s", previous_expires_in_s))
+                if value is not None}
+        return PushRotation(await self._call(
+            "POST", f"{_push_path(topic, group)}/rotate-secret", body=body))
+
     # --- transport --------------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
                     params: dict[str, str] | None = None) -> dict[str, Any]:
@@ -438,6 +505,10 @@ class Admin:
 def _dry(dry_run: bool) -> dict[str, str] | None:
     """The ``dry_run`` query parameter of a destructive call (absent for the real one)."""
     return {"dry_run": "true"} if dry_run else None
+
+
+def _push_path(topic: str, group: str) -> str:
+    return f"/v1/topics/{topic}/push/{group}"
 
 
 def _topic(document: dict[str, Any], dry_run: bool) -> Topic | TopicDryRun:

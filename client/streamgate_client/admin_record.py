@@ -42,8 +42,9 @@ def each(convert: Convert) -> Convert:
 
 
 def values(convert: Convert) -> Convert:
-    """A map's values, each converted."""
-    return lambda mapping: {key: convert(value) for key, value in mapping.items()}
+    """A map's values, each converted (a null value stays None)."""
+    return lambda mapping: {key: None if value is None else convert(value)
+                            for key, value in mapping.items()}
 
 
 class Record(dict[str, Any]):

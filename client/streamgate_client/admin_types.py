@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from streamgate_client.admin_record import Field, Record, each
+from streamgate_client.admin_record import Field, Record, each, values
 
 __all__ = [
     "ArchiveTier",
@@ -36,12 +36,20 @@ __all__ = [
     "ParkedKey",
     "ParkedKeyResult",
     "PartitionDetails",
+    "PartitionPushHealth",
     "PartitionTiers",
     "PublishDryRun",
     "PurgeDryRun",
     "PurgePreview",
     "PurgeResult",
     "PurgedPartition",
+    "PushHealth",
+    "PushRotation",
+    "PushSecret",
+    "PushSubscription",
+    "PushSubscriptionCreated",
+    "PushSubscriptionDescribed",
+    "PushSubscriptionList",
     "QuotaUsage",
     "QuotaUsages",
     "Quotas",
@@ -262,9 +270,10 @@ class GroupVerdict(Record):
 
     state: Field[Literal["ok", "idle", "behind", "stalled", "paused"]] = Field()
     reason: Field[str | None] = Field()
-    """Why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or
-    behind (retention_overrun_in, archive_behind); null for ok, idle and a plain behind; null while
-    paused (an operator paused the group: it is never judged stalled then)."""
+    """Why the group is stalled (endpoint_failing, no_member, parked_key, redelivery_loop,
+    member_not_acking) or behind (retention_overrun_in, archive_behind); null for ok, idle and a
+    plain behind; null while paused (an operator paused the group: it is never judged stalled
+    then)."""
     since_ms: Field[int] = Field()
     """When the state began (epoch ms); for a stall, the group's last progress."""
     detail: Field[str] = Field()
@@ -762,3 +771,107 @@ class PublishDryRun(Record):
     partitions: Field[Sequence[int]] = Field()
     """The partition each message would go to, in order (keyless messages: where the next publish
     would put them, were none placed before it)."""
+
+
+class PushSecret(Record):
+    """``PushSecret`` in /openapi.json."""
+
+    __slots__ = ()
+
+    id: Field[str] = Field()
+    created_at_ms: Field[int] = Field()
+    expires_at_ms: Field[int | None] = Field()
+
+
+class PushSubscription(Record):
+    """``PushSubscription`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    group: Field[str] = Field()
+    endpoint: Field[str] = Field()
+    format: Field[Literal["json", "cloudevents"]] = Field()
+    batch_max_messages: Field[int] = Field()
+    batch_max_bytes: Field[int] = Field()
+    max_in_flight: Field[int] = Field()
+    rate_per_s: Field[float | None] = Field()
+    timeout_ms: Field[int] = Field()
+    key_ordered: Field[bool] = Field()
+    ack_timeout_ms: Field[int] = Field()
+    max_deliveries: Field[int] = Field()
+    retry_backoff_ms: Field[int] = Field()
+    retry_backoff_multiplier: Field[float] = Field()
+    retry_backoff_max_ms: Field[int] = Field()
+    start: Field[str] = Field()
+    headers: Field[Mapping[str, str]] = Field()
+    """Header names; values hidden."""
+    filter: Field[Sequence[str]] = Field()
+    secrets: Field[Sequence[PushSecret]] = Field(each(PushSecret))
+    """The live signing secrets, newest first, without their values."""
+    created_by: Field[str] = Field()
+    created_at_ms: Field[int] = Field()
+    updated_at_ms: Field[int] = Field()
+    topic_created_at_ms: Field[int] = Field()
+    paused: Field[bool] = Field()
+    """The group's pause (POST /v1/groups/{group}/pause)."""
+    until_ms: Field[int | None] = Field()
+
+
+class PushSubscriptionCreated(PushSubscription):
+    """``PushSubscriptionCreated`` in /openapi.json."""
+
+    __slots__ = ()
+
+    secret: Field[str | None] = Field(required=False)
+    """The new signing secret: shown once."""
+
+
+class PartitionPushHealth(Record):
+    """``PartitionPushHealth`` in /openapi.json."""
+
+    __slots__ = ()
+
+    breaker: Field[Literal["closed", "open", "half_open"]] = Field()
+    consecutive_failures: Field[int] = Field()
+    last_status: Field[int | None] = Field()
+    last_error: Field[str | None] = Field()
+    last_success_ms: Field[int | None] = Field()
+    last_failure_ms: Field[int | None] = Field()
+    in_flight: Field[int] = Field()
+
+
+class PushHealth(Record):
+    """``PushHealth`` in /openapi.json."""
+
+    __slots__ = ()
+
+    state: Field[Literal["healthy", "failing", "open", "unknown"]] = Field()
+    partitions: Field[Mapping[str, PartitionPushHealth | None]] = Field(values(PartitionPushHealth))
+
+
+class PushSubscriptionDescribed(PushSubscription):
+    """``PushSubscriptionDescribed`` in /openapi.json."""
+
+    __slots__ = ()
+
+    health: Field[PushHealth] = Field(PushHealth)
+
+
+class PushSubscriptionList(Record):
+    """``PushSubscriptionList`` in /openapi.json."""
+
+    __slots__ = ()
+
+    subscriptions: Field[Sequence[PushSubscription]] = Field(each(PushSubscription))
+
+
+class PushRotation(Record):
+    """``PushRotation`` in /openapi.json."""
+
+    __slots__ = ()
+
+    topic: Field[str] = Field()
+    group: Field[str] = Field()
+    secret: Field[str] = Field()
+    secrets: Field[Sequence[PushSecret]] = Field(each(PushSecret))

@@ -30,6 +30,7 @@ _HANDLERS = {
     "status": ("streamgate_client.cli_status", "status"),
     "quotas": ("streamgate_client.cli_quotas", "quotas"),
     "schemas": ("streamgate_client.cli_schemas", "schemas"),
+    "push": ("streamgate_client.cli_push", "push"),
 }
 CLIENT_COMMANDS = frozenset({*_HANDLERS, "completion", "context"})
 # what a process killed by SIGPIPE reports (128 + 13), as kcat and coreutils do under `| head`

@@ -44,6 +44,7 @@ def add_client_commands(commands: Commands) -> None:
     _add_report(commands, url, "quotas",
                 "who your use counts against, and each quota's cap and use across gateways")
     _add_schemas(commands, url)
+    _add_push(commands, url, listing)
     _add_context(commands)
     add_completion_command(commands)
 
@@ -99,6 +100,79 @@ def _add_schemas(commands: Commands, url: argparse.ArgumentParser) -> None:
                           choices=("backward", "backward_transitive", "forward",
                                    "forward_transitive", "full", "full_transitive", "none"),
                           help="default: the latest version's mode, else backward")
+
+
+def _add_push(commands: Commands, url: argparse.ArgumentParser,
+              listing: argparse.ArgumentParser) -> None:
+    """``push create|list|describe|delete|rotate-secret`` (client.cli_push)."""
+    shown = argparse.ArgumentParser(add_help=False, parents=[url])
+    shown.add_argument("-o", "--output", default="table", choices=("table", "json"),
+                       help="table: for a person (default); json: the gateway's document")
+    actions = commands.add_parser(
+        "push", help="push subscriptions: a group whose member is an HTTP endpoint, sent signed "
+                     "messages").add_subparsers(dest="action", required=True)
+    actions.add_parser("list", parents=[listing],
+                       help="the topic's push subscriptions, one line each (-o table: aligned "
+                            "columns; -o names: their groups)").add_argument("topic")
+    _add_push_create(actions, shown)
+    actions.add_parser("describe", parents=[shown],
+                       help="the subscription and, per partition, its endpoint's health")
+    actions.add_parser("delete", parents=[url],
+                       help="stop pushing (the group and its positions stay)")
+    rotate = actions.add_parser(
+        "rotate-secret", parents=[shown],
+        help="a new signing secret (shown once); the old one signs beside it for a while")
+    rotate.add_argument("--keep-old-s", type=int, default=None, metavar="N",
+                        help="the old secret signs this many seconds more (0: stop now; "
+                             "default: a day)")
+    rotate.add_argument("--secret", default=None, metavar="whsec_...",
+                        help="bring your own new secret (default: a new random one)")
+    for name in ("describe", "delete", "rotate-secret"):
+        actions.choices[name].add_argument("topic")
+        actions.choices[name].add_argument("group")
+
+
+def _add_push_create(actions: Commands, shown: argparse.ArgumentParser) -> None:
+    create = actions.add_parser(
+        "create", parents=[shown],
+        help="create (or replace) a group's push subscription; prints its signing secret once")
+    create.add_argument("topic")
+    create.add_argument("group")
+    create.add_argument("--endpoint", required=True, metavar="URL",
+                        help="https URL the gateway POSTs to (the gateway's policy must allow "
+                             "it)")
+    create.add_argument("--format", default=None, choices=("json", "cloudevents"),
+                        help="json: batches of messages (default); cloudevents: binary mode, "
+                             "one message a request")
+    create.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="messages per request at most (json; default 1)")
+    create.add_argument("--max-in-flight", type=int, default=None, metavar="N")
+    create.add_argument("--rate", type=float, default=None, metavar="R",
+                        help="requests per second at most (default: no cap)")
+    create.add_argument("--timeout-ms", type=int, default=None, metavar="N")
+    create.add_argument("--no-key-order", action="store_true",
+                        help="several messages of a key may be in flight at once")
+    create.add_argument("--ack-timeout-ms", type=int, default=None, metavar="N")
+    create.add_argument("--max-deliveries", type=int, default=None, metavar="N",
+                        help="then the message goes to <topic>.dlq")
+    create.add_argument("--retry-backoff-ms", type=int, default=None, metavar="N")
+    create.add_argument("--start", default=None, choices=("earliest", "latest"),
+                        help="where a new group starts (default: latest)")
+    create.add_argument("--header", type=request_header, action="append", default=[],
+                        metavar="'NAME: VALUE'",
+                        help="repeatable: sent with every request (never shown back)")
+    create.add_argument("--filter", action="append", default=[], metavar="HEADER:V1,V2",
+                        help="repeatable; only messages matching all are pushed")
+    create.add_argument("--secret", default=None, metavar="whsec_...",
+                        help="bring your own signing secret (default: a new random one)")
+
+
+def request_header(text: str) -> tuple[str, str]:
+    """``push create --header``'s ``Name: value``."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 'Name: value'")
+    return name.strip(), value.strip()
 
 
 def _add_context(commands: Commands) -> None:

@@ -183,8 +183,9 @@ _CAUSES = {
 
 def stall_cause(sample: GroupSample, config: VerdictConfig) -> str:
     """Why a stalled group is stuck, the first that holds of: its push endpoint fails, nobody
-    holds or reads the partition (also when nothing is out to anyone), parked keys, entries delivered ``loop_deliveries`` times
-    without an ack, a member holding entries without acking them."""
+    holds or reads the partition (also when nothing is out to anyone), parked keys, entries
+    delivered ``loop_deliveries`` times without an ack, a member holding entries without acking
+    them."""
     if sample.endpoint_error is not None:
         return ENDPOINT_FAILING
     if sample.present is False or sample.pending == 0:

@@ -73,7 +73,8 @@ async def settled_group(client: Client, topic: str, timeout_s: float = 30.0) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         doc = await (await client.get("/v1/groups/hooks", params={"topic": topic})).json()
-        if "topics" in doc and all(p["pending"] == 0 and p["lag"] == 0 for p in doc["topics"][0]["partitions"]):
+        partitions = doc["topics"][0]["partitions"] if "topics" in doc else None
+        if partitions and all(p["pending"] == 0 and p["lag"] == 0 for p in partitions):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"the push group never settled: {doc}")

@@ -107,7 +107,9 @@ def test_each_admin_call_returns_the_record_of_its_response_schema() -> None:
              "seek": ("post", "/v1/groups/{group}/seek"),
              "redrive": ("post", "/v1/topics/{topic}/dlq/redrive"),
              "settle_parked_key": ("post", "/v1/groups/{group}/parked"),
-             "purge": ("post", "/v1/topics/{topic}/purge")}
+             "purge": ("post", "/v1/topics/{topic}/purge"),
+             "push_subscription": ("get", "/v1/topics/{topic}/push/{group}"),
+             "rotate_push_secret": ("post", "/v1/topics/{topic}/push/{group}/rotate-secret")}
     for method, (verb, path) in calls.items():
         responses = document["paths"][path][verb]["responses"]
         [schema] = [r["content"]["application/json"]["schema"] for status, r in responses.items()
