@@ -88,8 +88,8 @@ function groupTable(rows: Listed[]): HTMLElement {
 }
 
 /** `work` over every item, at most `limit` at once, the results in the items' order. */
-async function mapBounded<T, R>(items: T[], limit: number,
-                                work: (item: T) => Promise<R>): Promise<R[]> {
+export async function mapBounded<T, R>(items: T[], limit: number,
+                                       work: (item: T) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   const worker = async (): Promise<void> => {

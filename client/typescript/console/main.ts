@@ -7,6 +7,7 @@ import { field, h, replace, statusLine } from "./dom.js";
 import { renderGroup } from "./group.js";
 import { renderGroups } from "./groups.js";
 import { renderNodes } from "./nodes.js";
+import { renderPush } from "./push.js";
 import { renderQuotas } from "./quotas.js";
 import { renderTopic } from "./topic.js";
 import { renderTopics } from "./topics.js";
@@ -22,6 +23,7 @@ type Page = (context: Context, main: HTMLElement, ...names: string[]) => void;
 
 const ROUTES: Array<[RegExp, Page]> = [
   [/^#\/topics\/([^/]+)\/(?:dead-letters|dlq)$/, renderDeadLetters],
+  [/^#\/topics\/([^/]+)\/push$/, renderPush],
   [/^#\/topics\/([^/]+)$/, renderTopic],
   [/^#\/groups\/([^/]+)\/([^/]+)$/, renderGroup],
   [/^#\/groups$/, renderGroups],

@@ -39,6 +39,8 @@ export function renderTopic(context: Context, main: HTMLElement, name: string): 
           h("h1", { tabindex: -1 }, `Topic ${name}`), summary,
           h("p", {}, h("a", { href: `#/topics/${encodeURIComponent(name)}/dead-letters` },
                        "Dead letters of this topic"), " · ",
+            h("a", { href: `#/topics/${encodeURIComponent(name)}/push` },
+              "Push subscriptions of this topic"), " · ",
             h("a", { href: "#/topics" }, "All topics")),
           status,
           h("section", { "aria-labelledby": "partitions" },

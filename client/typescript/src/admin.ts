@@ -166,6 +166,17 @@ export type Compatibility = api.SchemaVersion["compatibility"];
  * match (null: the topic has none) and the partition each would go to. */
 export type PublishDryRun = api.PublishDryRun;
 
+/** A push subscription as the gateway shows it: header values and secrets' values hidden. */
+export type PushSubscription = api.PushSubscription;
+/** What `Admin.putPush` sends: the endpoint and, optionally, how it is called. */
+export type PushSubscriptionRequest = api.PushSubscriptionRequest;
+/** A push subscription with its endpoint's health per partition (`Admin.pushSubscription`). */
+export type PushSubscriptionDescribed = api.PushSubscriptionDescribed;
+/** A created push subscription carries its new signing `secret`, the only time it is shown. */
+export type PushSubscriptionCreated = api.PushSubscriptionCreated;
+/** A rotation's new signing secret (shown once) and the live secrets' ids and expiries. */
+export type PushRotation = api.PushRotation;
+
 export class Admin {
   private readonly transport: Transport;
 
@@ -421,6 +432,46 @@ export class Admin {
     return { topic, partition, key, offset, action };
   }
 
+  /** The topic's push subscriptions the caller may see, without their health. */
+  async pushSubscriptions(topic: string): Promise<PushSubscription[]> {
+    return (await this.transport.request<api.PushSubscriptionList>(
+      "GET", `${topicPath(topic)}/push`)).body.subscriptions;
+  }
+
+  /** A group's push subscription with its endpoint's health per partition; a 404
+   * `ProblemError` (`push-subscription-not-found`) when it has none. */
+  async pushSubscription(topic: string, group: string): Promise<PushSubscriptionDescribed> {
+    return (await this.transport.request<PushSubscriptionDescribed>(
+      "GET", pushPath(topic, group))).body;
+  }
+
+  /** Create or replace the group's push subscription (admin only): the gateway POSTs the topic's
+   * messages to `request.endpoint`, signed. A created one's answer carries its `secret`, shown
+   * only then; a replacement keeps the secrets unless it brings one. An endpoint the gateway may
+   * not call is a 422 `ProblemError` (`push-endpoint-refused`, pointer `/endpoint`). */
+  async putPush(topic: string, group: string,
+                request: PushSubscriptionRequest): Promise<PushSubscriptionCreated> {
+    return (await this.transport.request<PushSubscriptionCreated>(
+      "PUT", pushPath(topic, group), { body: JSON.stringify(request) })).body;
+  }
+
+  /** Stop pushing the group's messages to its endpoint; the group's position and pending stay. */
+  async deletePush(topic: string, group: string): Promise<void> {
+    await this.transport.request("DELETE", pushPath(topic, group));
+  }
+
+  /** A new signing secret (`secret` brings your own); the previous one signs too until
+   * `previousExpiresInS` (default a day; 0 retires it now). */
+  async rotatePushSecret(topic: string, group: string,
+                         options: { secret?: string; previousExpiresInS?: number } = {},
+  ): Promise<PushRotation> {
+    const body: Omittable<api.PushRotateRequest> = {
+      secret: options.secret, previous_expires_in_s: options.previousExpiresInS,
+    };
+    return (await this.transport.request<PushRotation>(
+      "POST", `${pushPath(topic, group)}/rotate-secret`, { body: JSON.stringify(body) })).body;
+  }
+
   /** Move dead letters of `<topic>.dlq` back to the topic: all of them (paced), or the one named
    * by `partition` and `offset`. Returns how many went back. */
   async redrive(topic: string, which: RedriveWhich = {}): Promise<number> {
@@ -499,6 +550,10 @@ export interface PurgeResult {
 
 function topicPath(name: string): string {
   return `/v1/topics/${encodeURIComponent(name)}`;
+}
+
+function pushPath(topic: string, group: string): string {
+  return `${topicPath(topic)}/push/${encodeURIComponent(group)}`;
 }
 
 function groupPath(group: string): string {

@@ -21,8 +21,10 @@ export { Admin } from "./admin.js";
 export type {
   ArchivedRange, Compatibility, GroupMember, GroupPartition, GroupTopic, GroupVerdict, HistoryPage,
   ParkedKey, ParkedKeyAction, PartitionDetails, PublishDryRun, PurgeOptions, PurgeResult,
-  QuotaUsage, Quotas, RedriveWhich, ReplayPage, SchemaVersion, SchemaVersionRef, SeekTarget,
-  SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic, TopicChange, TopicDetails,
+  PushRotation, PushSubscription, PushSubscriptionCreated, PushSubscriptionDescribed,
+  PushSubscriptionRequest, QuotaUsage, Quotas, RedriveWhich, ReplayPage, SchemaVersion,
+  SchemaVersionRef, SeekTarget, SettledParkedKey, SnapshotPage, StoredMessage, TierRange, Topic,
+  TopicChange, TopicDetails,
 } from "./admin.js";
 export { formatCursor, parseCursor } from "./cursor.js";
 export type { Cursor } from "./cursor.js";

@@ -307,9 +307,9 @@ export interface GroupPartition {
 export interface GroupVerdict {
   state: "ok" | "idle" | "behind" | "stalled" | "paused";
   /**
-   * why the group is stalled (no_member, parked_key, redelivery_loop, member_not_acking) or behind
-   * (retention_overrun_in, archive_behind); null for ok, idle and a plain behind; null while paused
-   * (an operator paused the group: it is never judged stalled then)
+   * why the group is stalled (endpoint_failing, no_member, parked_key, redelivery_loop,
+   * member_not_acking) or behind (retention_overrun_in, archive_behind); null for ok, idle and a
+   * plain behind; null while paused (an operator paused the group: it is never judged stalled then)
    */
   reason: string | null;
   /** when the state began (epoch ms); for a stall, the group's last progress */

@@ -1,6 +1,6 @@
 // Administration and replay against a real gateway: listings, replay pages, group state and seek,
 // dead letters redriven (after dry runs) one by one and all together, purges, messages with a
-// time to live.
+// time to live; push subscriptions refused by a gateway that pushes nowhere.
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import { ProblemError } from "../dist/index.js";
@@ -155,4 +155,20 @@ test("quotas answer the caller's own subject, and null caps and use where the ga
     retained_bytes: { limit: null, used: null },
     in_flight_messages: { limit: null, used: null },
   });
+});
+
+test("a gateway that pushes nowhere refuses a push subscription, and lists and finds none",
+     { timeout: 30_000 }, async () => {
+  const topic = await createTopic(1, cleanup);
+  await assert.rejects(
+    admin().putPush(topic, "hooks", { endpoint: "https://hooks.example.com/streamgate" }),
+    (e) => e instanceof ProblemError && e.status === 422 && e.type.endsWith("push-endpoint-refused")
+      && /not enabled/.test(e.detail));
+  assert.deepEqual(await admin().pushSubscriptions(topic), []);
+  await assert.rejects(admin().pushSubscription(topic, "hooks"),
+                       (e) => e instanceof ProblemError && e.status === 404);
+  await assert.rejects(admin().rotatePushSecret(topic, "hooks", { previousExpiresInS: 0 }),
+                       (e) => e instanceof ProblemError && e.status === 404);
+  await assert.rejects(admin().deletePush(topic, "hooks"),
+                       (e) => e instanceof ProblemError && e.status === 404);
 });
