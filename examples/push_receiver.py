@@ -44,9 +44,9 @@ def printed_messages(request: web.Request, body: bytes) -> Iterator[str]:
                    f"key={message.get('key')} value={json.dumps(value)}")
         return
     headers = request.headers
-    yield (f"{headers.get('ce-source')} {headers.get('streamgate-partition')}@"
-           f"{headers.get('streamgate-offset')} key={headers.get('streamgate-key')} "
-           f"value={body.decode(errors='replace')}")
+    yield (f"{headers.get('ce-sgtopic')}/{headers.get('ce-sgpartition')}@"
+           f"{headers.get('ce-sgoffset')} key={headers.get('ce-partitionkey')} "
+           f"type={headers.get('ce-type')} value={body.decode(errors='replace')}")
 
 
 def receiver(secrets: list[str], fail_every: int) -> Handler:

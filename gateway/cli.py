@@ -85,6 +85,11 @@ def run_server(args: argparse.Namespace) -> int:
         if args.command == "dev" and ENV_PREFIX + "AUTH_MODE" not in os.environ:
             # dev is local: auth off, loudly (logged)
             settings = settings.with_overrides(auth_mode="none")
+        if args.command == "dev" and not any(ENV_PREFIX + name in os.environ for name in (
+                "PUSH_ALLOWED_HOSTS", "PUSH_ALLOWED_CIDRS", "PUSH_ALLOW_HTTP")):
+            # dev is local: push subscriptions may call receivers on this machine
+            settings = settings.with_overrides(push_allowed_cidrs=("127.0.0.0/8", "::1/128"),
+                                               push_allow_http=True)
         ssl_context = server_ssl_context(settings)
         check_backend_tls(settings)
         if args.command == "serve":

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -196,3 +198,89 @@ def test_running_dev_stack_adds_shard_and_keeps_serving(dev_dir: Path) -> None:
     finally:
         assert dev.stop() == 0
     assert children_alive(dev_dir) == []
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_push_commands() -> list[str]:
+    """The README's push walk-through, line by line (comments dropped)."""
+    text = README.read_text()
+    start = text.index("**Point a push subscription at a small local receiver.**")
+    block = text[start:].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if shlex.split(line, comments=True)]
+
+
+def test_the_readme_push_walk_through_works_as_written(dev_dir: Path, tmp_path: Path) -> None:
+    port, receiver_port = free_port(), free_port()
+    dev = DevProcess(dev_dir, port)
+    env = {**os.environ, "STREAMGATE_URL": f"http://127.0.0.1:{port}"}
+    receiver: subprocess.Popen[str] | None = None
+    received = open(tmp_path / "receiver.log", "w+")  # noqa: SIM115
+    try:
+        dev.wait_ready()
+        for line in readme_push_commands():
+            words = [word.replace("9000", str(receiver_port))
+                     for word in shlex.split(line, comments=True)]
+            if words[0] == "export":
+                continue  # the secret: taken from what `push create` printed
+            program = {".venv/bin/streamgate": [sys.executable, "-m", "gateway.cli"],
+                       ".venv/bin/python": [sys.executable]}[words[0]]
+            if words[-1] == "&":
+                receiver = subprocess.Popen([*program, *words[1:-1]], env=env, stdout=received,
+                                            stderr=subprocess.STDOUT, text=True)
+                wait_for_port(receiver_port)
+                continue
+            done = run_until([*program, *words[1:]], env,
+                             lambda out: "closed" in out or words[1:3] != ["push", "describe"])
+            assert done.returncode == 0, (line, done.stdout, done.stderr)
+            if words[1:3] == ["push", "create"]:
+                secret = done.stdout.split("signing secret (shown once): ", 1)[1].split()[0]
+                env["STREAMGATE_PUSH_SECRET"] = secret
+            if "produce" in words:
+                wait_for_line(received, 'key=alice value={"total": 42}')
+            if words[1:3] == ["push", "describe"]:
+                assert "closed" in done.stdout, done.stdout
+        assert receiver is not None
+    finally:
+        if receiver is not None:
+            receiver.terminate()
+            receiver.wait(timeout=10)
+        received.close()
+        assert dev.stop() == 0
+    assert children_alive(dev_dir) == []
+
+
+def run_until(argv: list[str], env: dict[str, str], done: Any,
+              timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` again until ``done(stdout)`` or it fails (a partition's health comes with the
+    owner's next lag round)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                                check=False)
+        if result.returncode != 0 or done(result.stdout) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def wait_for_line(log: Any, text: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        log.seek(0)
+        if text in log.read():
+            return
+        time.sleep(0.1)
+    log.seek(0)
+    raise AssertionError(f"the receiver never printed {text!r}:\n{log.read()}")
