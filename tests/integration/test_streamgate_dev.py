@@ -231,8 +231,9 @@ def test_the_readme_push_walk_through_works_as_written(dev_dir: Path, tmp_path: 
                                             stderr=subprocess.STDOUT, text=True)
                 wait_for_port(receiver_port)
                 continue
+            describing = words[1:3] == ["push", "describe"]
             done = run_until([*program, *words[1:]], env,
-                             lambda out: "closed" in out or words[1:3] != ["push", "describe"])
+                             lambda out, wait=describing: "closed" in out or not wait)
             assert done.returncode == 0, (line, done.stdout, done.stderr)
             if words[1:3] == ["push", "create"]:
                 secret = done.stdout.split("signing secret (shown once): ", 1)[1].split()[0]
