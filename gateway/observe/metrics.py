@@ -75,6 +75,7 @@ class GatewayMetrics:
     expired: CellCounter
     websocket_connections: Gauge
     websocket_slow_closes: Counter
+    event_streams: Gauge
     topic_partitions: Gauge
     topic_owned_partitions: Gauge
     partition_length: Gauge
@@ -272,6 +273,9 @@ def _delivery_metrics(registry: CollectorRegistry) -> dict[str, Any]:
         "websocket_connections": Gauge("streamgate_websocket_connections",
                                        "Open WebSockets by mode (publish: publish-only)", ["mode"],
                                        registry=registry),
+        "event_streams": Gauge("streamgate_event_streams",
+                               "Open Server-Sent Events streams (GET /v1/topics/{topic}/events)",
+                               registry=registry),
         "websocket_slow_closes": Counter("streamgate_websocket_slow_closes_total",
                                          "Subscriptions closed with 4008 because the client did "
                                          "not drain in time", ["mode"], registry=registry),

@@ -143,7 +143,14 @@ async def events(request: web.Request) -> web.StreamResponse:
         raise too_many_connections(_too_many(services, principal), settings.retry_after_s)
     response = web.StreamResponse(headers={**STREAM_HEADERS, **rate_headers})
     response.force_close()  # the connection ends with the stream: nothing follows it
-    stream = SseStream(response.write, lambda: services.connections.release(principal.name))
+    open_streams = services.metrics.event_streams
+    open_streams.inc()
+
+    def released() -> None:
+        services.connections.release(principal.name)
+        open_streams.dec()
+
+    stream = SseStream(response.write, released)
     session = Session(f"{settings.node_id}-{uuid.uuid4().hex[:12]}", topic.name, params,
                       stream.send, settings.slow_client_timeout_s, settings.ws_max_outbox_bytes)
     stream.serve(session, None)

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from test_schema_migrations import V1, V2, V2_MIGRATIONS, V3, V3_MIGRATIONS, publish, register
 from test_schema_pinned_delivery import dead_letters, frames, pull, subscribe
+from test_sse_events import open_stream
 
 Client = TestClient[Any, Any]
 BATCH = "application/cloudevents-batch+json"
@@ -147,3 +148,18 @@ async def test_a_cloudevents_pull_of_a_pinned_group_is_converted_and_dead_letter
     assert "declares no downgrade" in letters[0]["headers"]["sg-dlq-reason"]
     unpinned = await pull(gateway, "ce-any", topic_name)
     assert [m["value"]["id"] for m in (await unpinned.json())["messages"]] == ["a", "b", "c"]
+
+
+async def test_a_pinned_event_stream_gets_the_mixed_page_converted_with_error_events(
+        gateway: Client, mixed_topic: str) -> None:
+    reader = await open_stream(gateway, mixed_topic,
+                               params={"from": "earliest", "schema_version": "2"})
+    received: list[dict[str, Any]] = []
+    while len(received) < 4 * EACH:
+        event = await reader.next()
+        assert event is not None, f"the stream ended after {len(received)} events"
+        if event.get("event") in ("message", "error"):
+            received.append(event["data"])
+            assert "id" in event  # a failed conversion's error moves the cursor past it too
+    reader.response.close()
+    assert read_as(received) == expected_at_v2()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -370,3 +371,21 @@ async def test_a_stream_past_the_principals_connection_cap_is_refused_with_429(
     assert "Retry-After" in refused.headers
     assert (await refused.json())["type"].endswith("/too-many-connections")
     reader.response.close()
+
+
+async def open_event_streams(client: Client) -> float:
+    text = await (await client.get("/metrics")).text()
+    line = next(line for line in text.splitlines() if line.startswith("streamgate_event_streams "))
+    return float(line.split()[1])
+
+
+async def test_open_streams_are_counted_while_they_last(gateway: Client, topic_name: str) -> None:
+    await create(gateway, topic_name, 1)
+    readers = [await open_stream(gateway, topic_name) for _ in range(2)]
+    assert await open_event_streams(gateway) == 2
+    for reader in readers:
+        reader.response.close()
+    deadline = time.monotonic() + 10
+    while await open_event_streams(gateway) != 0:
+        assert time.monotonic() < deadline, "closed streams still counted"
+        await asyncio.sleep(0.05)
