@@ -71,10 +71,11 @@ from tracing import tracing_rows_beside
 
 from storage.keys import log_key
 from streamgate_devstack import DevStack, DevStackConfig
+from streamgate_devstack.ports import free_port
 from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
-         "event_sourcing", "tracing", "key_shared", "schemas")
+         "event_sourcing", "tracing", "key_shared", "schemas", "push")
 BENCH_DIR = Path(__file__).resolve().parent
 PUBLISH_PARTITIONS = 6
 # The absolute goals (>= 8,000 single requests/s, p99 < 15 ms; publish -> WebSocket p50 < 5 ms,
@@ -89,6 +90,8 @@ LATENCY_P99_RATIO = 4.0
 FANOUT_RATIO = 2.5
 SSE_FANOUT_RATIO = 0.7
 GROUP_RATIO = 0.6
+PUSH_RATIO = 0.7  # push delivery + ack to a local endpoint over the WebSocket group drain
+PUSH_RECEIVER = Path(__file__).resolve().parent / "push_receiver.py"
 PINNED_MESSAGES = 50_000  # per drain of the pinned-delivery rows (each round drains twice)
 
 
@@ -220,6 +223,7 @@ class Harness:
                  plan: Plan) -> None:
         self.stack, self.gateway, self.nats, self.plan = stack, gateway, nats, plan
         self.rows: list[Row] = []
+        self.group_rate: float | None = None  # goal 5's WebSocket group drain, once measured
 
     async def fresh_publish_topic(self) -> None:
         """Empty the publish topic's streams and wait for quiet: a measurement starts as the anchors
@@ -536,6 +540,7 @@ class Harness:
     # --- goal 5 -----------------------------------------------------------------------------------
     async def group(self) -> None:
         rate, note = await self.group_drain(self.stack, self.gateway)
+        self.group_rate = rate
         raw, raw_note = await self.raw_group_drain(self.stack, "bench-group")
         nats_rate = await nats_pull_ack_rate(self.nats.url, self.plan.group_messages)
         note += "; JetStream: fetch 500 + ack each, timed from the first fetch"
@@ -628,6 +633,66 @@ class Harness:
                 f"drain: {rewrites}")
         return rate, note
 
+    # --- push subscriptions ----------------------------------------------------------------------
+    async def push(self) -> None:
+        """Push delivery to a local endpoint that answers at once (bench/push_receiver.py), beside
+        the WebSocket group drain of the same run (measured here when goal 5 did not run)."""
+        websocket = self.group_rate
+        if websocket is None:
+            websocket, _ = await self.group_drain(self.stack, self.gateway)
+            await settle()
+        for key_ordered in (False, True):
+            rate, note = await self.push_drain(key_ordered)
+            figure = "push delivery + ack to a local endpoint" + (
+                ", key_ordered" if key_ordered else "")
+            self.rows.append(at_least(Row("5", figure, rate, "msg/s", websocket,
+                                          "WebSocket group delivery, same run",
+                                          f">= {PUSH_RATIO}x WebSocket group delivery",
+                                          note=note), PUSH_RATIO, on_ratio=True))
+            await settle()
+
+    async def push_drain(self, key_ordered: bool) -> tuple[float, str]:
+        """Prefill as many messages as the group drain into 8 partitions, then time a push
+        subscription (start earliest) from its creation until the receiver counted every message
+        and the group shows nothing pending or unread: the rate and the row's note."""
+        messages, base = self.plan.group_messages, self.gateway.base
+        topic = "bench-push-keyed" if key_ordered else "bench-push"
+        async with aiohttp.ClientSession() as http:
+            await create_topic(http, base, topic)
+            await publish(http, base, topic, messages)
+        await asyncio.to_thread(compact_aofs, self.stack.redis)
+        await settle()
+        port = free_port()
+        receiver = await asyncio.create_subprocess_exec(
+            sys.executable, str(PUSH_RECEIVER), "--port", str(port), "--total", str(messages),
+            stdout=asyncio.subprocess.PIPE)
+        try:
+            assert receiver.stdout is not None
+            assert (await receiver.stdout.readline()).strip() == b"READY"
+            async with aiohttp.ClientSession() as http:
+                before = cpu_reading(self.gateway, self.stack.redis)
+                started = time.time()
+                await put_push_subscription(http, base, topic, port, key_ordered)
+                out, _ = await asyncio.wait_for(receiver.communicate(), 600)
+                counted = orjson.loads(out.strip().splitlines()[-1])
+                settled_at = await group_settled(http, base, topic, "bench-push")
+                after = cpu_reading(self.gateway, self.stack.redis)
+                async with http.delete(f"{base}/v1/topics/{topic}/push/bench-push") as response:
+                    assert response.status == 204, await response.text()
+        finally:
+            if receiver.returncode is None:
+                receiver.kill()
+                await receiver.wait()
+        elapsed = max(counted["last_ts"], settled_at) - started
+        delivered = min(counted["received"], messages)
+        note = (f"{messages:,} messages, 8 partitions, one push subscription (start earliest, "
+                f"batch_max_messages 100, max_in_flight 64, key_ordered "
+                f"{str(key_ordered).lower()}) to bench/push_receiver.py (answers 204 at once, "
+                f"counts by a byte scan): {counted['received']:,} received in "
+                f"{counted['requests']:,} requests, timed from the subscription's creation until "
+                f"the group showed pending 0 and lag 0; {cpu_per_message(before, after, messages)}")
+        return delivered / max(elapsed, 1e-9), note
+
     # --- goal 6 -----------------------------------------------------------------------------------
     async def compression(self) -> None:
         """Compressed publish bodies and delivery frames (bench/compression_rows.py)."""
@@ -686,6 +751,30 @@ class Harness:
         self.rows += await schema_rows(self.gateway.base, min(self.plan.seconds, 3.0), 3)
         self.rows += await pinned_rows(self.gateway.base,
                                        min(self.plan.group_messages, PINNED_MESSAGES), 3)
+
+
+async def put_push_subscription(http: aiohttp.ClientSession, base: str, topic: str, port: int,
+                                key_ordered: bool) -> None:
+    """The push row's subscription, to the receiver on ``port``."""
+    body = {"endpoint": f"http://127.0.0.1:{port}/hook", "start": "earliest",
+            "batch_max_messages": 100, "max_in_flight": 64, "key_ordered": key_ordered}
+    async with http.put(f"{base}/v1/topics/{topic}/push/bench-push", json=body) as response:
+        assert response.status == 201, await response.text()
+
+
+async def group_settled(http: aiohttp.ClientSession, base: str, topic: str, group: str,
+                        timeout_s: float = 120.0) -> float:
+    """When (wall clock) the group was first seen with nothing pending and nothing unread."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with http.get(f"{base}/v1/groups/{group}", params={"topic": topic}) as response:
+            doc = await response.json()
+        if response.status == 200 and all(p["pending"] == 0 and p["lag"] == 0
+                                          for p in doc["topics"][0]["partitions"]):
+            return time.time()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the push group never settled: {str(doc)[:200]}")
+        await asyncio.sleep(0.02)
 
 
 def stop_all(processes: list[subprocess.Popen[str]]) -> None:

@@ -29,6 +29,9 @@ BENCH_GATEWAY_ENV = {
     "STREAMGATE_MAX_CONNECTIONS_PER_PRINCIPAL": "0",  # 1,000 fan-out sockets share the anonymous
                                                       # principal
     "STREAMGATE_WS_HEARTBEAT_S": "3600",  # the lean fan-out client does not answer pings
+    # the push row's endpoint is a local receiver over plain HTTP
+    "STREAMGATE_PUSH_ALLOWED_CIDRS": "127.0.0.0/8",
+    "STREAMGATE_PUSH_ALLOW_HTTP": "true",
 }
 
 

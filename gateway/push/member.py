@@ -56,7 +56,6 @@ class PushMember(Session):
         self._endpoint, self._settle = endpoint, settle
         self._queue: deque[Delivery] = deque()
         self._queued = asyncio.Event()
-        self._waiting: list[Delivery] = []  # the next batch, waiting for its turn
         self._requests: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self.health: dict[str, Any] = {"last_status": None, "last_error": None,
@@ -97,6 +96,9 @@ class PushMember(Session):
             return 0
         taken = deliveries[:self.credit]
         self.credit -= len(taken)
+        # what the session sizes its next read by (it writes no frames to learn it from): left at
+        # its first guess, every read would fetch a handful and every request carry as few
+        self._frame_bytes = max(body_size(self.topic, d) for d in taken)
         deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
         for delivery in taken:
             self.in_flight[(self.partition, delivery.entry.offset)] = deadline
@@ -112,21 +114,16 @@ class PushMember(Session):
     async def _run(self) -> None:
         while True:
             await self._queued.wait()
-            self._waiting = self._next_batch()
-            if not self._waiting:
-                continue
             await self._endpoint.take_turn(self._keep_alive, self.params.ack_timeout_ms / 3000)
-            batch, self._waiting = self._still_held(self._waiting), []
+            # the batch is cut once the turn is ours: what came while every slot was busy rides
+            # along, so a loaded endpoint gets fuller requests instead of more of them
+            batch = self._next_batch()
             if not batch:
                 self._endpoint.unused()
                 continue
             task = asyncio.create_task(self._deliver(batch))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
-
-    def _still_held(self, batch: list[Delivery]) -> list[Delivery]:
-        held = self.in_flight
-        return [d for d in batch if (self.partition, d.entry.offset) in held]
 
     def _next_batch(self) -> list[Delivery]:
         """The next deliveries still held (one whose ack timeout passed went back to the group),
@@ -150,8 +147,7 @@ class PushMember(Session):
 
     async def _keep_alive(self) -> None:
         """Restart the ack timeout of what waits here for the endpoint."""
-        waiting = [*self._waiting, *self._queue]
-        await self._settled([(self.partition, d.entry.offset) for d in waiting], "extend")
+        await self._settled([(self.partition, d.entry.offset) for d in self._queue], "extend")
 
     async def _deliver(self, batch: list[Delivery]) -> None:
         outcome = Outcome("reject", "rejected", error=UNSENDABLE)

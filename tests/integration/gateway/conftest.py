@@ -14,7 +14,14 @@ from streamgate_devstack.ports import free_port
 
 
 @pytest.fixture
-def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[GatewayProcess]]:
+def gateway_extra_env() -> dict[str, str]:
+    """More environment for `gateway_processes` (a module overrides this fixture to add some)."""
+    return {}
+
+
+@pytest.fixture
+def gateway_processes(gateway_settings: GatewaySettings,
+                      gateway_extra_env: dict[str, str]) -> Iterator[list[GatewayProcess]]:
     """Two `streamgate serve` processes on the session's Redis Cluster and etcd (lease TTLs 2 s)."""
     env = {**os.environ,
            "STREAMGATE_REDIS_NODES": ",".join(gateway_settings.redis_nodes),
@@ -25,7 +32,8 @@ def gateway_processes(gateway_settings: GatewaySettings) -> Iterator[list[Gatewa
            "STREAMGATE_SWEEP_INTERVAL_S": "0.5",
            "STREAMGATE_AUTH_MODE": "none",
            # ack on the other one
-           "STREAMGATE_RECEIPT_SECRET": "integration-receipt-secret-shared-by-both"}
+           "STREAMGATE_RECEIPT_SECRET": "integration-receipt-secret-shared-by-both",
+           **gateway_extra_env}
     processes: list[subprocess.Popen[bytes]] = []
     urls = []
     try:
