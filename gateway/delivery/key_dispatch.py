@@ -51,6 +51,10 @@ class KeyedDispatch:
         """Some key has a message in flight."""
         return bool(self._keys.in_flight)
 
+    def held_here(self) -> set[str]:
+        """Offsets of messages waiting here behind their keys."""
+        return set(self._keys.held_offsets())
+
     @property
     def may_read(self) -> bool:
         """Fewer than ``MAX_HELD`` messages wait behind their keys."""
@@ -64,11 +68,11 @@ class KeyedDispatch:
         """A session left: its keys go to whoever gets their redelivered message."""
         self._keys.forget_session(session)
 
-    async def start(self, ack_timeout_ms: int) -> None:
-        """A new owner of the partition: what it parks, it records afresh; keys whose message a
-        member still holds (within ``ack_timeout_ms``) wait until it is settled."""
+    async def start(self) -> None:
+        """A new owner of the partition: what it parks, it records afresh; keys with pending
+        entries go on from the first of them, in order (``key_fence``)."""
         await self._unpark_all()
-        await self._fence.raise_on(self._keys, ack_timeout_ms)
+        await self._fence.raise_on(self._keys)
 
     async def aclose(self) -> list[str]:
         """Forget every key; the offsets of messages held behind their keys, for release. Once:

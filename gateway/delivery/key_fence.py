@@ -1,12 +1,13 @@
-"""A key_shared partition's hand-over fence: keys whose message a member still holds (delivered by
-the partition's previous reader on another gateway, not acked, within its ack timeout) wait until
-that message leaves the group's pending list, its ack timeout passes or its member goes.
+"""A key-ordered partition's hand-over fence: a new reader's keys with pending entries (delivered
+or read ahead by the partition's previous reader, not acked) go on from their first pending entry,
+each in offset order, before anything the new reader reads.
 
 The pending list is the record: XPENDING names each un-acked offset, its consumer (the gateway) and
-how long it has been idle, so the new reader needs nothing from the old one. A member that left had
-its deliveries released (a huge idle), a dead gateway's are released by the owner's sweep: neither
-is fenced. Nor is what this gateway's consumer holds: a reader starts here only once no session of
-this gateway holds anything of the partition (``key_shared.Seat``), so that is nobody's.
+how long it has been idle, so the new reader needs nothing from the old one. What a member on
+another gateway still holds (within its ack timeout) waits there until it is settled, its ack
+timeout passes or its member goes; the rest (a left member's released deliveries, a dead gateway's
+past their ack timeout or released by the owner's sweep, this gateway's own) the reader claims
+when it starts (``read_loop``), and each goes out in its key's turn.
 """
 
 from __future__ import annotations
@@ -50,14 +51,12 @@ def held_elsewhere(entry: PendingEntry, scope: ReaderScope, ack_timeout_ms: int)
     return entry.consumer != scope.consumer and entry.idle_ms < ack_timeout_ms
 
 
-async def held_by_members(store: GroupStore, scope: ReaderScope,
-                          ack_timeout_ms: int) -> dict[str, bytes]:
-    """offset -> key of the partition's pending entries held on other gateways (keyless ones left
-    out: they may go to any member)."""
+async def pending_keys(store: GroupStore, scope: ReaderScope) -> dict[str, bytes]:
+    """offset -> key of the partition's pending entries, in offset order, whoever holds them
+    (keyless ones left out: they may go to any member)."""
     pending = await store.expired(scope.topic, scope.partition, scope.group, min_idle_ms=0,
                                   count=HELD_PAGE)
-    held = [entry.offset for entry in pending if held_elsewhere(entry, scope, ack_timeout_ms)]
-    return await _keys_at(store, scope, held)
+    return await _keys_at(store, scope, [entry.offset for entry in pending])
 
 
 async def _keys_at(store: GroupStore, scope: ReaderScope, offsets: list[str]) -> dict[str, bytes]:
@@ -91,10 +90,11 @@ class HandOverFence:
         self._held: dict[str, bytes] = {}
         self._task: asyncio.Task[None] | None = None
 
-    async def raise_on(self, keys: KeyOrder, ack_timeout_ms: int) -> None:
-        """Fence the keys of what members hold now, and watch until each is settled."""
+    async def raise_on(self, keys: KeyOrder) -> None:
+        """Fence the keys of what is pending now, each at its first entry, and watch until each
+        is settled or comes back here."""
         await self.aclose()  # a start tried again
-        self._held = await held_by_members(self._store, self._scope, ack_timeout_ms)
+        self._held = await pending_keys(self._store, self._scope)
         for offset, key in self._held.items():
             keys.held_elsewhere(key, offset)
         if self._held:
@@ -123,7 +123,9 @@ class HandOverFence:
 
     def _still_held(self, keys: KeyOrder) -> bool:
         """Drop what is settled here or came back here (its ack timeout passed, or its member
-        went: it is in flight to a session of this reader now); True while anything is left."""
+        went: it is in flight to a session of this reader now); True while anything is left
+        (also a key's later entry still waiting for its turn behind the first)."""
         self._held = {offset: key for offset, key in self._held.items()
-                      if keys.flight.get(offset) == key and key not in keys.owner}
+                      if (keys.flight.get(offset) == key and key not in keys.owner)
+                      or offset in keys.fence_of}
         return bool(self._held)

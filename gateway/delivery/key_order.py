@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.delivery.session import Session
+from storage.codec import offset_key
 from storage.models import Delivery
 
 MAX_PICKS = 100_000  # keys whose hash choice is remembered
@@ -31,6 +32,10 @@ class KeyOrder:
     owner: dict[bytes, Session] = field(default_factory=dict)  # key -> the session holding it
     held: dict[bytes, deque[Delivery]] = field(default_factory=dict)  # waiting, in order
     parked: dict[bytes, float] = field(default_factory=dict)  # key -> since when (monotonic)
+    # a key's later entries held elsewhere when the reader started, in order, behind its in-flight
+    # one: each goes out in its turn, before anything the reader read itself
+    fenced: dict[bytes, deque[str]] = field(default_factory=dict)
+    fence_of: dict[str, bytes] = field(default_factory=dict)  # fenced offset -> its key
     held_total: int = 0  # messages in ``held``
     _picked: dict[bytes, Session | None] = field(default_factory=dict)  # the hash's choices
 
@@ -53,8 +58,7 @@ class KeyOrder:
             else:
                 flying = self.in_flight.get(key)
                 if flying is not None and flying != offset:
-                    self.held.setdefault(key, deque()).append(delivery)
-                    self.held_total += 1
+                    self._hold(key, delivery)
                     continue
                 target = self.owner.get(key)
                 if target is None or target not in credit:
@@ -74,8 +78,32 @@ class KeyOrder:
 
     def held_elsewhere(self, key: bytes, offset: str) -> None:
         """``offset`` of ``key`` is in the hands of a member this reader does not serve: the key's
-        messages wait for it as for one in flight here (``key_fence``)."""
+        messages wait for it as for one in flight here (``key_fence``). Given in offset order: a
+        key's later ones queue behind its first, each in its turn."""
+        if key in self.in_flight:
+            self.fenced.setdefault(key, deque()).append(offset)
+            self.fence_of[offset] = key
+            return
         self.in_flight[key], self.flight[offset] = offset, key
+
+    def _hold(self, key: bytes, delivery: Delivery) -> None:
+        """Keep a key's message until its turn, in offset order (a reclaim may bring an earlier one
+        after a later read); one copy of each."""
+        waiting = self.held.setdefault(key, deque())
+        at = offset_key(delivery.entry.offset)
+        if not waiting or offset_key(waiting[-1].entry.offset) < at:
+            waiting.append(delivery)
+            self.held_total += 1
+            return
+        for index, queued in enumerate(waiting):
+            queued_at = offset_key(queued.entry.offset)
+            if queued_at == at:
+                waiting[index] = delivery  # claimed again: the latest delivery count
+                return
+            if queued_at > at:
+                waiting.insert(index, delivery)
+                self.held_total += 1
+                return
 
     def untaken(self, deliveries: Iterable[Delivery]) -> None:
         """Deliveries routed but not taken by their session: no longer in flight."""
@@ -93,6 +121,7 @@ class KeyOrder:
         for offset in offsets:
             key = self.flight.pop(offset, None)
             if key is None:
+                self._unfence(offset)
                 continue
             del self.in_flight[key]
             if self.parked.pop(key, None) is not None:
@@ -100,6 +129,13 @@ class KeyOrder:
             # nothing of the key is in flight now: its next message may go to any session the
             # hash picks (a session that joined gets its share at once)
             self.owner.pop(key, None)
+            turn = self._next_fenced(key)
+            if turn is not None:  # held elsewhere, next in line: it goes when it comes back
+                self.in_flight[key], self.flight[turn] = turn, key
+                here = self._take_held(key, turn)
+                if here is not None:
+                    released.append(here)
+                continue
             waiting = self.held.get(key)
             if waiting:
                 released.append(waiting.popleft())
@@ -107,6 +143,38 @@ class KeyOrder:
                 if not waiting:
                     del self.held[key]
         return released, unparked
+
+    def _next_fenced(self, key: bytes) -> str | None:
+        queue = self.fenced.get(key)
+        if not queue:
+            return None
+        turn = queue.popleft()
+        del self.fence_of[turn]
+        if not queue:
+            del self.fenced[key]
+        return turn
+
+    def _unfence(self, offset: str) -> None:
+        """A fenced entry not in flight yet was settled elsewhere: it no longer comes."""
+        key = self.fence_of.pop(offset, None)
+        if key is not None:
+            queue = self.fenced[key]
+            queue.remove(offset)
+            if not queue:
+                del self.fenced[key]
+
+    def _take_held(self, key: bytes, offset: str) -> Delivery | None:
+        """The held message at ``offset`` (come back here before its turn), out of the queue."""
+        waiting = self.held.get(key)
+        for index, delivery in enumerate(waiting or ()):
+            if delivery.entry.offset == offset:
+                assert waiting is not None
+                del waiting[index]
+                self.held_total -= 1
+                if not waiting:
+                    del self.held[key]
+                return delivery
+        return None
 
     def failed(self, offsets: Iterable[str]) -> list[tuple[bytes, str]]:
         """In-flight messages nacked or timed out: their keys park until they are acked. The keys

@@ -78,12 +78,12 @@ class ReadLoop:
         store, scope = self._store, self._scope
         await store.ensure_group(scope.topic, scope.partition, scope.group, self._config.start)
         if self._keyed is not None:
-            await self._keyed.start(self._config.ack_timeout_ms)
+            await self._keyed.start()
         last = (await store.state(scope.topic, scope.partition, scope.group)
                 ).last_delivered_offset
         self._last_read = last or "0-0"
         await self._tell_of_gap(last)
-        if self._config.exclusive:
+        if self._config.exclusive or self._keyed is not None:
             await self._take_over()
 
     async def _tell_of_gap(self, last: str | None) -> None:
@@ -100,7 +100,8 @@ class ReadLoop:
                 session.send_control(gap_frame(lost))
 
     async def _take_over(self) -> None:
-        """A new exclusive owner first takes the partition's pending entries, in offset order.
+        """A new exclusive or key-ordered reader first takes the partition's pending entries, in
+        offset order: a key's earlier messages go out before its later ones.
 
         One page: entries beyond it (more than TAKEOVER_PAGE un-acked) follow through the
         ack-timeout reclaim. A key-ordered reader leaves what members on other gateways still hold

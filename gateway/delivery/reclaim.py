@@ -147,8 +147,13 @@ class Redelivery:
         self._last_reclaim = time.monotonic()
         if self._keyed is not None:
             await self._keyed.reconcile(self._last_reclaim)
+        credit = self._dispatcher.total_credit()
+        # messages waiting here behind their keys are idle in the pending list but wait for
+        # their turn, not for a member: claimed again they would count deliveries never made
+        waiting = set() if self._keyed is None else self._keyed.held_here()
         expired = await due_again(store, scope.topic, scope.partition, scope.group,
-                                  config.ack_timeout_ms, backoff, self._dispatcher.total_credit())
+                                  config.ack_timeout_ms, backoff, credit + len(waiting))
+        expired = [entry for entry in expired if entry.offset not in waiting][:credit]
         if not expired:
             return False
         return await self._redeliver(await store.claim(

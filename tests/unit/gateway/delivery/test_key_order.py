@@ -93,3 +93,49 @@ def test_rendezvous_moves_only_keys_of_a_joining_session() -> None:
     moved = [k for k in keys if pick(k, before) is not pick(k, after)]
     assert all(pick(k, after) is after[3] for k in moved)
     assert 300 < len(moved) < 700  # about a quarter
+
+
+def route_one(order: KeyOrder, members: list[Session], message: Delivery) -> list[str]:
+    """The offsets of ``message`` handed out now (none: it waits behind its key)."""
+    pages, _ = order.route([message], members, dict.fromkeys(members, 10))
+    return [offset for page in pages.values() for offset in offsets(page)]
+
+
+def test_a_keys_entries_held_elsewhere_go_out_each_in_turn_before_what_is_read_later() -> None:
+    order, members = KeyOrder(), sessions("a")
+    for n in (1, 2):
+        order.held_elsewhere(b"k", f"1-{n}")  # a gone owner's two entries of one key
+    assert route_one(order, members, delivery(3, "k")) == []  # read after the takeover: waits
+    assert order.settled(["1-1"]) == ([], [])  # the next fenced one's turn, not the read one's
+    assert route_one(order, members, delivery(2, "k", count=2)) == ["1-2"]
+    assert order.settled(["1-2"]) == ([delivery(3, "k")], [])
+
+
+def test_an_earlier_entry_claimed_after_a_later_read_still_goes_first() -> None:
+    order, members = KeyOrder(), sessions("a")
+    order.held_elsewhere(b"k", "1-1")
+    assert route_one(order, members, delivery(4, "k")) == []
+    assert route_one(order, members, delivery(2, "k", count=2)) == []
+    assert route_one(order, members, delivery(2, "k", count=3)) == []  # claimed once more
+    assert order.held_total == 2
+    released, _ = order.settled(["1-1"])
+    assert released == [delivery(2, "k", count=3)]
+
+
+def test_a_fenced_entry_settled_elsewhere_no_longer_holds_its_key() -> None:
+    order, members = KeyOrder(), sessions("a")
+    order.held_elsewhere(b"k", "1-1")
+    order.held_elsewhere(b"k", "1-2")
+    assert route_one(order, members, delivery(3, "k")) == []
+    assert order.settled(["1-2"]) == ([], [])  # acked by its member before its turn here
+    assert order.fence_of == {}
+    assert order.settled(["1-1"]) == ([delivery(3, "k")], [])
+
+
+def test_a_fenced_entry_back_here_before_its_turn_goes_out_at_its_turn() -> None:
+    order, members = KeyOrder(), sessions("a")
+    order.held_elsewhere(b"k", "1-1")
+    order.held_elsewhere(b"k", "1-2")
+    assert route_one(order, members, delivery(2, "k", count=2)) == []
+    assert order.settled(["1-1"]) == ([delivery(2, "k", count=2)], [])
+    assert route_one(order, members, delivery(2, "k", count=2)) == ["1-2"]
