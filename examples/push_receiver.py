@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -43,10 +44,12 @@ def printed_messages(request: web.Request, body: bytes) -> Iterator[str]:
             yield (f"{message['topic']}/{message['partition']}@{message['offset']} "
                    f"key={message.get('key')} value={json.dumps(value)}")
         return
-    headers = request.headers
-    yield (f"{headers.get('ce-sgtopic')}/{headers.get('ce-sgpartition')}@"
-           f"{headers.get('ce-sgoffset')} key={headers.get('ce-partitionkey')} "
-           f"type={headers.get('ce-type')} value={body.decode(errors='replace')}")
+    # the CloudEvents HTTP binding percent-encodes attribute values
+    attribute = {name.lower(): unquote(value) for name, value in request.headers.items()
+                 if name.lower().startswith("ce-")}
+    yield (f"{attribute.get('ce-sgtopic')}/{attribute.get('ce-sgpartition')}@"
+           f"{attribute.get('ce-sgoffset')} key={attribute.get('ce-partitionkey')} "
+           f"type={attribute.get('ce-type')} value={body.decode(errors='replace')}")
 
 
 def receiver(secrets: list[str], fail_every: int) -> Handler:

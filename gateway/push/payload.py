@@ -7,6 +7,7 @@ import base64
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -18,6 +19,8 @@ from storage.models import Delivery, ValueFormat
 
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"
+# the HTTP binding percent-encodes attribute values outside printable ASCII, and space, '"', '%'
+_CE_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
 _UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a line break would split the header
 # the event's own attributes that binary mode carries elsewhere: its data and the data's type
 _NOT_HEADERS = frozenset({"data", "data_base64", "datacontenttype"})
@@ -50,13 +53,14 @@ def json_body(topic: str, group: str, deliveries: list[Delivery]) -> bytes:
 
 def cloudevent_parts(topic: str, delivery: Delivery) -> tuple[bytes, dict[str, str]]:
     """One message as a binary-mode CloudEvent: its data as the body, its attributes as ``ce-``
-    headers (the message's own when it was published as an event; where it is stored and its
-    delivery count as the extensions a pull's structured events carry)."""
+    headers, percent-encoded as the HTTP binding says (the message's own when it was published as
+    an event; where it is stored and its delivery count as the extensions a pull's structured
+    events carry)."""
     entry = delivery.entry
     event = event_document(topic, entry) | {"sgtopic": topic,
                                             "sgdeliverycount": delivery.delivery_count}
-    headers = {HEADER_PREFIX + name: _text(value) for name, value in event.items()
-               if name not in _NOT_HEADERS}
+    headers = {HEADER_PREFIX + name: quote(_text(value), safe=_CE_SAFE)
+               for name, value in event.items() if name not in _NOT_HEADERS}
     content_type = event.get("datacontenttype") or entry.headers.get("content-type")
     if content_type is None:
         content_type = JSON if entry.value_format is ValueFormat.JSON else OCTET_STREAM

@@ -58,9 +58,9 @@ class Receiver:
             except Exception:
                 self.unverified += 1
                 return web.Response(status=401)
-        if request.content_type == "application/json":
+        if "ce-specversion" not in request.headers:
             messages = orjson.loads(body)["messages"]
-        else:
+        else:  # a binary-mode CloudEvent: one message, its attributes in the headers
             messages = [{"value_bytes": body, "headers": dict(request.headers)}]
         if self.stall_s:
             await asyncio.sleep(self.stall_s)

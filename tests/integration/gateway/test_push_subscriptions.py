@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from push_receiver import Receiver
@@ -226,6 +227,77 @@ async def test_a_failing_endpoint_is_named_as_the_cause_of_the_groups_stall(
     view = await describe(client, topic_name)
     assert view["health"]["state"] in ("open", "failing")
     assert view["health"]["partitions"]["0"]["last_status"] == 503
+
+
+async def test_a_message_failing_max_deliveries_times_goes_to_the_dead_letters(
+        gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
+    state, url = receiver
+    state.answer = lambda number, messages: (500, {})
+    client = await gateway()
+    await create_topic(client, topic_name, partitions=1)
+    await subscribe(client, topic_name, url, max_deliveries=2, timeout_ms=500,
+                    ack_timeout_ms=1500)
+    await publish(client, topic_name, [{"key": "a", "value": "doomed"}])
+    letter = (await dead_letters(client, topic_name))["messages"][0]
+    assert letter["value"] == "doomed"
+    assert letter["headers"]["sg-dlq-reason"] == "max_deliveries exceeded"
+    assert [r.messages[0]["delivery_count"] for r in state.requests] == [1, 2]
+
+
+async def test_a_redirect_is_never_followed_and_the_message_is_retried(
+        gateway: Gateways, receiver: tuple[Receiver, str], aiohttp_server: Any,
+        topic_name: str) -> None:
+    state, url = receiver
+    elsewhere = Receiver()
+    other: TestServer = await aiohttp_server(elsewhere.app())
+
+    def redirect_once(number: int, messages: list[dict[str, Any]]) -> tuple[int, dict[str, str]]:
+        if number == 1:
+            return 307, {"Location": f"http://127.0.0.1:{other.port}/hook"}
+        return 204, {}
+
+    state.answer = redirect_once
+    client = await gateway()
+    await create_topic(client, topic_name, partitions=1)
+    await subscribe(client, topic_name, url)
+    await publish(client, topic_name, [{"key": "a", "value": 1}])
+    await wait_for(lambda: len(state.acked()) == 1, "the message acked after the redirect")
+    assert [r.status for r in state.requests] == [307, 204]
+    assert elsewhere.requests == []
+
+
+async def test_requests_keep_to_the_subscriptions_rate(
+        gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
+    state, url = receiver
+    client = await gateway()
+    await create_topic(client, topic_name, partitions=1)
+    await subscribe(client, topic_name, url, rate_per_s=4, key_ordered=False)
+    await publish(client, topic_name, [{"key": f"k{n}", "value": n} for n in range(12)])
+    await wait_for(lambda: len(state.acked()) == 12, "every message, one a request")
+    # a bucket of four a second holding four: the first four at once, then one every 0.25 s
+    assert state.requests[-1].at - state.requests[0].at >= 1.75
+
+
+async def test_cloudevents_format_sends_each_message_as_a_binary_event(
+        gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
+    state, url = receiver
+    client = await gateway()
+    await create_topic(client, topic_name, partitions=1)
+    created = await subscribe(client, topic_name, url, format="cloudevents")
+    state.secrets = [created["secret"]]
+    response = await client.post(
+        f"/v1/topics/{topic_name}/messages", data=b'{"total": 42}',
+        headers={"Content-Type": "application/json", "ce-specversion": "1.0", "ce-id": "order-7",
+                 "ce-source": "/shop", "ce-type": "order.placed", "ce-subject": "alice"})
+    assert response.status == 200, await response.text()
+    await wait_for(lambda: len(state.requests) == 1, "the event")
+    event = state.requests[0]
+    assert event.status == 204
+    assert orjson.loads(event.body) == {"total": 42}
+    assert event.headers["Content-Type"].startswith("application/json")
+    assert (event.headers["ce-id"], event.headers["ce-type"], event.headers["ce-subject"]) == (
+        "order-7", "order.placed", "alice")
+    assert state.unverified == 0
 
 
 async def test_a_paused_push_group_sends_nothing_until_resumed(

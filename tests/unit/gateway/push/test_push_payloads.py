@@ -4,6 +4,7 @@ describes them, signed so that the client library's verifier accepts them."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 import orjson
@@ -95,8 +96,17 @@ def test_two_live_secrets_give_two_signatures_each_verifying() -> None:
     verify_webhook(SECRET, request.headers, request.body)
 
 
-@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "nul\x00"])
-def test_an_attribute_that_cannot_be_a_header_is_refused_before_sending(value: str) -> None:
+@pytest.mark.parametrize(("value", "sent"), [
+    ("a\r\nX-Injected: 1", "a%0D%0AX-Injected:%201"), ("nul\x00", "nul%00"),
+    ('caf\u00e9 "50%"', "caf%C3%A9%20%2250%25%22"), ("plain/ascii-{ok}", "plain/ascii-{ok}")])
+def test_attributes_are_percent_encoded_as_the_http_binding_says(value: str, sent: str) -> None:
     entry = StoredEntry(0, "1-0", b"1", ValueFormat.JSON, None, {"ce-subject": value}, 1)
+    request = build_request("orders", "g", "cloudevents", [Delivery(entry, 1)], KEYS, {})
+    assert request.headers["ce-subject"] == sent
+    assert unquote(sent) == value
+
+
+def test_a_header_value_with_a_line_break_is_refused_before_sending() -> None:
     with pytest.raises(ValueError, match="control character"):
-        build_request("orders", "g", "cloudevents", [Delivery(entry, 1)], KEYS, {})
+        build_request("orders", "g", "json", [Delivery(JSON_ENTRY, 1)], KEYS,
+                      {"X-Team": "a\r\nX-Injected: 1"})
