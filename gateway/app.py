@@ -197,7 +197,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
                                         settings.push_allow_http)
         push = await stack.enter_async_context(PushRunner(
             push_subscriptions, hub, lambda: ownership.owned, cache.get, push_policy, metrics,
-            settings.push_ca_path))
+            settings.push_ca_path, settings.node_id))
         sweep = GroupSweep(
             group_store, store.consumers, policies, dead_letters.acting_as("sweep"), metrics,
             SweepSettings(settings.node_id,

@@ -832,6 +832,8 @@ class PartitionPushHealth(Record):
 
     __slots__ = ()
 
+    node: Field[str] = Field()
+    """The node id of the gateway pushing the partition (its owner)."""
     breaker: Field[Literal["closed", "open", "half_open"]] = Field()
     consecutive_failures: Field[int] = Field()
     last_status: Field[int | None] = Field()

@@ -101,12 +101,13 @@ def _describe_table(described: PushSubscriptionDescribed) -> None:
 
 
 def health_rows(partitions: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A row per partition, in partition order: its breaker, failures in a row, last status and
-    error, requests in flight (``-`` for a partition no owner reported on lately)."""
+    """A row per partition, in partition order: the gateway pushing it, its breaker, failures in a
+    row, last status and error, requests in flight (``-`` for a partition no owner reported on lately)."""
     rows = []
     for partition, health in sorted(partitions.items(), key=lambda item: int(item[0])):
         known = health or {}
-        rows.append({"partition": partition, "breaker": known.get("breaker", "-"),
+        rows.append({"partition": partition, "node": known.get("node", "-"),
+                     "breaker": known.get("breaker", "-"),
                      "failures": known.get("consecutive_failures", "-"),
                      "last_status": known.get("last_status") or "-",
                      "last_error": known.get("last_error") or "",

@@ -47,7 +47,7 @@ class PushMember(Session):
     endpoint's slots at a time; every answer settles its batch through the hub."""
 
     def __init__(self, definition: PushDefinition, partition: int, endpoint: Endpoint,
-                 settle: Settle) -> None:
+                 settle: Settle, owner: str = "") -> None:
         credit = max(1, endpoint.slots * definition.batch_max_messages)
         super().__init__(f"push-{definition.group}-{partition}", definition.topic,
                          member_params(definition, credit), _no_frames,
@@ -58,7 +58,7 @@ class PushMember(Session):
         self._queued = asyncio.Event()
         self._requests: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
-        self.health: dict[str, Any] = {"last_status": None, "last_error": None,
+        self.health: dict[str, Any] = {"node": owner, "last_status": None, "last_error": None,
                                        "last_success_ms": None, "last_failure_ms": None}
 
     def start(self) -> None:

@@ -44,10 +44,11 @@ class PushRunner:
     def __init__(self, subscriptions: PushSubscriptions, hub: DeliveryHub,
                  owned: Callable[[], frozenset[tuple[str, int]]],
                  topics: Callable[[str], TopicMetadata | None], policy: EndpointPolicy,
-                 metrics: GatewayMetrics, ca_path: str | None = None) -> None:
+                 metrics: GatewayMetrics, ca_path: str | None = None, node_id: str = "") -> None:
         self._subscriptions, self._hub, self._owned, self._topics = (subscriptions, hub, owned,
                                                                      topics)
         self.policy, self._metrics, self._ca_path = policy, metrics, ca_path
+        self._node_id = node_id  # named in each member's health: which gateway pushes
         self._endpoints: dict[SubscriptionKey, Endpoint] = {}
         self._members: dict[MemberKey, PushMember] = {}
         self._refused: set[MemberKey] = set()  # conflicts already logged
@@ -141,7 +142,7 @@ class PushRunner:
     async def _start(self, key: MemberKey, definition: PushDefinition) -> None:
         topic, group, partition = key
         member = PushMember(definition, partition, self._endpoints[(topic, group)],
-                            self._hub.settle)
+                            self._hub.settle, self._node_id)
         try:
             await self._hub.attach(member, partition, group, definition.group_config())
         except GroupConflict as exc:

@@ -124,11 +124,12 @@ function healthTable(s: Subscription): HTMLElement {
   const partitions = Object.entries(s.health.partitions)
     .sort(([a], [b]) => Number(a) - Number(b));
   return table(`Endpoint health of group ${s.group}`,
-               ["Partition", "Breaker", "Consecutive failures", "Last status", "Last error",
-                "Last success", "Last failure", "In flight"],
+               ["Partition", "Pushed by", "Breaker", "Consecutive failures", "Last status",
+                "Last error", "Last success", "Last failure", "In flight"],
                partitions.map(([partition, p]) => p === null
-                 ? [partition, "no report from its owner lately", "-", "-", "-", "-", "-", "-"]
-                 : [partition, p.breaker.replace("_", "-"), formatCount(p.consecutive_failures),
+                 ? [partition, "no report from its owner lately", "-", "-", "-", "-", "-", "-", "-"]
+                 : [partition, p.node, p.breaker.replace("_", "-"),
+                    formatCount(p.consecutive_failures),
                     p.last_status === null ? "-" : String(p.last_status), p.last_error ?? "-",
                     timeOrDash(p.last_success_ms), timeOrDash(p.last_failure_ms),
                     formatCount(p.in_flight)]));

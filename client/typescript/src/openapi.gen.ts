@@ -866,6 +866,8 @@ export type PushSubscriptionCreated = PushSubscription & {
 };
 
 export type PartitionPushHealth = {
+  /** the node id of the gateway pushing the partition (its owner) */
+  node: string;
   breaker: "closed" | "open" | "half_open";
   consecutive_failures: number;
   last_status: number | null;

@@ -138,6 +138,7 @@ async def test_messages_reach_the_endpoint_signed_and_are_acked_by_its_2xx(
     assert "secret" not in view
     assert all("secret" not in s for s in view["secrets"])
     assert set(view["health"]["partitions"]) == {"0", "1"}
+    assert {h["node"] for h in view["health"]["partitions"].values()} == {"push-gw"}
 
 
 async def test_each_keys_order_holds_while_the_endpoint_fails_and_recovers(

@@ -14,7 +14,7 @@ from streamgate_client.cli_push import health_rows
 
 HEALTH = {"state": "failing", "partitions": {
     "1": None,
-    "0": {"breaker": "open", "consecutive_failures": 3, "last_status": 503,
+    "0": {"node": "gw-1", "breaker": "open", "consecutive_failures": 3, "last_status": 503,
           "last_error": "push: HTTP 503", "last_success_ms": None,
           "last_failure_ms": 1700000000000, "in_flight": 0}}}
 
@@ -29,9 +29,9 @@ def test_a_partition_without_a_posted_health_reads_none_beside_typed_ones() -> N
 
 def test_the_health_table_has_a_row_per_partition_in_order_with_dashes_for_the_unknown() -> None:
     assert health_rows(PushHealth(HEALTH).partitions) == [
-        {"partition": "0", "breaker": "open", "failures": 3, "last_status": 503,
+        {"partition": "0", "node": "gw-1", "breaker": "open", "failures": 3, "last_status": 503,
          "last_error": "push: HTTP 503", "in_flight": 0},
-        {"partition": "1", "breaker": "-", "failures": "-", "last_status": "-",
+        {"partition": "1", "node": "-", "breaker": "-", "failures": "-", "last_status": "-",
          "last_error": "", "in_flight": "-"}]
 
 
