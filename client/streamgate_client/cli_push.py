@@ -102,7 +102,8 @@ def _describe_table(described: PushSubscriptionDescribed) -> None:
 
 def health_rows(partitions: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A row per partition, in partition order: the gateway pushing it, its breaker, failures in a
-    row, last status and error, requests in flight (``-`` for a partition no owner reported on lately)."""
+    row, last status and error, requests in flight (``-`` for a partition no owner reported on
+    lately)."""
     rows = []
     for partition, health in sorted(partitions.items(), key=lambda item: int(item[0])):
         known = health or {}
