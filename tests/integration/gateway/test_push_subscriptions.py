@@ -205,15 +205,22 @@ async def test_retry_after_holds_the_next_request_back(
     assert second.headers["webhook-id"] == first.headers["webhook-id"]
 
 
+async def pushing_into_failures(gateway: Gateways, receiver: tuple[Receiver, str], topic: str,
+                                status: int, **fields: Any) -> tuple[Receiver, Client]:
+    """One message on a one-partition topic pushed to an endpoint answering ``status`` always."""
+    state, url = receiver
+    state.answer = lambda number, messages: (status, {})
+    client = await gateway()
+    await create_topic(client, topic, partitions=1)
+    await subscribe(client, topic, url, timeout_ms=500, **fields)
+    await publish(client, topic, [{"key": "a", "value": "doomed"}])
+    return state, client
+
+
 async def test_a_failing_endpoint_is_named_as_the_cause_of_the_groups_stall(
         gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
-    state, url = receiver
-    state.answer = lambda number, messages: (503, {})
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url, timeout_ms=500, ack_timeout_ms=2000,
-                    max_deliveries=1000)
-    await publish(client, topic_name, [{"key": "a", "value": 1}])
+    _, client = await pushing_into_failures(gateway, receiver, topic_name, 503,
+                                            ack_timeout_ms=2000, max_deliveries=1000)
     deadline = time.monotonic() + 2 * 2 + 5  # two ack timeouts and the lag rounds' slack
     verdict: dict[str, Any] | None = None
     while time.monotonic() < deadline:
@@ -232,13 +239,8 @@ async def test_a_failing_endpoint_is_named_as_the_cause_of_the_groups_stall(
 
 async def test_a_message_failing_max_deliveries_times_goes_to_the_dead_letters(
         gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
-    state, url = receiver
-    state.answer = lambda number, messages: (500, {})
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url, max_deliveries=2, timeout_ms=500,
-                    ack_timeout_ms=1500)
-    await publish(client, topic_name, [{"key": "a", "value": "doomed"}])
+    state, client = await pushing_into_failures(gateway, receiver, topic_name, 500,
+                                                max_deliveries=2, ack_timeout_ms=1500)
     letter = (await dead_letters(client, topic_name))["messages"][0]
     assert letter["value"] == "doomed"
     assert letter["headers"]["sg-dlq-reason"] == "max_deliveries exceeded"

@@ -4,27 +4,19 @@ defining one needs the admin grant."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import jwt
 from aiohttp.test_utils import TestClient, TestServer
 from auth_config import api_keys, hs256_jwt, rule, secured_client, tenant_filters
 from push_receiver import Receiver
+from secured_stack import SECRET, as_tenant
 from subscribers import wait_until
 
 from gateway.settings import GatewaySettings
 
 Client = TestClient[Any, Any]
-SECRET = "t" * 40
 PUSHING = {"push_allowed_cidrs": ("127.0.0.0/8",), "push_allow_http": True}
-
-
-def as_tenant(tenant: str) -> dict[str, str]:
-    claims = {"sub": f"app-{tenant}", "tenant": tenant, "aud": "streamgate",
-              "exp": int(time.time() + 300)}
-    return {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
 
 
 async def test_a_tenants_push_subscription_is_its_own_and_carries_only_its_messages(
