@@ -56,6 +56,7 @@ from publish import (
     redis_cpu_by_role,
     wait_ready,
 )
+from push_rows import push_drain
 from schema_pinned import pinned_rows
 from schema_validation import schema_rows
 from services import (
@@ -71,7 +72,6 @@ from tracing import tracing_rows_beside
 
 from storage.keys import log_key
 from streamgate_devstack import DevStack, DevStackConfig
-from streamgate_devstack.ports import free_port
 from streamgate_devstack.redis_cluster import RedisClusterProcess
 
 GOALS = ("publish", "acks", "latency", "fanout", "group", "compression", "workers", "client",
@@ -91,7 +91,6 @@ FANOUT_RATIO = 2.5
 SSE_FANOUT_RATIO = 0.7
 GROUP_RATIO = 0.6
 PUSH_RATIO = 0.7  # push delivery + ack to a local endpoint over the WebSocket group drain
-PUSH_RECEIVER = Path(__file__).resolve().parent / "push_receiver.py"
 PINNED_MESSAGES = 50_000  # per drain of the pinned-delivery rows (each round drains twice)
 
 
@@ -652,46 +651,14 @@ class Harness:
             await settle()
 
     async def push_drain(self, key_ordered: bool) -> tuple[float, str]:
-        """Prefill as many messages as the group drain into 8 partitions, then time a push
-        subscription (start earliest) from its creation until the receiver counted every message
-        and the group shows nothing pending or unread: the rate and the row's note."""
-        messages, base = self.plan.group_messages, self.gateway.base
-        topic = "bench-push-keyed" if key_ordered else "bench-push"
-        async with aiohttp.ClientSession() as http:
-            await create_topic(http, base, topic)
-            await publish(http, base, topic, messages)
-        await asyncio.to_thread(compact_aofs, self.stack.redis)
-        await settle()
-        port = free_port()
-        receiver = await asyncio.create_subprocess_exec(
-            sys.executable, str(PUSH_RECEIVER), "--port", str(port), "--total", str(messages),
-            stdout=asyncio.subprocess.PIPE)
-        try:
-            assert receiver.stdout is not None
-            assert (await receiver.stdout.readline()).strip() == b"READY"
-            async with aiohttp.ClientSession() as http:
-                before = cpu_reading(self.gateway, self.stack.redis)
-                started = time.time()
-                await put_push_subscription(http, base, topic, port, key_ordered)
-                out, _ = await asyncio.wait_for(receiver.communicate(), 600)
-                counted = orjson.loads(out.strip().splitlines()[-1])
-                settled_at = await group_settled(http, base, topic, "bench-push")
-                after = cpu_reading(self.gateway, self.stack.redis)
-                async with http.delete(f"{base}/v1/topics/{topic}/push/bench-push") as response:
-                    assert response.status == 204, await response.text()
-        finally:
-            if receiver.returncode is None:
-                receiver.kill()
-                await receiver.wait()
-        elapsed = max(counted["last_ts"], settled_at) - started
-        delivered = min(counted["received"], messages)
-        note = (f"{messages:,} messages, 8 partitions, one push subscription (start earliest, "
-                f"batch_max_messages 100, max_in_flight 64, key_ordered "
-                f"{str(key_ordered).lower()}) to bench/push_receiver.py (answers 204 at once, "
-                f"counts by a byte scan): {counted['received']:,} received in "
-                f"{counted['requests']:,} requests, timed from the subscription's creation until "
-                f"the group showed pending 0 and lag 0; {cpu_per_message(before, after, messages)}")
-        return delivered / max(elapsed, 1e-9), note
+        """The push row's drain (bench/push_rows.py) on this run's gateway, from compact AOFs."""
+        async def quiet() -> None:
+            await asyncio.to_thread(compact_aofs, self.stack.redis)
+            await settle()
+
+        return await push_drain(
+            self.gateway.base, self.plan.group_messages, key_ordered, quiet,
+            (lambda: cpu_reading(self.gateway, self.stack.redis), cpu_per_message))
 
     # --- goal 6 -----------------------------------------------------------------------------------
     async def compression(self) -> None:
@@ -751,30 +718,6 @@ class Harness:
         self.rows += await schema_rows(self.gateway.base, min(self.plan.seconds, 3.0), 3)
         self.rows += await pinned_rows(self.gateway.base,
                                        min(self.plan.group_messages, PINNED_MESSAGES), 3)
-
-
-async def put_push_subscription(http: aiohttp.ClientSession, base: str, topic: str, port: int,
-                                key_ordered: bool) -> None:
-    """The push row's subscription, to the receiver on ``port``."""
-    body = {"endpoint": f"http://127.0.0.1:{port}/hook", "start": "earliest",
-            "batch_max_messages": 100, "max_in_flight": 64, "key_ordered": key_ordered}
-    async with http.put(f"{base}/v1/topics/{topic}/push/bench-push", json=body) as response:
-        assert response.status == 201, await response.text()
-
-
-async def group_settled(http: aiohttp.ClientSession, base: str, topic: str, group: str,
-                        timeout_s: float = 120.0) -> float:
-    """When (wall clock) the group was first seen with nothing pending and nothing unread."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        async with http.get(f"{base}/v1/groups/{group}", params={"topic": topic}) as response:
-            doc = await response.json()
-        if response.status == 200 and all(p["pending"] == 0 and p["lag"] == 0
-                                          for p in doc["topics"][0]["partitions"]):
-            return time.time()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the push group never settled: {str(doc)[:200]}")
-        await asyncio.sleep(0.02)
 
 
 def stop_all(processes: list[subprocess.Popen[str]]) -> None:

@@ -23,7 +23,9 @@ from tests.own_cluster import own_cluster
 PARTITIONS = 6
 FREEZE_S = 12.0
 NODE_TIMEOUT_MS = 3000  # the devstack's default
-HEALTHY_STALL_LIMIT_S = 1.5  # a request to a healthy shard never waits on the frozen one
+# a request to a healthy shard never waits on the frozen one: one that did would wait for the
+# failover, past the node timeout; below it, what a loaded machine adds to a healthy request
+HEALTHY_STALL_LIMIT_S = 2.5
 # the frozen shard's partitions are served again soon after the promotion
 FAILOVER_FOLLOW_LIMIT_S = 2.0
 

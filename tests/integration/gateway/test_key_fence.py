@@ -1,6 +1,6 @@
 """A key-ordered reader's hand-over fence on the real cluster: keys whose message a member on
 another gateway still holds wait until that message is acked; released entries, other keys and
-what this gateway's own consumer holds go on at once."""
+what this gateway's own consumer holds go on in their keys' turn, before later reads."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from gateway.delivery.retry_policy import RELEASE_IDLE_MS
 from gateway.delivery.session import Session
 from gateway.delivery.settler import Settler
 from gateway.observe.metrics import GatewayMetrics
-from storage.models import AppendOptions, Delivery, Record
+from storage.models import AppendOptions, Delivery, Record, first_deliveries
 from storage.redis_store import RedisStreamStore
 from storage.settings import RedisStoreSettings
 
@@ -71,7 +71,7 @@ async def test_keys_a_member_holds_wait_for_its_ack_and_released_ones_go_on(
     credit = asyncio.Event()
     keyed = KeyedDispatch(groups, scope, backlog, credit, Settler(groups, scope),
                           GatewayMetrics.create())
-    await keyed.start(ACK_TIMEOUT_MS)
+    await keyed.start()
     pending = await groups.expired(topic, 0, GROUP, min_idle_ms=0, count=10)
     taken = await groups.claim(topic, 0, GROUP, "new-gateway", [  # the reader's take-over
         p for p in pending if not held_elsewhere(p, scope, ACK_TIMEOUT_MS)], min_idle_ms=0)
@@ -92,19 +92,29 @@ async def test_keys_a_member_holds_wait_for_its_ack_and_released_ones_go_on(
     await groups.delete_group(topic, 0, GROUP)
 
 
-async def test_what_the_gateways_own_consumer_holds_is_not_fenced(
+async def test_what_the_gateways_own_consumer_holds_goes_out_first_in_its_keys_turn(
         store: RedisStreamStore) -> None:
     topic, groups = f"fence-{uuid.uuid4().hex[:8]}", store.groups
-    await store.append(topic, [Record(0, b"v", key=b"k")], AppendOptions())
+    first, = await store.append(topic, [Record(0, b"v", key=b"k")], AppendOptions())
     await groups.ensure_group(topic, 0, GROUP, "earliest")
     # read by this gateway's consumer (a reader of it that stopped): no session here holds it
     await groups.read_new(topic, 0, GROUP, "gateway", count=10, block_ms=0)
+    second, = await store.append(topic, [Record(0, b"v", key=b"k")], AppendOptions())
     scope = ReaderScope(topic, 0, GROUP, "gateway", (topic, GROUP, "key_shared"))
-    keyed = KeyedDispatch(groups, scope, deque(), asyncio.Event(), Settler(groups, scope),
+    backlog: deque[Delivery] = deque()
+    keyed = KeyedDispatch(groups, scope, backlog, asyncio.Event(), Settler(groups, scope),
                           GatewayMetrics.create())
-    await keyed.start(ACK_TIMEOUT_MS)
-    assert not keyed.in_flight
+    await keyed.start()
+    assert keyed.in_flight  # the key waits for its pending entry, whoever holds it
     pending = await groups.expired(topic, 0, GROUP, min_idle_ms=0, count=10)
     assert [held_elsewhere(p, scope, ACK_TIMEOUT_MS) for p in pending] == [False]
+    taken = await groups.claim(topic, 0, GROUP, "gateway", pending, min_idle_ms=0)
+    read = await groups.read_new(topic, 0, GROUP, "gateway", count=10, block_ms=0)
+    session = PageTaker("s")
+    backlog.extend([*first_deliveries(read), *taken])  # a new read before the claimed one
+    keyed.dispatch([cast(Session, session)])
+    assert [d.entry.offset for d in taken] == [first.offset]
+    assert session.keys == [b"k"]  # the claimed entry, in its turn; the read one waits
+    assert keyed.held_here() == {second.offset}
     await keyed.aclose()
     await groups.delete_group(topic, 0, GROUP)
