@@ -203,9 +203,11 @@ async def test_streamgate_push_creates_lists_describes_and_deletes_a_subscriptio
                              lambda out: "health          healthy" in out, "a healthy endpoint")
     rows = table.splitlines()
     header = next(i for i, line in enumerate(rows) if line.startswith("PARTITION"))
-    assert rows[header].split() == ["PARTITION", "BREAKER", "FAILURES", "LAST_STATUS",
+    assert rows[header].split() == ["PARTITION", "NODE", "BREAKER", "FAILURES", "LAST_STATUS",
                                     "LAST_ERROR", "IN_FLIGHT"]
-    assert rows[header + 1].split()[:3] == ["0", "closed", "0"]
+    partition, node, *rest = rows[header + 1].split()
+    assert (partition, rest[:2]) == ("0", ["closed", "0"])
+    assert node  # the gateway pushing partition 0
     described = orjson.loads(await cli(env, "push", "describe", topic, "hooks", "-o", "json"))
     assert described["headers"] == {"X-Team": "***"}
 
