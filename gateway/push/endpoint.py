@@ -159,8 +159,9 @@ def ip_literal(host: str) -> IPAddress | None:
 
 
 def connect_check(url: yarl.URL, policy: EndpointPolicy) -> None:
-    """Re-check an endpoint at send time, since settings may have changed since it was admitted;
-    the only check an IP-literal host gets, since the HTTP client skips the resolver for it."""
+    """Check an endpoint on the gateway that sends to it, whose policy may differ from that of the
+    gateway that admitted it; for an IP-literal host the only check, since the HTTP client skips
+    the resolver for it."""
     admit_endpoint(str(url), policy)
 
 

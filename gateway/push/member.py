@@ -98,7 +98,7 @@ class PushMember(Session):
         self.credit -= len(taken)
         # what the session sizes its next read by (it writes no frames to learn it from): left at
         # its first guess, every read would fetch a handful and every request carry as few
-        self._frame_bytes = max(body_size(self.topic, d) for d in taken)
+        self._frame_bytes = max(body_size(self.topic, taken[0]), body_size(self.topic, taken[-1]))
         deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
         for delivery in taken:
             self.in_flight[(self.partition, delivery.entry.offset)] = deadline

@@ -3,7 +3,6 @@ message as a CloudEvent in binary mode; signed the Standard Webhooks way in both
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +11,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway.cloudevents import HEADER_PREFIX, event_document
-from gateway.documents import entry_document
+from gateway.delivery.wire import message_frames
 from gateway.observe.version import installed_version
 from gateway.push.signing import webhook_headers
 from storage.models import Delivery, ValueFormat
@@ -44,11 +43,10 @@ def message_id(topic: str, deliveries: list[Delivery]) -> str:
 
 
 def json_body(topic: str, group: str, deliveries: list[Delivery]) -> bytes:
-    """The JSON envelope: the subscription and its messages, each as an HTTP pull returns it."""
-    messages = [{"topic": topic, **entry_document(d.entry), "delivery_count": d.delivery_count}
-                for d in deliveries]
-    return orjson.dumps({"subscription": {"topic": topic, "group": group},
-                         "messages": messages})
+    """The JSON envelope: the subscription and its messages, each the WebSocket message frame (the
+    compiled framing writes them)."""
+    return b"".join((b'{"subscription":', orjson.dumps({"topic": topic, "group": group}),
+                     b',"messages":[', b",".join(message_frames(topic, deliveries)), b"]}"))
 
 
 def cloudevent_parts(topic: str, delivery: Delivery) -> tuple[bytes, dict[str, str]]:
@@ -85,13 +83,15 @@ def build_request(topic: str, group: str, fmt: str, deliveries: list[Delivery],
 
 
 def body_size(topic: str, delivery: Delivery) -> int:
-    """About what a message adds to a JSON envelope (for the batch byte bound): its value,
-    key and headers, with room for the fields around them."""
+    """About what a message adds to a JSON envelope (for the batch byte bound): its value (base64
+    a third larger), key and headers, with room for the fields around them."""
     entry = delivery.entry
-    value = len(entry.value) if entry.value_format is ValueFormat.JSON \
-        else len(base64.b64encode(entry.value))
-    headers = sum(len(k) + len(v) + 6 for k, v in entry.headers.items())
-    return value + len(entry.key or b"") + headers + len(topic) + 160
+    size = len(entry.value)
+    if entry.value_format is not ValueFormat.JSON:
+        size += size // 3 + 4
+    if entry.headers:
+        size += sum(len(name) + len(value) + 6 for name, value in entry.headers.items())
+    return size + len(entry.key or b"") + len(topic) + 160
 
 
 def _text(value: Any) -> str:

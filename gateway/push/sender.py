@@ -84,12 +84,18 @@ class Endpoint:
                  policy: EndpointPolicy, metrics: GatewayMetrics, share: float) -> None:
         self.definition = definition
         self.url = yarl.URL(definition.endpoint)
-        self._http, self._policy, self._metrics = http, policy, metrics
+        self._http, self._metrics = http, metrics
         self.breaker = CircuitBreaker()
         self.rate = RequestRate(None)
         self.slots = 1
         self.busy = 0
         self._changed = asyncio.Event()
+        # the policy is the process's: an endpoint admitted elsewhere is checked here once
+        self._refused: str | None = None
+        try:
+            connect_check(self.url, policy)
+        except EndpointRefused as exc:
+            self._refused = f"endpoint refused: {exc}"
         self.reshare(share)
 
     def reshare(self, share: float) -> None:
@@ -158,16 +164,18 @@ class Endpoint:
         """POST ``request``; never raises for the endpoint's faults (they are outcomes)."""
         definition = self.definition
         started = time.monotonic()
+        if self._refused is not None:
+            outcome = Outcome("nack", "refused", error=self._refused)
+            self._metrics.push_requests.labels(definition.topic, definition.group,
+                                               outcome.label).inc()
+            return outcome
         try:
-            connect_check(self.url, self._policy)
             async with self._http.post(
                     self.url, data=request.body, headers=request.headers, allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=definition.timeout_ms / 1000)) as answer:
                 await answer.content.read(ANSWER_READ_BYTES)
                 outcome = outcome_of(answer.status, answer.headers.get("Retry-After"),
                                      answer.headers.get("Location"), self.url)
-        except EndpointRefused as exc:
-            outcome = Outcome("nack", "refused", error=f"endpoint refused: {exc}")
         except TimeoutError:
             outcome = Outcome("nack", "timeout",
                               error=f"no answer within {definition.timeout_ms} ms")

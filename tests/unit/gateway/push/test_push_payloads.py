@@ -48,7 +48,7 @@ def test_a_json_batch_is_the_documented_envelope_and_verifies() -> None:
     conforms("PushBatch", body)
     headers_conform("pushBatch", request.headers)
     assert body["messages"] == [
-        orjson.loads(orjson.dumps({"topic": "orders", **entry_document(d.entry),
+        orjson.loads(orjson.dumps({"type": "message", "topic": "orders", **entry_document(d.entry),
                                    "delivery_count": d.delivery_count})) for d in deliveries]
     assert body["subscription"] == {"topic": "orders", "group": "billing"}
     assert request.headers["X-Team"] == "pay"
