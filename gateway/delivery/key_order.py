@@ -203,6 +203,8 @@ class KeyOrder:
 def pick(key: bytes, sessions: Sequence[Session]) -> Session | None:
     """The session with the highest rendezvous weight for ``key`` (stable as others come and
     go)."""
+    if len(sessions) == 1:  # the only choice: no hash to compute (a push member, one seat)
+        return sessions[0]
     best, best_weight = None, b""
     for session in sessions:
         weight = hashlib.blake2b(key, key=session.id.encode()[:64], digest_size=8).digest()

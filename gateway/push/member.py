@@ -9,6 +9,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from gateway.delivery.params import Mode, SubscribeParams
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 # (member, partition, refs, action, delay_ms, reason) -> how many it settled (the hub's settle)
 Settle = Callable[[Session, int, list[MessageRef], str, int, str], Awaitable[int]]
 UNSENDABLE = "push: the message cannot be sent as an HTTP request"
+_ENTRY_OFFSET = attrgetter("entry.offset")
 
 
 async def _no_frames(frames: Sequence[bytes]) -> None:
@@ -100,8 +103,8 @@ class PushMember(Session):
         # its first guess, every read would fetch a handful and every request carry as few
         self._frame_bytes = max(body_size(self.topic, taken[0]), body_size(self.topic, taken[-1]))
         deadline = time.monotonic() + self.params.ack_timeout_ms / 1000
-        for delivery in taken:
-            self.in_flight[(self.partition, delivery.entry.offset)] = deadline
+        self.in_flight.update(zip(zip(repeat(self.partition), map(_ENTRY_OFFSET, taken)),
+                                  repeat(deadline)))
         self._queue.extend(taken)
         self._queued.set()
         return len(taken)
