@@ -101,9 +101,13 @@ class Endpoint:
     def reshare(self, share: float) -> None:
         """This gateway's part of the caps: ``share`` of the topic's partitions are owned here."""
         definition = self.definition
-        self.slots = max(1, math.ceil(definition.max_in_flight * share))
+        slots = max(1, math.ceil(definition.max_in_flight * share))
         rate = definition.rate_per_s
-        self.rate.set_rate(None if rate is None else max(rate * share, 0.01))
+        rate = None if rate is None else max(rate * share, 0.01)
+        if (slots, rate) == (self.slots, self.rate.rate_per_s):
+            return  # asked every reconcile round: waiters are woken by changes only
+        self.slots = slots
+        self.rate.set_rate(rate)
         self._wake()
 
     async def take_turn(self, keep_alive: Callable[[], Awaitable[None]],

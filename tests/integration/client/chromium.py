@@ -105,6 +105,25 @@ def open_page(page: Any, url: str, log: list[str]) -> None:
                 raise AssertionError("the page never became ready:\n" + "\n".join(log)) from error
 
 
+def reload_when_the_network_changed(page: Page, problems: list[str]) -> None:
+    """Make ``page.goto`` load again when Chromium dropped a file of the page because the machine's
+    network interfaces changed (other tests make network namespaces): not the console's fault."""
+    load = page.goto
+
+    def goto(url: str, **options: Any) -> Any:
+        for attempt in range(1, LOADS + 1):
+            before = len(problems)
+            response = load(url, **options)
+            page.wait_for_load_state("load")
+            dropped = [line for line in problems[before:] if NETWORK_CHANGED in line]
+            if not dropped or attempt == LOADS:
+                return response
+            problems[before:] = [line for line in problems[before:] if line not in dropped]
+        return None
+
+    page.goto = goto  # type: ignore[method-assign]
+
+
 def watch_page(page: Page, log: list[str]) -> None:
     """The page's console lines and uncaught errors into ``log``, for failure messages."""
     page.on("console", lambda message: log.append(f"console.{message.type}: {message.text}"))

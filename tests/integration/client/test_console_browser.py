@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
-from chromium import LOADS, NETWORK_CHANGED, browser_page, require_browser
+from chromium import browser_page, reload_when_the_network_changed, require_browser
 from key_shared_member import key_shared_member
 from node_package import build_console, require_node
 from served import serve_gateway
@@ -73,25 +73,6 @@ def console_page(report_missing: Callable[[str], NoReturn], tmp_path: Path) -> I
         reload_when_the_network_changed(page, problems)
         yield page
     assert problems == [], problems
-
-
-def reload_when_the_network_changed(page: Page, problems: list[str]) -> None:
-    """Make ``page.goto`` load again when Chromium dropped a file of the page because the machine's
-    network interfaces changed (other tests make network namespaces): not the console's fault."""
-    load = page.goto
-
-    def goto(url: str, **options: Any) -> Any:
-        for attempt in range(1, LOADS + 1):
-            before = len(problems)
-            response = load(url, **options)
-            page.wait_for_load_state("load")
-            dropped = [line for line in problems[before:] if NETWORK_CHANGED in line]
-            if not dropped or attempt == LOADS:
-                return response
-            problems[before:] = [line for line in problems[before:] if line not in dropped]
-        return None
-
-    page.goto = goto  # type: ignore[method-assign]
 
 
 @contextmanager

@@ -62,6 +62,15 @@ async def subscribe(client: Client, topic: str, endpoint: str, **fields: Any) ->
     return doc
 
 
+async def pushing_one_partition(gateway: Gateways, topic: str, endpoint: str,
+                                **fields: Any) -> Client:
+    """A gateway with a one-partition topic pushed to ``endpoint``."""
+    client = await gateway()
+    await create_topic(client, topic, partitions=1)
+    await subscribe(client, topic, endpoint, **fields)
+    return client
+
+
 async def describe(client: Client, topic: str) -> dict[str, Any]:
     response = await client.get(f"/v1/topics/{topic}/push/hooks")
     assert response.status == 200, await response.text()
@@ -149,9 +158,8 @@ async def test_each_keys_order_holds_while_the_endpoint_fails_and_recovers(
         return (500, {}) if number % 3 == 0 else (200, {})
 
     state.answer = flaky
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url, max_in_flight=4, max_deliveries=50)
+    client = await pushing_one_partition(gateway, topic_name, url, max_in_flight=4,
+                                         max_deliveries=50)
     await publish(client, topic_name, [{"key": f"k{i % 3}", "value": i} for i in range(30)])
     await wait_for(lambda: len({m["value"] for m in state.acked()}) == 30,
                    "every message acked despite the failures")
@@ -171,9 +179,7 @@ async def test_a_4xx_answer_sends_the_message_to_the_dead_letters(
         return (422, {}) if any(m["value"] == "poison" for m in messages) else (204, {})
 
     state.answer = refuse_poison
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url)
+    client = await pushing_one_partition(gateway, topic_name, url)
     await publish(client, topic_name, [{"key": "a", "value": "fine"},
                                        {"key": "a", "value": "poison"},
                                        {"key": "a", "value": "after"}])
@@ -194,9 +200,7 @@ async def test_retry_after_holds_the_next_request_back(
         return (429, {"Retry-After": "2"}) if number == 1 else (204, {})
 
     state.answer = busy_once
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url)
+    client = await pushing_one_partition(gateway, topic_name, url)
     await publish(client, topic_name, [{"key": "a", "value": 1}])
     await wait_for(lambda: len(state.acked()) == 1, "the message acked after the wait")
     first, second = state.requests[0], state.requests[1]
@@ -210,9 +214,7 @@ async def pushing_into_failures(gateway: Gateways, receiver: tuple[Receiver, str
     """One message on a one-partition topic pushed to an endpoint answering ``status`` always."""
     state, url = receiver
     state.answer = lambda number, messages: (status, {})
-    client = await gateway()
-    await create_topic(client, topic, partitions=1)
-    await subscribe(client, topic, url, timeout_ms=500, **fields)
+    client = await pushing_one_partition(gateway, topic, url, timeout_ms=500, **fields)
     await publish(client, topic, [{"key": "a", "value": "doomed"}])
     return state, client
 
@@ -260,9 +262,7 @@ async def test_a_redirect_is_never_followed_and_the_message_is_retried(
         return 204, {}
 
     state.answer = redirect_once
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url)
+    client = await pushing_one_partition(gateway, topic_name, url)
     await publish(client, topic_name, [{"key": "a", "value": 1}])
     await wait_for(lambda: len(state.acked()) == 1, "the message acked after the redirect")
     assert [r.status for r in state.requests] == [307, 204]
@@ -272,9 +272,7 @@ async def test_a_redirect_is_never_followed_and_the_message_is_retried(
 async def test_requests_keep_to_the_subscriptions_rate(
         gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
     state, url = receiver
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url, rate_per_s=4, key_ordered=False)
+    client = await pushing_one_partition(gateway, topic_name, url, rate_per_s=4, key_ordered=False)
     await publish(client, topic_name, [{"key": f"k{n}", "value": n} for n in range(12)])
     await wait_for(lambda: len(state.acked()) == 12, "every message, one a request")
     # a bucket of four a second holding four: the first four at once, then one every 0.25 s
@@ -306,9 +304,7 @@ async def test_cloudevents_format_sends_each_message_as_a_binary_event(
 async def test_a_paused_push_group_sends_nothing_until_resumed(
         gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
     state, url = receiver
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url)
+    client = await pushing_one_partition(gateway, topic_name, url)
     await publish(client, topic_name, [{"key": "a", "value": 0}])
     await wait_for(lambda: len(state.acked()) == 1, "the first message")
     paused = await client.post("/v1/groups/hooks/pause", params={"topic": topic_name})
@@ -418,9 +414,7 @@ async def test_bad_definitions_get_a_pointer_and_write_nothing(
 async def test_a_deleted_push_subscription_sends_no_more(
         gateway: Gateways, receiver: tuple[Receiver, str], topic_name: str) -> None:
     state, url = receiver
-    client = await gateway()
-    await create_topic(client, topic_name, partitions=1)
-    await subscribe(client, topic_name, url)
+    client = await pushing_one_partition(gateway, topic_name, url)
     await publish(client, topic_name, [{"key": "a", "value": 1}])
     await wait_for(lambda: len(state.acked()) == 1, "the first message")
     assert (await client.delete(f"/v1/topics/{topic_name}/push/hooks")).status == 204
